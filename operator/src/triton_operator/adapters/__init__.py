@@ -1,0 +1,1 @@
+"""Imperative shell: Kubernetes, object stores and Triton I/O behind small interfaces."""

@@ -1,0 +1,1 @@
+"""Subcommands of the triton-operator CLI, one module each with register(subparsers)."""

@@ -1,0 +1,309 @@
+"""The TritonService API as pydantic v2 models: the CRD schema is generated from these."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+# Kubernetes resource.Quantity, as the API server's own regex accepts it.
+QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+# Triton model names become folder names in the model repository.
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN)]
+
+
+class _Model(BaseModel):
+    """Base for every API object: camelCase on the wire, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        validate_default=False,
+    )
+
+    def to_api(self) -> dict[str, Any]:
+        """The object as the API server stores it: camelCase, unset fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class Resources(_Model):
+    """Per-pod compute resources of the tritonserver container."""
+
+    gpus: int = Field(0, ge=0, le=16, description="GPUs per pod, requested and limited under gpuResourceName.")
+    gpu_resource_name: str = Field(
+        "nvidia.com/gpu",
+        description="Extended resource name of the GPU (nvidia.com/gpu, nvidia.com/mig-1g.10gb, ...).",
+    )
+    cpu: Quantity | None = Field(None, description="CPU request of the tritonserver container.")
+    memory: Quantity | None = Field(None, description="Memory request and limit of the tritonserver container.")
+    cpu_limit: Quantity | None = Field(None, description="CPU limit; unset means no CPU limit.")
+
+
+class S3Options(_Model):
+    """S3-specific repository options."""
+
+    addressing_style: Literal["auto", "path", "virtual"] = Field(
+        "auto", description="Bucket addressing; S3-compatible stores usually need path."
+    )
+    region: str | None = Field(None, description="Bucket region.")
+
+
+class Repository(_Model):
+    """Where the model repository lives and how the operator reads it."""
+
+    uri: str = Field(
+        description="s3://bucket/prefix, gs://bucket/prefix, as://account/container/prefix or pvc://claim/path.",
+        pattern=r"^(s3|gs|as|pvc)://[^/]+(/.*)?$",
+    )
+    endpoint: str | None = Field(None, description="Endpoint URL of an S3- or Azure-compatible store.")
+    credentials_secret: str | None = Field(
+        None,
+        description="Secret with store credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+        "GOOGLE_APPLICATION_CREDENTIALS_JSON or AZURE_STORAGE_CONNECTION_STRING); unset uses the "
+        "workload identity of the pod (IRSA, GKE workload identity).",
+        pattern=DNS_LABEL_PATTERN,
+    )
+    poll_interval_seconds: int = Field(
+        60, ge=0, description="How often the repository is listed again; 0 turns polling off."
+    )
+    s3: S3Options | None = None
+
+    @property
+    def scheme(self) -> str:
+        return self.uri.split("://", 1)[0]
+
+
+class ModelSpec(_Model):
+    """One Triton model: where its files are and the ModelConfig that config.pbtxt is rendered from."""
+
+    name: str = Field(description="Triton model name, unique in the service.", pattern=MODEL_NAME_PATTERN)
+    path: str | None = Field(
+        None, description="Folder under repository.uri holding the model's versions; default: name."
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Triton ModelConfig in proto3 JSON (camelCase); config.name may be left out.",
+    )
+
+    @property
+    def folder(self) -> str:
+        return (self.path or self.name).strip("/")
+
+
+class PauseStep(_Model):
+    duration_seconds: int | None = Field(
+        None, ge=0, description="How long to pause; unset pauses until promoted."
+    )
+
+
+class HeaderValue(_Model):
+    exact: str | None = None
+    prefix: str | None = None
+    regex: str | None = None
+
+
+class HeaderMatch(_Model):
+    header_name: str
+    header_value: HeaderValue
+
+
+class SetHeaderRoute(_Model):
+    """Route requests with matching headers to the canary (A/B), whatever the weight."""
+
+    name: str = Field(pattern=DNS_LABEL_PATTERN)
+    match: list[HeaderMatch] = Field(default_factory=list, max_length=16)
+
+
+class CanaryStep(_Model):
+    """One step of a canary: exactly one of setWeight, pause, setHeaderRoute."""
+
+    set_weight: int | None = Field(None, ge=0, le=100, description="Percent of traffic to the canary.")
+    pause: PauseStep | None = None
+    set_header_route: SetHeaderRoute | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> CanaryStep:
+        chosen = [f for f in ("set_weight", "pause", "set_header_route") if getattr(self, f) is not None]
+        if len(chosen) != 1:
+            raise ValueError("a step sets exactly one of setWeight, pause, setHeaderRoute")
+        return self
+
+
+class GatewayAPIRouting(_Model):
+    http_route: str | None = Field(None, description="HTTPRoute whose backendRefs the operator owns.")
+    grpc_route: str | None = Field(None, description="GRPCRoute whose backendRefs the operator owns.")
+
+
+class TrafficRouting(_Model):
+    gateway_api: GatewayAPIRouting | None = Field(None, alias="gatewayAPI")
+
+
+class Strategy(StrEnum):
+    CANARY = "Canary"
+    BLUE_GREEN = "BlueGreen"
+    RECREATE = "Recreate"
+
+
+class Rollout(_Model):
+    """How a new revision replaces the serving one."""
+
+    strategy: Strategy = Strategy.CANARY
+    steps: list[CanaryStep] = Field(
+        default_factory=list, max_length=32, description="Canary steps; empty promotes once the canary is Ready."
+    )
+    progress_deadline_seconds: int = Field(
+        600, ge=1, description="A canary not Ready by then is rolled back automatically."
+    )
+    revision_history_limit: int = Field(3, ge=0, le=50, description="Earlier revisions kept for undo.")
+    traffic_routing: TrafficRouting | None = None
+    gpu_budget: int | None = Field(
+        None,
+        ge=0,
+        description="Most GPUs stable and canary may hold together during a rollout; "
+        "unset lets the canary add GPUs on top of stable.",
+    )
+    paused: bool = Field(False, description="Hold the rollout at its current step.")
+
+
+class ServiceSpec(_Model):
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class TritonServiceSpec(_Model):
+    """Desired state of a TritonService."""
+
+    image: str | None = Field(None, description="tritonserver image; default from the operator's settings.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    replicas: int = Field(1, ge=0, le=1000)
+    resources: Resources = Field(default_factory=Resources)  # type: ignore[arg-type]
+    shm_size: Quantity = Field("1Gi", description="Size of the /dev/shm emptyDir (Python backend).")
+    server_args: list[str] = Field(
+        default_factory=list, description="Extra tritonserver flags, checked against an allow-list."
+    )
+    repository: Repository
+    models: list[ModelSpec] = Field(min_length=1, max_length=256)
+    rollout: Rollout = Field(default_factory=Rollout)  # type: ignore[arg-type]
+    service: ServiceSpec = Field(default_factory=ServiceSpec)  # type: ignore[arg-type]
+    startup_timeout_seconds: int = Field(
+        1800, ge=10, description="How long the startup probe lets a pod load its models."
+    )
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    affinity: dict[str, Any] | None = None
+    env: list[dict[str, Any]] = Field(default_factory=list, description="Extra env of the tritonserver container.")
+    volumes: list[dict[str, Any]] = Field(default_factory=list, description="Extra pod volumes.")
+    volume_mounts: list[dict[str, Any]] = Field(
+        default_factory=list, description="Extra mounts of the tritonserver container."
+    )
+    pod_annotations: dict[str, str] = Field(default_factory=dict)
+    pod_labels: dict[str, str] = Field(default_factory=dict)
+    service_account_name: str | None = None
+    priority_class_name: str | None = None
+
+    @field_validator("models")
+    @classmethod
+    def _unique_names(cls, models: list[ModelSpec]) -> list[ModelSpec]:
+        seen: set[str] = set()
+        for i, m in enumerate(models):
+            if m.name in seen:
+                raise ValueError(f"models[{i}].name: duplicate model name {m.name!r}")
+            seen.add(m.name)
+        return models
+
+
+# ---------------------------------------------------------------- status
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(_Model):
+    """A condition as the Kubernetes API conventions define it."""
+
+    type: str
+    status: ConditionStatus
+    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    message: str = ""
+    observed_generation: int | None = None
+    last_transition_time: str
+
+
+class ModelStatus(_Model):
+    name: str
+    versions: list[str] = Field(default_factory=list)
+    ready: bool = False
+
+
+class Endpoints(_Model):
+    http: str
+    grpc: str
+    metrics: str
+
+
+class RevisionRecord(_Model):
+    """An earlier revision kept for an exact undo."""
+
+    revision: str
+    created: str | None = None
+    generation: int | None = None
+
+
+class TritonServiceStatus(_Model):
+    """Observed state of a TritonService."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    stable_revision: str | None = None
+    canary_revision: str | None = None
+    canary_weight: int | None = None
+    current_step_index: int | None = None
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    models: list[ModelStatus] = Field(default_factory=list)
+    endpoints: Endpoints | None = None
+    history: list[RevisionRecord] = Field(default_factory=list)
+
+
+class TritonService(_Model):
+    """A whole TritonService object (as the handlers parse a body)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    api_version: str = "triton-operator.io/v1alpha1"
+    kind: Literal["TritonService"] = "TritonService"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: TritonServiceSpec
+    status: TritonServiceStatus = Field(default_factory=TritonServiceStatus)  # type: ignore[arg-type]
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace", "default"))
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """Render a pydantic error location as a JSON path under spec: models[0].config.maxBatchSize."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return re.sub(r"^spec\.", "spec.", out)
