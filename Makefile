@@ -1,0 +1,44 @@
+# The two commands a newcomer runs are `make run` and `make test` (see README.md).
+SHELL := /bin/bash
+PY := .venv/bin/python
+
+.PHONY: run test lint unit bootstrap cluster-up cluster-down crd manifests bench-sync bench-control-plane
+
+bootstrap:
+	@e2e/bootstrap
+
+## The main job: local cluster (unless KUBECONFIG is set), CRD, operator, an example TritonService.
+run: bootstrap
+	@$(PY) e2e/run.py
+
+## The tests: lint, type checks, import contracts, then every test against real parts
+## (a local Kubernetes brought up for the run and down after, real tritonserver, S3, GCS, Azure).
+test: bootstrap
+	@e2e/test
+
+lint: bootstrap
+	.venv/bin/ruff check operator tests e2e bench
+	.venv/bin/ruff format --check operator tests e2e bench
+	.venv/bin/mypy
+	.venv/bin/lint-imports
+
+unit: bootstrap
+	.venv/bin/pytest tests/unit -q
+
+cluster-up: bootstrap
+	@python3 e2e/cluster.py up
+
+cluster-down:
+	@python3 e2e/cluster.py down
+
+crd: bootstrap
+	.venv/bin/triton-operator crd --output crds/tritonservices.yaml
+
+manifests: bootstrap
+	charts/generate-manifests
+
+bench-sync: bootstrap
+	$(PY) bench/sync/run.py
+
+bench-control-plane: bootstrap
+	$(PY) bench/control_plane/run.py
