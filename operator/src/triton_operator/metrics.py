@@ -1,0 +1,183 @@
+"""Prometheus metrics of the operator itself: reconciles, rollouts, repository listings; the HTTP server."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+    start_http_server,
+)
+
+from triton_operator import __version__
+
+PREFIX = "triton_operator"
+DEFAULT_PORT = 8080
+"""Port of `/metrics`; the chart's metrics Service targets it."""
+PORT_ENV = "TRITON_OPERATOR_METRICS_PORT"
+"""Environment variable that overrides DEFAULT_PORT (set by the Helm chart)."""
+
+# Reconciles are API round trips: from a few milliseconds to a bucket listing of minutes.
+RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+LISTING_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+SUCCESS = "success"
+ERROR = "error"
+
+
+@dataclass
+class ReconcileOutcome:
+    """What one timed reconcile ended as; `reconcile_timer` yields it to the caller."""
+
+    outcome: str = SUCCESS
+    reasons: list[str] = field(default_factory=list)
+
+    def fail(self, reason: str, outcome: str = ERROR) -> None:
+        """Mark the reconcile as failed for ``reason`` (counted once in the errors counter)."""
+        self.outcome = outcome
+        self.reasons.append(reason)
+
+
+class OperatorMetrics:
+    """Every metric the operator exposes, bound to one registry (tests build their own)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, process: bool = False) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        if process:
+            ProcessCollector(registry=self.registry)
+            PlatformCollector(registry=self.registry)
+        reg = self.registry
+        self.info = Gauge(
+            f"{PREFIX}_info", "Build information of the running operator.", ["version"], registry=reg
+        )
+        self.info.labels(version=__version__).set(1)
+        self.reconcile_duration = Histogram(
+            f"{PREFIX}_reconcile_duration_seconds",
+            "Duration of one reconcile of a TritonService, by outcome.",
+            ["outcome"],
+            buckets=RECONCILE_BUCKETS,
+            registry=reg,
+        )
+        self.reconcile_errors = Counter(
+            f"{PREFIX}_reconcile_errors",
+            "Reconciles that failed, by reason.",
+            ["reason"],
+            registry=reg,
+        )
+        self.rollout_step_index = Gauge(
+            f"{PREFIX}_rollout_step_index",
+            "Index of the current canary step of a TritonService (status.currentStepIndex).",
+            ["namespace", "name"],
+            registry=reg,
+        )
+        self.canary_weight = Gauge(
+            f"{PREFIX}_canary_weight_percent",
+            "Share of traffic (0-100) sent to the canary revision of a TritonService.",
+            ["namespace", "name"],
+            registry=reg,
+        )
+        self.repository_list_duration = Histogram(
+            f"{PREFIX}_repository_list_duration_seconds",
+            "Duration of listing a model repository to pin its manifest, by URI scheme.",
+            ["scheme"],
+            buckets=LISTING_BUCKETS,
+            registry=reg,
+        )
+        self.repository_objects = Gauge(
+            f"{PREFIX}_repository_objects",
+            "Objects in the pinned repository manifest of a TritonService.",
+            ["namespace", "name"],
+            registry=reg,
+        )
+        self.repository_bytes = Gauge(
+            f"{PREFIX}_repository_bytes",
+            "Total size in bytes of the pinned repository manifest (what the sync init container downloads).",
+            ["namespace", "name"],
+            registry=reg,
+        )
+
+    @contextmanager
+    def reconcile_timer(self) -> Iterator[ReconcileOutcome]:
+        """Time a reconcile; an exception (re-raised) counts as an error with its class name as reason."""
+        result = ReconcileOutcome()
+        started = time.perf_counter()
+        try:
+            yield result
+        except BaseException as exc:
+            if not result.reasons:
+                result.fail(type(exc).__name__)
+            raise
+        finally:
+            self.record_reconcile(time.perf_counter() - started, result)
+
+    def record_reconcile(self, seconds: float, result: ReconcileOutcome) -> None:
+        """Record a reconcile that took ``seconds`` and ended as ``result``."""
+        self.reconcile_duration.labels(outcome=result.outcome).observe(max(seconds, 0.0))
+        for reason in result.reasons:
+            self.reconcile_errors.labels(reason=reason).inc()
+
+    def set_rollout(self, namespace: str, name: str, *, step_index: int | None, canary_weight: int) -> None:
+        """Publish the rollout position of one TritonService; no step (no rollout) reads as -1."""
+        self.rollout_step_index.labels(namespace=namespace, name=name).set(
+            -1 if step_index is None else step_index
+        )
+        self.canary_weight.labels(namespace=namespace, name=name).set(canary_weight)
+
+    def record_repository_listing(
+        self, namespace: str, name: str, *, scheme: str, seconds: float, objects: int, total_bytes: int
+    ) -> None:
+        """Record one listing of a TritonService's repository and the manifest it pinned."""
+        self.repository_list_duration.labels(scheme=scheme).observe(max(seconds, 0.0))
+        self.repository_objects.labels(namespace=namespace, name=name).set(objects)
+        self.repository_bytes.labels(namespace=namespace, name=name).set(total_bytes)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop the per-TritonService series of a deleted resource, so no stale series remain."""
+        for gauge in (
+            self.rollout_step_index,
+            self.canary_weight,
+            self.repository_objects,
+            self.repository_bytes,
+        ):
+            with suppress(KeyError):
+                gauge.remove(namespace, name)
+
+    def render(self) -> bytes:
+        """The registry in the Prometheus text exposition format."""
+        return generate_latest(self.registry)
+
+
+METRICS = OperatorMetrics(process=True)
+"""The process-wide metrics; the operator's code records into this one."""
+
+
+def port_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """The metrics port: $TRITON_OPERATOR_METRICS_PORT, else DEFAULT_PORT."""
+    env = os.environ if environ is None else environ
+    value = env.get(PORT_ENV, "").strip()
+    if not value:
+        return DEFAULT_PORT
+    port = int(value)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{PORT_ENV}={value!r} is not a TCP port")
+    return port
+
+
+def start_metrics_server(
+    port: int = DEFAULT_PORT, addr: str = "0.0.0.0", metrics: OperatorMetrics = METRICS
+) -> tuple[WSGIServer, threading.Thread]:
+    """Serve ``metrics`` on http://addr:port/metrics in a daemon thread; port 0 picks a free port."""
+    server, thread = start_http_server(port, addr=addr, registry=metrics.registry)
+    return server, thread

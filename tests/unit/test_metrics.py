@@ -1,0 +1,118 @@
+"""The operator's metrics render in the Prometheus exposition format with the expected names and labels."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from triton_operator import metrics
+from triton_operator.metrics import OperatorMetrics
+
+
+def _samples(m: OperatorMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Parse the rendered text back, as Prometheus would, into {(sample, labels): value}."""
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(m.render().decode()):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+@pytest.fixture
+def m() -> OperatorMetrics:
+    return OperatorMetrics(CollectorRegistry())
+
+
+def test_reconcile_success_and_error_are_timed_by_outcome(m: OperatorMetrics) -> None:
+    with m.reconcile_timer():
+        pass
+    with pytest.raises(ValueError), m.reconcile_timer():
+        raise ValueError("boom")
+    with m.reconcile_timer() as result:
+        result.fail("RepositoryUnavailable")
+
+    s = _samples(m)
+    assert s[("triton_operator_reconcile_duration_seconds_count", (("outcome", "success"),))] == 1
+    assert s[("triton_operator_reconcile_duration_seconds_count", (("outcome", "error"),))] == 2
+    assert s[("triton_operator_reconcile_errors_total", (("reason", "ValueError"),))] == 1
+    assert s[("triton_operator_reconcile_errors_total", (("reason", "RepositoryUnavailable"),))] == 1
+    # A success records no error at all.
+    assert not [k for k in s if k[0] == "triton_operator_reconcile_errors_total" and k[1] == ()]
+
+
+def test_reconcile_duration_lands_in_buckets(m: OperatorMetrics) -> None:
+    m.record_reconcile(0.3, metrics.ReconcileOutcome())
+    s = _samples(m)
+    le = "triton_operator_reconcile_duration_seconds_bucket"
+    assert s[(le, (("le", "0.25"), ("outcome", "success")))] == 0
+    assert s[(le, (("le", "0.5"), ("outcome", "success")))] == 1
+    assert s[("triton_operator_reconcile_duration_seconds_sum", (("outcome", "success"),))] == pytest.approx(
+        0.3
+    )
+
+
+def test_rollout_gauges_per_tritonservice_and_forget(m: OperatorMetrics) -> None:
+    m.set_rollout("ml", "resnet", step_index=2, canary_weight=50)
+    m.set_rollout("ml", "bert", step_index=None, canary_weight=0)
+    s = _samples(m)
+    resnet = (("name", "resnet"), ("namespace", "ml"))
+    bert = (("name", "bert"), ("namespace", "ml"))
+    assert s[("triton_operator_rollout_step_index", resnet)] == 2
+    assert s[("triton_operator_canary_weight_percent", resnet)] == 50
+    assert s[("triton_operator_rollout_step_index", bert)] == -1
+
+    m.forget("ml", "resnet")
+    m.forget("ml", "never-seen")  # no error for unknown series
+    s = _samples(m)
+    assert ("triton_operator_rollout_step_index", resnet) not in s
+    assert ("triton_operator_canary_weight_percent", resnet) not in s
+    assert ("triton_operator_rollout_step_index", bert) in s
+
+
+def test_repository_listing(m: OperatorMetrics) -> None:
+    m.record_repository_listing("ml", "resnet", scheme="s3", seconds=1.5, objects=12, total_bytes=4096)
+    s = _samples(m)
+    key = (("name", "resnet"), ("namespace", "ml"))
+    assert s[("triton_operator_repository_objects", key)] == 12
+    assert s[("triton_operator_repository_bytes", key)] == 4096
+    assert s[("triton_operator_repository_list_duration_seconds_count", (("scheme", "s3"),))] == 1
+    assert s[("triton_operator_repository_list_duration_seconds_sum", (("scheme", "s3"),))] == 1.5
+
+
+def test_exposition_has_help_and_type_lines(m: OperatorMetrics) -> None:
+    text = m.render().decode()
+    assert "# TYPE triton_operator_reconcile_duration_seconds histogram" in text
+    assert "# TYPE triton_operator_reconcile_errors_total counter" in text
+    assert "# TYPE triton_operator_canary_weight_percent gauge" in text
+    assert 'triton_operator_info{version="0.1.0"} 1.0' in text
+
+
+def test_port_from_env() -> None:
+    assert metrics.port_from_env({}) == metrics.DEFAULT_PORT == 8080
+    assert metrics.port_from_env({metrics.PORT_ENV: "9100"}) == 9100
+    with pytest.raises(ValueError):
+        metrics.port_from_env({metrics.PORT_ENV: "70000"})
+
+
+def test_metrics_server_serves_the_registry_over_http(m: OperatorMetrics) -> None:
+    m.set_rollout("ml", "resnet", step_index=1, canary_weight=10)
+    server, thread = metrics.start_metrics_server(0, addr="127.0.0.1", metrics=m)
+    try:
+        port = server.server_address[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as rsp:
+            body = rsp.read().decode()
+        assert rsp.status == 200
+        assert 'triton_operator_canary_weight_percent{name="resnet",namespace="ml"} 10.0' in body
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_process_wide_metrics_include_process_collector() -> None:
+    names = {f.name for f in text_string_to_metric_families(metrics.METRICS.render().decode())}
+    assert "triton_operator_reconcile_duration_seconds" in names
+    assert "process_cpu_seconds" in names or "python_info" in names
