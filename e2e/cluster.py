@@ -1,0 +1,1125 @@
+#!/usr/bin/env python3
+"""Local Kubernetes test cluster for triton-operator end-to-end tests.
+
+Stdlib only: this runs before any virtualenv exists.
+
+The control plane (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler) and kwok (fake nodes / fake kubelet) are built from pinned Go
+modules through small wrapper modules under ``e2e/tools/<name>/`` and cached
+outside the repository in
+``${TRITON_OPERATOR_CACHE:-~/.cache/triton-operator}/bin/<key>/``.
+
+Subcommands: build, up, down, env, status  (see ``e2e/cluster --help``).
+Python API: build() -> Path, up() -> Path, down(), bin_dir() -> Path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+E2E_DIR = Path(__file__).resolve().parent
+REPO_ROOT = E2E_DIR.parent
+TOOLS_DIR = E2E_DIR / "tools"
+
+# --------------------------------------------------------------------------
+# Pins
+# --------------------------------------------------------------------------
+KUBERNETES_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.16"  # latest v3.6 patch
+KWOK_VERSION = "v0.8.0"  # latest v0.8.x
+HELM_VERSION = "v3.22.0"  # latest v3
+KUBECONFORM_VERSION = "v0.8.0"
+# v1.7.0 exists but its go.mod needs go >= 1.27; v1.6.3 is the newest release
+# usable with the Go 1.26 toolchain installed here.
+GATEWAY_API_VERSION = "v1.6.3"
+
+
+def _k8s_staging_version(v: str) -> str:
+    # k8s.io/kubernetes v1.X.Y  <->  staging modules k8s.io/foo v0.X.Y
+    return "v0." + v[len("v1.") :]
+
+
+def _version_ldflags() -> list[str]:
+    major, minor = KUBERNETES_VERSION[1:].split(".")[:2]
+    flags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={KUBERNETES_VERSION}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
+        ]
+    return flags
+
+
+# name -> spec. "packages" maps output binary name -> Go package path.
+TOOLS: dict[str, dict] = {
+    "kubernetes": {
+        "module": "k8s.io/kubernetes",
+        "version": KUBERNETES_VERSION,
+        # local (./staging/...) replaces in upstream go.mod are rewritten to this
+        "local_replace_version": _k8s_staging_version(KUBERNETES_VERSION),
+        "packages": {
+            "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+            "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+            "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+            "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+        },
+        "ldflags": _version_ldflags(),
+    },
+    "etcd": {
+        "module": "go.etcd.io/etcd/server/v3",
+        "version": ETCD_VERSION,
+        "local_replace_version": ETCD_VERSION,
+        "packages": {"etcd": "go.etcd.io/etcd/server/v3"},
+        "ldflags": [],
+    },
+    "kwok": {
+        "module": "sigs.k8s.io/kwok",
+        "version": KWOK_VERSION,
+        "local_replace_version": KWOK_VERSION,
+        "packages": {"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
+        "ldflags": [],
+        # directories copied from the module into the bin dir
+        "copy_dirs": {"kustomize/stage": "kwok-stages"},
+    },
+    "helm": {
+        "module": "helm.sh/helm/v3",
+        "version": HELM_VERSION,
+        "local_replace_version": HELM_VERSION,
+        "packages": {"helm": "helm.sh/helm/v3/cmd/helm"},
+        "ldflags": [f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}"],
+    },
+    "kubeconform": {
+        "module": "github.com/yannh/kubeconform",
+        "version": KUBECONFORM_VERSION,
+        "local_replace_version": KUBECONFORM_VERSION,
+        "packages": {"kubeconform": "github.com/yannh/kubeconform/cmd/kubeconform"},
+        "ldflags": [],
+    },
+    "gateway-api": {
+        "module": "sigs.k8s.io/gateway-api",
+        "version": GATEWAY_API_VERSION,
+        "local_replace_version": GATEWAY_API_VERSION,
+        "packages": {},
+        "ldflags": [],
+        # concatenated standard-channel CRDs
+        "concat": {"config/crd/standard": "gateway-api-standard-crds.yaml"},
+    },
+}
+
+# Build order: biggest first so a failure shows early; all sequential.
+BUILD_ORDER = ["kubernetes", "etcd", "kwok", "helm", "kubeconform", "gateway-api"]
+REQUIRED_BINARIES = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok"]
+
+PIN_STAMP_PREFIX = "// triton-operator pins: "
+
+
+def log(msg: str) -> None:
+    print(f"[cluster] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------
+# Paths
+# --------------------------------------------------------------------------
+def cache_root() -> Path:
+    env = os.environ.get("TRITON_OPERATOR_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "triton-operator"
+
+
+def state_dir() -> Path:
+    env = os.environ.get("TRITON_OPERATOR_CLUSTER_DIR")
+    return Path(env).resolve() if env else REPO_ROOT / ".cluster"
+
+
+def kubeconfig_path() -> Path:
+    return state_dir() / "kubeconfig"
+
+
+def _go_env() -> dict:
+    env = dict(os.environ)
+    env.setdefault("GOTOOLCHAIN", "local")
+    env["CGO_ENABLED"] = "0"
+    env["GOFLAGS"] = "-trimpath -buildvcs=false"
+    return env
+
+
+def _go_version() -> str:
+    try:
+        return subprocess.run(
+            ["go", "env", "GOVERSION"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "nogo"
+
+
+def _tool_pin(name: str) -> str:
+    spec = TOOLS[name]
+    blob = json.dumps({k: spec[k] for k in sorted(spec)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def cache_key() -> str:
+    """Short hash over pins + wrapper go.mod/go.sum contents + go version."""
+    h = hashlib.sha256()
+    h.update(_go_version().encode())
+    for name in BUILD_ORDER:
+        h.update(name.encode())
+        h.update(_tool_pin(name).encode())
+        for f in ("go.mod", "go.sum"):
+            p = TOOLS_DIR / name / f
+            h.update(p.read_bytes() if p.exists() else b"-")
+    return h.hexdigest()[:12]
+
+
+def bin_dir() -> Path:
+    """Directory that holds (or will hold) the binaries for the current pins."""
+    return cache_root() / "bin" / cache_key()
+
+
+# --------------------------------------------------------------------------
+# Wrapper modules
+# --------------------------------------------------------------------------
+def _run(cmd, cwd=None, env=None, check=True, **kw):
+    log("$ " + " ".join(str(c) for c in cmd) + (f"   (in {cwd})" if cwd else ""))
+    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, check=check, **kw)
+
+
+def _go_with_sumdb_fallback(cmd, cwd, env):
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    if r.returncode != 0 and re.search(r"sum\.golang\.org|verifying .*: .*(dial|lookup|timeout)", r.stderr):
+        log("checksum database unreachable, retrying with GOSUMDB=off")
+        env = dict(env, GOSUMDB="off", GONOSUMDB="*")
+        r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        sys.stderr.write(r.stdout + r.stderr)
+        raise subprocess.CalledProcessError(r.returncode, cmd, r.stdout, r.stderr)
+    return r
+
+
+def _download_module(module: str, version: str, env: dict) -> dict:
+    r = _go_with_sumdb_fallback(
+        ["go", "mod", "download", "-json", f"{module}@{version}"], cwd=tempfile.gettempdir(), env=env
+    )
+    info = json.loads(r.stdout)
+    if info.get("Error"):
+        raise RuntimeError(f"go mod download {module}@{version}: {info['Error']}")
+    return info
+
+
+def _parse_replaces(gomod: str) -> list[tuple[str, str]]:
+    """Return the (left, right) sides of the replace directives of a go.mod."""
+    out = []
+    lines = gomod.splitlines()
+    in_block = False
+    for line in lines:
+        s = line.split("//")[0].strip()
+        if not s:
+            continue
+        if s.startswith("replace ("):
+            in_block = True
+            continue
+        if in_block and s == ")":
+            in_block = False
+            continue
+        if s.startswith("replace "):
+            s = s[len("replace ") :].strip()
+        elif not in_block:
+            continue
+        if "=>" not in s:
+            continue
+        left, right = (x.strip() for x in s.split("=>", 1))
+        out.append((left, right))
+    return out
+
+
+def generate_wrapper_gomod(name: str, env: dict | None = None) -> str:
+    """Generate the seed go.mod of a wrapper module from the pinned upstream go.mod.
+
+    Upstream replace directives that point at local directories (k8s staging
+    modules, etcd's sibling modules) are rewritten to the published module at the
+    matching version; other (module => module version) replaces are copied.
+    """
+    env = env or _go_env()
+    spec = TOOLS[name]
+    info = _download_module(spec["module"], spec["version"], env)
+    upstream = Path(info["GoMod"]).read_text()
+    go_line = re.search(r"^go\s+(\S+)", upstream, re.M)
+    go_version = go_line.group(1) if go_line else "1.26"
+    reps = []
+    for left, right in _parse_replaces(upstream):
+        old = left.split()[0]
+        if right.startswith("./") or right.startswith("../"):
+            if "FORBIDDEN" in right:
+                continue
+            reps.append(f"\t{old} => {old} {spec['local_replace_version']}")
+        else:
+            reps.append(f"\t{left} => {right}")
+    text = (
+        f"{PIN_STAMP_PREFIX}{_tool_pin(name)} (generated by e2e/cluster.py; do not edit by hand)\n"
+        f"module triton-operator/e2e/tools/{name}\n\n"
+        f"go {go_version}\n\n"
+        f"require {spec['module']} {spec['version']}\n"
+    )
+    if reps:
+        text += "\nreplace (\n" + "\n".join(reps) + "\n)\n"
+    return text
+
+
+def ensure_wrapper(name: str, env: dict | None = None, force: bool = False) -> Path:
+    """Make sure e2e/tools/<name>/{go.mod,go.sum} match the pins (regenerate if not)."""
+    env = env or _go_env()
+    spec = TOOLS[name]
+    d = TOOLS_DIR / name
+    gomod = d / "go.mod"
+    stamp = f"{PIN_STAMP_PREFIX}{_tool_pin(name)} "
+    if not force and gomod.exists() and gomod.read_text().startswith(stamp) and (d / "go.sum").exists():
+        return d
+    log(f"generating wrapper module {d.relative_to(REPO_ROOT)} for {spec['module']}@{spec['version']}")
+    d.mkdir(parents=True, exist_ok=True)
+    gomod.write_text(generate_wrapper_gomod(name, env))
+    (d / "go.sum").unlink(missing_ok=True)
+    if spec["packages"]:
+        imports = "\n".join(f'\t_ "{p}"' for p in spec["packages"].values())
+        (d / "tools.go").write_text(
+            "//go:build tools\n\n// Package tools pins the binaries built by e2e/cluster.py.\n"
+            f"package tools\n\nimport (\n{imports}\n)\n"
+        )
+        tidy_env = dict(env, GOFLAGS=env["GOFLAGS"] + " -mod=mod")
+        _go_with_sumdb_fallback(["go", "mod", "tidy"], cwd=d, env=tidy_env)
+    else:
+        (d / "tools.go").unlink(missing_ok=True)
+        _go_with_sumdb_fallback(["go", "mod", "download", spec["module"]], cwd=d, env=env)
+    return d
+
+
+# --------------------------------------------------------------------------
+# build
+# --------------------------------------------------------------------------
+def _build_tool(name: str, out: Path, env: dict) -> None:
+    spec = TOOLS[name]
+    d = TOOLS_DIR / name
+    stamp = out / f".built-{name}"
+    if stamp.exists():
+        return
+    t0 = time.monotonic()
+    if spec["packages"]:
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=out))
+        try:
+            ldflags = " ".join(["-s", "-w"] + spec["ldflags"])
+            if len(spec["packages"]) == 1:
+                ((binname, pkg),) = spec["packages"].items()
+                cmd = ["go", "build", "-p", "2", "-ldflags", ldflags, "-o", str(tmp / binname), pkg]
+            else:
+                cmd = [
+                    "go",
+                    "build",
+                    "-p",
+                    "2",
+                    "-ldflags",
+                    ldflags,
+                    "-o",
+                    str(tmp) + "/",
+                    *spec["packages"].values(),
+                ]
+            _run(cmd, cwd=d, env=env)
+            for binname in spec["packages"]:
+                os.replace(tmp / binname, out / binname)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if spec.get("copy_dirs") or spec.get("concat"):
+        r = _go_with_sumdb_fallback(["go", "mod", "download", "-json", spec["module"]], cwd=d, env=env)
+        moddir = Path(json.loads(r.stdout)["Dir"])
+        for src, dst in spec.get("copy_dirs", {}).items():
+            shutil.rmtree(out / dst, ignore_errors=True)
+            shutil.copytree(moddir / src, out / dst, ignore=shutil.ignore_patterns("*.go", "testdata"))
+            for p in (out / dst).rglob("*"):
+                p.chmod(0o755 if p.is_dir() else 0o644)
+        for src, dst in spec.get("concat", {}).items():
+            parts = []
+            for f in sorted((moddir / src).glob("*.yaml")):
+                parts.append(
+                    f"# Source: {spec['module']}@{spec['version']}/{src}/{f.name}\n"
+                    + f.read_text().strip("\n").removeprefix("---\n")
+                    + "\n"
+                )
+            (out / dst).write_text("---\n".join(parts))
+    stamp.write_text(f"{spec['module']}@{spec['version']} built in {time.monotonic() - t0:.0f}s\n")
+    log(f"built {name} ({spec['module']}@{spec['version']}) in {time.monotonic() - t0:.0f}s")
+
+
+def build(tools: list[str] | None = None) -> Path:
+    """Build (or reuse cached) binaries for the pinned versions; return the bin dir."""
+    if shutil.which("go") is None:
+        raise RuntimeError("go toolchain not found in PATH; cannot build cluster binaries")
+    env = _go_env()
+    for name in BUILD_ORDER:
+        ensure_wrapper(name, env)
+    out = bin_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    for name in tools or BUILD_ORDER:
+        _build_tool(name, out, env)
+    if not (out / ".complete").exists() and all((out / f".built-{n}").exists() for n in BUILD_ORDER):
+        (out / ".complete").write_text(json.dumps({n: TOOLS[n]["version"] for n in BUILD_ORDER}) + "\n")
+    if time.monotonic() - t0 > 1:
+        log(f"build finished in {time.monotonic() - t0:.0f}s")
+    return out
+
+
+def binaries_ready() -> bool:
+    d = bin_dir()
+    return all((d / b).exists() for b in REQUIRED_BINARIES)
+
+
+# --------------------------------------------------------------------------
+# Cluster
+# --------------------------------------------------------------------------
+ADMIN_TOKEN_FILE = "admin.token"
+SERVICE_CIDR = "10.96.0.0/16"
+SERVICE_IP = "10.96.0.1"
+NEVER_READY_ANNOTATION = "triton-operator.io/e2e-never-ready"
+CRASH_ANNOTATION = "triton-operator.io/e2e-crash"
+FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+GPU_NODES = ["gpu-node-1", "gpu-node-2"]
+CPU_NODES = ["cpu-node-1"]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # zombies count as dead
+        st = Path(f"/proc/{pid}/stat").read_text()
+        return st.rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _read_pids(sd: Path) -> dict[str, int]:
+    out = {}
+    pd = sd / "pids"
+    if pd.is_dir():
+        for f in pd.glob("*.pid"):
+            with contextlib.suppress(ValueError, OSError):
+                out[f.stem] = int(f.read_text().strip())
+    return out
+
+
+def _load_meta(sd: Path) -> dict:
+    try:
+        return json.loads((sd / "cluster.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+class Api:
+    """Tiny stdlib client for the admin kubeconfig."""
+
+    def __init__(self, server: str, token: str, cafile: str):
+        self.server = server.rstrip("/")
+        self.token = token
+        self.ctx = ssl.create_default_context(cafile=cafile)
+
+    def request(
+        self, method: str, path: str, body=None, timeout: float = 5.0, content_type: str = "application/json"
+    ):
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        req = urllib.request.Request(self.server + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {self.token}")
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        with urllib.request.urlopen(req, context=self.ctx, timeout=timeout) as r:
+            raw = r.read()
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode()
+
+    def ok(self, path: str) -> bool:
+        try:
+            return self.request("GET", path, timeout=2) == "ok"
+        except (OSError, urllib.error.URLError, ssl.SSLError):
+            return False
+
+    def get(self, path: str):
+        try:
+            return self.request("GET", path, timeout=3)
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+
+
+def _api(sd: Path) -> Api | None:
+    meta = _load_meta(sd)
+    if not meta:
+        return None
+    return Api(
+        f"https://127.0.0.1:{meta['ports']['apiserver']}",
+        (sd / ADMIN_TOKEN_FILE).read_text().strip(),
+        str(sd / "pki" / "ca.crt"),
+    )
+
+
+def is_up(sd: Path | None = None) -> bool:
+    sd = sd or state_dir()
+    pids = _read_pids(sd)
+    if not pids or not all(_pid_alive(p) for p in pids.values()):
+        return False
+    api = _api(sd)
+    return bool(api and api.ok("/readyz"))
+
+
+def _openssl(*args, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _make_pki(pki: Path) -> None:
+    pki.mkdir(parents=True, exist_ok=True)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "3650",
+        "-subj",
+        "/CN=triton-operator-e2e-ca",
+        cwd=pki,
+    )
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "apiserver.key",
+        "-out",
+        "apiserver.csr",
+        "-subj",
+        "/CN=kube-apiserver",
+        cwd=pki,
+    )
+    (pki / "apiserver.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,IP:" + SERVICE_IP + ",DNS:localhost,DNS:kubernetes,"
+        "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
+        "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n"
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        "apiserver.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "apiserver.crt",
+        "-days",
+        "3650",
+        "-extfile",
+        "apiserver.ext",
+        cwd=pki,
+    )
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+    for f in pki.iterdir():
+        f.chmod(0o600)
+
+
+def _write_kubeconfig(path: Path, server: str, token: str, ca: Path) -> None:
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "triton-e2e",
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64.b64encode(ca.read_bytes()).decode(),
+                },
+            }
+        ],
+        "users": [{"name": "admin", "user": {"token": token}}],
+        "contexts": [{"name": "triton-e2e", "context": {"cluster": "triton-e2e", "user": "admin"}}],
+        "current-context": "triton-e2e",
+    }
+    path.write_text(json.dumps(cfg, indent=2) + "\n")  # JSON is valid YAML
+    path.chmod(0o600)
+
+
+# ---- kwok stages ---------------------------------------------------------
+def _stage_file(bins: Path, rel: str) -> str:
+    return (bins / "kwok-stages" / rel).read_text().strip("\n")
+
+
+def _add_match_expressions(stage_yaml: str, exprs: str) -> str:
+    marker = "  selector:\n    matchExpressions:\n"
+    assert marker in stage_yaml, "unexpected kwok stage layout"
+    return stage_yaml.replace(marker, marker + exprs, 1)
+
+
+_EXCLUDE_SPECIAL = f"""\
+    - key: '.metadata.annotations["{NEVER_READY_ANNOTATION}"]'
+      operator: 'NotIn'
+      values:
+      - 'true'
+    - key: '.metadata.annotations["{CRASH_ANNOTATION}"]'
+      operator: 'NotIn'
+      values:
+      - 'true'
+"""
+
+_POD_NETWORK_TEMPLATE = """\
+      {{ $hostIPs := NodeIPsWith .spec.nodeName }}
+      {{ with $hostIPs }}
+      hostIP: {{ index . 0 | Quote }}
+      hostIPs:
+      {{ range . }}
+      - ip: {{ . | Quote }}
+      {{ end }}
+      {{ end }}
+      {{ $podIPs := PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" )\
+ ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+      {{ with $podIPs }}
+      podIP: {{ index . 0 | Quote }}
+      podIPs:
+      {{ range . }}
+      - ip: {{ . | Quote }}
+      {{ end }}
+      {{ end }}
+      phase: Running
+      startTime: {{ $now | Quote }}
+"""
+
+
+def _special_stage(name: str, annotation: str, container_status: str) -> str:
+    return (
+        f"""\
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: {name}
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.annotations["{annotation}"]'
+      operator: 'In'
+      values:
+      - 'true'
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values:
+      - 'Pending'
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      conditions:
+      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "True"
+        type: Initialized
+      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "True"
+        type: PodScheduled
+      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "False"
+        reason: ContainersNotReady
+        type: Ready
+      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "False"
+        reason: ContainersNotReady
+        type: ContainersReady
+      containerStatuses:
+      {{{{ range .spec.containers }}}}
+      - image: {{{{ .image | Quote }}}}
+        name: {{{{ .name | Quote }}}}
+        ready: false
+{container_status}      {{{{ end }}}}
+"""
+        + _POD_NETWORK_TEMPLATE
+    )
+
+
+_NEVER_READY_STATUS = """\
+        started: true
+        restartCount: 0
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+"""
+
+_CRASH_STATUS = """\
+        started: false
+        restartCount: 5
+        lastState:
+          terminated:
+            exitCode: 1
+            reason: Error
+            startedAt: {{ $now | Quote }}
+            finishedAt: {{ $now | Quote }}
+        state:
+          waiting:
+            reason: CrashLoopBackOff
+            message: 'back-off 5m0s restarting failed container (triton-operator e2e crash simulation)'
+"""
+
+
+def kwok_stages(bins: Path) -> str:
+    """All kwok Stage objects as one multi-document YAML."""
+    docs = [
+        _stage_file(bins, "node/fast/node-initialize.yaml"),
+        _stage_file(bins, "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml"),
+        _add_match_expressions(_stage_file(bins, "pod/fast/pod-ready.yaml"), _EXCLUDE_SPECIAL),
+        _stage_file(bins, "pod/fast/pod-complete.yaml"),
+        _stage_file(bins, "pod/fast/pod-delete.yaml"),
+        _special_stage("pod-never-ready", NEVER_READY_ANNOTATION, _NEVER_READY_STATUS).strip("\n"),
+        _special_stage("pod-crash-loop", CRASH_ANNOTATION, _CRASH_STATUS).strip("\n"),
+    ]
+    return "\n---\n".join(docs) + "\n"
+
+
+def _node_manifest(name: str, gpus: int) -> dict:
+    res = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "1Ti"}
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+    }
+    if gpus:
+        res["nvidia.com/gpu"] = str(gpus)
+        labels["nvidia.com/gpu.present"] = "true"
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {},
+        "status": {"capacity": dict(res), "allocatable": dict(res)},
+    }
+
+
+def _spawn(sd: Path, name: str, argv: list[str]) -> int:
+    with open(sd / "logs" / f"{name}.log", "ab") as logf:
+        p = subprocess.Popen(
+            argv,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=sd,
+            start_new_session=True,
+            close_fds=True,
+        )
+    (sd / "pids" / f"{name}.pid").write_text(f"{p.pid}\n")
+    (sd / "logs" / f"{name}.cmd").write_text(" ".join(argv) + "\n")
+    return p.pid
+
+
+def _wait(what: str, cond, timeout: float, sd: Path, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name, pid in _read_pids(sd).items():
+            if not _pid_alive(pid):
+                tail = ""
+                lf = sd / "logs" / f"{name}.log"
+                if lf.exists():
+                    tail = "\n".join(lf.read_text(errors="replace").splitlines()[-30:])
+                raise RuntimeError(f"{name} (pid {pid}) exited while waiting for {what}; log {lf}:\n{tail}")
+        try:
+            r = cond()
+        except (OSError, urllib.error.URLError, ssl.SSLError, ValueError):
+            r = None
+        if r:
+            return r
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; logs in {sd / 'logs'}")
+
+
+def up(build_if_needed: bool = True, timeout: float = 180.0) -> Path:
+    """Start the cluster (idempotent). Returns the kubeconfig path."""
+    sd = state_dir()
+    if is_up(sd):
+        log(f"cluster already up ({kubeconfig_path()})")
+        return kubeconfig_path()
+    if sd.exists():
+        log("found stale cluster state; cleaning it up")
+        down(quiet=True)
+    bins = build() if build_if_needed else bin_dir()
+    missing = [b for b in REQUIRED_BINARIES if not (bins / b).exists()]
+    if missing:
+        raise RuntimeError(f"missing binaries in {bins}: {missing} (run `e2e/cluster build`)")
+
+    t0 = time.monotonic()
+    for sub in ("logs", "pids", "pki", "etcd", "certs", "kcm-certs", "sched-certs"):
+        (sd / sub).mkdir(parents=True, exist_ok=True)
+    sd.chmod(0o700)
+    ports = {k: _free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok")}
+    token = hashlib.sha256(os.urandom(32)).hexdigest()[:40]
+    (sd / ADMIN_TOKEN_FILE).write_text(token + "\n")
+    (sd / "tokens.csv").write_text(f'{token},admin,admin-uid,"system:masters"\n')
+    (sd / "tokens.csv").chmod(0o600)
+    pki = sd / "pki"
+    _make_pki(pki)
+    server = f"https://127.0.0.1:{ports['apiserver']}"
+    kc = kubeconfig_path()
+    _write_kubeconfig(kc, server, token, pki / "ca.crt")
+    (sd / "kwok.yaml").write_text(kwok_stages(bins))
+    (sd / "cluster.json").write_text(
+        json.dumps(
+            {"ports": ports, "bin_dir": str(bins), "started": time.time(), "kubernetes": KUBERNETES_VERSION},
+            indent=2,
+        )
+        + "\n"
+    )
+
+    etcd_url = f"http://127.0.0.1:{ports['etcd']}"
+    _spawn(
+        sd,
+        "etcd",
+        [
+            str(bins / "etcd"),
+            "--name=e2e",
+            f"--data-dir={sd / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{ports['etcd_peer']}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{ports['etcd_peer']}",
+            f"--initial-cluster=e2e=http://127.0.0.1:{ports['etcd_peer']}",
+            "--listen-metrics-urls=",
+            "--log-level=warn",
+            "--unsafe-no-fsync=true",  # throwaway test data; much faster on slow disks
+            "--quota-backend-bytes=2147483648",
+        ],
+    )
+    _wait("etcd", lambda: urllib.request.urlopen(etcd_url + "/health", timeout=1).status == 200, 30, sd)
+
+    _spawn(
+        sd,
+        "kube-apiserver",
+        [
+            str(bins / "kube-apiserver"),
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={ports['apiserver']}",
+            f"--cert-dir={sd / 'certs'}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--token-auth-file={sd / 'tokens.csv'}",
+            "--authorization-mode=Node,RBAC",
+            "--anonymous-auth=true",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--endpoint-reconciler-type=none",  # 127.0.0.1 is not a valid endpoint address
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v=1",
+        ],
+    )
+    api = Api(server, token, str(pki / "ca.crt"))
+    _wait("kube-apiserver /readyz", lambda: api.ok("/readyz"), 90, sd)
+    t_api = time.monotonic() - t0
+
+    _spawn(
+        sd,
+        "kube-controller-manager",
+        [
+            str(bins / "kube-controller-manager"),
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={ports['kcm']}",
+            f"--cert-dir={sd / 'kcm-certs'}",
+            "--leader-elect=false",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--controllers=*",
+            "--enable-garbage-collector=true",
+            "--use-service-account-credentials=false",
+            "--profiling=false",
+            "--v=1",
+        ],
+    )
+    _spawn(
+        sd,
+        "kube-scheduler",
+        [
+            str(bins / "kube-scheduler"),
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={ports['scheduler']}",
+            f"--cert-dir={sd / 'sched-certs'}",
+            "--leader-elect=false",
+            "--profiling=false",
+            "--v=1",
+        ],
+    )
+    _spawn(
+        sd,
+        "kwok",
+        [
+            str(bins / "kwok"),
+            f"--kubeconfig={kc}",
+            f"--config={sd / 'kwok.yaml'}",
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
+            f"--server-address=127.0.0.1:{ports['kwok']}",
+            "--node-lease-duration-seconds=40",
+            "--v=INFO",
+        ],
+    )
+
+    # fake nodes
+    for n in GPU_NODES + CPU_NODES:
+        body = _node_manifest(n, 4 if n in GPU_NODES else 0)
+        try:
+            api.request("POST", "/api/v1/nodes", body)
+        except urllib.error.HTTPError as e:
+            if e.code != 409:
+                detail = e.read().decode(errors="replace")
+                raise RuntimeError(f"creating node {n}: HTTP {e.code}: {detail}") from e
+
+    # Gateway API CRDs
+    crds = bins / TOOLS["gateway-api"]["concat"]["config/crd/standard"]
+    crd_proc = None
+    if crds.exists():
+        crd_proc = subprocess.Popen(
+            [
+                str(bins / "kubectl"),
+                f"--kubeconfig={kc}",
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "-f",
+                str(crds),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    else:
+        log(f"warning: {crds} missing; Gateway API CRDs not installed")
+
+    def nodes_ready():
+        items = api.get("/api/v1/nodes")["items"]
+        ready = {
+            i["metadata"]["name"]
+            for i in items
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in i.get("status", {}).get("conditions", [])
+            )
+        }
+        return ready >= set(GPU_NODES + CPU_NODES)
+
+    _wait(
+        "default ServiceAccount",
+        lambda: api.get("/api/v1/namespaces/default/serviceaccounts/default"),
+        timeout,
+        sd,
+    )
+    _wait("fake nodes Ready", nodes_ready, timeout, sd)
+    if crd_proc is not None:
+        outp, _ = crd_proc.communicate(timeout=120)
+        if crd_proc.returncode != 0:
+            raise RuntimeError(f"installing Gateway API CRDs failed:\n{outp}")
+        _wait(
+            "Gateway API CRDs established",
+            lambda: all(
+                any(
+                    c["type"] == "Established" and c["status"] == "True"
+                    for c in (api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}") or {})
+                    .get("status", {})
+                    .get("conditions", [])
+                )
+                for n in ("httproutes.gateway.networking.k8s.io", "grpcroutes.gateway.networking.k8s.io")
+            ),
+            60,
+            sd,
+        )
+    _wait("kube-apiserver /readyz", lambda: api.ok("/readyz"), 30, sd)
+    took = time.monotonic() - t0
+    meta = _load_meta(sd)
+    meta["ready_seconds"] = round(took, 1)
+    (sd / "cluster.json").write_text(json.dumps(meta, indent=2) + "\n")
+    log(f"cluster ready in {took:.1f}s (apiserver ready after {t_api:.1f}s); KUBECONFIG={kc}")
+    return kc
+
+
+def _procs_referencing(path: Path) -> list[int]:
+    needle = str(path).encode()
+    me = os.getpid()
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or int(p.name) == me:
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmd and _pid_alive(int(p.name)):
+            out.append(int(p.name))
+    return out
+
+
+def _signal(pid: int, sig: int) -> None:
+    """Signal the process group led by pid (processes are started with start_new_session)."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+            return
+    except (ProcessLookupError, PermissionError):
+        pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def _terminate(pids: list[int], grace: float = 10.0) -> None:
+    for pid in pids:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_pid_alive(p) for p in pids):
+        time.sleep(0.1)
+    for pid in pids:
+        if _pid_alive(pid):
+            log(f"pid {pid} ignored SIGTERM; sending SIGKILL")
+            _signal(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_pid_alive(p) for p in pids):
+        time.sleep(0.1)
+
+
+def down(quiet: bool = False) -> None:
+    """Stop every process of the cluster and remove its state directory."""
+    sd = state_dir()
+    if not sd.exists():
+        if not quiet:
+            log("cluster is not running (no state dir)")
+        return
+    pids = _read_pids(sd)
+    # stop kwok / controllers before the apiserver, etcd last
+    order = ["kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
+    ordered = [pids[n] for n in order if n in pids] + [p for n, p in pids.items() if n not in order]
+    _terminate([p for p in ordered if _pid_alive(p)])
+    leftovers = _procs_referencing(sd)
+    if leftovers:
+        log(f"terminating leftover processes referencing {sd}: {leftovers}")
+        _terminate(leftovers, grace=5)
+    leftovers = _procs_referencing(sd)
+    if leftovers:
+        raise RuntimeError(f"processes still running after down: {leftovers}")
+    shutil.rmtree(sd, ignore_errors=True)
+    if not quiet:
+        log(f"cluster stopped; removed {sd}")
+
+
+def status() -> dict:
+    sd = state_dir()
+    pids = _read_pids(sd)
+    return {
+        "up": is_up(sd),
+        "state_dir": str(sd),
+        "kubeconfig": str(kubeconfig_path()) if (sd / "kubeconfig").exists() else None,
+        "processes": {n: {"pid": p, "alive": _pid_alive(p)} for n, p in sorted(pids.items())},
+        "bin_dir": str(bin_dir()),
+        "binaries_built": binaries_ready(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="e2e/cluster", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build or reuse cached binaries; print the bin dir")
+    b.add_argument("tools", nargs="*", metavar="TOOL", help=f"subset of {BUILD_ORDER} (default: all)")
+    b.add_argument(
+        "--regenerate",
+        action="store_true",
+        help="regenerate wrapper go.mod/go.sum even if the pins did not change",
+    )
+    sub.add_parser("up", help="start the cluster (idempotent); print the kubeconfig path")
+    sub.add_parser("down", help="stop the cluster and remove its state")
+    sub.add_parser("env", help="print shell exports (KUBECONFIG, PATH)")
+    sub.add_parser("status", help="is the cluster up? (exit 0 if up, 1 if not)")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "build":
+            unknown = set(args.tools) - set(BUILD_ORDER)
+            if unknown:
+                ap.error(f"unknown tools {sorted(unknown)}; choose from {BUILD_ORDER}")
+            if args.regenerate:
+                for n in BUILD_ORDER:
+                    ensure_wrapper(n, force=True)
+            print(build(args.tools or None))
+        elif args.cmd == "up":
+            print(up())
+        elif args.cmd == "down":
+            down()
+        elif args.cmd == "env":
+            print(f"export KUBECONFIG={kubeconfig_path()}")
+            print(f"export PATH={bin_dir()}:$PATH")
+        elif args.cmd == "status":
+            st = status()
+            print(json.dumps(st, indent=2))
+            print("cluster is " + ("up" if st["up"] else "down"), file=sys.stderr)
+            return 0 if st["up"] else 1
+    except (RuntimeError, TimeoutError, subprocess.CalledProcessError) as e:
+        log(f"error: {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
