@@ -6,16 +6,49 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+
+# Every pattern here is also a CRD pattern, so it must be valid for Go's RE2 as well as Python's re:
+# no lookarounds, no backreferences.
 
 # Kubernetes resource.Quantity, as the API server's own regex accepts it.
 QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 # Triton model names become folder names in the model repository.
+MODEL_NAME_MAX_LENGTH = 128
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$"
+# A relative folder: segments that do not start with a dot (so no "..", no hidden folders), no
+# leading "/", no empty segments; a trailing "/" is allowed.
+MODEL_PATH_PATTERN = r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]*(/[A-Za-z0-9_\-][A-Za-z0-9_.\-]*)*/?$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+MAX_MODELS = 256
+MAX_STEPS = 32
 
-Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN)]
+
+def _quantity_to_str(value: Any) -> Any:
+    """Kubernetes quantities are int-or-string: ``cpu: 4`` means ``cpu: "4"``."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+Quantity = Annotated[
+    str,
+    StringConstraints(pattern=QUANTITY_PATTERN),
+    BeforeValidator(_quantity_to_str),
+    Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
+]
+
+# Marks the field whose CRD schema is derived from Triton's ModelConfig protobuf descriptor.
+MODEL_CONFIG_MARKER = "x-triton-operator-model-config"
 
 
 class _Model(BaseModel):
@@ -36,13 +69,17 @@ class _Model(BaseModel):
 class Resources(_Model):
     """Per-pod compute resources of the tritonserver container."""
 
-    gpus: int = Field(0, ge=0, le=16, description="GPUs per pod, requested and limited under gpuResourceName.")
+    gpus: int = Field(
+        0, ge=0, le=16, description="GPUs per pod, requested and limited under gpuResourceName."
+    )
     gpu_resource_name: str = Field(
         "nvidia.com/gpu",
         description="Extended resource name of the GPU (nvidia.com/gpu, nvidia.com/mig-1g.10gb, ...).",
     )
     cpu: Quantity | None = Field(None, description="CPU request of the tritonserver container.")
-    memory: Quantity | None = Field(None, description="Memory request and limit of the tritonserver container.")
+    memory: Quantity | None = Field(
+        None, description="Memory request and limit of the tritonserver container."
+    )
     cpu_limit: Quantity | None = Field(None, description="CPU limit; unset means no CPU limit.")
 
 
@@ -83,13 +120,34 @@ class Repository(_Model):
 class ModelSpec(_Model):
     """One Triton model: where its files are and the ModelConfig that config.pbtxt is rendered from."""
 
-    name: str = Field(description="Triton model name, unique in the service.", pattern=MODEL_NAME_PATTERN)
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.config) || !has(self.config.name) || self.config.name == self.name",
+                    "message": "config.name must be left out or equal to the model name",
+                }
+            ]
+        }
+    )
+
+    name: str = Field(
+        description="Triton model name, unique in the service; the model's folder in the pod.",
+        pattern=MODEL_NAME_PATTERN,
+        max_length=MODEL_NAME_MAX_LENGTH,
+    )
     path: str | None = Field(
-        None, description="Folder under repository.uri holding the model's versions; default: name."
+        None,
+        description="Folder under repository.uri holding the model's versions (relative, no '..'); "
+        "default: name.",
+        pattern=MODEL_PATH_PATTERN,
+        max_length=1024,
     )
     config: dict[str, Any] = Field(
         default_factory=dict,
-        description="Triton ModelConfig in proto3 JSON (camelCase); config.name may be left out.",
+        description="Triton ModelConfig in proto3 JSON (camelCase names, 64-bit integers as strings); "
+        "config.name may be left out. Rendered into the model's config.pbtxt.",
+        json_schema_extra={MODEL_CONFIG_MARKER: True},
     )
 
     @property
@@ -98,18 +156,43 @@ class ModelSpec(_Model):
 
 
 class PauseStep(_Model):
+    """Wait before the next step."""
+
     duration_seconds: int | None = Field(
         None, ge=0, description="How long to pause; unset pauses until promoted."
     )
 
 
 class HeaderValue(_Model):
-    exact: str | None = None
-    prefix: str | None = None
-    regex: str | None = None
+    """How a header value matches: exactly one of exact, prefix, regex."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "(has(self.exact) ? 1 : 0) + (has(self.prefix) ? 1 : 0)"
+                    " + (has(self.regex) ? 1 : 0) == 1",
+                    "message": "a header value sets exactly one of exact, prefix, regex",
+                }
+            ]
+        }
+    )
+
+    exact: str | None = Field(None, description="The header equals this value.")
+    prefix: str | None = Field(None, description="The header starts with this value.")
+    regex: str | None = Field(None, description="The header matches this regular expression.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> HeaderValue:
+        chosen = [f for f in ("exact", "prefix", "regex") if getattr(self, f) is not None]
+        if len(chosen) != 1:
+            raise ValueError("a header value sets exactly one of exact, prefix, regex")
+        return self
 
 
 class HeaderMatch(_Model):
+    """A request header the canary route matches on."""
+
     header_name: str
     header_value: HeaderValue
 
@@ -124,6 +207,18 @@ class SetHeaderRoute(_Model):
 class CanaryStep(_Model):
     """One step of a canary: exactly one of setWeight, pause, setHeaderRoute."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "(has(self.setWeight) ? 1 : 0) + (has(self.pause) ? 1 : 0)"
+                    " + (has(self.setHeaderRoute) ? 1 : 0) == 1",
+                    "message": "a step sets exactly one of setWeight, pause, setHeaderRoute",
+                }
+            ]
+        }
+    )
+
     set_weight: int | None = Field(None, ge=0, le=100, description="Percent of traffic to the canary.")
     pause: PauseStep | None = None
     set_header_route: SetHeaderRoute | None = None
@@ -137,11 +232,15 @@ class CanaryStep(_Model):
 
 
 class GatewayAPIRouting(_Model):
+    """Gateway API routes whose backend weights the operator sets."""
+
     http_route: str | None = Field(None, description="HTTPRoute whose backendRefs the operator owns.")
     grpc_route: str | None = Field(None, description="GRPCRoute whose backendRefs the operator owns.")
 
 
 class TrafficRouting(_Model):
+    """How traffic is split between stable and canary; unset: by replica ratio."""
+
     gateway_api: GatewayAPIRouting | None = Field(None, alias="gatewayAPI")
 
 
@@ -156,7 +255,9 @@ class Rollout(_Model):
 
     strategy: Strategy = Strategy.CANARY
     steps: list[CanaryStep] = Field(
-        default_factory=list, max_length=32, description="Canary steps; empty promotes once the canary is Ready."
+        default_factory=list,
+        max_length=MAX_STEPS,
+        description="Canary steps; empty promotes once the canary is Ready.",
     )
     progress_deadline_seconds: int = Field(
         600, ge=1, description="A canary not Ready by then is rolled back automatically."
@@ -173,6 +274,8 @@ class Rollout(_Model):
 
 
 class ServiceSpec(_Model):
+    """The Kubernetes Service in front of the tritonserver pods."""
+
     type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
     annotations: dict[str, str] = Field(default_factory=dict)
 
@@ -184,22 +287,36 @@ class TritonServiceSpec(_Model):
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     image_pull_secrets: list[str] = Field(default_factory=list)
     replicas: int = Field(1, ge=0, le=1000)
-    resources: Resources = Field(default_factory=Resources)  # type: ignore[arg-type]
+    resources: Resources = Field(default_factory=Resources)
     shm_size: Quantity = Field("1Gi", description="Size of the /dev/shm emptyDir (Python backend).")
     server_args: list[str] = Field(
         default_factory=list, description="Extra tritonserver flags, checked against an allow-list."
     )
     repository: Repository
-    models: list[ModelSpec] = Field(min_length=1, max_length=256)
-    rollout: Rollout = Field(default_factory=Rollout)  # type: ignore[arg-type]
-    service: ServiceSpec = Field(default_factory=ServiceSpec)  # type: ignore[arg-type]
+    models: list[ModelSpec] = Field(
+        min_length=1,
+        max_length=MAX_MODELS,
+        description="The models the service loads; names are unique.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.all(m, self.filter(n, n.name == m.name).size() == 1)",
+                    "message": "model names must be unique",
+                }
+            ]
+        },
+    )
+    rollout: Rollout = Field(default_factory=Rollout)
+    service: ServiceSpec = Field(default_factory=ServiceSpec)
     startup_timeout_seconds: int = Field(
         1800, ge=10, description="How long the startup probe lets a pod load its models."
     )
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     affinity: dict[str, Any] | None = None
-    env: list[dict[str, Any]] = Field(default_factory=list, description="Extra env of the tritonserver container.")
+    env: list[dict[str, Any]] = Field(
+        default_factory=list, description="Extra env of the tritonserver container."
+    )
     volumes: list[dict[str, Any]] = Field(default_factory=list, description="Extra pod volumes.")
     volume_mounts: list[dict[str, Any]] = Field(
         default_factory=list, description="Extra mounts of the tritonserver container."
@@ -212,11 +329,13 @@ class TritonServiceSpec(_Model):
     @field_validator("models")
     @classmethod
     def _unique_names(cls, models: list[ModelSpec]) -> list[ModelSpec]:
-        seen: set[str] = set()
+        seen: dict[str, int] = {}
         for i, m in enumerate(models):
             if m.name in seen:
-                raise ValueError(f"models[{i}].name: duplicate model name {m.name!r}")
-            seen.add(m.name)
+                raise ValueError(
+                    f"models[{i}].name: duplicate model name {m.name!r} (also models[{seen[m.name]}])"
+                )
+            seen[m.name] = i
         return models
 
 
@@ -241,12 +360,16 @@ class Condition(_Model):
 
 
 class ModelStatus(_Model):
+    """A model as the serving pods report it."""
+
     name: str
     versions: list[str] = Field(default_factory=list)
     ready: bool = False
 
 
 class Endpoints(_Model):
+    """In-cluster addresses of the service."""
+
     http: str
     grpc: str
     metrics: str
@@ -287,7 +410,7 @@ class TritonService(_Model):
     kind: Literal["TritonService"] = "TritonService"
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: TritonServiceSpec
-    status: TritonServiceStatus = Field(default_factory=TritonServiceStatus)  # type: ignore[arg-type]
+    status: TritonServiceStatus = Field(default_factory=TritonServiceStatus)
 
     @property
     def name(self) -> str:
@@ -298,12 +421,20 @@ class TritonService(_Model):
         return str(self.metadata.get("namespace", "default"))
 
 
-def field_path(loc: tuple[int | str, ...]) -> str:
-    """Render a pydantic error location as a JSON path under spec: models[0].config.maxBatchSize."""
-    out = ""
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def field_path(loc: tuple[int | str, ...], prefix: str = "") -> str:
+    """Render a pydantic error location as a JSON path: ("models", 0, "name") -> models[0].name.
+
+    With ``prefix="spec"`` the path starts at spec: spec.models[0].name.
+    """
+    out = prefix
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
+        elif _IDENTIFIER.match(str(part)):
             out += ("." if out else "") + str(part)
-    return re.sub(r"^spec\.", "spec.", out)
+        else:
+            out += f"[{part}]"
+    return out

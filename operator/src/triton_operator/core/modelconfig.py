@@ -2,12 +2,45 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import difflib
+import math
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf import json_format, text_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from tritonclient.grpc import model_config_pb2
 
 ModelConfig = model_config_pb2.ModelConfig
+MODEL_CONFIG_DESCRIPTOR: Descriptor = ModelConfig.DESCRIPTOR
+
+INT32_TYPES = frozenset(
+    {FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SFIXED32}
+)
+UINT32_TYPES = frozenset({FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_FIXED32})
+INT64_TYPES = frozenset(
+    {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_SFIXED64}
+)
+UINT64_TYPES = frozenset({FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64})
+FLOAT_TYPES = frozenset({FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE})
+
+INT_RANGES: dict[int, tuple[int, int]] = {
+    **dict.fromkeys(INT32_TYPES, (-(2**31), 2**31 - 1)),
+    **dict.fromkeys(UINT32_TYPES, (0, 2**32 - 1)),
+    **dict.fromkeys(INT64_TYPES, (-(2**63), 2**63 - 1)),
+    **dict.fromkeys(UINT64_TYPES, (0, 2**64 - 1)),
+}
+INT_TYPE_NAMES: dict[int, str] = {
+    **dict.fromkeys(INT32_TYPES, "int32"),
+    **dict.fromkeys(UINT32_TYPES, "uint32"),
+    **dict.fromkeys(INT64_TYPES, "int64"),
+    **dict.fromkeys(UINT64_TYPES, "uint64"),
+}
+FLOAT32_MAX = 3.4028234663852886e38
+_INTEGER_STRING = re.compile(r"^-?[0-9]+$")
 
 
 class ModelConfigError(ValueError):
@@ -19,31 +52,268 @@ class ModelConfigError(ValueError):
         self.problem = problem
 
 
-def parse_model_config(name: str, config: dict[str, Any], *, field: str = "config") -> Any:
+# ---------------------------------------------------------------- descriptor helpers
+
+
+def is_repeated(field: FieldDescriptor) -> bool:
+    """Whether a field is repeated (maps included), across protobuf versions."""
+    flag = getattr(field, "is_repeated", None)
+    if isinstance(flag, bool):
+        return flag
+    return bool(field.label == FieldDescriptor.LABEL_REPEATED)
+
+
+def is_map(field: FieldDescriptor) -> bool:
+    """Whether a field is a protobuf map (a repeated synthetic *Entry message)."""
+    return bool(
+        field.type == FieldDescriptor.TYPE_MESSAGE
+        and field.message_type is not None
+        and field.message_type.GetOptions().map_entry
+    )
+
+
+def map_key_value(field: FieldDescriptor) -> tuple[FieldDescriptor, FieldDescriptor]:
+    """The key and value fields of a map field."""
+    entry = field.message_type
+    return entry.fields_by_name["key"], entry.fields_by_name["value"]
+
+
+# ---------------------------------------------------------------- checking proto3 JSON
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_int(value: Any, field: FieldDescriptor, path: str, errors: list[ModelConfigError]) -> None:
+    kind = INT_TYPE_NAMES[field.type]
+    number: int | None = None
+    if isinstance(value, bool):
+        number = None
+    elif isinstance(value, int):
+        number = value
+    elif (isinstance(value, float) and value.is_integer()) or (
+        isinstance(value, str) and _INTEGER_STRING.match(value)
+    ):
+        number = int(value)
+    if number is None:
+        errors.append(ModelConfigError(path, f"must be an integer ({kind}), got {_describe(value)}"))
+        return
+    low, high = INT_RANGES[field.type]
+    if not low <= number <= high:
+        errors.append(ModelConfigError(path, f"{number} is out of range for {kind} [{low}, {high}]"))
+
+
+def _check_float(value: Any, field: FieldDescriptor, path: str, errors: list[ModelConfigError]) -> None:
+    if isinstance(value, str) and value in ("NaN", "Infinity", "-Infinity"):
+        return
+    number: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+    if number is None:
+        errors.append(ModelConfigError(path, f"must be a number, got {_describe(value)}"))
+        return
+    if field.type == FieldDescriptor.TYPE_FLOAT and math.isfinite(number) and abs(number) > FLOAT32_MAX:
+        errors.append(ModelConfigError(path, f"{number} is too large for a float"))
+
+
+def _check_scalar(value: Any, field: FieldDescriptor, path: str, errors: list[ModelConfigError]) -> None:
+    ftype = field.type
+    if ftype in INT_TYPE_NAMES:
+        _check_int(value, field, path, errors)
+    elif ftype in FLOAT_TYPES:
+        _check_float(value, field, path, errors)
+    elif ftype == FieldDescriptor.TYPE_BOOL:
+        if not isinstance(value, bool):
+            errors.append(ModelConfigError(path, f"must be true or false, got {_describe(value)}"))
+    elif ftype == FieldDescriptor.TYPE_STRING:
+        if not isinstance(value, str):
+            errors.append(ModelConfigError(path, f"must be a string, got {_describe(value)}"))
+    elif ftype == FieldDescriptor.TYPE_BYTES:
+        if not isinstance(value, str):
+            errors.append(ModelConfigError(path, f"must be a base64 string, got {_describe(value)}"))
+        else:
+            try:
+                base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                errors.append(ModelConfigError(path, f"is not valid base64: {_describe(value)}"))
+    elif ftype == FieldDescriptor.TYPE_ENUM:
+        names = [v.name for v in field.enum_type.values]
+        if not isinstance(value, str) or value not in names:
+            hint = difflib.get_close_matches(str(value), names, n=1)
+            suggestion = f" (did you mean {hint[0]}?)" if hint else ""
+            errors.append(
+                ModelConfigError(path, f"{_describe(value)} is not one of {', '.join(names)}{suggestion}")
+            )
+
+
+def _check_map_key(key: Any, field: FieldDescriptor, path: str, errors: list[ModelConfigError]) -> None:
+    if field.type in INT_TYPE_NAMES:
+        if isinstance(key, bool) or not (
+            isinstance(key, int) or (isinstance(key, str) and _INTEGER_STRING.match(key))
+        ):
+            errors.append(ModelConfigError(path, f"map key {_describe(key)} must be an integer"))
+            return
+        _check_int(int(key), field, path, errors)
+    elif field.type == FieldDescriptor.TYPE_BOOL:
+        if key not in ("true", "false", True, False):
+            errors.append(ModelConfigError(path, f"map key {_describe(key)} must be true or false"))
+    elif not isinstance(key, str):
+        errors.append(ModelConfigError(path, f"map key {_describe(key)} must be a string"))
+
+
+def _check_value(value: Any, field: FieldDescriptor, path: str, errors: list[ModelConfigError]) -> None:
+    """One (non-repeated) value of ``field``."""
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        check_message_dict(value, field.message_type, path, errors)
+    else:
+        _check_scalar(value, field, path, errors)
+
+
+def _check_field(value: Any, field: FieldDescriptor, path: str, errors: list[ModelConfigError]) -> None:
+    if is_map(field):
+        if not isinstance(value, Mapping):
+            errors.append(ModelConfigError(path, f"must be an object (a map), got {_describe(value)}"))
+            return
+        key_field, value_field = map_key_value(field)
+        for key, item in value.items():
+            item_path = f"{path}[{key}]"
+            _check_map_key(key, key_field, item_path, errors)
+            if item is None:
+                errors.append(ModelConfigError(item_path, "must not be null"))
+            else:
+                _check_value(item, value_field, item_path, errors)
+    elif is_repeated(field):
+        if not isinstance(value, list):
+            errors.append(ModelConfigError(path, f"must be a list, got {_describe(value)}"))
+            return
+        for index, item in enumerate(value):
+            item_path = f"{path}[{index}]"
+            if item is None:
+                errors.append(ModelConfigError(item_path, "must not be null"))
+            else:
+                _check_value(item, field, item_path, errors)
+    else:
+        _check_value(value, field, path, errors)
+
+
+def check_message_dict(value: Any, descriptor: Descriptor, path: str, errors: list[ModelConfigError]) -> None:
+    """Check proto3 JSON ``value`` against ``descriptor``, appending an error per problem.
+
+    Stricter than protobuf's own parser in two ways that keep it in line with the CRD schema: only
+    the camelCase JSON names are accepted, and enums only by name.
+    """
+    if not isinstance(value, Mapping):
+        errors.append(ModelConfigError(path, f"must be an object, got {_describe(value)}"))
+        return
+    by_json = {f.json_name: f for f in descriptor.fields}
+    by_proto = {f.name: f for f in descriptor.fields}
+    oneofs_set: dict[str, list[str]] = {}
+    for key, item in value.items():
+        field = by_json.get(key) if isinstance(key, str) else None
+        key_path = f"{path}.{key}"
+        if field is None:
+            proto_field = by_proto.get(key) if isinstance(key, str) else None
+            if proto_field is not None:
+                hint = f"; the spec uses proto3 JSON names: {proto_field.json_name}"
+            else:
+                close = difflib.get_close_matches(str(key), list(by_json), n=1)
+                hint = f"; did you mean {close[0]}?" if close else ""
+            if not hint:
+                hint = f" (known: {', '.join(by_json)})"
+            errors.append(ModelConfigError(key_path, f"unknown field of {descriptor.name}{hint}"))
+            continue
+        if item is None:  # proto3 JSON: null means the default
+            continue
+        if field.containing_oneof is not None:
+            oneofs_set.setdefault(field.containing_oneof.name, []).append(key)
+        _check_field(item, field, key_path, errors)
+    for oneof_name, keys in oneofs_set.items():
+        if len(keys) > 1:
+            options = ", ".join(f.json_name for f in descriptor.oneofs_by_name[oneof_name].fields)
+            errors.append(
+                ModelConfigError(
+                    f"{path}.{keys[1]}", f"set together with {keys[0]}; at most one of {options} may be set"
+                )
+            )
+
+
+def config_errors(config: Any, *, field: str = "config") -> list[ModelConfigError]:
+    """Every problem of a spec's proto3-JSON ModelConfig, each naming its JSON path under ``field``."""
+    errors: list[ModelConfigError] = []
+    check_message_dict(config, MODEL_CONFIG_DESCRIPTOR, field, errors)
+    return errors
+
+
+_PROTO_PATH = re.compile(r'at "?ModelConfig((?:\.[A-Za-z0-9_]+|\[[^\]]*\])*)"?')
+
+
+def translate_parse_error(message: str, field: str) -> ModelConfigError:
+    """Turn protobuf's ParseError text into an error at our JSON path (``field`` + the proto path)."""
+    found = _PROTO_PATH.search(message)
+    if found:
+        return ModelConfigError(field + found.group(1), message)
+    return ModelConfigError(field, message)
+
+
+# ---------------------------------------------------------------- parse, render, import
+
+
+def parse_model_config(name: str, config: Mapping[str, Any], *, field: str = "config") -> Any:
     """Parse a spec's proto3-JSON config into a ModelConfig message named ``name``.
 
-    ``config.name`` may be left out (it defaults to the model name) but must not differ.
+    ``config.name`` may be left out (it defaults to the model name) but must not differ. Errors are
+    ``ModelConfigError`` naming the JSON path of the first problem (``config.dynamicBatching.x``).
     """
+    if not isinstance(config, Mapping):
+        raise ModelConfigError(field, f"must be an object, got {_describe(config)}")
     given = config.get("name")
     if given not in (None, "", name):
         raise ModelConfigError(f"{field}.name", f"is {given!r} but the model is named {name!r}")
+    errors = config_errors(config, field=field)
+    if errors:
+        raise errors[0]
     message = ModelConfig()
     try:
-        json_format.ParseDict(config, message)
+        json_format.ParseDict(dict(config), message)
     except json_format.ParseError as exc:
-        raise ModelConfigError(field, str(exc)) from exc
+        raise translate_parse_error(str(exc), field) from exc
     message.name = name
     return message
 
 
-def build_config_pbtxt(name: str, config: dict[str, Any]) -> str:
+def render_model_config(message: Any) -> str:
+    """config.pbtxt text of a ModelConfig message (protobuf text format)."""
+    return str(text_format.MessageToString(message))
+
+
+def build_config_pbtxt(name: str, config: Mapping[str, Any], *, field: str = "config") -> str:
     """Render config.pbtxt text for one model of the spec."""
-    return str(text_format.MessageToString(parse_model_config(name, config)))
+    return render_model_config(parse_model_config(name, config, field=field))
 
 
-def import_config_pbtxt(text: str) -> dict[str, Any]:
-    """Read config.pbtxt text into the spec's proto3-JSON form (camelCase)."""
+def parse_config_pbtxt(text: str, *, source: str = "config.pbtxt") -> Any:
+    """Parse config.pbtxt text into a ModelConfig message; errors name ``source`` and the line."""
     message = ModelConfig()
-    text_format.Parse(text, message)
+    try:
+        text_format.Parse(text, message)
+    except text_format.ParseError as exc:
+        raise ModelConfigError(source, str(exc)) from exc
+    return message
+
+
+def config_to_dict(message: Any) -> dict[str, Any]:
+    """A ModelConfig message in the spec's proto3-JSON form (camelCase, 64-bit ints as strings)."""
     result: dict[str, Any] = json_format.MessageToDict(message)
     return result
+
+
+def import_config_pbtxt(text: str, *, source: str = "config.pbtxt") -> dict[str, Any]:
+    """Read config.pbtxt text into the spec's proto3-JSON form (camelCase)."""
+    return config_to_dict(parse_config_pbtxt(text, source=source))
