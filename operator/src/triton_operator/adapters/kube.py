@@ -1,0 +1,169 @@
+"""Kubernetes I/O: server-side apply under one field manager, owned-object lists, status writes."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from lightkube import ApiError, AsyncClient, KubeConfig
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import ConfigMap, Pod, Service
+from lightkube.types import CascadeType, PatchType
+
+from triton_operator import FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
+
+TritonServiceResource: Any = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
+
+RESOURCES: dict[str, Any] = {
+    "Deployment": Deployment,
+    "ConfigMap": ConfigMap,
+    "Service": Service,
+    "Pod": Pod,
+    KIND: TritonServiceResource,
+}
+
+
+def is_not_found(exc: BaseException) -> bool:
+    return isinstance(exc, ApiError) and exc.status.code == 404
+
+
+class ObjectRejectedError(Exception):
+    """The API server refused a desired object as invalid (422): the spec asks for something impossible."""
+
+    def __init__(self, kind: str, name: str, message: str) -> None:
+        super().__init__(f"{kind} {name} rejected by the API server: {message}")
+        self.kind = kind
+        self.name = name
+        self.message = message
+
+
+def retry_delay(exc: BaseException) -> float | None:
+    """Seconds to wait before retrying after ``exc`` when it is an API or network failure, else None."""
+    if isinstance(exc, ApiError):
+        code = exc.status.code or 0
+        if code == 429 or code >= 500:
+            return 5.0
+        if code in (401, 403):
+            return 30.0  # RBAC or credentials: fixed by a human, so retry slowly
+        return 10.0
+    if isinstance(exc, httpx2.HTTPError | OSError | TimeoutError):
+        return 5.0
+    return None
+
+
+def _to_dict(obj: Any) -> dict[str, Any]:
+    result: dict[str, Any] = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+    return result
+
+
+@dataclasses.dataclass(frozen=True)
+class Owned:
+    """Objects of one TritonService found by its labels, as plain dicts."""
+
+    deployments: list[dict[str, Any]]
+    configmaps: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+
+
+def make_client(kubeconfig: str | Path | None = None, *, timeout: float = 30.0) -> AsyncClient:
+    """An AsyncClient from a kubeconfig file, or auto-detected (in-cluster, $KUBECONFIG, ~/.kube)."""
+    config = KubeConfig.from_file(str(kubeconfig)) if kubeconfig else None
+    return AsyncClient(config=config, field_manager=FIELD_MANAGER, timeout=httpx2.Timeout(timeout))
+
+
+class Kube:
+    """The operator's whole view of the API server."""
+
+    def __init__(self, client: AsyncClient, field_manager: str = FIELD_MANAGER) -> None:
+        self.client = client
+        self.field_manager = field_manager
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def get_tritonservice(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The TritonService as stored now, or None when it is gone."""
+        try:
+            obj = await self.client.get(TritonServiceResource, name, namespace=namespace)
+        except ApiError as exc:
+            if is_not_found(exc):
+                return None
+            raise
+        return _to_dict(obj)
+
+    async def list_owned(self, namespace: str, labels: Mapping[str, str]) -> Owned:
+        """Deployments, ConfigMaps and Pods carrying ``labels`` in ``namespace``."""
+        selector: dict[str, Any] = dict(labels)
+        deployments = [
+            _to_dict(o) async for o in self.client.list(Deployment, namespace=namespace, labels=selector)
+        ]
+        configmaps = [
+            _to_dict(o) async for o in self.client.list(ConfigMap, namespace=namespace, labels=selector)
+        ]
+        pods = [_to_dict(o) async for o in self.client.list(Pod, namespace=namespace, labels=selector)]
+        return Owned(deployments=deployments, configmaps=configmaps, pods=pods)
+
+    async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply ``obj`` (a full desired object) under our field manager, forcing conflicts.
+
+        Raises ObjectRejectedError when the API server finds the object invalid.
+        """
+        kind = str(obj["kind"])
+        metadata = obj["metadata"]
+        try:
+            result = await self.client.patch(
+                RESOURCES[kind],
+                metadata["name"],
+                dict(obj),
+                namespace=metadata.get("namespace"),
+                patch_type=PatchType.APPLY,
+                field_manager=self.field_manager,
+                force=True,
+            )
+        except ApiError as exc:
+            if exc.status.code == 422:
+                raise ObjectRejectedError(kind, str(metadata["name"]), str(exc.status.message)) from exc
+            raise
+        return _to_dict(result)
+
+    async def delete(self, kind: str, namespace: str, name: str) -> bool:
+        """Delete an object, its dependents in the background; False when it was already gone."""
+        try:
+            await self.client.delete(
+                RESOURCES[kind], name, namespace=namespace, cascade=CascadeType.BACKGROUND
+            )
+        except ApiError as exc:
+            if is_not_found(exc):
+                return False
+            raise
+        return True
+
+    async def apply_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Server-side apply the owned status fields on the /status subresource; None when gone."""
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "metadata": {"name": name, "namespace": namespace},
+            "status": dict(status),
+        }
+        try:
+            result = await self.client.patch(
+                TritonServiceResource.Status,
+                name,
+                body,
+                namespace=namespace,
+                patch_type=PatchType.APPLY,
+                field_manager=self.field_manager,
+                force=True,
+            )
+        except ApiError as exc:
+            if is_not_found(exc):
+                return None
+            raise
+        return _to_dict(result)

@@ -1,0 +1,151 @@
+"""`triton-operator render -f ts.yaml`: print every desired object as YAML, without a cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from triton_operator import KIND
+from triton_operator.core.objects import PLACEHOLDER_UID, build_objects, check_body, compute_revision
+from triton_operator.models import TritonService
+from triton_operator.settings import Settings
+
+HEADER = (
+    "# Rendered by `triton-operator render` for {ref}, revision {revision}.\n"
+    "# ownerReferences carry the placeholder uid " + PLACEHOLDER_UID + ": the TritonService does not exist\n"
+    "# yet; the operator sets the real uid. Manifest: {manifest}.\n"
+)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Writes multi-line strings (config.pbtxt, the manifest) as literal blocks, readable in review."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "render",
+        help="print the objects a TritonService becomes (no cluster needed)",
+        description="Validate TritonServices and print the ConfigMap, Deployment and Service the operator "
+        "would apply, as multi-document YAML (for GitOps dry runs and reviews).",
+    )
+    parser.add_argument(
+        "-f", "--filename", required=True, help="YAML file with one or more TritonServices; - reads stdin"
+    )
+    parser.add_argument(
+        "-n", "--namespace", help="namespace for objects whose metadata names none (default: default)"
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="list the repository with this environment's credentials and pin the manifest "
+        "(needs the storage adapter); without it object-store repositories render unpinned",
+    )
+    parser.set_defaults(func=run)
+
+
+def _load(filename: str) -> list[dict[str, Any]]:
+    text = sys.stdin.read() if filename == "-" else Path(filename).read_text()
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def _pin(ts: TritonService) -> tuple[str, str] | None:
+    """(manifest JSON, digest) from the storage adapter, or None when it does not exist."""
+    try:
+        storage: Any = importlib.import_module("triton_operator.adapters.storage")
+    except ImportError:
+        return None
+    pin = getattr(storage, "pin_manifest", None)
+    if pin is None:
+        return None
+    pinned = pin(ts, None)
+    if asyncio.iscoroutine(pinned):
+        pinned = asyncio.run(pinned)
+    if pinned is None:
+        return None
+    return str(pinned.json), str(pinned.digest)
+
+
+def render(
+    documents: list[dict[str, Any]],
+    settings: Settings,
+    *,
+    namespace: str | None = None,
+    pin: bool = False,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """Write the desired objects of every TritonService in ``documents`` to ``out``; 1 on any invalid one."""
+    failed = False
+    first = True
+    for index, doc in enumerate(documents):
+        if doc.get("kind") != KIND:
+            err.write(f"document {index}: skipped, kind {doc.get('kind')!r} is not {KIND}\n")
+            continue
+        body = dict(doc)
+        metadata = dict(body.get("metadata") or {})
+        metadata.setdefault("namespace", namespace or "default")
+        body["metadata"] = metadata
+        ref = f"{metadata['namespace']}/{metadata.get('name', '?')}"
+        checked = check_body(body)
+        if checked.problems or checked.ts is None:
+            failed = True
+            for problem in checked.problems:
+                err.write(f"{ref}: invalid: {problem}\n")
+            continue
+        ts = checked.ts
+        manifest_json: str | None = None
+        digest: str | None = None
+        if ts.spec.repository.scheme == "pvc":
+            manifest_note = "none needed (models are read from the claim)"
+        else:
+            pinned = _pin(ts) if pin else None
+            if pinned is None:
+                manifest_note = "unpinned"
+                why = "the storage adapter is not available" if pin else "--pin was not given"
+                err.write(
+                    f"{ref}: repository {ts.spec.repository.uri} rendered with an unpinned manifest ({why}); "
+                    "once the operator pins it, the revision hash differs\n"
+                )
+            else:
+                manifest_json, digest = pinned
+                manifest_note = f"pinned, digest {digest}"
+        revision = compute_revision(ts, settings, checked.configs, digest)
+        objects = build_objects(
+            ts,
+            settings,
+            revision,
+            configs=checked.configs,
+            manifest_json=manifest_json,
+            replicas={revision: ts.spec.replicas},
+        )
+        if not first:
+            out.write("---\n")
+        first = False
+        out.write(HEADER.format(ref=ref, revision=revision, manifest=manifest_note))
+        out.write(yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, default_flow_style=False))
+    return 1 if failed else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        documents = _load(args.filename)
+    except (OSError, yaml.YAMLError) as exc:
+        sys.stderr.write(f"render: cannot read {args.filename}: {exc}\n")
+        return 2
+    return render(
+        documents, Settings.from_env(), namespace=args.namespace, pin=args.pin, out=sys.stdout, err=sys.stderr
+    )

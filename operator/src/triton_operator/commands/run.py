@@ -1,0 +1,93 @@
+"""`triton-operator run`: the kopf operator with the TritonService handlers."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+from typing import Any
+
+from triton_operator.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "run",
+        help="run the operator",
+        description="Run the operator: watch TritonServices and the Deployments and pods they own.",
+    )
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        metavar="NS",
+        help="namespace (or kopf glob pattern) to watch; repeatable; default: $TRITON_OPERATOR_NAMESPACES, "
+        "else all namespaces",
+    )
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch the whole cluster")
+    parser.add_argument(
+        "--standalone",
+        action="store_true",
+        help="no peering between operator replicas (the default unless $TRITON_OPERATOR_PEERING_NAME is set)",
+    )
+    parser.add_argument(
+        "--liveness", metavar="URL", help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz"
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="port of the operator's /metrics (default: $TRITON_OPERATOR_METRICS_PORT or 8080; 0 picks one)",
+    )
+    parser.add_argument("--no-metrics", action="store_true", help="serve no /metrics")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # Imported here: the CLI builds every subcommand's parser, and only `run` needs kopf and handlers.
+    import kopf  # noqa: PLC0415
+
+    from triton_operator import handlers  # noqa: PLC0415  (registers the kopf handlers)
+    from triton_operator.metrics import port_from_env, start_metrics_server  # noqa: PLC0415
+
+    settings = Settings.from_env()
+    if args.namespaces:
+        settings = dataclasses.replace(settings, namespaces=tuple(args.namespaces), all_namespaces=False)
+    elif args.all_namespaces:
+        settings = dataclasses.replace(settings, namespaces=(), all_namespaces=True)
+    elif not settings.namespaces:
+        settings = dataclasses.replace(settings, all_namespaces=True)
+    if args.liveness:
+        settings = dataclasses.replace(settings, liveness_endpoint=args.liveness)
+    standalone = args.standalone or not settings.peering_name
+
+    kopf.configure(verbose=args.verbose or settings.log_level == "DEBUG", quiet=args.quiet)
+    if not args.no_metrics:
+        port = args.metrics_port if args.metrics_port is not None else port_from_env()
+        server, _ = start_metrics_server(port)
+        logger.info("metrics on http://0.0.0.0:%d/metrics", server.server_port)
+    logger.info(
+        "watching %s (%s) with handlers from %s",
+        "all namespaces" if settings.all_namespaces else ", ".join(settings.namespaces),
+        "standalone" if standalone else f"peering {settings.peering_name}",
+        handlers.__name__,
+    )
+    try:
+        kopf.run(
+            standalone=standalone,
+            peering_name=None if standalone else settings.peering_name,
+            clusterwide=settings.all_namespaces,
+            namespaces=settings.namespaces,
+            liveness_endpoint=settings.liveness_endpoint,
+            memo=kopf.Memo(operator_settings=settings),
+        )
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,331 @@
+"""Status conditions per the Kubernetes API conventions, and the status computed from observations."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from triton_operator.core.objects import DeploymentState, PodState, RevisionPlan
+
+# ----------------------------------------------------------------- types
+
+READY = "Ready"
+REPOSITORY_READY = "RepositoryReady"
+PROGRESSING = "Progressing"
+DEGRADED = "Degraded"
+PODS_SCHEDULED = "PodsScheduled"
+CONDITION_TYPES = (READY, REPOSITORY_READY, PROGRESSING, DEGRADED, PODS_SCHEDULED)
+
+TRUE = "True"
+FALSE = "False"
+UNKNOWN = "Unknown"
+
+# ----------------------------------------------------------------- reasons
+
+# Ready
+AVAILABLE = "Available"
+SCALED_TO_ZERO = "ScaledToZero"
+INVALID_SPEC = "InvalidSpec"
+ROLLOUT_IN_PROGRESS = "RolloutInProgress"
+REPLICAS_NOT_READY = "ReplicasNotReady"
+UNSCHEDULABLE = "Unschedulable"
+# PodsScheduled
+SCHEDULED = "Scheduled"
+NO_PODS = "NoPods"
+# Progressing
+NEW_REVISION = "NewRevision"
+REPLICAS_UPDATING = "ReplicasUpdating"
+ROLLOUT_COMPLETE = "RolloutComplete"
+PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+# Degraded
+AS_EXPECTED = "AsExpected"
+PODS_FAILING = "PodsFailing"
+# RepositoryReady
+MANIFEST_PINNED = "ManifestPinned"
+UNPINNED = "Unpinned"
+VOLUME_MOUNTED = "VolumeMounted"
+REPOSITORY_ERROR = "RepositoryError"
+
+MAX_MESSAGE = 1024
+
+
+# ----------------------------------------------------------------- one condition
+
+
+def _order(condition_type: str) -> tuple[int, str]:
+    if condition_type in CONDITION_TYPES:
+        return CONDITION_TYPES.index(condition_type), ""
+    return len(CONDITION_TYPES), condition_type
+
+
+def find_condition(conditions: Sequence[Mapping[str, Any]], condition_type: str) -> Mapping[str, Any] | None:
+    for condition in conditions:
+        if condition.get("type") == condition_type:
+            return condition
+    return None
+
+
+def set_condition(  # noqa: PLR0917 (the Kubernetes helper's shape)
+    conditions: Sequence[Mapping[str, Any]],
+    condition_type: str,
+    status: str,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: str,
+) -> list[dict[str, Any]]:
+    """A new list with ``condition_type`` set; lastTransitionTime changes only when status flips.
+
+    Conditions come out in a fixed order (known types first) so equal states compare equal.
+    """
+    if len(message) > MAX_MESSAGE:
+        message = message[: MAX_MESSAGE - 3] + "..."
+    previous = find_condition(conditions, condition_type)
+    transition = now
+    if previous is not None and previous.get("status") == status and previous.get("lastTransitionTime"):
+        transition = str(previous["lastTransitionTime"])
+    updated: dict[str, Any] = {
+        "type": condition_type,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": transition,
+    }
+    if generation is not None:
+        updated["observedGeneration"] = generation
+    others = [dict(c) for c in conditions if c.get("type") != condition_type]
+    return sorted([*others, updated], key=lambda c: _order(str(c.get("type"))))
+
+
+# ----------------------------------------------------------------- observations -> verdicts
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """One condition's status, reason and message."""
+
+    status: str
+    reason: str
+    message: str
+
+
+def _replica_message(revision: str, state: DeploymentState | None, replicas: int) -> str:
+    ready = state.ready_replicas if state else 0
+    return f"revision {revision}: {ready}/{replicas} replicas ready"
+
+
+def pods_scheduled(pods: Sequence[PodState], revisions: Sequence[str]) -> Verdict:
+    """False/Unschedulable with the scheduler's own message when a serving pod cannot be placed."""
+    serving = [p for p in pods if p.revision in revisions and not p.terminating]
+    stuck = [p for p in serving if p.unschedulable is not None]
+    if stuck:
+        first = stuck[0]
+        return Verdict(
+            FALSE, UNSCHEDULABLE, f"{len(stuck)} pod(s) unschedulable; {first.name}: {first.unschedulable}"
+        )
+    if not serving:
+        return Verdict(TRUE, NO_PODS, "no pods to schedule")
+    return Verdict(TRUE, SCHEDULED, f"{len(serving)} pod(s) scheduled")
+
+
+def degraded(
+    pods: Sequence[PodState], deployments: Sequence[DeploymentState], revisions: Sequence[str]
+) -> Verdict:
+    """True when serving pods fail (crash loops, image pulls) or a revision missed its deadline."""
+    failing = [p for p in pods if p.revision in revisions and p.waiting_reason and not p.terminating]
+    if failing:
+        first = failing[0]
+        return Verdict(
+            TRUE,
+            PODS_FAILING,
+            f"{len(failing)} pod(s) failing; {first.name}: {first.waiting_reason}: {first.waiting_message}",
+        )
+    late = [d for d in deployments if d.revision in revisions and d.deadline_exceeded]
+    if late:
+        return Verdict(
+            TRUE, PROGRESS_DEADLINE_EXCEEDED, f"Deployment {late[0].name} exceeded its progress deadline"
+        )
+    return Verdict(FALSE, AS_EXPECTED, "no failing pods")
+
+
+def progressing(plan: RevisionPlan, deployments: Mapping[str, DeploymentState], replicas: int) -> Verdict:
+    """True while a revision rolls out or the stable one is not yet at its replicas."""
+    if plan.rolling is not None:
+        state = deployments.get(plan.rolling)
+        if state is not None and state.deadline_exceeded:
+            return Verdict(
+                FALSE, PROGRESS_DEADLINE_EXCEEDED, f"{_replica_message(plan.rolling, state, replicas)}"
+            )
+        return Verdict(
+            TRUE,
+            NEW_REVISION,
+            f"{_replica_message(plan.rolling, state, replicas)}; revision {plan.stable} serves until then",
+        )
+    if plan.stable is None:
+        return Verdict(FALSE, ROLLOUT_COMPLETE, "nothing to roll out")
+    state = deployments.get(plan.stable)
+    if state is None or not state.complete(replicas):
+        if state is not None and state.deadline_exceeded:
+            return Verdict(FALSE, PROGRESS_DEADLINE_EXCEEDED, _replica_message(plan.stable, state, replicas))
+        return Verdict(TRUE, REPLICAS_UPDATING, _replica_message(plan.stable, state, replicas))
+    return Verdict(FALSE, ROLLOUT_COMPLETE, f"revision {plan.stable} serves all {replicas} replicas")
+
+
+def summarize_ready(
+    *,
+    invalid: str | None,
+    scheduled: Verdict,
+    plan: RevisionPlan | None,
+    deployments: Mapping[str, DeploymentState],
+    replicas: int,
+) -> Verdict:
+    """The Ready summary: True only when the current spec is served by all its replicas."""
+    if invalid is not None or plan is None:
+        return Verdict(FALSE, INVALID_SPEC, invalid or "the spec is invalid")
+    if scheduled.status == FALSE:
+        return Verdict(FALSE, scheduled.reason, scheduled.message)
+    if plan.rolling is not None:
+        return Verdict(
+            FALSE,
+            ROLLOUT_IN_PROGRESS,
+            f"{_replica_message(plan.rolling, deployments.get(plan.rolling), replicas)}",
+        )
+    assert plan.stable is not None
+    state = deployments.get(plan.stable)
+    if state is None or not state.complete(replicas):
+        return Verdict(FALSE, REPLICAS_NOT_READY, _replica_message(plan.stable, state, replicas))
+    if replicas == 0:
+        return Verdict(TRUE, SCALED_TO_ZERO, f"revision {plan.stable} is scaled to zero")
+    return Verdict(TRUE, AVAILABLE, _replica_message(plan.stable, state, replicas))
+
+
+# ----------------------------------------------------------------- the whole status
+
+# Status fields this module computes (and the reconcile owns); others are left alone.
+OWNED_STATUS_FIELDS = (
+    "observedGeneration",
+    "conditions",
+    "stableRevision",
+    "canaryRevision",
+    "replicas",
+    "readyReplicas",
+    "models",
+    "endpoints",
+    "history",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """Everything build_status reads, gathered by the reconcile."""
+
+    generation: int
+    now: str
+    deployments: Sequence[DeploymentState] = ()
+    pods: Sequence[PodState] = ()
+    invalid: str | None = None
+    plan: RevisionPlan | None = None
+    replicas: int = 0
+    repository: Verdict | None = None
+    endpoints: Mapping[str, str] | None = None
+    models: Sequence[Mapping[str, Any]] = ()
+    history_limit: int = 3
+    created: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _history(previous: Sequence[Mapping[str, Any]], obs: Observation) -> list[dict[str, Any]]:
+    plan = obs.plan
+    if plan is None:
+        return [dict(h) for h in previous]
+    live = {plan.stable, plan.rolling}
+    history = [
+        dict(h) for h in previous if h.get("revision") not in live and h.get("revision") not in plan.retired
+    ]
+    for revision in plan.retired:
+        record: dict[str, Any] = {"revision": revision}
+        if revision in obs.created:
+            record["created"] = obs.created[revision]
+        history.append(record)
+    return history[-obs.history_limit :] if obs.history_limit > 0 else []
+
+
+def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any]:
+    """The owned status fields from an observation; ``previous`` supplies transition times and history."""
+    conditions: list[dict[str, Any]] = [dict(c) for c in previous.get("conditions") or []]
+    by_revision = {d.revision: d for d in obs.deployments}
+    plan = obs.plan
+    gen = obs.generation
+
+    def put(condition_type: str, verdict: Verdict) -> None:
+        nonlocal conditions
+        conditions = set_condition(
+            conditions, condition_type, verdict.status, verdict.reason, verdict.message, gen, obs.now
+        )
+
+    status: dict[str, Any] = {"observedGeneration": gen}
+    if plan is None:
+        # Invalid spec: nothing was applied; report what runs and why nothing changes.
+        revisions = [r for r in (previous.get("stableRevision"), previous.get("canaryRevision")) if r]
+        scheduled = pods_scheduled(obs.pods, revisions)
+        put(PODS_SCHEDULED, scheduled)
+        put(DEGRADED, degraded(obs.pods, obs.deployments, revisions))
+        put(
+            PROGRESSING,
+            Verdict(FALSE, INVALID_SPEC, "the spec is invalid: running revisions are left as they are"),
+        )
+        put(
+            READY,
+            summarize_ready(
+                invalid=obs.invalid, scheduled=scheduled, plan=None, deployments=by_revision, replicas=0
+            ),
+        )
+        status["conditions"] = conditions
+        for key in (
+            "stableRevision",
+            "canaryRevision",
+            "replicas",
+            "readyReplicas",
+            "models",
+            "endpoints",
+            "history",
+        ):
+            if previous.get(key) is not None:
+                status[key] = previous[key]
+        return status
+
+    revisions = [r for r in (plan.stable, plan.rolling) if r]
+    scheduled = pods_scheduled(obs.pods, revisions)
+    if obs.repository is not None:
+        put(REPOSITORY_READY, obs.repository)
+    put(PODS_SCHEDULED, scheduled)
+    put(DEGRADED, degraded(obs.pods, obs.deployments, revisions))
+    put(PROGRESSING, progressing(plan, by_revision, obs.replicas))
+    put(
+        READY,
+        summarize_ready(
+            invalid=None, scheduled=scheduled, plan=plan, deployments=by_revision, replicas=obs.replicas
+        ),
+    )
+    status["conditions"] = conditions
+    if plan.stable:
+        status["stableRevision"] = plan.stable
+    if plan.rolling:
+        status["canaryRevision"] = plan.rolling
+    stable_state = by_revision.get(plan.stable or "")
+    ready = stable_state.ready_replicas if stable_state else 0
+    status["replicas"] = obs.replicas
+    status["readyReplicas"] = ready
+    if obs.models:
+        status["models"] = [{**m, "ready": ready > 0} for m in obs.models]
+    if obs.endpoints:
+        status["endpoints"] = dict(obs.endpoints)
+    history = _history(previous.get("history") or [], obs)
+    if history:
+        status["history"] = history
+    return status
+
+
+def status_changed(previous: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """Whether writing ``desired`` would change any owned field of ``previous``."""
+    return any(previous.get(key) != desired.get(key) for key in OWNED_STATUS_FIELDS)

@@ -1,0 +1,786 @@
+"""Desired Kubernetes objects of a TritonService (ConfigMap, Deployment, Service) as plain dicts."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from triton_operator import FIELD_MANAGER, GROUP, KIND, VERSION
+from triton_operator.core.modelconfig import ModelConfigError, build_config_pbtxt
+from triton_operator.core.revision import revision_hash
+from triton_operator.models import TritonService, field_path
+from triton_operator.settings import Settings
+
+# ----------------------------------------------------------------- names and constants
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_SERVICE = f"{GROUP}/service"
+LABEL_REVISION = f"{GROUP}/revision"
+MANAGED_BY = FIELD_MANAGER
+COMPONENT = "inference-server"
+APP_NAME = "tritonserver"
+
+HTTP_PORT = 8000
+GRPC_PORT = 8001
+METRICS_PORT = 8002
+MODELS_DIR = "/models"
+CONFIG_DIR = "/etc/triton-operator"
+MANIFEST_KEY = "manifest.json"
+MANIFEST_PATH = f"{CONFIG_DIR}/{MANIFEST_KEY}"
+CONFIGS_DIR = f"{CONFIG_DIR}/configs"
+CONFIG_KEY_SUFFIX = ".config.pbtxt"
+TRITON_CONTAINER = "tritonserver"
+SYNC_CONTAINER = "sync"
+MODELS_VOLUME = "models"
+SHM_VOLUME = "dshm"
+CONFIG_VOLUME = "triton-operator-config"
+# ownerReferences of `triton-operator render` output: no object exists, so no uid does either.
+PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
+
+READINESS_PATH = "/v2/health/ready"
+LIVENESS_PATH = "/v2/health/live"
+STARTUP_PERIOD_SECONDS = 10
+
+# Flags the operator sets itself: a spec may not pass them in serverArgs.
+OWNED_SERVER_FLAGS = frozenset(
+    {
+        "model-repository",
+        "model-store",
+        "model-control-mode",
+        "load-model",
+        "repository-poll-secs",
+        "http-port",
+        "grpc-port",
+        "metrics-port",
+        "allow-http",
+        "allow-grpc",
+        "allow-metrics",
+        "http-address",
+        "grpc-address",
+        "metrics-address",
+    }
+)
+# tritonserver flags a spec may pass in serverArgs (`--flag=value` or `--flag value`).
+ALLOWED_SERVER_FLAGS = frozenset(
+    {
+        "log-verbose",
+        "log-info",
+        "log-warning",
+        "log-error",
+        "log-format",
+        "log-file",
+        "id",
+        "exit-on-error",
+        "exit-timeout-secs",
+        "strict-readiness",
+        "strict-model-config",
+        "disable-auto-complete-config",
+        "model-load-thread-count",
+        "model-load-retry-count",
+        "model-namespacing",
+        "backend-config",
+        "backend-directory",
+        "repoagent-directory",
+        "cache-config",
+        "cache-directory",
+        "response-cache-byte-size",
+        "pinned-memory-pool-byte-size",
+        "cuda-memory-pool-byte-size",
+        "cuda-virtual-address-size",
+        "min-supported-compute-capability",
+        "buffer-manager-thread-count",
+        "host-policy",
+        "rate-limit",
+        "rate-limit-resource",
+        "http-thread-count",
+        "http-header-forward-pattern",
+        "http-restricted-api",
+        "grpc-restricted-api",
+        "grpc-infer-allocation-pool-size",
+        "grpc-max-response-pool-size",
+        "grpc-header-forward-pattern",
+        "grpc-keepalive-time",
+        "grpc-keepalive-timeout",
+        "grpc-keepalive-permit-without-calls",
+        "grpc-http2-max-pings-without-data",
+        "grpc-http2-min-recv-ping-interval-without-data",
+        "grpc-http2-max-ping-strikes",
+        "grpc-use-ssl",
+        "grpc-use-ssl-mutual",
+        "grpc-server-cert",
+        "grpc-server-key",
+        "grpc-root-cert",
+        "grpc-infer-response-compression-level",
+        "reuse-http-port",
+        "reuse-grpc-port",
+        "allow-gpu-metrics",
+        "allow-cpu-metrics",
+        "metrics-interval-ms",
+        "metrics-config",
+        "trace-config",
+        "trace-file",
+        "trace-level",
+        "trace-rate",
+        "trace-count",
+        "trace-log-frequency",
+        "allow-sagemaker",
+        "allow-vertex-ai",
+    }
+)
+
+
+def object_name(ts: TritonService, revision: str) -> str:
+    """Name of a revision's Deployment and ConfigMap."""
+    return f"{ts.name}-{revision}"
+
+
+def config_key(model: str) -> str:
+    """ConfigMap key of a model's config.pbtxt (keys cannot hold '/')."""
+    return f"{model}{CONFIG_KEY_SUFFIX}"
+
+
+# ----------------------------------------------------------------- checks
+
+
+def server_arg_problems(args: Sequence[str]) -> list[str]:
+    """Messages for serverArgs the allow-list refuses, each naming spec.serverArgs[i]."""
+    problems: list[str] = []
+    for i, arg in enumerate(args):
+        if not arg.startswith("--"):
+            # A value of the previous `--flag value` pair.
+            if i > 0 and args[i - 1].startswith("--") and "=" not in args[i - 1]:
+                continue
+            problems.append(f"spec.serverArgs[{i}]: {arg!r} is not a --flag")
+            continue
+        flag = arg[2:].split("=", 1)[0]
+        if flag in OWNED_SERVER_FLAGS:
+            problems.append(f"spec.serverArgs[{i}]: --{flag} is set by the operator and cannot be overridden")
+        elif flag not in ALLOWED_SERVER_FLAGS:
+            problems.append(f"spec.serverArgs[{i}]: --{flag} is not an allowed tritonserver flag")
+    return problems
+
+
+def ensemble_problems(ts: TritonService) -> list[str]:
+    """Ensemble steps naming a model the service does not serve (Triton would fail to load them)."""
+    names = {m.name for m in ts.spec.models}
+    problems: list[str] = []
+    for i, model in enumerate(ts.spec.models):
+        scheduling = model.config.get("ensembleScheduling") or model.config.get("ensemble_scheduling") or {}
+        steps = scheduling.get("step") if isinstance(scheduling, dict) else None
+        for j, step in enumerate(steps if isinstance(steps, list) else []):
+            target = step.get("modelName") or step.get("model_name") if isinstance(step, dict) else None
+            if isinstance(target, str) and target not in names:
+                problems.append(
+                    f"spec.models[{i}].config.ensembleScheduling.step[{j}].modelName: "
+                    f"{target!r} is not a model of this TritonService"
+                )
+    return problems
+
+
+def _external_problems(ts: TritonService) -> list[str]:
+    """Problems core.validation.validate_spec finds, when that module exists."""
+    try:
+        validation: Any = importlib.import_module("triton_operator.core.validation")
+    except ImportError:
+        return []
+    problems: list[str] = []
+    for error in validation.validate_spec(ts.spec):
+        path = getattr(error, "path", None) or getattr(error, "field", None)
+        message = getattr(error, "message", None)
+        if path and message:
+            text = f"{path}: {message}"
+            problems.append(text if text.startswith("spec") else f"spec.{text}")
+        else:
+            problems.append(str(error))
+    return problems
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckedSpec:
+    """A TritonService body checked: the parsed model and its configs, or the problems found."""
+
+    ts: TritonService | None
+    configs: Mapping[str, str]
+    problems: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return "; ".join(self.problems)
+
+
+def check_body(body: Mapping[str, Any]) -> CheckedSpec:
+    """Parse a TritonService body and check what the CRD schema cannot: configs, args, ensembles.
+
+    Every problem names its field (spec.models[0].config.maxBatchSize: ...).
+    """
+    try:
+        ts = TritonService.model_validate(dict(body))
+    except ValidationError as exc:
+        problems = tuple(f"{field_path(tuple(e['loc']))}: {e['msg']}" for e in exc.errors())
+        return CheckedSpec(ts=None, configs={}, problems=problems)
+    found: list[str] = []
+    configs: dict[str, str] = {}
+    for i, model in enumerate(ts.spec.models):
+        try:
+            configs[model.name] = build_config_pbtxt(model.name, model.config)
+        except ModelConfigError as exc:
+            found.append(f"spec.models[{i}].{exc.field}: {exc.problem}")
+    found += ensemble_problems(ts)
+    found += server_arg_problems(ts.spec.server_args)
+    found += [p for p in _external_problems(ts) if p not in found]
+    if found:
+        return CheckedSpec(ts=ts, configs=configs, problems=tuple(found))
+    return CheckedSpec(ts=ts, configs=configs, problems=())
+
+
+def model_statuses(ts: TritonService) -> list[dict[str, Any]]:
+    """status.models entries: the versions each model's versionPolicy pins (empty: Triton decides)."""
+    out: list[dict[str, Any]] = []
+    for model in ts.spec.models:
+        policy = model.config.get("versionPolicy") or {}
+        specific = policy.get("specific") if isinstance(policy, dict) else None
+        versions = specific.get("versions") if isinstance(specific, dict) else None
+        out.append({"name": model.name, "versions": [str(v) for v in versions or []]})
+    return out
+
+
+# ----------------------------------------------------------------- revision inputs
+
+
+def triton_image(ts: TritonService, settings: Settings) -> str:
+    return ts.spec.image or settings.default_image
+
+
+def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]:
+    """Everything in the spec and settings that shapes a pod, minus replicas, rollout and Service.
+
+    Model configs are left out here: they enter the revision hash as rendered config.pbtxt text.
+    Defaults are left out too, so adding a field with a default to the API keeps existing hashes.
+    """
+    spec: dict[str, Any] = ts.spec.model_dump(
+        by_alias=True, exclude_none=True, exclude_defaults=True, mode="json"
+    )
+    for served_elsewhere in ("replicas", "rollout", "service", "image"):
+        spec.pop(served_elsewhere, None)
+    repository = dict(spec.get("repository", {}))
+    repository.pop("pollIntervalSeconds", None)
+    spec["repository"] = repository
+    spec["models"] = [{k: v for k, v in m.items() if k != "config"} for m in spec.get("models", [])]
+    inputs: dict[str, Any] = {"spec": spec, "image": triton_image(ts, settings)}
+    if ts.spec.repository.scheme != "pvc":
+        inputs["sync"] = {"image": settings.sync_image, "pullPolicy": settings.sync_image_pull_policy}
+    inputs["prometheusScrape"] = settings.prometheus_scrape
+    return inputs
+
+
+def compute_revision(
+    ts: TritonService, settings: Settings, configs: Mapping[str, str], manifest_digest: str | None
+) -> str:
+    """The revision a valid spec asks for (see core.revision.revision_hash)."""
+    return revision_hash(pod_template_inputs(ts, settings), configs, manifest_digest)
+
+
+# ----------------------------------------------------------------- metadata
+
+
+def build_labels(ts: TritonService, revision: str | None = None) -> dict[str, str]:
+    """Labels of every object; ``revision`` adds the revision label (Deployments, ConfigMaps, pods)."""
+    labels = {
+        LABEL_NAME: APP_NAME,
+        LABEL_INSTANCE: ts.name,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_COMPONENT: COMPONENT,
+        LABEL_SERVICE: ts.name,
+    }
+    if revision is not None:
+        labels[LABEL_REVISION] = revision
+    return labels
+
+
+def selector_labels(ts: TritonService, revision: str | None = None) -> dict[str, str]:
+    """Labels selecting a service's pods: all revisions, or one."""
+    selector = {LABEL_SERVICE: ts.name}
+    if revision is not None:
+        selector[LABEL_REVISION] = revision
+    return selector
+
+
+def build_owner_reference(ts_body: Mapping[str, Any]) -> dict[str, Any]:
+    """The controller ownerReference to a TritonService body (garbage collection on delete)."""
+    metadata = ts_body.get("metadata") or {}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": metadata.get("name", ""),
+        "uid": metadata.get("uid") or PLACEHOLDER_UID,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(ts: TritonService, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": ts.namespace,
+        "labels": labels,
+        "ownerReferences": [build_owner_reference({"metadata": ts.metadata})],
+    }
+
+
+# ----------------------------------------------------------------- ConfigMap
+
+
+def build_configmap(
+    ts: TritonService, revision: str, configs: Mapping[str, str], manifest_json: str | None
+) -> dict[str, Any]:
+    """The revision's ConfigMap: `<model>.config.pbtxt` per model, plus the manifest (unpinned if None)."""
+    data = {config_key(model): text for model, text in sorted(configs.items())}
+    data[MANIFEST_KEY] = manifest_json if manifest_json is not None else unpinned_manifest_json(ts)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(ts, object_name(ts, revision), build_labels(ts, revision)),
+        "data": data,
+    }
+
+
+# ----------------------------------------------------------------- Deployment
+
+
+def _pvc_source(uri: str) -> tuple[str, str]:
+    """pvc://CLAIM/sub/path -> (CLAIM, sub/path)."""
+    rest = uri.split("://", 1)[1]
+    claim, _, sub_path = rest.partition("/")
+    return claim, sub_path.strip("/")
+
+
+def _resources(ts: TritonService) -> dict[str, Any]:
+    res = ts.spec.resources
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if res.cpu is not None:
+        requests["cpu"] = res.cpu
+    if res.cpu_limit is not None:
+        limits["cpu"] = res.cpu_limit
+    if res.memory is not None:
+        requests["memory"] = res.memory
+        limits["memory"] = res.memory
+    if res.gpus > 0:
+        # Extended resources must be requested and limited alike.
+        requests[res.gpu_resource_name] = str(res.gpus)
+        limits[res.gpu_resource_name] = str(res.gpus)
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def triton_args(ts: TritonService) -> list[str]:
+    """tritonserver's arguments: our repository, control mode, models and ports, then serverArgs."""
+    args = [f"--model-repository={MODELS_DIR}", "--model-control-mode=explicit"]
+    args += [f"--load-model={m.name}" for m in ts.spec.models]
+    args += [f"--http-port={HTTP_PORT}", f"--grpc-port={GRPC_PORT}", f"--metrics-port={METRICS_PORT}"]
+    return args + list(ts.spec.server_args)
+
+
+def _probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": timeout,
+    }
+
+
+def startup_failure_threshold(startup_timeout_seconds: int) -> int:
+    """failureThreshold so that failureThreshold * STARTUP_PERIOD_SECONDS >= the timeout."""
+    return max(1, math.ceil(startup_timeout_seconds / STARTUP_PERIOD_SECONDS))
+
+
+def _sync_env(ts: TritonService) -> list[dict[str, Any]]:
+    repo = ts.spec.repository
+    env = [{"name": "TRITON_OPERATOR_REPOSITORY_URI", "value": repo.uri}]
+    if repo.endpoint:
+        env.append({"name": "TRITON_OPERATOR_REPOSITORY_ENDPOINT", "value": repo.endpoint})
+    if repo.s3 is not None:
+        env.append({"name": "TRITON_OPERATOR_S3_ADDRESSING_STYLE", "value": repo.s3.addressing_style})
+        if repo.s3.region:
+            env.append({"name": "AWS_REGION", "value": repo.s3.region})
+    return env
+
+
+def build_pod_template(ts: TritonService, revision: str, settings: Settings) -> dict[str, Any]:
+    """The pod template of a revision: sync init container (object stores) and tritonserver."""
+    spec = ts.spec
+    is_pvc = spec.repository.scheme == "pvc"
+
+    volumes: list[dict[str, Any]] = []
+    if is_pvc:
+        claim, _ = _pvc_source(spec.repository.uri)
+        volumes.append(
+            {"name": MODELS_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+        )
+    else:
+        volumes.append({"name": MODELS_VOLUME, "emptyDir": {}})
+    volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}})
+    items = [{"key": config_key(m.name), "path": f"configs/{m.name}/config.pbtxt"} for m in spec.models]
+    items.append({"key": MANIFEST_KEY, "path": MANIFEST_KEY})
+    volumes.append(
+        {
+            "name": CONFIG_VOLUME,
+            "configMap": {"name": object_name(ts, revision), "items": items},
+        }
+    )
+    volumes += [dict(v) for v in spec.volumes]
+
+    models_mount: dict[str, Any] = {"name": MODELS_VOLUME, "mountPath": MODELS_DIR}
+    if is_pvc:
+        _, sub_path = _pvc_source(spec.repository.uri)
+        models_mount["readOnly"] = True
+        if sub_path:
+            models_mount["subPath"] = sub_path
+    triton: dict[str, Any] = {
+        "name": TRITON_CONTAINER,
+        "image": triton_image(ts, settings),
+        "command": ["tritonserver"],
+        "args": triton_args(ts),
+        "ports": [
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": _probe(READINESS_PATH, period=5, failures=3, timeout=3),
+        "livenessProbe": _probe(LIVENESS_PATH, period=10, failures=3, timeout=5),
+        "startupProbe": _probe(
+            READINESS_PATH,
+            period=STARTUP_PERIOD_SECONDS,
+            failures=startup_failure_threshold(spec.startup_timeout_seconds),
+            timeout=5,
+        ),
+        "volumeMounts": [
+            models_mount,
+            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+            *[dict(m) for m in spec.volume_mounts],
+        ],
+    }
+    if spec.image_pull_policy:
+        triton["imagePullPolicy"] = spec.image_pull_policy
+    resources = _resources(ts)
+    if resources:
+        triton["resources"] = resources
+    if spec.env:
+        triton["env"] = [dict(e) for e in spec.env]
+
+    pod_spec: dict[str, Any] = {
+        "containers": [triton],
+        "volumes": volumes,
+        # Service links put 7 variables per Service of the namespace into every container.
+        "enableServiceLinks": False,
+    }
+    if not is_pvc:
+        sync: dict[str, Any] = {
+            "name": SYNC_CONTAINER,
+            "image": settings.sync_image,
+            "command": ["triton-operator", "sync"],
+            "args": ["--manifest", MANIFEST_PATH, "--configs", CONFIGS_DIR, "--dest", MODELS_DIR],
+            "env": _sync_env(ts),
+            "volumeMounts": [
+                {"name": MODELS_VOLUME, "mountPath": MODELS_DIR},
+                {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
+            ],
+        }
+        if settings.sync_image_pull_policy:
+            sync["imagePullPolicy"] = settings.sync_image_pull_policy
+        if spec.repository.credentials_secret:
+            sync["envFrom"] = [{"secretRef": {"name": spec.repository.credentials_secret}}]
+        pod_spec["initContainers"] = [sync]
+    else:
+        # No sync for a claim: the configs and manifest are still mounted for inspection.
+        triton["volumeMounts"].append({"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True})
+    if spec.service_account_name:
+        pod_spec["serviceAccountName"] = spec.service_account_name
+    if spec.priority_class_name:
+        pod_spec["priorityClassName"] = spec.priority_class_name
+    if spec.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": s} for s in spec.image_pull_secrets]
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in spec.tolerations]
+    if spec.affinity:
+        pod_spec["affinity"] = dict(spec.affinity)
+
+    annotations: dict[str, str] = {}
+    if settings.prometheus_scrape:
+        annotations.update(
+            {
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(METRICS_PORT),
+                "prometheus.io/path": "/metrics",
+            }
+        )
+    annotations.update(spec.pod_annotations)
+    # The operator's labels win: selectors and revision bookkeeping depend on them.
+    labels = {**spec.pod_labels, **build_labels(ts, revision)}
+    metadata: dict[str, Any] = {"labels": labels}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"metadata": metadata, "spec": pod_spec}
+
+
+def build_deployment(ts: TritonService, revision: str, settings: Settings, replicas: int) -> dict[str, Any]:
+    """The revision's Deployment `<name>-<revision>` with ``replicas`` (the rollout decides them)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(ts, object_name(ts, revision), build_labels(ts, revision)),
+        "spec": {
+            "replicas": replicas,
+            # A revision's template never changes (its hash names it): no ReplicaSet history to keep.
+            "revisionHistoryLimit": 0,
+            "progressDeadlineSeconds": ts.spec.rollout.progress_deadline_seconds,
+            "selector": {"matchLabels": selector_labels(ts, revision)},
+            "template": build_pod_template(ts, revision, settings),
+        },
+    }
+
+
+# ----------------------------------------------------------------- Service
+
+
+def build_service(ts: TritonService) -> dict[str, Any]:
+    """Service `<name>` over every revision's pods: traffic splits by the replica ratio."""
+    metadata = _metadata(ts, ts.name, build_labels(ts))
+    if ts.spec.service.annotations:
+        metadata["annotations"] = dict(ts.spec.service.annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {
+            "type": ts.spec.service.type,
+            "selector": selector_labels(ts),
+            "ports": [
+                {
+                    "name": "http",
+                    "port": HTTP_PORT,
+                    "targetPort": "http",
+                    "protocol": "TCP",
+                    "appProtocol": "http",
+                },
+                {
+                    "name": "grpc",
+                    "port": GRPC_PORT,
+                    "targetPort": "grpc",
+                    "protocol": "TCP",
+                    "appProtocol": "kubernetes.io/h2c",
+                },
+                {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def endpoints(ts: TritonService) -> dict[str, str]:
+    host = f"{ts.name}.{ts.namespace}.svc"
+    return {"http": f"{host}:{HTTP_PORT}", "grpc": f"{host}:{GRPC_PORT}", "metrics": f"{host}:{METRICS_PORT}"}
+
+
+# ----------------------------------------------------------------- observed state
+
+
+@dataclasses.dataclass(frozen=True)
+class DeploymentState:
+    """What the operator needs to know about one observed revision Deployment."""
+
+    name: str
+    revision: str
+    replicas: int
+    ready_replicas: int = 0
+    updated_replicas: int = 0
+    available_replicas: int = 0
+    generation: int = 0
+    observed_generation: int = 0
+    deadline_exceeded: bool = False
+
+    def complete(self, replicas: int) -> bool:
+        """Scaled to ``replicas``, all updated and Ready, as the Deployment controller last saw it."""
+        return (
+            self.observed_generation >= self.generation
+            and self.replicas == replicas
+            and self.updated_replicas >= replicas
+            and self.ready_replicas >= replicas
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PodState:
+    """What the operator needs to know about one observed pod."""
+
+    name: str
+    revision: str
+    ready: bool = False
+    unschedulable: str | None = None
+    waiting_reason: str | None = None
+    waiting_message: str | None = None
+    terminating: bool = False
+
+
+def deployment_state(obj: Mapping[str, Any]) -> DeploymentState:
+    """Read a Deployment's dict (as the API returns it)."""
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    deadline = any(
+        c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
+        for c in status.get("conditions") or []
+    )
+    return DeploymentState(
+        name=str(metadata.get("name", "")),
+        revision=str((metadata.get("labels") or {}).get(LABEL_REVISION, "")),
+        replicas=int(spec.get("replicas", 1)),
+        ready_replicas=int(status.get("readyReplicas", 0)),
+        updated_replicas=int(status.get("updatedReplicas", 0)),
+        available_replicas=int(status.get("availableReplicas", 0)),
+        generation=int(metadata.get("generation", 0)),
+        observed_generation=int(status.get("observedGeneration", 0)),
+        deadline_exceeded=deadline,
+    )
+
+
+def pod_state(obj: Mapping[str, Any]) -> PodState:
+    """Read a Pod's dict (as the API returns it)."""
+    metadata = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = (conditions.get("Ready") or {}).get("status") == "True"
+    scheduled = conditions.get("PodScheduled") or {}
+    unschedulable = None
+    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        unschedulable = str(scheduled.get("message") or "Unschedulable")
+    waiting_reason = waiting_message = None
+    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FAILING_WAIT_REASONS:
+            waiting_reason = str(waiting["reason"])
+            waiting_message = f"container {cs.get('name')}: {waiting.get('message') or waiting['reason']}"
+            break
+    return PodState(
+        name=str(metadata.get("name", "")),
+        revision=str((metadata.get("labels") or {}).get(LABEL_REVISION, "")),
+        ready=ready,
+        unschedulable=unschedulable,
+        waiting_reason=waiting_reason,
+        waiting_message=waiting_message,
+        terminating=metadata.get("deletionTimestamp") is not None,
+    )
+
+
+FAILING_WAIT_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
+# ----------------------------------------------------------------- revisions (the rollout seam)
+
+
+@dataclasses.dataclass(frozen=True)
+class RevisionPlan:
+    """What to do with revision Deployments; core.rollout may replace decide_revisions."""
+
+    replicas: Mapping[str, int]
+    """Revisions to apply, with their replicas; revisions absent here and from delete stay as they are."""
+    delete: tuple[str, ...] = ()
+    """Revisions whose Deployment goes away."""
+    stable: str | None = None
+    """The promoted revision that serves."""
+    rolling: str | None = None
+    """The new revision not yet promoted (None when the desired revision is stable)."""
+    retired: tuple[str, ...] = ()
+    """Revisions that were stable and are deleted now: they join status.history."""
+
+
+def decide_revisions(
+    desired: str,
+    replicas: int,
+    observed: Sequence[DeploymentState],
+    stable_hint: str | None,
+) -> RevisionPlan:
+    """One revision at a time: the new revision runs beside the stable one until fully Ready.
+
+    - Nothing else exists (first revision): the desired revision is stable at once.
+    - The desired revision is stable: scale it to ``replicas``, delete every other revision.
+    - Otherwise the desired revision rolls out at full ``replicas`` beside the untouched stable one;
+      other revisions (abandoned rollouts) are deleted; once the desired one is complete it is
+      promoted and the old stable one is deleted and retired.
+    """
+    by_revision = {d.revision: d for d in observed}
+    stable = stable_hint if stable_hint in by_revision else None
+    if stable is None:
+        # Status lost or stable Deployment gone: whatever serves most keeps serving meanwhile.
+        others = [d for d in observed if d.revision != desired]
+        stable = max(others, key=lambda d: (d.ready_replicas, d.name)).revision if others else desired
+    if stable == desired:
+        delete = tuple(r for r in sorted(by_revision) if r != desired)
+        return RevisionPlan(replicas={desired: replicas}, delete=delete, stable=desired)
+    current = by_revision.get(desired)
+    if current is not None and current.complete(replicas):
+        delete = tuple(r for r in sorted(by_revision) if r != desired)
+        return RevisionPlan(replicas={desired: replicas}, delete=delete, stable=desired, retired=(stable,))
+    delete = tuple(r for r in sorted(by_revision) if r not in (desired, stable))
+    return RevisionPlan(replicas={desired: replicas}, delete=delete, stable=stable, rolling=desired)
+
+
+# ----------------------------------------------------------------- everything at once
+
+
+def build_objects(
+    ts: TritonService,
+    settings: Settings,
+    revision: str,
+    *,
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+    replicas: Mapping[str, int],
+) -> list[dict[str, Any]]:
+    """Desired objects: the ConfigMap and Deployment of each planned revision, then the Service.
+
+    Only the desired ``revision``'s ConfigMap can be rendered here; other planned revisions
+    (a stable one being replaced) keep their existing ConfigMap and Deployment untouched.
+    """
+    objects: list[dict[str, Any]] = []
+    if revision in replicas:
+        objects.append(build_configmap(ts, revision, configs, manifest_json))
+        objects.append(build_deployment(ts, revision, settings, replicas[revision]))
+    objects.append(build_service(ts))
+    return objects
+
+
+def unpinned_manifest_json(ts: TritonService) -> str:
+    """A manifest that pins nothing: sync then downloads whatever the repository holds now."""
+    document = {
+        "uri": ts.spec.repository.uri,
+        "pinned": False,
+        "models": [{"name": m.name, "path": m.folder} for m in ts.spec.models],
+        "objects": [],
+    }
+    return json.dumps(document, sort_keys=True, indent=2)

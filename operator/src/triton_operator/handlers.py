@@ -1,0 +1,93 @@
+"""kopf handlers only: each event names one TritonService, the reconcile does the rest."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from triton_operator import GROUP, PLURAL, VERSION
+from triton_operator.adapters.kube import Kube, make_client, retry_delay
+from triton_operator.core.objects import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
+from triton_operator.reconcile import Reconciler, Result
+from triton_operator.settings import Settings
+
+OWNED: dict[str, Any] = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_SERVICE: kopf.PRESENT}
+DIFFBASE_KEY = "last-handled-configuration"
+EVENT_RETRIES = 5
+
+
+def configure(settings: kopf.OperatorSettings, operator: Settings) -> None:
+    """kopf's own settings: it writes nothing to our status and adds no finalizer."""
+    # Progress and the diff base go to annotations under our group, never into .status.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key=DIFFBASE_KEY)
+    # Only used if a deletion handler existed; none does: ownerReferences let the garbage collector
+    # remove what a TritonService owned, so deleting one never waits for the operator.
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.posting.level = logging.getLevelNamesMapping().get(operator.event_level, logging.WARNING)
+    settings.posting.reporting_component = "triton-operator"
+    # Restart long watches now and then; a stuck TCP connection otherwise stops all events.
+    settings.watching.server_timeout = 600
+    settings.watching.client_timeout = 660
+    settings.networking.request_timeout = 60
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    operator = memo.get("operator_settings") or Settings.from_env()
+    configure(settings, operator)
+    memo["reconciler"] = Reconciler(Kube(make_client()), operator, pin_manifest=memo.get("pin_manifest"))
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    reconciler: Reconciler | None = memo.get("reconciler")
+    if reconciler is not None:
+        await reconciler.kube.close()
+
+
+async def _reconcile(memo: Any, namespace: str, name: str, *, coalesce: bool) -> Result | None:
+    reconciler: Reconciler = memo["reconciler"]
+    try:
+        return await reconciler(namespace, name, coalesce=coalesce)
+    except Exception as exc:
+        delay = retry_delay(exc)
+        if delay is None:
+            raise
+        raise kopf.TemporaryError(f"{type(exc).__name__}: {exc}", delay=delay) from exc
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL)
+async def tritonservice(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    """A TritonService appeared, changed, or the operator restarted: reconcile it."""
+    result = await _reconcile(memo, namespace or "default", name, coalesce=False)
+    if result is not None and result.invalid:
+        # The status already says why (Ready=False/InvalidSpec); retrying cannot help.
+        raise kopf.PermanentError(result.invalid)
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=OWNED)
+@kopf.on.event("", "v1", "pods", labels=OWNED)
+async def owned_object(
+    namespace: str | None, labels: Mapping[str, str], memo: Any, logger: Any, **_: Any
+) -> None:
+    """A Deployment or pod of a TritonService changed: reconcile the owner so its status stays true."""
+    owner = labels.get(LABEL_SERVICE)
+    if not owner or not namespace:
+        return
+    # kopf never retries event handlers, and this event may be the last one for a while
+    # (the pod that turned Ready): retry here so the status does not stay stale.
+    for attempt in range(EVENT_RETRIES):
+        try:
+            await _reconcile(memo, namespace, owner, coalesce=True)
+            return
+        except kopf.TemporaryError as exc:
+            logger.warning("reconcile of %s/%s after an owned-object event failed: %s", namespace, owner, exc)
+            if attempt + 1 < EVENT_RETRIES:
+                await asyncio.sleep(exc.delay or 5.0)

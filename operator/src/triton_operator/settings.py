@@ -1,0 +1,71 @@
+"""Operator settings: plain data read from the environment (TRITON_OPERATOR_*), passed to the core."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+
+from triton_operator import __version__
+
+DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.01-py3"
+DEFAULT_SYNC_IMAGE = f"ghcr.io/triton-operator/triton-operator:{__version__}"
+ENV_PREFIX = "TRITON_OPERATOR_"
+
+
+def _split(value: str | None) -> tuple[str, ...]:
+    return tuple(part.strip() for part in (value or "").split(",") if part.strip())
+
+
+def _flag(value: str | None, default: bool) -> bool:
+    if value is None or not value.strip():
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything the operator decides that is not in a TritonService spec."""
+
+    default_image: str = DEFAULT_TRITON_IMAGE
+    """tritonserver image for a spec that names none."""
+    sync_image: str = DEFAULT_SYNC_IMAGE
+    """Image of the `triton-operator sync` init container."""
+    sync_image_pull_policy: str | None = None
+    """imagePullPolicy of the sync init container; unset leaves the cluster default."""
+    namespaces: tuple[str, ...] = ()
+    """Namespaces (or kopf glob patterns) to watch; empty means the run command decides."""
+    all_namespaces: bool = False
+    """Watch the whole cluster."""
+    peering_name: str | None = None
+    """kopf peering object for leader election; unset runs standalone (no peering)."""
+    liveness_endpoint: str | None = None
+    """kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz."""
+    log_level: str = "INFO"
+    """Level of the operator's Python logging."""
+    event_level: str = "WARNING"
+    """Least severe level that kopf also posts as a Kubernetes Event."""
+    prometheus_scrape: bool = True
+    """Annotate pods with prometheus.io/scrape for the metrics port."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read TRITON_OPERATOR_* variables; ``environ`` defaults to the process environment."""
+        env = os.environ if environ is None else environ
+
+        def get(name: str) -> str | None:
+            value = env.get(ENV_PREFIX + name)
+            return value.strip() if value and value.strip() else None
+
+        return cls(
+            default_image=get("DEFAULT_IMAGE") or DEFAULT_TRITON_IMAGE,
+            sync_image=get("SYNC_IMAGE") or DEFAULT_SYNC_IMAGE,
+            sync_image_pull_policy=get("SYNC_IMAGE_PULL_POLICY"),
+            namespaces=_split(get("NAMESPACES")),
+            all_namespaces=_flag(get("ALL_NAMESPACES"), False),
+            peering_name=get("PEERING_NAME"),
+            liveness_endpoint=get("LIVENESS_ENDPOINT"),
+            log_level=(get("LOG_LEVEL") or "INFO").upper(),
+            event_level=(get("EVENT_LEVEL") or "WARNING").upper(),
+            prometheus_scrape=_flag(get("PROMETHEUS_SCRAPE"), True),
+        )
