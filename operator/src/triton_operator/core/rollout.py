@@ -1,0 +1,1100 @@
+"""Pure rollout engine: spec, status, observed revisions and control requests in; one level-based plan out."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from triton_operator import GROUP
+from triton_operator.core.traffic import TrafficWeights
+from triton_operator.models import CanaryStep, Rollout, SetHeaderRoute, Strategy
+
+# =====================================================================================================
+# How a rollout works (after Argo Rollouts' rollout/canary.go: a chain of small, level-based steps)
+# =====================================================================================================
+#
+# plan_rollout() is called on every reconcile with the status it wrote last time and what it
+# observes now. It never remembers anything else, so calling it twice with the same inputs gives
+# the same plan, and after applying a plan's status a second call takes no new step: every
+# transition happens in the call that first sees its condition hold, and the plan runs the chain to
+# a fixpoint (a step that completes at once, such as setHeaderRoute, does not wait for a requeue).
+#
+# States (status fields in brackets):
+#   first deploy   [no stableRevision]      the desired revision is stable at once, full replicas.
+#   steady         [stable == desired]      stable at spec.replicas, history revisions at 0.
+#   canary         [canaryRevision, currentStepIndex < len(steps)]   stepping.
+#   promoting      [promoting]              every step done: canary at full replicas; when it is
+#                                            fully Ready it becomes stable ("flip") and the old
+#                                            stable goes to 0 replicas and into history.
+#   aborted        [abortedRevision == desired]   stable serves, the canary is at 0 and is not
+#                                            retried until the desired revision changes or a
+#                                            retry/promote request comes.
+#
+# Replica maths (r = spec.replicas, w = a setWeight percent):
+#   canary replicas      c(w) = ceil(r * w / 100)          w=0 -> 0, w=100 -> r, r=3 w=10 -> 1
+#   weight of a position = the last setWeight at or before the current step (0 before any);
+#                          promoting uses 100 (c = r). BlueGreen always uses r, Recreate r.
+#   stable replicas      = r: never scaled down before the canary is promoted, except
+#     * Recreate: the old stable goes to 0 first; the new revision starts once its pods are gone.
+#     * gpuBudget B with g GPUs per pod (g > 0): P = floor(B / g) pods may exist at once.
+#         if P >= r + c            nothing changes (stable r, canary c)
+#         else  floor  s0 = max(r - c, 1)                (stable keeps serving with >= 1 pod and
+#                                                           with as many pods as the canary lacks)
+#               canary c' = min(c, P - s0)               (what the budget leaves the canary)
+#               stable s' = min(r, P - c')
+#         c' = 0 while c > 0 means the budget cannot hold one canary pod beside a serving stable:
+#         Degraded=True/GpuBudgetTooSmall, nothing moves (use Recreate for such budgets).
+#         Each side scales down at once but grows only into GPUs the other side has released:
+#         desired = target if target <= current else min(target, max(current, P - pods of others)),
+#         where the pods of others count pods still terminating. So (stable + canary) * g <= B
+#         holds for pods that exist, at every moment.
+#       A step waits for the canary to be Ready at c' (promotion: at min(r, P - 1)); at the flip
+#       the new stable goes to r and grows as the old one's pods terminate.
+#
+# Traffic (see core/traffic.py):
+#   * No router: one Service selects every revision's pods, so the split is the ratio of Ready
+#     pods; the canary replicas above are what make a weight.
+#   * Gateway API: route weights are stable = 100 - canaryWeight, canary = canaryWeight. The
+#     weight of a setWeight step is set when the step completes, i.e. once every canary pod for
+#     that weight is Ready (a step lowering the weight lowers it when the step starts); a
+#     canary never gets more traffic than its Ready pods were sized for. Replicas still follow
+#     c(w), so capacity matches the share. BlueGreen keeps 0% until the flip, then 100% at once.
+#     setHeaderRoute adds an A/B rule sending matching requests to the canary from that step
+#     until the flip or an abort; an empty match list removes it.
+#
+# Step completion:
+#   setWeight w     the canary Deployment observed replicas c'(w) and has that many Ready pods.
+#                   (BlueGreen: setWeight steps are skipped; the canary is at full replicas.)
+#   pause{d}        d seconds after the step started (requeue_after says when).
+#   pause{}         a promote request.
+#   setHeaderRoute  at once.
+#   promote request completes the current step whatever it is; promote-full jumps to promotion.
+#   Promotion itself always waits for the canary to be fully Ready: no request skips that.
+#
+# Automatic rollback (abort), checked on every call while a canary exists and nothing is paused:
+#   * the canary is not Ready at its current replicas for progressDeadlineSeconds since it began
+#     waiting at this step (status.waitingSince),      reason ProgressDeadlineExceeded
+#   * a canary pod is crash-looping,                    reason CanaryCrashLooping
+#   * a canary pod unschedulable for longer than the grace (default 120s),  CanaryUnschedulable
+#   * an abort request,                                  reason Aborted
+#   Abort: canary to 0, weights 100/0, Degraded=True naming the step index, Event Warning
+#   RolloutAborted. The stable revision is untouched throughout (Recreate: scaled back up).
+#
+# Other decisions:
+#   * A new desired revision in the middle of a canary replaces it: old canary deleted, stable
+#     untouched, the new one starts at step 0.
+#   * The desired revision going back to the stable one cancels the canary.
+#   * A desired revision found in status.history (a GitOps revert, or `kubectl triton undo`) is a
+#     rollback to something that served before: it skips the steps and goes straight to
+#     promotion (full replicas, flip when fully Ready, old stable kept until then), with the
+#     strategy's own mechanics (Recreate still recreates).
+#   * Undo pins a history revision: status.pinnedRevision serves while the spec still hashes to
+#     status.pinnedFor; a spec change (new hash) or a retry request drops the pin.
+#   * Manual pause (spec.rollout.paused or the pause request) holds everything: no step, no
+#     promotion, no automatic abort (the deadline clock restarts on resume); an abort request
+#     still works, a promote request takes one step and lifts a pause made by request. While paused
+#     no new canary starts.
+#   * Control requests are annotations `triton-operator.io/<action>: <request id>`; a request is
+#     handled once: its id is recorded in status.handledRequests[action]. Pending requests are
+#     applied in request-id order (ids are UTC timestamps from `kubectl triton`).
+#   * History (newest last) keeps revisionHistoryLimit earlier stable revisions at 0 replicas
+#     (Deployment and ConfigMap kept, so an undo serves the same bytes); every other observed
+#     revision not stable/canary/held-aborted is deleted.
+
+# ----------------------------------------------------------------- names
+
+ANNOTATION_PREFIX = f"{GROUP}/"
+Action = Literal["promote", "promote-full", "abort", "pause", "resume", "retry", "undo"]
+ACTIONS: tuple[Action, ...] = ("promote", "promote-full", "abort", "pause", "resume", "retry", "undo")
+UNDO_TARGET_ANNOTATION = f"{GROUP}/undo-to-revision"
+
+CRASH_RESTART_THRESHOLD = 3
+UNSCHEDULABLE_GRACE_SECONDS = 120
+
+PROGRESSING = "Progressing"
+DEGRADED = "Degraded"
+TRUE = "True"
+FALSE = "False"
+
+# Progressing reasons
+NEW_REVISION = "NewRevision"
+WAITING_FOR_CANARY_READY = "WaitingForCanaryReady"
+STEP_PAUSED = "StepPaused"
+ROLLOUT_PAUSED = "RolloutPaused"
+PROMOTING = "Promoting"
+ROLLOUT_COMPLETED = "RolloutCompleted"
+WAITING_FOR_STABLE_READY = "WaitingForStableReady"
+ROLLOUT_ABORTED = "RolloutAborted"
+GPU_BUDGET_TOO_SMALL = "GpuBudgetTooSmall"
+# Degraded reasons (abort reasons)
+AS_EXPECTED = "AsExpected"
+PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+CANARY_CRASH_LOOPING = "CanaryCrashLooping"
+CANARY_UNSCHEDULABLE = "CanaryUnschedulable"
+ABORTED = "Aborted"
+ABORT_REASONS = (PROGRESS_DEADLINE_EXCEEDED, CANARY_CRASH_LOOPING, CANARY_UNSCHEDULABLE, ABORTED)
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+
+# ----------------------------------------------------------------- time
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 in UTC with whole seconds, as Kubernetes writes times."""
+    return _utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: Any) -> datetime | None:
+    """A status time back to an aware datetime; None for missing or unreadable values."""
+    if isinstance(value, datetime):
+        return _utc(value)
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return _utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
+    except ValueError:
+        return None
+
+
+def _utc(moment: datetime) -> datetime:
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+# ----------------------------------------------------------------- inputs
+
+
+@dataclasses.dataclass(frozen=True)
+class RevisionState:
+    """What is observed of one revision's Deployment and pods."""
+
+    spec_replicas: int = 0
+    """Deployment spec.replicas."""
+    replicas: int = 0
+    """Deployment status.replicas."""
+    ready_replicas: int = 0
+    available_replicas: int = 0
+    observed: bool = True
+    """status.observedGeneration >= metadata.generation: the controller has seen the spec."""
+    pods: int | None = None
+    """Pods of the revision that still exist, terminating ones included (None: status.replicas)."""
+    crash_looping: bool = False
+    unschedulable_since: datetime | None = None
+    """Earliest time a pod of the revision was marked Unschedulable, if one still is."""
+
+    def ready_at(self, replicas: int) -> bool:
+        """Scaled to ``replicas`` as the Deployment controller saw it, with that many pods Ready."""
+        return self.observed and self.spec_replicas == replicas and self.ready_replicas >= replicas
+
+    @property
+    def gpu_pods(self) -> int:
+        """Pods that hold (or are about to hold) GPUs: asked for, running or still terminating."""
+        return max(self.spec_replicas, self.replicas, self.pods or 0)
+
+    @property
+    def existing_pods(self) -> int:
+        return self.replicas if self.pods is None else self.pods
+
+
+@dataclasses.dataclass(frozen=True)
+class ControlRequest:
+    """A request from an annotation, applied once (its id is recorded in status.handledRequests)."""
+
+    action: Action
+    request_id: str
+    to_revision: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryEntry:
+    """An earlier stable revision kept (at 0 replicas) for an exact undo; created: when it became stable."""
+
+    revision: str
+    created: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutStatus:
+    """The status fields the engine reads and writes (camelCase in the TritonService status)."""
+
+    stable_revision: str | None = None
+    stable_since: datetime | None = None
+    canary_revision: str | None = None
+    canary_weight: int | None = None
+    current_step_index: int | None = None
+    step_started_at: datetime | None = None
+    canary_started_at: datetime | None = None
+    waiting_since: datetime | None = None
+    promoting: bool = False
+    aborted_revision: str | None = None
+    aborted_reason: str | None = None
+    aborted_step_index: int | None = None
+    paused_by_user: bool = False
+    pinned_revision: str | None = None
+    pinned_for: str | None = None
+    handled_requests: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    history: tuple[HistoryEntry, ...] = ()
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any] | None) -> RolloutStatus:
+        """Read the fields from a TritonService status dict (unknown or missing fields default)."""
+        s = status or {}
+
+        def opt_int(key: str) -> int | None:
+            value = s.get(key)
+            return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+        def opt_str(key: str) -> str | None:
+            value = s.get(key)
+            return str(value) if value else None
+
+        handled = s.get("handledRequests") or {}
+        history = tuple(
+            HistoryEntry(revision=str(h["revision"]), created=h.get("created"))
+            for h in s.get("history") or []
+            if isinstance(h, Mapping) and h.get("revision")
+        )
+        return cls(
+            stable_revision=opt_str("stableRevision"),
+            stable_since=parse_time(s.get("stableSince")),
+            canary_revision=opt_str("canaryRevision"),
+            canary_weight=opt_int("canaryWeight"),
+            current_step_index=opt_int("currentStepIndex"),
+            step_started_at=parse_time(s.get("stepStartedAt")),
+            canary_started_at=parse_time(s.get("canaryStartedAt")),
+            waiting_since=parse_time(s.get("waitingSince")),
+            promoting=bool(s.get("promoting", False)),
+            aborted_revision=opt_str("abortedRevision"),
+            aborted_reason=opt_str("abortedReason"),
+            aborted_step_index=opt_int("abortedStepIndex"),
+            paused_by_user=bool(s.get("pausedByUser", False)),
+            pinned_revision=opt_str("pinnedRevision"),
+            pinned_for=opt_str("pinnedFor"),
+            handled_requests={str(k): str(v) for k, v in handled.items()}
+            if isinstance(handled, Mapping)
+            else {},
+            history=history,
+        )
+
+    def to_status(self) -> dict[str, Any]:
+        """Every field, camelCase; None where unset so that a merge patch clears stale values."""
+
+        def t(moment: datetime | None) -> str | None:
+            return format_time(moment) if moment is not None else None
+
+        return {
+            "stableRevision": self.stable_revision,
+            "stableSince": t(self.stable_since),
+            "canaryRevision": self.canary_revision,
+            "canaryWeight": self.canary_weight,
+            "currentStepIndex": self.current_step_index,
+            "stepStartedAt": t(self.step_started_at),
+            "canaryStartedAt": t(self.canary_started_at),
+            "waitingSince": t(self.waiting_since),
+            "promoting": self.promoting,
+            "abortedRevision": self.aborted_revision,
+            "abortedReason": self.aborted_reason,
+            "abortedStepIndex": self.aborted_step_index,
+            "pausedByUser": self.paused_by_user,
+            "pinnedRevision": self.pinned_revision,
+            "pinnedFor": self.pinned_for,
+            "handledRequests": dict(self.handled_requests),
+            "history": [
+                {"revision": h.revision, **({"created": h.created} if h.created else {})}
+                for h in self.history
+            ],
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutInput:
+    """Everything plan_rollout reads."""
+
+    rollout: Rollout
+    """spec.rollout."""
+    replicas: int
+    """spec.replicas."""
+    desired_revision: str
+    """The revision hash of what the spec asks to serve now."""
+    now: datetime
+    status: RolloutStatus = dataclasses.field(default_factory=RolloutStatus)
+    revisions: Mapping[str, RevisionState] = dataclasses.field(default_factory=dict)
+    """Observed revision Deployments by revision hash (every Deployment of this TritonService)."""
+    gpus_per_pod: int = 0
+    """spec.resources.gpus."""
+    requests: Sequence[ControlRequest] = ()
+    """Control requests from the annotations (parse_control_requests)."""
+    unschedulable_grace_seconds: int = UNSCHEDULABLE_GRACE_SECONDS
+
+
+# ----------------------------------------------------------------- outputs
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutCondition:
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutEvent:
+    type: str
+    """Normal or Warning."""
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutPlan:
+    """What the reconcile does: apply replicas, delete, set traffic, write status, emit events."""
+
+    replicas: Mapping[str, int]
+    """Deployment spec.replicas per revision to keep (stable, canary, history, a held aborted one)."""
+    delete: tuple[str, ...]
+    """Observed revisions whose Deployment (and ConfigMap) goes away."""
+    weights: TrafficWeights
+    """Route weights (Gateway API); without a router the replicas make the split."""
+    header_route: SetHeaderRoute | None
+    """The A/B rule to put first in the routes, if any."""
+    stable_service_revision: str | None
+    """The revision `<name>-stable` selects."""
+    canary_service_revision: str | None
+    """The revision `<name>-canary` selects (the stable one when no canary runs)."""
+    status: RolloutStatus
+    conditions: tuple[RolloutCondition, ...]
+    events: tuple[RolloutEvent, ...]
+    requeue_after: float | None
+    """Seconds until a timed pause ends or a deadline passes; None when nothing is timed."""
+
+    def condition(self, condition_type: str) -> RolloutCondition | None:
+        return next((c for c in self.conditions if c.type == condition_type), None)
+
+
+# ----------------------------------------------------------------- pure maths
+
+
+def canary_replicas(replicas: int, weight: int) -> int:
+    """ceil(replicas * weight / 100), in integers: the canary's share of ``replicas`` for ``weight`` %."""
+    if not 0 <= weight <= 100:
+        raise ValueError(f"weight must be 0..100, got {weight}")
+    if replicas < 0:
+        raise ValueError(f"replicas must be >= 0, got {replicas}")
+    return -(-replicas * weight // 100)
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """Replicas of stable and canary under a GPU budget (see the maths at the top of this module)."""
+
+    stable: int
+    """Stable replicas to apply now."""
+    canary: int
+    """Canary replicas to apply now."""
+    stable_goal: int
+    canary_goal: int
+    """Canary replicas the current step waits to see Ready."""
+    too_small: bool = False
+    """The budget cannot hold one canary pod beside a serving stable."""
+
+
+def _grow(goal: int, current: int, free: int) -> int:
+    """Scale down at once; scale up only into released capacity."""
+    if goal <= current:
+        return goal
+    return min(goal, max(current, free))
+
+
+def gpu_split(
+    replicas: int,
+    canary_goal: int,
+    gpus_per_pod: int,
+    gpu_budget: int | None,
+    *,
+    stable: RevisionState | None = None,
+    canary: RevisionState | None = None,
+    other_pods: int = 0,
+) -> Split:
+    """Stable and canary replicas so that (stable + canary) * gpus_per_pod <= gpu_budget at all times."""
+    if gpu_budget is None or gpus_per_pod <= 0:
+        return Split(replicas, canary_goal, replicas, canary_goal)
+    budget_pods = gpu_budget // gpus_per_pod
+    if budget_pods >= replicas + canary_goal:
+        stable_goal, goal = replicas, canary_goal
+    else:
+        floor = max(replicas - canary_goal, 1) if replicas > 0 else 0
+        goal = max(0, min(canary_goal, budget_pods - floor))
+        if canary_goal > 0 and goal == 0:
+            return Split(replicas, 0, replicas, 0, too_small=True)
+        stable_goal = min(replicas, budget_pods - goal)
+    stable_pods = stable.gpu_pods if stable else 0
+    canary_pods = canary.gpu_pods if canary else 0
+    if canary_pods == 0 and goal == 0 and other_pods == 0:
+        # A single revision alone is never capped below spec.replicas.
+        return Split(replicas, 0, replicas, 0)
+    stable_now = _grow(
+        stable_goal, stable.spec_replicas if stable else 0, budget_pods - canary_pods - other_pods
+    )
+    canary_now = _grow(goal, canary.spec_replicas if canary else 0, budget_pods - stable_pods - other_pods)
+    return Split(stable_now, canary_now, stable_goal, goal)
+
+
+# ----------------------------------------------------------------- observation helpers
+
+
+def _container_statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    status = pod.get("status") or {}
+    return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+
+
+def pod_crash_looping(pod: Mapping[str, Any], threshold: int = CRASH_RESTART_THRESHOLD) -> bool:
+    """A container (init ones too) waits in CrashLoopBackOff or restarted ``threshold`` times or more."""
+    for cs in _container_statuses(pod):
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") == "CrashLoopBackOff":
+            return True
+        if int(cs.get("restartCount") or 0) >= threshold:
+            return True
+    return False
+
+
+def pod_unschedulable_since(pod: Mapping[str, Any]) -> datetime | None:
+    """When the scheduler marked the pod Unschedulable, if it still is."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            return parse_time(condition.get("lastTransitionTime")) or datetime.min.replace(tzinfo=UTC)
+    return None
+
+
+def revision_state(
+    deployment: Mapping[str, Any] | None,
+    pods: Iterable[Mapping[str, Any]] = (),
+    *,
+    crash_restart_threshold: int = CRASH_RESTART_THRESHOLD,
+) -> RevisionState:
+    """Read one revision's Deployment dict and its pods' dicts (as the API returns them)."""
+    deployment = deployment or {}
+    metadata = deployment.get("metadata") or {}
+    spec = deployment.get("spec") or {}
+    status = deployment.get("status") or {}
+    pod_list = list(pods)
+    live = [p for p in pod_list if (p.get("metadata") or {}).get("deletionTimestamp") is None]
+    since = [t for t in (pod_unschedulable_since(p) for p in live) if t is not None]
+    return RevisionState(
+        spec_replicas=int(spec.get("replicas", 1)) if deployment else 0,
+        replicas=int(status.get("replicas") or 0),
+        ready_replicas=int(status.get("readyReplicas") or 0),
+        available_replicas=int(status.get("availableReplicas") or 0),
+        observed=int(status.get("observedGeneration") or 0) >= int(metadata.get("generation") or 0),
+        pods=len(pod_list),
+        crash_looping=any(pod_crash_looping(p, crash_restart_threshold) for p in live),
+        unschedulable_since=min(since) if since else None,
+    )
+
+
+# ----------------------------------------------------------------- control annotations
+
+
+def parse_control_requests(annotations: Mapping[str, str] | None) -> tuple[ControlRequest, ...]:
+    """Control requests from metadata.annotations: `triton-operator.io/<action>: <request id>`."""
+    annotations = annotations or {}
+    out: list[ControlRequest] = []
+    for action in ACTIONS:
+        request_id = annotations.get(ANNOTATION_PREFIX + action)
+        if not request_id:
+            continue
+        target = annotations.get(UNDO_TARGET_ANNOTATION) if action == "undo" else None
+        out.append(ControlRequest(action=action, request_id=str(request_id), to_revision=target or None))
+    return tuple(out)
+
+
+def control_annotations(
+    action: Action, request_id: str, to_revision: str | None = None
+) -> dict[str, str | None]:
+    """The metadata.annotations of a merge patch that makes a request (None removes a key)."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
+    if not request_id:
+        raise ValueError("a request needs an id")
+    patch: dict[str, str | None] = {ANNOTATION_PREFIX + action: request_id}
+    if action == "undo":
+        patch[UNDO_TARGET_ANNOTATION] = to_revision or None
+    elif to_revision:
+        raise ValueError("only undo takes a target revision")
+    return patch
+
+
+# ----------------------------------------------------------------- the engine
+
+
+def describe_step(step: CanaryStep) -> str:
+    """A short human form of a step: setWeight 10, pause 60s, pause (until promoted), setHeaderRoute x."""
+    if step.set_weight is not None:
+        return f"setWeight {step.set_weight}"
+    if step.pause is not None:
+        if step.pause.duration_seconds is None:
+            return "pause (until promoted)"
+        return f"pause {step.pause.duration_seconds}s"
+    if step.set_header_route is not None:
+        return f"setHeaderRoute {step.set_header_route.name}"
+    return "step"
+
+
+def plan_rollout(inp: RolloutInput) -> RolloutPlan:
+    """The whole rollout decision for one reconcile (see the notes at the top of this module)."""
+    return _Engine(inp).run()
+
+
+class _Engine:
+    """One call's working state; pure: reads the input, builds the plan, touches nothing else."""
+
+    def __init__(self, inp: RolloutInput) -> None:
+        self.inp = inp
+        self.now = _utc(inp.now).replace(microsecond=0)
+        self.st = inp.status
+        self.r = max(inp.replicas, 0)
+        self.strategy = inp.rollout.strategy
+        self.steps: tuple[CanaryStep, ...] = (
+            () if self.strategy == Strategy.RECREATE else tuple(inp.rollout.steps)
+        )
+        self.events: list[RolloutEvent] = []
+        self.handled: dict[str, str] = dict(inp.status.handled_requests)
+        self.promote_step = False
+        self.promote_full = False
+        self.abort_requested = False
+        self.retry = False
+        self.target = inp.desired_revision
+        self.rollback = False
+        self.had_rollout = inp.status.canary_revision is not None or inp.status.aborted_revision is not None
+
+    # ------------------------------------------------------------- small helpers
+
+    def set(self, **changes: Any) -> None:
+        self.st = dataclasses.replace(self.st, **changes)
+
+    def event(self, reason: str, message: str, kind: str = NORMAL) -> None:
+        self.events.append(RolloutEvent(kind, reason, message))
+
+    @property
+    def paused(self) -> bool:
+        return self.inp.rollout.paused or self.st.paused_by_user
+
+    def observed(self, revision: str | None) -> RevisionState | None:
+        return self.inp.revisions.get(revision) if revision else None
+
+    def history_revisions(self) -> list[str]:
+        return [h.revision for h in self.st.history]
+
+    def seconds_since(self, moment: datetime | None) -> float:
+        return (self.now - moment).total_seconds() if moment is not None else 0.0
+
+    def elapsed(self, since: datetime | None, seconds: int) -> bool:
+        return since is not None and self.seconds_since(since) >= seconds
+
+    def position(self) -> int:
+        index = self.st.current_step_index or 0
+        return min(max(index, 0), len(self.steps))
+
+    def other_pods(self, *exclude: str | None) -> int:
+        return sum(s.gpu_pods for rev, s in self.inp.revisions.items() if rev not in exclude)
+
+    # ------------------------------------------------------------- requests
+
+    def take_requests(self) -> None:
+        pending = [
+            r for r in self.inp.requests if r.action in ACTIONS and self.handled.get(r.action) != r.request_id
+        ]
+        for req in sorted(pending, key=lambda r: (r.request_id, ACTIONS.index(r.action))):
+            self.handled[req.action] = req.request_id
+            if req.action == "pause":
+                if not self.st.paused_by_user:
+                    self.set(paused_by_user=True)
+                    self.event(ROLLOUT_PAUSED, "rollout paused by request")
+            elif req.action == "resume":
+                if self.st.paused_by_user:
+                    self.set(paused_by_user=False)
+                    self.event("RolloutResumed", "rollout resumed by request")
+            elif req.action in ("promote", "promote-full"):
+                # Only a rollout in progress (or an aborted one: retry) can be promoted; a promote
+                # made when nothing ran must not skip a step of the next rollout.
+                if self.had_rollout:
+                    self.promote_step = self.promote_step or req.action == "promote"
+                    self.promote_full = self.promote_full or req.action == "promote-full"
+                self.set(paused_by_user=False)
+            elif req.action == "abort":
+                self.abort_requested = True
+            elif req.action == "retry":
+                self.retry = True
+            elif req.action == "undo":
+                self.undo(req.to_revision)
+
+    def undo(self, to_revision: str | None) -> None:
+        history = self.history_revisions()
+        target = to_revision or (history[-1] if history else None)
+        if target is None:
+            self.event("UndoRejected", "undo: no earlier revision in history", WARNING)
+            return
+        if target != self.st.stable_revision and target not in history:
+            known = ", ".join(history) or "none"
+            self.event("UndoRejected", f"undo: revision {target} is not in history ({known})", WARNING)
+            return
+        if target not in self.inp.revisions and target != self.inp.desired_revision:
+            self.event("UndoRejected", f"undo: revision {target} has no Deployment left", WARNING)
+            return
+        self.set(pinned_revision=target, pinned_for=self.inp.desired_revision)
+        self.event(
+            "UndoRequested",
+            f"rolling back to revision {target}; the spec's revision {self.inp.desired_revision} waits "
+            "until the spec changes or a retry request",
+        )
+
+    def resolve_target(self) -> None:
+        st = self.st
+        if st.pinned_revision and (st.pinned_for != self.inp.desired_revision or self.retry):
+            self.set(pinned_revision=None, pinned_for=None)
+        self.target = self.st.pinned_revision or self.inp.desired_revision
+        aborted = self.st.aborted_revision
+        if aborted is not None:
+            asked = self.retry or self.promote_step or self.promote_full
+            if aborted != self.target or asked:
+                if aborted == self.target:
+                    self.event("RolloutRetried", f"retrying revision {aborted} from step 0")
+                    self.promote_step = self.promote_full = False
+                self.set(aborted_revision=None, aborted_reason=None, aborted_step_index=None)
+
+    # ------------------------------------------------------------- the chain
+
+    def run(self) -> RolloutPlan:
+        self.take_requests()
+        self.resolve_target()
+        st = self.st
+        target = self.target
+        if st.stable_revision is None:
+            self.set(stable_revision=target, stable_since=self.now)
+            self.clear_canary()
+            self.event("RevisionDeployed", f"revision {target} deployed at {self.r} replicas")
+            return self.steady()
+        if target == st.stable_revision:
+            if st.canary_revision is not None:
+                self.event(
+                    "RolloutCancelled",
+                    f"the desired revision is the stable {target} again: canary {st.canary_revision} removed",
+                )
+                self.clear_canary()
+            return self.steady()
+        if st.aborted_revision == target:
+            return self.held_aborted()
+        if st.canary_revision is not None and st.canary_revision != target:
+            self.event("CanaryReplaced", f"revision {target} replaces canary {st.canary_revision}")
+            self.clear_canary()
+        if self.st.canary_revision is None:
+            if self.paused:
+                return self.held_before_start()
+            self.start()
+        return self.progress()
+
+    def clear_canary(self) -> None:
+        self.set(
+            canary_revision=None,
+            canary_weight=None,
+            current_step_index=None,
+            step_started_at=None,
+            canary_started_at=None,
+            waiting_since=None,
+            promoting=False,
+        )
+
+    def start(self) -> None:
+        target = self.target
+        self.rollback = target in self.history_revisions()
+        promoting = self.rollback or not self.steps
+        self.set(
+            canary_revision=target,
+            canary_weight=100 if self.strategy == Strategy.RECREATE else 0,
+            current_step_index=len(self.steps) if promoting else 0,
+            step_started_at=self.now,
+            canary_started_at=self.now,
+            waiting_since=None,
+            promoting=promoting,
+        )
+        if self.rollback:
+            self.event(
+                "RolloutRollback",
+                f"revision {target} served before (history): rolling back to it without steps "
+                f"({self.strategy.value}); stable {self.st.stable_revision} serves until it is Ready",
+            )
+        else:
+            self.event(
+                "RolloutStarted",
+                f"rolling out revision {target} over stable {self.st.stable_revision} "
+                f"({self.strategy.value}, {len(self.steps)} steps)",
+            )
+
+    def progress(self) -> RolloutPlan:
+        for _ in range(len(self.steps) + 3):
+            if self.abort_requested:
+                return self.abort(ABORTED)
+            split = self.split()
+            if split.too_small:
+                return self.canary_plan(split, budget_blocked=True)
+            if not self.paused:
+                failure = self.failure(split)
+                if failure is not None:
+                    return self.abort(failure)
+            if self.promote_full and not self.st.promoting:
+                self.promote_full = False
+                self.enter_promotion("promoted in full by request")
+                continue
+            if self.st.promoting:
+                if not self.paused and self.promotion_ready(split):
+                    return self.flip()
+                self.promote_step = False  # nothing skips the wait for a fully Ready canary
+                return self.canary_plan(split)
+            index = self.position()
+            if index >= len(self.steps):
+                self.enter_promotion("all steps done")
+                continue
+            if self.paused and not self.promote_step:
+                return self.canary_plan(split)
+            forced = self.promote_step
+            self.promote_step = False
+            if forced or self.step_done(index, split):
+                self.advance(index, forced)
+                continue
+            return self.canary_plan(split)
+        return self.canary_plan(self.split())
+
+    def step_done(self, index: int, split: Split) -> bool:
+        step = self.steps[index]
+        if step.set_weight is not None:
+            if self.strategy == Strategy.BLUE_GREEN:
+                return True
+            state = self.observed(self.st.canary_revision)
+            return state is not None and state.ready_at(split.canary_goal)
+        if step.pause is not None:
+            duration = step.pause.duration_seconds
+            if duration is None:
+                return False
+            return self.seconds_since(self.st.step_started_at) >= duration
+        return True  # setHeaderRoute
+
+    def advance(self, index: int, forced: bool) -> None:
+        step = self.steps[index]
+        changes: dict[str, Any] = {
+            "current_step_index": index + 1,
+            "step_started_at": self.now,
+            "waiting_since": None,
+        }
+        if step.set_weight is not None and self.strategy == Strategy.CANARY:
+            changes["canary_weight"] = step.set_weight
+        nxt = self.steps[index + 1] if index + 1 < len(self.steps) else None
+        if nxt is not None and nxt.set_weight is not None and self.strategy == Strategy.CANARY:
+            current = changes.get("canary_weight", self.st.canary_weight) or 0
+            changes["canary_weight"] = min(current, nxt.set_weight)
+        self.set(**changes)
+        how = " by promote request" if forced else ""
+        self.event(
+            "StepCompleted",
+            f"revision {self.st.canary_revision}: step {index}/{len(self.steps)} ({describe_step(step)}) "
+            f"completed{how}",
+        )
+
+    def enter_promotion(self, why: str) -> None:
+        self.set(
+            promoting=True,
+            current_step_index=len(self.steps),
+            step_started_at=self.now,
+            waiting_since=None,
+        )
+        self.event(
+            "RolloutPromoting",
+            f"revision {self.st.canary_revision}: {why}; scaling to full replicas before it becomes stable",
+        )
+
+    def promotion_ready(self, split: Split) -> bool:
+        state = self.observed(self.st.canary_revision)
+        if state is None or not state.ready_at(split.canary_goal):
+            return False
+        if self.strategy == Strategy.RECREATE:
+            return True
+        return split.canary_goal > 0 or self.r == 0
+
+    def flip(self) -> RolloutPlan:
+        new = self.st.canary_revision
+        old = self.st.stable_revision
+        assert new is not None and old is not None
+        created = format_time(self.st.stable_since) if self.st.stable_since else None
+        history = [h for h in self.st.history if h.revision not in (new, old)]
+        history.append(HistoryEntry(old, created))
+        limit = self.inp.rollout.revision_history_limit
+        kept = history[-limit:] if limit > 0 else []
+        pruned = [h.revision for h in history if h not in kept]
+        self.set(stable_revision=new, stable_since=self.now, history=tuple(kept))
+        self.clear_canary()
+        message = f"revision {new} is stable; {old} scaled to 0"
+        message += " and kept in history" if any(h.revision == old for h in kept) else " and deleted"
+        if pruned and pruned != [old]:
+            message += f"; pruned from history: {', '.join(r for r in pruned if r != old)}"
+        self.event(ROLLOUT_COMPLETED, message)
+        return self.steady()
+
+    def failure(self, split: Split) -> str | None:
+        state = self.observed(self.st.canary_revision)
+        if state is not None and state.crash_looping:
+            return CANARY_CRASH_LOOPING
+        grace = self.inp.unschedulable_grace_seconds
+        if (
+            state is not None
+            and state.unschedulable_since is not None
+            and self.elapsed(state.unschedulable_since, grace)
+        ):
+            return CANARY_UNSCHEDULABLE
+        ready = state is not None and state.ready_at(split.canary_goal)
+        if not ready and self.elapsed(self.st.waiting_since, self.inp.rollout.progress_deadline_seconds):
+            return PROGRESS_DEADLINE_EXCEEDED
+        return None
+
+    def abort(self, reason: str) -> RolloutPlan:
+        canary = self.st.canary_revision
+        index = self.position() if not self.st.promoting else len(self.steps)
+        self.set(aborted_revision=canary, aborted_reason=reason, aborted_step_index=index)
+        self.clear_canary()
+        self.event(ROLLOUT_ABORTED, self.abort_message(), WARNING)
+        return self.held_aborted()
+
+    def abort_message(self) -> str:
+        st = self.st
+        details = {
+            PROGRESS_DEADLINE_EXCEEDED: f"canary not fully Ready within "
+            f"{self.inp.rollout.progress_deadline_seconds}s",
+            CANARY_CRASH_LOOPING: "canary pods are crash-looping",
+            CANARY_UNSCHEDULABLE: f"canary pods unschedulable for more than "
+            f"{self.inp.unschedulable_grace_seconds}s",
+            ABORTED: "aborted by request",
+        }
+        index = st.aborted_step_index if st.aborted_step_index is not None else 0
+        where = f"step {index}" if index < len(self.steps) else f"step {index} (promotion)"
+        detail = details.get(st.aborted_reason or "", st.aborted_reason or "aborted")
+        return (
+            f"rollout of revision {st.aborted_revision} aborted at {where}: {detail}; "
+            f"stable revision {st.stable_revision} serves all traffic"
+        )
+
+    # ------------------------------------------------------------- replicas per position
+
+    def position_weight(self) -> int:
+        """The replica weight of the current position: the last setWeight at or before it (promotion: 100)."""
+        if self.st.promoting or self.position() >= len(self.steps):
+            return 100
+        for step in reversed(self.steps[: self.position() + 1]):
+            if step.set_weight is not None:
+                return step.set_weight
+        return 0
+
+    def split(self) -> Split:
+        """Stable and canary replicas for the current canary position."""
+        stable_rev, canary_rev = self.st.stable_revision, self.st.canary_revision
+        stable = self.observed(stable_rev)
+        canary = self.observed(canary_rev)
+        if self.strategy == Strategy.RECREATE:
+            old_gone = stable is None or (stable.spec_replicas == 0 and stable.existing_pods == 0)
+            return Split(0, self.r if old_gone else 0, 0, self.r)
+        goal = (
+            self.r
+            if self.strategy == Strategy.BLUE_GREEN
+            else canary_replicas(self.r, self.position_weight())
+        )
+        return gpu_split(
+            self.r,
+            goal,
+            self.inp.gpus_per_pod,
+            self.inp.rollout.gpu_budget,
+            stable=stable,
+            canary=canary,
+            other_pods=self.other_pods(stable_rev, canary_rev),
+        )
+
+    def header_route(self) -> SetHeaderRoute | None:
+        if self.st.canary_revision is None or self.strategy == Strategy.RECREATE:
+            return None
+        done = self.steps if self.st.promoting else self.steps[: self.position()]
+        route: SetHeaderRoute | None = None
+        for step in done:
+            if step.set_header_route is not None:
+                route = step.set_header_route if step.set_header_route.match else None
+        return route
+
+    # ------------------------------------------------------------- plans
+
+    def keep_history(self, replicas: dict[str, int]) -> None:
+        for h in self.st.history:
+            replicas.setdefault(h.revision, 0)
+
+    def finish(
+        self,
+        replicas: dict[str, int],
+        conditions: list[RolloutCondition],
+        requeue: float | None = None,
+    ) -> RolloutPlan:
+        self.keep_history(replicas)
+        delete = tuple(sorted(r for r in self.inp.revisions if r not in replicas))
+        self.set(handled_requests=dict(sorted(self.handled.items())))
+        st = self.st
+        canary = st.canary_revision
+        weights = TrafficWeights.canary_percent(st.canary_weight or 0) if canary else TrafficWeights()
+        return RolloutPlan(
+            replicas=replicas,
+            delete=delete,
+            weights=weights,
+            header_route=self.header_route(),
+            stable_service_revision=st.stable_revision,
+            canary_service_revision=canary or st.stable_revision,
+            status=st,
+            conditions=tuple(conditions),
+            events=tuple(self.events),
+            requeue_after=requeue,
+        )
+
+    def stable_replicas_alone(self) -> int:
+        """Stable at spec.replicas, growing only into GPUs others released when a budget is set."""
+        stable_rev = self.st.stable_revision
+        split = gpu_split(
+            self.r,
+            0,
+            self.inp.gpus_per_pod,
+            self.inp.rollout.gpu_budget,
+            stable=self.observed(stable_rev),
+            other_pods=self.other_pods(stable_rev),
+        )
+        return split.stable
+
+    def steady(self) -> RolloutPlan:
+        stable = self.st.stable_revision
+        assert stable is not None
+        state = self.observed(stable)
+        replicas = {stable: self.stable_replicas_alone()}
+        if state is not None and state.ready_at(self.r):
+            progressing = RolloutCondition(
+                PROGRESSING, FALSE, ROLLOUT_COMPLETED, f"revision {stable} is stable at {self.r} replicas"
+            )
+        else:
+            ready = state.ready_replicas if state else 0
+            progressing = RolloutCondition(
+                PROGRESSING,
+                TRUE,
+                WAITING_FOR_STABLE_READY,
+                f"revision {stable}: {ready}/{self.r} replicas Ready",
+            )
+        degraded = RolloutCondition(DEGRADED, FALSE, AS_EXPECTED, "no rollout failed")
+        return self.finish(replicas, [progressing, degraded])
+
+    def held_before_start(self) -> RolloutPlan:
+        stable = self.st.stable_revision
+        assert stable is not None
+        replicas = {stable: self.stable_replicas_alone()}
+        progressing = RolloutCondition(
+            PROGRESSING,
+            FALSE,
+            ROLLOUT_PAUSED,
+            f"revision {self.target} waits: the rollout is paused ({self._pause_source()})",
+        )
+        degraded = RolloutCondition(DEGRADED, FALSE, AS_EXPECTED, "no rollout failed")
+        return self.finish(replicas, [progressing, degraded])
+
+    def held_aborted(self) -> RolloutPlan:
+        stable = self.st.stable_revision
+        aborted = self.st.aborted_revision
+        assert stable is not None and aborted is not None
+        replicas = {stable: self.stable_replicas_alone(), aborted: 0}
+        message = self.abort_message()
+        progressing = RolloutCondition(
+            PROGRESSING,
+            FALSE,
+            ROLLOUT_ABORTED,
+            f"{message}; change the spec or request a retry (kubectl triton retry) to try again",
+        )
+        degraded = RolloutCondition(DEGRADED, TRUE, self.st.aborted_reason or ABORTED, message)
+        return self.finish(replicas, [progressing, degraded])
+
+    def _pause_source(self) -> str:
+        if self.inp.rollout.paused:
+            return "spec.rollout.paused"
+        return "pause request; kubectl triton resume"
+
+    def canary_plan(self, split: Split, budget_blocked: bool = False) -> RolloutPlan:
+        st = self.st
+        stable, canary = st.stable_revision, st.canary_revision
+        assert stable is not None and canary is not None
+        state = self.observed(canary)
+        replicas = {stable: split.stable, canary: split.canary}
+        ready_now = state is not None and state.ready_at(split.canary_goal)
+        # The deadline clock: when the canary began waiting at this position (paused: no clock).
+        waiting = None if (ready_now or self.paused or budget_blocked) else (st.waiting_since or self.now)
+        self.set(waiting_since=waiting)
+        n = len(self.steps)
+        index = self.position()
+        ready = state.ready_replicas if state else 0
+        readiness = f"canary {canary}: {ready}/{split.canary_goal} Ready"
+        degraded = RolloutCondition(DEGRADED, FALSE, AS_EXPECTED, "no rollout failed")
+        requeue: list[float] = []
+        if budget_blocked:
+            gpus, budget = self.inp.gpus_per_pod, self.inp.rollout.gpu_budget
+            message = (
+                f"gpuBudget {budget} holds {(budget or 0) // max(gpus, 1)} pods of {gpus} GPUs: not enough "
+                f"for one canary pod beside a serving stable of {self.r}; raise it or use Recreate"
+            )
+            progressing = RolloutCondition(PROGRESSING, FALSE, GPU_BUDGET_TOO_SMALL, message)
+            degraded = RolloutCondition(DEGRADED, TRUE, GPU_BUDGET_TOO_SMALL, message)
+            return self.finish(replicas, [progressing, degraded])
+        if self.paused:
+            progressing = RolloutCondition(
+                PROGRESSING,
+                FALSE,
+                ROLLOUT_PAUSED,
+                f"rollout of {canary} paused at step {index}/{n} ({self._pause_source()}); {readiness}",
+            )
+        elif st.promoting:
+            message = f"{readiness} at full replicas; stable {stable} serves until then"
+            old = self.observed(stable)
+            if self.strategy == Strategy.RECREATE and old is not None and old.existing_pods > 0:
+                message = f"Recreate: waiting for the {old.existing_pods} pod(s) of {stable} to terminate"
+            progressing = RolloutCondition(PROGRESSING, TRUE, PROMOTING, message)
+        else:
+            step = self.steps[index]
+            where = f"step {index}/{n} ({describe_step(step)})"
+            if step.pause is not None and step.pause.duration_seconds is not None:
+                left = step.pause.duration_seconds - self.seconds_since(st.step_started_at)
+                requeue.append(left)
+                until = (st.step_started_at or self.now) + timedelta(seconds=step.pause.duration_seconds)
+                progressing = RolloutCondition(
+                    PROGRESSING, TRUE, STEP_PAUSED, f"{where}: paused until {format_time(until)}"
+                )
+            elif step.pause is not None:
+                progressing = RolloutCondition(
+                    PROGRESSING,
+                    FALSE,
+                    STEP_PAUSED,
+                    f"{where}: paused until promoted (kubectl triton promote)",
+                )
+            else:
+                reason = NEW_REVISION if index == 0 else WAITING_FOR_CANARY_READY
+                progressing = RolloutCondition(PROGRESSING, TRUE, reason, f"{where}: {readiness}")
+        if not self.paused:
+            if waiting is not None:
+                requeue.append(self.inp.rollout.progress_deadline_seconds - self.seconds_since(waiting))
+            if state is not None and state.unschedulable_since is not None:
+                requeue.append(
+                    self.inp.unschedulable_grace_seconds - self.seconds_since(state.unschedulable_since)
+                )
+        after = max(min(requeue), 1.0) if requeue else None
+        return self.finish(replicas, [progressing, degraded], after)
