@@ -308,12 +308,99 @@ def parse_config_pbtxt(text: str, *, source: str = "config.pbtxt") -> Any:
     return message
 
 
-def config_to_dict(message: Any) -> dict[str, Any]:
-    """A ModelConfig message in the spec's proto3-JSON form (camelCase, 64-bit ints as strings)."""
-    result: dict[str, Any] = json_format.MessageToDict(message)
-    return result
+_SAFE_INTEGER = 2**53  # integers beyond this lose precision in JSON readers that use doubles
 
 
-def import_config_pbtxt(text: str, *, source: str = "config.pbtxt") -> dict[str, Any]:
+def _tidy_value(value: Any, field: FieldDescriptor, int64_as_number: bool) -> Any:
+    if int64_as_number and (field.type in INT64_TYPES or field.type in UINT64_TYPES):
+        number = int(value)
+        return number if abs(number) < _SAFE_INTEGER else value
+    if field.type == FieldDescriptor.TYPE_MESSAGE and isinstance(value, dict):
+        return _tidy_message(value, field.message_type, int64_as_number)
+    return value
+
+
+def _tidy_message(data: dict[str, Any], descriptor: Descriptor, int64_as_number: bool) -> dict[str, Any]:
+    """Keys in the order the .proto declares them (not by field number), 64-bit ints as asked."""
+    out: dict[str, Any] = {}
+    for field in descriptor.fields:
+        if field.json_name not in data:
+            continue
+        value = data[field.json_name]
+        if is_map(field):
+            _, value_field = map_key_value(field)
+            out[field.json_name] = {k: _tidy_value(v, value_field, int64_as_number) for k, v in value.items()}
+        elif is_repeated(field):
+            out[field.json_name] = [_tidy_value(v, field, int64_as_number) for v in value]
+        else:
+            out[field.json_name] = _tidy_value(value, field, int64_as_number)
+    return out
+
+
+def config_to_dict(message: Any, *, int64_as_number: bool = False) -> dict[str, Any]:
+    """A ModelConfig message in the spec's proto3-JSON form (camelCase), keys in .proto order.
+
+    proto3 JSON writes 64-bit integers as strings ("100"); with ``int64_as_number`` they are plain
+    numbers (100) where a double holds them exactly. Both forms parse back to the same message.
+    """
+    data: dict[str, Any] = json_format.MessageToDict(message)
+    return _tidy_message(data, message.DESCRIPTOR, int64_as_number)
+
+
+def import_config_pbtxt(
+    text: str, *, source: str = "config.pbtxt", int64_as_number: bool = False
+) -> dict[str, Any]:
     """Read config.pbtxt text into the spec's proto3-JSON form (camelCase)."""
-    return config_to_dict(parse_config_pbtxt(text, source=source))
+    return config_to_dict(parse_config_pbtxt(text, source=source), int64_as_number=int64_as_number)
+
+
+# ---------------------------------------------------------------- import of a model repository
+
+
+def build_model_entry(
+    folder: str, text: str | None, *, source: str = "config.pbtxt", int64_as_number: bool = True
+) -> dict[str, Any]:
+    """One entry of spec.models from a repository folder and its config.pbtxt text (None: no file).
+
+    The model is named by config.name when it has one, else by the folder; ``path`` is kept only
+    when the folder differs from the name, and ``config.name`` is left out (it is the model's name).
+    64-bit integers are written as numbers unless ``int64_as_number`` is False.
+    """
+    config = (
+        import_config_pbtxt(text, source=source, int64_as_number=int64_as_number) if text is not None else {}
+    )
+    name = str(config.pop("name", "") or folder)
+    entry: dict[str, Any] = {"name": name}
+    if folder != name:
+        entry["path"] = folder
+    entry["config"] = config
+    return entry
+
+
+def gpus_needed(models: list[dict[str, Any]]) -> int:
+    """GPUs a pod needs for the KIND_GPU instance groups of ``models`` (GPU ids count from 0)."""
+    needed = 0
+    for model in models:
+        for group in model.get("config", {}).get("instanceGroup") or []:
+            if group.get("kind") == "KIND_GPU":
+                ids = [int(g) for g in group.get("gpus") or []]
+                needed = max(needed, max(ids) + 1 if ids else 1)
+    return needed
+
+
+def build_imported_service(name: str, uri: str, models: list[dict[str, Any]]) -> dict[str, Any]:
+    """A TritonService object serving ``models`` (entries of spec.models) from ``uri``.
+
+    When a model has KIND_GPU instances, the pod asks for as many GPUs as their ids need.
+    """
+    spec: dict[str, Any] = {"repository": {"uri": uri}}
+    gpus = gpus_needed(models)
+    if gpus:
+        spec["resources"] = {"gpus": gpus}
+    spec["models"] = models
+    return {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonService",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
