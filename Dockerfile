@@ -1,0 +1,38 @@
+# syntax=docker/dockerfile:1
+# One image for the operator (`triton-operator run`) and the `triton-operator sync` init container.
+# Build from the repository root:
+#   docker build -t ghcr.io/triton-operator/triton-operator:0.1.0 .
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# ---- builder: wheels for the project and every dependency, installed into a venv ----
+FROM ${PYTHON_IMAGE} AS builder
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator/src ./operator/src
+RUN python -m pip wheel --wheel-dir /wheels . \
+ && python -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-index --find-links=/wheels /wheels/*.whl \
+ && /opt/venv/bin/triton-operator --help >/dev/null
+
+# ---- runtime: the venv only, no compilers, no wheels, non-root ----
+FROM ${PYTHON_IMAGE}
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="triton-operator" \
+      org.opencontainers.image.description="Kubernetes operator for NVIDIA Triton Inference Server" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp
+COPY --from=builder /opt/venv /opt/venv
+# 65532 is the conventional "nonroot" uid/gid; the chart runs with a read-only root filesystem
+# and an emptyDir at /tmp.
+USER 65532:65532
+WORKDIR /tmp
+EXPOSE 8080
+ENTRYPOINT ["triton-operator"]
+CMD ["run", "--all-namespaces"]
