@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,7 +14,8 @@ from pydantic import ValidationError
 from triton_operator import FIELD_MANAGER, GROUP, KIND, VERSION
 from triton_operator.core.modelconfig import ModelConfigError, build_config_pbtxt
 from triton_operator.core.revision import revision_hash
-from triton_operator.models import TritonService, field_path
+from triton_operator.core.validation import errors_from_validation, validate_spec
+from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 
 # ----------------------------------------------------------------- names and constants
@@ -50,93 +51,6 @@ READINESS_PATH = "/v2/health/ready"
 LIVENESS_PATH = "/v2/health/live"
 STARTUP_PERIOD_SECONDS = 10
 
-# Flags the operator sets itself: a spec may not pass them in serverArgs.
-OWNED_SERVER_FLAGS = frozenset(
-    {
-        "model-repository",
-        "model-store",
-        "model-control-mode",
-        "load-model",
-        "repository-poll-secs",
-        "http-port",
-        "grpc-port",
-        "metrics-port",
-        "allow-http",
-        "allow-grpc",
-        "allow-metrics",
-        "http-address",
-        "grpc-address",
-        "metrics-address",
-    }
-)
-# tritonserver flags a spec may pass in serverArgs (`--flag=value` or `--flag value`).
-ALLOWED_SERVER_FLAGS = frozenset(
-    {
-        "log-verbose",
-        "log-info",
-        "log-warning",
-        "log-error",
-        "log-format",
-        "log-file",
-        "id",
-        "exit-on-error",
-        "exit-timeout-secs",
-        "strict-readiness",
-        "strict-model-config",
-        "disable-auto-complete-config",
-        "model-load-thread-count",
-        "model-load-retry-count",
-        "model-namespacing",
-        "backend-config",
-        "backend-directory",
-        "repoagent-directory",
-        "cache-config",
-        "cache-directory",
-        "response-cache-byte-size",
-        "pinned-memory-pool-byte-size",
-        "cuda-memory-pool-byte-size",
-        "cuda-virtual-address-size",
-        "min-supported-compute-capability",
-        "buffer-manager-thread-count",
-        "host-policy",
-        "rate-limit",
-        "rate-limit-resource",
-        "http-thread-count",
-        "http-header-forward-pattern",
-        "http-restricted-api",
-        "grpc-restricted-api",
-        "grpc-infer-allocation-pool-size",
-        "grpc-max-response-pool-size",
-        "grpc-header-forward-pattern",
-        "grpc-keepalive-time",
-        "grpc-keepalive-timeout",
-        "grpc-keepalive-permit-without-calls",
-        "grpc-http2-max-pings-without-data",
-        "grpc-http2-min-recv-ping-interval-without-data",
-        "grpc-http2-max-ping-strikes",
-        "grpc-use-ssl",
-        "grpc-use-ssl-mutual",
-        "grpc-server-cert",
-        "grpc-server-key",
-        "grpc-root-cert",
-        "grpc-infer-response-compression-level",
-        "reuse-http-port",
-        "reuse-grpc-port",
-        "allow-gpu-metrics",
-        "allow-cpu-metrics",
-        "metrics-interval-ms",
-        "metrics-config",
-        "trace-config",
-        "trace-file",
-        "trace-level",
-        "trace-rate",
-        "trace-count",
-        "trace-log-frequency",
-        "allow-sagemaker",
-        "allow-vertex-ai",
-    }
-)
-
 
 def object_name(ts: TritonService, revision: str) -> str:
     """Name of a revision's Deployment and ConfigMap."""
@@ -150,58 +64,20 @@ def config_key(model: str) -> str:
 
 # ----------------------------------------------------------------- checks
 
-
-def server_arg_problems(args: Sequence[str]) -> list[str]:
-    """Messages for serverArgs the allow-list refuses, each naming spec.serverArgs[i]."""
-    problems: list[str] = []
-    for i, arg in enumerate(args):
-        if not arg.startswith("--"):
-            # A value of the previous `--flag value` pair.
-            if i > 0 and args[i - 1].startswith("--") and "=" not in args[i - 1]:
-                continue
-            problems.append(f"spec.serverArgs[{i}]: {arg!r} is not a --flag")
-            continue
-        flag = arg[2:].split("=", 1)[0]
-        if flag in OWNED_SERVER_FLAGS:
-            problems.append(f"spec.serverArgs[{i}]: --{flag} is set by the operator and cannot be overridden")
-        elif flag not in ALLOWED_SERVER_FLAGS:
-            problems.append(f"spec.serverArgs[{i}]: --{flag} is not an allowed tritonserver flag")
-    return problems
+NAME_PATTERN = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+NAME_MAX_LENGTH = 63
 
 
-def ensemble_problems(ts: TritonService) -> list[str]:
-    """Ensemble steps naming a model the service does not serve (Triton would fail to load them)."""
-    names = {m.name for m in ts.spec.models}
-    problems: list[str] = []
-    for i, model in enumerate(ts.spec.models):
-        scheduling = model.config.get("ensembleScheduling") or model.config.get("ensemble_scheduling") or {}
-        steps = scheduling.get("step") if isinstance(scheduling, dict) else None
-        for j, step in enumerate(steps if isinstance(steps, list) else []):
-            target = step.get("modelName") or step.get("model_name") if isinstance(step, dict) else None
-            if isinstance(target, str) and target not in names:
-                problems.append(
-                    f"spec.models[{i}].config.ensembleScheduling.step[{j}].modelName: "
-                    f"{target!r} is not a model of this TritonService"
-                )
-    return problems
-
-
-def _external_problems(ts: TritonService) -> list[str]:
-    """Problems core.validation.validate_spec finds, when that module exists."""
-    try:
-        validation: Any = importlib.import_module("triton_operator.core.validation")
-    except ImportError:
-        return []
-    problems: list[str] = []
-    for error in validation.validate_spec(ts.spec):
-        path = getattr(error, "path", None) or getattr(error, "field", None)
-        message = getattr(error, "message", None)
-        if path and message:
-            text = f"{path}: {message}"
-            problems.append(text if text.startswith("spec") else f"spec.{text}")
-        else:
-            problems.append(str(error))
-    return problems
+def name_problems(name: str) -> list[str]:
+    """The name becomes a Service name and a label value: a DNS-1035 label of at most 63 characters."""
+    if len(name) > NAME_MAX_LENGTH:
+        return [f"metadata.name: {name!r} is longer than {NAME_MAX_LENGTH} characters (it names the Service)"]
+    if not NAME_PATTERN.match(name):
+        return [
+            f"metadata.name: {name!r} must be a DNS-1035 label (lowercase letters, digits and '-', "
+            "starting with a letter): it names the Service"
+        ]
+    return []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,28 +94,26 @@ class CheckedSpec:
 
 
 def check_body(body: Mapping[str, Any]) -> CheckedSpec:
-    """Parse a TritonService body and check what the CRD schema cannot: configs, args, ensembles.
+    """Parse a TritonService body and check what the CRD schema cannot (core.validation), then render.
 
     Every problem names its field (spec.models[0].config.maxBatchSize: ...).
     """
     try:
         ts = TritonService.model_validate(dict(body))
     except ValidationError as exc:
-        problems = tuple(f"{field_path(tuple(e['loc']))}: {e['msg']}" for e in exc.errors())
+        problems = tuple(str(e) for e in errors_from_validation(exc, prefix=""))
         return CheckedSpec(ts=None, configs={}, problems=problems)
-    found: list[str] = []
+    found = name_problems(ts.name) + [str(e) for e in validate_spec(ts.spec)]
     configs: dict[str, str] = {}
     for i, model in enumerate(ts.spec.models):
         try:
-            configs[model.name] = build_config_pbtxt(model.name, model.config)
+            configs[model.name] = build_config_pbtxt(
+                model.name, model.config, field=f"spec.models[{i}].config"
+            )
         except ModelConfigError as exc:
-            found.append(f"spec.models[{i}].{exc.field}: {exc.problem}")
-    found += ensemble_problems(ts)
-    found += server_arg_problems(ts.spec.server_args)
-    found += [p for p in _external_problems(ts) if p not in found]
-    if found:
-        return CheckedSpec(ts=ts, configs=configs, problems=tuple(found))
-    return CheckedSpec(ts=ts, configs=configs, problems=())
+            if str(exc) not in found:
+                found.append(str(exc))
+    return CheckedSpec(ts=ts, configs=configs, problems=tuple(found))
 
 
 def model_statuses(ts: TritonService) -> list[dict[str, Any]]:

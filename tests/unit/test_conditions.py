@@ -1,0 +1,260 @@
+"""Conditions per the API conventions and the status computed from observed Deployments and pods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from triton_operator.core import conditions as c
+from triton_operator.core.objects import DeploymentState, PodState, RevisionPlan
+
+T0 = "2026-01-01T00:00:00Z"
+T1 = "2026-01-01T00:01:00Z"
+
+
+# ----------------------------------------------------------------- set_condition
+
+
+def test_new_condition_gets_now() -> None:
+    out = c.set_condition([], c.READY, c.FALSE, c.REPLICAS_NOT_READY, "0/1", 3, T0)
+    assert out == [
+        {
+            "type": "Ready",
+            "status": "False",
+            "reason": "ReplicasNotReady",
+            "message": "0/1",
+            "lastTransitionTime": T0,
+            "observedGeneration": 3,
+        }
+    ]
+
+
+def test_transition_time_kept_unless_status_flips() -> None:
+    first = c.set_condition([], c.READY, c.FALSE, c.REPLICAS_NOT_READY, "0/2", 1, T0)
+    same = c.set_condition(first, c.READY, c.FALSE, c.UNSCHEDULABLE, "other reason", 2, T1)
+    assert same[0]["lastTransitionTime"] == T0
+    assert same[0]["reason"] == "Unschedulable"
+    assert same[0]["observedGeneration"] == 2
+    flipped = c.set_condition(same, c.READY, c.TRUE, c.AVAILABLE, "2/2", 2, T1)
+    assert flipped[0]["lastTransitionTime"] == T1
+
+
+def test_input_not_mutated_and_order_fixed() -> None:
+    start: list[dict[str, Any]] = [
+        {"type": "Custom", "status": "True", "reason": "X", "lastTransitionTime": T0}
+    ]
+    out = c.set_condition(start, c.DEGRADED, c.FALSE, c.AS_EXPECTED, "", 1, T0)
+    out = c.set_condition(out, c.READY, c.TRUE, c.AVAILABLE, "", 1, T0)
+    assert [x["type"] for x in out] == ["Ready", "Degraded", "Custom"]
+    assert len(start) == 1
+
+
+def test_long_messages_are_cut() -> None:
+    out = c.set_condition([], c.READY, c.FALSE, c.INVALID_SPEC, "x" * 5000, 1, T0)
+    assert len(out[0]["message"]) == c.MAX_MESSAGE
+    assert out[0]["message"].endswith("...")
+
+
+# ----------------------------------------------------------------- verdicts
+
+
+def dep(revision: str, replicas: int = 2, ready: int = 2, **kw: Any) -> DeploymentState:
+    return DeploymentState(
+        name=f"svc-{revision}",
+        revision=revision,
+        replicas=replicas,
+        ready_replicas=ready,
+        updated_replicas=ready,
+        generation=1,
+        observed_generation=1,
+        **kw,
+    )
+
+
+def test_pods_scheduled_reports_scheduler_message() -> None:
+    pods = [
+        PodState(
+            name="p1", revision="r1", unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+        ),
+        PodState(name="p2", revision="r1"),
+        PodState(name="old", revision="r0", unschedulable="ignored: not a serving revision"),
+    ]
+    verdict = c.pods_scheduled(pods, ["r1"])
+    assert (verdict.status, verdict.reason) == ("False", "Unschedulable")
+    assert "1 pod(s)" in verdict.message and "Insufficient nvidia.com/gpu" in verdict.message
+    assert c.pods_scheduled(pods[1:2], ["r1"]).status == "True"
+    assert c.pods_scheduled([], ["r1"]).reason == c.NO_PODS
+
+
+def test_degraded_on_failing_pods_and_deadline() -> None:
+    crash = PodState(name="p", revision="r1", waiting_reason="CrashLoopBackOff", waiting_message="boom")
+    assert c.degraded([crash], [], ["r1"]).reason == c.PODS_FAILING
+    assert c.degraded([crash], [], ["r2"]).status == "False"
+    late = dep("r1", ready=0, deadline_exceeded=True)
+    assert c.degraded([], [late], ["r1"]).reason == c.PROGRESS_DEADLINE_EXCEEDED
+    assert c.degraded([], [dep("r1")], ["r1"]).status == "False"
+
+
+SCHEDULED = c.Verdict(c.TRUE, c.SCHEDULED, "")
+
+
+@pytest.mark.parametrize(
+    ("plan", "deployments", "replicas", "expected"),
+    [
+        (RevisionPlan(replicas={"a": 2}, stable="a"), [dep("a")], 2, ("True", c.AVAILABLE)),
+        (
+            RevisionPlan(replicas={"a": 2}, stable="a"),
+            [dep("a", ready=1)],
+            2,
+            ("False", c.REPLICAS_NOT_READY),
+        ),
+        (RevisionPlan(replicas={"a": 2}, stable="a"), [], 2, ("False", c.REPLICAS_NOT_READY)),
+        (RevisionPlan(replicas={"a": 0}, stable="a"), [dep("a", 0, 0)], 0, ("True", c.SCALED_TO_ZERO)),
+        (
+            RevisionPlan(replicas={"b": 2}, stable="a", rolling="b"),
+            [dep("a"), dep("b", ready=1)],
+            2,
+            ("False", c.ROLLOUT_IN_PROGRESS),
+        ),
+    ],
+)
+def test_summarize_ready(
+    plan: RevisionPlan, deployments: list[DeploymentState], replicas: int, expected: tuple[str, str]
+) -> None:
+    by = {d.revision: d for d in deployments}
+    v = c.summarize_ready(invalid=None, scheduled=SCHEDULED, plan=plan, deployments=by, replicas=replicas)
+    assert (v.status, v.reason) == expected
+
+
+def test_summarize_ready_invalid_and_unschedulable_come_first() -> None:
+    plan = RevisionPlan(replicas={"a": 2}, stable="a")
+    by = {"a": dep("a")}
+    v = c.summarize_ready(invalid="spec.x: bad", scheduled=SCHEDULED, plan=None, deployments=by, replicas=2)
+    assert (v.status, v.reason, v.message) == ("False", c.INVALID_SPEC, "spec.x: bad")
+    stuck = c.Verdict(c.FALSE, c.UNSCHEDULABLE, "0/3 nodes")
+    v = c.summarize_ready(invalid=None, scheduled=stuck, plan=plan, deployments=by, replicas=2)
+    assert (v.status, v.reason, v.message) == ("False", c.UNSCHEDULABLE, "0/3 nodes")
+
+
+def test_progressing() -> None:
+    rolling = RevisionPlan(replicas={"b": 2}, stable="a", rolling="b")
+    assert c.progressing(rolling, {"a": dep("a")}, 2).reason == c.NEW_REVISION
+    late = {"b": dep("b", ready=0, deadline_exceeded=True)}
+    assert c.progressing(rolling, late, 2).reason == c.PROGRESS_DEADLINE_EXCEEDED
+    stable = RevisionPlan(replicas={"a": 2}, stable="a")
+    assert c.progressing(stable, {"a": dep("a", ready=1)}, 2).reason == c.REPLICAS_UPDATING
+    done = c.progressing(stable, {"a": dep("a")}, 2)
+    assert (done.status, done.reason) == ("False", c.ROLLOUT_COMPLETE)
+
+
+# ----------------------------------------------------------------- build_status
+
+
+def observation(**kw: Any) -> c.Observation:
+    defaults: dict[str, Any] = {
+        "generation": 4,
+        "now": T0,
+        "deployments": [dep("a")],
+        "plan": RevisionPlan(replicas={"a": 2}, stable="a"),
+        "replicas": 2,
+        "repository": c.Verdict(c.TRUE, c.UNPINNED, "unpinned"),
+        "endpoints": {"http": "svc.ml.svc:8000", "grpc": "svc.ml.svc:8001", "metrics": "svc.ml.svc:8002"},
+        "models": [{"name": "m", "versions": []}],
+    }
+    defaults.update(kw)
+    return c.Observation(**defaults)
+
+
+def conds(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {x["type"]: x for x in status["conditions"]}
+
+
+def test_status_of_a_ready_service() -> None:
+    status = c.build_status({}, observation())
+    assert status["observedGeneration"] == 4
+    assert status["stableRevision"] == "a"
+    assert "canaryRevision" not in status
+    assert (status["replicas"], status["readyReplicas"]) == (2, 2)
+    assert status["models"] == [{"name": "m", "versions": [], "ready": True}]
+    assert status["endpoints"]["grpc"] == "svc.ml.svc:8001"
+    got = {t: (x["status"], x["reason"]) for t, x in conds(status).items()}
+    assert got == {
+        "Ready": ("True", c.AVAILABLE),
+        "RepositoryReady": ("True", c.UNPINNED),
+        "Progressing": ("False", c.ROLLOUT_COMPLETE),
+        "Degraded": ("False", c.AS_EXPECTED),
+        "PodsScheduled": ("True", c.NO_PODS),
+    }
+    assert all(x["observedGeneration"] == 4 for x in status["conditions"])
+
+
+def test_same_observation_gives_equal_status_so_nothing_is_written() -> None:
+    first = c.build_status({}, observation())
+    again = c.build_status(first, observation(now=T1))
+    assert again == first
+    assert not c.status_changed(first, again)
+    # a field the reconcile does not own does not count
+    assert not c.status_changed({**first, "kopf": {"x": 1}}, again)
+
+
+def test_status_changes_when_a_pod_becomes_ready() -> None:
+    before = c.build_status({}, observation(deployments=[dep("a", ready=1)]))
+    after = c.build_status(before, observation(deployments=[dep("a")], now=T1))
+    assert c.status_changed(before, after)
+    assert conds(before)["Ready"]["status"] == "False"
+    assert conds(after)["Ready"]["lastTransitionTime"] == T1
+    assert conds(after)["Degraded"]["lastTransitionTime"] == T0  # did not flip
+
+
+def test_rollout_status_names_both_revisions_and_promotion_records_history() -> None:
+    rolling = RevisionPlan(replicas={"b": 2}, stable="a", rolling="b")
+    mid = c.build_status({}, observation(plan=rolling, deployments=[dep("a"), dep("b", ready=1)]))
+    assert (mid["stableRevision"], mid["canaryRevision"]) == ("a", "b")
+    assert conds(mid)["Progressing"]["reason"] == c.NEW_REVISION
+    assert conds(mid)["Ready"]["reason"] == c.ROLLOUT_IN_PROGRESS
+    promoted = RevisionPlan(replicas={"b": 2}, stable="b", delete=("a",), retired=("a",))
+    done = c.build_status(mid, observation(plan=promoted, deployments=[dep("b")], created={"a": T0}))
+    assert done["stableRevision"] == "b"
+    assert "canaryRevision" not in done
+    assert done["history"] == [{"revision": "a", "created": T0}]
+    assert conds(done)["Ready"]["status"] == "True"
+
+
+def test_history_is_trimmed_to_limit() -> None:
+    previous = {"history": [{"revision": r} for r in ("r1", "r2", "r3")]}
+    promoted = RevisionPlan(replicas={"b": 2}, stable="b", retired=("a",))
+    status = c.build_status(previous, observation(plan=promoted, deployments=[dep("b")], history_limit=2))
+    assert [h["revision"] for h in status["history"]] == ["r3", "a"]
+    none = c.build_status(previous, observation(plan=promoted, deployments=[dep("b")], history_limit=0))
+    assert "history" not in none
+
+
+def test_invalid_spec_keeps_revisions_and_says_why() -> None:
+    good = c.build_status({}, observation())
+    bad = c.build_status(
+        good,
+        c.Observation(
+            generation=5, now=T1, deployments=[dep("a")], invalid="spec.models[0].config: no field x"
+        ),
+    )
+    assert bad["observedGeneration"] == 5
+    assert bad["stableRevision"] == "a"
+    assert bad["endpoints"] == good["endpoints"]
+    ready = conds(bad)["Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", c.INVALID_SPEC)
+    assert "spec.models[0].config" in ready["message"]
+    assert conds(bad)["RepositoryReady"] == conds(good)["RepositoryReady"]
+
+
+def test_unschedulable_pods_make_ready_false() -> None:
+    pods = [
+        PodState(
+            name="p", revision="a", unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+        )
+    ]
+    status = c.build_status({}, observation(pods=pods, deployments=[dep("a", ready=0)]))
+    scheduled = conds(status)["PodsScheduled"]
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
+    assert "Insufficient nvidia.com/gpu" in scheduled["message"]
+    assert (conds(status)["Ready"]["status"], conds(status)["Ready"]["reason"]) == ("False", "Unschedulable")

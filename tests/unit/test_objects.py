@@ -1,0 +1,604 @@
+"""Desired objects of a TritonService: labels, owner references, ConfigMap, Deployment, Service, revisions."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from triton_operator.core import objects as o
+from triton_operator.models import TritonService
+from triton_operator.settings import DEFAULT_TRITON_IMAGE, Settings
+
+SETTINGS = Settings()
+UID = "0c3d6c2e-8d54-4bb8-9d1b-3c7a1f1e2a10"
+CONFIG = {
+    "backend": "python",
+    "maxBatchSize": 8,
+    "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": ["4"]}],
+    "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": ["4"]}],
+    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+}
+
+
+def body(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonService",
+        "metadata": {"name": "svc", "namespace": "ml", "uid": UID, "generation": 1},
+        "spec": {
+            "repository": {"uri": "s3://models/prod", "endpoint": "http://minio:9000"},
+            "models": [{"name": "m1", "config": copy.deepcopy(CONFIG)}],
+        },
+    }
+    base["spec"].update(spec)
+    return base
+
+
+def ts_of(**spec: Any) -> TritonService:
+    return TritonService.model_validate(body(**spec))
+
+
+def configs_of(ts: TritonService) -> dict[str, str]:
+    checked = o.check_body(ts.model_dump(by_alias=True, exclude_none=True, mode="json"))
+    assert not checked.problems, checked.problems
+    return dict(checked.configs)
+
+
+def deployment(ts: TritonService, revision: str = "abc1234567", replicas: int = 1) -> dict[str, Any]:
+    return o.build_deployment(ts, revision, SETTINGS, replicas)
+
+
+def triton_container(dep: dict[str, Any]) -> dict[str, Any]:
+    containers = dep["spec"]["template"]["spec"]["containers"]
+    return next(c for c in containers if c["name"] == o.TRITON_CONTAINER)
+
+
+def volume(dep: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == name)
+
+
+# ----------------------------------------------------------------- labels, owners
+
+
+def test_labels_with_and_without_revision() -> None:
+    ts = ts_of()
+    assert o.build_labels(ts, "r1") == {
+        "app.kubernetes.io/name": "tritonserver",
+        "app.kubernetes.io/instance": "svc",
+        "app.kubernetes.io/managed-by": "triton-operator",
+        "app.kubernetes.io/component": "inference-server",
+        "triton-operator.io/service": "svc",
+        "triton-operator.io/revision": "r1",
+    }
+    assert "triton-operator.io/revision" not in o.build_labels(ts)
+
+
+def test_owner_reference_is_controller_with_uid() -> None:
+    ref = o.build_owner_reference(body())
+    assert ref == {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonService",
+        "name": "svc",
+        "uid": UID,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    no_uid = body()
+    del no_uid["metadata"]["uid"]
+    assert o.build_owner_reference(no_uid)["uid"] == o.PLACEHOLDER_UID
+
+
+@pytest.mark.parametrize("kind", ["configmap", "deployment", "service"])
+def test_every_object_is_owned_and_labelled(kind: str) -> None:
+    ts = ts_of()
+    obj = {
+        "configmap": lambda: o.build_configmap(ts, "r1", configs_of(ts), None),
+        "deployment": lambda: deployment(ts, "r1"),
+        "service": lambda: o.build_service(ts),
+    }[kind]()
+    assert obj["metadata"]["namespace"] == "ml"
+    assert obj["metadata"]["ownerReferences"] == [o.build_owner_reference(body())]
+    assert obj["metadata"]["labels"]["triton-operator.io/service"] == "svc"
+    assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "triton-operator"
+
+
+# ----------------------------------------------------------------- ConfigMap
+
+
+def test_configmap_keys_and_items_place_config_pbtxt_per_model() -> None:
+    models = [{"name": "m1", "config": CONFIG}, {"name": "m2", "config": CONFIG}]
+    ts = ts_of(models=models)
+    configs = configs_of(ts)
+    cm = o.build_configmap(ts, "r1", configs, '{"pinned": true}')
+    assert cm["metadata"]["name"] == "svc-r1"
+    assert set(cm["data"]) == {"m1.config.pbtxt", "m2.config.pbtxt", "manifest.json"}
+    assert 'name: "m2"' in cm["data"]["m2.config.pbtxt"]
+    assert cm["data"]["manifest.json"] == '{"pinned": true}'
+    items = volume(deployment(ts, "r1"), o.CONFIG_VOLUME)["configMap"]["items"]
+    assert {"key": "m1.config.pbtxt", "path": "configs/m1/config.pbtxt"} in items
+    assert {"key": "m2.config.pbtxt", "path": "configs/m2/config.pbtxt"} in items
+    assert {"key": "manifest.json", "path": "manifest.json"} in items
+    # every key an item names exists in the ConfigMap (else the pod cannot start)
+    assert {i["key"] for i in items} <= set(cm["data"])
+
+
+def test_configmap_without_pinned_manifest_carries_an_unpinned_one() -> None:
+    ts = ts_of()
+    cm = o.build_configmap(ts, "r1", configs_of(ts), None)
+    assert '"pinned": false' in cm["data"]["manifest.json"]
+    assert "s3://models/prod" in cm["data"]["manifest.json"]
+
+
+# ----------------------------------------------------------------- Deployment
+
+
+def test_deployment_name_selector_and_replicas() -> None:
+    ts = ts_of(replicas=5)
+    dep = deployment(ts, "r1", replicas=2)
+    assert dep["metadata"]["name"] == "svc-r1"
+    assert dep["spec"]["replicas"] == 2  # the rollout decides, not spec.replicas
+    assert dep["spec"]["selector"] == {
+        "matchLabels": {"triton-operator.io/service": "svc", "triton-operator.io/revision": "r1"}
+    }
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert dep["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert dep["spec"]["revisionHistoryLimit"] == 0
+
+
+def test_triton_args_load_each_model_then_server_args() -> None:
+    ts = ts_of(
+        models=[{"name": "a", "config": CONFIG}, {"name": "b", "config": CONFIG}],
+        serverArgs=["--log-verbose=1"],
+    )
+    container = triton_container(deployment(ts))
+    assert container["command"] == ["tritonserver"]
+    assert container["args"] == [
+        "--model-repository=/models",
+        "--model-control-mode=explicit",
+        "--load-model=a",
+        "--load-model=b",
+        "--http-port=8000",
+        "--grpc-port=8001",
+        "--metrics-port=8002",
+        "--log-verbose=1",
+    ]
+    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [
+        ("http", 8000),
+        ("grpc", 8001),
+        ("metrics", 8002),
+    ]
+    assert container["image"] == DEFAULT_TRITON_IMAGE
+
+
+@pytest.mark.parametrize("timeout", [10, 11, 600, 1800, 3601])
+def test_startup_probe_covers_startup_timeout(timeout: int) -> None:
+    container = triton_container(deployment(ts_of(startupTimeoutSeconds=timeout)))
+    startup = container["startupProbe"]
+    assert startup["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    assert startup["failureThreshold"] * startup["periodSeconds"] >= timeout
+    assert (startup["failureThreshold"] - 1) * startup["periodSeconds"] < timeout
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+
+
+@pytest.mark.parametrize(
+    ("resources", "requests", "limits"),
+    [
+        ({}, None, None),
+        ({"cpu": "2"}, {"cpu": "2"}, None),
+        (
+            {"cpu": "2", "cpuLimit": "4", "memory": "8Gi"},
+            {"cpu": "2", "memory": "8Gi"},
+            {"cpu": "4", "memory": "8Gi"},
+        ),
+        ({"gpus": 2}, {"nvidia.com/gpu": "2"}, {"nvidia.com/gpu": "2"}),
+        (
+            {"gpus": 1, "gpuResourceName": "nvidia.com/mig-1g.10gb", "memory": "16Gi"},
+            {"nvidia.com/mig-1g.10gb": "1", "memory": "16Gi"},
+            {"nvidia.com/mig-1g.10gb": "1", "memory": "16Gi"},
+        ),
+        ({"gpus": 0, "gpuResourceName": "nvidia.com/gpu"}, None, None),
+    ],
+)
+def test_resources(
+    resources: dict[str, Any], requests: dict[str, str] | None, limits: dict[str, str] | None
+) -> None:
+    models = [{"name": "m1", "config": {**CONFIG, "instanceGroup": [{"kind": "KIND_AUTO"}]}}]
+    container = triton_container(deployment(ts_of(resources=resources, models=models)))
+    assert container.get("resources", {}).get("requests") == requests
+    assert container.get("resources", {}).get("limits") == limits
+
+
+@pytest.mark.parametrize("size", ["64Mi", "1Gi", "8Gi"])
+def test_shm_is_memory_emptydir_of_shm_size(size: str) -> None:
+    dep = deployment(ts_of(shmSize=size))
+    assert volume(dep, o.SHM_VOLUME) == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in triton_container(dep)["volumeMounts"]
+
+
+def test_object_store_runs_sync_init_container_with_credentials() -> None:
+    ts = ts_of(
+        repository={"uri": "s3://models/prod", "endpoint": "http://minio:9000", "credentialsSecret": "creds"}
+    )
+    dep = deployment(ts)
+    pod = dep["spec"]["template"]["spec"]
+    (sync,) = pod["initContainers"]
+    assert sync["image"] == SETTINGS.sync_image
+    assert sync["command"] + sync["args"] == [
+        "triton-operator",
+        "sync",
+        "--manifest",
+        "/etc/triton-operator/manifest.json",
+        "--configs",
+        "/etc/triton-operator/configs",
+        "--dest",
+        "/models",
+    ]
+    assert sync["envFrom"] == [{"secretRef": {"name": "creds"}}]
+    assert {"name": "TRITON_OPERATOR_REPOSITORY_ENDPOINT", "value": "http://minio:9000"} in sync["env"]
+    assert {"name": "models", "mountPath": "/models"} in sync["volumeMounts"]
+    assert volume(dep, "models") == {"name": "models", "emptyDir": {}}
+    assert volume(dep, o.CONFIG_VOLUME)["configMap"]["name"] == "svc-abc1234567"
+
+
+def test_object_store_without_secret_has_no_env_from() -> None:
+    (sync,) = deployment(ts_of())["spec"]["template"]["spec"]["initContainers"]
+    assert "envFrom" not in sync
+
+
+@pytest.mark.parametrize(
+    ("uri", "claim", "sub_path"),
+    [
+        ("pvc://models-claim/triton/prod", "models-claim", "triton/prod"),
+        ("pvc://models-claim", "models-claim", None),
+    ],
+)
+def test_pvc_mounts_claim_read_only_without_sync(uri: str, claim: str, sub_path: str | None) -> None:
+    dep = deployment(ts_of(repository={"uri": uri}))
+    pod = dep["spec"]["template"]["spec"]
+    assert "initContainers" not in pod
+    assert volume(dep, "models") == {
+        "name": "models",
+        "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
+    }
+    mount = next(m for m in triton_container(dep)["volumeMounts"] if m["name"] == "models")
+    assert mount["mountPath"] == "/models"
+    assert mount["readOnly"] is True
+    assert mount.get("subPath") == sub_path
+
+
+def test_scheduling_and_extras_pass_through() -> None:
+    ts = ts_of(
+        nodeSelector={"nvidia.com/gpu.present": "true"},
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        affinity={
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
+        },
+        env=[{"name": "FOO", "value": "bar"}],
+        volumes=[{"name": "extra", "emptyDir": {}}],
+        volumeMounts=[{"name": "extra", "mountPath": "/extra"}],
+        podAnnotations={"a": "b", "prometheus.io/path": "/custom"},
+        podLabels={"team": "ml", "triton-operator.io/service": "hijack"},
+        serviceAccountName="triton",
+        priorityClassName="high",
+        imagePullSecrets=["ngc"],
+        imagePullPolicy="IfNotPresent",
+        image="my/triton:1",
+    )
+    dep = deployment(ts, "r1")
+    template = dep["spec"]["template"]
+    pod = template["spec"]
+    container = triton_container(dep)
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert "nodeAffinity" in pod["affinity"]
+    assert pod["serviceAccountName"] == "triton"
+    assert pod["priorityClassName"] == "high"
+    assert pod["imagePullSecrets"] == [{"name": "ngc"}]
+    assert container["env"] == [{"name": "FOO", "value": "bar"}]
+    assert container["image"] == "my/triton:1"
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert {"name": "extra", "emptyDir": {}} in pod["volumes"]
+    assert {"name": "extra", "mountPath": "/extra"} in container["volumeMounts"]
+    annotations = template["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == "8002"
+    assert annotations["prometheus.io/path"] == "/custom"  # the user's annotation wins
+    assert annotations["a"] == "b"
+    labels = template["metadata"]["labels"]
+    assert labels["team"] == "ml"
+    assert labels["triton-operator.io/service"] == "svc"  # ours win: selectors depend on them
+
+
+def test_no_scrape_annotations_when_disabled() -> None:
+    dep = o.build_deployment(ts_of(), "r1", Settings(prometheus_scrape=False), 1)
+    assert "prometheus.io/scrape" not in dep["spec"]["template"]["metadata"].get("annotations", {})
+
+
+# ----------------------------------------------------------------- Service
+
+
+def test_service_selects_all_revisions() -> None:
+    svc = o.build_service(ts_of(service={"type": "LoadBalancer", "annotations": {"x": "y"}}))
+    assert svc["metadata"]["name"] == "svc"
+    assert svc["metadata"]["annotations"] == {"x": "y"}
+    assert svc["spec"]["type"] == "LoadBalancer"
+    assert svc["spec"]["selector"] == {"triton-operator.io/service": "svc"}
+    ports = {p["name"]: p for p in svc["spec"]["ports"]}
+    assert {n: p["port"] for n, p in ports.items()} == {"http": 8000, "grpc": 8001, "metrics": 8002}
+    assert {n: p["targetPort"] for n, p in ports.items()} == {
+        "http": "http",
+        "grpc": "grpc",
+        "metrics": "metrics",
+    }
+    assert ports["grpc"]["appProtocol"] == "kubernetes.io/h2c"
+
+
+# ----------------------------------------------------------------- checks
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"replicas": -1}, "spec.replicas"),
+        ({"serverArgs": ["--model-repository=/x"]}, "spec.serverArgs[0]"),
+        ({"serverArgs": ["--not-a-flag"]}, "spec.serverArgs[0]"),
+        ({"models": [{"name": "m1", "config": {**CONFIG, "maxBatchSizee": 4}}]}, "spec.models[0].config"),
+        (
+            {
+                "models": [
+                    {
+                        "name": "ens",
+                        "config": {
+                            "platform": "ensemble",
+                            "input": [{"name": "I", "dataType": "TYPE_FP32", "dims": ["4"]}],
+                            "output": [{"name": "O", "dataType": "TYPE_FP32", "dims": ["4"]}],
+                            "ensembleScheduling": {
+                                "step": [
+                                    {
+                                        "modelName": "missing",
+                                        "inputMap": {"IN": "I"},
+                                        "outputMap": {"OUT": "O"},
+                                    }
+                                ]
+                            },
+                        },
+                    }
+                ]
+            },
+            "spec.models[0].config.ensembleScheduling.step[0].modelName",
+        ),
+    ],
+)
+def test_check_body_names_the_field(spec: dict[str, Any], field: str) -> None:
+    checked = o.check_body(body(**spec))
+    assert checked.problems
+    assert any(p.startswith(field) for p in checked.problems), checked.problems
+
+
+@pytest.mark.parametrize("name", ["Upper", "1abc", "a.b", "x" * 64])
+def test_check_body_refuses_names_that_cannot_name_a_service(name: str) -> None:
+    doc = body()
+    doc["metadata"]["name"] = name
+    checked = o.check_body(doc)
+    assert any(p.startswith("metadata.name") for p in checked.problems)
+
+
+def test_check_body_renders_configs_of_a_valid_spec() -> None:
+    checked = o.check_body(body())
+    assert checked.problems == ()
+    assert checked.ts is not None
+    assert 'backend: "python"' in checked.configs["m1"]
+
+
+# ----------------------------------------------------------------- revisions
+
+
+def revision_of(doc: dict[str, Any], settings: Settings = SETTINGS, digest: str | None = None) -> str:
+    checked = o.check_body(doc)
+    assert checked.ts is not None and not checked.problems, checked.problems
+    return o.compute_revision(checked.ts, settings, checked.configs, digest)
+
+
+SAME_REVISION = [
+    ("replicas", lambda s: s.update(replicas=7)),
+    ("rollout steps", lambda s: s.update(rollout={"steps": [{"setWeight": 10}, {"pause": {}}]})),
+    ("service", lambda s: s.update(service={"type": "NodePort"})),
+    ("poll interval", lambda s: s["repository"].update(pollIntervalSeconds=5)),
+    ("default spelled out", lambda s: s.update(shmSize="1Gi")),
+]
+NEW_REVISION = [
+    ("image", lambda s: s.update(image="my/triton:2")),
+    ("server args", lambda s: s.update(serverArgs=["--log-verbose=1"])),
+    ("gpus", lambda s: s.update(resources={"gpus": 1})),
+    ("shm", lambda s: s.update(shmSize="2Gi")),
+    ("model config", lambda s: s["models"][0]["config"].update(maxBatchSize=4)),
+    ("model path", lambda s: s["models"][0].update(path="elsewhere")),
+    ("uri", lambda s: s["repository"].update(uri="s3://models/other")),
+    ("node selector", lambda s: s.update(nodeSelector={"a": "b"})),
+    ("env", lambda s: s.update(env=[{"name": "X", "value": "1"}])),
+    ("pod annotations", lambda s: s.update(podAnnotations={"a": "b"})),
+    ("startup timeout", lambda s: s.update(startupTimeoutSeconds=60)),
+]
+
+
+def test_revision_hash_is_short_hex_and_stable() -> None:
+    first = revision_of(body())
+    assert len(first) == 10
+    assert int(first, 16) >= 0
+    assert revision_of(body()) == first
+    assert revision_of(copy.deepcopy(body())) == first
+
+
+@pytest.mark.parametrize(("what", "change"), SAME_REVISION, ids=[w for w, _ in SAME_REVISION])
+def test_revision_ignores_what_pods_do_not_serve(what: str, change: Any) -> None:
+    doc = body()
+    change(doc["spec"])
+    assert revision_of(doc) == revision_of(body())
+
+
+@pytest.mark.parametrize(("what", "change"), NEW_REVISION, ids=[w for w, _ in NEW_REVISION])
+def test_revision_changes_with_what_pods_serve(what: str, change: Any) -> None:
+    doc = body()
+    change(doc["spec"])
+    assert revision_of(doc) != revision_of(body())
+
+
+def test_revision_changes_with_manifest_and_default_image() -> None:
+    base = revision_of(body())
+    assert revision_of(body(), digest="d1") != base
+    assert revision_of(body(), digest="d1") != revision_of(body(), digest="d2")
+    assert revision_of(body(), settings=Settings(default_image="other:1")) != base
+    # an explicit image makes the operator's default irrelevant
+    explicit = body(image="my/triton:1")
+    assert revision_of(explicit, settings=Settings(default_image="other:1")) == revision_of(explicit)
+
+
+# ----------------------------------------------------------------- decide_revisions
+
+
+def state(revision: str, replicas: int = 2, ready: int = 2, **kw: Any) -> o.DeploymentState:
+    return o.DeploymentState(
+        name=f"svc-{revision}",
+        revision=revision,
+        replicas=replicas,
+        ready_replicas=ready,
+        updated_replicas=kw.pop("updated", ready),
+        generation=kw.pop("generation", 1),
+        observed_generation=kw.pop("observed", 1),
+        **kw,
+    )
+
+
+def test_first_revision_is_stable_at_once() -> None:
+    plan = o.decide_revisions("new", 2, [], None)
+    assert plan == o.RevisionPlan(replicas={"new": 2}, stable="new")
+
+
+def test_stable_revision_scales_and_strays_go() -> None:
+    plan = o.decide_revisions("a", 3, [state("a"), state("b", ready=0)], "a")
+    assert plan.replicas == {"a": 3}
+    assert plan.delete == ("b",)
+    assert plan.stable == "a" and plan.rolling is None and plan.retired == ()
+
+
+def test_new_revision_runs_beside_untouched_stable() -> None:
+    plan = o.decide_revisions("b", 2, [state("a"), state("b", ready=1)], "a")
+    assert plan.replicas == {"b": 2}  # stable "a" not in replicas: left exactly as it is
+    assert plan.delete == ()
+    assert (plan.stable, plan.rolling) == ("a", "b")
+
+
+def test_new_revision_not_yet_created() -> None:
+    plan = o.decide_revisions("b", 2, [state("a")], "a")
+    assert (plan.stable, plan.rolling, plan.delete) == ("a", "b", ())
+
+
+def test_complete_new_revision_is_promoted_and_old_retired() -> None:
+    plan = o.decide_revisions("b", 2, [state("a"), state("b")], "a")
+    assert plan.replicas == {"b": 2}
+    assert plan.delete == ("a",)
+    assert (plan.stable, plan.rolling, plan.retired) == ("b", None, ("a",))
+
+
+@pytest.mark.parametrize(
+    "incomplete",
+    [
+        {"ready": 1},
+        {"replicas": 1, "ready": 1},  # not yet scaled to the spec's replicas
+        {"observed": 0},  # controller has not seen the latest generation
+        {"updated": 1},
+    ],
+)
+def test_incomplete_new_revision_is_not_promoted(incomplete: dict[str, Any]) -> None:
+    plan = o.decide_revisions("b", 2, [state("a"), state("b", **incomplete)], "a")
+    assert (plan.stable, plan.rolling, plan.delete) == ("a", "b", ())
+
+
+def test_abandoned_rollout_is_deleted() -> None:
+    plan = o.decide_revisions("c", 2, [state("a"), state("b", ready=0)], "a")
+    assert plan.delete == ("b",)
+    assert (plan.stable, plan.rolling, plan.retired) == ("a", "c", ())
+
+
+def test_revert_to_stable_drops_rollout() -> None:
+    plan = o.decide_revisions("a", 2, [state("a"), state("b", ready=1)], "a")
+    assert (plan.stable, plan.rolling, plan.delete) == ("a", None, ("b",))
+
+
+def test_lost_status_keeps_what_serves() -> None:
+    plan = o.decide_revisions("c", 2, [state("a", ready=2), state("b", ready=0)], None)
+    assert (plan.stable, plan.rolling) == ("a", "c")
+    assert plan.delete == ("b",)
+
+
+# ----------------------------------------------------------------- observed state
+
+
+def test_deployment_state_from_api_dict() -> None:
+    obj = {
+        "metadata": {"name": "svc-r1", "generation": 3, "labels": {"triton-operator.io/revision": "r1"}},
+        "spec": {"replicas": 2},
+        "status": {
+            "observedGeneration": 3,
+            "readyReplicas": 2,
+            "updatedReplicas": 2,
+            "availableReplicas": 2,
+            "conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}],
+        },
+    }
+    s = o.deployment_state(obj)
+    assert (s.name, s.revision, s.replicas, s.ready_replicas, s.generation) == ("svc-r1", "r1", 2, 2, 3)
+    assert s.deadline_exceeded
+    assert s.complete(2) and not s.complete(3)
+
+
+def test_pod_state_unschedulable_and_failing() -> None:
+    pending = {
+        "metadata": {"name": "p1", "labels": {"triton-operator.io/revision": "r1"}},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        },
+    }
+    p = o.pod_state(pending)
+    assert p.unschedulable == "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    assert not p.ready
+    crashing = {
+        "metadata": {"name": "p2", "labels": {"triton-operator.io/revision": "r1"}},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [
+                {
+                    "name": "tritonserver",
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                }
+            ],
+        },
+    }
+    c = o.pod_state(crashing)
+    assert c.waiting_reason == "CrashLoopBackOff"
+    assert c.unschedulable is None
+    ready = {"metadata": {"name": "p3"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert o.pod_state(ready).ready
+
+
+def test_build_objects_only_renders_the_desired_revision() -> None:
+    ts = ts_of()
+    objs = o.build_objects(ts, SETTINGS, "b", configs=configs_of(ts), manifest_json=None, replicas={"b": 2})
+    assert [(x["kind"], x["metadata"]["name"]) for x in objs] == [
+        ("ConfigMap", "svc-b"),
+        ("Deployment", "svc-b"),
+        ("Service", "svc"),
+    ]
+    only_service = o.build_objects(ts, SETTINGS, "b", configs=configs_of(ts), manifest_json=None, replicas={})
+    assert [x["kind"] for x in only_service] == ["Service"]

@@ -1,0 +1,122 @@
+"""`triton-operator render`: every desired object as multi-document YAML, without a cluster."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from triton_operator.commands import render
+from triton_operator.core.objects import PLACEHOLDER_UID
+from triton_operator.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+
+
+def run_render(*argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser()
+    render.register(parser.add_subparsers())
+    args = parser.parse_args(["render", *argv])
+    code = args.func(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def docs(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+@pytest.mark.parametrize("example", ["tiny.yaml", "resnet.yaml"])
+def test_examples_render_configmap_deployment_service(
+    example: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_render("-f", str(EXAMPLES / example), capsys=capsys)
+    assert code == 0, err
+    objects = docs(out)
+    kinds = [o["kind"] for o in objects]
+    assert kinds == ["ConfigMap", "Deployment", "Service"]
+    source = yaml.safe_load((EXAMPLES / example).read_text())
+    name = source["metadata"]["name"]
+    cm, dep, svc = objects
+    revision = dep["metadata"]["labels"]["triton-operator.io/revision"]
+    assert dep["metadata"]["name"] == cm["metadata"]["name"] == f"{name}-{revision}"
+    assert svc["metadata"]["name"] == name
+    for obj in objects:
+        (ref,) = obj["metadata"]["ownerReferences"]
+        assert ref["uid"] == PLACEHOLDER_UID
+        assert ref["name"] == name
+    assert PLACEHOLDER_UID in out.splitlines()[1] and out.splitlines()[1].startswith("#")
+    assert "unpinned" in err
+    for model in source["spec"]["models"]:
+        assert f"{model['name']}.config.pbtxt" in cm["data"]
+
+
+def test_namespace_defaults_and_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = yaml.safe_load((EXAMPLES / "tiny.yaml").read_text())
+    path = tmp_path / "ts.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    _, out, _ = run_render("-f", str(path), capsys=capsys)
+    assert {o["metadata"]["namespace"] for o in docs(out)} == {"default"}
+    _, out, _ = run_render("-f", str(path), "-n", "ml", capsys=capsys)
+    assert {o["metadata"]["namespace"] for o in docs(out)} == {"ml"}
+
+
+def test_invalid_spec_prints_nothing_and_names_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = yaml.safe_load((EXAMPLES / "tiny.yaml").read_text())
+    doc["spec"]["models"][0]["config"]["maxBatchSizee"] = 3
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, err = run_render("-f", str(path), capsys=capsys)
+    assert code == 1
+    assert out == ""
+    assert "spec.models[0].config" in err
+    assert "maxBatchSizee" in err
+
+
+def test_pvc_repository_needs_no_manifest(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = yaml.safe_load((EXAMPLES / "tiny.yaml").read_text())
+    doc["spec"]["repository"] = {"uri": "pvc://models/tiny"}
+    out, err = io.StringIO(), io.StringIO()
+    code = render.render([doc], Settings(), out=out, err=err)
+    assert code == 0
+    assert err.getvalue() == ""
+    dep = docs(out.getvalue())[1]
+    assert "initContainers" not in dep["spec"]["template"]["spec"]
+
+
+def test_several_documents_and_other_kinds(capsys: pytest.CaptureFixture[str]) -> None:
+    tiny = yaml.safe_load((EXAMPLES / "tiny.yaml").read_text())
+    other = {**tiny, "metadata": {"name": "tiny2"}}
+    out, err = io.StringIO(), io.StringIO()
+    code = render.render(
+        [tiny, {"kind": "ConfigMap", "metadata": {"name": "x"}}, other], Settings(), out=out, err=err
+    )
+    assert code == 0
+    names = [o["metadata"]["name"] for o in docs(out.getvalue()) if o["kind"] == "Service"]
+    assert names == ["tiny", "tiny2"]
+    assert "skipped" in err.getvalue()
+
+
+def test_pin_says_why_it_did_not(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_render("-f", str(EXAMPLES / "tiny.yaml"), "--pin", capsys=capsys)
+    if "unpinned" in err:
+        assert "storage adapter is not available" in err or "could not" in err
+    else:
+        assert code == 0
+        assert "pinned, digest" in out
+
+
+def test_settings_choose_images(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = yaml.safe_load((EXAMPLES / "tiny.yaml").read_text())
+    out, err = io.StringIO(), io.StringIO()
+    render.render([doc], Settings(default_image="reg/triton:x", sync_image="reg/op:y"), out=out, err=err)
+    pod = docs(out.getvalue())[1]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "reg/triton:x"
+    assert pod["initContainers"][0]["image"] == "reg/op:y"
