@@ -304,11 +304,31 @@ def _to_openapi(node: dict[str, Any], defs: dict[str, Any], where: str) -> dict[
     return out
 
 
+_FIRST_KEYS = ("type", "description")
+_LAST_KEYS = ("required", "properties", "additionalProperties", "items", "x-kubernetes-validations")
+
+
+def _ordered(node: dict[str, Any]) -> dict[str, Any]:
+    """Keys in reading order: type and description first, nested schemas last; recursively."""
+    out: dict[str, Any] = {k: node[k] for k in _FIRST_KEYS if k in node}
+    out.update({k: v for k, v in node.items() if k not in _FIRST_KEYS and k not in _LAST_KEYS})
+    for key in _LAST_KEYS:
+        if key not in node:
+            continue
+        value = node[key]
+        if key == "properties":
+            value = {name: _ordered(child) for name, child in value.items()}
+        elif key in ("items", "additionalProperties") and isinstance(value, dict):
+            value = _ordered(value)
+        out[key] = value
+    return out
+
+
 def openapi_schema(model: Any) -> dict[str, Any]:
     """A structural CRD schema for a pydantic model class (by alias, refs inlined, no titles)."""
     raw = model.model_json_schema(by_alias=True)
     defs = raw.pop("$defs", {})
-    return _to_openapi(raw, defs, model.__name__)
+    return _ordered(_to_openapi(raw, defs, model.__name__))
 
 
 def build_schema() -> dict[str, Any]:
