@@ -1,0 +1,144 @@
+"""Repository stores (s3://, gs://, as://, pvc://) behind one ObjectStore protocol, and pinning."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from triton_operator.adapters.storage.base import (
+    AccessDenied,
+    BucketNotFound,
+    ObjectChanged,
+    ObjectStore,
+    StoreConfigError,
+    StoreError,
+    StoreUnavailable,
+)
+from triton_operator.core.manifest import (
+    Manifest,
+    ModelSource,
+    StoreRef,
+    build_manifest,
+    model_sources,
+    parse_repository_uri,
+    select_objects,
+    unpinned_manifest,
+)
+
+__all__ = [
+    "AccessDenied",
+    "BucketNotFound",
+    "ObjectChanged",
+    "ObjectStore",
+    "StoreConfigError",
+    "StoreError",
+    "StoreUnavailable",
+    "open_store",
+    "pin_repository",
+]
+
+
+def _ref(repository: Any) -> StoreRef:
+    return repository if isinstance(repository, StoreRef) else StoreRef.from_repository(repository)
+
+
+def open_store(
+    repository: Any,
+    credentials: Mapping[str, str],
+    *,
+    pvc_root: str | Path | None = None,
+    max_connections: int = 16,
+    timeout: float = 60.0,
+    max_attempts: int = 3,
+) -> ObjectStore:
+    """The store for a ``Repository`` (or a manifest's ``StoreRef``).
+
+    ``credentials`` is the credentials Secret's data (or the pod's environment); an empty mapping
+    uses the platform's default chain (IRSA, GKE workload identity, Azure identity).
+    ``pvc_root`` is where a pvc:// claim is mounted; without it a pvc:// store cannot be opened.
+    """
+    ref = _ref(repository)
+    loc = parse_repository_uri(ref.uri)
+    if loc.scheme == "s3":
+        from triton_operator.adapters.storage.s3 import S3Store  # noqa: PLC0415 - load one SDK only
+
+        return S3Store(
+            ref.uri,
+            loc.bucket,
+            loc.prefix,
+            credentials=credentials,
+            endpoint=ref.endpoint,
+            addressing_style=ref.s3_addressing_style,
+            region=ref.s3_region,
+            max_connections=max_connections,
+            read_timeout=timeout,
+            max_attempts=max_attempts,
+        )
+    if loc.scheme == "gs":
+        from triton_operator.adapters.storage.gcs import GCSStore  # noqa: PLC0415 - load one SDK only
+
+        return GCSStore(
+            ref.uri,
+            loc.bucket,
+            loc.prefix,
+            credentials=credentials,
+            endpoint=ref.endpoint,
+            max_connections=max_connections,
+            timeout=timeout,
+            retry_timeout=timeout,
+        )
+    if loc.scheme == "as":
+        from triton_operator.adapters.storage.azure import AzureStore  # noqa: PLC0415 - load one SDK only
+
+        return AzureStore(
+            ref.uri,
+            loc.account,
+            loc.bucket,
+            loc.prefix,
+            credentials=credentials,
+            endpoint=ref.endpoint,
+            max_connections=max_connections,
+            timeout=timeout,
+            max_attempts=max_attempts,
+        )
+    from triton_operator.adapters.storage.pvc import PvcStore  # noqa: PLC0415 - load one SDK only
+
+    if pvc_root is None:
+        raise StoreConfigError(
+            "repository.uri",
+            f"{ref.uri}: a pvc:// claim is read only where it is mounted; "
+            "the pod mounts it, the operator does not",
+        )
+    return PvcStore(ref.uri, loc.bucket, loc.prefix, pvc_root)
+
+
+def pin_repository(
+    repository: Any,
+    models: Sequence[Any],
+    credentials: Mapping[str, str],
+    *,
+    store: ObjectStore | None = None,
+    pvc_root: str | Path | None = None,
+) -> Manifest:
+    """List the repository and pin what the models' version policies select.
+
+    ``models`` are the spec's ModelSpecs (or ModelSources). Raises SelectionFailed (errors as
+    data: ModelFolderMissing, VersionMissing, UnsafeKey), a StoreError subclass for the store's
+    failures, or ModelConfigError for a bad versionPolicy. A pvc:// repository without a mount
+    gives an unpinned manifest. Blocking: the operator calls it in a thread.
+    """
+    ref = _ref(repository)
+    sources = [m for m in models if isinstance(m, ModelSource)]
+    if len(sources) != len(models):
+        sources = model_sources(models)
+    if parse_repository_uri(ref.uri).scheme == "pvc" and store is None and pvc_root is None:
+        return unpinned_manifest(ref, sources)
+    own = store is None
+    opened = store or open_store(ref, credentials, pvc_root=pvc_root)
+    try:
+        listing = list(opened.list(opened.prefix))
+    finally:
+        if own:
+            opened.close()
+    return build_manifest(ref, select_objects(sources, listing, prefix=opened.prefix))

@@ -1,0 +1,146 @@
+"""The ObjectStore protocol that every repository backend implements, and its typed errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, Protocol, runtime_checkable
+
+from triton_operator.core.manifest import ObjectInfo
+
+__all__ = [
+    "AccessDenied",
+    "BucketNotFound",
+    "ObjectChanged",
+    "ObjectInfo",
+    "ObjectStore",
+    "Sink",
+    "StoreConfigError",
+    "StoreError",
+    "StoreUnavailable",
+]
+
+# Receives the bytes of a read in order; raising from it aborts the read.
+Sink = Callable[[bytes], None]
+
+
+class StoreError(Exception):
+    """Any failure talking to a repository store; the message names the bucket, prefix or key."""
+
+
+class BucketNotFound(StoreError):  # noqa: N818 - the API names these
+    def __init__(self, uri: str, bucket: str) -> None:
+        super().__init__(f"{uri}: bucket {bucket!r} does not exist")
+        self.uri = uri
+        self.bucket = bucket
+
+
+class AccessDenied(StoreError):  # noqa: N818 - the API names these
+    def __init__(self, uri: str, detail: str) -> None:
+        super().__init__(f"{uri}: access denied: {detail}")
+        self.uri = uri
+        self.detail = detail
+
+
+class StoreUnavailable(StoreError):  # noqa: N818 - the API names these
+    def __init__(self, uri: str, detail: str) -> None:
+        super().__init__(f"{uri}: store unavailable: {detail}")
+        self.uri = uri
+        self.detail = detail
+
+
+class StoreConfigError(StoreError):
+    """The repository settings or credentials cannot work; ``field`` names which."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+class ObjectChanged(StoreError):  # noqa: N818 - the API names these
+    """A pinned object no longer has the pinned etag/generation (overwritten or deleted)."""
+
+    def __init__(self, uri: str, key: str, pinned: str, current: str) -> None:
+        super().__init__(
+            f"{uri}: object {key!r} changed since it was pinned: pinned {pinned}, now {current}; "
+            "the revision must be pinned again"
+        )
+        self.uri = uri
+        self.key = key
+        self.pinned = pinned
+        self.current = current
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """A bucket (or container, or mounted claim) holding a model repository; thread-safe."""
+
+    uri: str  # the repository URI, for messages
+    bucket: str
+    prefix: str  # the repository's key prefix: "" or ends with "/"
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object whose key starts with ``prefix`` (full keys)."""
+        ...
+
+    def head(self, key: str) -> ObjectInfo | None:
+        """The object's current metadata, None when it does not exist."""
+        ...
+
+    def read_range(
+        self, key: str, start: int, end: int | None, sink: Sink, *, etag: str = "", generation: str = ""
+    ) -> int:
+        """Push bytes [start, end) of ``key`` (end None: to the end) into ``sink``; return the count.
+
+        With ``etag``/``generation`` the read is conditional: if the object is no longer that
+        one, ObjectChanged is raised (GCS reads that generation itself).
+        """
+        ...
+
+    def open_range(self, key: str, start: int, end: int, *, etag: str = "", generation: str = "") -> bytes:
+        """Bytes [start, end) of ``key`` in memory; conditional like read_range."""
+        ...
+
+    def get(self, key: str, dest: BinaryIO, *, etag: str = "", generation: str = "") -> int:
+        """The whole object written to ``dest``; conditional like read_range."""
+        ...
+
+    def part_size(self, key: str, etag: str) -> int | None:
+        """For an S3 multipart object, the size of its first part (to recompute the ETag)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class StoreBase:
+    """Shared helpers: open_range and get in terms of read_range."""
+
+    uri: str
+
+    def read_range(
+        self, key: str, start: int, end: int | None, sink: Sink, *, etag: str = "", generation: str = ""
+    ) -> int:
+        raise NotImplementedError
+
+    def open_range(self, key: str, start: int, end: int, *, etag: str = "", generation: str = "") -> bytes:
+        chunks: list[bytes] = []
+        self.read_range(key, start, end, chunks.append, etag=etag, generation=generation)
+        return b"".join(chunks)
+
+    def get(self, key: str, dest: BinaryIO, *, etag: str = "", generation: str = "") -> int:
+        def write(data: bytes) -> None:
+            dest.write(data)
+
+        return self.read_range(key, 0, None, write, etag=etag, generation=generation)
+
+    def part_size(self, key: str, etag: str) -> int | None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def describe(self, info: ObjectInfo | None) -> str:
+        """How an object's identity is shown in ObjectChanged messages."""
+        if info is None:
+            return "deleted"
+        return f"etag {info.etag}" + (f" generation {info.generation}" if info.generation else "")

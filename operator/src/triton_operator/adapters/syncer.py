@@ -1,0 +1,847 @@
+"""The download engine of `triton-operator sync`: pinned objects in parallel, verified, atomic."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+import google_crc32c
+
+from triton_operator.adapters.storage.base import ObjectStore, StoreUnavailable
+from triton_operator.adapters.storage.pvc import PvcStore
+from triton_operator.core.manifest import (
+    CONFIG_FILE,
+    CONTENT_KINDS,
+    Manifest,
+    ManifestEntry,
+    ModelSource,
+    SelectionFailed,
+    parse_repository_uri,
+    select_objects,
+)
+
+MiB = 1024 * 1024
+CHUNK = MiB
+STATE_FILE = ".triton-sync.json"
+STATE_FORMAT = 1
+_TMP_MARK = ".tmp-sync-"
+
+
+# ---------------------------------------------------------------- errors and results
+
+
+class SyncError(Exception):
+    """The sync cannot complete; the message says which file and why."""
+
+
+class ChecksumMismatch(SyncError):  # noqa: N818
+    def __init__(self, key: str, dest: str, what: str, expected: str, actual: str) -> None:
+        super().__init__(f"object {key!r} ({dest}): {what} is {actual}, the manifest pins {expected}")
+        self.key = key
+        self.dest = dest
+        self.expected = expected
+        self.actual = actual
+
+
+class UnsafeDestination(SyncError):  # noqa: N818
+    """Something in the destination (a symlink, a non-directory) where sync would write."""
+
+
+class _Aborted(Exception):  # noqa: N818 - control flow, not an error
+    """Raised inside a sink when another task has failed."""
+
+
+@dataclass(frozen=True)
+class SyncOptions:
+    dest: Path
+    configs: Path | None = None
+    cache: Path | None = None
+    concurrency: int = 16
+    part_size: int = 64 * MiB
+    retries: int = 3
+    pvc_root: Path | None = None  # where a pvc:// claim is mounted (unpinned manifests)
+
+
+@dataclass
+class SyncStats:
+    files: int = 0
+    bytes: int = 0
+    downloaded_files: int = 0
+    downloaded_bytes: int = 0
+    present_files: int = 0
+    cache_hits: int = 0
+    ranged_parts: int = 0
+    unverified_files: int = 0  # no content checksum: size and etag/generation match only
+    retried_reads: int = 0
+    configs_written: int = 0
+    pruned_files: int = 0
+    linked_versions: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------- checksums
+
+
+class Hasher(Protocol):
+    def update(self, data: bytes) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+class _Crc32c:
+    def __init__(self) -> None:
+        self._c = google_crc32c.Checksum()  # type: ignore[no-untyped-call]
+
+    def update(self, data: bytes) -> None:
+        self._c.update(data)  # type: ignore[no-untyped-call]
+
+    def hexdigest(self) -> str:
+        return bytes(self._c.digest()).hex()  # type: ignore[no-untyped-call]
+
+
+class MultipartEtag:
+    """Recomputes an S3 multipart ETag: md5 of the parts' md5s, then ``-<parts>``."""
+
+    def __init__(self, part_size: int) -> None:
+        self.part_size = part_size
+        self._digests: list[bytes] = []
+        self._current = hashlib.md5(usedforsecurity=False)
+        self._filled = 0
+
+    def update(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            take = min(len(view), self.part_size - self._filled)
+            self._current.update(view[:take])
+            self._filled += take
+            view = view[take:]
+            if self._filled == self.part_size:
+                self._digests.append(self._current.digest())
+                self._current = hashlib.md5(usedforsecurity=False)
+                self._filled = 0
+
+    def hexdigest(self) -> str:
+        digests = list(self._digests)
+        if self._filled or not digests:
+            digests.append(self._current.digest())
+        return hashlib.md5(b"".join(digests), usedforsecurity=False).hexdigest() + f"-{len(digests)}"
+
+
+def make_hasher(kind: str, multipart_part_size: int | None = None) -> Hasher | None:
+    """A hasher for a checksum kind, None when the content cannot be checked."""
+    if kind == "sha256":
+        return hashlib.sha256()
+    if kind == "md5":
+        return hashlib.md5(usedforsecurity=False)
+    if kind == "crc32c":
+        return _Crc32c()
+    if kind == "s3-multipart" and multipart_part_size:
+        return MultipartEtag(multipart_part_size)
+    return None
+
+
+def hash_file(path: Path, hasher: Hasher) -> str:
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+# ---------------------------------------------------------------- progress
+
+
+class Progress:
+    """A single-line bar on a TTY; otherwise JSON lines (every N files or second, and a summary)."""
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        tty: bool | None = None,
+        every_files: int = 100,
+        every_seconds: float = 1.0,
+    ) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.every_files = every_files
+        self.every_seconds = every_seconds
+        self._lock = threading.Lock()
+        self.files_total = 0
+        self.bytes_total = 0
+        self.files_done = 0
+        self.bytes_done = 0
+        self.bytes_downloaded = 0
+        self._start = time.monotonic()
+        self._last_emit = 0.0
+        self._last_files = 0
+
+    def begin(self, files_total: int, bytes_total: int) -> None:
+        with self._lock:
+            self.files_total, self.bytes_total = files_total, bytes_total
+            self._start = time.monotonic()
+        self._emit(force=False)
+
+    def add_bytes(self, n: int, *, downloaded: bool = True) -> None:
+        with self._lock:
+            self.bytes_done += n
+            if downloaded:
+                self.bytes_downloaded += n
+        if self.tty:
+            self._emit(force=False)
+
+    def file_done(self, size: int = 0, *, downloaded: bool = True) -> None:
+        with self._lock:
+            self.files_done += 1
+            if not downloaded:
+                self.bytes_done += size
+        self._emit(force=False)
+
+    def _rate(self, now: float) -> float:
+        elapsed = max(now - self._start, 1e-6)
+        return self.bytes_downloaded / elapsed / 1e6
+
+    def _emit(self, *, force: bool) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self.tty:
+                if not force and now - self._last_emit < 0.1:
+                    return
+            elif not force and (
+                now - self._last_emit < self.every_seconds
+                and self.files_done - self._last_files < self.every_files
+            ):
+                return
+            self._last_emit, self._last_files = now, self.files_done
+            files, files_total = self.files_done, self.files_total
+            done, total, rate = self.bytes_done, self.bytes_total, self._rate(now)
+        if self.tty:
+            width = 24
+            filled = int(width * done / total) if total else width
+            line = (
+                f"\r[{'#' * filled}{'.' * (width - filled)}] {files}/{files_total} files "
+                f"{done / MiB:,.1f}/{total / MiB:,.1f} MiB {rate:,.1f} MB/s"
+            )
+            self.stream.write(line.ljust(79))
+        else:
+            self.stream.write(
+                json.dumps(
+                    {
+                        "event": "progress",
+                        "files": files,
+                        "filesTotal": files_total,
+                        "bytes": done,
+                        "bytesTotal": total,
+                        "mbPerSecond": round(rate, 2),
+                        "elapsedSeconds": round(now - self._start, 3),
+                    }
+                )
+                + "\n"
+            )
+        self.stream.flush()
+
+    def finish(self, stats: SyncStats) -> None:
+        if self.tty:
+            self._emit(force=True)
+            self.stream.write(
+                f"\nsynced {stats.files} files ({stats.bytes / MiB:,.1f} MiB): "
+                f"{stats.downloaded_files} downloaded, "
+                f"{stats.present_files} present, {stats.cache_hits} from cache in {stats.seconds:.2f}s\n"
+            )
+        else:
+            self.stream.write(json.dumps({"event": "summary", **stats.to_json()}) + "\n")
+        self.stream.flush()
+
+    def error(self, message: str) -> None:
+        if self.tty:
+            self.stream.write("\n")
+        else:
+            self.stream.write(json.dumps({"event": "error", "message": message}) + "\n")
+        self.stream.flush()
+
+
+# ---------------------------------------------------------------- filesystem helpers
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}{_TMP_MARK}{secrets.token_hex(4)}")
+
+
+class _Dirs:
+    """Creates folders under dest, refusing symlinks and non-folders on the way."""
+
+    def __init__(self, dest: Path) -> None:
+        self.dest = dest
+        self._ok: set[str] = {""}
+        self._lock = threading.Lock()
+
+    def ensure(self, rel_dir: str) -> Path:
+        with self._lock:
+            if rel_dir in self._ok:
+                return self.dest / rel_dir if rel_dir else self.dest
+            parts = rel_dir.split("/")
+            for n in range(1, len(parts) + 1):
+                rel = "/".join(parts[:n])
+                if rel in self._ok:
+                    continue
+                path = self.dest / rel
+                try:
+                    st = os.lstat(path)
+                except FileNotFoundError:
+                    os.mkdir(path)
+                else:
+                    if stat.S_ISLNK(st.st_mode):
+                        raise UnsafeDestination(f"{path} is a symlink; sync refuses to write through it")
+                    if not stat.S_ISDIR(st.st_mode):
+                        raise UnsafeDestination(f"{path} exists and is not a folder")
+                self._ok.add(rel)
+            return self.dest / rel_dir
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    """Place ``src``'s bytes at ``dst`` atomically: a hardlink if possible, else a copy."""
+    tmp = _tmp_name(dst)
+    try:
+        try:
+            os.link(src, tmp)
+        except OSError:
+            with src.open("rb") as fin, tmp.open("wb") as fout:
+                shutil.copyfileobj(fin, fout, CHUNK)
+                fout.flush()
+                os.fsync(fout.fileno())
+        os.replace(tmp, dst)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+# ---------------------------------------------------------------- state of earlier syncs
+
+
+def _state_record(entry: ManifestEntry, st: os.stat_result) -> list[Any]:
+    return [
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ino,
+        entry.checksum_kind,
+        entry.checksum,
+        entry.etag,
+        entry.generation,
+    ]
+
+
+def _load_state(dest: Path) -> dict[str, list[Any]]:
+    try:
+        data = json.loads((dest / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != STATE_FORMAT
+        or not isinstance(data.get("files"), dict)
+    ):
+        return {}
+    return {str(k): v for k, v in data["files"].items() if isinstance(v, list)}
+
+
+def _save_state(dest: Path, files: dict[str, list[Any]]) -> None:
+    path = dest / STATE_FILE
+    tmp = _tmp_name(path)
+    with tmp.open("w") as f:
+        json.dump({"format": STATE_FORMAT, "files": files}, f, separators=(",", ":"))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- the engine
+
+
+@dataclass
+class _Job:
+    """One file being downloaded: parts are written with pwrite, hashed in order by pread."""
+
+    entry: ManifestEntry
+    path: Path
+    multipart_part_size: int | None = None
+    hasher: Hasher | None = None
+    tmp: Path = field(init=False)
+    fd: int = -1
+    parts: list[tuple[int, int]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    done: dict[int, int] = field(default_factory=dict)
+    hash_pos: int = 0
+    hashing: bool = False
+    finished: bool = False
+
+    def __post_init__(self) -> None:
+        self.tmp = _tmp_name(self.path)
+
+    def new_hasher(self) -> Hasher | None:
+        return make_hasher(self.entry.checksum_kind, self.multipart_part_size)
+
+
+class Syncer:
+    """Runs one sync of a pinned manifest into ``options.dest``."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        store: ObjectStore | None,
+        options: SyncOptions,
+        progress: Progress | None = None,
+    ) -> None:
+        self.manifest = manifest
+        self.store = store
+        self.options = options
+        self.progress = progress or Progress(tty=False, stream=open(os.devnull, "w"))  # noqa: SIM115
+        self.stats = SyncStats()
+        self.dest = options.dest
+        self._abort = threading.Event()
+        self._errors: list[BaseException] = []
+        self._lock = threading.Lock()
+        self._state_new: dict[str, list[Any]] = {}
+        self._touched_dirs: set[Path] = set()
+        self._jobs: list[_Job] = []
+
+    # -------------------------------------------------------- entry point
+
+    def run(self) -> SyncStats:
+        started = time.monotonic()
+        self.dest.mkdir(parents=True, exist_ok=True)
+        if self.manifest.pinned:
+            self._sync_pinned()
+        else:
+            self._sync_unpinned()
+        self._write_configs()
+        for d in sorted(self._touched_dirs):
+            with contextlib.suppress(OSError):
+                _fsync_dir(d)
+        self.stats.seconds = time.monotonic() - started
+        self.progress.finish(self.stats)
+        return self.stats
+
+    # -------------------------------------------------------- pinned
+
+    def _sync_pinned(self) -> None:
+        if self.store is None:
+            raise SyncError("a pinned manifest needs a store to read from")
+        entries = self.manifest.entries
+        self.stats.files = len(entries)
+        self.stats.bytes = sum(e.size for e in entries)
+        self.progress.begin(self.stats.files, self.stats.bytes)
+        state = _load_state(self.dest)
+        dirs = _Dirs(self.dest)
+        unknown: list[ManifestEntry] = []
+        for entry in entries:
+            parent, _, _ = entry.dest.rpartition("/")
+            dirs.ensure(parent)
+            path = self.dest / entry.dest
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                unknown.append(entry)
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                raise UnsafeDestination(f"{path} is a symlink where {entry.key!r} should go; sync refuses it")
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafeDestination(f"{path} exists and is not a regular file")
+            if state.get(entry.dest) == _state_record(entry, st):
+                self._mark_present(entry, st)
+            else:
+                unknown.append(entry)
+
+        workers = max(1, self.options.concurrency)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sync") as pool:
+            # Phase 1: files whose state is unknown are hashed; the cache is consulted.
+            checked = self._run_all(pool, [partial(self._check, e) for e in unknown])
+            to_fetch = [job for job in checked if job is not None]
+            # Phase 2: downloads; big files in ranged parts first, then whole files, biggest first.
+            to_fetch.sort(key=lambda j: -j.entry.size)
+            self._jobs.extend(to_fetch)
+            tasks: list[Callable[[], Any]] = []
+            for job in to_fetch:
+                if job.entry.size > self.options.part_size:
+                    self._open_parts(job)
+                    tasks.extend(partial(self._fetch_part, job, s, e) for s, e in job.parts)
+            tasks.extend(
+                partial(self._fetch_whole, job)
+                for job in to_fetch
+                if job.entry.size <= self.options.part_size
+            )
+            self._run_all(pool, tasks)
+        self._cleanup_jobs()
+        self._prune()
+        _save_state(self.dest, self._state_new)
+
+    def _run_all(self, pool: ThreadPoolExecutor, tasks: Iterable[Callable[[], Any]]) -> list[Any]:
+        """Run tasks on the pool; on the first failure stop the rest and raise it."""
+        if self._errors:
+            raise self._errors[0]
+        futures: list[Future[Any]] = [pool.submit(self._guard, t) for t in tasks]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        if self._errors:  # _guard records every failure before its future completes
+            self._abort.set()
+            for f in futures:
+                f.cancel()
+            wait(futures)
+            self._cleanup_jobs()
+            raise self._errors[0]
+        return [f.result() for f in futures]
+
+    def _guard(self, task: Callable[[], Any]) -> Any:
+        if self._abort.is_set():
+            return None
+        try:
+            return task()
+        except _Aborted:
+            return None
+        except BaseException as exc:
+            with self._lock:
+                self._errors.append(exc)
+            self._abort.set()
+            raise
+
+    def _mark_present(self, entry: ManifestEntry, st: os.stat_result) -> None:
+        with self._lock:
+            self._state_new[entry.dest] = _state_record(entry, st)
+            self.stats.present_files += 1
+        self.progress.file_done(entry.size, downloaded=False)
+
+    def _check(self, entry: ManifestEntry) -> _Job | None:
+        """Phase 1: a file already present and right, a cache hit, or a job to download."""
+        path = self.dest / entry.dest
+        job = _Job(entry, path)
+        if entry.checksum_kind == "s3-multipart" and self.store is not None:
+            job.multipart_part_size = self.store.part_size(entry.key, entry.etag)
+        hasher = job.new_hasher()
+        if hasher is None:
+            return job  # nothing to compare a local file with: fetch it under the pinned etag
+        try:
+            st: os.stat_result | None = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if (
+            st is not None
+            and stat.S_ISREG(st.st_mode)
+            and st.st_size == entry.size
+            and hash_file(path, hasher) == entry.checksum
+        ):
+            self._mark_present(entry, os.stat(path))
+            return None
+        cached = self._cache_path(entry)
+        if cached is None:
+            return job
+        try:
+            cst: os.stat_result | None = os.stat(cached)
+        except FileNotFoundError:
+            cst = None
+        if cst is not None and stat.S_ISREG(cst.st_mode) and cst.st_size == entry.size:
+            hasher = job.new_hasher()
+            assert hasher is not None
+            if hash_file(cached, hasher) == entry.checksum:
+                _link_or_copy(cached, path)
+                with self._lock:
+                    self._state_new[entry.dest] = _state_record(entry, os.stat(path))
+                    self.stats.cache_hits += 1
+                    self._touched_dirs.add(path.parent)
+                self.progress.file_done(entry.size, downloaded=False)
+                return None
+        return job
+
+    def _cache_path(self, entry: ManifestEntry) -> Path | None:
+        if self.options.cache is None or entry.checksum_kind not in CONTENT_KINDS:
+            return None
+        return self.options.cache / entry.checksum_kind / entry.checksum
+
+    def _sink(self, write: Callable[[bytes], None]) -> Callable[[bytes], None]:
+        abort = self._abort
+        progress = self.progress
+
+        def sink(chunk: bytes) -> None:
+            if abort.is_set():
+                raise _Aborted
+            write(chunk)
+            progress.add_bytes(len(chunk))
+
+        return sink
+
+    def _read_with_retries(
+        self, job: _Job, start: int, end: int | None, make_sink: Callable[[], Callable[[bytes], None]]
+    ) -> int:
+        assert self.store is not None
+        attempt = 0
+        while True:
+            counted = [0]
+            inner = make_sink()
+
+            def sink(
+                chunk: bytes, inner: Callable[[bytes], None] = inner, counted: list[int] = counted
+            ) -> None:
+                inner(chunk)
+                counted[0] += len(chunk)
+
+            try:
+                return self.store.read_range(
+                    job.entry.key, start, end, sink, etag=job.entry.etag, generation=job.entry.generation
+                )
+            except StoreUnavailable:
+                attempt += 1
+                self.progress.add_bytes(-counted[0])
+                if attempt > self.options.retries or self._abort.is_set():
+                    raise
+                with self._lock:
+                    self.stats.retried_reads += 1
+                time.sleep(min(2.0, 0.2 * 2**attempt))
+
+    def _fetch_whole(self, job: _Job) -> None:
+        """A small file in one streamed read, hashed as it arrives; a retry starts it over."""
+        fd = job.fd = os.open(job.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+
+        def make_sink() -> Callable[[bytes], None]:
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.ftruncate(fd, 0)
+            hasher = job.hasher = job.new_hasher()
+
+            def write(chunk: bytes) -> None:
+                os.write(fd, chunk)
+                if hasher is not None:
+                    hasher.update(chunk)
+
+            return self._sink(write)
+
+        count = self._read_with_retries(job, 0, None, make_sink)
+        self._finish(job, count)
+
+    def _open_parts(self, job: _Job) -> None:
+        """A big file: size the temp file (sparse) and plan its ranged parts."""
+        job.fd = os.open(job.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        os.ftruncate(job.fd, job.entry.size)
+        job.hasher = job.new_hasher()
+        size, step = job.entry.size, self.options.part_size
+        job.parts = [(s, min(s + step, size)) for s in range(0, size, step)]
+
+    def _fetch_part(self, job: _Job, start: int, end: int) -> None:
+        fd = job.fd
+        pos = [start]
+
+        def make_sink() -> Callable[[bytes], None]:
+            pos[0] = start
+
+            def write(chunk: bytes) -> None:
+                os.pwrite(fd, chunk, pos[0])
+                pos[0] += len(chunk)
+
+            return self._sink(write)
+
+        count = self._read_with_retries(job, start, end, make_sink)
+        if count != end - start:
+            raise ChecksumMismatch(
+                job.entry.key, job.entry.dest, f"bytes {start}-{end - 1} length", str(end - start), str(count)
+            )
+        with self._lock:
+            self.stats.ranged_parts += 1
+        self._part_done(job, start, end)
+
+    def _part_done(self, job: _Job, start: int, end: int) -> None:
+        """Hash completed parts in file order; whoever completes the last one finishes the file."""
+        with job.lock:
+            job.done[start] = end
+            if job.hashing:
+                return
+            job.hashing = True
+        while True:
+            with job.lock:
+                stop = job.done.pop(job.hash_pos, None)
+                if stop is None:
+                    job.hashing = False
+                    return
+                begin = job.hash_pos
+            if job.hasher is not None:
+                offset = begin
+                while offset < stop:
+                    if self._abort.is_set():
+                        raise _Aborted
+                    chunk = os.pread(job.fd, min(CHUNK * 8, stop - offset), offset)
+                    if not chunk:
+                        raise SyncError(f"{job.tmp}: short read while verifying")
+                    job.hasher.update(chunk)
+                    offset += len(chunk)
+            with job.lock:
+                job.hash_pos = stop
+                last = stop == job.entry.size
+            if last:
+                self._finish(job, job.entry.size)
+                with job.lock:
+                    job.hashing = False
+                return
+
+    def _finish(self, job: _Job, count: int) -> None:
+        entry = job.entry
+        size = os.fstat(job.fd).st_size
+        if count != entry.size or size != entry.size:
+            raise ChecksumMismatch(entry.key, entry.dest, "size", str(entry.size), str(max(count, size)))
+        verified = job.hasher is not None
+        if job.hasher is not None:
+            actual = job.hasher.hexdigest()
+            if actual != entry.checksum:
+                raise ChecksumMismatch(entry.key, entry.dest, entry.checksum_kind, entry.checksum, actual)
+        os.fsync(job.fd)
+        os.close(job.fd)
+        job.fd = -1
+        os.replace(job.tmp, job.path)
+        job.finished = True
+        st = os.stat(job.path)
+        cached = self._cache_path(entry) if verified else None
+        if cached is not None and not cached.exists():
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                _link_or_copy(job.path, cached)
+        with self._lock:
+            self._state_new[entry.dest] = _state_record(entry, st)
+            self.stats.downloaded_files += 1
+            self.stats.downloaded_bytes += entry.size
+            if not verified:
+                self.stats.unverified_files += 1
+            self._touched_dirs.add(job.path.parent)
+        self.progress.file_done(entry.size)
+
+    def _cleanup_jobs(self) -> None:
+        for job in self._jobs:
+            if job.fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(job.fd)
+                job.fd = -1
+            if not job.finished:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(job.tmp)
+
+    def _prune(self) -> None:
+        """Remove files in the models' folders that the manifest does not name (old versions, temps)."""
+        keep = {e.dest for e in self.manifest.entries}
+        for model in self.manifest.models:
+            root = self.dest / model.name
+            if not root.is_dir() or root.is_symlink():
+                continue
+            for dirpath, dirnames, filenames in os.walk(root, topdown=False, followlinks=False):
+                d = Path(dirpath)
+                for name in filenames + [n for n in dirnames if (d / n).is_symlink()]:
+                    rel = (d / name).relative_to(self.dest).as_posix()
+                    if rel in keep or rel == f"{model.name}/{CONFIG_FILE}":
+                        continue
+                    os.unlink(d / name)
+                    self.stats.pruned_files += 1
+                    self._touched_dirs.add(d)
+                if d != root:
+                    with contextlib.suppress(OSError):
+                        d.rmdir()  # only when empty
+
+    # -------------------------------------------------------- unpinned (pvc)
+
+    def _sync_unpinned(self) -> None:
+        """Link the claim's selected version folders into dest; the claim is read where mounted."""
+        root = self.options.pvc_root
+        loc = parse_repository_uri(self.manifest.repository.uri)
+        if root is None:
+            raise SyncError(
+                f"{self.manifest.repository.uri}: the manifest is not pinned (pvc); pass --pvc-root, "
+                "the folder where the claim is mounted"
+            )
+        store = PvcStore(self.manifest.repository.uri, loc.bucket, loc.prefix, root, checksums=False)
+        sources = [ModelSource(m.name, m.folder, m.policy) for m in self.manifest.models]
+        selection = select_objects(sources, store.list(store.prefix), prefix=store.prefix)
+        if selection.errors:
+            raise SelectionFailed(selection.errors)
+        self.progress.begin(0, 0)
+        dirs = _Dirs(self.dest)
+        for model in selection.models:
+            model_dir = dirs.ensure(model.name)
+            base = Path(root) / f"{loc.prefix}{model.folder}"
+            wanted: dict[str, Path] = {v: base / v for v in model.versions}
+            for sel in model.objects:
+                rel = sel.dest.split("/", 1)[1]
+                first = rel.split("/", 1)[0]
+                if first not in wanted:
+                    wanted[first] = base / first
+            for name, target in sorted(wanted.items()):
+                link = model_dir / name
+                try:
+                    st = os.lstat(link)
+                except FileNotFoundError:
+                    st = None
+                if st is not None and not stat.S_ISLNK(st.st_mode):
+                    raise UnsafeDestination(f"{link} exists and is not a link made by sync")
+                if st is not None and os.readlink(link) == str(target):
+                    continue
+                tmp = _tmp_name(link)
+                os.symlink(target, tmp)
+                os.replace(tmp, link)
+                self.stats.linked_versions += 1
+                self._touched_dirs.add(model_dir)
+            for entry in os.listdir(model_dir):
+                p = model_dir / entry
+                if entry not in wanted and entry != CONFIG_FILE and p.is_symlink():
+                    os.unlink(p)
+                    self.stats.pruned_files += 1
+
+    # -------------------------------------------------------- rendered configs
+
+    def _write_configs(self) -> None:
+        configs = self.options.configs
+        if configs is None:
+            return
+        dirs = _Dirs(self.dest)
+        for model in self.manifest.models:
+            src = configs / model.name / CONFIG_FILE
+            if not src.is_file():
+                raise SyncError(f"{src}: no rendered config for model {model.name!r} in {configs}")
+            data = src.read_bytes()
+            dst = dirs.ensure(model.name) / CONFIG_FILE
+            try:
+                st = os.lstat(dst)
+            except FileNotFoundError:
+                st = None
+            if st is not None:
+                if stat.S_ISLNK(st.st_mode):
+                    raise UnsafeDestination(f"{dst} is a symlink; sync refuses to write through it")
+                if stat.S_ISREG(st.st_mode) and dst.read_bytes() == data:
+                    continue
+            tmp = _tmp_name(dst)
+            with tmp.open("wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, dst)
+            self.stats.configs_written += 1
+            self._touched_dirs.add(dst.parent)
+
+
+def sync(
+    manifest: Manifest, store: ObjectStore | None, options: SyncOptions, progress: Progress | None = None
+) -> SyncStats:
+    """Fetch and verify what ``manifest`` pins into ``options.dest``; see Syncer."""
+    return Syncer(manifest, store, options, progress).run()

@@ -1,0 +1,189 @@
+"""`triton-operator sync`: the pod's init container; fetches a revision's pinned models, verified."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from triton_operator.adapters.storage import open_store
+from triton_operator.adapters.storage.base import ObjectChanged, StoreConfigError, StoreError
+from triton_operator.adapters.syncer import (
+    ChecksumMismatch,
+    Progress,
+    SyncError,
+    SyncOptions,
+    UnsafeDestination,
+    sync,
+)
+from triton_operator.core.manifest import ManifestError, SelectionFailed, manifest_from_json
+from triton_operator.core.modelconfig import ModelConfigError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_CHANGED = 3
+EXIT_MISMATCH = 4
+EXIT_STORE = 5
+EXIT_UNSAFE = 6
+
+# Environment variables read as credentials (the pod mounts the credentials Secret as env).
+CREDENTIAL_VARS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "GOOGLE_APPLICATION_CREDENTIALS_JSON",
+    "STORAGE_EMULATOR_HOST",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+)
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "ki": 1024,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mi": 1024**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gi": 1024**3,
+    "gib": 1024**3,
+}
+
+EPILOG = """\
+exit status: 0 synced; 1 other failure; 2 bad arguments or manifest; 3 an object changed since it
+was pinned; 4 a size or checksum did not match; 5 the store refused or failed (access denied,
+missing bucket, unavailable); 6 something unsafe in the destination (a symlink where a file goes).
+Credentials come from the environment: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY[/AWS_SESSION_TOKEN],
+GOOGLE_APPLICATION_CREDENTIALS_JSON, AZURE_STORAGE_CONNECTION_STRING (or AZURE_STORAGE_KEY,
+AZURE_STORAGE_SAS_TOKEN); none of them means the platform identity (IRSA, workload identity).
+"""
+
+
+def parse_size(text: str) -> int:
+    """``64MiB``, ``8M``, ``1GiB``, ``1048576`` -> bytes (``M`` is 10^6, ``Mi``/``MiB`` 2^20)."""
+    match = re.fullmatch(r"\s*([0-9]+)\s*([A-Za-z]*)\s*", text)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 64MiB, 8M or 1048576")
+    value = int(match.group(1)) * _UNITS[match.group(2).lower()]
+    if value < 1024 * 1024:
+        raise argparse.ArgumentTypeError(f"{text!r}: the part size must be at least 1MiB")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1 or value > 256:
+        raise argparse.ArgumentTypeError(f"{text!r} must be an integer from 1 to 256")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "sync",
+        help="fetch a revision's pinned model files (the pod's init container)",
+        description="Download the objects a pinned manifest names, in parallel, verify sizes and "
+        "checksums, and lay out a Triton model repository with the rendered config.pbtxt files.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--manifest", required=True, type=Path, help="the pinned manifest (JSON)")
+    parser.add_argument(
+        "--configs", type=Path, default=None, help="folder of rendered configs: <model>/config.pbtxt"
+    )
+    parser.add_argument("--dest", required=True, type=Path, help="the model repository to fill (/models)")
+    parser.add_argument(
+        "--cache", type=Path, default=None, help="content-addressed cache folder: <cache>/<kind>/<checksum>"
+    )
+    parser.add_argument("--concurrency", type=_positive, default=16, help="parallel reads (default 16)")
+    parser.add_argument(
+        "--part-size",
+        type=parse_size,
+        default=64 * 1024 * 1024,
+        help="objects bigger than this are read in ranged parts of this size (default 64MiB)",
+    )
+    parser.add_argument(
+        "--pvc-root", type=Path, default=None, help="where the pvc:// claim is mounted (unpinned manifests)"
+    )
+    parser.add_argument(
+        "--progress",
+        choices=("auto", "bar", "json"),
+        default="auto",
+        help="a progress bar on a terminal, JSON lines otherwise (default auto)",
+    )
+    parser.set_defaults(func=run)
+
+
+def credentials_from_env(env: Any = None) -> dict[str, str]:
+    env = os.environ if env is None else env
+    return {k: env[k] for k in CREDENTIAL_VARS if env.get(k)}
+
+
+def run(args: argparse.Namespace) -> int:
+    tty = {"auto": None, "bar": True, "json": False}[args.progress]
+    stream = sys.stderr if (tty or (tty is None and sys.stderr.isatty())) else sys.stdout
+    progress = Progress(stream, tty=tty if tty is not None else stream.isatty())
+
+    def fail(code: int, message: str) -> int:
+        progress.error(message)
+        print(f"triton-operator sync: error: {message}", file=sys.stderr)
+        return code
+
+    try:
+        manifest = manifest_from_json(args.manifest.read_bytes())
+    except OSError as exc:
+        return fail(EXIT_USAGE, f"--manifest {args.manifest}: {exc.strerror or exc}")
+    except ManifestError as exc:
+        return fail(EXIT_USAGE, f"--manifest {args.manifest}: {exc}")
+    if args.configs is not None and not args.configs.is_dir():
+        return fail(EXIT_USAGE, f"--configs {args.configs}: not a folder")
+    options = SyncOptions(
+        dest=args.dest,
+        configs=args.configs,
+        cache=args.cache,
+        concurrency=args.concurrency,
+        part_size=args.part_size,
+        pvc_root=args.pvc_root,
+    )
+    store = None
+    try:
+        if manifest.pinned:
+            store = open_store(
+                manifest.repository,
+                credentials_from_env(),
+                pvc_root=args.pvc_root,
+                max_connections=args.concurrency,
+            )
+        sync(manifest, store, options, progress)
+    except ObjectChanged as exc:
+        return fail(EXIT_CHANGED, str(exc))
+    except ChecksumMismatch as exc:
+        return fail(EXIT_MISMATCH, str(exc))
+    except UnsafeDestination as exc:
+        return fail(EXIT_UNSAFE, str(exc))
+    except (StoreConfigError, ModelConfigError) as exc:
+        return fail(EXIT_USAGE, str(exc))
+    except StoreError as exc:
+        return fail(EXIT_STORE, str(exc))
+    except (SyncError, SelectionFailed) as exc:
+        return fail(EXIT_FAILED, str(exc))
+    except OSError as exc:
+        return fail(EXIT_FAILED, f"{exc.filename or ''}: {exc.strerror or exc}")
+    finally:
+        if store is not None:
+            store.close()
+    return EXIT_OK
