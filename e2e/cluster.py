@@ -65,6 +65,7 @@ def _version_ldflags() -> list[str]:
             f"-X {pkg}.gitMajor={major}",
             f"-X {pkg}.gitMinor={minor}",
             f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.gitCommit=",
             f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
         ]
     return flags
@@ -829,7 +830,6 @@ def up(build_if_needed: bool = True, timeout: float = 180.0) -> Path:
             f"--listen-peer-urls=http://127.0.0.1:{ports['etcd_peer']}",
             f"--initial-advertise-peer-urls=http://127.0.0.1:{ports['etcd_peer']}",
             f"--initial-cluster=e2e=http://127.0.0.1:{ports['etcd_peer']}",
-            "--listen-metrics-urls=",
             "--log-level=warn",
             "--unsafe-no-fsync=true",  # throwaway test data; much faster on slow disks
             "--quota-backend-bytes=2147483648",
@@ -997,19 +997,42 @@ def up(build_if_needed: bool = True, timeout: float = 180.0) -> Path:
     return kc
 
 
-def _procs_referencing(path: Path) -> list[int]:
+COMPONENTS = ["kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
+
+
+def _ancestors() -> set[int]:
+    out, pid = set(), os.getpid()
+    while pid > 1:
+        out.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
+def _procs_referencing(path: Path, pgids: set[int] | None = None) -> list[int]:
+    """Live processes of this cluster: their command line names the state dir and they are a
+    cluster component (by executable name) or belong to a process group we started.
+    Never this process or its ancestors (e.g. a shell whose command line mentions the path)."""
     needle = str(path).encode()
-    me = os.getpid()
+    skip = _ancestors()
+    pgids = pgids or set()
     out = []
     for p in Path("/proc").iterdir():
-        if not p.name.isdigit() or int(p.name) == me:
+        if not p.name.isdigit() or int(p.name) in skip:
             continue
+        pid = int(p.name)
         try:
-            cmd = (p / "cmdline").read_bytes()
-        except OSError:
+            argv = (p / "cmdline").read_bytes().split(b"\0")
+            pgid = os.getpgid(pid)
+        except (OSError, ProcessLookupError):
             continue
-        if needle in cmd and _pid_alive(int(p.name)):
-            out.append(int(p.name))
+        if needle not in b"\0".join(argv) or not _pid_alive(pid):
+            continue
+        exe = os.path.basename(argv[0].decode(errors="replace"))
+        if exe in COMPONENTS or pgid in pgids:
+            out.append(pid)
     return out
 
 
@@ -1049,14 +1072,14 @@ def down(quiet: bool = False) -> None:
         return
     pids = _read_pids(sd)
     # stop kwok / controllers before the apiserver, etcd last
-    order = ["kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
-    ordered = [pids[n] for n in order if n in pids] + [p for n, p in pids.items() if n not in order]
+    ordered = [pids[n] for n in COMPONENTS if n in pids] + [p for n, p in pids.items() if n not in COMPONENTS]
     _terminate([p for p in ordered if _pid_alive(p)])
-    leftovers = _procs_referencing(sd)
+    pgids = set(pids.values())
+    leftovers = _procs_referencing(sd, pgids)
     if leftovers:
         log(f"terminating leftover processes referencing {sd}: {leftovers}")
         _terminate(leftovers, grace=5)
-    leftovers = _procs_referencing(sd)
+    leftovers = _procs_referencing(sd, pgids)
     if leftovers:
         raise RuntimeError(f"processes still running after down: {leftovers}")
     shutil.rmtree(sd, ignore_errors=True)

@@ -1,5 +1,6 @@
 //go:build tools
 
+// Package tools pins the binaries built by e2e/cluster.py.
 package tools
 
 import (
