@@ -30,6 +30,10 @@ def configure(settings: kopf.OperatorSettings, operator: Settings) -> None:
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.posting.level = logging.getLevelNamesMapping().get(operator.event_level, logging.WARNING)
     settings.posting.reporting_component = "triton-operator"
+    # Watch only our Deployments and pods: the API server filters, not this process.
+    owned = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_SERVICE}"
+    settings.watching.label_selectors["apps", "v1", "deployments"] = owned
+    settings.watching.label_selectors["", "v1", "pods"] = owned
     # Restart long watches now and then; a stuck TCP connection otherwise stops all events.
     settings.watching.server_timeout = 600
     settings.watching.client_timeout = 660

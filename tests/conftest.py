@@ -1,0 +1,296 @@
+"""Shared fixtures: a real cluster (KUBECONFIG or e2e/cluster.py), the CRD, a namespace, the operator."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+E2E_DIR = REPO / "e2e"
+CRD_FILE = REPO / "crds" / "tritonservices.yaml"
+CRD_NAME = "tritonservices.triton-operator.io"
+TEST_FIELD_MANAGER = "triton-operator-tests"
+
+T = TypeVar("T")
+
+
+# ----------------------------------------------------------------- reports for teardown
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """Keep each phase's report on the item, so fixtures can print logs when a test failed."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+def _failed(request: pytest.FixtureRequest) -> bool:
+    report = getattr(request.node, "rep_call", None)
+    return report is None or report.failed
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def wait_for(
+    probe: Callable[[], T | None], *, timeout: float = 60.0, interval: float = 0.25, what: str = "condition"
+) -> T:
+    """Call ``probe`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        last = probe()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _reachable(kubeconfig: Path) -> str | None:
+    """None when the API server of ``kubeconfig`` answers; else why not."""
+    try:
+        from lightkube import Client, KubeConfig  # noqa: PLC0415
+        from lightkube.resources.core_v1 import Namespace  # noqa: PLC0415
+
+        client = Client(config=KubeConfig.from_file(str(kubeconfig)), timeout=5)
+        client.get(Namespace, "default")
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+# ----------------------------------------------------------------- the cluster
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Path]:
+    """A kubeconfig of a real API server: $KUBECONFIG when reachable, else e2e/cluster.py's cluster.
+
+    A cluster this fixture starts is stopped at the end of the session; one that was already up
+    is left running. When neither works the test is skipped, saying why.
+    """
+    env = os.environ.get("KUBECONFIG")
+    if env and Path(env).is_file():
+        why = _reachable(Path(env))
+        if why is None:
+            yield Path(env)
+            return
+        sys.stderr.write(f"$KUBECONFIG={env} is not reachable ({why}); trying e2e/cluster.py\n")
+    if str(E2E_DIR) not in sys.path:
+        sys.path.insert(0, str(E2E_DIR))
+    try:
+        local: Any = importlib.import_module("cluster")
+    except ImportError as exc:
+        pytest.skip(
+            f"no cluster: $KUBECONFIG unset or unreachable and e2e/cluster.py cannot be imported ({exc})"
+        )
+    started = False
+    try:
+        if local.is_up():
+            kubeconfig = Path(local.kubeconfig_path())
+        else:
+            kubeconfig = Path(local.up())
+            started = True
+    except Exception as exc:
+        pytest.skip(f"no cluster: e2e/cluster.py could not build or start the local cluster: {exc}")
+    why = _reachable(kubeconfig)
+    if why is not None:
+        pytest.skip(f"no cluster: the local cluster at {kubeconfig} does not answer: {why}")
+    try:
+        yield kubeconfig
+    finally:
+        if started:
+            local.down()
+
+
+@pytest.fixture(scope="session")
+def kube(cluster: Path) -> Any:
+    """A synchronous lightkube Client for test code (the operator uses its own async one)."""
+    from lightkube import Client, KubeConfig  # noqa: PLC0415
+
+    return Client(config=KubeConfig.from_file(str(cluster)), field_manager=TEST_FIELD_MANAGER, timeout=30)
+
+
+def crd_document() -> dict[str, Any]:
+    """The CRD from crds/tritonservices.yaml, or built in-process when the file is missing."""
+    if CRD_FILE.is_file():
+        doc: dict[str, Any] = yaml.safe_load(CRD_FILE.read_text())
+        return doc
+    crd_module: Any = importlib.import_module("triton_operator.core.crd")
+    built: dict[str, Any] = crd_module.build_crd()
+    return built
+
+
+@pytest.fixture(scope="session")
+def crd(kube: Any) -> dict[str, Any]:
+    """The TritonService CRD, applied and Established."""
+    from lightkube.resources.apiextensions_v1 import CustomResourceDefinition  # noqa: PLC0415
+    from lightkube.types import PatchType  # noqa: PLC0415
+
+    doc = crd_document()
+    kube.patch(
+        CustomResourceDefinition,
+        doc["metadata"]["name"],
+        doc,
+        patch_type=PatchType.APPLY,
+        field_manager=TEST_FIELD_MANAGER,
+        force=True,
+    )
+
+    def established() -> bool:
+        obj = kube.get(CustomResourceDefinition, doc["metadata"]["name"]).to_dict()
+        return any(
+            c.get("type") == "Established" and c.get("status") == "True"
+            for c in obj.get("status", {}).get("conditions", [])
+        )
+
+    wait_for(established, timeout=30, what="the CRD to be Established")
+    return doc
+
+
+@pytest.fixture
+def namespace(kube: Any, crd: dict[str, Any]) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards."""
+    from lightkube.resources.core_v1 import Namespace  # noqa: PLC0415
+
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kube.create(Namespace.from_dict({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
+    yield name
+    try:
+        kube.delete(Namespace, name)
+    except Exception as exc:
+        sys.stderr.write(f"could not delete namespace {name}: {exc}\n")
+
+
+# ----------------------------------------------------------------- the operator
+
+
+def _operator_command() -> list[str]:
+    """`triton-operator run` when the CLI's every subcommand imports, else the run command alone."""
+    cli: Any = importlib.import_module("triton_operator.cli")
+    if all(importlib.util.find_spec(f"triton_operator.commands.{n}") for n in cli.SUBCOMMANDS):
+        return [sys.executable, "-m", "triton_operator.cli", "run"]
+    runner = (
+        "import argparse, sys; from triton_operator.commands import run; "
+        "p = argparse.ArgumentParser(); run.register(p.add_subparsers()); "
+        "a = p.parse_args(['run', *sys.argv[1:]]); sys.exit(a.func(a))"
+    )
+    return [sys.executable, "-c", runner]
+
+
+@dataclass
+class OperatorProcess:
+    """A `triton-operator run` subprocess watching one namespace."""
+
+    namespace: str
+    kubeconfig: Path
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    liveness_port: int = 0
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.liveness_port = _free_port()
+        args = [
+            *_operator_command(),
+            "--namespace",
+            self.namespace,
+            "--standalone",
+            "--metrics-port",
+            "0",
+            "--liveness",
+            f"http://127.0.0.1:{self.liveness_port}/healthz",
+        ]
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1", **self.env}
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True
+        )
+        log.close()
+
+        def alive() -> bool:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                pytest.fail(f"the operator exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1) as r:
+                    return bool(r.status == 200)
+            except (urllib.error.URLError, OSError):
+                return False
+
+        wait_for(alive, timeout=timeout, what="the operator's liveness endpoint")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=5)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def log_tail(self, lines: int = 80) -> str:
+        if not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@pytest.fixture
+def operator(
+    cluster: Path, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[OperatorProcess]:
+    """The operator running against the cluster, watching the test's namespace."""
+    proc = OperatorProcess(namespace=namespace, kubeconfig=cluster, log_path=tmp_path / "operator.log")
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        if _failed(request):
+            sys.stdout.write(f"\n----- operator log ({proc.log_path}) -----\n{proc.log_tail(200)}\n")
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster: Path) -> str | None:
+    """A kubectl binary: the local cluster's, else one on PATH (None when there is none)."""
+    if str(E2E_DIR) not in sys.path:
+        sys.path.insert(0, str(E2E_DIR))
+    try:
+        local: Any = importlib.import_module("cluster")
+        candidate = Path(local.bin_dir()) / "kubectl"
+        if candidate.is_file():
+            return str(candidate)
+    except Exception:  # the cluster module is optional when $KUBECONFIG is used
+        pass
+    return shutil.which("kubectl")

@@ -1,0 +1,395 @@
+"""The operator against a real API server: admission, objects, Ready, scheduling, updates, GC, quiet."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from lightkube import ApiError, Client
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import ConfigMap, Pod, Service
+from lightkube.types import PatchType
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+TS = create_namespaced_resource("triton-operator.io", "v1alpha1", "TritonService", "tritonservices")
+NEVER_READY = "triton-operator.io/e2e-never-ready"
+SERVICE_LABEL = "triton-operator.io/service"
+REVISION_LABEL = "triton-operator.io/revision"
+
+T = TypeVar("T")
+
+PYTHON_MODEL = {
+    "backend": "python",
+    "maxBatchSize": 8,
+    "input": [{"name": "INPUT0", "dataType": "TYPE_FP32", "dims": ["4"]}],
+    "output": [{"name": "OUTPUT0", "dataType": "TYPE_FP32", "dims": ["4"]}],
+    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+}
+
+
+def wait_for(
+    probe: Callable[[], T | None], *, timeout: float = 60.0, interval: float = 0.25, what: str = "condition"
+) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        last = probe()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def tritonservice(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonService",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": 2,
+            "resources": {"cpu": "500m", "memory": "1Gi"},
+            "repository": {"uri": "s3://models/tiny", "endpoint": "http://seaweedfs.storage:8333"},
+            "models": [{"name": "add", "config": copy.deepcopy(PYTHON_MODEL)}],
+        },
+    }
+    body["spec"].update(spec)
+    return body
+
+
+def apply(kube: Client, body: dict[str, Any]) -> dict[str, Any]:
+    result = kube.patch(
+        TS,
+        body["metadata"]["name"],
+        body,
+        namespace=body["metadata"]["namespace"],
+        patch_type=PatchType.APPLY,
+        field_manager="e2e-user",
+        force=True,
+    )
+    out: dict[str, Any] = result.to_dict()
+    return out
+
+
+def get_ts(kube: Client, namespace: str, name: str) -> dict[str, Any]:
+    out: dict[str, Any] = kube.get(TS, name, namespace=namespace).to_dict()
+    return out
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    for c in obj.get("status", {}).get("conditions", []):
+        if c["type"] == kind:
+            return dict(c)
+    return {}
+
+
+def observed(obj: dict[str, Any]) -> bool:
+    return bool(obj.get("status", {}).get("observedGeneration") == obj["metadata"]["generation"])
+
+
+def wait_condition(
+    kube: Client,
+    namespace: str,
+    name: str,
+    kind: str,
+    status: str,
+    *,
+    reason: str | None = None,
+    timeout: float = 90,
+) -> dict[str, Any]:
+    """Wait until condition ``kind`` has ``status`` (and ``reason``) for the current generation."""
+
+    def probe() -> dict[str, Any] | None:
+        obj = get_ts(kube, namespace, name)
+        c = condition(obj, kind)
+        ok = observed(obj) and c.get("status") == status and (reason is None or c.get("reason") == reason)
+        return obj if ok else None
+
+    what = f"{namespace}/{name} {kind}={status}" + (f" ({reason})" if reason else "")
+    return wait_for(probe, timeout=timeout, what=what)
+
+
+def owned(kube: Client, resource: Any, namespace: str, name: str) -> list[dict[str, Any]]:
+    return [o.to_dict() for o in kube.list(resource, namespace=namespace, labels={SERVICE_LABEL: name})]
+
+
+def names(objects: list[dict[str, Any]]) -> set[str]:
+    return {o["metadata"]["name"] for o in objects}
+
+
+# ----------------------------------------------------------------- admission
+
+
+def _kubectl_create(kubectl: str, kubeconfig: Path, body: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [kubectl, f"--kubeconfig={kubeconfig}", "create", "-f", "-"],
+        input=json.dumps(body),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _strict_create(kube: Client, body: dict[str, Any]) -> str | None:
+    """Create with fieldValidation=Strict (as kubectl does); the API server's message when refused."""
+    try:
+        kube._client.request(  # lightkube exposes no fieldValidation parameter
+            "post",
+            res=TS,
+            obj=body,
+            namespace=body["metadata"]["namespace"],
+            params={"fieldValidation": "Strict", "fieldManager": "e2e-user"},
+        )
+    except ApiError as exc:
+        return str(exc.status.message)
+    return None
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda s: s["rollout"].update(strategy="Sideways"), "spec.rollout.strategy"),
+        (lambda s: s.update(replicaz=3), "spec.replicaz"),
+        (lambda s: s.update(replicas=-1), "spec.replicas"),
+        (lambda s: s["models"][0]["config"].update(maxBatchSizee=4), "maxBatchSizee"),
+    ],
+    ids=["bad-enum", "misspelled-field", "negative-replicas", "unknown-config-field"],
+)
+def test_crd_rejects_invalid_tritonservice_at_admission(  # noqa: PLR0917 (fixtures)
+    kube: Client, namespace: str, kubectl: str | None, cluster: Path, change: Any, field: str
+) -> None:
+    body = tritonservice(f"bad-{uuid.uuid4().hex[:6]}", namespace, rollout={"strategy": "Canary"})
+    change(body["spec"])
+    if kubectl:
+        proc = _kubectl_create(kubectl, cluster, body)
+        assert proc.returncode != 0, proc.stdout
+        message = proc.stderr
+    else:
+        refused = _strict_create(kube, body)
+        assert refused is not None, "the API server accepted an invalid TritonService"
+        message = refused
+    assert field in message, message
+    assert not list(kube.list(TS, namespace=namespace))
+
+
+# ----------------------------------------------------------------- objects and Ready
+
+
+def test_tritonservice_produces_owned_objects_and_becomes_ready(
+    kube: Client, namespace: str, operator: Any
+) -> None:
+    created = apply(kube, tritonservice("tiny", namespace))
+    uid = created["metadata"]["uid"]
+    obj = wait_condition(kube, namespace, "tiny", "Ready", "True", reason="Available")
+    status = obj["status"]
+    revision = status["stableRevision"]
+    assert status["readyReplicas"] == 2 and status["replicas"] == 2
+    assert status["endpoints"] == {
+        "http": f"tiny.{namespace}.svc:8000",
+        "grpc": f"tiny.{namespace}.svc:8001",
+        "metrics": f"tiny.{namespace}.svc:8002",
+    }
+    assert condition(obj, "PodsScheduled")["status"] == "True"
+    assert condition(obj, "Progressing")["status"] == "False"
+    assert condition(obj, "Degraded")["status"] == "False"
+    assert all(c["observedGeneration"] == obj["metadata"]["generation"] for c in status["conditions"])
+    assert "kopf" not in status  # kopf keeps its progress in annotations, not in our status
+
+    deployments = owned(kube, Deployment, namespace, "tiny")
+    configmaps = owned(kube, ConfigMap, namespace, "tiny")
+    services = owned(kube, Service, namespace, "tiny")
+    assert names(deployments) == {f"tiny-{revision}"}
+    assert names(configmaps) == {f"tiny-{revision}"}
+    assert names(services) == {"tiny"}
+    for o in deployments + configmaps + services:
+        (ref,) = o["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["name"], ref["uid"]) == ("TritonService", "tiny", uid)
+        assert ref["controller"] is True and ref["blockOwnerDeletion"] is True
+        managers = {m["manager"] for m in o["metadata"]["managedFields"]}
+        assert "triton-operator" in managers
+    (dep,) = deployments
+    assert dep["metadata"]["labels"][REVISION_LABEL] == revision
+    assert "add.config.pbtxt" in configmaps[0]["data"]
+    pods = owned(kube, Pod, namespace, "tiny")
+    assert len(pods) == 2
+    assert {p["metadata"]["labels"][REVISION_LABEL] for p in pods} == {revision}
+
+
+def test_more_gpus_than_any_node_has_leaves_pods_pending_and_says_so(
+    kube: Client, namespace: str, operator: Any
+) -> None:
+    apply(kube, tritonservice("greedy", namespace, replicas=1, resources={"gpus": 8}))
+    obj = wait_condition(kube, namespace, "greedy", "PodsScheduled", "False", reason="Unschedulable")
+    scheduled = condition(obj, "PodsScheduled")
+    assert "nvidia.com/gpu" in scheduled["message"], scheduled
+    ready = condition(obj, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "Unschedulable")
+    (pod,) = owned(kube, Pod, namespace, "greedy")
+    assert pod["status"]["phase"] == "Pending"
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+
+
+# ----------------------------------------------------------------- updates
+
+
+def test_invalid_update_sets_invalid_spec_and_leaves_the_deployment_untouched(
+    kube: Client, namespace: str, operator: Any
+) -> None:
+    body = tritonservice("guarded", namespace)
+    apply(kube, body)
+    good = wait_condition(kube, namespace, "guarded", "Ready", "True")
+    (dep_before,) = owned(kube, Deployment, namespace, "guarded")
+    configmaps_before = names(owned(kube, ConfigMap, namespace, "guarded"))
+
+    bad = copy.deepcopy(body)
+    bad["spec"]["models"].append(
+        {
+            "name": "pipeline",
+            "config": {
+                "platform": "ensemble",
+                "maxBatchSize": 8,
+                "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": ["4"]}],
+                "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": ["4"]}],
+                "ensembleScheduling": {
+                    "step": [
+                        {
+                            "modelName": "missing",
+                            "inputMap": {"INPUT0": "IN"},
+                            "outputMap": {"OUTPUT0": "OUT"},
+                        }
+                    ]
+                },
+            },
+        }
+    )
+    bad["spec"]["replicas"] = 3  # would scale the Deployment, were the spec valid
+    updated = apply(kube, bad)
+    assert updated["metadata"]["generation"] > good["metadata"]["generation"]
+    obj = wait_condition(kube, namespace, "guarded", "Ready", "False", reason="InvalidSpec")
+    message = condition(obj, "Ready")["message"]
+    assert "spec.models[1].config.ensembleScheduling.step[0].modelName" in message, message
+    assert "missing" in message
+    assert obj["status"]["stableRevision"] == good["status"]["stableRevision"]
+
+    time.sleep(2)  # give a misbehaving operator the chance to touch something
+    (dep_after,) = owned(kube, Deployment, namespace, "guarded")
+    assert dep_after["metadata"]["name"] == dep_before["metadata"]["name"]
+    assert dep_after["metadata"]["resourceVersion"] == dep_before["metadata"]["resourceVersion"]
+    assert dep_after["metadata"]["generation"] == dep_before["metadata"]["generation"]
+    assert dep_after["spec"]["replicas"] == 2
+    assert names(owned(kube, ConfigMap, namespace, "guarded")) == configmaps_before
+
+    # fixing the spec resumes: the scale-up applies to the same revision
+    apply(kube, {**body, "spec": {**body["spec"], "replicas": 3}})
+    fixed = wait_condition(kube, namespace, "guarded", "Ready", "True")
+    assert fixed["status"]["stableRevision"] == good["status"]["stableRevision"]
+    assert fixed["status"]["readyReplicas"] == 3
+
+
+def test_valid_update_rolls_out_a_new_revision_and_removes_the_old(
+    kube: Client, namespace: str, operator: Any
+) -> None:
+    body = tritonservice("rolling", namespace)
+    apply(kube, body)
+    first = wait_condition(kube, namespace, "rolling", "Ready", "True")
+    rev_a = first["status"]["stableRevision"]
+    (dep_a,) = owned(kube, Deployment, namespace, "rolling")
+
+    # revision B never gets Ready: A keeps serving, untouched, and the status says a rollout runs
+    held = copy.deepcopy(body)
+    held["spec"]["podAnnotations"] = {NEVER_READY: "true"}
+    apply(kube, held)
+    mid = wait_condition(kube, namespace, "rolling", "Ready", "False", reason="RolloutInProgress")
+    rev_b = mid["status"]["canaryRevision"]
+    assert rev_b != rev_a
+    assert mid["status"]["stableRevision"] == rev_a
+    assert condition(mid, "Progressing")["reason"] == "NewRevision"
+    wait_for(
+        lambda: (
+            names(owned(kube, Deployment, namespace, "rolling")) == {f"rolling-{rev_a}", f"rolling-{rev_b}"}
+        ),
+        what="both revisions' Deployments",
+    )
+    dep_a_now = kube.get(Deployment, f"rolling-{rev_a}", namespace=namespace).to_dict()
+    assert dep_a_now["metadata"]["generation"] == dep_a["metadata"]["generation"]
+    assert dep_a_now["spec"]["replicas"] == 2
+
+    # revision C (B's annotation dropped, a server flag added) gets Ready: A and B go away
+    final = copy.deepcopy(body)
+    final["spec"]["serverArgs"] = ["--log-verbose=1"]
+    apply(kube, final)
+    done = wait_condition(kube, namespace, "rolling", "Ready", "True", reason="Available")
+    rev_c = done["status"]["stableRevision"]
+    assert rev_c not in (rev_a, rev_b)
+    assert "canaryRevision" not in done["status"]
+    wait_for(
+        lambda: names(owned(kube, Deployment, namespace, "rolling")) == {f"rolling-{rev_c}"},
+        what="only the new revision's Deployment",
+    )
+    wait_for(
+        lambda: (
+            {p["metadata"]["labels"][REVISION_LABEL] for p in owned(kube, Pod, namespace, "rolling")}
+            == {rev_c}
+        ),
+        what="only the new revision's pods",
+    )
+    # A served, so its ConfigMap stays for an exact undo; B never served
+    assert [h["revision"] for h in done["status"].get("history", [])] == [rev_a]
+    assert names(owned(kube, ConfigMap, namespace, "rolling")) == {f"rolling-{rev_a}", f"rolling-{rev_c}"}
+    args = kube.get(Deployment, f"rolling-{rev_c}", namespace=namespace).spec.template.spec.containers[0].args
+    assert "--log-verbose=1" in args
+
+
+# ----------------------------------------------------------------- deletion
+
+
+def test_deleting_the_tritonservice_garbage_collects_what_it_owned(
+    kube: Client, namespace: str, operator: Any
+) -> None:
+    apply(kube, tritonservice("doomed", namespace))
+    wait_condition(kube, namespace, "doomed", "Ready", "True")
+    assert owned(kube, Deployment, namespace, "doomed")
+    kube.delete(TS, "doomed", namespace=namespace)
+
+    def gone() -> bool:
+        return not any(owned(kube, r, namespace, "doomed") for r in (Deployment, ConfigMap, Service, Pod))
+
+    wait_for(gone, timeout=120, interval=0.5, what="the garbage collector to remove the owned objects")
+    with pytest.raises(ApiError) as err:
+        kube.get(TS, "doomed", namespace=namespace)
+    assert err.value.status.code == 404  # no finalizer held the TritonService back
+
+
+# ----------------------------------------------------------------- quiet
+
+
+def _versions(kube: Client, namespace: str, name: str) -> dict[str, str]:
+    out = {"ts": get_ts(kube, namespace, name)["metadata"]["resourceVersion"]}
+    for resource in (Deployment, ConfigMap, Service):
+        for o in owned(kube, resource, namespace, name):
+            out[f"{o['kind']}/{o['metadata']['name']}"] = o["metadata"]["resourceVersion"]
+    return out
+
+
+def test_status_is_not_rewritten_when_nothing_changed(kube: Client, namespace: str, operator: Any) -> None:
+    apply(kube, tritonservice("quiet", namespace))
+    wait_condition(kube, namespace, "quiet", "Ready", "True")
+    time.sleep(2)  # let the last pod events settle
+    before = _versions(kube, namespace, "quiet")
+    time.sleep(5)
+    assert _versions(kube, namespace, "quiet") == before, "something was written during a quiet period"
+
+    # a restarted operator resumes: it reconciles everything again, and still writes nothing
+    operator.restart()
+    time.sleep(4)
+    after = _versions(kube, namespace, "quiet")
+    assert after == before, f"the operator wrote on restart:\n{operator.log_tail()}"
