@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
 
 from triton_operator.core import objects as o
+from triton_operator.core.manifest import manifest_from_json
 from triton_operator.models import TritonService
 from triton_operator.settings import DEFAULT_TRITON_IMAGE, Settings
 
@@ -127,8 +129,11 @@ def test_configmap_keys_and_items_place_config_pbtxt_per_model() -> None:
 def test_configmap_without_pinned_manifest_carries_an_unpinned_one() -> None:
     ts = ts_of()
     cm = o.build_configmap(ts, "r1", configs_of(ts), None)
-    assert '"pinned": false' in cm["data"]["manifest.json"]
-    assert "s3://models/prod" in cm["data"]["manifest.json"]
+    manifest = manifest_from_json(cm["data"]["manifest.json"])  # what the sync container reads
+    assert manifest.pinned is False
+    assert manifest.repository.uri == "s3://models/prod"
+    assert manifest.repository.endpoint == "http://minio:9000"
+    assert [m.name for m in manifest.models] == ["m1"]
 
 
 # ----------------------------------------------------------------- Deployment
@@ -237,7 +242,6 @@ def test_object_store_runs_sync_init_container_with_credentials() -> None:
         "/models",
     ]
     assert sync["envFrom"] == [{"secretRef": {"name": "creds"}}]
-    assert {"name": "TRITON_OPERATOR_REPOSITORY_ENDPOINT", "value": "http://minio:9000"} in sync["env"]
     assert {"name": "models", "mountPath": "/models"} in sync["volumeMounts"]
     assert volume(dep, "models") == {"name": "models", "emptyDir": {}}
     assert volume(dep, o.CONFIG_VOLUME)["configMap"]["name"] == "svc-abc1234567"
@@ -249,24 +253,34 @@ def test_object_store_without_secret_has_no_env_from() -> None:
 
 
 @pytest.mark.parametrize(
-    ("uri", "claim", "sub_path"),
-    [
-        ("pvc://models-claim/triton/prod", "models-claim", "triton/prod"),
-        ("pvc://models-claim", "models-claim", None),
-    ],
+    ("uri", "claim"),
+    [("pvc://models-claim/triton/prod", "models-claim"), ("pvc://models-claim", "models-claim")],
 )
-def test_pvc_mounts_claim_read_only_without_sync(uri: str, claim: str, sub_path: str | None) -> None:
-    dep = deployment(ts_of(repository={"uri": uri}))
+def test_pvc_claim_is_linked_by_sync_at_the_same_path_in_both_containers(uri: str, claim: str) -> None:
+    ts = ts_of(repository={"uri": uri, "credentialsSecret": "unused"})
+    dep = deployment(ts)
     pod = dep["spec"]["template"]["spec"]
-    assert "initContainers" not in pod
-    assert volume(dep, "models") == {
-        "name": "models",
+    (sync,) = pod["initContainers"]
+    assert sync["args"][-2:] == ["--pvc-root", "/repository"]
+    assert "envFrom" not in sync  # a claim needs no store credentials
+    assert volume(dep, "repository") == {
+        "name": "repository",
         "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
     }
-    mount = next(m for m in triton_container(dep)["volumeMounts"] if m["name"] == "models")
-    assert mount["mountPath"] == "/models"
-    assert mount["readOnly"] is True
-    assert mount.get("subPath") == sub_path
+    assert volume(dep, "models") == {"name": "models", "emptyDir": {}}
+    mount = {"name": "repository", "mountPath": "/repository", "readOnly": True}
+    assert mount in sync["volumeMounts"]
+    assert mount in triton_container(dep)["volumeMounts"]  # links resolve in tritonserver too
+    cm = o.build_configmap(ts, "abc1234567", configs_of(ts), None)
+    manifest = json.loads(cm["data"]["manifest.json"])
+    assert manifest["pinned"] is False
+    assert manifest["repository"]["uri"] == uri
+
+
+def test_object_store_has_no_claim_volume() -> None:
+    dep = deployment(ts_of())
+    assert all(v["name"] != "repository" for v in dep["spec"]["template"]["spec"]["volumes"])
+    assert all(m["name"] != "repository" for m in triton_container(dep)["volumeMounts"])
 
 
 def test_scheduling_and_extras_pass_through() -> None:

@@ -87,8 +87,10 @@ def test_pvc_repository_needs_no_manifest(capsys: pytest.CaptureFixture[str]) ->
     code = render.render([doc], Settings(), out=out, err=err)
     assert code == 0
     assert err.getvalue() == ""
-    dep = docs(out.getvalue())[1]
-    assert "initContainers" not in dep["spec"]["template"]["spec"]
+    cm, dep, _ = docs(out.getvalue())
+    assert '"pinned":false' in cm["data"]["manifest.json"]  # a claim is linked, not pinned
+    (sync,) = dep["spec"]["template"]["spec"]["initContainers"]
+    assert "--pvc-root" in sync["args"]
 
 
 def test_several_documents_and_other_kinds(capsys: pytest.CaptureFixture[str]) -> None:

@@ -110,7 +110,7 @@ def render(
         manifest_json: str | None = None
         digest: str | None = None
         if ts.spec.repository.scheme == "pvc":
-            manifest_note = "none needed (models are read from the claim)"
+            manifest_note = "unpinned (the claim is linked as it is)"
         else:
             pinned = _pin(ts) if pin else None
             if pinned is None:

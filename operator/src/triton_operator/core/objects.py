@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -12,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from triton_operator import FIELD_MANAGER, GROUP, KIND, VERSION
+from triton_operator.core.manifest import StoreRef, manifest_to_json, model_sources, unpinned_manifest
 from triton_operator.core.modelconfig import ModelConfigError, build_config_pbtxt
 from triton_operator.core.revision import revision_hash
 from triton_operator.core.validation import errors_from_validation, validate_spec
@@ -44,6 +44,8 @@ SYNC_CONTAINER = "sync"
 MODELS_VOLUME = "models"
 SHM_VOLUME = "dshm"
 CONFIG_VOLUME = "triton-operator-config"
+REPOSITORY_VOLUME = "repository"
+PVC_ROOT = "/repository"
 # ownerReferences of `triton-operator render` output: no object exists, so no uid does either.
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 
@@ -150,8 +152,7 @@ def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]
     spec["repository"] = repository
     spec["models"] = [{k: v for k, v in m.items() if k != "config"} for m in spec.get("models", [])]
     inputs: dict[str, Any] = {"spec": spec, "image": triton_image(ts, settings)}
-    if ts.spec.repository.scheme != "pvc":
-        inputs["sync"] = {"image": settings.sync_image, "pullPolicy": settings.sync_image_pull_policy}
+    inputs["sync"] = {"image": settings.sync_image, "pullPolicy": settings.sync_image_pull_policy}
     inputs["prometheusScrape"] = settings.prometheus_scrape
     return inputs
 
@@ -230,11 +231,9 @@ def build_configmap(
 # ----------------------------------------------------------------- Deployment
 
 
-def _pvc_source(uri: str) -> tuple[str, str]:
-    """pvc://CLAIM/sub/path -> (CLAIM, sub/path)."""
-    rest = uri.split("://", 1)[1]
-    claim, _, sub_path = rest.partition("/")
-    return claim, sub_path.strip("/")
+def pvc_claim(uri: str) -> str:
+    """pvc://CLAIM/sub/path -> CLAIM."""
+    return uri.split("://", 1)[1].partition("/")[0]
 
 
 def _resources(ts: TritonService) -> dict[str, Any]:
@@ -282,48 +281,28 @@ def startup_failure_threshold(startup_timeout_seconds: int) -> int:
     return max(1, math.ceil(startup_timeout_seconds / STARTUP_PERIOD_SECONDS))
 
 
-def _sync_env(ts: TritonService) -> list[dict[str, Any]]:
-    repo = ts.spec.repository
-    env = [{"name": "TRITON_OPERATOR_REPOSITORY_URI", "value": repo.uri}]
-    if repo.endpoint:
-        env.append({"name": "TRITON_OPERATOR_REPOSITORY_ENDPOINT", "value": repo.endpoint})
-    if repo.s3 is not None:
-        env.append({"name": "TRITON_OPERATOR_S3_ADDRESSING_STYLE", "value": repo.s3.addressing_style})
-        if repo.s3.region:
-            env.append({"name": "AWS_REGION", "value": repo.s3.region})
-    return env
-
-
 def build_pod_template(ts: TritonService, revision: str, settings: Settings) -> dict[str, Any]:
-    """The pod template of a revision: sync init container (object stores) and tritonserver."""
+    """The pod template of a revision: the sync init container fills /models, tritonserver serves it."""
     spec = ts.spec
     is_pvc = spec.repository.scheme == "pvc"
 
-    volumes: list[dict[str, Any]] = []
-    if is_pvc:
-        claim, _ = _pvc_source(spec.repository.uri)
-        volumes.append(
-            {"name": MODELS_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
-        )
-    else:
-        volumes.append({"name": MODELS_VOLUME, "emptyDir": {}})
-    volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}})
+    volumes: list[dict[str, Any]] = [
+        {"name": MODELS_VOLUME, "emptyDir": {}},
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
+    ]
     items = [{"key": config_key(m.name), "path": f"configs/{m.name}/config.pbtxt"} for m in spec.models]
     items.append({"key": MANIFEST_KEY, "path": MANIFEST_KEY})
-    volumes.append(
-        {
-            "name": CONFIG_VOLUME,
-            "configMap": {"name": object_name(ts, revision), "items": items},
-        }
-    )
+    volumes.append({"name": CONFIG_VOLUME, "configMap": {"name": object_name(ts, revision), "items": items}})
+    # A claim is mounted read-only at the same path in both containers: sync links its version
+    # folders into /models (no copy), and tritonserver follows the links.
+    repository_mount = {"name": REPOSITORY_VOLUME, "mountPath": PVC_ROOT, "readOnly": True}
+    if is_pvc:
+        claim = pvc_claim(spec.repository.uri)
+        volumes.append(
+            {"name": REPOSITORY_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+        )
     volumes += [dict(v) for v in spec.volumes]
 
-    models_mount: dict[str, Any] = {"name": MODELS_VOLUME, "mountPath": MODELS_DIR}
-    if is_pvc:
-        _, sub_path = _pvc_source(spec.repository.uri)
-        models_mount["readOnly"] = True
-        if sub_path:
-            models_mount["subPath"] = sub_path
     triton: dict[str, Any] = {
         "name": TRITON_CONTAINER,
         "image": triton_image(ts, settings),
@@ -343,8 +322,9 @@ def build_pod_template(ts: TritonService, revision: str, settings: Settings) -> 
             timeout=5,
         ),
         "volumeMounts": [
-            models_mount,
+            {"name": MODELS_VOLUME, "mountPath": MODELS_DIR},
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+            *([repository_mount] if is_pvc else []),
             *[dict(m) for m in spec.volume_mounts],
         ],
     }
@@ -362,26 +342,23 @@ def build_pod_template(ts: TritonService, revision: str, settings: Settings) -> 
         # Service links put 7 variables per Service of the namespace into every container.
         "enableServiceLinks": False,
     }
-    if not is_pvc:
-        sync: dict[str, Any] = {
-            "name": SYNC_CONTAINER,
-            "image": settings.sync_image,
-            "command": ["triton-operator", "sync"],
-            "args": ["--manifest", MANIFEST_PATH, "--configs", CONFIGS_DIR, "--dest", MODELS_DIR],
-            "env": _sync_env(ts),
-            "volumeMounts": [
-                {"name": MODELS_VOLUME, "mountPath": MODELS_DIR},
-                {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
-            ],
-        }
-        if settings.sync_image_pull_policy:
-            sync["imagePullPolicy"] = settings.sync_image_pull_policy
-        if spec.repository.credentials_secret:
-            sync["envFrom"] = [{"secretRef": {"name": spec.repository.credentials_secret}}]
-        pod_spec["initContainers"] = [sync]
-    else:
-        # No sync for a claim: the configs and manifest are still mounted for inspection.
-        triton["volumeMounts"].append({"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True})
+    sync_args = ["--manifest", MANIFEST_PATH, "--configs", CONFIGS_DIR, "--dest", MODELS_DIR]
+    sync: dict[str, Any] = {
+        "name": SYNC_CONTAINER,
+        "image": settings.sync_image,
+        "command": ["triton-operator", "sync"],
+        "args": [*sync_args, "--pvc-root", PVC_ROOT] if is_pvc else sync_args,
+        "volumeMounts": [
+            {"name": MODELS_VOLUME, "mountPath": MODELS_DIR},
+            {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
+            *([repository_mount] if is_pvc else []),
+        ],
+    }
+    if settings.sync_image_pull_policy:
+        sync["imagePullPolicy"] = settings.sync_image_pull_policy
+    if spec.repository.credentials_secret and not is_pvc:
+        sync["envFrom"] = [{"secretRef": {"name": spec.repository.credentials_secret}}]
+    pod_spec["initContainers"] = [sync]
     if spec.service_account_name:
         pod_spec["serviceAccountName"] = spec.service_account_name
     if spec.priority_class_name:
@@ -650,11 +627,6 @@ def build_objects(
 
 
 def unpinned_manifest_json(ts: TritonService) -> str:
-    """A manifest that pins nothing: sync then downloads whatever the repository holds now."""
-    document = {
-        "uri": ts.spec.repository.uri,
-        "pinned": False,
-        "models": [{"name": m.name, "path": m.folder} for m in ts.spec.models],
-        "objects": [],
-    }
-    return json.dumps(document, sort_keys=True, indent=2)
+    """A manifest that pins nothing (pvc://, or a store not listed yet): models and policies only."""
+    manifest = unpinned_manifest(StoreRef.from_repository(ts.spec.repository), model_sources(ts.spec.models))
+    return manifest_to_json(manifest)
