@@ -353,6 +353,7 @@ def _ensemble_errors(
         errors.append(SpecError(f"{spath}.step", "an ensemble needs at least one step"))
         return errors
     max_batch = _int(config.get("maxBatchSize"))
+    limits: list[tuple[int, int, str]] = []  # composing models' maxBatchSize, where they set one
 
     # tensor name -> (produced by a step, steps reading it); outputs written twice are errors
     producers: dict[str, int] = {}
@@ -370,14 +371,8 @@ def _ensemble_errors(
             errors.append(SpecError(f"{stpath}.modelName", f"model {target!r} is not in spec.models"))
         else:
             target_config = models[target].config
-            if "maxBatchSize" in target_config and max_batch > _int(target_config.get("maxBatchSize")):
-                errors.append(
-                    SpecError(
-                        f"{path}.maxBatchSize",
-                        f"is {max_batch} but step {index} model {target!r} supports at most "
-                        f"{_int(target_config.get('maxBatchSize'))}",
-                    )
-                )
+            if "maxBatchSize" in target_config:
+                limits.append((_int(target_config.get("maxBatchSize")), index, target))
         input_map: Mapping[str, str] = step.get("inputMap") or {}
         output_map: Mapping[str, str] = step.get("outputMap") or {}
         if not input_map:
@@ -398,6 +393,14 @@ def _ensemble_errors(
             readers.setdefault(tensor, []).append(index)
         step_inputs.append(list(input_map.values()))
         step_outputs.append(list(output_map.values()))
+    if limits and max_batch > min(limits)[0]:
+        limit, index, target = min(limits)
+        errors.append(
+            SpecError(
+                f"{path}.maxBatchSize",
+                f"is {max_batch} but step {index} model {target!r} supports at most {limit}",
+            )
+        )
     if errors:
         return errors
 
