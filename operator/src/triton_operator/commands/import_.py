@@ -81,6 +81,14 @@ def run(args: argparse.Namespace) -> int:
     if not directory.is_dir():
         print(f"error: {directory} is not a folder", file=sys.stderr)
         return 2
+    name = args.name or service_name(directory)
+    if len(name) > MAX_NAME_LENGTH or not re.match(DNS_1035_PATTERN, name):
+        print(
+            f"error: --name {name!r} must be a DNS-1035 label (a-z, 0-9, '-', starting with a letter) "
+            f"of at most {MAX_NAME_LENGTH} characters",
+            file=sys.stderr,
+        )
+        return 2
     models, notes, errors = read_repository(directory)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
@@ -91,14 +99,6 @@ def run(args: argparse.Namespace) -> int:
     if not models:
         print(f"error: no model folders in {directory}", file=sys.stderr)
         return 1
-    name = args.name or service_name(directory)
-    if len(name) > MAX_NAME_LENGTH or not re.match(DNS_1035_PATTERN, name):
-        print(
-            f"error: --name {name!r} must be a DNS-1035 label (a-z, 0-9, '-', starting with a letter) "
-            f"of at most {MAX_NAME_LENGTH} characters",
-            file=sys.stderr,
-        )
-        return 2
     uri = args.uri
     if not uri:
         uri = PLACEHOLDER_URI
