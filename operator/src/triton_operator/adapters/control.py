@@ -1,0 +1,71 @@
+"""kubectl-triton's cluster access: read TritonServices, make control requests by annotation (lightkube)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from lightkube import ALL_NS, Client
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.types import PatchType
+
+from triton_operator import GROUP, KIND, PLURAL, VERSION
+from triton_operator.core.rollout import Action, control_annotations
+
+FIELD_MANAGER = "kubectl-triton"
+
+
+def new_request_id(now: datetime | None = None) -> str:
+    """A fresh request id: the UTC time with microseconds, so ids sort in the order they were made."""
+    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def request_patch(action: Action, request_id: str, to_revision: str | None = None) -> dict[str, Any]:
+    """The JSON merge patch that makes one request (a None annotation value removes the key)."""
+    return {"metadata": {"annotations": control_annotations(action, request_id, to_revision)}}
+
+
+class Control(Protocol):
+    """What kubectl-triton needs from the cluster (a fake in unit tests, lightkube for real)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    def get(self, name: str, namespace: str) -> dict[str, Any]: ...
+
+    def list(self, namespace: str | None) -> list[dict[str, Any]]: ...
+
+    def request(self, name: str, namespace: str, action: Action, to_revision: str | None = None) -> str: ...
+
+
+class KubeControl:
+    """Control over lightkube's sync Client; the kubeconfig comes from the environment."""
+
+    def __init__(self, client: Any = None) -> None:
+        self._client = client if client is not None else Client(field_manager=FIELD_MANAGER)
+        self._resource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
+
+    @property
+    def namespace(self) -> str:
+        return str(self._client.namespace or "default")
+
+    def get(self, name: str, namespace: str) -> dict[str, Any]:
+        obj = self._client.get(self._resource, name, namespace=namespace)
+        result: dict[str, Any] = obj.to_dict()
+        return result
+
+    def list(self, namespace: str | None) -> list[dict[str, Any]]:
+        items = self._client.list(self._resource, namespace=ALL_NS if namespace is None else namespace)
+        return [item.to_dict() for item in items]
+
+    def request(self, name: str, namespace: str, action: Action, to_revision: str | None = None) -> str:
+        request_id = new_request_id()
+        self._client.patch(
+            self._resource,
+            name,
+            request_patch(action, request_id, to_revision),
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+        )
+        return request_id

@@ -1,0 +1,330 @@
+"""The `kubectl triton` plugin: get | status | promote | abort | pause | resume | retry | undo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from triton_operator.core.rollout import Action, describe_step, parse_time
+from triton_operator.models import Rollout
+
+if TYPE_CHECKING:
+    from triton_operator.adapters.control import Control
+
+CONTROL_VERBS: tuple[str, ...] = ("promote", "abort", "pause", "resume", "retry", "undo")
+CONDITION_ORDER = ("Ready", "RepositoryReady", "PodsScheduled", "Progressing", "Degraded")
+
+
+# ----------------------------------------------------------------- pure rendering
+
+
+def human_age(seconds: float) -> str:
+    """An age as kubectl prints it (apimachinery's HumanDuration): 42s, 3m12s, 45m, 3h5m, 20h, 3d4h, 2y."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        rest = s % 60
+        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = s // 3600
+    if hours < 8:
+        rest = minutes % 60
+        return f"{hours}h{rest}m" if rest else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        rest = hours % 24
+        return f"{hours // 24}d{rest}h" if rest else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        days = (hours // 24) % 365
+        return f"{hours // 24 // 365}y{days}d" if days else f"{hours // 24 // 365}y"
+    return f"{hours // 24 // 365}y"
+
+
+def age(timestamp: Any, now: datetime) -> str:
+    moment = parse_time(timestamp)
+    return human_age((now - moment).total_seconds()) if moment is not None else "<unknown>"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "") -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for row in [header, *rows]:
+        cells = [str(c).ljust(w) for c, w in zip(row, widths, strict=True)]
+        lines.append((indent + "   ".join(cells)).rstrip())
+    return "\n".join(lines)
+
+
+def _rollout(obj: Mapping[str, Any]) -> Rollout | None:
+    try:
+        return Rollout.model_validate((obj.get("spec") or {}).get("rollout") or {})
+    except ValidationError:
+        return None
+
+
+def _step_column(obj: Mapping[str, Any]) -> str:
+    status = obj.get("status") or {}
+    rollout = _rollout(obj)
+    steps = len(rollout.steps) if rollout is not None else 0
+    if status.get("canaryRevision"):
+        if status.get("promoting"):
+            return "promoting"
+        return f"{status.get('currentStepIndex') or 0}/{steps}"
+    if status.get("abortedRevision"):
+        return "aborted"
+    return "-"
+
+
+def render_table(items: Sequence[Mapping[str, Any]], now: datetime, *, all_namespaces: bool = False) -> str:
+    """`kubectl triton get`: one line per TritonService."""
+    header = ["NAME", "READY", "STABLE", "CANARY", "WEIGHT", "STEP", "AGE"]
+    if all_namespaces:
+        header.insert(0, "NAMESPACE")
+    rows: list[list[str]] = []
+    ordered = sorted(
+        items,
+        key=lambda o: (
+            (o.get("metadata") or {}).get("namespace", ""),
+            (o.get("metadata") or {}).get("name", ""),
+        ),
+    )
+    for obj in ordered:
+        metadata = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        canary = status.get("canaryRevision")
+        weight = status.get("canaryWeight")
+        row = [
+            str(metadata.get("name", "")),
+            f"{status.get('readyReplicas') or 0}/{spec.get('replicas', 1)}",
+            str(status.get("stableRevision") or "-"),
+            str(canary)
+            if canary
+            else (f"{status['abortedRevision']} (aborted)" if status.get("abortedRevision") else "-"),
+            f"{weight}%" if canary and weight is not None else "-",
+            _step_column(obj),
+            age(metadata.get("creationTimestamp"), now),
+        ]
+        if all_namespaces:
+            row.insert(0, str(metadata.get("namespace", "")))
+        rows.append(row)
+    if not rows:
+        return "No TritonServices found."
+    return _table(header, rows)
+
+
+def _steps_block(obj: Mapping[str, Any], rollout: Rollout | None) -> list[str]:
+    status = obj.get("status") or {}
+    if rollout is None:
+        return ["Steps:     (spec.rollout is not valid)"]
+    if not rollout.steps:
+        return ["Steps:     none (promote once the new revision is fully Ready)"]
+    in_progress = bool(status.get("canaryRevision"))
+    current = int(status.get("currentStepIndex") or 0)
+    promoting = bool(status.get("promoting"))
+    lines = ["Steps:"]
+    for i, step in enumerate(rollout.steps):
+        if in_progress and (promoting or i < current):
+            mark, note = "  ", "done"
+        elif in_progress and i == current:
+            mark, note = "->", "current"
+        else:
+            mark, note = "  ", ""
+        lines.append(f"  {mark} {i:>2}  {describe_step(step):<28} {note}".rstrip())
+    if in_progress and promoting:
+        lines.append("  ->     promotion: scaling the canary to full replicas")
+    return lines
+
+
+def _summary(obj: Mapping[str, Any], rollout: Rollout | None) -> str:
+    status = obj.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    degraded = conditions.get("Degraded") or {}
+    progressing = conditions.get("Progressing") or {}
+    if degraded.get("status") == "True":
+        return f"Degraded - {degraded.get('reason', '')}: {degraded.get('message', '')}"
+    paused = status.get("pausedByUser") or (rollout is not None and rollout.paused)
+    if paused and status.get("canaryRevision"):
+        return "Paused"
+    if progressing.get("status") == "True" or status.get("canaryRevision"):
+        return f"Progressing - {progressing.get('reason', '')}: {progressing.get('message', '')}".rstrip(
+            ": -"
+        )
+    ready = conditions.get("Ready") or {}
+    if ready.get("status") == "True":
+        return "Healthy"
+    if ready:
+        return f"Not ready - {ready.get('reason', '')}: {ready.get('message', '')}"
+    return "Unknown (no status yet)"
+
+
+def render_status(obj: Mapping[str, Any], now: datetime) -> str:
+    """`kubectl triton status NAME`: the rollout, its steps, conditions, models and history."""
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    rollout = _rollout(obj)
+    strategy = rollout.strategy.value if rollout is not None else "?"
+    lines = [
+        f"Name:      {metadata.get('name', '')}",
+        f"Namespace: {metadata.get('namespace', '')}",
+        f"Status:    {_summary(obj, rollout)}",
+        f"Strategy:  {strategy}",
+        f"Replicas:  {spec.get('replicas', 1)} desired, {status.get('readyReplicas') or 0} ready",
+        f"Stable:    {status.get('stableRevision') or '-'}",
+    ]
+    canary = status.get("canaryRevision")
+    if canary:
+        weight = status.get("canaryWeight")
+        lines.append(f"Canary:    {canary} (weight {weight if weight is not None else 0}%)")
+    if status.get("abortedRevision"):
+        lines.append(
+            f"Aborted:   {status['abortedRevision']} at step {status.get('abortedStepIndex', '?')} "
+            f"({status.get('abortedReason') or 'Aborted'}); kubectl triton retry to try again"
+        )
+    if status.get("pinnedRevision"):
+        lines.append(
+            f"Undo:      serving {status['pinnedRevision']} "
+            f"while the spec still asks for {status.get('pinnedFor')}"
+        )
+    if status.get("pausedByUser") or (rollout is not None and rollout.paused):
+        source = "spec.rollout.paused" if rollout is not None and rollout.paused else "kubectl triton pause"
+        lines.append(f"Paused:    yes ({source})")
+    lines += _steps_block(obj, rollout)
+
+    conditions = sorted(
+        status.get("conditions") or [],
+        key=lambda c: (
+            CONDITION_ORDER.index(c.get("type"))
+            if c.get("type") in CONDITION_ORDER
+            else len(CONDITION_ORDER),
+            str(c.get("type")),
+        ),
+    )
+    if conditions:
+        lines.append("Conditions:")
+        rows = [
+            [
+                str(c.get("type", "")),
+                str(c.get("status", "")),
+                str(c.get("reason", "")),
+                age(c.get("lastTransitionTime"), now),
+                str(c.get("message", "")),
+            ]
+            for c in conditions
+        ]
+        lines.append(_table(["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"], rows, indent="  "))
+    models = status.get("models") or []
+    if models:
+        lines.append("Models:")
+        rows = [
+            [
+                str(m.get("name", "")),
+                ",".join(str(v) for v in m.get("versions") or []) or "-",
+                str(bool(m.get("ready"))).lower(),
+            ]
+            for m in models
+        ]
+        lines.append(_table(["NAME", "VERSIONS", "READY"], rows, indent="  "))
+    history = status.get("history") or []
+    if history:
+        lines.append("History (oldest first; kubectl triton undo --to-revision REV):")
+        for h in history:
+            when = f" (stable since {h['created']})" if h.get("created") else ""
+            lines.append(f"  {h.get('revision', '')}{when}")
+    endpoints = status.get("endpoints") or {}
+    if endpoints:
+        lines.append("Endpoints:")
+        lines += [f"  {k}: {v}" for k, v in endpoints.items()]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------- command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kubectl triton", description="Inspect and steer TritonService rollouts (triton-operator)."
+    )
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND")
+
+    def add(name: str, help_text: str, *, name_required: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("name", nargs=None if name_required else "?", metavar="NAME")
+        p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
+        return p
+
+    get = add("get", "list TritonServices (or one)", name_required=False)
+    get.add_argument("-A", "--all-namespaces", action="store_true", help="list across all namespaces")
+    add("status", "show a TritonService's rollout: steps, conditions, models, history")
+    promote = add("promote", "complete the current step (a pause{} waits for this)")
+    promote.add_argument("--full", action="store_true", help="skip the remaining steps; promote once Ready")
+    add("abort", "roll back to the stable revision now")
+    add("pause", "hold the rollout at its current step")
+    add("resume", "lift a pause made with `kubectl triton pause`")
+    add("retry", "retry an aborted revision from step 0 (or roll the spec forward after an undo)")
+    undo = add("undo", "go back to an earlier revision (default: the previous one)")
+    undo.add_argument("--to-revision", metavar="REV", help="a revision from `kubectl triton status` History")
+    return parser
+
+
+def _control(client: Control | None) -> Control:
+    if client is not None:
+        return client
+    from triton_operator.adapters.control import KubeControl  # noqa: PLC0415 - lightkube only when needed
+
+    return KubeControl()
+
+
+def run(args: argparse.Namespace, client: Control, now: datetime) -> str:
+    """Carry out one parsed command; returns what to print."""
+    namespace = args.namespace or client.namespace
+    if args.verb == "get":
+        if args.name:
+            return render_table([client.get(args.name, namespace)], now)
+        all_ns = bool(args.all_namespaces)
+        return render_table(client.list(None if all_ns else namespace), now, all_namespaces=all_ns)
+    if args.verb == "status":
+        return render_status(client.get(args.name, namespace), now)
+    action: Action
+    to_revision = None
+    if args.verb == "promote":
+        action = "promote-full" if args.full else "promote"
+    elif args.verb == "undo":
+        action = "undo"
+        to_revision = args.to_revision
+    elif args.verb in ("abort", "pause", "resume", "retry"):
+        action = args.verb
+    else:  # pragma: no cover - argparse allows only the verbs above
+        raise ValueError(args.verb)
+    request_id = client.request(args.name, namespace, action, to_revision)
+    target = f" to {to_revision}" if to_revision else ""
+    return f"tritonservice {namespace}/{args.name}: {action}{target} requested (request id {request_id})"
+
+
+def main(argv: Sequence[str] | None = None, client: Control | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        print(run(args, _control(client), datetime.now(UTC)))
+    except Exception as exc:  # errors of the API or kubeconfig: one line, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
