@@ -171,7 +171,7 @@ def test_output_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         ("Models.Prod", "models-prod"),
         ("2024-models", "triton-2024-models"),
         ("___", "triton"),
-        ("x" * 80, "x" * 45),
+        ("x" * 80, "x" * 56),
     ],
 )
 def test_service_name_from_folder(tmp_path: Path, folder: str, expected: str) -> None:
