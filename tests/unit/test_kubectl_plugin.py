@@ -1,0 +1,403 @@
+"""Tests of kubectl-triton: pure rendering, the verbs against a fake cluster, and the request patch."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from triton_operator import kubectl_plugin as kp
+from triton_operator.adapters.control import KubeControl, new_request_id, request_patch
+from triton_operator.core.rollout import Action, parse_control_requests
+
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+CHAIN = [{"setWeight": 10}, {"pause": {"durationSeconds": 60}}, {"setWeight": 50}, {"pause": {}}]
+
+
+def ts(
+    name: str = "resnet",
+    namespace: str = "ml",
+    *,
+    replicas: int = 2,
+    steps: list[dict[str, Any]] | None = None,
+    created: datetime = NOW - timedelta(hours=3),
+    **status: Any,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonService",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        "spec": {"replicas": replicas, "rollout": {"steps": CHAIN if steps is None else steps}},
+        "status": status,
+    }
+
+
+# ----------------------------------------------------------------- ages
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (-5, "<invalid>"),
+        (-0.5, "0s"),
+        (0, "0s"),
+        (59, "59s"),
+        (119, "119s"),
+        (120, "2m"),
+        (192, "3m12s"),
+        (599, "9m59s"),
+        (600, "10m"),
+        (179 * 60, "179m"),
+        (3 * 3600, "3h"),
+        (3 * 3600 + 5 * 60, "3h5m"),
+        (8 * 3600, "8h"),
+        (47 * 3600, "47h"),
+        (48 * 3600, "2d"),
+        (3 * 86400 + 4 * 3600, "3d4h"),
+        (8 * 86400, "8d"),
+        (400 * 86400, "400d"),
+        (730 * 86400, "2y"),
+        (731 * 86400, "2y1d"),
+        (9 * 365 * 86400, "9y"),
+    ],
+)
+def test_human_age_matches_kubectl(seconds: float, text: str) -> None:
+    assert kp.human_age(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("stamp", "text"), [("2026-01-01T11:59:00Z", "60s"), (None, "<unknown>"), ("bad", "<unknown>")]
+)
+def test_age(stamp: Any, text: str) -> None:
+    assert kp.age(stamp, NOW) == text
+
+
+# ----------------------------------------------------------------- get
+
+
+def test_table_steady_and_canary() -> None:
+    items = [
+        ts("zeta", readyReplicas=2, stableRevision="5d8f7c"),
+        ts(
+            "alpha",
+            replicas=4,
+            readyReplicas=4,
+            stableRevision="5d8f7c",
+            canaryRevision="9a1b2e",
+            canaryWeight=10,
+            currentStepIndex=1,
+            created=NOW - timedelta(days=3, hours=4),
+        ),
+    ]
+    assert kp.render_table(items, NOW).splitlines() == [
+        "NAME    READY   STABLE   CANARY   WEIGHT   STEP   AGE",
+        "alpha   4/4     5d8f7c   9a1b2e   10%      1/4    3d4h",
+        "zeta    2/2     5d8f7c   -        -        -      3h",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "canary", "weight", "step"),
+    [
+        (
+            {"canaryRevision": "c1", "canaryWeight": 50, "currentStepIndex": 4, "promoting": True},
+            "c1",
+            "50%",
+            "promoting",
+        ),
+        ({"abortedRevision": "c1", "abortedStepIndex": 2}, "c1 (aborted)", "-", "aborted"),
+        ({"canaryRevision": "c1"}, "c1", "-", "0/4"),
+        ({}, "-", "-", "-"),
+    ],
+)
+def test_table_columns(status: dict[str, Any], canary: str, weight: str, step: str) -> None:
+    line = kp.render_table([ts(stableRevision="s1", **status)], NOW).splitlines()[1]
+    cells = line.split("   ")
+    cells = [c.strip() for c in cells if c.strip()]
+    assert cells[3:6] == [canary, weight, step]
+
+
+def test_table_all_namespaces_and_empty() -> None:
+    out = kp.render_table([ts("a", "ns2"), ts("b", "ns1")], NOW, all_namespaces=True).splitlines()
+    assert out[0].split() == ["NAMESPACE", "NAME", "READY", "STABLE", "CANARY", "WEIGHT", "STEP", "AGE"]
+    assert [line.split()[:2] for line in out[1:]] == [["ns1", "b"], ["ns2", "a"]]
+    assert kp.render_table([], NOW) == "No TritonServices found."
+
+
+# ----------------------------------------------------------------- status
+
+
+def conditions(**reasons: tuple[str, str, str]) -> list[dict[str, Any]]:
+    return [
+        {"type": t, "status": s, "reason": r, "message": m, "lastTransitionTime": "2026-01-01T11:58:00Z"}
+        for t, (s, r, m) in reasons.items()
+    ]
+
+
+def test_status_marks_the_current_step() -> None:
+    obj = ts(
+        stableRevision="5d8f7c",
+        canaryRevision="9a1b2e",
+        canaryWeight=10,
+        currentStepIndex=2,
+        readyReplicas=2,
+        conditions=conditions(
+            Degraded=("False", "AsExpected", "no rollout failed"),
+            Progressing=(
+                "True",
+                "WaitingForCanaryReady",
+                "step 2/4 (setWeight 50): canary 9a1b2e: 1/1 Ready",
+            ),
+            Ready=("False", "RolloutInProgress", "revision 9a1b2e: 1/2 replicas ready"),
+        ),
+        models=[{"name": "resnet50", "versions": ["3"], "ready": True}],
+        history=[{"revision": "0ld0ne", "created": "2025-12-01T00:00:00Z"}],
+        endpoints={"http": "resnet.ml.svc:8000", "grpc": "resnet.ml.svc:8001"},
+    )
+    out = kp.render_status(obj, NOW)
+    lines = out.splitlines()
+    assert lines[:7] == [
+        "Name:      resnet",
+        "Namespace: ml",
+        "Status:    Progressing - WaitingForCanaryReady: step 2/4 (setWeight 50): canary 9a1b2e: 1/1 Ready",
+        "Strategy:  Canary",
+        "Replicas:  2 desired, 2 ready",
+        "Stable:    5d8f7c",
+        "Canary:    9a1b2e (weight 10%)",
+    ]
+    steps = lines[lines.index("Steps:") + 1 : lines.index("Steps:") + 5]
+    assert [s.split()[0] for s in steps] == ["0", "1", "->", "3"]
+    assert steps[0].endswith("done") and steps[1].endswith("done")
+    assert steps[2] == "  ->  2  setWeight 50                 current"
+    assert steps[3] == "      3  pause (until promoted)"
+    conds = lines[lines.index("Conditions:") + 1 : lines.index("Conditions:") + 5]
+    assert [c.split()[0] for c in conds] == ["TYPE", "Ready", "Progressing", "Degraded"]
+    assert "2m" in conds[1]
+    assert "  resnet50   3          true" in lines
+    assert "  0ld0ne (stable since 2025-12-01T00:00:00Z)" in lines
+    assert "  http: resnet.ml.svc:8000" in lines
+
+
+@pytest.mark.parametrize(
+    ("status", "summary"),
+    [
+        ({"conditions": conditions(Ready=("True", "Available", "ok"))}, "Healthy"),
+        (
+            {
+                "conditions": conditions(
+                    Degraded=("True", "ProgressDeadlineExceeded", "rollout of x aborted at step 0")
+                )
+            },
+            "Degraded - ProgressDeadlineExceeded: rollout of x aborted at step 0",
+        ),
+        ({"canaryRevision": "c", "pausedByUser": True}, "Paused"),
+        (
+            {"conditions": conditions(Ready=("False", "ReplicasNotReady", "1/2"))},
+            "Not ready - ReplicasNotReady: 1/2",
+        ),
+        ({}, "Unknown (no status yet)"),
+    ],
+)
+def test_status_summary(status: dict[str, Any], summary: str) -> None:
+    assert kp.render_status(ts(**status), NOW).splitlines()[2] == f"Status:    {summary}"
+
+
+def test_status_promoting_aborted_pinned_paused() -> None:
+    promoting = kp.render_status(ts(canaryRevision="c", currentStepIndex=4, promoting=True), NOW)
+    assert promoting.count("done") == 4
+    assert "promotion: scaling the canary to full replicas" in promoting
+    aborted = kp.render_status(
+        ts(abortedRevision="c", abortedStepIndex=2, abortedReason="CanaryCrashLooping"), NOW
+    )
+    assert "Aborted:   c at step 2 (CanaryCrashLooping); kubectl triton retry to try again" in aborted
+    assert "done" not in aborted  # no rollout in progress: no markers
+    pinned = kp.render_status(ts(pinnedRevision="old", pinnedFor="new"), NOW)
+    assert "Undo:      serving old while the spec still asks for new" in pinned
+    paused = kp.render_status(ts(pausedByUser=True), NOW)
+    assert "Paused:    yes (kubectl triton pause)" in paused
+
+
+@pytest.mark.parametrize(
+    ("rollout", "text"),
+    [
+        ({"steps": []}, "Steps:     none (promote once the new revision is fully Ready)"),
+        ({"steps": [{"setWeight": 10, "pause": {}}]}, "Steps:     (spec.rollout is not valid)"),
+        (
+            {"strategy": "BlueGreen", "paused": True, "steps": [{"pause": {}}]},
+            "Paused:    yes (spec.rollout.paused)",
+        ),
+    ],
+)
+def test_status_rollout_variants(rollout: dict[str, Any], text: str) -> None:
+    obj = ts()
+    obj["spec"]["rollout"] = rollout
+    assert text in kp.render_status(obj, NOW).splitlines()
+
+
+# ----------------------------------------------------------------- verbs against a fake cluster
+
+
+@dataclasses.dataclass
+class FakeControl:
+    objects: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
+    requests: list[tuple[str, str, str, str | None]] = dataclasses.field(default_factory=list)
+    namespace: str = "default"
+
+    def get(self, name: str, namespace: str) -> dict[str, Any]:
+        try:
+            return self.objects[(namespace, name)]
+        except KeyError:
+            raise LookupError(f'tritonservices "{name}" not found') from None
+
+    def list(self, namespace: str | None) -> list[dict[str, Any]]:
+        return [o for (ns, _), o in self.objects.items() if namespace is None or ns == namespace]
+
+    def request(self, name: str, namespace: str, action: Action, to_revision: str | None = None) -> str:
+        self.get(name, namespace)
+        self.requests.append((namespace, name, action, to_revision))
+        return "rid-1"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["promote", "resnet", "-n", "ml"], ("ml", "resnet", "promote", None)),
+        (["promote", "--full", "resnet", "-n", "ml"], ("ml", "resnet", "promote-full", None)),
+        (["abort", "resnet", "-n", "ml"], ("ml", "resnet", "abort", None)),
+        (["pause", "resnet", "-n", "ml"], ("ml", "resnet", "pause", None)),
+        (["resume", "resnet", "-n", "ml"], ("ml", "resnet", "resume", None)),
+        (["retry", "resnet", "-n", "ml"], ("ml", "resnet", "retry", None)),
+        (["undo", "resnet", "-n", "ml"], ("ml", "resnet", "undo", None)),
+        (
+            ["undo", "resnet", "--to-revision", "5d8f7c", "--namespace", "ml"],
+            ("ml", "resnet", "undo", "5d8f7c"),
+        ),
+        (["abort", "other"], ("default", "other", "abort", None)),
+    ],
+)
+def test_control_verbs(
+    argv: list[str], expected: tuple[str, str, str, str | None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeControl(objects={("ml", "resnet"): ts(), ("default", "other"): ts("other", "default")})
+    assert kp.main(argv, client=fake) == 0
+    assert fake.requests == [expected]
+    out = capsys.readouterr().out
+    assert f"tritonservice {expected[0]}/{expected[1]}: {expected[2]}" in out
+    assert "request id rid-1" in out
+
+
+def test_get_and_status_verbs(capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeControl(
+        objects={("ml", "a"): ts("a", "ml"), ("ml", "b"): ts("b", "ml"), ("x", "c"): ts("c", "x")},
+        namespace="ml",
+    )
+    assert kp.main(["get"], client=fake) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == ["NAME", "a", "b"]
+    assert kp.main(["get", "-A"], client=fake) == 0
+    assert [line.split()[1] for line in capsys.readouterr().out.splitlines()[1:]] == ["a", "b", "c"]
+    assert kp.main(["get", "c", "-n", "x"], client=fake) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("c ")
+    assert kp.main(["status", "b"], client=fake) == 0
+    assert capsys.readouterr().out.startswith("Name:      b\nNamespace: ml\n")
+    assert fake.requests == []
+
+
+def test_errors_are_one_line_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert kp.main(["promote", "missing"], client=FakeControl()) == 1
+    captured = capsys.readouterr()
+    assert captured.err == 'error: tritonservices "missing" not found\n'
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize("argv", [[], ["promote"], ["status"], ["bogus", "x"], ["get", "--to-revision", "r"]])
+def test_bad_command_lines(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        kp.main(argv, client=FakeControl())
+    assert exc.value.code == 2
+
+
+# ----------------------------------------------------------------- the request patch and KubeControl
+
+
+@pytest.mark.parametrize(
+    ("action", "target"),
+    [
+        ("promote", None),
+        ("promote-full", None),
+        ("abort", None),
+        ("pause", None),
+        ("undo", None),
+        ("undo", "r1"),
+    ],
+)
+def test_request_patch_is_read_back_by_the_engine(action: Action, target: str | None) -> None:
+    patch = request_patch(action, "2026-01-01T12:00:00.000001Z", target)
+    annotations = {k: v for k, v in patch["metadata"]["annotations"].items() if v is not None}
+    (request,) = parse_control_requests(annotations)
+    assert (request.action, request.request_id, request.to_revision) == (
+        action,
+        "2026-01-01T12:00:00.000001Z",
+        target,
+    )
+
+
+def test_request_ids_sort_in_time_order() -> None:
+    ids = [new_request_id(NOW + timedelta(microseconds=m)) for m in (0, 1, 999_999, 1_000_000, 10**7)]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    assert ids[0] == "2026-01-01T12:00:00.000000Z"
+
+
+class FakeLightkube:
+    """Records the calls KubeControl makes on a lightkube Client."""
+
+    namespace = "team"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def get(self, res: Any, name: str, *, namespace: str) -> Any:
+        self.calls.append(("get", res.__name__, name, namespace))
+        return res.from_dict(ts(name, namespace))
+
+    def list(self, res: Any, *, namespace: str) -> list[Any]:
+        self.calls.append(("list", res.__name__, namespace))
+        return [res.from_dict(ts("a", "team"))]
+
+    def patch(self, res: Any, name: str, obj: Any, *, namespace: str, patch_type: Any) -> None:
+        self.calls.append(("patch", res.__name__, name, obj, namespace, patch_type.value))
+
+
+def test_kube_control_calls() -> None:
+    fake = FakeLightkube()
+    control = KubeControl(client=fake)
+    assert control.namespace == "team"
+    assert control.get("resnet", "ml")["metadata"]["name"] == "resnet"
+    assert [o["metadata"]["name"] for o in control.list("team")] == ["a"]
+    control.list(None)
+    request_id = control.request("resnet", "ml", "undo", "r1")
+    get, lst, lst_all, patch = fake.calls
+    assert get == ("get", "TritonService", "resnet", "ml")
+    assert lst == ("list", "TritonService", "team")
+    assert lst_all == ("list", "TritonService", "*")
+    assert patch == (
+        "patch",
+        "TritonService",
+        "resnet",
+        {
+            "metadata": {
+                "annotations": {
+                    "triton-operator.io/undo": request_id,
+                    "triton-operator.io/undo-to-revision": "r1",
+                }
+            }
+        },
+        "ml",
+        "application/merge-patch+json",
+    )
