@@ -31,7 +31,13 @@ TEST_FIELD_MANAGER = "triton-operator-tests"
 T = TypeVar("T")
 
 
-# ----------------------------------------------------------------- reports for teardown
+# ----------------------------------------------------------------- markers, reports for teardown
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "operator_env(**env): extra environment of the operator fixture's process"
+    )
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -271,7 +277,13 @@ def operator(
     cluster: Path, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[OperatorProcess]:
     """The operator running against the cluster, watching the test's namespace."""
-    proc = OperatorProcess(namespace=namespace, kubeconfig=cluster, log_path=tmp_path / "operator.log")
+    # Without a store to list, the tests run unpinned; a test that brings one turns pinning on.
+    env = {"TRITON_OPERATOR_PIN_REPOSITORIES": "false"}
+    for marker in request.node.iter_markers("operator_env"):
+        env.update({k: str(v) for k, v in marker.kwargs.items()})
+    proc = OperatorProcess(
+        namespace=namespace, kubeconfig=cluster, log_path=tmp_path / "operator.log", env=env
+    )
     proc.start()
     try:
         yield proc

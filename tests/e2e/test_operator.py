@@ -393,3 +393,115 @@ def test_status_is_not_rewritten_when_nothing_changed(kube: Client, namespace: s
     time.sleep(4)
     after = _versions(kube, namespace, "quiet")
     assert after == before, f"the operator wrote on restart:\n{operator.log_tail()}"
+
+
+# ----------------------------------------------------------------- pinning a real store
+
+
+@pytest.fixture(scope="module")
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A real S3 server (seaweedfs) on loopback, reachable by the operator process (not by pods)."""
+    import sys  # noqa: PLC0415
+
+    storage_dir = str(Path(__file__).resolve().parents[1] / "storage")
+    if storage_dir not in sys.path:
+        sys.path.insert(0, storage_dir)
+    import storage_servers  # noqa: PLC0415
+
+    base = tmp_path_factory.mktemp("seaweedfs")
+    try:
+        server = storage_servers.start_seaweedfs(base / "data", base / "weed.log")
+    except storage_servers.ServerStartError as exc:
+        pytest.skip(f"no S3 server: {exc}")
+    server.extra["access"] = storage_servers.S3_ACCESS_KEY
+    server.extra["secret"] = storage_servers.S3_SECRET_KEY
+    yield server
+    server.stop()
+
+
+def _s3(server: Any) -> Any:
+    import boto3  # noqa: PLC0415
+    from botocore.config import Config  # noqa: PLC0415
+
+    return boto3.client(
+        "s3",
+        endpoint_url=server.endpoint,
+        aws_access_key_id=server.extra["access"],
+        aws_secret_access_key=server.extra["secret"],
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}),
+    )
+
+
+@pytest.mark.operator_env(TRITON_OPERATOR_PIN_REPOSITORIES="true")
+def test_repository_is_pinned_and_a_new_upload_rolls_out(
+    kube: Client, namespace: str, operator: Any, seaweedfs: Any
+) -> None:
+    from lightkube.resources.core_v1 import Secret  # noqa: PLC0415
+
+    s3 = _s3(seaweedfs)
+    bucket = f"pin-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="models/add/1/model.py", Body=b"# version 1\n")
+    body = tritonservice(
+        "pinned",
+        namespace,
+        repository={
+            "uri": f"s3://{bucket}/models",
+            "endpoint": seaweedfs.endpoint,
+            "credentialsSecret": "store",
+            "pollIntervalSeconds": 2,
+            "s3": {"addressingStyle": "path"},
+        },
+    )
+    apply(kube, body)
+    # no Secret yet: nothing can be listed, so nothing is created, and the status says why
+    blocked = wait_condition(
+        kube, namespace, "pinned", "RepositoryReady", "False", reason="CredentialsMissing"
+    )
+    assert condition(blocked, "Ready")["reason"] == "CredentialsMissing"
+    assert "spec.repository.credentialsSecret" in condition(blocked, "Ready")["message"]
+    assert not owned(kube, Deployment, namespace, "pinned")
+
+    kube.create(
+        Secret.from_dict(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "store", "namespace": namespace},
+                "stringData": {
+                    "AWS_ACCESS_KEY_ID": seaweedfs.extra["access"],
+                    "AWS_SECRET_ACCESS_KEY": seaweedfs.extra["secret"],
+                },
+            }
+        )
+    )
+    first = wait_condition(kube, namespace, "pinned", "Ready", "True", timeout=120)
+    assert condition(first, "RepositoryReady")["reason"] == "ManifestPinned"
+    rev1 = first["status"]["stableRevision"]
+    cm = kube.get(ConfigMap, f"pinned-{rev1}", namespace=namespace).to_dict()
+    manifest = json.loads(cm["data"]["manifest.json"])
+    assert manifest["pinned"] is True
+    assert [(e["key"], e["dest"], e["size"]) for e in manifest["entries"]] == [
+        ("models/add/1/model.py", "add/1/model.py", len(b"# version 1\n"))
+    ]
+
+    # a new version in the bucket: the poll pins it, and it rolls out as a new revision
+    s3.put_object(Bucket=bucket, Key="models/add/2/model.py", Body=b"# version 2\n")
+
+    def rolled() -> dict[str, Any] | None:
+        obj = get_ts(kube, namespace, "pinned")
+        ready = condition(obj, "Ready").get("status") == "True"
+        return obj if ready and obj["status"].get("stableRevision") not in (None, rev1) else None
+
+    second = wait_for(rolled, timeout=120, what="the new upload to roll out")
+    rev2 = second["status"]["stableRevision"]
+    cm2 = kube.get(ConfigMap, f"pinned-{rev2}", namespace=namespace).to_dict()
+    dests = [e["dest"] for e in json.loads(cm2["data"]["manifest.json"])["entries"]]
+    assert dests == ["add/2/model.py"]  # the default version policy serves the latest version
+    assert [h["revision"] for h in second["status"]["history"]] == [rev1]
+
+    # nothing new in the bucket: polls go on, but the operator writes nothing
+    before = _versions(kube, namespace, "pinned")
+    time.sleep(6)
+    assert _versions(kube, namespace, "pinned") == before

@@ -11,13 +11,15 @@ import kopf
 
 from triton_operator import GROUP, PLURAL, VERSION
 from triton_operator.adapters.kube import Kube, make_client, retry_delay
+from triton_operator.core.conditions import INVALID_SPEC
 from triton_operator.core.objects import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
-from triton_operator.reconcile import Reconciler, Result
+from triton_operator.reconcile import Reconciler, RepositoryPinner, Result
 from triton_operator.settings import Settings
 
 OWNED: dict[str, Any] = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_SERVICE: kopf.PRESENT}
 DIFFBASE_KEY = "last-handled-configuration"
 EVENT_RETRIES = 5
+REPOSITORY_RETRY_SECONDS = 30.0
 
 
 def configure(settings: kopf.OperatorSettings, operator: Settings) -> None:
@@ -44,13 +46,16 @@ def configure(settings: kopf.OperatorSettings, operator: Settings) -> None:
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     operator = memo.get("operator_settings") or Settings.from_env()
     configure(settings, operator)
-    memo["reconciler"] = Reconciler(Kube(make_client()), operator, pin_manifest=memo.get("pin_manifest"))
+    kube = Kube(make_client())
+    pinner = RepositoryPinner(kube) if operator.pin_repositories else None
+    memo["reconciler"] = Reconciler(kube, operator, pinner=pinner)
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     reconciler: Reconciler | None = memo.get("reconciler")
     if reconciler is not None:
+        await reconciler.close()
         await reconciler.kube.close()
 
 
@@ -72,8 +77,20 @@ async def tritonservice(namespace: str | None, name: str, memo: Any, **_: Any) -
     """A TritonService appeared, changed, or the operator restarted: reconcile it."""
     result = await _reconcile(memo, namespace or "default", name, coalesce=False)
     if result is not None and result.invalid:
-        # The status already says why (Ready=False/InvalidSpec); retrying cannot help.
-        raise kopf.PermanentError(result.invalid)
+        if result.reason == INVALID_SPEC:
+            # The status already says why (Ready=False/InvalidSpec); retrying cannot help.
+            raise kopf.PermanentError(result.invalid)
+        # The repository could not be read: the status says why; try again later.
+        raise kopf.TemporaryError(result.invalid, delay=REPOSITORY_RETRY_SECONDS)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def tritonservice_event(type: str, namespace: str | None, name: str, memo: Any, **_: Any) -> None:  # noqa: A002
+    """A TritonService was deleted: stop polling its repository (its objects go by garbage collection)."""
+    if type == "DELETED" and namespace:
+        reconciler: Reconciler | None = memo.get("reconciler")
+        if reconciler is not None:
+            reconciler.forget(namespace, name)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=OWNED)

@@ -6,17 +6,33 @@ import asyncio
 import dataclasses
 import datetime
 import logging
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from triton_operator.adapters.kube import Kube, ObjectRejectedError, Owned
+from triton_operator.adapters.storage import pin_repository
+from triton_operator.adapters.storage.base import StoreError
 from triton_operator.core import conditions as cond
+from triton_operator.core.manifest import (
+    Manifest,
+    ManifestError,
+    SelectionFailed,
+    StoreRef,
+    manifest_digest,
+    manifest_from_json,
+    manifest_to_json,
+    model_sources,
+    unpinned_manifest,
+)
+from triton_operator.core.modelconfig import ModelConfigError
 from triton_operator.core.objects import (
     LABEL_MANAGED_BY,
     LABEL_REVISION,
     LABEL_SERVICE,
     MANAGED_BY,
+    MANIFEST_KEY,
     RevisionPlan,
     build_objects,
     check_body,
@@ -37,21 +53,158 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class PinnedManifest:
-    """A repository manifest pinned for a revision: the JSON the sync container reads, and its digest."""
+    """The manifest a revision's pods sync: its JSON, and its digest (None when it pins nothing)."""
 
     json: str
-    digest: str
+    digest: str | None
     objects: int = 0
     total_bytes: int = 0
+    problem: str | None = None
+    """Set when the last listing failed and this is the manifest pinned before it."""
 
 
-# The storage seam: list the repository and pin a manifest, or None to run unpinned.
-# ``current`` is the manifest JSON of the revision serving now (reuse it until a re-list is due).
-ManifestPinner = Callable[[TritonService, str | None], Awaitable[PinnedManifest | None]]
+class RepositoryError(Exception):
+    """The repository cannot be listed and nothing was pinned before: no revision can be made."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
 
 
-class InvalidSpecError(Exception):
-    """The spec cannot be served; status says why and nothing running was touched."""
+# The storage seam: pin the manifest a TritonService's pods will sync. ``current`` is the
+# manifest JSON of the newest running revision (reused until a re-list is due). Raises
+# RepositoryError when nothing can be pinned.
+ManifestPinner = Callable[[TritonService, str | None], Awaitable[PinnedManifest]]
+
+
+def _summary(manifest: Manifest, problem: str | None = None) -> PinnedManifest:
+    return PinnedManifest(
+        json=manifest_to_json(manifest),
+        digest=manifest_digest(manifest) if manifest.pinned else None,
+        objects=len(manifest.entries),
+        total_bytes=manifest.total_bytes,
+        problem=problem,
+    )
+
+
+def _parse_manifest(text: str | None) -> Manifest | None:
+    if not text:
+        return None
+    try:
+        return manifest_from_json(text)
+    except (ManifestError, ValueError):
+        return None
+
+
+def _same_source(manifest: Manifest, wanted: Manifest) -> bool:
+    """Whether ``manifest`` was pinned from the repository and models that ``wanted`` names."""
+
+    def models(m: Manifest) -> list[tuple[str, str, object]]:
+        return sorted((x.name, x.folder.strip("/"), x.policy) for x in m.models)
+
+    return manifest.repository == wanted.repository and models(manifest) == models(wanted)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Listing:
+    when: float
+    manifest: Manifest
+    problem: str | None = None
+
+
+class RepositoryPinner:
+    """Lists a TritonService's object store and pins what its models select (core.manifest).
+
+    Listings are cached per object for repository.pollIntervalSeconds, so reconciles driven by
+    pod events do not list the store; ``refresh`` lists now and tells whether the pin changed.
+    A pvc:// claim is never listed here (the pod links it): its manifest is unpinned.
+    """
+
+    def __init__(self, kube: Kube, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.kube = kube
+        self.clock = clock
+        self._listings: dict[tuple[str, str], _Listing] = {}
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._listings.pop((namespace, name), None)
+
+    async def __call__(self, ts: TritonService, current: str | None) -> PinnedManifest:
+        wanted = unpinned_manifest(
+            StoreRef.from_repository(ts.spec.repository), model_sources(ts.spec.models)
+        )
+        if ts.spec.repository.scheme == "pvc":
+            return _summary(wanted)
+        key = (ts.namespace, ts.name)
+        poll = ts.spec.repository.poll_interval_seconds
+        cached = self._listings.get(key)
+        fresh = cached is not None and (poll == 0 or self.clock() - cached.when < poll)
+        if cached is not None and fresh and _same_source(cached.manifest, wanted):
+            return _summary(cached.manifest, cached.problem)
+        running = _parse_manifest(current)
+        if running is not None and (not running.pinned or not _same_source(running, wanted)):
+            running = None
+        if running is not None and poll == 0:
+            self._listings[key] = _Listing(self.clock(), running)
+            return _summary(running)
+        try:
+            manifest = await self._list(ts)
+        except RepositoryError as exc:
+            fallback = (
+                cached.manifest if cached is not None and _same_source(cached.manifest, wanted) else running
+            )
+            if fallback is None:
+                raise
+            # Keep serving what was pinned; try again after the poll interval.
+            self._listings[key] = _Listing(self.clock(), fallback, exc.message)
+            return _summary(fallback, exc.message)
+        self._listings[key] = _Listing(self.clock(), manifest)
+        return _summary(manifest)
+
+    async def refresh(self, ts: TritonService) -> bool:
+        """List now; True when the pinned manifest differs from the cached one (or the listing failed)."""
+        key = (ts.namespace, ts.name)
+        before = self._listings.get(key)
+        try:
+            manifest = await self._list(ts)
+        except RepositoryError as exc:
+            logger.warning("listing the repository of %s/%s failed: %s", *key, exc.message)
+            return True
+        self._listings[key] = _Listing(self.clock(), manifest)
+        return (
+            before is None
+            or before.problem is not None
+            or manifest_digest(before.manifest) != manifest_digest(manifest)
+        )
+
+    async def _list(self, ts: TritonService) -> Manifest:
+        repository = ts.spec.repository
+        credentials: dict[str, str] = {}
+        if repository.credentials_secret:
+            secret = await self.kube.get_secret_data(ts.namespace, repository.credentials_secret)
+            if secret is None:
+                raise RepositoryError(
+                    cond.CREDENTIALS_MISSING,
+                    f"spec.repository.credentialsSecret: Secret {repository.credentials_secret!r} "
+                    f"not found in namespace {ts.namespace}",
+                )
+            credentials = secret
+        started = time.perf_counter()
+        try:
+            manifest = await asyncio.to_thread(pin_repository, repository, ts.spec.models, credentials)
+        except SelectionFailed as exc:
+            raise RepositoryError(cond.MODELS_NOT_FOUND, f"{repository.uri}: {exc}") from exc
+        except (StoreError, ModelConfigError) as exc:
+            raise RepositoryError(cond.REPOSITORY_ERROR, f"{repository.uri}: {exc}") from exc
+        METRICS.record_repository_listing(
+            ts.namespace,
+            ts.name,
+            scheme=repository.scheme,
+            seconds=time.perf_counter() - started,
+            objects=len(manifest.entries),
+            total_bytes=manifest.total_bytes,
+        )
+        return manifest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +218,12 @@ class Result:
     revision: str | None = None
     """The desired revision (None for an invalid spec)."""
     invalid: str | None = None
-    """Why the spec is invalid (None when valid)."""
+    """Why nothing could be applied (None when the spec was applied)."""
+    reason: str | None = None
+    """The Ready reason of ``invalid``: InvalidSpec, or a repository reason (retry later)."""
     plan: RevisionPlan | None = None
+    ts: TritonService | None = None
+    """The parsed spec that was applied."""
 
 
 def utcnow() -> str:
@@ -77,25 +234,35 @@ def owned_selector(name: str) -> dict[str, str]:
     return {LABEL_SERVICE: name, LABEL_MANAGED_BY: MANAGED_BY}
 
 
-def _current_manifest(owned: Owned, name: str, stable: str | None) -> str | None:
-    if not stable:
-        return None
-    for configmap in owned.configmaps:
-        if configmap.get("metadata", {}).get("name") == f"{name}-{stable}":
-            value = (configmap.get("data") or {}).get("manifest.json")
-            return str(value) if value is not None else None
+def _current_manifest(owned: Owned, previous: Mapping[str, Any]) -> str | None:
+    """The manifest JSON of the newest running revision (the canary's, else the stable one's)."""
+    by_revision = {
+        (c.get("metadata", {}).get("labels") or {}).get(LABEL_REVISION): c for c in owned.configmaps
+    }
+    for revision in (previous.get("canaryRevision"), previous.get("stableRevision")):
+        configmap = by_revision.get(revision)
+        if configmap is not None:
+            value = (configmap.get("data") or {}).get(MANIFEST_KEY)
+            if value is not None:
+                return str(value)
     return None
 
 
 def _repository_verdict(ts: TritonService, pinned: PinnedManifest | None) -> cond.Verdict:
-    if ts.spec.repository.scheme == "pvc":
-        return cond.Verdict(cond.TRUE, cond.VOLUME_MOUNTED, f"models are read from {ts.spec.repository.uri}")
-    if pinned is None:
+    if pinned is not None and pinned.problem is not None:
         return cond.Verdict(
-            cond.TRUE, cond.UNPINNED, "repository not pinned: pods sync what the store holds when they start"
+            cond.FALSE, cond.REPOSITORY_ERROR, f"{pinned.problem}; pods keep the manifest pinned before"
         )
+    if ts.spec.repository.scheme == "pvc":
+        return cond.Verdict(
+            cond.TRUE, cond.VOLUME_MOUNTED, f"pods link the models of {ts.spec.repository.uri}"
+        )
+    if pinned is None or pinned.digest is None:
+        return cond.Verdict(cond.TRUE, cond.UNPINNED, "repository not pinned (no storage adapter configured)")
     return cond.Verdict(
-        cond.TRUE, cond.MANIFEST_PINNED, f"{pinned.objects} objects pinned (manifest {pinned.digest[:12]})"
+        cond.TRUE,
+        cond.MANIFEST_PINNED,
+        f"{pinned.objects} objects, {pinned.total_bytes} bytes pinned (manifest {pinned.digest[:12]})",
     )
 
 
@@ -124,16 +291,24 @@ async def reconcile(
     deployments = [deployment_state(d) for d in owned.deployments]
     pods = [pod_state(p) for p in owned.pods]
 
-    async def refuse(message: str) -> Result:
+    async def refuse(
+        message: str, reason: str = cond.INVALID_SPEC, repository: cond.Verdict | None = None
+    ) -> Result:
         # A bad spec never touches what runs: no apply, no delete; only the status says why.
         status = cond.build_status(
             previous,
             cond.Observation(
-                generation=generation, now=now(), deployments=deployments, pods=pods, invalid=message
+                generation=generation,
+                now=now(),
+                deployments=deployments,
+                pods=pods,
+                invalid=message,
+                blocked_reason=reason,
+                repository=repository,
             ),
         )
         written = await _write_status(kube, namespace, name, previous, status)
-        return Result(status=status, written=written, invalid=message)
+        return Result(status=status, written=written, invalid=message, reason=reason)
 
     checked = check_body(body)
     if checked.problems or checked.ts is None:
@@ -142,8 +317,12 @@ async def reconcile(
     ts = checked.ts
     stable_hint = previous.get("stableRevision")
     pinned: PinnedManifest | None = None
-    if pin_manifest is not None and ts.spec.repository.scheme != "pvc":
-        pinned = await pin_manifest(ts, _current_manifest(owned, name, stable_hint))
+    if pin_manifest is not None:
+        try:
+            pinned = await pin_manifest(ts, _current_manifest(owned, previous))
+        except RepositoryError as exc:
+            verdict = cond.Verdict(cond.FALSE, exc.reason, exc.message)
+            return await refuse(exc.message, exc.reason, verdict)
     revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None)
     plan = decide_revisions(revision, ts.spec.replicas, deployments, stable_hint)
 
@@ -194,10 +373,7 @@ async def reconcile(
         if labels.get(LABEL_REVISION) not in keep:
             await kube.delete("ConfigMap", namespace, str(configmap["metadata"]["name"]))
     written = await _write_status(kube, namespace, name, previous, status)
-    if pinned is not None:
-        METRICS.repository_objects.labels(namespace=namespace, name=name).set(pinned.objects)
-        METRICS.repository_bytes.labels(namespace=namespace, name=name).set(pinned.total_bytes)
-    return Result(status=status, written=written, revision=revision, plan=plan)
+    return Result(status=status, written=written, revision=revision, plan=plan, ts=ts)
 
 
 async def _write_status(
@@ -210,20 +386,24 @@ async def _write_status(
 
 
 class Reconciler:
-    """Serializes reconciles per TritonService and coalesces triggers that arrive while one waits.
+    """Serializes reconciles per TritonService, coalesces triggers, and polls repositories.
 
     A trigger while a reconcile for the same object is queued (not yet started) is dropped:
     the queued one reads the object and its pods afresh when it starts, so it sees the change.
+    A repository with pollIntervalSeconds > 0 gets a poll task that lists the store (never the
+    API server) and reconciles only when the pinned manifest changed.
     """
 
-    def __init__(self, kube: Kube, settings: Settings, *, pin_manifest: ManifestPinner | None = None) -> None:
+    def __init__(self, kube: Kube, settings: Settings, *, pinner: RepositoryPinner | None = None) -> None:
         self.kube = kube
         self.settings = settings
-        self.pin_manifest = pin_manifest
+        self.pinner = pinner
         self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
         self._queued: dict[tuple[str, str], int] = {}
+        self._specs: dict[tuple[str, str], TritonService] = {}
+        self._pollers: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     def _dequeue(self, key: tuple[str, str]) -> None:
         left = self._queued.get(key, 0) - 1
@@ -249,11 +429,62 @@ class Reconciler:
                 self._dequeue(key)
                 with METRICS.reconcile_timer() as outcome:
                     result = await reconcile(
-                        self.kube, namespace, name, self.settings, pin_manifest=self.pin_manifest
+                        self.kube, namespace, name, self.settings, pin_manifest=self.pinner
                     )
                     if result.invalid:
-                        outcome.fail(cond.INVALID_SPEC, outcome="invalid")
-                    return result
+                        outcome.fail(result.reason or cond.INVALID_SPEC, outcome="invalid")
         finally:
             if not started:
                 self._dequeue(key)
+        if result.status is None:
+            self.forget(namespace, name)
+        elif result.ts is not None:
+            self._watch_repository(key, result.ts)
+        return result
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop everything kept for a TritonService that is gone."""
+        key = (namespace, name)
+        self._specs.pop(key, None)
+        poller = self._pollers.pop(key, None)
+        if poller is not None:
+            poller.cancel()
+        if self.pinner is not None:
+            self.pinner.forget(namespace, name)
+        METRICS.forget(namespace, name)
+
+    async def close(self) -> None:
+        for poller in self._pollers.values():
+            poller.cancel()
+        await asyncio.gather(*self._pollers.values(), return_exceptions=True)
+        self._pollers.clear()
+
+    def _polls(self, ts: TritonService) -> bool:
+        return (
+            self.pinner is not None
+            and ts.spec.repository.scheme != "pvc"
+            and ts.spec.repository.poll_interval_seconds > 0
+        )
+
+    def _watch_repository(self, key: tuple[str, str], ts: TritonService) -> None:
+        self._specs[key] = ts
+        poller = self._pollers.get(key)
+        if self._polls(ts) and (poller is None or poller.done()):
+            self._pollers[key] = asyncio.create_task(self._poll(key), name=f"poll {key[0]}/{key[1]}")
+
+    async def _poll(self, key: tuple[str, str]) -> None:
+        while True:
+            ts = self._specs.get(key)
+            if ts is None or not self._polls(ts) or self.pinner is None:
+                return
+            await asyncio.sleep(ts.spec.repository.poll_interval_seconds)
+            ts = self._specs.get(key)
+            if ts is None or not self._polls(ts):
+                return
+            try:
+                if await self.pinner.refresh(ts):
+                    await self(*key, coalesce=True)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("polling the repository of %s/%s failed", *key)

@@ -47,6 +47,8 @@ class Settings:
     """Least severe level that kopf also posts as a Kubernetes Event."""
     prometheus_scrape: bool = True
     """Annotate pods with prometheus.io/scrape for the metrics port."""
+    pin_repositories: bool = True
+    """List object stores and pin each revision's manifest (off: pods sync unpinned, pvc:// only)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -68,4 +70,5 @@ class Settings:
             log_level=(get("LOG_LEVEL") or "INFO").upper(),
             event_level=(get("EVENT_LEVEL") or "WARNING").upper(),
             prometheus_scrape=_flag(get("PROMETHEUS_SCRAPE"), True),
+            pin_repositories=_flag(get("PIN_REPOSITORIES"), True),
         )

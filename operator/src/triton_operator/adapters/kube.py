@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,7 +13,7 @@ import httpx2
 from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Pod, Service
+from lightkube.resources.core_v1 import ConfigMap, Pod, Secret, Service
 from lightkube.types import CascadeType, PatchType
 
 from triton_operator import FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
@@ -94,6 +96,22 @@ class Kube:
                 return None
             raise
         return _to_dict(obj)
+
+    async def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A Secret's data, decoded (values that are not UTF-8 are left out); None when it is missing."""
+        try:
+            obj = await self.client.get(Secret, name, namespace=namespace)
+        except ApiError as exc:
+            if is_not_found(exc):
+                return None
+            raise
+        out: dict[str, str] = {}
+        for key, value in (obj.data or {}).items():
+            with contextlib.suppress(ValueError, UnicodeDecodeError):
+                out[key] = base64.b64decode(value).decode("utf-8")
+        for key, value in (obj.stringData or {}).items():
+            out[key] = value
+        return out
 
     async def list_owned(self, namespace: str, labels: Mapping[str, str]) -> Owned:
         """Deployments, ConfigMaps and Pods carrying ``labels`` in ``namespace``."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any, TextIO
 import yaml
 
 from triton_operator import KIND
+from triton_operator.core.manifest import manifest_digest, manifest_to_json
 from triton_operator.core.objects import PLACEHOLDER_UID, build_objects, check_body, compute_revision
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
@@ -62,21 +62,20 @@ def _load(filename: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
-def _pin(ts: TritonService) -> tuple[str, str] | None:
-    """(manifest JSON, digest) from the storage adapter, or None when it does not exist."""
+def _pin(ts: TritonService, err: TextIO) -> tuple[str, str] | None:
+    """(manifest JSON, digest) listed with this environment's credentials; None when that failed."""
     try:
         storage: Any = importlib.import_module("triton_operator.adapters.storage")
-    except ImportError:
+        sync: Any = importlib.import_module("triton_operator.commands.sync")
+    except ImportError as exc:
+        err.write(f"--pin: the storage adapter is not available ({exc})\n")
         return None
-    pin = getattr(storage, "pin_manifest", None)
-    if pin is None:
+    try:
+        manifest = storage.pin_repository(ts.spec.repository, ts.spec.models, sync.credentials_from_env())
+    except Exception as exc:  # any store or selection failure is reported, then rendered unpinned
+        err.write(f"--pin: listing {ts.spec.repository.uri} failed: {exc}\n")
         return None
-    pinned = pin(ts, None)
-    if asyncio.iscoroutine(pinned):
-        pinned = asyncio.run(pinned)
-    if pinned is None:
-        return None
-    return str(pinned.json), str(pinned.digest)
+    return manifest_to_json(manifest), manifest_digest(manifest)
 
 
 def render(
@@ -112,10 +111,10 @@ def render(
         if ts.spec.repository.scheme == "pvc":
             manifest_note = "unpinned (the claim is linked as it is)"
         else:
-            pinned = _pin(ts) if pin else None
+            pinned = _pin(ts, err) if pin else None
             if pinned is None:
                 manifest_note = "unpinned"
-                why = "the storage adapter is not available" if pin else "--pin was not given"
+                why = "listing failed" if pin else "--pin was not given"
                 err.write(
                     f"{ref}: repository {ts.spec.repository.uri} rendered with an unpinned manifest ({why}); "
                     "once the operator pins it, the revision hash differs\n"

@@ -46,6 +46,8 @@ MANIFEST_PINNED = "ManifestPinned"
 UNPINNED = "Unpinned"
 VOLUME_MOUNTED = "VolumeMounted"
 REPOSITORY_ERROR = "RepositoryError"
+MODELS_NOT_FOUND = "ModelsNotFound"
+CREDENTIALS_MISSING = "CredentialsMissing"
 
 MAX_MESSAGE = 1024
 
@@ -175,6 +177,7 @@ def progressing(plan: RevisionPlan, deployments: Mapping[str, DeploymentState], 
 def summarize_ready(
     *,
     invalid: str | None,
+    blocked_reason: str = INVALID_SPEC,
     scheduled: Verdict,
     plan: RevisionPlan | None,
     deployments: Mapping[str, DeploymentState],
@@ -182,7 +185,7 @@ def summarize_ready(
 ) -> Verdict:
     """The Ready summary: True only when the current spec is served by all its replicas."""
     if invalid is not None or plan is None:
-        return Verdict(FALSE, INVALID_SPEC, invalid or "the spec is invalid")
+        return Verdict(FALSE, blocked_reason, invalid or "the spec is invalid")
     if scheduled.status == FALSE:
         return Verdict(FALSE, scheduled.reason, scheduled.message)
     if plan.rolling is not None:
@@ -225,6 +228,9 @@ class Observation:
     deployments: Sequence[DeploymentState] = ()
     pods: Sequence[PodState] = ()
     invalid: str | None = None
+    """Why nothing can be applied (an invalid spec, an unreadable repository); None otherwise."""
+    blocked_reason: str = INVALID_SPEC
+    """The Ready reason while ``invalid`` holds."""
     plan: RevisionPlan | None = None
     replicas: int = 0
     repository: Verdict | None = None
@@ -265,32 +271,33 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
 
     status: dict[str, Any] = {"observedGeneration": gen}
     if plan is None:
-        # Invalid spec: nothing was applied; report what runs and why nothing changes.
+        # Invalid spec or unreadable repository: nothing was applied; say what runs and why.
         revisions = [r for r in (previous.get("stableRevision"), previous.get("canaryRevision")) if r]
         scheduled = pods_scheduled(obs.pods, revisions)
+        if obs.repository is not None:
+            put(REPOSITORY_READY, obs.repository)
         put(PODS_SCHEDULED, scheduled)
         put(DEGRADED, degraded(obs.pods, obs.deployments, revisions))
         put(
             PROGRESSING,
-            Verdict(FALSE, INVALID_SPEC, "the spec is invalid: running revisions are left as they are"),
+            Verdict(
+                FALSE, obs.blocked_reason, "nothing can be rolled out: running revisions are left as they are"
+            ),
         )
         put(
             READY,
             summarize_ready(
-                invalid=obs.invalid, scheduled=scheduled, plan=None, deployments=by_revision, replicas=0
+                invalid=obs.invalid,
+                blocked_reason=obs.blocked_reason,
+                scheduled=scheduled,
+                plan=None,
+                deployments=by_revision,
+                replicas=0,
             ),
         )
         status["conditions"] = conditions
-        for key in (
-            "stableRevision",
-            "canaryRevision",
-            "replicas",
-            "readyReplicas",
-            "models",
-            "endpoints",
-            "history",
-        ):
-            if previous.get(key) is not None:
+        for key in OWNED_STATUS_FIELDS:
+            if key not in status and key != "conditions" and previous.get(key) is not None:
                 status[key] = previous[key]
         return status
 
