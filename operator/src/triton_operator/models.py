@@ -145,8 +145,8 @@ class ModelSpec(_Model):
     )
     config: dict[str, Any] = Field(
         default_factory=dict,
-        description="Triton ModelConfig in proto3 JSON (camelCase names, 64-bit integers as strings); "
-        "config.name may be left out. Rendered into the model's config.pbtxt.",
+        description="Triton ModelConfig in proto3 JSON (camelCase names; 64-bit integers as numbers or "
+        "strings); config.name may be left out. Rendered into the model's config.pbtxt.",
         json_schema_extra={MODEL_CONFIG_MARKER: True},
     )
 
