@@ -1322,3 +1322,27 @@ def test_format_time_drops_sub_seconds() -> None:
 )
 def test_describe_step(step: dict[str, Any], text: str) -> None:
     assert ro.describe_step(make_rollout(steps=[step]).steps[0]) == text
+
+
+@pytest.mark.parametrize(
+    ("cluster", "stable", "replicas"),
+    [
+        ({"A": ready_state(4)}, "A", {"A": 4, "B": 1}),
+        ({"A": ready_state(4), "Z": ready_state(1)}, "A", {"A": 4, "B": 1}),
+        ({"A": ready_state(4), "B": ready_state(1)}, "A", {"A": 4, "B": 1}),
+        ({"A": ready_state(0), "B": ready_state(1)}, "B", {"B": 4}),
+        ({}, "B", {"B": 4}),
+    ],
+)
+def test_lost_status_adopts_the_serving_revision(
+    cluster: dict[str, RevisionState], stable: str, replicas: dict[str, int]
+) -> None:
+    """No status but pods serve (a restored backup): no rollout at once over the serving revision."""
+    plan = plan_rollout(
+        RolloutInput(
+            rollout=make_rollout(steps=CHAIN), replicas=4, desired_revision="B", now=T0, revisions=cluster
+        )
+    )
+    assert plan.status.stable_revision == stable
+    assert plan.replicas == replicas
+    assert reasons(plan)[0] == ("StableAdopted" if stable == "A" else "RevisionDeployed")

@@ -22,7 +22,9 @@ from triton_operator.models import CanaryStep, Rollout, SetHeaderRoute, Strategy
 # a fixpoint (a step that completes at once, such as setHeaderRoute, does not wait for a requeue).
 #
 # States (status fields in brackets):
-#   first deploy   [no stableRevision]      the desired revision is stable at once, full replicas.
+#   first deploy   [no stableRevision]      the desired revision is stable at once, full replicas
+#                                            (if another revision's pods serve, the status was lost:
+#                                            that one is adopted as stable and a rollout follows).
 #   steady         [stable == desired]      stable at spec.replicas, history revisions at 0.
 #   canary         [canaryRevision, currentStepIndex < len(steps)]   stepping.
 #   promoting      [promoting]              every step done: canary at full replicas; when it is
@@ -680,10 +682,19 @@ class _Engine:
         st = self.st
         target = self.target
         if st.stable_revision is None:
-            self.set(stable_revision=target, stable_since=self.now)
-            self.clear_canary()
-            self.event("RevisionDeployed", f"revision {target} deployed at {self.r} replicas")
-            return self.steady()
+            serving = self.serving_revision()
+            if serving is None:
+                self.set(stable_revision=target, stable_since=self.now)
+                self.clear_canary()
+                self.event("RevisionDeployed", f"revision {target} deployed at {self.r} replicas")
+                return self.steady()
+            # The status was lost (restored backup, recreated object) while pods serve: whatever
+            # serves most stays stable and the desired revision rolls out over it, not at once.
+            self.set(stable_revision=serving, stable_since=self.now)
+            self.event(
+                "StableAdopted", f"no stable revision in status: revision {serving} serves, kept as stable"
+            )
+            st = self.st
         if target == st.stable_revision:
             if st.canary_revision is not None:
                 self.event(
@@ -702,6 +713,12 @@ class _Engine:
                 return self.held_before_start()
             self.start()
         return self.progress()
+
+    def serving_revision(self) -> str | None:
+        """The observed revision other than the target with the most Ready pods, if any has one."""
+        serving = [(s.ready_replicas, rev) for rev, s in self.inp.revisions.items() if rev != self.target]
+        best = max(serving, default=None)
+        return best[1] if best is not None and best[0] > 0 else None
 
     def clear_canary(self) -> None:
         self.set(
