@@ -1,0 +1,40 @@
+"""The core imports no I/O library: the import-linter exceptions are checked to the submodule here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+CORE = Path(__file__).resolve().parents[2] / "operator" / "src" / "triton_operator" / "core"
+ALLOWED_PREFIXES = ("google.protobuf", "tritonclient.grpc.model_config_pb2")
+WATCHED_ROOTS = ("google", "tritonclient")
+
+
+def imported_modules(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.extend(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("path", sorted(CORE.glob("*.py")), ids=lambda p: p.name)
+def test_core_uses_only_protobuf_data_of_google_and_tritonclient(path: Path) -> None:
+    offending = [
+        name
+        for name in imported_modules(path)
+        if name.split(".")[0] in WATCHED_ROOTS and not name.startswith(ALLOWED_PREFIXES)
+    ]
+    assert offending == [], f"{path.name} imports {offending}"
+
+
+def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from google.cloud import storage\nfrom tritonclient.http import InferenceServerClient\n")
+    flagged = [n for n in imported_modules(bad) if not n.startswith(ALLOWED_PREFIXES)]
+    assert flagged == ["google.cloud.storage", "tritonclient.http.InferenceServerClient"]
