@@ -399,6 +399,20 @@ class TritonServiceStatus(_Model):
     models: list[ModelStatus] = Field(default_factory=list)
     endpoints: Endpoints | None = None
     history: list[RevisionRecord] = Field(default_factory=list)
+    # Rollout bookkeeping (core/rollout.py): everything a restarted operator needs to resume.
+    stable_since: str | None = None
+    step_started_at: str | None = None
+    canary_started_at: str | None = None
+    waiting_since: str | None = None
+    promoting: bool | None = None
+    paused_by_user: bool | None = None
+    aborted_revision: str | None = None
+    aborted_reason: str | None = None
+    aborted_step_index: int | None = None
+    pinned_revision: str | None = None
+    pinned_for: str | None = None
+    handled_requests: dict[str, str] = Field(default_factory=dict)
+    repository_digest: str | None = None
 
 
 class TritonService(_Model):
