@@ -33,6 +33,7 @@ cluster-down:
 
 crd: bootstrap
 	.venv/bin/triton-operator crd --output crds/tritonservices.yaml
+	charts/generate-manifests
 
 manifests: bootstrap
 	charts/generate-manifests
