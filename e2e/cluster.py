@@ -352,7 +352,7 @@ def _build_tool(name: str, out: Path, env: dict) -> None:
         for src, dst in spec.get("copy_dirs", {}).items():
             shutil.rmtree(out / dst, ignore_errors=True)
             shutil.copytree(moddir / src, out / dst, ignore=shutil.ignore_patterns("*.go", "testdata"))
-            for p in (out / dst).rglob("*"):
+            for p in [out / dst, *(out / dst).rglob("*")]:
                 p.chmod(0o755 if p.is_dir() else 0o644)
         for src, dst in spec.get("concat", {}).items():
             parts = []
@@ -397,6 +397,8 @@ def binaries_ready() -> bool:
 ADMIN_TOKEN_FILE = "admin.token"
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"
+KWOK_POD_CIDR = "10.244.0.0/16"  # fake pod IPs handed out by kwok
+KWOK_NODE_IP = "10.240.0.1"  # fake InternalIP / hostIP of the kwok nodes
 NEVER_READY_ANNOTATION = "triton-operator.io/e2e-never-ready"
 CRASH_ANNOTATION = "triton-operator.io/e2e-crash"
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -412,6 +414,8 @@ def _free_port() -> int:
 
 
 def _pid_alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)  # reap our own children (in-process up()/down())
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -798,6 +802,7 @@ def up(build_if_needed: bool = True, timeout: float = 180.0) -> Path:
     for sub in ("logs", "pids", "pki", "etcd", "certs", "kcm-certs", "sched-certs"):
         (sd / sub).mkdir(parents=True, exist_ok=True)
     sd.chmod(0o700)
+    (sd / "etcd").chmod(0o700)
     ports = {k: _free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok")}
     token = hashlib.sha256(os.urandom(32)).hexdigest()[:40]
     (sd / ADMIN_TOKEN_FILE).write_text(token + "\n")
@@ -850,6 +855,8 @@ def up(build_if_needed: bool = True, timeout: float = 180.0) -> Path:
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
+            f"--requestheader-client-ca-file={pki / 'ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
             f"--token-auth-file={sd / 'tokens.csv'}",
             "--authorization-mode=Node,RBAC",
             "--anonymous-auth=true",
@@ -916,6 +923,8 @@ def up(build_if_needed: bool = True, timeout: float = 180.0) -> Path:
             f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
             f"--server-address=127.0.0.1:{ports['kwok']}",
             "--node-lease-duration-seconds=40",
+            f"--node-ip={KWOK_NODE_IP}",
+            f"--cidr={KWOK_POD_CIDR}",
             "--v=INFO",
         ],
     )
@@ -1071,9 +1080,11 @@ def down(quiet: bool = False) -> None:
             log("cluster is not running (no state dir)")
         return
     pids = _read_pids(sd)
-    # stop kwok / controllers before the apiserver, etcd last
-    ordered = [pids[n] for n in COMPONENTS if n in pids] + [p for n, p in pids.items() if n not in COMPONENTS]
-    _terminate([p for p in ordered if _pid_alive(p)])
+    # clients first, then the apiserver (it shuts down quickly only while etcd is still there), etcd last
+    waves = [["kwok", "kube-scheduler", "kube-controller-manager"], ["kube-apiserver"], ["etcd"]]
+    waves.append([n for n in pids if n not in COMPONENTS])
+    for wave in waves:
+        _terminate([pids[n] for n in wave if n in pids and _pid_alive(pids[n])])
     pgids = set(pids.values())
     leftovers = _procs_referencing(sd, pgids)
     if leftovers:
