@@ -1,0 +1,184 @@
+"""One test-side client per real store, to create buckets and upload, overwrite and delete objects."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+from azure.storage.blob import BlobServiceClient
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage as gcs
+
+from triton_operator.adapters.storage import ObjectStore, open_store
+from triton_operator.adapters.storage.base import Sink
+from triton_operator.core.manifest import ObjectInfo
+from triton_operator.models import Repository
+
+
+@dataclass
+class Backend:
+    """What a test needs of a store: its Repository, credentials, and writes to the bucket."""
+
+    name: str
+    endpoint: str
+    credentials: dict[str, str]
+
+    def new_bucket(self) -> str:
+        raise NotImplementedError
+
+    def uri(self, bucket: str, prefix: str = "models") -> str:
+        raise NotImplementedError
+
+    def repository(self, bucket: str, prefix: str = "models") -> Repository:
+        return Repository(uri=self.uri(bucket, prefix), endpoint=self.endpoint)
+
+    def put(self, bucket: str, key: str, data: bytes, *, part_size: int | None = None) -> None:
+        """Upload ``data``; with ``part_size`` as a multipart (S3) or block (Azure) upload."""
+        raise NotImplementedError
+
+    def delete(self, bucket: str, key: str) -> None:
+        raise NotImplementedError
+
+    def store(self, bucket: str, prefix: str = "models", **kwargs: Any) -> ObjectStore:
+        return open_store(self.repository(bucket, prefix), self.credentials, **kwargs)
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class S3Backend(Backend):
+    client: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.credentials["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=self.credentials["AWS_SECRET_ACCESS_KEY"],
+            region_name="us-east-1",
+            config=Config(
+                s3={"addressing_style": "path"},
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
+            ),
+        )
+
+    def new_bucket(self) -> str:
+        bucket = _name("s3t")
+        self.client.create_bucket(Bucket=bucket)
+        return bucket
+
+    def uri(self, bucket: str, prefix: str = "models") -> str:
+        return f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+
+    def put(self, bucket: str, key: str, data: bytes, *, part_size: int | None = None) -> None:
+        if part_size:
+            config = TransferConfig(multipart_threshold=part_size, multipart_chunksize=part_size)
+            self.client.upload_fileobj(io.BytesIO(data), bucket, key, Config=config)
+        else:
+            self.client.put_object(Bucket=bucket, Key=key, Body=data)
+
+    def delete(self, bucket: str, key: str) -> None:
+        self.client.delete_object(Bucket=bucket, Key=key)
+
+
+@dataclass
+class GCSBackend(Backend):
+    client: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.client = gcs.Client(
+            project="test",
+            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+            client_options={"api_endpoint": self.endpoint},
+        )
+
+    def new_bucket(self) -> str:
+        bucket = _name("gst")
+        self.client.create_bucket(bucket)
+        return bucket
+
+    def uri(self, bucket: str, prefix: str = "models") -> str:
+        return f"gs://{bucket}/{prefix}" if prefix else f"gs://{bucket}"
+
+    def put(self, bucket: str, key: str, data: bytes, *, part_size: int | None = None) -> None:
+        self.client.bucket(bucket).blob(key).upload_from_string(data)
+
+    def delete(self, bucket: str, key: str) -> None:
+        self.client.bucket(bucket).blob(key).delete()
+
+
+@dataclass
+class AzureBackend(Backend):
+    account: str = "devstoreaccount1"
+    service: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.service = BlobServiceClient.from_connection_string(
+            self.credentials["AZURE_STORAGE_CONNECTION_STRING"]
+        )
+
+    def new_bucket(self) -> str:
+        container = _name("azt")
+        self.service.create_container(container)
+        return container
+
+    def uri(self, bucket: str, prefix: str = "models") -> str:
+        base = f"as://{self.account}/{bucket}"
+        return f"{base}/{prefix}" if prefix else base
+
+    def put(self, bucket: str, key: str, data: bytes, *, part_size: int | None = None) -> None:
+        if part_size:
+            blocks = BlobServiceClient.from_connection_string(
+                self.credentials["AZURE_STORAGE_CONNECTION_STRING"],
+                max_single_put_size=part_size,
+                max_block_size=part_size,
+            )
+            blocks.get_container_client(bucket).upload_blob(key, data, overwrite=True)
+        else:
+            self.service.get_container_client(bucket).upload_blob(key, data, overwrite=True)
+
+    def delete(self, bucket: str, key: str) -> None:
+        self.service.get_container_client(bucket).delete_blob(key)
+
+
+class CountingStore:
+    """A real store with its reads counted (instrumentation, not a stand-in)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.uri = inner.uri
+        self.bucket = inner.bucket
+        self.prefix = inner.prefix
+        self.reads: list[tuple[str, int, int | None]] = []
+
+    def list(self, prefix: str) -> Any:
+        return self.inner.list(prefix)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        return self.inner.head(key)
+
+    def read_range(
+        self, key: str, start: int, end: int | None, sink: Sink, *, etag: str = "", generation: str = ""
+    ) -> int:
+        self.reads.append((key, start, end))
+        return self.inner.read_range(key, start, end, sink, etag=etag, generation=generation)
+
+    def open_range(self, key: str, start: int, end: int, *, etag: str = "", generation: str = "") -> bytes:
+        return self.inner.open_range(key, start, end, etag=etag, generation=generation)
+
+    def get(self, key: str, dest: Any, *, etag: str = "", generation: str = "") -> int:
+        return self.inner.get(key, dest, etag=etag, generation=generation)
+
+    def part_size(self, key: str, etag: str) -> int | None:
+        return self.inner.part_size(key, etag)
+
+    def close(self) -> None:
+        self.inner.close()

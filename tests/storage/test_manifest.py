@@ -1,0 +1,313 @@
+"""The pure manifest core: version-policy selection, safe keys, canonical JSON and its digest."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from triton_operator.core.manifest import (
+    Location,
+    ManifestError,
+    ModelFolderMissing,
+    ModelSource,
+    ObjectInfo,
+    SelectionFailed,
+    StoreRef,
+    UnsafeKey,
+    UnsafeKeyError,
+    VersionMissing,
+    VersionPolicy,
+    build_manifest,
+    checksum_of,
+    hex_from_base64,
+    manifest_digest,
+    manifest_from_json,
+    manifest_to_dict,
+    manifest_to_json,
+    model_sources,
+    parse_repository_uri,
+    parse_version_policy,
+    safe_destination,
+    select_objects,
+    unpinned_manifest,
+)
+from triton_operator.core.modelconfig import ModelConfigError
+from triton_operator.models import ModelSpec
+
+REF = StoreRef("s3://bucket/repo", endpoint="http://127.0.0.1:8333")
+MD5 = "0123456789abcdef0123456789abcdef"
+
+
+def obj(key: str, size: int = 10, etag: str = MD5, **kw: str) -> ObjectInfo:
+    return ObjectInfo(key=key, size=size, etag=etag, md5=kw.pop("md5", MD5 if "-" not in etag else ""), **kw)
+
+
+LISTING = [
+    obj("repo/resnet/1/model.onnx"),
+    obj("repo/resnet/2/model.onnx"),
+    obj("repo/resnet/10/model.onnx"),
+    obj("repo/resnet/10/assets/vocab.txt"),
+    obj("repo/resnet/config.pbtxt"),
+    obj("repo/resnet/labels.txt"),
+    obj("repo/resnet/notes/readme.md"),
+    obj("repo/resnet/"),  # a folder marker
+    obj("repo/resnet-other/1/x"),  # shares a name prefix, not the folder
+    obj("repo/bert/3/model.pt"),
+    obj("other/resnet/1/model.onnx"),
+]
+
+
+def select(policy: VersionPolicy, listing: list[ObjectInfo] = LISTING) -> list[str]:
+    selection = select_objects([ModelSource("resnet", "resnet", policy)], listing, prefix="repo/")
+    assert selection.ok, selection.errors
+    return [s.dest for s in selection.models[0].objects]
+
+
+def test_latest_n_takes_the_highest_numeric_versions() -> None:
+    assert select(VersionPolicy("latest", num_versions=2)) == [
+        "resnet/10/assets/vocab.txt",
+        "resnet/10/model.onnx",
+        "resnet/2/model.onnx",
+        "resnet/labels.txt",
+        "resnet/notes/readme.md",
+    ]
+    assert select(VersionPolicy()) == [
+        "resnet/10/assets/vocab.txt",
+        "resnet/10/model.onnx",
+        "resnet/labels.txt",
+        "resnet/notes/readme.md",
+    ]
+
+
+def test_specific_and_all() -> None:
+    assert "resnet/1/model.onnx" in select(VersionPolicy("all"))
+    assert len([d for d in select(VersionPolicy("all")) if d.split("/")[1].isdigit()]) == 4
+    assert select(VersionPolicy("specific", versions=(1,))) == [
+        "resnet/1/model.onnx",
+        "resnet/labels.txt",
+        "resnet/notes/readme.md",
+    ]
+
+
+def test_the_users_config_pbtxt_and_folder_markers_are_left_out() -> None:
+    dests = select(VersionPolicy("all"))
+    assert "resnet/config.pbtxt" not in dests
+    assert not any(d.endswith("/") for d in dests)
+    assert not any("resnet-other" in d for d in dests)
+
+
+def test_selection_is_independent_of_listing_order() -> None:
+    shuffled = list(LISTING)
+    random.Random(3).shuffle(shuffled)
+    models = [ModelSource("resnet", "resnet", VersionPolicy("all")), ModelSource("bert", "bert")]
+    a = build_manifest(REF, select_objects(models, LISTING, prefix="repo/"))
+    b = build_manifest(REF, select_objects(list(reversed(models)), shuffled, prefix="repo/"))
+    assert manifest_to_json(a) == manifest_to_json(b)
+    assert manifest_digest(a) == manifest_digest(b)
+
+
+def test_errors_are_data() -> None:
+    models = [
+        ModelSource("resnet", "resnet", VersionPolicy("specific", versions=(2, 7))),
+        ModelSource("ghost", "ghost"),
+        ModelSource("onlyconfig", "onlyconfig", VersionPolicy("all")),
+    ]
+    listing = [*LISTING, obj("repo/onlyconfig/config.pbtxt")]
+    selection = select_objects(models, listing, prefix="repo/")
+    assert selection.errors == (
+        VersionMissing("resnet", ("7",), ("1", "2", "10")),
+        ModelFolderMissing("ghost", "ghost"),
+        VersionMissing("onlyconfig", ("all versions",), ()),
+    )
+    assert "version policy asks for 7" in selection.errors[0].message
+    assert "versions: 1, 2, 10" in selection.errors[0].message
+    with pytest.raises(SelectionFailed) as info:
+        build_manifest(REF, selection)
+    assert info.value.errors == selection.errors and "'ghost'" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [
+        ("a/../../etc/passwd", "'..'"),
+        ("../x", "'..'"),
+        ("a/./b", "'.'"),
+        ("/etc/passwd", "absolute"),
+        ("a//b", "empty path segment"),
+        ("a/b/", "empty path segment"),
+        ("a\\..\\b", "backslash"),
+        ("a/b\x00c", "NUL"),
+        ("", "empty"),
+    ],
+)
+def test_unsafe_keys_are_refused_naming_the_key(key: str, reason: str) -> None:
+    with pytest.raises(UnsafeKeyError) as info:
+        safe_destination(key)
+    assert reason in str(info.value) and repr(key) in str(info.value)
+
+
+@pytest.mark.parametrize("key", ["a/b/c", "model/1/model.onnx", "a/..b/c..", "a/.hidden", "x y/ü.bin"])
+def test_safe_keys_pass(key: str) -> None:
+    assert safe_destination(key) == key
+
+
+def test_an_unsafe_selected_key_is_an_error_but_an_unselected_one_is_ignored() -> None:
+    listing = [*LISTING, obj("repo/resnet/10/../../../etc/x"), obj("repo/resnet/1/..\\evil")]
+    selection = select_objects([ModelSource("resnet", "resnet")], listing, prefix="repo/")
+    assert selection.errors == (
+        UnsafeKey("resnet", "repo/resnet/10/../../../etc/x", "it has a '..' path segment"),
+    )
+    selection = select_objects(
+        [ModelSource("resnet", "resnet", VersionPolicy("specific", versions=(2,)))], listing, prefix="repo/"
+    )
+    assert selection.ok
+
+
+def test_checksum_choice() -> None:
+    assert checksum_of(ObjectInfo("k", 1, sha256="ab", md5="cd")) == ("sha256", "ab")
+    assert checksum_of(ObjectInfo("k", 1, md5="cd", crc32c="ef")) == ("md5", "cd")
+    assert checksum_of(ObjectInfo("k", 1, crc32c="ef")) == ("crc32c", "ef")
+    assert checksum_of(ObjectInfo("k", 1, etag=f'"{MD5}-12"')) == ("s3-multipart", f"{MD5}-12")
+    assert checksum_of(ObjectInfo("k", 1, etag="0x8DC0FFEE")) == ("none", "")
+    assert hex_from_base64("Nx5Jyw==") == "371e49cb" and hex_from_base64("not base64!") == ""
+
+
+def test_json_round_trip_and_digest_sensitivity() -> None:
+    models = [ModelSource("resnet", "resnet", VersionPolicy("latest", num_versions=2))]
+    manifest = build_manifest(REF, select_objects(models, LISTING, prefix="repo/"))
+    text = manifest_to_json(manifest)
+    assert manifest_from_json(text) == manifest
+    assert json.loads(text)["entries"][0]["checksum"] == {"kind": "md5", "value": MD5}
+
+    regenerated = [
+        obj(o.key, etag="f" * 32, md5="f" * 32) if o.key.endswith("2/model.onnx") else o for o in LISTING
+    ]
+    changed = build_manifest(REF, select_objects(models, regenerated, prefix="repo/"))
+    assert manifest_digest(changed) != manifest_digest(manifest)
+    moved = build_manifest(StoreRef("s3://bucket/repo"), select_objects(models, LISTING, prefix="repo/"))
+    assert manifest_digest(moved) != manifest_digest(manifest)
+
+
+def _doc() -> dict[str, object]:
+    models = [ModelSource("resnet", "resnet")]
+    return manifest_to_dict(build_manifest(REF, select_objects(models, LISTING, prefix="repo/")))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: d["entries"][0].__setitem__("dest", "resnet/../../x"), "manifest.entries[0].dest"),
+        (lambda d: d["entries"][0].__setitem__("dest", "/abs/x"), "manifest.entries[0].dest"),
+        (lambda d: d["entries"][0].__setitem__("dest", "other/1/x"), "manifest.entries[0].dest"),
+        (lambda d: d["entries"][0].__setitem__("size", -1), "manifest.entries[0].size"),
+        (lambda d: d["entries"][0].__setitem__("size", "10"), "manifest.entries[0].size"),
+        (
+            lambda d: d["entries"][0]["checksum"].__setitem__("kind", "sha1"),
+            "manifest.entries[0].checksum.kind",
+        ),
+        (
+            lambda d: d["entries"][0]["checksum"].__setitem__("value", "XYZ"),
+            "manifest.entries[0].checksum.value",
+        ),
+        (lambda d: d["entries"][0].pop("key"), "manifest.entries[0].key"),
+        (lambda d: d.__setitem__("format", 99), "manifest.format"),
+        (lambda d: d["models"][0].__setitem__("name", "../up"), "manifest.models[0].name"),
+        (lambda d: d["models"][0].__setitem__("policy", {"newest": {}}), "manifest.models[0].policy"),
+        (lambda d: d["repository"].__setitem__("uri", "ftp://x"), "manifest.repository.uri"),
+        (lambda d: d["entries"].append(dict(d["entries"][0])), "manifest.entries[4].dest"),
+    ],
+)
+def test_a_bad_manifest_is_refused_naming_the_field(mutate: object, field: str) -> None:
+    doc = _doc()
+    mutate(doc)  # type: ignore[operator]
+    with pytest.raises((ManifestError, ModelConfigError)) as info:
+        manifest_from_json(json.dumps(doc))
+    assert str(info.value).startswith(field), str(info.value)
+
+
+def test_a_file_that_is_also_a_folder_is_refused() -> None:
+    doc = _doc()
+    entry = dict(doc["entries"][0])  # type: ignore[index]
+    entry["dest"] = doc["entries"][0]["dest"] + "/inner"  # type: ignore[index]
+    doc["entries"].append(entry)  # type: ignore[attr-defined]
+    with pytest.raises(ManifestError, match="both a file and a folder"):
+        manifest_from_json(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (None, VersionPolicy()),
+        ({"latest": {"numVersions": 3}}, VersionPolicy("latest", num_versions=3)),
+        ({"latest": {"numVersions": "2"}}, VersionPolicy("latest", num_versions=2)),
+        ({"latest": {}}, VersionPolicy("latest", num_versions=1)),
+        ({"all": {}}, VersionPolicy("all")),
+        ({"specific": {"versions": ["3", 1, "3"]}}, VersionPolicy("specific", versions=(1, 3))),
+    ],
+)
+def test_version_policies_parse(policy: object, expected: VersionPolicy) -> None:
+    assert parse_version_policy(policy) == expected
+    assert parse_version_policy(expected.to_json()) == expected
+
+
+@pytest.mark.parametrize(
+    ("policy", "field"),
+    [
+        ({"latest": {"numVersions": 0}}, "config.versionPolicy.latest.numVersions"),
+        ({"latest": {"numVersions": True}}, "config.versionPolicy.latest.numVersions"),
+        ({"specific": {"versions": []}}, "config.versionPolicy.specific.versions"),
+        ({"specific": {"versions": ["v1"]}}, "config.versionPolicy.specific.versions[0]"),
+        ({"all": {}, "latest": {}}, "config.versionPolicy"),
+        ({"newest": {}}, "config.versionPolicy"),
+        ("latest", "config.versionPolicy"),
+    ],
+)
+def test_bad_version_policies_name_the_field(policy: object, field: str) -> None:
+    with pytest.raises(ModelConfigError) as info:
+        parse_version_policy(policy)
+    assert info.value.field == field
+
+
+def test_model_sources_from_the_spec() -> None:
+    specs = [
+        ModelSpec(name="a", path="deep/folder", config={"versionPolicy": {"all": {}}}),
+        ModelSpec(name="b"),
+    ]
+    assert model_sources(specs) == [
+        ModelSource("a", "deep/folder", VersionPolicy("all")),
+        ModelSource("b", "b", VersionPolicy()),
+    ]
+    with pytest.raises(ModelConfigError) as info:
+        model_sources([ModelSpec(name="c", config={"versionPolicy": {"latest": {"numVersions": -1}}})])
+    assert info.value.field == "spec.models[0].config.versionPolicy.latest.numVersions"
+
+
+@pytest.mark.parametrize(
+    ("uri", "location"),
+    [
+        ("s3://bucket", Location("s3", "bucket", "")),
+        ("s3://bucket/a/b/", Location("s3", "bucket", "a/b/")),
+        ("gs://b/models", Location("gs", "b", "models/")),
+        ("as://acct/container/p", Location("as", "container", "p/", account="acct")),
+        ("pvc://claim/models", Location("pvc", "claim", "models/")),
+    ],
+)
+def test_repository_uris(uri: str, location: Location) -> None:
+    assert parse_repository_uri(uri) == location
+
+
+@pytest.mark.parametrize("uri", ["http://x/y", "s3://", "as://acct", "s3://b/../x"])
+def test_bad_repository_uris(uri: str) -> None:
+    with pytest.raises(ModelConfigError) as info:
+        parse_repository_uri(uri)
+    assert info.value.field == "repository.uri"
+
+
+def test_an_unpinned_manifest_names_models_only() -> None:
+    manifest = unpinned_manifest(
+        StoreRef("pvc://claim/models"), [ModelSource("m", "m/", VersionPolicy("all"))]
+    )
+    assert not manifest.pinned and manifest.entries == ()
+    assert manifest_from_json(manifest_to_json(manifest)) == manifest

@@ -1,0 +1,255 @@
+"""`sync` against the real S3, GCS and Azure servers: download, verify, resync, cache, parts, changes."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import random
+from pathlib import Path
+
+import pytest
+from storage_backends import Backend, CountingStore
+
+from triton_operator.adapters.storage import ObjectChanged, pin_repository
+from triton_operator.adapters.syncer import (
+    STATE_FILE,
+    ChecksumMismatch,
+    SyncOptions,
+    SyncStats,
+    UnsafeDestination,
+    sync,
+)
+from triton_operator.core.manifest import Manifest
+from triton_operator.core.modelconfig import build_config_pbtxt
+from triton_operator.models import ModelSpec
+
+pytestmark = pytest.mark.storage
+
+MiB = 1024 * 1024
+FILES = {
+    "models/resnet/1/model.onnx": b"one" * 1000,
+    "models/resnet/2/model.onnx": b"two" * 2000,
+    "models/resnet/2/sub/weights.bin": os.urandom(300_000),
+    "models/resnet/labels.txt": b"cat\ndog\n",
+    "models/resnet/config.pbtxt": b'name: "resnet" # the user\'s; the rendered one wins',
+    "models/tok/1/model.py": b"print('tok')\n",
+    "models/tok/1/empty.txt": b"",
+}
+MODELS = [
+    ModelSpec(name="resnet", config={"backend": "python", "versionPolicy": {"latest": {"numVersions": 1}}}),
+    ModelSpec(name="tok", config={"backend": "python"}),
+]
+EXPECTED = {
+    "resnet/2/model.onnx": FILES["models/resnet/2/model.onnx"],
+    "resnet/2/sub/weights.bin": FILES["models/resnet/2/sub/weights.bin"],
+    "resnet/labels.txt": FILES["models/resnet/labels.txt"],
+    "tok/1/model.py": FILES["models/tok/1/model.py"],
+    "tok/1/empty.txt": b"",
+}
+
+
+def write_configs(root: Path, models: list[ModelSpec]) -> Path:
+    for m in models:
+        (root / m.name).mkdir(parents=True, exist_ok=True)
+        (root / m.name / "config.pbtxt").write_text(build_config_pbtxt(m.name, m.config))
+    return root
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    out = {}
+    for path in root.rglob("*"):
+        if path.is_file() and path.name != STATE_FILE:
+            out[path.relative_to(root).as_posix()] = path.read_bytes()
+    return out
+
+
+@pytest.fixture
+def repo(backend: Backend, bucket: str) -> tuple[Backend, str, Manifest]:
+    for key, data in FILES.items():
+        backend.put(bucket, key, data)
+    return backend, bucket, pin_repository(backend.repository(bucket), MODELS, backend.credentials)
+
+
+def run(manifest: Manifest, store: CountingStore, dest: Path, **kwargs: object) -> SyncStats:
+    options = SyncOptions(dest=dest, concurrency=4, **kwargs)  # type: ignore[arg-type]
+    return sync(manifest, store, options)
+
+
+def test_sync_downloads_verifies_and_writes_rendered_configs(
+    repo: tuple[Backend, str, Manifest], tmp_path: Path
+) -> None:
+    backend, bucket, manifest = repo
+    configs = write_configs(tmp_path / "configs", MODELS)
+    store = CountingStore(backend.store(bucket))
+    stats = run(manifest, store, tmp_path / "models", configs=configs)
+    got = files_under(tmp_path / "models")
+    assert {k: v for k, v in got.items() if not k.endswith("config.pbtxt")} == EXPECTED
+    for m in MODELS:
+        assert got[f"{m.name}/config.pbtxt"].decode() == build_config_pbtxt(m.name, m.config)
+    assert (stats.files, stats.downloaded_files, stats.configs_written) == (5, 5, 2)
+    assert stats.unverified_files == 0
+    assert sorted(k for k, _, _ in store.reads) == sorted(e.key for e in manifest.entries)
+    assert not [p for p in (tmp_path / "models").rglob("*") if ".tmp-sync-" in p.name]
+
+
+def test_resync_is_a_no_op(repo: tuple[Backend, str, Manifest], tmp_path: Path) -> None:
+    backend, bucket, manifest = repo
+    configs = write_configs(tmp_path / "configs", MODELS)
+    run(manifest, CountingStore(backend.store(bucket)), tmp_path / "models", configs=configs)
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "models").rglob("*") if p.is_file()}
+
+    store = CountingStore(backend.store(bucket))
+    stats = run(manifest, store, tmp_path / "models", configs=configs)
+    assert store.reads == []
+    assert (stats.downloaded_files, stats.present_files, stats.configs_written) == (0, 5, 0)
+    after = {p: p.stat().st_mtime_ns for p in (tmp_path / "models").rglob("*") if p.is_file()}
+    assert {p: t for p, t in after.items() if p.name != STATE_FILE} == {
+        p: t for p, t in before.items() if p.name != STATE_FILE
+    }
+
+    # Without the record of the last sync, present files are hashed instead of fetched again.
+    (tmp_path / "models" / STATE_FILE).unlink()
+    store = CountingStore(backend.store(bucket))
+    stats = run(manifest, store, tmp_path / "models", configs=configs)
+    assert store.reads == [] and stats.present_files == 5
+
+
+def test_a_file_changed_in_dest_is_fetched_again(repo: tuple[Backend, str, Manifest], tmp_path: Path) -> None:
+    backend, bucket, manifest = repo
+    dest = tmp_path / "models"
+    run(manifest, CountingStore(backend.store(bucket)), dest)
+    target = dest / "resnet/2/model.onnx"
+    target.write_bytes(b"X" * target.stat().st_size)  # same size, other bytes
+    store = CountingStore(backend.store(bucket))
+    stats = run(manifest, store, dest)
+    assert [k for k, _, _ in store.reads] == ["models/resnet/2/model.onnx"]
+    assert stats.downloaded_files == 1
+    assert target.read_bytes() == EXPECTED["resnet/2/model.onnx"]
+
+
+def test_an_object_changed_after_pinning_fails_the_sync(
+    repo: tuple[Backend, str, Manifest], tmp_path: Path
+) -> None:
+    backend, bucket, manifest = repo
+    (entry,) = [e for e in manifest.entries if e.dest == "resnet/2/model.onnx"]
+    backend.put(bucket, entry.key, b"new bytes uploaded after the revision was pinned")
+    with pytest.raises(ObjectChanged) as info:
+        run(manifest, CountingStore(backend.store(bucket)), tmp_path / "models")
+    message = str(info.value)
+    assert info.value.key == entry.key and entry.key in message
+    pinned = entry.generation if backend.name == "gcs" else entry.etag
+    assert pinned in message and info.value.current != "deleted"
+    assert info.value.current not in (f"etag {entry.etag}", f"generation {entry.generation}")
+    assert not (tmp_path / "models/resnet/2/model.onnx").exists()
+    assert not [p for p in (tmp_path / "models").rglob("*") if ".tmp-sync-" in p.name]
+
+
+def test_a_deleted_object_fails_the_sync(repo: tuple[Backend, str, Manifest], tmp_path: Path) -> None:
+    backend, bucket, manifest = repo
+    backend.delete(bucket, "models/tok/1/model.py")
+    with pytest.raises(ObjectChanged) as info:
+        run(manifest, CountingStore(backend.store(bucket)), tmp_path / "models")
+    assert info.value.key == "models/tok/1/model.py" and info.value.current == "deleted"
+
+
+def test_bytes_that_do_not_match_the_pinned_checksum_fail(
+    repo: tuple[Backend, str, Manifest], tmp_path: Path
+) -> None:
+    backend, bucket, manifest = repo
+    wrong = hashlib.md5(b"something else").hexdigest()
+    entries = tuple(
+        dataclasses.replace(e, checksum=wrong) if e.dest == "resnet/labels.txt" else e
+        for e in manifest.entries
+    )
+    with pytest.raises(ChecksumMismatch) as info:
+        run(
+            dataclasses.replace(manifest, entries=entries),
+            CountingStore(backend.store(bucket)),
+            tmp_path / "m",
+        )
+    assert info.value.key == "models/resnet/labels.txt" and wrong in str(info.value)
+    assert not (tmp_path / "m/resnet/labels.txt").exists()
+
+
+def test_the_cache_is_filled_and_then_used(repo: tuple[Backend, str, Manifest], tmp_path: Path) -> None:
+    backend, bucket, manifest = repo
+    cache = tmp_path / "cache"
+    run(manifest, CountingStore(backend.store(bucket)), tmp_path / "first", cache=cache)
+    for e in manifest.entries:
+        assert (cache / e.checksum_kind / e.checksum).is_file()
+    store = CountingStore(backend.store(bucket))
+    stats = run(manifest, store, tmp_path / "second", cache=cache)
+    assert store.reads == []
+    assert (stats.cache_hits, stats.downloaded_files) == (5, 0)
+    assert files_under(tmp_path / "second") == EXPECTED
+
+    # A corrupted cache entry is not trusted: that file is downloaded.
+    entry = next(e for e in manifest.entries if e.dest == "resnet/labels.txt")
+    cached = cache / entry.checksum_kind / entry.checksum
+    cached.unlink()
+    cached.write_bytes(b"dog\ncat\n")
+    store = CountingStore(backend.store(bucket))
+    stats = run(manifest, store, tmp_path / "third", cache=cache)
+    assert [k for k, _, _ in store.reads] == [entry.key] and stats.cache_hits == 4
+    assert files_under(tmp_path / "third") == EXPECTED
+
+
+def test_a_large_object_is_fetched_in_ranged_parts(backend: Backend, bucket: str, tmp_path: Path) -> None:
+    data = random.Random(7).randbytes(20 * MiB + 12345)
+    backend.put(bucket, "models/big/1/model.bin", data, part_size=5 * MiB)
+    manifest = pin_repository(backend.repository(bucket), [ModelSpec(name="big")], backend.credentials)
+    (entry,) = manifest.entries
+    store = CountingStore(backend.store(bucket))
+    stats = run(manifest, store, tmp_path / "models", part_size=3 * MiB)
+    assert (tmp_path / "models/big/1/model.bin").read_bytes() == data
+    assert stats.ranged_parts == 7
+    assert sorted((s, e) for _, s, e in store.reads) == [
+        (s, min(s + 3 * MiB, len(data))) for s in range(0, len(data), 3 * MiB)
+    ]
+    if backend.name == "s3":
+        # A multipart ETag: recomputed from 5 MiB parts (learned with HEAD ?partNumber=1).
+        assert entry.checksum_kind == "s3-multipart" and entry.checksum.endswith("-5")
+        assert stats.unverified_files == 0
+    elif backend.name == "gcs":
+        assert entry.checksum_kind == "md5" and stats.unverified_files == 0
+    else:
+        # A block-list upload has no Content-MD5: size plus etag-conditional reads only.
+        assert entry.checksum_kind == "none" and stats.unverified_files == 1
+
+
+def test_a_symlink_in_dest_is_refused(repo: tuple[Backend, str, Manifest], tmp_path: Path) -> None:
+    backend, bucket, manifest = repo
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"precious")
+    dest = tmp_path / "models"
+    (dest / "resnet").mkdir(parents=True)
+    (dest / "resnet/labels.txt").symlink_to(outside)
+    with pytest.raises(UnsafeDestination) as info:
+        run(manifest, CountingStore(backend.store(bucket)), dest)
+    assert "labels.txt" in str(info.value) and "symlink" in str(info.value)
+    assert outside.read_bytes() == b"precious"
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (dest / "tok").symlink_to(other, target_is_directory=True)
+    (dest / "resnet/labels.txt").unlink()
+    with pytest.raises(UnsafeDestination):
+        run(manifest, CountingStore(backend.store(bucket)), dest)
+    assert list(other.iterdir()) == []
+
+
+def test_files_the_manifest_does_not_name_are_pruned(
+    repo: tuple[Backend, str, Manifest], tmp_path: Path
+) -> None:
+    backend, bucket, manifest = repo
+    dest = tmp_path / "models"
+    (dest / "resnet/1").mkdir(parents=True)
+    (dest / "resnet/1/model.onnx").write_bytes(b"an older version")
+    (dest / "unrelated.txt").write_bytes(b"not in a model folder")
+    stats = run(
+        manifest, CountingStore(backend.store(bucket)), dest, configs=write_configs(tmp_path / "c", MODELS)
+    )
+    assert not (dest / "resnet/1").exists()
+    assert (dest / "unrelated.txt").exists() and (dest / "resnet/config.pbtxt").exists()
+    assert stats.pruned_files == 1

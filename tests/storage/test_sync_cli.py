@@ -1,0 +1,104 @@
+"""`triton-operator sync` as the init container runs it: exit status, messages and log lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from storage_backends import Backend
+
+from triton_operator.adapters.storage import pin_repository
+from triton_operator.core.manifest import Manifest, manifest_to_dict, manifest_to_json
+from triton_operator.core.modelconfig import build_config_pbtxt
+from triton_operator.models import ModelSpec
+
+pytestmark = pytest.mark.storage
+
+MODELS = [ModelSpec(name="adder", config={"backend": "python", "maxBatchSize": 4})]
+FILES = {f"models/adder/1/part{i}.bin": os.urandom(1000 + i) for i in range(30)}
+
+
+def run_sync(
+    tmp_path: Path, manifest: Manifest | dict[str, object], env: dict[str, str], *extra: str
+) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "manifest.json"
+    text = manifest_to_json(manifest) if isinstance(manifest, Manifest) else json.dumps(manifest)
+    path.write_text(text)
+    configs = tmp_path / "configs"
+    for m in MODELS:
+        (configs / m.name).mkdir(parents=True, exist_ok=True)
+        (configs / m.name / "config.pbtxt").write_text(build_config_pbtxt(m.name, m.config))
+    args = [sys.executable, "-m", "triton_operator.cli", "sync", "--manifest", str(path)]
+    args += ["--configs", str(configs), "--dest", str(tmp_path / "models"), "--concurrency", "4", *extra]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GOOGLE_"))}
+    return subprocess.run(
+        args, env={**clean, **env}, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.fixture
+def pinned(s3_backend: Backend) -> tuple[str, Manifest]:
+    bucket = s3_backend.new_bucket()
+    for key, data in FILES.items():
+        s3_backend.put(bucket, key, data)
+    return bucket, pin_repository(s3_backend.repository(bucket), MODELS, s3_backend.credentials)
+
+
+def test_sync_exits_0_and_logs_json_lines(
+    s3_backend: Backend, pinned: tuple[str, Manifest], tmp_path: Path
+) -> None:
+    _, manifest = pinned
+    result = run_sync(tmp_path, manifest, s3_backend.credentials)
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert events[-1]["event"] == "summary"
+    assert events[-1]["downloaded_files"] == 30 and events[-1]["configs_written"] == 1
+    assert any(e["event"] == "progress" for e in events[:-1])
+    for key, data in FILES.items():
+        assert (tmp_path / "models" / key.removeprefix("models/")).read_bytes() == data
+    assert (tmp_path / "models/adder/config.pbtxt").read_text() == build_config_pbtxt(
+        "adder", MODELS[0].config
+    )
+
+    again = run_sync(tmp_path, manifest, s3_backend.credentials, "--progress", "bar")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "" and "[####" in again.stderr and "30/30 files" in again.stderr
+    assert "0 downloaded, 30 present" in again.stderr
+
+
+def test_an_object_changed_since_pinning_exits_3_naming_it(
+    s3_backend: Backend, pinned: tuple[str, Manifest], tmp_path: Path
+) -> None:
+    bucket, manifest = pinned
+    key = "models/adder/1/part7.bin"
+    s3_backend.put(bucket, key, b"replaced")
+    result = run_sync(tmp_path, manifest, s3_backend.credentials)
+    assert result.returncode == 3, result.stderr
+    entry = next(e for e in manifest.entries if e.key == key)
+    assert f"object '{key}' changed since it was pinned" in result.stderr
+    assert f"pinned etag {entry.etag}" in result.stderr and "now etag " in result.stderr
+    assert json.loads(result.stdout.splitlines()[-1])["event"] == "error"
+
+
+def test_wrong_credentials_exit_5(s3_backend: Backend, pinned: tuple[str, Manifest], tmp_path: Path) -> None:
+    _, manifest = pinned
+    creds = {**s3_backend.credentials, "AWS_SECRET_ACCESS_KEY": "nope"}
+    result = run_sync(tmp_path, manifest, creds)
+    assert result.returncode == 5, result.stderr
+    assert "access denied" in result.stderr and "SignatureDoesNotMatch" in result.stderr
+
+
+def test_a_manifest_escaping_dest_exits_2_naming_the_field(
+    s3_backend: Backend, pinned: tuple[str, Manifest], tmp_path: Path
+) -> None:
+    _, manifest = pinned
+    doc = manifest_to_dict(manifest)
+    doc["entries"][3]["dest"] = "adder/../../../etc/cron.d/x"  # type: ignore[index]
+    result = run_sync(tmp_path, doc, s3_backend.credentials)
+    assert result.returncode == 2, result.stderr
+    assert "manifest.entries[3].dest: it has a '..' path segment" in result.stderr
+    assert not (tmp_path / "models").exists()
