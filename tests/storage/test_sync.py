@@ -203,12 +203,13 @@ def test_a_large_object_is_fetched_in_ranged_parts(backend: Backend, bucket: str
     store = CountingStore(backend.store(bucket))
     stats = run(manifest, store, tmp_path / "models", part_size=3 * MiB)
     assert (tmp_path / "models/big/1/model.bin").read_bytes() == data
-    assert stats.ranged_parts == 7
-    assert sorted((s, e) for _, s, e in store.reads) == [
-        (s, min(s + 3 * MiB, len(data))) for s in range(0, len(data), 3 * MiB)
-    ]
+    # S3: ranges follow the upload's 5 MiB parts (learned with HEAD ?partNumber=1), so each
+    # part's MD5 is computed as it streams and the multipart ETag is recomputed from them.
+    step = 5 * MiB if backend.name == "s3" else 3 * MiB
+    expected = [(s, min(s + step, len(data))) for s in range(0, len(data), step)]
+    assert sorted((s, e) for _, s, e in store.reads) == expected
+    assert stats.ranged_parts == len(expected)
     if backend.name == "s3":
-        # A multipart ETag: recomputed from 5 MiB parts (learned with HEAD ?partNumber=1).
         assert entry.checksum_kind == "s3-multipart" and entry.checksum.endswith("-5")
         assert stats.unverified_files == 0
     elif backend.name == "gcs":
@@ -216,6 +217,37 @@ def test_a_large_object_is_fetched_in_ranged_parts(backend: Backend, bucket: str
     else:
         # A block-list upload has no Content-MD5: size plus etag-conditional reads only.
         assert entry.checksum_kind == "none" and stats.unverified_files == 1
+
+    # Read whole (part size above the object's size): the checksum is computed in one stream.
+    store = CountingStore(backend.store(bucket))
+    stats = run(manifest, store, tmp_path / "whole", part_size=64 * MiB)
+    assert (tmp_path / "whole/big/1/model.bin").read_bytes() == data
+    assert [(s, e) for _, s, e in store.reads] == [(0, None)] and stats.ranged_parts == 0
+    assert stats.unverified_files == (1 if backend.name == "azure" else 0)
+
+
+def test_a_corrupted_part_fails_the_multipart_etag_check(s3_backend: Backend, tmp_path: Path) -> None:
+    bucket = s3_backend.new_bucket()
+    data = random.Random(8).randbytes(12 * MiB)
+    s3_backend.put(bucket, "models/big/1/model.bin", data, part_size=5 * MiB)
+    manifest = pin_repository(s3_backend.repository(bucket), [ModelSpec(name="big")], s3_backend.credentials)
+    (entry,) = manifest.entries
+    # Another 12 MiB object uploaded in 5 MiB parts has the same size and part layout, but
+    # another ETag: pin the first one's ETag onto the second one's key.
+    s3_backend.put(bucket, "models/big/1/other.bin", random.Random(9).randbytes(12 * MiB), part_size=5 * MiB)
+    other = s3_backend.store(bucket).head("models/big/1/other.bin")
+    assert other is not None
+    forged = dataclasses.replace(entry, key="models/big/1/other.bin", etag=other.etag)
+    for part_size in (4 * MiB, 64 * MiB):
+        with pytest.raises(ChecksumMismatch) as info:
+            run(
+                dataclasses.replace(manifest, entries=(forged,)),
+                CountingStore(s3_backend.store(bucket)),
+                tmp_path / f"m{part_size}",
+                part_size=part_size,
+            )
+        assert entry.checksum in str(info.value) and other.etag in str(info.value)
+        assert not (tmp_path / f"m{part_size}/big/1/model.bin").exists()
 
 
 def test_a_symlink_in_dest_is_refused(repo: tuple[Backend, str, Manifest], tmp_path: Path) -> None:

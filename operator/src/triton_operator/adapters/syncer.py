@@ -144,6 +144,20 @@ class MultipartEtag:
         return hashlib.md5(b"".join(digests), usedforsecurity=False).hexdigest() + f"-{len(digests)}"
 
 
+class PartDigests:
+    """An S3 multipart ETag from parts hashed independently, in any order (parallel parts)."""
+
+    def __init__(self, part_size: int, size: int) -> None:
+        self.part_size = part_size
+        self.digests: list[bytes | None] = [None] * max(1, -(-size // part_size))
+
+    def hexdigest(self) -> str:
+        if any(d is None for d in self.digests):
+            return "incomplete"
+        joined = b"".join(d for d in self.digests if d is not None)
+        return hashlib.md5(joined, usedforsecurity=False).hexdigest() + f"-{len(self.digests)}"
+
+
 def make_hasher(kind: str, multipart_part_size: int | None = None) -> Hasher | None:
     """A hasher for a checksum kind, None when the content cannot be checked."""
     if kind == "sha256":
@@ -397,6 +411,8 @@ class _Job:
     hash_pos: int = 0
     hashing: bool = False
     finished: bool = False
+    aligned: PartDigests | None = None  # parts aligned to the upload's parts, hashed in parallel
+    parts_left: int = 0
 
     def __post_init__(self) -> None:
         self.tmp = _tmp_name(self.path)
@@ -641,19 +657,38 @@ class Syncer:
         """A big file: size the temp file (sparse) and plan its ranged parts."""
         job.fd = os.open(job.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         os.ftruncate(job.fd, job.entry.size)
-        job.hasher = job.new_hasher()
         size, step = job.entry.size, self.options.part_size
+        upload_part = job.multipart_part_size
+        if job.entry.checksum_kind == "s3-multipart" and upload_part:
+            # Ranges that cover whole upload parts: each part's MD5 is computed as it streams in.
+            job.aligned = PartDigests(upload_part, size)
+            step = upload_part * max(1, step // upload_part)
+        else:
+            job.hasher = job.new_hasher()
         job.parts = [(s, min(s + step, size)) for s in range(0, size, step)]
+        job.parts_left = len(job.parts)
 
     def _fetch_part(self, job: _Job, start: int, end: int) -> None:
         fd = job.fd
         pos = [start]
+        aligned = job.aligned
 
         def make_sink() -> Callable[[bytes], None]:
             pos[0] = start
+            md5 = [hashlib.md5(usedforsecurity=False)]
 
             def write(chunk: bytes) -> None:
                 os.pwrite(fd, chunk, pos[0])
+                if aligned is not None:
+                    view, offset = memoryview(chunk), pos[0]
+                    while view:
+                        boundary = (offset // aligned.part_size + 1) * aligned.part_size
+                        take = min(len(view), boundary - offset)
+                        md5[0].update(view[:take])
+                        view, offset = view[take:], offset + take
+                        if offset in (boundary, job.entry.size):
+                            aligned.digests[(offset - 1) // aligned.part_size] = md5[0].digest()
+                            md5[0] = hashlib.md5(usedforsecurity=False)
                 pos[0] += len(chunk)
 
             return self._sink(write)
@@ -669,6 +704,13 @@ class Syncer:
 
     def _part_done(self, job: _Job, start: int, end: int) -> None:
         """Hash completed parts in file order; whoever completes the last one finishes the file."""
+        if job.aligned is not None:
+            with job.lock:
+                job.parts_left -= 1
+                last = job.parts_left == 0
+            if last:
+                self._finish(job, job.entry.size)
+            return
         with job.lock:
             job.done[start] = end
             if job.hashing:
@@ -705,9 +747,10 @@ class Syncer:
         size = os.fstat(job.fd).st_size
         if count != entry.size or size != entry.size:
             raise ChecksumMismatch(entry.key, entry.dest, "size", str(entry.size), str(max(count, size)))
-        verified = job.hasher is not None
-        if job.hasher is not None:
-            actual = job.hasher.hexdigest()
+        digest = job.aligned if job.aligned is not None else job.hasher
+        verified = digest is not None
+        if digest is not None:
+            actual = digest.hexdigest()
             if actual != entry.checksum:
                 raise ChecksumMismatch(entry.key, entry.dest, entry.checksum_kind, entry.checksum, actual)
         os.fsync(job.fd)
