@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -380,19 +382,61 @@ def _versions(kube: Client, namespace: str, name: str) -> dict[str, str]:
     return out
 
 
-def test_status_is_not_rewritten_when_nothing_changed(kube: Client, namespace: str, operator: Any) -> None:
+# The operator writes only by server-side apply and (kopf) merge patches; the metrics are
+# cluster-wide, so the DELETEs and POSTs of controllers cleaning up other tests' namespaces,
+# and the Deployment controller's PUTs, are left out.
+WRITE_VERBS = {"APPLY", "PATCH"}
+
+
+def _write_requests(kubectl: str | None, kubeconfig: Path) -> Counter[str]:
+    """Write requests the API server has served, per resource[/subresource] (its own metrics)."""
+    counts: Counter[str] = Counter()
+    if kubectl is None:
+        return counts
+    text = subprocess.run(
+        [kubectl, f"--kubeconfig={kubeconfig}", "get", "--raw", "/metrics"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+        if labels.get("verb") not in WRITE_VERBS:
+            continue
+        resource = labels.get("resource", "")
+        if resource not in ("tritonservices", "deployments", "configmaps", "services"):
+            continue
+        key = resource + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+        counts[key] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+def test_status_is_not_rewritten_when_nothing_changed(
+    kube: Client, namespace: str, operator: Any, kubectl: str | None, cluster: Path
+) -> None:
     apply(kube, tritonservice("quiet", namespace))
     wait_condition(kube, namespace, "quiet", "Ready", "True")
     time.sleep(2)  # let the last pod events settle
     before = _versions(kube, namespace, "quiet")
+    requests_before = _write_requests(kubectl, cluster)
     time.sleep(5)
     assert _versions(kube, namespace, "quiet") == before, "something was written during a quiet period"
+    # not even a no-op request: with nothing changing, the operator sends nothing at all
+    assert _write_requests(kubectl, cluster) == requests_before
 
-    # a restarted operator resumes: it reconciles everything again, and still writes nothing
+    # a restarted operator resumes: it reconciles everything again (re-applying its objects,
+    # which the API server finds unchanged), and neither the status nor kopf's annotations
+    # get a write request
     operator.restart()
     time.sleep(4)
     after = _versions(kube, namespace, "quiet")
     assert after == before, f"the operator wrote on restart:\n{operator.log_tail()}"
+    delta = _write_requests(kubectl, cluster) - requests_before
+    assert delta["tritonservices/status"] == 0, delta
+    assert delta["tritonservices"] == 0, delta
 
 
 # ----------------------------------------------------------------- pinning a real store

@@ -84,15 +84,6 @@ async def tritonservice(namespace: str | None, name: str, memo: Any, **_: Any) -
         raise kopf.TemporaryError(result.invalid, delay=REPOSITORY_RETRY_SECONDS)
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL)
-async def tritonservice_event(type: str, namespace: str | None, name: str, memo: Any, **_: Any) -> None:  # noqa: A002
-    """A TritonService was deleted: stop polling its repository (its objects go by garbage collection)."""
-    if type == "DELETED" and namespace:
-        reconciler: Reconciler | None = memo.get("reconciler")
-        if reconciler is not None:
-            reconciler.forget(namespace, name)
-
-
 @kopf.on.event("apps", "v1", "deployments", labels=OWNED)
 @kopf.on.event("", "v1", "pods", labels=OWNED)
 async def owned_object(

@@ -10,6 +10,28 @@ from typing import Any
 from triton_operator.settings import Settings
 
 logger = logging.getLogger(__name__)
+# Loggers whose INFO lines are one per request: HTTP clients, the liveness endpoint.
+CHATTY_LOGGERS = ("httpx", "httpx2", "aiohttp.access")
+# Event handlers run on every pod change; kopf logs each success at INFO.
+QUIET_HANDLERS = ("owned_object",)
+
+
+class _EventHandlerSuccessFilter(logging.Filter):
+    """Drops kopf's "Handler 'owned_object' succeeded." lines (one per pod event)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(message == f"Handler {name!r} succeeded." for name in QUIET_HANDLERS)
+
+
+def configure_logging(verbose: bool, quiet: bool) -> None:
+    import kopf  # noqa: PLC0415
+
+    kopf.configure(verbose=verbose, quiet=quiet)
+    if not verbose:
+        for name in CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+        logging.getLogger("kopf.objects").addFilter(_EventHandlerSuccessFilter())
 
 
 def register(subparsers: Any) -> None:
@@ -68,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(settings, liveness_endpoint=args.liveness)
     standalone = args.standalone or not settings.peering_name
 
-    kopf.configure(verbose=args.verbose or settings.log_level == "DEBUG", quiet=args.quiet)
+    configure_logging(args.verbose or settings.log_level == "DEBUG", args.quiet)
     if not args.no_metrics:
         port = args.metrics_port if args.metrics_port is not None else port_from_env()
         server, _ = start_metrics_server(port)
