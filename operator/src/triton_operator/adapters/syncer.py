@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import json
 import os
@@ -301,6 +302,31 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _syncfs(path: Path) -> None:
+    """Flush the whole filesystem holding ``path`` (data, renames, folders) in one call."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+        if syncfs is None:
+            os.sync()
+        elif syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs: {os.strerror(err)}", str(path))
+    finally:
+        os.close(fd)
+
+
+class _NullStream:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+    def isatty(self) -> bool:
+        return False
+
+
 def _tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}{_TMP_MARK}{secrets.token_hex(4)}")
 
@@ -345,8 +371,6 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         except OSError:
             with src.open("rb") as fin, tmp.open("wb") as fout:
                 shutil.copyfileobj(fin, fout, CHUNK)
-                fout.flush()
-                os.fsync(fout.fileno())
         os.replace(tmp, dst)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -434,13 +458,14 @@ class Syncer:
         self.manifest = manifest
         self.store = store
         self.options = options
-        self.progress = progress or Progress(tty=False, stream=open(os.devnull, "w"))  # noqa: SIM115
+        self.progress = progress or Progress(_NullStream(), tty=False)  # type: ignore[arg-type]
         self.stats = SyncStats()
         self.dest = options.dest
         self._abort = threading.Event()
         self._errors: list[BaseException] = []
         self._lock = threading.Lock()
         self._state_new: dict[str, list[Any]] = {}
+        self._state_old: dict[str, list[Any]] = {}
         self._touched_dirs: set[Path] = set()
         self._jobs: list[_Job] = []
 
@@ -454,9 +479,16 @@ class Syncer:
         else:
             self._sync_unpinned()
         self._write_configs()
-        for d in sorted(self._touched_dirs):
-            with contextlib.suppress(OSError):
-                _fsync_dir(d)
+        new_state = self.manifest.pinned and self._state_new != self._state_old
+        if self._touched_dirs or new_state:
+            # One flush for everything written: data, renames and folders. The state file that
+            # lets the next sync skip hashing is written only after it.
+            _syncfs(self.dest)
+            if self.options.cache is not None and self.options.cache.is_dir():
+                _syncfs(self.options.cache)
+        if new_state:
+            _save_state(self.dest, self._state_new)
+            _fsync_dir(self.dest)
         self.stats.seconds = time.monotonic() - started
         self.progress.finish(self.stats)
         return self.stats
@@ -470,7 +502,7 @@ class Syncer:
         self.stats.files = len(entries)
         self.stats.bytes = sum(e.size for e in entries)
         self.progress.begin(self.stats.files, self.stats.bytes)
-        state = _load_state(self.dest)
+        state = self._state_old = _load_state(self.dest)
         dirs = _Dirs(self.dest)
         unknown: list[ManifestEntry] = []
         for entry in entries:
@@ -512,7 +544,6 @@ class Syncer:
             self._run_all(pool, tasks)
         self._cleanup_jobs()
         self._prune()
-        _save_state(self.dest, self._state_new)
 
     def _run_all(self, pool: ThreadPoolExecutor, tasks: Iterable[Callable[[], Any]]) -> list[Any]:
         """Run tasks on the pool; on the first failure stop the rest and raise it."""
@@ -753,8 +784,7 @@ class Syncer:
             actual = digest.hexdigest()
             if actual != entry.checksum:
                 raise ChecksumMismatch(entry.key, entry.dest, entry.checksum_kind, entry.checksum, actual)
-        os.fsync(job.fd)
-        os.close(job.fd)
+        os.close(job.fd)  # flushed once for all files at the end (syncfs), not file by file
         job.fd = -1
         os.replace(job.tmp, job.path)
         job.finished = True
@@ -850,6 +880,7 @@ class Syncer:
                 if entry not in wanted and entry != CONFIG_FILE and p.is_symlink():
                     os.unlink(p)
                     self.stats.pruned_files += 1
+                    self._touched_dirs.add(model_dir)
 
     # -------------------------------------------------------- rendered configs
 
@@ -874,10 +905,7 @@ class Syncer:
                 if stat.S_ISREG(st.st_mode) and dst.read_bytes() == data:
                     continue
             tmp = _tmp_name(dst)
-            with tmp.open("wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            tmp.write_bytes(data)
             os.replace(tmp, dst)
             self.stats.configs_written += 1
             self._touched_dirs.add(dst.parent)
