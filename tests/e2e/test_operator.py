@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 TS = create_namespaced_resource("triton-operator.io", "v1alpha1", "TritonService", "tritonservices")
 NEVER_READY = "triton-operator.io/e2e-never-ready"
+CRASH = "triton-operator.io/e2e-crash"
 SERVICE_LABEL = "triton-operator.io/service"
 REVISION_LABEL = "triton-operator.io/revision"
 
@@ -183,6 +184,22 @@ def test_crd_rejects_invalid_tritonservice_at_admission(  # noqa: PLR0917 (fixtu
     assert not list(kube.list(TS, namespace=namespace))
 
 
+@pytest.mark.parametrize("example", ["tiny.yaml", "resnet.yaml"])
+def test_examples_pass_admission(namespace: str, kubectl: str | None, cluster: Path, example: str) -> None:
+    if kubectl is None:
+        pytest.skip("no kubectl to run a server-side dry run with")
+    path = Path(__file__).resolve().parents[2] / "examples" / example
+    proc = subprocess.run(
+        [kubectl, f"--kubeconfig={cluster}", "create", "--dry-run=server", "-n", namespace, "-f", "-"],
+        input=re.sub(r"(?m)^  namespace: .*$", f"  namespace: {namespace}", path.read_text()),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
 # ----------------------------------------------------------------- objects and Ready
 
 
@@ -238,6 +255,15 @@ def test_more_gpus_than_any_node_has_leaves_pods_pending_and_says_so(
     (pod,) = owned(kube, Pod, namespace, "greedy")
     assert pod["status"]["phase"] == "Pending"
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+
+
+def test_crash_looping_pods_make_the_service_degraded(kube: Client, namespace: str, operator: Any) -> None:
+    apply(kube, tritonservice("crashy", namespace, replicas=1, podAnnotations={CRASH: "true"}))
+    obj = wait_condition(kube, namespace, "crashy", "Degraded", "True", reason="PodsFailing")
+    assert "CrashLoopBackOff" in condition(obj, "Degraded")["message"]
+    ready = condition(obj, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ReplicasNotReady")
+    assert condition(obj, "PodsScheduled")["status"] == "True"
 
 
 # ----------------------------------------------------------------- updates
