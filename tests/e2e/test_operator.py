@@ -323,6 +323,25 @@ def test_invalid_update_sets_invalid_spec_and_leaves_the_deployment_untouched(
     assert fixed["status"]["readyReplicas"] == 3
 
 
+def test_update_the_api_server_refuses_is_reported_and_changes_nothing(
+    kube: Client, namespace: str, operator: Any
+) -> None:
+    body = tritonservice("refused", namespace, replicas=1)
+    apply(kube, body)
+    good = wait_condition(kube, namespace, "refused", "Ready", "True")
+    (dep_before,) = owned(kube, Deployment, namespace, "refused")
+    # volumes pass through as given: the schema accepts them, the API server does not
+    bad = copy.deepcopy(body)
+    bad["spec"]["volumes"] = [{"name": "Not_A_DNS_Label", "emptyDir": {}}]
+    apply(kube, bad)
+    obj = wait_condition(kube, namespace, "refused", "Ready", "False", reason="InvalidSpec")
+    message = condition(obj, "Ready")["message"]
+    assert "rejected by the API server" in message and "Not_A_DNS_Label" in message, message
+    assert obj["status"]["stableRevision"] == good["status"]["stableRevision"]
+    (dep_after,) = owned(kube, Deployment, namespace, "refused")
+    assert dep_after["metadata"]["resourceVersion"] == dep_before["metadata"]["resourceVersion"]
+
+
 def test_valid_update_rolls_out_a_new_revision_and_removes_the_old(
     kube: Client, namespace: str, operator: Any
 ) -> None:

@@ -616,3 +616,30 @@ def test_build_objects_only_renders_the_desired_revision() -> None:
     ]
     only_service = o.build_objects(ts, SETTINGS, "b", configs=configs_of(ts), manifest_json=None, replicas={})
     assert [x["kind"] for x in only_service] == ["Service"]
+
+
+# ----------------------------------------------------------------- settings feeding the builders
+
+
+def test_settings_from_env() -> None:
+    env = {
+        "TRITON_OPERATOR_DEFAULT_IMAGE": "reg/triton:1",
+        "TRITON_OPERATOR_SYNC_IMAGE": "reg/op:2",
+        "TRITON_OPERATOR_NAMESPACES": "a, b,,c",
+        "TRITON_OPERATOR_PEERING_NAME": "triton",
+        "TRITON_OPERATOR_PEERING_PRIORITY": "7",
+        "TRITON_OPERATOR_PROMETHEUS_SCRAPE": "false",
+        "TRITON_OPERATOR_PIN_REPOSITORIES": "0",
+        "TRITON_OPERATOR_LOG_LEVEL": "debug",
+    }
+    s = Settings.from_env(env)
+    assert (s.default_image, s.sync_image) == ("reg/triton:1", "reg/op:2")
+    assert s.namespaces == ("a", "b", "c")
+    assert (s.peering_name, s.peering_priority) == ("triton", 7)
+    assert s.prometheus_scrape is False and s.pin_repositories is False
+    assert s.log_level == "DEBUG"
+    defaults = Settings.from_env({})
+    assert defaults == Settings()
+    assert defaults.default_image == "nvcr.io/nvidia/tritonserver:25.01-py3"
+    assert defaults.sync_image.startswith("ghcr.io/triton-operator/triton-operator:")
+    assert defaults.peering_name is None and defaults.pin_repositories is True

@@ -17,6 +17,10 @@ def _split(value: str | None) -> tuple[str, ...]:
     return tuple(part.strip() for part in (value or "").split(",") if part.strip())
 
 
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.strip() else None
+
+
 def _flag(value: str | None, default: bool) -> bool:
     if value is None or not value.strip():
         return default
@@ -39,6 +43,8 @@ class Settings:
     """Watch the whole cluster."""
     peering_name: str | None = None
     """kopf peering object for leader election; unset runs standalone (no peering)."""
+    peering_priority: int | None = None
+    """This replica's kopf peering priority (the highest acts); unset picks a random one."""
     liveness_endpoint: str | None = None
     """kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz."""
     log_level: str = "INFO"
@@ -66,6 +72,7 @@ class Settings:
             namespaces=_split(get("NAMESPACES")),
             all_namespaces=_flag(get("ALL_NAMESPACES"), False),
             peering_name=get("PEERING_NAME"),
+            peering_priority=_int(get("PEERING_PRIORITY")),
             liveness_endpoint=get("LIVENESS_ENDPOINT"),
             log_level=(get("LOG_LEVEL") or "INFO").upper(),
             event_level=(get("EVENT_LEVEL") or "WARNING").upper(),

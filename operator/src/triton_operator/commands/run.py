@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import random
 from typing import Any
 
 from triton_operator.settings import Settings
@@ -89,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
     if args.liveness:
         settings = dataclasses.replace(settings, liveness_endpoint=args.liveness)
     standalone = args.standalone or not settings.peering_name
+    # kopf pauses every replica that shares the top priority: give each its own.
+    priority = settings.peering_priority
+    if not standalone and priority is None:
+        priority = random.SystemRandom().randint(1, 2**31 - 1)
 
     configure_logging(args.verbose or settings.log_level == "DEBUG", args.quiet)
     if not args.no_metrics:
@@ -98,13 +103,14 @@ def run(args: argparse.Namespace) -> int:
     logger.info(
         "watching %s (%s) with handlers from %s",
         "all namespaces" if settings.all_namespaces else ", ".join(settings.namespaces),
-        "standalone" if standalone else f"peering {settings.peering_name}",
+        "standalone" if standalone else f"peering {settings.peering_name}, priority {priority}",
         handlers.__name__,
     )
     try:
         kopf.run(
             standalone=standalone,
             peering_name=None if standalone else settings.peering_name,
+            priority=None if standalone else priority,
             clusterwide=settings.all_namespaces,
             namespaces=settings.namespaces,
             liveness_endpoint=settings.liveness_endpoint,
