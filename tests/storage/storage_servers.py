@@ -15,6 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import boto3
+from botocore.config import Config
+
 REPO = Path(__file__).resolve().parents[2]
 AZURITE_DIR = REPO / "e2e" / "tools" / "azurite"
 AZURITE_BIN = AZURITE_DIR / "node_modules" / ".bin" / "azurite-blob"
@@ -174,8 +177,17 @@ def start_seaweedfs(data_dir: Path, log_path: Path, *, attempts: int = 3) -> Ser
         )
 
         def probe(port: int = s3) -> bool:
-            # Unsigned ListBuckets: 403 once S3 (with auth on) answers.
-            return _http_status(port, "GET", "/") in (200, 403)
+            # A signed ListBuckets with this server's keys: only our own weed answers 200.
+            client = boto3.client(
+                "s3",
+                endpoint_url=f"http://127.0.0.1:{port}",
+                aws_access_key_id=S3_ACCESS_KEY,
+                aws_secret_access_key=S3_SECRET_KEY,
+                region_name="us-east-1",
+                config=Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=5),
+            )
+            client.list_buckets()
+            return True
 
         try:
             _wait_ready(server, probe, 60)
