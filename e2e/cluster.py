@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 E2E_DIR = Path(__file__).resolve().parent
@@ -790,8 +792,40 @@ def _wait(what: str, cond, timeout: float, sd: Path, interval: float = 0.2):
     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; logs in {sd / 'logs'}")
 
 
+@contextlib.contextmanager
+def _state_lock() -> Iterator[None]:
+    """Serialize up/down on one state dir across processes (re-entrant within a process)."""
+    global _lock_depth  # noqa: PLW0603
+    if _lock_depth:
+        _lock_depth += 1
+        try:
+            yield
+        finally:
+            _lock_depth -= 1
+        return
+    locks = cache_root() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(str(state_dir()).encode()).hexdigest()[:16]
+    with open(locks / f"cluster-{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        _lock_depth = 1
+        try:
+            yield
+        finally:
+            _lock_depth = 0
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+_lock_depth = 0
+
+
 def up(build_if_needed: bool = True, timeout: float = 180.0) -> Path:
     """Start the cluster (idempotent). Returns the kubeconfig path."""
+    with _state_lock():
+        return _up(build_if_needed, timeout)
+
+
+def _up(build_if_needed: bool, timeout: float) -> Path:
     sd = state_dir()
     if is_up(sd):
         log(f"cluster already up ({kubeconfig_path()})")
@@ -1082,6 +1116,11 @@ def _terminate(pids: list[int], grace: float = 10.0) -> None:
 
 def down(quiet: bool = False) -> None:
     """Stop every process of the cluster and remove its state directory."""
+    with _state_lock():
+        _down(quiet)
+
+
+def _down(quiet: bool) -> None:
     sd = state_dir()
     if not sd.exists():
         if not quiet:
