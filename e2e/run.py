@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         ts = next(d for d in docs if d.get("kind") == "TritonService")
         ts.setdefault("metadata", {})["namespace"] = args.namespace
         repo = ts["spec"]["repository"]
-        if local and repo["uri"].startswith("s3://models/tiny"):
+        if repo["uri"].startswith("s3://models/tiny") and "127.0.0.1" in repo.get("endpoint", ""):
+            # The example's store is on loopback: start it here (the operator runs here too).
             server, access, secret = start_s3(workdir)
             cleanups.append(("S3 server", server.stop))
             repo["endpoint"] = server.endpoint
