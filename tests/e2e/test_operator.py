@@ -342,7 +342,7 @@ def test_update_the_api_server_refuses_is_reported_and_changes_nothing(
     assert dep_after["metadata"]["resourceVersion"] == dep_before["metadata"]["resourceVersion"]
 
 
-def test_valid_update_rolls_out_a_new_revision_and_removes_the_old(
+def test_valid_update_rolls_out_a_new_revision_and_retires_the_old(
     kube: Client, namespace: str, operator: Any
 ) -> None:
     body = tritonservice("rolling", namespace)
@@ -359,7 +359,8 @@ def test_valid_update_rolls_out_a_new_revision_and_removes_the_old(
     rev_b = mid["status"]["canaryRevision"]
     assert rev_b != rev_a
     assert mid["status"]["stableRevision"] == rev_a
-    assert condition(mid, "Progressing")["reason"] == "NewRevision"
+    # no canary steps: the new revision goes straight to full replicas beside the stable one
+    assert condition(mid, "Progressing")["reason"] == "Promoting"
     wait_for(
         lambda: (
             names(owned(kube, Deployment, namespace, "rolling")) == {f"rolling-{rev_a}", f"rolling-{rev_b}"}
@@ -370,7 +371,8 @@ def test_valid_update_rolls_out_a_new_revision_and_removes_the_old(
     assert dep_a_now["metadata"]["generation"] == dep_a["metadata"]["generation"]
     assert dep_a_now["spec"]["replicas"] == 2
 
-    # revision C (B's annotation dropped, a server flag added) gets Ready: A and B go away
+    # revision C (B's annotation dropped, a server flag added) replaces B and gets Ready: B goes
+    # away, A is scaled to 0 and kept in history (its Deployment and ConfigMap, for an exact undo)
     final = copy.deepcopy(body)
     final["spec"]["serverArgs"] = ["--log-verbose=1"]
     apply(kube, final)
@@ -379,9 +381,12 @@ def test_valid_update_rolls_out_a_new_revision_and_removes_the_old(
     assert rev_c not in (rev_a, rev_b)
     assert "canaryRevision" not in done["status"]
     wait_for(
-        lambda: names(owned(kube, Deployment, namespace, "rolling")) == {f"rolling-{rev_c}"},
-        what="only the new revision's Deployment",
+        lambda: (
+            names(owned(kube, Deployment, namespace, "rolling")) == {f"rolling-{rev_a}", f"rolling-{rev_c}"}
+        ),
+        what="B's Deployment to go",
     )
+    assert kube.get(Deployment, f"rolling-{rev_a}", namespace=namespace).spec.replicas == 0
     wait_for(
         lambda: (
             {p["metadata"]["labels"][REVISION_LABEL] for p in owned(kube, Pod, namespace, "rolling")}
@@ -590,6 +595,11 @@ def test_repository_is_pinned_and_a_new_upload_rolls_out(
     assert dests == ["add/2/model.py"]  # the default version policy serves the latest version
     assert [h["revision"] for h in second["status"]["history"]] == [rev1]
 
+    # the old revision is kept in history at 0 replicas: let its pods go before the quiet period
+    wait_for(
+        lambda: not (kube.get(Deployment, f"pinned-{rev1}", namespace=namespace).status.replicas or 0),
+        what=f"the pods of {rev1} to terminate",
+    )
     # nothing new in the bucket: polls go on, but the operator writes nothing
     before = _versions(kube, namespace, "pinned")
     time.sleep(6)

@@ -10,6 +10,8 @@ import pytest
 
 from triton_operator.core import objects as o
 from triton_operator.core.manifest import manifest_from_json
+from triton_operator.core.rollout import RolloutPlan, RolloutStatus
+from triton_operator.core.traffic import TrafficWeights
 from triton_operator.models import TritonService
 from triton_operator.settings import DEFAULT_TRITON_IMAGE, Settings
 
@@ -470,82 +472,106 @@ def test_revision_changes_with_manifest_and_default_image() -> None:
     assert revision_of(explicit, settings=Settings(default_image="other:1")) == revision_of(explicit)
 
 
-# ----------------------------------------------------------------- decide_revisions
+# ----------------------------------------------------------------- plan_actions (a rollout plan -> writes)
 
 
-def state(revision: str, replicas: int = 2, ready: int = 2, **kw: Any) -> o.DeploymentState:
-    return o.DeploymentState(
-        name=f"svc-{revision}",
-        revision=revision,
+def rollout_plan(replicas: dict[str, int], delete: tuple[str, ...] = (), **kw: Any) -> RolloutPlan:
+    return RolloutPlan(
         replicas=replicas,
-        ready_replicas=ready,
-        updated_replicas=kw.pop("updated", ready),
-        generation=kw.pop("generation", 1),
-        observed_generation=kw.pop("observed", 1),
-        **kw,
+        delete=delete,
+        weights=TrafficWeights(),
+        header_route=None,
+        stable_service_revision=kw.pop("stable", None),
+        canary_service_revision=kw.pop("canary", None),
+        status=RolloutStatus(),
+        conditions=(),
+        events=(),
+        requeue_after=None,
     )
 
 
-def test_first_revision_is_stable_at_once() -> None:
-    plan = o.decide_revisions("new", 2, [], None)
-    assert plan == o.RevisionPlan(replicas={"new": 2}, stable="new")
+def observed_deployment(revision: str, replicas: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"svc-{revision}", "labels": {o.LABEL_REVISION: revision}},
+        "spec": {"replicas": replicas},
+    }
 
 
-def test_stable_revision_scales_and_strays_go() -> None:
-    plan = o.decide_revisions("a", 3, [state("a"), state("b", ready=0)], "a")
-    assert plan.replicas == {"a": 3}
-    assert plan.delete == ("b",)
-    assert plan.stable == "a" and plan.rolling is None and plan.retired == ()
+def observed_configmap(revision: str) -> dict[str, Any]:
+    return {"metadata": {"name": f"svc-{revision}", "labels": {o.LABEL_REVISION: revision}}}
 
 
-def test_new_revision_runs_beside_untouched_stable() -> None:
-    plan = o.decide_revisions("b", 2, [state("a"), state("b", ready=1)], "a")
-    assert plan.replicas == {"b": 2}  # stable "a" not in replicas: left exactly as it is
-    assert plan.delete == ()
-    assert (plan.stable, plan.rolling) == ("a", "b")
+def actions(ts: TritonService, revision: str, plan: RolloutPlan, **kw: Any) -> o.Actions:
+    return o.plan_actions(ts, SETTINGS, revision, plan, configs=configs_of(ts), manifest_json=None, **kw)
 
 
-def test_new_revision_not_yet_created() -> None:
-    plan = o.decide_revisions("b", 2, [state("a")], "a")
-    assert (plan.stable, plan.rolling, plan.delete) == ("a", "b", ())
+def test_only_the_specs_revision_is_rendered_others_only_scale() -> None:
+    ts = ts_of()
+    plan = rollout_plan({"old": 4, "new": 1, "hist": 0}, delete=("gone",))
+    out = actions(
+        ts,
+        "new",
+        plan,
+        deployments=[
+            observed_deployment("old", 4),  # already at 4: no write
+            observed_deployment("hist", 2),  # a history revision goes to 0
+            observed_deployment("gone", 1),
+        ],
+        configmaps=[observed_configmap(r) for r in ("old", "hist", "gone", "stray", "new")],
+    )
+    assert [(x["kind"], x["metadata"]["name"]) for x in out.apply] == [
+        ("ConfigMap", "svc-new"),
+        ("Deployment", "svc-new"),
+        ("Service", "svc"),
+    ]
+    assert out.apply[1]["spec"]["replicas"] == 1
+    assert out.scale == {"svc-hist": 0}
+    # kept revisions keep their ConfigMaps (an undo serves the same bytes); others go
+    assert out.delete == (
+        ("Deployment", "svc-gone"),
+        ("ConfigMap", "svc-gone"),
+        ("ConfigMap", "svc-stray"),
+    )
 
 
-def test_complete_new_revision_is_promoted_and_old_retired() -> None:
-    plan = o.decide_revisions("b", 2, [state("a"), state("b")], "a")
-    assert plan.replicas == {"b": 2}
-    assert plan.delete == ("a",)
-    assert (plan.stable, plan.rolling, plan.retired) == ("b", None, ("a",))
+def test_spec_revision_not_planned_is_not_created() -> None:
+    ts = ts_of()
+    out = actions(ts, "new", rollout_plan({"old": 2}), deployments=[], configmaps=[])
+    assert [x["kind"] for x in out.apply] == ["Service"]
+    assert out.scale == {} and out.delete == ()
 
 
-@pytest.mark.parametrize(
-    "incomplete",
-    [
-        {"ready": 1},
-        {"replicas": 1, "ready": 1},  # not yet scaled to the spec's replicas
-        {"observed": 0},  # controller has not seen the latest generation
-        {"updated": 1},
-    ],
-)
-def test_incomplete_new_revision_is_not_promoted(incomplete: dict[str, Any]) -> None:
-    plan = o.decide_revisions("b", 2, [state("a"), state("b", **incomplete)], "a")
-    assert (plan.stable, plan.rolling, plan.delete) == ("a", "b", ())
+def test_gateway_api_adds_revision_services_and_removing_it_deletes_them() -> None:
+    ts = ts_of(rollout={"trafficRouting": {"gatewayAPI": {"httpRoute": "r"}}})
+    plan = rollout_plan({"old": 2, "new": 1}, stable="old", canary="new")
+    out = actions(ts, "new", plan, deployments=[], configmaps=[])
+    services = {x["metadata"]["name"]: x for x in out.apply if x["kind"] == "Service"}
+    assert set(services) == {"svc", "svc-stable", "svc-canary"}
+    assert services["svc-stable"]["spec"]["selector"][o.LABEL_REVISION] == "old"
+    assert services["svc-canary"]["spec"]["selector"][o.LABEL_REVISION] == "new"
+    assert services["svc-canary"]["metadata"]["ownerReferences"][0]["uid"] == UID
+    plain = ts_of()
+    kept = actions(plain, "new", plan, deployments=[], configmaps=[], revision_services=False)
+    assert not any(kind == "Service" for kind, _ in kept.delete)
+    dropped = actions(plain, "new", plan, deployments=[], configmaps=[], revision_services=True)
+    assert ("Service", "svc-stable") in dropped.delete and ("Service", "svc-canary") in dropped.delete
 
 
-def test_abandoned_rollout_is_deleted() -> None:
-    plan = o.decide_revisions("c", 2, [state("a"), state("b", ready=0)], "a")
-    assert plan.delete == ("b",)
-    assert (plan.stable, plan.rolling, plan.retired) == ("a", "c", ())
-
-
-def test_revert_to_stable_drops_rollout() -> None:
-    plan = o.decide_revisions("a", 2, [state("a"), state("b", ready=1)], "a")
-    assert (plan.stable, plan.rolling, plan.delete) == ("a", None, ("b",))
-
-
-def test_lost_status_keeps_what_serves() -> None:
-    plan = o.decide_revisions("c", 2, [state("a", ready=2), state("b", ready=0)], None)
-    assert (plan.stable, plan.rolling) == ("a", "c")
-    assert plan.delete == ("b",)
+def test_build_event_names_the_tritonservice() -> None:
+    metadata = {"name": "svc", "namespace": "ml", "uid": UID, "resourceVersion": "42"}
+    event = o.build_event(metadata, "Warning", "RolloutAborted", "x" * 2000, now="2026-01-01T00:00:00Z")
+    assert event["metadata"] == {"generateName": "svc.", "namespace": "ml"}
+    assert event["involvedObject"] == {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonService",
+        "name": "svc",
+        "namespace": "ml",
+        "uid": UID,
+        "resourceVersion": "42",
+    }
+    assert (event["type"], event["reason"], event["count"]) == ("Warning", "RolloutAborted", 1)
+    assert len(event["message"]) == o.EVENT_MESSAGE_MAX
+    assert event["firstTimestamp"] == event["lastTimestamp"] == "2026-01-01T00:00:00Z"
 
 
 # ----------------------------------------------------------------- observed state

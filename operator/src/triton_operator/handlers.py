@@ -13,6 +13,7 @@ from triton_operator import GROUP, PLURAL, VERSION
 from triton_operator.adapters.kube import Kube, make_client, retry_delay
 from triton_operator.core.conditions import INVALID_SPEC
 from triton_operator.core.objects import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
+from triton_operator.core.rollout import pending_requests
 from triton_operator.reconcile import Reconciler, RepositoryPinner, Result
 from triton_operator.settings import Settings
 
@@ -82,6 +83,29 @@ async def tritonservice(namespace: str | None, name: str, memo: Any, **_: Any) -
             raise kopf.PermanentError(result.invalid)
         # The repository could not be read: the status says why; try again later.
         raise kopf.TemporaryError(result.invalid, delay=REPOSITORY_RETRY_SECONDS)
+
+
+def _has_pending_request(annotations: Mapping[str, str], status: Mapping[str, Any], **_: Any) -> bool:
+    return bool(pending_requests(annotations, status))
+
+
+# kopf's update handlers never see our control annotations: its diff-base drops every annotation
+# under a prefix it stores its own state in (triton-operator.io/), so `kubectl triton promote`
+# would go unnoticed. Every watch event is looked at instead, and a TritonService whose
+# annotations hold a request its status does not record as handled yet is reconciled.
+@kopf.on.event(GROUP, VERSION, PLURAL, when=_has_pending_request)
+async def control_request(namespace: str | None, name: str | None, memo: Any, logger: Any, **_: Any) -> None:
+    """A control request (promote, abort, pause, resume, retry, undo) was made: reconcile now."""
+    if not namespace or not name:
+        return
+    for attempt in range(EVENT_RETRIES):
+        try:
+            await _reconcile(memo, namespace, name, coalesce=True)
+            return
+        except kopf.TemporaryError as exc:
+            logger.warning("reconcile of %s/%s after a control request failed: %s", namespace, name, exc)
+            if attempt + 1 < EVENT_RETRIES:
+                await asyncio.sleep(exc.delay or 5.0)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=OWNED)

@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from triton_operator.adapters.kube import Kube, ObjectRejectedError, Owned
+from triton_operator.adapters.kube import Kube, ObjectRejectedError, Owned, retry_delay
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.adapters.storage.base import StoreError
 from triton_operator.core import conditions as cond
@@ -34,15 +34,33 @@ from triton_operator.core.objects import (
     MANAGED_BY,
     MANIFEST_KEY,
     RevisionPlan,
-    build_objects,
+    build_event,
     check_body,
     compute_revision,
-    decide_revisions,
     deployment_state,
     endpoints,
     model_statuses,
-    object_name,
+    plan_actions,
     pod_state,
+)
+from triton_operator.core.rollout import (
+    DEGRADED,
+    PROGRESSING,
+    RolloutCondition,
+    RolloutInput,
+    RolloutPlan,
+    RolloutStatus,
+    format_time,
+    observe_revisions,
+    parse_control_requests,
+    plan_rollout,
+)
+from triton_operator.core.traffic import (
+    RouteKind,
+    TrafficError,
+    build_route_patch,
+    references_services,
+    revision_service_name,
 )
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
@@ -221,13 +239,16 @@ class Result:
     """Why nothing could be applied (None when the spec was applied)."""
     reason: str | None = None
     """The Ready reason of ``invalid``: InvalidSpec, or a repository reason (retry later)."""
-    plan: RevisionPlan | None = None
+    plan: RolloutPlan | None = None
+    """The rollout engine's plan that was carried out."""
     ts: TritonService | None = None
     """The parsed spec that was applied."""
+    requeue_after: float | None = None
+    """Seconds until the next reconcile is due with nothing else happening (a timed pause, a deadline)."""
 
 
-def utcnow() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
 
 
 def owned_selector(name: str) -> dict[str, str]:
@@ -273,19 +294,24 @@ async def reconcile(
     settings: Settings,
     *,
     pin_manifest: ManifestPinner | None = None,
-    now: Callable[[], str] = utcnow,
+    clock: Callable[[], datetime.datetime] = utcnow,
 ) -> Result:
     """Bring one TritonService's objects and status in line with its spec, as stored right now.
 
     Reads the object afresh (its status is the base of the next one), so callers need only
-    its name: a kopf handler for the TritonService, or a watch on the pods it owns.
+    its name: a kopf handler for the TritonService, or a watch on the pods it owns. The rollout
+    engine (core.rollout) decides the replicas of every revision, the traffic and the status;
+    this function carries out its plan and says when to come back (Result.requeue_after).
     """
     body = await kube.get_tritonservice(namespace, name)
     if body is None or body.get("metadata", {}).get("deletionTimestamp"):
         # Gone or going: ownerReferences let the garbage collector remove what it owned.
         METRICS.forget(namespace, name)
         return Result(status=None)
-    generation = int(body.get("metadata", {}).get("generation") or 0)
+    moment = clock()
+    now = format_time(moment)
+    metadata: Mapping[str, Any] = body.get("metadata") or {}
+    generation = int(metadata.get("generation") or 0)
     previous: Mapping[str, Any] = body.get("status") or {}
     owned = await kube.list_owned(namespace, owned_selector(name))
     deployments = [deployment_state(d) for d in owned.deployments]
@@ -299,7 +325,7 @@ async def reconcile(
             previous,
             cond.Observation(
                 generation=generation,
-                now=now(),
+                now=now,
                 deployments=deployments,
                 pods=pods,
                 invalid=message,
@@ -315,7 +341,6 @@ async def reconcile(
         return await refuse(checked.message)
 
     ts = checked.ts
-    stable_hint = previous.get("stableRevision")
     pinned: PinnedManifest | None = None
     if pin_manifest is not None:
         try:
@@ -324,56 +349,166 @@ async def reconcile(
             verdict = cond.Verdict(cond.FALSE, exc.reason, exc.message)
             return await refuse(exc.message, exc.reason, verdict)
     revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None)
-    plan = decide_revisions(revision, ts.spec.replicas, deployments, stable_hint)
-
-    desired = build_objects(
+    plan = plan_rollout(
+        RolloutInput(
+            rollout=ts.spec.rollout,
+            replicas=ts.spec.replicas,
+            desired_revision=revision,
+            now=moment,
+            status=RolloutStatus.from_status(previous),
+            revisions=observe_revisions(owned.deployments, owned.pods),
+            gpus_per_pod=ts.spec.resources.gpus,
+            requests=parse_control_requests(metadata.get("annotations")),
+        )
+    )
+    actions = plan_actions(
         ts,
         settings,
         revision,
+        plan,
         configs=checked.configs,
         manifest_json=pinned.json if pinned else None,
-        replicas=plan.replicas,
+        deployments=owned.deployments,
+        configmaps=owned.configmaps,
+        revision_services=cond.find_condition(previous.get("conditions") or [], cond.TRAFFIC_ROUTED)
+        is not None,
     )
     try:
-        for obj in desired:
+        for obj in actions.apply:
             await kube.apply(obj)
     except ObjectRejectedError as exc:
         # The schema let something through that the API server refuses (e.g. a malformed volume).
         return await refuse(str(exc))
-    for gone in plan.delete:
-        logger.info("deleting Deployment %s of revision %s", object_name(ts, gone), gone)
-        await kube.delete("Deployment", namespace, object_name(ts, gone))
+    for deployment, replicas in sorted(actions.scale.items()):
+        logger.info("scaling Deployment %s/%s to %d", namespace, deployment, replicas)
+        await kube.scale(namespace, deployment, replicas)
+    for kind, gone in actions.delete:
+        if await kube.delete(kind, namespace, gone):
+            logger.info("deleted %s %s/%s", kind, namespace, gone)
+    traffic = await _route_traffic(kube, ts, plan)
 
-    created = {
-        str(d.get("metadata", {}).get("labels", {}).get(LABEL_REVISION)): str(
-            d.get("metadata", {}).get("creationTimestamp", "")
-        )
-        for d in owned.deployments
-    }
-    observed = [d for d in deployments if d.revision not in plan.delete]
+    rs = plan.status
+    kept = set(plan.replicas)
+    progressing = plan.condition(PROGRESSING)
+    degraded = plan.condition(DEGRADED)
     status = cond.build_status(
         previous,
         cond.Observation(
             generation=generation,
-            now=now(),
-            deployments=observed,
-            pods=[p for p in pods if p.revision not in plan.delete],
-            plan=plan,
+            now=now,
+            deployments=[d for d in deployments if d.revision in kept],
+            pods=[p for p in pods if p.revision in kept],
+            plan=RevisionPlan(
+                replicas=plan.replicas,
+                delete=plan.delete,
+                stable=rs.stable_revision,
+                rolling=rs.canary_revision,
+            ),
             replicas=ts.spec.replicas,
             repository=_repository_verdict(ts, pinned),
             endpoints=endpoints(ts),
             models=model_statuses(ts),
-            history_limit=ts.spec.rollout.revision_history_limit,
-            created={k: v for k, v in created.items() if v},
+            rollout=rs.to_status(),
+            progressing=_verdict(progressing),
+            rollout_degraded=_verdict(degraded),
+            aborted=degraded.message if rs.aborted_revision is not None and degraded is not None else None,
+            traffic=traffic.verdict if traffic is not None else None,
         ),
     )
-    keep = {plan.stable, plan.rolling} | {h.get("revision") for h in status.get("history", [])}
-    for configmap in owned.configmaps:
-        labels = configmap.get("metadata", {}).get("labels") or {}
-        if labels.get(LABEL_REVISION) not in keep:
-            await kube.delete("ConfigMap", namespace, str(configmap["metadata"]["name"]))
     written = await _write_status(kube, namespace, name, previous, status)
-    return Result(status=status, written=written, revision=revision, plan=plan, ts=ts)
+    # Events after the status: a crash in between loses an event rather than repeating one (the
+    # engine emits each event once, in the call whose status records the change).
+    for event in plan.events:
+        logger.info("%s/%s: %s %s: %s", namespace, name, event.type, event.reason, event.message)
+        try:
+            await kube.post_event(build_event(metadata, event.type, event.reason, event.message, now=now))
+        except Exception as exc:  # events are best effort: the status holds the truth
+            if retry_delay(exc) is None:
+                raise
+            logger.warning("could not post event %s for %s/%s: %s", event.reason, namespace, name, exc)
+    requeue = [t for t in (plan.requeue_after, traffic.retry_after if traffic else None) if t is not None]
+    return Result(
+        status=status,
+        written=written,
+        revision=revision,
+        plan=plan,
+        ts=ts,
+        requeue_after=min(requeue) if requeue else None,
+    )
+
+
+def _verdict(condition: RolloutCondition | None) -> cond.Verdict | None:
+    if condition is None:
+        return None
+    return cond.Verdict(condition.status, condition.reason, condition.message)
+
+
+@dataclasses.dataclass(frozen=True)
+class Traffic:
+    """How the Gateway API routes were set: the TrafficRouted verdict, and when to look again."""
+
+    verdict: cond.Verdict
+    retry_after: float | None = None
+
+
+ROUTE_RETRY_SECONDS = 30.0
+
+
+async def _route_traffic(kube: Kube, ts: TritonService, plan: RolloutPlan) -> Traffic | None:
+    """Write the weights (and the A/B rule) into the user's HTTPRoute and GRPCRoute, if any are named."""
+    routing = ts.spec.rollout.traffic_routing
+    gateway = routing.gateway_api if routing is not None else None
+    if gateway is None:
+        return None
+    stable_svc = revision_service_name(ts.name, "stable")
+    canary_svc = revision_service_name(ts.name, "canary")
+    routes: list[tuple[RouteKind, str]] = []
+    if gateway.http_route:
+        routes.append(("HTTPRoute", gateway.http_route))
+    if gateway.grpc_route:
+        routes.append(("GRPCRoute", gateway.grpc_route))
+    if not routes:
+        return Traffic(
+            cond.Verdict(
+                cond.FALSE,
+                cond.ROUTE_NOT_FOUND,
+                "spec.rollout.trafficRouting.gatewayAPI names no httpRoute or grpcRoute",
+            )
+        )
+    weights = f"stable {plan.weights.stable}% / canary {plan.weights.canary}%"
+    if plan.header_route is not None:
+        weights += f", header route {plan.header_route.name} to the canary"
+    done: list[str] = []
+    for kind, route_name in routes:
+        where = f"{kind} {ts.namespace}/{route_name}"
+        existing = await kube.get(kind, ts.namespace, route_name)
+        if existing is None:
+            message = (
+                f"{where} does not exist: create it with a backendRef to Service {stable_svc} "
+                "(the operator sets the weights of existing routes, it never creates one)"
+            )
+            return Traffic(cond.Verdict(cond.FALSE, cond.ROUTE_NOT_FOUND, message), ROUTE_RETRY_SECONDS)
+        if (existing.get("spec") or {}).get("rules") and not references_services(
+            existing, ts.namespace, stable_svc, canary_svc
+        ):
+            message = f"{where} has no backendRef to Service {stable_svc} or {canary_svc}: nothing to weigh"
+            return Traffic(cond.Verdict(cond.FALSE, cond.ROUTE_NOT_REFERENCING, message), ROUTE_RETRY_SECONDS)
+        try:
+            patch = build_route_patch(
+                kind,
+                route_name,
+                ts.namespace,
+                existing,
+                stable_svc=stable_svc,
+                canary_svc=canary_svc,
+                weights=plan.weights,
+                header_route=plan.header_route,
+            )
+            await kube.apply(patch)
+        except (TrafficError, ObjectRejectedError) as exc:
+            return Traffic(cond.Verdict(cond.FALSE, cond.ROUTE_INVALID, f"{where}: {exc}"))
+        done.append(where)
+    return Traffic(cond.Verdict(cond.TRUE, cond.WEIGHTS_SET, f"{', '.join(done)}: {weights}"))
 
 
 async def _write_status(
@@ -385,11 +520,17 @@ async def _write_status(
     return True
 
 
+REQUEUE_SLACK_SECONDS = 0.05
+
+
 class Reconciler:
-    """Serializes reconciles per TritonService, coalesces triggers, and polls repositories.
+    """Serializes reconciles per TritonService, coalesces triggers, requeues, and polls repositories.
 
     A trigger while a reconcile for the same object is queued (not yet started) is dropped:
     the queued one reads the object and its pods afresh when it starts, so it sees the change.
+    A reconcile whose plan is timed (a pause with a duration, a progress deadline) leaves one
+    timer task per object that reconciles again when it is due; the next reconcile replaces it,
+    so an idle object has no timer and nothing polls the API server.
     A repository with pollIntervalSeconds > 0 gets a poll task that lists the store (never the
     API server) and reconciles only when the pinned manifest changed.
     """
@@ -404,6 +545,7 @@ class Reconciler:
         self._queued: dict[tuple[str, str], int] = {}
         self._specs: dict[tuple[str, str], TritonService] = {}
         self._pollers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._timers: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     def _dequeue(self, key: tuple[str, str]) -> None:
         left = self._queued.get(key, 0) - 1
@@ -438,9 +580,41 @@ class Reconciler:
                 self._dequeue(key)
         if result.status is None:
             self.forget(namespace, name)
-        elif result.ts is not None:
+            return result
+        if result.ts is not None:
             self._watch_repository(key, result.ts)
+        self.requeue(key, result.requeue_after)
         return result
+
+    def requeue(self, key: tuple[str, str], delay: float | None) -> None:
+        """Reconcile ``key`` again after ``delay`` seconds (replacing any timer); None: no timer."""
+        timer = self._timers.pop(key, None)
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
+        if delay is not None:
+            self._timers[key] = asyncio.create_task(
+                self._requeue(key, max(delay, 0.0) + REQUEUE_SLACK_SECONDS),
+                name=f"requeue {key[0]}/{key[1]}",
+            )
+
+    def pending_timer(self, namespace: str, name: str) -> bool:
+        """Whether a timed reconcile is due for a TritonService (for tests and metrics)."""
+        timer = self._timers.get((namespace, name))
+        return timer is not None and not timer.done()
+
+    async def _requeue(self, key: tuple[str, str], delay: float) -> None:
+        await asyncio.sleep(delay)
+        if self._timers.get(key) is asyncio.current_task():
+            del self._timers[key]
+        try:
+            await self(*key, coalesce=True)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            retry = retry_delay(exc)
+            logger.warning("timed reconcile of %s/%s failed: %s", *key, exc)
+            if retry is not None and key not in self._timers:
+                self.requeue(key, retry)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop everything kept for a TritonService that is gone."""
@@ -449,15 +623,20 @@ class Reconciler:
         poller = self._pollers.pop(key, None)
         if poller is not None:
             poller.cancel()
+        timer = self._timers.pop(key, None)
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
         if self.pinner is not None:
             self.pinner.forget(namespace, name)
         METRICS.forget(namespace, name)
 
     async def close(self) -> None:
-        for poller in self._pollers.values():
-            poller.cancel()
-        await asyncio.gather(*self._pollers.values(), return_exceptions=True)
+        tasks = [*self._pollers.values(), *self._timers.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._pollers.clear()
+        self._timers.clear()
 
     def _polls(self, ts: TritonService) -> bool:
         return (

@@ -13,12 +13,15 @@ import httpx2
 from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Pod, Secret, Service
+from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Secret, Service
 from lightkube.types import CascadeType, PatchType
 
 from triton_operator import FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
 
 TritonServiceResource: Any = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+HTTPRouteResource: Any = create_namespaced_resource(GATEWAY_GROUP, "v1", "HTTPRoute", "httproutes")
+GRPCRouteResource: Any = create_namespaced_resource(GATEWAY_GROUP, "v1", "GRPCRoute", "grpcroutes")
 
 RESOURCES: dict[str, Any] = {
     "Deployment": Deployment,
@@ -26,6 +29,8 @@ RESOURCES: dict[str, Any] = {
     "Service": Service,
     "Pod": Pod,
     KIND: TritonServiceResource,
+    "HTTPRoute": HTTPRouteResource,
+    "GRPCRoute": GRPCRouteResource,
 }
 
 
@@ -147,6 +152,38 @@ class Kube:
                 raise ObjectRejectedError(kind, str(metadata["name"]), str(exc.status.message)) from exc
             raise
         return _to_dict(result)
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """One object as stored now; None when it (or its kind, e.g. Gateway API routes) does not exist."""
+        try:
+            obj = await self.client.get(RESOURCES[kind], name, namespace=namespace)
+        except ApiError as exc:
+            if is_not_found(exc):
+                return None
+            raise
+        return _to_dict(obj)
+
+    async def scale(self, namespace: str, name: str, replicas: int) -> bool:
+        """Set a Deployment's spec.replicas and nothing else (merge patch); False when it is gone."""
+        try:
+            await self.client.patch(
+                Deployment,
+                name,
+                {"spec": {"replicas": replicas}},
+                namespace=namespace,
+                patch_type=PatchType.MERGE,
+                field_manager=self.field_manager,
+            )
+        except ApiError as exc:
+            if is_not_found(exc):
+                return False
+            raise
+        return True
+
+    async def post_event(self, event: Mapping[str, Any]) -> None:
+        """Create a core/v1 Event (built by core.objects.build_event)."""
+        obj: Any = Event.from_dict(dict(event))
+        await self.client.create(obj)
 
     async def delete(self, kind: str, namespace: str, name: str) -> bool:
         """Delete an object, its dependents in the background; False when it was already gone."""

@@ -15,7 +15,8 @@ REPOSITORY_READY = "RepositoryReady"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 PODS_SCHEDULED = "PodsScheduled"
-CONDITION_TYPES = (READY, REPOSITORY_READY, PROGRESSING, DEGRADED, PODS_SCHEDULED)
+TRAFFIC_ROUTED = "TrafficRouted"
+CONDITION_TYPES = (READY, REPOSITORY_READY, PROGRESSING, DEGRADED, PODS_SCHEDULED, TRAFFIC_ROUTED)
 
 TRUE = "True"
 FALSE = "False"
@@ -30,6 +31,7 @@ INVALID_SPEC = "InvalidSpec"
 ROLLOUT_IN_PROGRESS = "RolloutInProgress"
 REPLICAS_NOT_READY = "ReplicasNotReady"
 UNSCHEDULABLE = "Unschedulable"
+ROLLOUT_ABORTED = "RolloutAborted"
 # PodsScheduled
 SCHEDULED = "Scheduled"
 NO_PODS = "NoPods"
@@ -48,6 +50,11 @@ VOLUME_MOUNTED = "VolumeMounted"
 REPOSITORY_ERROR = "RepositoryError"
 MODELS_NOT_FOUND = "ModelsNotFound"
 CREDENTIALS_MISSING = "CredentialsMissing"
+# TrafficRouted (only with spec.rollout.trafficRouting.gatewayAPI)
+WEIGHTS_SET = "WeightsSet"
+ROUTE_NOT_FOUND = "RouteNotFound"
+ROUTE_NOT_REFERENCING = "RouteNotReferencing"
+ROUTE_INVALID = "RouteInvalid"
 
 MAX_MESSAGE = 1024
 
@@ -98,6 +105,11 @@ def set_condition(  # noqa: PLR0917 (the Kubernetes helper's shape)
         updated["observedGeneration"] = generation
     others = [dict(c) for c in conditions if c.get("type") != condition_type]
     return sorted([*others, updated], key=lambda c: _order(str(c.get("type"))))
+
+
+def drop_condition(conditions: Sequence[Mapping[str, Any]], condition_type: str) -> list[dict[str, Any]]:
+    """A new list without ``condition_type``."""
+    return [dict(c) for c in conditions if c.get("type") != condition_type]
 
 
 # ----------------------------------------------------------------- observations -> verdicts
@@ -182,12 +194,19 @@ def summarize_ready(
     plan: RevisionPlan | None,
     deployments: Mapping[str, DeploymentState],
     replicas: int,
+    aborted: str | None = None,
 ) -> Verdict:
-    """The Ready summary: True only when the current spec is served by all its replicas."""
+    """The Ready summary: True only when the current spec is served by all its replicas.
+
+    ``aborted`` (a message) says the spec's revision was rolled back: the stable one serves, but
+    not what the spec asks for.
+    """
     if invalid is not None or plan is None:
         return Verdict(FALSE, blocked_reason, invalid or "the spec is invalid")
     if scheduled.status == FALSE:
         return Verdict(FALSE, scheduled.reason, scheduled.message)
+    if aborted is not None:
+        return Verdict(FALSE, ROLLOUT_ABORTED, aborted)
     if plan.rolling is not None:
         return Verdict(
             FALSE,
@@ -205,6 +224,23 @@ def summarize_ready(
 
 # ----------------------------------------------------------------- the whole status
 
+# The rollout engine's bookkeeping (core.rollout.RolloutStatus.to_status), owned by the reconcile too.
+ROLLOUT_STATUS_FIELDS = (
+    "canaryWeight",
+    "currentStepIndex",
+    "stableSince",
+    "stepStartedAt",
+    "canaryStartedAt",
+    "waitingSince",
+    "promoting",
+    "pausedByUser",
+    "abortedRevision",
+    "abortedReason",
+    "abortedStepIndex",
+    "pinnedRevision",
+    "pinnedFor",
+    "handledRequests",
+)
 # Status fields this module computes (and the reconcile owns); others are left alone.
 OWNED_STATUS_FIELDS = (
     "observedGeneration",
@@ -216,7 +252,17 @@ OWNED_STATUS_FIELDS = (
     "models",
     "endpoints",
     "history",
+    *ROLLOUT_STATUS_FIELDS,
 )
+
+
+def compact(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Fields without unset values (None, false, empty maps and lists): left out is how SSA clears them.
+
+    The status is written by server-side apply: a field the operator owned and leaves out is
+    removed, so an unset value is left out rather than written as null or an empty default.
+    """
+    return {k: v for k, v in fields.items() if v is not None and v is not False and v not in ({}, [])}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,6 +284,16 @@ class Observation:
     models: Sequence[Mapping[str, Any]] = ()
     history_limit: int = 3
     created: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    rollout: Mapping[str, Any] | None = None
+    """The rollout engine's status fields (camelCase, history included); None: history from ``plan``."""
+    progressing: Verdict | None = None
+    """The rollout engine's Progressing; None: computed from ``plan`` and the Deployments."""
+    rollout_degraded: Verdict | None = None
+    """The rollout engine's Degraded: it wins when True, else failing pods make Degraded True."""
+    aborted: str | None = None
+    """Why the spec's revision was rolled back (Ready=False/RolloutAborted); None when it was not."""
+    traffic: Verdict | None = None
+    """TrafficRouted (Gateway API routes); None removes the condition."""
 
 
 def _history(previous: Sequence[Mapping[str, Any]], obs: Observation) -> list[dict[str, Any]]:
@@ -306,14 +362,26 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
     if obs.repository is not None:
         put(REPOSITORY_READY, obs.repository)
     put(PODS_SCHEDULED, scheduled)
-    put(DEGRADED, degraded(obs.pods, obs.deployments, revisions))
-    put(PROGRESSING, progressing(plan, by_revision, obs.replicas))
+    failing = degraded(obs.pods, obs.deployments, revisions)
+    if obs.rollout_degraded is not None and (obs.rollout_degraded.status == TRUE or failing.status != TRUE):
+        failing = obs.rollout_degraded
+    put(DEGRADED, failing)
+    put(PROGRESSING, obs.progressing or progressing(plan, by_revision, obs.replicas))
     put(
         READY,
         summarize_ready(
-            invalid=None, scheduled=scheduled, plan=plan, deployments=by_revision, replicas=obs.replicas
+            invalid=None,
+            scheduled=scheduled,
+            plan=plan,
+            deployments=by_revision,
+            replicas=obs.replicas,
+            aborted=obs.aborted,
         ),
     )
+    if obs.traffic is not None:
+        put(TRAFFIC_ROUTED, obs.traffic)
+    else:
+        conditions = drop_condition(conditions, TRAFFIC_ROUTED)
     status["conditions"] = conditions
     if plan.stable:
         status["stableRevision"] = plan.stable
@@ -327,6 +395,9 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
         status["models"] = [{**m, "ready": ready > 0} for m in obs.models]
     if obs.endpoints:
         status["endpoints"] = dict(obs.endpoints)
+    if obs.rollout is not None:
+        status.update(compact({k: v for k, v in obs.rollout.items() if k in OWNED_STATUS_FIELDS}))
+        return status
     history = _history(previous.get("history") or [], obs)
     if history:
         status["history"] = history

@@ -14,6 +14,8 @@ from triton_operator import FIELD_MANAGER, GROUP, KIND, VERSION
 from triton_operator.core.manifest import StoreRef, manifest_to_json, model_sources, unpinned_manifest
 from triton_operator.core.modelconfig import ModelConfigError, build_config_pbtxt
 from triton_operator.core.revision import revision_hash
+from triton_operator.core.rollout import RolloutPlan
+from triton_operator.core.traffic import Role, build_revision_service, revision_service_name
 from triton_operator.core.validation import errors_from_validation, validate_spec
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
@@ -556,7 +558,7 @@ FAILING_WAIT_REASONS = frozenset(
 
 @dataclasses.dataclass(frozen=True)
 class RevisionPlan:
-    """What to do with revision Deployments; core.rollout may replace decide_revisions."""
+    """Which revisions serve, as the status reports them (built from core.rollout's plan)."""
 
     replicas: Mapping[str, int]
     """Revisions to apply, with their replicas; revisions absent here and from delete stay as they are."""
@@ -568,37 +570,6 @@ class RevisionPlan:
     """The new revision not yet promoted (None when the desired revision is stable)."""
     retired: tuple[str, ...] = ()
     """Revisions that were stable and are deleted now: they join status.history."""
-
-
-def decide_revisions(
-    desired: str,
-    replicas: int,
-    observed: Sequence[DeploymentState],
-    stable_hint: str | None,
-) -> RevisionPlan:
-    """One revision at a time: the new revision runs beside the stable one until fully Ready.
-
-    - Nothing else exists (first revision): the desired revision is stable at once.
-    - The desired revision is stable: scale it to ``replicas``, delete every other revision.
-    - Otherwise the desired revision rolls out at full ``replicas`` beside the untouched stable one;
-      other revisions (abandoned rollouts) are deleted; once the desired one is complete it is
-      promoted and the old stable one is deleted and retired.
-    """
-    by_revision = {d.revision: d for d in observed}
-    stable = stable_hint if stable_hint in by_revision else None
-    if stable is None:
-        # Status lost or stable Deployment gone: whatever serves most keeps serving meanwhile.
-        others = [d for d in observed if d.revision != desired]
-        stable = max(others, key=lambda d: (d.ready_replicas, d.name)).revision if others else desired
-    if stable == desired:
-        delete = tuple(r for r in sorted(by_revision) if r != desired)
-        return RevisionPlan(replicas={desired: replicas}, delete=delete, stable=desired)
-    current = by_revision.get(desired)
-    if current is not None and current.complete(replicas):
-        delete = tuple(r for r in sorted(by_revision) if r != desired)
-        return RevisionPlan(replicas={desired: replicas}, delete=delete, stable=desired, retired=(stable,))
-    delete = tuple(r for r in sorted(by_revision) if r not in (desired, stable))
-    return RevisionPlan(replicas={desired: replicas}, delete=delete, stable=stable, rolling=desired)
 
 
 # ----------------------------------------------------------------- everything at once
@@ -624,6 +595,130 @@ def build_objects(
         objects.append(build_deployment(ts, revision, settings, replicas[revision]))
     objects.append(build_service(ts))
     return objects
+
+
+@dataclasses.dataclass(frozen=True)
+class Actions:
+    """What the reconcile writes for one rollout plan (routes and status aside), in this order."""
+
+    apply: tuple[dict[str, Any], ...]
+    """Whole objects to server-side apply: the spec's revision (ConfigMap, Deployment), then Services."""
+    scale: Mapping[str, int]
+    """Deployment name -> spec.replicas for the revisions other than the spec's, where it differs."""
+    delete: tuple[tuple[str, str], ...]
+    """(kind, name) to delete: Deployments and ConfigMaps of revisions let go, unused revision Services."""
+
+
+def _revision_of(obj: Mapping[str, Any]) -> str | None:
+    revision = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION)
+    return str(revision) if revision else None
+
+
+def plan_actions(
+    ts: TritonService,
+    settings: Settings,
+    revision: str,
+    plan: RolloutPlan,
+    *,
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+    deployments: Sequence[Mapping[str, Any]],
+    configmaps: Sequence[Mapping[str, Any]],
+    revision_services: bool = False,
+) -> Actions:
+    """The writes that carry out ``plan`` for the spec's ``revision``.
+
+    Only the spec's own revision can be rendered (ConfigMap and Deployment in full). Any other
+    revision the plan keeps (the stable one being replaced, history, an undo target) was rendered
+    from an earlier spec: only its Deployment's spec.replicas changes, and its ConfigMap stays as
+    it is, so an undo serves the same bytes. A revision whose Deployment is gone cannot be rebuilt.
+    ``revision_services``: `<name>-stable`/`<name>-canary` may exist (they are deleted when the
+    spec no longer routes through Gateway API).
+    """
+    apply: list[dict[str, Any]] = []
+    if revision in plan.replicas:
+        apply.append(build_configmap(ts, revision, configs, manifest_json))
+        apply.append(build_deployment(ts, revision, settings, plan.replicas[revision]))
+    apply.append(build_service(ts))
+    delete: list[tuple[str, str]] = []
+    routing = ts.spec.rollout.traffic_routing
+    if routing is not None and routing.gateway_api is not None:
+        owner = build_owner_reference({"metadata": ts.metadata})
+        roles: tuple[tuple[Role, str | None], ...] = (
+            ("stable", plan.stable_service_revision),
+            ("canary", plan.canary_service_revision or plan.stable_service_revision),
+        )
+        for role, selected in roles:
+            if selected:
+                apply.append(
+                    build_revision_service(
+                        ts.name, ts.namespace, role, selected, owner_ref=owner, labels=build_labels(ts)
+                    )
+                )
+    elif revision_services:
+        delete += [("Service", revision_service_name(ts.name, role)) for role in ("stable", "canary")]
+
+    scale: dict[str, int] = {}
+    for deployment in deployments:
+        rev = _revision_of(deployment)
+        if rev is None or rev == revision or rev not in plan.replicas:
+            continue
+        if int((deployment.get("spec") or {}).get("replicas", 1)) != plan.replicas[rev]:
+            scale[str(deployment["metadata"]["name"])] = plan.replicas[rev]
+    for rev in plan.delete:
+        delete += [("Deployment", object_name(ts, rev)), ("ConfigMap", object_name(ts, rev))]
+    for configmap in configmaps:
+        rev = _revision_of(configmap)
+        name = str((configmap.get("metadata") or {}).get("name", ""))
+        if rev not in plan.replicas and ("ConfigMap", name) not in delete:
+            delete.append(("ConfigMap", name))
+    return Actions(apply=tuple(apply), scale=scale, delete=tuple(delete))
+
+
+# ----------------------------------------------------------------- events
+
+
+EVENT_MESSAGE_MAX = 1024
+
+
+def build_event(
+    ts_metadata: Mapping[str, Any],
+    event_type: str,
+    reason: str,
+    message: str,
+    *,
+    now: str,
+    component: str = MANAGED_BY,
+) -> dict[str, Any]:
+    """A core/v1 Event about a TritonService (``kubectl describe`` and ``kubectl get events`` show it)."""
+    name = str(ts_metadata.get("name", ""))
+    namespace = str(ts_metadata.get("namespace", "default"))
+    involved: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": name,
+        "namespace": namespace,
+    }
+    for key in ("uid", "resourceVersion"):
+        if ts_metadata.get(key):
+            involved[key] = str(ts_metadata[key])
+    if len(message) > EVENT_MESSAGE_MAX:
+        message = message[: EVENT_MESSAGE_MAX - 3] + "..."
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "involvedObject": involved,
+        "type": event_type,
+        "reason": reason,
+        "message": message,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": component,
+    }
 
 
 def unpinned_manifest_json(ts: TritonService) -> str:

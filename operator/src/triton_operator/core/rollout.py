@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from triton_operator import GROUP
-from triton_operator.core.traffic import TrafficWeights
+from triton_operator.core.traffic import LABEL_REVISION, TrafficWeights
 from triton_operator.models import CanaryStep, Rollout, SetHeaderRoute, Strategy
 
 # =====================================================================================================
@@ -504,6 +504,23 @@ def revision_state(
     )
 
 
+def observe_revisions(
+    deployments: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+) -> dict[str, RevisionState]:
+    """Every revision Deployment of a TritonService (by its revision label) with its own pods."""
+    by_revision: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        revision = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION)
+        if revision:
+            by_revision.setdefault(str(revision), []).append(pod)
+    out: dict[str, RevisionState] = {}
+    for deployment in deployments:
+        revision = ((deployment.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION)
+        if revision:
+            out[str(revision)] = revision_state(deployment, by_revision.get(str(revision), ()))
+    return out
+
+
 # ----------------------------------------------------------------- control annotations
 
 
@@ -518,6 +535,14 @@ def parse_control_requests(annotations: Mapping[str, str] | None) -> tuple[Contr
         target = annotations.get(UNDO_TARGET_ANNOTATION) if action == "undo" else None
         out.append(ControlRequest(action=action, request_id=str(request_id), to_revision=target or None))
     return tuple(out)
+
+
+def pending_requests(
+    annotations: Mapping[str, str] | None, status: Mapping[str, Any] | None
+) -> tuple[ControlRequest, ...]:
+    """The control requests of the annotations that status.handledRequests does not record yet."""
+    handled = RolloutStatus.from_status(status).handled_requests
+    return tuple(r for r in parse_control_requests(annotations) if handled.get(r.action) != r.request_id)
 
 
 def control_annotations(
