@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from triton_operator.adapters.kube import Kube, ObjectRejectedError, Owned, retry_delay
+from triton_operator.adapters.kube import ConflictError, Kube, ObjectRejectedError, Owned, retry_delay
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.adapters.storage.base import StoreError
 from triton_operator.core import conditions as cond
@@ -61,6 +61,7 @@ from triton_operator.core.traffic import (
     build_route_patch,
     references_services,
     revision_service_name,
+    route_merge_patch,
 )
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
@@ -379,12 +380,6 @@ async def reconcile(
     except ObjectRejectedError as exc:
         # The schema let something through that the API server refuses (e.g. a malformed volume).
         return await refuse(str(exc))
-    for deployment, replicas in sorted(actions.scale.items()):
-        logger.info("scaling Deployment %s/%s to %d", namespace, deployment, replicas)
-        await kube.scale(namespace, deployment, replicas)
-    for kind, gone in actions.delete:
-        if await kube.delete(kind, namespace, gone):
-            logger.info("deleted %s %s/%s", kind, namespace, gone)
     traffic = await _route_traffic(kube, ts, plan)
 
     rs = plan.status
@@ -415,7 +410,16 @@ async def reconcile(
             traffic=traffic.verdict if traffic is not None else None,
         ),
     )
+    # The status records a decision before its effects show: the other revisions are scaled (the
+    # old stable down at a flip) and deleted only once it is written, so whoever sees a revision
+    # scaled down also finds the status that says why.
     written = await _write_status(kube, namespace, name, previous, status)
+    for deployment, replicas in sorted(actions.scale.items()):
+        logger.info("scaling Deployment %s/%s to %d", namespace, deployment, replicas)
+        await kube.scale(namespace, deployment, replicas)
+    for kind, gone in actions.delete:
+        if await kube.delete(kind, namespace, gone):
+            logger.info("deleted %s %s/%s", kind, namespace, gone)
     # Events after the status: a crash in between loses an event rather than repeating one (the
     # engine emits each event once, in the call whose status records the change).
     for event in plan.events:
@@ -455,46 +459,73 @@ ROUTE_RETRY_SECONDS = 30.0
 
 
 async def _route_traffic(kube: Kube, ts: TritonService, plan: RolloutPlan) -> Traffic | None:
-    """Write the weights (and the A/B rule) into the user's HTTPRoute and GRPCRoute, if any are named."""
+    """Write the weights (and the A/B rule) into the user's HTTPRoute and GRPCRoute, if any are named.
+
+    Every named route is handled on its own: one missing route does not hold back the other. A
+    route that is missing or points at neither revision Service is looked at again after
+    ROUTE_RETRY_SECONDS (routes are not watched).
+    """
     routing = ts.spec.rollout.traffic_routing
     gateway = routing.gateway_api if routing is not None else None
     if gateway is None:
         return None
-    stable_svc = revision_service_name(ts.name, "stable")
-    canary_svc = revision_service_name(ts.name, "canary")
     routes: list[tuple[RouteKind, str]] = []
     if gateway.http_route:
         routes.append(("HTTPRoute", gateway.http_route))
     if gateway.grpc_route:
         routes.append(("GRPCRoute", gateway.grpc_route))
     if not routes:
-        return Traffic(
-            cond.Verdict(
-                cond.FALSE,
-                cond.ROUTE_NOT_FOUND,
-                "spec.rollout.trafficRouting.gatewayAPI names no httpRoute or grpcRoute",
-            )
-        )
+        message = "spec.rollout.trafficRouting.gatewayAPI names no httpRoute or grpcRoute"
+        return Traffic(cond.Verdict(cond.FALSE, cond.ROUTE_NOT_FOUND, message))
+    done: list[str] = []
+    problems: list[tuple[str, str]] = []
+    retry: float | None = None
+    for kind, route_name in routes:
+        where = f"{kind} {ts.namespace}/{route_name}"
+        problem = await _set_route(kube, ts, plan, kind, route_name)
+        if problem is None:
+            done.append(where)
+            continue
+        problems.append(problem)
+        if problem[0] in (cond.ROUTE_NOT_FOUND, cond.ROUTE_NOT_REFERENCING):
+            retry = ROUTE_RETRY_SECONDS
+    if problems:
+        message = "; ".join(m for _, m in problems)
+        if done:
+            message += f"; weights set on {', '.join(done)}"
+        return Traffic(cond.Verdict(cond.FALSE, problems[0][0], message), retry)
     weights = f"stable {plan.weights.stable}% / canary {plan.weights.canary}%"
     if plan.header_route is not None:
         weights += f", header route {plan.header_route.name} to the canary"
-    done: list[str] = []
-    for kind, route_name in routes:
-        where = f"{kind} {ts.namespace}/{route_name}"
+    return Traffic(cond.Verdict(cond.TRUE, cond.WEIGHTS_SET, f"{', '.join(done)}: {weights}"))
+
+
+ROUTE_WRITE_ATTEMPTS = 3
+
+
+async def _set_route(
+    kube: Kube, ts: TritonService, plan: RolloutPlan, kind: RouteKind, route_name: str
+) -> tuple[str, str] | None:
+    """Set the plan's weights on one route: None when done, else (TrafficRouted reason, message)."""
+    where = f"{kind} {ts.namespace}/{route_name}"
+    stable_svc = revision_service_name(ts.name, "stable")
+    canary_svc = revision_service_name(ts.name, "canary")
+    missing = (
+        cond.ROUTE_NOT_FOUND,
+        f"{where} does not exist: create it with a backendRef to Service {stable_svc} "
+        "(the operator sets the weights of existing routes, it never creates one)",
+    )
+    for _ in range(ROUTE_WRITE_ATTEMPTS):
         existing = await kube.get(kind, ts.namespace, route_name)
         if existing is None:
-            message = (
-                f"{where} does not exist: create it with a backendRef to Service {stable_svc} "
-                "(the operator sets the weights of existing routes, it never creates one)"
-            )
-            return Traffic(cond.Verdict(cond.FALSE, cond.ROUTE_NOT_FOUND, message), ROUTE_RETRY_SECONDS)
+            return missing
         if (existing.get("spec") or {}).get("rules") and not references_services(
             existing, ts.namespace, stable_svc, canary_svc
         ):
             message = f"{where} has no backendRef to Service {stable_svc} or {canary_svc}: nothing to weigh"
-            return Traffic(cond.Verdict(cond.FALSE, cond.ROUTE_NOT_REFERENCING, message), ROUTE_RETRY_SECONDS)
+            return cond.ROUTE_NOT_REFERENCING, message
         try:
-            patch = build_route_patch(
+            body = build_route_patch(
                 kind,
                 route_name,
                 ts.namespace,
@@ -504,11 +535,15 @@ async def _route_traffic(kube: Kube, ts: TritonService, plan: RolloutPlan) -> Tr
                 weights=plan.weights,
                 header_route=plan.header_route,
             )
-            await kube.apply(patch)
+            patched = await kube.merge_patch(
+                kind, ts.namespace, route_name, route_merge_patch(body, existing)
+            )
+        except ConflictError:
+            continue  # changed since it was read (a user's edit): read it again
         except (TrafficError, ObjectRejectedError) as exc:
-            return Traffic(cond.Verdict(cond.FALSE, cond.ROUTE_INVALID, f"{where}: {exc}"))
-        done.append(where)
-    return Traffic(cond.Verdict(cond.TRUE, cond.WEIGHTS_SET, f"{', '.join(done)}: {weights}"))
+            return cond.ROUTE_INVALID, f"{where}: {exc}"
+        return missing if patched is None else None
+    return cond.ROUTE_INVALID, f"{where} kept changing while its weights were written"
 
 
 async def _write_status(

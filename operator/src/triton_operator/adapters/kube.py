@@ -48,6 +48,15 @@ class ObjectRejectedError(Exception):
         self.message = message
 
 
+class ConflictError(Exception):
+    """A conditional write found the object changed since it was read (409)."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(f"{kind} {name} changed while it was being written")
+        self.kind = kind
+        self.name = name
+
+
 def retry_delay(exc: BaseException) -> float | None:
     """Seconds to wait before retrying after ``exc`` when it is an API or network failure, else None."""
     if isinstance(exc, ApiError):
@@ -162,6 +171,33 @@ class Kube:
                 return None
             raise
         return _to_dict(obj)
+
+    async def merge_patch(
+        self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """JSON merge patch under our field manager; None when the object is gone (never creates one).
+
+        A metadata.resourceVersion in ``patch`` makes it conditional: ConflictError when the object
+        changed since that version. Raises ObjectRejectedError when the result is invalid.
+        """
+        try:
+            result = await self.client.patch(
+                RESOURCES[kind],
+                name,
+                dict(patch),
+                namespace=namespace,
+                patch_type=PatchType.MERGE,
+                field_manager=self.field_manager,
+            )
+        except ApiError as exc:
+            if is_not_found(exc):
+                return None
+            if exc.status.code == 409:
+                raise ConflictError(kind, name) from exc
+            if exc.status.code == 422:
+                raise ObjectRejectedError(kind, name, str(exc.status.message)) from exc
+            raise
+        return _to_dict(result)
 
     async def scale(self, namespace: str, name: str, replicas: int) -> bool:
         """Set a Deployment's spec.replicas and nothing else (merge patch); False when it is gone."""

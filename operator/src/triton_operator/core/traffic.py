@@ -23,13 +23,16 @@ from triton_operator.models import HeaderMatch, SetHeaderRoute
 #
 # Field ownership. HTTPRoute and GRPCRoute declare spec.rules (and each rule's backendRefs and
 # matches) as `x-kubernetes-list-type: atomic` (gateway-api v1.x CRDs): server-side apply cannot
-# own one weight inside the list, only the whole list. So the operator applies the whole
+# own one weight inside the list, only the whole list. So the operator writes the whole
 # spec.rules list, rebuilt from the route as it is now (`existing_route`): the user's rules are
 # copied unchanged except that backendRefs naming `<name>-stable` or `<name>-canary` are replaced
 # by the two weighted refs. A/B header routes are extra rules put first, sending matching
 # requests to the canary only; their count is recorded in the annotation HEADER_RULES_ANNOTATION
-# (a map key, owned on its own) so the next apply drops them before copying the user's rules.
-# Consequences: the operator's field manager owns spec.rules after the first apply; a user who
+# (a map key, owned on its own) so the next write drops them before copying the user's rules.
+# The write is a merge patch carrying the resourceVersion that was read (route_merge_patch): a
+# route changed since it was read is not overwritten (409, read again), and a route deleted
+# meanwhile is not re-created (404), which a server-side apply would do.
+# Consequences: the operator's field manager owns spec.rules after the first write; a user who
 # edits rules with a plain update (kubectl edit/apply) keeps working because every reconcile
 # copies what is there; a GitOps tool applying the route server-side must ignore the weights
 # (e.g. Argo CD ignoreDifferences on .spec.rules) or it fights the operator.
@@ -302,3 +305,22 @@ def build_route_patch(
         "metadata": body_metadata,
         "spec": {"rules": all_rules},
     }
+
+
+def route_merge_patch(route_patch: Mapping[str, Any], existing_route: Mapping[str, Any]) -> dict[str, Any]:
+    """``build_route_patch``'s body as a JSON merge patch, conditional on the route not having changed.
+
+    The patch carries the resourceVersion of ``existing_route`` (the API server refuses it with
+    409 when the route changed since, and with 404 when it is gone: never re-created), the whole
+    spec.rules list, and our annotation: set when the body has it, else removed (null) if present.
+    """
+    existing_metadata = existing_route.get("metadata") or {}
+    metadata: dict[str, Any] = {}
+    if existing_metadata.get("resourceVersion"):
+        metadata["resourceVersion"] = str(existing_metadata["resourceVersion"])
+    ours = (route_patch.get("metadata") or {}).get("annotations") or {}
+    if HEADER_RULES_ANNOTATION in ours:
+        metadata["annotations"] = {HEADER_RULES_ANNOTATION: ours[HEADER_RULES_ANNOTATION]}
+    elif HEADER_RULES_ANNOTATION in (existing_metadata.get("annotations") or {}):
+        metadata["annotations"] = {HEADER_RULES_ANNOTATION: None}
+    return {"metadata": metadata, "spec": {"rules": copy.deepcopy(route_patch["spec"]["rules"])}}
