@@ -184,7 +184,7 @@ def test_crd_rejects_invalid_tritonservice_at_admission(  # noqa: PLR0917 (fixtu
     assert not list(kube.list(TS, namespace=namespace))
 
 
-@pytest.mark.parametrize("example", ["tiny.yaml", "resnet.yaml"])
+@pytest.mark.parametrize("example", ["tiny.yaml", "resnet.yaml", "canary-gateway.yaml"])
 def test_examples_pass_admission(namespace: str, kubectl: str | None, cluster: Path, example: str) -> None:
     if kubectl is None:
         pytest.skip("no kubectl to run a server-side dry run with")

@@ -72,6 +72,16 @@ def revised(body: dict[str, Any], **spec: Any) -> dict[str, Any]:
     return out
 
 
+def as_dict(obj: Any) -> dict[str, Any]:
+    """A lightkube object as the API returns it (camelCase dict)."""
+    out: dict[str, Any] = obj.to_dict()
+    return out
+
+
+def revision_of(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["labels"][REVISION_LABEL])
+
+
 def apply(kube: Client, body: dict[str, Any]) -> dict[str, Any]:
     result = kube.patch(
         TS,
@@ -82,8 +92,7 @@ def apply(kube: Client, body: dict[str, Any]) -> dict[str, Any]:
         field_manager="e2e-user",
         force=True,
     )
-    out: dict[str, Any] = result.to_dict()
-    return out
+    return as_dict(result)
 
 
 def route(kind: str, name: str, namespace: str, service: str) -> dict[str, Any]:
@@ -202,19 +211,17 @@ class Trail:
     def snap(self) -> Snap:
         # Deployments and pods first, the TritonService last: the operator writes its status before
         # it scales other revisions, so a scale-down seen here comes with the status that made it.
-        labels = {SERVICE_LABEL: self.name}
-        deployments = {
-            d.metadata.labels[REVISION_LABEL]: d.to_dict()
-            for d in self.kube.list(Deployment, namespace=self.namespace, labels=labels)
-        }
+        labels: dict[str, Any] = {SERVICE_LABEL: self.name}
+        found = self.kube.list(Deployment, namespace=self.namespace, labels=labels)
+        deployments = {revision_of(d): d for d in map(as_dict, found)}
         pods: dict[str, list[dict[str, Any]]] = {}
-        for p in self.kube.list(Pod, namespace=self.namespace, labels=labels):
-            pods.setdefault(p.metadata.labels[REVISION_LABEL], []).append(p.to_dict())
-        ts = self.kube.get(TS, self.name, namespace=self.namespace).to_dict()
+        for p in map(as_dict, self.kube.list(Pod, namespace=self.namespace, labels=labels)):
+            pods.setdefault(revision_of(p), []).append(p)
+        ts = as_dict(self.kube.get(TS, self.name, namespace=self.namespace))
         routes = {}
         for kind, route_name in self.routes.items():
             resource = HTTPROUTE if kind == "HTTPRoute" else GRPCROUTE
-            routes[kind] = self.kube.get(resource, route_name, namespace=self.namespace).to_dict()
+            routes[kind] = as_dict(self.kube.get(resource, route_name, namespace=self.namespace))
         snap = Snap(ts=ts, deployments=deployments, pods=pods, routes=routes, at=time.monotonic())
         for check in self.invariants:
             check(snap)
@@ -407,7 +414,8 @@ def test_canary_steps_wait_for_ready_pods_and_promote(
     assert [h["revision"] for h in status["history"]] == [a]
     assert done.replicas(a) == 0
     assert {
-        c.metadata.name for c in kube.list(ConfigMap, namespace=namespace, labels={SERVICE_LABEL: "canary"})
+        as_dict(c)["metadata"]["name"]
+        for c in kube.list(ConfigMap, namespace=namespace, labels={SERVICE_LABEL: "canary"})
     } == {
         f"canary-{a}",
         f"canary-{b}",
@@ -506,7 +514,9 @@ def test_canary_never_ready_rolls_back_at_the_progress_deadline(
 # ----------------------------------------------------------------- (c) abort, then retry
 
 
-def test_abort_in_the_middle_then_retry(kube: Client, namespace: str, operator: Any, cluster: Path) -> None:
+def test_pause_resume_abort_in_the_middle_then_retry(
+    kube: Client, namespace: str, operator: Any, cluster: Path
+) -> None:
     steps = [{"setWeight": 25}, {"pause": {}}, {"setWeight": 75}, {"pause": {}}]
     body = tritonservice("halted", namespace, replicas=4, rollout={"steps": steps})
     trail, first = start(kube, namespace, body, replicas=4)
@@ -517,6 +527,18 @@ def test_abort_in_the_middle_then_retry(kube: Client, namespace: str, operator: 
     s = trail.at_step(1)
     b = s.status["canaryRevision"]
     assert s.settled(b, 1) and s.status["canaryWeight"] == 25
+
+    # pause and resume by request: the rollout holds, says so, and carries on where it was
+    kubectl_triton(cluster, "pause", "halted", "-n", namespace)
+    s = trail.at_step(1, reason="RolloutPaused")
+    assert s.status["pausedByUser"] is True
+    assert "pause request; kubectl triton resume" in s.message("Progressing")
+    assert "Paused:    yes (kubectl triton pause)" in kubectl_triton(
+        cluster, "status", "halted", "-n", namespace
+    )
+    kubectl_triton(cluster, "resume", "halted", "-n", namespace)
+    s = trail.at_step(1)
+    assert "pausedByUser" not in s.status and s.status["canaryWeight"] == 25
     kubectl_triton(cluster, "promote", "halted", "-n", namespace)
     s = trail.at_step(3)
     assert s.settled(b, 3) and s.status["canaryWeight"] == 75
@@ -528,7 +550,7 @@ def test_abort_in_the_middle_then_retry(kube: Client, namespace: str, operator: 
     assert "aborted at step 3: aborted by request" in s.message("Degraded")
     assert s.cond("Progressing") == ("False", "RolloutAborted")
     assert "canaryRevision" not in s.status
-    assert s.status["handledRequests"].keys() == {"promote", "abort"}
+    assert s.status["handledRequests"].keys() == {"pause", "resume", "promote", "abort"}
     table = kubectl_triton(cluster, "get", "halted", "-n", namespace)
     assert f"{b} (aborted)" in table, table
 
@@ -547,6 +569,8 @@ def test_abort_in_the_middle_then_retry(kube: Client, namespace: str, operator: 
     assert [r for r in reasons(kube, namespace, "halted") if r != "StepCompleted"] == [
         "RevisionDeployed",
         "RolloutStarted",
+        "RolloutPaused",
+        "RolloutResumed",
         "RolloutAborted",
         "RolloutRetried",
         "RolloutStarted",
@@ -626,7 +650,7 @@ def test_gateway_api_route_weights_follow_the_steps(
 ) -> None:
     create_route(kube, route("HTTPRoute", "web", namespace, "split"))
     create_route(kube, route("GRPCRoute", "rpc", namespace, "split"))
-    steps = [{"setWeight": 20}, {"pause": {}}, {"setWeight": 60}, {"pause": {}}]
+    steps: list[dict[str, Any]] = [{"setWeight": 20}, {"pause": {}}, {"setWeight": 60}, {"pause": {}}]
     body = tritonservice("split", namespace, replicas=4, rollout=gateway_spec(steps))
     trail, first = start(kube, namespace, body, replicas=4, HTTPRoute="web", GRPCRoute="rpc")
     a = first.status["stableRevision"]
@@ -634,8 +658,8 @@ def test_gateway_api_route_weights_follow_the_steps(
     def services(s: Snap) -> dict[str, str]:
         out = {}
         for role in ("stable", "canary"):
-            svc = kube.get(Service, f"split-{role}", namespace=namespace)
-            out[role] = svc.spec.selector[REVISION_LABEL]
+            svc = as_dict(kube.get(Service, f"split-{role}", namespace=namespace))
+            out[role] = svc["spec"]["selector"][REVISION_LABEL]
         return out
 
     def expect(s: Snap, stable: int, canary: int) -> None:
@@ -695,7 +719,7 @@ def test_set_header_route_sends_matching_requests_to_the_canary(
     create_route(kube, route("HTTPRoute", "web", namespace, "ab"))
     create_route(kube, route("GRPCRoute", "rpc", namespace, "ab"))
     header = {"name": "beta", "match": [{"headerName": "x-canary", "headerValue": {"exact": "yes"}}]}
-    steps = [{"setWeight": 10}, {"setHeaderRoute": header}, {"pause": {}}]
+    steps: list[dict[str, Any]] = [{"setWeight": 10}, {"setHeaderRoute": header}, {"pause": {}}]
     body = tritonservice("ab", namespace, replicas=2, rollout=gateway_spec(steps))
     trail, first = start(kube, namespace, body, replicas=2, HTTPRoute="web", GRPCRoute="rpc")
     a = first.status["stableRevision"]
@@ -832,7 +856,8 @@ def test_undo_and_gitops_revert_restore_the_exact_earlier_revision(
     s = trail.steady(b, replicas=2)
     assert [h["revision"] for h in s.status["history"]] == [a]
     assert (
-        "max_batch_size: 4" in kube.get(ConfigMap, f"undo-{b}", namespace=namespace).data["add.config.pbtxt"]
+        "max_batch_size: 4"
+        in as_dict(kube.get(ConfigMap, f"undo-{b}", namespace=namespace))["data"]["add.config.pbtxt"]
     )
 
     # kubectl triton undo: back to a, exactly: no steps, the same ConfigMap, never rewritten

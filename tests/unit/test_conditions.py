@@ -258,3 +258,95 @@ def test_unschedulable_pods_make_ready_false() -> None:
     assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
     assert "Insufficient nvidia.com/gpu" in scheduled["message"]
     assert (conds(status)["Ready"]["status"], conds(status)["Ready"]["reason"]) == ("False", "Unschedulable")
+
+
+# ----------------------------------------------------------------- with the rollout engine's verdicts
+
+ROLLOUT_FIELDS: dict[str, Any] = {
+    "stableRevision": "a",
+    "canaryRevision": "b",
+    "canaryWeight": 0,
+    "currentStepIndex": 0,
+    "stepStartedAt": T0,
+    "waitingSince": None,
+    "promoting": False,
+    "pausedByUser": False,
+    "handledRequests": {},
+    "history": [],
+}
+ROLLING = RevisionPlan(replicas={"a": 2, "b": 1}, stable="a", rolling="b")
+
+
+def test_rollout_fields_are_written_without_unset_values() -> None:
+    status = c.build_status({}, observation(plan=ROLLING, rollout=ROLLOUT_FIELDS))
+    assert (status["canaryWeight"], status["currentStepIndex"], status["stepStartedAt"]) == (0, 0, T0)
+    for unset in ("waitingSince", "promoting", "pausedByUser", "handledRequests", "history"):
+        assert unset not in status, unset  # left out: server-side apply removes what was ours
+    assert c.compact({"a": 0, "b": None, "c": False, "d": {}, "e": [], "f": True}) == {"a": 0, "f": True}
+    # an invalid spec applies nothing: the rollout's bookkeeping stays as it was
+    bad = c.build_status(status, c.Observation(generation=5, now=T1, invalid="spec.x: bad"))
+    assert {k: bad.get(k) for k in c.ROLLOUT_STATUS_FIELDS} == {
+        k: status.get(k) for k in c.ROLLOUT_STATUS_FIELDS
+    }
+    # a change of a bookkeeping field alone is a change to write
+    later = c.build_status(
+        status, observation(plan=ROLLING, rollout={**ROLLOUT_FIELDS, "currentStepIndex": 1})
+    )
+    assert c.status_changed(status, later)
+    assert not c.status_changed(
+        later,
+        c.build_status(later, observation(plan=ROLLING, rollout={**ROLLOUT_FIELDS, "currentStepIndex": 1})),
+    )
+
+
+def test_rollout_verdicts_override_progressing_and_degraded() -> None:
+    paused = c.Verdict(c.FALSE, "StepPaused", "step 1/4: paused until promoted")
+    fine = c.Verdict(c.FALSE, c.AS_EXPECTED, "no rollout failed")
+    crash = PodState(name="p", revision="a", waiting_reason="ImagePullBackOff", waiting_message="pull")
+    status = c.build_status(
+        {},
+        observation(
+            plan=ROLLING, rollout=ROLLOUT_FIELDS, progressing=paused, rollout_degraded=fine, pods=[crash]
+        ),
+    )
+    assert (conds(status)["Progressing"]["reason"], conds(status)["Progressing"]["status"]) == (
+        "StepPaused",
+        "False",
+    )
+    # failing pods still make Degraded True when the rollout itself is fine
+    assert (conds(status)["Degraded"]["status"], conds(status)["Degraded"]["reason"]) == (
+        "True",
+        c.PODS_FAILING,
+    )
+    aborted = c.Verdict(c.TRUE, "ProgressDeadlineExceeded", "rollout of revision b aborted at step 0")
+    status = c.build_status(
+        {},
+        observation(
+            plan=RevisionPlan(replicas={"a": 2, "b": 0}, stable="a"),
+            rollout={**ROLLOUT_FIELDS, "canaryRevision": None, "abortedRevision": "b"},
+            progressing=c.Verdict(c.FALSE, "RolloutAborted", "aborted"),
+            rollout_degraded=aborted,
+            aborted=aborted.message,
+            pods=[crash],
+        ),
+    )
+    got = {t: (x["status"], x["reason"]) for t, x in conds(status).items()}
+    assert got["Degraded"] == ("True", "ProgressDeadlineExceeded")  # the rollout's reason wins
+    assert got["Ready"] == ("False", c.ROLLOUT_ABORTED)  # the stable serves, not what the spec asks
+    assert conds(status)["Ready"]["message"] == aborted.message
+    assert status["abortedRevision"] == "b" and "canaryRevision" not in status
+
+
+def test_traffic_routed_is_set_and_removed() -> None:
+    routed = c.Verdict(c.TRUE, c.WEIGHTS_SET, "HTTPRoute ml/r: stable 90% / canary 10%")
+    status = c.build_status({}, observation(traffic=routed))
+    assert (conds(status)["TrafficRouted"]["status"], conds(status)["TrafficRouted"]["reason"]) == (
+        "True",
+        "WeightsSet",
+    )
+    assert [x["type"] for x in status["conditions"]][-1] == "TrafficRouted"
+    gone = c.build_status(status, observation())
+    assert "TrafficRouted" not in conds(gone)
+    # an invalid spec keeps it as it was (nothing was applied)
+    bad = c.build_status(status, c.Observation(generation=5, now=T1, invalid="spec.x: bad"))
+    assert conds(bad)["TrafficRouted"] == conds(status)["TrafficRouted"]

@@ -1346,3 +1346,44 @@ def test_lost_status_adopts_the_serving_revision(
     assert plan.status.stable_revision == stable
     assert plan.replicas == replicas
     assert reasons(plan)[0] == ("StableAdopted" if stable == "A" else "RevisionDeployed")
+
+
+def labelled(obj: dict[str, Any], revision: str | None) -> dict[str, Any]:
+    out = dict(obj)
+    metadata = dict(out.get("metadata") or {})
+    metadata["labels"] = {"triton-operator.io/revision": revision} if revision else {}
+    out["metadata"] = metadata
+    return out
+
+
+def test_observe_revisions_pairs_each_deployment_with_its_own_pods() -> None:
+    deployment = {
+        "metadata": {"generation": 1},
+        "spec": {"replicas": 2},
+        "status": {"observedGeneration": 1, "replicas": 2, "readyReplicas": 2},
+    }
+    deployments = [labelled(deployment, "a"), labelled(deployment, "b"), labelled(deployment, None)]
+    pods = [
+        labelled(pod(), "a"),
+        labelled(pod(), "a"),
+        labelled(pod(waiting="CrashLoopBackOff"), "b"),
+        labelled(pod(), "orphan"),  # no Deployment: not a revision the engine plans
+        labelled(pod(), None),
+    ]
+    seen = ro.observe_revisions(deployments, pods)
+    assert set(seen) == {"a", "b"}
+    assert (seen["a"].pods, seen["a"].crash_looping) == (2, False)
+    assert (seen["b"].pods, seen["b"].crash_looping) == (1, True)
+    assert ro.observe_revisions([], pods) == {}
+
+
+def test_pending_requests_are_those_the_status_has_not_handled() -> None:
+    annotations = {"triton-operator.io/promote": "t2", "triton-operator.io/abort": "t1", "other/x": "y"}
+    assert ro.pending_requests(annotations, None) == (
+        ControlRequest("promote", "t2"),
+        ControlRequest("abort", "t1"),
+    )
+    handled = {"handledRequests": {"promote": "t2", "abort": "t0"}}
+    assert ro.pending_requests(annotations, handled) == (ControlRequest("abort", "t1"),)
+    assert ro.pending_requests(annotations, {"handledRequests": {"promote": "t2", "abort": "t1"}}) == ()
+    assert ro.pending_requests(None, handled) == ()

@@ -368,3 +368,30 @@ def test_unknown_kind() -> None:
 )
 def test_references_services(rules: list[dict[str, Any]], expected: bool) -> None:
     assert references_services(route("HTTPRoute", rules), "ml", STABLE, CANARY) is expected
+
+
+# ----------------------------------------------------------------- the merge patch actually sent
+
+
+def test_route_merge_patch_is_conditional_and_sets_or_removes_our_annotation() -> None:
+    existing = route("HTTPRoute", [{"backendRefs": [{"name": STABLE, "port": 8000}]}])
+    with_header = patch("HTTPRoute", existing, TrafficWeights.canary_percent(10), header_route(exact="1"))
+    merge = traffic.route_merge_patch(with_header, existing)
+    assert merge["metadata"] == {"resourceVersion": "7", "annotations": {HEADER_RULES_ANNOTATION: "1"}}
+    assert merge["spec"] == {"rules": with_header["spec"]["rules"]}
+    assert "parentRefs" not in merge["spec"]  # the user's fields are never part of it
+
+    # the A/B rule ends: our annotation is removed (null in a merge patch), others stay untouched
+    ours = route(
+        "HTTPRoute",
+        with_header["spec"]["rules"],
+        annotations={HEADER_RULES_ANNOTATION: "1", "team": "ml"},
+    )
+    plain = patch("HTTPRoute", ours, TrafficWeights())
+    merge = traffic.route_merge_patch(plain, ours)
+    assert merge["metadata"] == {"resourceVersion": "7", "annotations": {HEADER_RULES_ANNOTATION: None}}
+    assert len(merge["spec"]["rules"]) == 1
+
+    # without the annotation before or after, the patch leaves annotations alone
+    merge = traffic.route_merge_patch(patch("HTTPRoute", existing, TrafficWeights()), existing)
+    assert merge["metadata"] == {"resourceVersion": "7"}

@@ -383,6 +383,12 @@ async def reconcile(
     traffic = await _route_traffic(kube, ts, plan)
 
     rs = plan.status
+    METRICS.set_rollout(
+        namespace,
+        name,
+        step_index=rs.current_step_index if rs.canary_revision is not None else None,
+        canary_weight=plan.weights.canary,
+    )
     kept = set(plan.replicas)
     progressing = plan.condition(PROGRESSING)
     degraded = plan.condition(DEGRADED)
