@@ -269,35 +269,90 @@ def kube_version_or_default() -> str:
         return "v1.36.3"
 
 
+def go_module_dir(module: str, version: str) -> Path:
+    """The source folder of Go module ``module@version``: the module cache, else `go mod download`."""
+    go = shutil.which("go")
+    if go is None:
+        raise ToolMissingError(f"no `go` toolchain: cannot locate the Go module {module}@{version}")
+    modcache = run([go, "env", "GOMODCACHE"]).stdout.strip()
+    # The cache escapes upper-case letters in module paths as "!" + lower case.
+    escaped = re.sub(r"[A-Z]", lambda m: "!" + m.group(0).lower(), module)
+    cached = Path(modcache) / f"{escaped}@{version}"
+    if cached.is_dir():
+        return cached
+    with tempfile.TemporaryDirectory() as tmp:
+        env_go = dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN="local")
+        proc = run([go, "mod", "download", "-json", f"{module}@{version}"], check=False, cwd=tmp, env=env_go)
+    if proc.returncode == 0:
+        path = Path(json.loads(proc.stdout)["Dir"])
+        if path.is_dir():
+            return path
+    raise ToolMissingError(
+        f"Go module {module}@{version} not found offline nor downloadable: {proc.stdout.strip()} "
+        f"{proc.stderr.strip()}"
+    )
+
+
 def openapi_spec(version: str | None = None) -> Path:
     """swagger.json of Kubernetes `version`, from the Go module k8s.io/kubernetes (cache, else download)."""
     env = os.environ.get("K8S_OPENAPI_SPEC")
     if env:
         return Path(env)
     version = version or kubernetes_version()
-    rel = Path("api") / "openapi-spec" / "swagger.json"
-    go = shutil.which("go")
-    if go is None:
-        raise ToolMissingError(
-            "no `go` toolchain: cannot locate the Kubernetes OpenAPI spec (set K8S_OPENAPI_SPEC)"
-        )
-    modcache = run([go, "env", "GOMODCACHE"]).stdout.strip()
-    cached = Path(modcache) / f"k8s.io/kubernetes@{version}" / rel
-    if cached.exists():
-        return cached
     # The module the local cluster is built from; the Go module proxy serves it like any module.
-    with tempfile.TemporaryDirectory() as tmp:
-        env_go = dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN="local")
-        proc = run(
-            [go, "mod", "download", "-json", f"k8s.io/kubernetes@{version}"], check=False, cwd=tmp, env=env_go
-        )
-    if proc.returncode == 0:
-        path = Path(json.loads(proc.stdout)["Dir"]) / rel
-        if path.exists():
-            return path
-    raise ToolMissingError(
-        f"Kubernetes {version} OpenAPI spec not found offline nor downloadable: {proc.stderr.strip()}"
-    )
+    path = go_module_dir("k8s.io/kubernetes", version) / "api" / "openapi-spec" / "swagger.json"
+    if not path.exists():
+        raise ToolMissingError(f"Kubernetes {version} OpenAPI spec not found in its Go module ({path})")
+    return path
+
+
+# The CRDs of the GitOps tools that docs/gitops/ configures, each from the Go module of the controller
+# that serves it (pinned: Argo CD v3.5.7, Flux v2.9.5's controllers): their schemas validate the
+# docs/gitops/ examples (charts/validate --gitops).
+GITOPS_DIR = REPO_ROOT / "docs" / "gitops"
+GITOPS_CRDS: tuple[tuple[str, str, str], ...] = (
+    ("github.com/argoproj/argo-cd/v3", "v3.5.7", "manifests/crds/application-crd.yaml"),
+    (
+        "github.com/fluxcd/source-controller",
+        "v1.9.5",
+        "config/crd/bases/source.toolkit.fluxcd.io_gitrepositories.yaml",
+    ),
+    (
+        "github.com/fluxcd/kustomize-controller",
+        "v1.9.5",
+        "config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml",
+    ),
+    (
+        "github.com/fluxcd/helm-controller",
+        "v1.6.4",
+        "config/crd/bases/helm.toolkit.fluxcd.io_helmreleases.yaml",
+    ),
+)
+
+
+def gitops_crds() -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions of GITOPS_CRDS (raises ToolMissingError when one cannot be had)."""
+    import yaml  # noqa: PLC0415  (the scripts run with the project's virtualenv, which has PyYAML)
+
+    out: list[dict[str, Any]] = []
+    for module, version, rel in GITOPS_CRDS:
+        path = go_module_dir(module, version) / rel
+        if not path.is_file():
+            raise ToolMissingError(f"{module}@{version} has no {rel}")
+        out.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return out
+
+
+def gitops_files() -> list[Path]:
+    """The Kubernetes objects of docs/gitops/ (every YAML file with apiVersion and kind)."""
+    import yaml  # noqa: PLC0415
+
+    files = []
+    for path in sorted(GITOPS_DIR.rglob("*.yaml")):
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        if docs and all(isinstance(d, dict) and "apiVersion" in d and "kind" in d for d in docs):
+            files.append(path)
+    return files
 
 
 def kind_suffix(api_version: str) -> str:
@@ -390,7 +445,11 @@ def crd_schemas(crd: dict[str, Any]) -> dict[str, dict[str, Any]]:
         props = dict(schema.get("properties", {}))
         props.setdefault("apiVersion", {"type": "string"})
         props.setdefault("kind", {"type": "string"})
-        props.setdefault("metadata", {"type": "object"})
+        # A CRD may constrain metadata.name, yet metadata is always a full ObjectMeta: never closed.
+        props["metadata"] = {
+            **props.get("metadata", {"type": "object"}),
+            "x-kubernetes-preserve-unknown-fields": True,
+        }
         schema["properties"] = props
         api_version = f"{spec['group']}/{version['name']}"
         out[schema_file_name(api_version, spec["names"]["kind"])] = _strict(schema, crd=True)

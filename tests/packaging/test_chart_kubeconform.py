@@ -110,3 +110,32 @@ def test_kind_suffix_matches_kubeconform() -> None:
         chartlib.schema_file_name("triton-operator.io/v1alpha1", "TritonService")
         == "tritonservice-triton-operator-v1alpha1.json"
     )
+
+
+def test_tritonservice_examples_validate_with_full_metadata(
+    kubeconform: Path, spec: Path, helm: Path, tmp_path: Path
+) -> None:
+    """A CRD's schema may constrain metadata.name, but metadata is an ObjectMeta: namespace,
+    labels, annotations and generation of examples/ and live objects are accepted, while the
+    spec stays strict."""
+    examples = [
+        d
+        for path in sorted((chartlib.REPO_ROOT / "examples").glob("*.yaml"))
+        for d in yaml.safe_load_all(path.read_text())
+        if d and d["kind"] == "TritonService"
+    ]
+    assert examples
+    good = tmp_path / "examples.yaml"
+    good.write_text(yaml.safe_dump_all(examples))
+    proc = _validate("--file", good)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"Valid: {len(examples)}, Invalid: 0" in proc.stdout
+    doc = examples[0]
+    doc["metadata"].update(labels={"team": "ml"}, annotations={"a": "b"}, generation=3)
+    doc["spec"]["replicaz"] = 2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    proc = _validate("--file", bad)
+    assert proc.returncode == 1
+    assert "additional properties 'replicaz' not allowed" in proc.stdout
+    assert "/metadata" not in proc.stdout, proc.stdout
