@@ -318,6 +318,10 @@ def key_of(obj: Mapping[str, Any]) -> Key:
     return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
+def obj_generation(obj: Mapping[str, Any]) -> int:
+    return int((obj.get("metadata") or {}).get("generation") or 0)
+
+
 def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("labels") or {})
 
@@ -658,12 +662,20 @@ class Operator:
     """`triton-operator run -A` as a subprocess under its own identity."""
 
     def __init__(
-        self, kubeconfig: Path, work: Path, source: Path | None, extra_env: Mapping[str, str]
+        self,
+        kubeconfig: Path,
+        work: Path,
+        source: Path | None,
+        *,
+        extra_args: Iterable[str] = (),
+        tracemalloc_frames: int = 0,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.log_path = work / "operator.log"
+        self.tracemalloc_path = work / "tracemalloc.txt"
         self.source = source
-        self.extra_env = dict(extra_env)
+        self.extra_args = list(extra_args)
+        self.tracemalloc_frames = tracemalloc_frames
         self.metrics_port = free_port()
         self.liveness_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
@@ -674,10 +686,18 @@ class Operator:
         return self.process.pid
 
     def start(self, timeout: float = 120.0) -> None:
+        if self.tracemalloc_frames:
+            entry = [
+                sys.executable,
+                "-c",
+                TRACEMALLOC_RUNNER,
+                str(self.tracemalloc_frames),
+                str(self.tracemalloc_path),
+            ]
+        else:
+            entry = [sys.executable, "-m", "triton_operator.cli"]
         cmd = [
-            sys.executable,
-            "-m",
-            "triton_operator.cli",
+            *entry,
             "run",
             "-A",
             "--standalone",
@@ -685,13 +705,13 @@ class Operator:
             str(self.metrics_port),
             "--liveness",
             f"http://127.0.0.1:{self.liveness_port}/healthz",
+            *self.extra_args,
         ]
         env = {
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
             "PYTHONUNBUFFERED": "1",
             "TRITON_OPERATOR_PIN_REPOSITORIES": "false",
-            **self.extra_env,
         }
         if self.source is not None:
             env["PYTHONPATH"] = os.pathsep.join([str(self.source), env.get("PYTHONPATH", "")]).rstrip(
@@ -717,6 +737,18 @@ class Operator:
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def dump_allocations(self) -> list[str]:
+        """With --tracemalloc: where the operator's live Python memory was allocated (top sites)."""
+        if not self.tracemalloc_frames or not self.alive():
+            return []
+        self.tracemalloc_path.unlink(missing_ok=True)
+        os.kill(self.pid, signal.SIGUSR1)
+        for _ in range(600):
+            time.sleep(0.5)
+            if self.tracemalloc_path.exists() and self.tracemalloc_path.read_text().endswith("END\n"):
+                return self.tracemalloc_path.read_text().splitlines()[:-1]
+        return ["tracemalloc: no dump in 300 s"]
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -763,6 +795,32 @@ class Operator:
         if not self.log_path.exists():
             return "(no log)"
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+# `triton-operator` under tracemalloc; SIGUSR1 writes the top allocation sites (argv: frames, file, args).
+TRACEMALLOC_RUNNER = """
+import signal, sys, tracemalloc
+tracemalloc.start(int(sys.argv[1]))
+path = sys.argv[2]
+
+def dump(*_):
+    snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+    now, peak = tracemalloc.get_traced_memory()
+    lines = [f"traced Python memory now {now / 1e6:.1f} MB, peak {peak / 1e6:.1f} MB; top by file:line"]
+    for stat in snapshot.statistics("lineno")[:25]:
+        lines.append(f"  {stat.size / 1e6:8.2f} MB {stat.count:9,d} blocks  {stat.traceback[0]}")
+    lines.append("top by traceback (innermost last)")
+    for stat in snapshot.statistics("traceback")[:8]:
+        lines.append(f"  {stat.size / 1e6:8.2f} MB {stat.count:9,d} blocks")
+        lines += ["      " + line.strip() for line in stat.traceback.format()[-2 * int(sys.argv[1]):][::2]]
+    lines.append("END")
+    with open(path, "w") as out:
+        out.write("\\n".join(lines) + "\\n")
+
+signal.signal(signal.SIGUSR1, dump)
+from triton_operator.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
 
 
 def export_source(ref: str, work: Path) -> Path:
@@ -894,6 +952,10 @@ class Latencies:
     unsettled: int
     reconciles: float
     seconds: float
+    configmap: list[float]
+    """apply returned -> the new revision's ConfigMap ADDED (the reconcile's first write)."""
+    spec_seen: list[float]
+    """apply returned -> the TritonService's new generation on this script's watch (delivery)."""
 
     @property
     def p50(self) -> float | None:
@@ -953,9 +1015,12 @@ class Bench:
     async def change_latencies(self, name: str, count: int, label: str) -> Latencies:
         """``count`` spec changes of ``name``, each timed from the apply returning to its new Deployment."""
         values: list[float] = []
+        configmap_values: list[float] = []
+        spec_values: list[float] = []
         missed = unsettled = 0
         reconciles_before = self.operator.reconciles()[0]
         started = time.monotonic()
+        generation = obj_generation(self.ts(self.ns, name))
         for i in range(count):
             before = set(self.deployments_of(self.ns, name))
 
@@ -970,7 +1035,20 @@ class Bench:
                     and key_of(obj)[1] not in before
                 )
 
+            def new_configmap(source: str, kind: str, obj: dict[str, Any]) -> bool:
+                return (
+                    source == "configmaps"
+                    and kind == "ADDED"
+                    and key_of(obj)[0] == self.ns
+                    and labels_of(obj).get(LABEL_SERVICE) == name
+                )
+
+            def new_generation(source: str, kind: str, obj: dict[str, Any], old: int = generation) -> bool:
+                return source == PLURAL and key_of(obj) == (self.ns, name) and obj_generation(obj) > old
+
             seen = self.bus.expect(new_deployment)
+            seen_configmap = self.bus.expect(new_configmap)
+            seen_spec = self.bus.expect(new_generation)
             body = tritonservice(name, self.ns, self.args.replicas, change=f"{label}-{i}")
             result = await self.api.apply(ts_path(self.ns, name), body)
             returned = time.monotonic()
@@ -981,6 +1059,11 @@ class Bench:
                 missed += 1
                 continue
             values.append(when - returned)
+            for future, into in ((seen_configmap, configmap_values), (seen_spec, spec_values)):
+                if future.done():
+                    into.append(future.result()[0] - returned)
+                else:
+                    future.cancel()
 
             revision = labels_of(obj).get(LABEL_REVISION, "")
 
@@ -991,7 +1074,9 @@ class Bench:
             unsettled += not settled
             await asyncio.sleep(0.05)
         reconciles = self.operator.reconciles()[0] - reconciles_before
-        return Latencies(values, missed, unsettled, reconciles, time.monotonic() - started)
+        return Latencies(
+            values, missed, unsettled, reconciles, time.monotonic() - started, configmap_values, spec_values
+        )
 
     async def create_settled(self, name: str, replicas: int, *, canary: bool = False) -> None:
         body = tritonservice(name, self.ns, replicas, change="initial", canary=canary)
@@ -1248,6 +1333,10 @@ class CanaryTimeline:
 # ================================================================================ the report
 
 
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
 def ms(value: float | None) -> str:
     return "—" if value is None else f"{value * 1000:,.0f} ms"
 
@@ -1305,9 +1394,17 @@ async def run(args: argparse.Namespace, cluster: Cluster, work: Path) -> list[st
         await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in informers.values())), 60)
 
         source_dir = export_source(args.operator_ref, work) if args.operator_ref else None
-        operator = Operator(operator_kubeconfig, work, source_dir, {})
+        operator = Operator(
+            operator_kubeconfig,
+            work,
+            source_dir,
+            extra_args=args.operator_arg or (),
+            tracemalloc_frames=args.tracemalloc,
+        )
         operator.start()
         log(f"operator pid {operator.pid}, log {operator.log_path}")
+        await asyncio.sleep(2.0)
+        rss_marks = [("started", operator.memory_kb().get("VmRSS", 0))]
         profiler = Profiler(Path(args.profile) if args.profile else None, operator.pid)
         bench = Bench(args, api, bus, informers, operator, namespaces, profiler)
 
@@ -1318,14 +1415,17 @@ async def run(args: argparse.Namespace, cluster: Cluster, work: Path) -> list[st
         log(f"idle requests with 1: {dict(idle_one)}")
         log(f"{args.changes} changes with 1 TritonService")
         lat_one = await bench.change_latencies("probe", args.changes, "one")
+        rss_marks.append(("1 TritonService", operator.memory_kb().get("VmRSS", 0)))
         log(f"p50 {ms(lat_one.p50)} p99 {ms(lat_one.p99)}; {lat_one.reconciles:.0f} reconciles")
         loads.append(loadavg())
 
         # --count at once
         scale_total, scale_done, created, scale_reconciles, scale_extra = await bench.create_many()
+        rss_marks.append((f"{args.count:,} reconciled", operator.memory_kb().get("VmRSS", 0)))
         loads.append(loadavg())
         log(f"idle {args.idle_seconds:.0f}s with {args.count} TritonServices")
         idle_many = await bench.idle_requests(args.idle_seconds)
+        rss_marks.append(("after the idle window", operator.memory_kb().get("VmRSS", 0)))
         log(f"idle requests with {args.count}: {dict(idle_many)}")
         log(f"{args.changes} changes with {args.count} TritonServices")
         profiler.start("changes")
@@ -1340,6 +1440,8 @@ async def run(args: argparse.Namespace, cluster: Cluster, work: Path) -> list[st
 
         memory = operator.memory_kb()
         cpu = operator.cpu_seconds()
+        for line in operator.dump_allocations():
+            print(line, file=sys.stderr)
         loads.append(loadavg())
         alive = operator.alive()
     finally:
@@ -1447,12 +1549,15 @@ async def run(args: argparse.Namespace, cluster: Cluster, work: Path) -> list[st
         f"the {n}-object changes, at the end: {' | '.join(loads)}; {os.cpu_count()} CPUs",
         f"- operator: {'alive' if alive else 'DIED'} at the end, {cpu:.0f} s CPU in all, RSS now "
         f"{memory.get('VmRSS', 0) / 1024:.0f} MiB, VmHWM {memory.get('VmHWM', 0) / 1024:.0f} MiB; "
-        f"source: {args.operator_ref or 'working tree'}",
+        f"source: {args.operator_ref or 'working tree'}; RSS "
+        + ", ".join(f"{kb / 1024:.0f} MiB {label}" for label, kb in rss_marks),
         "- apply → Deployment: server-side apply of a changed podAnnotation (a new revision) until the "
         "new Deployment's ADDED event on this script's watch; each change waits for its rollout to "
         f"settle. Missed (no Deployment in 30 s): {lat_one.missed} / {lat_many.missed}; unsettled in "
         f"60 s: {lat_one.unsettled} / {lat_many.unsettled}; operator reconciles per change: "
-        f"{per_change[0]:.1f} / {per_change[1]:.1f}",
+        f"{per_change[0]:.1f} / {per_change[1]:.1f}; p50 of apply → TritonService event on this "
+        f"script's watch {ms(median(lat_one.spec_seen))} / {ms(median(lat_many.spec_seen))}, → ConfigMap "
+        f"(first write of the reconcile) {ms(median(lat_one.configmap))} / {ms(median(lat_many.configmap))}",
         f"- scale: {scale_done:,}/{args.count:,} reconciled; the creates took {created:.1f} s; first "
         f"Deployment after {scale_extra['first_deployment']:.1f} s; half reconciled after "
         f"{scale_extra['median_done']:.1f} s; every Deployment Ready after "
@@ -1500,6 +1605,16 @@ def main() -> int:
     )
     parser.add_argument(
         "--profile", metavar="DIR", help="py-spy record the operator (scale, changes) into DIR"
+    )
+    parser.add_argument(
+        "--operator-arg", action="append", metavar="ARG", help="extra argument of `triton-operator run`"
+    )
+    parser.add_argument(
+        "--tracemalloc",
+        type=int,
+        default=0,
+        metavar="FRAMES",
+        help="run the operator under tracemalloc (slower) and print where its memory went at the end",
     )
     parser.add_argument("--keep", action="store_true", help="keep the cluster and the benchmark's objects")
     parser.add_argument("--work-dir", help="where the operator's log and kubeconfig go (default: a temp dir)")
