@@ -35,7 +35,7 @@ from lightkube import ApiError, Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Secret, Service
+from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Pod, Secret, Service
 from lightkube.types import PatchType
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -143,6 +143,14 @@ def all_ts(kube: Client) -> list[dict[str, Any]]:
     return [as_dict(o) for o in kube.list(TS, namespace="*")]
 
 
+def terminating(kube: Client, namespace: str) -> bool:
+    try:
+        ns = as_dict(kube.get(Namespace, namespace))
+    except ApiError as exc:
+        return exc.status.code == 404
+    return bool(ns["metadata"].get("deletionTimestamp"))
+
+
 def crd_established(kube: Client, name: str) -> bool:
     try:
         obj = kube.get(CustomResourceDefinition, name).to_dict()
@@ -202,10 +210,17 @@ def without_crds(kube: Client, tools: Tools) -> Iterator[None]:
     existed = {name for name in OUR_CRDS if crd_exists(kube, name)}
     if "tritonservices.triton-operator.io" in existed:
         deadline = time.monotonic() + 120
-        while left := [f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in all_ts(kube)]:
-            if time.monotonic() > deadline:
-                pytest.skip(f"TritonServices exist ({left[:5]}): removing the CRD would delete them")
-            time.sleep(1)
+        while left := all_ts(kube):
+            staying = [
+                f"{o['metadata']['namespace']}/{o['metadata']['name']}"
+                for o in left
+                if not o["metadata"].get("deletionTimestamp")
+                and not terminating(kube, o["metadata"]["namespace"])
+            ]
+            if staying or time.monotonic() > deadline:
+                names = staying or [f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in left]
+                pytest.skip(f"TritonServices exist ({names[:5]}): removing the CRD would delete them")
+            time.sleep(1)  # the namespaces of earlier tests are still terminating
     for name in existed:
         kube.delete(CustomResourceDefinition, name)
     wait_for(
@@ -214,25 +229,29 @@ def without_crds(kube: Client, tools: Tools) -> Iterator[None]:
     try:
         yield
     finally:
-        # Leave the cluster as the session's `crd` fixture left it: our CRD applied by the tests'
-        # field manager, the kopf ones only if they were there before.
+        # Leave the cluster as it was: our CRD applied by the tests' field manager (as the
+        # session's `crd` fixture does), the kopf ones back only if they were there before.
+        kopf_crds = [d for d in yaml.safe_load_all((CHART / "crds" / "kopfpeerings.yaml").read_text()) if d]
+        docs = [yaml.safe_load(CRD_FILE.read_text())]
+        docs += [d for d in kopf_crds if d["metadata"]["name"] in existed]
         for name in OUR_CRDS:
             if name not in existed and name != "tritonservices.triton-operator.io":
                 tools.k("delete", "crd", name, "--ignore-not-found", "--wait=true")
-        doc = yaml.safe_load(CRD_FILE.read_text())
-        kube.patch(
-            CustomResourceDefinition,
-            doc["metadata"]["name"],
-            doc,
-            patch_type=PatchType.APPLY,
-            field_manager=TEST_FIELD_MANAGER,
-            force=True,
-        )
-        wait_for(
-            lambda: crd_established(kube, doc["metadata"]["name"]),
-            timeout=60,
-            what="the TritonService CRD to be Established again",
-        )
+        for doc in docs:
+            kube.patch(
+                CustomResourceDefinition,
+                doc["metadata"]["name"],
+                doc,
+                patch_type=PatchType.APPLY,
+                field_manager=TEST_FIELD_MANAGER,
+                force=True,
+            )
+        for doc in docs:
+            wait_for(
+                partial(crd_established, kube, doc["metadata"]["name"]),
+                timeout=60,
+                what=f"CRD {doc['metadata']['name']} to be Established again",
+            )
 
 
 # ----------------------------------------------------------------- (a) helm install / upgrade / uninstall
