@@ -222,7 +222,11 @@ def without_crds(kube: Client, tools: Tools) -> Iterator[None]:
                 pytest.skip(f"TritonServices exist ({names[:5]}): removing the CRD would delete them")
             time.sleep(1)  # the namespaces of earlier tests are still terminating
     for name in existed:
-        kube.delete(CustomResourceDefinition, name)
+        try:
+            kube.delete(CustomResourceDefinition, name)
+        except ApiError as exc:  # already being deleted
+            if exc.status.code != 404:
+                raise
     wait_for(
         lambda: not any(crd_exists(kube, n) for n in OUR_CRDS), timeout=120, what="the CRDs to be deleted"
     )
