@@ -811,11 +811,6 @@ def test_without_deployments_permission_the_operator_fails_visibly(kube: Client,
     assert condition(obj, "Ready").get("status") != "True"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kopf (1.45 here) posts log records as Events only with settings.posting.loggers=True, which "
-    "handlers.configure() does not set: TRITON_OPERATOR_EVENT_LEVEL has no effect",
-)
 def test_a_refused_reconcile_is_posted_as_a_warning_event(kube: Client, weak_run: WeakRun) -> None:
     def posted() -> list[dict[str, Any]]:
         events = [e.to_dict() for e in kube.list(Event, namespace=weak_run.namespace)]

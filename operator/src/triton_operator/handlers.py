@@ -32,6 +32,8 @@ def configure(settings: kopf.OperatorSettings, operator: Settings) -> None:
     # remove what a TritonService owned, so deleting one never waits for the operator.
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.posting.level = logging.getLevelNamesMapping().get(operator.event_level, logging.WARNING)
+    # kopf posts log records at or above that level as Events only when this is on (off by default).
+    settings.posting.loggers = True
     settings.posting.reporting_component = "triton-operator"
     # Watch only our Deployments and pods: the API server filters, not this process.
     owned = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_SERVICE}"
