@@ -478,6 +478,16 @@ async def delete_leftover_namespaces(api: Api) -> None:
     for name in names:
         log(f"deleting namespace {name} of an earlier run")
         await api.call("DELETE", f"/api/v1/namespaces/{name}", missing_ok=True)
+    # Wait for them to be gone: the operator watches every namespace and would work on their objects.
+    for waited in range(900):
+        body = await api.call("GET", "/api/v1/namespaces", params={"labelSelector": RUN_LABEL})
+        left = len(body.get("items") or [])
+        if not left:
+            return
+        if waited % 30 == 0:
+            log(f"waiting for {left} namespace(s) of an earlier run to be deleted")
+        await asyncio.sleep(1.0)
+    raise RuntimeError("namespaces of an earlier run are still terminating after 900 s")
 
 
 def flow_schema_name(verb: str, resource: str | None) -> str:
@@ -821,6 +831,16 @@ signal.signal(signal.SIGUSR1, dump)
 from triton_operator.cli import main
 sys.exit(main(sys.argv[3:]))
 """
+
+
+def describe_source(ref: str | None) -> str:
+    """The operator code that ran: a ref and its commit, or the working tree (and whether it is dirty)."""
+    git = ["git", "-C", str(REPO)]
+    commit = subprocess.run([*git, "rev-parse", "--short", ref or "HEAD"], capture_output=True, text=True)
+    if ref:
+        return f"{ref} ({commit.stdout.strip()})"
+    dirty = subprocess.run([*git, "status", "--porcelain", "operator/src"], capture_output=True, text=True)
+    return f"working tree at {commit.stdout.strip()}" + (" with changes" if dirty.stdout.strip() else "")
 
 
 def export_source(ref: str, work: Path) -> Path:
@@ -1549,7 +1569,7 @@ async def run(args: argparse.Namespace, cluster: Cluster, work: Path) -> list[st
         f"the {n}-object changes, at the end: {' | '.join(loads)}; {os.cpu_count()} CPUs",
         f"- operator: {'alive' if alive else 'DIED'} at the end, {cpu:.0f} s CPU in all, RSS now "
         f"{memory.get('VmRSS', 0) / 1024:.0f} MiB, VmHWM {memory.get('VmHWM', 0) / 1024:.0f} MiB; "
-        f"source: {args.operator_ref or 'working tree'}; RSS "
+        f"source: {describe_source(args.operator_ref)}; RSS "
         + ", ".join(f"{kb / 1024:.0f} MiB {label}" for label, kb in rss_marks),
         "- apply → Deployment: server-side apply of a changed podAnnotation (a new revision) until the "
         "new Deployment's ADDED event on this script's watch; each change waits for its rollout to "
