@@ -836,10 +836,14 @@ sys.exit(main(sys.argv[3:]))
 def describe_source(ref: str | None) -> str:
     """The operator code that ran: a ref and its commit, or the working tree (and whether it is dirty)."""
     git = ["git", "-C", str(REPO)]
-    commit = subprocess.run([*git, "rev-parse", "--short", ref or "HEAD"], capture_output=True, text=True)
+    commit = subprocess.run(
+        [*git, "rev-parse", "--short", ref or "HEAD"], check=False, capture_output=True, text=True
+    )
     if ref:
         return f"{ref} ({commit.stdout.strip()})"
-    dirty = subprocess.run([*git, "status", "--porcelain", "operator/src"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "operator/src"], check=False, capture_output=True, text=True
+    )
     return f"working tree at {commit.stdout.strip()}" + (" with changes" if dirty.stdout.strip() else "")
 
 
