@@ -15,7 +15,7 @@ from triton_operator.core.manifest import StoreRef, manifest_to_json, model_sour
 from triton_operator.core.modelconfig import ModelConfigError, build_config_pbtxt
 from triton_operator.core.revision import revision_hash
 from triton_operator.core.rollout import RolloutPlan
-from triton_operator.core.traffic import Role, build_revision_service, revision_service_name
+from triton_operator.core.traffic import Role, build_revision_service, revision_service_name, service_body
 from triton_operator.core.validation import errors_from_validation, validate_spec
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
@@ -414,35 +414,15 @@ def build_deployment(ts: TritonService, revision: str, settings: Settings, repli
 
 def build_service(ts: TritonService) -> dict[str, Any]:
     """Service `<name>` over every revision's pods: traffic splits by the replica ratio."""
-    metadata = _metadata(ts, ts.name, build_labels(ts))
-    if ts.spec.service.annotations:
-        metadata["annotations"] = dict(ts.spec.service.annotations)
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata,
-        "spec": {
-            "type": ts.spec.service.type,
-            "selector": selector_labels(ts),
-            "ports": [
-                {
-                    "name": "http",
-                    "port": HTTP_PORT,
-                    "targetPort": "http",
-                    "protocol": "TCP",
-                    "appProtocol": "http",
-                },
-                {
-                    "name": "grpc",
-                    "port": GRPC_PORT,
-                    "targetPort": "grpc",
-                    "protocol": "TCP",
-                    "appProtocol": "kubernetes.io/h2c",
-                },
-                {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
-            ],
-        },
-    }
+    return service_body(
+        ts.name,
+        ts.namespace,
+        labels=build_labels(ts),
+        owner_ref=build_owner_reference({"metadata": ts.metadata}),
+        selector=selector_labels(ts),
+        service_type=ts.spec.service.type,
+        annotations=ts.spec.service.annotations,
+    )
 
 
 def endpoints(ts: TritonService) -> dict[str, str]:

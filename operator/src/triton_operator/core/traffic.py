@@ -93,18 +93,41 @@ def build_revision_service(
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
     if not revision:
         raise ValueError("a revision Service needs a revision to select")
+    return service_body(
+        revision_service_name(ts_name, role),
+        namespace,
+        labels={**labels, LABEL_SERVICE: ts_name, LABEL_ROLE: role},
+        owner_ref=owner_ref,
+        selector={LABEL_SERVICE: ts_name, LABEL_REVISION: revision},
+    )
+
+
+def service_body(
+    name: str,
+    namespace: str,
+    *,
+    labels: Mapping[str, str],
+    owner_ref: Mapping[str, Any],
+    selector: Mapping[str, str],
+    service_type: str = "ClusterIP",
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A Service of Triton's ports (http, grpc as h2c, metrics) over the pods of ``selector``."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": dict(labels),
+        "ownerReferences": [dict(owner_ref)],
+    }
+    if annotations:
+        metadata["annotations"] = dict(annotations)
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": revision_service_name(ts_name, role),
-            "namespace": namespace,
-            "labels": {**labels, LABEL_SERVICE: ts_name, LABEL_ROLE: role},
-            "ownerReferences": [dict(owner_ref)],
-        },
+        "metadata": metadata,
         "spec": {
-            "type": "ClusterIP",
-            "selector": {LABEL_SERVICE: ts_name, LABEL_REVISION: revision},
+            "type": service_type,
+            "selector": dict(selector),
             "ports": [
                 {
                     "name": "http",
