@@ -6,29 +6,24 @@ import importlib
 import importlib.util
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 import uuid
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
+
+from testkit import free_port, stop_process, wait_for, wait_healthy
 
 REPO = Path(__file__).resolve().parents[1]
 E2E_DIR = REPO / "e2e"
 CRD_FILE = REPO / "crds" / "tritonservices.yaml"
 CRD_NAME = "tritonservices.triton-operator.io"
 TEST_FIELD_MANAGER = "triton-operator-tests"
-
-T = TypeVar("T")
 
 
 # ----------------------------------------------------------------- markers, reports for teardown
@@ -54,28 +49,6 @@ def _failed(request: pytest.FixtureRequest) -> bool:
 
 
 # ----------------------------------------------------------------- helpers
-
-
-def wait_for(
-    probe: Callable[[], T | None], *, timeout: float = 60.0, interval: float = 0.25, what: str = "condition"
-) -> T:
-    """Call ``probe`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        last = probe()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _reachable(kubeconfig: Path) -> str | None:
@@ -222,7 +195,7 @@ class OperatorProcess:
     liveness_port: int = 0
 
     def start(self, timeout: float = 60.0) -> None:
-        self.liveness_port = _free_port()
+        self.liveness_port = free_port()
         args = [
             *_operator_command(),
             "--namespace",
@@ -239,28 +212,10 @@ class OperatorProcess:
             args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True
         )
         log.close()
-
-        def alive() -> bool:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                pytest.fail(f"the operator exited with {self.process.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1) as r:
-                    return bool(r.status == 200)
-            except (urllib.error.URLError, OSError):
-                return False
-
-        wait_for(alive, timeout=timeout, what="the operator's liveness endpoint")
+        wait_healthy(self.process, self.liveness_port, self.log_tail, timeout=timeout)
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
+        stop_process(self.process)
 
     def restart(self) -> None:
         self.stop()

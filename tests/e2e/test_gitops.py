@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import re
 import subprocess
@@ -24,54 +23,34 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
+from e2e_helpers import (
+    CRASH,
+    ENSEMBLE_OF_A_MISSING_MODEL,
+    NEVER_READY,
+    get_ts,
+    owned,
+    tritonservice,
+    versions,
+    wait_condition,
+)
 from lightkube import Client
-from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Service
+
+from testkit import load_chartlib, sh, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 GITOPS = REPO / "docs" / "gitops"
 HEALTH_LUA = GITOPS / "argocd-health.lua"
-TS = create_namespaced_resource("triton-operator.io", "v1alpha1", "TritonService", "tritonservices")
-SERVICE_LABEL = "triton-operator.io/service"
-NEVER_READY = "triton-operator.io/e2e-never-ready"
-CRASH = "triton-operator.io/e2e-crash"
 USER = "argocd-controller"  # Argo CD's field manager with ServerSideApply=true
 OPERATOR = "triton-operator"
 
-T = TypeVar("T")
 
-
-def _load_chartlib() -> ModuleType:
-    if "chartlib" in sys.modules:
-        return sys.modules["chartlib"]
-    spec = importlib.util.spec_from_file_location("chartlib", REPO / "charts" / "chartlib.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["chartlib"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-chartlib = _load_chartlib()
-
-
-def wait_for(
-    probe: Callable[[], T | None], *, timeout: float = 90.0, interval: float = 0.25, what: str = "condition"
-) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        last = probe()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+chartlib = load_chartlib()
 
 
 # ----------------------------------------------------------------- the Argo CD health check (Lua)
@@ -340,29 +319,6 @@ def test_gitops_validation_rejects_broken_examples(
 
 # ----------------------------------------------------------------- against the cluster
 
-PYTHON_MODEL = {
-    "backend": "python",
-    "maxBatchSize": 8,
-    "input": [{"name": "INPUT0", "dataType": "TYPE_FP32", "dims": ["4"]}],
-    "output": [{"name": "OUTPUT0", "dataType": "TYPE_FP32", "dims": ["4"]}],
-    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
-}
-
-
-def tritonservice(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "triton-operator.io/v1alpha1",
-        "kind": "TritonService",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": 2,
-            "resources": {"cpu": "500m", "memory": "1Gi"},
-            "repository": {"uri": "s3://models/tiny", "endpoint": "http://seaweedfs.storage:8333"},
-            "models": [{"name": "add", "config": copy.deepcopy(PYTHON_MODEL)}],
-            **spec,
-        },
-    }
-
 
 class Kubectl:
     def __init__(self, binary: str, kubeconfig: Path) -> None:
@@ -371,17 +327,9 @@ class Kubectl:
     def __call__(
         self, *args: str, stdin: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [self.binary, f"--kubeconfig={self.kubeconfig}", *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        return sh(
+            self.binary, f"--kubeconfig={self.kubeconfig}", *args, stdin=stdin, check=check, timeout=120
         )
-        if check and proc.returncode != 0:
-            pytest.fail(f"kubectl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
-        return proc
 
     def apply(self, body: dict[str, Any], how: str = "server-side", manager: str = USER, **kw: Any) -> str:
         """`kubectl apply` of ``body`` as a GitOps tool does it: server-side under ``manager``, or
@@ -399,45 +347,10 @@ def k(cluster: Path, kubectl: str | None) -> Kubectl:
     return Kubectl(kubectl, cluster)
 
 
-def as_dict(obj: Any) -> dict[str, Any]:
-    out: dict[str, Any] = obj.to_dict()
-    return out
-
-
-def get_ts(kube: Client, namespace: str, name: str) -> dict[str, Any]:
-    return as_dict(kube.get(TS, name, namespace=namespace))
-
-
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next((dict(c) for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), {})
-
-
-def wait_condition(
-    kube: Client, namespace: str, name: str, kind: str, status: str, *, reason: str | None = None
-) -> dict[str, Any]:
-    def probe() -> dict[str, Any] | None:
-        obj = get_ts(kube, namespace, name)
-        c = condition(obj, kind)
-        observed = obj.get("status", {}).get("observedGeneration") == obj["metadata"]["generation"]
-        ok = observed and c.get("status") == status and (reason is None or c.get("reason") == reason)
-        return obj if ok else None
-
-    return wait_for(probe, what=f"{namespace}/{name} {kind}={status} {reason or ''}")
-
-
-def owned(kube: Client, namespace: str, name: str) -> list[dict[str, Any]]:
+def owned_objects(kube: Client, namespace: str, name: str) -> list[dict[str, Any]]:
     return [
-        as_dict(o)
-        for resource in (Deployment, ConfigMap, Service)
-        for o in kube.list(resource, namespace=namespace, labels={SERVICE_LABEL: name})
+        o for resource in (Deployment, ConfigMap, Service) for o in owned(kube, resource, namespace, name)
     ]
-
-
-def versions(kube: Client, namespace: str, name: str) -> dict[str, str]:
-    out = {"TritonService": get_ts(kube, namespace, name)["metadata"]["resourceVersion"]}
-    for o in owned(kube, namespace, name):
-        out[f"{o['kind']}/{o['metadata']['name']}"] = o["metadata"]["resourceVersion"]
-    return out
 
 
 def reconciles(operator: Any) -> int:
@@ -609,6 +522,7 @@ def test_the_user_owns_the_spec_and_the_operator_only_the_status(
     second = wait_condition(kube, namespace, "owned", "Ready", "True", reason="Available")
     wait_for(
         lambda: get_ts(kube, namespace, "owned")["status"].get("readyReplicas") == 3,
+        timeout=90,
         what="3 ready replicas of the new revision",
     )
     final = get_ts(kube, namespace, "owned")
@@ -627,7 +541,7 @@ def test_owned_objects_are_the_operators_and_a_manual_scale_is_reverted(
     ready = wait_condition(kube, namespace, "scaled", "Ready", "True")
     revision = ready["status"]["stableRevision"]
     settle(kube, operator, namespace, "scaled")
-    for obj in owned(kube, namespace, "scaled"):
+    for obj in owned_objects(kube, namespace, "scaled"):
         managers = {m["manager"] for m in managed(obj)}
         assert managers <= {OPERATOR, "kube-controller-manager"}, (obj["kind"], managers)
         content = {m["manager"] for m in managed(obj) if {"f:spec", "f:data"} & set(m["fieldsV1"])}
@@ -657,7 +571,7 @@ def test_owned_objects_are_the_operators_and_a_manual_scale_is_reverted(
         back = dep["metadata"]["generation"] >= generation + 2 and dep["spec"]["replicas"] == 2
         return dep if back else None
 
-    dep = wait_for(reverted, what="the operator to revert the manual scale")
+    dep = wait_for(reverted, timeout=90, what="the operator to revert the manual scale")
     assert {m["manager"] for m in managed(dep)} <= {OPERATOR, "kube-controller-manager"}
     assert get_ts(kube, namespace, "scaled")["spec"]["replicas"] == 2
 
@@ -693,26 +607,7 @@ def test_health_checks_follow_live_tritonservices(
     assert both(obj) == ("Suspended", "Current")
 
     invalid = copy.deepcopy(promoted)  # admitted by the CRD, refused by the operator
-    invalid["spec"]["models"].append(
-        {
-            "name": "pipeline",
-            "config": {
-                "platform": "ensemble",
-                "maxBatchSize": 8,
-                "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": ["4"]}],
-                "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": ["4"]}],
-                "ensembleScheduling": {
-                    "step": [
-                        {
-                            "modelName": "missing",
-                            "inputMap": {"INPUT0": "IN"},
-                            "outputMap": {"OUTPUT0": "OUT"},
-                        }
-                    ]
-                },
-            },
-        }
-    )
+    invalid["spec"]["models"].append(copy.deepcopy(ENSEMBLE_OF_A_MISSING_MODEL))
     k.apply(invalid)
     obj = wait_condition(kube, namespace, "live", "Ready", "False", reason="InvalidSpec")
     health = argocd_health(obj)

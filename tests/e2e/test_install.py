@@ -8,35 +8,44 @@ put back afterwards exactly as the session's `crd` fixture applies them.
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from types import ModuleType
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import pytest
 import yaml
+from e2e_helpers import (
+    REVISION_LABEL,
+    SERVICE_LABEL,
+    TS,
+    UNPINNED_REPOSITORY,
+    apply,
+    as_dict,
+    condition,
+    get_ts,
+    names,
+    observed,
+    owned,
+    tritonservice,
+)
 from lightkube import ApiError, Client
-from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Pod, Secret, Service
 from lightkube.types import PatchType
+
+from testkit import free_port, load_chartlib, sh, stop_process, wait_for, wait_healthy
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -50,9 +59,6 @@ OUR_CRDS = (
     "kopfpeerings.kopf.dev",
     "clusterkopfpeerings.kopf.dev",
 )
-TS = create_namespaced_resource("triton-operator.io", "v1alpha1", "TritonService", "tritonservices")
-SERVICE_LABEL = "triton-operator.io/service"
-REVISION_LABEL = "triton-operator.io/revision"
 # A refusal as the operator (kopf, lightkube) logs it: the API server's message or its status code
 # (after the line's "[date time,msec]" prefix, whose milliseconds may well read 403).
 FORBIDDEN = re.compile(r"(?i)forbidden|\b403\b")
@@ -63,46 +69,10 @@ def refusals(log: str) -> list[str]:
     return [line for line in log.splitlines() if FORBIDDEN.search(LOG_PREFIX.sub("", line))]
 
 
-T = TypeVar("T")
-
-
-def _load_chartlib() -> ModuleType:
-    if "chartlib" in sys.modules:
-        return sys.modules["chartlib"]
-    spec = importlib.util.spec_from_file_location("chartlib", REPO / "charts" / "chartlib.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["chartlib"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-chartlib = _load_chartlib()
+chartlib = load_chartlib()
 
 
 # ----------------------------------------------------------------- helpers
-
-
-def wait_for(
-    probe: Callable[[], T | None], *, timeout: float = 90.0, interval: float = 0.25, what: str = "condition"
-) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        last = probe()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-def sh(*cmd: str | Path, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [str(c) for c in cmd], input=stdin, capture_output=True, text=True, timeout=300, check=False
-    )
-    if check and proc.returncode != 0:
-        pytest.fail(f"`{' '.join(map(str, cmd))}` exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 @dataclass
@@ -132,11 +102,6 @@ def tools(cluster: Path, kubectl: str | None) -> Tools:
 
 def suffix() -> str:
     return uuid.uuid4().hex[:6]
-
-
-def as_dict(obj: Any) -> dict[str, Any]:
-    out: dict[str, Any] = obj.to_dict()
-    return out
 
 
 def all_ts(kube: Client) -> list[dict[str, Any]]:
@@ -420,13 +385,6 @@ def _exists(tools: Tools, kind: str, name: str, namespace: str | None = None) ->
 # ----------------------------------------------------------------- (c) the chart's RBAC is enough
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass
 class LocalOperator:
     """`triton-operator run ARGS` as a subprocess, authenticated by ``kubeconfig`` alone."""
@@ -438,7 +396,7 @@ class LocalOperator:
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        port = _free_port()
+        port = free_port()
         cmd = [
             sys.executable,
             "-m",
@@ -457,28 +415,10 @@ class LocalOperator:
             self.process = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True
             )
-
-        def alive() -> bool:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                pytest.fail(f"the operator exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
-                    return bool(r.status == 200)
-            except (urllib.error.URLError, OSError):
-                return False
-
-        wait_for(alive, timeout=60, what="the operator's liveness endpoint")
+        wait_healthy(self.process, port, self.log, timeout=60)
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
+        stop_process(self.process)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -516,54 +456,13 @@ def _operator_for(
     return LocalOperator(kubeconfig, args, tmp_path / f"{sa}.log", env=env)
 
 
-PYTHON_MODEL = {
-    "backend": "python",
-    "maxBatchSize": 8,
-    "input": [{"name": "INPUT0", "dataType": "TYPE_FP32", "dims": ["4"]}],
-    "output": [{"name": "OUTPUT0", "dataType": "TYPE_FP32", "dims": ["4"]}],
-    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
-}
-
-
-def tritonservice(name: str, namespace: str, repository: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "triton-operator.io/v1alpha1",
-        "kind": "TritonService",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": 2,
-            "resources": {"cpu": "500m", "memory": "1Gi"},
-            "repository": repository,
-            "models": [{"name": "add", "config": copy.deepcopy(PYTHON_MODEL)}],
-            **spec,
-        },
-    }
-
-
-def apply_ts(kube: Client, body: dict[str, Any]) -> None:
-    kube.patch(
-        TS,
-        body["metadata"]["name"],
-        body,
-        namespace=body["metadata"]["namespace"],
-        patch_type=PatchType.APPLY,
-        field_manager="e2e-user",
-        force=True,
-    )
-
-
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next((dict(c) for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), {})
-
-
 def ready(kube: Client, namespace: str, name: str) -> dict[str, Any] | None:
-    obj = as_dict(kube.get(TS, name, namespace=namespace))
-    observed = obj.get("status", {}).get("observedGeneration") == obj["metadata"]["generation"]
-    return obj if observed and condition(obj, "Ready").get("status") == "True" else None
+    obj = get_ts(kube, namespace, name)
+    return obj if observed(obj) and condition(obj, "Ready").get("status") == "True" else None
 
 
 def owned_names(kube: Client, resource: Any, namespace: str, name: str) -> set[str]:
-    return {o.metadata.name for o in kube.list(resource, namespace=namespace, labels={SERVICE_LABEL: name})}
+    return names(owned(kube, resource, namespace, name))
 
 
 @pytest.fixture(scope="module")
@@ -625,9 +524,6 @@ def _s3_repository(kube: Client, store: Any, namespace: str) -> dict[str, Any]:
     }
 
 
-UNPINNED_REPOSITORY = {"uri": "s3://models/tiny", "endpoint": "http://seaweedfs.storage:8333"}
-
-
 @pytest.mark.parametrize("mode", ["cluster", "namespaced"])
 def test_operator_runs_a_full_lifecycle_with_only_the_charts_rbac(  # noqa: PLR0917 (fixtures)
     kube: Client,
@@ -660,9 +556,11 @@ def test_operator_runs_a_full_lifecycle_with_only_the_charts_rbac(  # noqa: PLR0
         assert username == f"system:serviceaccount:{release.namespace}:{release.service_account}"
         operator.start()
 
-        body = tritonservice("lifecycle", namespace, repository)
-        apply_ts(kube, body)
-        first = wait_for(lambda: ready(kube, namespace, "lifecycle"), what="Ready=True after create")
+        body = tritonservice("lifecycle", namespace, repository=repository)
+        apply(kube, body)
+        first = wait_for(
+            lambda: ready(kube, namespace, "lifecycle"), timeout=90, what="Ready=True after create"
+        )
         rev_a = first["status"]["stableRevision"]
         if mode == "cluster":
             assert condition(first, "RepositoryReady")["reason"] == "ManifestPinned", first["status"]
@@ -670,7 +568,7 @@ def test_operator_runs_a_full_lifecycle_with_only_the_charts_rbac(  # noqa: PLR0
         assert owned_names(kube, Service, namespace, "lifecycle") == {"lifecycle"}
 
         body["spec"]["serverArgs"] = ["--log-verbose=1"]
-        apply_ts(kube, body)
+        apply(kube, body)
 
         def rolled() -> dict[str, Any] | None:
             # the new revision serves every pod; the old one's Deployment is gone or scaled to 0
@@ -686,7 +584,7 @@ def test_operator_runs_a_full_lifecycle_with_only_the_charts_rbac(  # noqa: PLR0
             return obj if all(d.spec and d.spec.replicas == 0 for d in others) else None
 
         second = wait_for(
-            rolled, what="the new revision to serve every pod and the old one to be scaled down"
+            rolled, timeout=90, what="the new revision to serve every pod and the old one to be scaled down"
         )
         rev_b = second["status"]["stableRevision"]
         assert rev_b != rev_a
@@ -775,7 +673,7 @@ def weak_run(
         tmp = tmp_path_factory.mktemp("weak")
         operator = _operator_for(tools, release, weak_sa, tmp, {"TRITON_OPERATOR_PIN_REPOSITORIES": "false"})
         operator.start()
-        apply_ts(kube, tritonservice("weak", workload, dict(UNPINNED_REPOSITORY)))
+        apply(kube, tritonservice("weak", workload))
         weak = operator
 
         def refused() -> bool:

@@ -9,123 +9,32 @@ import subprocess
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from e2e_helpers import (
+    CRASH,
+    ENSEMBLE_OF_A_MISSING_MODEL,
+    NEVER_READY,
+    REVISION_LABEL,
+    TS,
+    apply,
+    condition,
+    get_ts,
+    names,
+    owned,
+    tritonservice,
+    versions,
+    wait_condition,
+)
 from lightkube import ApiError, Client
-from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Pod, Service
-from lightkube.types import PatchType
+
+from testkit import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
-
-TS = create_namespaced_resource("triton-operator.io", "v1alpha1", "TritonService", "tritonservices")
-NEVER_READY = "triton-operator.io/e2e-never-ready"
-CRASH = "triton-operator.io/e2e-crash"
-SERVICE_LABEL = "triton-operator.io/service"
-REVISION_LABEL = "triton-operator.io/revision"
-
-T = TypeVar("T")
-
-PYTHON_MODEL = {
-    "backend": "python",
-    "maxBatchSize": 8,
-    "input": [{"name": "INPUT0", "dataType": "TYPE_FP32", "dims": ["4"]}],
-    "output": [{"name": "OUTPUT0", "dataType": "TYPE_FP32", "dims": ["4"]}],
-    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
-}
-
-
-def wait_for(
-    probe: Callable[[], T | None], *, timeout: float = 60.0, interval: float = 0.25, what: str = "condition"
-) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        last = probe()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-def tritonservice(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": "triton-operator.io/v1alpha1",
-        "kind": "TritonService",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": 2,
-            "resources": {"cpu": "500m", "memory": "1Gi"},
-            "repository": {"uri": "s3://models/tiny", "endpoint": "http://seaweedfs.storage:8333"},
-            "models": [{"name": "add", "config": copy.deepcopy(PYTHON_MODEL)}],
-        },
-    }
-    body["spec"].update(spec)
-    return body
-
-
-def apply(kube: Client, body: dict[str, Any]) -> dict[str, Any]:
-    result = kube.patch(
-        TS,
-        body["metadata"]["name"],
-        body,
-        namespace=body["metadata"]["namespace"],
-        patch_type=PatchType.APPLY,
-        field_manager="e2e-user",
-        force=True,
-    )
-    out: dict[str, Any] = result.to_dict()
-    return out
-
-
-def get_ts(kube: Client, namespace: str, name: str) -> dict[str, Any]:
-    out: dict[str, Any] = kube.get(TS, name, namespace=namespace).to_dict()
-    return out
-
-
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    for c in obj.get("status", {}).get("conditions", []):
-        if c["type"] == kind:
-            return dict(c)
-    return {}
-
-
-def observed(obj: dict[str, Any]) -> bool:
-    return bool(obj.get("status", {}).get("observedGeneration") == obj["metadata"]["generation"])
-
-
-def wait_condition(
-    kube: Client,
-    namespace: str,
-    name: str,
-    kind: str,
-    status: str,
-    *,
-    reason: str | None = None,
-    timeout: float = 90,
-) -> dict[str, Any]:
-    """Wait until condition ``kind`` has ``status`` (and ``reason``) for the current generation."""
-
-    def probe() -> dict[str, Any] | None:
-        obj = get_ts(kube, namespace, name)
-        c = condition(obj, kind)
-        ok = observed(obj) and c.get("status") == status and (reason is None or c.get("reason") == reason)
-        return obj if ok else None
-
-    what = f"{namespace}/{name} {kind}={status}" + (f" ({reason})" if reason else "")
-    return wait_for(probe, timeout=timeout, what=what)
-
-
-def owned(kube: Client, resource: Any, namespace: str, name: str) -> list[dict[str, Any]]:
-    return [o.to_dict() for o in kube.list(resource, namespace=namespace, labels={SERVICE_LABEL: name})]
-
-
-def names(objects: list[dict[str, Any]]) -> set[str]:
-    return {o["metadata"]["name"] for o in objects}
 
 
 # ----------------------------------------------------------------- admission
@@ -279,26 +188,7 @@ def test_invalid_update_sets_invalid_spec_and_leaves_the_deployment_untouched(
     configmaps_before = names(owned(kube, ConfigMap, namespace, "guarded"))
 
     bad = copy.deepcopy(body)
-    bad["spec"]["models"].append(
-        {
-            "name": "pipeline",
-            "config": {
-                "platform": "ensemble",
-                "maxBatchSize": 8,
-                "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": ["4"]}],
-                "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": ["4"]}],
-                "ensembleScheduling": {
-                    "step": [
-                        {
-                            "modelName": "missing",
-                            "inputMap": {"INPUT0": "IN"},
-                            "outputMap": {"OUTPUT0": "OUT"},
-                        }
-                    ]
-                },
-            },
-        }
-    )
+    bad["spec"]["models"].append(copy.deepcopy(ENSEMBLE_OF_A_MISSING_MODEL))
     bad["spec"]["replicas"] = 3  # would scale the Deployment, were the spec valid
     updated = apply(kube, bad)
     assert updated["metadata"]["generation"] > good["metadata"]["generation"]
@@ -424,14 +314,6 @@ def test_deleting_the_tritonservice_garbage_collects_what_it_owned(
 # ----------------------------------------------------------------- quiet
 
 
-def _versions(kube: Client, namespace: str, name: str) -> dict[str, str]:
-    out = {"ts": get_ts(kube, namespace, name)["metadata"]["resourceVersion"]}
-    for resource in (Deployment, ConfigMap, Service):
-        for o in owned(kube, resource, namespace, name):
-            out[f"{o['kind']}/{o['metadata']['name']}"] = o["metadata"]["resourceVersion"]
-    return out
-
-
 # The operator writes only by server-side apply and (kopf) merge patches; the metrics are
 # cluster-wide, so the DELETEs and POSTs of controllers cleaning up other tests' namespaces,
 # and the Deployment controller's PUTs, are left out.
@@ -470,10 +352,10 @@ def test_status_is_not_rewritten_when_nothing_changed(
     apply(kube, tritonservice("quiet", namespace))
     wait_condition(kube, namespace, "quiet", "Ready", "True")
     time.sleep(2)  # let the last pod events settle
-    before = _versions(kube, namespace, "quiet")
+    before = versions(kube, namespace, "quiet")
     requests_before = _write_requests(kubectl, cluster)
     time.sleep(5)
-    assert _versions(kube, namespace, "quiet") == before, "something was written during a quiet period"
+    assert versions(kube, namespace, "quiet") == before, "something was written during a quiet period"
     # not even a no-op request: with nothing changing, the operator sends nothing at all
     assert _write_requests(kubectl, cluster) == requests_before
 
@@ -482,7 +364,7 @@ def test_status_is_not_rewritten_when_nothing_changed(
     # get a write request
     operator.restart()
     time.sleep(4)
-    after = _versions(kube, namespace, "quiet")
+    after = versions(kube, namespace, "quiet")
     assert after == before, f"the operator wrote on restart:\n{operator.log_tail()}"
     delta = _write_requests(kubectl, cluster) - requests_before
     assert delta["tritonservices/status"] == 0, delta
@@ -601,6 +483,6 @@ def test_repository_is_pinned_and_a_new_upload_rolls_out(
         what=f"the pods of {rev1} to terminate",
     )
     # nothing new in the bucket: polls go on, but the operator writes nothing
-    before = _versions(kube, namespace, "pinned")
+    before = versions(kube, namespace, "pinned")
     time.sleep(6)
-    assert _versions(kube, namespace, "pinned") == before
+    assert versions(kube, namespace, "pinned") == before

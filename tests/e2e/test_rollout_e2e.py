@@ -21,50 +21,29 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import e2e_helpers
 import pytest
+from e2e_helpers import CRASH, NEVER_READY, PYTHON_MODEL, REVISION_LABEL, SERVICE_LABEL, TS, apply, as_dict
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Service
-from lightkube.types import PatchType
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
-TS = create_namespaced_resource("triton-operator.io", "v1alpha1", "TritonService", "tritonservices")
 HTTPROUTE = create_namespaced_resource("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes")
 GRPCROUTE = create_namespaced_resource("gateway.networking.k8s.io", "v1", "GRPCRoute", "grpcroutes")
-NEVER_READY = "triton-operator.io/e2e-never-ready"
-CRASH = "triton-operator.io/e2e-crash"
-SERVICE_LABEL = "triton-operator.io/service"
-REVISION_LABEL = "triton-operator.io/revision"
 HEADER_RULES = "triton-operator.io/header-route-rules"
 
-MODEL = {
-    "backend": "python",
-    "maxBatchSize": 8,
-    "input": [{"name": "INPUT0", "dataType": "TYPE_FP32", "dims": ["4"]}],
-    "output": [{"name": "OUTPUT0", "dataType": "TYPE_FP32", "dims": ["4"]}],
-    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
-}
+SMALL = {"cpu": "100m", "memory": "256Mi"}  # what the rollout tests' pods ask for
 
 
 # ----------------------------------------------------------------- objects
 
 
 def tritonservice(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": "triton-operator.io/v1alpha1",
-        "kind": "TritonService",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": 2,
-            "resources": {"cpu": "100m", "memory": "256Mi"},
-            "repository": {"uri": "s3://models/tiny", "endpoint": "http://seaweedfs.storage:8333"},
-            "models": [{"name": "add", "config": copy.deepcopy(MODEL)}],
-        },
-    }
-    body["spec"].update(copy.deepcopy(spec))
-    return body
+    """e2e_helpers' TritonService with SMALL resources unless ``spec`` names others."""
+    return e2e_helpers.tritonservice(name, namespace, **{"resources": SMALL, **spec})
 
 
 def revised(body: dict[str, Any], **spec: Any) -> dict[str, Any]:
@@ -74,27 +53,8 @@ def revised(body: dict[str, Any], **spec: Any) -> dict[str, Any]:
     return out
 
 
-def as_dict(obj: Any) -> dict[str, Any]:
-    """A lightkube object as the API returns it (camelCase dict)."""
-    out: dict[str, Any] = obj.to_dict()
-    return out
-
-
 def revision_of(obj: dict[str, Any]) -> str:
     return str(obj["metadata"]["labels"][REVISION_LABEL])
-
-
-def apply(kube: Client, body: dict[str, Any]) -> dict[str, Any]:
-    result = kube.patch(
-        TS,
-        body["metadata"]["name"],
-        body,
-        namespace=body["metadata"]["namespace"],
-        patch_type=PatchType.APPLY,
-        field_manager="e2e-user",
-        force=True,
-    )
-    return as_dict(result)
 
 
 def route(kind: str, name: str, namespace: str, service: str) -> dict[str, Any]:
@@ -931,7 +891,7 @@ def test_undo_and_gitops_revert_restore_the_exact_earlier_revision(
     a = first.status["stableRevision"]
     cm_a = kube.get(ConfigMap, f"undo-{a}", namespace=namespace).to_dict()
 
-    new_body = revised(body, models=[{"name": "add", "config": {**MODEL, "maxBatchSize": 4}}])
+    new_body = revised(body, models=[{"name": "add", "config": {**PYTHON_MODEL, "maxBatchSize": 4}}])
     apply(kube, new_body)
     s = trail.at_step(1)
     b = s.status["canaryRevision"]

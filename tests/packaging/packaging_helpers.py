@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from testkit import load_chartlib
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _load_chartlib() -> ModuleType:
-    if "chartlib" in sys.modules:
-        return sys.modules["chartlib"]
-    spec = importlib.util.spec_from_file_location("chartlib", REPO / "charts" / "chartlib.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["chartlib"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-chartlib = _load_chartlib()
+chartlib = load_chartlib()
 
 Render = Callable[..., list[dict[str, Any]]]
 """The `render` fixture: render(values: dict | None = None, *sets) -> rendered documents."""

@@ -1,0 +1,145 @@
+"""Helpers of the cluster tests: TritonService bodies, applying them, reading their conditions.
+
+Imported by basename (pytest's `prepend` import mode puts tests/e2e on sys.path):
+``from e2e_helpers import tritonservice``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from lightkube import Client
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import ConfigMap, Service
+from lightkube.types import PatchType
+
+from testkit import wait_for
+
+TS = create_namespaced_resource("triton-operator.io", "v1alpha1", "TritonService", "tritonservices")
+SERVICE_LABEL = "triton-operator.io/service"
+REVISION_LABEL = "triton-operator.io/revision"
+NEVER_READY = "triton-operator.io/e2e-never-ready"
+CRASH = "triton-operator.io/e2e-crash"
+
+PYTHON_MODEL = {
+    "backend": "python",
+    "maxBatchSize": 8,
+    "input": [{"name": "INPUT0", "dataType": "TYPE_FP32", "dims": ["4"]}],
+    "output": [{"name": "OUTPUT0", "dataType": "TYPE_FP32", "dims": ["4"]}],
+    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+}
+UNPINNED_REPOSITORY = {"uri": "s3://models/tiny", "endpoint": "http://seaweedfs.storage:8333"}
+
+# A model the CRD admits and the operator refuses: an ensemble step naming a model that is not there.
+ENSEMBLE_OF_A_MISSING_MODEL = {
+    "name": "pipeline",
+    "config": {
+        "platform": "ensemble",
+        "maxBatchSize": 8,
+        "input": [{"name": "IN", "dataType": "TYPE_FP32", "dims": ["4"]}],
+        "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": ["4"]}],
+        "ensembleScheduling": {
+            "step": [
+                {
+                    "modelName": "missing",
+                    "inputMap": {"INPUT0": "IN"},
+                    "outputMap": {"OUTPUT0": "OUT"},
+                }
+            ]
+        },
+    },
+}
+
+
+def tritonservice(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    """A TritonService of two replicas serving the Python model `add` from the unpinned repository;
+    ``spec`` fields replace those (copied, so the body shares nothing with the caller)."""
+    body: dict[str, Any] = {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonService",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": 2,
+            "resources": {"cpu": "500m", "memory": "1Gi"},
+            "repository": dict(UNPINNED_REPOSITORY),
+            "models": [{"name": "add", "config": copy.deepcopy(PYTHON_MODEL)}],
+        },
+    }
+    body["spec"].update(copy.deepcopy(spec))
+    return body
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """A lightkube object as the API returns it (camelCase dict)."""
+    out: dict[str, Any] = obj.to_dict()
+    return out
+
+
+def apply(kube: Client, body: dict[str, Any]) -> dict[str, Any]:
+    """Server-side apply of a TritonService as the user `e2e-user`; the stored object."""
+    result = kube.patch(
+        TS,
+        body["metadata"]["name"],
+        body,
+        namespace=body["metadata"]["namespace"],
+        patch_type=PatchType.APPLY,
+        field_manager="e2e-user",
+        force=True,
+    )
+    return as_dict(result)
+
+
+def get_ts(kube: Client, namespace: str, name: str) -> dict[str, Any]:
+    return as_dict(kube.get(TS, name, namespace=namespace))
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    """Condition ``kind`` of ``obj``'s status; {} when there is none."""
+    return next((dict(c) for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+def observed(obj: dict[str, Any]) -> bool:
+    """Whether the status speaks of the object's current generation."""
+    return bool(obj.get("status", {}).get("observedGeneration") == obj["metadata"]["generation"])
+
+
+def wait_condition(
+    kube: Client,
+    namespace: str,
+    name: str,
+    kind: str,
+    status: str,
+    *,
+    reason: str | None = None,
+    timeout: float = 90,
+) -> dict[str, Any]:
+    """Wait until condition ``kind`` has ``status`` (and ``reason``) for the current generation."""
+
+    def probe() -> dict[str, Any] | None:
+        obj = get_ts(kube, namespace, name)
+        c = condition(obj, kind)
+        ok = observed(obj) and c.get("status") == status and (reason is None or c.get("reason") == reason)
+        return obj if ok else None
+
+    what = f"{namespace}/{name} {kind}={status}" + (f" ({reason})" if reason else "")
+    return wait_for(probe, timeout=timeout, what=what)
+
+
+def owned(kube: Client, resource: Any, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The objects of ``resource`` labelled as the TritonService ``name``'s."""
+    return [as_dict(o) for o in kube.list(resource, namespace=namespace, labels={SERVICE_LABEL: name})]
+
+
+def names(objects: list[dict[str, Any]]) -> set[str]:
+    return {o["metadata"]["name"] for o in objects}
+
+
+def versions(kube: Client, namespace: str, name: str) -> dict[str, str]:
+    """The resourceVersions of the TritonService and its Deployments, ConfigMaps and Services."""
+    out = {"TritonService": get_ts(kube, namespace, name)["metadata"]["resourceVersion"]}
+    for resource in (Deployment, ConfigMap, Service):
+        for o in owned(kube, resource, namespace, name):
+            out[f"{o['kind']}/{o['metadata']['name']}"] = o["metadata"]["resourceVersion"]
+    return out
