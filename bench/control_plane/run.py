@@ -69,7 +69,8 @@ CRD_FILE = REPO / "crds" / "tritonservices.yaml"
 
 FIELD_MANAGER = "cp-bench"
 RUN_LABEL = "cp-bench.triton-operator.io/run"
-CANARY_LABEL = "cp-bench.triton-operator.io/canary"
+WATCH_LABEL = "cp-bench.triton-operator.io/watch"
+"""Pods this script watches (those of the probe and the canary; not the --count ones)."""
 CHANGE_ANNOTATION = "cp-bench.triton-operator.io/change"
 SYSTEM_NAMESPACE = "cp-bench-system"
 OPERATOR_ACCOUNT = "triton-operator"
@@ -944,6 +945,7 @@ def tritonservice(
     *,
     change: str | None = None,
     canary: bool = False,
+    watched: bool = False,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "replicas": replicas,
@@ -952,8 +954,9 @@ def tritonservice(
     }
     if change is not None:
         spec["podAnnotations"] = {CHANGE_ANNOTATION: change}
+    if watched:
+        spec["podLabels"] = {WATCH_LABEL: "true"}
     if canary:
-        spec["podLabels"] = {CANARY_LABEL: "true"}
         spec["rollout"] = {"strategy": "Canary", "steps": [{"setWeight": 50}, {"setWeight": 100}]}
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -1000,6 +1003,27 @@ class Bench:
     namespaces: list[str]
     profiler: Profiler
     notes: list[str] = dataclasses.field(default_factory=list)
+    last_event: dict[Key, float] = dataclasses.field(default_factory=dict)
+    """(namespace, TritonService) -> when this script last saw an event of it or of what it owns."""
+
+    def __post_init__(self) -> None:
+        self.bus.listeners.append(self._activity)
+
+    def _activity(self, source: str, kind: str, obj: dict[str, Any], when: float) -> None:
+        namespace, name = key_of(obj)
+        owner = name if source == PLURAL else labels_of(obj).get(LABEL_SERVICE)
+        if owner:
+            self.last_event[(namespace, owner)] = when
+
+    async def quiet(self, name: str, seconds: float, timeout: float = 15.0) -> bool:
+        """Until nothing of ``name`` changed for ``seconds`` (its rollout's tail: old pods going)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            idle = time.monotonic() - self.last_event.get((self.ns, name), 0.0)
+            if idle >= seconds:
+                return True
+            await asyncio.sleep(seconds - idle)
+        return False
 
     @property
     def ns(self) -> str:
@@ -1073,7 +1097,7 @@ class Bench:
             seen = self.bus.expect(new_deployment)
             seen_configmap = self.bus.expect(new_configmap)
             seen_spec = self.bus.expect(new_generation)
-            body = tritonservice(name, self.ns, self.args.replicas, change=f"{label}-{i}")
+            body = tritonservice(name, self.ns, self.args.replicas, change=f"{label}-{i}", watched=True)
             result = await self.api.apply(ts_path(self.ns, name), body)
             returned = time.monotonic()
             generation = int(result["metadata"]["generation"])
@@ -1096,14 +1120,14 @@ class Bench:
 
             settled = await self.bus.until(settled_check, timeout=60)
             unsettled += not settled
-            await asyncio.sleep(0.05)
+            await self.quiet(name, self.args.quiet_seconds)
         reconciles = self.operator.reconciles()[0] - reconciles_before
         return Latencies(
             values, missed, unsettled, reconciles, time.monotonic() - started, configmap_values, spec_values
         )
 
     async def create_settled(self, name: str, replicas: int, *, canary: bool = False) -> None:
-        body = tritonservice(name, self.ns, replicas, change="initial", canary=canary)
+        body = tritonservice(name, self.ns, replicas, change="initial", canary=canary, watched=True)
         result = await self.api.apply(ts_path(self.ns, name), body)
         generation = int(result["metadata"]["generation"])
 
@@ -1246,7 +1270,7 @@ class Bench:
             timeline = CanaryTimeline(self.ns, name, stable, {f"{name}-{stable}"})
             self.bus.listeners.append(timeline.on_event)
             try:
-                body = tritonservice(name, self.ns, 2, change=f"canary-{trial}", canary=True)
+                body = tritonservice(name, self.ns, 2, change=f"canary-{trial}", canary=True, watched=True)
                 result = await self.api.apply(ts_path(self.ns, name), body)
                 generation = int(result["metadata"]["generation"])
 
@@ -1410,7 +1434,7 @@ async def run(args: argparse.Namespace, cluster: Cluster, work: Path) -> list[st
             "deployments": ("/apis/apps/v1/deployments", OWNED_SELECTOR),
             "configmaps": ("/api/v1/configmaps", OWNED_SELECTOR),
             "services": ("/api/v1/services", OWNED_SELECTOR),
-            "pods": ("/api/v1/pods", f"{CANARY_LABEL}=true"),
+            "pods": ("/api/v1/pods", f"{WATCH_LABEL}=true"),
         }
         for source, (path, selector) in specs.items():
             informers[source] = Informer(api, bus, source, path, selector)
@@ -1577,7 +1601,8 @@ async def run(args: argparse.Namespace, cluster: Cluster, work: Path) -> list[st
         + ", ".join(f"{kb / 1024:.0f} MiB {label}" for label, kb in rss_marks),
         "- apply → Deployment: server-side apply of a changed podAnnotation (a new revision) until the "
         "new Deployment's ADDED event on this script's watch; each change waits for its rollout to "
-        f"settle. Missed (no Deployment in 30 s): {lat_one.missed} / {lat_many.missed}; unsettled in "
+        f"settle and then for {args.quiet_seconds:g} s without events of the object. Missed (no "
+        f"Deployment in 30 s): {lat_one.missed} / {lat_many.missed}; unsettled in "
         f"60 s: {lat_one.unsettled} / {lat_many.unsettled}; operator reconciles per change: "
         f"{per_change[0]:.1f} / {per_change[1]:.1f}; p50 of apply → TritonService event on this "
         f"script's watch {ms(median(lat_one.spec_seen))} / {ms(median(lat_many.spec_seen))}, → ConfigMap "
@@ -1616,6 +1641,12 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=64, help="concurrent creates (default 64)")
     parser.add_argument(
         "--namespaces", type=int, default=1, help="spread the TritonServices over N namespaces"
+    )
+    parser.add_argument(
+        "--quiet-seconds",
+        type=float,
+        default=1.0,
+        help="before each timed change, wait until the object saw no event for this long (default 1)",
     )
     parser.add_argument("--canary-trials", type=int, default=5, help="canary rollouts timed (default 5)")
     parser.add_argument(
