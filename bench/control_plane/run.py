@@ -680,6 +680,7 @@ class Operator:
         *,
         extra_args: Iterable[str] = (),
         tracemalloc_frames: int = 0,
+        kopf_settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.log_path = work / "operator.log"
@@ -687,6 +688,7 @@ class Operator:
         self.source = source
         self.extra_args = list(extra_args)
         self.tracemalloc_frames = tracemalloc_frames
+        self.kopf_settings = dict(kopf_settings or {})
         self.metrics_port = free_port()
         self.liveness_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
@@ -697,14 +699,13 @@ class Operator:
         return self.process.pid
 
     def start(self, timeout: float = 120.0) -> None:
+        wrapper: dict[str, Any] = {}
         if self.tracemalloc_frames:
-            entry = [
-                sys.executable,
-                "-c",
-                TRACEMALLOC_RUNNER,
-                str(self.tracemalloc_frames),
-                str(self.tracemalloc_path),
-            ]
+            wrapper.update(tracemalloc=self.tracemalloc_frames, dump=str(self.tracemalloc_path))
+        if self.kopf_settings:
+            wrapper["kopf"] = self.kopf_settings
+        if wrapper:
+            entry = [sys.executable, "-c", RUNNER, json.dumps(wrapper)]
         else:
             entry = [sys.executable, "-m", "triton_operator.cli"]
         cmd = [
@@ -808,30 +809,60 @@ class Operator:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
-# `triton-operator` under tracemalloc; SIGUSR1 writes the top allocation sites (argv: frames, file, args).
-TRACEMALLOC_RUNNER = """
-import signal, sys, tracemalloc
-tracemalloc.start(int(sys.argv[1]))
-path = sys.argv[2]
+# `triton-operator` with what the benchmark adds (argv[1]: JSON; the rest: the CLI's arguments):
+# {"tracemalloc": frames, "dump": file} traces allocations and writes the top sites on SIGUSR1;
+# {"kopf": {"queueing.worker_limit": 64}} sets kopf settings after the operator's own startup
+# handler (experiments with configuration-only fixes; the operator code is not touched).
+RUNNER = """
+import json, signal, sys
+config = json.loads(sys.argv[1])
+if config.get("tracemalloc"):
+    import tracemalloc
+    tracemalloc.start(int(config["tracemalloc"]))
 
-def dump(*_):
-    snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
-    now, peak = tracemalloc.get_traced_memory()
-    lines = [f"traced Python memory now {now / 1e6:.1f} MB, peak {peak / 1e6:.1f} MB; top by file:line"]
-    for stat in snapshot.statistics("lineno")[:25]:
-        lines.append(f"  {stat.size / 1e6:8.2f} MB {stat.count:9,d} blocks  {stat.traceback[0]}")
-    lines.append("top by traceback (innermost last)")
-    for stat in snapshot.statistics("traceback")[:8]:
-        lines.append(f"  {stat.size / 1e6:8.2f} MB {stat.count:9,d} blocks")
-        lines += ["      " + line.strip() for line in stat.traceback.format()[-2 * int(sys.argv[1]):][::2]]
-    lines.append("END")
-    with open(path, "w") as out:
-        out.write("\\n".join(lines) + "\\n")
+    def dump(*_):
+        frames = int(config["tracemalloc"])
+        ours = tracemalloc.Filter(False, tracemalloc.__file__)
+        snapshot = tracemalloc.take_snapshot().filter_traces([ours])
+        now, peak = tracemalloc.get_traced_memory()
+        lines = [f"traced Python memory now {now / 1e6:.1f} MB, peak {peak / 1e6:.1f} MB; top by file:line"]
+        for stat in snapshot.statistics("lineno")[:25]:
+            lines.append(f"  {stat.size / 1e6:8.2f} MB {stat.count:9,d} blocks  {stat.traceback[0]}")
+        lines.append("top by traceback (innermost last)")
+        for stat in snapshot.statistics("traceback")[:8]:
+            lines.append(f"  {stat.size / 1e6:8.2f} MB {stat.count:9,d} blocks")
+            lines += ["      " + line.strip() for line in stat.traceback.format()[-2 * frames:][::2]]
+        lines.append("END")
+        with open(config["dump"], "w") as out:
+            out.write("\\n".join(lines) + "\\n")
 
-signal.signal(signal.SIGUSR1, dump)
+    signal.signal(signal.SIGUSR1, dump)
+if config.get("kopf"):
+    import kopf
+    from triton_operator import handlers  # noqa: F401  (its startup handler registers first)
+
+    @kopf.on.startup()
+    async def bench_settings(settings, logger, **_):
+        for dotted, value in config["kopf"].items():
+            target = settings
+            *path, last = dotted.split(".")
+            for part in path:
+                target = getattr(target, part)
+            setattr(target, last, value)
+            logger.info(f"benchmark: kopf setting {dotted} = {value!r}")
+
 from triton_operator.cli import main
-sys.exit(main(sys.argv[3:]))
+sys.exit(main(sys.argv[2:]))
 """
+
+
+def parse_setting(text: str) -> tuple[str, Any]:
+    """`queueing.worker_limit=64` -> ("queueing.worker_limit", 64); values are JSON, else strings."""
+    name, _, value = text.partition("=")
+    try:
+        return name.strip(), json.loads(value)
+    except ValueError:
+        return name.strip(), value
 
 
 def describe_source(ref: str | None) -> str:
@@ -1448,6 +1479,7 @@ async def run(args: argparse.Namespace, cluster: Cluster, work: Path) -> list[st
             source_dir,
             extra_args=args.operator_arg or (),
             tracemalloc_frames=args.tracemalloc,
+            kopf_settings=dict(parse_setting(text) for text in args.kopf_setting or ()),
         )
         operator.start()
         log(f"operator pid {operator.pid}, log {operator.log_path}")
@@ -1597,7 +1629,9 @@ async def run(args: argparse.Namespace, cluster: Cluster, work: Path) -> list[st
         f"the {n}-object changes, at the end: {' | '.join(loads)}; {os.cpu_count()} CPUs",
         f"- operator: {'alive' if alive else 'DIED'} at the end, {cpu:.0f} s CPU in all, RSS now "
         f"{memory.get('VmRSS', 0) / 1024:.0f} MiB, VmHWM {memory.get('VmHWM', 0) / 1024:.0f} MiB; "
-        f"source: {describe_source(args.operator_ref)}; RSS "
+        f"source: {describe_source(args.operator_ref)}"
+        + "".join(f", kopf {text}" for text in args.kopf_setting or ())
+        + "; RSS "
         + ", ".join(f"{kb / 1024:.0f} MiB {label}" for label, kb in rss_marks),
         "- apply → Deployment: server-side apply of a changed podAnnotation (a new revision) until the "
         "new Deployment's ADDED event on this script's watch; each change waits for its rollout to "
@@ -1670,6 +1704,12 @@ def main() -> int:
         default=0,
         metavar="FRAMES",
         help="run the operator under tracemalloc (slower) and print where its memory went at the end",
+    )
+    parser.add_argument(
+        "--kopf-setting",
+        action="append",
+        metavar="NAME=VALUE",
+        help="set a kopf setting in the operator process (an experiment), e.g. queueing.worker_limit=64",
     )
     parser.add_argument("--keep", action="store_true", help="keep the cluster and the benchmark's objects")
     parser.add_argument("--work-dir", help="where the operator's log and kubeconfig go (default: a temp dir)")
