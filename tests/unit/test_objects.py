@@ -669,3 +669,31 @@ def test_settings_from_env() -> None:
     assert defaults.default_image == "nvcr.io/nvidia/tritonserver:25.01-py3"
     assert defaults.sync_image.startswith("ghcr.io/triton-operator/triton-operator:")
     assert defaults.peering_name is None and defaults.pin_repositories is True
+
+
+@pytest.mark.parametrize(
+    ("spec", "drain", "grace"),
+    [
+        ({}, 5, 5 + 30 + 5),
+        ({"drainSeconds": 0}, None, 0 + 30 + 5),
+        ({"drainSeconds": 20, "serverArgs": ["--exit-timeout-secs=10"]}, 20, 20 + 10 + 5),
+        ({"serverArgs": ["--exit-timeout-secs", "7", "--log-verbose=0"]}, 5, 5 + 7 + 5),
+        ({"serverArgs": ["--exit-timeout-secs=1", "--exit-timeout-secs=3"]}, 5, 5 + 3 + 5),
+    ],
+)
+def test_termination_drains_then_lets_triton_finish(
+    spec: dict[str, Any], drain: int | None, grace: int
+) -> None:
+    dep = deployment(ts_of(**spec))
+    container = triton_container(dep)
+    if drain is None:
+        assert "lifecycle" not in container
+    else:
+        assert container["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", str(drain)]}}}
+    assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == grace
+
+
+@pytest.mark.parametrize("seconds", [-1, 601])
+def test_drain_seconds_out_of_range_is_refused(seconds: int) -> None:
+    with pytest.raises(ValueError, match="drainSeconds|drain_seconds"):
+        ts_of(drainSeconds=seconds)

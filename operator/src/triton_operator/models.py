@@ -311,6 +311,16 @@ class TritonServiceSpec(_Model):
     startup_timeout_seconds: int = Field(
         1800, ge=10, description="How long the startup probe lets a pod load its models."
     )
+    drain_seconds: int = Field(
+        5,
+        ge=0,
+        le=600,
+        description=(
+            "Seconds a terminating pod keeps serving (a preStop sleep) while Services and routers stop"
+            " sending it requests; tritonserver then gets SIGTERM and its --exit-timeout-secs to finish"
+            " in-flight requests."
+        ),
+    )
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     affinity: dict[str, Any] | None = None

@@ -53,7 +53,12 @@ PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 
 READINESS_PATH = "/v2/health/ready"
 LIVENESS_PATH = "/v2/health/live"
-STARTUP_PERIOD_SECONDS = 10
+STARTUP_PERIOD_SECONDS = 1
+"""Startup probes run every second: a pod is Ready within a second of Triton loading its models."""
+READINESS_PERIOD_SECONDS = 2
+TRITON_EXIT_TIMEOUT_SECONDS = 30
+"""tritonserver's default --exit-timeout-secs: how long it waits for in-flight requests on SIGTERM."""
+TERMINATION_MARGIN_SECONDS = 5
 
 
 def object_name(ts: TritonService, revision: str) -> str:
@@ -278,6 +283,26 @@ def _probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any
     }
 
 
+def exit_timeout_seconds(server_args: Sequence[str]) -> int:
+    """tritonserver's --exit-timeout-secs from serverArgs (``--flag=N`` or ``--flag N``), else its default."""
+    value: str | None = None
+    for index, arg in enumerate(server_args):
+        name, has_value, rest = arg.partition("=")
+        if name == "--exit-timeout-secs":
+            if has_value:
+                value = rest
+            elif index + 1 < len(server_args):
+                value = server_args[index + 1]
+    if value is not None and value.strip().isdigit():
+        return int(value)
+    return TRITON_EXIT_TIMEOUT_SECONDS
+
+
+def termination_grace_seconds(ts: TritonService) -> int:
+    """The drain (preStop sleep), then Triton's exit timeout for in-flight requests, then a margin."""
+    return ts.spec.drain_seconds + exit_timeout_seconds(ts.spec.server_args) + TERMINATION_MARGIN_SECONDS
+
+
 def startup_failure_threshold(startup_timeout_seconds: int) -> int:
     """failureThreshold so that failureThreshold * STARTUP_PERIOD_SECONDS >= the timeout."""
     return max(1, math.ceil(startup_timeout_seconds / STARTUP_PERIOD_SECONDS))
@@ -315,13 +340,20 @@ def build_pod_template(ts: TritonService, revision: str, settings: Settings) -> 
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
-        "readinessProbe": _probe(READINESS_PATH, period=5, failures=3, timeout=3),
+        "readinessProbe": _probe(READINESS_PATH, period=READINESS_PERIOD_SECONDS, failures=2, timeout=3),
         "livenessProbe": _probe(LIVENESS_PATH, period=10, failures=3, timeout=5),
         "startupProbe": _probe(
             READINESS_PATH,
             period=STARTUP_PERIOD_SECONDS,
             failures=startup_failure_threshold(spec.startup_timeout_seconds),
             timeout=5,
+        ),
+        # Endpoints drop a terminating pod at once, but kube-proxy, load balancers and routers catch
+        # up later: keep serving for drainSeconds before tritonserver gets SIGTERM.
+        **(
+            {"lifecycle": {"preStop": {"exec": {"command": ["sleep", str(spec.drain_seconds)]}}}}
+            if spec.drain_seconds
+            else {}
         ),
         "volumeMounts": [
             {"name": MODELS_VOLUME, "mountPath": MODELS_DIR},
@@ -343,6 +375,7 @@ def build_pod_template(ts: TritonService, revision: str, settings: Settings) -> 
         "volumes": volumes,
         # Service links put 7 variables per Service of the namespace into every container.
         "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": termination_grace_seconds(ts),
     }
     sync_args = ["--manifest", MANIFEST_PATH, "--configs", CONFIGS_DIR, "--dest", MODELS_DIR]
     sync: dict[str, Any] = {
