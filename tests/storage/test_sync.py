@@ -20,7 +20,7 @@ from triton_operator.adapters.syncer import (
     UnsafeDestination,
     sync,
 )
-from triton_operator.core.manifest import Manifest
+from triton_operator.core.manifest import Manifest, manifest_digest
 from triton_operator.core.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec
 
@@ -285,3 +285,37 @@ def test_files_the_manifest_does_not_name_are_pruned(
     assert not (dest / "resnet/1").exists()
     assert (dest / "unrelated.txt").exists() and (dest / "resnet/config.pbtxt").exists()
     assert stats.pruned_files == 1
+
+
+def test_a_versioned_s3_bucket_serves_the_pinned_bytes_after_an_in_place_upload(
+    s3_backend: Backend, tmp_path: Path
+) -> None:
+    """Pins carry the S3 VersionId: a revision pinned before an upload to the same key still syncs
+    its own bytes (what an undo, a node drain or a scale-up of the stable revision needs)."""
+    client = s3_backend.client  # type: ignore[attr-defined]
+    bucket = s3_backend.new_bucket()
+    client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    models = [ModelSpec(name="tok", config={"backend": "python"})]
+    s3_backend.put(bucket, "models/tok/1/model.py", b"old = 1\n")
+    old = pin_repository(s3_backend.repository(bucket), models, s3_backend.credentials)
+    s3_backend.put(bucket, "models/tok/1/model.py", b"new = 2 # in place\n")
+    new = pin_repository(s3_backend.repository(bucket), models, s3_backend.credentials)
+
+    (old_entry,), (new_entry,) = old.entries, new.entries
+    assert old_entry.generation and new_entry.generation and old_entry.generation != new_entry.generation
+    assert manifest_digest(old) != manifest_digest(new)
+    run(old, CountingStore(s3_backend.store(bucket)), tmp_path / "old")
+    run(new, CountingStore(s3_backend.store(bucket)), tmp_path / "new")
+    assert (tmp_path / "old/tok/1/model.py").read_bytes() == b"old = 1\n"
+    assert (tmp_path / "new/tok/1/model.py").read_bytes() == b"new = 2 # in place\n"
+
+
+def test_an_unversioned_s3_bucket_pins_no_version(s3_backend: Backend) -> None:
+    bucket = s3_backend.new_bucket()
+    s3_backend.put(bucket, "models/tok/1/model.py", b"x = 1\n")
+    manifest = pin_repository(
+        s3_backend.repository(bucket),
+        [ModelSpec(name="tok", config={"backend": "python"})],
+        s3_backend.credentials,
+    )
+    assert [e.generation for e in manifest.entries] == [""]

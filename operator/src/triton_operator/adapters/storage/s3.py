@@ -128,9 +128,30 @@ class S3Store(StoreBase):
 
     # ------------------------------------------------------------ the protocol
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        paginator = self.client.get_paginator("list_objects_v2")
+    def versioned(self) -> bool:
+        """Whether the bucket keeps object versions (versioning Enabled, or Suspended with old versions).
+
+        A store that does not implement GetBucketVersioning counts as unversioned.
+        """
         try:
+            answer = self.client.get_bucket_versioning(Bucket=self.bucket)
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in ("NotImplemented", "MethodNotAllowed", "501"):
+                return False
+            raise self._error(exc, "reading the bucket's versioning") from exc
+        except (BotoCoreError, Urllib3HTTPError, OSError) as exc:
+            raise self._error(exc, "reading the bucket's versioning") from exc
+        return str(answer.get("Status", "")) in ("Enabled", "Suspended")
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object under ``prefix``; in a versioned bucket each carries its VersionId, so a pod
+        reads exactly that version even after an upload to the same key."""
+        try:
+            if self.versioned():
+                yield from self._list_versions(prefix)
+                return
+            paginator = self.client.get_paginator("list_objects_v2")
             for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
                 for item in page.get("Contents", []):
                     etag = str(item.get("ETag", "")).strip('"')
@@ -139,6 +160,22 @@ class S3Store(StoreBase):
                     )
         except (ClientError, BotoCoreError, Urllib3HTTPError, OSError) as exc:
             raise self._error(exc, f"listing prefix {prefix!r}") from exc
+
+    def _list_versions(self, prefix: str) -> Iterator[ObjectInfo]:
+        """The latest version of each key (keys whose latest version is a delete marker are gone)."""
+        paginator = self.client.get_paginator("list_object_versions")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+            for item in page.get("Versions", []):
+                if not item.get("IsLatest"):
+                    continue
+                etag = str(item.get("ETag", "")).strip('"')
+                yield ObjectInfo(
+                    key=item["Key"],
+                    size=int(item.get("Size", 0)),
+                    etag=etag,
+                    md5=s3_etag_md5(etag),
+                    generation=str(item.get("VersionId") or ""),
+                )
 
     def head(self, key: str) -> ObjectInfo | None:
         try:
