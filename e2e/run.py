@@ -2,11 +2,17 @@
 """The main job (`make run`): a cluster, the CRD, the operator and an example TritonService, converging.
 
 Without KUBECONFIG it starts the project's own local Kubernetes (e2e/cluster.py: a real
-kube-apiserver, etcd, controller-manager, scheduler and kwok with fake GPU nodes) and a real S3
-server on loopback (seaweedfs) holding a small Python-backend model. It installs the CRD, runs the
-operator, applies the example, and prints the TritonService's status each time it changes, until
-it is Ready (then it keeps the operator running until Ctrl-C, or exits with --exit-when-ready).
-Everything it started is stopped on exit (the cluster too, unless --keep-cluster).
+kube-apiserver, etcd, controller-manager, scheduler, kwok with fake GPU nodes, and a real node:
+kubelet, containerd, runc, a CNI bridge and kube-proxy) and a real S3 server (seaweedfs) holding a
+small Python-backend model, listening where the pods reach it. It installs the CRD, runs the
+operator, applies the example onto the real node, and prints the TritonService's status each time
+it changes, until it is Ready; then it sends an inference through the TritonService's Service and
+prints the inputs and outputs (then it keeps the operator running until Ctrl-C, or exits with
+--exit-when-ready). Everything it started is stopped on exit (the cluster too, unless --keep-cluster).
+
+Where the machine cannot run containers the local cluster has no real node: the example then runs
+on kwok's fake nodes (Ready is written by kwok, nothing serves) and the command says so.
+
 """
 
 from __future__ import annotations
@@ -31,8 +37,12 @@ sys.path.insert(0, str(ROOT / "e2e"))
 sys.path.insert(0, str(ROOT / "tests" / "storage"))
 
 import cluster  # noqa: E402
+from inference import INPUT0, INPUT1, InferenceError, infer_add_sub  # noqa: E402
 
 MODEL_FILE = ROOT / "tests" / "data" / "triton_models" / "adder" / "1" / "model.py"
+REAL_NODE_LABEL = "triton-operator.io/real-node"
+# The CPU tritonserver image built from the project's own files (e2e/images/tritonserver).
+LOCAL_TRITON_IMAGE = "localhost/triton-operator/tritonserver-cpu:2.51.0"
 
 
 def say(msg: str) -> None:
@@ -64,12 +74,12 @@ class Kubectl:
         return proc.stdout
 
 
-def start_s3(workdir: Path) -> Any:
-    """A real S3 server on loopback with the example's model uploaded under s3://models/tiny."""
+def start_s3(workdir: Path, host: str = "127.0.0.1") -> Any:
+    """A real S3 server on ``host`` (this machine) with the example's model under s3://models/tiny."""
     import boto3  # noqa: PLC0415
     from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY, start_seaweedfs  # noqa: PLC0415
 
-    server = start_seaweedfs(workdir / "weed", workdir / "weed.log")
+    server = start_seaweedfs(workdir / "weed", workdir / "weed.log", host=host)
     s3 = boto3.client(
         "s3",
         endpoint_url=server.endpoint,
@@ -117,6 +127,47 @@ def show_revision(kubectl: Kubectl, namespace: str, name: str) -> None:
         print("    " + json.dumps(entry, sort_keys=True), flush=True)
 
 
+def local_real_node() -> tuple[dict[str, Any] | None, str]:
+    """The local cluster's real node ({name, ip, ...}), or None and why there is none."""
+    try:
+        meta = json.loads((cluster.state_dir() / "cluster.json").read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"no cluster state ({exc})"
+    node = meta.get("real_node") or {}
+    if node.get("name") and node.get("ip"):
+        return node, ""
+    return None, str(node.get("skipped") or "the local cluster has no real node")
+
+
+def place_on_real_node(ts: dict[str, Any]) -> None:
+    """Tolerate the real node's taint and select it (the kwok nodes run no containers)."""
+    spec = ts["spec"]
+    spec["nodeSelector"] = {**spec.get("nodeSelector", {}), REAL_NODE_LABEL: "true"}
+    toleration = {"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+    spec["tolerations"] = [*spec.get("tolerations", []), toleration]
+
+
+def first_inference(kubectl: Kubectl, namespace: str, name: str, timeout: float = 30.0) -> bool:
+    """Send one inference through the TritonService's Service; print inputs and outputs."""
+    svc = json.loads(kubectl("get", "service", name, "-n", namespace, "-o", "json"))
+    host = svc["spec"]["clusterIP"]
+    say(f"inference through Service {namespace}/{name} ({host}:8000), model add_sub:")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            outputs = infer_add_sub(host, 8000)
+            break
+        except InferenceError as exc:
+            if time.monotonic() > deadline:
+                say(f"  no answer within {timeout:.0f}s: {exc}")
+                return False
+            time.sleep(0.5)
+    print(f"    INPUT0  = {INPUT0}\n    INPUT1  = {INPUT1}", flush=True)
+    for out_name, values in sorted(outputs.items()):
+        print(f"    {out_name} = {values}", flush=True)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--example", type=Path, default=ROOT / "examples" / "tiny.yaml")
@@ -124,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for Ready")
     ap.add_argument("--exit-when-ready", action="store_true", help="stop everything once Ready")
     ap.add_argument("--keep-cluster", action="store_true", help="leave the local cluster running")
+    ap.add_argument(
+        "--kwok", action="store_true", help="local cluster: run on kwok's fake nodes, not on the real node"
+    )
     args = ap.parse_args(argv)
 
     cleanups: list[tuple[str, Any]] = []
@@ -149,13 +203,32 @@ def main(argv: list[str] | None = None) -> int:
             "wait", "--for=condition=Established", "crd/tritonservices.triton-operator.io", "--timeout=60s"
         )
 
+        if not kubectl("get", "namespace", args.namespace, "--ignore-not-found", "-o", "name"):
+            say(f"creating namespace {args.namespace}")
+            kubectl("create", "namespace", args.namespace)
         docs = [d for d in yaml.safe_load_all(args.example.read_text()) if d]
         ts = next(d for d in docs if d.get("kind") == "TritonService")
         ts.setdefault("metadata", {})["namespace"] = args.namespace
+        node: dict[str, Any] | None = None
+        operator_env: dict[str, str] = {}
+        # The project's own cluster (started here, or named by KUBECONFIG) may have a real node.
+        ours = local or Path(kubeconfig).resolve() == cluster.kubeconfig_path().resolve()
+        if ours and not args.kwok:
+            node, why = local_real_node()
+            if node:
+                place_on_real_node(ts)
+                operator_env["TRITON_OPERATOR_DEFAULT_IMAGE"] = LOCAL_TRITON_IMAGE
+                say(
+                    f"real node {node['name']} ({node['ip']}): the example runs there, with the images "
+                    f"built from this repository (tritonserver {LOCAL_TRITON_IMAGE})"
+                )
+            else:
+                say(f"no real node ({why}): the pods run on kwok's fake nodes and nothing will serve")
         repo = ts["spec"]["repository"]
         if repo["uri"].startswith("s3://models/tiny") and "127.0.0.1" in repo.get("endpoint", ""):
-            # The example's store is on loopback: start it here (the operator runs here too).
-            server, access, secret = start_s3(workdir)
+            # The example's store is on loopback: start it here, where the operator runs too (on the
+            # pod bridge's gateway, an address of this machine, when real pods must reach it).
+            server, access, secret = start_s3(workdir, host=node["ip"] if node else "127.0.0.1")
             cleanups.append(("S3 server", server.stop))
             repo["endpoint"] = server.endpoint
             secret_doc = {
@@ -177,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.namespace,
                 "--no-metrics",
             ],
-            env={**os.environ, "KUBECONFIG": kubeconfig},
+            env={**os.environ, "KUBECONFIG": kubeconfig, **operator_env},
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -241,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(kubectl("get", "tritonservice", name, "-n", args.namespace), flush=True)
         show_revision(kubectl, args.namespace, name)
+        if node and not first_inference(kubectl, args.namespace, name):
+            return 1
         say("Ready. Try: kubectl get tsvc; kubectl-triton status " + name)
         say(f"export KUBECONFIG={kubeconfig}")
         rc = 0

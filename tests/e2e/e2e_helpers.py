@@ -7,12 +7,17 @@ Imported by basename (pytest's `prepend` import mode puts tests/e2e on sys.path)
 from __future__ import annotations
 
 import copy
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Service
+from lightkube.resources.core_v1 import ConfigMap, Event, Service
 from lightkube.types import PatchType
 
 from testkit import wait_for
@@ -143,3 +148,32 @@ def versions(kube: Client, namespace: str, name: str) -> dict[str, str]:
         for o in owned(kube, resource, namespace, name):
             out[f"{o['kind']}/{o['metadata']['name']}"] = o["metadata"]["resourceVersion"]
     return out
+
+
+def kubectl_triton(cluster: Path, *args: str) -> str:
+    """Run the `kubectl-triton` console script (as kubectl runs a plugin) against the cluster."""
+    script = shutil.which("kubectl-triton", path=str(Path(sys.executable).parent))
+    command = [script] if script else [sys.executable, "-m", "triton_operator.kubectl_plugin"]
+    proc = subprocess.run(
+        [*command, *args],
+        env={**os.environ, "KUBECONFIG": str(cluster)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, f"kubectl triton {' '.join(args)}: {proc.stderr}"
+    return proc.stdout
+
+
+def events(kube: Client, namespace: str, name: str) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of the operator's Events about the TritonService, oldest first."""
+    found = [
+        e
+        for e in kube.list(Event, namespace=namespace)
+        if e.involvedObject.kind == "TritonService"
+        and e.involvedObject.name == name
+        and (e.source is not None and e.source.component == "triton-operator")
+    ]
+    found.sort(key=lambda e: int(e.metadata.resourceVersion or 0))
+    return [(str(e.type), str(e.reason), str(e.message)) for e in found]

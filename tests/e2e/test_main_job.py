@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from real_pods import real_node
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,6 +45,14 @@ def test_main_job_reaches_ready_and_pins_the_uploaded_model(cluster: Path, names
     assert [p["key"] for p in pinned] == ["tiny/add_sub/1/model.py"], out[-4000:]
     model = ROOT / "tests" / "data" / "triton_models" / "adder" / "1" / "model.py"
     assert pinned[0]["size"] == model.stat().st_size
+    # On the real node it ends with an inference answered through the TritonService's Service.
+    node, why = real_node()
+    if node is None:
+        assert f"no real node ({why})" in out or "no real node" in out, out[-4000:]
+        return
+    assert f"real node {node['name']}" in out, out[-4000:]
+    assert "OUTPUT0 = [11.0, 22.0, 33.0, 44.0]" in out, out[-4000:]
+    assert "OUTPUT1 = [-9.0, -18.0, -27.0, -36.0]" in out, out[-4000:]
 
 
 def test_main_job_leaves_its_objects_behind_for_kubectl(cluster: Path, namespace: str, kube: Any) -> None:

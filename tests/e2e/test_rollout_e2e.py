@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -23,7 +22,18 @@ from typing import Any
 
 import e2e_helpers
 import pytest
-from e2e_helpers import CRASH, NEVER_READY, PYTHON_MODEL, REVISION_LABEL, SERVICE_LABEL, TS, apply, as_dict
+from e2e_helpers import (
+    CRASH,
+    NEVER_READY,
+    PYTHON_MODEL,
+    REVISION_LABEL,
+    SERVICE_LABEL,
+    TS,
+    apply,
+    as_dict,
+    events,
+    kubectl_triton,
+)
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
@@ -77,22 +87,6 @@ def create_route(kube: Client, body: dict[str, Any]) -> None:
 
 
 # ----------------------------------------------------------------- kubectl triton
-
-
-def kubectl_triton(cluster: Path, *args: str) -> str:
-    """Run the `kubectl-triton` console script (as kubectl runs a plugin) against the cluster."""
-    script = shutil.which("kubectl-triton", path=str(Path(sys.executable).parent))
-    command = [script] if script else [sys.executable, "-m", "triton_operator.kubectl_plugin"]
-    proc = subprocess.run(
-        [*command, *args],
-        env={**os.environ, "KUBECONFIG": str(cluster)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, f"kubectl triton {' '.join(args)}: {proc.stderr}"
-    return proc.stdout
 
 
 # ----------------------------------------------------------------- observing a rollout
@@ -275,19 +269,6 @@ def untouched(snap: Snap, revision: str) -> Check:
         dep["metadata"]["resourceVersion"],
         int(dep["metadata"]["generation"]),
     )
-
-
-def events(kube: Client, namespace: str, name: str) -> list[tuple[str, str, str]]:
-    """(type, reason, message) of the operator's Events about the TritonService, oldest first."""
-    found = [
-        e
-        for e in kube.list(Event, namespace=namespace)
-        if e.involvedObject.kind == "TritonService"
-        and e.involvedObject.name == name
-        and (e.source is not None and e.source.component == "triton-operator")
-    ]
-    found.sort(key=lambda e: int(e.metadata.resourceVersion or 0))
-    return [(str(e.type), str(e.reason), str(e.message)) for e in found]
 
 
 def event_time(kube: Client, namespace: str, name: str, reason: str, contains: str = "") -> datetime:

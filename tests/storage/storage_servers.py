@@ -142,8 +142,12 @@ def weed_binary() -> str:
     return found
 
 
-def start_seaweedfs(data_dir: Path, log_path: Path, *, attempts: int = 3) -> Server:
-    """`weed mini` with S3 auth on (the access/secret key pair above), every port chosen free."""
+def start_seaweedfs(data_dir: Path, log_path: Path, *, attempts: int = 3, host: str = "127.0.0.1") -> Server:
+    """`weed mini` with S3 auth on (the access/secret key pair above), every port chosen free.
+
+    ``host`` is the one address every port binds: loopback, or the local cluster's pod-bridge
+    gateway when real pods must reach the store (an address of this machine either way).
+    """
     last: Exception | None = None
     for _ in range(attempts):
         master, volume, filer, s3, admin = free_port_pairs(5)
@@ -152,8 +156,8 @@ def start_seaweedfs(data_dir: Path, log_path: Path, *, attempts: int = 3) -> Ser
             weed_binary(),
             "mini",
             f"-dir={data_dir}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
+            f"-ip={host}",
+            f"-ip.bind={host}",
             "-admin.ui=false",
             "-webdav=false",
             "-s3.port.iceberg=0",
@@ -173,14 +177,14 @@ def start_seaweedfs(data_dir: Path, log_path: Path, *, attempts: int = 3) -> Ser
         ]
         env = {"AWS_ACCESS_KEY_ID": S3_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY}
         server = Server(
-            "seaweedfs", _spawn("seaweedfs", args, log_path, env), log_path, f"http://127.0.0.1:{s3}"
+            "seaweedfs", _spawn("seaweedfs", args, log_path, env), log_path, f"http://{host}:{s3}"
         )
 
         def probe(port: int = s3) -> bool:
             # A signed ListBuckets with this server's keys: only our own weed answers 200.
             client = boto3.client(
                 "s3",
-                endpoint_url=f"http://127.0.0.1:{port}",
+                endpoint_url=f"http://{host}:{port}",
                 aws_access_key_id=S3_ACCESS_KEY,
                 aws_secret_access_key=S3_SECRET_KEY,
                 region_name="us-east-1",

@@ -695,5 +695,5 @@ def test_termination_drains_then_lets_triton_finish(
 
 @pytest.mark.parametrize("seconds", [-1, 601])
 def test_drain_seconds_out_of_range_is_refused(seconds: int) -> None:
-    with pytest.raises(ValueError, match="drainSeconds|drain_seconds"):
+    with pytest.raises(ValueError, match=r"drainSeconds|drain_seconds"):
         ts_of(drainSeconds=seconds)

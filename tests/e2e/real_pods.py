@@ -1,0 +1,105 @@
+"""Helpers of the real-pod tests: the local cluster's real node, a store its pods reach, model sources.
+
+The real node (e2e/cluster.py: kubelet, containerd, runc, a CNI bridge, kube-proxy) is tainted
+so that only pods meant for it land there; `on_real_node` adds the toleration and node selector.
+Imported by basename: ``from real_pods import ...``.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+REAL_NODE_LABEL = "triton-operator.io/real-node"
+TRITON_CPU_IMAGE = "localhost/triton-operator/tritonserver-cpu:2.51.0"
+ADDER = ROOT / "tests" / "data" / "triton_models" / "adder" / "1" / "model.py"
+
+ADD_SUB_CONFIG: dict[str, Any] = {
+    "backend": "python",
+    "maxBatchSize": 8,
+    "input": [
+        {"name": "INPUT0", "dataType": "TYPE_FP32", "dims": ["4"]},
+        {"name": "INPUT1", "dataType": "TYPE_FP32", "dims": ["4"]},
+    ],
+    "output": [
+        {"name": "OUTPUT0", "dataType": "TYPE_FP32", "dims": ["4"]},
+        {"name": "OUTPUT1", "dataType": "TYPE_FP32", "dims": ["4"]},
+    ],
+    "instanceGroup": [{"kind": "KIND_CPU", "count": 1}],
+}
+
+
+def real_node() -> tuple[dict[str, Any] | None, str]:
+    """The local cluster's real node ({name, ip, ...}) or None and why there is none."""
+    skip = os.environ.get("TRITON_E2E_REAL_NODE_SKIP")
+    e2e = str(ROOT / "e2e")
+    if e2e not in sys.path:
+        sys.path.insert(0, e2e)
+    try:
+        cluster: Any = importlib.import_module("cluster")
+        meta = json.loads((Path(cluster.state_dir()) / "cluster.json").read_text())
+    except (ImportError, OSError, ValueError) as exc:
+        return None, skip or f"no local cluster state to read the real node from ({exc})"
+    node = meta.get("real_node") or {}
+    if node.get("name") and node.get("ip"):
+        return dict(node), ""
+    return None, node.get("skipped") or skip or "the local cluster has no real node"
+
+
+def adder_source(offset: float = 0) -> bytes:
+    """The adder test model (OUTPUT0 = INPUT0 + INPUT1), plus ``offset`` to tell revisions apart."""
+    text = ADDER.read_text()
+    if offset:
+        assert "(a + b)" in text
+        text = text.replace("(a + b)", f"(a + b + {offset!r})")
+    return text.encode()
+
+
+def raising_source() -> bytes:
+    """A model.py that raises when the Python backend imports it."""
+    return b'raise RuntimeError("this model.py fails at import (real-pod test)")\n' + adder_source()
+
+
+def on_real_node(
+    name: str,
+    namespace: str,
+    *,
+    bucket: str,
+    endpoint: str,
+    secret: str = "store",
+    replicas: int = 1,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A TritonService serving `add_sub` from s3://BUCKET/models on the real node; ``spec`` overrides."""
+    body: dict[str, Any] = {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonService",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "image": TRITON_CPU_IMAGE,
+            "resources": {"cpu": "100m", "memory": "256Mi"},
+            "shmSize": "64Mi",
+            "serverArgs": ["--log-verbose=0", "--exit-timeout-secs=5"],
+            "drainSeconds": 2,
+            "startupTimeoutSeconds": 120,
+            "repository": {
+                "uri": f"s3://{bucket}/models",
+                "endpoint": endpoint,
+                "credentialsSecret": secret,
+                "pollIntervalSeconds": 2,
+                "s3": {"addressingStyle": "path"},
+            },
+            "models": [{"name": "add_sub", "config": copy.deepcopy(ADD_SUB_CONFIG)}],
+            "nodeSelector": {REAL_NODE_LABEL: "true"},
+            "tolerations": [{"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+    body["spec"].update(copy.deepcopy(spec))
+    return body

@@ -1,0 +1,373 @@
+"""Real pods on the local cluster's real node: a real `triton-operator sync` init container and a real
+CPU tritonserver, with a client counting answers through the TritonService's Service.
+
+Needs the real node of e2e/cluster.py (kubelet, containerd, runc, CNI bridge, kube-proxy) and the
+images built from the project's own files (e2e/images.py); without them every test here skips,
+saying why. The S3 store (seaweedfs) listens on the pod bridge's gateway so pods can reach it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_helpers import TS, apply, condition, events, get_ts, kubectl_triton, owned, wait_condition
+from lightkube import Client
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Pod, Secret, Service
+from real_pods import REAL_NODE_LABEL, TRITON_CPU_IMAGE, adder_source, on_real_node, raising_source, real_node
+
+from testkit import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+for extra in (ROOT / "e2e", ROOT / "tests" / "storage"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+from inference import LoadClient, infer_add_sub, offset_of  # noqa: E402
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.operator_env(TRITON_OPERATOR_PIN_REPOSITORIES="true"),
+]
+MODEL_KEY = "models/add_sub/{version}/model.py"
+
+
+# ----------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def node(cluster: Path) -> dict[str, Any]:
+    info, why = real_node()
+    if info is None:
+        pytest.skip(f"no real node: {why}")
+    return info
+
+
+@pytest.fixture(scope="module")
+def store(node: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """seaweedfs on the pod bridge's gateway address (this machine): the operator and pods reach it."""
+    import boto3  # noqa: PLC0415
+    import storage_servers  # noqa: PLC0415
+    from botocore.config import Config  # noqa: PLC0415
+
+    base = tmp_path_factory.mktemp("seaweedfs")
+    try:
+        server = storage_servers.start_seaweedfs(base / "data", base / "weed.log", host=node["ip"])
+    except storage_servers.ServerStartError as exc:
+        pytest.skip(f"no S3 server on {node['ip']}: {exc}")
+    server.extra["s3"] = boto3.client(
+        "s3",
+        endpoint_url=server.endpoint,
+        aws_access_key_id=storage_servers.S3_ACCESS_KEY,
+        aws_secret_access_key=storage_servers.S3_SECRET_KEY,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}),
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def bucket(store: Any, kube: Client, namespace: str) -> str:
+    """A fresh bucket holding add_sub version 1 (offset 0), and the Secret `store` to read it."""
+    import storage_servers  # noqa: PLC0415
+
+    name = f"real-{uuid.uuid4().hex[:8]}"
+    store.extra["s3"].create_bucket(Bucket=name)
+    store.extra["s3"].put_object(Bucket=name, Key=MODEL_KEY.format(version=1), Body=adder_source(0))
+    kube.create(
+        Secret.from_dict(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "store", "namespace": namespace},
+                "stringData": {
+                    "AWS_ACCESS_KEY_ID": storage_servers.S3_ACCESS_KEY,
+                    "AWS_SECRET_ACCESS_KEY": storage_servers.S3_SECRET_KEY,
+                },
+            }
+        )
+    )
+    return name
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def cluster_ip(kube: Client, namespace: str, name: str) -> str:
+    svc = kube.get(Service, name, namespace=namespace)
+    assert svc.spec is not None and svc.spec.clusterIP
+    return str(svc.spec.clusterIP)
+
+
+def pods(kube: Client, namespace: str, name: str) -> list[Any]:
+    return list(kube.list(Pod, namespace=namespace, labels={"triton-operator.io/service": name}))
+
+
+def ready(pod: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+
+
+def answering(host: str, offset: float, timeout: float = 60) -> None:
+    """Wait until requests through the Service come back with ``offset`` (only)."""
+
+    def probe() -> bool:
+        try:
+            return all(offset_of(infer_add_sub(host, timeout=3)) == offset for _ in range(5))
+        except Exception:
+            return False
+
+    wait_for(probe, timeout=timeout, interval=0.5, what=f"answers with offset {offset:g} from {host}")
+
+
+def serving(kube: Client, namespace: str, name: str, timeout: float = 150) -> dict[str, Any]:
+    return wait_condition(kube, namespace, name, "Ready", "True", timeout=timeout)
+
+
+# ----------------------------------------------------------------- tests
+
+
+def test_apply_serves_an_inference_through_the_service_and_delete_removes_the_pods(  # noqa: PLR0917 (fixtures)
+    kube: Client, namespace: str, operator: Any, node: dict[str, Any], store: Any, bucket: str
+) -> None:
+    apply(kube, on_real_node("tiny", namespace, bucket=bucket, endpoint=store.endpoint))
+    obj = serving(kube, namespace, "tiny")
+    assert condition(obj, "RepositoryReady")["reason"] == "ManifestPinned"
+    assert obj["status"]["endpoints"]["http"].startswith(f"tiny.{namespace}.svc")
+
+    # Ready came from Triton's real probes on a real pod: containerd ran both containers.
+    (pod,) = pods(kube, namespace, "tiny")
+    assert pod.spec.nodeName == node["name"] and ready(pod)
+    (sync,) = pod.status.initContainerStatuses
+    assert sync.state.terminated.exitCode == 0 and sync.containerID.startswith("containerd://")
+    (triton,) = pod.status.containerStatuses
+    assert triton.ready and triton.containerID.startswith("containerd://")
+
+    # An inference through the TritonService's Service: OUTPUT0 = a + b, OUTPUT1 = a - b.
+    out = infer_add_sub(cluster_ip(kube, namespace, "tiny"))
+    assert out == {"OUTPUT0": [11.0, 22.0, 33.0, 44.0], "OUTPUT1": [-9.0, -18.0, -27.0, -36.0]}
+
+    kube.delete(TS, "tiny", namespace=namespace)
+    wait_for(lambda: not pods(kube, namespace, "tiny"), timeout=60, what="the pods to be removed")
+    assert not owned(kube, Deployment, namespace, "tiny")
+
+
+def test_canary_triton_refuses_never_becomes_ready_and_is_rolled_back_while_stable_answers(
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str
+) -> None:
+    # --exit-on-error=false keeps tritonserver up after a failed load: the pod runs but is never Ready.
+    args = ["--log-verbose=0", "--exit-timeout-secs=5", "--exit-on-error=false"]
+    rollout = {"steps": [{"setWeight": 50}, {"pause": {}}], "progressDeadlineSeconds": 25}
+    body = on_real_node(
+        "refused", namespace, bucket=bucket, endpoint=store.endpoint, serverArgs=args, rollout=rollout
+    )
+    apply(kube, body)
+    stable = serving(kube, namespace, "refused")["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "refused")
+    answering(host, 0)
+
+    client = LoadClient(host, max_seconds=240).start()
+    try:
+        # Valid for protobuf and the CRD, refused by Triton: this image has no onnxruntime backend.
+        bad = on_real_node(
+            "refused", namespace, bucket=bucket, endpoint=store.endpoint, serverArgs=args, rollout=rollout
+        )
+        bad["spec"]["models"][0]["config"]["backend"] = "onnxruntime"
+        apply(kube, bad)
+        obj = wait_condition(
+            kube, namespace, "refused", "Degraded", "True", reason="ProgressDeadlineExceeded", timeout=120
+        )
+        canary = obj["status"]["abortedRevision"]
+        assert obj["status"]["stableRevision"] == stable and canary != stable
+        wait_for(
+            lambda: not [p for p in pods(kube, namespace, "refused") if canary in p.metadata.name],
+            timeout=60,
+            what="the refused canary's pods to go",
+        )
+        time.sleep(2)
+    finally:
+        client.stop()
+    print(f"\nrefused canary: {client.summary()}")
+    assert client.sent > 50
+    assert not client.failures, client.failures[:5]
+    assert set(client.answers) == {0.0}  # only the stable revision ever answered
+    warnings = [(r, m) for t, r, m in events(kube, namespace, "refused") if t == "Warning"]
+    assert any(r == "RolloutAborted" and canary in m for r, m in warnings), warnings
+
+
+def test_canary_whose_model_raises_at_import_crash_loops_and_is_rolled_back(
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str
+) -> None:
+    rollout = {"steps": [{"setWeight": 50}, {"pause": {}}]}
+    apply(kube, on_real_node("crashy", namespace, bucket=bucket, endpoint=store.endpoint, rollout=rollout))
+    stable = serving(kube, namespace, "crashy")["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "crashy")
+    answering(host, 0)
+
+    client = LoadClient(host, max_seconds=240).start()
+    try:
+        # Version 2 raises at import: the poll pins it, Triton fails to load it and exits.
+        store.extra["s3"].put_object(Bucket=bucket, Key=MODEL_KEY.format(version=2), Body=raising_source())
+        obj = wait_condition(
+            kube, namespace, "crashy", "Degraded", "True", reason="CanaryCrashLooping", timeout=150
+        )
+        assert obj["status"]["stableRevision"] == stable
+        assert "canary pods are crash-looping" in condition(obj, "Degraded")["message"]
+        time.sleep(2)
+    finally:
+        client.stop()
+    print(f"\ncrash-looping canary: {client.summary()}")
+    assert not client.failures, client.failures[:5]
+    assert set(client.answers) == {0.0}
+
+
+def test_full_canary_rollout_drops_no_request(
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str
+) -> None:
+    rollout = {"steps": [{"setWeight": 50}, {"pause": {"durationSeconds": 4}}]}
+    apply(
+        kube,
+        on_real_node(
+            "smooth", namespace, bucket=bucket, endpoint=store.endpoint, replicas=2, rollout=rollout
+        ),
+    )
+    first = serving(kube, namespace, "smooth")
+    old = first["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "smooth")
+    answering(host, 0)
+
+    client = LoadClient(host, max_seconds=300).start()
+    try:
+        store.extra["s3"].put_object(Bucket=bucket, Key=MODEL_KEY.format(version=2), Body=adder_source(100))
+
+        def promoted() -> dict[str, Any] | None:
+            obj = get_ts(kube, namespace, "smooth")
+            new = obj["status"].get("stableRevision")
+            done = new not in (None, old) and not obj["status"].get("canaryRevision")
+            return obj if done and condition(obj, "Ready").get("status") == "True" else None
+
+        wait_for(promoted, timeout=180, what="the canary to be promoted")
+        # the old stable is scaled down and its pods drain and terminate
+        wait_for(
+            lambda: not [p for p in pods(kube, namespace, "smooth") if old in p.metadata.name],
+            timeout=90,
+            what="the old stable's pods to terminate",
+        )
+        answering(host, 100)
+        time.sleep(2)
+    finally:
+        client.stop()
+    print(f"\nfull canary rollout: {client.summary()}")
+    assert not client.failures, client.failures[:5]
+    assert client.answers[0.0] > 0 and client.answers[100.0] > 0, client.summary()
+    assert set(client.answers) == {0.0, 100.0}
+    steps = [m for t, r, m in events(kube, namespace, "smooth") if r == "StepCompleted"]
+    assert steps, events(kube, namespace, "smooth")
+
+
+def test_in_place_upload_rolls_out_new_answers_and_undo_brings_back_the_old(  # noqa: PLR0917 (fixtures)
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, cluster: Path
+) -> None:
+    s3 = store.extra["s3"]
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    s3.put_object(Bucket=bucket, Key=MODEL_KEY.format(version=1), Body=adder_source(0))
+    apply(kube, on_real_node("inplace", namespace, bucket=bucket, endpoint=store.endpoint))
+    first = serving(kube, namespace, "inplace")["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "inplace")
+    answering(host, 0)
+
+    # the same key, new bytes: a new revision pinned to the new object version
+    s3.put_object(Bucket=bucket, Key=MODEL_KEY.format(version=1), Body=adder_source(7))
+
+    def rolled() -> str | None:
+        obj = get_ts(kube, namespace, "inplace")
+        rev = obj["status"].get("stableRevision")
+        ok = rev not in (None, first) and condition(obj, "Ready").get("status") == "True"
+        return str(rev) if ok else None
+
+    wait_for(rolled, timeout=150, what="the in-place upload to roll out")
+    answering(host, 7)
+
+    # undo: the first revision's pods start again and sync the first version's exact bytes
+    kubectl_triton(cluster, "undo", "inplace", "-n", namespace)
+    wait_for(
+        lambda: get_ts(kube, namespace, "inplace")["status"].get("stableRevision") == first,
+        timeout=150,
+        what="the undo",
+    )
+    answering(host, 0, timeout=120)
+    assert {p.spec.nodeSelector[REAL_NODE_LABEL] for p in pods(kube, namespace, "inplace")} == {"true"}
+
+
+def test_the_chart_runs_the_operator_as_a_pod_on_the_real_node_and_its_service_answers(  # noqa: PLR0917
+    kube: Client, namespace: str, store: Any, bucket: str, cluster: Path, tmp_path: Path
+) -> None:
+    """`helm install` with the image built from the Dockerfile: the operator runs in a pod (its
+    ServiceAccount, RBAC, read-only root filesystem and probes as shipped), reaches the API server
+    through the `kubernetes` Service, and reconciles a TritonService whose pods then serve."""
+    import json  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    from testkit import load_chartlib  # noqa: PLC0415
+
+    helm = load_chartlib().find_tool("helm")
+    if helm is None:
+        pytest.skip("no helm binary (python3 e2e/cluster.py build provides one)")
+    release = f"rp-{uuid.uuid4().hex[:6]}"
+    toleration = {"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+    values = {
+        "watchNamespaces": [namespace],
+        "operator": {"defaultTritonImage": TRITON_CPU_IMAGE, "logLevel": "DEBUG"},
+        "nodeSelector": {REAL_NODE_LABEL: "true"},
+        "tolerations": [toleration],
+    }
+    (tmp_path / "values.json").write_text(json.dumps(values))
+    chart = ROOT / "charts" / "triton-operator"
+
+    def helm_run(*args: str) -> str:
+        proc = subprocess.run(
+            [str(helm), f"--kubeconfig={cluster}", *args],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert proc.returncode == 0, f"helm {' '.join(args)}: {proc.stdout}\n{proc.stderr}"
+        return proc.stdout
+
+    helm_run(
+        "install",
+        release,
+        str(chart),
+        "-n",
+        namespace,
+        "-f",
+        str(tmp_path / "values.json"),
+        "--wait",
+        "--timeout",
+        "180s",
+    )
+    try:
+        (op,) = [
+            p for p in kube.list(Pod, namespace=namespace, labels={"app.kubernetes.io/instance": release})
+        ]
+        assert op.spec.nodeName and ready(op)
+        (container,) = op.status.containerStatuses
+        assert container.image.endswith("triton-operator/triton-operator:0.1.0") and container.ready
+        assert op.spec.containers[0].securityContext.readOnlyRootFilesystem is True
+
+        body = on_real_node("charted", namespace, bucket=bucket, endpoint=store.endpoint)
+        del body["spec"]["image"]  # the chart's defaultTritonImage
+        apply(kube, body)
+        serving(kube, namespace, "charted", timeout=180)
+        answering(cluster_ip(kube, namespace, "charted"), 0)
+        (pod,) = pods(kube, namespace, "charted")
+        assert pod.spec.containers[0].image == TRITON_CPU_IMAGE
+    finally:
+        helm_run("uninstall", release, "-n", namespace, "--wait", "--timeout", "120s")
