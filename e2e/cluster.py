@@ -4,12 +4,17 @@
 Stdlib only: this runs before any virtualenv exists.
 
 The control plane (etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler) and kwok (fake nodes / fake kubelet) are built from pinned Go
-modules through small wrapper modules under ``e2e/tools/<name>/`` and cached
-outside the repository in
+kube-scheduler), kwok (fake nodes / fake kubelet), kubelet and kube-proxy are
+built from pinned Go modules through small wrapper modules under
+``e2e/tools/<name>/`` and cached outside the repository in
 ``${TRITON_OPERATOR_CACHE:-~/.cache/triton-operator}/bin/<key>/``.
 
-Subcommands: build, up, down, env, status  (see ``e2e/cluster --help``).
+Nodes: kwok fake nodes (GPU and CPU) and, where this machine can run containers
+(root, containerd, runc), the real node ``real-node-1`` run by a real kubelet
+(see e2e/node.py; ``TRITON_E2E_REAL_NODE=0`` turns it off, ``TRITON_E2E_IMAGES=pause,...``
+limits the e2e/images.py images built and loaded for it).
+
+Subcommands: build, up, down, env, status, leftovers  (see ``e2e/cluster --help``).
 Python API: build() -> Path, up() -> Path, down(), bin_dir() -> Path.
 """
 
@@ -23,6 +28,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -35,6 +41,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+import node  # e2e/node.py: the real node
 
 E2E_DIR = Path(__file__).resolve().parent
 REPO_ROOT = E2E_DIR.parent
@@ -85,6 +93,9 @@ TOOLS: dict[str, dict] = {
             "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
             "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
             "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+            # the real node (e2e/node.py); the kwok cluster comes up without them
+            "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+            "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
         },
         "ldflags": _version_ldflags(),
     },
@@ -506,7 +517,7 @@ def _api(sd: Path) -> Api | None:
 def is_up(sd: Path | None = None) -> bool:
     sd = sd or state_dir()
     pids = _read_pids(sd)
-    if not pids or not all(_pid_alive(p) for p in pids.values()):
+    if not pids or not all(_pid_alive(p) for p in pids.values()) or not node.pids_alive(sd):
         return False
     api = _api(sd)
     return bool(api and api.ok("/readyz"))
@@ -548,7 +559,7 @@ def _make_pki(pki: Path) -> None:
         cwd=pki,
     )
     (pki / "apiserver.ext").write_text(
-        "subjectAltName=IP:127.0.0.1,IP:" + SERVICE_IP + ",DNS:localhost,DNS:kubernetes,"
+        f"subjectAltName=IP:127.0.0.1,IP:{SERVICE_IP},IP:{node.NODE_IP},DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
         "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n"
     )
@@ -846,12 +857,16 @@ def _up(build_if_needed: bool, timeout: float) -> Path:
     sd.chmod(0o700)
     (sd / "etcd").chmod(0o700)
     ports = {k: _free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok")}
+    ports |= {k: _free_port() for k in ("kubelet", "kubelet_healthz", "proxy_healthz", "proxy_metrics")}
     token = hashlib.sha256(os.urandom(32)).hexdigest()[:40]
     (sd / ADMIN_TOKEN_FILE).write_text(token + "\n")
     (sd / "tokens.csv").write_text(f'{token},admin,admin-uid,"system:masters"\n')
     (sd / "tokens.csv").chmod(0o600)
     pki = sd / "pki"
     _make_pki(pki)
+    # The real node's bridge (10.77.0.1) exists before the API server starts; containerd starts
+    # (and the images load) in a thread meanwhile.
+    real, real_skip = _real_node_start(sd, bins, ports)
     server = f"https://127.0.0.1:{ports['apiserver']}"
     kc = kubeconfig_path()
     _write_kubeconfig(kc, server, token, pki / "ca.crt")
@@ -884,14 +899,31 @@ def _up(build_if_needed: bool, timeout: float) -> Path:
     )
     _wait("etcd", lambda: urllib.request.urlopen(etcd_url + "/health", timeout=1).status == 200, 30, sd)
 
+    if real is not None:
+        try:
+            node.add_apiserver_guard(ports["apiserver"])
+        except Exception as e:  # any failure costs only the real node
+            real, real_skip = None, _real_node_abandon(sd, e)
+    if real is None:
+        apiserver_net = [
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            "--endpoint-reconciler-type=none",  # 127.0.0.1 is not a valid endpoint address
+        ]
+    else:
+        # kube-apiserver binds one address, and both 127.0.0.1 (host kubeconfigs) and 10.77.0.1
+        # (pods, through the `kubernetes` Service: --advertise-address) must work: it binds all
+        # addresses, and the iptables guard node.add_apiserver_guard() drops its port on every
+        # interface but loopback and the bridge. The default (lease) endpoint reconciler keeps
+        # the `kubernetes` Service's endpoint at 10.77.0.1.
+        apiserver_net = ["--bind-address=0.0.0.0", *node.apiserver_flags(pki)]
     _spawn(
         sd,
         "kube-apiserver",
         [
             str(bins / "kube-apiserver"),
             f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            *apiserver_net[:2],
             f"--secure-port={ports['apiserver']}",
             f"--cert-dir={sd / 'certs'}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -906,7 +938,7 @@ def _up(build_if_needed: bool, timeout: float) -> Path:
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--endpoint-reconciler-type=none",  # 127.0.0.1 is not a valid endpoint address
+            *apiserver_net[2:],
             "--allow-privileged=true",
             "--profiling=false",
             "--v=1",
@@ -915,6 +947,11 @@ def _up(build_if_needed: bool, timeout: float) -> Path:
     api = Api(server, token, str(pki / "ca.crt"))
     _wait("kube-apiserver /readyz", lambda: api.ok("/readyz"), 90, sd)
     t_api = time.monotonic() - t0
+    if real is not None:
+        try:
+            real.start_kubelet(server)
+        except Exception as e:
+            real, real_skip = None, _real_node_abandon(sd, e, keep_guard=True)
 
     _spawn(
         sd,
@@ -930,6 +967,8 @@ def _up(build_if_needed: bool, timeout: float) -> Path:
             "--leader-elect=false",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
+            # its default, /usr/libexec/kubernetes/kubelet-plugins/volume/exec, would be created
+            f"--flex-volume-plugin-dir={sd / 'kcm-flex'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--controllers=*",
             "--enable-garbage-collector=true",
@@ -1039,13 +1078,61 @@ def _up(build_if_needed: bool, timeout: float) -> Path:
             60,
             sd,
         )
+    if real is not None:
+        try:
+            real.wait_ready(lambda: _node_ready(api, node.NODE_NAME), timeout)
+        except Exception as e:
+            real, real_skip = None, _real_node_abandon(sd, e, keep_guard=True)
     _wait("kube-apiserver /readyz", lambda: api.ok("/readyz"), 30, sd)
     took = time.monotonic() - t0
     meta = _load_meta(sd)
     meta["ready_seconds"] = round(took, 1)
+    meta["real_node"] = real.meta() if real is not None else {"skipped": real_skip}
     (sd / "cluster.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if real is not None:
+        t = real.timings
+        log(
+            f"real node {node.NODE_NAME} ({node.NODE_IP}) Ready: containerd {t.get('containerd')}s, "
+            f"images {t.get('images_build')}s + load {t.get('images_load')}s, "
+            f"kubelet Ready {t.get('kubelet_ready')}s after start"
+        )
     log(f"cluster ready in {took:.1f}s (apiserver ready after {t_api:.1f}s); KUBECONFIG={kc}")
     return kc
+
+
+def _node_ready(api: Api, name: str) -> bool:
+    n = api.get(f"/api/v1/nodes/{name}") or {}
+    return any(
+        c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", [])
+    )
+
+
+def _real_node_start(sd: Path, bins: Path, ports: dict[str, int]) -> tuple[node.RealNode | None, str]:
+    """Preflight, bridge, certificates, containerd thread; (None, reason) when there is no real node."""
+    reason = node.preflight(bins, node.Paths(sd, cache_root()))
+    if reason:
+        log(f"real node skipped: {reason}")
+        return None, reason
+    try:
+        node.teardown(sd, cache_root(), quiet=True)  # what a crashed run left on the host
+        real = node.RealNode(sd, cache_root(), bins, ports)
+        real.setup_host([SERVICE_CIDR, KWOK_POD_CIDR])
+        node.make_pki(sd / "pki")
+        real.start_runtime()
+    except Exception as e:
+        return None, _real_node_abandon(sd, e)
+    return real, ""
+
+
+def _real_node_abandon(sd: Path, err: BaseException, keep_guard: bool = False) -> str:
+    """The real node failed: log why, remove its parts, return the reason (the rest goes on)."""
+    reason = str(err) if isinstance(err, node.NodeError) else f"{type(err).__name__}: {err}"
+    log(f"real node skipped: {reason}")
+    try:
+        node.teardown(sd, cache_root(), keep_guard=keep_guard, quiet=True)
+    except Exception as e:
+        log(f"warning: cleaning up the real node failed: {e}")
+    return reason
 
 
 COMPONENTS = ["kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
@@ -1082,7 +1169,7 @@ def _procs_referencing(path: Path, pgids: set[int] | None = None) -> list[int]:
         if needle not in b"\0".join(argv) or not _pid_alive(pid):
             continue
         exe = os.path.basename(argv[0].decode(errors="replace"))
-        if exe in COMPONENTS or pgid in pgids:
+        if exe in COMPONENTS or exe in node.PROCESS_NAMES or pgid in pgids:
             out.append(pid)
     return out
 
@@ -1127,6 +1214,12 @@ def _down(quiet: bool) -> None:
             log("cluster is not running (no state dir)")
         return
     pids = _read_pids(sd)
+    # the real node first (kubelet, pods, containerd, kube-proxy, and what they did to the host)
+    node_error = None
+    try:
+        node.teardown(sd, cache_root(), quiet=quiet)
+    except Exception as e:  # stop the control plane anyway; report at the end
+        node_error = e
     # clients first, then the apiserver (it shuts down quickly only while etcd is still there), etcd last
     waves = [["kwok", "kube-scheduler", "kube-controller-manager"], ["kube-apiserver"], ["etcd"]]
     waves.append([n for n in pids if n not in COMPONENTS])
@@ -1140,6 +1233,11 @@ def _down(quiet: bool) -> None:
     leftovers = _procs_referencing(sd, pgids)
     if leftovers:
         raise RuntimeError(f"processes still running after down: {leftovers}")
+    if node_error is not None:
+        raise RuntimeError(f"cleaning up the real node failed: {node_error}")
+    mounts = node.mounts_under([sd])
+    if mounts:  # never rm -rf through a mount
+        raise RuntimeError(f"not removing {sd}: mounts below it remain: {mounts[:10]}")
     if (sd / MARKER).exists() or not any(sd.iterdir()):
         shutil.rmtree(sd, ignore_errors=True)
     else:
@@ -1150,7 +1248,7 @@ def _down(quiet: bool) -> None:
 
 def status() -> dict:
     sd = state_dir()
-    pids = _read_pids(sd)
+    pids = _read_pids(sd) | _read_pids(sd / "node")
     return {
         "up": is_up(sd),
         "state_dir": str(sd),
@@ -1158,7 +1256,39 @@ def status() -> dict:
         "processes": {n: {"pid": p, "alive": _pid_alive(p)} for n, p in sorted(pids.items())},
         "bin_dir": str(bin_dir()),
         "binaries_built": binaries_ready(),
+        "real_node": _load_meta(sd).get("real_node"),
     }
+
+
+def leftovers() -> list[str]:
+    """What of a cluster (this state dir) and of the real node remains on this machine."""
+    sd = state_dir()
+    out = [f"state dir {sd}"] if sd.exists() else []
+    for pid in _procs_referencing(sd):
+        with contextlib.suppress(OSError):
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            if os.path.basename(argv0) not in node.PROCESS_NAMES:  # those node.leftovers() lists
+                out.append(f"process {pid} ({os.path.basename(argv0)}) referencing {sd}")
+    return out + node.leftovers(sd, cache_root())
+
+
+def env_lines() -> list[str]:
+    """Shell exports for the cluster of this state dir (`cluster.py env`)."""
+    lines = [f"export KUBECONFIG={kubeconfig_path()}", f"export PATH={bin_dir()}:$PATH"]
+    real = _load_meta(state_dir()).get("real_node") or {}
+    if real.get("name"):
+        lines += [
+            "unset TRITON_E2E_REAL_NODE_SKIP",
+            f"export TRITON_E2E_REAL_NODE={real['name']}",
+            f"export TRITON_E2E_NODE_IP={real['ip']}",
+        ]
+    else:
+        why = real.get("skipped") or f"the cluster is not up (no {state_dir() / 'cluster.json'})"
+        lines += [
+            "unset TRITON_E2E_REAL_NODE TRITON_E2E_NODE_IP",
+            f"export TRITON_E2E_REAL_NODE_SKIP={shlex.quote(why)}",
+        ]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1177,6 +1307,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("down", help="stop the cluster and remove its state")
     sub.add_parser("env", help="print shell exports (KUBECONFIG, PATH)")
     sub.add_parser("status", help="is the cluster up? (exit 0 if up, 1 if not)")
+    sub.add_parser(
+        "leftovers", help="list what of the cluster and its real node remains (exit 1 if anything does)"
+    )
     args = ap.parse_args(argv)
     try:
         if args.cmd == "build":
@@ -1192,8 +1325,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "down":
             down()
         elif args.cmd == "env":
-            print(f"export KUBECONFIG={kubeconfig_path()}")
-            print(f"export PATH={bin_dir()}:$PATH")
+            print("\n".join(env_lines()))
+        elif args.cmd == "leftovers":
+            left = leftovers()
+            for line in left:
+                print(line)
+            print(f"{len(left)} leftovers" if left else "no leftovers", file=sys.stderr)
+            return 1 if left else 0
         elif args.cmd == "status":
             st = status()
             print(json.dumps(st, indent=2))
