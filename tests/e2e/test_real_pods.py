@@ -20,8 +20,8 @@ from e2e_helpers import TS, apply, condition, events, get_ts, kubectl_triton, ow
 from lightkube import Client
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Pod, Secret, Service
-from real_pods import REAL_NODE_LABEL, TRITON_CPU_IMAGE, adder_source, on_real_node, raising_source, real_node
 
+from real_pods import REAL_NODE_LABEL, TRITON_CPU_IMAGE, adder_source, on_real_node, raising_source, real_node
 from testkit import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -371,3 +371,84 @@ def test_the_chart_runs_the_operator_as_a_pod_on_the_real_node_and_its_service_a
         assert pod.spec.containers[0].image == TRITON_CPU_IMAGE
     finally:
         helm_run("uninstall", release, "-n", namespace, "--wait", "--timeout", "120s")
+
+
+def test_a_node_drain_evicts_one_pod_at_a_time_and_no_request_fails(  # noqa: PLR0917 (fixtures)
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, kubectl: str | None, cluster: Path
+) -> None:
+    """The PodDisruptionBudget (on by default with 2 replicas) lets an eviction (what `kubectl drain`
+    sends) take one serving pod, refuses the second until a replacement is Ready; the drained pod
+    finishes its requests (preStop drain, then Triton's exit timeout)."""
+    import json  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    from lightkube.resources.policy_v1 import PodDisruptionBudget  # noqa: PLC0415
+
+    if kubectl is None:
+        pytest.skip("no kubectl")
+    apply(kube, on_real_node("drained", namespace, bucket=bucket, endpoint=store.endpoint, replicas=2))
+    serving(kube, namespace, "drained")
+    host = cluster_ip(kube, namespace, "drained")
+    answering(host, 0)
+    wait_for(
+        lambda: (
+            (kube.get(PodDisruptionBudget, "drained", namespace=namespace).status or {}).disruptionsAllowed
+            == 1
+        ),
+        timeout=30,
+        what="the PodDisruptionBudget to allow one disruption",
+    )
+
+    def evict(pod: str) -> subprocess.CompletedProcess[str]:
+        body = json.dumps(
+            {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
+        )
+        return subprocess.run(
+            [
+                kubectl,
+                f"--kubeconfig={cluster}",
+                "create",
+                "--raw",
+                f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction",
+                "-f",
+                "-",
+            ],
+            input=body,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+
+    first, second = sorted(p.metadata.name for p in pods(kube, namespace, "drained"))
+    client = LoadClient(host, max_seconds=180).start()
+    try:
+        time.sleep(1)
+        assert evict(first).returncode == 0
+        refused = evict(second)
+        assert refused.returncode != 0 and "disruption budget" in refused.stderr, refused.stderr
+        # a replacement comes up and is Ready; then the second pod may go too
+        wait_for(
+            lambda: sum(ready(p) for p in pods(kube, namespace, "drained") if p.metadata.name != first) == 2,
+            timeout=90,
+            what="a Ready replacement of the evicted pod",
+        )
+        wait_for(lambda: evict(second).returncode == 0, timeout=60, what="the second eviction to be allowed")
+        wait_for(
+            lambda: (
+                sum(
+                    ready(p)
+                    for p in pods(kube, namespace, "drained")
+                    if p.metadata.name not in (first, second)
+                )
+                == 2
+            ),
+            timeout=90,
+            what="two Ready pods again",
+        )
+        time.sleep(2)
+    finally:
+        client.stop()
+    print(f"\nnode drain: {client.summary()}")
+    assert client.sent > 50
+    assert not client.failures, client.failures[:5]

@@ -19,6 +19,7 @@ NAMESPACED: Perms = {
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "pods"): {"get", "list", "watch"},
+    ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
     ("", "secrets"): {"get"},
     ("", "events"): {"create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},

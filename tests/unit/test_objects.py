@@ -697,3 +697,57 @@ def test_termination_drains_then_lets_triton_finish(
 def test_drain_seconds_out_of_range_is_refused(seconds: int) -> None:
     with pytest.raises(ValueError, match=r"drainSeconds|drain_seconds"):
         ts_of(drainSeconds=seconds)
+
+
+# ----------------------------------------------------------------- PodDisruptionBudget
+
+
+@pytest.mark.parametrize(
+    ("spec", "wanted"),
+    [
+        ({"replicas": 1}, False),
+        ({"replicas": 2}, True),
+        ({"replicas": 0}, False),
+        ({"replicas": 1, "disruptionBudget": {"enabled": True}}, True),
+        ({"replicas": 4, "disruptionBudget": {"enabled": False}}, False),
+    ],
+)
+def test_a_disruption_budget_by_default_when_more_than_one_replica_serves(
+    spec: dict[str, Any], wanted: bool
+) -> None:
+    ts = ts_of(**spec)
+    plan = rollout_plan({"new": ts.spec.replicas})
+    out = actions(ts, "new", plan, deployments=[], configmaps=[])
+    pdbs = [x for x in out.apply if x["kind"] == "PodDisruptionBudget"]
+    assert len(pdbs) == int(wanted)
+    assert o.disruption_budget_enabled(ts) is wanted
+    rendered = o.build_objects(ts, SETTINGS, "new", configs=configs_of(ts), manifest_json=None, replicas={})
+    assert [x["kind"] for x in rendered].count("PodDisruptionBudget") == int(wanted)
+
+
+def test_the_disruption_budget_covers_every_revision_and_lets_unready_pods_go() -> None:
+    ts = ts_of(replicas=3, disruptionBudget={"maxUnavailable": 2})
+    pdb = o.build_pdb(ts)
+    assert pdb["apiVersion"] == "policy/v1" and pdb["metadata"]["name"] == "svc"
+    assert pdb["spec"]["maxUnavailable"] == 2
+    # the same pods as Service `svc`: every revision's
+    assert pdb["spec"]["selector"]["matchLabels"] == o.build_service(ts)["spec"]["selector"]
+    assert o.LABEL_REVISION not in pdb["spec"]["selector"]["matchLabels"]
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert pdb["metadata"]["ownerReferences"][0]["uid"] == UID
+
+
+def test_a_disruption_budget_no_longer_wanted_is_deleted_only_when_it_exists() -> None:
+    ts = ts_of(replicas=1)
+    plan = rollout_plan({"new": 1})
+    assert ("PodDisruptionBudget", "svc") not in actions(
+        ts, "new", plan, deployments=[], configmaps=[]
+    ).delete
+    gone = actions(ts, "new", plan, deployments=[], configmaps=[], disruption_budget=True)
+    assert ("PodDisruptionBudget", "svc") in gone.delete
+
+
+@pytest.mark.parametrize("value", [0, -1])
+def test_max_unavailable_below_one_is_refused(value: int) -> None:
+    with pytest.raises(ValueError, match=r"maxUnavailable|max_unavailable"):
+        ts_of(replicas=2, disruptionBudget={"maxUnavailable": value})

@@ -82,6 +82,10 @@ ClusterRole (cluster mode) and the per-namespace Roles (watchNamespaces mode).
 - apiGroups: [""]
   resources: [configmaps, services]
   verbs: [get, list, watch, create, patch, delete]
+# The PodDisruptionBudget <name> (node drains evict one serving pod at a time).
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, create, patch, delete]
 # Readiness and crash detection of canary pods: read only.
 - apiGroups: [""]
   resources: [pods]

@@ -280,6 +280,17 @@ class ServiceSpec(_Model):
     annotations: dict[str, str] = Field(default_factory=dict)
 
 
+class DisruptionBudget(_Model):
+    """The PodDisruptionBudget `<name>` over every revision's pods (node drains, evictions)."""
+
+    enabled: bool | None = Field(
+        None, description="Create the PodDisruptionBudget; unset creates it when replicas > 1."
+    )
+    max_unavailable: int = Field(
+        1, ge=1, description="Pods a voluntary disruption (a node drain) may take down at once."
+    )
+
+
 class TritonServiceSpec(_Model):
     """Desired state of a TritonService."""
 
@@ -311,6 +322,7 @@ class TritonServiceSpec(_Model):
     startup_timeout_seconds: int = Field(
         1800, ge=10, description="How long the startup probe lets a pod load its models."
     )
+    disruption_budget: DisruptionBudget = Field(default_factory=DisruptionBudget)
     drain_seconds: int = Field(
         5,
         ge=0,

@@ -38,6 +38,7 @@ from triton_operator.core.objects import (
     check_body,
     compute_revision,
     deployment_state,
+    disruption_budget_enabled,
     endpoints,
     model_statuses,
     plan_actions,
@@ -362,6 +363,10 @@ async def reconcile(
             requests=parse_control_requests(metadata.get("annotations")),
         )
     )
+    # A PodDisruptionBudget the spec no longer wants is looked up (and deleted) only then.
+    stale_pdb = not disruption_budget_enabled(ts) and (
+        await kube.get("PodDisruptionBudget", namespace, ts.name) is not None
+    )
     actions = plan_actions(
         ts,
         settings,
@@ -373,6 +378,7 @@ async def reconcile(
         configmaps=owned.configmaps,
         revision_services=cond.find_condition(previous.get("conditions") or [], cond.TRAFFIC_ROUTED)
         is not None,
+        disruption_budget=stale_pdb,
     )
     try:
         for obj in actions.apply:

@@ -14,6 +14,7 @@ from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Secret, Service
+from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import CascadeType, PatchType
 
 from triton_operator import FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
@@ -28,6 +29,7 @@ RESOURCES: dict[str, Any] = {
     "ConfigMap": ConfigMap,
     "Service": Service,
     "Pod": Pod,
+    "PodDisruptionBudget": PodDisruptionBudget,
     KIND: TritonServiceResource,
     "HTTPRoute": HTTPRouteResource,
     "GRPCRoute": GRPCRouteResource,

@@ -458,6 +458,31 @@ def build_service(ts: TritonService) -> dict[str, Any]:
     )
 
 
+def disruption_budget_enabled(ts: TritonService) -> bool:
+    """Explicit ``disruptionBudget.enabled``, else on when more than one replica serves."""
+    enabled = ts.spec.disruption_budget.enabled
+    return ts.spec.replicas > 1 if enabled is None else enabled
+
+
+def build_pdb(ts: TritonService) -> dict[str, Any]:
+    """PodDisruptionBudget `<name>`: a node drain evicts at most maxUnavailable serving pods at once.
+
+    It selects every revision's pods, like Service `<name>`. Pods that are not Ready (a canary
+    still loading, a crash loop) may always be evicted: they serve nothing, and a drain must not
+    wait on them.
+    """
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(ts, ts.name, build_labels(ts)),
+        "spec": {
+            "maxUnavailable": ts.spec.disruption_budget.max_unavailable,
+            "selector": {"matchLabels": selector_labels(ts)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
 def endpoints(ts: TritonService) -> dict[str, str]:
     host = f"{ts.name}.{ts.namespace}.svc"
     return {"http": f"{host}:{HTTP_PORT}", "grpc": f"{host}:{GRPC_PORT}", "metrics": f"{host}:{METRICS_PORT}"}
@@ -607,6 +632,8 @@ def build_objects(
         objects.append(build_configmap(ts, revision, configs, manifest_json))
         objects.append(build_deployment(ts, revision, settings, replicas[revision]))
     objects.append(build_service(ts))
+    if disruption_budget_enabled(ts):
+        objects.append(build_pdb(ts))
     return objects
 
 
@@ -638,6 +665,7 @@ def plan_actions(
     deployments: Sequence[Mapping[str, Any]],
     configmaps: Sequence[Mapping[str, Any]],
     revision_services: bool = False,
+    disruption_budget: bool = False,
 ) -> Actions:
     """The writes that carry out ``plan`` for the spec's ``revision``.
 
@@ -646,7 +674,8 @@ def plan_actions(
     from an earlier spec: only its Deployment's spec.replicas changes, and its ConfigMap stays as
     it is, so an undo serves the same bytes. A revision whose Deployment is gone cannot be rebuilt.
     ``revision_services``: `<name>-stable`/`<name>-canary` may exist (they are deleted when the
-    spec no longer routes through Gateway API).
+    spec no longer routes through Gateway API). ``disruption_budget``: the PodDisruptionBudget
+    exists (it is deleted when the spec no longer wants one).
     """
     apply: list[dict[str, Any]] = []
     if revision in plan.replicas:
@@ -654,6 +683,10 @@ def plan_actions(
         apply.append(build_deployment(ts, revision, settings, plan.replicas[revision]))
     apply.append(build_service(ts))
     delete: list[tuple[str, str]] = []
+    if disruption_budget_enabled(ts):
+        apply.append(build_pdb(ts))
+    elif disruption_budget:
+        delete.append(("PodDisruptionBudget", ts.name))
     routing = ts.spec.rollout.traffic_routing
     if routing is not None and routing.gateway_api is not None:
         owner = build_owner_reference({"metadata": ts.metadata})
