@@ -452,3 +452,48 @@ def test_a_node_drain_evicts_one_pod_at_a_time_and_no_request_fails(  # noqa: PL
     print(f"\nnode drain: {client.summary()}")
     assert client.sent > 50
     assert not client.failures, client.failures[:5]
+
+
+def test_blue_green_sends_nothing_to_green_before_promotion(  # noqa: PLR0917 (fixtures)
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, cluster: Path
+) -> None:
+    rollout = {"strategy": "BlueGreen", "steps": [{"pause": {}}]}
+    apply(kube, on_real_node("bg", namespace, bucket=bucket, endpoint=store.endpoint, rollout=rollout))
+    blue = serving(kube, namespace, "bg")["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "bg")
+    answering(host, 0)
+
+    client = LoadClient(host, max_seconds=240).start()
+    try:
+        store.extra["s3"].put_object(Bucket=bucket, Key=MODEL_KEY.format(version=2), Body=adder_source(100))
+
+        def green_ready() -> str | None:
+            obj = get_ts(kube, namespace, "bg")
+            green = obj["status"].get("canaryRevision")
+            pods_ready = [
+                p for p in pods(kube, namespace, "bg") if green and green in p.metadata.name and ready(p)
+            ]
+            return str(green) if pods_ready else None
+
+        green = wait_for(green_ready, timeout=120, what="the green revision's pod to be Ready")
+        time.sleep(4)  # green Ready and waiting at its pause: it must get nothing
+        before = dict(client.answers)
+        assert set(before) == {0.0}, client.summary()
+        kubectl_triton(cluster, "promote", "bg", "-n", namespace)
+        wait_for(
+            lambda: get_ts(kube, namespace, "bg")["status"].get("stableRevision") == green,
+            timeout=60,
+            what="the promotion",
+        )
+        answering(host, 100)
+        wait_for(
+            lambda: not [p for p in pods(kube, namespace, "bg") if blue in p.metadata.name],
+            timeout=90,
+            what="blue's pods to go",
+        )
+        time.sleep(1)
+    finally:
+        client.stop()
+    print(f"\nblue/green: {client.summary()}")
+    assert not client.failures, client.failures[:5]
+    assert client.answers[100.0] > 0

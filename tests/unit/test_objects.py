@@ -751,3 +751,39 @@ def test_a_disruption_budget_no_longer_wanted_is_deleted_only_when_it_exists() -
 def test_max_unavailable_below_one_is_refused(value: int) -> None:
     with pytest.raises(ValueError, match=r"maxUnavailable|max_unavailable"):
         ts_of(replicas=2, disruptionBudget={"maxUnavailable": value})
+
+
+# ----------------------------------------------------------------- who Service `<name>` reaches
+
+
+@pytest.mark.parametrize(
+    ("rollout", "only_stable"),
+    [
+        ({}, False),
+        ({"strategy": "Canary", "steps": [{"setWeight": 20}]}, False),
+        ({"strategy": "Recreate"}, False),
+        ({"strategy": "BlueGreen"}, True),
+        ({"strategy": "Canary", "trafficRouting": {"gatewayAPI": {"httpRoute": "r"}}}, True),
+    ],
+)
+def test_the_service_reaches_only_the_revisions_meant_to_serve(
+    rollout: dict[str, Any], only_stable: bool
+) -> None:
+    ts = ts_of(rollout=rollout)
+    plan = rollout_plan({"blue": 2, "green": 2}, stable="blue", canary="green")
+    (svc,) = [
+        x
+        for x in actions(ts, "green", plan, deployments=[], configmaps=[]).apply
+        if x["metadata"]["name"] == "svc"
+    ]
+    selector = svc["spec"]["selector"]
+    assert selector.get(o.LABEL_REVISION) == ("blue" if only_stable else None)
+    assert selector[o.LABEL_SERVICE] == "svc"
+    # before any revision is stable (the first one rolling out) it reaches every revision
+    first = rollout_plan({"green": 2}, stable=None, canary="green")
+    (svc,) = [
+        x
+        for x in actions(ts, "green", first, deployments=[], configmaps=[]).apply
+        if x["metadata"]["name"] == "svc"
+    ]
+    assert o.LABEL_REVISION not in svc["spec"]["selector"]

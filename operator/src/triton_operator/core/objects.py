@@ -17,7 +17,7 @@ from triton_operator.core.revision import revision_hash
 from triton_operator.core.rollout import RolloutPlan
 from triton_operator.core.traffic import Role, build_revision_service, revision_service_name, service_body
 from triton_operator.core.validation import errors_from_validation, validate_spec
-from triton_operator.models import TritonService
+from triton_operator.models import Strategy, TritonService
 from triton_operator.settings import Settings
 
 # ----------------------------------------------------------------- names and constants
@@ -445,14 +445,31 @@ def build_deployment(ts: TritonService, revision: str, settings: Settings, repli
 # ----------------------------------------------------------------- Service
 
 
-def build_service(ts: TritonService) -> dict[str, Any]:
-    """Service `<name>` over every revision's pods: traffic splits by the replica ratio."""
+def serving_only_stable(ts: TritonService) -> bool:
+    """Whether Service `<name>` reaches the stable revision alone.
+
+    BlueGreen: the green revision gets nothing before promotion. Gateway API: the routes' weights
+    send the canary its share; in-cluster clients of `<name>` get the stable revision, never a
+    replica-ratio share that would bypass the weights. Canary without a router: the replica ratio
+    is the router, so `<name>` reaches every revision (a canary's pods only once Ready).
+    """
+    rollout = ts.spec.rollout
+    routed = rollout.traffic_routing is not None and rollout.traffic_routing.gateway_api is not None
+    return rollout.strategy == Strategy.BLUE_GREEN or routed
+
+
+def build_service(ts: TritonService, stable_revision: str | None = None) -> dict[str, Any]:
+    """Service `<name>`: every revision's pods (the replica ratio splits traffic), or only
+    ``stable_revision``'s where `serving_only_stable` says so and a stable revision exists."""
+    selector = selector_labels(ts)
+    if stable_revision is not None and serving_only_stable(ts):
+        selector = selector_labels(ts, stable_revision)
     return service_body(
         ts.name,
         ts.namespace,
         labels=build_labels(ts),
         owner_ref=build_owner_reference({"metadata": ts.metadata}),
-        selector=selector_labels(ts),
+        selector=selector,
         service_type=ts.spec.service.type,
         annotations=ts.spec.service.annotations,
     )
@@ -681,7 +698,7 @@ def plan_actions(
     if revision in plan.replicas:
         apply.append(build_configmap(ts, revision, configs, manifest_json))
         apply.append(build_deployment(ts, revision, settings, plan.replicas[revision]))
-    apply.append(build_service(ts))
+    apply.append(build_service(ts, plan.stable_service_revision))
     delete: list[tuple[str, str]] = []
     if disruption_budget_enabled(ts):
         apply.append(build_pdb(ts))
