@@ -949,3 +949,42 @@ def test_kubectl_triton_get_lists_and_reports_errors(
     )
     assert proc.returncode == 1 and proc.stderr.startswith("error: "), proc.stderr
     assert "missing" in proc.stderr
+
+
+# ----------------------------------------------------------------- operator upgrades
+
+
+def test_an_operator_upgrade_starts_no_rollout_and_keeps_an_undo(
+    kube: Client, namespace: str, operator: Any, cluster: Path
+) -> None:
+    """A new sync image (what `helm upgrade` to a new operator version sets) makes no new revision:
+    no canary, no pod restarted, an `undo` pin kept; the next spec change gets the new image."""
+    steps = [{"setWeight": 50}, {"pause": {}}]
+    body = tritonservice("upgraded", namespace, replicas=2, rollout={"steps": steps})
+    trail, first = start(kube, namespace, body, replicas=2)
+    a = first.status["stableRevision"]
+    apply(kube, revised(body, serverArgs=["--log-verbose=1"]))
+    trail.at_step(1)
+    kubectl_triton(cluster, "promote", "upgraded", "-n", namespace)
+    b = trail.steady(replicas=2).status["stableRevision"]
+    kubectl_triton(cluster, "undo", "upgraded", "-n", namespace)  # back to a, pinned by the undo
+    s = trail.steady(a, replicas=2)
+    trail.invariants.append(untouched(s, a))
+
+    operator.stop()
+    operator.env["TRITON_OPERATOR_SYNC_IMAGE"] = "reg.local/triton-operator:next"
+    operator.env["TRITON_OPERATOR_SYNC_IMAGE_PULL_POLICY"] = "Always"
+    operator.start()
+    s = trail.hold(5)
+    assert s.status["stableRevision"] == a and not s.status.get("canaryRevision")
+    assert set(s.deployments) == {a, b}
+
+    # the next change of the spec is a new revision with the new sync image
+    apply(kube, revised(body, serverArgs=["--log-verbose=2"]))
+    trail.invariants.clear()
+    s = trail.at_step(1)
+    c = s.status["canaryRevision"]
+    init = s.deployments[c]["spec"]["template"]["spec"]["initContainers"][0]
+    assert (init["image"], init["imagePullPolicy"]) == ("reg.local/triton-operator:next", "Always")
+    old_init = s.deployments[a]["spec"]["template"]["spec"]["initContainers"][0]
+    assert old_init["image"] != "reg.local/triton-operator:next"

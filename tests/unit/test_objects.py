@@ -787,3 +787,57 @@ def test_the_service_reaches_only_the_revisions_meant_to_serve(
         if x["metadata"]["name"] == "svc"
     ]
     assert o.LABEL_REVISION not in svc["spec"]["selector"]
+
+
+# ----------------------------------------------------------------- operator upgrades
+
+
+def test_the_sync_image_is_not_part_of_the_revision() -> None:
+    ts = ts_of()
+    configs = configs_of(ts)
+    old = Settings(sync_image="ghcr.io/triton-operator/triton-operator:0.1.0")
+    new = Settings(
+        sync_image="ghcr.io/triton-operator/triton-operator:0.2.0", sync_image_pull_policy="Always"
+    )
+    assert o.compute_revision(ts, old, configs, None) == o.compute_revision(ts, new, configs, None)
+    # what a pod serves still makes a new revision
+    other_triton = Settings(default_image="nvcr.io/nvidia/tritonserver:25.02-py3")
+    assert o.compute_revision(ts, old, configs, None) != o.compute_revision(ts, other_triton, configs, None)
+
+
+def test_an_existing_revision_keeps_its_sync_image_and_a_new_one_gets_the_operators() -> None:
+    ts = ts_of()
+    running = deployment(ts, "rev1")  # created by the old operator
+    sync_of = lambda dep: next(  # noqa: E731
+        c for c in dep["spec"]["template"]["spec"]["initContainers"] if c["name"] == o.SYNC_CONTAINER
+    )
+    sync_of(running)["image"] = "ghcr.io/triton-operator/triton-operator:0.1.0"
+    sync_of(running)["imagePullPolicy"] = "IfNotPresent"
+    upgraded = Settings(
+        sync_image="ghcr.io/triton-operator/triton-operator:0.2.0", sync_image_pull_policy="Always"
+    )
+
+    out = o.plan_actions(
+        ts,
+        upgraded,
+        "rev1",
+        rollout_plan({"rev1": 1}),
+        configs=configs_of(ts),
+        manifest_json=None,
+        deployments=[{**running, "metadata": {**running["metadata"]}}],
+        configmaps=[],
+    )
+    (dep,) = [x for x in out.apply if x["kind"] == "Deployment"]
+    assert dep["spec"]["template"] == running["spec"]["template"]  # no pod restarts
+    fresh = o.plan_actions(
+        ts,
+        upgraded,
+        "rev2",
+        rollout_plan({"rev1": 1, "rev2": 1}),
+        configs=configs_of(ts),
+        manifest_json=None,
+        deployments=[running],
+        configmaps=[],
+    )
+    (dep2,) = [x for x in fresh.apply if x["kind"] == "Deployment"]
+    assert sync_of(dep2)["image"].endswith(":0.2.0") and sync_of(dep2)["imagePullPolicy"] == "Always"

@@ -158,10 +158,28 @@ def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]
     repository.pop("pollIntervalSeconds", None)
     spec["repository"] = repository
     spec["models"] = [{k: v for k, v in m.items() if k != "config"} for m in spec.get("models", [])]
+    # The sync image and its pull policy are the operator's plumbing, not what a pod serves: an
+    # operator upgrade must not make a new revision of every TritonService (see kept_sync_image).
     inputs: dict[str, Any] = {"spec": spec, "image": triton_image(ts, settings)}
-    inputs["sync"] = {"image": settings.sync_image, "pullPolicy": settings.sync_image_pull_policy}
     inputs["prometheusScrape"] = settings.prometheus_scrape
     return inputs
+
+
+def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) -> Settings:
+    """``settings`` with the sync image (and pull policy) an existing revision's Deployment runs.
+
+    A revision keeps the `triton-operator sync` image it was created with, so an operator upgrade
+    restarts no serving pod; the next revision (any change of the spec) gets the new image.
+    """
+    template = ((deployment or {}).get("spec") or {}).get("template") or {}
+    for container in (template.get("spec") or {}).get("initContainers") or []:
+        if container.get("name") == SYNC_CONTAINER and container.get("image"):
+            return dataclasses.replace(
+                settings,
+                sync_image=str(container["image"]),
+                sync_image_pull_policy=container.get("imagePullPolicy") or settings.sync_image_pull_policy,
+            )
+    return settings
 
 
 def compute_revision(
@@ -696,8 +714,11 @@ def plan_actions(
     """
     apply: list[dict[str, Any]] = []
     if revision in plan.replicas:
+        existing = next((d for d in deployments if _revision_of(d) == revision), None)
         apply.append(build_configmap(ts, revision, configs, manifest_json))
-        apply.append(build_deployment(ts, revision, settings, plan.replicas[revision]))
+        apply.append(
+            build_deployment(ts, revision, kept_sync_image(settings, existing), plan.replicas[revision])
+        )
     apply.append(build_service(ts, plan.stable_service_revision))
     delete: list[tuple[str, str]] = []
     if disruption_budget_enabled(ts):
