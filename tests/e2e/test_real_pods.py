@@ -164,9 +164,8 @@ def test_canary_triton_refuses_never_becomes_ready_and_is_rolled_back_while_stab
     # --exit-on-error=false keeps tritonserver up after a failed load: the pod runs but is never Ready.
     args = ["--log-verbose=0", "--exit-timeout-secs=5", "--exit-on-error=false"]
     rollout = {"steps": [{"setWeight": 50}, {"pause": {}}], "progressDeadlineSeconds": 25}
-    body = on_real_node(
-        "refused", namespace, bucket=bucket, endpoint=store.endpoint, serverArgs=args, rollout=rollout
-    )
+    timing = {"serverArgs": args, "rollout": rollout, "startupTimeoutSeconds": 20}
+    body = on_real_node("refused", namespace, bucket=bucket, endpoint=store.endpoint, **timing)
     apply(kube, body)
     stable = serving(kube, namespace, "refused")["status"]["stableRevision"]
     host = cluster_ip(kube, namespace, "refused")
@@ -175,9 +174,7 @@ def test_canary_triton_refuses_never_becomes_ready_and_is_rolled_back_while_stab
     client = LoadClient(host, max_seconds=240).start()
     try:
         # Valid for protobuf and the CRD, refused by Triton: this image has no onnxruntime backend.
-        bad = on_real_node(
-            "refused", namespace, bucket=bucket, endpoint=store.endpoint, serverArgs=args, rollout=rollout
-        )
+        bad = on_real_node("refused", namespace, bucket=bucket, endpoint=store.endpoint, **timing)
         bad["spec"]["models"][0]["config"]["backend"] = "onnxruntime"
         apply(kube, bad)
         obj = wait_condition(

@@ -24,7 +24,14 @@ from triton_operator.core.crd import (
     model_config_schema,
     render_crd_yaml,
 )
-from triton_operator.models import MAX_MODELS, CanaryStep, ModelSpec, TritonServiceSpec, TritonServiceStatus
+from triton_operator.models import (
+    MAX_MODELS,
+    CanaryStep,
+    ModelSpec,
+    Rollout,
+    TritonServiceSpec,
+    TritonServiceStatus,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKED_IN = REPO / "crds" / "tritonservices.yaml"
@@ -319,7 +326,7 @@ def test_status_schema_keeps_unknown_fields_and_every_field() -> None:
     [
         (("replicas",), TritonServiceSpec.model_fields["replicas"]),
         (("shmSize",), TritonServiceSpec.model_fields["shm_size"]),
-        (("startupTimeoutSeconds",), TritonServiceSpec.model_fields["startup_timeout_seconds"]),
+        (("rollout", "unschedulableGraceSeconds"), Rollout.model_fields["unschedulable_grace_seconds"]),
     ],
 )
 def test_defaults_come_from_the_models(path: tuple[str, ...], field: Any) -> None:

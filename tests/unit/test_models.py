@@ -131,8 +131,29 @@ def test_to_api_leaves_unset_fields_out_and_uses_camel_case() -> None:
     api = spec.to_api()
     assert "image" not in api and "affinity" not in api
     assert api["repository"] == {"uri": "pvc://claim/models", "pollIntervalSeconds": 60}
-    assert api["startupTimeoutSeconds"] == 1800
+    assert "startupTimeoutSeconds" not in api and "progressDeadlineSeconds" not in api["rollout"]
     assert spec.models[0].folder == "m"
+
+
+@pytest.mark.parametrize(
+    ("startup", "deadline", "effective"),
+    [
+        (None, None, (1800, 2400)),  # both unset: 30 min to load, 10 more to schedule and download
+        (None, 600, (600, 600)),  # the probe gives up when the rollout does
+        (120, None, (120, 720)),
+        (300, 900, (300, 900)),
+    ],
+)
+def test_startup_timeout_and_progress_deadline_follow_each_other(
+    startup: int | None, deadline: int | None, effective: tuple[int, int]
+) -> None:
+    raw: dict[str, Any] = {"repository": {"uri": "pvc://claim/models"}, "models": [{"name": "m"}]}
+    if startup is not None:
+        raw["startupTimeoutSeconds"] = startup
+    if deadline is not None:
+        raw["rollout"] = {"progressDeadlineSeconds": deadline}
+    spec = TritonServiceSpec.model_validate(raw)
+    assert (spec.startup_timeout(), spec.progress_deadline()) == effective
 
 
 def test_whole_object_parses_with_name_and_namespace() -> None:
@@ -607,3 +628,46 @@ def test_flag_values_are_not_mistaken_for_flags() -> None:
     )
     # but a value after a --flag=value is a stray value
     assert [e.field for e in server_args_errors(["--log-verbose=1", "2"])] == ["spec.serverArgs[1]"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "words"),
+    [
+        (
+            {"startupTimeoutSeconds": 900, "rollout": {"progressDeadlineSeconds": 600}},
+            "spec.rollout.progressDeadlineSeconds",
+            "600s is shorter than spec.startupTimeoutSeconds (900s)",
+        ),
+        (
+            {"rollout": {"progressDeadlineSeconds": 300}},
+            "spec.rollout.unschedulableGraceSeconds",
+            "600s is longer than the progress deadline (300s)",
+        ),
+        (
+            {"startupTimeoutSeconds": 60, "rollout": {"unschedulableGraceSeconds": 1000}},
+            "spec.rollout.unschedulableGraceSeconds",
+            "1000s is longer than the progress deadline (660s)",
+        ),
+    ],
+)
+def test_rollout_timing_that_contradicts_itself_is_refused_naming_the_field(
+    fields: dict[str, Any], field: str, words: str
+) -> None:
+    raw: dict[str, Any] = {"repository": {"uri": "pvc://claim/models"}, "models": [{"name": "m"}], **fields}
+    errors = errors_of(raw)
+    assert [e.field for e in errors] == [field]
+    assert words in errors[0].message
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"rollout": {"progressDeadlineSeconds": 600}},  # the startup probe follows it
+        {"startupTimeoutSeconds": 600, "rollout": {"progressDeadlineSeconds": 600}},
+        {"rollout": {"progressDeadlineSeconds": 300, "unschedulableGraceSeconds": 300}},
+    ],
+)
+def test_consistent_rollout_timing_is_accepted(fields: dict[str, Any]) -> None:
+    raw: dict[str, Any] = {"repository": {"uri": "pvc://claim/models"}, "models": [{"name": "m"}], **fields}
+    assert errors_of(raw) == []

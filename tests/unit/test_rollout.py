@@ -289,7 +289,7 @@ def test_steady_state_deletes_strays_but_keeps_history() -> None:
 
 
 def test_canary_chain_10_pause60_50_pause_promote() -> None:
-    sim = deployed(make_rollout(steps=CHAIN), replicas=4)
+    sim = deployed(make_rollout(steps=CHAIN, progressDeadlineSeconds=600), replicas=4)
 
     p = sim.reconcile()  # the canary starts at step 0: setWeight 10 -> 1 pod
     assert p.replicas == {"A": 4, "B": 1}
@@ -504,7 +504,7 @@ def test_never_ready_canary_rolls_back_at_the_deadline_with_stable_untouched() -
 
 @pytest.mark.parametrize("fail_at", [0, 2])
 def test_deadline_names_the_step_it_failed_at(fail_at: int) -> None:
-    sim = deployed(make_rollout(steps=CHAIN), replicas=4)
+    sim = deployed(make_rollout(steps=CHAIN, progressDeadlineSeconds=600), replicas=4)
     sim.reconcile()
     if fail_at == 2:
         sim.reconcile(1)  # step 0 done
@@ -526,7 +526,10 @@ def test_deadline_names_the_step_it_failed_at(fail_at: int) -> None:
 
 def test_a_pod_dying_during_a_long_pause_gets_the_full_deadline() -> None:
     sim = deployed(
-        make_rollout(steps=[{"setWeight": 50}, {"pause": {"durationSeconds": 7200}}, {"pause": {}}])
+        make_rollout(
+            steps=[{"setWeight": 50}, {"pause": {"durationSeconds": 7200}}, {"pause": {}}],
+            progressDeadlineSeconds=600,
+        )
     )
     sim.reconcile()
     sim.reconcile(1)  # step 1: long pause
@@ -562,7 +565,7 @@ def test_crash_looping_canary_aborts_at_once() -> None:
 def test_unschedulable_canary_aborts_after_the_grace(
     unschedulable_for: int, aborts: bool, requeue: float | None
 ) -> None:
-    sim = deployed(make_rollout(steps=CHAIN, progressDeadlineSeconds=3600))
+    sim = deployed(make_rollout(steps=CHAIN, progressDeadlineSeconds=3600, unschedulableGraceSeconds=120))
     sim.reconcile()
     sim.reconcile(1000)  # step 0 done, the 60s pause starts
     sim.reconcile(60)  # step 2 waits for 2 pods

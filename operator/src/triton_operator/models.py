@@ -259,8 +259,22 @@ class Rollout(_Model):
         max_length=MAX_STEPS,
         description="Canary steps; empty promotes once the canary is Ready.",
     )
-    progress_deadline_seconds: int = Field(
-        600, ge=1, description="A canary not Ready by then is rolled back automatically."
+    progress_deadline_seconds: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "A canary step not Ready by then is rolled back automatically. It covers scheduling, the"
+            " model download and the start-up: unset, it is startupTimeoutSeconds + 600"
+            " (2400 with both unset); it may not be shorter than startupTimeoutSeconds."
+        ),
+    )
+    unschedulable_grace_seconds: int = Field(
+        600,
+        ge=0,
+        description=(
+            "How long a canary pod may stay unschedulable (a node autoscaler adding a GPU node) before"
+            " the rollout is rolled back; at most the progress deadline."
+        ),
     )
     revision_history_limit: int = Field(3, ge=0, le=50, description="Earlier revisions kept for undo.")
     traffic_routing: TrafficRouting | None = None
@@ -278,6 +292,11 @@ class ServiceSpec(_Model):
 
     type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
     annotations: dict[str, str] = Field(default_factory=dict)
+
+
+DEFAULT_STARTUP_TIMEOUT_SECONDS = 1800
+DOWNLOAD_AND_SCHEDULING_SECONDS = 600
+"""What the default progress deadline adds to the start-up timeout: scheduling and the download."""
 
 
 class DisruptionBudget(_Model):
@@ -319,8 +338,13 @@ class TritonServiceSpec(_Model):
     )
     rollout: Rollout = Field(default_factory=Rollout)
     service: ServiceSpec = Field(default_factory=ServiceSpec)
-    startup_timeout_seconds: int = Field(
-        1800, ge=10, description="How long the startup probe lets a pod load its models."
+    startup_timeout_seconds: int | None = Field(
+        None,
+        ge=10,
+        description=(
+            "How long the startup probe lets a pod load its models; unset, the rollout's"
+            " progressDeadlineSeconds, or 1800 with both unset."
+        ),
     )
     disruption_budget: DisruptionBudget = Field(default_factory=DisruptionBudget)
     drain_seconds: int = Field(
@@ -347,6 +371,20 @@ class TritonServiceSpec(_Model):
     pod_labels: dict[str, str] = Field(default_factory=dict)
     service_account_name: str | None = None
     priority_class_name: str | None = None
+
+    def startup_timeout(self) -> int:
+        """startupTimeoutSeconds, else the rollout's progress deadline, else 1800."""
+        if self.startup_timeout_seconds is not None:
+            return self.startup_timeout_seconds
+        if self.rollout.progress_deadline_seconds is not None:
+            return self.rollout.progress_deadline_seconds
+        return DEFAULT_STARTUP_TIMEOUT_SECONDS
+
+    def progress_deadline(self) -> int:
+        """rollout.progressDeadlineSeconds, else the start-up timeout plus time to schedule and download."""
+        if self.rollout.progress_deadline_seconds is not None:
+            return self.rollout.progress_deadline_seconds
+        return self.startup_timeout() + DOWNLOAD_AND_SCHEDULING_SECONDS
 
     @field_validator("models")
     @classmethod

@@ -361,6 +361,7 @@ async def reconcile(
             revisions=observe_revisions(owned.deployments, owned.pods),
             gpus_per_pod=ts.spec.resources.gpus,
             requests=parse_control_requests(metadata.get("annotations")),
+            progress_deadline_seconds=ts.spec.progress_deadline(),
         )
     )
     # A PodDisruptionBudget the spec no longer wants is looked up (and deleted) only then.

@@ -161,6 +161,8 @@ def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]
     # The sync image and its pull policy are the operator's plumbing, not what a pod serves: an
     # operator upgrade must not make a new revision of every TritonService (see kept_sync_image).
     inputs: dict[str, Any] = {"spec": spec, "image": triton_image(ts, settings)}
+    # The startup probe follows the rollout's deadline when startupTimeoutSeconds is unset.
+    inputs["startupTimeoutSeconds"] = ts.spec.startup_timeout()
     inputs["prometheusScrape"] = settings.prometheus_scrape
     return inputs
 
@@ -363,7 +365,7 @@ def build_pod_template(ts: TritonService, revision: str, settings: Settings) -> 
         "startupProbe": _probe(
             READINESS_PATH,
             period=STARTUP_PERIOD_SECONDS,
-            failures=startup_failure_threshold(spec.startup_timeout_seconds),
+            failures=startup_failure_threshold(spec.startup_timeout()),
             timeout=5,
         ),
         # Endpoints drop a terminating pod at once, but kube-proxy, load balancers and routers catch
@@ -453,7 +455,7 @@ def build_deployment(ts: TritonService, revision: str, settings: Settings, repli
             "replicas": replicas,
             # A revision's template never changes (its hash names it): no ReplicaSet history to keep.
             "revisionHistoryLimit": 0,
-            "progressDeadlineSeconds": ts.spec.rollout.progress_deadline_seconds,
+            "progressDeadlineSeconds": ts.spec.progress_deadline(),
             "selector": {"matchLabels": selector_labels(ts, revision)},
             "template": build_pod_template(ts, revision, settings),
         },

@@ -79,7 +79,8 @@ from triton_operator.models import CanaryStep, Rollout, SetHeaderRoute, Strategy
 #   * the canary is not Ready at its current replicas for progressDeadlineSeconds since it began
 #     waiting at this step (status.waitingSince),      reason ProgressDeadlineExceeded
 #   * a canary pod is crash-looping,                    reason CanaryCrashLooping
-#   * a canary pod unschedulable for longer than the grace (default 120s),  CanaryUnschedulable
+#   * a canary pod unschedulable for longer than rollout.unschedulableGraceSeconds (default 600s),
+#                                                        reason CanaryUnschedulable
 #   * an abort request,                                  reason Aborted
 #   Abort: canary to 0, weights 100/0, Degraded=True naming the step index, Event Warning
 #   RolloutAborted. The stable revision is untouched throughout (Recreate: scaled back up).
@@ -113,7 +114,7 @@ ACTIONS: tuple[Action, ...] = ("promote", "promote-full", "abort", "pause", "res
 UNDO_TARGET_ANNOTATION = f"{GROUP}/undo-to-revision"
 
 CRASH_RESTART_THRESHOLD = 3
-UNSCHEDULABLE_GRACE_SECONDS = 120
+DEFAULT_PROGRESS_DEADLINE_SECONDS = 2400
 
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
@@ -331,7 +332,8 @@ class RolloutInput:
     """spec.resources.gpus."""
     requests: Sequence[ControlRequest] = ()
     """Control requests from the annotations (parse_control_requests)."""
-    unschedulable_grace_seconds: int = UNSCHEDULABLE_GRACE_SECONDS
+    progress_deadline_seconds: int | None = None
+    """The spec's effective progress deadline (TritonServiceSpec.progress_deadline); None: rollout's."""
 
 
 # ----------------------------------------------------------------- outputs
@@ -625,6 +627,14 @@ class _Engine:
     def seconds_since(self, moment: datetime | None) -> float:
         return (self.now - moment).total_seconds() if moment is not None else 0.0
 
+    def deadline_seconds(self) -> int:
+        """The progress deadline: the spec's effective one, else rollout's, else the default."""
+        if self.inp.progress_deadline_seconds is not None:
+            return self.inp.progress_deadline_seconds
+        if self.inp.rollout.progress_deadline_seconds is not None:
+            return self.inp.rollout.progress_deadline_seconds
+        return DEFAULT_PROGRESS_DEADLINE_SECONDS
+
     def elapsed(self, since: datetime | None, seconds: int) -> bool:
         return since is not None and self.seconds_since(since) >= seconds
 
@@ -894,7 +904,7 @@ class _Engine:
         state = self.observed(self.st.canary_revision)
         if state is not None and state.crash_looping:
             return CANARY_CRASH_LOOPING
-        grace = self.inp.unschedulable_grace_seconds
+        grace = self.inp.rollout.unschedulable_grace_seconds
         if (
             state is not None
             and state.unschedulable_since is not None
@@ -902,7 +912,7 @@ class _Engine:
         ):
             return CANARY_UNSCHEDULABLE
         ready = state is not None and state.ready_at(split.canary_goal)
-        if not ready and self.elapsed(self.st.waiting_since, self.inp.rollout.progress_deadline_seconds):
+        if not ready and self.elapsed(self.st.waiting_since, self.deadline_seconds()):
             return PROGRESS_DEADLINE_EXCEEDED
         return None
 
@@ -917,11 +927,10 @@ class _Engine:
     def abort_message(self) -> str:
         st = self.st
         details = {
-            PROGRESS_DEADLINE_EXCEEDED: f"canary not fully Ready within "
-            f"{self.inp.rollout.progress_deadline_seconds}s",
+            PROGRESS_DEADLINE_EXCEEDED: f"canary not fully Ready within {self.deadline_seconds()}s",
             CANARY_CRASH_LOOPING: "canary pods are crash-looping",
             CANARY_UNSCHEDULABLE: f"canary pods unschedulable for more than "
-            f"{self.inp.unschedulable_grace_seconds}s",
+            f"{self.inp.rollout.unschedulable_grace_seconds}s",
             ABORTED: "aborted by request",
         }
         index = st.aborted_step_index if st.aborted_step_index is not None else 0
@@ -1133,10 +1142,11 @@ class _Engine:
                 progressing = RolloutCondition(PROGRESSING, TRUE, reason, f"{where}: {readiness}")
         if not self.paused:
             if waiting is not None:
-                requeue.append(self.inp.rollout.progress_deadline_seconds - self.seconds_since(waiting))
+                requeue.append(self.deadline_seconds() - self.seconds_since(waiting))
             if state is not None and state.unschedulable_since is not None:
                 requeue.append(
-                    self.inp.unschedulable_grace_seconds - self.seconds_since(state.unschedulable_since)
+                    self.inp.rollout.unschedulable_grace_seconds
+                    - self.seconds_since(state.unschedulable_since)
                 )
         after = max(min(requeue), 1.0) if requeue else None
         return self.finish(replicas, [progressing, degraded], after)

@@ -526,6 +526,24 @@ def _rollout_errors(spec: TritonServiceSpec) -> list[SpecError]:
                     "routing by header needs spec.rollout.trafficRouting.gatewayAPI",
                 )
             )
+    deadline, startup = spec.rollout.progress_deadline_seconds, spec.startup_timeout_seconds
+    if deadline is not None and startup is not None and deadline < startup:
+        errors.append(
+            SpecError(
+                "spec.rollout.progressDeadlineSeconds",
+                f"{deadline}s is shorter than spec.startupTimeoutSeconds ({startup}s): a canary would be"
+                " rolled back while its models may still be loading; raise it or lower startupTimeoutSeconds",
+            )
+        )
+    grace = spec.rollout.unschedulable_grace_seconds
+    if grace > spec.progress_deadline():
+        errors.append(
+            SpecError(
+                "spec.rollout.unschedulableGraceSeconds",
+                f"{grace}s is longer than the progress deadline ({spec.progress_deadline()}s), which would"
+                " roll the canary back first; lower it or raise spec.rollout.progressDeadlineSeconds",
+            )
+        )
     return errors
 
 
