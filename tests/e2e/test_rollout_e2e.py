@@ -988,3 +988,25 @@ def test_an_operator_upgrade_starts_no_rollout_and_keeps_an_undo(
     assert (init["image"], init["imagePullPolicy"]) == ("reg.local/triton-operator:next", "Always")
     old_init = s.deployments[a]["spec"]["template"]["spec"]["initContainers"][0]
     assert old_init["image"] != "reg.local/triton-operator:next"
+
+
+def test_an_unschedulable_canary_rolls_back_after_the_spec_grace(
+    kube: Client, namespace: str, operator: Any
+) -> None:
+    """A canary asking for more GPUs than any node has stays Pending; after
+    rollout.unschedulableGraceSeconds (not a hard-coded time) it is rolled back."""
+    rollout = {"steps": [{"setWeight": 50}, {"pause": {}}], "unschedulableGraceSeconds": 4}
+    body = tritonservice("pending", namespace, replicas=2, rollout=rollout)
+    trail, first = start(kube, namespace, body, replicas=2)
+    a = first.status["stableRevision"]
+    trail.invariants.append(untouched(first, a))
+    apply(kube, revised(body, resources={"gpus": 8}))
+    began = time.monotonic()
+    s = trail.until(
+        lambda s: s.cond("Degraded") == ("True", "CanaryUnschedulable"), "the rollback", timeout=60
+    )
+    assert 3 <= time.monotonic() - began < 30  # condition times are whole seconds
+    assert "unschedulable for more than 4s" in s.message("Degraded")
+    assert s.status["stableRevision"] == a
+    b = s.status["abortedRevision"]
+    trail.until(lambda s: s.settled(b, 0), "the canary to be scaled to 0")

@@ -28,7 +28,6 @@ from triton_operator.models import (
     MAX_MODELS,
     CanaryStep,
     ModelSpec,
-    Rollout,
     TritonServiceSpec,
     TritonServiceStatus,
 )
@@ -326,7 +325,6 @@ def test_status_schema_keeps_unknown_fields_and_every_field() -> None:
     [
         (("replicas",), TritonServiceSpec.model_fields["replicas"]),
         (("shmSize",), TritonServiceSpec.model_fields["shm_size"]),
-        (("rollout", "unschedulableGraceSeconds"), Rollout.model_fields["unschedulable_grace_seconds"]),
     ],
 )
 def test_defaults_come_from_the_models(path: tuple[str, ...], field: Any) -> None:

@@ -250,6 +250,12 @@ class Strategy(StrEnum):
     RECREATE = "Recreate"
 
 
+DEFAULT_STARTUP_TIMEOUT_SECONDS = 1800
+DEFAULT_UNSCHEDULABLE_GRACE_SECONDS = 600
+DOWNLOAD_AND_SCHEDULING_SECONDS = 600
+"""What the default progress deadline adds to the start-up timeout: scheduling and the download."""
+
+
 class Rollout(_Model):
     """How a new revision replaces the serving one."""
 
@@ -268,12 +274,12 @@ class Rollout(_Model):
             " (2400 with both unset); it may not be shorter than startupTimeoutSeconds."
         ),
     )
-    unschedulable_grace_seconds: int = Field(
-        600,
+    unschedulable_grace_seconds: int | None = Field(
+        None,
         ge=0,
         description=(
             "How long a canary pod may stay unschedulable (a node autoscaler adding a GPU node) before"
-            " the rollout is rolled back; at most the progress deadline."
+            " the rollout is rolled back; unset: 600; at most the progress deadline."
         ),
     )
     revision_history_limit: int = Field(3, ge=0, le=50, description="Earlier revisions kept for undo.")
@@ -286,17 +292,18 @@ class Rollout(_Model):
     )
     paused: bool = Field(False, description="Hold the rollout at its current step.")
 
+    def unschedulable_grace(self) -> int:
+        """unschedulableGraceSeconds, else 600 s: room for a node autoscaler to add a GPU node."""
+        if self.unschedulable_grace_seconds is not None:
+            return self.unschedulable_grace_seconds
+        return DEFAULT_UNSCHEDULABLE_GRACE_SECONDS
+
 
 class ServiceSpec(_Model):
     """The Kubernetes Service in front of the tritonserver pods."""
 
     type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
     annotations: dict[str, str] = Field(default_factory=dict)
-
-
-DEFAULT_STARTUP_TIMEOUT_SECONDS = 1800
-DOWNLOAD_AND_SCHEDULING_SECONDS = 600
-"""What the default progress deadline adds to the start-up timeout: scheduling and the download."""
 
 
 class DisruptionBudget(_Model):

@@ -904,7 +904,7 @@ class _Engine:
         state = self.observed(self.st.canary_revision)
         if state is not None and state.crash_looping:
             return CANARY_CRASH_LOOPING
-        grace = self.inp.rollout.unschedulable_grace_seconds
+        grace = self.inp.rollout.unschedulable_grace()
         if (
             state is not None
             and state.unschedulable_since is not None
@@ -930,7 +930,7 @@ class _Engine:
             PROGRESS_DEADLINE_EXCEEDED: f"canary not fully Ready within {self.deadline_seconds()}s",
             CANARY_CRASH_LOOPING: "canary pods are crash-looping",
             CANARY_UNSCHEDULABLE: f"canary pods unschedulable for more than "
-            f"{self.inp.rollout.unschedulable_grace_seconds}s",
+            f"{self.inp.rollout.unschedulable_grace()}s",
             ABORTED: "aborted by request",
         }
         index = st.aborted_step_index if st.aborted_step_index is not None else 0
@@ -1145,8 +1145,7 @@ class _Engine:
                 requeue.append(self.deadline_seconds() - self.seconds_since(waiting))
             if state is not None and state.unschedulable_since is not None:
                 requeue.append(
-                    self.inp.rollout.unschedulable_grace_seconds
-                    - self.seconds_since(state.unschedulable_since)
+                    self.inp.rollout.unschedulable_grace() - self.seconds_since(state.unschedulable_since)
                 )
         after = max(min(requeue), 1.0) if requeue else None
         return self.finish(replicas, [progressing, degraded], after)

@@ -535,8 +535,9 @@ def _rollout_errors(spec: TritonServiceSpec) -> list[SpecError]:
                 " rolled back while its models may still be loading; raise it or lower startupTimeoutSeconds",
             )
         )
+    # Only a grace the user set: the default one simply never fires before a shorter deadline.
     grace = spec.rollout.unschedulable_grace_seconds
-    if grace > spec.progress_deadline():
+    if grace is not None and grace > spec.progress_deadline():
         errors.append(
             SpecError(
                 "spec.rollout.unschedulableGraceSeconds",
