@@ -311,3 +311,41 @@ def test_an_unpinned_manifest_names_models_only() -> None:
     )
     assert not manifest.pinned and manifest.entries == ()
     assert manifest_from_json(manifest_to_json(manifest)) == manifest
+
+
+@pytest.mark.parametrize(
+    ("folders", "latest"),
+    [
+        (["1", "2"], "2"),
+        (["1", "010"], "1"),  # Triton 2.51 ignores "010" (leading zero): not a version
+        (["0"], "0"),  # ... but loads "0"
+        (["0", "3"], "3"),
+        (["2", "+3"], "2"),  # "+3" Triton would read as 3 and then miss "3/": not a version here
+    ],
+)
+def test_version_folders_count_as_triton_reads_them(folders: list[str], latest: str) -> None:
+    listing = [obj(f"repo/m/{f}/model.py") for f in folders]
+    selection = select_objects([ModelSource("m", "m", VersionPolicy())], listing, prefix="repo/")
+    assert selection.ok, selection.errors
+    assert selection.models[0].versions == (latest,)
+
+
+@pytest.mark.parametrize(
+    ("policy", "versions"),
+    [
+        (VersionPolicy(), ("1",)),
+        (VersionPolicy("all"), ("1",)),
+        (VersionPolicy("specific", versions=(4,)), ("4",)),
+    ],
+)
+def test_an_ensemble_without_version_objects_gets_its_version_folder(
+    policy: VersionPolicy, versions: tuple[str, ...]
+) -> None:
+    listing = [obj("repo/pipe/README")]
+    selection = select_objects([ModelSource("pipe", "pipe", policy, ensemble=True)], listing, prefix="repo/")
+    assert selection.ok, selection.errors
+    (model,) = selection.models
+    assert model.versions == versions and [s.dest for s in model.objects] == ["pipe/README"]
+    # not an ensemble: the same listing has no version, and that is an error
+    plain = select_objects([ModelSource("pipe", "pipe", policy)], listing, prefix="repo/")
+    assert not plain.ok

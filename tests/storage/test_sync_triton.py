@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -66,20 +67,12 @@ def install(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         pytest.skip(f"no tritonserver binary: {exc}")
 
 
-def test_tritonserver_serves_what_sync_fetched(
-    s3_backend: Backend, install: TritonInstall, tmp_path: Path
-) -> None:
-    bucket = s3_backend.new_bucket()
-    s3_backend.put(bucket, "repo/calc/1/model.py", MODEL_PY.format(op="add").encode())
-    s3_backend.put(bucket, "repo/calc/2/model.py", MODEL_PY.format(op="mul").encode())
-    s3_backend.put(bucket, "repo/calc/config.pbtxt", b'name: "calc" backend: "broken on purpose"')
-    spec = ModelSpec(name="calc", config=CONFIG)
-    manifest = pin_repository(s3_backend.repository(bucket, "repo"), [spec], s3_backend.credentials)
-    assert manifest.models[0].versions == ("2",)
-
+def run_sync(backend: Backend, manifest: Any, configs: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+    """`triton-operator sync` as the init container runs it: manifest, rendered configs, /models."""
     (tmp_path / "manifest.json").write_text(manifest_to_json(manifest))
-    (tmp_path / "configs/calc").mkdir(parents=True)
-    (tmp_path / "configs/calc/config.pbtxt").write_text(build_config_pbtxt("calc", CONFIG))
+    for name, config in configs.items():
+        (tmp_path / "configs" / name).mkdir(parents=True)
+        (tmp_path / "configs" / name / "config.pbtxt").write_text(build_config_pbtxt(name, config))
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     args = [
         sys.executable,
@@ -91,14 +84,23 @@ def test_tritonserver_serves_what_sync_fetched(
     ]
     args += ["--configs", str(tmp_path / "configs"), "--dest", str(tmp_path / "models")]
     result = subprocess.run(
-        args,
-        env={**clean, **s3_backend.credentials},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+        args, env={**clean, **backend.credentials}, capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_tritonserver_serves_what_sync_fetched(
+    s3_backend: Backend, install: TritonInstall, tmp_path: Path
+) -> None:
+    bucket = s3_backend.new_bucket()
+    s3_backend.put(bucket, "repo/calc/1/model.py", MODEL_PY.format(op="add").encode())
+    s3_backend.put(bucket, "repo/calc/2/model.py", MODEL_PY.format(op="mul").encode())
+    s3_backend.put(bucket, "repo/calc/config.pbtxt", b'name: "calc" backend: "broken on purpose"')
+    spec = ModelSpec(name="calc", config=CONFIG)
+    manifest = pin_repository(s3_backend.repository(bucket, "repo"), [spec], s3_backend.credentials)
+    assert manifest.models[0].versions == ("2",)
+
+    run_sync(s3_backend, manifest, {"calc": CONFIG}, tmp_path)
     assert sorted(
         p.relative_to(tmp_path / "models").as_posix() for p in (tmp_path / "models").rglob("*.p*")
     ) == [
@@ -119,5 +121,57 @@ def test_tritonserver_serves_what_sync_fetched(
         reply = requests.post(f"{server.http_url}/v2/models/calc/infer", data=json.dumps(body), timeout=30)
         assert reply.status_code == 200, f"{reply.text}\n{server.log_tail()}"
         assert reply.json()["outputs"][0]["data"] == [8.0, 15.0]  # version 2 multiplies
+    finally:
+        server.stop()
+
+
+ENSEMBLE = {
+    "platform": "ensemble",
+    "maxBatchSize": 0,
+    "input": [
+        {"name": "A", "dataType": "TYPE_FP32", "dims": ["2"]},
+        {"name": "B", "dataType": "TYPE_FP32", "dims": ["2"]},
+    ],
+    "output": [{"name": "OUT", "dataType": "TYPE_FP32", "dims": ["2"]}],
+    "ensembleScheduling": {
+        "step": [
+            {
+                "modelName": "calc",
+                "modelVersion": "-1",
+                "inputMap": {"A": "A", "B": "B"},
+                "outputMap": {"OUT": "OUT"},
+            }
+        ]
+    },
+}
+
+
+def test_an_ensemble_from_an_object_store_and_versions_as_triton_reads_them(
+    s3_backend: Backend, install: TritonInstall, tmp_path: Path
+) -> None:
+    """An ensemble has an empty version folder, which no object store keeps: pinning names the
+    version and sync creates it. "010" is no version for Triton (leading zero), so "latest" is 1."""
+    bucket = s3_backend.new_bucket()
+    s3_backend.put(bucket, "repo/calc/1/model.py", MODEL_PY.format(op="add").encode())
+    s3_backend.put(bucket, "repo/calc/010/model.py", MODEL_PY.format(op="mul").encode())
+    s3_backend.put(bucket, "repo/pipe/README", b"an ensemble over calc")  # no version folder object
+    specs = [ModelSpec(name="calc", config=CONFIG), ModelSpec(name="pipe", config=ENSEMBLE)]
+    manifest = pin_repository(s3_backend.repository(bucket, "repo"), specs, s3_backend.credentials)
+    assert {m.name: m.versions for m in manifest.models} == {"calc": ("1",), "pipe": ("1",)}
+
+    run_sync(s3_backend, manifest, {"calc": CONFIG, "pipe": ENSEMBLE}, tmp_path)
+    assert (tmp_path / "models/pipe/1").is_dir() and not any((tmp_path / "models/pipe/1").iterdir())
+
+    server = start_server(install, tmp_path / "models", ["calc", "pipe"], tmp_path / "tritonserver.log")
+    try:
+        body = {
+            "inputs": [
+                {"name": "A", "shape": [2], "datatype": "FP32", "data": [2.0, 3.0]},
+                {"name": "B", "shape": [2], "datatype": "FP32", "data": [4.0, 5.0]},
+            ]
+        }
+        reply = requests.post(f"{server.http_url}/v2/models/pipe/infer", data=json.dumps(body), timeout=30)
+        assert reply.status_code == 200, f"{reply.text}\n{server.log_tail()}"
+        assert reply.json()["outputs"][0]["data"] == [6.0, 8.0]  # version 1 adds
     finally:
         server.stop()

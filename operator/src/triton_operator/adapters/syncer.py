@@ -890,6 +890,9 @@ class Syncer:
             return
         dirs = _Dirs(self.dest)
         for model in self.manifest.models:
+            # Every pinned version has its folder, even one with no files (an ensemble's).
+            for version in model.versions:
+                dirs.ensure(f"{model.name}/{version}")
             src = configs / model.name / CONFIG_FILE
             if not src.is_file():
                 raise SyncError(f"{src}: no rendered config for model {model.name!r} in {configs}")

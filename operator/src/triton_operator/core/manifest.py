@@ -212,6 +212,8 @@ class ModelSource:
     name: str
     folder: str
     policy: VersionPolicy = field(default_factory=VersionPolicy)
+    ensemble: bool = False
+    """An ensemble: Triton needs a version folder, but it holds no files an object store keeps."""
 
 
 def model_sources(models: Sequence[Any]) -> list[ModelSource]:
@@ -223,7 +225,7 @@ def model_sources(models: Sequence[Any]) -> list[ModelSource]:
             cfg.get("versionPolicy", cfg.get("version_policy")),
             field_name=f"spec.models[{i}].config.versionPolicy",
         )
-        out.append(ModelSource(m.name, m.folder, policy))
+        out.append(ModelSource(m.name, m.folder, policy, ensemble=cfg.get("platform") == "ensemble"))
     return out
 
 
@@ -307,7 +309,15 @@ class Selection:
 
 
 def _is_version(segment: str) -> bool:
-    return segment.isascii() and segment.isdigit()
+    """A folder Triton reads as a version: digits without leading zeros ("0" itself counts).
+
+    Checked against tritonserver 2.51: it loads "0" and "2", ignores "010" ("contains leading
+    zeros"), and takes "+3" for version 3 and then fails to find "3/"; only canonical numbers
+    are versions here, everything else under the model folder is an ordinary file or folder.
+    """
+    if not (segment.isascii() and segment.isdigit()):
+        return False
+    return segment == "0" or not segment.startswith("0")
 
 
 def _select_versions(policy: VersionPolicy, found: dict[int, list[str]]) -> tuple[set[int], tuple[str, ...]]:
@@ -353,6 +363,22 @@ def select_objects(
                 version_objs.append((number, rel, obj))
             elif rel != CONFIG_FILE:
                 other.append((rel, obj))
+        if model.ensemble and not version_objs:
+            # An ensemble's version folder is empty, and object stores keep no empty folders:
+            # the manifest names the version and sync creates the folder.
+            asked = model.policy.versions if model.policy.kind == "specific" else (1,)
+            versions = tuple(str(v) for v in asked)
+            chosen_other = []
+            for rel, obj in other:
+                try:
+                    safe_destination(rel)
+                except UnsafeKeyError as exc:
+                    errors.append(UnsafeKey(model.name, obj.key, exc.reason))
+                    continue
+                chosen_other.append(SelectedObject(obj, f"{model.name}/{rel}"))
+            objs = tuple(sorted(chosen_other, key=lambda s: s.dest))
+            selected.append(SelectedModel(model.name, folder, model.policy, versions, objs))
+            continue
         if not version_objs and not other and not any(o.key == base + CONFIG_FILE for o in objects):
             errors.append(ModelFolderMissing(model.name, folder))
             continue
