@@ -149,8 +149,11 @@ def test_apply_serves_an_inference_through_the_service_and_delete_removes_the_po
     (triton,) = pod.status.containerStatuses
     assert triton.ready and triton.containerID.startswith("containerd://")
 
-    # An inference through the TritonService's Service: OUTPUT0 = a + b, OUTPUT1 = a - b.
-    out = infer_add_sub(cluster_ip(kube, namespace, "tiny"))
+    # An inference through the TritonService's Service: OUTPUT0 = a + b, OUTPUT1 = a - b. Ready
+    # comes from the pods; the Service's endpoints and kube-proxy follow within about a second.
+    host = cluster_ip(kube, namespace, "tiny")
+    answering(host, 0, timeout=15)
+    out = infer_add_sub(host)
     assert out == {"OUTPUT0": [11.0, 22.0, 33.0, 44.0], "OUTPUT1": [-9.0, -18.0, -27.0, -36.0]}
 
     kube.delete(TS, "tiny", namespace=namespace)
