@@ -812,9 +812,9 @@ def test_an_existing_revision_keeps_its_sync_image_and_a_new_one_gets_the_operat
         c for c in dep["spec"]["template"]["spec"]["initContainers"] if c["name"] == o.SYNC_CONTAINER
     )
     sync_of(running)["image"] = "ghcr.io/triton-operator/triton-operator:0.1.0"
-    sync_of(running)["imagePullPolicy"] = "IfNotPresent"
+    sync_of(running)["imagePullPolicy"] = "Always"  # set by the old operator's settings
     upgraded = Settings(
-        sync_image="ghcr.io/triton-operator/triton-operator:0.2.0", sync_image_pull_policy="Always"
+        sync_image="ghcr.io/triton-operator/triton-operator:0.2.0", sync_image_pull_policy="Never"
     )
 
     out = o.plan_actions(
@@ -840,4 +840,41 @@ def test_an_existing_revision_keeps_its_sync_image_and_a_new_one_gets_the_operat
         configmaps=[],
     )
     (dep2,) = [x for x in fresh.apply if x["kind"] == "Deployment"]
-    assert sync_of(dep2)["image"].endswith(":0.2.0") and sync_of(dep2)["imagePullPolicy"] == "Always"
+    assert sync_of(dep2)["image"].endswith(":0.2.0") and sync_of(dep2)["imagePullPolicy"] == "Never"
+
+
+@pytest.mark.parametrize(
+    ("image", "policy"),
+    [
+        ("ghcr.io/triton-operator/triton-operator:0.1.0", "IfNotPresent"),
+        ("ghcr.io/triton-operator/triton-operator:latest", "Always"),
+        ("ghcr.io/triton-operator/triton-operator", "Always"),
+        ("localhost:5000/op", "Always"),
+        ("localhost:5000/op:1", "IfNotPresent"),
+        ("reg/op@sha256:" + "a" * 64, "IfNotPresent"),
+    ],
+)
+def test_default_pull_policy_is_kubernetes_own(image: str, policy: str) -> None:
+    assert o.default_pull_policy(image) == policy
+
+
+def test_reapplying_a_revision_with_a_defaulted_pull_policy_leaves_the_template_as_written() -> None:
+    """The API server adds imagePullPolicy to what the operator wrote without one: re-rendering the
+    running revision must not claim that field (a write to a Deployment that should stay untouched)."""
+    ts = ts_of()
+    written = deployment(ts, "rev1")
+    stored = copy.deepcopy(written)
+    for c in stored["spec"]["template"]["spec"]["initContainers"]:
+        c["imagePullPolicy"] = "IfNotPresent"  # the API server's default for a tagged image
+    out = o.plan_actions(
+        ts,
+        SETTINGS,
+        "rev1",
+        rollout_plan({"rev1": 1}),
+        configs=configs_of(ts),
+        manifest_json=None,
+        deployments=[stored],
+        configmaps=[],
+    )
+    (dep,) = [x for x in out.apply if x["kind"] == "Deployment"]
+    assert dep["spec"]["template"] == written["spec"]["template"]

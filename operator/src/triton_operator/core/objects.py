@@ -176,12 +176,21 @@ def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) ->
     template = ((deployment or {}).get("spec") or {}).get("template") or {}
     for container in (template.get("spec") or {}).get("initContainers") or []:
         if container.get("name") == SYNC_CONTAINER and container.get("image"):
-            return dataclasses.replace(
-                settings,
-                sync_image=str(container["image"]),
-                sync_image_pull_policy=container.get("imagePullPolicy") or settings.sync_image_pull_policy,
-            )
+            image = str(container["image"])
+            policy = container.get("imagePullPolicy")
+            # The API server fills in the default policy: leave that one unset, as it was written,
+            # so that applying the same template again changes nothing (not even managedFields).
+            if policy == default_pull_policy(image):
+                policy = None
+            return dataclasses.replace(settings, sync_image=image, sync_image_pull_policy=policy)
     return settings
+
+
+def default_pull_policy(image: str) -> str:
+    """The imagePullPolicy Kubernetes gives a container that sets none: Always for :latest or no tag."""
+    name = image.split("@", 1)[0]
+    tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else ""
+    return "Always" if "@" not in image and tag in ("", "latest") else "IfNotPresent"
 
 
 def compute_revision(
