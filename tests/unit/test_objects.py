@@ -841,3 +841,34 @@ def test_an_existing_revision_keeps_its_sync_image_and_a_new_one_gets_the_operat
     )
     (dep2,) = [x for x in fresh.apply if x["kind"] == "Deployment"]
     assert sync_of(dep2)["image"].endswith(":0.2.0") and sync_of(dep2)["imagePullPolicy"] == "Always"
+
+
+# ----------------------------------------------------------------- adoption by owner
+
+
+def owned_by(uid: str, obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"]["ownerReferences"] = [{"uid": uid, "controller": True, "kind": "TritonService"}]
+    return out
+
+
+def pod_of(revision: str) -> dict[str, Any]:
+    return {"metadata": {"name": f"svc-{revision}-x", "labels": {o.LABEL_REVISION: revision}}}
+
+
+def test_objects_of_a_deleted_tritonservice_with_the_same_name_are_not_adopted() -> None:
+    old_uid, new_uid = "old-uid", UID
+    deployments = [
+        owned_by(old_uid, observed_deployment("a", 2)),
+        owned_by(new_uid, observed_deployment("b", 1)),
+    ]
+    configmaps = [owned_by(old_uid, observed_configmap("a")), owned_by(new_uid, observed_configmap("b"))]
+    adoption = o.split_by_owner(new_uid, deployments, configmaps, [pod_of("a"), pod_of("a"), pod_of("b")])
+    assert [o._revision_of(d) for d in adoption.deployments] == ["b"]
+    assert [o._revision_of(c) for c in adoption.configmaps] == ["b"]
+    assert [p["metadata"]["labels"][o.LABEL_REVISION] for p in adoption.pods] == ["b"]
+    assert adoption.foreign == ("svc-a", "svc-a")
+    # a non-controller reference is not ownership either
+    weak = copy.deepcopy(deployments[1])
+    weak["metadata"]["ownerReferences"][0]["controller"] = False
+    assert o.split_by_owner(new_uid, [weak], [], []).deployments == []
