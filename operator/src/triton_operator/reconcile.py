@@ -83,6 +83,8 @@ class PinnedManifest:
     total_bytes: int = 0
     problem: str | None = None
     """Set when the last listing failed and this is the manifest pinned before it."""
+    unversioned: bool = False
+    """Objects pinned by ETag alone (no object version): an upload to the same key breaks them."""
 
 
 class RepositoryError(Exception):
@@ -107,6 +109,7 @@ def _summary(manifest: Manifest, problem: str | None = None) -> PinnedManifest:
         objects=len(manifest.entries),
         total_bytes=manifest.total_bytes,
         problem=problem,
+        unversioned=manifest.pinned and any(not e.generation for e in manifest.entries),
     )
 
 
@@ -288,11 +291,13 @@ def _repository_verdict(ts: TritonService, pinned: PinnedManifest | None) -> con
         )
     if pinned is None or pinned.digest is None:
         return cond.Verdict(cond.TRUE, cond.UNPINNED, "repository not pinned (no storage adapter configured)")
-    return cond.Verdict(
-        cond.TRUE,
-        cond.MANIFEST_PINNED,
-        f"{pinned.objects} objects, {pinned.total_bytes} bytes pinned (manifest {pinned.digest[:12]})",
-    )
+    message = f"{pinned.objects} objects, {pinned.total_bytes} bytes pinned (manifest {pinned.digest[:12]})"
+    if pinned.unversioned:
+        message += (
+            "; the bucket keeps no object versions, so rollback is not exact: after an upload to a"
+            " pinned key, new pods of earlier revisions cannot sync (enable bucket versioning)"
+        )
+    return cond.Verdict(cond.TRUE, cond.MANIFEST_PINNED, message)
 
 
 async def reconcile(
