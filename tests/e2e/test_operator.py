@@ -486,3 +486,28 @@ def test_repository_is_pinned_and_a_new_upload_rolls_out(
     before = versions(kube, namespace, "pinned")
     time.sleep(6)
     assert versions(kube, namespace, "pinned") == before
+
+
+def test_a_recreated_tritonservice_adopts_nothing_its_predecessor_left(
+    kube: Client, namespace: str, operator: Any
+) -> None:
+    """Objects are ours by controller ownerReference, not by label: after a delete that leaves the
+    Deployments behind (orphaned, or not yet garbage-collected) a new TritonService of the same
+    name with another spec neither counts nor scales them."""
+    from lightkube.types import CascadeType  # noqa: PLC0415
+
+    apply(kube, tritonservice("again", namespace, replicas=2))
+    first = wait_condition(kube, namespace, "again", "Ready", "True")
+    old = first["status"]["stableRevision"]
+    kube.delete(TS, "again", namespace=namespace, cascade=CascadeType.ORPHAN)
+    wait_for(lambda: not [t for t in kube.list(TS, namespace=namespace)], what="the TritonService to go")
+    apply(kube, tritonservice("again", namespace, replicas=2, serverArgs=["--log-verbose=1"]))
+    second = wait_condition(kube, namespace, "again", "Ready", "True")
+    new = second["status"]["stableRevision"]
+    assert new != old
+    assert not second["status"].get("history") and not second["status"].get("canaryRevision")
+    time.sleep(3)
+    left = kube.get(Deployment, f"again-{old}", namespace=namespace)
+    assert left.spec.replicas == 2  # not ours: never scaled
+    assert not left.metadata.ownerReferences
+    assert get_ts(kube, namespace, "again")["status"]["replicas"] == 2  # only its own pods counted

@@ -139,6 +139,8 @@ def test_apply_serves_an_inference_through_the_service_and_delete_removes_the_po
     apply(kube, on_real_node("tiny", namespace, bucket=bucket, endpoint=store.endpoint))
     obj = serving(kube, namespace, "tiny")
     assert condition(obj, "RepositoryReady")["reason"] == "ManifestPinned"
+    # an unversioned bucket: the status says that a rollback would not be exact
+    assert "rollback is not exact" in condition(obj, "RepositoryReady")["message"]
     assert obj["status"]["endpoints"]["http"].startswith(f"tiny.{namespace}.svc")
 
     # Ready came from Triton's real probes on a real pod: containerd ran both containers.
@@ -278,7 +280,9 @@ def test_in_place_upload_rolls_out_new_answers_and_undo_brings_back_the_old(  # 
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     s3.put_object(Bucket=bucket, Key=MODEL_KEY.format(version=1), Body=adder_source(0))
     apply(kube, on_real_node("inplace", namespace, bucket=bucket, endpoint=store.endpoint))
-    first = serving(kube, namespace, "inplace")["status"]["stableRevision"]
+    pinned = serving(kube, namespace, "inplace")
+    first = pinned["status"]["stableRevision"]
+    assert "not exact" not in condition(pinned, "RepositoryReady")["message"]  # versions pinned
     host = cluster_ip(kube, namespace, "inplace")
     answering(host, 0)
 

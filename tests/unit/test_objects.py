@@ -878,3 +878,34 @@ def test_reapplying_a_revision_with_a_defaulted_pull_policy_leaves_the_template_
     )
     (dep,) = [x for x in out.apply if x["kind"] == "Deployment"]
     assert dep["spec"]["template"] == written["spec"]["template"]
+
+
+# ----------------------------------------------------------------- adoption by owner
+
+
+def owned_by(uid: str, obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"]["ownerReferences"] = [{"uid": uid, "controller": True, "kind": "TritonService"}]
+    return out
+
+
+def pod_of(revision: str) -> dict[str, Any]:
+    return {"metadata": {"name": f"svc-{revision}-x", "labels": {o.LABEL_REVISION: revision}}}
+
+
+def test_objects_of_a_deleted_tritonservice_with_the_same_name_are_not_adopted() -> None:
+    old_uid, new_uid = "old-uid", UID
+    deployments = [
+        owned_by(old_uid, observed_deployment("a", 2)),
+        owned_by(new_uid, observed_deployment("b", 1)),
+    ]
+    configmaps = [owned_by(old_uid, observed_configmap("a")), owned_by(new_uid, observed_configmap("b"))]
+    adoption = o.split_by_owner(new_uid, deployments, configmaps, [pod_of("a"), pod_of("a"), pod_of("b")])
+    assert [o._revision_of(d) for d in adoption.deployments] == ["b"]
+    assert [o._revision_of(c) for c in adoption.configmaps] == ["b"]
+    assert [p["metadata"]["labels"][o.LABEL_REVISION] for p in adoption.pods] == ["b"]
+    assert adoption.foreign == ("svc-a", "svc-a")
+    # a non-controller reference is not ownership either
+    weak = copy.deepcopy(deployments[1])
+    weak["metadata"]["ownerReferences"][0]["controller"] = False
+    assert o.split_by_owner(new_uid, [weak], [], []).deployments == []

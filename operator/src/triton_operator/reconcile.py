@@ -41,8 +41,10 @@ from triton_operator.core.objects import (
     disruption_budget_enabled,
     endpoints,
     model_statuses,
+    object_name,
     plan_actions,
     pod_state,
+    split_by_owner,
 )
 from triton_operator.core.rollout import (
     DEGRADED,
@@ -81,6 +83,8 @@ class PinnedManifest:
     total_bytes: int = 0
     problem: str | None = None
     """Set when the last listing failed and this is the manifest pinned before it."""
+    unversioned: bool = False
+    """Objects pinned by ETag alone (no object version): an upload to the same key breaks them."""
 
 
 class RepositoryError(Exception):
@@ -105,6 +109,7 @@ def _summary(manifest: Manifest, problem: str | None = None) -> PinnedManifest:
         objects=len(manifest.entries),
         total_bytes=manifest.total_bytes,
         problem=problem,
+        unversioned=manifest.pinned and any(not e.generation for e in manifest.entries),
     )
 
 
@@ -249,6 +254,10 @@ class Result:
     """Seconds until the next reconcile is due with nothing else happening (a timed pause, a deadline)."""
 
 
+FOREIGN_RETRY_SECONDS = 2.0
+"""How soon to look again while an earlier TritonService's object holds a name we need."""
+
+
 def utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
@@ -282,11 +291,13 @@ def _repository_verdict(ts: TritonService, pinned: PinnedManifest | None) -> con
         )
     if pinned is None or pinned.digest is None:
         return cond.Verdict(cond.TRUE, cond.UNPINNED, "repository not pinned (no storage adapter configured)")
-    return cond.Verdict(
-        cond.TRUE,
-        cond.MANIFEST_PINNED,
-        f"{pinned.objects} objects, {pinned.total_bytes} bytes pinned (manifest {pinned.digest[:12]})",
-    )
+    message = f"{pinned.objects} objects, {pinned.total_bytes} bytes pinned (manifest {pinned.digest[:12]})"
+    if pinned.unversioned:
+        message += (
+            "; the bucket keeps no object versions, so rollback is not exact: after an upload to a"
+            " pinned key, new pods of earlier revisions cannot sync (enable bucket versioning)"
+        )
+    return cond.Verdict(cond.TRUE, cond.MANIFEST_PINNED, message)
 
 
 async def reconcile(
@@ -315,7 +326,14 @@ async def reconcile(
     metadata: Mapping[str, Any] = body.get("metadata") or {}
     generation = int(metadata.get("generation") or 0)
     previous: Mapping[str, Any] = body.get("status") or {}
-    owned = await kube.list_owned(namespace, owned_selector(name))
+    found = await kube.list_owned(namespace, owned_selector(name))
+    # By owner, not by label: what a deleted TritonService of this name left is not ours.
+    adoption = split_by_owner(str(metadata.get("uid") or ""), found.deployments, found.configmaps, found.pods)
+    owned = Owned(
+        deployments=[dict(d) for d in adoption.deployments],
+        configmaps=[dict(c) for c in adoption.configmaps],
+        pods=[dict(p) for p in adoption.pods],
+    )
     deployments = [deployment_state(d) for d in owned.deployments]
     pods = [pod_state(p) for p in owned.pods]
 
@@ -351,6 +369,16 @@ async def reconcile(
             verdict = cond.Verdict(cond.FALSE, exc.reason, exc.message)
             return await refuse(exc.message, exc.reason, verdict)
     revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None)
+    if object_name(ts, revision) in adoption.foreign:
+        # The same name is still held by an earlier TritonService's object that the garbage
+        # collector has yet to remove: applying ours now would give it two controllers.
+        logger.info(
+            "%s/%s: waiting for the garbage collector to remove %s of an earlier TritonService",
+            namespace,
+            name,
+            object_name(ts, revision),
+        )
+        return Result(status=dict(previous), revision=revision, requeue_after=FOREIGN_RETRY_SECONDS)
     plan = plan_rollout(
         RolloutInput(
             rollout=ts.spec.rollout,

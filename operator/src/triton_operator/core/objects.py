@@ -537,6 +537,50 @@ def endpoints(ts: TritonService) -> dict[str, str]:
 # ----------------------------------------------------------------- observed state
 
 
+def controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
+    """Whether ``obj``'s controller ownerReference is the object with ``uid``."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(ref.get("controller") and ref.get("uid") == uid for ref in refs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Adoption:
+    """The labelled objects split by owner: this TritonService's, and an earlier one's (same name)."""
+
+    deployments: list[Mapping[str, Any]]
+    configmaps: list[Mapping[str, Any]]
+    pods: list[Mapping[str, Any]]
+    foreign: tuple[str, ...]
+    """Names of Deployments and ConfigMaps with the labels but another controller (waiting for the
+    garbage collector after a delete and re-create): never adopted, never counted."""
+
+
+def split_by_owner(
+    uid: str,
+    deployments: Sequence[Mapping[str, Any]],
+    configmaps: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+) -> Adoption:
+    """Objects found by label, kept only when this TritonService (``uid``) controls them.
+
+    Labels alone also match what a deleted TritonService of the same name left for the garbage
+    collector (`kubectl replace --force`, Argo CD `Replace=true`); adopting those would make them
+    look like revisions of this one. Pods belong to the kept Deployments' revisions.
+    """
+    mine = [d for d in deployments if controlled_by(d, uid)]
+    maps = [c for c in configmaps if controlled_by(c, uid)]
+    revisions = {_revision_of(d) for d in mine}
+    owned_pods = [p for p in pods if _revision_of(p) in revisions]
+    foreign = tuple(
+        sorted(
+            str((o.get("metadata") or {}).get("name", ""))
+            for o in [*deployments, *configmaps]
+            if not controlled_by(o, uid)
+        )
+    )
+    return Adoption(mine, maps, owned_pods, foreign)
+
+
 @dataclasses.dataclass(frozen=True)
 class DeploymentState:
     """What the operator needs to know about one observed revision Deployment."""
