@@ -433,29 +433,11 @@ def _free_port() -> int:
 
 
 def _pid_alive(pid: int) -> bool:
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)  # reap our own children (in-process up()/down())
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # zombies count as dead
-        st = Path(f"/proc/{pid}/stat").read_text()
-        return st.rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    return node.pid_alive(pid)
 
 
 def _read_pids(sd: Path) -> dict[str, int]:
-    out = {}
-    pd = sd / "pids"
-    if pd.is_dir():
-        for f in pd.glob("*.pid"):
-            with contextlib.suppress(ValueError, OSError):
-                out[f.stem] = int(f.read_text().strip())
-    return out
+    return node.read_pids(sd / "pids")
 
 
 def _load_meta(sd: Path) -> dict:
@@ -1138,23 +1120,12 @@ def _real_node_abandon(sd: Path, err: BaseException, keep_guard: bool = False) -
 COMPONENTS = ["kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
 
 
-def _ancestors() -> set[int]:
-    out, pid = set(), os.getpid()
-    while pid > 1:
-        out.add(pid)
-        try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    return out
-
-
 def _procs_referencing(path: Path, pgids: set[int] | None = None) -> list[int]:
     """Live processes of this cluster: their command line names the state dir and they are a
     cluster component (by executable name) or belong to a process group we started.
     Never this process or its ancestors (e.g. a shell whose command line mentions the path)."""
     needle = str(path).encode()
-    skip = _ancestors()
+    skip = node.ancestors()
     pgids = pgids or set()
     out = []
     for p in Path("/proc").iterdir():

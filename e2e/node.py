@@ -175,7 +175,8 @@ def _sh(cmd: list[str], check: bool = False, timeout: float = 60) -> subprocess.
     )
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (zombies count as dead; our own exited children are reaped)."""
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
     try:
@@ -190,7 +191,8 @@ def _pid_alive(pid: int) -> bool:
         return False
 
 
-def _read_pids(d: Path) -> dict[str, int]:
+def read_pids(d: Path) -> dict[str, int]:
+    """name -> pid of the *.pid files in ``d``."""
     out = {}
     if d.is_dir():
         for f in d.glob("*.pid"):
@@ -201,10 +203,11 @@ def _read_pids(d: Path) -> dict[str, int]:
 
 def pids_alive(sd: Path) -> bool:
     """True when every process the node started for this state dir still runs (or none was started)."""
-    return all(_pid_alive(p) for p in _read_pids(sd / "node" / "pids").values())
+    return all(pid_alive(p) for p in read_pids(sd / "node" / "pids").values())
 
 
-def _ancestors() -> set[int]:
+def ancestors() -> set[int]:
+    """This process and its ancestors (never to be signalled by a clean-up)."""
     out, pid = set(), os.getpid()
     while pid > 1:
         out.add(pid)
@@ -216,7 +219,7 @@ def _ancestors() -> set[int]:
 
 
 def _processes() -> list[tuple[int, list[str]]]:
-    skip = _ancestors()
+    skip = ancestors()
     out = []
     for p in Path("/proc").iterdir():
         if not p.name.isdigit() or int(p.name) in skip:
@@ -225,7 +228,7 @@ def _processes() -> list[tuple[int, list[str]]]:
             argv = [a.decode(errors="replace") for a in (p / "cmdline").read_bytes().split(b"\0") if a]
         except OSError:
             continue
-        if argv and _pid_alive(int(p.name)):
+        if argv and pid_alive(int(p.name)):
             out.append((int(p.name), argv))
     return out
 
@@ -253,20 +256,20 @@ def _kill(pid: int, sig: int, group: bool = True) -> None:
 
 
 def _terminate(pids: list[int], grace: float = 10.0, group: bool = True) -> None:
-    pids = [p for p in pids if _pid_alive(p)]
+    pids = [p for p in pids if pid_alive(p)]
     if not pids:
         return
     for pid in pids:
         _kill(pid, signal.SIGTERM, group)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_pid_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
         time.sleep(0.05)
     for pid in pids:
-        if _pid_alive(pid):
+        if pid_alive(pid):
             log(f"pid {pid} ignored SIGTERM; sending SIGKILL")
             _kill(pid, signal.SIGKILL, group)
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(_pid_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
         time.sleep(0.05)
 
 
@@ -300,10 +303,10 @@ def _log_tail(p: Paths, name: str, lines: int = 25) -> str:
 def _wait(p: Paths, what: str, cond: Callable[[], object], timeout: float, procs: tuple[str, ...]) -> None:
     """Wait for cond(); fail early (NodeError; the log's tail goes to stderr) when one of procs exits."""
     deadline = time.monotonic() + timeout
-    pids = _read_pids(p.pids)
+    pids = read_pids(p.pids)
     while time.monotonic() < deadline:
         for name in procs:
-            if name in pids and not _pid_alive(pids[name]):
+            if name in pids and not pid_alive(pids[name]):
                 tail = _log_tail(p, name)
                 log(f"{name} exited while waiting for {what}; the end of {p.logs / name}.log:\n{tail}")
                 last = next((ln for ln in reversed(tail.splitlines()) if ln.strip()), "")
@@ -364,8 +367,8 @@ def _record_owner_alive(rec: dict) -> bool:
     """Is the cluster that owns the record still running (or still starting: its node's processes
     start some seconds after the record is written)?"""
     sd = Path(rec["state_dir"])
-    pids = [*_read_pids(sd / "pids").values(), *_read_pids(sd / "node" / "pids").values()]
-    if any(_pid_alive(pid) for pid in pids):
+    pids = [*read_pids(sd / "pids").values(), *read_pids(sd / "node" / "pids").values()]
+    if any(pid_alive(pid) for pid in pids):
         return True
     return sd.is_dir() and time.time() - float(rec.get("created", 0)) < 120
 
@@ -1203,14 +1206,14 @@ def teardown(sd: Path, cache: Path, keep_guard: bool = False, quiet: bool = Fals
 
 def _teardown(p: Paths, rec: dict | None, keep_guard: bool, quiet: bool) -> None:
     t0 = time.monotonic()
-    pids = _read_pids(p.pids)
+    pids = read_pids(p.pids)
     # 1. kubelet and kube-proxy first: they would restart pods and rewrite rules
     _terminate([pids[n] for n in ("kubelet", "kube-proxy", "cluster-dns") if n in pids])
     _terminate(_node_processes(p, ("kubelet", "kube-proxy")), grace=5)
     # 2. every pod process (all live below our cgroup root), then tasks and containers
     _kill_cgroups()
     container_ids: list[str] = []
-    if "containerd" in pids and _pid_alive(pids["containerd"]) and p.sock.exists():
+    if "containerd" in pids and pid_alive(pids["containerd"]) and p.sock.exists():
         container_ids = _remove_containers(p)
     # 3. containerd and any shim still serving our socket
     _terminate([pids["containerd"]] if "containerd" in pids else [])

@@ -126,6 +126,23 @@ def answering(host: str, offset: float, timeout: float = 60) -> None:
     wait_for(probe, timeout=timeout, interval=0.5, what=f"answers with offset {offset:g} from {host}")
 
 
+def revision_gone(kube: Client, namespace: str, name: str, revision: str, timeout: float = 90) -> None:
+    """Wait until no pod of ``revision`` is left (drained and terminated)."""
+    wait_for(
+        lambda: not [p for p in pods(kube, namespace, name) if revision in p.metadata.name],
+        timeout=timeout,
+        what=f"the pods of revision {revision} to go",
+    )
+
+
+def no_request_failed(client: LoadClient, what: str) -> None:
+    """Stop the client, print what it counted, and fail on any failed request."""
+    client.stop()
+    print(f"\n{what}: {client.summary()}")
+    assert client.sent > 50, client.summary()
+    assert not client.failures, client.failures[:5]
+
+
 def serving(kube: Client, namespace: str, name: str, timeout: float = 150) -> dict[str, Any]:
     return wait_condition(kube, namespace, name, "Ready", "True", timeout=timeout)
 
@@ -187,17 +204,11 @@ def test_canary_triton_refuses_never_becomes_ready_and_is_rolled_back_while_stab
         )
         canary = obj["status"]["abortedRevision"]
         assert obj["status"]["stableRevision"] == stable and canary != stable
-        wait_for(
-            lambda: not [p for p in pods(kube, namespace, "refused") if canary in p.metadata.name],
-            timeout=60,
-            what="the refused canary's pods to go",
-        )
+        revision_gone(kube, namespace, "refused", canary, timeout=60)
         time.sleep(2)
     finally:
         client.stop()
-    print(f"\nrefused canary: {client.summary()}")
-    assert client.sent > 50
-    assert not client.failures, client.failures[:5]
+    no_request_failed(client, "refused canary")
     assert set(client.answers) == {0.0}  # only the stable revision ever answered
     warnings = [(r, m) for t, r, m in events(kube, namespace, "refused") if t == "Warning"]
     assert any(r == "RolloutAborted" and canary in m for r, m in warnings), warnings
@@ -224,8 +235,7 @@ def test_canary_whose_model_raises_at_import_crash_loops_and_is_rolled_back(
         time.sleep(2)
     finally:
         client.stop()
-    print(f"\ncrash-looping canary: {client.summary()}")
-    assert not client.failures, client.failures[:5]
+    no_request_failed(client, "crash-looping canary")
     assert set(client.answers) == {0.0}
 
 
@@ -256,17 +266,12 @@ def test_full_canary_rollout_drops_no_request(
 
         wait_for(promoted, timeout=180, what="the canary to be promoted")
         # the old stable is scaled down and its pods drain and terminate
-        wait_for(
-            lambda: not [p for p in pods(kube, namespace, "smooth") if old in p.metadata.name],
-            timeout=90,
-            what="the old stable's pods to terminate",
-        )
+        revision_gone(kube, namespace, "smooth", old, timeout=90)
         answering(host, 100)
         time.sleep(2)
     finally:
         client.stop()
-    print(f"\nfull canary rollout: {client.summary()}")
-    assert not client.failures, client.failures[:5]
+    no_request_failed(client, "full canary rollout")
     assert client.answers[0.0] > 0 and client.answers[100.0] > 0, client.summary()
     assert set(client.answers) == {0.0, 100.0}
     steps = [m for t, r, m in events(kube, namespace, "smooth") if r == "StepCompleted"]
@@ -453,9 +458,7 @@ def test_a_node_drain_evicts_one_pod_at_a_time_and_no_request_fails(  # noqa: PL
         time.sleep(2)
     finally:
         client.stop()
-    print(f"\nnode drain: {client.summary()}")
-    assert client.sent > 50
-    assert not client.failures, client.failures[:5]
+    no_request_failed(client, "node drain")
 
 
 def test_blue_green_sends_nothing_to_green_before_promotion(  # noqa: PLR0917 (fixtures)
@@ -490,14 +493,9 @@ def test_blue_green_sends_nothing_to_green_before_promotion(  # noqa: PLR0917 (f
             what="the promotion",
         )
         answering(host, 100)
-        wait_for(
-            lambda: not [p for p in pods(kube, namespace, "bg") if blue in p.metadata.name],
-            timeout=90,
-            what="blue's pods to go",
-        )
+        revision_gone(kube, namespace, "bg", blue, timeout=90)
         time.sleep(1)
     finally:
         client.stop()
-    print(f"\nblue/green: {client.summary()}")
-    assert not client.failures, client.failures[:5]
+    no_request_failed(client, "blue/green")
     assert client.answers[100.0] > 0
