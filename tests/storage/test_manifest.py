@@ -349,3 +349,22 @@ def test_an_ensemble_without_version_objects_gets_its_version_folder(
     # not an ensemble: the same listing has no version, and that is an error
     plain = select_objects([ModelSource("pipe", "pipe", policy)], listing, prefix="repo/")
     assert not plain.ok
+
+
+@pytest.mark.parametrize(
+    ("keys", "refused", "why"),
+    [
+        (["repo/m/1/model.py", "repo/m/1/model.py/x"], "repo/m/1/model.py", "both a file and a folder"),
+        (["repo/m/1/model.py", "repo/m/config.pbtxt/x"], "m/config.pbtxt", "both a file and a folder"),
+        (["repo/m/1/" + "w" * 256], "repo/m/1/" + "w" * 256, "longer than 255 bytes"),
+        (["repo/m/1/" + "/".join(["d" * 200] * 20) + "/f"], "repo/m/1/", "longer than 3800 bytes"),
+    ],
+)
+def test_what_sync_would_refuse_is_refused_at_pin_time(keys: list[str], refused: str, why: str) -> None:
+    """A key sync cannot write fails the pin (RepositoryReady=False), never a pod's sync."""
+    selection = select_objects(
+        [ModelSource("m", "m", VersionPolicy())], [obj(k) for k in keys], prefix="repo/"
+    )
+    assert not selection.ok and not selection.models
+    (error,) = selection.errors
+    assert refused in error.message and why in error.message, error.message

@@ -125,12 +125,34 @@ def safe_destination(key: str) -> str:
         raise UnsafeKeyError(key, "it contains a backslash")
     if key.startswith("/"):
         raise UnsafeKeyError(key, "it is an absolute path")
+    if len(key.encode()) > MAX_PATH_BYTES:
+        raise UnsafeKeyError(key, f"it is longer than {MAX_PATH_BYTES} bytes")
     for segment in key.split("/"):
         if segment == "":
             raise UnsafeKeyError(key, "it has an empty path segment")
         if segment in (".", ".."):
             raise UnsafeKeyError(key, f"it has a {segment!r} path segment")
+        if len(segment.encode()) > MAX_NAME_BYTES:
+            raise UnsafeKeyError(key, f"a path segment is longer than {MAX_NAME_BYTES} bytes")
     return key
+
+
+MAX_NAME_BYTES = 255
+"""The longest file or folder name Linux file systems take (NAME_MAX)."""
+MAX_PATH_BYTES = 3800
+"""Room under PATH_MAX (4096) for the destination folder and sync's temporary suffixes."""
+
+
+def file_and_folder(dests: Iterable[str]) -> list[str]:
+    """Destinations that are a file and also the folder of another destination (a/b and a/b/c)."""
+    files = set(dests)
+    clashes = set()
+    for d in files:
+        parts = d.split("/")
+        for n in range(1, len(parts)):
+            if "/".join(parts[:n]) in files:
+                clashes.add("/".join(parts[:n]))
+    return sorted(clashes)
 
 
 # ---------------------------------------------------------------- version policies
@@ -332,6 +354,17 @@ def _select_versions(policy: VersionPolicy, found: dict[int, list[str]]) -> tupl
     return {v for v in policy.versions if v in found}, missing
 
 
+def _clashes(model: str, chosen: Sequence[SelectedObject]) -> list[SelectionError]:
+    """The check sync makes on a manifest, made at pin time (a pod must never be the first to find
+    that the pinned objects cannot be written): no file may also be a folder, the rendered
+    config.pbtxt included."""
+    out: list[SelectionError] = []
+    for clash in file_and_folder([s.dest for s in chosen] + [f"{model}/{CONFIG_FILE}"]):
+        key = next((s.obj.key for s in chosen if s.dest == clash), clash)
+        out.append(UnsafeKey(model, key, f"{clash!r} would be both a file and a folder"))
+    return out
+
+
 def select_objects(
     models: Sequence[ModelSource], listing: Iterable[ObjectInfo], *, prefix: str = ""
 ) -> Selection:
@@ -376,6 +409,10 @@ def select_objects(
                     errors.append(UnsafeKey(model.name, obj.key, exc.reason))
                     continue
                 chosen_other.append(SelectedObject(obj, f"{model.name}/{rel}"))
+            clashes = _clashes(model.name, chosen_other)
+            if clashes:
+                errors.extend(clashes)
+                continue
             objs = tuple(sorted(chosen_other, key=lambda s: s.dest))
             selected.append(SelectedModel(model.name, folder, model.policy, versions, objs))
             continue
@@ -402,7 +439,9 @@ def select_objects(
                 unsafe = True
                 continue
             chosen.append(SelectedObject(obj, f"{model.name}/{rel}"))
-        if unsafe:
+        clashes = _clashes(model.name, chosen)
+        errors.extend(clashes)
+        if unsafe or clashes:
             continue
         chosen.sort(key=lambda s: s.dest)
         versions = tuple(name for n in sorted(picked) for name in sorted(found[n]))
@@ -644,13 +683,9 @@ def manifest_from_dict(data: Any) -> Manifest:
             )
         )
     # A file may not also be a directory of another entry (a/b and a/b/c).
-    for d in dests:
-        parts = d.split("/")
-        for n in range(1, len(parts)):
-            if "/".join(parts[:n]) in dests:
-                raise ManifestError(
-                    "manifest.entries", f"{'/'.join(parts[:n])!r} is both a file and a folder"
-                )
+    clashes = file_and_folder(dests)
+    if clashes:
+        raise ManifestError("manifest.entries", f"{clashes[0]!r} is both a file and a folder")
     return Manifest(repo, tuple(models), tuple(entries), pinned=pinned)
 
 
