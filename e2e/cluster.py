@@ -30,7 +30,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -1145,33 +1144,6 @@ def _procs_referencing(path: Path, pgids: set[int] | None = None) -> list[int]:
     return out
 
 
-def _signal(pid: int, sig: int) -> None:
-    """Signal the process group led by pid (processes are started with start_new_session)."""
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-            return
-    except (ProcessLookupError, PermissionError):
-        pass
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-
-
-def _terminate(pids: list[int], grace: float = 10.0) -> None:
-    for pid in pids:
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_pid_alive(p) for p in pids):
-        time.sleep(0.1)
-    for pid in pids:
-        if _pid_alive(pid):
-            log(f"pid {pid} ignored SIGTERM; sending SIGKILL")
-            _signal(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(_pid_alive(p) for p in pids):
-        time.sleep(0.1)
-
-
 def down(quiet: bool = False) -> None:
     """Stop every process of the cluster and remove its state directory."""
     with _state_lock():
@@ -1195,12 +1167,12 @@ def _down(quiet: bool) -> None:
     waves = [["kwok", "kube-scheduler", "kube-controller-manager"], ["kube-apiserver"], ["etcd"]]
     waves.append([n for n in pids if n not in COMPONENTS])
     for wave in waves:
-        _terminate([pids[n] for n in wave if n in pids and _pid_alive(pids[n])])
+        node.terminate([pids[n] for n in wave if n in pids])
     pgids = set(pids.values())
     leftovers = _procs_referencing(sd, pgids)
     if leftovers:
         log(f"terminating leftover processes referencing {sd}: {leftovers}")
-        _terminate(leftovers, grace=5)
+        node.terminate(leftovers, grace=5)
     leftovers = _procs_referencing(sd, pgids)
     if leftovers:
         raise RuntimeError(f"processes still running after down: {leftovers}")

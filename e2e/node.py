@@ -255,7 +255,8 @@ def _kill(pid: int, sig: int, group: bool = True) -> None:
             os.kill(pid, sig)
 
 
-def _terminate(pids: list[int], grace: float = 10.0, group: bool = True) -> None:
+def terminate(pids: list[int], grace: float = 10.0, group: bool = True) -> None:
+    """SIGTERM (to each process group), up to ``grace`` seconds, then SIGKILL; wait until they are gone."""
     pids = [p for p in pids if pid_alive(p)]
     if not pids:
         return
@@ -1194,7 +1195,7 @@ def teardown(sd: Path, cache: Path, keep_guard: bool = False, quiet: bool = Fals
     if rec is not None and rec.get("state_dir") != str(sd):
         if _record_owner_alive(rec):
             # the machine's real node belongs to another running cluster: stop only what we started
-            _terminate(_node_processes(p), grace=5)
+            terminate(_node_processes(p), grace=5)
             _unmount_all(p.mount_roots())
             shutil.rmtree(p.dir, ignore_errors=True)
             return
@@ -1208,16 +1209,16 @@ def _teardown(p: Paths, rec: dict | None, keep_guard: bool, quiet: bool) -> None
     t0 = time.monotonic()
     pids = read_pids(p.pids)
     # 1. kubelet and kube-proxy first: they would restart pods and rewrite rules
-    _terminate([pids[n] for n in ("kubelet", "kube-proxy", "cluster-dns") if n in pids])
-    _terminate(_node_processes(p, ("kubelet", "kube-proxy")), grace=5)
+    terminate([pids[n] for n in ("kubelet", "kube-proxy", "cluster-dns") if n in pids])
+    terminate(_node_processes(p, ("kubelet", "kube-proxy")), grace=5)
     # 2. every pod process (all live below our cgroup root), then tasks and containers
     _kill_cgroups()
     container_ids: list[str] = []
     if "containerd" in pids and pid_alive(pids["containerd"]) and p.sock.exists():
         container_ids = _remove_containers(p)
     # 3. containerd and any shim still serving our socket
-    _terminate([pids["containerd"]] if "containerd" in pids else [])
-    _terminate(_node_processes(p), grace=5, group=False)
+    terminate([pids["containerd"]] if "containerd" in pids else [])
+    terminate(_node_processes(p), grace=5, group=False)
     # 4. kube-proxy's, CNI's and our iptables rules (both families, all tables)
     kube_proxy = (rec or {}).get("kube_proxy")
     if kube_proxy and Path(kube_proxy).exists() and "kube-proxy" in pids:
