@@ -292,6 +292,16 @@ class Rollout(_Model):
     )
     paused: bool = Field(False, description="Hold the rollout at its current step.")
 
+    def progress_deadline(self, startup_timeout_seconds: int | None = None) -> int:
+        """progressDeadlineSeconds, else the start-up timeout (default 1800) plus the time to
+        schedule and download (600)."""
+        if self.progress_deadline_seconds is not None:
+            return self.progress_deadline_seconds
+        startup = (
+            DEFAULT_STARTUP_TIMEOUT_SECONDS if startup_timeout_seconds is None else startup_timeout_seconds
+        )
+        return startup + DOWNLOAD_AND_SCHEDULING_SECONDS
+
     def unschedulable_grace(self) -> int:
         """unschedulableGraceSeconds, else 600 s: room for a node autoscaler to add a GPU node."""
         if self.unschedulable_grace_seconds is not None:
@@ -389,9 +399,7 @@ class TritonServiceSpec(_Model):
 
     def progress_deadline(self) -> int:
         """rollout.progressDeadlineSeconds, else the start-up timeout plus time to schedule and download."""
-        if self.rollout.progress_deadline_seconds is not None:
-            return self.rollout.progress_deadline_seconds
-        return self.startup_timeout() + DOWNLOAD_AND_SCHEDULING_SECONDS
+        return self.rollout.progress_deadline(self.startup_timeout_seconds)
 
     @field_validator("models")
     @classmethod

@@ -114,7 +114,6 @@ ACTIONS: tuple[Action, ...] = ("promote", "promote-full", "abort", "pause", "res
 UNDO_TARGET_ANNOTATION = f"{GROUP}/undo-to-revision"
 
 CRASH_RESTART_THRESHOLD = 3
-DEFAULT_PROGRESS_DEADLINE_SECONDS = 2400
 
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
@@ -628,12 +627,10 @@ class _Engine:
         return (self.now - moment).total_seconds() if moment is not None else 0.0
 
     def deadline_seconds(self) -> int:
-        """The progress deadline: the spec's effective one, else rollout's, else the default."""
+        """The progress deadline: the spec's effective one (it knows the startup timeout), else rollout's."""
         if self.inp.progress_deadline_seconds is not None:
             return self.inp.progress_deadline_seconds
-        if self.inp.rollout.progress_deadline_seconds is not None:
-            return self.inp.rollout.progress_deadline_seconds
-        return DEFAULT_PROGRESS_DEADLINE_SECONDS
+        return self.inp.rollout.progress_deadline()
 
     def elapsed(self, since: datetime | None, seconds: int) -> bool:
         return since is not None and self.seconds_since(since) >= seconds
