@@ -400,35 +400,23 @@ def select_objects(
             # An ensemble's version folder is empty, and object stores keep no empty folders:
             # the manifest names the version and sync creates the folder.
             asked = model.policy.versions if model.policy.kind == "specific" else (1,)
+            picked: set[int] = set()
             versions = tuple(str(v) for v in asked)
-            chosen_other = []
-            for rel, obj in other:
-                try:
-                    safe_destination(rel)
-                except UnsafeKeyError as exc:
-                    errors.append(UnsafeKey(model.name, obj.key, exc.reason))
-                    continue
-                chosen_other.append(SelectedObject(obj, f"{model.name}/{rel}"))
-            clashes = _clashes(model.name, chosen_other)
-            if clashes:
-                errors.extend(clashes)
+        else:
+            if not version_objs and not other and not any(o.key == base + CONFIG_FILE for o in objects):
+                errors.append(ModelFolderMissing(model.name, folder))
                 continue
-            objs = tuple(sorted(chosen_other, key=lambda s: s.dest))
-            selected.append(SelectedModel(model.name, folder, model.policy, versions, objs))
-            continue
-        if not version_objs and not other and not any(o.key == base + CONFIG_FILE for o in objects):
-            errors.append(ModelFolderMissing(model.name, folder))
-            continue
-        picked, missing = _select_versions(model.policy, found)
-        if missing:
-            errors.append(
-                VersionMissing(
-                    model.name,
-                    missing,
-                    tuple(name for n in sorted(found) for name in sorted(found[n])),
+            picked, missing = _select_versions(model.policy, found)
+            if missing:
+                errors.append(
+                    VersionMissing(
+                        model.name,
+                        missing,
+                        tuple(name for n in sorted(found) for name in sorted(found[n])),
+                    )
                 )
-            )
-            continue
+                continue
+            versions = tuple(name for n in sorted(picked) for name in sorted(found[n]))
         chosen: list[SelectedObject] = []
         unsafe = False
         for rel, obj in [(r, o) for n, r, o in version_objs if n in picked] + other:
@@ -444,7 +432,6 @@ def select_objects(
         if unsafe or clashes:
             continue
         chosen.sort(key=lambda s: s.dest)
-        versions = tuple(name for n in sorted(picked) for name in sorted(found[n]))
         selected.append(SelectedModel(model.name, folder, model.policy, versions, tuple(chosen)))
     return Selection(tuple(selected), tuple(errors))
 
