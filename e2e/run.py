@@ -76,17 +76,10 @@ class Kubectl:
 
 def start_s3(workdir: Path, host: str = "127.0.0.1") -> Any:
     """A real S3 server on ``host`` (this machine) with the example's model under s3://models/tiny."""
-    import boto3  # noqa: PLC0415
-    from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY, start_seaweedfs  # noqa: PLC0415
+    from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY, s3_client, start_seaweedfs  # noqa: PLC0415
 
     server = start_seaweedfs(workdir / "weed", workdir / "weed.log", host=host)
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=server.endpoint,
-        aws_access_key_id=S3_ACCESS_KEY,
-        aws_secret_access_key=S3_SECRET_KEY,
-        region_name="us-east-1",
-    )
+    s3 = s3_client(server.endpoint)
     s3.create_bucket(Bucket="models")
     s3.put_object(Bucket="models", Key="tiny/add_sub/1/model.py", Body=MODEL_FILE.read_bytes())
     say(f"S3 (seaweedfs) at {server.endpoint}: uploaded s3://models/tiny/add_sub/1/model.py")

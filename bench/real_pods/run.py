@@ -119,9 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll", type=float, default=0.05, help="seconds between polls of the pod")
     args = ap.parse_args(argv)
 
-    import boto3  # noqa: PLC0415
     import storage_servers  # noqa: PLC0415
-    from botocore.config import Config  # noqa: PLC0415
     from lightkube import Client, KubeConfig  # noqa: PLC0415
     from lightkube.generic_resource import create_namespaced_resource  # noqa: PLC0415
     from lightkube.resources.core_v1 import Namespace, Secret, Service  # noqa: PLC0415
@@ -159,14 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             check=True,
             capture_output=True,
         )
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=server.endpoint,
-            aws_access_key_id=storage_servers.S3_ACCESS_KEY,
-            aws_secret_access_key=storage_servers.S3_SECRET_KEY,
-            region_name="us-east-1",
-            config=Config(s3={"addressing_style": "path"}),
-        )
+        s3 = storage_servers.s3_client(server.endpoint)
         s3.create_bucket(Bucket="bench")
         s3.put_object(Bucket="bench", Key="models/add_sub/1/model.py", Body=adder_source(0))
         s3.put_object(Bucket="bench", Key="models/add_sub/2/model.py", Body=adder_source(100))

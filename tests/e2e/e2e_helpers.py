@@ -17,7 +17,7 @@ from typing import Any
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Event, Service
+from lightkube.resources.core_v1 import ConfigMap, Event, Secret, Service
 from lightkube.types import PatchType
 
 from testkit import wait_for
@@ -177,3 +177,14 @@ def events(kube: Client, namespace: str, name: str) -> list[tuple[str, str, str]
     ]
     found.sort(key=lambda e: int(e.metadata.resourceVersion or 0))
     return [(str(e.type), str(e.reason), str(e.message)) for e in found]
+
+
+def create_store_secret(kube: Client, namespace: str, access: str, secret: str, name: str = "store") -> None:
+    """The credentials Secret a TritonService's repository.credentialsSecret names (S3 keys)."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "stringData": {"AWS_ACCESS_KEY_ID": access, "AWS_SECRET_ACCESS_KEY": secret},
+    }
+    kube.create(Secret.from_dict(body))

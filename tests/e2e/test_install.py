@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import yaml
@@ -33,6 +33,7 @@ from e2e_helpers import (
     apply,
     as_dict,
     condition,
+    create_store_secret,
     get_ts,
     names,
     observed,
@@ -42,7 +43,7 @@ from e2e_helpers import (
 from lightkube import ApiError, Client
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Pod, Secret, Service
+from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Pod, Service
 from lightkube.types import PatchType
 
 from testkit import free_port, load_chartlib, sh, stop_process, wait_for, wait_healthy
@@ -500,22 +501,7 @@ def _s3_repository(kube: Client, store: Any, namespace: str) -> dict[str, Any]:
     bucket = f"rbac-{suffix()}"
     s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket=bucket, Key="models/add/1/model.py", Body=b"# version 1\n")
-    kube.create(
-        cast(
-            Secret,
-            Secret.from_dict(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Secret",
-                    "metadata": {"name": "store", "namespace": namespace},
-                    "stringData": {
-                        "AWS_ACCESS_KEY_ID": store.extra["access"],
-                        "AWS_SECRET_ACCESS_KEY": store.extra["secret"],
-                    },
-                }
-            ),
-        )
-    )
+    create_store_secret(kube, namespace, store.extra["access"], store.extra["secret"])
     return {
         "uri": f"s3://{bucket}/models",
         "endpoint": store.endpoint,

