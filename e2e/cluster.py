@@ -1215,18 +1215,28 @@ def leftovers() -> list[str]:
     return out + node.leftovers(sd, cache_root())
 
 
+def real_node() -> tuple[dict | None, str]:
+    """The real node of this state dir's cluster ({name, ip, pod_cidr, ...}), or None and why not."""
+    sd = state_dir()
+    if not (sd / "cluster.json").exists():
+        return None, f"the cluster is not up (no {sd / 'cluster.json'})"
+    real = _load_meta(sd).get("real_node") or {}
+    if real.get("name") and real.get("ip"):
+        return dict(real), ""
+    return None, str(real.get("skipped") or "the local cluster has no real node")
+
+
 def env_lines() -> list[str]:
     """Shell exports for the cluster of this state dir (`cluster.py env`)."""
     lines = [f"export KUBECONFIG={kubeconfig_path()}", f"export PATH={bin_dir()}:$PATH"]
-    real = _load_meta(state_dir()).get("real_node") or {}
-    if real.get("name"):
+    real, why = real_node()
+    if real is not None:
         lines += [
             "unset TRITON_E2E_REAL_NODE_SKIP",
             f"export TRITON_E2E_REAL_NODE={real['name']}",
             f"export TRITON_E2E_NODE_IP={real['ip']}",
         ]
     else:
-        why = real.get("skipped") or f"the cluster is not up (no {state_dir() / 'cluster.json'})"
         lines += [
             "unset TRITON_E2E_REAL_NODE TRITON_E2E_NODE_IP",
             f"export TRITON_E2E_REAL_NODE_SKIP={shlex.quote(why)}",

@@ -120,18 +120,6 @@ def show_revision(kubectl: Kubectl, namespace: str, name: str) -> None:
         print("    " + json.dumps(entry, sort_keys=True), flush=True)
 
 
-def local_real_node() -> tuple[dict[str, Any] | None, str]:
-    """The local cluster's real node ({name, ip, ...}), or None and why there is none."""
-    try:
-        meta = json.loads((cluster.state_dir() / "cluster.json").read_text())
-    except (OSError, ValueError) as exc:
-        return None, f"no cluster state ({exc})"
-    node = meta.get("real_node") or {}
-    if node.get("name") and node.get("ip"):
-        return node, ""
-    return None, str(node.get("skipped") or "the local cluster has no real node")
-
-
 def place_on_real_node(ts: dict[str, Any]) -> None:
     """Tolerate the real node's taint and select it (the kwok nodes run no containers)."""
     spec = ts["spec"]
@@ -207,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         # The project's own cluster (started here, or named by KUBECONFIG) may have a real node.
         ours = local or Path(kubeconfig).resolve() == cluster.kubeconfig_path().resolve()
         if ours and not args.kwok:
-            node, why = local_real_node()
+            node, why = cluster.real_node()
             if node:
                 place_on_real_node(ts)
                 operator_env["TRITON_OPERATOR_DEFAULT_IMAGE"] = LOCAL_TRITON_IMAGE

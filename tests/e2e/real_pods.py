@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import json
 import os
 import sys
 from pathlib import Path
@@ -43,13 +42,10 @@ def real_node() -> tuple[dict[str, Any] | None, str]:
         sys.path.insert(0, e2e)
     try:
         cluster: Any = importlib.import_module("cluster")
-        meta = json.loads((Path(cluster.state_dir()) / "cluster.json").read_text())
-    except (ImportError, OSError, ValueError) as exc:
-        return None, skip or f"no local cluster state to read the real node from ({exc})"
-    node = meta.get("real_node") or {}
-    if node.get("name") and node.get("ip"):
-        return dict(node), ""
-    return None, node.get("skipped") or skip or "the local cluster has no real node"
+    except ImportError as exc:
+        return None, skip or f"e2e/cluster.py cannot be imported ({exc})"
+    node, why = cluster.real_node()
+    return node, "" if node is not None else (why or skip or "")
 
 
 def adder_source(offset: float = 0) -> bytes:
