@@ -59,6 +59,16 @@ BRIDGE = "triton0"
 MTU = 1400
 LABEL = "triton-operator.io/real-node"
 TAINT = {"key": LABEL, "value": "true", "effect": "NoSchedule"}
+
+
+def placement() -> dict:
+    """Pod spec fields that put a pod on the real node: its label selected, its taint tolerated."""
+    return {
+        "nodeSelector": {LABEL: TAINT["value"]},
+        "tolerations": [{"key": LABEL, "operator": "Exists", "effect": TAINT["effect"]}],
+    }
+
+
 PAUSE_IMAGE = "localhost/triton-operator/pause:3.10"
 CNI_NETWORK = "triton-e2e"
 CNI_BIN_DIR = Path("/usr/lib/cni")

@@ -37,12 +37,13 @@ sys.path.insert(0, str(ROOT / "e2e"))
 sys.path.insert(0, str(ROOT / "tests" / "storage"))
 
 import cluster  # noqa: E402
+import images  # noqa: E402
+import node  # noqa: E402
 from inference import INPUT0, INPUT1, InferenceError, infer_add_sub  # noqa: E402
 
 MODEL_FILE = ROOT / "tests" / "data" / "triton_models" / "adder" / "1" / "model.py"
-REAL_NODE_LABEL = "triton-operator.io/real-node"
 # The CPU tritonserver image built from the project's own files (e2e/images/tritonserver).
-LOCAL_TRITON_IMAGE = "localhost/triton-operator/tritonserver-cpu:2.51.0"
+LOCAL_TRITON_IMAGE = images.IMAGES["tritonserver"]["ref"]
 
 
 def say(msg: str) -> None:
@@ -122,10 +123,9 @@ def show_revision(kubectl: Kubectl, namespace: str, name: str) -> None:
 
 def place_on_real_node(ts: dict[str, Any]) -> None:
     """Tolerate the real node's taint and select it (the kwok nodes run no containers)."""
-    spec = ts["spec"]
-    spec["nodeSelector"] = {**spec.get("nodeSelector", {}), REAL_NODE_LABEL: "true"}
-    toleration = {"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
-    spec["tolerations"] = [*spec.get("tolerations", []), toleration]
+    spec, there = ts["spec"], node.placement()
+    spec["nodeSelector"] = {**spec.get("nodeSelector", {}), **there["nodeSelector"]}
+    spec["tolerations"] = [*spec.get("tolerations", []), *there["tolerations"]]
 
 
 def first_inference(kubectl: Kubectl, namespace: str, name: str, timeout: float = 30.0) -> bool:

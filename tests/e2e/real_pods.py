@@ -15,8 +15,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-REAL_NODE_LABEL = "triton-operator.io/real-node"
-TRITON_CPU_IMAGE = "localhost/triton-operator/tritonserver-cpu:2.51.0"
+if str(ROOT / "e2e") not in sys.path:
+    sys.path.insert(0, str(ROOT / "e2e"))
+
+import images  # noqa: E402 (e2e/images.py)
+import node  # noqa: E402 (e2e/node.py)
+
+REAL_NODE_LABEL = node.LABEL
+placement = node.placement
+"""Pod spec fields (nodeSelector, tolerations) that put a pod on the real node."""
+TRITON_CPU_IMAGE = images.IMAGES["tritonserver"]["ref"]
 ADDER = ROOT / "tests" / "data" / "triton_models" / "adder" / "1" / "model.py"
 
 ADD_SUB_CONFIG: dict[str, Any] = {
@@ -37,9 +45,6 @@ ADD_SUB_CONFIG: dict[str, Any] = {
 def real_node() -> tuple[dict[str, Any] | None, str]:
     """The local cluster's real node ({name, ip, ...}) or None and why there is none."""
     skip = os.environ.get("TRITON_E2E_REAL_NODE_SKIP")
-    e2e = str(ROOT / "e2e")
-    if e2e not in sys.path:
-        sys.path.insert(0, e2e)
     try:
         cluster: Any = importlib.import_module("cluster")
     except ImportError as exc:
@@ -93,8 +98,7 @@ def on_real_node(
                 "s3": {"addressingStyle": "path"},
             },
             "models": [{"name": "add_sub", "config": copy.deepcopy(ADD_SUB_CONFIG)}],
-            "nodeSelector": {REAL_NODE_LABEL: "true"},
-            "tolerations": [{"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+            **node.placement(),
         },
     }
     body["spec"].update(copy.deepcopy(spec))

@@ -31,7 +31,15 @@ from lightkube import Client
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Pod, Service
 
-from real_pods import REAL_NODE_LABEL, TRITON_CPU_IMAGE, adder_source, on_real_node, raising_source, real_node
+from real_pods import (
+    REAL_NODE_LABEL,
+    TRITON_CPU_IMAGE,
+    adder_source,
+    on_real_node,
+    placement,
+    raising_source,
+    real_node,
+)
 from testkit import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -318,12 +326,10 @@ def test_the_chart_runs_the_operator_as_a_pod_on_the_real_node_and_its_service_a
     if helm is None:
         pytest.skip("no helm binary (python3 e2e/cluster.py build provides one)")
     release = f"rp-{uuid.uuid4().hex[:6]}"
-    toleration = {"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
     values = {
         "watchNamespaces": [namespace],
         "operator": {"defaultTritonImage": TRITON_CPU_IMAGE, "logLevel": "DEBUG"},
-        "nodeSelector": {REAL_NODE_LABEL: "true"},
-        "tolerations": [toleration],
+        **placement(),
     }
     (tmp_path / "values.json").write_text(json.dumps(values))
     chart = ROOT / "charts" / "triton-operator"
