@@ -178,7 +178,7 @@ def _dockerignore_patterns(context: Path) -> list[tuple[bool, str]]:
     return patterns
 
 
-def _pattern_regex(pattern: str) -> re.Pattern[str]:
+def dockerignore_regex(pattern: str) -> re.Pattern[str]:
     """A .dockerignore pattern (Go filepath.Match plus `**`) as a regex over slash-separated paths."""
     out, i = "", 0
     while i < len(pattern):
@@ -208,7 +208,7 @@ def _pattern_regex(pattern: str) -> re.Pattern[str]:
     return re.compile(out + r"\Z")
 
 
-def _excluded(rel: str, patterns: list[tuple[bool, re.Pattern[str]]]) -> bool:
+def dockerignore_excludes(rel: str, patterns: list[tuple[bool, re.Pattern[str]]]) -> bool:
     """Docker's rule: the last pattern matching the path or one of its parent folders decides."""
     parts = rel.split("/")
     prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
@@ -222,7 +222,7 @@ def _excluded(rel: str, patterns: list[tuple[bool, re.Pattern[str]]]) -> bool:
 def context_files(context: Path) -> list[str]:
     """The files a `podman build` of `context` sends, by the context's .dockerignore."""
     raw = _dockerignore_patterns(context)
-    patterns = [(neg, _pattern_regex(p)) for neg, p in raw]
+    patterns = [(neg, dockerignore_regex(p)) for neg, p in raw]
     # Literal folder prefixes of the `!` patterns: an excluded folder is only walked into when one
     # of them lies inside it (or a `!` pattern starts with a wildcard).
     reinclude = [re.split(r"[*?\[]", p, maxsplit=1)[0] for neg, p in raw if neg]
@@ -234,13 +234,13 @@ def context_files(context: Path) -> list[str]:
         for d in sorted(dirnames):
             rel = reldir + d
             if d == ".git" or (
-                _excluded(rel, patterns)
+                dockerignore_excludes(rel, patterns)
                 and not any(r == "" or r.startswith(rel + "/") or rel.startswith(r) for r in reinclude)
             ):
                 continue
             keep.append(d)
         dirnames[:] = keep
-        files += [reldir + f for f in sorted(filenames) if not _excluded(reldir + f, patterns)]
+        files += [reldir + f for f in sorted(filenames) if not dockerignore_excludes(reldir + f, patterns)]
     return sorted(files)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -13,6 +12,10 @@ from pathlib import Path
 
 import pytest
 from packaging_helpers import REPO
+
+if str(REPO / "e2e") not in sys.path:
+    sys.path.insert(0, str(REPO / "e2e"))
+import images
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
@@ -103,68 +106,23 @@ def test_runtime_is_non_root_and_runs_the_operator() -> None:
     assert "PYTHONDONTWRITEBYTECODE=1" in env  # read-only root filesystem
 
 
-def _pattern_regex(pattern: str) -> re.Pattern[str]:
-    out = ""
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out += "(?:.*/)?"
-            i += 3
-        elif pattern.startswith("**", i):
-            out += ".*"
-            i += 2
-        elif pattern[i] == "*":
-            out += "[^/]*"
-            i += 1
-        elif pattern[i] == "?":
-            out += "[^/]"
-            i += 1
-        else:
-            out += re.escape(pattern[i])
-            i += 1
-    return re.compile(out + "$")
-
-
 def in_context(rel: str, rules: list[tuple[bool, re.Pattern[str]]]) -> bool:
-    """Docker's .dockerignore semantics: the last rule matching the path or a parent decides."""
-    parts = rel.split("/")
-    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-    excluded = False
-    for negate, regex in rules:
-        if any(regex.match(c) for c in candidates):
-            excluded = not negate
-    return not excluded
+    """Docker's .dockerignore semantics (e2e/images.py's, which keys the image cache on them)."""
+    return not images.dockerignore_excludes(rel, rules)
 
 
 def build_context(root: Path, dest: Path) -> list[str]:
     """Copy into ``dest`` the files `docker build` would send from ``root``; return their paths."""
-    rules = []
-    for raw in DOCKERIGNORE.read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        negate = line.startswith("!")
-        rules.append((negate, _pattern_regex(os.path.normpath(line.lstrip("!")).lstrip("/"))))
-    negations = [r.pattern for neg, r in rules if neg]
-    kept = []
-    for top in sorted(root.iterdir()):
-        # An excluded top-level entry that no exception pattern could re-include is skipped whole
-        # (.venv, .git): the result is the same, only faster.
-        if not in_context(top.name, rules) and not any(
-            p.startswith((re.escape(top.name), "(?:", "[^/]*", ".*")) for p in negations
-        ):
-            continue
-        for path in sorted([top, *top.rglob("*")] if top.is_dir() else [top]):
-            rel = path.relative_to(root).as_posix()
-            if path.is_file() and in_context(rel, rules):
-                kept.append(rel)
-                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, dest / rel)
+    kept = images.context_files(root)
+    for rel in kept:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / rel, dest / rel)
     return kept
 
 
 def test_dockerignore_semantics_helper() -> None:
-    rules = [(False, _pattern_regex("*")), (True, _pattern_regex("src")), (False, _pattern_regex("**/*.pyc"))]
+    regex = images.dockerignore_regex
+    rules = [(False, regex("*")), (True, regex("src")), (False, regex("**/*.pyc"))]
     assert in_context("src/a.py", rules)
     assert in_context("src/deep/b.py", rules)
     assert not in_context("src/a.pyc", rules)
