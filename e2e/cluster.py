@@ -526,41 +526,13 @@ def _make_pki(pki: Path) -> None:
         "/CN=triton-operator-e2e-ca",
         cwd=pki,
     )
-    _openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "apiserver.key",
-        "-out",
-        "apiserver.csr",
-        "-subj",
+    node.sign(
+        pki,
+        "apiserver",
         "/CN=kube-apiserver",
-        cwd=pki,
-    )
-    (pki / "apiserver.ext").write_text(
         f"subjectAltName=IP:127.0.0.1,IP:{SERVICE_IP},IP:{node.NODE_IP},DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
-        "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n"
-    )
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        "apiserver.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "apiserver.crt",
-        "-days",
-        "3650",
-        "-extfile",
-        "apiserver.ext",
-        cwd=pki,
+        "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n",
     )
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
@@ -749,19 +721,7 @@ def _node_manifest(name: str, gpus: int) -> dict:
 
 
 def _spawn(sd: Path, name: str, argv: list[str]) -> int:
-    with open(sd / "logs" / f"{name}.log", "ab") as logf:
-        p = subprocess.Popen(
-            argv,
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=sd,
-            start_new_session=True,
-            close_fds=True,
-        )
-    (sd / "pids" / f"{name}.pid").write_text(f"{p.pid}\n")
-    (sd / "logs" / f"{name}.cmd").write_text(" ".join(argv) + "\n")
-    return p.pid
+    return node.spawn(sd, sd / "pids", sd / "logs", name, argv)
 
 
 def _wait(what: str, cond, timeout: float, sd: Path, interval: float = 0.2):

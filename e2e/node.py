@@ -284,23 +284,30 @@ def terminate(pids: list[int], grace: float = 10.0, group: bool = True) -> None:
         time.sleep(0.05)
 
 
-def _spawn(p: Paths, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
-    p.pids.mkdir(parents=True, exist_ok=True)
-    p.logs.mkdir(parents=True, exist_ok=True)
-    with open(p.logs / f"{name}.log", "ab") as logf:
+def spawn(
+    cwd: Path, pids: Path, logs: Path, name: str, argv: list[str], *, env: dict[str, str] | None = None
+) -> int:
+    """Start ``argv`` in a session of its own, logging to logs/NAME.log; its pid in pids/NAME.pid."""
+    pids.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / f"{name}.log", "ab") as logf:
         proc = subprocess.Popen(
             argv,
             stdout=logf,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            cwd=p.dir,
+            cwd=cwd,
             env=env,
             start_new_session=True,
             close_fds=True,
         )
-    (p.pids / f"{name}.pid").write_text(f"{proc.pid}\n")
-    (p.logs / f"{name}.cmd").write_text(shlex.join(argv) + "\n")
+    (pids / f"{name}.pid").write_text(f"{proc.pid}\n")
+    (logs / f"{name}.cmd").write_text(shlex.join(argv) + "\n")
     return proc.pid
+
+
+def _spawn(p: Paths, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
+    return spawn(p.dir, p.pids, p.logs, name, argv, env=env)
 
 
 def _log_tail(p: Paths, name: str, lines: int = 25) -> str:
@@ -436,7 +443,7 @@ def _openssl(pki: Path, *args: str) -> None:
     subprocess.run(["openssl", *args], cwd=pki, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def _sign(pki: Path, name: str, subj: str, ext: str) -> None:
+def sign(pki: Path, name: str, subj: str, ext: str) -> None:
     """Key pair + certificate `name`.{key,crt} signed by the cluster CA (pki/ca.{crt,key})."""
     _openssl(
         pki,
@@ -482,16 +489,16 @@ CLIENT_EXT = "extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n"
 
 def make_pki(pki: Path) -> None:
     """Certificates of the node's parts, signed by the cluster CA."""
-    _sign(pki, "kubelet-client", f"/O=system:nodes/CN=system:node:{NODE_NAME}", CLIENT_EXT)
-    _sign(
+    sign(pki, "kubelet-client", f"/O=system:nodes/CN=system:node:{NODE_NAME}", CLIENT_EXT)
+    sign(
         pki,
         "kubelet-server",
         f"/CN={NODE_NAME}",
         f"subjectAltName=IP:{NODE_IP},DNS:{NODE_NAME}\n"
         "extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\n",
     )
-    _sign(pki, "kube-proxy", "/CN=system:kube-proxy", CLIENT_EXT)  # bound to system:node-proxier
-    _sign(pki, "apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client", CLIENT_EXT)
+    sign(pki, "kube-proxy", "/CN=system:kube-proxy", CLIENT_EXT)  # bound to system:node-proxier
+    sign(pki, "apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client", CLIENT_EXT)
 
 
 def apiserver_flags(pki: Path) -> list[str]:
