@@ -67,6 +67,20 @@ def install(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         pytest.skip(f"no tritonserver binary: {exc}")
 
 
+def out_of(server: Any, model: str) -> list[float]:
+    """OUT of ``model`` for A = [2, 3], B = [4, 5] (HTTP/REST inference)."""
+    body = {
+        "inputs": [
+            {"name": "A", "shape": [2], "datatype": "FP32", "data": [2.0, 3.0]},
+            {"name": "B", "shape": [2], "datatype": "FP32", "data": [4.0, 5.0]},
+        ]
+    }
+    reply = requests.post(f"{server.http_url}/v2/models/{model}/infer", data=json.dumps(body), timeout=30)
+    assert reply.status_code == 200, f"{reply.text}\n{server.log_tail()}"
+    data: list[float] = reply.json()["outputs"][0]["data"]
+    return data
+
+
 def run_sync(backend: Backend, manifest: Any, configs: dict[str, dict[str, Any]], tmp_path: Path) -> None:
     """`triton-operator sync` as the init container runs it: manifest, rendered configs, /models."""
     (tmp_path / "manifest.json").write_text(manifest_to_json(manifest))
@@ -112,15 +126,7 @@ def test_tritonserver_serves_what_sync_fetched(
     try:
         meta = requests.get(f"{server.http_url}/v2/models/calc", timeout=10).json()
         assert meta["versions"] == ["2"], meta
-        body = {
-            "inputs": [
-                {"name": "A", "shape": [2], "datatype": "FP32", "data": [2.0, 3.0]},
-                {"name": "B", "shape": [2], "datatype": "FP32", "data": [4.0, 5.0]},
-            ]
-        }
-        reply = requests.post(f"{server.http_url}/v2/models/calc/infer", data=json.dumps(body), timeout=30)
-        assert reply.status_code == 200, f"{reply.text}\n{server.log_tail()}"
-        assert reply.json()["outputs"][0]["data"] == [8.0, 15.0]  # version 2 multiplies
+        assert out_of(server, "calc") == [8.0, 15.0]  # version 2 multiplies
     finally:
         server.stop()
 
@@ -164,14 +170,6 @@ def test_an_ensemble_from_an_object_store_and_versions_as_triton_reads_them(
 
     server = start_server(install, tmp_path / "models", ["calc", "pipe"], tmp_path / "tritonserver.log")
     try:
-        body = {
-            "inputs": [
-                {"name": "A", "shape": [2], "datatype": "FP32", "data": [2.0, 3.0]},
-                {"name": "B", "shape": [2], "datatype": "FP32", "data": [4.0, 5.0]},
-            ]
-        }
-        reply = requests.post(f"{server.http_url}/v2/models/pipe/infer", data=json.dumps(body), timeout=30)
-        assert reply.status_code == 200, f"{reply.text}\n{server.log_tail()}"
-        assert reply.json()["outputs"][0]["data"] == [6.0, 8.0]  # version 1 adds
+        assert out_of(server, "pipe") == [6.0, 8.0]  # version 1 adds
     finally:
         server.stop()
