@@ -17,8 +17,8 @@ test: bootstrap
 	@e2e/test
 
 lint: bootstrap
-	.venv/bin/ruff check operator tests e2e bench
-	.venv/bin/ruff format --check operator tests e2e bench
+	.venv/bin/ruff check --no-cache operator tests e2e bench
+	.venv/bin/ruff format --no-cache --check operator tests e2e bench
 	.venv/bin/mypy
 	.venv/bin/lint-imports
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from real_pods import real_node
 
 ROOT = Path(__file__).resolve().parents[2]
