@@ -24,6 +24,7 @@ import e2e_helpers
 import pytest
 from e2e_helpers import (
     CRASH,
+    ENSEMBLE_OF_A_MISSING_MODEL,
     NEVER_READY,
     PYTHON_MODEL,
     REVISION_LABEL,
@@ -1010,3 +1011,85 @@ def test_an_unschedulable_canary_rolls_back_after_the_spec_grace(
     assert s.status["stableRevision"] == a
     b = s.status["abortedRevision"]
     trail.until(lambda s: s.settled(b, 0), "the canary to be scaled to 0")
+
+
+# ----------------------------------------------------------------- an invalid spec mid-rollout
+
+
+def invalid(body: dict[str, Any]) -> dict[str, Any]:
+    """Admitted by the CRD, refused by the operator (an ensemble step names a missing model)."""
+    out = copy.deepcopy(body)
+    out["spec"]["models"].append(copy.deepcopy(ENSEMBLE_OF_A_MISSING_MODEL))
+    return out
+
+
+def test_an_invalid_spec_mid_rollout_keeps_the_deadline_and_timed_steps(
+    kube: Client, namespace: str, operator: Any
+) -> None:
+    steps = [{"setWeight": 50}, {"pause": {"durationSeconds": 8}}, {"setWeight": 100}, {"pause": {}}]
+    body = tritonservice("steadfast", namespace, replicas=2, rollout={"steps": steps})
+    trail, first = start(kube, namespace, body, replicas=2)
+    a = first.status["stableRevision"]
+    trail.invariants.append(untouched(first, a))
+
+    # a canary in a timed pause, then a broken spec: the timed step still completes
+    good = revised(body, serverArgs=["--log-verbose=1"])
+    apply(kube, good)
+    s = trail.at_step(1)
+    b = s.status["canaryRevision"]
+    apply(kube, invalid(good))
+    s = trail.until(lambda s: s.cond("Ready")[1] == "InvalidSpec", "InvalidSpec")
+    assert "spec.models[1].config.ensembleScheduling" in s.message("Ready")
+    assert s.status["currentStepIndex"] == 1, "the pause ended before the spec broke: nothing tested"
+    s = trail.at_step(3)  # the 8 s pause ran out under the last valid spec
+    assert s.status["canaryRevision"] == b and s.settled(b, 2)
+    assert s.cond("Ready")[1] == "InvalidSpec"
+
+    # a never-Ready canary with a 5 s deadline, then a broken spec: still rolled back in time
+    doomed = revised(
+        body,
+        podAnnotations={NEVER_READY: "true"},
+        rollout={"steps": steps, "progressDeadlineSeconds": 5},
+    )
+    apply(kube, doomed)
+    s = trail.until(
+        lambda s: s.observed() and s.status.get("canaryRevision") not in (None, b), "the doomed canary"
+    )
+    c = s.status["canaryRevision"]
+    apply(kube, invalid(doomed))
+    s = trail.until(lambda s: s.cond("Ready")[1] == "InvalidSpec", "InvalidSpec")
+    assert "abortedRevision" not in s.status, "aborted before the spec broke: nothing tested"
+    s = trail.until(
+        lambda s: s.cond("Degraded") == ("True", "ProgressDeadlineExceeded"), "the rollback", timeout=30
+    )
+    assert s.status["abortedRevision"] == c and s.status["stableRevision"] == a
+    assert s.cond("Ready")[1] == "InvalidSpec"  # the spec still says why it is not applied
+    s = trail.until(lambda s: s.settled(c, 0), "the canary to be scaled to 0")
+    assert s.replicas(a) == 2
+
+
+def test_an_abort_request_works_while_the_spec_is_invalid(
+    kube: Client, namespace: str, operator: Any, cluster: Path
+) -> None:
+    steps = [{"setWeight": 50}, {"pause": {}}]
+    body = tritonservice("abortable", namespace, replicas=2, rollout={"steps": steps})
+    trail, first = start(kube, namespace, body, replicas=2)
+    a = first.status["stableRevision"]
+    trail.invariants.append(untouched(first, a))
+    good = revised(body, serverArgs=["--log-verbose=1"])
+    apply(kube, good)
+    s = trail.at_step(1)
+    b = s.status["canaryRevision"]
+    apply(kube, invalid(good))
+    trail.until(lambda s: s.cond("Ready")[1] == "InvalidSpec", "InvalidSpec")
+
+    assert "abort requested" in kubectl_triton(cluster, "abort", "abortable", "-n", namespace)
+    s = trail.until(lambda s: s.cond("Degraded") == ("True", "Aborted") and s.settled(b, 0), "the abort")
+    assert s.status["abortedRevision"] == b and "canaryRevision" not in s.status
+    assert s.cond("Ready")[1] == "InvalidSpec"
+
+    # fixing the spec applies it: the aborted revision is left alone, a new one rolls out
+    apply(kube, revised(body, serverArgs=["--log-verbose=2"]))
+    s = trail.at_step(1)
+    assert s.status["canaryRevision"] not in (a, b)
+    assert s.cond("Ready")[1] == "RolloutInProgress"

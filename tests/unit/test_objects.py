@@ -117,12 +117,13 @@ def test_configmap_keys_and_items_place_config_pbtxt_per_model() -> None:
     configs = configs_of(ts)
     cm = o.build_configmap(ts, "r1", configs, '{"pinned": true}')
     assert cm["metadata"]["name"] == "svc-r1"
-    assert set(cm["data"]) == {"m1.config.pbtxt", "m2.config.pbtxt", "manifest.json"}
+    assert set(cm["data"]) == {"m1.config.pbtxt", "m2.config.pbtxt", "manifest.json", "spec.json"}
     assert 'name: "m2"' in cm["data"]["m2.config.pbtxt"]
     assert cm["data"]["manifest.json"] == '{"pinned": true}'
     items = volume(deployment(ts, "r1"), o.CONFIG_VOLUME)["configMap"]["items"]
     assert {"key": "m1.config.pbtxt", "path": "configs/m1/config.pbtxt"} in items
     assert {"key": "m2.config.pbtxt", "path": "configs/m2/config.pbtxt"} in items
+    assert "spec.json" not in {item["key"] for item in items}  # kept for the operator, never mounted
     assert {"key": "manifest.json", "path": "manifest.json"} in items
     # every key an item names exists in the ConfigMap (else the pod cannot start)
     assert {i["key"] for i in items} <= set(cm["data"])
@@ -909,3 +910,58 @@ def test_objects_of_a_deleted_tritonservice_with_the_same_name_are_not_adopted()
     weak = copy.deepcopy(deployments[1])
     weak["metadata"]["ownerReferences"][0]["controller"] = False
     assert o.split_by_owner(new_uid, [weak], [], []).deployments == []
+
+
+# ----------------------------------------------------------------- the last valid spec
+
+
+def test_the_stored_spec_renders_the_same_revision_and_configs() -> None:
+    ts = ts_of(
+        replicas=3,
+        rollout={"steps": [{"setWeight": 20}, {"pause": {"durationSeconds": 30}}]},
+        resources={"cpu": 2},
+    )
+    configs = configs_of(ts)
+    cm = o.build_configmap(ts, "r1", configs, None)
+    last = o.last_valid(ts.metadata, {"stableRevision": "r1"}, [cm])
+    assert last is not None
+    assert last.revision == "r1"
+    kept = o.check_body(last.body)
+    assert kept.ts is not None and not kept.problems
+    assert kept.ts.spec == ts.spec
+    assert kept.configs == configs
+    assert o.compute_revision(kept.ts, SETTINGS, kept.configs, None) == o.compute_revision(
+        ts, SETTINGS, configs, None
+    )
+    assert last.manifest_json == cm["data"]["manifest.json"]
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ({"stableRevision": "a"}, "a"),
+        ({"stableRevision": "a", "canaryRevision": "b"}, "b"),
+        ({"stableRevision": "a", "abortedRevision": "c"}, "c"),
+        # An undo pin waits for "d", whose ConfigMap is gone: the rollback target's spec is next.
+        ({"stableRevision": "a", "canaryRevision": "b", "pinnedFor": "d"}, "b"),
+        ({"stableRevision": "x"}, None),
+        ({}, None),
+    ],
+)
+def test_last_valid_follows_the_revision_the_last_spec_asked_for(
+    status: dict[str, str], expected: str | None
+) -> None:
+    maps = [o.build_configmap(ts_of(replicas=i + 1), rev, {}, None) for i, rev in enumerate("abc")]
+    last = o.last_valid({"name": "svc"}, status, maps)
+    assert (last.revision if last else None) == expected
+    if last is not None:
+        assert last.body["metadata"] == {"name": "svc"}
+        assert last.body["spec"]["replicas"] == "abc".index(expected) + 1  # type: ignore[arg-type]
+
+
+def test_last_valid_skips_a_configmap_without_a_spec() -> None:
+    old = o.build_configmap(ts_of(), "b", {}, None)
+    del old["data"]["spec.json"]  # rendered by an operator that did not keep specs
+    stable = o.build_configmap(ts_of(), "a", {}, None)
+    last = o.last_valid({}, {"stableRevision": "a", "canaryRevision": "b"}, [old, stable])
+    assert last is not None and last.revision == "a"

@@ -33,6 +33,8 @@ from triton_operator.core.objects import (
     LABEL_SERVICE,
     MANAGED_BY,
     MANIFEST_KEY,
+    DeploymentState,
+    PodState,
     RevisionPlan,
     build_event,
     check_body,
@@ -40,6 +42,7 @@ from triton_operator.core.objects import (
     deployment_state,
     disruption_budget_enabled,
     endpoints,
+    last_valid,
     model_statuses,
     object_name,
     plan_actions,
@@ -300,6 +303,35 @@ def _repository_verdict(ts: TritonService, pinned: PinnedManifest | None) -> con
     return cond.Verdict(cond.TRUE, cond.MANIFEST_PINNED, message)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Seen:
+    """What one reconcile read: the TritonService and the objects it owns (by owner, not by label)."""
+
+    namespace: str
+    name: str
+    metadata: Mapping[str, Any]
+    generation: int
+    previous: Mapping[str, Any]
+    moment: datetime.datetime
+    owned: Owned
+    foreign: frozenset[str]
+    deployments: list[DeploymentState]
+    pods: list[PodState]
+
+    @property
+    def now(self) -> str:
+        return format_time(self.moment)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Blocked:
+    """Why the current spec cannot be applied: its Ready reason and message (and RepositoryReady)."""
+
+    message: str
+    reason: str = cond.INVALID_SPEC
+    repository: cond.Verdict | None = None
+
+
 async def reconcile(
     kube: Kube,
     namespace: str,
@@ -315,17 +347,48 @@ async def reconcile(
     its name: a kopf handler for the TritonService, or a watch on the pods it owns. The rollout
     engine (core.rollout) decides the replicas of every revision, the traffic and the status;
     this function carries out its plan and says when to come back (Result.requeue_after).
+    A spec that cannot be applied (invalid, its repository unreadable, refused by the API server)
+    changes nothing it asks for: the rollout goes on under the last valid spec (_hold).
     """
     body = await kube.get_tritonservice(namespace, name)
     if body is None or body.get("metadata", {}).get("deletionTimestamp"):
         # Gone or going: ownerReferences let the garbage collector remove what it owned.
         METRICS.forget(namespace, name)
         return Result(status=None)
-    moment = clock()
-    now = format_time(moment)
+    seen = await _observe(kube, namespace, name, body, clock())
+
+    checked = check_body(body)
+    if checked.problems or checked.ts is None:
+        return await _hold(kube, seen, settings, _Blocked(checked.message))
+    ts = checked.ts
+    pinned: PinnedManifest | None = None
+    if pin_manifest is not None:
+        try:
+            pinned = await pin_manifest(ts, _current_manifest(seen.owned, seen.previous))
+        except RepositoryError as exc:
+            verdict = cond.Verdict(cond.FALSE, exc.reason, exc.message)
+            return await _hold(kube, seen, settings, _Blocked(exc.message, exc.reason, verdict))
+    revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None)
+    try:
+        return await _carry_out(
+            kube,
+            seen,
+            settings,
+            ts,
+            revision,
+            configs=checked.configs,
+            manifest_json=pinned.json if pinned else None,
+            repository=_repository_verdict(ts, pinned),
+        )
+    except ObjectRejectedError as exc:
+        # The schema let something through that the API server refuses (e.g. a malformed volume).
+        return await _hold(kube, seen, settings, _Blocked(str(exc)))
+
+
+async def _observe(
+    kube: Kube, namespace: str, name: str, body: Mapping[str, Any], moment: datetime.datetime
+) -> _Seen:
     metadata: Mapping[str, Any] = body.get("metadata") or {}
-    generation = int(metadata.get("generation") or 0)
-    previous: Mapping[str, Any] = body.get("status") or {}
     found = await kube.list_owned(namespace, owned_selector(name))
     # By owner, not by label: what a deleted TritonService of this name left is not ours.
     adoption = split_by_owner(str(metadata.get("uid") or ""), found.deployments, found.configmaps, found.pods)
@@ -334,42 +397,80 @@ async def reconcile(
         configmaps=[dict(c) for c in adoption.configmaps],
         pods=[dict(p) for p in adoption.pods],
     )
-    deployments = [deployment_state(d) for d in owned.deployments]
-    pods = [pod_state(p) for p in owned.pods]
+    return _Seen(
+        namespace=namespace,
+        name=name,
+        metadata=metadata,
+        generation=int(metadata.get("generation") or 0),
+        previous=body.get("status") or {},
+        moment=moment,
+        owned=owned,
+        foreign=frozenset(adoption.foreign),
+        deployments=[deployment_state(d) for d in owned.deployments],
+        pods=[pod_state(p) for p in owned.pods],
+    )
 
-    async def refuse(
-        message: str, reason: str = cond.INVALID_SPEC, repository: cond.Verdict | None = None
-    ) -> Result:
-        # A bad spec never touches what runs: no apply, no delete; only the status says why.
-        status = cond.build_status(
-            previous,
-            cond.Observation(
-                generation=generation,
-                now=now,
-                deployments=deployments,
-                pods=pods,
-                invalid=message,
-                blocked_reason=reason,
-                repository=repository,
-            ),
-        )
-        written = await _write_status(kube, namespace, name, previous, status)
-        return Result(status=status, written=written, invalid=message, reason=reason)
 
-    checked = check_body(body)
-    if checked.problems or checked.ts is None:
-        return await refuse(checked.message)
+async def _hold(kube: Kube, seen: _Seen, settings: Settings, blocked: _Blocked) -> Result:
+    """The current spec cannot be applied: go on under the last valid one, else change nothing.
 
-    ts = checked.ts
-    pinned: PinnedManifest | None = None
-    if pin_manifest is not None:
-        try:
-            pinned = await pin_manifest(ts, _current_manifest(owned, previous))
-        except RepositoryError as exc:
-            verdict = cond.Verdict(cond.FALSE, exc.reason, exc.message)
-            return await refuse(exc.message, exc.reason, verdict)
-    revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None)
-    if object_name(ts, revision) in adoption.foreign:
+    A bad spec pushed mid-rollout must not switch off rollout safety: the last valid spec (kept in
+    its revision's ConfigMap) still drives aborts, deadlines, timed steps and control requests,
+    and Ready=False says why the new spec waits. With no last valid spec, nothing is applied or
+    deleted; only the status says why.
+    """
+    last = last_valid(seen.metadata, seen.previous, seen.owned.configmaps)
+    if last is not None:
+        kept = check_body(last.body)
+        if kept.ts is not None and not kept.problems:
+            try:
+                return await _carry_out(
+                    kube,
+                    seen,
+                    settings,
+                    kept.ts,
+                    last.revision,
+                    configs=kept.configs,
+                    manifest_json=last.manifest_json,
+                    repository=blocked.repository,
+                    blocked=blocked,
+                )
+            except ObjectRejectedError as exc:
+                logger.warning(
+                    "%s/%s: the last valid spec is refused too: %s", seen.namespace, seen.name, exc
+                )
+    status = cond.build_status(
+        seen.previous,
+        cond.Observation(
+            generation=seen.generation,
+            now=seen.now,
+            deployments=seen.deployments,
+            pods=seen.pods,
+            invalid=blocked.message,
+            blocked_reason=blocked.reason,
+            repository=blocked.repository,
+        ),
+    )
+    written = await _write_status(kube, seen.namespace, seen.name, seen.previous, status)
+    return Result(status=status, written=written, invalid=blocked.message, reason=blocked.reason)
+
+
+async def _carry_out(
+    kube: Kube,
+    seen: _Seen,
+    settings: Settings,
+    ts: TritonService,
+    revision: str,
+    *,
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+    repository: cond.Verdict | None,
+    blocked: _Blocked | None = None,
+) -> Result:
+    """Plan the rollout toward ``revision`` of ``ts`` and carry it out: apply, route, status, scale,
+    delete, Events. ``blocked``: ``ts`` is the last valid spec and the current one waits (why)."""
+    namespace, name, previous = seen.namespace, seen.name, seen.previous
+    if object_name(ts, revision) in seen.foreign:
         # The same name is still held by an earlier TritonService's object that the garbage
         # collector has yet to remove: applying ours now would give it two controllers.
         logger.info(
@@ -384,11 +485,11 @@ async def reconcile(
             rollout=ts.spec.rollout,
             replicas=ts.spec.replicas,
             desired_revision=revision,
-            now=moment,
+            now=seen.moment,
             status=RolloutStatus.from_status(previous),
-            revisions=observe_revisions(owned.deployments, owned.pods),
+            revisions=observe_revisions(seen.owned.deployments, seen.owned.pods),
             gpus_per_pod=ts.spec.resources.gpus,
-            requests=parse_control_requests(metadata.get("annotations")),
+            requests=parse_control_requests(seen.metadata.get("annotations")),
             progress_deadline_seconds=ts.spec.progress_deadline(),
         )
     )
@@ -401,20 +502,16 @@ async def reconcile(
         settings,
         revision,
         plan,
-        configs=checked.configs,
-        manifest_json=pinned.json if pinned else None,
-        deployments=owned.deployments,
-        configmaps=owned.configmaps,
+        configs=configs,
+        manifest_json=manifest_json,
+        deployments=seen.owned.deployments,
+        configmaps=seen.owned.configmaps,
         revision_services=cond.find_condition(previous.get("conditions") or [], cond.TRAFFIC_ROUTED)
         is not None,
         disruption_budget=stale_pdb,
     )
-    try:
-        for obj in actions.apply:
-            await kube.apply(obj)
-    except ObjectRejectedError as exc:
-        # The schema let something through that the API server refuses (e.g. a malformed volume).
-        return await refuse(str(exc))
+    for obj in actions.apply:
+        await kube.apply(obj)
     traffic = await _route_traffic(kube, ts, plan)
 
     rs = plan.status
@@ -430,10 +527,12 @@ async def reconcile(
     status = cond.build_status(
         previous,
         cond.Observation(
-            generation=generation,
-            now=now,
-            deployments=[d for d in deployments if d.revision in kept],
-            pods=[p for p in pods if p.revision in kept],
+            generation=seen.generation,
+            now=seen.now,
+            deployments=[d for d in seen.deployments if d.revision in kept],
+            pods=[p for p in seen.pods if p.revision in kept],
+            invalid=blocked.message if blocked else None,
+            blocked_reason=blocked.reason if blocked else cond.INVALID_SPEC,
             plan=RevisionPlan(
                 replicas=plan.replicas,
                 delete=plan.delete,
@@ -441,7 +540,7 @@ async def reconcile(
                 rolling=rs.canary_revision,
             ),
             replicas=ts.spec.replicas,
-            repository=_repository_verdict(ts, pinned),
+            repository=repository,
             endpoints=endpoints(ts),
             models=model_statuses(ts),
             rollout=rs.to_status(),
@@ -461,25 +560,36 @@ async def reconcile(
     for kind, gone in actions.delete:
         if await kube.delete(kind, namespace, gone):
             logger.info("deleted %s %s/%s", kind, namespace, gone)
-    # Events after the status: a crash in between loses an event rather than repeating one (the
-    # engine emits each event once, in the call whose status records the change).
-    for event in plan.events:
-        logger.info("%s/%s: %s %s: %s", namespace, name, event.type, event.reason, event.message)
-        try:
-            await kube.post_event(build_event(metadata, event.type, event.reason, event.message, now=now))
-        except Exception as exc:  # events are best effort: the status holds the truth
-            if retry_delay(exc) is None:
-                raise
-            logger.warning("could not post event %s for %s/%s: %s", event.reason, namespace, name, exc)
+    await _post_events(kube, seen, plan)
     requeue = [t for t in (plan.requeue_after, traffic.retry_after if traffic else None) if t is not None]
     return Result(
         status=status,
         written=written,
         revision=revision,
+        invalid=blocked.message if blocked else None,
+        reason=blocked.reason if blocked else None,
         plan=plan,
-        ts=ts,
+        # Repository polling follows the spec that is applied, never a last valid one.
+        ts=None if blocked else ts,
         requeue_after=min(requeue) if requeue else None,
     )
+
+
+async def _post_events(kube: Kube, seen: _Seen, plan: RolloutPlan) -> None:
+    # Events after the status: a crash in between loses an event rather than repeating one (the
+    # engine emits each event once, in the call whose status records the change).
+    for event in plan.events:
+        logger.info("%s/%s: %s %s: %s", seen.namespace, seen.name, event.type, event.reason, event.message)
+        try:
+            await kube.post_event(
+                build_event(seen.metadata, event.type, event.reason, event.message, now=seen.now)
+            )
+        except Exception as exc:  # events are best effort: the status holds the truth
+            if retry_delay(exc) is None:
+                raise
+            logger.warning(
+                "could not post event %s for %s/%s: %s", event.reason, seen.namespace, seen.name, exc
+            )
 
 
 def _verdict(condition: RolloutCondition | None) -> cond.Verdict | None:

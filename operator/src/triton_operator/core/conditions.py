@@ -370,7 +370,9 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
     put(
         READY,
         summarize_ready(
-            invalid=None,
+            # Set when a later spec waits while this plan (its last valid one) is carried out.
+            invalid=obs.invalid,
+            blocked_reason=obs.blocked_reason,
             scheduled=scheduled,
             plan=plan,
             deployments=by_revision,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -39,6 +40,9 @@ MODELS_DIR = "/models"
 CONFIG_DIR = "/etc/triton-operator"
 MANIFEST_KEY = "manifest.json"
 MANIFEST_PATH = f"{CONFIG_DIR}/{MANIFEST_KEY}"
+# The spec that rendered a revision, kept in its ConfigMap (never mounted): while a later spec is
+# invalid, the rollout goes on under this one (aborts, deadlines, timed steps, control requests).
+SPEC_KEY = "spec.json"
 CONFIGS_DIR = f"{CONFIG_DIR}/configs"
 CONFIG_KEY_SUFFIX = ".config.pbtxt"
 TRITON_CONTAINER = "tritonserver"
@@ -123,6 +127,42 @@ def check_body(body: Mapping[str, Any]) -> CheckedSpec:
             if str(exc) not in found:
                 found.append(str(exc))
     return CheckedSpec(ts=ts, configs=configs, problems=tuple(found))
+
+
+@dataclasses.dataclass(frozen=True)
+class LastValid:
+    """The revision the last valid spec asked for, with that spec and its pinned manifest."""
+
+    revision: str
+    body: dict[str, Any]
+    """A TritonService body: the current metadata (names, uid, control requests) with that spec."""
+    manifest_json: str | None
+
+
+def last_valid(
+    metadata: Mapping[str, Any], status: Mapping[str, Any], configmaps: Sequence[Mapping[str, Any]]
+) -> LastValid | None:
+    """What the last valid spec rendered, read back from its revision's ConfigMap (SPEC_KEY).
+
+    The spec's revision is, in this order: the one an undo pin waits for, an aborted one, the
+    canary, the stable one; the first whose ConfigMap holds a spec wins (a revision rendered by an
+    operator that did not store specs has none).
+    """
+    by_revision = {_revision_of(c): c for c in configmaps}
+    for key in ("pinnedFor", "abortedRevision", "canaryRevision", "stableRevision"):
+        revision = status.get(key)
+        data = (by_revision.get(revision) or {}).get("data") or {} if revision else {}
+        try:
+            spec = json.loads(data[SPEC_KEY])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if isinstance(spec, dict):
+            return LastValid(
+                revision=str(revision),
+                body={"metadata": dict(metadata), "spec": spec},
+                manifest_json=data.get(MANIFEST_KEY),
+            )
+    return None
 
 
 def model_statuses(ts: TritonService) -> list[dict[str, Any]]:
@@ -253,9 +293,13 @@ def _metadata(ts: TritonService, name: str, labels: dict[str, str]) -> dict[str,
 def build_configmap(
     ts: TritonService, revision: str, configs: Mapping[str, str], manifest_json: str | None
 ) -> dict[str, Any]:
-    """The revision's ConfigMap: `<model>.config.pbtxt` per model, plus the manifest (unpinned if None)."""
+    """The revision's ConfigMap: `<model>.config.pbtxt` per model, the manifest (unpinned if None),
+    and the spec it was rendered from (SPEC_KEY; updated while it is the spec's revision)."""
     data = {config_key(model): text for model, text in sorted(configs.items())}
     data[MANIFEST_KEY] = manifest_json if manifest_json is not None else unpinned_manifest_json(ts)
+    data[SPEC_KEY] = json.dumps(
+        ts.spec.model_dump(mode="json", by_alias=True, exclude_unset=True), sort_keys=True
+    )
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
