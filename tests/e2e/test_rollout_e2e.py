@@ -1093,3 +1093,29 @@ def test_an_abort_request_works_while_the_spec_is_invalid(
     s = trail.at_step(1)
     assert s.status["canaryRevision"] not in (a, b)
     assert s.cond("Ready")[1] == "RolloutInProgress"
+
+
+# ----------------------------------------------------------------- a stable revision gone missing
+
+
+def test_a_deleted_stable_deployment_mid_canary_is_replaced_and_reported(
+    kube: Client, namespace: str, operator: Any
+) -> None:
+    steps = [{"setWeight": 50}, {"pause": {}}]
+    body = tritonservice("orphaned", namespace, replicas=2, rollout={"steps": steps})
+    trail, first = start(kube, namespace, body, replicas=2)
+    a = first.status["stableRevision"]
+    apply(kube, revised(body, serverArgs=["--log-verbose=1"]))
+    s = trail.at_step(1)
+    b = s.status["canaryRevision"]
+
+    kube.delete(Deployment, f"orphaned-{a}", namespace=namespace)
+    s = trail.until(lambda s: s.status.get("stableRevision") == b, "the canary to take the stable's place")
+    assert "canaryRevision" not in s.status
+    s = trail.until(lambda s: s.settled(b, 2) and s.cond("Ready") == ("True", "Available"), "b at 2 Ready")
+    assert s.cond("Degraded") == ("False", "AsExpected")
+    assert a not in s.deployments
+    warnings = [(r, m) for t, r, m in events(kube, namespace, "orphaned") if t == "Warning"]
+    assert any(
+        r == "StableRevisionMissing" and f"stable revision {a} has no Deployment" in m for r, m in warnings
+    )

@@ -1390,3 +1390,52 @@ def test_pending_requests_are_those_the_status_has_not_handled() -> None:
     assert ro.pending_requests(annotations, handled) == (ControlRequest("abort", "t1"),)
     assert ro.pending_requests(annotations, {"handledRequests": {"promote": "t2", "abort": "t1"}}) == ()
     assert ro.pending_requests(None, handled) == ()
+
+
+# ----------------------------------------------------------------- a stable revision gone missing
+
+
+def test_a_stable_revision_without_a_deployment_is_replaced_by_the_spec_revision_at_once() -> None:
+    sim = deployed(make_rollout(steps=CHAIN))
+    sim.reconcile()
+    assert sim.status.canary_revision == "B"
+    sim.cluster.pop("A")  # deleted by hand (or collected with an earlier object of this name)
+    plan = sim.reconcile(after=1)
+    # only B can be rendered from the spec: it serves at full replicas, no steps, no canary
+    assert plan.replicas == {"B": 4}
+    assert sim.status.stable_revision == "B" and sim.status.canary_revision is None
+    assert reasons(plan) == ["StableRevisionMissing"]
+    assert plan.events[0].type == "Warning"
+    assert "stable revision A has no Deployment" in plan.events[0].message
+    assert cond(plan, "Degraded") == ("True", "StableRevisionMissing")
+    assert "replaced by revision B" in (plan.condition("Degraded") or pytest.fail()).message
+    assert plan.weights == TrafficWeights(stable=100, canary=0)
+    assert plan.stable_service_revision == "B"
+    # Degraded until B is Ready at full replicas, then nothing is left of it
+    plan = sim.reconcile(after=1)
+    assert cond(plan, "Degraded") == ("False", "AsExpected")
+    assert sim.status.replaced_revision is None
+    assert cond(plan, "Progressing") == ("False", "RolloutCompleted")
+
+
+def test_a_missing_stable_revision_that_the_spec_still_asks_for_is_rendered_again() -> None:
+    sim = Sim(rollout=make_rollout(steps=CHAIN))
+    sim.reconcile()
+    sim.reconcile()
+    sim.cluster.pop("A")
+    plan = sim.reconcile(after=1)
+    assert plan.replicas == {"A": 4}  # plan_actions renders the spec's revision on every reconcile
+    assert plan.events == ()
+    assert sim.status.stable_revision == "A" and sim.status.replaced_revision is None
+
+
+def test_a_missing_stable_revision_after_an_abort_is_replaced_by_the_spec_revision() -> None:
+    sim = deployed(make_rollout(steps=CHAIN), crashing={"B"})
+    plan = sim.reconcile()
+    plan = sim.reconcile(after=1)
+    assert sim.status.aborted_revision == "B"
+    sim.crashing.clear()
+    sim.cluster.pop("A")
+    plan = sim.reconcile(after=1)
+    assert plan.replicas == {"B": 4} and sim.status.aborted_revision is None
+    assert cond(plan, "Degraded") == ("True", "StableRevisionMissing")

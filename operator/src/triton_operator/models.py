@@ -486,6 +486,7 @@ class TritonServiceStatus(_Model):
     aborted_step_index: int | None = None
     pinned_revision: str | None = None
     pinned_for: str | None = None
+    replaced_revision: str | None = None
     handled_requests: dict[str, str] = Field(default_factory=dict)
     repository_digest: str | None = None
 

@@ -239,6 +239,7 @@ ROLLOUT_STATUS_FIELDS = (
     "abortedStepIndex",
     "pinnedRevision",
     "pinnedFor",
+    "replacedRevision",
     "handledRequests",
 )
 # Status fields this module computes (and the reconcile owns); others are left alone.

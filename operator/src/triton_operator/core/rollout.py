@@ -130,6 +130,7 @@ ROLLOUT_COMPLETED = "RolloutCompleted"
 WAITING_FOR_STABLE_READY = "WaitingForStableReady"
 ROLLOUT_ABORTED = "RolloutAborted"
 GPU_BUDGET_TOO_SMALL = "GpuBudgetTooSmall"
+STABLE_REVISION_MISSING = "StableRevisionMissing"
 # Degraded reasons (abort reasons)
 AS_EXPECTED = "AsExpected"
 PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
@@ -239,6 +240,8 @@ class RolloutStatus:
     paused_by_user: bool = False
     pinned_revision: str | None = None
     pinned_for: str | None = None
+    replaced_revision: str | None = None
+    """A stable revision found without a Deployment, replaced by the spec's (Degraded until Ready)."""
     handled_requests: Mapping[str, str] = dataclasses.field(default_factory=dict)
     history: tuple[HistoryEntry, ...] = ()
 
@@ -277,6 +280,7 @@ class RolloutStatus:
             paused_by_user=bool(s.get("pausedByUser", False)),
             pinned_revision=opt_str("pinnedRevision"),
             pinned_for=opt_str("pinnedFor"),
+            replaced_revision=opt_str("replacedRevision"),
             handled_requests={str(k): str(v) for k, v in handled.items()}
             if isinstance(handled, Mapping)
             else {},
@@ -305,6 +309,7 @@ class RolloutStatus:
             "pausedByUser": self.paused_by_user,
             "pinnedRevision": self.pinned_revision,
             "pinnedFor": self.pinned_for,
+            "replacedRevision": self.replaced_revision,
             "handledRequests": dict(self.handled_requests),
             "history": [
                 {"revision": h.revision, **({"created": h.created} if h.created else {})}
@@ -727,6 +732,9 @@ class _Engine:
                 "StableAdopted", f"no stable revision in status: revision {serving} serves, kept as stable"
             )
             st = self.st
+        if st.stable_revision not in self.inp.revisions and st.stable_revision != target:
+            self.replace_missing_stable()
+            st = self.st
         if target == st.stable_revision:
             if st.canary_revision is not None:
                 self.event(
@@ -745,6 +753,32 @@ class _Engine:
                 return self.held_before_start()
             self.start()
         return self.progress()
+
+    def replace_missing_stable(self) -> None:
+        """The stable revision has no Deployment (deleted by hand, or left by a recreated object).
+
+        Only the spec's revision can be rendered, so it takes the stable's place at full replicas
+        at once (no steps: there is nothing to compare a canary with, and nothing serves).
+        Degraded says so until it is Ready. (A missing stable that is the spec's revision needs
+        none of this: every reconcile renders the spec's revision, so it is simply created again.)
+        """
+        missing = self.st.stable_revision
+        target = self.target
+        self.event(
+            STABLE_REVISION_MISSING,
+            f"stable revision {missing} has no Deployment and cannot be rebuilt from this spec: "
+            f"revision {target} takes its place at {self.r} replicas",
+            WARNING,
+        )
+        self.set(
+            stable_revision=target,
+            stable_since=self.now,
+            replaced_revision=missing,
+            aborted_revision=None,
+            aborted_reason=None,
+            aborted_step_index=None,
+        )
+        self.clear_canary()
 
     def serving_revision(self) -> str | None:
         """The observed revision other than the target with the most Ready pods, if any has one."""
@@ -1044,6 +1078,15 @@ class _Engine:
                 f"revision {stable}: {ready}/{self.r} replicas Ready",
             )
         degraded = RolloutCondition(DEGRADED, FALSE, AS_EXPECTED, "no rollout failed")
+        replaced = self.st.replaced_revision
+        if replaced is not None and state is not None and state.ready_at(self.r):
+            self.set(replaced_revision=None)
+        elif replaced is not None:
+            message = (
+                f"stable revision {replaced} had no Deployment: replaced by revision {stable}; "
+                f"{progressing.message}"
+            )
+            degraded = RolloutCondition(DEGRADED, TRUE, STABLE_REVISION_MISSING, message)
         return self.finish(replicas, [progressing, degraded])
 
     def held_before_start(self) -> RolloutPlan:
