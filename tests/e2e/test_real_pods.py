@@ -311,6 +311,50 @@ def test_in_place_upload_rolls_out_new_answers_and_undo_brings_back_the_old(  # 
     assert {p.spec.nodeSelector[REAL_NODE_LABEL] for p in pods(kube, namespace, "inplace")} == {"true"}
 
 
+def test_undo_to_a_revision_an_unversioned_upload_broke_is_refused_and_nothing_stops_serving(  # noqa: PLR0917
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, cluster: Path
+) -> None:
+    """Recreate scales the serving revision down before the new one starts: an undo to a revision
+    whose pinned object was overwritten in an unversioned bucket would stop serving for good."""
+    s3 = store.extra["s3"]
+    recreate = {"rollout": {"strategy": "Recreate"}}
+    apply(kube, on_real_node("brittle", namespace, bucket=bucket, endpoint=store.endpoint, **recreate))
+    first = serving(kube, namespace, "brittle")["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "brittle")
+    answering(host, 0)
+    s3.put_object(Bucket=bucket, Key=MODEL_KEY.format(version=1), Body=adder_source(7))  # in place
+
+    def rolled() -> dict[str, Any] | None:
+        obj = get_ts(kube, namespace, "brittle")
+        rev = obj["status"].get("stableRevision")
+        ok = rev not in (None, first) and condition(obj, "Ready").get("status") == "True"
+        return obj if ok else None
+
+    second = wait_for(rolled, timeout=150, what="the in-place upload to roll out")["status"]["stableRevision"]
+    assert (
+        "rollback is not exact" in condition(get_ts(kube, namespace, "brittle"), "RepositoryReady")["message"]
+    )
+    answering(host, 7)
+
+    client = LoadClient(host, max_seconds=60).start()
+    try:
+        kubectl_triton(cluster, "undo", "brittle", "-n", namespace)
+        wait_for(
+            lambda: any(r == "UndoRejected" for _, r, _ in events(kube, namespace, "brittle")),
+            timeout=30,
+            what="the undo to be rejected",
+        )
+        time.sleep(5)  # long enough for a Recreate to have scaled the serving revision down
+    finally:
+        no_request_failed(client, "undo to a revision that cannot sync")
+    (message,) = [m for _, r, m in events(kube, namespace, "brittle") if r == "UndoRejected"]
+    assert f"undo: revision {first} cannot sync any more" in message, message
+    assert "models/add_sub/1/model.py was overwritten" in message, message
+    obj = get_ts(kube, namespace, "brittle")
+    assert obj["status"]["stableRevision"] == second and "pinnedRevision" not in obj["status"]
+    assert offset_of(infer_add_sub(host, timeout=3)) == 7
+
+
 def test_the_chart_runs_the_operator_as_a_pod_on_the_real_node_and_its_service_answers(  # noqa: PLR0917
     kube: Client, namespace: str, store: Any, bucket: str, cluster: Path, tmp_path: Path
 ) -> None:

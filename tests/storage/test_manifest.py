@@ -9,6 +9,7 @@ import pytest
 
 from triton_operator.core.manifest import (
     Location,
+    Manifest,
     ManifestError,
     ModelFolderMissing,
     ModelSource,
@@ -31,6 +32,7 @@ from triton_operator.core.manifest import (
     parse_version_policy,
     safe_destination,
     select_objects,
+    stale_pins,
     unpinned_manifest,
 )
 from triton_operator.core.modelconfig import ModelConfigError
@@ -368,3 +370,49 @@ def test_what_sync_would_refuse_is_refused_at_pin_time(keys: list[str], refused:
     assert not selection.ok and not selection.models
     (error,) = selection.errors
     assert refused in error.message and why in error.message, error.message
+
+
+# ----------------------------------------------------------------- pins an upload broke
+
+
+def pinned_from(
+    listing: list[ObjectInfo], ref: StoreRef = REF, versions: tuple[int, ...] = (1, 2)
+) -> Manifest:
+    policy = parse_version_policy({"specific": {"versions": list(versions)}})
+    sources = [ModelSource("resnet", "resnet", policy)]
+    return build_manifest(ref, select_objects(sources, listing, prefix="repo/"))
+
+
+OTHER = "fedcba9876543210fedcba9876543210"
+
+
+@pytest.mark.parametrize(
+    ("later", "stale"),
+    [
+        ([], False),  # unchanged
+        ([obj("repo/resnet/2/model.onnx", etag=OTHER, md5=OTHER)], True),  # overwritten in place
+        ([obj("repo/resnet/2/model.onnx", size=11)], True),  # same etag, another size
+        ([obj("repo/resnet/3/model.onnx")], False),  # a new version beside: nothing pinned changed
+    ],
+)
+def test_an_object_overwritten_in_an_unversioned_bucket_makes_its_pin_stale(
+    later: list[ObjectInfo], stale: bool
+) -> None:
+    before = pinned_from(LISTING)
+    keys = {o.key for o in later}
+    after = pinned_from([o for o in LISTING if o.key not in keys] + later)
+    why = stale_pins(before, after)
+    assert (why is not None) == stale
+    if stale:
+        assert why is not None and "repo/resnet/2/model.onnx was overwritten" in why
+
+
+def test_a_key_the_newer_listing_lacks_or_a_versioned_pin_is_never_stale() -> None:
+    before = pinned_from(LISTING)
+    gone = pinned_from([o for o in LISTING if o.key != "repo/resnet/1/model.onnx"], versions=(2,))
+    assert stale_pins(before, gone) is None  # not selected any more proves nothing
+    versioned = pinned_from([obj(o.key, generation="v1") for o in LISTING])
+    overwritten = pinned_from([obj(o.key, etag=OTHER, md5=OTHER, generation="v2") for o in LISTING])
+    assert stale_pins(versioned, overwritten) is None  # read by version: the old bytes are there
+    elsewhere = pinned_from([obj(o.key, etag=OTHER, md5=OTHER) for o in LISTING], StoreRef("s3://b2/repo"))
+    assert stale_pins(before, elsewhere) is None

@@ -1439,3 +1439,16 @@ def test_a_missing_stable_revision_after_an_abort_is_replaced_by_the_spec_revisi
     plan = sim.reconcile(after=1)
     assert plan.replicas == {"B": 4} and sim.status.aborted_revision is None
     assert cond(plan, "Degraded") == ("True", "StableRevisionMissing")
+
+
+def test_undo_to_a_revision_that_cannot_sync_any_more_is_rejected_and_nothing_moves() -> None:
+    sim = Sim(rollout=make_rollout(steps=CHAIN), replicas=3)
+    sim.reconcile()
+    completed(sim, "B")
+    sim.request("undo")
+    inp = dataclasses.replace(sim.input(), unsyncable={"A": "model.onnx was overwritten"})
+    plan = plan_rollout(inp)
+    assert reasons(plan) == ["UndoRejected"]
+    assert "undo: revision A cannot sync any more: model.onnx was overwritten" in plan.events[0].message
+    assert plan.status.pinned_revision is None and plan.status.canary_revision is None
+    assert plan.replicas == {"B": 3, "A": 0}  # the serving revision is not scaled down for A

@@ -24,6 +24,7 @@ from triton_operator.core.manifest import (
     manifest_from_json,
     manifest_to_json,
     model_sources,
+    stale_pins,
     unpinned_manifest,
 )
 from triton_operator.core.modelconfig import ModelConfigError
@@ -59,6 +60,7 @@ from triton_operator.core.rollout import (
     format_time,
     observe_revisions,
     parse_control_requests,
+    pending_requests,
     plan_rollout,
 )
 from triton_operator.core.traffic import (
@@ -269,18 +271,45 @@ def owned_selector(name: str) -> dict[str, str]:
     return {LABEL_SERVICE: name, LABEL_MANAGED_BY: MANAGED_BY}
 
 
+def _revision_manifests(owned: Owned) -> dict[str, str]:
+    """The manifest JSON each revision's ConfigMap holds, by revision."""
+    out: dict[str, str] = {}
+    for configmap in owned.configmaps:
+        revision = ((configmap.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION)
+        value = (configmap.get("data") or {}).get(MANIFEST_KEY)
+        if revision and value is not None:
+            out[str(revision)] = str(value)
+    return out
+
+
 def _current_manifest(owned: Owned, previous: Mapping[str, Any]) -> str | None:
     """The manifest JSON of the newest running revision (the canary's, else the stable one's)."""
-    by_revision = {
-        (c.get("metadata", {}).get("labels") or {}).get(LABEL_REVISION): c for c in owned.configmaps
-    }
+    manifests = _revision_manifests(owned)
     for revision in (previous.get("canaryRevision"), previous.get("stableRevision")):
-        configmap = by_revision.get(revision)
-        if configmap is not None:
-            value = (configmap.get("data") or {}).get(MANIFEST_KEY)
-            if value is not None:
-                return str(value)
+        if revision in manifests:
+            return manifests[revision]
     return None
+
+
+def _unsyncable(seen: _Seen, pinned: PinnedManifest | None) -> dict[str, str]:
+    """Revisions an undo must not go back to: objects they pinned were overwritten (unversioned).
+
+    Judged against the listing just pinned, and only while an undo request waits (it parses
+    every revision's manifest).
+    """
+    requests = pending_requests(seen.metadata.get("annotations"), seen.previous)
+    if pinned is None or pinned.digest is None or not any(r.action == "undo" for r in requests):
+        return {}
+    current = _parse_manifest(pinned.json)
+    if current is None:
+        return {}
+    out: dict[str, str] = {}
+    for revision, text in _revision_manifests(seen.owned).items():
+        earlier = _parse_manifest(text)
+        why = stale_pins(earlier, current) if earlier is not None else None
+        if why is not None:
+            out[revision] = why
+    return out
 
 
 def _repository_verdict(ts: TritonService, pinned: PinnedManifest | None) -> cond.Verdict:
@@ -379,6 +408,7 @@ async def reconcile(
             configs=checked.configs,
             manifest_json=pinned.json if pinned else None,
             repository=_repository_verdict(ts, pinned),
+            unsyncable=_unsyncable(seen, pinned),
         )
     except ObjectRejectedError as exc:
         # The schema let something through that the API server refuses (e.g. a malformed volume).
@@ -466,6 +496,7 @@ async def _carry_out(
     manifest_json: str | None,
     repository: cond.Verdict | None,
     blocked: _Blocked | None = None,
+    unsyncable: Mapping[str, str] | None = None,
 ) -> Result:
     """Plan the rollout toward ``revision`` of ``ts`` and carry it out: apply, route, status, scale,
     delete, Events. ``blocked``: ``ts`` is the last valid spec and the current one waits (why)."""
@@ -491,6 +522,7 @@ async def _carry_out(
             gpus_per_pod=ts.spec.resources.gpus,
             requests=parse_control_requests(seen.metadata.get("annotations")),
             progress_deadline_seconds=ts.spec.progress_deadline(),
+            unsyncable=unsyncable or {},
         )
     )
     # A PodDisruptionBudget the spec no longer wants is looked up (and deleted) only then.

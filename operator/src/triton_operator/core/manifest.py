@@ -513,6 +513,28 @@ class Manifest:
         return sum(e.size for e in self.entries)
 
 
+def stale_pins(pinned: Manifest, current: Manifest) -> str | None:
+    """Why ``pinned`` can no longer be synced, judged by a newer listing ``current``; None if it can.
+
+    An entry pinned by ETag alone (no object version) whose key now lists with another ETag was
+    overwritten in place: a pod would read the new bytes, fail their check and crash-loop. A key
+    the newer listing does not hold proves nothing (the spec may no longer select it).
+    """
+    if not pinned.pinned or not current.pinned or pinned.repository != current.repository:
+        return None
+    now = {e.key: e for e in current.entries}
+    for entry in pinned.entries:
+        later = now.get(entry.key)
+        if entry.generation or later is None:
+            continue
+        if (later.etag, later.size) != (entry.etag, entry.size):
+            return (
+                f"{entry.key} was overwritten since it was pinned (etag {entry.etag or '-'}, now "
+                f"{later.etag or '-'}) and the bucket keeps no object versions"
+            )
+    return None
+
+
 def build_manifest(repository: StoreRef, selection: Selection) -> Manifest:
     """The pinned manifest of a successful selection; raises SelectionFailed with its errors."""
     if selection.errors:

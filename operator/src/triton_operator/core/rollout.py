@@ -338,6 +338,8 @@ class RolloutInput:
     """Control requests from the annotations (parse_control_requests)."""
     progress_deadline_seconds: int | None = None
     """The spec's effective progress deadline (TritonServiceSpec.progress_deadline); None: rollout's."""
+    unsyncable: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Revisions whose pods could not sync any more (objects overwritten in an unversioned bucket): why."""
 
 
 # ----------------------------------------------------------------- outputs
@@ -689,6 +691,11 @@ class _Engine:
             return
         if target not in self.inp.revisions and target != self.inp.desired_revision:
             self.event("UndoRejected", f"undo: revision {target} has no Deployment left", WARNING)
+            return
+        if target in self.inp.unsyncable:
+            # Its pods would fail their sync: the serving revision is never scaled down for it.
+            why = self.inp.unsyncable[target]
+            self.event("UndoRejected", f"undo: revision {target} cannot sync any more: {why}", WARNING)
             return
         self.set(pinned_revision=target, pinned_for=self.inp.desired_revision)
         self.event(
