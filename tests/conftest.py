@@ -20,7 +20,6 @@ import yaml
 from testkit import free_port, stop_process, wait_for, wait_healthy
 
 REPO = Path(__file__).resolve().parents[1]
-E2E_DIR = REPO / "e2e"
 CRD_FILE = REPO / "crds" / "tritonservices.yaml"
 CRD_NAME = "tritonservices.triton-operator.io"
 TEST_FIELD_MANAGER = "triton-operator-tests"
@@ -81,8 +80,6 @@ def cluster() -> Iterator[Path]:
             yield Path(env)
             return
         sys.stderr.write(f"$KUBECONFIG={env} is not reachable ({why}); trying e2e/cluster.py\n")
-    if str(E2E_DIR) not in sys.path:
-        sys.path.insert(0, str(E2E_DIR))
     try:
         local: Any = importlib.import_module("cluster")
     except ImportError as exc:
@@ -251,8 +248,6 @@ def operator(
 @pytest.fixture(scope="session")
 def kubectl(cluster: Path) -> str | None:
     """A kubectl binary: the local cluster's, else one on PATH (None when there is none)."""
-    if str(E2E_DIR) not in sys.path:
-        sys.path.insert(0, str(E2E_DIR))
     try:
         local: Any = importlib.import_module("cluster")
         candidate = Path(local.bin_dir()) / "kubectl"

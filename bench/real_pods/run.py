@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-for extra in (ROOT / "e2e", ROOT / "tests" / "storage", ROOT / "tests" / "e2e"):
+for extra in (ROOT / "e2e", ROOT / "tests" / "support"):
     sys.path.insert(0, str(extra))
 
 import cluster  # noqa: E402
@@ -119,11 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll", type=float, default=0.05, help="seconds between polls of the pod")
     args = ap.parse_args(argv)
 
-    import storage_servers  # noqa: PLC0415
     from lightkube import Client, KubeConfig  # noqa: PLC0415
     from lightkube.generic_resource import create_namespaced_resource  # noqa: PLC0415
     from lightkube.resources.core_v1 import Namespace, Secret, Service  # noqa: PLC0415
     from lightkube.types import PatchType  # noqa: PLC0415
+
+    import storage_servers  # noqa: PLC0415
 
     started = False
     if not cluster.is_up():

@@ -21,10 +21,9 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "storage"))
+sys.path.insert(0, str(REPO / "tests" / "support"))
 
 from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY, Server, start_seaweedfs  # noqa: E402
-
 from triton_operator.adapters.storage import open_store, pin_repository  # noqa: E402
 from triton_operator.adapters.syncer import SyncOptions, SyncStats, sync  # noqa: E402
 from triton_operator.models import ModelSpec, Repository  # noqa: E402

@@ -8,7 +8,6 @@ put back afterwards exactly as the session's `crd` fixture applies them.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -25,6 +24,12 @@ from typing import Any
 
 import pytest
 import yaml
+from lightkube import ApiError, Client
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Pod, Service
+from lightkube.types import PatchType
+
 from e2e_helpers import (
     REVISION_LABEL,
     SERVICE_LABEL,
@@ -40,12 +45,6 @@ from e2e_helpers import (
     owned,
     tritonservice,
 )
-from lightkube import ApiError, Client
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Pod, Service
-from lightkube.types import PatchType
-
 from testkit import free_port, load_chartlib, sh, stop_process, wait_for, wait_healthy
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -469,10 +468,7 @@ def owned_names(kube: Client, resource: Any, namespace: str, name: str) -> set[s
 @pytest.fixture(scope="module")
 def s3_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real S3 server (seaweedfs) the operator pins the repository from (needs `secrets: get`)."""
-    storage_dir = str(REPO / "tests" / "storage")
-    if storage_dir not in sys.path:
-        sys.path.insert(0, storage_dir)
-    storage_servers: Any = importlib.import_module("storage_servers")
+    import storage_servers  # noqa: PLC0415
 
     base = tmp_path_factory.mktemp("seaweedfs")
     try:

@@ -13,6 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lightkube import ApiError, Client
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import ConfigMap, Pod, Service
+
 from e2e_helpers import (
     CRASH,
     ENSEMBLE_OF_A_MISSING_MODEL,
@@ -29,10 +33,6 @@ from e2e_helpers import (
     versions,
     wait_condition,
 )
-from lightkube import ApiError, Client
-from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Pod, Service
-
 from testkit import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -378,11 +378,6 @@ def test_status_is_not_rewritten_when_nothing_changed(
 @pytest.fixture(scope="module")
 def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A real S3 server (seaweedfs) on loopback, reachable by the operator process (not by pods)."""
-    import sys  # noqa: PLC0415
-
-    storage_dir = str(Path(__file__).resolve().parents[1] / "storage")
-    if storage_dir not in sys.path:
-        sys.path.insert(0, storage_dir)
     import storage_servers  # noqa: PLC0415
 
     base = tmp_path_factory.mktemp("seaweedfs")
@@ -397,7 +392,7 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _s3(server: Any) -> Any:
-    import storage_servers  # noqa: PLC0415 (on sys.path: the seaweedfs fixture put it there)
+    import storage_servers  # noqa: PLC0415
 
     return storage_servers.s3_client(server.endpoint)
 

@@ -8,7 +8,6 @@ saying why. The S3 store (seaweedfs) listens on the pod bridge's gateway so pods
 
 from __future__ import annotations
 
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,6 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lightkube import Client
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Pod, Service
+
 from e2e_helpers import (
     TS,
     apply,
@@ -27,10 +30,7 @@ from e2e_helpers import (
     owned,
     wait_condition,
 )
-from lightkube import Client
-from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Pod, Service
-
+from inference import LoadClient, infer_add_sub, offset_of
 from real_pods import (
     REAL_NODE_LABEL,
     TRITON_CPU_IMAGE,
@@ -43,11 +43,6 @@ from real_pods import (
 from testkit import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-for extra in (ROOT / "e2e", ROOT / "tests" / "storage"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
-
-from inference import LoadClient, infer_add_sub, offset_of  # noqa: E402
 
 pytestmark = [
     pytest.mark.cluster,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+
 from storage_backends import AzureBackend, Backend, GCSBackend, S3Backend
 from storage_servers import (
     S3_ACCESS_KEY,

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from storage_backends import Backend
 
+from storage_backends import Backend
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.core.manifest import Manifest, manifest_to_dict, manifest_to_json
 from triton_operator.core.modelconfig import build_config_pbtxt

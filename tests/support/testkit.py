@@ -1,7 +1,7 @@
 """Helpers shared across the tests tree: polling, free ports, subprocesses, charts/chartlib.py.
 
-tests/conftest.py puts this folder on sys.path (pytest's default `prepend` import mode), so every
-test module and helper imports this one by its basename: ``from testkit import wait_for``.
+tests/support is on pytest's `pythonpath` (pyproject.toml), so every test module and helper imports
+this one by its basename: ``from testkit import wait_for``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 T = TypeVar("T")
 

@@ -1,7 +1,6 @@
 """Helpers of the cluster tests: TritonService bodies, applying them, reading their conditions.
 
-Imported by basename (pytest's `prepend` import mode puts tests/e2e on sys.path):
-``from e2e_helpers import tritonservice``.
+Imported by basename (tests/support is on pytest's `pythonpath`): ``from e2e_helpers import tritonservice``.
 """
 
 from __future__ import annotations
