@@ -375,22 +375,6 @@ def test_status_is_not_rewritten_when_nothing_changed(
 # ----------------------------------------------------------------- pinning a real store
 
 
-@pytest.fixture(scope="module")
-def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A real S3 server (seaweedfs) on loopback, reachable by the operator process (not by pods)."""
-    import storage_servers  # noqa: PLC0415
-
-    base = tmp_path_factory.mktemp("seaweedfs")
-    try:
-        server = storage_servers.start_seaweedfs(base / "data", base / "weed.log")
-    except storage_servers.ServerStartError as exc:
-        pytest.skip(f"no S3 server: {exc}")
-    server.extra["access"] = storage_servers.S3_ACCESS_KEY
-    server.extra["secret"] = storage_servers.S3_SECRET_KEY
-    yield server
-    server.stop()
-
-
 def _s3(server: Any) -> Any:
     import storage_servers  # noqa: PLC0415
 

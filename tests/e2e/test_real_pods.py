@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,18 +63,16 @@ def node(cluster: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def store(node: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def store(node: dict[str, Any], seaweedfs_on: Callable[[str], Any]) -> Any:
     """seaweedfs on the pod bridge's gateway address (this machine): the operator and pods reach it."""
     import storage_servers  # noqa: PLC0415
 
-    base = tmp_path_factory.mktemp("seaweedfs")
     try:
-        server = storage_servers.start_seaweedfs(base / "data", base / "weed.log", host=node["ip"])
+        server = seaweedfs_on(node["ip"])
     except storage_servers.ServerStartError as exc:
         pytest.skip(f"no S3 server on {node['ip']}: {exc}")
     server.extra["s3"] = storage_servers.s3_client(server.endpoint)
-    yield server
-    server.stop()
+    return server
 
 
 @pytest.fixture
