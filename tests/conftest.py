@@ -53,10 +53,11 @@ def _failed(request: pytest.FixtureRequest) -> bool:
 def _reachable(kubeconfig: Path) -> str | None:
     """None when the API server of ``kubeconfig`` answers; else why not."""
     try:
+        import httpx2  # noqa: PLC0415
         from lightkube import Client, KubeConfig  # noqa: PLC0415
         from lightkube.resources.core_v1 import Namespace  # noqa: PLC0415
 
-        client = Client(config=KubeConfig.from_file(str(kubeconfig)), timeout=5)
+        client = Client(config=KubeConfig.from_file(str(kubeconfig)), timeout=httpx2.Timeout(5))
         client.get(Namespace, "default")
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
@@ -108,9 +109,11 @@ def cluster() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def kube(cluster: Path) -> Any:
     """A synchronous lightkube Client for test code (the operator uses its own async one)."""
+    import httpx2  # noqa: PLC0415
     from lightkube import Client, KubeConfig  # noqa: PLC0415
 
-    return Client(config=KubeConfig.from_file(str(cluster)), field_manager=TEST_FIELD_MANAGER, timeout=30)
+    config = KubeConfig.from_file(str(cluster))
+    return Client(config=config, field_manager=TEST_FIELD_MANAGER, timeout=httpx2.Timeout(30))
 
 
 @pytest.fixture(scope="session")

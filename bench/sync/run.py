@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,8 @@ def client(endpoint: str, pool: int = 64) -> Any:
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         ),
-        **{"aws_access_key_id": S3_ACCESS_KEY, "aws_secret_access_key": S3_SECRET_KEY},
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET_KEY,
     )
 
 
@@ -205,7 +207,7 @@ def main() -> int:
             for _ in range(args.repeat):
                 dest = fresh(work / "dest")
                 cpu0 = cpu_seconds()
-                seconds, result = timed(lambda dest=dest: fn(dest))
+                seconds, result = timed(partial(fn, dest))
                 times.append(seconds)
                 cpus.append(cpu_seconds() - cpu0)
                 print(f"{name}: {seconds:.2f}s, client CPU {cpus[-1]:.2f}s", file=sys.stderr)
@@ -217,10 +219,12 @@ def main() -> int:
             "KServe-style: 4 processes x download_file",
             lambda d: kserve_download(endpoint, "mixed", "models", d, processes=4),
         )
-        bench(
-            "KServe-style, then sync(2) to flush like ours",
-            lambda d: (kserve_download(endpoint, "mixed", "models", d, processes=4), os.sync()),
-        )
+
+        def kserve_then_flush(dest: Path) -> None:
+            kserve_download(endpoint, "mixed", "models", dest, processes=4)
+            os.sync()
+
+        bench("KServe-style, then sync(2) to flush like ours", kserve_then_flush)
         if not args.no_serial:
             bench(
                 "serial download_file (older KServe)",

@@ -288,8 +288,9 @@ def test_valid_update_rolls_out_a_new_revision_and_retires_the_old(
     # A served, so its ConfigMap stays for an exact undo; B never served
     assert [h["revision"] for h in done["status"].get("history", [])] == [rev_a]
     assert names(owned(kube, ConfigMap, namespace, "rolling")) == {f"rolling-{rev_a}", f"rolling-{rev_c}"}
-    args = kube.get(Deployment, f"rolling-{rev_c}", namespace=namespace).spec.template.spec.containers[0].args
-    assert "--log-verbose=1" in args
+    spec = kube.get(Deployment, f"rolling-{rev_c}", namespace=namespace).spec
+    assert spec.template.spec is not None
+    assert "--log-verbose=1" in (spec.template.spec.containers[0].args or [])
 
 
 # ----------------------------------------------------------------- deletion
@@ -437,10 +438,12 @@ def test_repository_is_pinned_and_a_new_upload_rolls_out(
     assert [h["revision"] for h in second["status"]["history"]] == [rev1]
 
     # the old revision is kept in history at 0 replicas: let its pods go before the quiet period
-    wait_for(
-        lambda: not (kube.get(Deployment, f"pinned-{rev1}", namespace=namespace).status.replicas or 0),
-        what=f"the pods of {rev1} to terminate",
-    )
+    def old_pods_gone() -> bool:
+        status = kube.get(Deployment, f"pinned-{rev1}", namespace=namespace).status
+        assert status is not None
+        return not (status.replicas or 0)
+
+    wait_for(old_pods_gone, what=f"the pods of {rev1} to terminate")
     # nothing new in the bucket: polls go on, but the operator writes nothing
     before = versions(kube, namespace, "pinned")
     time.sleep(6)
@@ -467,6 +470,7 @@ def test_a_recreated_tritonservice_adopts_nothing_its_predecessor_left(
     assert not second["status"].get("history") and not second["status"].get("canaryRevision")
     time.sleep(3)
     left = kube.get(Deployment, f"again-{old}", namespace=namespace)
+    assert left.metadata is not None
     assert left.spec.replicas == 2  # not ours: never scaled
     assert not left.metadata.ownerReferences
     assert get_ts(kube, namespace, "again")["status"]["replicas"] == 2  # only its own pods counted

@@ -176,7 +176,7 @@ def test_canary_triton_refuses_never_becomes_ready_and_is_rolled_back_while_stab
     # --exit-on-error=false keeps tritonserver up after a failed load: the pod runs but is never Ready.
     args = ["--log-verbose=0", "--exit-timeout-secs=5", "--exit-on-error=false"]
     rollout = {"steps": [{"setWeight": 50}, {"pause": {}}], "progressDeadlineSeconds": 25}
-    timing = {"serverArgs": args, "rollout": rollout, "startupTimeoutSeconds": 20}
+    timing: dict[str, Any] = {"serverArgs": args, "rollout": rollout, "startupTimeoutSeconds": 20}
     body = on_real_node("refused", namespace, bucket=bucket, endpoint=store.endpoint, **timing)
     apply(kube, body)
     stable = serving(kube, namespace, "refused")["status"]["stableRevision"]
@@ -354,10 +354,12 @@ def test_the_chart_runs_the_operator_as_a_pod_on_the_real_node_and_its_service_a
         (op,) = [
             p for p in kube.list(Pod, namespace=namespace, labels={"app.kubernetes.io/instance": release})
         ]
+        assert op.spec is not None and op.status is not None and op.status.containerStatuses is not None
         assert op.spec.nodeName and ready(op)
         (container,) = op.status.containerStatuses
         assert container.image.endswith("triton-operator/triton-operator:0.1.0") and container.ready
-        assert op.spec.containers[0].securityContext.readOnlyRootFilesystem is True
+        security = op.spec.containers[0].securityContext
+        assert security is not None and security.readOnlyRootFilesystem is True
 
         body = on_real_node("charted", namespace, bucket=bucket, endpoint=store.endpoint)
         del body["spec"]["image"]  # the chart's defaultTritonImage
@@ -387,14 +389,12 @@ def test_a_node_drain_evicts_one_pod_at_a_time_and_no_request_fails(  # noqa: PL
     serving(kube, namespace, "drained")
     host = cluster_ip(kube, namespace, "drained")
     answering(host, 0)
-    wait_for(
-        lambda: (
-            (kube.get(PodDisruptionBudget, "drained", namespace=namespace).status or {}).disruptionsAllowed
-            == 1
-        ),
-        timeout=30,
-        what="the PodDisruptionBudget to allow one disruption",
-    )
+
+    def one_disruption_allowed() -> bool:
+        status = kube.get(PodDisruptionBudget, "drained", namespace=namespace).status
+        return status is not None and status.disruptionsAllowed == 1
+
+    wait_for(one_disruption_allowed, timeout=30, what="the PodDisruptionBudget to allow one disruption")
 
     def evict(pod: str) -> subprocess.CompletedProcess[str]:
         body = json.dumps(

@@ -97,7 +97,7 @@ def test_a_manifest_escaping_dest_exits_2_naming_the_field(
 ) -> None:
     _, manifest = pinned
     doc = manifest_to_dict(manifest)
-    doc["entries"][3]["dest"] = "adder/../../../etc/cron.d/x"  # type: ignore[index]
+    doc["entries"][3]["dest"] = "adder/../../../etc/cron.d/x"
     result = run_sync(tmp_path, doc, s3_backend.credentials)
     assert result.returncode == 2, result.stderr
     assert "manifest.entries[3].dest: it has a '..' path segment" in result.stderr

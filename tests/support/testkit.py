@@ -36,7 +36,6 @@ def wait_for(
 ) -> T:
     """Call ``probe`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    last: Any = None
     while True:
         last = probe()
         if last:
