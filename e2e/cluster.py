@@ -38,10 +38,13 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import node  # e2e/node.py: the real node
+
+T = TypeVar("T")
 
 E2E_DIR = Path(__file__).resolve().parent
 REPO_ROOT = E2E_DIR.parent
@@ -81,7 +84,7 @@ def _version_ldflags() -> list[str]:
 
 
 # name -> spec. "packages" maps output binary name -> Go package path.
-TOOLS: dict[str, dict] = {
+TOOLS: dict[str, dict[str, Any]] = {
     "kubernetes": {
         "module": "k8s.io/kubernetes",
         "version": KUBERNETES_VERSION,
@@ -167,7 +170,7 @@ def kubeconfig_path() -> Path:
     return state_dir() / "kubeconfig"
 
 
-def _go_env() -> dict:
+def _go_env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("GOTOOLCHAIN", "local")
     env["CGO_ENABLED"] = "0"
@@ -216,12 +219,20 @@ def bin_dir() -> Path:
 # --------------------------------------------------------------------------
 # Wrapper modules
 # --------------------------------------------------------------------------
-def _run(cmd, cwd=None, env=None, check=True, **kw):
+def _run(
+    cmd: list[str | Path],
+    cwd: Path | str | None = None,
+    env: dict[str, str] | None = None,
+    check: bool = True,
+    **kw: Any,
+) -> subprocess.CompletedProcess[Any]:
     log("$ " + " ".join(str(c) for c in cmd) + (f"   (in {cwd})" if cwd else ""))
     return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, check=check, **kw)
 
 
-def _go_with_sumdb_fallback(cmd, cwd, env):
+def _go_with_sumdb_fallback(
+    cmd: list[str], cwd: Path | str, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     if r.returncode != 0 and re.search(r"sum\.golang\.org|verifying .*: .*(dial|lookup|timeout)", r.stderr):
         log("checksum database unreachable, retrying with GOSUMDB=off")
@@ -233,11 +244,11 @@ def _go_with_sumdb_fallback(cmd, cwd, env):
     return r
 
 
-def _download_module(module: str, version: str, env: dict) -> dict:
+def _download_module(module: str, version: str, env: dict[str, str]) -> dict[str, Any]:
     r = _go_with_sumdb_fallback(
         ["go", "mod", "download", "-json", f"{module}@{version}"], cwd=tempfile.gettempdir(), env=env
     )
-    info = json.loads(r.stdout)
+    info: dict[str, Any] = json.loads(r.stdout)
     if info.get("Error"):
         raise RuntimeError(f"go mod download {module}@{version}: {info['Error']}")
     return info
@@ -269,7 +280,7 @@ def _parse_replaces(gomod: str) -> list[tuple[str, str]]:
     return out
 
 
-def generate_wrapper_gomod(name: str, env: dict | None = None) -> str:
+def generate_wrapper_gomod(name: str, env: dict[str, str] | None = None) -> str:
     """Generate the seed go.mod of a wrapper module from the pinned upstream go.mod.
 
     Upstream replace directives that point at local directories (k8s staging
@@ -302,7 +313,7 @@ def generate_wrapper_gomod(name: str, env: dict | None = None) -> str:
     return text
 
 
-def ensure_wrapper(name: str, env: dict | None = None, force: bool = False) -> Path:
+def ensure_wrapper(name: str, env: dict[str, str] | None = None, force: bool = False) -> Path:
     """Make sure e2e/tools/<name>/{go.mod,go.sum} match the pins (regenerate if not)."""
     env = env or _go_env()
     spec = TOOLS[name]
@@ -332,7 +343,7 @@ def ensure_wrapper(name: str, env: dict | None = None, force: bool = False) -> P
 # --------------------------------------------------------------------------
 # build
 # --------------------------------------------------------------------------
-def _build_tool(name: str, out: Path, env: dict) -> None:
+def _build_tool(name: str, out: Path, env: dict[str, str]) -> None:
     spec = TOOLS[name]
     d = TOOLS_DIR / name
     stamp = out / f".built-{name}"
@@ -428,7 +439,8 @@ CPU_NODES = ["cpu-node-1"]
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _pid_alive(pid: int) -> bool:
@@ -439,9 +451,10 @@ def _read_pids(sd: Path) -> dict[str, int]:
     return node.read_pids(sd / "pids")
 
 
-def _load_meta(sd: Path) -> dict:
+def _load_meta(sd: Path) -> dict[str, Any]:
     try:
-        return json.loads((sd / "cluster.json").read_text())
+        meta: dict[str, Any] = json.loads((sd / "cluster.json").read_text())
+        return meta
     except (OSError, ValueError):
         return {}
 
@@ -455,8 +468,13 @@ class Api:
         self.ctx = ssl.create_default_context(cafile=cafile)
 
     def request(
-        self, method: str, path: str, body=None, timeout: float = 5.0, content_type: str = "application/json"
-    ):
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float = 5.0,
+        content_type: str = "application/json",
+    ) -> Any:
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
@@ -471,11 +489,11 @@ class Api:
 
     def ok(self, path: str) -> bool:
         try:
-            return self.request("GET", path, timeout=2) == "ok"
+            return bool(self.request("GET", path, timeout=2) == "ok")
         except (OSError, urllib.error.URLError, ssl.SSLError):
             return False
 
-    def get(self, path: str):
+    def get(self, path: str) -> Any:
         try:
             return self.request("GET", path, timeout=3)
         except urllib.error.HTTPError as e:
@@ -504,7 +522,7 @@ def is_up(sd: Path | None = None) -> bool:
     return bool(api and api.ok("/readyz"))
 
 
-def _openssl(*args, cwd: Path) -> None:
+def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -696,7 +714,7 @@ def kwok_stages(bins: Path) -> str:
     return "\n---\n".join(docs) + "\n"
 
 
-def _node_manifest(name: str, gpus: int) -> dict:
+def _node_manifest(name: str, gpus: int) -> dict[str, Any]:
     res = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "1Ti"}
     labels = {
         "kubernetes.io/hostname": name,
@@ -724,7 +742,7 @@ def _spawn(sd: Path, name: str, argv: list[str]) -> int:
     return node.spawn(sd, sd / "pids", sd / "logs", name, argv)
 
 
-def _wait(what: str, cond, timeout: float, sd: Path, interval: float = 0.2):
+def _wait(what: str, cond: Callable[[], T | None], timeout: float, sd: Path, interval: float = 0.2) -> T:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for name, pid in _read_pids(sd).items():
@@ -734,6 +752,7 @@ def _wait(what: str, cond, timeout: float, sd: Path, interval: float = 0.2):
                 if lf.exists():
                     tail = "\n".join(lf.read_text(errors="replace").splitlines()[-30:])
                 raise RuntimeError(f"{name} (pid {pid}) exited while waiting for {what}; log {lf}:\n{tail}")
+        r: T | None
         try:
             r = cond()
         except (OSError, urllib.error.URLError, ssl.SSLError, ValueError):
@@ -982,7 +1001,7 @@ def _up(build_if_needed: bool, timeout: float) -> Path:
     else:
         log(f"warning: {crds} missing; Gateway API CRDs not installed")
 
-    def nodes_ready():
+    def nodes_ready() -> bool:
         items = api.get("/api/v1/nodes")["items"]
         ready = {
             i["metadata"]["name"]
@@ -1149,7 +1168,7 @@ def _down(quiet: bool) -> None:
         log(f"cluster stopped; removed {sd}")
 
 
-def status() -> dict:
+def status() -> dict[str, Any]:
     sd = state_dir()
     pids = _read_pids(sd) | _read_pids(sd / "node")
     return {
@@ -1175,7 +1194,7 @@ def leftovers() -> list[str]:
     return out + node.leftovers(sd, cache_root())
 
 
-def real_node() -> tuple[dict | None, str]:
+def real_node() -> tuple[dict[str, Any] | None, str]:
     """The real node of this state dir's cluster ({name, ip, pod_cidr, ...}), or None and why not."""
     sd = state_dir()
     if not (sd / "cluster.json").exists():

@@ -14,6 +14,7 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 INPUT0 = [1.0, 2.0, 3.0, 4.0]
@@ -24,7 +25,7 @@ class InferenceError(RuntimeError):
     """A request that did not come back as a 200 with the expected outputs."""
 
 
-def _post(host: str, port: int, path: str, body: dict[str, object], timeout: float) -> dict[str, object]:
+def _post(host: str, port: int, path: str, body: Mapping[str, object], timeout: float) -> dict[str, object]:
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         data = json.dumps(body).encode()

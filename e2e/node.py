@@ -50,6 +50,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 NODE_NAME = "real-node-1"
 NODE_IP = "10.77.0.1"
@@ -61,7 +63,7 @@ LABEL = "triton-operator.io/real-node"
 TAINT = {"key": LABEL, "value": "true", "effect": "NoSchedule"}
 
 
-def placement() -> dict:
+def placement() -> dict[str, Any]:
     """Pod spec fields that put a pod on the real node: its label selected, its taint tolerated."""
     return {
         "nodeSelector": {LABEL: TAINT["value"]},
@@ -361,14 +363,15 @@ def _write_sysctl(name: str, value: str) -> bool:
 # --------------------------------------------------------------------------
 # The host record: what this machine's real node changed, for teardown after a crash
 # --------------------------------------------------------------------------
-def _load_record() -> dict | None:
+def _load_record() -> dict[str, Any] | None:
     try:
-        return json.loads(RECORD.read_text())
+        rec: dict[str, Any] = json.loads(RECORD.read_text())
+        return rec
     except (OSError, ValueError):
         return None
 
 
-def _save_record(rec: dict) -> None:
+def _save_record(rec: dict[str, Any]) -> None:
     RECORD.parent.mkdir(parents=True, exist_ok=True)
     tmp = RECORD.with_suffix(".tmp")
     tmp.write_text(json.dumps(rec, indent=2) + "\n")
@@ -381,7 +384,7 @@ def _drop_record() -> None:
         RECORD.parent.rmdir()
 
 
-def _record_owner_alive(rec: dict) -> bool:
+def _record_owner_alive(rec: dict[str, Any]) -> bool:
     """Is the cluster that owns the record still running (or still starting: its node's processes
     start some seconds after the record is written)?"""
     sd = Path(rec["state_dir"])
@@ -401,7 +404,7 @@ def disabled_reason() -> str | None:
     return None
 
 
-def _images_module():
+def _images_module() -> ModuleType:
     e2e = str(Path(__file__).resolve().parent)
     if e2e not in sys.path:
         sys.path.insert(0, e2e)
@@ -672,7 +675,7 @@ disabled_plugins = [
 """
 
 
-def cni_config(p: Paths) -> dict:
+def cni_config(p: Paths) -> dict[str, Any]:
     return {
         "cniVersion": "1.0.0",
         "name": CNI_NETWORK,
@@ -821,7 +824,7 @@ class RealNode:
         return e if isinstance(e, NodeError) else NodeError(f"{type(e).__name__}: {e}")
 
     # ---- kubelet + kube-proxy ------------------------------------------------------------------
-    def kubelet_config(self) -> dict:
+    def kubelet_config(self) -> dict[str, Any]:
         p, pki = self.p, self.p.pki
         return {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
@@ -885,7 +888,7 @@ class RealNode:
             "maxOpenFiles": _nofile_hard_limit(),
         }
 
-    def kube_proxy_config(self, kubeconfig: Path) -> dict:
+    def kube_proxy_config(self, kubeconfig: Path) -> dict[str, Any]:
         return {
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
             "kind": "KubeProxyConfiguration",
@@ -973,7 +976,7 @@ class RealNode:
             raise self._as_node_error(self._error)
         self.timings["total"] = round(time.monotonic() - self._t0, 1)
 
-    def meta(self) -> dict:
+    def meta(self) -> dict[str, Any]:
         return {
             "name": NODE_NAME,
             "ip": NODE_IP,
@@ -989,7 +992,7 @@ class RealNode:
 # Teardown
 # --------------------------------------------------------------------------
 def _mounts() -> list[str]:
-    out = []
+    out: list[str] = []
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
@@ -1171,7 +1174,7 @@ def _clean_cni_cache(container_ids: list[str]) -> None:
         (CNI_CACHE / f"cni-loopback-{cid}-lo").unlink(missing_ok=True)
 
 
-def _clean_host_files(p: Paths, rec: dict | None, container_ids: list[str]) -> None:
+def _clean_host_files(p: Paths, rec: dict[str, Any] | None, container_ids: list[str]) -> None:
     # kubelet's /var/log/containers symlinks into our pod log dir
     if VAR_LOG_CONTAINERS.is_dir():
         for link in VAR_LOG_CONTAINERS.iterdir():
@@ -1193,7 +1196,7 @@ def _clean_host_files(p: Paths, rec: dict | None, container_ids: list[str]) -> N
                     os.rmdir(d)  # only when empty
 
 
-def _restore_sysctls(rec: dict | None) -> None:
+def _restore_sysctls(rec: dict[str, Any] | None) -> None:
     if not rec:
         return
     for name, val in rec.get("sysctls", {}).items():
@@ -1222,7 +1225,7 @@ def teardown(sd: Path, cache: Path, keep_guard: bool = False, quiet: bool = Fals
     _teardown(p, rec, keep_guard, quiet)
 
 
-def _teardown(p: Paths, rec: dict | None, keep_guard: bool, quiet: bool) -> None:
+def _teardown(p: Paths, rec: dict[str, Any] | None, keep_guard: bool, quiet: bool) -> None:
     t0 = time.monotonic()
     pids = read_pids(p.pids)
     # 1. kubelet and kube-proxy first: they would restart pods and rewrite rules
@@ -1376,11 +1379,12 @@ class ClusterDNS:
         self.ctx = ssl.create_default_context(cafile=cafile)
         self.suffix = "." + domain
 
-    def _get(self, path: str) -> dict | None:
+    def _get(self, path: str) -> dict[str, Any] | None:
         req = urllib.request.Request(self.server + path, headers={"Authorization": f"Bearer {self.token}"})
         try:
             with urllib.request.urlopen(req, context=self.ctx, timeout=3) as r:
-                return json.loads(r.read())
+                doc: dict[str, Any] = json.loads(r.read())
+                return doc
         except urllib.error.HTTPError as e:
             if e.code == 404:
                 return None
@@ -1391,7 +1395,7 @@ class ClusterDNS:
             f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices?labelSelector="
             f"kubernetes.io/service-name%3D{svc}"
         )
-        out = []
+        out: list[str] = []
         for sl in (slices or {}).get("items", []):
             if sl.get("addressType") != "IPv4":
                 continue

@@ -34,7 +34,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "e2e"))
-sys.path.insert(0, str(ROOT / "tests" / "storage"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 import cluster  # noqa: E402
 import images  # noqa: E402

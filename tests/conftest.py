@@ -1,4 +1,5 @@
-"""Shared fixtures: a real cluster (KUBECONFIG or e2e/cluster.py), the CRD, a namespace, the operator."""
+"""Shared fixtures: a real cluster (KUBECONFIG or e2e/cluster.py), the CRD, a namespace, the operator,
+and seaweedfs (a real S3 server) for the storage and cluster tests alike."""
 
 from __future__ import annotations
 
@@ -9,21 +10,19 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
 
-from testkit import free_port, stop_process, wait_for, wait_healthy
+from testkit import TEST_FIELD_MANAGER, apply_crds, crd_document, free_port, stop_process, wait_healthy
+
+if TYPE_CHECKING:
+    from storage_servers import Server
 
 REPO = Path(__file__).resolve().parents[1]
-E2E_DIR = REPO / "e2e"
-CRD_FILE = REPO / "crds" / "tritonservices.yaml"
-CRD_NAME = "tritonservices.triton-operator.io"
-TEST_FIELD_MANAGER = "triton-operator-tests"
 
 
 # ----------------------------------------------------------------- markers, reports for teardown
@@ -54,10 +53,11 @@ def _failed(request: pytest.FixtureRequest) -> bool:
 def _reachable(kubeconfig: Path) -> str | None:
     """None when the API server of ``kubeconfig`` answers; else why not."""
     try:
+        import httpx2  # noqa: PLC0415
         from lightkube import Client, KubeConfig  # noqa: PLC0415
         from lightkube.resources.core_v1 import Namespace  # noqa: PLC0415
 
-        client = Client(config=KubeConfig.from_file(str(kubeconfig)), timeout=5)
+        client = Client(config=KubeConfig.from_file(str(kubeconfig)), timeout=httpx2.Timeout(5))
         client.get(Namespace, "default")
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
@@ -81,8 +81,6 @@ def cluster() -> Iterator[Path]:
             yield Path(env)
             return
         sys.stderr.write(f"$KUBECONFIG={env} is not reachable ({why}); trying e2e/cluster.py\n")
-    if str(E2E_DIR) not in sys.path:
-        sys.path.insert(0, str(E2E_DIR))
     try:
         local: Any = importlib.import_module("cluster")
     except ImportError as exc:
@@ -111,45 +109,18 @@ def cluster() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def kube(cluster: Path) -> Any:
     """A synchronous lightkube Client for test code (the operator uses its own async one)."""
+    import httpx2  # noqa: PLC0415
     from lightkube import Client, KubeConfig  # noqa: PLC0415
 
-    return Client(config=KubeConfig.from_file(str(cluster)), field_manager=TEST_FIELD_MANAGER, timeout=30)
-
-
-def crd_document() -> dict[str, Any]:
-    """The CRD from crds/tritonservices.yaml, or built in-process when the file is missing."""
-    if CRD_FILE.is_file():
-        doc: dict[str, Any] = yaml.safe_load(CRD_FILE.read_text())
-        return doc
-    crd_module: Any = importlib.import_module("triton_operator.core.crd")
-    built: dict[str, Any] = crd_module.build_crd()
-    return built
+    config = KubeConfig.from_file(str(cluster))
+    return Client(config=config, field_manager=TEST_FIELD_MANAGER, timeout=httpx2.Timeout(30))
 
 
 @pytest.fixture(scope="session")
 def crd(kube: Any) -> dict[str, Any]:
     """The TritonService CRD, applied and Established."""
-    from lightkube.resources.apiextensions_v1 import CustomResourceDefinition  # noqa: PLC0415
-    from lightkube.types import PatchType  # noqa: PLC0415
-
     doc = crd_document()
-    kube.patch(
-        CustomResourceDefinition,
-        doc["metadata"]["name"],
-        doc,
-        patch_type=PatchType.APPLY,
-        field_manager=TEST_FIELD_MANAGER,
-        force=True,
-    )
-
-    def established() -> bool:
-        obj = kube.get(CustomResourceDefinition, doc["metadata"]["name"]).to_dict()
-        return any(
-            c.get("type") == "Established" and c.get("status") == "True"
-            for c in obj.get("status", {}).get("conditions", [])
-        )
-
-    wait_for(established, timeout=30, what="the CRD to be Established")
+    apply_crds(kube, [doc], timeout=30)
     return doc
 
 
@@ -251,8 +222,6 @@ def operator(
 @pytest.fixture(scope="session")
 def kubectl(cluster: Path) -> str | None:
     """A kubectl binary: the local cluster's, else one on PATH (None when there is none)."""
-    if str(E2E_DIR) not in sys.path:
-        sys.path.insert(0, str(E2E_DIR))
     try:
         local: Any = importlib.import_module("cluster")
         candidate = Path(local.bin_dir()) / "kubectl"
@@ -261,3 +230,39 @@ def kubectl(cluster: Path) -> str | None:
     except Exception:  # the cluster module is optional when $KUBECONFIG is used
         pass
     return shutil.which("kubectl")
+
+
+# ----------------------------------------------------------------- a real S3 server
+
+
+@pytest.fixture(scope="session")
+def seaweedfs_on(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Server]]:
+    """seaweedfs_on(host) -> a seaweedfs (S3, storage_servers' key pair) with every port on ``host``.
+
+    One server per host for the whole session, stopped (and checked gone) at its end. Raises
+    storage_servers.ServerStartError when it cannot start. ``extra`` holds "access" and "secret".
+    """
+    import storage_servers  # noqa: PLC0415 (boto3 is loaded only by the tests that need a store)
+
+    servers: dict[str, Server] = {}
+
+    def start(host: str) -> Server:
+        if host not in servers:
+            base = tmp_path_factory.mktemp("seaweedfs")
+            server = storage_servers.start_seaweedfs(base / "data", base / "weed.log", host=host)
+            server.extra["access"] = storage_servers.S3_ACCESS_KEY
+            server.extra["secret"] = storage_servers.S3_SECRET_KEY
+            servers[host] = server
+        return servers[host]
+
+    yield start
+    for server in servers.values():
+        server.stop()
+        assert not server.alive, f"{server.name} (pid {server.process.pid}) still runs after stop"
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(seaweedfs_on: Callable[[str], Server]) -> Server:
+    """A real S3 server on loopback: the storage tests' S3 store, the store the operator process
+    (not pods) pins repositories from in the cluster tests."""
+    return seaweedfs_on("127.0.0.1")

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-for extra in (ROOT / "e2e", ROOT / "tests" / "storage", ROOT / "tests" / "e2e"):
+for extra in (ROOT / "e2e", ROOT / "tests" / "support"):
     sys.path.insert(0, str(extra))
 
 import cluster  # noqa: E402
@@ -119,11 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll", type=float, default=0.05, help="seconds between polls of the pod")
     args = ap.parse_args(argv)
 
-    import storage_servers  # noqa: PLC0415
+    import httpx2  # noqa: PLC0415
     from lightkube import Client, KubeConfig  # noqa: PLC0415
     from lightkube.generic_resource import create_namespaced_resource  # noqa: PLC0415
+    from lightkube.models.meta_v1 import ObjectMeta  # noqa: PLC0415
     from lightkube.resources.core_v1 import Namespace, Secret, Service  # noqa: PLC0415
     from lightkube.types import PatchType  # noqa: PLC0415
+
+    import storage_servers  # noqa: PLC0415
 
     started = False
     if not cluster.is_up():
@@ -137,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     server = storage_servers.start_seaweedfs(workdir / "weed", workdir / "weed.log", host=node["ip"])
     operator = None
     kubeconfig = str(cluster.kubeconfig_path())
-    kube = Client(config=KubeConfig.from_file(kubeconfig), field_manager="bench", timeout=30)
+    kube = Client(config=KubeConfig.from_file(kubeconfig), field_manager="bench", timeout=httpx2.Timeout(30))
     ts_resource = create_namespaced_resource(
         "triton-operator.io", "v1alpha1", "TritonService", "tritonservices"
     )
@@ -161,16 +164,14 @@ def main(argv: list[str] | None = None) -> int:
         s3.create_bucket(Bucket="bench")
         s3.put_object(Bucket="bench", Key="models/add_sub/1/model.py", Body=adder_source(0))
         s3.put_object(Bucket="bench", Key="models/add_sub/2/model.py", Body=adder_source(100))
-        kube.create(Namespace.from_dict({"metadata": {"name": namespace}}))
+        kube.create(Namespace(metadata=ObjectMeta(name=namespace)))
         kube.create(
-            Secret.from_dict(
-                {
-                    "metadata": {"name": "store", "namespace": namespace},
-                    "stringData": {
-                        "AWS_ACCESS_KEY_ID": storage_servers.S3_ACCESS_KEY,
-                        "AWS_SECRET_ACCESS_KEY": storage_servers.S3_SECRET_KEY,
-                    },
-                }
+            Secret(
+                metadata=ObjectMeta(name="store", namespace=namespace),
+                stringData={
+                    "AWS_ACCESS_KEY_ID": storage_servers.S3_ACCESS_KEY,
+                    "AWS_SECRET_ACCESS_KEY": storage_servers.S3_SECRET_KEY,
+                },
             )
         )
         log = (workdir / "operator.log").open("wb")
@@ -208,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
             host = ""
             while not host:
                 with contextlib.suppress(Exception):
-                    host = str(kube.get(Service, name, namespace=namespace).spec.clusterIP or "")
+                    spec = kube.get(Service, name, namespace=namespace).spec
+                    host = str(spec.clusterIP or "") if spec else ""
                 time.sleep(0.02)
             watch_pod(
                 kube,
@@ -222,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(run)
             # a new revision of it
             obj = kube.get(ts_resource, name, namespace=namespace)
-            old = obj.status["stableRevision"]
+            old = obj["status"]["stableRevision"]  # a generic resource is a dict
             run = Run("revision")
             run.marks["apply"] = time.monotonic()
             apply(body(name, 2))

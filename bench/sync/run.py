@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,9 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "storage"))
+sys.path.insert(0, str(REPO / "tests" / "support"))
 
 from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY, Server, start_seaweedfs  # noqa: E402
-
 from triton_operator.adapters.storage import open_store, pin_repository  # noqa: E402
 from triton_operator.adapters.syncer import SyncOptions, SyncStats, sync  # noqa: E402
 from triton_operator.models import ModelSpec, Repository  # noqa: E402
@@ -45,7 +45,8 @@ def client(endpoint: str, pool: int = 64) -> Any:
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         ),
-        **{"aws_access_key_id": S3_ACCESS_KEY, "aws_secret_access_key": S3_SECRET_KEY},
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET_KEY,
     )
 
 
@@ -206,7 +207,7 @@ def main() -> int:
             for _ in range(args.repeat):
                 dest = fresh(work / "dest")
                 cpu0 = cpu_seconds()
-                seconds, result = timed(lambda dest=dest: fn(dest))
+                seconds, result = timed(partial(fn, dest))
                 times.append(seconds)
                 cpus.append(cpu_seconds() - cpu0)
                 print(f"{name}: {seconds:.2f}s, client CPU {cpus[-1]:.2f}s", file=sys.stderr)
@@ -218,10 +219,12 @@ def main() -> int:
             "KServe-style: 4 processes x download_file",
             lambda d: kserve_download(endpoint, "mixed", "models", d, processes=4),
         )
-        bench(
-            "KServe-style, then sync(2) to flush like ours",
-            lambda d: (kserve_download(endpoint, "mixed", "models", d, processes=4), os.sync()),
-        )
+
+        def kserve_then_flush(dest: Path) -> None:
+            kserve_download(endpoint, "mixed", "models", dest, processes=4)
+            os.sync()
+
+        bench("KServe-style, then sync(2) to flush like ours", kserve_then_flush)
         if not args.no_serial:
             bench(
                 "serial download_file (older KServe)",

@@ -10,21 +10,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-E2E_DIR = Path(__file__).resolve().parents[2] / "e2e"
-if str(E2E_DIR) not in sys.path:
-    sys.path.insert(0, str(E2E_DIR))
-
-import cluster  # noqa: E402
+import cluster  # e2e/cluster.py (e2e/ is on pytest's pythonpath)
 
 pytestmark = pytest.mark.cluster
 

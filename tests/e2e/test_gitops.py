@@ -27,6 +27,10 @@ from typing import Any
 
 import pytest
 import yaml
+from lightkube import Client
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import ConfigMap, Service
+
 from e2e_helpers import (
     CRASH,
     ENSEMBLE_OF_A_MISSING_MODEL,
@@ -37,10 +41,6 @@ from e2e_helpers import (
     versions,
     wait_condition,
 )
-from lightkube import Client
-from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Service
-
 from testkit import load_chartlib, sh, wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,6 @@ put back afterwards exactly as the session's `crd` fixture applies them.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -25,6 +24,11 @@ from typing import Any
 
 import pytest
 import yaml
+from lightkube import ApiError, Client
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Pod, Service
+
 from e2e_helpers import (
     REVISION_LABEL,
     SERVICE_LABEL,
@@ -40,21 +44,24 @@ from e2e_helpers import (
     owned,
     tritonservice,
 )
-from lightkube import ApiError, Client
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Pod, Service
-from lightkube.types import PatchType
-
-from testkit import free_port, load_chartlib, sh, stop_process, wait_for, wait_healthy
+from testkit import (
+    CRD_FILE,
+    apply_crds,
+    crd_document,
+    crd_established,
+    free_port,
+    load_chartlib,
+    sh,
+    stop_process,
+    wait_for,
+    wait_healthy,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "triton-operator"
 MANIFESTS = REPO / "manifests"
-CRD_FILE = REPO / "crds" / "tritonservices.yaml"
-TEST_FIELD_MANAGER = "triton-operator-tests"  # the session `crd` fixture's manager (tests/conftest.py)
 OUR_CRDS = (
     "tritonservices.triton-operator.io",
     "kopfpeerings.kopf.dev",
@@ -115,19 +122,6 @@ def terminating(kube: Client, namespace: str) -> bool:
     except ApiError as exc:
         return exc.status.code == 404
     return bool(ns["metadata"].get("deletionTimestamp"))
-
-
-def crd_established(kube: Client, name: str) -> bool:
-    try:
-        obj = kube.get(CustomResourceDefinition, name).to_dict()
-    except ApiError as exc:
-        if exc.status.code == 404:
-            return False
-        raise
-    return any(
-        c.get("type") == "Established" and c.get("status") == "True"
-        for c in obj.get("status", {}).get("conditions", [])
-    )
 
 
 def crd_exists(kube: Client, name: str) -> bool:
@@ -202,26 +196,12 @@ def without_crds(kube: Client, tools: Tools) -> Iterator[None]:
         # Leave the cluster as it was: our CRD applied by the tests' field manager (as the
         # session's `crd` fixture does), the kopf ones back only if they were there before.
         kopf_crds = [d for d in yaml.safe_load_all((CHART / "crds" / "kopfpeerings.yaml").read_text()) if d]
-        docs = [yaml.safe_load(CRD_FILE.read_text())]
+        docs = [crd_document()]
         docs += [d for d in kopf_crds if d["metadata"]["name"] in existed]
         for name in OUR_CRDS:
             if name not in existed and name != "tritonservices.triton-operator.io":
                 tools.k("delete", "crd", name, "--ignore-not-found", "--wait=true")
-        for doc in docs:
-            kube.patch(
-                CustomResourceDefinition,
-                doc["metadata"]["name"],
-                doc,
-                patch_type=PatchType.APPLY,
-                field_manager=TEST_FIELD_MANAGER,
-                force=True,
-            )
-        for doc in docs:
-            wait_for(
-                partial(crd_established, kube, doc["metadata"]["name"]),
-                timeout=60,
-                what=f"CRD {doc['metadata']['name']} to be Established again",
-            )
+        apply_crds(kube, docs, timeout=60)
 
 
 # ----------------------------------------------------------------- (a) helm install / upgrade / uninstall
@@ -466,38 +446,14 @@ def owned_names(kube: Client, resource: Any, namespace: str, name: str) -> set[s
     return names(owned(kube, resource, namespace, name))
 
 
-@pytest.fixture(scope="module")
-def s3_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A real S3 server (seaweedfs) the operator pins the repository from (needs `secrets: get`)."""
-    storage_dir = str(REPO / "tests" / "storage")
-    if storage_dir not in sys.path:
-        sys.path.insert(0, storage_dir)
-    storage_servers: Any = importlib.import_module("storage_servers")
-
-    base = tmp_path_factory.mktemp("seaweedfs")
-    try:
-        server = storage_servers.start_seaweedfs(base / "data", base / "weed.log")
-    except storage_servers.ServerStartError as exc:
-        pytest.skip(f"no S3 server: {exc}")
-    server.extra["access"] = storage_servers.S3_ACCESS_KEY
-    server.extra["secret"] = storage_servers.S3_SECRET_KEY
-    yield server
-    server.stop()
-
-
 def _s3_repository(kube: Client, store: Any, namespace: str) -> dict[str, Any]:
-    """A bucket with one model version, a credentials Secret in ``namespace``; the spec's repository."""
-    import boto3  # noqa: PLC0415
-    from botocore.config import Config  # noqa: PLC0415
+    """A bucket with one model version, a credentials Secret in ``namespace``; the spec's repository.
 
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=store.endpoint,
-        aws_access_key_id=store.extra["access"],
-        aws_secret_access_key=store.extra["secret"],
-        region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}),
-    )
+    ``store``: the `seaweedfs` fixture (tests/conftest.py), which the operator pins from (the chart's
+    `secrets: get` reads the credentials Secret)."""
+    import storage_servers  # noqa: PLC0415
+
+    s3 = storage_servers.s3_client(store.endpoint)
     bucket = f"rbac-{suffix()}"
     s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket=bucket, Key="models/add/1/model.py", Body=b"# version 1\n")
@@ -530,7 +486,7 @@ def test_operator_runs_a_full_lifecycle_with_only_the_charts_rbac(  # noqa: PLR0
     operator: LocalOperator | None = None
     try:
         if mode == "cluster":
-            store = request.getfixturevalue("s3_store")
+            store = request.getfixturevalue("seaweedfs")
             repository = _s3_repository(kube, store, namespace)
             env = {"TRITON_OPERATOR_PIN_REPOSITORIES": "true"}
         else:

@@ -13,6 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lightkube import ApiError, Client
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import ConfigMap, Pod, Service
+
 from e2e_helpers import (
     CRASH,
     ENSEMBLE_OF_A_MISSING_MODEL,
@@ -29,10 +33,6 @@ from e2e_helpers import (
     versions,
     wait_condition,
 )
-from lightkube import ApiError, Client
-from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Pod, Service
-
 from testkit import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -288,8 +288,9 @@ def test_valid_update_rolls_out_a_new_revision_and_retires_the_old(
     # A served, so its ConfigMap stays for an exact undo; B never served
     assert [h["revision"] for h in done["status"].get("history", [])] == [rev_a]
     assert names(owned(kube, ConfigMap, namespace, "rolling")) == {f"rolling-{rev_a}", f"rolling-{rev_c}"}
-    args = kube.get(Deployment, f"rolling-{rev_c}", namespace=namespace).spec.template.spec.containers[0].args
-    assert "--log-verbose=1" in args
+    spec = kube.get(Deployment, f"rolling-{rev_c}", namespace=namespace).spec
+    assert spec.template.spec is not None
+    assert "--log-verbose=1" in (spec.template.spec.containers[0].args or [])
 
 
 # ----------------------------------------------------------------- deletion
@@ -375,29 +376,8 @@ def test_status_is_not_rewritten_when_nothing_changed(
 # ----------------------------------------------------------------- pinning a real store
 
 
-@pytest.fixture(scope="module")
-def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A real S3 server (seaweedfs) on loopback, reachable by the operator process (not by pods)."""
-    import sys  # noqa: PLC0415
-
-    storage_dir = str(Path(__file__).resolve().parents[1] / "storage")
-    if storage_dir not in sys.path:
-        sys.path.insert(0, storage_dir)
-    import storage_servers  # noqa: PLC0415
-
-    base = tmp_path_factory.mktemp("seaweedfs")
-    try:
-        server = storage_servers.start_seaweedfs(base / "data", base / "weed.log")
-    except storage_servers.ServerStartError as exc:
-        pytest.skip(f"no S3 server: {exc}")
-    server.extra["access"] = storage_servers.S3_ACCESS_KEY
-    server.extra["secret"] = storage_servers.S3_SECRET_KEY
-    yield server
-    server.stop()
-
-
 def _s3(server: Any) -> Any:
-    import storage_servers  # noqa: PLC0415 (on sys.path: the seaweedfs fixture put it there)
+    import storage_servers  # noqa: PLC0415
 
     return storage_servers.s3_client(server.endpoint)
 
@@ -458,10 +438,12 @@ def test_repository_is_pinned_and_a_new_upload_rolls_out(
     assert [h["revision"] for h in second["status"]["history"]] == [rev1]
 
     # the old revision is kept in history at 0 replicas: let its pods go before the quiet period
-    wait_for(
-        lambda: not (kube.get(Deployment, f"pinned-{rev1}", namespace=namespace).status.replicas or 0),
-        what=f"the pods of {rev1} to terminate",
-    )
+    def old_pods_gone() -> bool:
+        status = kube.get(Deployment, f"pinned-{rev1}", namespace=namespace).status
+        assert status is not None
+        return not (status.replicas or 0)
+
+    wait_for(old_pods_gone, what=f"the pods of {rev1} to terminate")
     # nothing new in the bucket: polls go on, but the operator writes nothing
     before = versions(kube, namespace, "pinned")
     time.sleep(6)
@@ -488,6 +470,7 @@ def test_a_recreated_tritonservice_adopts_nothing_its_predecessor_left(
     assert not second["status"].get("history") and not second["status"].get("canaryRevision")
     time.sleep(3)
     left = kube.get(Deployment, f"again-{old}", namespace=namespace)
+    assert left.metadata is not None
     assert left.spec.replicas == 2  # not ours: never scaled
     assert not left.metadata.ownerReferences
     assert get_ts(kube, namespace, "again")["status"]["replicas"] == 2  # only its own pods counted

@@ -8,14 +8,17 @@ saying why. The S3 store (seaweedfs) listens on the pod bridge's gateway so pods
 
 from __future__ import annotations
 
-import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from lightkube import Client
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Pod, Service
+
 from e2e_helpers import (
     TS,
     apply,
@@ -27,10 +30,7 @@ from e2e_helpers import (
     owned,
     wait_condition,
 )
-from lightkube import Client
-from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Pod, Service
-
+from inference import LoadClient, infer_add_sub, offset_of
 from real_pods import (
     REAL_NODE_LABEL,
     TRITON_CPU_IMAGE,
@@ -43,11 +43,6 @@ from real_pods import (
 from testkit import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-for extra in (ROOT / "e2e", ROOT / "tests" / "storage"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
-
-from inference import LoadClient, infer_add_sub, offset_of  # noqa: E402
 
 pytestmark = [
     pytest.mark.cluster,
@@ -68,18 +63,16 @@ def node(cluster: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def store(node: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def store(node: dict[str, Any], seaweedfs_on: Callable[[str], Any]) -> Any:
     """seaweedfs on the pod bridge's gateway address (this machine): the operator and pods reach it."""
     import storage_servers  # noqa: PLC0415
 
-    base = tmp_path_factory.mktemp("seaweedfs")
     try:
-        server = storage_servers.start_seaweedfs(base / "data", base / "weed.log", host=node["ip"])
+        server = seaweedfs_on(node["ip"])
     except storage_servers.ServerStartError as exc:
         pytest.skip(f"no S3 server on {node['ip']}: {exc}")
     server.extra["s3"] = storage_servers.s3_client(server.endpoint)
-    yield server
-    server.stop()
+    return server
 
 
 @pytest.fixture
@@ -183,7 +176,7 @@ def test_canary_triton_refuses_never_becomes_ready_and_is_rolled_back_while_stab
     # --exit-on-error=false keeps tritonserver up after a failed load: the pod runs but is never Ready.
     args = ["--log-verbose=0", "--exit-timeout-secs=5", "--exit-on-error=false"]
     rollout = {"steps": [{"setWeight": 50}, {"pause": {}}], "progressDeadlineSeconds": 25}
-    timing = {"serverArgs": args, "rollout": rollout, "startupTimeoutSeconds": 20}
+    timing: dict[str, Any] = {"serverArgs": args, "rollout": rollout, "startupTimeoutSeconds": 20}
     body = on_real_node("refused", namespace, bucket=bucket, endpoint=store.endpoint, **timing)
     apply(kube, body)
     stable = serving(kube, namespace, "refused")["status"]["stableRevision"]
@@ -405,10 +398,12 @@ def test_the_chart_runs_the_operator_as_a_pod_on_the_real_node_and_its_service_a
         (op,) = [
             p for p in kube.list(Pod, namespace=namespace, labels={"app.kubernetes.io/instance": release})
         ]
+        assert op.spec is not None and op.status is not None and op.status.containerStatuses is not None
         assert op.spec.nodeName and ready(op)
         (container,) = op.status.containerStatuses
         assert container.image.endswith("triton-operator/triton-operator:0.1.0") and container.ready
-        assert op.spec.containers[0].securityContext.readOnlyRootFilesystem is True
+        security = op.spec.containers[0].securityContext
+        assert security is not None and security.readOnlyRootFilesystem is True
 
         body = on_real_node("charted", namespace, bucket=bucket, endpoint=store.endpoint)
         del body["spec"]["image"]  # the chart's defaultTritonImage
@@ -438,14 +433,12 @@ def test_a_node_drain_evicts_one_pod_at_a_time_and_no_request_fails(  # noqa: PL
     serving(kube, namespace, "drained")
     host = cluster_ip(kube, namespace, "drained")
     answering(host, 0)
-    wait_for(
-        lambda: (
-            (kube.get(PodDisruptionBudget, "drained", namespace=namespace).status or {}).disruptionsAllowed
-            == 1
-        ),
-        timeout=30,
-        what="the PodDisruptionBudget to allow one disruption",
-    )
+
+    def one_disruption_allowed() -> bool:
+        status = kube.get(PodDisruptionBudget, "drained", namespace=namespace).status
+        return status is not None and status.disruptionsAllowed == 1
+
+    wait_for(one_disruption_allowed, timeout=30, what="the PodDisruptionBudget to allow one disruption")
 
     def evict(pod: str) -> subprocess.CompletedProcess[str]:
         body = json.dumps(

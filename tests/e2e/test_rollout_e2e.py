@@ -20,8 +20,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import e2e_helpers
 import pytest
+from lightkube import Client
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Service
+
+import e2e_helpers
 from e2e_helpers import (
     CRASH,
     ENSEMBLE_OF_A_MISSING_MODEL,
@@ -35,10 +40,6 @@ from e2e_helpers import (
     events,
     kubectl_triton,
 )
-from lightkube import Client
-from lightkube.generic_resource import create_namespaced_resource
-from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Service
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from packaging_helpers import chartlib
 
 VALIDATE = chartlib.CHARTS_DIR / "validate"

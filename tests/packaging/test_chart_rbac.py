@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from packaging_helpers import Render, chartlib, find, one
 
 Perms = dict[tuple[str, str], set[str]]

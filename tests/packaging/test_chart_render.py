@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from packaging_helpers import Render, chartlib, container, env, find, one, render_error
 
 

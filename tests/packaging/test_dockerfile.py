@@ -11,11 +11,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from packaging_helpers import REPO
 
-if str(REPO / "e2e") not in sys.path:
-    sys.path.insert(0, str(REPO / "e2e"))
-import images
+import images  # e2e/images.py
+from packaging_helpers import REPO
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from packaging_helpers import chartlib
 
 

@@ -1,10 +1,12 @@
-"""Session fixtures that start the real S3 (seaweedfs), GCS (fake-gcs-server) and Azure (azurite) servers."""
+"""Session fixtures that start the real GCS (fake-gcs-server) and Azure (azurite) servers, and one
+backend per store; the S3 server (seaweedfs) is tests/conftest.py's, shared with the cluster tests."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+
 from storage_backends import AzureBackend, Backend, GCSBackend, S3Backend
 from storage_servers import (
     S3_ACCESS_KEY,
@@ -13,21 +15,12 @@ from storage_servers import (
     azurite_missing,
     start_azurite,
     start_fake_gcs,
-    start_seaweedfs,
 )
 
 
 def _stop(server: Server) -> None:
     server.stop()
     assert not server.alive, f"{server.name} (pid {server.process.pid}) still runs after stop"
-
-
-@pytest.fixture(scope="session")
-def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    base = tmp_path_factory.mktemp("seaweedfs")
-    server = start_seaweedfs(base / "data", base / "weed.log")
-    yield server
-    _stop(server)
 
 
 @pytest.fixture(scope="session")

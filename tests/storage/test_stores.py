@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+
 from storage_backends import Backend
 from storage_servers import free_port
-
 from triton_operator.adapters.storage import (
     AccessDenied,
     BucketNotFound,

@@ -9,8 +9,8 @@ import random
 from pathlib import Path
 
 import pytest
-from storage_backends import Backend, CountingStore
 
+from storage_backends import Backend, CountingStore
 from triton_operator.adapters.storage import ObjectChanged, pin_repository
 from triton_operator.adapters.syncer import (
     STATE_FILE,

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from storage_backends import Backend
 
+from storage_backends import Backend
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.core.manifest import Manifest, manifest_to_dict, manifest_to_json
 from triton_operator.core.modelconfig import build_config_pbtxt
@@ -97,7 +97,7 @@ def test_a_manifest_escaping_dest_exits_2_naming_the_field(
 ) -> None:
     _, manifest = pinned
     doc = manifest_to_dict(manifest)
-    doc["entries"][3]["dest"] = "adder/../../../etc/cron.d/x"  # type: ignore[index]
+    doc["entries"][3]["dest"] = "adder/../../../etc/cron.d/x"
     result = run_sync(tmp_path, doc, s3_backend.credentials)
     assert result.returncode == 2, result.stderr
     assert "manifest.entries[3].dest: it has a '..' path segment" in result.stderr

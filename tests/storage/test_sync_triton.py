@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import requests
-from storage_backends import Backend
 
+from storage_backends import Backend
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.adapters.tritonserver import (
     TritonInstall,

@@ -6,7 +6,6 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
-from triton_specs import BROKEN_SPEC, SERVICE_SPEC, build_repository, validated_spec
 
 from triton_operator.adapters.tritonserver import (
     RunningServer,
@@ -16,6 +15,7 @@ from triton_operator.adapters.tritonserver import (
     start_server,
 )
 from triton_operator.models import TritonServiceSpec
+from triton_specs import BROKEN_SPEC, SERVICE_SPEC, build_repository, validated_spec
 
 
 @pytest.fixture(scope="session")

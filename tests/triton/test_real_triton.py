@@ -16,7 +16,6 @@ import pytest
 import requests
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from triton_specs import BROKEN_SPEC, OFFSET, SCALE_FACTOR, build_repository, validated_spec
 from tritonclient.grpc import model_config_pb2
 
 from triton_operator.adapters import triton
@@ -31,6 +30,7 @@ from triton_operator.adapters.tritonserver import (
 )
 from triton_operator.core.modelconfig import parse_model_config
 from triton_operator.models import TritonServiceSpec
+from triton_specs import BROKEN_SPEC, OFFSET, SCALE_FACTOR, build_repository, validated_spec
 
 pytestmark = [pytest.mark.triton, pytest.mark.timeout(600)]
 

@@ -14,11 +14,11 @@ from google.protobuf import descriptor_pb2, descriptor_pool
 from pydantic import BaseModel
 from tritonclient.grpc import model_config_pb2
 
+from crd_schema import ROOT, SCHEMA, validate
 from triton_operator.commands import crd as crd_command
 from triton_operator.core.crd import (
     MAX_NAME_LENGTH,
     build_crd,
-    build_schema,
     dump_yaml,
     message_schema,
     model_config_schema,
@@ -60,67 +60,8 @@ def nodes(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[st
         yield from nodes(schema["additionalProperties"], f"{path}{{}}")
 
 
-SCHEMA = build_schema()
 SPEC = SCHEMA["properties"]["spec"]
 CONFIG = schema_at(SPEC, "models", "[]", "config")
-# As the API server sees the root: ObjectMeta fields other than name are checked by the server itself.
-ROOT = {**SCHEMA, "properties": {**SCHEMA["properties"]}}
-ROOT["properties"]["metadata"] = {
-    **SCHEMA["properties"]["metadata"],
-    "x-kubernetes-preserve-unknown-fields": True,
-}
-
-
-# ---------------------------------------------------------------- a strict validator for the subset in use
-
-
-def validate(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
-    """What the API server checks with fieldValidation=Strict, for the keywords this CRD uses (no CEL)."""
-    errors: list[str] = []
-    if schema.get("x-kubernetes-int-or-string"):
-        if isinstance(value, bool) or not isinstance(value, int | str):
-            errors.append(f"{path}: must be an integer or a string")
-        elif isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
-            errors.append(f"{path}: should match {schema['pattern']}")
-        return errors
-    kind = schema.get("type")
-    checks = {
-        "object": lambda v: isinstance(v, dict),
-        "array": lambda v: isinstance(v, list),
-        "string": lambda v: isinstance(v, str),
-        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-        "boolean": lambda v: isinstance(v, bool),
-    }
-    if not checks[str(kind)](value):
-        return [f"{path}: must be of type {kind}"]
-    if kind == "object":
-        properties = schema.get("properties", {})
-        for key, item in value.items():
-            if key in properties:
-                errors += validate(item, properties[key], f"{path}.{key}")
-            elif "additionalProperties" in schema:
-                errors += validate(item, schema["additionalProperties"], f"{path}[{key}]")
-            elif not schema.get("x-kubernetes-preserve-unknown-fields"):
-                errors.append(f"{path}.{key}: unknown field")
-        errors += [f"{path}.{r}: required" for r in schema.get("required", []) if r not in value]
-    elif kind == "array":
-        if len(value) > schema.get("maxItems", len(value)) or len(value) < schema.get("minItems", 0):
-            errors.append(f"{path}: has {len(value)} items")
-        for index, item in enumerate(value):
-            errors += validate(item, schema["items"], f"{path}[{index}]")
-    elif kind == "string":
-        if "enum" in schema and value not in schema["enum"]:
-            errors.append(f"{path}: unsupported value {value!r}")
-        if "pattern" in schema and not re.search(schema["pattern"], value):
-            errors.append(f"{path}: should match {schema['pattern']}")
-        if len(value) > schema.get("maxLength", len(value)):
-            errors.append(f"{path}: too long")
-    elif kind in ("integer", "number") and not schema.get("minimum", value) <= value <= schema.get(
-        "maximum", value
-    ):
-        errors.append(f"{path}: out of range")
-    return errors
 
 
 DESIGN_EXAMPLE = yaml.safe_load(
@@ -159,7 +100,7 @@ spec:
 
 def with_change(path: str, value: Any) -> dict[str, Any]:
     """DESIGN_EXAMPLE with one value set at a dotted path (numbers index lists)."""
-    obj = yaml.safe_load(yaml.safe_dump(DESIGN_EXAMPLE))
+    obj: dict[str, Any] = yaml.safe_load(yaml.safe_dump(DESIGN_EXAMPLE))
     *parents, last = path.split(".")
     node: Any = obj
     for part in parents:
@@ -370,7 +311,7 @@ def test_config_reaches_max_queue_delay_as_int_or_string() -> None:
 
 def _check_message(schema: dict[str, Any], descriptor: Any, path: str, seen: tuple[str, ...]) -> list[str]:
     """Each field of the descriptor is in the schema under its JSON name, with a matching shape."""
-    problems = []
+    problems: list[str] = []
     if descriptor.full_name in seen:
         return problems
     properties = schema.get("properties", {})

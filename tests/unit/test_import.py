@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from test_crd import ROOT, validate  # the strict structural validator of the CRD tests
 
+from crd_schema import ROOT, validate  # the strict structural validator of the CRD tests
 from triton_operator.commands import import_ as import_command
 from triton_operator.core.crd import dump_yaml
 from triton_operator.core.modelconfig import (

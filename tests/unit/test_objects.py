@@ -809,9 +809,12 @@ def test_the_sync_image_is_not_part_of_the_revision() -> None:
 def test_an_existing_revision_keeps_its_sync_image_and_a_new_one_gets_the_operators() -> None:
     ts = ts_of()
     running = deployment(ts, "rev1")  # created by the old operator
-    sync_of = lambda dep: next(  # noqa: E731
-        c for c in dep["spec"]["template"]["spec"]["initContainers"] if c["name"] == o.SYNC_CONTAINER
-    )
+
+    def sync_of(dep: dict[str, Any]) -> dict[str, Any]:
+        return next(
+            c for c in dep["spec"]["template"]["spec"]["initContainers"] if c["name"] == o.SYNC_CONTAINER
+        )
+
     sync_of(running)["image"] = "ghcr.io/triton-operator/triton-operator:0.1.0"
     sync_of(running)["imagePullPolicy"] = "Always"  # set by the old operator's settings
     upgraded = Settings(

@@ -1,7 +1,6 @@
 """Helpers of the cluster tests: TritonService bodies, applying them, reading their conditions.
 
-Imported by basename (pytest's `prepend` import mode puts tests/e2e on sys.path):
-``from e2e_helpers import tritonservice``.
+Imported by basename (tests/support is on pytest's `pythonpath`): ``from e2e_helpers import tritonservice``.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from typing import Any
 
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Event, Secret, Service
 from lightkube.types import PatchType
@@ -181,10 +181,7 @@ def events(kube: Client, namespace: str, name: str) -> list[tuple[str, str, str]
 
 def create_store_secret(kube: Client, namespace: str, access: str, secret: str, name: str = "store") -> None:
     """The credentials Secret a TritonService's repository.credentialsSecret names (S3 keys)."""
-    body = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace},
-        "stringData": {"AWS_ACCESS_KEY_ID": access, "AWS_SECRET_ACCESS_KEY": secret},
-    }
-    kube.create(Secret.from_dict(body))
+    metadata = ObjectMeta(name=name, namespace=namespace)
+    kube.create(
+        Secret(metadata=metadata, stringData={"AWS_ACCESS_KEY_ID": access, "AWS_SECRET_ACCESS_KEY": secret})
+    )

@@ -10,16 +10,13 @@ from __future__ import annotations
 import copy
 import importlib
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT / "e2e") not in sys.path:
-    sys.path.insert(0, str(ROOT / "e2e"))
+import images  # e2e/images.py (e2e/ is on sys.path: pytest's pythonpath, or the bench script's)
+import node  # e2e/node.py
 
-import images  # noqa: E402 (e2e/images.py)
-import node  # noqa: E402 (e2e/node.py)
+ROOT = Path(__file__).resolve().parents[2]
 
 REAL_NODE_LABEL = node.LABEL
 placement = node.placement

@@ -1,7 +1,7 @@
-"""Helpers shared across the tests tree: polling, free ports, subprocesses, charts/chartlib.py.
+"""Helpers shared across the tests tree: polling, free ports, subprocesses, charts/chartlib.py, the CRD.
 
-tests/conftest.py puts this folder on sys.path (pytest's default `prepend` import mode), so every
-test module and helper imports this one by its basename: ``from testkit import wait_for``.
+tests/support is on pytest's `pythonpath` (pyproject.toml), so every test module and helper imports
+this one by its basename: ``from testkit import wait_for``.
 """
 
 from __future__ import annotations
@@ -15,13 +15,18 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
 import pytest
+import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+CRD_FILE = REPO / "crds" / "tritonservices.yaml"
+TEST_FIELD_MANAGER = "triton-operator-tests"
+"""The field manager of the tests' own writes (the `kube` fixture's client, CRDs applied by apply_crds)."""
 
 T = TypeVar("T")
 
@@ -31,7 +36,6 @@ def wait_for(
 ) -> T:
     """Call ``probe`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    last: Any = None
     while True:
         last = probe()
         if last:
@@ -100,3 +104,53 @@ def load_chartlib() -> ModuleType:
     sys.modules["chartlib"] = module
     spec.loader.exec_module(module)
     return module
+
+
+# ----------------------------------------------------------------- the CRD
+
+
+def crd_document() -> dict[str, Any]:
+    """The CRD from crds/tritonservices.yaml, or built in-process when the file is missing."""
+    if CRD_FILE.is_file():
+        doc: dict[str, Any] = yaml.safe_load(CRD_FILE.read_text())
+        return doc
+    crd_module: Any = importlib.import_module("triton_operator.core.crd")
+    built: dict[str, Any] = crd_module.build_crd()
+    return built
+
+
+def crd_established(kube: Any, name: str) -> bool:
+    """Whether the CRD ``name`` exists and is Established (``kube``: a lightkube Client)."""
+    from lightkube import ApiError  # noqa: PLC0415
+    from lightkube.resources.apiextensions_v1 import CustomResourceDefinition  # noqa: PLC0415
+
+    try:
+        obj = kube.get(CustomResourceDefinition, name).to_dict()
+    except ApiError as exc:
+        if exc.status.code == 404:
+            return False
+        raise
+    return any(
+        c.get("type") == "Established" and c.get("status") == "True"
+        for c in obj.get("status", {}).get("conditions", [])
+    )
+
+
+def apply_crds(kube: Any, docs: list[dict[str, Any]], *, timeout: float) -> None:
+    """Server-side apply each CRD of ``docs`` (by TEST_FIELD_MANAGER, forced), then wait until every
+    one is Established."""
+    from lightkube.resources.apiextensions_v1 import CustomResourceDefinition  # noqa: PLC0415
+    from lightkube.types import PatchType  # noqa: PLC0415
+
+    for doc in docs:
+        kube.patch(
+            CustomResourceDefinition,
+            doc["metadata"]["name"],
+            doc,
+            patch_type=PatchType.APPLY,
+            field_manager=TEST_FIELD_MANAGER,
+            force=True,
+        )
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        wait_for(partial(crd_established, kube, name), timeout=timeout, what=f"CRD {name} to be Established")
