@@ -310,8 +310,9 @@ def test_undo_to_a_revision_an_unversioned_upload_broke_is_refused_and_nothing_s
     """Recreate scales the serving revision down before the new one starts: an undo to a revision
     whose pinned object was overwritten in an unversioned bucket would stop serving for good."""
     s3 = store.extra["s3"]
-    recreate = {"rollout": {"strategy": "Recreate"}}
-    apply(kube, on_real_node("brittle", namespace, bucket=bucket, endpoint=store.endpoint, **recreate))
+    body = on_real_node("brittle", namespace, bucket=bucket, endpoint=store.endpoint)
+    body["spec"]["rollout"] = {"strategy": "Recreate"}
+    apply(kube, body)
     first = serving(kube, namespace, "brittle")["status"]["stableRevision"]
     host = cluster_ip(kube, namespace, "brittle")
     answering(host, 0)
