@@ -633,16 +633,16 @@ def test_pod_state_unschedulable_and_failing() -> None:
     assert o.pod_state(ready).ready
 
 
-def test_build_objects_only_renders_the_desired_revision() -> None:
+def test_the_actions_render_only_the_desired_revision() -> None:
     ts = ts_of()
-    objs = o.build_objects(ts, SETTINGS, "b", configs=configs_of(ts), manifest_json=None, replicas={"b": 2})
-    assert [(x["kind"], x["metadata"]["name"]) for x in objs] == [
+    out = actions(ts, "b", rollout_plan({"b": 2}), deployments=[], configmaps=[])
+    assert [(x["kind"], x["metadata"]["name"]) for x in out.apply] == [
         ("ConfigMap", "svc-b"),
         ("Deployment", "svc-b"),
         ("Service", "svc"),
     ]
-    only_service = o.build_objects(ts, SETTINGS, "b", configs=configs_of(ts), manifest_json=None, replicas={})
-    assert [x["kind"] for x in only_service] == ["Service"]
+    only_service = actions(ts, "b", rollout_plan({}), deployments=[], configmaps=[])
+    assert [x["kind"] for x in only_service.apply] == ["Service"]
 
 
 # ----------------------------------------------------------------- settings feeding the builders
@@ -722,8 +722,8 @@ def test_a_disruption_budget_by_default_when_more_than_one_replica_serves(
     pdbs = [x for x in out.apply if x["kind"] == "PodDisruptionBudget"]
     assert len(pdbs) == int(wanted)
     assert o.disruption_budget_enabled(ts) is wanted
-    rendered = o.build_objects(ts, SETTINGS, "new", configs=configs_of(ts), manifest_json=None, replicas={})
-    assert [x["kind"] for x in rendered].count("PodDisruptionBudget") == int(wanted)
+    rendered = actions(ts, "new", rollout_plan({}), deployments=[], configmaps=[])
+    assert [x["kind"] for x in rendered.apply].count("PodDisruptionBudget") == int(wanted)
 
 
 def test_the_disruption_budget_covers_every_revision_and_lets_unready_pods_go() -> None:

@@ -124,3 +124,23 @@ def test_settings_choose_images(capsys: pytest.CaptureFixture[str]) -> None:
     pod = docs(out.getvalue())[1]["spec"]["template"]["spec"]
     assert pod["containers"][0]["image"] == "reg/triton:x"
     assert pod["initContainers"][0]["image"] == "reg/op:y"
+
+
+def test_render_prints_the_revision_services_a_gateway_rollout_applies(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run_render("-f", str(EXAMPLES / "canary-gateway.yaml"), capsys=capsys)
+    assert code == 0, err
+    objects = docs(out)
+    source = next(
+        d for d in docs((EXAMPLES / "canary-gateway.yaml").read_text()) if d["kind"] == "TritonService"
+    )
+    name = source["metadata"]["name"]
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    assert set(services) == {name, f"{name}-stable", f"{name}-canary"}
+    revision = next(o for o in objects if o["kind"] == "Deployment")["metadata"]["labels"][
+        "triton-operator.io/revision"
+    ]
+    # before any rollout both revision Services select the one revision there is
+    for role in ("stable", "canary"):
+        assert services[f"{name}-{role}"]["spec"]["selector"]["triton-operator.io/revision"] == revision

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
 import sys
 from pathlib import Path
@@ -12,7 +13,8 @@ import yaml
 
 from triton_operator import KIND
 from triton_operator.core.manifest import manifest_digest, manifest_to_json
-from triton_operator.core.objects import PLACEHOLDER_UID, build_objects, check_body, compute_revision
+from triton_operator.core.objects import PLACEHOLDER_UID, check_body, compute_revision, plan_actions
+from triton_operator.core.rollout import RolloutInput, plan_rollout
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 
@@ -39,8 +41,9 @@ def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "render",
         help="print the objects a TritonService becomes (no cluster needed)",
-        description="Validate TritonServices and print the ConfigMap, Deployment and Service the operator "
-        "would apply, as multi-document YAML (for GitOps dry runs and reviews).",
+        description="Validate TritonServices and print every object the operator would apply when it "
+        "first meets them (ConfigMap, Deployment, Services, PodDisruptionBudget), as multi-document "
+        "YAML (for GitOps dry runs and reviews).",
     )
     parser.add_argument(
         "-f", "--filename", required=True, help="YAML file with one or more TritonServices; - reads stdin"
@@ -123,14 +126,29 @@ def render(
                 manifest_json, digest = pinned
                 manifest_note = f"pinned, digest {digest}"
         revision = compute_revision(ts, settings, checked.configs, digest)
-        objects = build_objects(
+        # What the operator applies when it first meets this TritonService: the same rollout
+        # plan and the same action plan as the reconcile (revision Services included).
+        plan = plan_rollout(
+            RolloutInput(
+                rollout=ts.spec.rollout,
+                replicas=ts.spec.replicas,
+                desired_revision=revision,
+                now=datetime.datetime.now(datetime.UTC),
+                gpus_per_pod=ts.spec.resources.gpus,
+                progress_deadline_seconds=ts.spec.progress_deadline(),
+            )
+        )
+        actions = plan_actions(
             ts,
             settings,
             revision,
+            plan,
             configs=checked.configs,
             manifest_json=manifest_json,
-            replicas={revision: ts.spec.replicas},
+            deployments=(),
+            configmaps=(),
         )
+        objects = list(actions.apply)
         if not first:
             out.write("---\n")
         first = False

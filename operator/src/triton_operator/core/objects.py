@@ -747,30 +747,6 @@ class RevisionPlan:
 # ----------------------------------------------------------------- everything at once
 
 
-def build_objects(
-    ts: TritonService,
-    settings: Settings,
-    revision: str,
-    *,
-    configs: Mapping[str, str],
-    manifest_json: str | None,
-    replicas: Mapping[str, int],
-) -> list[dict[str, Any]]:
-    """Desired objects: the ConfigMap and Deployment of each planned revision, then the Service.
-
-    Only the desired ``revision``'s ConfigMap can be rendered here; other planned revisions
-    (a stable one being replaced) keep their existing ConfigMap and Deployment untouched.
-    """
-    objects: list[dict[str, Any]] = []
-    if revision in replicas:
-        objects.append(build_configmap(ts, revision, configs, manifest_json))
-        objects.append(build_deployment(ts, revision, settings, replicas[revision]))
-    objects.append(build_service(ts))
-    if disruption_budget_enabled(ts):
-        objects.append(build_pdb(ts))
-    return objects
-
-
 @dataclasses.dataclass(frozen=True)
 class Actions:
     """What the reconcile writes for one rollout plan (routes and status aside), in this order."""
