@@ -25,6 +25,7 @@ from e2e_helpers import (
     get_ts,
     names,
     owned,
+    s3_client,
     tritonservice,
     versions,
     wait_condition,
@@ -375,39 +376,12 @@ def test_status_is_not_rewritten_when_nothing_changed(
 # ----------------------------------------------------------------- pinning a real store
 
 
-@pytest.fixture(scope="module")
-def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A real S3 server (seaweedfs) on loopback, reachable by the operator process (not by pods)."""
-    import sys  # noqa: PLC0415
-
-    storage_dir = str(Path(__file__).resolve().parents[1] / "storage")
-    if storage_dir not in sys.path:
-        sys.path.insert(0, storage_dir)
-    import storage_servers  # noqa: PLC0415
-
-    base = tmp_path_factory.mktemp("seaweedfs")
-    try:
-        server = storage_servers.start_seaweedfs(base / "data", base / "weed.log")
-    except storage_servers.ServerStartError as exc:
-        pytest.skip(f"no S3 server: {exc}")
-    server.extra["access"] = storage_servers.S3_ACCESS_KEY
-    server.extra["secret"] = storage_servers.S3_SECRET_KEY
-    yield server
-    server.stop()
-
-
-def _s3(server: Any) -> Any:
-    import storage_servers  # noqa: PLC0415 (on sys.path: the seaweedfs fixture put it there)
-
-    return storage_servers.s3_client(server.endpoint)
-
-
 @pytest.mark.operator_env(TRITON_OPERATOR_PIN_REPOSITORIES="true")
 def test_repository_is_pinned_and_a_new_upload_rolls_out(
     kube: Client, namespace: str, operator: Any, seaweedfs: Any
 ) -> None:
 
-    s3 = _s3(seaweedfs)
+    s3 = s3_client(seaweedfs)
     bucket = f"pin-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket=bucket, Key="models/add/1/model.py", Body=b"# version 1\n")
