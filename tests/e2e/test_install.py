@@ -9,7 +9,6 @@ put back afterwards exactly as the session's `crd` fixture applies them.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from e2e_helpers import (
     SERVICE_LABEL,
     TS,
     UNPINNED_REPOSITORY,
+    LocalOperator,
     apply,
     as_dict,
     condition,
@@ -43,18 +43,16 @@ from e2e_helpers import (
     observed,
     owned,
     tritonservice,
+    write_token_kubeconfig,
 )
 from testkit import (
     CRD_FILE,
     apply_crds,
     crd_document,
     crd_established,
-    free_port,
     load_chartlib,
     sh,
-    stop_process,
     wait_for,
-    wait_healthy,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -132,29 +130,6 @@ def crd_exists(kube: Client, name: str) -> bool:
             return False
         raise
     return True
-
-
-def write_token_kubeconfig(admin: Path, token: str, out: Path) -> Path:
-    """The admin kubeconfig's cluster (server, CA) with ``token`` as the only user."""
-    config = yaml.safe_load(admin.read_text())
-    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
-    cluster = next(c for c in config["clusters"] if c["name"] == context["context"]["cluster"])
-    out.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [cluster],
-                "users": [{"name": "operator-sa", "user": {"token": token}}],
-                "contexts": [
-                    {"name": "operator-sa", "context": {"cluster": cluster["name"], "user": "operator-sa"}}
-                ],
-                "current-context": "operator-sa",
-            }
-        )
-    )
-    out.chmod(0o600)
-    return out
 
 
 # ----------------------------------------------------------------- CRDs out of the way, and back
@@ -364,45 +339,6 @@ def _exists(tools: Tools, kind: str, name: str, namespace: str | None = None) ->
 
 
 # ----------------------------------------------------------------- (c) the chart's RBAC is enough
-
-
-@dataclass
-class LocalOperator:
-    """`triton-operator run ARGS` as a subprocess, authenticated by ``kubeconfig`` alone."""
-
-    kubeconfig: Path
-    args: list[str]
-    log_path: Path
-    env: dict[str, str] = field(default_factory=dict)
-    process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        port = free_port()
-        cmd = [
-            sys.executable,
-            "-m",
-            "triton_operator.cli",
-            "run",
-            *self.args,
-            "--metrics-port",
-            "0",
-            "--liveness",
-            f"http://127.0.0.1:{port}/healthz",
-        ]
-        # Nothing of the test's own environment may authenticate the operator: only the kubeconfig.
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "TRITON_OPERATOR_"))}
-        env.update({"KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1", **self.env})
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True
-            )
-        wait_healthy(self.process, port, self.log, timeout=60)
-
-    def stop(self) -> None:
-        stop_process(self.process)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
 @dataclass

@@ -29,6 +29,7 @@ from e2e_helpers import (
     get_ts,
     names,
     owned,
+    s3_client,
     tritonservice,
     versions,
     wait_condition,
@@ -376,18 +377,12 @@ def test_status_is_not_rewritten_when_nothing_changed(
 # ----------------------------------------------------------------- pinning a real store
 
 
-def _s3(server: Any) -> Any:
-    import storage_servers  # noqa: PLC0415
-
-    return storage_servers.s3_client(server.endpoint)
-
-
 @pytest.mark.operator_env(TRITON_OPERATOR_PIN_REPOSITORIES="true")
 def test_repository_is_pinned_and_a_new_upload_rolls_out(
     kube: Client, namespace: str, operator: Any, seaweedfs: Any
 ) -> None:
 
-    s3 = _s3(seaweedfs)
+    s3 = s3_client(seaweedfs)
     bucket = f"pin-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket=bucket, Key="models/add/1/model.py", Body=b"# version 1\n")

@@ -6,13 +6,16 @@ Imported by basename (tests/support is on pytest's `pythonpath`): ``from e2e_hel
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.meta_v1 import ObjectMeta
@@ -20,7 +23,7 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Event, Secret, Service
 from lightkube.types import PatchType
 
-from testkit import wait_for
+from testkit import REPO, free_port, stop_process, wait_for, wait_healthy
 
 TS = create_namespaced_resource("triton-operator.io", "v1alpha1", "TritonService", "tritonservices")
 SERVICE_LABEL = "triton-operator.io/service"
@@ -185,3 +188,74 @@ def create_store_secret(kube: Client, namespace: str, access: str, secret: str, 
     kube.create(
         Secret(metadata=metadata, stringData={"AWS_ACCESS_KEY_ID": access, "AWS_SECRET_ACCESS_KEY": secret})
     )
+
+
+# ----------------------------------------------------------------- operators and stores of a test's own
+
+
+def write_token_kubeconfig(admin: Path, token: str, out: Path) -> Path:
+    """The admin kubeconfig's cluster (server, CA) with ``token`` as the only user."""
+    config = yaml.safe_load(admin.read_text())
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+    cluster = next(c for c in config["clusters"] if c["name"] == context["context"]["cluster"])
+    out.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": "operator-sa", "user": {"token": token}}],
+                "contexts": [
+                    {"name": "operator-sa", "context": {"cluster": cluster["name"], "user": "operator-sa"}}
+                ],
+                "current-context": "operator-sa",
+            }
+        )
+    )
+    out.chmod(0o600)
+    return out
+
+
+@dataclass
+class LocalOperator:
+    """`triton-operator run ARGS` as a subprocess, authenticated by ``kubeconfig`` alone."""
+
+    kubeconfig: Path
+    args: list[str]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        port = free_port()
+        cmd = [
+            sys.executable,
+            "-m",
+            "triton_operator.cli",
+            "run",
+            *self.args,
+            "--metrics-port",
+            "0",
+            "--liveness",
+            f"http://127.0.0.1:{port}/healthz",
+        ]
+        # Nothing of the test's own environment may authenticate the operator: only the kubeconfig.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "TRITON_OPERATOR_"))}
+        env.update({"KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1", **self.env})
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True
+            )
+        wait_healthy(self.process, port, self.log, timeout=60)
+
+    def stop(self) -> None:
+        stop_process(self.process)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def s3_client(server: Any) -> Any:
+    import storage_servers  # noqa: PLC0415 (boto3 is loaded only by the tests that need a store)
+
+    return storage_servers.s3_client(server.endpoint)

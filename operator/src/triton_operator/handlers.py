@@ -11,6 +11,7 @@ import kopf
 
 from triton_operator import GROUP, PLURAL, VERSION
 from triton_operator.adapters.kube import Kube, make_client, retry_delay
+from triton_operator.adapters.peering import PeeringMonitor, lightkube_watch, peering_scope
 from triton_operator.core.conditions import INVALID_SPEC
 from triton_operator.core.objects import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 from triton_operator.core.rollout import pending_requests
@@ -51,11 +52,27 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     configure(settings, operator)
     kube = Kube(make_client())
     pinner = RepositoryPinner(kube) if operator.pin_repositories else None
-    memo["reconciler"] = Reconciler(kube, operator, pinner=pinner)
+    scope = peering_scope(
+        settings.peering, identity=operator.peering_identity, namespaces=operator.namespaces
+    )
+    # With peering, kopf starts paused until it has looked at the peering object; so does ours.
+    reconciler = Reconciler(kube, operator, pinner=pinner, paused=scope is not None)
+    memo["reconciler"] = reconciler
+    if scope is not None:
+        monitor = PeeringMonitor(
+            scope,
+            lightkube_watch(kube.client, scope),
+            lambda verdict: reconciler.set_paused(verdict.paused, verdict.message),
+        )
+        memo["peering"] = monitor.start()
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    monitor: asyncio.Task[None] | None = memo.get("peering")
+    if monitor is not None:
+        monitor.cancel()
+        await asyncio.gather(monitor, return_exceptions=True)
     reconciler: Reconciler | None = memo.get("reconciler")
     if reconciler is not None:
         await reconciler.close()

@@ -750,13 +750,30 @@ class Reconciler:
     timer task per object that reconciles again when it is due; the next reconcile replaces it,
     so an idle object has no timer and nothing polls the API server.
     A repository with pollIntervalSeconds > 0 gets a poll task that lists the store (never the
-    API server) and reconciles only when the pinned manifest changed.
+    API server) and, only when the pinned manifest changed, asks for a reconcile (a timer due now).
+
+    The pause gate: kopf pauses a replica while a peer of a higher or the same priority lives
+    (its watch streams close, so no handler runs), but these timers and pollers are ours. While paused
+    (``pause``) no reconcile starts, whoever asks, and there is no timer and no poller: they are
+    cancelled, and a reconcile asked for is only noted. ``resume`` reconciles afresh every
+    TritonService this replica knows of, which brings their timers and pollers back. A reconcile
+    already running when the pause comes finishes (as kopf lets a running handler finish).
     """
 
-    def __init__(self, kube: Kube, settings: Settings, *, pinner: RepositoryPinner | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        settings: Settings,
+        *,
+        pinner: RepositoryPinner | None = None,
+        paused: bool = False,
+    ) -> None:
         self.kube = kube
         self.settings = settings
         self.pinner = pinner
+        self._paused = paused
+        self._known: set[tuple[str, str]] = set()
+        """Every TritonService a reconcile was asked for (until it is gone): resume reconciles them."""
         self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
@@ -775,6 +792,9 @@ class Reconciler:
     async def __call__(self, namespace: str, name: str, *, coalesce: bool = False) -> Result | None:
         """Reconcile now (after any running one); with ``coalesce``, skip if one is already queued."""
         key = (namespace, name)
+        self._known.add(key)
+        if self._paused:
+            return None
         if coalesce and self._queued.get(key, 0) > 0:
             return None
         lock = self._locks.get(key)
@@ -787,6 +807,8 @@ class Reconciler:
             async with lock:
                 started = True
                 self._dequeue(key)
+                if self._paused:  # paused while it waited for the one before it
+                    return None
                 with METRICS.reconcile_timer() as outcome:
                     result = await reconcile(
                         self.kube, namespace, name, self.settings, pin_manifest=self.pinner
@@ -809,7 +831,7 @@ class Reconciler:
         timer = self._timers.pop(key, None)
         if timer is not None and timer is not asyncio.current_task():
             timer.cancel()
-        if delay is not None:
+        if delay is not None and not self._paused:  # paused: the reconcile at resume brings it back
             self._timers[key] = asyncio.create_task(
                 self._requeue(key, max(delay, 0.0) + REQUEUE_SLACK_SECONDS),
                 name=f"requeue {key[0]}/{key[1]}",
@@ -838,6 +860,7 @@ class Reconciler:
         """Drop everything kept for a TritonService that is gone."""
         key = (namespace, name)
         self._specs.pop(key, None)
+        self._known.discard(key)
         poller = self._pollers.pop(key, None)
         if poller is not None:
             poller.cancel()
@@ -847,6 +870,49 @@ class Reconciler:
         if self.pinner is not None:
             self.pinner.forget(namespace, name)
         METRICS.forget(namespace, name)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def pause(self, reason: str = "") -> None:
+        """Stop acting: cancel every timer and poller, and start no reconcile until ``resume``."""
+        if self._paused:
+            return
+        self._paused = True
+        current = asyncio.current_task()
+        timers, pollers = self._timers, self._pollers
+        self._timers, self._pollers = {}, {}
+        for task in timers.values():
+            if task is not current:
+                task.cancel()
+        for task in pollers.values():
+            if task is not current:
+                task.cancel()
+        logger.info(
+            "paused%s: no reconcile, timer or repository poll until resumed (%d timers, %d pollers stopped)",
+            f" ({reason})" if reason else "",
+            len(timers),
+            len(pollers),
+        )
+
+    def resume(self, reason: str = "") -> None:
+        """Act again: reconcile afresh every TritonService known here (soon, one task each)."""
+        if not self._paused:
+            return
+        self._paused = False
+        keys = sorted(self._known)
+        logger.info(
+            "resumed%s: reconciling %d TritonServices afresh", f" ({reason})" if reason else "", len(keys)
+        )
+        for key in keys:
+            self.requeue(key, 0.0)
+
+    def set_paused(self, paused: bool, reason: str = "") -> None:
+        if paused:
+            self.pause(reason)
+        else:
+            self.resume(reason)
 
     async def close(self) -> None:
         tasks = [*self._pollers.values(), *self._timers.values()]
@@ -866,6 +932,8 @@ class Reconciler:
     def _watch_repository(self, key: tuple[str, str], ts: TritonService) -> None:
         self._specs[key] = ts
         poller = self._pollers.get(key)
+        if self._paused:
+            return  # the reconcile at resume starts the poller
         if self._polls(ts) and (poller is None or poller.done()):
             self._pollers[key] = asyncio.create_task(self._poll(key), name=f"poll {key[0]}/{key[1]}")
 
@@ -876,12 +944,16 @@ class Reconciler:
                 return
             await asyncio.sleep(ts.spec.repository.poll_interval_seconds)
             ts = self._specs.get(key)
-            if ts is None or not self._polls(ts):
+            if ts is None or not self._polls(ts) or self._paused:
                 return
             try:
-                if await self.pinner.refresh(ts):
-                    await self(*key, coalesce=True)
+                changed = await self.pinner.refresh(ts)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 logger.exception("polling the repository of %s/%s failed", *key)
+                continue
+            if changed and not self._paused:
+                # On a timer task of its own: the poller only lists, so a pause can cancel it
+                # at any time without cutting a reconcile short.
+                self.requeue(key, 0.0)

@@ -45,6 +45,8 @@ class Settings:
     """kopf peering object for leader election; unset runs standalone (no peering)."""
     peering_priority: int | None = None
     """This replica's kopf peering priority (the highest acts); unset picks a random one."""
+    peering_identity: str | None = None
+    """This replica's identity in the peering object (set by `run`: $POD_ID, else a generated one)."""
     liveness_endpoint: str | None = None
     """kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz."""
     log_level: str = "INFO"

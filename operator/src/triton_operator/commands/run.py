@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
+import getpass
 import logging
+import os
 import random
-from typing import Any
+import socket
+import string
+from collections.abc import Mapping
+from typing import Any, cast
 
 from triton_operator.settings import Settings
 
@@ -33,6 +39,17 @@ def configure_logging(verbose: bool, quiet: bool) -> None:
         for name in CHATTY_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
         logging.getLogger("kopf.objects").addFilter(_EventHandlerSuccessFilter())
+
+
+def peering_identity(environ: Mapping[str, str] | None = None) -> str:
+    """This replica's name in the peering object: $POD_ID (the chart sets the pod's name) as kopf
+    reads it, else user@host/time/random as kopf makes one."""
+    env = os.environ if environ is None else environ
+    if env.get("POD_ID"):
+        return env["POD_ID"]
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d%H%M%S")
+    suffix = "".join(random.SystemRandom().choices(string.ascii_lowercase + string.digits, k=3))
+    return f"{getpass.getuser()}@{socket.gethostname()}/{now}/{suffix}"
 
 
 def register(subparsers: Any) -> None:
@@ -94,6 +111,12 @@ def run(args: argparse.Namespace) -> int:
     priority = settings.peering_priority
     if not standalone and priority is None:
         priority = random.SystemRandom().randint(1, 2**31 - 1)
+    identity = None
+    if not standalone:
+        # Chosen here and handed to kopf, so that the operator knows its own keep-alive entry in
+        # the peering object (its timers and pollers pause by the same rule as kopf).
+        identity = peering_identity()
+        settings = dataclasses.replace(settings, peering_priority=priority, peering_identity=identity)
 
     configure_logging(args.verbose or settings.log_level == "DEBUG", args.quiet)
     if not args.no_metrics:
@@ -103,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     logger.info(
         "watching %s (%s) with handlers from %s",
         "all namespaces" if settings.all_namespaces else ", ".join(settings.namespaces),
-        "standalone" if standalone else f"peering {settings.peering_name}, priority {priority}",
+        "standalone" if standalone else f"peering {settings.peering_name} as {identity}, priority {priority}",
         handlers.__name__,
     )
     try:
@@ -111,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
             standalone=standalone,
             peering_name=None if standalone else settings.peering_name,
             priority=None if standalone else priority,
+            identity=cast(Any, identity),  # kopf's Identity is a NewType of str
             clusterwide=settings.all_namespaces,
             namespaces=settings.namespaces,
             liveness_endpoint=settings.liveness_endpoint,
