@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import os
 import random
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from storage_backends import Backend, CountingStore
 
-from triton_operator.adapters.storage import ObjectChanged, pin_repository
+from triton_operator.adapters.storage import ObjectChanged, pin_repository, pin_with_versioning
 from triton_operator.adapters.syncer import (
     STATE_FILE,
     ChecksumMismatch,
@@ -20,9 +22,10 @@ from triton_operator.adapters.syncer import (
     UnsafeDestination,
     sync,
 )
-from triton_operator.core.manifest import Manifest, manifest_digest
+from triton_operator.core.manifest import Manifest, manifest_digest, manifest_from_json, manifest_to_json
 from triton_operator.core.modelconfig import build_config_pbtxt
-from triton_operator.models import ModelSpec
+from triton_operator.models import ModelSpec, TritonService
+from triton_operator.reconcile import PinnedManifest, RepositoryPinner, _repository_verdict, _summary
 
 pytestmark = pytest.mark.storage
 
@@ -319,3 +322,104 @@ def test_an_unversioned_s3_bucket_pins_no_version(s3_backend: Backend) -> None:
         s3_backend.credentials,
     )
     assert [e.generation for e in manifest.entries] == [""]
+
+
+def test_a_versioned_gcs_bucket_serves_the_pinned_bytes_after_an_in_place_upload(
+    gcs_backend: Backend, tmp_path: Path
+) -> None:
+    """fake-gcs-server keeps the overwritten generation of a bucket with versioning enabled, and a
+    read naming it gets the old bytes: what a revision pinned before the upload syncs."""
+    bucket = gcs_backend.new_bucket(versioned=True)
+    models = [ModelSpec(name="tok", config={"backend": "python"})]
+    gcs_backend.put(bucket, "models/tok/1/model.py", b"old = 1\n")
+    old = pin_repository(gcs_backend.repository(bucket), models, gcs_backend.credentials)
+    gcs_backend.put(bucket, "models/tok/1/model.py", b"new = 2 # in place\n")
+    new = pin_repository(gcs_backend.repository(bucket), models, gcs_backend.credentials)
+
+    (old_entry,), (new_entry,) = old.entries, new.entries
+    assert old_entry.generation and new_entry.generation and old_entry.generation != new_entry.generation
+    run(old, CountingStore(gcs_backend.store(bucket)), tmp_path / "old")
+    run(new, CountingStore(gcs_backend.store(bucket)), tmp_path / "new")
+    assert (tmp_path / "old/tok/1/model.py").read_bytes() == b"old = 1\n"
+    assert (tmp_path / "new/tok/1/model.py").read_bytes() == b"new = 2 # in place\n"
+
+
+def pinned_by_the_operator(backend: Backend, bucket: str) -> tuple[PinnedManifest, str]:
+    """What the operator pins for a TritonService serving ``tok`` from ``bucket`` (a fresh
+    listing, as RepositoryPinner makes it), and the message RepositoryReady shows for it."""
+    ts = tok_service(backend, bucket)
+    pin = pin_with_versioning(ts.spec.repository, ts.spec.models, backend.credentials)
+    pinned = _summary(pin.manifest, versioned=pin.versioned)
+    return pinned, _repository_verdict(ts, pinned).message
+
+
+def tok_service(backend: Backend, bucket: str) -> TritonService:
+    return TritonService.model_validate(
+        {
+            "metadata": {"name": "exact", "namespace": "default"},
+            "spec": {
+                "repository": {"uri": backend.uri(bucket), "endpoint": backend.endpoint},
+                "models": [{"name": "tok", "config": {"backend": "python"}}],
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize("name", ["s3", "gcs"])
+def test_a_versioned_bucket_pins_exact_bytes_and_the_status_says_nothing_of_rollback(
+    request: pytest.FixtureRequest, name: str, tmp_path: Path
+) -> None:
+    backend: Backend = request.getfixturevalue(f"{name}_backend")
+    bucket = backend.new_bucket(versioned=True)
+    backend.put(bucket, "models/tok/1/model.py", b"old = 1\n")
+    pinned, message = pinned_by_the_operator(backend, bucket)
+    assert not pinned.unversioned and "not exact" not in message, message
+    # what the store said is no part of the manifest: its JSON (and digest) are as pinned before
+    assert pinned.json == manifest_to_json(
+        pin_repository(backend.repository(bucket), [ModelSpec(name="tok")], backend.credentials)
+    )
+    backend.put(bucket, "models/tok/1/model.py", b"new = 2 # in place\n")
+    run(manifest_from_json(pinned.json), CountingStore(backend.store(bucket)), tmp_path / "old")
+    assert (tmp_path / "old/tok/1/model.py").read_bytes() == b"old = 1\n"
+
+
+def test_an_unversioned_bucket_says_rollback_is_not_exact_and_an_overwrite_fails_the_pinned_sync(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """S3 and Azure pin no version there; GCS pins a generation, but the bucket drops it on
+    overwrite: RepositoryReady says rollback is not exact for all three, and it is not."""
+    bucket = backend.new_bucket()
+    backend.put(bucket, "models/tok/1/model.py", b"old = 1\n")
+    pinned, message = pinned_by_the_operator(backend, bucket)
+    assert pinned.unversioned and "rollback is not exact" in message, message
+    backend.put(bucket, "models/tok/1/model.py", b"new = 2 # in place\n")
+    with pytest.raises(ObjectChanged):
+        run(manifest_from_json(pinned.json), CountingStore(backend.store(bucket)), tmp_path / "old")
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_the_operator_keeps_what_a_gcs_bucket_said_of_versioning_while_it_reuses_the_listing(
+    gcs_backend: Backend, versioned: bool
+) -> None:
+    """RepositoryPinner lists once per poll interval: the reconciles in between show the same
+    RepositoryReady message (fake-gcs-server needs no credentials, so no Secret is read)."""
+    bucket = gcs_backend.new_bucket(versioned=versioned)
+    gcs_backend.put(bucket, "models/tok/1/model.py", b"x = 1\n")
+    ts = tok_service(gcs_backend, bucket)
+    pinner = RepositoryPinner(cast(Any, None), clock=lambda: 0.0)  # no Kubernetes call is made
+
+    async def twice() -> list[PinnedManifest]:
+        first = await pinner(ts, None)
+        gcs_backend.delete(bucket, "models/tok/1/model.py")  # a listing now would fail the pin
+        return [first, await pinner(ts, first.json)]
+
+    first, cached = asyncio.run(twice())
+    assert first == cached and first.unversioned is not versioned
+    assert ("rollback is not exact" in _repository_verdict(ts, cached).message) is not versioned
+
+
+@pytest.mark.parametrize("name", ["s3", "gcs"])
+def test_a_store_tells_whether_its_bucket_keeps_versions(request: pytest.FixtureRequest, name: str) -> None:
+    backend: Backend = request.getfixturevalue(f"{name}_backend")
+    assert backend.store(backend.new_bucket(versioned=True)).versioned() is True
+    assert backend.store(backend.new_bucket()).versioned() is False
