@@ -398,6 +398,27 @@ def test_an_unversioned_bucket_says_rollback_is_not_exact_and_an_overwrite_fails
         run(manifest_from_json(pinned.json), CountingStore(backend.store(bucket)), tmp_path / "old")
 
 
+def test_an_object_written_while_s3_versioning_is_suspended_makes_rollback_not_exact(
+    s3_backend: Backend, tmp_path: Path
+) -> None:
+    """Its VersionId is "null", which the next upload replaces (seaweedfs as S3 does); objects
+    written while versioning was on keep their versions."""
+    bucket = s3_backend.new_bucket(versioned=True)
+    s3_backend.put(bucket, "models/tok/1/kept.py", b"kept = 1\n")
+    s3_backend.client.put_bucket_versioning(  # type: ignore[attr-defined]
+        Bucket=bucket, VersioningConfiguration={"Status": "Suspended"}
+    )
+    s3_backend.put(bucket, "models/tok/1/model.py", b"old = 1\n")
+    pinned, message = pinned_by_the_operator(s3_backend, bucket)
+    generations = {e.dest: e.generation for e in manifest_from_json(pinned.json).entries}
+    assert generations["tok/1/model.py"] == "null" and generations["tok/1/kept.py"] not in ("", "null")
+    assert pinned.unversioned and "rollback is not exact" in message, message
+    s3_backend.put(bucket, "models/tok/1/model.py", b"new = 2 # in place\n")
+    with pytest.raises(ObjectChanged) as info:
+        run(manifest_from_json(pinned.json), CountingStore(s3_backend.store(bucket)), tmp_path / "old")
+    assert info.value.key == "models/tok/1/model.py"
+
+
 @pytest.mark.parametrize("versioned", [False, True])
 def test_the_operator_keeps_what_a_gcs_bucket_said_of_versioning_while_it_reuses_the_listing(
     gcs_backend: Backend, versioned: bool

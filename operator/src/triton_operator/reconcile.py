@@ -87,8 +87,8 @@ class PinnedManifest:
     problem: str | None = None
     """Set when the last listing failed and this is the manifest pinned before it."""
     unversioned: bool = False
-    """Objects pinned by ETag alone (no object version), or in a bucket that keeps no old versions
-    (GCS without versioning): an upload to the same key breaks them."""
+    """Objects pinned by ETag alone (no object version, or S3's "null" one), or in a bucket that
+    keeps no old versions (GCS without versioning): an upload to the same key breaks them."""
 
 
 class RepositoryError(Exception):
@@ -115,7 +115,7 @@ def _summary(manifest: Manifest, problem: str | None = None, versioned: bool | N
         total_bytes=manifest.total_bytes,
         problem=problem,
         unversioned=manifest.pinned
-        and (versioned is False or any(not e.generation for e in manifest.entries)),
+        and (versioned is False or any(not e.version_pinned for e in manifest.entries)),
     )
 
 

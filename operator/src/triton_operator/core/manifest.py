@@ -486,6 +486,15 @@ class ManifestEntry:
     etag: str = ""
     generation: str = ""
 
+    @property
+    def version_pinned(self) -> bool:
+        """Whether reads name an object version that an upload to the same key leaves in place.
+
+        S3's "null" version (an object written while the bucket's versioning was suspended) is
+        replaced by the next upload, like an object of an unversioned bucket.
+        """
+        return self.generation not in ("", "null")
+
 
 @dataclass(frozen=True)
 class ManifestModel:
