@@ -414,5 +414,10 @@ def test_a_key_the_newer_listing_lacks_or_a_versioned_pin_is_never_stale() -> No
     versioned = pinned_from([obj(o.key, generation="v1") for o in LISTING])
     overwritten = pinned_from([obj(o.key, etag=OTHER, md5=OTHER, generation="v2") for o in LISTING])
     assert stale_pins(versioned, overwritten) is None  # read by version: the old bytes are there
+    # a generation the store does not keep (GCS without object versioning) is gone after an upload
+    assert stale_pins(versioned, overwritten, versions_kept=False) is not None
+    # S3's "null" version is replaced by the next upload
+    null = pinned_from([obj(o.key, generation="null") for o in LISTING])
+    assert stale_pins(null, overwritten) is not None
     elsewhere = pinned_from([obj(o.key, etag=OTHER, md5=OTHER) for o in LISTING], StoreRef("s3://b2/repo"))
     assert stale_pins(before, elsewhere) is None

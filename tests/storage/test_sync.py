@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
+import logging
 import os
 import random
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from storage_backends import Backend, CountingStore
-from triton_operator.adapters.storage import ObjectChanged, pin_repository
+from triton_operator.adapters.storage import ObjectChanged, pin_repository, pin_with_versioning
 from triton_operator.adapters.syncer import (
     STATE_FILE,
     ChecksumMismatch,
@@ -20,9 +23,10 @@ from triton_operator.adapters.syncer import (
     UnsafeDestination,
     sync,
 )
-from triton_operator.core.manifest import Manifest, manifest_digest
+from triton_operator.core.manifest import Manifest, manifest_digest, manifest_from_json, manifest_to_json
 from triton_operator.core.modelconfig import build_config_pbtxt
-from triton_operator.models import ModelSpec
+from triton_operator.models import ModelSpec, TritonService
+from triton_operator.reconcile import PinnedManifest, RepositoryPinner, _repository_verdict, _summary
 
 pytestmark = pytest.mark.storage
 
@@ -319,3 +323,158 @@ def test_an_unversioned_s3_bucket_pins_no_version(s3_backend: Backend) -> None:
         s3_backend.credentials,
     )
     assert [e.generation for e in manifest.entries] == [""]
+
+
+def test_a_versioned_gcs_bucket_serves_the_pinned_bytes_after_an_in_place_upload(
+    gcs_backend: Backend, tmp_path: Path
+) -> None:
+    """fake-gcs-server keeps the overwritten generation of a bucket with versioning enabled, and a
+    read naming it gets the old bytes: what a revision pinned before the upload syncs."""
+    bucket = gcs_backend.new_bucket(versioned=True)
+    models = [ModelSpec(name="tok", config={"backend": "python"})]
+    gcs_backend.put(bucket, "models/tok/1/model.py", b"old = 1\n")
+    old = pin_repository(gcs_backend.repository(bucket), models, gcs_backend.credentials)
+    gcs_backend.put(bucket, "models/tok/1/model.py", b"new = 2 # in place\n")
+    new = pin_repository(gcs_backend.repository(bucket), models, gcs_backend.credentials)
+
+    (old_entry,), (new_entry,) = old.entries, new.entries
+    assert old_entry.generation and new_entry.generation and old_entry.generation != new_entry.generation
+    run(old, CountingStore(gcs_backend.store(bucket)), tmp_path / "old")
+    run(new, CountingStore(gcs_backend.store(bucket)), tmp_path / "new")
+    assert (tmp_path / "old/tok/1/model.py").read_bytes() == b"old = 1\n"
+    assert (tmp_path / "new/tok/1/model.py").read_bytes() == b"new = 2 # in place\n"
+
+
+def pinned_by_the_operator(backend: Backend, bucket: str) -> tuple[PinnedManifest, str]:
+    """What the operator pins for a TritonService serving ``tok`` from ``bucket`` (a fresh
+    listing, as RepositoryPinner makes it), and the message RepositoryReady shows for it."""
+    ts = tok_service(backend, bucket)
+    pin = pin_with_versioning(ts.spec.repository, ts.spec.models, backend.credentials)
+    pinned = _summary(pin.manifest, versioned=pin.versioned)
+    return pinned, _repository_verdict(ts, pinned).message
+
+
+def tok_service(backend: Backend, bucket: str) -> TritonService:
+    return TritonService.model_validate(
+        {
+            "metadata": {"name": "exact", "namespace": "default"},
+            "spec": {
+                "repository": {"uri": backend.uri(bucket), "endpoint": backend.endpoint},
+                "models": [{"name": "tok", "config": {"backend": "python"}}],
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize("name", ["s3", "gcs"])
+def test_a_versioned_bucket_pins_exact_bytes_and_the_status_says_nothing_of_rollback(
+    request: pytest.FixtureRequest, name: str, tmp_path: Path
+) -> None:
+    backend: Backend = request.getfixturevalue(f"{name}_backend")
+    bucket = backend.new_bucket(versioned=True)
+    backend.put(bucket, "models/tok/1/model.py", b"old = 1\n")
+    pinned, message = pinned_by_the_operator(backend, bucket)
+    assert not pinned.unversioned and "not exact" not in message, message
+    # what the store said is no part of the manifest: its JSON (and digest) are as pinned before
+    assert pinned.json == manifest_to_json(
+        pin_repository(backend.repository(bucket), [ModelSpec(name="tok")], backend.credentials)
+    )
+    backend.put(bucket, "models/tok/1/model.py", b"new = 2 # in place\n")
+    run(manifest_from_json(pinned.json), CountingStore(backend.store(bucket)), tmp_path / "old")
+    assert (tmp_path / "old/tok/1/model.py").read_bytes() == b"old = 1\n"
+
+
+def test_an_unversioned_bucket_says_rollback_is_not_exact_and_an_overwrite_fails_the_pinned_sync(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """S3 and Azure pin no version there; GCS pins a generation, but the bucket drops it on
+    overwrite: RepositoryReady says rollback is not exact for all three, and it is not."""
+    bucket = backend.new_bucket()
+    backend.put(bucket, "models/tok/1/model.py", b"old = 1\n")
+    pinned, message = pinned_by_the_operator(backend, bucket)
+    assert pinned.unversioned and "rollback is not exact" in message, message
+    backend.put(bucket, "models/tok/1/model.py", b"new = 2 # in place\n")
+    with pytest.raises(ObjectChanged):
+        run(manifest_from_json(pinned.json), CountingStore(backend.store(bucket)), tmp_path / "old")
+
+
+def test_an_object_written_while_s3_versioning_is_suspended_makes_rollback_not_exact(
+    s3_backend: Backend, tmp_path: Path
+) -> None:
+    """Its VersionId is "null", which the next upload replaces (seaweedfs as S3 does); objects
+    written while versioning was on keep their versions."""
+    bucket = s3_backend.new_bucket(versioned=True)
+    s3_backend.put(bucket, "models/tok/1/kept.py", b"kept = 1\n")
+    s3_backend.client.put_bucket_versioning(  # type: ignore[attr-defined]
+        Bucket=bucket, VersioningConfiguration={"Status": "Suspended"}
+    )
+    s3_backend.put(bucket, "models/tok/1/model.py", b"old = 1\n")
+    pinned, message = pinned_by_the_operator(s3_backend, bucket)
+    generations = {e.dest: e.generation for e in manifest_from_json(pinned.json).entries}
+    assert generations["tok/1/model.py"] == "null" and generations["tok/1/kept.py"] not in ("", "null")
+    assert pinned.unversioned and "rollback is not exact" in message, message
+    s3_backend.put(bucket, "models/tok/1/model.py", b"new = 2 # in place\n")
+    with pytest.raises(ObjectChanged) as info:
+        run(manifest_from_json(pinned.json), CountingStore(s3_backend.store(bucket)), tmp_path / "old")
+    assert info.value.key == "models/tok/1/model.py"
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_the_operator_keeps_what_a_gcs_bucket_said_of_versioning_while_it_reuses_the_listing(
+    gcs_backend: Backend, versioned: bool
+) -> None:
+    """RepositoryPinner lists once per poll interval: the reconciles in between show the same
+    RepositoryReady message (fake-gcs-server needs no credentials, so no Secret is read)."""
+    bucket = gcs_backend.new_bucket(versioned=versioned)
+    gcs_backend.put(bucket, "models/tok/1/model.py", b"x = 1\n")
+    ts = tok_service(gcs_backend, bucket)
+    pinner = RepositoryPinner(cast(Any, None), clock=lambda: 0.0)  # no Kubernetes call is made
+
+    async def twice() -> list[PinnedManifest]:
+        first = await pinner(ts, None)
+        gcs_backend.delete(bucket, "models/tok/1/model.py")  # a listing now would fail the pin
+        return [first, await pinner(ts, first.json)]
+
+    first, cached = asyncio.run(twice())
+    assert first == cached and first.unversioned is not versioned
+    assert ("rollback is not exact" in _repository_verdict(ts, cached).message) is not versioned
+
+
+@pytest.mark.parametrize("name", ["s3", "gcs"])
+def test_a_store_tells_whether_its_bucket_keeps_versions(request: pytest.FixtureRequest, name: str) -> None:
+    backend: Backend = request.getfixturevalue(f"{name}_backend")
+    assert backend.store(backend.new_bucket(versioned=True)).versioned() is True
+    assert backend.store(backend.new_bucket()).versioned() is False
+
+
+def test_azurite_keeps_no_blob_versions(azure_backend: Backend) -> None:
+    """Evidence for the README: azurite (3.37) gives no version id on upload, listing or
+    properties, and a read naming a version id gets the current bytes. So on azurite nothing is
+    pinned by version, and a read by version is checked only for what it asks (below)."""
+    container = azure_backend.new_bucket()
+    client = azure_backend.service.get_container_client(container)  # type: ignore[attr-defined]
+    blob = client.get_blob_client("models/tok/1/model.py")
+    assert blob.upload_blob(b"old", overwrite=True).get("version_id") is None
+    assert blob.upload_blob(b"new", overwrite=True).get("version_id") is None
+    assert blob.get_blob_properties().version_id is None
+    assert [b.version_id for b in client.list_blobs(include=["versions"])] == [None]
+    assert client.download_blob(blob.blob_name, version_id="2020-01-01T00:00:00.0000000Z").readall() == b"new"
+    store = azure_backend.store(container)
+    assert [o.generation for o in store.list(store.prefix)] == [""]
+    assert store.versioned() is None  # the account's versioning setting is not visible here
+
+
+def test_an_azure_read_of_a_pinned_version_asks_for_that_version(
+    azure_backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Read by the pinned version id, seen on the request sent to the real azurite (azure-core
+    logs each request's URL). azurite ignores the parameter (above), so the old bytes themselves
+    cannot be shown here; on Azure with blob versioning the version id is what keeps them."""
+    container = azure_backend.new_bucket()
+    azure_backend.put(container, "models/tok/1/model.py", b"x = 1\n")
+    store = azure_backend.store(container)
+    version = "2020-01-01T00:00:00.0000000Z"
+    with caplog.at_level(logging.INFO, logger="azure.core.pipeline.policies.http_logging_policy"):
+        assert store.open_range("models/tok/1/model.py", 0, 3, generation=version) == b"x ="
+    urls = [r.getMessage() for r in caplog.records if "Request URL" in r.getMessage()]
+    assert any("/models/tok/1/model.py?" in u and "versionid=" in u for u in urls), urls

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from triton_operator.adapters.kube import ConflictError, Kube, ObjectRejectedError, Owned, retry_delay
-from triton_operator.adapters.storage import pin_repository
+from triton_operator.adapters.storage import PinResult, pin_with_versioning
 from triton_operator.adapters.storage.base import StoreError
 from triton_operator.core import conditions as cond
 from triton_operator.core.manifest import (
@@ -89,7 +89,10 @@ class PinnedManifest:
     problem: str | None = None
     """Set when the last listing failed and this is the manifest pinned before it."""
     unversioned: bool = False
-    """Objects pinned by ETag alone (no object version): an upload to the same key breaks them."""
+    """Objects pinned by ETag alone (no object version, or S3's "null" one), or in a bucket that
+    keeps no old versions (GCS without versioning): an upload to the same key breaks them."""
+    versions_kept: bool | None = None
+    """What the store said when it listed: the bucket keeps old object versions (None: not known)."""
 
 
 class RepositoryError(Exception):
@@ -107,14 +110,17 @@ class RepositoryError(Exception):
 ManifestPinner = Callable[[TritonService, str | None], Awaitable[PinnedManifest]]
 
 
-def _summary(manifest: Manifest, problem: str | None = None) -> PinnedManifest:
+def _summary(manifest: Manifest, problem: str | None = None, versioned: bool | None = None) -> PinnedManifest:
+    """``versioned``: what the store said of the bucket when it was listed (None: not known)."""
     return PinnedManifest(
         json=manifest_to_json(manifest),
         digest=manifest_digest(manifest) if manifest.pinned else None,
         objects=len(manifest.entries),
         total_bytes=manifest.total_bytes,
         problem=problem,
-        unversioned=manifest.pinned and any(not e.generation for e in manifest.entries),
+        unversioned=manifest.pinned
+        and (versioned is False or any(not e.version_pinned for e in manifest.entries)),
+        versions_kept=versioned,
     )
 
 
@@ -141,6 +147,7 @@ class _Listing:
     when: float
     manifest: Manifest
     problem: str | None = None
+    versioned: bool | None = None
 
 
 class RepositoryPinner:
@@ -170,7 +177,7 @@ class RepositoryPinner:
         cached = self._listings.get(key)
         fresh = cached is not None and (poll == 0 or self.clock() - cached.when < poll)
         if cached is not None and fresh and _same_source(cached.manifest, wanted):
-            return _summary(cached.manifest, cached.problem)
+            return _summary(cached.manifest, cached.problem, cached.versioned)
         running = _parse_manifest(current)
         if running is not None and (not running.pinned or not _same_source(running, wanted)):
             running = None
@@ -178,7 +185,7 @@ class RepositoryPinner:
             self._listings[key] = _Listing(self.clock(), running)
             return _summary(running)
         try:
-            manifest = await self._list(ts)
+            pin = await self._list(ts)
         except RepositoryError as exc:
             fallback = (
                 cached.manifest if cached is not None and _same_source(cached.manifest, wanted) else running
@@ -186,28 +193,29 @@ class RepositoryPinner:
             if fallback is None:
                 raise
             # Keep serving what was pinned; try again after the poll interval.
-            self._listings[key] = _Listing(self.clock(), fallback, exc.message)
-            return _summary(fallback, exc.message)
-        self._listings[key] = _Listing(self.clock(), manifest)
-        return _summary(manifest)
+            versioned = cached.versioned if cached is not None and fallback is cached.manifest else None
+            self._listings[key] = _Listing(self.clock(), fallback, exc.message, versioned)
+            return _summary(fallback, exc.message, versioned)
+        self._listings[key] = _Listing(self.clock(), pin.manifest, versioned=pin.versioned)
+        return _summary(pin.manifest, versioned=pin.versioned)
 
     async def refresh(self, ts: TritonService) -> bool:
         """List now; True when the pinned manifest differs from the cached one (or the listing failed)."""
         key = (ts.namespace, ts.name)
         before = self._listings.get(key)
         try:
-            manifest = await self._list(ts)
+            pin = await self._list(ts)
         except RepositoryError as exc:
             logger.warning("listing the repository of %s/%s failed: %s", *key, exc.message)
             return True
-        self._listings[key] = _Listing(self.clock(), manifest)
+        self._listings[key] = _Listing(self.clock(), pin.manifest, versioned=pin.versioned)
         return (
             before is None
             or before.problem is not None
-            or manifest_digest(before.manifest) != manifest_digest(manifest)
+            or manifest_digest(before.manifest) != manifest_digest(pin.manifest)
         )
 
-    async def _list(self, ts: TritonService) -> Manifest:
+    async def _list(self, ts: TritonService) -> PinResult:
         repository = ts.spec.repository
         credentials: dict[str, str] = {}
         if repository.credentials_secret:
@@ -221,7 +229,7 @@ class RepositoryPinner:
             credentials = secret
         started = time.perf_counter()
         try:
-            manifest = await asyncio.to_thread(pin_repository, repository, ts.spec.models, credentials)
+            pin = await asyncio.to_thread(pin_with_versioning, repository, ts.spec.models, credentials)
         except SelectionFailed as exc:
             raise RepositoryError(cond.MODELS_NOT_FOUND, f"{repository.uri}: {exc}") from exc
         except (StoreError, ModelConfigError) as exc:
@@ -231,10 +239,10 @@ class RepositoryPinner:
             ts.name,
             scheme=repository.scheme,
             seconds=time.perf_counter() - started,
-            objects=len(manifest.entries),
-            total_bytes=manifest.total_bytes,
+            objects=len(pin.manifest.entries),
+            total_bytes=pin.manifest.total_bytes,
         )
-        return manifest
+        return pin
 
 
 @dataclasses.dataclass(frozen=True)
@@ -306,7 +314,11 @@ def _unsyncable(seen: _Seen, pinned: PinnedManifest | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for revision, text in _revision_manifests(seen.owned).items():
         earlier = _parse_manifest(text)
-        why = stale_pins(earlier, current) if earlier is not None else None
+        why = (
+            stale_pins(earlier, current, versions_kept=pinned.versions_kept is not False)
+            if earlier is not None
+            else None
+        )
         if why is not None:
             out[revision] = why
     return out

@@ -486,6 +486,15 @@ class ManifestEntry:
     etag: str = ""
     generation: str = ""
 
+    @property
+    def version_pinned(self) -> bool:
+        """Whether reads name an object version that an upload to the same key leaves in place.
+
+        S3's "null" version (an object written while the bucket's versioning was suspended) is
+        replaced by the next upload, like an object of an unversioned bucket.
+        """
+        return self.generation not in ("", "null")
+
 
 @dataclass(frozen=True)
 class ManifestModel:
@@ -513,19 +522,20 @@ class Manifest:
         return sum(e.size for e in self.entries)
 
 
-def stale_pins(pinned: Manifest, current: Manifest) -> str | None:
+def stale_pins(pinned: Manifest, current: Manifest, *, versions_kept: bool = True) -> str | None:
     """Why ``pinned`` can no longer be synced, judged by a newer listing ``current``; None if it can.
 
-    An entry pinned by ETag alone (no object version) whose key now lists with another ETag was
-    overwritten in place: a pod would read the new bytes, fail their check and crash-loop. A key
-    the newer listing does not hold proves nothing (the spec may no longer select it).
+    An entry pinned by ETag alone (no object version, or one an upload replaces; any entry when
+    the store keeps no old versions: ``versions_kept`` False) whose key now lists with another
+    ETag or size was overwritten in place: a pod would fail its sync and crash-loop. A key the
+    newer listing does not hold proves nothing (the spec may no longer select it).
     """
     if not pinned.pinned or not current.pinned or pinned.repository != current.repository:
         return None
     now = {e.key: e for e in current.entries}
     for entry in pinned.entries:
         later = now.get(entry.key)
-        if entry.generation or later is None:
+        if (versions_kept and entry.version_pinned) or later is None:
             continue
         if (later.etag, later.size) != (entry.etag, entry.size):
             return (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,13 @@ __all__ = [
     "BucketNotFound",
     "ObjectChanged",
     "ObjectStore",
+    "PinResult",
     "StoreConfigError",
     "StoreError",
     "StoreUnavailable",
     "open_store",
     "pin_repository",
+    "pin_with_versioning",
 ]
 
 
@@ -113,6 +116,33 @@ def open_store(
     return PvcStore(ref.uri, loc.bucket, loc.prefix, pvc_root)
 
 
+@dataclass(frozen=True)
+class PinResult:
+    """A pinned manifest and whether its store keeps the pinned versions readable after an overwrite.
+
+    ``versioned`` is never part of the manifest (its JSON and digest are the revision's): it is
+    what the store says now, None when it cannot tell (see ``ObjectStore.versioned``).
+    """
+
+    manifest: Manifest
+    versioned: bool | None
+
+
+def pin_with_versioning(
+    repository: Any,
+    models: Sequence[Any],
+    credentials: Mapping[str, str],
+    *,
+    store: ObjectStore | None = None,
+    pvc_root: str | Path | None = None,
+) -> PinResult:
+    """``pin_repository``, and whether the bucket keeps object versions (one more request).
+
+    An unpinned pvc:// manifest reads nothing: ``versioned`` is None.
+    """
+    return _pin(repository, models, credentials, store, pvc_root, versioning=True)
+
+
 def pin_repository(
     repository: Any,
     models: Sequence[Any],
@@ -128,17 +158,31 @@ def pin_repository(
     failures, or ModelConfigError for a bad versionPolicy. A pvc:// repository without a mount
     gives an unpinned manifest. Blocking: the operator calls it in a thread.
     """
+    return _pin(repository, models, credentials, store, pvc_root, versioning=False).manifest
+
+
+def _pin(
+    repository: Any,
+    models: Sequence[Any],
+    credentials: Mapping[str, str],
+    store: ObjectStore | None,
+    pvc_root: str | Path | None,
+    *,
+    versioning: bool,
+) -> PinResult:
     ref = _ref(repository)
     sources = [m for m in models if isinstance(m, ModelSource)]
     if len(sources) != len(models):
         sources = model_sources(models)
     if parse_repository_uri(ref.uri).scheme == "pvc" and store is None and pvc_root is None:
-        return unpinned_manifest(ref, sources)
+        return PinResult(unpinned_manifest(ref, sources), None)
     own = store is None
     opened = store or open_store(ref, credentials, pvc_root=pvc_root)
     try:
         listing = list(opened.list(opened.prefix))
+        manifest = build_manifest(ref, select_objects(sources, listing, prefix=opened.prefix))
+        versioned = opened.versioned() if versioning else None
     finally:
         if own:
             opened.close()
-    return build_manifest(ref, select_objects(sources, listing, prefix=opened.prefix))
+    return PinResult(manifest, versioned)

@@ -1,4 +1,4 @@
-"""Azure Blob Storage (and azurite) through azure-storage-blob: etag-conditional ranged reads."""
+"""Azure Blob Storage (and azurite) through azure-storage-blob: ranged reads by blob version or etag."""
 
 from __future__ import annotations
 
@@ -170,9 +170,16 @@ class AzureStore(StoreBase):
         if start or end is not None:
             kwargs["offset"] = start
             kwargs["length"] = None if end is None else end - start
-        if etag:
+        pinned = ""
+        if generation:
+            # A blob version (account with blob versioning) never changes: reading it by its id is
+            # exact on its own, so no If-Match is sent with it.
+            kwargs["version_id"] = generation
+            pinned = f"version {generation}"
+        elif etag:
             kwargs["etag"] = etag
             kwargs["match_condition"] = MatchConditions.IfNotModified
+            pinned = f"etag {etag}"
         count = 0
         try:
             downloader = self.container.download_blob(key, **kwargs)
@@ -180,8 +187,9 @@ class AzureStore(StoreBase):
                 sink(chunk)
                 count += len(chunk)
         except (aexc.ResourceModifiedError, aexc.ResourceNotFoundError) as exc:
-            if etag and getattr(exc, "error_code", "") != "ContainerNotFound":
-                raise ObjectChanged(self.uri, key, f"etag {etag}", self.describe(self.head(key))) from exc
+            if (etag or generation) and getattr(exc, "error_code", "") != "ContainerNotFound":
+                # the pinned version was deleted, or (etag only) the blob was overwritten
+                raise ObjectChanged(self.uri, key, pinned, self.describe(self.head(key))) from exc
             raise self._error(exc, f"reading {key!r}") from exc
         except self._ERRORS as exc:
             raise self._error(exc, f"reading {key!r}") from exc

@@ -109,6 +109,15 @@ class ObjectStore(Protocol):
         """For an S3 multipart object, the size of its first part (to recompute the ETag)."""
         ...
 
+    def versioned(self) -> bool | None:
+        """Whether the bucket keeps an overwritten object readable by its pinned version/generation.
+
+        None when the store cannot tell (no permission to read the bucket's settings, or a store
+        that records it nowhere a client can read, like Azure's account setting): the listing's
+        version ids then say what is pinned.
+        """
+        ...
+
     def close(self) -> None: ...
 
 
@@ -134,6 +143,9 @@ class StoreBase:
         return self.read_range(key, 0, None, write, etag=etag, generation=generation)
 
     def part_size(self, key: str, etag: str) -> int | None:
+        return None
+
+    def versioned(self) -> bool | None:
         return None
 
     def close(self) -> None:

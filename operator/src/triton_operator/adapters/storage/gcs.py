@@ -154,6 +154,23 @@ class GCSStore(StoreBase):
             raise self._error(exc, f"reading metadata of {key!r}") from exc
         return None if blob is None else self._info(blob)
 
+    def versioned(self) -> bool | None:
+        """Whether the bucket has object versioning on: every object has a generation, but without
+        versioning an overwrite deletes the old one and a read pinned to it fails.
+
+        None when the credentials may not read the bucket's metadata (storage.buckets.get, which
+        roles/storage.objectViewer lacks): reading objects needs no more than that.
+        """
+        try:
+            bucket = self.client.get_bucket(self.bucket, retry=self.retry, timeout=self.timeout)
+        except gexc.NotFound as exc:
+            raise BucketNotFound(self.uri, self.bucket) from exc
+        except (gexc.Forbidden, gexc.Unauthorized):
+            return None
+        except self._ERRORS as exc:
+            raise self._error(exc, "reading the bucket's versioning") from exc
+        return bool(bucket.versioning_enabled)
+
     def describe(self, info: ObjectInfo | None) -> str:
         return "deleted" if info is None else f"generation {info.generation}"
 

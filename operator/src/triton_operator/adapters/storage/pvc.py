@@ -50,6 +50,10 @@ class PvcStore(StoreBase):
             raise BucketNotFound(uri, f"{claim} (not mounted at {self.root})")
         self._real_root = self.root.resolve()
 
+    def versioned(self) -> bool:
+        """A claim keeps no old versions of a rewritten file."""
+        return False
+
     def _path(self, key: str) -> Path:
         path = self.root / key
         real = path.resolve()
