@@ -137,17 +137,6 @@ def test_summarize_ready_invalid_and_unschedulable_come_first() -> None:
     assert (v.status, v.reason, v.message) == ("False", c.UNSCHEDULABLE, "0/3 nodes")
 
 
-def test_progressing() -> None:
-    rolling = RevisionPlan(replicas={"b": 2}, stable="a", rolling="b")
-    assert c.progressing(rolling, {"a": dep("a")}, 2).reason == c.NEW_REVISION
-    late = {"b": dep("b", ready=0, deadline_exceeded=True)}
-    assert c.progressing(rolling, late, 2).reason == c.PROGRESS_DEADLINE_EXCEEDED
-    stable = RevisionPlan(replicas={"a": 2}, stable="a")
-    assert c.progressing(stable, {"a": dep("a", ready=1)}, 2).reason == c.REPLICAS_UPDATING
-    done = c.progressing(stable, {"a": dep("a")}, 2)
-    assert (done.status, done.reason) == ("False", c.ROLLOUT_COMPLETE)
-
-
 # ----------------------------------------------------------------- build_status
 
 
@@ -161,6 +150,7 @@ def observation(**kw: Any) -> c.Observation:
         "repository": c.Verdict(c.TRUE, c.UNPINNED, "unpinned"),
         "endpoints": {"http": "svc.ml.svc:8000", "grpc": "svc.ml.svc:8001", "metrics": "svc.ml.svc:8002"},
         "models": [{"name": "m", "versions": []}],
+        "progressing": c.Verdict(c.FALSE, "RolloutCompleted", "revision a is stable at 2 replicas"),
     }
     defaults.update(kw)
     return c.Observation(**defaults)
@@ -182,7 +172,7 @@ def test_status_of_a_ready_service() -> None:
     assert got == {
         "Ready": ("True", c.AVAILABLE),
         "RepositoryReady": ("True", c.UNPINNED),
-        "Progressing": ("False", c.ROLLOUT_COMPLETE),
+        "Progressing": ("False", "RolloutCompleted"),
         "Degraded": ("False", c.AS_EXPECTED),
         "PodsScheduled": ("True", c.NO_PODS),
     }
@@ -207,27 +197,23 @@ def test_status_changes_when_a_pod_becomes_ready() -> None:
     assert conds(after)["Degraded"]["lastTransitionTime"] == T0  # did not flip
 
 
-def test_rollout_status_names_both_revisions_and_promotion_records_history() -> None:
+def test_rollout_status_names_both_revisions_and_takes_the_engines_fields() -> None:
     rolling = RevisionPlan(replicas={"b": 2}, stable="a", rolling="b")
-    mid = c.build_status({}, observation(plan=rolling, deployments=[dep("a"), dep("b", ready=1)]))
+    progressing = c.Verdict(c.TRUE, c.NEW_REVISION, "step 0/2")
+    mid = c.build_status(
+        {}, observation(plan=rolling, deployments=[dep("a"), dep("b", ready=1)], progressing=progressing)
+    )
     assert (mid["stableRevision"], mid["canaryRevision"]) == ("a", "b")
     assert conds(mid)["Progressing"]["reason"] == c.NEW_REVISION
     assert conds(mid)["Ready"]["reason"] == c.ROLLOUT_IN_PROGRESS
-    promoted = RevisionPlan(replicas={"b": 2}, stable="b", delete=("a",), retired=("a",))
-    done = c.build_status(mid, observation(plan=promoted, deployments=[dep("b")], created={"a": T0}))
+    promoted = RevisionPlan(replicas={"b": 2}, stable="b", delete=("a",))
+    engine = {"history": [{"revision": "a", "created": T0}], "canaryWeight": None, "promoting": False}
+    done = c.build_status(mid, observation(plan=promoted, deployments=[dep("b")], rollout=engine))
     assert done["stableRevision"] == "b"
     assert "canaryRevision" not in done
     assert done["history"] == [{"revision": "a", "created": T0}]
+    assert "canaryWeight" not in done and "promoting" not in done  # unset fields are left out
     assert conds(done)["Ready"]["status"] == "True"
-
-
-def test_history_is_trimmed_to_limit() -> None:
-    previous = {"history": [{"revision": r} for r in ("r1", "r2", "r3")]}
-    promoted = RevisionPlan(replicas={"b": 2}, stable="b", retired=("a",))
-    status = c.build_status(previous, observation(plan=promoted, deployments=[dep("b")], history_limit=2))
-    assert [h["revision"] for h in status["history"]] == ["r3", "a"]
-    none = c.build_status(previous, observation(plan=promoted, deployments=[dep("b")], history_limit=0))
-    assert "history" not in none
 
 
 def test_invalid_spec_keeps_revisions_and_says_why() -> None:

@@ -37,8 +37,6 @@ SCHEDULED = "Scheduled"
 NO_PODS = "NoPods"
 # Progressing
 NEW_REVISION = "NewRevision"
-REPLICAS_UPDATING = "ReplicasUpdating"
-ROLLOUT_COMPLETE = "RolloutComplete"
 PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
 # Degraded
 AS_EXPECTED = "AsExpected"
@@ -163,29 +161,6 @@ def degraded(
     return Verdict(FALSE, AS_EXPECTED, "no failing pods")
 
 
-def progressing(plan: RevisionPlan, deployments: Mapping[str, DeploymentState], replicas: int) -> Verdict:
-    """True while a revision rolls out or the stable one is not yet at its replicas."""
-    if plan.rolling is not None:
-        state = deployments.get(plan.rolling)
-        if state is not None and state.deadline_exceeded:
-            return Verdict(
-                FALSE, PROGRESS_DEADLINE_EXCEEDED, f"{_replica_message(plan.rolling, state, replicas)}"
-            )
-        return Verdict(
-            TRUE,
-            NEW_REVISION,
-            f"{_replica_message(plan.rolling, state, replicas)}; revision {plan.stable} serves until then",
-        )
-    if plan.stable is None:
-        return Verdict(FALSE, ROLLOUT_COMPLETE, "nothing to roll out")
-    state = deployments.get(plan.stable)
-    if state is None or not state.complete(replicas):
-        if state is not None and state.deadline_exceeded:
-            return Verdict(FALSE, PROGRESS_DEADLINE_EXCEEDED, _replica_message(plan.stable, state, replicas))
-        return Verdict(TRUE, REPLICAS_UPDATING, _replica_message(plan.stable, state, replicas))
-    return Verdict(FALSE, ROLLOUT_COMPLETE, f"revision {plan.stable} serves all {replicas} replicas")
-
-
 def summarize_ready(
     *,
     invalid: str | None,
@@ -283,34 +258,16 @@ class Observation:
     repository: Verdict | None = None
     endpoints: Mapping[str, str] | None = None
     models: Sequence[Mapping[str, Any]] = ()
-    history_limit: int = 3
-    created: Mapping[str, str] = dataclasses.field(default_factory=dict)
     rollout: Mapping[str, Any] | None = None
-    """The rollout engine's status fields (camelCase, history included); None: history from ``plan``."""
+    """The rollout engine's status fields (camelCase, history included)."""
     progressing: Verdict | None = None
-    """The rollout engine's Progressing; None: computed from ``plan`` and the Deployments."""
+    """The rollout engine's Progressing (None leaves the condition as it was)."""
     rollout_degraded: Verdict | None = None
     """The rollout engine's Degraded: it wins when True, else failing pods make Degraded True."""
     aborted: str | None = None
     """Why the spec's revision was rolled back (Ready=False/RolloutAborted); None when it was not."""
     traffic: Verdict | None = None
     """TrafficRouted (Gateway API routes); None removes the condition."""
-
-
-def _history(previous: Sequence[Mapping[str, Any]], obs: Observation) -> list[dict[str, Any]]:
-    plan = obs.plan
-    if plan is None:
-        return [dict(h) for h in previous]
-    live = {plan.stable, plan.rolling}
-    history = [
-        dict(h) for h in previous if h.get("revision") not in live and h.get("revision") not in plan.retired
-    ]
-    for revision in plan.retired:
-        record: dict[str, Any] = {"revision": revision}
-        if revision in obs.created:
-            record["created"] = obs.created[revision]
-        history.append(record)
-    return history[-obs.history_limit :] if obs.history_limit > 0 else []
 
 
 def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any]:
@@ -367,7 +324,8 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
     if obs.rollout_degraded is not None and (obs.rollout_degraded.status == TRUE or failing.status != TRUE):
         failing = obs.rollout_degraded
     put(DEGRADED, failing)
-    put(PROGRESSING, obs.progressing or progressing(plan, by_revision, obs.replicas))
+    if obs.progressing is not None:
+        put(PROGRESSING, obs.progressing)
     put(
         READY,
         summarize_ready(
@@ -400,10 +358,6 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
         status["endpoints"] = dict(obs.endpoints)
     if obs.rollout is not None:
         status.update(compact({k: v for k, v in obs.rollout.items() if k in OWNED_STATUS_FIELDS}))
-        return status
-    history = _history(previous.get("history") or [], obs)
-    if history:
-        status["history"] = history
     return status
 
 

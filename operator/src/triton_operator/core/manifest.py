@@ -16,7 +16,6 @@ from triton_operator.core.modelconfig import ModelConfigError
 MANIFEST_FORMAT = 1
 CONFIG_FILE = "config.pbtxt"
 
-ChecksumKind = Literal["sha256", "md5", "crc32c", "s3-multipart", "none"]
 CHECKSUM_KINDS: tuple[str, ...] = ("sha256", "md5", "crc32c", "s3-multipart", "none")
 # Kinds whose value is derived from the bytes alone, so a file can be verified and cached by it.
 CONTENT_KINDS: frozenset[str] = frozenset({"sha256", "md5", "crc32c", "s3-multipart"})

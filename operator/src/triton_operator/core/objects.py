@@ -740,8 +740,6 @@ class RevisionPlan:
     """The promoted revision that serves."""
     rolling: str | None = None
     """The new revision not yet promoted (None when the desired revision is stable)."""
-    retired: tuple[str, ...] = ()
-    """Revisions that were stable and are deleted now: they join status.history."""
 
 
 # ----------------------------------------------------------------- everything at once
