@@ -11,7 +11,14 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from triton_operator.adapters.kube import ConflictError, Kube, ObjectRejectedError, Owned, retry_delay
+from triton_operator.adapters.kube import (
+    ConflictError,
+    Kube,
+    ObjectRejectedError,
+    ObjectTooLargeError,
+    Owned,
+    retry_delay,
+)
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.adapters.storage.base import StoreError
 from triton_operator.core import conditions as cond
@@ -20,19 +27,21 @@ from triton_operator.core.manifest import (
     ManifestError,
     SelectionFailed,
     StoreRef,
+    json_digest,
     manifest_digest,
     manifest_from_json,
     manifest_to_json,
     model_sources,
     unpinned_manifest,
 )
+from triton_operator.core.manifestparts import ManifestTooLarge, stored_manifest, stored_parts
 from triton_operator.core.modelconfig import ModelConfigError
 from triton_operator.core.objects import (
     LABEL_MANAGED_BY,
     LABEL_REVISION,
     LABEL_SERVICE,
     MANAGED_BY,
-    MANIFEST_KEY,
+    Actions,
     RevisionPlan,
     build_event,
     check_body,
@@ -44,6 +53,7 @@ from triton_operator.core.objects import (
     object_name,
     plan_actions,
     pod_state,
+    revision_object_names,
     split_by_owner,
 )
 from triton_operator.core.rollout import (
@@ -103,9 +113,10 @@ ManifestPinner = Callable[[TritonService, str | None], Awaitable[PinnedManifest]
 
 
 def _summary(manifest: Manifest, problem: str | None = None) -> PinnedManifest:
+    text = manifest_to_json(manifest)
     return PinnedManifest(
-        json=manifest_to_json(manifest),
-        digest=manifest_digest(manifest) if manifest.pinned else None,
+        json=text,
+        digest=json_digest(text) if manifest.pinned else None,
         objects=len(manifest.entries),
         total_bytes=manifest.total_bytes,
         problem=problem,
@@ -249,7 +260,8 @@ class Result:
     plan: RolloutPlan | None = None
     """The rollout engine's plan that was carried out."""
     ts: TritonService | None = None
-    """The parsed spec that was applied."""
+    """The parsed spec that was applied (or refused for its manifest's size: its repository is
+    still polled, and a change there tries again)."""
     requeue_after: float | None = None
     """Seconds until the next reconcile is due with nothing else happening (a timed pause, a deadline)."""
 
@@ -267,17 +279,39 @@ def owned_selector(name: str) -> dict[str, str]:
 
 
 def _current_manifest(owned: Owned, previous: Mapping[str, Any]) -> str | None:
-    """The manifest JSON of the newest running revision (the canary's, else the stable one's)."""
-    by_revision = {
-        (c.get("metadata", {}).get("labels") or {}).get(LABEL_REVISION): c for c in owned.configmaps
-    }
+    """The manifest JSON of the newest running revision (the canary's, else the stable one's),
+    from its ConfigMaps: plain JSON, or gzipped parts put back together (core.manifestparts)."""
     for revision in (previous.get("canaryRevision"), previous.get("stableRevision")):
-        configmap = by_revision.get(revision)
-        if configmap is not None:
-            value = (configmap.get("data") or {}).get(MANIFEST_KEY)
-            if value is not None:
-                return str(value)
+        if not revision:
+            continue
+        configmaps = [
+            c
+            for c in owned.configmaps
+            if (c.get("metadata", {}).get("labels") or {}).get(LABEL_REVISION) == revision
+        ]
+        text = stored_manifest(configmaps)
+        if text is not None:
+            return text
     return None
+
+
+def _too_large(pinned: PinnedManifest | None, manifest_json: str | None, detail: str) -> str:
+    """ManifestTooLarge's message: what the manifest pins, and why it cannot be stored."""
+    size = len(manifest_json.encode("utf-8")) if manifest_json is not None else 0
+    objects = pinned.objects if pinned is not None else 0
+    return (
+        f"the pinned manifest of {objects} objects ({size} bytes of JSON) cannot be stored: {detail}; "
+        "the serving revision stays as it is. Pin fewer objects: narrow the models' folders or "
+        "version policies"
+    )
+
+
+def _parts_summary(actions: Actions) -> str:
+    configmaps = [o for o in actions.apply if o.get("kind") == "ConfigMap"]
+    parts = stored_parts(configmaps)
+    if not parts:
+        return ""
+    return f"{sum(len(p) for p in parts.values())} bytes gzipped in {len(parts)} parts; "
 
 
 def _repository_verdict(ts: TritonService, pinned: PinnedManifest | None) -> cond.Verdict:
@@ -338,7 +372,10 @@ async def reconcile(
     pods = [pod_state(p) for p in owned.pods]
 
     async def refuse(
-        message: str, reason: str = cond.INVALID_SPEC, repository: cond.Verdict | None = None
+        message: str,
+        reason: str = cond.INVALID_SPEC,
+        repository: cond.Verdict | None = None,
+        ts: TritonService | None = None,
     ) -> Result:
         # A bad spec never touches what runs: no apply, no delete; only the status says why.
         status = cond.build_status(
@@ -354,7 +391,12 @@ async def reconcile(
             ),
         )
         written = await _write_status(kube, namespace, name, previous, status)
-        return Result(status=status, written=written, invalid=message, reason=reason)
+        return Result(status=status, written=written, invalid=message, reason=reason, ts=ts)
+
+    async def too_large(message: str) -> Result:
+        logger.warning("%s/%s: %s", namespace, name, message)
+        verdict = cond.Verdict(cond.FALSE, cond.MANIFEST_TOO_LARGE, message)
+        return await refuse(message, cond.MANIFEST_TOO_LARGE, verdict, ts)
 
     checked = check_body(body)
     if checked.problems or checked.ts is None:
@@ -369,7 +411,7 @@ async def reconcile(
             verdict = cond.Verdict(cond.FALSE, exc.reason, exc.message)
             return await refuse(exc.message, exc.reason, verdict)
     revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None)
-    if object_name(ts, revision) in adoption.foreign:
+    if revision_object_names(ts, revision, adoption.foreign):
         # The same name is still held by an earlier TritonService's object that the garbage
         # collector has yet to remove: applying ours now would give it two controllers.
         logger.info(
@@ -396,22 +438,32 @@ async def reconcile(
     stale_pdb = not disruption_budget_enabled(ts) and (
         await kube.get("PodDisruptionBudget", namespace, ts.name) is not None
     )
-    actions = plan_actions(
-        ts,
-        settings,
-        revision,
-        plan,
-        configs=checked.configs,
-        manifest_json=pinned.json if pinned else None,
-        deployments=owned.deployments,
-        configmaps=owned.configmaps,
-        revision_services=cond.find_condition(previous.get("conditions") or [], cond.TRAFFIC_ROUTED)
-        is not None,
-        disruption_budget=stale_pdb,
-    )
+    manifest_json = pinned.json if pinned else None
+    try:
+        actions = plan_actions(
+            ts,
+            settings,
+            revision,
+            plan,
+            configs=checked.configs,
+            manifest_json=manifest_json,
+            deployments=owned.deployments,
+            configmaps=owned.configmaps,
+            revision_services=cond.find_condition(previous.get("conditions") or [], cond.TRAFFIC_ROUTED)
+            is not None,
+            disruption_budget=stale_pdb,
+        )
+    except ManifestTooLarge as exc:
+        return await too_large(_too_large(pinned, manifest_json, str(exc)))
     try:
         for obj in actions.apply:
             await kube.apply(obj)
+    except ObjectTooLargeError as exc:
+        # Refused for its size even so (a cluster with lower limits): a condition that says so, not
+        # InvalidSpec, nor a retry that can only be refused again.
+        if exc.kind != "ConfigMap":
+            return await refuse(str(exc))
+        return await too_large(_too_large(pinned, manifest_json, f"{_parts_summary(actions)}{exc}"))
     except ObjectRejectedError as exc:
         # The schema let something through that the API server refuses (e.g. a malformed volume).
         return await refuse(str(exc))
