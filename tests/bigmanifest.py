@@ -31,9 +31,11 @@ _VERSION_ID = string.ascii_letters + string.digits + "._"
 
 def realistic_manifest(count: int = 50_000, *, seed: int = 11, versioned: bool = True) -> Manifest:
     """``count`` objects as a big model repository holds them: models of 1 to 5 version folders of 20
-    to 200 weight shards, random MD5 ETags (30 % multipart, as large uploads are), sizes up to 5 GB,
-    and S3 version ids when ``versioned`` (the worst case: 32 more random characters an object)."""
+    to 200 weight shards (times count / 50,000 above that), random MD5 ETags (30 % multipart, as
+    large uploads are), sizes up to 5 GB, and S3 version ids when ``versioned`` (the worst case:
+    32 more random characters an object)."""
     rng = random.Random(seed)
+    scale = max(1, count // 50_000)  # larger repositories: larger models (a spec holds 256 at most)
     models: list[ManifestModel] = []
     entries: list[ManifestEntry] = []
     while len(entries) < count:
@@ -41,7 +43,7 @@ def realistic_manifest(count: int = 50_000, *, seed: int = 11, versioned: bool =
         versions = tuple(str(v) for v in range(1, rng.randint(2, 6)))
         models.append(ManifestModel(name, name, VersionPolicy("all"), versions))
         for version in versions:
-            shards = rng.randint(20, 200)
+            shards = rng.randint(20, 200) * scale
             for shard in range(1, shards + 1):
                 if len(entries) == count:
                     break
@@ -59,6 +61,18 @@ def realistic_manifest(count: int = 50_000, *, seed: int = 11, versioned: bool =
                 )
     repository = StoreRef("s3://models-prod/triton/prod", "https://s3.eu-west-1.amazonaws.com")
     return Manifest(repository, tuple(models), tuple(entries))
+
+
+def spec_for(manifest: Manifest) -> dict[str, Any]:
+    """A TritonService spec whose repository and models are those the manifest was pinned for."""
+    repository = {"uri": manifest.repository.uri}
+    if manifest.repository.endpoint:
+        repository["endpoint"] = manifest.repository.endpoint
+    config = {"backend": "python", "maxBatchSize": 8, "versionPolicy": {"all": {}}}
+    return {
+        "repository": repository,
+        "models": [{"name": m.name, "path": m.folder, "config": dict(config)} for m in manifest.models],
+    }
 
 
 def payload_bytes(configmap: Mapping[str, Any]) -> int:
