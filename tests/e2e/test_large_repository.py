@@ -3,12 +3,15 @@ API server takes and comes back whole; what it refuses for size becomes a condit
 
 The reconcile runs in this process with a pinner that pins a generated manifest (listing 50,000
 real objects would take minutes on this machine); the API server, its limits and its answers are
-the real ones. The TritonServices ask for no replicas: no pod is needed to store a manifest.
+the real ones. The TritonServices ask for no replicas: no pod is needed to store a manifest. One
+test then runs a pod on the real node that mounts the revision's config volume as the operator
+renders it and reads the manifest with this checkout's sync code: the kubelet's own layout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +19,11 @@ import pytest
 from e2e_helpers import REVISION_LABEL, apply, as_dict, condition, get_ts, tritonservice
 from lightkube import Client
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap
+from lightkube.resources.core_v1 import ConfigMap, Pod
 
 from bigmanifest import realistic_manifest
+from real_pods import placement, real_node
+from testkit import wait_for
 from triton_operator import reconcile
 from triton_operator.adapters.kube import Kube, make_client
 from triton_operator.core import manifestparts
@@ -26,6 +31,8 @@ from triton_operator.core.manifest import Manifest, json_digest, manifest_to_jso
 from triton_operator.settings import Settings
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SETTINGS = Settings()
 
@@ -150,3 +157,86 @@ async def test_a_manifest_the_api_server_refuses_for_its_size_is_a_condition(  #
     assert condition(obj, "Ready")["reason"] == "ManifestTooLarge"
     assert obj["status"]["stableRevision"] == stable
     assert versions(kube, namespace, stable) == before
+
+
+# What the pod runs: this checkout's reader on the mounted folder; the answer goes to the
+# termination message (no kubelet log proxy needed).
+READER = """
+import hashlib, json, pathlib
+from triton_operator.commands.sync import load_manifest, read_manifest_bytes
+root = pathlib.Path('/etc/triton-operator')
+folder = root / 'manifest'
+data = read_manifest_bytes(folder)
+answer = {
+    'sha256': hashlib.sha256(data).hexdigest(),
+    'entries': len(load_manifest(folder).entries),
+    'files': sorted(p.name for p in folder.iterdir()),
+    'configs': sorted(str(p.relative_to(root)) for p in (root / 'configs').rglob('*.pbtxt')),
+}
+pathlib.Path('/dev/termination-log').write_text(json.dumps(answer))
+"""
+
+
+async def test_a_pod_on_the_real_node_reads_the_parts_as_the_kubelet_mounts_them(
+    kube: Client, cluster: Path, namespace: str, big: tuple[Manifest, str]
+) -> None:
+    node, why = real_node()
+    if node is None:
+        pytest.skip(f"no real node: {why}")
+    import images  # noqa: PLC0415 (e2e/images.py, on sys.path through real_pods)
+
+    manifest, text = big
+    pinner = Pinner(realistic_manifest(20))
+    await serving(kube, cluster, namespace, pinner)
+    pinner.pin(manifest, text)
+    result = await reconcile_once(cluster, namespace, "big", pinner)
+    assert result.invalid is None, result.invalid
+    deployment = as_dict(kube.get(Deployment, f"big-{result.revision}", namespace=namespace))
+    template = deployment["spec"]["template"]["spec"]
+    config = next(v for v in template["volumes"] if v["name"] == "triton-operator-config")
+    assert len(config["projected"]["sources"]) > 1
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "read-manifest", "namespace": namespace},
+        "spec": {
+            **placement(),
+            "restartPolicy": "Never",
+            "enableServiceLinks": False,
+            "volumes": [config, {"name": "src", "hostPath": {"path": str(ROOT / "operator" / "src")}}],
+            "containers": [
+                {
+                    "name": "read",
+                    "image": images.IMAGES["operator"]["ref"],
+                    "imagePullPolicy": "Never",
+                    "command": ["python", "-c", READER],
+                    "env": [{"name": "PYTHONPATH", "value": "/src"}],
+                    "volumeMounts": [
+                        {
+                            "name": "triton-operator-config",
+                            "mountPath": "/etc/triton-operator",
+                            "readOnly": True,
+                        },
+                        {"name": "src", "mountPath": "/src", "readOnly": True},
+                    ],
+                }
+            ],
+        },
+    }
+    kube.create(Pod.from_dict(pod))
+
+    def finished() -> dict[str, Any] | None:
+        status = as_dict(kube.get(Pod, "read-manifest", namespace=namespace)).get("status") or {}
+        for container in status.get("containerStatuses") or []:
+            terminated = (container.get("state") or {}).get("terminated")
+            if terminated:
+                return dict(terminated)
+        return None
+
+    terminated = await asyncio.to_thread(wait_for, finished, timeout=120, what="the reading pod to finish")
+    assert terminated["exitCode"] == 0, terminated
+    answer = json.loads(terminated["message"])
+    assert answer["sha256"] == json_digest(text)  # byte for byte
+    assert answer["entries"] == 50_000
+    assert answer["files"] == [manifestparts.part_key(i) for i in range(len(config["projected"]["sources"]))]
+    assert answer["configs"] == ["configs/add/config.pbtxt"]
