@@ -547,6 +547,7 @@ async def test_more_parts_than_a_revision_gets_is_refused_before_anything_is_wri
     assert [verb for verb, _, _ in api.writes[writes:]] == ["status"]
     message = condition(api, cond.REPOSITORY_READY)["message"]
     assert "50000 objects" in message and "at most 2 per revision" in message
+    assert "bytes of JSON" in message and "bytes gzipped need" in message
 
 
 async def test_the_handler_does_not_retry_a_manifest_too_large() -> None:

@@ -33,7 +33,7 @@ from triton_operator.core.manifest import (
     model_sources,
     unpinned_manifest,
 )
-from triton_operator.core.manifestparts import ManifestTooLarge, stored_manifest, stored_parts
+from triton_operator.core.manifestparts import ManifestTooLarge, compress, stored_manifest
 from triton_operator.core.modelconfig import ModelConfigError
 from triton_operator.core.objects import (
     LABEL_MANAGED_BY,
@@ -48,6 +48,7 @@ from triton_operator.core.objects import (
     deployment_state,
     disruption_budget_enabled,
     endpoints,
+    layout_of,
     model_statuses,
     object_name,
     plan_actions,
@@ -306,12 +307,13 @@ def _too_large(pinned: PinnedManifest | None, manifest_json: str | None, detail:
     )
 
 
-def _parts_summary(actions: Actions) -> str:
-    configmaps = [o for o in actions.apply if o.get("kind") == "ConfigMap"]
-    parts = stored_parts(configmaps)
-    if not parts:
+def _parts_summary(actions: Actions, manifest_json: str | None) -> str:
+    """How the refused revision stores its manifest (its Deployment says how many parts)."""
+    deployment = next((o for o in actions.apply if o.get("kind") == "Deployment"), None)
+    layout = layout_of(deployment)
+    if manifest_json is None or layout is None or layout.plain:
         return ""
-    return f"{sum(len(p) for p in parts.values())} bytes gzipped in {len(parts)} parts; "
+    return f"{len(compress(manifest_json))} bytes gzipped in {layout.parts} ConfigMaps; "
 
 
 def _repository_verdict(ts: TritonService, pinned: PinnedManifest | None) -> cond.Verdict:
@@ -463,7 +465,8 @@ async def reconcile(
         # InvalidSpec, nor a retry that can only be refused again.
         if exc.kind != "ConfigMap":
             return await refuse(str(exc))
-        return await too_large(_too_large(pinned, manifest_json, f"{_parts_summary(actions)}{exc}"))
+        detail = f"{_parts_summary(actions, manifest_json)}{exc}"
+        return await too_large(_too_large(pinned, manifest_json, detail))
     except ObjectRejectedError as exc:
         # The schema let something through that the API server refuses (e.g. a malformed volume).
         return await refuse(str(exc))

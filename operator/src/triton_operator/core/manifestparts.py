@@ -29,7 +29,8 @@ from typing import Any
 from triton_operator.core.manifest import ManifestError
 
 MANIFEST_KEY = "manifest.json"
-"""data key of the plain-JSON manifest of a revision made before parts (read, and kept, as it is)."""
+"""data key of a manifest kept as plain JSON: one that fits beside the configs, as in every revision
+made before parts."""
 PART_PREFIX = "manifest.json.gz."
 """binaryData key (and file name in the pod) of part N: manifest.json.gz.000, .001, ..."""
 CONFIGMAP_LIMIT = 1024 * 1024
@@ -60,8 +61,8 @@ class ManifestTooLarge(ValueError):  # noqa: N818 (a condition's reason, not a b
 
     def __init__(self, json_bytes: int, compressed_bytes: int, parts: int) -> None:
         super().__init__(
-            f"{json_bytes} bytes of JSON, {compressed_bytes} gzipped, need {parts} ConfigMaps of "
-            f"{CONFIGMAP_BUDGET} bytes; the operator writes at most {MAX_PARTS} per revision"
+            f"{compressed_bytes} bytes gzipped need {parts} ConfigMaps of {CONFIGMAP_BUDGET} bytes; "
+            f"the operator writes at most {MAX_PARTS} per revision"
         )
         self.json_bytes = json_bytes
         self.compressed_bytes = compressed_bytes
