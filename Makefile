@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 
-.PHONY: run test lint unit bootstrap cluster-up cluster-down crd manifests bench-sync bench-control-plane
+.PHONY: run test lint unit bootstrap cluster-up cluster-down crd manifests bench-sync bench-control-plane bench-manifest
 
 bootstrap:
 	@e2e/bootstrap
@@ -43,3 +43,6 @@ bench-sync: bootstrap
 
 bench-control-plane: bootstrap
 	$(PY) bench/control_plane/run.py
+
+bench-manifest: bootstrap
+	$(PY) bench/manifest/run.py

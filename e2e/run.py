@@ -40,6 +40,7 @@ import cluster  # noqa: E402
 import images  # noqa: E402
 import node  # noqa: E402
 from inference import INPUT0, INPUT1, InferenceError, infer_add_sub  # noqa: E402
+from triton_operator.core.manifestparts import stored_manifest  # noqa: E402
 
 MODEL_FILE = ROOT / "tests" / "data" / "triton_models" / "adder" / "1" / "model.py"
 # The CPU tritonserver image built from the project's own files (e2e/images/tritonserver).
@@ -108,12 +109,16 @@ def show_revision(kubectl: Kubectl, namespace: str, name: str) -> None:
     revision = (obj.get("status") or {}).get("stableRevision")
     if not revision:
         return
-    cm = json.loads(kubectl("get", "configmap", f"{name}-{revision}", "-n", namespace, "-o", "json"))
+    # The revision's ConfigMaps: the configs and the manifest, plain or in gzipped parts.
+    selector = f"triton-operator.io/service={name},triton-operator.io/revision={revision}"
+    listed = json.loads(kubectl("get", "configmap", "-n", namespace, "-l", selector, "-o", "json"))
+    configmaps = listed.get("items") or []
+    cm: dict[str, Any] = next((c for c in configmaps if c["metadata"]["name"] == f"{name}-{revision}"), {})
     for key, text in sorted(cm.get("data", {}).items()):
         if key.endswith(".config.pbtxt"):
             say(f"revision {revision} renders {key.removesuffix('.config.pbtxt')}/config.pbtxt:")
             print("    " + text.rstrip().replace("\n", "\n    "), flush=True)
-    manifest = json.loads(cm.get("data", {}).get("manifest.json", "{}"))
+    manifest = json.loads(stored_manifest(configmaps) or "{}")
     entries = manifest.get("entries") or manifest.get("objects") or []
     source = (manifest.get("repository") or {}).get("uri", "?")
     say(f"revision {revision} pins {len(entries)} object(s) of {source}:")

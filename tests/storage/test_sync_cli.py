@@ -12,6 +12,7 @@ import pytest
 
 from storage_backends import Backend
 from triton_operator.adapters.storage import pin_repository
+from triton_operator.core import manifestparts
 from triton_operator.core.manifest import Manifest, manifest_to_dict, manifest_to_json
 from triton_operator.core.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec
@@ -102,3 +103,22 @@ def test_a_manifest_escaping_dest_exits_2_naming_the_field(
     assert result.returncode == 2, result.stderr
     assert "manifest.entries[3].dest: it has a '..' path segment" in result.stderr
     assert not (tmp_path / "models").exists()
+
+
+def test_a_manifest_in_parts_syncs_as_the_plain_one(
+    s3_backend: Backend, pinned: tuple[str, Manifest], tmp_path: Path
+) -> None:
+    """The pod of a large repository gets its manifest as gzipped parts in a folder (one file per
+    ConfigMap key, as the kubelet projects them): sync reads them in order and syncs the same objects."""
+    _, manifest = pinned
+    blob = manifestparts.compress(manifest_to_json(manifest))
+    folder = tmp_path / "config" / "manifest"
+    folder.mkdir(parents=True)
+    for index, part in enumerate(manifestparts.split(blob, 100, 300)):
+        (folder / manifestparts.part_key(index)).write_bytes(part)
+    # the later --manifest wins over run_sync's plain file
+    result = run_sync(tmp_path, manifest, s3_backend.credentials, "--manifest", str(folder))
+    assert result.returncode == 0, result.stderr
+    assert len(list(folder.iterdir())) > 2
+    for key, data in FILES.items():
+        assert (tmp_path / "models" / key.removeprefix("models/")).read_bytes() == data

@@ -11,7 +11,14 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from triton_operator.adapters.kube import ConflictError, Kube, ObjectRejectedError, Owned, retry_delay
+from triton_operator.adapters.kube import (
+    ConflictError,
+    Kube,
+    ObjectRejectedError,
+    ObjectTooLargeError,
+    Owned,
+    retry_delay,
+)
 from triton_operator.adapters.storage import PinResult, pin_with_versioning
 from triton_operator.adapters.storage.base import StoreError
 from triton_operator.core import conditions as cond
@@ -20,20 +27,21 @@ from triton_operator.core.manifest import (
     ManifestError,
     SelectionFailed,
     StoreRef,
-    manifest_digest,
+    json_digest,
     manifest_from_json,
     manifest_to_json,
     model_sources,
     stale_pins,
     unpinned_manifest,
 )
+from triton_operator.core.manifestparts import ManifestTooLarge, compress, stored_manifest
 from triton_operator.core.modelconfig import ModelConfigError
 from triton_operator.core.objects import (
     LABEL_MANAGED_BY,
     LABEL_REVISION,
     LABEL_SERVICE,
     MANAGED_BY,
-    MANIFEST_KEY,
+    Actions,
     DeploymentState,
     PodState,
     RevisionPlan,
@@ -44,10 +52,12 @@ from triton_operator.core.objects import (
     disruption_budget_enabled,
     endpoints,
     last_valid,
+    layout_of,
     model_statuses,
     object_name,
     plan_actions,
     pod_state,
+    revision_object_names,
     split_by_owner,
 )
 from triton_operator.core.rollout import (
@@ -112,9 +122,10 @@ ManifestPinner = Callable[[TritonService, str | None], Awaitable[PinnedManifest]
 
 def _summary(manifest: Manifest, problem: str | None = None, versioned: bool | None = None) -> PinnedManifest:
     """``versioned``: what the store said of the bucket when it was listed (None: not known)."""
+    text = manifest_to_json(manifest)
     return PinnedManifest(
-        json=manifest_to_json(manifest),
-        digest=manifest_digest(manifest) if manifest.pinned else None,
+        json=text,
+        digest=json_digest(text) if manifest.pinned else None,
         objects=len(manifest.entries),
         total_bytes=manifest.total_bytes,
         problem=problem,
@@ -148,6 +159,11 @@ class _Listing:
     manifest: Manifest
     problem: str | None = None
     versioned: bool | None = None
+    summary: PinnedManifest = dataclasses.field(init=False, compare=False)
+    """Computed once a listing: its JSON and digest take a second for 50,000 objects."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "summary", _summary(self.manifest, self.problem, self.versioned))
 
 
 class RepositoryPinner:
@@ -177,13 +193,13 @@ class RepositoryPinner:
         cached = self._listings.get(key)
         fresh = cached is not None and (poll == 0 or self.clock() - cached.when < poll)
         if cached is not None and fresh and _same_source(cached.manifest, wanted):
-            return _summary(cached.manifest, cached.problem, cached.versioned)
+            return cached.summary
         running = _parse_manifest(current)
         if running is not None and (not running.pinned or not _same_source(running, wanted)):
             running = None
         if running is not None and poll == 0:
-            self._listings[key] = _Listing(self.clock(), running)
-            return _summary(running)
+            listing = self._listings[key] = _Listing(self.clock(), running)
+            return listing.summary
         try:
             pin = await self._list(ts)
         except RepositoryError as exc:
@@ -194,10 +210,10 @@ class RepositoryPinner:
                 raise
             # Keep serving what was pinned; try again after the poll interval.
             versioned = cached.versioned if cached is not None and fallback is cached.manifest else None
-            self._listings[key] = _Listing(self.clock(), fallback, exc.message, versioned)
-            return _summary(fallback, exc.message, versioned)
-        self._listings[key] = _Listing(self.clock(), pin.manifest, versioned=pin.versioned)
-        return _summary(pin.manifest, versioned=pin.versioned)
+            listing = self._listings[key] = _Listing(self.clock(), fallback, exc.message, versioned)
+            return listing.summary
+        listing = self._listings[key] = _Listing(self.clock(), pin.manifest, versioned=pin.versioned)
+        return listing.summary
 
     async def refresh(self, ts: TritonService) -> bool:
         """List now; True when the pinned manifest differs from the cached one (or the listing failed)."""
@@ -208,12 +224,8 @@ class RepositoryPinner:
         except RepositoryError as exc:
             logger.warning("listing the repository of %s/%s failed: %s", *key, exc.message)
             return True
-        self._listings[key] = _Listing(self.clock(), pin.manifest, versioned=pin.versioned)
-        return (
-            before is None
-            or before.problem is not None
-            or manifest_digest(before.manifest) != manifest_digest(pin.manifest)
-        )
+        after = self._listings[key] = _Listing(self.clock(), pin.manifest, versioned=pin.versioned)
+        return before is None or before.problem is not None or before.summary.digest != after.summary.digest
 
     async def _list(self, ts: TritonService) -> PinResult:
         repository = ts.spec.repository
@@ -262,7 +274,8 @@ class Result:
     plan: RolloutPlan | None = None
     """The rollout engine's plan that was carried out."""
     ts: TritonService | None = None
-    """The parsed spec that was applied."""
+    """The parsed spec that was applied (or refused for its manifest's size: its repository is
+    still polled, and a change there tries again)."""
     requeue_after: float | None = None
     """Seconds until the next reconcile is due with nothing else happening (a timed pause, a deadline)."""
 
@@ -280,23 +293,35 @@ def owned_selector(name: str) -> dict[str, str]:
 
 
 def _revision_manifests(owned: Owned) -> dict[str, str]:
-    """The manifest JSON each revision's ConfigMap holds, by revision."""
-    out: dict[str, str] = {}
+    """The manifest JSON each revision's ConfigMaps hold, by revision: plain JSON, or gzipped
+    parts put back together (core.manifestparts)."""
+    by_revision: dict[str, list[Mapping[str, Any]]] = {}
     for configmap in owned.configmaps:
-        revision = ((configmap.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION)
-        value = (configmap.get("data") or {}).get(MANIFEST_KEY)
-        if revision and value is not None:
-            out[str(revision)] = str(value)
+        revision = _labels(configmap).get(LABEL_REVISION)
+        if revision:
+            by_revision.setdefault(str(revision), []).append(configmap)
+    out: dict[str, str] = {}
+    for revision, configmaps in by_revision.items():
+        text = stored_manifest(configmaps)
+        if text is not None:
+            out[revision] = text
     return out
 
 
 def _current_manifest(owned: Owned, previous: Mapping[str, Any]) -> str | None:
     """The manifest JSON of the newest running revision (the canary's, else the stable one's)."""
-    manifests = _revision_manifests(owned)
     for revision in (previous.get("canaryRevision"), previous.get("stableRevision")):
-        if revision in manifests:
-            return manifests[revision]
+        if not revision:
+            continue
+        configmaps = [c for c in owned.configmaps if _labels(c).get(LABEL_REVISION) == revision]
+        text = stored_manifest(configmaps)
+        if text is not None:
+            return text
     return None
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (obj.get("metadata") or {}).get("labels") or {}
 
 
 def _unsyncable(seen: _Seen, pinned: PinnedManifest | None) -> dict[str, str]:
@@ -322,6 +347,26 @@ def _unsyncable(seen: _Seen, pinned: PinnedManifest | None) -> dict[str, str]:
         if why is not None:
             out[revision] = why
     return out
+
+
+def _too_large(pinned: PinnedManifest | None, manifest_json: str | None, detail: str) -> str:
+    """ManifestTooLarge's message: what the manifest pins, and why it cannot be stored."""
+    size = len(manifest_json.encode("utf-8")) if manifest_json is not None else 0
+    objects = pinned.objects if pinned is not None else 0
+    return (
+        f"the pinned manifest of {objects} objects ({size} bytes of JSON) cannot be stored: {detail}; "
+        "the serving revision stays as it is. Pin fewer objects: narrow the models' folders or "
+        "version policies"
+    )
+
+
+def _parts_summary(actions: Actions, manifest_json: str | None) -> str:
+    """How the refused revision stores its manifest (its Deployment says how many parts)."""
+    deployment = next((o for o in actions.apply if o.get("kind") == "Deployment"), None)
+    layout = layout_of(deployment)
+    if manifest_json is None or layout is None or layout.plain:
+        return ""
+    return f"{len(compress(manifest_json))} bytes gzipped in {layout.parts} ConfigMaps; "
 
 
 def _repository_verdict(ts: TritonService, pinned: PinnedManifest | None) -> cond.Verdict:
@@ -371,6 +416,12 @@ class _Blocked:
     message: str
     reason: str = cond.INVALID_SPEC
     repository: cond.Verdict | None = None
+    ts: TritonService | None = None
+    """The current spec when it is valid (its repository is polled, so a new pin tries again)."""
+
+
+class _NotStoredError(Exception):
+    """The revision's manifest cannot be stored in ConfigMaps (too many parts, or refused for size)."""
 
 
 async def reconcile(
@@ -422,6 +473,11 @@ async def reconcile(
             repository=_repository_verdict(ts, pinned),
             unsyncable=_unsyncable(seen, pinned),
         )
+    except _NotStoredError as exc:
+        message = _too_large(pinned, pinned.json if pinned else None, str(exc))
+        logger.warning("%s/%s: %s", namespace, name, message)
+        verdict = cond.Verdict(cond.FALSE, cond.MANIFEST_TOO_LARGE, message)
+        return await _hold(kube, seen, settings, _Blocked(message, cond.MANIFEST_TOO_LARGE, verdict, ts))
     except ObjectRejectedError as exc:
         # The schema let something through that the API server refuses (e.g. a malformed volume).
         return await _hold(kube, seen, settings, _Blocked(str(exc)))
@@ -477,7 +533,7 @@ async def _hold(kube: Kube, seen: _Seen, settings: Settings, blocked: _Blocked) 
                     repository=blocked.repository,
                     blocked=blocked,
                 )
-            except ObjectRejectedError as exc:
+            except (ObjectRejectedError, _NotStoredError) as exc:
                 logger.warning(
                     "%s/%s: the last valid spec is refused too: %s", seen.namespace, seen.name, exc
                 )
@@ -494,7 +550,9 @@ async def _hold(kube: Kube, seen: _Seen, settings: Settings, blocked: _Blocked) 
         ),
     )
     written = await _write_status(kube, seen.namespace, seen.name, seen.previous, status)
-    return Result(status=status, written=written, invalid=blocked.message, reason=blocked.reason)
+    return Result(
+        status=status, written=written, invalid=blocked.message, reason=blocked.reason, ts=blocked.ts
+    )
 
 
 async def _carry_out(
@@ -513,7 +571,7 @@ async def _carry_out(
     """Plan the rollout toward ``revision`` of ``ts`` and carry it out: apply, route, status, scale,
     delete, Events. ``blocked``: ``ts`` is the last valid spec and the current one waits (why)."""
     namespace, name, previous = seen.namespace, seen.name, seen.previous
-    if object_name(ts, revision) in seen.foreign:
+    if revision_object_names(ts, revision, sorted(seen.foreign)):
         # The same name is still held by an earlier TritonService's object that the garbage
         # collector has yet to remove: applying ours now would give it two controllers.
         logger.info(
@@ -541,21 +599,31 @@ async def _carry_out(
     stale_pdb = not disruption_budget_enabled(ts) and (
         await kube.get("PodDisruptionBudget", namespace, ts.name) is not None
     )
-    actions = plan_actions(
-        ts,
-        settings,
-        revision,
-        plan,
-        configs=configs,
-        manifest_json=manifest_json,
-        deployments=seen.owned.deployments,
-        configmaps=seen.owned.configmaps,
-        revision_services=cond.find_condition(previous.get("conditions") or [], cond.TRAFFIC_ROUTED)
-        is not None,
-        disruption_budget=stale_pdb,
-    )
-    for obj in actions.apply:
-        await kube.apply(obj)
+    try:
+        actions = plan_actions(
+            ts,
+            settings,
+            revision,
+            plan,
+            configs=configs,
+            manifest_json=manifest_json,
+            deployments=seen.owned.deployments,
+            configmaps=seen.owned.configmaps,
+            revision_services=cond.find_condition(previous.get("conditions") or [], cond.TRAFFIC_ROUTED)
+            is not None,
+            disruption_budget=stale_pdb,
+        )
+    except ManifestTooLarge as exc:
+        raise _NotStoredError(str(exc)) from exc
+    try:
+        for obj in actions.apply:
+            await kube.apply(obj)
+    except ObjectTooLargeError as exc:
+        # Refused for its size even so (a cluster with lower limits): a condition that says so, not
+        # InvalidSpec, nor a retry that can only be refused again.
+        if exc.kind != "ConfigMap":
+            raise
+        raise _NotStoredError(f"{_parts_summary(actions, manifest_json)}{exc}") from exc
     traffic = await _route_traffic(kube, ts, plan)
 
     rs = plan.status
@@ -614,7 +682,7 @@ async def _carry_out(
         reason=blocked.reason if blocked else None,
         plan=plan,
         # Repository polling follows the spec that is applied, never a last valid one.
-        ts=None if blocked else ts,
+        ts=blocked.ts if blocked else ts,
         requeue_after=min(requeue) if requeue else None,
     )
 

@@ -50,6 +50,20 @@ class ObjectRejectedError(Exception):
         self.message = message
 
 
+class ObjectTooLargeError(ObjectRejectedError):
+    """The API server refused a desired object for its size: 413 (the request body over its 3 MiB),
+    or 422 "Too long" for the whole object (a ConfigMap's data over 1 MiB)."""
+
+
+def _too_long(exc: ApiError) -> bool:
+    """A 422 whose causes say the whole object, or a ConfigMap's data, is too long."""
+    details = exc.status.details
+    return any(
+        cause.reason == "FieldValueTooLong" and (cause.field or "") in ("", "[]", "data", "binaryData")
+        for cause in (details.causes if details is not None else None) or []
+    )
+
+
 class ConflictError(Exception):
     """A conditional write found the object changed since it was read (409)."""
 
@@ -144,7 +158,8 @@ class Kube:
     async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply ``obj`` (a full desired object) under our field manager, forcing conflicts.
 
-        Raises ObjectRejectedError when the API server finds the object invalid.
+        Raises ObjectRejectedError when the API server finds the object invalid, ObjectTooLargeError
+        when it refuses the object for its size.
         """
         kind = str(obj["kind"])
         metadata = obj["metadata"]
@@ -159,8 +174,11 @@ class Kube:
                 force=True,
             )
         except ApiError as exc:
+            name = str(metadata["name"])
+            if exc.status.code == 413 or (exc.status.code == 422 and _too_long(exc)):
+                raise ObjectTooLargeError(kind, name, str(exc.status.message)) from exc
             if exc.status.code == 422:
-                raise ObjectRejectedError(kind, str(metadata["name"]), str(exc.status.message)) from exc
+                raise ObjectRejectedError(kind, name, str(exc.status.message)) from exc
             raise
         return _to_dict(result)
 

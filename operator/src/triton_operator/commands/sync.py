@@ -19,7 +19,8 @@ from triton_operator.adapters.syncer import (
     UnsafeDestination,
     sync,
 )
-from triton_operator.core.manifest import ManifestError, SelectionFailed, manifest_from_json
+from triton_operator.core.manifest import Manifest, ManifestError, SelectionFailed, manifest_from_json
+from triton_operator.core.manifestparts import ordered, part_index, unpack
 from triton_operator.core.modelconfig import ModelConfigError
 
 EXIT_OK = 0
@@ -101,7 +102,12 @@ def register(subparsers: Any) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--manifest", required=True, type=Path, help="the pinned manifest (JSON)")
+    parser.add_argument(
+        "--manifest",
+        required=True,
+        type=Path,
+        help="the pinned manifest: a JSON file, or a folder of its gzipped parts manifest.json.gz.NNN",
+    )
     parser.add_argument(
         "--configs", type=Path, default=None, help="folder of rendered configs: <model>/config.pbtxt"
     )
@@ -128,6 +134,25 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def read_manifest_bytes(path: Path) -> bytes:
+    """The manifest's JSON at ``path``: a file of plain JSON, or a folder of the gzipped parts
+    (manifest.json.gz.000, .001, ...) that a revision's ConfigMaps hold, as the pod mounts them."""
+    if not path.is_dir():
+        return path.read_bytes()
+    parts = {}
+    for child in path.iterdir():
+        index = part_index(child.name)
+        if index is not None:
+            parts[index] = child.read_bytes()
+    if not parts:
+        raise ManifestError("manifest", "the folder holds no manifest.json.gz.NNN parts")
+    return unpack(ordered(parts))
+
+
+def load_manifest(path: Path) -> Manifest:
+    return manifest_from_json(read_manifest_bytes(path))
+
+
 def credentials_from_env(env: Any = None) -> dict[str, str]:
     env = os.environ if env is None else env
     return {k: env[k] for k in CREDENTIAL_VARS if env.get(k)}
@@ -144,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         return code
 
     try:
-        manifest = manifest_from_json(args.manifest.read_bytes())
+        manifest = load_manifest(args.manifest)
     except OSError as exc:
         return fail(EXIT_USAGE, f"--manifest {args.manifest}: {exc.strerror or exc}")
     except ManifestError as exc:

@@ -48,6 +48,8 @@ VOLUME_MOUNTED = "VolumeMounted"
 REPOSITORY_ERROR = "RepositoryError"
 MODELS_NOT_FOUND = "ModelsNotFound"
 CREDENTIALS_MISSING = "CredentialsMissing"
+# The pinned manifest cannot be stored (too many parts, or a ConfigMap refused for its size).
+MANIFEST_TOO_LARGE = "ManifestTooLarge"
 # TrafficRouted (only with spec.rollout.trafficRouting.gatewayAPI)
 WEIGHTS_SET = "WeightsSet"
 ROUTE_NOT_FOUND = "RouteNotFound"

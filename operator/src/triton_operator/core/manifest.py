@@ -610,7 +610,12 @@ def manifest_to_json(manifest: Manifest) -> str:
 
 def manifest_digest(manifest: Manifest) -> str:
     """sha256 of the canonical JSON: a new upload changes it, an unchanged bucket keeps it."""
-    return hashlib.sha256(manifest_to_json(manifest).encode()).hexdigest()
+    return json_digest(manifest_to_json(manifest))
+
+
+def json_digest(text: str) -> str:
+    """manifest_digest of the manifest whose canonical JSON is ``text``."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _get(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:

@@ -12,7 +12,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from triton_operator import FIELD_MANAGER, GROUP, KIND, VERSION
+from triton_operator.core import manifestparts
 from triton_operator.core.manifest import StoreRef, manifest_to_json, model_sources, unpinned_manifest
+from triton_operator.core.manifestparts import MANIFEST_KEY
 from triton_operator.core.modelconfig import ModelConfigError, build_config_pbtxt
 from triton_operator.core.revision import revision_hash
 from triton_operator.core.rollout import RolloutPlan
@@ -38,11 +40,13 @@ GRPC_PORT = 8001
 METRICS_PORT = 8002
 MODELS_DIR = "/models"
 CONFIG_DIR = "/etc/triton-operator"
-MANIFEST_KEY = "manifest.json"
 MANIFEST_PATH = f"{CONFIG_DIR}/{MANIFEST_KEY}"
 # The spec that rendered a revision, kept in its ConfigMap (never mounted): while a later spec is
 # invalid, the rollout goes on under this one (aborts, deadlines, timed steps, control requests).
 SPEC_KEY = "spec.json"
+MANIFEST_SUBDIR = "manifest"
+MANIFEST_DIR = f"{CONFIG_DIR}/{MANIFEST_SUBDIR}"
+"""Where the sync container finds the parts of a manifest too large for plain JSON (manifestparts)."""
 CONFIGS_DIR = f"{CONFIG_DIR}/configs"
 CONFIG_KEY_SUFFIX = ".config.pbtxt"
 TRITON_CONTAINER = "tritonserver"
@@ -73,6 +77,17 @@ def object_name(ts: TritonService, revision: str) -> str:
 def config_key(model: str) -> str:
     """ConfigMap key of a model's config.pbtxt (keys cannot hold '/')."""
     return f"{model}{CONFIG_KEY_SUFFIX}"
+
+
+def part_configmap_name(ts: TritonService, revision: str, index: int) -> str:
+    """Name of the ConfigMap holding manifest part ``index`` (part 0 is in the revision's own)."""
+    return object_name(ts, revision) if index == 0 else f"{object_name(ts, revision)}-manifest-{index}"
+
+
+def revision_object_names(ts: TritonService, revision: str, names: Sequence[str]) -> list[str]:
+    """Those of ``names`` that a revision's objects would have: `<name>-<rev>` and its manifest parts."""
+    main = object_name(ts, revision)
+    return [n for n in names if n == main or n.startswith(f"{main}-manifest-")]
 
 
 # ----------------------------------------------------------------- checks
@@ -126,6 +141,13 @@ def check_body(body: Mapping[str, Any]) -> CheckedSpec:
         except ModelConfigError as exc:
             if str(exc) not in found:
                 found.append(str(exc))
+    size = configs_bytes(configs)
+    if size > manifestparts.CONFIGMAP_BUDGET:
+        found.append(
+            f"spec.models: the rendered config.pbtxt files take {size} bytes; the revision's ConfigMap "
+            f"holds at most {manifestparts.CONFIGMAP_BUDGET} (the API server refuses a ConfigMap over "
+            f"{manifestparts.CONFIGMAP_LIMIT})"
+        )
     return CheckedSpec(ts=ts, configs=configs, problems=tuple(found))
 
 
@@ -148,10 +170,12 @@ def last_valid(
     canary, the stable one; the first whose ConfigMap holds a spec wins (a revision rendered by an
     operator that did not store specs has none).
     """
-    by_revision = {_revision_of(c): c for c in configmaps}
     for key in ("pinnedFor", "abortedRevision", "canaryRevision", "stableRevision"):
         revision = status.get(key)
-        data = (by_revision.get(revision) or {}).get("data") or {} if revision else {}
+        if not revision:
+            continue
+        own = [c for c in configmaps if _revision_of(c) == revision]
+        data = next(((c.get("data") or {}) for c in own if SPEC_KEY in (c.get("data") or {})), {})
         try:
             spec = json.loads(data[SPEC_KEY])
         except (KeyError, TypeError, ValueError):
@@ -160,9 +184,13 @@ def last_valid(
             return LastValid(
                 revision=str(revision),
                 body={"metadata": dict(metadata), "spec": spec},
-                manifest_json=data.get(MANIFEST_KEY),
+                manifest_json=manifestparts.stored_manifest(own),
             )
     return None
+
+
+def configs_bytes(configs: Mapping[str, str]) -> int:
+    return sum(len(text.encode("utf-8")) for text in configs.values())
 
 
 def model_statuses(ts: TritonService) -> list[dict[str, Any]]:
@@ -287,25 +315,114 @@ def _metadata(ts: TritonService, name: str, labels: dict[str, str]) -> dict[str,
     }
 
 
-# ----------------------------------------------------------------- ConfigMap
+# ----------------------------------------------------------------- ConfigMaps
 
 
-def build_configmap(
-    ts: TritonService, revision: str, configs: Mapping[str, str], manifest_json: str | None
-) -> dict[str, Any]:
-    """The revision's ConfigMap: `<model>.config.pbtxt` per model, the manifest (unpinned if None),
-    and the spec it was rendered from (SPEC_KEY; updated while it is the spec's revision)."""
-    data = {config_key(model): text for model, text in sorted(configs.items())}
-    data[MANIFEST_KEY] = manifest_json if manifest_json is not None else unpinned_manifest_json(ts)
+@dataclasses.dataclass(frozen=True)
+class ManifestLayout:
+    """How a revision stores its manifest: plain JSON beside the configs (``parts`` 0), or gzipped
+    in ``parts`` parts, part 0 beside the configs and the others in ConfigMaps of their own."""
+
+    parts: int = 0
+
+    @property
+    def plain(self) -> bool:
+        return self.parts == 0
+
+
+PLAIN = ManifestLayout()
+
+
+def layout_of(deployment: Mapping[str, Any] | None) -> ManifestLayout | None:
+    """The layout an existing revision's Deployment reads its manifest with; None when it is not known.
+
+    A revision keeps its layout, as it keeps its sync image (kept_sync_image): its pods, and the
+    sync image they run, read the manifest where the template says.
+    """
+    template = ((deployment or {}).get("spec") or {}).get("template") or {}
+    pod = template.get("spec") or {}
+    sync = next((c for c in pod.get("initContainers") or [] if c.get("name") == SYNC_CONTAINER), None)
+    args = list((sync or {}).get("args") or [])
+    if MANIFEST_PATH in args:
+        return PLAIN
+    if MANIFEST_DIR not in args:
+        return None
+    volume: Mapping[str, Any] = next(
+        (v for v in pod.get("volumes") or [] if v.get("name") == CONFIG_VOLUME), {}
+    )
+    sources = (volume.get("projected") or {}).get("sources") or []
+    items = [i for s in sources for i in (s.get("configMap") or {}).get("items") or []]
+    return ManifestLayout(sum(1 for i in items if manifestparts.part_index(str(i.get("key"))) is not None))
+
+
+def build_configmaps(
+    ts: TritonService,
+    revision: str,
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+    *,
+    layout: ManifestLayout | None = None,
+    existing: Sequence[Mapping[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """The revision's ConfigMaps: `<name>-<rev>` with `<model>.config.pbtxt` per model and the
+    manifest (unpinned if None), then one ConfigMap per further part of a manifest in parts.
+
+    The manifest is plain JSON under MANIFEST_KEY when ``layout`` says so, or (``layout`` None, a
+    new revision) when it fits beside the configs in CONFIGMAP_BUDGET; else gzipped parts, part 0
+    beside the configs. ``existing``: the revision's ConfigMaps as stored, whose parts are kept
+    when they give back the same manifest. Raises manifestparts.ManifestTooLarge when the
+    manifest needs more than MAX_PARTS parts.
+    """
+    text = manifest_json if manifest_json is not None else unpinned_manifest_json(ts)
+    data = {config_key(model): body for model, body in sorted(configs.items())}
+    # The spec it was rendered from (never mounted; updated while it is the spec's revision).
     data[SPEC_KEY] = json.dumps(
         ts.spec.model_dump(mode="json", by_alias=True, exclude_unset=True), sort_keys=True
     )
-    return {
+    main: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(ts, object_name(ts, revision), build_labels(ts, revision)),
         "data": data,
     }
+    room = manifestparts.CONFIGMAP_BUDGET - configs_bytes(configs) - len(data[SPEC_KEY].encode("utf-8"))
+    if (layout is None and len(text.encode("utf-8")) <= room) or (layout is not None and layout.plain):
+        data[MANIFEST_KEY] = text
+        return [main]
+    kept = manifestparts.stored_parts(existing)
+    contiguous = sorted(kept) == list(range(len(kept)))
+    packed = manifestparts.pack(text, room, kept=[kept[i] for i in sorted(kept)] if contiguous else None)
+    out = [main]
+    for index, part in enumerate(packed.parts):
+        binary = {manifestparts.part_key(index): manifestparts.encode_part(part)}
+        if index == 0:
+            main["binaryData"] = binary
+            continue
+        name = part_configmap_name(ts, revision, index)
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": _metadata(ts, name, build_labels(ts, revision)),
+                "binaryData": binary,
+            }
+        )
+    return out
+
+
+def build_configmap(
+    ts: TritonService, revision: str, configs: Mapping[str, str], manifest_json: str | None
+) -> dict[str, Any]:
+    """The revision's own ConfigMap `<name>-<rev>` (build_configmaps' first)."""
+    return build_configmaps(ts, revision, configs, manifest_json)[0]
+
+
+def manifest_layout(configmaps: Sequence[Mapping[str, Any]]) -> ManifestLayout:
+    """The layout of ConfigMaps build_configmaps made (what the Deployment must mount)."""
+    if any(MANIFEST_KEY in (c.get("data") or {}) for c in configmaps):
+        return PLAIN
+    keys = [k for c in configmaps for k in c.get("binaryData") or {}]
+    return ManifestLayout(sum(1 for k in keys if manifestparts.part_index(str(k)) is not None))
 
 
 # ----------------------------------------------------------------- Deployment
@@ -381,8 +498,29 @@ def startup_failure_threshold(startup_timeout_seconds: int) -> int:
     return max(1, math.ceil(startup_timeout_seconds / STARTUP_PERIOD_SECONDS))
 
 
-def build_pod_template(ts: TritonService, revision: str, settings: Settings) -> dict[str, Any]:
-    """The pod template of a revision: the sync init container fills /models, tritonserver serves it."""
+def config_volume(ts: TritonService, revision: str, layout: ManifestLayout) -> dict[str, Any]:
+    """The configs and the manifest at CONFIG_DIR: one ConfigMap's items (plain), or a projected
+    volume of the revision's ConfigMaps that puts every part under MANIFEST_SUBDIR (parts)."""
+    items = [{"key": config_key(m.name), "path": f"configs/{m.name}/config.pbtxt"} for m in ts.spec.models]
+    if layout.plain:
+        items.append({"key": MANIFEST_KEY, "path": MANIFEST_KEY})
+        return {"name": CONFIG_VOLUME, "configMap": {"name": object_name(ts, revision), "items": items}}
+    sources: list[dict[str, Any]] = []
+    for index in range(layout.parts):
+        key = manifestparts.part_key(index)
+        part = {"key": key, "path": f"{MANIFEST_SUBDIR}/{key}"}
+        name = part_configmap_name(ts, revision, index)
+        sources.append({"configMap": {"name": name, "items": [*items, part] if index == 0 else [part]}})
+    return {"name": CONFIG_VOLUME, "projected": {"sources": sources}}
+
+
+def build_pod_template(
+    ts: TritonService, revision: str, settings: Settings, layout: ManifestLayout = PLAIN
+) -> dict[str, Any]:
+    """The pod template of a revision: the sync init container fills /models, tritonserver serves it.
+
+    ``layout``: how the revision's ConfigMaps hold the manifest (build_configmaps, manifest_layout).
+    """
     spec = ts.spec
     is_pvc = spec.repository.scheme == "pvc"
 
@@ -390,9 +528,7 @@ def build_pod_template(ts: TritonService, revision: str, settings: Settings) -> 
         {"name": MODELS_VOLUME, "emptyDir": {}},
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
     ]
-    items = [{"key": config_key(m.name), "path": f"configs/{m.name}/config.pbtxt"} for m in spec.models]
-    items.append({"key": MANIFEST_KEY, "path": MANIFEST_KEY})
-    volumes.append({"name": CONFIG_VOLUME, "configMap": {"name": object_name(ts, revision), "items": items}})
+    volumes.append(config_volume(ts, revision, layout))
     # A claim is mounted read-only at the same path in both containers: sync links its version
     # folders into /models (no copy), and tritonserver follows the links.
     repository_mount = {"name": REPOSITORY_VOLUME, "mountPath": PVC_ROOT, "readOnly": True}
@@ -450,7 +586,8 @@ def build_pod_template(ts: TritonService, revision: str, settings: Settings) -> 
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": termination_grace_seconds(ts),
     }
-    sync_args = ["--manifest", MANIFEST_PATH, "--configs", CONFIGS_DIR, "--dest", MODELS_DIR]
+    manifest = MANIFEST_PATH if layout.plain else MANIFEST_DIR
+    sync_args = ["--manifest", manifest, "--configs", CONFIGS_DIR, "--dest", MODELS_DIR]
     sync: dict[str, Any] = {
         "name": SYNC_CONTAINER,
         "image": settings.sync_image,
@@ -498,7 +635,9 @@ def build_pod_template(ts: TritonService, revision: str, settings: Settings) -> 
     return {"metadata": metadata, "spec": pod_spec}
 
 
-def build_deployment(ts: TritonService, revision: str, settings: Settings, replicas: int) -> dict[str, Any]:
+def build_deployment(
+    ts: TritonService, revision: str, settings: Settings, replicas: int, layout: ManifestLayout = PLAIN
+) -> dict[str, Any]:
     """The revision's Deployment `<name>-<revision>` with ``replicas`` (the rollout decides them)."""
     return {
         "apiVersion": "apps/v1",
@@ -510,7 +649,7 @@ def build_deployment(ts: TritonService, revision: str, settings: Settings, repli
             "revisionHistoryLimit": 0,
             "progressDeadlineSeconds": ts.spec.progress_deadline(),
             "selector": {"matchLabels": selector_labels(ts, revision)},
-            "template": build_pod_template(ts, revision, settings),
+            "template": build_pod_template(ts, revision, settings, layout),
         },
     }
 
@@ -750,11 +889,33 @@ class Actions:
     """What the reconcile writes for one rollout plan (routes and status aside), in this order."""
 
     apply: tuple[dict[str, Any], ...]
-    """Whole objects to server-side apply: the spec's revision (ConfigMap, Deployment), then Services."""
+    """Whole objects to server-side apply: the spec's revision (its ConfigMaps not yet stored as
+    built, then its Deployment), then Services."""
     scale: Mapping[str, int]
     """Deployment name -> spec.replicas for the revisions other than the spec's, where it differs."""
     delete: tuple[tuple[str, str], ...]
-    """(kind, name) to delete: Deployments and ConfigMaps of revisions let go, unused revision Services."""
+    """(kind, name) to delete: Deployments and ConfigMaps of revisions let go (and manifest parts the
+    spec's revision no longer has), unused revision Services."""
+
+
+def _names(objects: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [str((o.get("metadata") or {}).get("name", "")) for o in objects]
+
+
+def _stored_as_built(built: Mapping[str, Any], stored: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a ConfigMap as the API server holds it already is ``built`` (content, labels, owner)."""
+    name = built["metadata"]["name"]
+    found = next((c for c in stored if (c.get("metadata") or {}).get("name") == name), None)
+    if found is None:
+        return False
+    metadata = found.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    return (
+        (found.get("data") or {}) == (built.get("data") or {})
+        and (found.get("binaryData") or {}) == (built.get("binaryData") or {})
+        and all(labels.get(k) == v for k, v in built["metadata"]["labels"].items())
+        and metadata.get("ownerReferences") == built["metadata"]["ownerReferences"]
+    )
 
 
 def _revision_of(obj: Mapping[str, Any]) -> str | None:
@@ -786,14 +947,28 @@ def plan_actions(
     exists (it is deleted when the spec no longer wants one).
     """
     apply: list[dict[str, Any]] = []
+    delete: list[tuple[str, str]] = []
     if revision in plan.replicas:
         existing = next((d for d in deployments if _revision_of(d) == revision), None)
-        apply.append(build_configmap(ts, revision, configs, manifest_json))
-        apply.append(
-            build_deployment(ts, revision, kept_sync_image(settings, existing), plan.replicas[revision])
+        stored = [c for c in configmaps if _revision_of(c) == revision]
+        built = build_configmaps(
+            ts, revision, configs, manifest_json, layout=layout_of(existing), existing=stored
         )
+        # A revision's ConfigMaps never change (its hash names them): one stored as built is not
+        # sent again, which spares the API server megabytes of manifest parts on every reconcile.
+        apply += [c for c in built if not _stored_as_built(c, stored)]
+        apply.append(
+            build_deployment(
+                ts,
+                revision,
+                kept_sync_image(settings, existing),
+                plan.replicas[revision],
+                manifest_layout(built),
+            )
+        )
+        names = {c["metadata"]["name"] for c in built}
+        delete += [("ConfigMap", n) for n in _names(stored) if n not in names]
     apply.append(build_service(ts, plan.stable_service_revision))
-    delete: list[tuple[str, str]] = []
     if disruption_budget_enabled(ts):
         apply.append(build_pdb(ts))
     elif disruption_budget:
