@@ -85,7 +85,8 @@ def on_real_node(
             "resources": {"cpu": "100m", "memory": "256Mi"},
             "shmSize": "64Mi",
             "serverArgs": ["--log-verbose=0", "--exit-timeout-secs=5"],
-            "drainSeconds": 2,
+            # drainSeconds: the default (5 s). With 2 s a loaded 2-core machine once let kube-proxy
+            # route a request to a blue pod already gone after the BlueGreen switch.
             "startupTimeoutSeconds": 120,
             "repository": {
                 "uri": f"s3://{bucket}/models",
