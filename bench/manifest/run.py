@@ -88,7 +88,7 @@ def plan(revision: str) -> RolloutPlan:
         stable_service_revision=revision,
         canary_service_revision=None,
         status=RolloutStatus(),
-        conditions=(),
+        conditions={},
         events=(),
         requeue_after=None,
     )

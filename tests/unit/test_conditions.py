@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from triton_operator.core import conditions as c
+from triton_operator.core import status as s
 from triton_operator.core.objects import DeploymentState, PodState, RevisionPlan
 
 T0 = "2026-01-01T00:00:00Z"
@@ -80,20 +81,20 @@ def test_pods_scheduled_reports_scheduler_message() -> None:
         PodState(name="p2", revision="r1"),
         PodState(name="old", revision="r0", unschedulable="ignored: not a serving revision"),
     ]
-    verdict = c.pods_scheduled(pods, ["r1"])
+    verdict = s.pods_scheduled(pods, ["r1"])
     assert (verdict.status, verdict.reason) == ("False", "Unschedulable")
     assert "1 pod(s)" in verdict.message and "Insufficient nvidia.com/gpu" in verdict.message
-    assert c.pods_scheduled(pods[1:2], ["r1"]).status == "True"
-    assert c.pods_scheduled([], ["r1"]).reason == c.NO_PODS
+    assert s.pods_scheduled(pods[1:2], ["r1"]).status == "True"
+    assert s.pods_scheduled([], ["r1"]).reason == c.NO_PODS
 
 
 def test_degraded_on_failing_pods_and_deadline() -> None:
     crash = PodState(name="p", revision="r1", waiting_reason="CrashLoopBackOff", waiting_message="boom")
-    assert c.degraded([crash], [], ["r1"]).reason == c.PODS_FAILING
-    assert c.degraded([crash], [], ["r2"]).status == "False"
+    assert s.degraded([crash], [], ["r1"]).reason == c.PODS_FAILING
+    assert s.degraded([crash], [], ["r2"]).status == "False"
     late = dep("r1", ready=0, deadline_exceeded=True)
-    assert c.degraded([], [late], ["r1"]).reason == c.PROGRESS_DEADLINE_EXCEEDED
-    assert c.degraded([], [dep("r1")], ["r1"]).status == "False"
+    assert s.degraded([], [late], ["r1"]).reason == c.PROGRESS_DEADLINE_EXCEEDED
+    assert s.degraded([], [dep("r1")], ["r1"]).status == "False"
 
 
 SCHEDULED = c.Verdict(c.TRUE, c.SCHEDULED, "")
@@ -123,24 +124,24 @@ def test_summarize_ready(
     plan: RevisionPlan, deployments: list[DeploymentState], replicas: int, expected: tuple[str, str]
 ) -> None:
     by = {d.revision: d for d in deployments}
-    v = c.summarize_ready(invalid=None, scheduled=SCHEDULED, plan=plan, deployments=by, replicas=replicas)
+    v = s.summarize_ready(invalid=None, scheduled=SCHEDULED, plan=plan, deployments=by, replicas=replicas)
     assert (v.status, v.reason) == expected
 
 
 def test_summarize_ready_invalid_and_unschedulable_come_first() -> None:
     plan = RevisionPlan(replicas={"a": 2}, stable="a")
     by = {"a": dep("a")}
-    v = c.summarize_ready(invalid="spec.x: bad", scheduled=SCHEDULED, plan=None, deployments=by, replicas=2)
+    v = s.summarize_ready(invalid="spec.x: bad", scheduled=SCHEDULED, plan=None, deployments=by, replicas=2)
     assert (v.status, v.reason, v.message) == ("False", c.INVALID_SPEC, "spec.x: bad")
     stuck = c.Verdict(c.FALSE, c.UNSCHEDULABLE, "0/3 nodes")
-    v = c.summarize_ready(invalid=None, scheduled=stuck, plan=plan, deployments=by, replicas=2)
+    v = s.summarize_ready(invalid=None, scheduled=stuck, plan=plan, deployments=by, replicas=2)
     assert (v.status, v.reason, v.message) == ("False", c.UNSCHEDULABLE, "0/3 nodes")
 
 
 # ----------------------------------------------------------------- build_status
 
 
-def observation(**kw: Any) -> c.Observation:
+def observation(**kw: Any) -> s.Observation:
     defaults: dict[str, Any] = {
         "generation": 4,
         "now": T0,
@@ -153,7 +154,7 @@ def observation(**kw: Any) -> c.Observation:
         "progressing": c.Verdict(c.FALSE, "RolloutCompleted", "revision a is stable at 2 replicas"),
     }
     defaults.update(kw)
-    return c.Observation(**defaults)
+    return s.Observation(**defaults)
 
 
 def conds(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -161,7 +162,7 @@ def conds(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_status_of_a_ready_service() -> None:
-    status = c.build_status({}, observation())
+    status = s.build_status({}, observation())
     assert status["observedGeneration"] == 4
     assert status["stableRevision"] == "a"
     assert "canaryRevision" not in status
@@ -180,18 +181,18 @@ def test_status_of_a_ready_service() -> None:
 
 
 def test_same_observation_gives_equal_status_so_nothing_is_written() -> None:
-    first = c.build_status({}, observation())
-    again = c.build_status(first, observation(now=T1))
+    first = s.build_status({}, observation())
+    again = s.build_status(first, observation(now=T1))
     assert again == first
-    assert not c.status_changed(first, again)
+    assert not s.status_changed(first, again)
     # a field the reconcile does not own does not count
-    assert not c.status_changed({**first, "kopf": {"x": 1}}, again)
+    assert not s.status_changed({**first, "kopf": {"x": 1}}, again)
 
 
 def test_status_changes_when_a_pod_becomes_ready() -> None:
-    before = c.build_status({}, observation(deployments=[dep("a", ready=1)]))
-    after = c.build_status(before, observation(deployments=[dep("a")], now=T1))
-    assert c.status_changed(before, after)
+    before = s.build_status({}, observation(deployments=[dep("a", ready=1)]))
+    after = s.build_status(before, observation(deployments=[dep("a")], now=T1))
+    assert s.status_changed(before, after)
     assert conds(before)["Ready"]["status"] == "False"
     assert conds(after)["Ready"]["lastTransitionTime"] == T1
     assert conds(after)["Degraded"]["lastTransitionTime"] == T0  # did not flip
@@ -200,7 +201,7 @@ def test_status_changes_when_a_pod_becomes_ready() -> None:
 def test_rollout_status_names_both_revisions_and_takes_the_engines_fields() -> None:
     rolling = RevisionPlan(replicas={"b": 2}, stable="a", rolling="b")
     progressing = c.Verdict(c.TRUE, c.NEW_REVISION, "step 0/2")
-    mid = c.build_status(
+    mid = s.build_status(
         {}, observation(plan=rolling, deployments=[dep("a"), dep("b", ready=1)], progressing=progressing)
     )
     assert (mid["stableRevision"], mid["canaryRevision"]) == ("a", "b")
@@ -208,7 +209,7 @@ def test_rollout_status_names_both_revisions_and_takes_the_engines_fields() -> N
     assert conds(mid)["Ready"]["reason"] == c.ROLLOUT_IN_PROGRESS
     promoted = RevisionPlan(replicas={"b": 2}, stable="b", delete=("a",))
     engine = {"history": [{"revision": "a", "created": T0}], "canaryWeight": None, "promoting": False}
-    done = c.build_status(mid, observation(plan=promoted, deployments=[dep("b")], rollout=engine))
+    done = s.build_status(mid, observation(plan=promoted, deployments=[dep("b")], rollout=engine))
     assert done["stableRevision"] == "b"
     assert "canaryRevision" not in done
     assert done["history"] == [{"revision": "a", "created": T0}]
@@ -217,10 +218,10 @@ def test_rollout_status_names_both_revisions_and_takes_the_engines_fields() -> N
 
 
 def test_invalid_spec_keeps_revisions_and_says_why() -> None:
-    good = c.build_status({}, observation())
-    bad = c.build_status(
+    good = s.build_status({}, observation())
+    bad = s.build_status(
         good,
-        c.Observation(
+        s.Observation(
             generation=5, now=T1, deployments=[dep("a")], invalid="spec.models[0].config: no field x"
         ),
     )
@@ -239,7 +240,7 @@ def test_unschedulable_pods_make_ready_false() -> None:
             name="p", revision="a", unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
         )
     ]
-    status = c.build_status({}, observation(pods=pods, deployments=[dep("a", ready=0)]))
+    status = s.build_status({}, observation(pods=pods, deployments=[dep("a", ready=0)]))
     scheduled = conds(status)["PodsScheduled"]
     assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
     assert "Insufficient nvidia.com/gpu" in scheduled["message"]
@@ -264,24 +265,24 @@ ROLLING = RevisionPlan(replicas={"a": 2, "b": 1}, stable="a", rolling="b")
 
 
 def test_rollout_fields_are_written_without_unset_values() -> None:
-    status = c.build_status({}, observation(plan=ROLLING, rollout=ROLLOUT_FIELDS))
+    status = s.build_status({}, observation(plan=ROLLING, rollout=ROLLOUT_FIELDS))
     assert (status["canaryWeight"], status["currentStepIndex"], status["stepStartedAt"]) == (0, 0, T0)
     for unset in ("waitingSince", "promoting", "pausedByUser", "handledRequests", "history"):
         assert unset not in status, unset  # left out: server-side apply removes what was ours
-    assert c.compact({"a": 0, "b": None, "c": False, "d": {}, "e": [], "f": True}) == {"a": 0, "f": True}
+    assert s.compact({"a": 0, "b": None, "c": False, "d": {}, "e": [], "f": True}) == {"a": 0, "f": True}
     # an invalid spec applies nothing: the rollout's bookkeeping stays as it was
-    bad = c.build_status(status, c.Observation(generation=5, now=T1, invalid="spec.x: bad"))
-    assert {k: bad.get(k) for k in c.ROLLOUT_STATUS_FIELDS} == {
-        k: status.get(k) for k in c.ROLLOUT_STATUS_FIELDS
+    bad = s.build_status(status, s.Observation(generation=5, now=T1, invalid="spec.x: bad"))
+    assert {k: bad.get(k) for k in s.ROLLOUT_STATUS_FIELDS} == {
+        k: status.get(k) for k in s.ROLLOUT_STATUS_FIELDS
     }
     # a change of a bookkeeping field alone is a change to write
-    later = c.build_status(
+    later = s.build_status(
         status, observation(plan=ROLLING, rollout={**ROLLOUT_FIELDS, "currentStepIndex": 1})
     )
-    assert c.status_changed(status, later)
-    assert not c.status_changed(
+    assert s.status_changed(status, later)
+    assert not s.status_changed(
         later,
-        c.build_status(later, observation(plan=ROLLING, rollout={**ROLLOUT_FIELDS, "currentStepIndex": 1})),
+        s.build_status(later, observation(plan=ROLLING, rollout={**ROLLOUT_FIELDS, "currentStepIndex": 1})),
     )
 
 
@@ -289,7 +290,7 @@ def test_rollout_verdicts_override_progressing_and_degraded() -> None:
     paused = c.Verdict(c.FALSE, "StepPaused", "step 1/4: paused until promoted")
     fine = c.Verdict(c.FALSE, c.AS_EXPECTED, "no rollout failed")
     crash = PodState(name="p", revision="a", waiting_reason="ImagePullBackOff", waiting_message="pull")
-    status = c.build_status(
+    status = s.build_status(
         {},
         observation(
             plan=ROLLING, rollout=ROLLOUT_FIELDS, progressing=paused, rollout_degraded=fine, pods=[crash]
@@ -305,7 +306,7 @@ def test_rollout_verdicts_override_progressing_and_degraded() -> None:
         c.PODS_FAILING,
     )
     aborted = c.Verdict(c.TRUE, "ProgressDeadlineExceeded", "rollout of revision b aborted at step 0")
-    status = c.build_status(
+    status = s.build_status(
         {},
         observation(
             plan=RevisionPlan(replicas={"a": 2, "b": 0}, stable="a"),
@@ -325,14 +326,14 @@ def test_rollout_verdicts_override_progressing_and_degraded() -> None:
 
 def test_traffic_routed_is_set_and_removed() -> None:
     routed = c.Verdict(c.TRUE, c.WEIGHTS_SET, "HTTPRoute ml/r: stable 90% / canary 10%")
-    status = c.build_status({}, observation(traffic=routed))
+    status = s.build_status({}, observation(traffic=routed))
     assert (conds(status)["TrafficRouted"]["status"], conds(status)["TrafficRouted"]["reason"]) == (
         "True",
         "WeightsSet",
     )
     assert [x["type"] for x in status["conditions"]][-1] == "TrafficRouted"
-    gone = c.build_status(status, observation())
+    gone = s.build_status(status, observation())
     assert "TrafficRouted" not in conds(gone)
     # an invalid spec keeps it as it was (nothing was applied)
-    bad = c.build_status(status, c.Observation(generation=5, now=T1, invalid="spec.x: bad"))
+    bad = s.build_status(status, s.Observation(generation=5, now=T1, invalid="spec.x: bad"))
     assert conds(bad)["TrafficRouted"] == conds(status)["TrafficRouted"]

@@ -90,7 +90,7 @@ def plan_for(revision: str) -> RolloutPlan:
         stable_service_revision=revision,
         canary_service_revision=None,
         status=RolloutStatus(),
-        conditions=(),
+        conditions={},
         events=(),
         requeue_after=None,
     )

@@ -485,7 +485,7 @@ def rollout_plan(replicas: dict[str, int], delete: tuple[str, ...] = (), **kw: A
         stable_service_revision=kw.pop("stable", None),
         canary_service_revision=kw.pop("canary", None),
         status=RolloutStatus(),
-        conditions=(),
+        conditions={},
         events=(),
         requeue_after=None,
     )

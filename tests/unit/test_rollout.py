@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from triton_operator.core import rollout as ro
+from triton_operator.core.conditions import Verdict
 from triton_operator.core.rollout import (
     ControlRequest,
     HistoryEntry,
@@ -794,7 +795,7 @@ def test_recreate_sequence() -> None:
     assert p.replicas == {"A": 0, "B": 0}  # old first, new waits for its pods to go
     assert p.weights == TrafficWeights(0, 100)
     assert p.status.promoting is True
-    assert "terminate" in (p.condition("Progressing") or ro.RolloutCondition("", "", "", "")).message
+    assert "terminate" in (p.condition("Progressing") or Verdict("", "", "")).message
     p = sim.reconcile(5)  # A's pods are still terminating
     assert p.replicas == {"A": 0, "B": 0}
     p = sim.reconcile(5)  # now they are gone

@@ -61,9 +61,6 @@ from triton_operator.core.objects import (
     split_by_owner,
 )
 from triton_operator.core.rollout import (
-    DEGRADED,
-    PROGRESSING,
-    RolloutCondition,
     RolloutInput,
     RolloutPlan,
     RolloutStatus,
@@ -73,6 +70,7 @@ from triton_operator.core.rollout import (
     pending_requests,
     plan_rollout,
 )
+from triton_operator.core.status import Observation, build_status, status_changed
 from triton_operator.core.traffic import (
     RouteKind,
     TrafficError,
@@ -537,9 +535,9 @@ async def _hold(kube: Kube, seen: _Seen, settings: Settings, blocked: _Blocked) 
                 logger.warning(
                     "%s/%s: the last valid spec is refused too: %s", seen.namespace, seen.name, exc
                 )
-    status = cond.build_status(
+    status = build_status(
         seen.previous,
-        cond.Observation(
+        Observation(
             generation=seen.generation,
             now=seen.now,
             deployments=seen.deployments,
@@ -634,11 +632,11 @@ async def _carry_out(
         canary_weight=plan.weights.canary,
     )
     kept = set(plan.replicas)
-    progressing = plan.condition(PROGRESSING)
-    degraded = plan.condition(DEGRADED)
-    status = cond.build_status(
+    progressing = plan.condition(cond.PROGRESSING)
+    degraded = plan.condition(cond.DEGRADED)
+    status = build_status(
         previous,
-        cond.Observation(
+        Observation(
             generation=seen.generation,
             now=seen.now,
             deployments=[d for d in seen.deployments if d.revision in kept],
@@ -656,8 +654,8 @@ async def _carry_out(
             endpoints=endpoints(ts),
             models=model_statuses(ts),
             rollout=rs.to_status(),
-            progressing=_verdict(progressing),
-            rollout_degraded=_verdict(degraded),
+            progressing=progressing,
+            rollout_degraded=degraded,
             aborted=degraded.message if rs.aborted_revision is not None and degraded is not None else None,
             traffic=traffic.verdict if traffic is not None else None,
         ),
@@ -702,12 +700,6 @@ async def _post_events(kube: Kube, seen: _Seen, plan: RolloutPlan) -> None:
             logger.warning(
                 "could not post event %s for %s/%s: %s", event.reason, seen.namespace, seen.name, exc
             )
-
-
-def _verdict(condition: RolloutCondition | None) -> cond.Verdict | None:
-    if condition is None:
-        return None
-    return cond.Verdict(condition.status, condition.reason, condition.message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -812,7 +804,7 @@ async def _set_route(
 async def _write_status(
     kube: Kube, namespace: str, name: str, previous: Mapping[str, Any], status: Mapping[str, Any]
 ) -> bool:
-    if not cond.status_changed(previous, status):
+    if not status_changed(previous, status):
         return False
     await kube.apply_status(namespace, name, status)
     return True

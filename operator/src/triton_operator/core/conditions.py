@@ -1,4 +1,4 @@
-"""Status conditions per the Kubernetes API conventions, and the status computed from observations."""
+"""Every condition type, status, reason and Event reason, each defined once; the condition helpers."""
 
 from __future__ import annotations
 
@@ -6,55 +6,83 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from triton_operator.core.objects import DeploymentState, PodState, RevisionPlan
+# ----------------------------------------------------------------- condition types
 
-# ----------------------------------------------------------------- types
-
-READY = "Ready"
-REPOSITORY_READY = "RepositoryReady"
-PROGRESSING = "Progressing"
-DEGRADED = "Degraded"
-PODS_SCHEDULED = "PodsScheduled"
-TRAFFIC_ROUTED = "TrafficRouted"
+READY = "Ready"  # the summary: True only when the current spec is served by all its replicas
+REPOSITORY_READY = "RepositoryReady"  # the model repository was read and pinned (or is mounted)
+PROGRESSING = "Progressing"  # the rollout engine: a revision is being rolled out (or why not)
+DEGRADED = "Degraded"  # serving pods fail, a deadline passed, or a rollout was aborted
+PODS_SCHEDULED = "PodsScheduled"  # every serving pod could be placed by the scheduler
+TRAFFIC_ROUTED = "TrafficRouted"  # Gateway API route weights written (only with trafficRouting.gatewayAPI)
 CONDITION_TYPES = (READY, REPOSITORY_READY, PROGRESSING, DEGRADED, PODS_SCHEDULED, TRAFFIC_ROUTED)
 
-TRUE = "True"
-FALSE = "False"
-UNKNOWN = "Unknown"
+# ----------------------------------------------------------------- condition status values
+
+TRUE = "True"  # the condition holds
+FALSE = "False"  # the condition does not hold
+UNKNOWN = "Unknown"  # not known (yet)
 
 # ----------------------------------------------------------------- reasons
 
 # Ready
-AVAILABLE = "Available"
-SCALED_TO_ZERO = "ScaledToZero"
-INVALID_SPEC = "InvalidSpec"
-ROLLOUT_IN_PROGRESS = "RolloutInProgress"
-REPLICAS_NOT_READY = "ReplicasNotReady"
-UNSCHEDULABLE = "Unschedulable"
-ROLLOUT_ABORTED = "RolloutAborted"
+AVAILABLE = "Available"  # the stable revision serves at all its replicas
+SCALED_TO_ZERO = "ScaledToZero"  # spec.replicas is 0: nothing serves, as asked
+INVALID_SPEC = "InvalidSpec"  # the spec cannot be applied (also Progressing while it holds)
+ROLLOUT_IN_PROGRESS = "RolloutInProgress"  # a new revision is rolling out
+REPLICAS_NOT_READY = "ReplicasNotReady"  # the stable revision has fewer Ready replicas than asked
+UNSCHEDULABLE = "Unschedulable"  # a serving pod cannot be placed (also PodsScheduled)
+ROLLOUT_ABORTED = "RolloutAborted"  # the spec's revision was rolled back (also Progressing, and an Event)
 # PodsScheduled
-SCHEDULED = "Scheduled"
-NO_PODS = "NoPods"
+SCHEDULED = "Scheduled"  # every serving pod was placed
+NO_PODS = "NoPods"  # no serving pod to place
 # Progressing
-NEW_REVISION = "NewRevision"
-PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
-# Degraded
-AS_EXPECTED = "AsExpected"
-PODS_FAILING = "PodsFailing"
+NEW_REVISION = "NewRevision"  # a canary starts: step 0, waiting for its pods
+WAITING_FOR_CANARY_READY = "WaitingForCanaryReady"  # a step waits for the canary's Ready replicas
+STEP_PAUSED = "StepPaused"  # a pause step: timed, or until promoted
+ROLLOUT_PAUSED = "RolloutPaused"  # paused by spec.rollout.paused or a pause request (also an Event)
+PROMOTING = "Promoting"  # the canary scales to full replicas before it becomes stable
+ROLLOUT_COMPLETED = "RolloutCompleted"  # the stable revision serves at all replicas (also an Event)
+WAITING_FOR_STABLE_READY = "WaitingForStableReady"  # the stable revision waits for its Ready replicas
+GPU_BUDGET_TOO_SMALL = "GpuBudgetTooSmall"  # gpuBudget leaves no room for a canary pod (also Degraded)
+# Degraded (the abort reasons among them, recorded in status.abortedReason)
+AS_EXPECTED = "AsExpected"  # nothing failed
+PODS_FAILING = "PodsFailing"  # serving pods crash-loop or cannot pull their image
+PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"  # a revision missed its deadline (abort reason)
+CANARY_CRASH_LOOPING = "CanaryCrashLooping"  # the canary's pods crash-loop (abort reason)
+CANARY_UNSCHEDULABLE = "CanaryUnschedulable"  # the canary's pods stayed unschedulable (abort reason)
+ABORTED = "Aborted"  # aborted by request or spec (abort reason)
+STABLE_REVISION_MISSING = "StableRevisionMissing"  # the stable revision's Deployment is gone (also an Event)
 # RepositoryReady
-MANIFEST_PINNED = "ManifestPinned"
-UNPINNED = "Unpinned"
-VOLUME_MOUNTED = "VolumeMounted"
-REPOSITORY_ERROR = "RepositoryError"
-MODELS_NOT_FOUND = "ModelsNotFound"
-CREDENTIALS_MISSING = "CredentialsMissing"
-# The pinned manifest cannot be stored (too many parts, or a ConfigMap refused for its size).
-MANIFEST_TOO_LARGE = "ManifestTooLarge"
+MANIFEST_PINNED = "ManifestPinned"  # the repository's object versions are pinned in a manifest
+UNPINNED = "Unpinned"  # no storage adapter configured: pods read the repository as it is
+VOLUME_MOUNTED = "VolumeMounted"  # a PVC repository: pods link the mounted models
+REPOSITORY_ERROR = "RepositoryError"  # the repository could not be read
+MODELS_NOT_FOUND = "ModelsNotFound"  # the repository holds no models (or not the ones asked for)
+CREDENTIALS_MISSING = "CredentialsMissing"  # the repository's credentials Secret is missing
+MANIFEST_TOO_LARGE = "ManifestTooLarge"  # the pinned manifest is too large to store
 # TrafficRouted (only with spec.rollout.trafficRouting.gatewayAPI)
-WEIGHTS_SET = "WeightsSet"
-ROUTE_NOT_FOUND = "RouteNotFound"
-ROUTE_NOT_REFERENCING = "RouteNotReferencing"
-ROUTE_INVALID = "RouteInvalid"
+WEIGHTS_SET = "WeightsSet"  # the routes carry the rollout's weights
+ROUTE_NOT_FOUND = "RouteNotFound"  # a named route does not exist
+ROUTE_NOT_REFERENCING = "RouteNotReferencing"  # a route does not send to the stable/canary Services
+ROUTE_INVALID = "RouteInvalid"  # a route could not be written
+
+# ----------------------------------------------------------------- Events (core/v1 Event type and reason)
+
+NORMAL = "Normal"  # Event type: routine
+WARNING = "Warning"  # Event type: something went wrong
+# Event reasons besides ROLLOUT_PAUSED, ROLLOUT_COMPLETED, ROLLOUT_ABORTED and STABLE_REVISION_MISSING
+ROLLOUT_RESUMED = "RolloutResumed"  # a resume request lifted a pause
+UNDO_REJECTED = "UndoRejected"  # an undo request names no usable revision
+UNDO_REQUESTED = "UndoRequested"  # an undo request rolls back to an earlier revision
+ROLLOUT_RETRIED = "RolloutRetried"  # a retry request starts the aborted revision again
+REVISION_DEPLOYED = "RevisionDeployed"  # the first revision deployed (no stable one before)
+STABLE_ADOPTED = "StableAdopted"  # a serving revision kept as stable (none recorded in status)
+ROLLOUT_CANCELLED = "RolloutCancelled"  # the spec went back to the stable revision during a rollout
+CANARY_REPLACED = "CanaryReplaced"  # a new revision replaces the running canary
+ROLLOUT_ROLLBACK = "RolloutRollback"  # a revision from history rolls back without steps
+ROLLOUT_STARTED = "RolloutStarted"  # a rollout over the stable revision starts
+STEP_COMPLETED = "StepCompleted"  # a canary step completed
+ROLLOUT_PROMOTING = "RolloutPromoting"  # the canary scales to full replicas before it becomes stable
 
 MAX_MESSAGE = 1024
 
@@ -112,7 +140,7 @@ def drop_condition(conditions: Sequence[Mapping[str, Any]], condition_type: str)
     return [dict(c) for c in conditions if c.get("type") != condition_type]
 
 
-# ----------------------------------------------------------------- observations -> verdicts
+# ----------------------------------------------------------------- a verdict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,247 +150,3 @@ class Verdict:
     status: str
     reason: str
     message: str
-
-
-def _replica_message(revision: str, state: DeploymentState | None, replicas: int) -> str:
-    ready = state.ready_replicas if state else 0
-    return f"revision {revision}: {ready}/{replicas} replicas ready"
-
-
-def pods_scheduled(pods: Sequence[PodState], revisions: Sequence[str]) -> Verdict:
-    """False/Unschedulable with the scheduler's own message when a serving pod cannot be placed."""
-    serving = [p for p in pods if p.revision in revisions and not p.terminating]
-    stuck = [p for p in serving if p.unschedulable is not None]
-    if stuck:
-        first = stuck[0]
-        return Verdict(
-            FALSE, UNSCHEDULABLE, f"{len(stuck)} pod(s) unschedulable; {first.name}: {first.unschedulable}"
-        )
-    if not serving:
-        return Verdict(TRUE, NO_PODS, "no pods to schedule")
-    return Verdict(TRUE, SCHEDULED, f"{len(serving)} pod(s) scheduled")
-
-
-def degraded(
-    pods: Sequence[PodState], deployments: Sequence[DeploymentState], revisions: Sequence[str]
-) -> Verdict:
-    """True when serving pods fail (crash loops, image pulls) or a revision missed its deadline."""
-    failing = [p for p in pods if p.revision in revisions and p.waiting_reason and not p.terminating]
-    if failing:
-        first = failing[0]
-        return Verdict(
-            TRUE,
-            PODS_FAILING,
-            f"{len(failing)} pod(s) failing; {first.name}: {first.waiting_reason}: {first.waiting_message}",
-        )
-    late = [d for d in deployments if d.revision in revisions and d.deadline_exceeded]
-    if late:
-        return Verdict(
-            TRUE, PROGRESS_DEADLINE_EXCEEDED, f"Deployment {late[0].name} exceeded its progress deadline"
-        )
-    return Verdict(FALSE, AS_EXPECTED, "no failing pods")
-
-
-def summarize_ready(
-    *,
-    invalid: str | None,
-    blocked_reason: str = INVALID_SPEC,
-    scheduled: Verdict,
-    plan: RevisionPlan | None,
-    deployments: Mapping[str, DeploymentState],
-    replicas: int,
-    aborted: str | None = None,
-) -> Verdict:
-    """The Ready summary: True only when the current spec is served by all its replicas.
-
-    ``aborted`` (a message) says the spec's revision was rolled back: the stable one serves, but
-    not what the spec asks for.
-    """
-    if invalid is not None or plan is None:
-        return Verdict(FALSE, blocked_reason, invalid or "the spec is invalid")
-    if scheduled.status == FALSE:
-        return Verdict(FALSE, scheduled.reason, scheduled.message)
-    if aborted is not None:
-        return Verdict(FALSE, ROLLOUT_ABORTED, aborted)
-    if plan.rolling is not None:
-        return Verdict(
-            FALSE,
-            ROLLOUT_IN_PROGRESS,
-            f"{_replica_message(plan.rolling, deployments.get(plan.rolling), replicas)}",
-        )
-    assert plan.stable is not None
-    state = deployments.get(plan.stable)
-    if state is None or not state.complete(replicas):
-        return Verdict(FALSE, REPLICAS_NOT_READY, _replica_message(plan.stable, state, replicas))
-    if replicas == 0:
-        return Verdict(TRUE, SCALED_TO_ZERO, f"revision {plan.stable} is scaled to zero")
-    return Verdict(TRUE, AVAILABLE, _replica_message(plan.stable, state, replicas))
-
-
-# ----------------------------------------------------------------- the whole status
-
-# The rollout engine's bookkeeping (core.rollout.RolloutStatus.to_status), owned by the reconcile too.
-ROLLOUT_STATUS_FIELDS = (
-    "canaryWeight",
-    "currentStepIndex",
-    "stableSince",
-    "stepStartedAt",
-    "canaryStartedAt",
-    "waitingSince",
-    "promoting",
-    "pausedByUser",
-    "abortedRevision",
-    "abortedReason",
-    "abortedStepIndex",
-    "pinnedRevision",
-    "pinnedFor",
-    "replacedRevision",
-    "handledRequests",
-)
-# Status fields this module computes (and the reconcile owns); others are left alone.
-OWNED_STATUS_FIELDS = (
-    "observedGeneration",
-    "conditions",
-    "stableRevision",
-    "canaryRevision",
-    "replicas",
-    "readyReplicas",
-    "models",
-    "endpoints",
-    "history",
-    *ROLLOUT_STATUS_FIELDS,
-)
-
-
-def compact(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """Fields without unset values (None, false, empty maps and lists): left out is how SSA clears them.
-
-    The status is written by server-side apply: a field the operator owned and leaves out is
-    removed, so an unset value is left out rather than written as null or an empty default.
-    """
-    return {k: v for k, v in fields.items() if v is not None and v is not False and v not in ({}, [])}
-
-
-@dataclasses.dataclass(frozen=True)
-class Observation:
-    """Everything build_status reads, gathered by the reconcile."""
-
-    generation: int
-    now: str
-    deployments: Sequence[DeploymentState] = ()
-    pods: Sequence[PodState] = ()
-    invalid: str | None = None
-    """Why nothing can be applied (an invalid spec, an unreadable repository); None otherwise."""
-    blocked_reason: str = INVALID_SPEC
-    """The Ready reason while ``invalid`` holds."""
-    plan: RevisionPlan | None = None
-    replicas: int = 0
-    repository: Verdict | None = None
-    endpoints: Mapping[str, str] | None = None
-    models: Sequence[Mapping[str, Any]] = ()
-    rollout: Mapping[str, Any] | None = None
-    """The rollout engine's status fields (camelCase, history included)."""
-    progressing: Verdict | None = None
-    """The rollout engine's Progressing (None leaves the condition as it was)."""
-    rollout_degraded: Verdict | None = None
-    """The rollout engine's Degraded: it wins when True, else failing pods make Degraded True."""
-    aborted: str | None = None
-    """Why the spec's revision was rolled back (Ready=False/RolloutAborted); None when it was not."""
-    traffic: Verdict | None = None
-    """TrafficRouted (Gateway API routes); None removes the condition."""
-
-
-def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any]:
-    """The owned status fields from an observation; ``previous`` supplies transition times and history."""
-    conditions: list[dict[str, Any]] = [dict(c) for c in previous.get("conditions") or []]
-    by_revision = {d.revision: d for d in obs.deployments}
-    plan = obs.plan
-    gen = obs.generation
-
-    def put(condition_type: str, verdict: Verdict) -> None:
-        nonlocal conditions
-        conditions = set_condition(
-            conditions, condition_type, verdict.status, verdict.reason, verdict.message, gen, obs.now
-        )
-
-    status: dict[str, Any] = {"observedGeneration": gen}
-    if plan is None:
-        # Invalid spec or unreadable repository: nothing was applied; say what runs and why.
-        revisions = [r for r in (previous.get("stableRevision"), previous.get("canaryRevision")) if r]
-        scheduled = pods_scheduled(obs.pods, revisions)
-        if obs.repository is not None:
-            put(REPOSITORY_READY, obs.repository)
-        put(PODS_SCHEDULED, scheduled)
-        put(DEGRADED, degraded(obs.pods, obs.deployments, revisions))
-        put(
-            PROGRESSING,
-            Verdict(
-                FALSE, obs.blocked_reason, "nothing can be rolled out: running revisions are left as they are"
-            ),
-        )
-        put(
-            READY,
-            summarize_ready(
-                invalid=obs.invalid,
-                blocked_reason=obs.blocked_reason,
-                scheduled=scheduled,
-                plan=None,
-                deployments=by_revision,
-                replicas=0,
-            ),
-        )
-        status["conditions"] = conditions
-        for key in OWNED_STATUS_FIELDS:
-            if key not in status and key != "conditions" and previous.get(key) is not None:
-                status[key] = previous[key]
-        return status
-
-    revisions = [r for r in (plan.stable, plan.rolling) if r]
-    scheduled = pods_scheduled(obs.pods, revisions)
-    if obs.repository is not None:
-        put(REPOSITORY_READY, obs.repository)
-    put(PODS_SCHEDULED, scheduled)
-    failing = degraded(obs.pods, obs.deployments, revisions)
-    if obs.rollout_degraded is not None and (obs.rollout_degraded.status == TRUE or failing.status != TRUE):
-        failing = obs.rollout_degraded
-    put(DEGRADED, failing)
-    if obs.progressing is not None:
-        put(PROGRESSING, obs.progressing)
-    put(
-        READY,
-        summarize_ready(
-            # Set when a later spec waits while this plan (its last valid one) is carried out.
-            invalid=obs.invalid,
-            blocked_reason=obs.blocked_reason,
-            scheduled=scheduled,
-            plan=plan,
-            deployments=by_revision,
-            replicas=obs.replicas,
-            aborted=obs.aborted,
-        ),
-    )
-    if obs.traffic is not None:
-        put(TRAFFIC_ROUTED, obs.traffic)
-    else:
-        conditions = drop_condition(conditions, TRAFFIC_ROUTED)
-    status["conditions"] = conditions
-    if plan.stable:
-        status["stableRevision"] = plan.stable
-    if plan.rolling:
-        status["canaryRevision"] = plan.rolling
-    stable_state = by_revision.get(plan.stable or "")
-    ready = stable_state.ready_replicas if stable_state else 0
-    status["replicas"] = obs.replicas
-    status["readyReplicas"] = ready
-    if obs.models:
-        status["models"] = [{**m, "ready": ready > 0} for m in obs.models]
-    if obs.endpoints:
-        status["endpoints"] = dict(obs.endpoints)
-    if obs.rollout is not None:
-        status.update(compact({k: v for k, v in obs.rollout.items() if k in OWNED_STATUS_FIELDS}))
-    return status
-
-
-def status_changed(previous: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    """Whether writing ``desired`` would change any owned field of ``previous``."""
-    return any(previous.get(key) != desired.get(key) for key in OWNED_STATUS_FIELDS)

@@ -8,6 +8,42 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from triton_operator import GROUP
+from triton_operator.core.conditions import (
+    ABORTED,
+    AS_EXPECTED,
+    CANARY_CRASH_LOOPING,
+    CANARY_REPLACED,
+    CANARY_UNSCHEDULABLE,
+    DEGRADED,
+    FALSE,
+    GPU_BUDGET_TOO_SMALL,
+    NEW_REVISION,
+    NORMAL,
+    PROGRESS_DEADLINE_EXCEEDED,
+    PROGRESSING,
+    PROMOTING,
+    REVISION_DEPLOYED,
+    ROLLOUT_ABORTED,
+    ROLLOUT_CANCELLED,
+    ROLLOUT_COMPLETED,
+    ROLLOUT_PAUSED,
+    ROLLOUT_PROMOTING,
+    ROLLOUT_RESUMED,
+    ROLLOUT_RETRIED,
+    ROLLOUT_ROLLBACK,
+    ROLLOUT_STARTED,
+    STABLE_ADOPTED,
+    STABLE_REVISION_MISSING,
+    STEP_COMPLETED,
+    STEP_PAUSED,
+    TRUE,
+    UNDO_REJECTED,
+    UNDO_REQUESTED,
+    WAITING_FOR_CANARY_READY,
+    WAITING_FOR_STABLE_READY,
+    WARNING,
+    Verdict,
+)
 from triton_operator.core.traffic import LABEL_REVISION, TrafficWeights
 from triton_operator.models import CanaryStep, Rollout, SetHeaderRoute, Strategy
 
@@ -114,32 +150,6 @@ ACTIONS: tuple[Action, ...] = ("promote", "promote-full", "abort", "pause", "res
 UNDO_TARGET_ANNOTATION = f"{GROUP}/undo-to-revision"
 
 CRASH_RESTART_THRESHOLD = 3
-
-PROGRESSING = "Progressing"
-DEGRADED = "Degraded"
-TRUE = "True"
-FALSE = "False"
-
-# Progressing reasons
-NEW_REVISION = "NewRevision"
-WAITING_FOR_CANARY_READY = "WaitingForCanaryReady"
-STEP_PAUSED = "StepPaused"
-ROLLOUT_PAUSED = "RolloutPaused"
-PROMOTING = "Promoting"
-ROLLOUT_COMPLETED = "RolloutCompleted"
-WAITING_FOR_STABLE_READY = "WaitingForStableReady"
-ROLLOUT_ABORTED = "RolloutAborted"
-GPU_BUDGET_TOO_SMALL = "GpuBudgetTooSmall"
-STABLE_REVISION_MISSING = "StableRevisionMissing"
-# Degraded reasons (abort reasons)
-AS_EXPECTED = "AsExpected"
-PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
-CANARY_CRASH_LOOPING = "CanaryCrashLooping"
-CANARY_UNSCHEDULABLE = "CanaryUnschedulable"
-ABORTED = "Aborted"
-
-NORMAL = "Normal"
-WARNING = "Warning"
 
 
 # ----------------------------------------------------------------- time
@@ -345,14 +355,6 @@ class RolloutInput:
 
 
 @dataclasses.dataclass(frozen=True)
-class RolloutCondition:
-    type: str
-    status: str
-    reason: str
-    message: str
-
-
-@dataclasses.dataclass(frozen=True)
 class RolloutEvent:
     type: str
     """Normal or Warning."""
@@ -377,13 +379,14 @@ class RolloutPlan:
     canary_service_revision: str | None
     """The revision `<name>-canary` selects (the stable one when no canary runs)."""
     status: RolloutStatus
-    conditions: tuple[RolloutCondition, ...]
+    conditions: Mapping[str, Verdict]
+    """The engine's conditions by type: Progressing and Degraded."""
     events: tuple[RolloutEvent, ...]
     requeue_after: float | None
     """Seconds until a timed pause ends or a deadline passes; None when nothing is timed."""
 
-    def condition(self, condition_type: str) -> RolloutCondition | None:
-        return next((c for c in self.conditions if c.type == condition_type), None)
+    def condition(self, condition_type: str) -> Verdict | None:
+        return self.conditions.get(condition_type)
 
 
 # ----------------------------------------------------------------- pure maths
@@ -663,7 +666,7 @@ class _Engine:
             elif req.action == "resume":
                 if self.st.paused_by_user:
                     self.set(paused_by_user=False)
-                    self.event("RolloutResumed", "rollout resumed by request")
+                    self.event(ROLLOUT_RESUMED, "rollout resumed by request")
             elif req.action in ("promote", "promote-full"):
                 # Only a rollout in progress (or an aborted one: retry) can be promoted; a promote
                 # made when nothing ran must not skip a step of the next rollout.
@@ -682,23 +685,23 @@ class _Engine:
         history = self.history_revisions()
         target = to_revision or (history[-1] if history else None)
         if target is None:
-            self.event("UndoRejected", "undo: no earlier revision in history", WARNING)
+            self.event(UNDO_REJECTED, "undo: no earlier revision in history", WARNING)
             return
         if target != self.st.stable_revision and target not in history:
             known = ", ".join(history) or "none"
-            self.event("UndoRejected", f"undo: revision {target} is not in history ({known})", WARNING)
+            self.event(UNDO_REJECTED, f"undo: revision {target} is not in history ({known})", WARNING)
             return
         if target not in self.inp.revisions and target != self.inp.desired_revision:
-            self.event("UndoRejected", f"undo: revision {target} has no Deployment left", WARNING)
+            self.event(UNDO_REJECTED, f"undo: revision {target} has no Deployment left", WARNING)
             return
         if target in self.inp.unsyncable:
             # Its pods would fail their sync: the serving revision is never scaled down for it.
             why = self.inp.unsyncable[target]
-            self.event("UndoRejected", f"undo: revision {target} cannot sync any more: {why}", WARNING)
+            self.event(UNDO_REJECTED, f"undo: revision {target} cannot sync any more: {why}", WARNING)
             return
         self.set(pinned_revision=target, pinned_for=self.inp.desired_revision)
         self.event(
-            "UndoRequested",
+            UNDO_REQUESTED,
             f"rolling back to revision {target}; the spec's revision {self.inp.desired_revision} waits "
             "until the spec changes or a retry request",
         )
@@ -713,7 +716,7 @@ class _Engine:
             asked = self.retry or self.promote_step or self.promote_full
             if aborted != self.target or asked:
                 if aborted == self.target:
-                    self.event("RolloutRetried", f"retrying revision {aborted} from step 0")
+                    self.event(ROLLOUT_RETRIED, f"retrying revision {aborted} from step 0")
                     self.promote_step = self.promote_full = False
                 self.set(aborted_revision=None, aborted_reason=None, aborted_step_index=None)
 
@@ -729,13 +732,13 @@ class _Engine:
             if serving is None:
                 self.set(stable_revision=target, stable_since=self.now)
                 self.clear_canary()
-                self.event("RevisionDeployed", f"revision {target} deployed at {self.r} replicas")
+                self.event(REVISION_DEPLOYED, f"revision {target} deployed at {self.r} replicas")
                 return self.steady()
             # The status was lost (restored backup, recreated object) while pods serve: whatever
             # serves most stays stable and the desired revision rolls out over it, not at once.
             self.set(stable_revision=serving, stable_since=self.now)
             self.event(
-                "StableAdopted", f"no stable revision in status: revision {serving} serves, kept as stable"
+                STABLE_ADOPTED, f"no stable revision in status: revision {serving} serves, kept as stable"
             )
             st = self.st
         if st.stable_revision not in self.inp.revisions and st.stable_revision != target:
@@ -744,7 +747,7 @@ class _Engine:
         if target == st.stable_revision:
             if st.canary_revision is not None:
                 self.event(
-                    "RolloutCancelled",
+                    ROLLOUT_CANCELLED,
                     f"the desired revision is the stable {target} again: canary {st.canary_revision} removed",
                 )
                 self.clear_canary()
@@ -752,7 +755,7 @@ class _Engine:
         if st.aborted_revision == target:
             return self.held_aborted()
         if st.canary_revision is not None and st.canary_revision != target:
-            self.event("CanaryReplaced", f"revision {target} replaces canary {st.canary_revision}")
+            self.event(CANARY_REPLACED, f"revision {target} replaces canary {st.canary_revision}")
             self.clear_canary()
         if self.st.canary_revision is None:
             if self.paused:
@@ -818,13 +821,13 @@ class _Engine:
         )
         if self.rollback:
             self.event(
-                "RolloutRollback",
+                ROLLOUT_ROLLBACK,
                 f"revision {target} served before (history): rolling back to it without steps "
                 f"({self.strategy.value}); stable {self.st.stable_revision} serves until it is Ready",
             )
         else:
             self.event(
-                "RolloutStarted",
+                ROLLOUT_STARTED,
                 f"rolling out revision {target} over stable {self.st.stable_revision} "
                 f"({self.strategy.value}, {len(self.steps)} steps)",
             )
@@ -893,7 +896,7 @@ class _Engine:
         self.set(**changes)
         how = " by promote request" if forced else ""
         self.event(
-            "StepCompleted",
+            STEP_COMPLETED,
             f"revision {self.st.canary_revision}: step {index}/{len(self.steps)} ({describe_step(step)}) "
             f"completed{how}",
         )
@@ -906,7 +909,7 @@ class _Engine:
             waiting_since=None,
         )
         self.event(
-            "RolloutPromoting",
+            ROLLOUT_PROMOTING,
             f"revision {self.st.canary_revision}: {why}; scaling to full replicas before it becomes stable",
         )
 
@@ -1031,7 +1034,8 @@ class _Engine:
     def finish(
         self,
         replicas: dict[str, int],
-        conditions: list[RolloutCondition],
+        progressing: Verdict,
+        degraded: Verdict,
         requeue: float | None = None,
     ) -> RolloutPlan:
         self.keep_history(replicas)
@@ -1048,7 +1052,7 @@ class _Engine:
             stable_service_revision=st.stable_revision,
             canary_service_revision=canary or st.stable_revision,
             status=st,
-            conditions=tuple(conditions),
+            conditions={PROGRESSING: progressing, DEGRADED: degraded},
             events=tuple(self.events),
             requeue_after=requeue,
         )
@@ -1072,18 +1076,17 @@ class _Engine:
         state = self.observed(stable)
         replicas = {stable: self.stable_replicas_alone()}
         if state is not None and state.ready_at(self.r):
-            progressing = RolloutCondition(
-                PROGRESSING, FALSE, ROLLOUT_COMPLETED, f"revision {stable} is stable at {self.r} replicas"
+            progressing = Verdict(
+                FALSE, ROLLOUT_COMPLETED, f"revision {stable} is stable at {self.r} replicas"
             )
         else:
             ready = state.ready_replicas if state else 0
-            progressing = RolloutCondition(
-                PROGRESSING,
+            progressing = Verdict(
                 TRUE,
                 WAITING_FOR_STABLE_READY,
                 f"revision {stable}: {ready}/{self.r} replicas Ready",
             )
-        degraded = RolloutCondition(DEGRADED, FALSE, AS_EXPECTED, "no rollout failed")
+        degraded = Verdict(FALSE, AS_EXPECTED, "no rollout failed")
         replaced = self.st.replaced_revision
         if replaced is not None and state is not None and state.ready_at(self.r):
             self.set(replaced_revision=None)
@@ -1092,21 +1095,20 @@ class _Engine:
                 f"stable revision {replaced} had no Deployment: replaced by revision {stable}; "
                 f"{progressing.message}"
             )
-            degraded = RolloutCondition(DEGRADED, TRUE, STABLE_REVISION_MISSING, message)
-        return self.finish(replicas, [progressing, degraded])
+            degraded = Verdict(TRUE, STABLE_REVISION_MISSING, message)
+        return self.finish(replicas, progressing, degraded)
 
     def held_before_start(self) -> RolloutPlan:
         stable = self.st.stable_revision
         assert stable is not None
         replicas = {stable: self.stable_replicas_alone()}
-        progressing = RolloutCondition(
-            PROGRESSING,
+        progressing = Verdict(
             FALSE,
             ROLLOUT_PAUSED,
             f"revision {self.target} waits: the rollout is paused ({self._pause_source()})",
         )
-        degraded = RolloutCondition(DEGRADED, FALSE, AS_EXPECTED, "no rollout failed")
-        return self.finish(replicas, [progressing, degraded])
+        degraded = Verdict(FALSE, AS_EXPECTED, "no rollout failed")
+        return self.finish(replicas, progressing, degraded)
 
     def held_aborted(self) -> RolloutPlan:
         stable = self.st.stable_revision
@@ -1114,14 +1116,13 @@ class _Engine:
         assert stable is not None and aborted is not None
         replicas = {stable: self.stable_replicas_alone(), aborted: 0}
         message = self.abort_message()
-        progressing = RolloutCondition(
-            PROGRESSING,
+        progressing = Verdict(
             FALSE,
             ROLLOUT_ABORTED,
             f"{message}; change the spec or request a retry (kubectl triton retry) to try again",
         )
-        degraded = RolloutCondition(DEGRADED, TRUE, self.st.aborted_reason or ABORTED, message)
-        return self.finish(replicas, [progressing, degraded])
+        degraded = Verdict(TRUE, self.st.aborted_reason or ABORTED, message)
+        return self.finish(replicas, progressing, degraded)
 
     def _pause_source(self) -> str:
         if self.inp.rollout.paused:
@@ -1142,7 +1143,7 @@ class _Engine:
         index = self.position()
         ready = state.ready_replicas if state else 0
         readiness = f"canary {canary}: {ready}/{split.canary_goal} Ready"
-        degraded = RolloutCondition(DEGRADED, FALSE, AS_EXPECTED, "no rollout failed")
+        degraded = Verdict(FALSE, AS_EXPECTED, "no rollout failed")
         requeue: list[float] = []
         if budget_blocked:
             gpus, budget = self.inp.gpus_per_pod, self.inp.rollout.gpu_budget
@@ -1150,12 +1151,11 @@ class _Engine:
                 f"gpuBudget {budget} holds {(budget or 0) // max(gpus, 1)} pods of {gpus} GPUs: not enough "
                 f"for one canary pod beside a serving stable of {self.r}; raise it or use Recreate"
             )
-            progressing = RolloutCondition(PROGRESSING, FALSE, GPU_BUDGET_TOO_SMALL, message)
-            degraded = RolloutCondition(DEGRADED, TRUE, GPU_BUDGET_TOO_SMALL, message)
-            return self.finish(replicas, [progressing, degraded])
+            progressing = Verdict(FALSE, GPU_BUDGET_TOO_SMALL, message)
+            degraded = Verdict(TRUE, GPU_BUDGET_TOO_SMALL, message)
+            return self.finish(replicas, progressing, degraded)
         if self.paused:
-            progressing = RolloutCondition(
-                PROGRESSING,
+            progressing = Verdict(
                 FALSE,
                 ROLLOUT_PAUSED,
                 f"rollout of {canary} paused at step {index}/{n} ({self._pause_source()}); {readiness}",
@@ -1165,7 +1165,7 @@ class _Engine:
             old = self.observed(stable)
             if self.strategy == Strategy.RECREATE and old is not None and old.existing_pods > 0:
                 message = f"Recreate: waiting for the {old.existing_pods} pod(s) of {stable} to terminate"
-            progressing = RolloutCondition(PROGRESSING, TRUE, PROMOTING, message)
+            progressing = Verdict(TRUE, PROMOTING, message)
         else:
             step = self.steps[index]
             where = f"step {index}/{n} ({describe_step(step)})"
@@ -1173,19 +1173,16 @@ class _Engine:
                 left = step.pause.duration_seconds - self.seconds_since(st.step_started_at)
                 requeue.append(left)
                 until = (st.step_started_at or self.now) + timedelta(seconds=step.pause.duration_seconds)
-                progressing = RolloutCondition(
-                    PROGRESSING, TRUE, STEP_PAUSED, f"{where}: paused until {format_time(until)}"
-                )
+                progressing = Verdict(TRUE, STEP_PAUSED, f"{where}: paused until {format_time(until)}")
             elif step.pause is not None:
-                progressing = RolloutCondition(
-                    PROGRESSING,
+                progressing = Verdict(
                     FALSE,
                     STEP_PAUSED,
                     f"{where}: paused until promoted (kubectl triton promote)",
                 )
             else:
                 reason = NEW_REVISION if index == 0 else WAITING_FOR_CANARY_READY
-                progressing = RolloutCondition(PROGRESSING, TRUE, reason, f"{where}: {readiness}")
+                progressing = Verdict(TRUE, reason, f"{where}: {readiness}")
         if not self.paused:
             if waiting is not None:
                 requeue.append(self.deadline_seconds() - self.seconds_since(waiting))
@@ -1194,4 +1191,4 @@ class _Engine:
                     self.inp.rollout.unschedulable_grace() - self.seconds_since(state.unschedulable_since)
                 )
         after = max(min(requeue), 1.0) if requeue else None
-        return self.finish(replicas, [progressing, degraded], after)
+        return self.finish(replicas, progressing, degraded, after)

@@ -1,0 +1,280 @@
+"""The status computed from observations: the conditions' verdicts and the owned status fields."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from triton_operator.core.conditions import (
+    AS_EXPECTED,
+    AVAILABLE,
+    DEGRADED,
+    FALSE,
+    INVALID_SPEC,
+    NO_PODS,
+    PODS_FAILING,
+    PODS_SCHEDULED,
+    PROGRESS_DEADLINE_EXCEEDED,
+    PROGRESSING,
+    READY,
+    REPLICAS_NOT_READY,
+    REPOSITORY_READY,
+    ROLLOUT_ABORTED,
+    ROLLOUT_IN_PROGRESS,
+    SCALED_TO_ZERO,
+    SCHEDULED,
+    TRAFFIC_ROUTED,
+    TRUE,
+    UNSCHEDULABLE,
+    Verdict,
+    drop_condition,
+    set_condition,
+)
+from triton_operator.core.objects import DeploymentState, PodState, RevisionPlan
+
+# ----------------------------------------------------------------- observations -> verdicts
+
+
+def _replica_message(revision: str, state: DeploymentState | None, replicas: int) -> str:
+    ready = state.ready_replicas if state else 0
+    return f"revision {revision}: {ready}/{replicas} replicas ready"
+
+
+def pods_scheduled(pods: Sequence[PodState], revisions: Sequence[str]) -> Verdict:
+    """False/Unschedulable with the scheduler's own message when a serving pod cannot be placed."""
+    serving = [p for p in pods if p.revision in revisions and not p.terminating]
+    stuck = [p for p in serving if p.unschedulable is not None]
+    if stuck:
+        first = stuck[0]
+        return Verdict(
+            FALSE, UNSCHEDULABLE, f"{len(stuck)} pod(s) unschedulable; {first.name}: {first.unschedulable}"
+        )
+    if not serving:
+        return Verdict(TRUE, NO_PODS, "no pods to schedule")
+    return Verdict(TRUE, SCHEDULED, f"{len(serving)} pod(s) scheduled")
+
+
+def degraded(
+    pods: Sequence[PodState], deployments: Sequence[DeploymentState], revisions: Sequence[str]
+) -> Verdict:
+    """True when serving pods fail (crash loops, image pulls) or a revision missed its deadline."""
+    failing = [p for p in pods if p.revision in revisions and p.waiting_reason and not p.terminating]
+    if failing:
+        first = failing[0]
+        return Verdict(
+            TRUE,
+            PODS_FAILING,
+            f"{len(failing)} pod(s) failing; {first.name}: {first.waiting_reason}: {first.waiting_message}",
+        )
+    late = [d for d in deployments if d.revision in revisions and d.deadline_exceeded]
+    if late:
+        return Verdict(
+            TRUE, PROGRESS_DEADLINE_EXCEEDED, f"Deployment {late[0].name} exceeded its progress deadline"
+        )
+    return Verdict(FALSE, AS_EXPECTED, "no failing pods")
+
+
+def summarize_ready(
+    *,
+    invalid: str | None,
+    blocked_reason: str = INVALID_SPEC,
+    scheduled: Verdict,
+    plan: RevisionPlan | None,
+    deployments: Mapping[str, DeploymentState],
+    replicas: int,
+    aborted: str | None = None,
+) -> Verdict:
+    """The Ready summary: True only when the current spec is served by all its replicas.
+
+    ``aborted`` (a message) says the spec's revision was rolled back: the stable one serves, but
+    not what the spec asks for.
+    """
+    if invalid is not None or plan is None:
+        return Verdict(FALSE, blocked_reason, invalid or "the spec is invalid")
+    if scheduled.status == FALSE:
+        return Verdict(FALSE, scheduled.reason, scheduled.message)
+    if aborted is not None:
+        return Verdict(FALSE, ROLLOUT_ABORTED, aborted)
+    if plan.rolling is not None:
+        return Verdict(
+            FALSE,
+            ROLLOUT_IN_PROGRESS,
+            f"{_replica_message(plan.rolling, deployments.get(plan.rolling), replicas)}",
+        )
+    assert plan.stable is not None
+    state = deployments.get(plan.stable)
+    if state is None or not state.complete(replicas):
+        return Verdict(FALSE, REPLICAS_NOT_READY, _replica_message(plan.stable, state, replicas))
+    if replicas == 0:
+        return Verdict(TRUE, SCALED_TO_ZERO, f"revision {plan.stable} is scaled to zero")
+    return Verdict(TRUE, AVAILABLE, _replica_message(plan.stable, state, replicas))
+
+
+# ----------------------------------------------------------------- the whole status
+
+# The rollout engine's bookkeeping (core.rollout.RolloutStatus.to_status), owned by the reconcile too.
+ROLLOUT_STATUS_FIELDS = (
+    "canaryWeight",
+    "currentStepIndex",
+    "stableSince",
+    "stepStartedAt",
+    "canaryStartedAt",
+    "waitingSince",
+    "promoting",
+    "pausedByUser",
+    "abortedRevision",
+    "abortedReason",
+    "abortedStepIndex",
+    "pinnedRevision",
+    "pinnedFor",
+    "replacedRevision",
+    "handledRequests",
+)
+# Status fields this module computes (and the reconcile owns); others are left alone.
+OWNED_STATUS_FIELDS = (
+    "observedGeneration",
+    "conditions",
+    "stableRevision",
+    "canaryRevision",
+    "replicas",
+    "readyReplicas",
+    "models",
+    "endpoints",
+    "history",
+    *ROLLOUT_STATUS_FIELDS,
+)
+
+
+def compact(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Fields without unset values (None, false, empty maps and lists): left out is how SSA clears them.
+
+    The status is written by server-side apply: a field the operator owned and leaves out is
+    removed, so an unset value is left out rather than written as null or an empty default.
+    """
+    return {k: v for k, v in fields.items() if v is not None and v is not False and v not in ({}, [])}
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """Everything build_status reads, gathered by the reconcile."""
+
+    generation: int
+    now: str
+    deployments: Sequence[DeploymentState] = ()
+    pods: Sequence[PodState] = ()
+    invalid: str | None = None
+    """Why nothing can be applied (an invalid spec, an unreadable repository); None otherwise."""
+    blocked_reason: str = INVALID_SPEC
+    """The Ready reason while ``invalid`` holds."""
+    plan: RevisionPlan | None = None
+    replicas: int = 0
+    repository: Verdict | None = None
+    endpoints: Mapping[str, str] | None = None
+    models: Sequence[Mapping[str, Any]] = ()
+    rollout: Mapping[str, Any] | None = None
+    """The rollout engine's status fields (camelCase, history included)."""
+    progressing: Verdict | None = None
+    """The rollout engine's Progressing (None leaves the condition as it was)."""
+    rollout_degraded: Verdict | None = None
+    """The rollout engine's Degraded: it wins when True, else failing pods make Degraded True."""
+    aborted: str | None = None
+    """Why the spec's revision was rolled back (Ready=False/RolloutAborted); None when it was not."""
+    traffic: Verdict | None = None
+    """TrafficRouted (Gateway API routes); None removes the condition."""
+
+
+def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any]:
+    """The owned status fields from an observation; ``previous`` supplies transition times and history."""
+    conditions: list[dict[str, Any]] = [dict(c) for c in previous.get("conditions") or []]
+    by_revision = {d.revision: d for d in obs.deployments}
+    plan = obs.plan
+    gen = obs.generation
+
+    def put(condition_type: str, verdict: Verdict) -> None:
+        nonlocal conditions
+        conditions = set_condition(
+            conditions, condition_type, verdict.status, verdict.reason, verdict.message, gen, obs.now
+        )
+
+    status: dict[str, Any] = {"observedGeneration": gen}
+    if plan is None:
+        # Invalid spec or unreadable repository: nothing was applied; say what runs and why.
+        revisions = [r for r in (previous.get("stableRevision"), previous.get("canaryRevision")) if r]
+        scheduled = pods_scheduled(obs.pods, revisions)
+        if obs.repository is not None:
+            put(REPOSITORY_READY, obs.repository)
+        put(PODS_SCHEDULED, scheduled)
+        put(DEGRADED, degraded(obs.pods, obs.deployments, revisions))
+        put(
+            PROGRESSING,
+            Verdict(
+                FALSE, obs.blocked_reason, "nothing can be rolled out: running revisions are left as they are"
+            ),
+        )
+        put(
+            READY,
+            summarize_ready(
+                invalid=obs.invalid,
+                blocked_reason=obs.blocked_reason,
+                scheduled=scheduled,
+                plan=None,
+                deployments=by_revision,
+                replicas=0,
+            ),
+        )
+        status["conditions"] = conditions
+        for key in OWNED_STATUS_FIELDS:
+            if key not in status and key != "conditions" and previous.get(key) is not None:
+                status[key] = previous[key]
+        return status
+
+    revisions = [r for r in (plan.stable, plan.rolling) if r]
+    scheduled = pods_scheduled(obs.pods, revisions)
+    if obs.repository is not None:
+        put(REPOSITORY_READY, obs.repository)
+    put(PODS_SCHEDULED, scheduled)
+    failing = degraded(obs.pods, obs.deployments, revisions)
+    if obs.rollout_degraded is not None and (obs.rollout_degraded.status == TRUE or failing.status != TRUE):
+        failing = obs.rollout_degraded
+    put(DEGRADED, failing)
+    if obs.progressing is not None:
+        put(PROGRESSING, obs.progressing)
+    put(
+        READY,
+        summarize_ready(
+            # Set when a later spec waits while this plan (its last valid one) is carried out.
+            invalid=obs.invalid,
+            blocked_reason=obs.blocked_reason,
+            scheduled=scheduled,
+            plan=plan,
+            deployments=by_revision,
+            replicas=obs.replicas,
+            aborted=obs.aborted,
+        ),
+    )
+    if obs.traffic is not None:
+        put(TRAFFIC_ROUTED, obs.traffic)
+    else:
+        conditions = drop_condition(conditions, TRAFFIC_ROUTED)
+    status["conditions"] = conditions
+    if plan.stable:
+        status["stableRevision"] = plan.stable
+    if plan.rolling:
+        status["canaryRevision"] = plan.rolling
+    stable_state = by_revision.get(plan.stable or "")
+    ready = stable_state.ready_replicas if stable_state else 0
+    status["replicas"] = obs.replicas
+    status["readyReplicas"] = ready
+    if obs.models:
+        status["models"] = [{**m, "ready": ready > 0} for m in obs.models]
+    if obs.endpoints:
+        status["endpoints"] = dict(obs.endpoints)
+    if obs.rollout is not None:
+        status.update(compact({k: v for k, v in obs.rollout.items() if k in OWNED_STATUS_FIELDS}))
+    return status
+
+
+def status_changed(previous: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """Whether writing ``desired`` would change any owned field of ``previous``."""
+    return any(previous.get(key) != desired.get(key) for key in OWNED_STATUS_FIELDS)
