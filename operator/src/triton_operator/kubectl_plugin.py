@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from triton_operator.core import conditions as cond
 from triton_operator.core.rollout import Action, describe_step, parse_time
 from triton_operator.models import Rollout
 
@@ -17,7 +18,8 @@ if TYPE_CHECKING:
     from triton_operator.adapters.control import Control
 
 CONTROL_VERBS: tuple[str, ...] = ("promote", "abort", "pause", "resume", "retry", "undo")
-CONDITION_ORDER = ("Ready", "RepositoryReady", "PodsScheduled", "Progressing", "Degraded")
+# The display order of `kubectl triton status` (the others, TrafficRouted among them, after by name).
+CONDITION_ORDER = (cond.READY, cond.REPOSITORY_READY, cond.PODS_SCHEDULED, cond.PROGRESSING, cond.DEGRADED)
 
 
 # ----------------------------------------------------------------- pure rendering
@@ -153,19 +155,19 @@ def _steps_block(obj: Mapping[str, Any], rollout: Rollout | None) -> list[str]:
 def _summary(obj: Mapping[str, Any], rollout: Rollout | None) -> str:
     status = obj.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
-    degraded = conditions.get("Degraded") or {}
-    progressing = conditions.get("Progressing") or {}
-    if degraded.get("status") == "True":
+    degraded = conditions.get(cond.DEGRADED) or {}
+    progressing = conditions.get(cond.PROGRESSING) or {}
+    if degraded.get("status") == cond.TRUE:
         return f"Degraded - {degraded.get('reason', '')}: {degraded.get('message', '')}"
     paused = status.get("pausedByUser") or (rollout is not None and rollout.paused)
     if paused and status.get("canaryRevision"):
         return "Paused"
-    if progressing.get("status") == "True" or status.get("canaryRevision"):
+    if progressing.get("status") == cond.TRUE or status.get("canaryRevision"):
         return f"Progressing - {progressing.get('reason', '')}: {progressing.get('message', '')}".rstrip(
             ": -"
         )
-    ready = conditions.get("Ready") or {}
-    if ready.get("status") == "True":
+    ready = conditions.get(cond.READY) or {}
+    if ready.get("status") == cond.TRUE:
         return "Healthy"
     if ready:
         return f"Not ready - {ready.get('reason', '')}: {ready.get('message', '')}"
