@@ -84,6 +84,15 @@ ROLLOUT_STARTED = "RolloutStarted"  # a rollout over the stable revision starts
 STEP_COMPLETED = "StepCompleted"  # a canary step completed
 ROLLOUT_PROMOTING = "RolloutPromoting"  # the canary scales to full replicas before it becomes stable
 
+# ----------------------------------------------------------------- Kubernetes' own (read, never written)
+
+DEPLOYMENT_PROGRESSING = "Progressing"  # a Deployment's condition type
+DEPLOYMENT_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"  # its reason once progressDeadlineSeconds passed
+POD_READY = "Ready"  # a pod's condition type: all its containers are ready
+POD_SCHEDULED = "PodScheduled"  # a pod's condition type: placed on a node
+POD_UNSCHEDULABLE = "Unschedulable"  # PodScheduled's reason while the scheduler cannot place the pod
+CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"  # a container's waiting reason after repeated crashes
+
 MAX_MESSAGE = 1024
 
 

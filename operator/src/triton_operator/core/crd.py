@@ -10,6 +10,7 @@ import yaml
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from triton_operator import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from triton_operator.core.conditions import READY
 from triton_operator.core.modelconfig import (
     FLOAT_TYPES,
     INT32_TYPES,
@@ -392,9 +393,9 @@ def build_crd() -> dict[str, Any]:
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [
                         {
-                            "name": "Ready",
+                            "name": READY,
                             "type": "string",
-                            "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+                            "jsonPath": f'.status.conditions[?(@.type=="{READY}")].status',
                         },
                         {"name": "Stable", "type": "string", "jsonPath": ".status.stableRevision"},
                         {"name": "Canary", "type": "string", "jsonPath": ".status.canaryRevision"},

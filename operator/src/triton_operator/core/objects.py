@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from triton_operator import FIELD_MANAGER, GROUP, KIND, VERSION
+from triton_operator.core import conditions as cond
 from triton_operator.core import manifestparts
 from triton_operator.core.manifest import StoreRef, manifest_to_json, model_sources, unpinned_manifest
 from triton_operator.core.manifestparts import MANIFEST_KEY
@@ -807,7 +808,7 @@ def deployment_state(obj: Mapping[str, Any]) -> DeploymentState:
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     deadline = any(
-        c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
+        c.get("type") == cond.DEPLOYMENT_PROGRESSING and c.get("reason") == cond.DEPLOYMENT_DEADLINE_EXCEEDED
         for c in status.get("conditions") or []
     )
     return DeploymentState(
@@ -828,11 +829,11 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
     metadata = obj.get("metadata") or {}
     status = obj.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
-    ready = (conditions.get("Ready") or {}).get("status") == "True"
-    scheduled = conditions.get("PodScheduled") or {}
+    ready = (conditions.get(cond.POD_READY) or {}).get("status") == cond.TRUE
+    scheduled = conditions.get(cond.POD_SCHEDULED) or {}
     unschedulable = None
-    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
-        unschedulable = str(scheduled.get("message") or "Unschedulable")
+    if scheduled.get("status") == cond.FALSE and scheduled.get("reason") == cond.POD_UNSCHEDULABLE:
+        unschedulable = str(scheduled.get("message") or cond.POD_UNSCHEDULABLE)
     waiting_reason = waiting_message = None
     for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
         waiting = (cs.get("state") or {}).get("waiting") or {}
@@ -853,7 +854,7 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
 
 FAILING_WAIT_REASONS = frozenset(
     {
-        "CrashLoopBackOff",
+        cond.CRASH_LOOP_BACK_OFF,
         "ImagePullBackOff",
         "ErrImagePull",
         "InvalidImageName",

@@ -14,11 +14,14 @@ from triton_operator.core.conditions import (
     CANARY_CRASH_LOOPING,
     CANARY_REPLACED,
     CANARY_UNSCHEDULABLE,
+    CRASH_LOOP_BACK_OFF,
     DEGRADED,
     FALSE,
     GPU_BUDGET_TOO_SMALL,
     NEW_REVISION,
     NORMAL,
+    POD_SCHEDULED,
+    POD_UNSCHEDULABLE,
     PROGRESS_DEADLINE_EXCEEDED,
     PROGRESSING,
     PROMOTING,
@@ -469,7 +472,7 @@ def pod_crash_looping(pod: Mapping[str, Any], threshold: int = CRASH_RESTART_THR
     """A container (init ones too) waits in CrashLoopBackOff or restarted ``threshold`` times or more."""
     for cs in _container_statuses(pod):
         waiting = (cs.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") == "CrashLoopBackOff":
+        if waiting.get("reason") == CRASH_LOOP_BACK_OFF:
             return True
         if int(cs.get("restartCount") or 0) >= threshold:
             return True
@@ -480,9 +483,9 @@ def pod_unschedulable_since(pod: Mapping[str, Any]) -> datetime | None:
     """When the scheduler marked the pod Unschedulable, if it still is."""
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if (
-            condition.get("type") == "PodScheduled"
-            and condition.get("status") == "False"
-            and condition.get("reason") == "Unschedulable"
+            condition.get("type") == POD_SCHEDULED
+            and condition.get("status") == FALSE
+            and condition.get("reason") == POD_UNSCHEDULABLE
         ):
             return parse_time(condition.get("lastTransitionTime")) or datetime.min.replace(tzinfo=UTC)
     return None
