@@ -447,6 +447,23 @@ def test_a_store_tells_whether_its_bucket_keeps_versions(request: pytest.Fixture
     assert backend.store(backend.new_bucket()).versioned() is False
 
 
+@pytest.mark.parametrize("versioned", [True, False])
+def test_pinning_an_s3_bucket_asks_for_its_versioning_once(s3_backend: Backend, versioned: bool) -> None:
+    """The listing asks GetBucketVersioning (versioned buckets are listed by version); the answer
+    pinning reports is that one, not a second request."""
+    bucket = s3_backend.new_bucket(versioned=versioned)
+    cast(Any, s3_backend).client.put_object(Bucket=bucket, Key="models/add/1/model.py", Body=b"x")
+    store = s3_backend.store(bucket)
+    asked: list[str] = []
+    client: Any = cast(Any, store).client
+    client.meta.events.register("before-call.s3.GetBucketVersioning", lambda **_: asked.append("ask"))
+    models = [ModelSpec(name="add", config={"backend": "python"})]
+    pin = pin_with_versioning(s3_backend.repository(bucket), models, s3_backend.credentials, store=store)
+    assert pin.versioned is versioned
+    assert all(bool(e.generation) is versioned for e in pin.manifest.entries)
+    assert asked == ["ask"]
+
+
 def test_azurite_keeps_no_blob_versions(azure_backend: Backend) -> None:
     """Evidence for the README: azurite (3.37) gives no version id on upload, listing or
     properties, and a read naming a version id gets the current bytes. So on azurite nothing is

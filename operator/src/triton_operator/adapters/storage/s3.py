@@ -94,6 +94,8 @@ class S3Store(StoreBase):
             response_checksum_validation="when_required",
         )
         self.client: S3Client = session.client("s3", endpoint_url=endpoint or None, config=config)
+        self._listed_versioned: bool | None = None
+        """What the last ``list`` found of the bucket's versioning (None: nothing listed yet)."""
 
     # ------------------------------------------------------------ errors
 
@@ -131,8 +133,15 @@ class S3Store(StoreBase):
     def versioned(self) -> bool:
         """Whether the bucket keeps object versions (versioning Enabled, or Suspended with old versions).
 
-        A store that does not implement GetBucketVersioning counts as unversioned.
+        After a ``list`` this is what that listing found (it asked already: pinning asks once);
+        before one, the bucket is asked. A store that does not implement GetBucketVersioning
+        counts as unversioned.
         """
+        if self._listed_versioned is not None:
+            return self._listed_versioned
+        return self._bucket_versioning()
+
+    def _bucket_versioning(self) -> bool:
         try:
             answer = self.client.get_bucket_versioning(Bucket=self.bucket)
         except ClientError as exc:
@@ -148,7 +157,8 @@ class S3Store(StoreBase):
         """Every object under ``prefix``; in a versioned bucket each carries its VersionId, so a pod
         reads exactly that version even after an upload to the same key."""
         try:
-            if self.versioned():
+            self._listed_versioned = self._bucket_versioning()
+            if self._listed_versioned:
                 yield from self._list_versions(prefix)
                 return
             paginator = self.client.get_paginator("list_objects_v2")
