@@ -34,11 +34,10 @@ from triton_operator.core.manifest import (
     stale_pins,
     unpinned_manifest,
 )
-from triton_operator.core.manifestparts import ManifestTooLarge, compress, stored_manifest
+from triton_operator.core.manifestparts import ManifestTooLarge, compress
 from triton_operator.core.modelconfig import ModelConfigError
 from triton_operator.core.objects import (
     LABEL_MANAGED_BY,
-    LABEL_REVISION,
     LABEL_SERVICE,
     MANAGED_BY,
     Actions,
@@ -57,6 +56,7 @@ from triton_operator.core.objects import (
     object_name,
     plan_actions,
     pod_state,
+    revision_manifest,
     revision_object_names,
     split_by_owner,
 )
@@ -290,43 +290,20 @@ def owned_selector(name: str) -> dict[str, str]:
     return {LABEL_SERVICE: name, LABEL_MANAGED_BY: MANAGED_BY}
 
 
-def _revision_manifests(owned: Owned) -> dict[str, str]:
-    """The manifest JSON each revision's ConfigMaps hold, by revision: plain JSON, or gzipped
-    parts put back together (core.manifestparts)."""
-    by_revision: dict[str, list[Mapping[str, Any]]] = {}
-    for configmap in owned.configmaps:
-        revision = _labels(configmap).get(LABEL_REVISION)
-        if revision:
-            by_revision.setdefault(str(revision), []).append(configmap)
-    out: dict[str, str] = {}
-    for revision, configmaps in by_revision.items():
-        text = stored_manifest(configmaps)
-        if text is not None:
-            out[revision] = text
-    return out
-
-
 def _current_manifest(owned: Owned, previous: Mapping[str, Any]) -> str | None:
     """The manifest JSON of the newest running revision (the canary's, else the stable one's)."""
     for revision in (previous.get("canaryRevision"), previous.get("stableRevision")):
-        if not revision:
-            continue
-        configmaps = [c for c in owned.configmaps if _labels(c).get(LABEL_REVISION) == revision]
-        text = stored_manifest(configmaps)
+        text = revision_manifest(owned.configmaps, revision) if revision else None
         if text is not None:
             return text
     return None
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return (obj.get("metadata") or {}).get("labels") or {}
 
 
 def _unsyncable(seen: _Seen, pinned: PinnedManifest | None) -> dict[str, str]:
     """Revisions an undo must not go back to: objects they pinned were overwritten (unversioned).
 
     Judged against the listing just pinned, and only while an undo request waits (it parses
-    every revision's manifest).
+    the manifest of every revision an undo may go back to).
     """
     requests = pending_requests(seen.metadata.get("annotations"), seen.previous)
     if pinned is None or pinned.digest is None or not any(r.action == "undo" for r in requests):
@@ -335,8 +312,11 @@ def _unsyncable(seen: _Seen, pinned: PinnedManifest | None) -> dict[str, str]:
     if current is None:
         return {}
     out: dict[str, str] = {}
-    for revision, text in _revision_manifests(seen.owned).items():
-        earlier = _parse_manifest(text)
+    status = RolloutStatus.from_status(seen.previous)
+    # What an undo may go back to (core.rollout: the stable revision or one in history).
+    candidates = [h.revision for h in status.history] + [r for r in (status.stable_revision,) if r]
+    for revision in candidates:
+        earlier = _parse_manifest(revision_manifest(seen.owned.configmaps, revision))
         why = (
             stale_pins(earlier, current, versions_kept=pinned.versions_kept is not False)
             if earlier is not None

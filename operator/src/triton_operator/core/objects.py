@@ -152,6 +152,16 @@ def check_body(body: Mapping[str, Any]) -> CheckedSpec:
     return CheckedSpec(ts=ts, configs=configs, problems=tuple(found))
 
 
+def revision_configmaps(configmaps: Sequence[Mapping[str, Any]], revision: str) -> list[Mapping[str, Any]]:
+    """The ConfigMaps of one revision (its own, and those holding parts of its manifest)."""
+    return [c for c in configmaps if _revision_of(c) == revision]
+
+
+def revision_manifest(configmaps: Sequence[Mapping[str, Any]], revision: str) -> str | None:
+    """The manifest JSON one revision's ConfigMaps hold (plain, or its parts put back together)."""
+    return manifestparts.stored_manifest(revision_configmaps(configmaps, revision))
+
+
 @dataclasses.dataclass(frozen=True)
 class LastValid:
     """The revision the last valid spec asked for, with that spec and its pinned manifest."""
@@ -175,7 +185,7 @@ def last_valid(
         revision = status.get(key)
         if not revision:
             continue
-        own = [c for c in configmaps if _revision_of(c) == revision]
+        own = revision_configmaps(configmaps, revision)
         data = next(((c.get("data") or {}) for c in own if SPEC_KEY in (c.get("data") or {})), {})
         try:
             spec = json.loads(data[SPEC_KEY])
@@ -951,7 +961,7 @@ def plan_actions(
     delete: list[tuple[str, str]] = []
     if revision in plan.replicas:
         existing = next((d for d in deployments if _revision_of(d) == revision), None)
-        stored = [c for c in configmaps if _revision_of(c) == revision]
+        stored = revision_configmaps(configmaps, revision)
         built = build_configmaps(
             ts, revision, configs, manifest_json, layout=layout_of(existing), existing=stored
         )
