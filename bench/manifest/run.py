@@ -35,6 +35,7 @@ from bigmanifest import (  # noqa: E402
     host_path,
     mount,
     payload_bytes,
+    plan_for,
     realistic_manifest,
     refusal,
     spec_for,
@@ -46,8 +47,6 @@ from triton_operator.commands.sync import load_manifest  # noqa: E402
 from triton_operator.core import manifestparts  # noqa: E402
 from triton_operator.core import objects as o  # noqa: E402
 from triton_operator.core.manifest import Manifest, manifest_digest, manifest_to_json  # noqa: E402
-from triton_operator.core.rollout import RolloutPlan, RolloutStatus  # noqa: E402
-from triton_operator.core.traffic import TrafficWeights  # noqa: E402
 from triton_operator.models import TritonService  # noqa: E402
 from triton_operator.reconcile import RepositoryPinner, reconcile  # noqa: E402
 from triton_operator.settings import Settings  # noqa: E402
@@ -77,21 +76,6 @@ def timed(repeat: int, fn: Callable[[], T]) -> tuple[float, T]:
         result = fn()
         times.append(time.perf_counter() - started)
     return statistics.median(times), result
-
-
-def plan(revision: str) -> RolloutPlan:
-    return RolloutPlan(
-        replicas={revision: 1},
-        delete=(),
-        weights=TrafficWeights(),
-        header_route=None,
-        stable_service_revision=revision,
-        canary_service_revision=None,
-        status=RolloutStatus(),
-        conditions={},
-        events=(),
-        requeue_after=None,
-    )
 
 
 class ListedPinner(RepositoryPinner):
@@ -141,7 +125,7 @@ def row(count: int, versioned: bool, repeat: int) -> dict[str, Any]:
             ts,
             SETTINGS,
             revision,
-            plan(revision),
+            plan_for(revision),
             configs=configs,
             manifest_json=text,
             deployments=deployments,

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from triton_operator.core.manifest import Manifest, ManifestEntry, ManifestModel, StoreRef, VersionPolicy
+from triton_operator.core.rollout import RolloutPlan, RolloutStatus
+from triton_operator.core.traffic import TrafficWeights
 
 CONFIGMAP_LIMIT = 1024 * 1024
 """kube-apiserver: data + binaryData of a ConfigMap (422 FieldValueTooLong above it)."""
@@ -160,3 +162,19 @@ def host_path(mounted: Mapping[str, Path], path: str) -> Path:
         if path == mount_path or path.startswith(mount_path.rstrip("/") + "/"):
             return folder / path[len(mount_path) :].lstrip("/")
     raise AssertionError(f"{path} is on no mounted ConfigMap volume")
+
+
+def plan_for(revision: str) -> RolloutPlan:
+    """The rollout plan of one revision serving alone at 1 replica (what plan_actions renders)."""
+    return RolloutPlan(
+        replicas={revision: 1},
+        delete=(),
+        weights=TrafficWeights(),
+        header_route=None,
+        stable_service_revision=revision,
+        canary_service_revision=None,
+        status=RolloutStatus(),
+        conditions={},
+        events=(),
+        requeue_after=None,
+    )

@@ -20,6 +20,7 @@ from bigmanifest import (
     host_path,
     mount,
     payload_bytes,
+    plan_for,
     realistic_manifest,
     refusal,
 )
@@ -40,8 +41,6 @@ from triton_operator.core.manifest import (
     manifest_from_json,
     manifest_to_json,
 )
-from triton_operator.core.rollout import RolloutPlan, RolloutStatus
-from triton_operator.core.traffic import TrafficWeights
 from triton_operator.settings import Settings
 
 SETTINGS = Settings()
@@ -79,21 +78,6 @@ def checked(body: Mapping[str, Any]) -> o.CheckedSpec:
     result = o.check_body(body)
     assert not result.problems, result.problems
     return result
-
-
-def plan_for(revision: str) -> RolloutPlan:
-    return RolloutPlan(
-        replicas={revision: 1},
-        delete=(),
-        weights=TrafficWeights(),
-        header_route=None,
-        stable_service_revision=revision,
-        canary_service_revision=None,
-        status=RolloutStatus(),
-        conditions={},
-        events=(),
-        requeue_after=None,
-    )
 
 
 def sync_args(deployment: Mapping[str, Any]) -> list[str]:
