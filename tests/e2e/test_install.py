@@ -42,6 +42,7 @@ from e2e_helpers import (
     names,
     observed,
     owned,
+    store_repository,
     tritonservice,
     write_token_kubeconfig,
 )
@@ -394,12 +395,7 @@ def _s3_repository(kube: Client, store: Any, namespace: str) -> dict[str, Any]:
     s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket=bucket, Key="models/add/1/model.py", Body=b"# version 1\n")
     create_store_secret(kube, namespace, store.extra["access"], store.extra["secret"])
-    return {
-        "uri": f"s3://{bucket}/models",
-        "endpoint": store.endpoint,
-        "credentialsSecret": "store",
-        "s3": {"addressingStyle": "path"},
-    }
+    return store_repository(store, bucket)
 
 
 @pytest.mark.parametrize("mode", ["cluster", "namespaced"])

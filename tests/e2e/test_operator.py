@@ -30,6 +30,7 @@ from e2e_helpers import (
     names,
     owned,
     s3_client,
+    store_repository,
     tritonservice,
     versions,
     wait_condition,
@@ -389,13 +390,7 @@ def test_repository_is_pinned_and_a_new_upload_rolls_out(
     body = tritonservice(
         "pinned",
         namespace,
-        repository={
-            "uri": f"s3://{bucket}/models",
-            "endpoint": seaweedfs.endpoint,
-            "credentialsSecret": "store",
-            "pollIntervalSeconds": 2,
-            "s3": {"addressingStyle": "path"},
-        },
+        repository=store_repository(seaweedfs, bucket, pollIntervalSeconds=2),
     )
     apply(kube, body)
     # no Secret yet: nothing can be listed, so nothing is created, and the status says why

@@ -1024,22 +1024,43 @@ def invalid(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@dataclass
+class Broken:
+    """A canary resting at step 1 of a valid spec when a broken spec is pushed over it."""
+
+    trail: Trail
+    body: dict[str, Any]
+    stable: str
+    canary: str
+    snap: Snap
+
+
+def break_mid_rollout(kube: Client, namespace: str, name: str, steps: list[dict[str, Any]]) -> Broken:
+    """Deploy, roll a new revision to step 1, push an invalid spec, wait for Ready=False/InvalidSpec."""
+    body = tritonservice(name, namespace, replicas=2, rollout={"steps": steps})
+    trail, first = start(kube, namespace, body, replicas=2)
+    stable = first.status["stableRevision"]
+    trail.invariants.append(untouched(first, stable))
+    good = revised(body, serverArgs=["--log-verbose=1"])
+    apply(kube, good)
+    canary = trail.at_step(1).status["canaryRevision"]
+    apply(kube, invalid(good))
+    snap = trail.until(lambda s: s.cond("Ready")[1] == "InvalidSpec", "InvalidSpec")
+    return Broken(trail, body, stable, canary, snap)
+
+
 def test_an_invalid_spec_mid_rollout_keeps_the_deadline_and_timed_steps(
     kube: Client, namespace: str, operator: Any
 ) -> None:
-    steps = [{"setWeight": 50}, {"pause": {"durationSeconds": 8}}, {"setWeight": 100}, {"pause": {}}]
-    body = tritonservice("steadfast", namespace, replicas=2, rollout={"steps": steps})
-    trail, first = start(kube, namespace, body, replicas=2)
-    a = first.status["stableRevision"]
-    trail.invariants.append(untouched(first, a))
-
+    steps: list[dict[str, Any]] = [
+        {"setWeight": 50},
+        {"pause": {"durationSeconds": 8}},
+        {"setWeight": 100},
+        {"pause": {}},
+    ]
     # a canary in a timed pause, then a broken spec: the timed step still completes
-    good = revised(body, serverArgs=["--log-verbose=1"])
-    apply(kube, good)
-    s = trail.at_step(1)
-    b = s.status["canaryRevision"]
-    apply(kube, invalid(good))
-    s = trail.until(lambda s: s.cond("Ready")[1] == "InvalidSpec", "InvalidSpec")
+    broken = break_mid_rollout(kube, namespace, "steadfast", steps)
+    trail, body, a, b, s = broken.trail, broken.body, broken.stable, broken.canary, broken.snap
     assert "spec.models[1].config.ensembleScheduling" in s.message("Ready")
     assert s.status["currentStepIndex"] == 1, "the pause ended before the spec broke: nothing tested"
     s = trail.at_step(3)  # the 8 s pause ran out under the last valid spec
@@ -1072,17 +1093,8 @@ def test_an_invalid_spec_mid_rollout_keeps_the_deadline_and_timed_steps(
 def test_an_abort_request_works_while_the_spec_is_invalid(
     kube: Client, namespace: str, operator: Any, cluster: Path
 ) -> None:
-    steps = [{"setWeight": 50}, {"pause": {}}]
-    body = tritonservice("abortable", namespace, replicas=2, rollout={"steps": steps})
-    trail, first = start(kube, namespace, body, replicas=2)
-    a = first.status["stableRevision"]
-    trail.invariants.append(untouched(first, a))
-    good = revised(body, serverArgs=["--log-verbose=1"])
-    apply(kube, good)
-    s = trail.at_step(1)
-    b = s.status["canaryRevision"]
-    apply(kube, invalid(good))
-    trail.until(lambda s: s.cond("Ready")[1] == "InvalidSpec", "InvalidSpec")
+    broken = break_mid_rollout(kube, namespace, "abortable", [{"setWeight": 50}, {"pause": {}}])
+    trail, body, a, b = broken.trail, broken.body, broken.stable, broken.canary
 
     assert "abort requested" in kubectl_triton(cluster, "abort", "abortable", "-n", namespace)
     s = trail.until(lambda s: s.cond("Degraded") == ("True", "Aborted") and s.settled(b, 0), "the abort")

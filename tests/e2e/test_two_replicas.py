@@ -39,6 +39,7 @@ from e2e_helpers import (
     create_store_secret,
     get_ts,
     s3_client,
+    store_repository,
     tritonservice,
     wait_condition,
     write_token_kubeconfig,
@@ -245,13 +246,7 @@ def test_a_paused_replica_writes_nothing_and_takes_over_when_the_active_one_stop
     body = tritonservice(
         "ha",
         namespace,
-        repository={
-            "uri": f"s3://{bucket}/models",
-            "endpoint": seaweedfs.endpoint,
-            "credentialsSecret": "store",
-            "pollIntervalSeconds": 2,
-            "s3": {"addressingStyle": "path"},
-        },
+        repository=store_repository(seaweedfs, bucket, pollIntervalSeconds=2),
         rollout={"strategy": "Canary", "steps": STEPS},
     )
 

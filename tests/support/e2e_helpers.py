@@ -182,6 +182,18 @@ def events(kube: Client, namespace: str, name: str) -> list[tuple[str, str, str]
     return [(str(e.type), str(e.reason), str(e.message)) for e in found]
 
 
+def store_repository(server: Any, bucket: str, **extra: Any) -> dict[str, Any]:
+    """spec.repository for s3://BUCKET/models on a seaweedfs ``server``, read with the Secret
+    create_store_secret makes; ``extra`` adds fields (pollIntervalSeconds, ...)."""
+    return {
+        "uri": f"s3://{bucket}/models",
+        "endpoint": server.endpoint,
+        "credentialsSecret": "store",
+        **extra,
+        "s3": {"addressingStyle": "path"},
+    }
+
+
 def create_store_secret(kube: Client, namespace: str, access: str, secret: str, name: str = "store") -> None:
     """The credentials Secret a TritonService's repository.credentialsSecret names (S3 keys)."""
     metadata = ObjectMeta(name=name, namespace=namespace)
