@@ -7,7 +7,7 @@ import copy
 import dataclasses
 import gzip
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from triton_operator.core.manifest import (
     manifest_from_json,
     manifest_to_json,
 )
+from triton_operator.core.rollout import RolloutPlan
 from triton_operator.settings import Settings
 
 SETTINGS = Settings()
@@ -80,6 +81,30 @@ def checked(body: Mapping[str, Any]) -> o.CheckedSpec:
     return result
 
 
+def actions_for(
+    spec: o.CheckedSpec,
+    manifest_json: str,
+    revision: str = "r1",
+    *,
+    settings: Settings = SETTINGS,
+    plan: RolloutPlan | None = None,
+    deployments: Sequence[Mapping[str, Any]] = (),
+    configmaps: Sequence[Mapping[str, Any]] = (),
+) -> o.Actions:
+    """plan_actions for ``spec``'s revision alone (or ``plan``), with what is stored already."""
+    assert spec.ts is not None
+    return o.plan_actions(
+        spec.ts,
+        settings,
+        revision,
+        plan or plan_for(revision),
+        configs=spec.configs,
+        manifest_json=manifest_json,
+        deployments=deployments,
+        configmaps=configmaps,
+    )
+
+
 def sync_args(deployment: Mapping[str, Any]) -> list[str]:
     (sync,) = deployment["spec"]["template"]["spec"]["initContainers"]
     return list(sync["args"])
@@ -100,16 +125,7 @@ def test_50000_objects_fit_configmaps_the_api_server_takes_and_the_pod_reads_the
     spec = checked(tritonservice())
     assert spec.ts is not None
     revision = o.compute_revision(spec.ts, SETTINGS, spec.configs, manifest_digest(manifest))
-    actions = o.plan_actions(
-        spec.ts,
-        SETTINGS,
-        revision,
-        plan_for(revision),
-        configs=spec.configs,
-        manifest_json=text,
-        deployments=[],
-        configmaps=[],
-    )
+    actions = actions_for(spec, text, revision)
     configmaps = [x for x in actions.apply if x["kind"] == "ConfigMap"]
     # every object the operator would apply is one the API server takes
     for obj in actions.apply:
@@ -144,28 +160,10 @@ def test_a_revision_whose_configmaps_are_stored_as_built_sends_none_of_them_agai
     _, text = big
     spec = checked(tritonservice())
     assert spec.ts is not None
-    first = o.plan_actions(
-        spec.ts,
-        SETTINGS,
-        "r1",
-        plan_for("r1"),
-        configs=spec.configs,
-        manifest_json=text,
-        deployments=[],
-        configmaps=[],
-    )
+    first = actions_for(spec, text)
     stored = [copy.deepcopy(x) for x in first.apply if x["kind"] == "ConfigMap"]
     deployment = next(x for x in first.apply if x["kind"] == "Deployment")
-    again = o.plan_actions(
-        spec.ts,
-        SETTINGS,
-        "r1",
-        plan_for("r1"),
-        configs=spec.configs,
-        manifest_json=text,
-        deployments=[deployment],
-        configmaps=stored,
-    )
+    again = actions_for(spec, text, deployments=[deployment], configmaps=stored)
     assert [x["kind"] for x in again.apply] == ["Deployment", "Service"]
     assert next(x for x in again.apply if x["kind"] == "Deployment") == deployment
     assert again.delete == ()
@@ -182,16 +180,7 @@ def test_every_configmap_of_a_revision_let_go_is_deleted_and_stray_parts_of_the_
     stray = copy.deepcopy(current[-1])
     stray["metadata"]["name"] = o.part_configmap_name(spec.ts, "r1", 99)
     plan = dataclasses.replace(plan_for("r1"), delete=("old",))
-    actions = o.plan_actions(
-        spec.ts,
-        SETTINGS,
-        "r1",
-        plan,
-        configs=spec.configs,
-        manifest_json=text,
-        deployments=[],
-        configmaps=[*old, *current, stray],
-    )
+    actions = actions_for(spec, text, plan=plan, configmaps=[*old, *current, stray])
     deleted = {name for kind, name in actions.delete if kind == "ConfigMap"}
     assert deleted == {c["metadata"]["name"] for c in old} | {stray["metadata"]["name"]}
     assert len(old) > 1
@@ -247,16 +236,7 @@ def test_a_small_manifest_stays_plain_json_in_one_configmap() -> None:
     spec = checked(tritonservice())
     assert spec.ts is not None
     manifest = Manifest(StoreRef("s3://m/p"), (ManifestModel("add", "add", VersionPolicy(), ("1",)),), ())
-    actions = o.plan_actions(
-        spec.ts,
-        SETTINGS,
-        "r1",
-        plan_for("r1"),
-        configs=spec.configs,
-        manifest_json=manifest_to_json(manifest),
-        deployments=[],
-        configmaps=[],
-    )
+    actions = actions_for(spec, manifest_to_json(manifest))
     (configmap,) = [x for x in actions.apply if x["kind"] == "ConfigMap"]
     assert configmap["data"][manifestparts.MANIFEST_KEY] == manifest_to_json(manifest)
     assert "binaryData" not in configmap
@@ -360,13 +340,11 @@ def test_a_revision_made_before_parts_keeps_its_hash_and_its_layout(tmp_path: Pa
     assert revision == LEGACY["revision"]
     upgraded = Settings(sync_image="ghcr.io/triton-operator/triton-operator:9.9.9")
     assert o.compute_revision(spec.ts, upgraded, spec.configs, manifest_digest(manifest)) == revision
-    actions = o.plan_actions(
-        spec.ts,
-        upgraded,
+    actions = actions_for(
+        spec,
+        LEGACY["manifest"],
         revision,
-        plan_for(revision),
-        configs=spec.configs,
-        manifest_json=LEGACY["manifest"],
+        settings=upgraded,
         deployments=[LEGACY["deployment"]],
         configmaps=[LEGACY["configmap"]],
     )
@@ -385,15 +363,8 @@ def test_a_revision_made_before_parts_keeps_its_hash_and_its_layout(tmp_path: Pa
     deployment = next(x for x in actions.apply if x["kind"] == "Deployment")
     assert deployment["spec"]["template"] == LEGACY["deployment"]["spec"]["template"]  # no pod restarts
     # a legacy ConfigMap that was edited away is put back as it was
-    again = o.plan_actions(
-        spec.ts,
-        upgraded,
-        revision,
-        plan_for(revision),
-        configs=spec.configs,
-        manifest_json=LEGACY["manifest"],
-        deployments=[LEGACY["deployment"]],
-        configmaps=[],
+    again = actions_for(
+        spec, LEGACY["manifest"], revision, settings=upgraded, deployments=[LEGACY["deployment"]]
     )
     put_back = next(x for x in again.apply if x["kind"] == "ConfigMap")
     assert {k: v for k, v in put_back["data"].items() if k != o.SPEC_KEY} == LEGACY["configmap"]["data"]
