@@ -136,9 +136,33 @@ def crd_established(kube: Any, name: str) -> bool:
     )
 
 
+def crd_serving(kube: Any, doc: dict[str, Any]) -> bool:
+    """Whether objects of the CRD ``doc`` can be listed: right after a CRD is (re)created the API
+    server answers 429 "storage is (re)initializing" for a moment even though it is Established."""
+    from lightkube import ApiError  # noqa: PLC0415
+    from lightkube.generic_resource import (  # noqa: PLC0415
+        create_global_resource,
+        create_namespaced_resource,
+    )
+
+    spec = doc["spec"]
+    version = next(v["name"] for v in spec["versions"] if v.get("storage"))
+    names = spec["names"]
+    args = (spec["group"], version, names["kind"], names["plural"])
+    namespaced = spec["scope"] == "Namespaced"
+    resource = create_namespaced_resource(*args) if namespaced else create_global_resource(*args)
+    try:
+        list(kube.list(resource, namespace="*") if namespaced else kube.list(resource))
+    except ApiError as exc:
+        if exc.status.code in (404, 429, 503):
+            return False
+        raise
+    return True
+
+
 def apply_crds(kube: Any, docs: list[dict[str, Any]], *, timeout: float) -> None:
     """Server-side apply each CRD of ``docs`` (by TEST_FIELD_MANAGER, forced), then wait until every
-    one is Established."""
+    one is Established and its objects can be listed."""
     from lightkube.resources.apiextensions_v1 import CustomResourceDefinition  # noqa: PLC0415
     from lightkube.types import PatchType  # noqa: PLC0415
 
@@ -154,3 +178,4 @@ def apply_crds(kube: Any, docs: list[dict[str, Any]], *, timeout: float) -> None
     for doc in docs:
         name = doc["metadata"]["name"]
         wait_for(partial(crd_established, kube, name), timeout=timeout, what=f"CRD {name} to be Established")
+        wait_for(partial(crd_serving, kube, doc), timeout=timeout, what=f"the objects of CRD {name} to list")
