@@ -48,7 +48,8 @@ from triton_operator.core import manifestparts  # noqa: E402
 from triton_operator.core import objects as o  # noqa: E402
 from triton_operator.core.manifest import Manifest, manifest_digest, manifest_to_json  # noqa: E402
 from triton_operator.models import TritonService  # noqa: E402
-from triton_operator.reconcile import RepositoryPinner, reconcile  # noqa: E402
+from triton_operator.reconcile.pinning import RepositoryPinner  # noqa: E402
+from triton_operator.reconcile.steps import reconcile  # noqa: E402
 from triton_operator.settings import Settings  # noqa: E402
 
 T = TypeVar("T")

@@ -24,10 +24,10 @@ from bigmanifest import realistic_manifest
 from e2e_helpers import REVISION_LABEL, apply, as_dict, condition, get_ts, tritonservice
 from real_pods import placement, real_node
 from testkit import wait_for
-from triton_operator import reconcile
 from triton_operator.adapters.kube import Kube, make_client
 from triton_operator.core import manifestparts
 from triton_operator.core.manifest import Manifest, json_digest, manifest_to_json
+from triton_operator.reconcile import pinning, steps
 from triton_operator.settings import Settings
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -54,9 +54,9 @@ class Pinner:
     def pin(self, manifest: Manifest, text: str) -> None:
         self.manifest, self.text = manifest, text
 
-    async def __call__(self, ts: Any, current: str | None) -> reconcile.PinnedManifest:
+    async def __call__(self, ts: Any, current: str | None) -> pinning.PinnedManifest:
         self.current.append(current)
-        return reconcile.PinnedManifest(
+        return pinning.PinnedManifest(
             json=self.text,
             digest=json_digest(self.text),
             objects=len(self.manifest.entries),
@@ -74,11 +74,11 @@ class RecordingKube(Kube):
         return await super().apply(obj)
 
 
-async def reconcile_once(cluster: Path, namespace: str, name: str, pinner: Pinner) -> reconcile.Result:
+async def reconcile_once(cluster: Path, namespace: str, name: str, pinner: Pinner) -> steps.Result:
     kube = RecordingKube(make_client(cluster))
     RecordingKube.applied = []
     try:
-        return await reconcile.reconcile(kube, namespace, name, SETTINGS, pin_manifest=pinner)
+        return await steps.reconcile(kube, namespace, name, SETTINGS, pin_manifest=pinner)
     finally:
         await kube.close()
 

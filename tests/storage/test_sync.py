@@ -26,7 +26,7 @@ from triton_operator.adapters.syncer import (
 from triton_operator.core.manifest import Manifest, manifest_digest, manifest_from_json, manifest_to_json
 from triton_operator.core.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec, TritonService
-from triton_operator.reconcile import PinnedManifest, RepositoryPinner, _repository_verdict, _summary
+from triton_operator.reconcile.pinning import PinnedManifest, RepositoryPinner, repository_verdict, summarize
 
 pytestmark = pytest.mark.storage
 
@@ -350,8 +350,8 @@ def pinned_by_the_operator(backend: Backend, bucket: str) -> tuple[PinnedManifes
     listing, as RepositoryPinner makes it), and the message RepositoryReady shows for it."""
     ts = tok_service(backend, bucket)
     pin = pin_with_versioning(ts.spec.repository, ts.spec.models, backend.credentials)
-    pinned = _summary(pin.manifest, versioned=pin.versioned)
-    return pinned, _repository_verdict(ts, pinned).message
+    pinned = summarize(pin.manifest, versioned=pin.versioned)
+    return pinned, repository_verdict(ts, pinned).message
 
 
 def tok_service(backend: Backend, bucket: str) -> TritonService:
@@ -437,7 +437,7 @@ def test_the_operator_keeps_what_a_gcs_bucket_said_of_versioning_while_it_reuses
 
     first, cached = asyncio.run(twice())
     assert first == cached and first.unversioned is not versioned
-    assert ("rollback is not exact" in _repository_verdict(ts, cached).message) is not versioned
+    assert ("rollback is not exact" in repository_verdict(ts, cached).message) is not versioned
 
 
 @pytest.mark.parametrize("name", ["s3", "gcs"])

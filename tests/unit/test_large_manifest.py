@@ -25,7 +25,7 @@ from bigmanifest import (
     refusal,
 )
 from fakeapi import FakeClient
-from triton_operator import cli, handlers, reconcile
+from triton_operator import cli, handlers
 from triton_operator.adapters.kube import Kube
 from triton_operator.commands import sync as sync_command
 from triton_operator.core import conditions as cond
@@ -42,6 +42,7 @@ from triton_operator.core.manifest import (
     manifest_to_json,
 )
 from triton_operator.core.rollout import RolloutPlan
+from triton_operator.reconcile import pinning, steps
 from triton_operator.settings import Settings
 
 SETTINGS = Settings()
@@ -401,10 +402,10 @@ class Pinner:
         self.current: list[str | None] = []
         self._json: dict[int, str] = {}
 
-    async def __call__(self, ts: Any, current: str | None) -> reconcile.PinnedManifest:
+    async def __call__(self, ts: Any, current: str | None) -> pinning.PinnedManifest:
         self.current.append(current)
         text = self._json.setdefault(id(self.manifest), manifest_to_json(self.manifest))
-        return reconcile.PinnedManifest(
+        return pinning.PinnedManifest(
             json=text,
             digest=json_digest(text),
             objects=len(self.manifest.entries),
@@ -420,13 +421,13 @@ async def serving(api: FakeClient, pinner: Pinner) -> str:
     """Reconcile a new TritonService to a stable revision whose pods are Ready; its revision."""
     api.put(tritonservice())
     kube = Kube(api)  # type: ignore[arg-type]
-    await reconcile.reconcile(kube, "ml", "big", SETTINGS, pin_manifest=pinner)
+    await steps.reconcile(kube, "ml", "big", SETTINGS, pin_manifest=pinner)
     for deployment in api.of_kind("Deployment"):
         replicas = deployment["spec"]["replicas"]
         deployment["status"] = {
             k: replicas for k in ("replicas", "readyReplicas", "updatedReplicas", "availableReplicas")
         }
-    result = await reconcile.reconcile(kube, "ml", "big", SETTINGS, pin_manifest=pinner)
+    result = await steps.reconcile(kube, "ml", "big", SETTINGS, pin_manifest=pinner)
     assert result.status is not None and result.status.get("stableRevision"), result.status
     return str(result.status["stableRevision"])
 
@@ -445,7 +446,7 @@ async def test_a_repository_grown_to_50000_objects_rolls_out_through_the_api_ser
     pinner = Pinner(small_manifest())
     stable = await serving(api, pinner)
     pinner.manifest = manifest
-    result = await reconcile.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
+    result = await steps.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
     assert result.invalid is None, result.invalid
     assert api.refused == []
     assert result.revision != stable
@@ -458,7 +459,7 @@ async def test_a_repository_grown_to_50000_objects_rolls_out_through_the_api_ser
     assert (ready["status"], ready["reason"]) == ("True", cond.MANIFEST_PINNED)
     assert "50000 objects" in ready["message"]
     # the next reconcile gets the new revision's manifest back from its parts
-    await reconcile.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
+    await steps.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
     assert pinner.current[-1] == text
 
 
@@ -477,7 +478,7 @@ async def test_a_manifest_the_api_server_refuses_for_its_size_is_a_condition_and
     writes = len(api.writes)
     monkeypatch.setattr(manifestparts, "CONFIGMAP_BUDGET", budget)
     pinner.manifest = manifest
-    result = await reconcile.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
+    result = await steps.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
     assert [c for c, _, _ in api.refused] == [code]
     assert result.reason == cond.MANIFEST_TOO_LARGE
     assert result.ts is not None  # the repository poll goes on
@@ -510,7 +511,7 @@ async def test_more_parts_than_a_revision_gets_is_refused_before_anything_is_wri
     monkeypatch.setattr(manifestparts, "MAX_PARTS", 2)
     pinner.manifest = manifest
     before = copy.deepcopy(api.objects)
-    result = await reconcile.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
+    result = await steps.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
     assert result.reason == cond.MANIFEST_TOO_LARGE
     # no part of the new manifest written; the serving revision's objects applied again unchanged
     assert not [kind for _, kind, _ in api.writes[writes:] if kind == "ConfigMap"]
@@ -527,8 +528,8 @@ async def test_the_handler_does_not_retry_a_manifest_too_large() -> None:
     new pin from the repository poll reconciles again)."""
 
     class Refusing:
-        async def __call__(self, namespace: str, name: str, *, coalesce: bool) -> reconcile.Result:
-            return reconcile.Result(status={}, invalid="too large", reason=cond.MANIFEST_TOO_LARGE)
+        async def __call__(self, namespace: str, name: str, *, coalesce: bool) -> steps.Result:
+            return steps.Result(status={}, invalid="too large", reason=cond.MANIFEST_TOO_LARGE)
 
     with pytest.raises(kopf.PermanentError):
         handler: Any = handlers.tritonservice  # kopf's decorator hides the plain signature from mypy

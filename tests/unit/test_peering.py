@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from triton_operator import reconcile as reconcile_module
 from triton_operator.adapters.peering import EVERY_NAMESPACE, PeeringMonitor, PeeringScope, peering_scope
 from triton_operator.commands.run import peering_identity
 from triton_operator.core.peering import PeeringVerdict, match_namespace, parse_peers, peering_verdict
 from triton_operator.models import TritonService
-from triton_operator.reconcile import Reconciler, Result
+from triton_operator.reconcile import scheduler
+from triton_operator.reconcile.scheduler import Reconciler
+from triton_operator.reconcile.steps import Result
 from triton_operator.settings import Settings
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -243,7 +244,7 @@ class FakePinner:
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
     fake = Calls(make_ts())
-    monkeypatch.setattr(reconcile_module, "reconcile", fake)
+    monkeypatch.setattr(scheduler, "reconcile", fake)
     return fake
 
 
@@ -282,7 +283,7 @@ async def test_pause_stops_the_repository_poller_and_resume_restarts_it(
     ts = make_ts(poll=1)
     ts.spec.repository.poll_interval_seconds = 0.1  # type: ignore[assignment]  # keeps the test fast
     calls = Calls(ts)
-    monkeypatch.setattr(reconcile_module, "reconcile", calls)
+    monkeypatch.setattr(scheduler, "reconcile", calls)
     pinner = FakePinner()
     r = reconciler(pinner=pinner)
     await r("ml", "svc")

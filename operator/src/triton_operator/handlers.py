@@ -15,7 +15,9 @@ from triton_operator.adapters.peering import PeeringMonitor, lightkube_watch, pe
 from triton_operator.core.conditions import INVALID_SPEC, MANIFEST_TOO_LARGE
 from triton_operator.core.objects import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 from triton_operator.core.rollout import pending_requests
-from triton_operator.reconcile import Reconciler, RepositoryPinner, Result
+from triton_operator.reconcile.pinning import RepositoryPinner
+from triton_operator.reconcile.scheduler import Reconciler
+from triton_operator.reconcile.steps import Result
 from triton_operator.settings import Settings
 
 OWNED: dict[str, Any] = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_SERVICE: kopf.PRESENT}

@@ -1,0 +1,1 @@
+"""The reconcile layer: pinning, route writing, one reconcile pass, and the per-object scheduler."""

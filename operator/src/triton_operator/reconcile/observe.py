@@ -1,0 +1,120 @@
+"""What one reconcile reads: the TritonService, the objects it owns, and what an undo may not reach."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from triton_operator.adapters.kube import (
+    Kube,
+    Owned,
+)
+from triton_operator.core.manifest import (
+    stale_pins,
+)
+from triton_operator.core.objects import (
+    LABEL_MANAGED_BY,
+    LABEL_SERVICE,
+    MANAGED_BY,
+    DeploymentState,
+    PodState,
+    deployment_state,
+    pod_state,
+    revision_manifest,
+    split_by_owner,
+)
+from triton_operator.core.rollout import (
+    RolloutStatus,
+    format_time,
+    pending_requests,
+)
+from triton_operator.reconcile.pinning import PinnedManifest, parse_manifest
+
+
+def owned_selector(name: str) -> dict[str, str]:
+    return {LABEL_SERVICE: name, LABEL_MANAGED_BY: MANAGED_BY}
+
+
+def current_manifest(owned: Owned, previous: Mapping[str, Any]) -> str | None:
+    """The manifest JSON of the newest running revision (the canary's, else the stable one's)."""
+    for revision in (previous.get("canaryRevision"), previous.get("stableRevision")):
+        text = revision_manifest(owned.configmaps, revision) if revision else None
+        if text is not None:
+            return text
+    return None
+
+
+def unsyncable(seen: Seen, pinned: PinnedManifest | None) -> dict[str, str]:
+    """Revisions an undo must not go back to: objects they pinned were overwritten (unversioned).
+
+    Judged against the listing just pinned, and only while an undo request waits (it parses
+    the manifest of every revision an undo may go back to).
+    """
+    requests = pending_requests(seen.metadata.get("annotations"), seen.previous)
+    if pinned is None or pinned.digest is None or not any(r.action == "undo" for r in requests):
+        return {}
+    current = parse_manifest(pinned.json)
+    if current is None:
+        return {}
+    out: dict[str, str] = {}
+    status = RolloutStatus.from_status(seen.previous)
+    # What an undo may go back to (core.rollout: the stable revision or one in history).
+    candidates = [h.revision for h in status.history] + [r for r in (status.stable_revision,) if r]
+    for revision in candidates:
+        earlier = parse_manifest(revision_manifest(seen.owned.configmaps, revision))
+        why = (
+            stale_pins(earlier, current, versions_kept=pinned.versions_kept is not False)
+            if earlier is not None
+            else None
+        )
+        if why is not None:
+            out[revision] = why
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Seen:
+    """What one reconcile read: the TritonService and the objects it owns (by owner, not by label)."""
+
+    namespace: str
+    name: str
+    metadata: Mapping[str, Any]
+    generation: int
+    previous: Mapping[str, Any]
+    moment: datetime.datetime
+    owned: Owned
+    foreign: frozenset[str]
+    deployments: list[DeploymentState]
+    pods: list[PodState]
+
+    @property
+    def now(self) -> str:
+        return format_time(self.moment)
+
+
+async def observe(
+    kube: Kube, namespace: str, name: str, body: Mapping[str, Any], moment: datetime.datetime
+) -> Seen:
+    metadata: Mapping[str, Any] = body.get("metadata") or {}
+    found = await kube.list_owned(namespace, owned_selector(name))
+    # By owner, not by label: what a deleted TritonService of this name left is not ours.
+    adoption = split_by_owner(str(metadata.get("uid") or ""), found.deployments, found.configmaps, found.pods)
+    owned = Owned(
+        deployments=[dict(d) for d in adoption.deployments],
+        configmaps=[dict(c) for c in adoption.configmaps],
+        pods=[dict(p) for p in adoption.pods],
+    )
+    return Seen(
+        namespace=namespace,
+        name=name,
+        metadata=metadata,
+        generation=int(metadata.get("generation") or 0),
+        previous=body.get("status") or {},
+        moment=moment,
+        owned=owned,
+        foreign=frozenset(adoption.foreign),
+        deployments=[deployment_state(d) for d in owned.deployments],
+        pods=[pod_state(p) for p in owned.pods],
+    )

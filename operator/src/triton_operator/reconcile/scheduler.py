@@ -1,0 +1,241 @@
+"""The per-object scheduler: one reconcile at a time per TritonService, coalescing, timers, pollers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+
+from triton_operator.adapters.kube import (
+    Kube,
+    retry_delay,
+)
+from triton_operator.core import conditions as cond
+from triton_operator.metrics import METRICS
+from triton_operator.models import TritonService
+from triton_operator.reconcile.pinning import RepositoryPinner
+from triton_operator.reconcile.steps import Result, reconcile
+from triton_operator.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+REQUEUE_SLACK_SECONDS = 0.05
+
+
+class Reconciler:
+    """Serializes reconciles per TritonService, coalesces triggers, requeues, and polls repositories.
+
+    A trigger while a reconcile for the same object is queued (not yet started) is dropped:
+    the queued one reads the object and its pods afresh when it starts, so it sees the change.
+    A reconcile whose plan is timed (a pause with a duration, a progress deadline) leaves one
+    timer task per object that reconciles again when it is due; the next reconcile replaces it,
+    so an idle object has no timer and nothing polls the API server.
+    A repository with pollIntervalSeconds > 0 gets a poll task that lists the store (never the
+    API server) and, only when the pinned manifest changed, asks for a reconcile (a timer due now).
+
+    The pause gate: kopf pauses a replica while a peer of a higher or the same priority lives
+    (its watch streams close, so no handler runs), but these timers and pollers are ours. While paused
+    (``pause``) no reconcile starts, whoever asks, and there is no timer and no poller: they are
+    cancelled, and a reconcile asked for is only noted. ``resume`` reconciles afresh every
+    TritonService this replica knows of, which brings their timers and pollers back. A reconcile
+    already running when the pause comes finishes (as kopf lets a running handler finish).
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        settings: Settings,
+        *,
+        pinner: RepositoryPinner | None = None,
+        paused: bool = False,
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.pinner = pinner
+        self._paused = paused
+        self._known: set[tuple[str, str]] = set()
+        """Every TritonService a reconcile was asked for (until it is gone): resume reconciles them."""
+        self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        self._queued: dict[tuple[str, str], int] = {}
+        self._specs: dict[tuple[str, str], TritonService] = {}
+        self._pollers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._timers: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    def _dequeue(self, key: tuple[str, str]) -> None:
+        left = self._queued.get(key, 0) - 1
+        if left > 0:
+            self._queued[key] = left
+        else:
+            self._queued.pop(key, None)
+
+    async def __call__(self, namespace: str, name: str, *, coalesce: bool = False) -> Result | None:
+        """Reconcile now (after any running one); with ``coalesce``, skip if one is already queued."""
+        key = (namespace, name)
+        self._known.add(key)
+        if self._paused:
+            return None
+        if coalesce and self._queued.get(key, 0) > 0:
+            return None
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[key] = lock
+        self._queued[key] = self._queued.get(key, 0) + 1
+        started = False
+        try:
+            async with lock:
+                started = True
+                self._dequeue(key)
+                if self._paused:  # paused while it waited for the one before it
+                    return None
+                with METRICS.reconcile_timer() as outcome:
+                    result = await reconcile(
+                        self.kube, namespace, name, self.settings, pin_manifest=self.pinner
+                    )
+                    if result.invalid:
+                        outcome.fail(result.reason or cond.INVALID_SPEC, outcome="invalid")
+        finally:
+            if not started:
+                self._dequeue(key)
+        if result.status is None:
+            self.forget(namespace, name)
+            return result
+        if result.ts is not None:
+            self._watch_repository(key, result.ts)
+        self.requeue(key, result.requeue_after)
+        return result
+
+    def requeue(self, key: tuple[str, str], delay: float | None) -> None:
+        """Reconcile ``key`` again after ``delay`` seconds (replacing any timer); None: no timer."""
+        timer = self._timers.pop(key, None)
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
+        if delay is not None and not self._paused:  # paused: the reconcile at resume brings it back
+            self._timers[key] = asyncio.create_task(
+                self._requeue(key, max(delay, 0.0) + REQUEUE_SLACK_SECONDS),
+                name=f"requeue {key[0]}/{key[1]}",
+            )
+
+    def pending_timer(self, namespace: str, name: str) -> bool:
+        """Whether a timed reconcile is due for a TritonService (for tests and metrics)."""
+        timer = self._timers.get((namespace, name))
+        return timer is not None and not timer.done()
+
+    async def _requeue(self, key: tuple[str, str], delay: float) -> None:
+        await asyncio.sleep(delay)
+        if self._timers.get(key) is asyncio.current_task():
+            del self._timers[key]
+        try:
+            await self(*key, coalesce=True)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            retry = retry_delay(exc)
+            logger.warning("timed reconcile of %s/%s failed: %s", *key, exc)
+            if retry is not None and key not in self._timers:
+                self.requeue(key, retry)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop everything kept for a TritonService that is gone."""
+        key = (namespace, name)
+        self._specs.pop(key, None)
+        self._known.discard(key)
+        poller = self._pollers.pop(key, None)
+        if poller is not None:
+            poller.cancel()
+        timer = self._timers.pop(key, None)
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
+        if self.pinner is not None:
+            self.pinner.forget(namespace, name)
+        METRICS.forget(namespace, name)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def pause(self, reason: str = "") -> None:
+        """Stop acting: cancel every timer and poller, and start no reconcile until ``resume``."""
+        if self._paused:
+            return
+        self._paused = True
+        current = asyncio.current_task()
+        timers, pollers = self._timers, self._pollers
+        self._timers, self._pollers = {}, {}
+        for task in timers.values():
+            if task is not current:
+                task.cancel()
+        for task in pollers.values():
+            if task is not current:
+                task.cancel()
+        logger.info(
+            "paused%s: no reconcile, timer or repository poll until resumed (%d timers, %d pollers stopped)",
+            f" ({reason})" if reason else "",
+            len(timers),
+            len(pollers),
+        )
+
+    def resume(self, reason: str = "") -> None:
+        """Act again: reconcile afresh every TritonService known here (soon, one task each)."""
+        if not self._paused:
+            return
+        self._paused = False
+        keys = sorted(self._known)
+        logger.info(
+            "resumed%s: reconciling %d TritonServices afresh", f" ({reason})" if reason else "", len(keys)
+        )
+        for key in keys:
+            self.requeue(key, 0.0)
+
+    def set_paused(self, paused: bool, reason: str = "") -> None:
+        if paused:
+            self.pause(reason)
+        else:
+            self.resume(reason)
+
+    async def close(self) -> None:
+        tasks = [*self._pollers.values(), *self._timers.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._pollers.clear()
+        self._timers.clear()
+
+    def _polls(self, ts: TritonService) -> bool:
+        return (
+            self.pinner is not None
+            and ts.spec.repository.scheme != "pvc"
+            and ts.spec.repository.poll_interval_seconds > 0
+        )
+
+    def _watch_repository(self, key: tuple[str, str], ts: TritonService) -> None:
+        self._specs[key] = ts
+        poller = self._pollers.get(key)
+        if self._paused:
+            return  # the reconcile at resume starts the poller
+        if self._polls(ts) and (poller is None or poller.done()):
+            self._pollers[key] = asyncio.create_task(self._poll(key), name=f"poll {key[0]}/{key[1]}")
+
+    async def _poll(self, key: tuple[str, str]) -> None:
+        while True:
+            ts = self._specs.get(key)
+            if ts is None or not self._polls(ts) or self.pinner is None:
+                return
+            await asyncio.sleep(ts.spec.repository.poll_interval_seconds)
+            ts = self._specs.get(key)
+            if ts is None or not self._polls(ts) or self._paused:
+                return
+            try:
+                changed = await self.pinner.refresh(ts)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("polling the repository of %s/%s failed", *key)
+                continue
+            if changed and not self._paused:
+                # On a timer task of its own: the poller only lists, so a pause can cancel it
+                # at any time without cutting a reconcile short.
+                self.requeue(key, 0.0)

@@ -1,0 +1,430 @@
+"""One reconcile pass of a TritonService, as a chain of named steps: observe -> desired -> apply -> report."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from triton_operator.adapters.kube import (
+    Kube,
+    ObjectRejectedError,
+    ObjectTooLargeError,
+    retry_delay,
+)
+from triton_operator.core import conditions as cond
+from triton_operator.core.manifestparts import ManifestTooLarge, compress
+from triton_operator.core.objects import (
+    Actions,
+    RevisionPlan,
+    build_event,
+    check_body,
+    compute_revision,
+    disruption_budget_enabled,
+    endpoints,
+    last_valid,
+    layout_of,
+    model_statuses,
+    object_name,
+    plan_actions,
+    revision_object_names,
+)
+from triton_operator.core.rollout import (
+    RolloutInput,
+    RolloutPlan,
+    RolloutStatus,
+    observe_revisions,
+    parse_control_requests,
+    plan_rollout,
+)
+from triton_operator.core.status import Observation, build_status, status_changed
+from triton_operator.metrics import METRICS
+from triton_operator.models import TritonService
+from triton_operator.reconcile.observe import Seen, current_manifest, observe, unsyncable
+from triton_operator.reconcile.pinning import (
+    ManifestPinner,
+    PinnedManifest,
+    RepositoryError,
+    repository_verdict,
+)
+from triton_operator.reconcile.routes import Traffic, route_traffic
+from triton_operator.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """What one reconcile did."""
+
+    status: dict[str, Any] | None
+    """The status computed (None when the TritonService is gone)."""
+    written: bool = False
+    """Whether the status was patched (it changed)."""
+    revision: str | None = None
+    """The desired revision (None for an invalid spec)."""
+    invalid: str | None = None
+    """Why nothing could be applied (None when the spec was applied)."""
+    reason: str | None = None
+    """The Ready reason of ``invalid``: InvalidSpec, or a repository reason (retry later)."""
+    plan: RolloutPlan | None = None
+    """The rollout engine's plan that was carried out."""
+    ts: TritonService | None = None
+    """The parsed spec that was applied (or refused for its manifest's size: its repository is
+    still polled, and a change there tries again)."""
+    requeue_after: float | None = None
+    """Seconds until the next reconcile is due with nothing else happening (a timed pause, a deadline)."""
+
+
+FOREIGN_RETRY_SECONDS = 2.0
+"""How soon to look again while an earlier TritonService's object holds a name we need."""
+
+
+def utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _too_large(pinned: PinnedManifest | None, manifest_json: str | None, detail: str) -> str:
+    """ManifestTooLarge's message: what the manifest pins, and why it cannot be stored."""
+    size = len(manifest_json.encode("utf-8")) if manifest_json is not None else 0
+    objects = pinned.objects if pinned is not None else 0
+    return (
+        f"the pinned manifest of {objects} objects ({size} bytes of JSON) cannot be stored: {detail}; "
+        "the serving revision stays as it is. Pin fewer objects: narrow the models' folders or "
+        "version policies"
+    )
+
+
+def _parts_summary(actions: Actions, manifest_json: str | None) -> str:
+    """How the refused revision stores its manifest (its Deployment says how many parts)."""
+    deployment = next((o for o in actions.apply if o.get("kind") == "Deployment"), None)
+    layout = layout_of(deployment)
+    if manifest_json is None or layout is None or layout.plain:
+        return ""
+    return f"{len(compress(manifest_json))} bytes gzipped in {layout.parts} ConfigMaps; "
+
+
+@dataclasses.dataclass(frozen=True)
+class _Blocked:
+    """Why the current spec cannot be applied: its Ready reason and message (and RepositoryReady)."""
+
+    message: str
+    reason: str = cond.INVALID_SPEC
+    repository: cond.Verdict | None = None
+    ts: TritonService | None = None
+    """The current spec when it is valid (its repository is polled, so a new pin tries again)."""
+
+
+class _NotStoredError(Exception):
+    """The revision's manifest cannot be stored in ConfigMaps (too many parts, or refused for size)."""
+
+
+async def reconcile(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    settings: Settings,
+    *,
+    pin_manifest: ManifestPinner | None = None,
+    clock: Callable[[], datetime.datetime] = utcnow,
+) -> Result:
+    """Bring one TritonService's objects and status in line with its spec, as stored right now.
+
+    Reads the object afresh (its status is the base of the next one), so callers need only
+    its name: a kopf handler for the TritonService, or a watch on the pods it owns. The rollout
+    engine (core.rollout) decides the replicas of every revision, the traffic and the status;
+    this function carries out its plan and says when to come back (Result.requeue_after).
+    A spec that cannot be applied (invalid, its repository unreadable, refused by the API server)
+    changes nothing it asks for: the rollout goes on under the last valid spec (_hold).
+    """
+    body = await kube.get_tritonservice(namespace, name)
+    if body is None or body.get("metadata", {}).get("deletionTimestamp"):
+        # Gone or going: ownerReferences let the garbage collector remove what it owned.
+        METRICS.forget(namespace, name)
+        return Result(status=None)
+    seen = await observe(kube, namespace, name, body, clock())
+
+    checked = check_body(body)
+    if checked.problems or checked.ts is None:
+        return await _hold(kube, seen, settings, _Blocked(checked.message))
+    ts = checked.ts
+    pinned: PinnedManifest | None = None
+    if pin_manifest is not None:
+        try:
+            pinned = await pin_manifest(ts, current_manifest(seen.owned, seen.previous))
+        except RepositoryError as exc:
+            verdict = cond.Verdict(cond.FALSE, exc.reason, exc.message)
+            return await _hold(kube, seen, settings, _Blocked(exc.message, exc.reason, verdict))
+    revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None)
+    try:
+        return await _carry_out(
+            kube,
+            seen,
+            settings,
+            ts,
+            revision,
+            configs=checked.configs,
+            manifest_json=pinned.json if pinned else None,
+            repository=repository_verdict(ts, pinned),
+            unsyncable=unsyncable(seen, pinned),
+        )
+    except _NotStoredError as exc:
+        message = _too_large(pinned, pinned.json if pinned else None, str(exc))
+        logger.warning("%s/%s: %s", namespace, name, message)
+        verdict = cond.Verdict(cond.FALSE, cond.MANIFEST_TOO_LARGE, message)
+        return await _hold(kube, seen, settings, _Blocked(message, cond.MANIFEST_TOO_LARGE, verdict, ts))
+    except ObjectRejectedError as exc:
+        # The schema let something through that the API server refuses (e.g. a malformed volume).
+        return await _hold(kube, seen, settings, _Blocked(str(exc)))
+
+
+async def _hold(kube: Kube, seen: Seen, settings: Settings, blocked: _Blocked) -> Result:
+    """The current spec cannot be applied: go on under the last valid one, else change nothing.
+
+    A bad spec pushed mid-rollout must not switch off rollout safety: the last valid spec (kept in
+    its revision's ConfigMap) still drives aborts, deadlines, timed steps and control requests,
+    and Ready=False says why the new spec waits. With no last valid spec, nothing is applied or
+    deleted; only the status says why.
+    """
+    last = last_valid(seen.metadata, seen.previous, seen.owned.configmaps)
+    if last is not None:
+        kept = check_body(last.body)
+        if kept.ts is not None and not kept.problems:
+            try:
+                return await _carry_out(
+                    kube,
+                    seen,
+                    settings,
+                    kept.ts,
+                    last.revision,
+                    configs=kept.configs,
+                    manifest_json=last.manifest_json,
+                    repository=blocked.repository,
+                    blocked=blocked,
+                )
+            except (ObjectRejectedError, _NotStoredError) as exc:
+                logger.warning(
+                    "%s/%s: the last valid spec is refused too: %s", seen.namespace, seen.name, exc
+                )
+    status = build_status(
+        seen.previous,
+        Observation(
+            generation=seen.generation,
+            now=seen.now,
+            deployments=seen.deployments,
+            pods=seen.pods,
+            invalid=blocked.message,
+            blocked_reason=blocked.reason,
+            repository=blocked.repository,
+        ),
+    )
+    written = await _write_status(kube, seen.namespace, seen.name, seen.previous, status)
+    return Result(
+        status=status, written=written, invalid=blocked.message, reason=blocked.reason, ts=blocked.ts
+    )
+
+
+async def _carry_out(
+    kube: Kube,
+    seen: Seen,
+    settings: Settings,
+    ts: TritonService,
+    revision: str,
+    *,
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+    repository: cond.Verdict | None,
+    blocked: _Blocked | None = None,
+    unsyncable: Mapping[str, str] | None = None,
+) -> Result:
+    """Plan the rollout toward ``revision`` of ``ts`` and carry it out: apply, route, status, scale,
+    delete, Events. ``blocked``: ``ts`` is the last valid spec and the current one waits (why)."""
+    if revision_object_names(ts, revision, sorted(seen.foreign)):
+        # The same name is still held by an earlier TritonService's object that the garbage
+        # collector has yet to remove: applying ours now would give it two controllers.
+        logger.info(
+            "%s/%s: waiting for the garbage collector to remove %s of an earlier TritonService",
+            seen.namespace,
+            seen.name,
+            object_name(ts, revision),
+        )
+        return Result(status=dict(seen.previous), revision=revision, requeue_after=FOREIGN_RETRY_SECONDS)
+    plan = _plan(seen, ts, revision, unsyncable or {})
+    actions = await _desired(
+        kube, seen, settings, plan, ts=ts, revision=revision, configs=configs, manifest_json=manifest_json
+    )
+    await _apply(kube, actions, manifest_json)
+    traffic = await route_traffic(kube, ts, plan)
+    status, written = await _report(
+        kube, seen, ts, plan, repository=repository, blocked=blocked, traffic=traffic
+    )
+    # The status records a decision before its effects show: the other revisions are scaled (the
+    # old stable down at a flip) and deleted only once it is written, so whoever sees a revision
+    # scaled down also finds the status that says why.
+    await _scale_and_delete(kube, seen.namespace, actions)
+    await _post_events(kube, seen, plan)
+    requeue = [t for t in (plan.requeue_after, traffic.retry_after if traffic else None) if t is not None]
+    return Result(
+        status=status,
+        written=written,
+        revision=revision,
+        invalid=blocked.message if blocked else None,
+        reason=blocked.reason if blocked else None,
+        plan=plan,
+        # Repository polling follows the spec that is applied, never a last valid one.
+        ts=blocked.ts if blocked else ts,
+        requeue_after=min(requeue) if requeue else None,
+    )
+
+
+def _plan(seen: Seen, ts: TritonService, revision: str, unsyncable: Mapping[str, str]) -> RolloutPlan:
+    """The rollout engine's decision for this pass (pure: core.rollout)."""
+    return plan_rollout(
+        RolloutInput(
+            rollout=ts.spec.rollout,
+            replicas=ts.spec.replicas,
+            desired_revision=revision,
+            now=seen.moment,
+            status=RolloutStatus.from_status(seen.previous),
+            revisions=observe_revisions(seen.owned.deployments, seen.owned.pods),
+            gpus_per_pod=ts.spec.resources.gpus,
+            requests=parse_control_requests(seen.metadata.get("annotations")),
+            progress_deadline_seconds=ts.spec.progress_deadline(),
+            unsyncable=unsyncable,
+        )
+    )
+
+
+async def _desired(
+    kube: Kube,
+    seen: Seen,
+    settings: Settings,
+    plan: RolloutPlan,
+    *,
+    ts: TritonService,
+    revision: str,
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+) -> Actions:
+    """What to apply, scale and delete to carry out ``plan`` (pure: core.objects.plan_actions)."""
+    # A PodDisruptionBudget the spec no longer wants is looked up (and deleted) only then.
+    stale_pdb = not disruption_budget_enabled(ts) and (
+        await kube.get("PodDisruptionBudget", seen.namespace, ts.name) is not None
+    )
+    try:
+        return plan_actions(
+            ts,
+            settings,
+            revision,
+            plan,
+            configs=configs,
+            manifest_json=manifest_json,
+            deployments=seen.owned.deployments,
+            configmaps=seen.owned.configmaps,
+            revision_services=cond.find_condition(seen.previous.get("conditions") or [], cond.TRAFFIC_ROUTED)
+            is not None,
+            disruption_budget=stale_pdb,
+        )
+    except ManifestTooLarge as exc:
+        raise _NotStoredError(str(exc)) from exc
+
+
+async def _apply(kube: Kube, actions: Actions, manifest_json: str | None) -> None:
+    """Server-side apply every desired object (ConfigMaps before the Deployment that mounts them)."""
+    try:
+        for obj in actions.apply:
+            await kube.apply(obj)
+    except ObjectTooLargeError as exc:
+        # Refused for its size even so (a cluster with lower limits): a condition that says so, not
+        # InvalidSpec, nor a retry that can only be refused again.
+        if exc.kind != "ConfigMap":
+            raise
+        raise _NotStoredError(f"{_parts_summary(actions, manifest_json)}{exc}") from exc
+
+
+async def _report(
+    kube: Kube,
+    seen: Seen,
+    ts: TritonService,
+    plan: RolloutPlan,
+    *,
+    repository: cond.Verdict | None,
+    blocked: _Blocked | None,
+    traffic: Traffic | None,
+) -> tuple[dict[str, Any], bool]:
+    """Build the status from the plan and what was seen, and write it if it changed."""
+    rs = plan.status
+    METRICS.set_rollout(
+        seen.namespace,
+        seen.name,
+        step_index=rs.current_step_index if rs.canary_revision is not None else None,
+        canary_weight=plan.weights.canary,
+    )
+    kept = set(plan.replicas)
+    progressing = plan.condition(cond.PROGRESSING)
+    degraded = plan.condition(cond.DEGRADED)
+    status = build_status(
+        seen.previous,
+        Observation(
+            generation=seen.generation,
+            now=seen.now,
+            deployments=[d for d in seen.deployments if d.revision in kept],
+            pods=[p for p in seen.pods if p.revision in kept],
+            invalid=blocked.message if blocked else None,
+            blocked_reason=blocked.reason if blocked else cond.INVALID_SPEC,
+            plan=RevisionPlan(
+                replicas=plan.replicas,
+                delete=plan.delete,
+                stable=rs.stable_revision,
+                rolling=rs.canary_revision,
+            ),
+            replicas=ts.spec.replicas,
+            repository=repository,
+            endpoints=endpoints(ts),
+            models=model_statuses(ts),
+            rollout=rs.to_status(),
+            progressing=progressing,
+            rollout_degraded=degraded,
+            aborted=degraded.message if rs.aborted_revision is not None and degraded is not None else None,
+            traffic=traffic.verdict if traffic is not None else None,
+        ),
+    )
+    written = await _write_status(kube, seen.namespace, seen.name, seen.previous, status)
+    return status, written
+
+
+async def _scale_and_delete(kube: Kube, namespace: str, actions: Actions) -> None:
+    for deployment, replicas in sorted(actions.scale.items()):
+        logger.info("scaling Deployment %s/%s to %d", namespace, deployment, replicas)
+        await kube.scale(namespace, deployment, replicas)
+    for kind, gone in actions.delete:
+        if await kube.delete(kind, namespace, gone):
+            logger.info("deleted %s %s/%s", kind, namespace, gone)
+
+
+async def _post_events(kube: Kube, seen: Seen, plan: RolloutPlan) -> None:
+    # Events after the status: a crash in between loses an event rather than repeating one (the
+    # engine emits each event once, in the call whose status records the change).
+    for event in plan.events:
+        logger.info("%s/%s: %s %s: %s", seen.namespace, seen.name, event.type, event.reason, event.message)
+        try:
+            await kube.post_event(
+                build_event(seen.metadata, event.type, event.reason, event.message, now=seen.now)
+            )
+        except Exception as exc:  # events are best effort: the status holds the truth
+            if retry_delay(exc) is None:
+                raise
+            logger.warning(
+                "could not post event %s for %s/%s: %s", event.reason, seen.namespace, seen.name, exc
+            )
+
+
+async def _write_status(
+    kube: Kube, namespace: str, name: str, previous: Mapping[str, Any], status: Mapping[str, Any]
+) -> bool:
+    if not status_changed(previous, status):
+        return False
+    await kube.apply_status(namespace, name, status)
+    return True
