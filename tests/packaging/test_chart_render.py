@@ -47,6 +47,21 @@ def test_operator_settings_as_env(render: Render) -> None:
     assert e["TRITON_OPERATOR_LIVENESS_ENDPOINT"] == "http://0.0.0.0:8081/healthz"
     assert e["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert "TRITON_OPERATOR_PEERING_NAME" not in e
+    # The policy: any image, hostPath refused (core.policy); lists joined with commas.
+    assert e["TRITON_OPERATOR_ALLOWED_IMAGE_PREFIXES"] == ""
+    assert e["TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES"] == "hostPath"
+    strict = env(
+        render(
+            {
+                "policy": {
+                    "allowedImagePrefixes": ["nvcr.io/nvidia", "reg.local/ml"],
+                    "forbiddenVolumeTypes": [],
+                }
+            }
+        )
+    )
+    assert strict["TRITON_OPERATOR_ALLOWED_IMAGE_PREFIXES"] == "nvcr.io/nvidia,reg.local/ml"
+    assert strict["TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES"] == ""
 
     custom = env(
         render(

@@ -12,7 +12,7 @@ import kopf
 from triton_operator import GROUP, PLURAL, VERSION
 from triton_operator.adapters.kube import Kube, make_client, retry_delay
 from triton_operator.adapters.peering import PeeringMonitor, lightkube_watch, peering_scope
-from triton_operator.core.conditions import INVALID_SPEC, MANIFEST_TOO_LARGE
+from triton_operator.core.conditions import INVALID_SPEC, MANIFEST_TOO_LARGE, REFUSED_BY_POLICY
 from triton_operator.core.objects import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 from triton_operator.core.rollout import pending_requests
 from triton_operator.reconcile.pinning import RepositoryPinner
@@ -99,8 +99,9 @@ async def tritonservice(namespace: str | None, name: str, memo: Any, **_: Any) -
     """A TritonService appeared, changed, or the operator restarted: reconcile it."""
     result = await _reconcile(memo, namespace or "default", name, coalesce=False)
     if result is not None and result.invalid:
-        if result.reason in (INVALID_SPEC, MANIFEST_TOO_LARGE):
-            # The status already says why; retrying cannot help. A manifest too large is tried
+        if result.reason in (INVALID_SPEC, MANIFEST_TOO_LARGE, REFUSED_BY_POLICY):
+            # The status already says why; retrying cannot help (a policy change restarts the
+            # operator, whose resume handler reconciles again). A manifest too large is tried
             # again when the spec changes or the repository poll pins another one.
             raise kopf.PermanentError(result.invalid)
         # The repository could not be read: the status says why; try again later.

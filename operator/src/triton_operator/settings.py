@@ -11,6 +11,9 @@ from triton_operator import __version__
 DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.01-py3"
 DEFAULT_SYNC_IMAGE = f"ghcr.io/triton-operator/triton-operator:{__version__}"
 ENV_PREFIX = "TRITON_OPERATOR_"
+DEFAULT_FORBIDDEN_VOLUME_TYPES = ("hostPath",)
+"""Pod volume types a TritonService may not use unless the operator allows them: hostPath reaches
+the node's own files."""
 
 
 def _split(value: str | None) -> tuple[str, ...]:
@@ -57,6 +60,10 @@ class Settings:
     """Annotate pods with prometheus.io/scrape for the metrics port."""
     pin_repositories: bool = True
     """List object stores and pin each revision's manifest (off: pods sync unpinned, pvc:// only)."""
+    allowed_image_prefixes: tuple[str, ...] = ()
+    """tritonserver images a TritonService may run (core.policy.image_allowed); empty allows any."""
+    forbidden_volume_types: tuple[str, ...] = DEFAULT_FORBIDDEN_VOLUME_TYPES
+    """Pod volume types (spec.volumes) a TritonService may not use."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -67,6 +74,7 @@ class Settings:
             value = env.get(ENV_PREFIX + name)
             return value.strip() if value and value.strip() else None
 
+        forbidden = env.get("TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES")
         return cls(
             default_image=get("DEFAULT_IMAGE") or DEFAULT_TRITON_IMAGE,
             sync_image=get("SYNC_IMAGE") or DEFAULT_SYNC_IMAGE,
@@ -80,4 +88,9 @@ class Settings:
             event_level=(get("EVENT_LEVEL") or "WARNING").upper(),
             prometheus_scrape=_flag(get("PROMETHEUS_SCRAPE"), True),
             pin_repositories=_flag(get("PIN_REPOSITORIES"), True),
+            allowed_image_prefixes=_split(get("ALLOWED_IMAGE_PREFIXES")),
+            # Set but empty forbids nothing; unset keeps the default.
+            forbidden_volume_types=(
+                _split(forbidden) if forbidden is not None else DEFAULT_FORBIDDEN_VOLUME_TYPES
+            ),
         )

@@ -14,6 +14,7 @@ import yaml
 from triton_operator import KIND
 from triton_operator.core.manifest import manifest_digest, manifest_to_json
 from triton_operator.core.objects import PLACEHOLDER_UID, check_body, compute_revision, plan_actions
+from triton_operator.core.policy import policy_errors
 from triton_operator.core.rollout import RolloutInput, plan_rollout
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
@@ -109,6 +110,12 @@ def render(
                 err.write(f"{ref}: invalid: {problem}\n")
             continue
         ts = checked.ts
+        refused = policy_errors(ts, settings)
+        if refused:
+            failed = True
+            for refusal in refused:
+                err.write(f"{ref}: refused by the operator's policy: {refusal}\n")
+            continue
         manifest_json: str | None = None
         digest: str | None = None
         if ts.spec.repository.scheme == "pvc":

@@ -28,6 +28,7 @@ UNKNOWN = "Unknown"  # not known (yet)
 AVAILABLE = "Available"  # the stable revision serves at all its replicas
 SCALED_TO_ZERO = "ScaledToZero"  # spec.replicas is 0: nothing serves, as asked
 INVALID_SPEC = "InvalidSpec"  # the spec cannot be applied (also Progressing while it holds)
+REFUSED_BY_POLICY = "RefusedByPolicy"  # the operator's policy refuses the spec's image or a volume type
 ROLLOUT_IN_PROGRESS = "RolloutInProgress"  # a new revision is rolling out
 REPLICAS_NOT_READY = "ReplicasNotReady"  # the stable revision has fewer Ready replicas than asked
 UNSCHEDULABLE = "Unschedulable"  # a serving pod cannot be placed (also PodsScheduled)

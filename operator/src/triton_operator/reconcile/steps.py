@@ -31,6 +31,7 @@ from triton_operator.core.objects import (
     plan_actions,
     revision_object_names,
 )
+from triton_operator.core.policy import policy_errors
 from triton_operator.core.rollout import (
     RolloutInput,
     RolloutPlan,
@@ -40,6 +41,7 @@ from triton_operator.core.rollout import (
     plan_rollout,
 )
 from triton_operator.core.status import Observation, build_status, status_changed
+from triton_operator.core.validation import format_errors
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile.observe import Seen, current_manifest, observe, unsyncable
@@ -150,6 +152,9 @@ async def reconcile(
     if checked.problems or checked.ts is None:
         return await _hold(kube, seen, settings, _Blocked(checked.message))
     ts = checked.ts
+    refused = policy_errors(ts, settings)
+    if refused:
+        return await _hold(kube, seen, settings, _Blocked(format_errors(refused), cond.REFUSED_BY_POLICY))
     pinned: PinnedManifest | None = None
     if pin_manifest is not None:
         try:
