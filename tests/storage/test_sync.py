@@ -15,14 +15,9 @@ import pytest
 
 from storage_backends import Backend, CountingStore
 from triton_operator.adapters.storage import ObjectChanged, pin_repository, pin_with_versioning
-from triton_operator.adapters.syncer import (
-    STATE_FILE,
-    ChecksumMismatch,
-    SyncOptions,
-    SyncStats,
-    UnsafeDestination,
-    sync,
-)
+from triton_operator.adapters.sync.engine import SyncOptions, sync
+from triton_operator.adapters.sync.files import STATE_FILE
+from triton_operator.adapters.sync.results import ChecksumMismatch, SyncStats, UnsafeDestination
 from triton_operator.core.manifest import Manifest, manifest_digest, manifest_from_json, manifest_to_json
 from triton_operator.core.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec, TritonService

@@ -14,15 +14,15 @@ import requests
 
 from storage_backends import Backend
 from triton_operator.adapters.storage import pin_repository
-from triton_operator.adapters.tritonserver import (
+from triton_operator.core.manifest import manifest_to_json
+from triton_operator.core.modelconfig import build_config_pbtxt
+from triton_operator.models import ModelSpec
+from tritonserver import (
     TritonInstall,
     TritonNotInstalledError,
     prepare_server,
     start_server,
 )
-from triton_operator.core.manifest import manifest_to_json
-from triton_operator.core.modelconfig import build_config_pbtxt
-from triton_operator.models import ModelSpec
 
 pytestmark = [pytest.mark.storage, pytest.mark.triton]
 

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from triton_operator.adapters.tritonserver import (
+from triton_operator.models import TritonServiceSpec
+from triton_specs import BROKEN_SPEC, SERVICE_SPEC, build_repository, validated_spec
+from tritonserver import (
     RunningServer,
     TritonInstall,
     TritonNotInstalledError,
     prepare_server,
     start_server,
 )
-from triton_operator.models import TritonServiceSpec
-from triton_specs import BROKEN_SPEC, SERVICE_SPEC, build_repository, validated_spec
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,11 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2
 
-from triton_operator.adapters import triton
-from triton_operator.adapters.tritonserver import (
+import triton_http
+from triton_operator.core.modelconfig import parse_model_config
+from triton_operator.models import TritonServiceSpec
+from triton_specs import BROKEN_SPEC, OFFSET, SCALE_FACTOR, build_repository, validated_spec
+from tritonserver import (
     RunningServer,
     TritonInstall,
     TritonStartError,
@@ -28,9 +31,6 @@ from triton_operator.adapters.tritonserver import (
     prepare_server,
     start_server,
 )
-from triton_operator.core.modelconfig import parse_model_config
-from triton_operator.models import TritonServiceSpec
-from triton_specs import BROKEN_SPEC, OFFSET, SCALE_FACTOR, build_repository, validated_spec
 
 pytestmark = [pytest.mark.triton, pytest.mark.timeout(600)]
 
@@ -259,30 +259,30 @@ def test_ensemble_scales_then_offsets(triton_server: RunningServer, http: reques
     np.testing.assert_array_equal(out["Y"], x * np.float32(SCALE_FACTOR) + np.float32(OFFSET))
 
 
-# ---------------------------------------------------------------- adapters.triton
+# ---------------------------------------------------------------- triton_http
 
 
 async def test_adapter_reads_readiness_and_index(
     triton_server: RunningServer, service_spec: TritonServiceSpec
 ) -> None:
     base = triton_server.http_url
-    assert await triton.server_ready(base)
-    index = await triton.model_index(base)
+    assert await triton_http.server_ready(base)
+    index = await triton_http.model_index(base)
     assert sorted(e["name"] for e in index) == sorted(m.name for m in service_spec.models)
     assert {e["state"] for e in index} == {"READY"}
-    assert len(await triton.model_index(base, ready_only=True)) == len(index)
-    assert await triton.model_ready(base, "adder")
-    assert await triton.model_ready(base, "pipeline", "1")
-    assert not await triton.model_ready(base, "adder", "2")
-    assert not await triton.model_ready(base, "no-such-model")
+    assert len(await triton_http.model_index(base, ready_only=True)) == len(index)
+    assert await triton_http.model_ready(base, "adder")
+    assert await triton_http.model_ready(base, "pipeline", "1")
+    assert not await triton_http.model_ready(base, "adder", "2")
+    assert not await triton_http.model_ready(base, "no-such-model")
 
 
 async def test_adapter_on_a_port_nothing_listens_on() -> None:
     base = f"http://127.0.0.1:{free_port()}"
-    assert not await triton.server_ready(base)
-    assert not await triton.model_ready(base, "adder")
-    with pytest.raises(triton.TritonAPIError):
-        await triton.model_index(base)
+    assert not await triton_http.server_ready(base)
+    assert not await triton_http.model_ready(base, "adder")
+    with pytest.raises(triton_http.TritonAPIError):
+        await triton_http.model_index(base)
 
 
 # ---------------------------------------------------------------- configs Triton rejects
@@ -301,8 +301,8 @@ async def test_triton_rejects_a_broken_config_and_logs_why(broken_server: Runnin
     assert response.status_code == 400
     assert BROKEN_CAUSES[model] in response.json()["error"]
     assert BROKEN_CAUSES[model] in broken_server.log()
-    assert not await triton.model_ready(broken_server.http_url, model)
-    states = {e["name"]: e.get("state") for e in await triton.model_index(broken_server.http_url)}
+    assert not await triton_http.model_ready(broken_server.http_url, model)
+    states = {e["name"]: e.get("state") for e in await triton_http.model_index(broken_server.http_url)}
     assert states[model] != "READY"
 
 
@@ -317,7 +317,7 @@ def test_a_model_that_fails_at_startup_fails_the_start_with_the_log(
     assert BROKEN_CAUSES["gpu_adder"] in (tmp_path / "tritonserver.log").read_text()
 
 
-# ---------------------------------------------------------------- adapters.tritonserver
+# ---------------------------------------------------------------- tritonserver
 
 
 def test_stop_leaves_no_process(

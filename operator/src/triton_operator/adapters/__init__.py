@@ -1,1 +1,1 @@
-"""Imperative shell: Kubernetes, object stores and Triton I/O behind small interfaces."""
+"""Imperative shell: Kubernetes and object-store I/O, and the sync engine, behind small interfaces."""

@@ -11,14 +11,9 @@ from typing import Any
 
 from triton_operator.adapters.storage import open_store
 from triton_operator.adapters.storage.base import ObjectChanged, StoreConfigError, StoreError
-from triton_operator.adapters.syncer import (
-    ChecksumMismatch,
-    Progress,
-    SyncError,
-    SyncOptions,
-    UnsafeDestination,
-    sync,
-)
+from triton_operator.adapters.sync.engine import SyncOptions, sync
+from triton_operator.adapters.sync.progress import Progress
+from triton_operator.adapters.sync.results import ChecksumMismatch, SyncError, UnsafeDestination
 from triton_operator.core.manifest import Manifest, ManifestError, SelectionFailed, manifest_from_json
 from triton_operator.core.manifestparts import ordered, part_index, unpack
 from triton_operator.core.modelconfig import ModelConfigError

@@ -3,67 +3,53 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import hashlib
-import json
 import os
-import secrets
-import shutil
 import stat
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol, TextIO
-
-import google_crc32c
+from typing import Any
 
 from triton_operator.adapters.storage.base import ObjectStore, StoreUnavailable
 from triton_operator.adapters.storage.pvc import PvcStore
+from triton_operator.adapters.sync.files import (
+    Dirs,
+    fsync_dir,
+    link_or_copy,
+    load_state,
+    place_bytes,
+    place_symlink,
+    save_state,
+    state_record,
+    syncfs,
+    tmp_name,
+)
+from triton_operator.adapters.sync.hashing import (
+    CHUNK,
+    Hasher,
+    MiB,
+    PartDigests,
+    RangeDigests,
+    hash_file,
+    make_hasher,
+)
+from triton_operator.adapters.sync.progress import Progress, silent
+from triton_operator.adapters.sync.results import ChecksumMismatch, SyncError, SyncStats, UnsafeDestination
 from triton_operator.core.manifest import (
     CONFIG_FILE,
     CONTENT_KINDS,
     Manifest,
     ManifestEntry,
     ModelSource,
+    SelectedModel,
     SelectionFailed,
     parse_repository_uri,
     select_objects,
 )
-
-MiB = 1024 * 1024
-CHUNK = MiB
-STATE_FILE = ".triton-sync.json"
-STATE_FORMAT = 1
-_TMP_MARK = ".tmp-sync-"
-
-
-# ---------------------------------------------------------------- errors and results
-
-
-class SyncError(Exception):
-    """The sync cannot complete; the message says which file and why."""
-
-
-class ChecksumMismatch(SyncError):  # noqa: N818
-    def __init__(self, key: str, dest: str, what: str, expected: str, actual: str) -> None:
-        super().__init__(f"object {key!r} ({dest}): {what} is {actual}, the manifest pins {expected}")
-        self.key = key
-        self.dest = dest
-        self.expected = expected
-        self.actual = actual
-
-
-class UnsafeDestination(SyncError):  # noqa: N818
-    """Something in the destination (a symlink, a non-directory) where sync would write."""
-
-
-class _Aborted(Exception):  # noqa: N818 - control flow, not an error
-    """Raised inside a sink when another task has failed."""
 
 
 @dataclass(frozen=True)
@@ -77,346 +63,8 @@ class SyncOptions:
     pvc_root: Path | None = None  # where a pvc:// claim is mounted (unpinned manifests)
 
 
-@dataclass
-class SyncStats:
-    files: int = 0
-    bytes: int = 0
-    downloaded_files: int = 0
-    downloaded_bytes: int = 0
-    present_files: int = 0
-    cache_hits: int = 0
-    ranged_parts: int = 0
-    unverified_files: int = 0  # no content checksum: size and etag/generation match only
-    retried_reads: int = 0
-    configs_written: int = 0
-    pruned_files: int = 0
-    linked_versions: int = 0
-    seconds: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-# ---------------------------------------------------------------- checksums
-
-
-class Hasher(Protocol):
-    def update(self, data: bytes) -> None: ...
-
-    def hexdigest(self) -> str: ...
-
-
-class _Crc32c:
-    def __init__(self) -> None:
-        self._c = google_crc32c.Checksum()  # type: ignore[no-untyped-call]
-
-    def update(self, data: bytes) -> None:
-        self._c.update(data)  # type: ignore[no-untyped-call]
-
-    def hexdigest(self) -> str:
-        return bytes(self._c.digest()).hex()  # type: ignore[no-untyped-call]
-
-
-class MultipartEtag:
-    """Recomputes an S3 multipart ETag: md5 of the parts' md5s, then ``-<parts>``."""
-
-    def __init__(self, part_size: int) -> None:
-        self.part_size = part_size
-        self._digests: list[bytes] = []
-        self._current = hashlib.md5(usedforsecurity=False)
-        self._filled = 0
-
-    def update(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            take = min(len(view), self.part_size - self._filled)
-            self._current.update(view[:take])
-            self._filled += take
-            view = view[take:]
-            if self._filled == self.part_size:
-                self._digests.append(self._current.digest())
-                self._current = hashlib.md5(usedforsecurity=False)
-                self._filled = 0
-
-    def hexdigest(self) -> str:
-        digests = list(self._digests)
-        if self._filled or not digests:
-            digests.append(self._current.digest())
-        return hashlib.md5(b"".join(digests), usedforsecurity=False).hexdigest() + f"-{len(digests)}"
-
-
-class PartDigests:
-    """An S3 multipart ETag from parts hashed independently, in any order (parallel parts)."""
-
-    def __init__(self, part_size: int, size: int) -> None:
-        self.part_size = part_size
-        self.digests: list[bytes | None] = [None] * max(1, -(-size // part_size))
-
-    def hexdigest(self) -> str:
-        if any(d is None for d in self.digests):
-            return "incomplete"
-        joined = b"".join(d for d in self.digests if d is not None)
-        return hashlib.md5(joined, usedforsecurity=False).hexdigest() + f"-{len(self.digests)}"
-
-
-def make_hasher(kind: str, multipart_part_size: int | None = None) -> Hasher | None:
-    """A hasher for a checksum kind, None when the content cannot be checked."""
-    if kind == "sha256":
-        return hashlib.sha256()
-    if kind == "md5":
-        return hashlib.md5(usedforsecurity=False)
-    if kind == "crc32c":
-        return _Crc32c()
-    if kind == "s3-multipart" and multipart_part_size:
-        return MultipartEtag(multipart_part_size)
-    return None
-
-
-def hash_file(path: Path, hasher: Hasher) -> str:
-    with path.open("rb") as f:
-        while chunk := f.read(CHUNK):
-            hasher.update(chunk)
-    return hasher.hexdigest()
-
-
-# ---------------------------------------------------------------- progress
-
-
-class Progress:
-    """A single-line bar on a TTY; otherwise JSON lines (every N files or second, and a summary)."""
-
-    def __init__(
-        self,
-        stream: TextIO | None = None,
-        *,
-        tty: bool | None = None,
-        every_files: int = 100,
-        every_seconds: float = 1.0,
-    ) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = self.stream.isatty() if tty is None else tty
-        self.every_files = every_files
-        self.every_seconds = every_seconds
-        self._lock = threading.Lock()
-        self.files_total = 0
-        self.bytes_total = 0
-        self.files_done = 0
-        self.bytes_done = 0
-        self.bytes_downloaded = 0
-        self._start = time.monotonic()
-        self._last_emit = 0.0
-        self._last_files = 0
-
-    def begin(self, files_total: int, bytes_total: int) -> None:
-        with self._lock:
-            self.files_total, self.bytes_total = files_total, bytes_total
-            self._start = time.monotonic()
-        self._emit(force=False)
-
-    def add_bytes(self, n: int, *, downloaded: bool = True) -> None:
-        with self._lock:
-            self.bytes_done += n
-            if downloaded:
-                self.bytes_downloaded += n
-        if self.tty:
-            self._emit(force=False)
-
-    def file_done(self, size: int = 0, *, downloaded: bool = True) -> None:
-        with self._lock:
-            self.files_done += 1
-            if not downloaded:
-                self.bytes_done += size
-        self._emit(force=False)
-
-    def _rate(self, now: float) -> float:
-        elapsed = max(now - self._start, 1e-6)
-        return self.bytes_downloaded / elapsed / 1e6
-
-    def _emit(self, *, force: bool) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if self.tty:
-                if not force and now - self._last_emit < 0.1:
-                    return
-            elif not force and (
-                now - self._last_emit < self.every_seconds
-                and self.files_done - self._last_files < self.every_files
-            ):
-                return
-            self._last_emit, self._last_files = now, self.files_done
-            files, files_total = self.files_done, self.files_total
-            done, total, rate = self.bytes_done, self.bytes_total, self._rate(now)
-        if self.tty:
-            width = 24
-            filled = int(width * done / total) if total else width
-            line = (
-                f"\r[{'#' * filled}{'.' * (width - filled)}] {files}/{files_total} files "
-                f"{done / MiB:,.1f}/{total / MiB:,.1f} MiB {rate:,.1f} MB/s"
-            )
-            self.stream.write(line.ljust(79))
-        else:
-            self.stream.write(
-                json.dumps(
-                    {
-                        "event": "progress",
-                        "files": files,
-                        "filesTotal": files_total,
-                        "bytes": done,
-                        "bytesTotal": total,
-                        "mbPerSecond": round(rate, 2),
-                        "elapsedSeconds": round(now - self._start, 3),
-                    }
-                )
-                + "\n"
-            )
-        self.stream.flush()
-
-    def finish(self, stats: SyncStats) -> None:
-        if self.tty:
-            self._emit(force=True)
-            self.stream.write(
-                f"\nsynced {stats.files} files ({stats.bytes / MiB:,.1f} MiB): "
-                f"{stats.downloaded_files} downloaded, "
-                f"{stats.present_files} present, {stats.cache_hits} from cache in {stats.seconds:.2f}s\n"
-            )
-        else:
-            self.stream.write(json.dumps({"event": "summary", **stats.to_json()}) + "\n")
-        self.stream.flush()
-
-    def error(self, message: str) -> None:
-        if self.tty:
-            self.stream.write("\n")
-        else:
-            self.stream.write(json.dumps({"event": "error", "message": message}) + "\n")
-        self.stream.flush()
-
-
-# ---------------------------------------------------------------- filesystem helpers
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _syncfs(path: Path) -> None:
-    """Flush the whole filesystem holding ``path`` (data, renames, folders) in one call."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
-        if syncfs is None:
-            os.sync()
-        elif syncfs(fd) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"syncfs: {os.strerror(err)}", str(path))
-    finally:
-        os.close(fd)
-
-
-class _NullStream:
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        return None
-
-    def isatty(self) -> bool:
-        return False
-
-
-def _tmp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}{_TMP_MARK}{secrets.token_hex(4)}")
-
-
-class _Dirs:
-    """Creates folders under dest, refusing symlinks and non-folders on the way."""
-
-    def __init__(self, dest: Path) -> None:
-        self.dest = dest
-        self._ok: set[str] = {""}
-        self._lock = threading.Lock()
-
-    def ensure(self, rel_dir: str) -> Path:
-        with self._lock:
-            if rel_dir in self._ok:
-                return self.dest / rel_dir if rel_dir else self.dest
-            parts = rel_dir.split("/")
-            for n in range(1, len(parts) + 1):
-                rel = "/".join(parts[:n])
-                if rel in self._ok:
-                    continue
-                path = self.dest / rel
-                try:
-                    st = os.lstat(path)
-                except FileNotFoundError:
-                    os.mkdir(path)
-                else:
-                    if stat.S_ISLNK(st.st_mode):
-                        raise UnsafeDestination(f"{path} is a symlink; sync refuses to write through it")
-                    if not stat.S_ISDIR(st.st_mode):
-                        raise UnsafeDestination(f"{path} exists and is not a folder")
-                self._ok.add(rel)
-            return self.dest / rel_dir
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    """Place ``src``'s bytes at ``dst`` atomically: a hardlink if possible, else a copy."""
-    tmp = _tmp_name(dst)
-    try:
-        try:
-            os.link(src, tmp)
-        except OSError:
-            with src.open("rb") as fin, tmp.open("wb") as fout:
-                shutil.copyfileobj(fin, fout, CHUNK)
-        os.replace(tmp, dst)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
-# ---------------------------------------------------------------- state of earlier syncs
-
-
-def _state_record(entry: ManifestEntry, st: os.stat_result) -> list[Any]:
-    return [
-        st.st_size,
-        st.st_mtime_ns,
-        st.st_ino,
-        entry.checksum_kind,
-        entry.checksum,
-        entry.etag,
-        entry.generation,
-    ]
-
-
-def _load_state(dest: Path) -> dict[str, list[Any]]:
-    try:
-        data = json.loads((dest / STATE_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    if (
-        not isinstance(data, dict)
-        or data.get("format") != STATE_FORMAT
-        or not isinstance(data.get("files"), dict)
-    ):
-        return {}
-    return {str(k): v for k, v in data["files"].items() if isinstance(v, list)}
-
-
-def _save_state(dest: Path, files: dict[str, list[Any]]) -> None:
-    path = dest / STATE_FILE
-    tmp = _tmp_name(path)
-    with tmp.open("w") as f:
-        json.dump({"format": STATE_FORMAT, "files": files}, f, separators=(",", ":"))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-# ---------------------------------------------------------------- the engine
+class _Aborted(Exception):  # noqa: N818 - control flow, not an error
+    """Raised inside a sink when another task has failed."""
 
 
 @dataclass
@@ -439,7 +87,7 @@ class _Job:
     parts_left: int = 0
 
     def __post_init__(self) -> None:
-        self.tmp = _tmp_name(self.path)
+        self.tmp = tmp_name(self.path)
 
     def new_hasher(self) -> Hasher | None:
         return make_hasher(self.entry.checksum_kind, self.multipart_part_size)
@@ -458,7 +106,7 @@ class Syncer:
         self.manifest = manifest
         self.store = store
         self.options = options
-        self.progress = progress or Progress(_NullStream(), tty=False)  # type: ignore[arg-type]
+        self.progress = progress or silent()
         self.stats = SyncStats()
         self.dest = options.dest
         self._abort = threading.Event()
@@ -483,12 +131,12 @@ class Syncer:
         if self._touched_dirs or new_state:
             # One flush for everything written: data, renames and folders. The state file that
             # lets the next sync skip hashing is written only after it.
-            _syncfs(self.dest)
+            syncfs(self.dest)
             if self.options.cache is not None and self.options.cache.is_dir():
-                _syncfs(self.options.cache)
+                syncfs(self.options.cache)
         if new_state:
-            _save_state(self.dest, self._state_new)
-            _fsync_dir(self.dest)
+            save_state(self.dest, self._state_new)
+            fsync_dir(self.dest)
         self.stats.seconds = time.monotonic() - started
         self.progress.finish(self.stats)
         return self.stats
@@ -502,8 +150,15 @@ class Syncer:
         self.stats.files = len(entries)
         self.stats.bytes = sum(e.size for e in entries)
         self.progress.begin(self.stats.files, self.stats.bytes)
-        state = self._state_old = _load_state(self.dest)
-        dirs = _Dirs(self.dest)
+        unknown = self._skip_known(entries)
+        self._download(unknown)
+        self._cleanup_jobs()
+        self._prune()
+
+    def _skip_known(self, entries: Sequence[ManifestEntry]) -> list[ManifestEntry]:
+        """Mark present the files the last sync recorded unchanged; the rest, whose state is unknown."""
+        state = self._state_old = load_state(self.dest)
+        dirs = Dirs(self.dest)
         unknown: list[ManifestEntry] = []
         for entry in entries:
             parent, _, _ = entry.dest.rpartition("/")
@@ -518,11 +173,13 @@ class Syncer:
                 raise UnsafeDestination(f"{path} is a symlink where {entry.key!r} should go; sync refuses it")
             if not stat.S_ISREG(st.st_mode):
                 raise UnsafeDestination(f"{path} exists and is not a regular file")
-            if state.get(entry.dest) == _state_record(entry, st):
+            if state.get(entry.dest) == state_record(entry, st):
                 self._mark_present(entry, st)
             else:
                 unknown.append(entry)
+        return unknown
 
+    def _download(self, unknown: list[ManifestEntry]) -> None:
         workers = max(1, self.options.concurrency)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sync") as pool:
             # Phase 1: files whose state is unknown are hashed; the cache is consulted.
@@ -542,8 +199,6 @@ class Syncer:
                 if job.entry.size <= self.options.part_size
             )
             self._run_all(pool, tasks)
-        self._cleanup_jobs()
-        self._prune()
 
     def _run_all(self, pool: ThreadPoolExecutor, tasks: Iterable[Callable[[], Any]]) -> list[Any]:
         """Run tasks on the pool; on the first failure stop the rest and raise it."""
@@ -575,7 +230,7 @@ class Syncer:
 
     def _mark_present(self, entry: ManifestEntry, st: os.stat_result) -> None:
         with self._lock:
-            self._state_new[entry.dest] = _state_record(entry, st)
+            self._state_new[entry.dest] = state_record(entry, st)
             self.stats.present_files += 1
         self.progress.file_done(entry.size, downloaded=False)
 
@@ -600,9 +255,14 @@ class Syncer:
         ):
             self._mark_present(entry, os.stat(path))
             return None
+        return None if self._from_cache(job) else job
+
+    def _from_cache(self, job: _Job) -> bool:
+        """Place a file from the cache when it holds the pinned content; whether it did."""
+        entry, path = job.entry, job.path
         cached = self._cache_path(entry)
         if cached is None:
-            return job
+            return False
         try:
             cst: os.stat_result | None = os.stat(cached)
         except FileNotFoundError:
@@ -611,14 +271,14 @@ class Syncer:
             hasher = job.new_hasher()
             assert hasher is not None
             if hash_file(cached, hasher) == entry.checksum:
-                _link_or_copy(cached, path)
+                link_or_copy(cached, path)
                 with self._lock:
-                    self._state_new[entry.dest] = _state_record(entry, os.stat(path))
+                    self._state_new[entry.dest] = state_record(entry, os.stat(path))
                     self.stats.cache_hits += 1
                     self._touched_dirs.add(path.parent)
                 self.progress.file_done(entry.size, downloaded=False)
-                return None
-        return job
+                return True
+        return False
 
     def _cache_path(self, entry: ManifestEntry) -> Path | None:
         if self.options.cache is None or entry.checksum_kind not in CONTENT_KINDS:
@@ -706,20 +366,12 @@ class Syncer:
 
         def make_sink() -> Callable[[bytes], None]:
             pos[0] = start
-            md5 = [hashlib.md5(usedforsecurity=False)]
+            digests = RangeDigests(aligned, start) if aligned is not None else None
 
             def write(chunk: bytes) -> None:
                 os.pwrite(fd, chunk, pos[0])
-                if aligned is not None:
-                    view, offset = memoryview(chunk), pos[0]
-                    while view:
-                        boundary = (offset // aligned.part_size + 1) * aligned.part_size
-                        take = min(len(view), boundary - offset)
-                        md5[0].update(view[:take])
-                        view, offset = view[take:], offset + take
-                        if offset in (boundary, job.entry.size):
-                            aligned.digests[(offset - 1) // aligned.part_size] = md5[0].digest()
-                            md5[0] = hashlib.md5(usedforsecurity=False)
+                if digests is not None:
+                    digests.update(chunk)
                 pos[0] += len(chunk)
 
             return self._sink(write)
@@ -755,15 +407,7 @@ class Syncer:
                     return
                 begin = job.hash_pos
             if job.hasher is not None:
-                offset = begin
-                while offset < stop:
-                    if self._abort.is_set():
-                        raise _Aborted
-                    chunk = os.pread(job.fd, min(CHUNK * 8, stop - offset), offset)
-                    if not chunk:
-                        raise SyncError(f"{job.tmp}: short read while verifying")
-                    job.hasher.update(chunk)
-                    offset += len(chunk)
+                self._hash_range(job, job.hasher, begin, stop)
             with job.lock:
                 job.hash_pos = stop
                 last = stop == job.entry.size
@@ -772,6 +416,18 @@ class Syncer:
                 with job.lock:
                     job.hashing = False
                 return
+
+    def _hash_range(self, job: _Job, hasher: Hasher, begin: int, stop: int) -> None:
+        """Feed bytes ``begin``..``stop`` of the temp file, as written, to the file's hasher."""
+        offset = begin
+        while offset < stop:
+            if self._abort.is_set():
+                raise _Aborted
+            chunk = os.pread(job.fd, min(CHUNK * 8, stop - offset), offset)
+            if not chunk:
+                raise SyncError(f"{job.tmp}: short read while verifying")
+            hasher.update(chunk)
+            offset += len(chunk)
 
     def _finish(self, job: _Job, count: int) -> None:
         entry = job.entry
@@ -793,9 +449,9 @@ class Syncer:
         if cached is not None and not cached.exists():
             cached.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(OSError):
-                _link_or_copy(job.path, cached)
+                link_or_copy(job.path, cached)
         with self._lock:
-            self._state_new[entry.dest] = _state_record(entry, st)
+            self._state_new[entry.dest] = state_record(entry, st)
             self.stats.downloaded_files += 1
             self.stats.downloaded_bytes += entry.size
             if not verified:
@@ -850,31 +506,14 @@ class Syncer:
         if selection.errors:
             raise SelectionFailed(selection.errors)
         self.progress.begin(0, 0)
-        dirs = _Dirs(self.dest)
+        dirs = Dirs(self.dest)
         for model in selection.models:
             model_dir = dirs.ensure(model.name)
-            base = Path(root) / f"{loc.prefix}{model.folder}"
-            wanted: dict[str, Path] = {v: base / v for v in model.versions}
-            for sel in model.objects:
-                rel = sel.dest.split("/", 1)[1]
-                first = rel.split("/", 1)[0]
-                if first not in wanted:
-                    wanted[first] = base / first
+            wanted = _link_targets(model, Path(root) / f"{loc.prefix}{model.folder}")
             for name, target in sorted(wanted.items()):
-                link = model_dir / name
-                try:
-                    st = os.lstat(link)
-                except FileNotFoundError:
-                    st = None
-                if st is not None and not stat.S_ISLNK(st.st_mode):
-                    raise UnsafeDestination(f"{link} exists and is not a link made by sync")
-                if st is not None and os.readlink(link) == str(target):
-                    continue
-                tmp = _tmp_name(link)
-                os.symlink(target, tmp)
-                os.replace(tmp, link)
-                self.stats.linked_versions += 1
-                self._touched_dirs.add(model_dir)
+                if place_symlink(model_dir / name, target):
+                    self.stats.linked_versions += 1
+                    self._touched_dirs.add(model_dir)
             for entry in os.listdir(model_dir):
                 p = model_dir / entry
                 if entry not in wanted and entry != CONFIG_FILE and p.is_symlink():
@@ -888,7 +527,7 @@ class Syncer:
         configs = self.options.configs
         if configs is None:
             return
-        dirs = _Dirs(self.dest)
+        dirs = Dirs(self.dest)
         for model in self.manifest.models:
             # Every pinned version has its folder, even one with no files (an ensemble's).
             for version in model.versions:
@@ -898,20 +537,21 @@ class Syncer:
                 raise SyncError(f"{src}: no rendered config for model {model.name!r} in {configs}")
             data = src.read_bytes()
             dst = dirs.ensure(model.name) / CONFIG_FILE
-            try:
-                st = os.lstat(dst)
-            except FileNotFoundError:
-                st = None
-            if st is not None:
-                if stat.S_ISLNK(st.st_mode):
-                    raise UnsafeDestination(f"{dst} is a symlink; sync refuses to write through it")
-                if stat.S_ISREG(st.st_mode) and dst.read_bytes() == data:
-                    continue
-            tmp = _tmp_name(dst)
-            tmp.write_bytes(data)
-            os.replace(tmp, dst)
-            self.stats.configs_written += 1
-            self._touched_dirs.add(dst.parent)
+            if place_bytes(dst, data):
+                self.stats.configs_written += 1
+                self._touched_dirs.add(dst.parent)
+
+
+def _link_targets(model: SelectedModel, base: Path) -> dict[str, Path]:
+    """The folders of a model on the claim to link into dest, by name: its selected versions and the
+    first folder of any other selected object."""
+    wanted: dict[str, Path] = {v: base / v for v in model.versions}
+    for sel in model.objects:
+        rel = sel.dest.split("/", 1)[1]
+        first = rel.split("/", 1)[0]
+        if first not in wanted:
+            wanted[first] = base / first
+    return wanted
 
 
 def sync(

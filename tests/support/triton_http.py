@@ -1,4 +1,4 @@
-"""Triton's HTTP API as the operator reads it: server readiness, the repository index, model readiness."""
+"""Triton's HTTP API as the tests read it: server readiness, the repository index, model readiness."""
 
 from __future__ import annotations
 

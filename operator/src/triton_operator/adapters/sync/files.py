@@ -1,0 +1,175 @@
+"""The destination's files: flushes, temp names, safe folders, atomic placement, and the state file."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import shutil
+import stat
+import threading
+from pathlib import Path
+from typing import Any
+
+from triton_operator.adapters.sync.hashing import CHUNK
+from triton_operator.adapters.sync.results import UnsafeDestination
+from triton_operator.core.manifest import ManifestEntry
+
+STATE_FILE = ".triton-sync.json"
+STATE_FORMAT = 1
+_TMP_MARK = ".tmp-sync-"
+
+
+# ---------------------------------------------------------------- flushes
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def syncfs(path: Path) -> None:
+    """Flush the whole filesystem holding ``path`` (data, renames, folders) in one call."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        libc_syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+        if libc_syncfs is None:
+            os.sync()
+        elif libc_syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs: {os.strerror(err)}", str(path))
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- placing files
+
+
+def tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}{_TMP_MARK}{secrets.token_hex(4)}")
+
+
+class Dirs:
+    """Creates folders under dest, refusing symlinks and non-folders on the way."""
+
+    def __init__(self, dest: Path) -> None:
+        self.dest = dest
+        self._ok: set[str] = {""}
+        self._lock = threading.Lock()
+
+    def ensure(self, rel_dir: str) -> Path:
+        with self._lock:
+            if rel_dir in self._ok:
+                return self.dest / rel_dir if rel_dir else self.dest
+            parts = rel_dir.split("/")
+            for n in range(1, len(parts) + 1):
+                rel = "/".join(parts[:n])
+                if rel in self._ok:
+                    continue
+                path = self.dest / rel
+                try:
+                    st = os.lstat(path)
+                except FileNotFoundError:
+                    os.mkdir(path)
+                else:
+                    if stat.S_ISLNK(st.st_mode):
+                        raise UnsafeDestination(f"{path} is a symlink; sync refuses to write through it")
+                    if not stat.S_ISDIR(st.st_mode):
+                        raise UnsafeDestination(f"{path} exists and is not a folder")
+                self._ok.add(rel)
+            return self.dest / rel_dir
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """Place ``src``'s bytes at ``dst`` atomically: a hardlink if possible, else a copy."""
+    tmp = tmp_name(dst)
+    try:
+        try:
+            os.link(src, tmp)
+        except OSError:
+            with src.open("rb") as fin, tmp.open("wb") as fout:
+                shutil.copyfileobj(fin, fout, CHUNK)
+        os.replace(tmp, dst)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def place_bytes(dst: Path, data: bytes) -> bool:
+    """Write ``data`` at ``dst`` atomically unless it is there already; whether it wrote."""
+    try:
+        st = os.lstat(dst)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafeDestination(f"{dst} is a symlink; sync refuses to write through it")
+        if stat.S_ISREG(st.st_mode) and dst.read_bytes() == data:
+            return False
+    tmp = tmp_name(dst)
+    tmp.write_bytes(data)
+    os.replace(tmp, dst)
+    return True
+
+
+def place_symlink(link: Path, target: Path) -> bool:
+    """Point ``link`` at ``target`` atomically unless it does already; whether it changed it.
+
+    Only a symlink (one sync made) may be replaced: a file or folder there is refused.
+    """
+    try:
+        st = os.lstat(link)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISLNK(st.st_mode):
+        raise UnsafeDestination(f"{link} exists and is not a link made by sync")
+    if st is not None and os.readlink(link) == str(target):
+        return False
+    tmp = tmp_name(link)
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+    return True
+
+
+# ---------------------------------------------------------------- state of earlier syncs
+
+
+def state_record(entry: ManifestEntry, st: os.stat_result) -> list[Any]:
+    return [
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ino,
+        entry.checksum_kind,
+        entry.checksum,
+        entry.etag,
+        entry.generation,
+    ]
+
+
+def load_state(dest: Path) -> dict[str, list[Any]]:
+    try:
+        data = json.loads((dest / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != STATE_FORMAT
+        or not isinstance(data.get("files"), dict)
+    ):
+        return {}
+    return {str(k): v for k, v in data["files"].items() if isinstance(v, list)}
+
+
+def save_state(dest: Path, files: dict[str, list[Any]]) -> None:
+    path = dest / STATE_FILE
+    tmp = tmp_name(path)
+    with tmp.open("w") as f:
+        json.dump({"format": STATE_FORMAT, "files": files}, f, separators=(",", ":"))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
