@@ -23,6 +23,7 @@ from triton_operator.core.modelconfig import (
     is_repeated,
     map_key_value,
 )
+from triton_operator.core.modelconfig_docs import FIELD_DESCRIPTIONS
 from triton_operator.models import (
     MODEL_CONFIG_MARKER,
     MODEL_NAME_MAX_LENGTH,
@@ -71,37 +72,6 @@ _KEPT_KEYS = frozenset(
 )
 # Dropped on purpose: titles are noise, $defs are inlined.
 _DROPPED_KEYS = frozenset({"title", "$defs"})
-
-# Short descriptions for the top-level ModelConfig fields (the compiled descriptor has no comments).
-CONFIG_FIELD_DESCRIPTIONS: dict[str, str] = {
-    "name": "The model name; left out, it is the model's name in spec.models.",
-    "platform": "Framework of the model: tensorrt_plan, onnxruntime_onnx, pytorch_libtorch, "
-    "tensorflow_savedmodel, ensemble, ...",
-    "backend": "Backend that runs the model: python, onnxruntime, tensorrt, pytorch, vllm, ...",
-    "runtime": "Runtime library of the backend (for example model.py for the Python-based backends).",
-    "versionPolicy": "Which versions of the model are served: latest, all or specific.",
-    "maxBatchSize": "Largest batch the model accepts; 0 means the model does not batch.",
-    "input": "Input tensors of the model.",
-    "output": "Output tensors of the model.",
-    "batchInput": "Extra inputs the batcher computes from a batch (ragged batching).",
-    "batchOutput": "Outputs that come back per request from a ragged batch.",
-    "optimization": "Optimization settings: graph level, CUDA graphs, execution accelerators, ...",
-    "dynamicBatching": "Dynamic batcher; needs maxBatchSize > 0.",
-    "sequenceBatching": "Sequence batcher for stateful models.",
-    "ensembleScheduling": "Steps of an ensemble (platform: ensemble).",
-    "instanceGroup": "How many instances of the model run, and where (KIND_GPU, KIND_CPU, ...).",
-    "defaultModelFilename": "File name of the model in each version folder.",
-    "ccModelFilenames": "Model file name per CUDA compute capability.",
-    "metricTags": "Extra labels on the model's metrics.",
-    "parameters": 'Backend parameters: {"key": {"stringValue": "value"}}.',
-    "modelWarmup": "Requests run when the model loads, before it is marked ready.",
-    "modelOperations": "Custom operation libraries to load with the model.",
-    "modelTransactionPolicy": "Transaction policy; decoupled: true for models that stream responses.",
-    "modelRepositoryAgents": "Repository agents that run on the model's files when it loads.",
-    "responseCache": "Response cache of the model; needs a cache in the server (serverArgs).",
-    "modelMetrics": "Per-model metric settings (histogram buckets).",
-}
-
 
 # ---------------------------------------------------------------- protobuf -> OpenAPI
 
@@ -169,6 +139,20 @@ def _field_schema(
     return _value_schema(field, stack, max_depth, singular_path)
 
 
+def _described_field_schema(
+    field: FieldDescriptor, stack: tuple[str, ...], max_depth: int, singular_path: bool
+) -> dict[str, Any]:
+    """The field's schema with its line from FIELD_DESCRIPTIONS, ahead of any note the type carries."""
+    schema = _field_schema(field, stack, max_depth, singular_path)
+    text = FIELD_DESCRIPTIONS.get(field.full_name)
+    if text is not None:
+        # The type's own note (int64 as a string, integer map keys, unchecked) says how to write the
+        # value, so it stays after what the field does.
+        note = schema.get("description")
+        schema["description"] = f"{text} {note}" if note else text
+    return schema
+
+
 def _oneof_rule(fields: list[str], oneof: str) -> dict[str, Any]:
     count = " + ".join(f"(has(self.{name}) ? 1 : 0)" for name in fields)
     return {"rule": f"{count} <= 1", "message": f"at most one of {', '.join(fields)} may be set ({oneof})"}
@@ -186,7 +170,8 @@ def message_schema(
     Property names are the JSON names (camelCase). 32-bit integers are integers with their range,
     64-bit integers int-or-string (proto3 JSON writes them as strings), enums strings of the value
     names, repeated fields arrays, maps objects with additionalProperties. A message reached again
-    inside itself, or past ``max_depth``, is an object whose fields are kept unchecked.
+    inside itself, or past ``max_depth``, is an object whose fields are kept unchecked. Each field's
+    description is its line in ``core.modelconfig_docs`` (what ``kubectl explain`` shows).
 
     Oneofs become CEL rules (at most one member set), but only on messages reached through singular
     fields: a rule inside a list would be counted once per possible element of an unbounded list and
@@ -197,7 +182,9 @@ def message_schema(
     if len(_stack) >= max_depth:
         return _unchecked(f"{descriptor.name} (nested too deep; not checked by the schema)")
     stack = (*_stack, descriptor.full_name)
-    properties = {f.json_name: _field_schema(f, stack, max_depth, _singular_path) for f in descriptor.fields}
+    properties = {
+        f.json_name: _described_field_schema(f, stack, max_depth, _singular_path) for f in descriptor.fields
+    }
     schema: dict[str, Any] = {"type": "object"}
     if properties:
         schema["properties"] = properties
@@ -216,9 +203,6 @@ def model_config_schema() -> dict[str, Any]:
     """The schema of spec.models[].config: Triton's ModelConfig as proto3 JSON."""
     schema = message_schema(MODEL_CONFIG_DESCRIPTOR)
     properties: dict[str, Any] = schema["properties"]
-    for name, text in CONFIG_FIELD_DESCRIPTIONS.items():
-        if name in properties:
-            properties[name]["description"] = text
     # Bounded so that the CEL rule comparing config.name with the model name stays cheap.
     properties["name"].update(maxLength=MODEL_NAME_MAX_LENGTH, pattern=MODEL_NAME_PATTERN)
     properties["maxBatchSize"]["minimum"] = 0
