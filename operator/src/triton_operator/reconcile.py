@@ -22,6 +22,14 @@ from triton_operator.adapters.kube import (
 from triton_operator.adapters.storage import PinResult, pin_with_versioning
 from triton_operator.adapters.storage.base import StoreError
 from triton_operator.core import conditions as cond
+from triton_operator.core.actions import Actions, RevisionPlan, plan_actions
+from triton_operator.core.builders import (
+    build_event,
+    compute_revision,
+    disruption_budget_enabled,
+    endpoints,
+    model_statuses,
+)
 from triton_operator.core.manifest import (
     Manifest,
     ManifestError,
@@ -36,28 +44,22 @@ from triton_operator.core.manifest import (
 )
 from triton_operator.core.manifestparts import ManifestTooLarge, compress
 from triton_operator.core.modelconfig import ModelConfigError
-from triton_operator.core.objects import (
+from triton_operator.core.names import (
     LABEL_MANAGED_BY,
     LABEL_SERVICE,
     MANAGED_BY,
-    Actions,
+    object_name,
+    revision_object_names,
+)
+from triton_operator.core.observation import (
     DeploymentState,
     PodState,
-    RevisionPlan,
-    build_event,
     check_body,
-    compute_revision,
     deployment_state,
-    disruption_budget_enabled,
-    endpoints,
     last_valid,
     layout_of,
-    model_statuses,
-    object_name,
-    plan_actions,
     pod_state,
     revision_manifest,
-    revision_object_names,
     split_by_owner,
 )
 from triton_operator.core.rollout import (
