@@ -10,14 +10,22 @@ import pytest
 
 from triton_operator.core.builders import (
     EVENT_MESSAGE_MAX,
+    PLAIN,
+    ManifestLayout,
     build_configmap,
-    build_deployment,
     build_event,
     build_labels,
     build_owner_reference,
     build_pdb,
+    build_pod_metadata,
+    build_pod_template,
+    build_scheduling,
     build_service,
+    build_sync_container,
+    build_triton_container,
+    build_volumes,
     compute_revision,
+    termination_grace_seconds,
 )
 from triton_operator.core.manifest import manifest_from_json
 from triton_operator.core.names import CONFIG_VOLUME, LABEL_REVISION, PLACEHOLDER_UID, SHM_VOLUME
@@ -111,6 +119,15 @@ def test_configmap_without_pinned_manifest_carries_an_unpinned_one() -> None:
     assert [m.name for m in manifest.models] == ["m1"]
 
 
+@pytest.mark.parametrize("uri", ["pvc://models-claim/triton/prod", "pvc://models-claim"])
+def test_a_claims_configmap_carries_an_unpinned_manifest_of_the_claim(uri: str) -> None:
+    ts = ts_of(repository={"uri": uri, "credentialsSecret": "unused"})
+    cm = build_configmap(ts, "abc1234567", configs_of(ts), None)
+    manifest = json.loads(cm["data"]["manifest.json"])
+    assert manifest["pinned"] is False
+    assert manifest["repository"]["uri"] == uri
+
+
 # ----------------------------------------------------------------- Deployment
 
 
@@ -127,183 +144,272 @@ def test_deployment_name_selector_and_replicas() -> None:
     assert dep["spec"]["revisionHistoryLimit"] == 0
 
 
-def test_triton_args_load_each_model_then_server_args() -> None:
-    ts = ts_of(
-        models=[{"name": "a", "config": CONFIG}, {"name": "b", "config": CONFIG}],
-        serverArgs=["--log-verbose=1"],
+# ----------------------------------------------------------------- the pod template, piece by piece
+
+REVISION = "abc1234567"
+CLAIMS = [("pvc://models-claim/triton/prod", "models-claim"), ("pvc://models-claim", "models-claim")]
+CLAIM_MOUNT = {"name": "repository", "mountPath": "/repository", "readOnly": True}
+"""Both containers mount a pvc:// repository at the same path: sync's links resolve in tritonserver."""
+EXTRAS: dict[str, Any] = {
+    "nodeSelector": {"nvidia.com/gpu.present": "true"},
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "affinity": {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
+    },
+    "env": [{"name": "FOO", "value": "bar"}],
+    "volumes": [{"name": "extra", "emptyDir": {}}],
+    "volumeMounts": [{"name": "extra", "mountPath": "/extra"}],
+    "podAnnotations": {"a": "b", "prometheus.io/path": "/custom"},
+    "podLabels": {"team": "ml", "triton-operator.io/service": "hijack"},
+    "serviceAccountName": "triton",
+    "priorityClassName": "high",
+    "imagePullSecrets": ["ngc"],
+    "imagePullPolicy": "IfNotPresent",
+    "image": "my/triton:1",
+}
+"""A spec setting every field the pod template passes through."""
+
+
+def named(items: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(i for i in items if i["name"] == name)
+
+
+class TestVolumes:
+    """build_volumes: /models, shared memory, configs and manifest, the claim, the spec's volumes."""
+
+    @pytest.mark.parametrize("size", ["64Mi", "1Gi", "8Gi"])
+    def test_shm_is_memory_emptydir_of_shm_size(self, size: str) -> None:
+        volumes = build_volumes(ts_of(shmSize=size), REVISION, PLAIN)
+        assert named(volumes, SHM_VOLUME) == {
+            "name": "dshm",
+            "emptyDir": {"medium": "Memory", "sizeLimit": size},
+        }
+
+    def test_object_store_fills_an_empty_dir_and_mounts_the_revisions_configmap(self) -> None:
+        volumes = build_volumes(ts_of(), REVISION, PLAIN)
+        assert named(volumes, "models") == {"name": "models", "emptyDir": {}}
+        assert named(volumes, CONFIG_VOLUME)["configMap"]["name"] == "svc-abc1234567"
+        assert all(v["name"] != "repository" for v in volumes)  # no claim
+
+    @pytest.mark.parametrize(("uri", "claim"), CLAIMS)
+    def test_pvc_claim_is_mounted_read_only(self, uri: str, claim: str) -> None:
+        volumes = build_volumes(
+            ts_of(repository={"uri": uri, "credentialsSecret": "unused"}), REVISION, PLAIN
+        )
+        assert named(volumes, "repository") == {
+            "name": "repository",
+            "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
+        }
+        assert named(volumes, "models") == {"name": "models", "emptyDir": {}}
+
+    def test_the_specs_volumes_pass_through(self) -> None:
+        assert {"name": "extra", "emptyDir": {}} in build_volumes(ts_of(**EXTRAS), REVISION, PLAIN)
+
+
+class TestTritonContainer:
+    """build_triton_container: command, ports, probes, resources, mounts and the spec's extras."""
+
+    def test_triton_args_load_each_model_then_server_args(self) -> None:
+        ts = ts_of(
+            models=[{"name": "a", "config": CONFIG}, {"name": "b", "config": CONFIG}],
+            serverArgs=["--log-verbose=1"],
+        )
+        container = build_triton_container(ts, SETTINGS)
+        assert container["command"] == ["tritonserver"]
+        assert container["args"] == [
+            "--model-repository=/models",
+            "--model-control-mode=explicit",
+            "--load-model=a",
+            "--load-model=b",
+            "--http-port=8000",
+            "--grpc-port=8001",
+            "--metrics-port=8002",
+            "--log-verbose=1",
+        ]
+        assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [
+            ("http", 8000),
+            ("grpc", 8001),
+            ("metrics", 8002),
+        ]
+        assert container["image"] == DEFAULT_TRITON_IMAGE
+
+    @pytest.mark.parametrize("timeout", [10, 11, 600, 1800, 3601])
+    def test_startup_probe_covers_startup_timeout(self, timeout: int) -> None:
+        container = build_triton_container(ts_of(startupTimeoutSeconds=timeout), SETTINGS)
+        startup = container["startupProbe"]
+        assert startup["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+        assert startup["failureThreshold"] * startup["periodSeconds"] >= timeout
+        assert (startup["failureThreshold"] - 1) * startup["periodSeconds"] < timeout
+        assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+        assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+
+    @pytest.mark.parametrize(
+        ("resources", "requests", "limits"),
+        [
+            ({}, None, None),
+            ({"cpu": "2"}, {"cpu": "2"}, None),
+            (
+                {"cpu": "2", "cpuLimit": "4", "memory": "8Gi"},
+                {"cpu": "2", "memory": "8Gi"},
+                {"cpu": "4", "memory": "8Gi"},
+            ),
+            ({"gpus": 2}, {"nvidia.com/gpu": "2"}, {"nvidia.com/gpu": "2"}),
+            (
+                {"gpus": 1, "gpuResourceName": "nvidia.com/mig-1g.10gb", "memory": "16Gi"},
+                {"nvidia.com/mig-1g.10gb": "1", "memory": "16Gi"},
+                {"nvidia.com/mig-1g.10gb": "1", "memory": "16Gi"},
+            ),
+            ({"gpus": 0, "gpuResourceName": "nvidia.com/gpu"}, None, None),
+        ],
     )
-    container = triton_container(deployment(ts))
-    assert container["command"] == ["tritonserver"]
-    assert container["args"] == [
-        "--model-repository=/models",
-        "--model-control-mode=explicit",
-        "--load-model=a",
-        "--load-model=b",
-        "--http-port=8000",
-        "--grpc-port=8001",
-        "--metrics-port=8002",
-        "--log-verbose=1",
-    ]
-    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [
-        ("http", 8000),
-        ("grpc", 8001),
-        ("metrics", 8002),
-    ]
-    assert container["image"] == DEFAULT_TRITON_IMAGE
+    def test_resources(
+        self, resources: dict[str, Any], requests: dict[str, str] | None, limits: dict[str, str] | None
+    ) -> None:
+        models = [{"name": "m1", "config": {**CONFIG, "instanceGroup": [{"kind": "KIND_AUTO"}]}}]
+        container = build_triton_container(ts_of(resources=resources, models=models), SETTINGS)
+        assert container.get("resources", {}).get("requests") == requests
+        assert container.get("resources", {}).get("limits") == limits
+
+    def test_shared_memory_is_mounted_at_dev_shm(self) -> None:
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in build_triton_container(ts_of(), SETTINGS)[
+            "volumeMounts"
+        ]
+
+    @pytest.mark.parametrize(("uri", "claim"), CLAIMS)
+    def test_pvc_claim_is_mounted_where_sync_links_into_it(self, uri: str, claim: str) -> None:
+        container = build_triton_container(ts_of(repository={"uri": uri}), SETTINGS)
+        assert CLAIM_MOUNT in container["volumeMounts"]  # links resolve in tritonserver too
+
+    def test_object_store_has_no_claim_mount(self) -> None:
+        assert all(
+            m["name"] != "repository" for m in build_triton_container(ts_of(), SETTINGS)["volumeMounts"]
+        )
+
+    def test_the_specs_extras_pass_through(self) -> None:
+        container = build_triton_container(ts_of(**EXTRAS), SETTINGS)
+        assert container["env"] == [{"name": "FOO", "value": "bar"}]
+        assert container["image"] == "my/triton:1"
+        assert container["imagePullPolicy"] == "IfNotPresent"
+        assert {"name": "extra", "mountPath": "/extra"} in container["volumeMounts"]
 
 
-@pytest.mark.parametrize("timeout", [10, 11, 600, 1800, 3601])
-def test_startup_probe_covers_startup_timeout(timeout: int) -> None:
-    container = triton_container(deployment(ts_of(startupTimeoutSeconds=timeout)))
-    startup = container["startupProbe"]
-    assert startup["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
-    assert startup["failureThreshold"] * startup["periodSeconds"] >= timeout
-    assert (startup["failureThreshold"] - 1) * startup["periodSeconds"] < timeout
-    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+class TestSyncContainer:
+    """build_sync_container: `triton-operator sync` with the manifest, the configs and the store's access."""
+
+    def test_object_store_runs_sync_init_container_with_credentials(self) -> None:
+        ts = ts_of(
+            repository={
+                "uri": "s3://models/prod",
+                "endpoint": "http://minio:9000",
+                "credentialsSecret": "creds",
+            }
+        )
+        sync = build_sync_container(ts, SETTINGS, PLAIN)
+        assert sync["image"] == SETTINGS.sync_image
+        assert sync["command"] + sync["args"] == [
+            "triton-operator",
+            "sync",
+            "--manifest",
+            "/etc/triton-operator/manifest.json",
+            "--configs",
+            "/etc/triton-operator/configs",
+            "--dest",
+            "/models",
+        ]
+        assert sync["envFrom"] == [{"secretRef": {"name": "creds"}}]
+        assert {"name": "models", "mountPath": "/models"} in sync["volumeMounts"]
+
+    def test_object_store_without_secret_has_no_env_from(self) -> None:
+        assert "envFrom" not in build_sync_container(ts_of(), SETTINGS, PLAIN)
+
+    @pytest.mark.parametrize(("uri", "claim"), CLAIMS)
+    def test_pvc_claim_is_linked_by_sync(self, uri: str, claim: str) -> None:
+        sync = build_sync_container(
+            ts_of(repository={"uri": uri, "credentialsSecret": "unused"}), SETTINGS, PLAIN
+        )
+        assert sync["args"][-2:] == ["--pvc-root", "/repository"]
+        assert "envFrom" not in sync  # a claim needs no store credentials
+        assert CLAIM_MOUNT in sync["volumeMounts"]
 
 
-@pytest.mark.parametrize(
-    ("resources", "requests", "limits"),
-    [
-        ({}, None, None),
-        ({"cpu": "2"}, {"cpu": "2"}, None),
-        (
-            {"cpu": "2", "cpuLimit": "4", "memory": "8Gi"},
-            {"cpu": "2", "memory": "8Gi"},
-            {"cpu": "4", "memory": "8Gi"},
-        ),
-        ({"gpus": 2}, {"nvidia.com/gpu": "2"}, {"nvidia.com/gpu": "2"}),
-        (
-            {"gpus": 1, "gpuResourceName": "nvidia.com/mig-1g.10gb", "memory": "16Gi"},
-            {"nvidia.com/mig-1g.10gb": "1", "memory": "16Gi"},
-            {"nvidia.com/mig-1g.10gb": "1", "memory": "16Gi"},
-        ),
-        ({"gpus": 0, "gpuResourceName": "nvidia.com/gpu"}, None, None),
-    ],
-)
-def test_resources(
-    resources: dict[str, Any], requests: dict[str, str] | None, limits: dict[str, str] | None
-) -> None:
-    models = [{"name": "m1", "config": {**CONFIG, "instanceGroup": [{"kind": "KIND_AUTO"}]}}]
-    container = triton_container(deployment(ts_of(resources=resources, models=models)))
-    assert container.get("resources", {}).get("requests") == requests
-    assert container.get("resources", {}).get("limits") == limits
+class TestScheduling:
+    """build_scheduling: service account, priority, pull secrets, node selector, tolerations, affinity."""
+
+    def test_scheduling_passes_through(self) -> None:
+        pod = build_scheduling(ts_of(**EXTRAS))
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+        assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+        assert "nodeAffinity" in pod["affinity"]
+        assert pod["serviceAccountName"] == "triton"
+        assert pod["priorityClassName"] == "high"
+        assert pod["imagePullSecrets"] == [{"name": "ngc"}]
+
+    def test_only_what_the_spec_sets(self) -> None:
+        assert build_scheduling(ts_of()) == {}
 
 
-@pytest.mark.parametrize("size", ["64Mi", "1Gi", "8Gi"])
-def test_shm_is_memory_emptydir_of_shm_size(size: str) -> None:
-    dep = deployment(ts_of(shmSize=size))
-    assert volume(dep, SHM_VOLUME) == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}
-    assert {"name": "dshm", "mountPath": "/dev/shm"} in triton_container(dep)["volumeMounts"]
+class TestPodMetadata:
+    """build_pod_metadata: our labels over the spec's; scrape hints under the spec's annotations."""
+
+    def test_the_specs_labels_and_annotations_pass_through_and_ours_win(self) -> None:
+        metadata = build_pod_metadata(ts_of(**EXTRAS), "r1", SETTINGS)
+        annotations = metadata["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert annotations["prometheus.io/port"] == "8002"
+        assert annotations["prometheus.io/path"] == "/custom"  # the user's annotation wins
+        assert annotations["a"] == "b"
+        labels = metadata["labels"]
+        assert labels["team"] == "ml"
+        assert labels["triton-operator.io/service"] == "svc"  # ours win: selectors depend on them
+
+    def test_no_scrape_annotations_when_disabled(self) -> None:
+        metadata = build_pod_metadata(ts_of(), "r1", Settings(prometheus_scrape=False))
+        assert "prometheus.io/scrape" not in metadata.get("annotations", {})
 
 
-def test_object_store_runs_sync_init_container_with_credentials() -> None:
-    ts = ts_of(
-        repository={"uri": "s3://models/prod", "endpoint": "http://minio:9000", "credentialsSecret": "creds"}
+class TestPodTemplate:
+    """build_pod_template: the pieces put together, and the termination that spans them."""
+
+    @pytest.mark.parametrize("layout", [PLAIN, ManifestLayout(3)], ids=["plain", "parts"])
+    @pytest.mark.parametrize(
+        "spec", [{}, {**EXTRAS, "repository": {"uri": "pvc://models-claim"}}], ids=["s3", "pvc"]
     )
-    dep = deployment(ts)
-    pod = dep["spec"]["template"]["spec"]
-    (sync,) = pod["initContainers"]
-    assert sync["image"] == SETTINGS.sync_image
-    assert sync["command"] + sync["args"] == [
-        "triton-operator",
-        "sync",
-        "--manifest",
-        "/etc/triton-operator/manifest.json",
-        "--configs",
-        "/etc/triton-operator/configs",
-        "--dest",
-        "/models",
-    ]
-    assert sync["envFrom"] == [{"secretRef": {"name": "creds"}}]
-    assert {"name": "models", "mountPath": "/models"} in sync["volumeMounts"]
-    assert volume(dep, "models") == {"name": "models", "emptyDir": {}}
-    assert volume(dep, CONFIG_VOLUME)["configMap"]["name"] == "svc-abc1234567"
+    def test_is_made_of_the_pieces(self, spec: dict[str, Any], layout: ManifestLayout) -> None:
+        ts = ts_of(**spec)
+        template = build_pod_template(ts, "r1", SETTINGS, layout)
+        assert template == {
+            "metadata": build_pod_metadata(ts, "r1", SETTINGS),
+            "spec": {
+                "containers": [build_triton_container(ts, SETTINGS)],
+                "volumes": build_volumes(ts, "r1", layout),
+                "enableServiceLinks": False,
+                "terminationGracePeriodSeconds": termination_grace_seconds(ts),
+                "initContainers": [build_sync_container(ts, SETTINGS, layout)],
+                **build_scheduling(ts),
+            },
+        }
+        assert deployment(ts, "r1")["spec"]["template"] == build_pod_template(ts, "r1", SETTINGS)
 
-
-def test_object_store_without_secret_has_no_env_from() -> None:
-    (sync,) = deployment(ts_of())["spec"]["template"]["spec"]["initContainers"]
-    assert "envFrom" not in sync
-
-
-@pytest.mark.parametrize(
-    ("uri", "claim"),
-    [("pvc://models-claim/triton/prod", "models-claim"), ("pvc://models-claim", "models-claim")],
-)
-def test_pvc_claim_is_linked_by_sync_at_the_same_path_in_both_containers(uri: str, claim: str) -> None:
-    ts = ts_of(repository={"uri": uri, "credentialsSecret": "unused"})
-    dep = deployment(ts)
-    pod = dep["spec"]["template"]["spec"]
-    (sync,) = pod["initContainers"]
-    assert sync["args"][-2:] == ["--pvc-root", "/repository"]
-    assert "envFrom" not in sync  # a claim needs no store credentials
-    assert volume(dep, "repository") == {
-        "name": "repository",
-        "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
-    }
-    assert volume(dep, "models") == {"name": "models", "emptyDir": {}}
-    mount = {"name": "repository", "mountPath": "/repository", "readOnly": True}
-    assert mount in sync["volumeMounts"]
-    assert mount in triton_container(dep)["volumeMounts"]  # links resolve in tritonserver too
-    cm = build_configmap(ts, "abc1234567", configs_of(ts), None)
-    manifest = json.loads(cm["data"]["manifest.json"])
-    assert manifest["pinned"] is False
-    assert manifest["repository"]["uri"] == uri
-
-
-def test_object_store_has_no_claim_volume() -> None:
-    dep = deployment(ts_of())
-    assert all(v["name"] != "repository" for v in dep["spec"]["template"]["spec"]["volumes"])
-    assert all(m["name"] != "repository" for m in triton_container(dep)["volumeMounts"])
-
-
-def test_scheduling_and_extras_pass_through() -> None:
-    ts = ts_of(
-        nodeSelector={"nvidia.com/gpu.present": "true"},
-        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        affinity={
-            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
-        },
-        env=[{"name": "FOO", "value": "bar"}],
-        volumes=[{"name": "extra", "emptyDir": {}}],
-        volumeMounts=[{"name": "extra", "mountPath": "/extra"}],
-        podAnnotations={"a": "b", "prometheus.io/path": "/custom"},
-        podLabels={"team": "ml", "triton-operator.io/service": "hijack"},
-        serviceAccountName="triton",
-        priorityClassName="high",
-        imagePullSecrets=["ngc"],
-        imagePullPolicy="IfNotPresent",
-        image="my/triton:1",
+    @pytest.mark.parametrize(
+        ("spec", "drain", "grace"),
+        [
+            ({}, 5, 5 + 30 + 5),
+            ({"drainSeconds": 0}, None, 0 + 30 + 5),
+            ({"drainSeconds": 20, "serverArgs": ["--exit-timeout-secs=10"]}, 20, 20 + 10 + 5),
+            ({"serverArgs": ["--exit-timeout-secs", "7", "--log-verbose=0"]}, 5, 5 + 7 + 5),
+            ({"serverArgs": ["--exit-timeout-secs=1", "--exit-timeout-secs=3"]}, 5, 5 + 3 + 5),
+        ],
     )
-    dep = deployment(ts, "r1")
-    template = dep["spec"]["template"]
-    pod = template["spec"]
-    container = triton_container(dep)
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
-    assert "nodeAffinity" in pod["affinity"]
-    assert pod["serviceAccountName"] == "triton"
-    assert pod["priorityClassName"] == "high"
-    assert pod["imagePullSecrets"] == [{"name": "ngc"}]
-    assert container["env"] == [{"name": "FOO", "value": "bar"}]
-    assert container["image"] == "my/triton:1"
-    assert container["imagePullPolicy"] == "IfNotPresent"
-    assert {"name": "extra", "emptyDir": {}} in pod["volumes"]
-    assert {"name": "extra", "mountPath": "/extra"} in container["volumeMounts"]
-    annotations = template["metadata"]["annotations"]
-    assert annotations["prometheus.io/scrape"] == "true"
-    assert annotations["prometheus.io/port"] == "8002"
-    assert annotations["prometheus.io/path"] == "/custom"  # the user's annotation wins
-    assert annotations["a"] == "b"
-    labels = template["metadata"]["labels"]
-    assert labels["team"] == "ml"
-    assert labels["triton-operator.io/service"] == "svc"  # ours win: selectors depend on them
-
-
-def test_no_scrape_annotations_when_disabled() -> None:
-    dep = build_deployment(ts_of(), "r1", Settings(prometheus_scrape=False), 1)
-    assert "prometheus.io/scrape" not in dep["spec"]["template"]["metadata"].get("annotations", {})
+    def test_termination_drains_then_lets_triton_finish(
+        self, spec: dict[str, Any], drain: int | None, grace: int
+    ) -> None:
+        dep = deployment(ts_of(**spec))
+        container = triton_container(dep)
+        if drain is None:
+            assert "lifecycle" not in container
+        else:
+            assert container["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", str(drain)]}}}
+        assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == grace
 
 
 # ----------------------------------------------------------------- Service
@@ -433,28 +539,6 @@ def test_settings_from_env() -> None:
     assert defaults.default_image == "nvcr.io/nvidia/tritonserver:25.01-py3"
     assert defaults.sync_image.startswith("ghcr.io/triton-operator/triton-operator:")
     assert defaults.peering_name is None and defaults.pin_repositories is True
-
-
-@pytest.mark.parametrize(
-    ("spec", "drain", "grace"),
-    [
-        ({}, 5, 5 + 30 + 5),
-        ({"drainSeconds": 0}, None, 0 + 30 + 5),
-        ({"drainSeconds": 20, "serverArgs": ["--exit-timeout-secs=10"]}, 20, 20 + 10 + 5),
-        ({"serverArgs": ["--exit-timeout-secs", "7", "--log-verbose=0"]}, 5, 5 + 7 + 5),
-        ({"serverArgs": ["--exit-timeout-secs=1", "--exit-timeout-secs=3"]}, 5, 5 + 3 + 5),
-    ],
-)
-def test_termination_drains_then_lets_triton_finish(
-    spec: dict[str, Any], drain: int | None, grace: int
-) -> None:
-    dep = deployment(ts_of(**spec))
-    container = triton_container(dep)
-    if drain is None:
-        assert "lifecycle" not in container
-    else:
-        assert container["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", str(drain)]}}}
-    assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == grace
 
 
 @pytest.mark.parametrize("seconds", [-1, 601])

@@ -330,31 +330,41 @@ def config_volume(ts: TritonService, revision: str, layout: ManifestLayout) -> d
     return {"name": CONFIG_VOLUME, "projected": {"sources": sources}}
 
 
-def build_pod_template(
-    ts: TritonService, revision: str, settings: Settings, layout: ManifestLayout = PLAIN
-) -> dict[str, Any]:
-    """The pod template of a revision: the sync init container fills /models, tritonserver serves it.
+def _is_pvc(ts: TritonService) -> bool:
+    return ts.spec.repository.scheme == "pvc"
 
-    ``layout``: how the revision's ConfigMaps hold the manifest (build_configmaps, manifest_layout).
+
+def _repository_mounts(ts: TritonService) -> list[dict[str, Any]]:
+    """The claim of a pvc:// repository, as both containers mount it (none for an object store).
+
+    A claim is mounted read-only at the same path in both containers: sync links its version
+    folders into /models (no copy), and tritonserver follows the links.
     """
-    spec = ts.spec
-    is_pvc = spec.repository.scheme == "pvc"
+    if not _is_pvc(ts):
+        return []
+    return [{"name": REPOSITORY_VOLUME, "mountPath": PVC_ROOT, "readOnly": True}]
 
+
+def build_volumes(ts: TritonService, revision: str, layout: ManifestLayout) -> list[dict[str, Any]]:
+    """The pod's volumes: /models (filled by sync), shared memory, the revision's configs and
+    manifest, the repository's claim (pvc://), then the spec's own volumes."""
+    spec = ts.spec
     volumes: list[dict[str, Any]] = [
         {"name": MODELS_VOLUME, "emptyDir": {}},
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
+        config_volume(ts, revision, layout),
     ]
-    volumes.append(config_volume(ts, revision, layout))
-    # A claim is mounted read-only at the same path in both containers: sync links its version
-    # folders into /models (no copy), and tritonserver follows the links.
-    repository_mount = {"name": REPOSITORY_VOLUME, "mountPath": PVC_ROOT, "readOnly": True}
-    if is_pvc:
+    if _is_pvc(ts):
         claim = pvc_claim(spec.repository.uri)
         volumes.append(
             {"name": REPOSITORY_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
         )
-    volumes += [dict(v) for v in spec.volumes]
+    return volumes + [dict(v) for v in spec.volumes]
 
+
+def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, Any]:
+    """The tritonserver container: serves /models on the three ports, probed on Triton's health API."""
+    spec = ts.spec
     triton: dict[str, Any] = {
         "name": TRITON_CONTAINER,
         "image": triton_image(ts, settings),
@@ -383,7 +393,7 @@ def build_pod_template(
         "volumeMounts": [
             {"name": MODELS_VOLUME, "mountPath": MODELS_DIR},
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
-            *([repository_mount] if is_pvc else []),
+            *_repository_mounts(ts),
             *[dict(m) for m in spec.volume_mounts],
         ],
     }
@@ -394,45 +404,54 @@ def build_pod_template(
         triton["resources"] = resources
     if spec.env:
         triton["env"] = [dict(e) for e in spec.env]
+    return triton
 
-    pod_spec: dict[str, Any] = {
-        "containers": [triton],
-        "volumes": volumes,
-        # Service links put 7 variables per Service of the namespace into every container.
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": termination_grace_seconds(ts),
-    }
+
+def build_sync_container(ts: TritonService, settings: Settings, layout: ManifestLayout) -> dict[str, Any]:
+    """The sync init container: `triton-operator sync` fills /models from the revision's manifest."""
     manifest = MANIFEST_PATH if layout.plain else MANIFEST_DIR
     sync_args = ["--manifest", manifest, "--configs", CONFIGS_DIR, "--dest", MODELS_DIR]
     sync: dict[str, Any] = {
         "name": SYNC_CONTAINER,
         "image": settings.sync_image,
         "command": ["triton-operator", "sync"],
-        "args": [*sync_args, "--pvc-root", PVC_ROOT] if is_pvc else sync_args,
+        "args": [*sync_args, "--pvc-root", PVC_ROOT] if _is_pvc(ts) else sync_args,
         "volumeMounts": [
             {"name": MODELS_VOLUME, "mountPath": MODELS_DIR},
             {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
-            *([repository_mount] if is_pvc else []),
+            *_repository_mounts(ts),
         ],
     }
     if settings.sync_image_pull_policy:
         sync["imagePullPolicy"] = settings.sync_image_pull_policy
-    if spec.repository.credentials_secret and not is_pvc:
-        sync["envFrom"] = [{"secretRef": {"name": spec.repository.credentials_secret}}]
-    pod_spec["initContainers"] = [sync]
-    if spec.service_account_name:
-        pod_spec["serviceAccountName"] = spec.service_account_name
-    if spec.priority_class_name:
-        pod_spec["priorityClassName"] = spec.priority_class_name
-    if spec.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": s} for s in spec.image_pull_secrets]
-    if spec.node_selector:
-        pod_spec["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in spec.tolerations]
-    if spec.affinity:
-        pod_spec["affinity"] = dict(spec.affinity)
+    credentials = ts.spec.repository.credentials_secret
+    if credentials and not _is_pvc(ts):
+        sync["envFrom"] = [{"secretRef": {"name": credentials}}]
+    return sync
 
+
+def build_scheduling(ts: TritonService) -> dict[str, Any]:
+    """The pod spec fields the spec passes through, only those it sets: who the pod runs as and
+    pulls images with, and where it may be scheduled (priority, node selector, tolerations, affinity)."""
+    spec = ts.spec
+    out: dict[str, Any] = {}
+    if spec.service_account_name:
+        out["serviceAccountName"] = spec.service_account_name
+    if spec.priority_class_name:
+        out["priorityClassName"] = spec.priority_class_name
+    if spec.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": s} for s in spec.image_pull_secrets]
+    if spec.node_selector:
+        out["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        out["tolerations"] = [dict(t) for t in spec.tolerations]
+    if spec.affinity:
+        out["affinity"] = dict(spec.affinity)
+    return out
+
+
+def build_pod_metadata(ts: TritonService, revision: str, settings: Settings) -> dict[str, Any]:
+    """The pod's labels (the spec's, then the operator's) and annotations (scrape hints, then the spec's)."""
     annotations: dict[str, str] = {}
     if settings.prometheus_scrape:
         annotations.update(
@@ -442,13 +461,32 @@ def build_pod_template(
                 "prometheus.io/path": "/metrics",
             }
         )
-    annotations.update(spec.pod_annotations)
+    annotations.update(ts.spec.pod_annotations)
     # The operator's labels win: selectors and revision bookkeeping depend on them.
-    labels = {**spec.pod_labels, **build_labels(ts, revision)}
+    labels = {**ts.spec.pod_labels, **build_labels(ts, revision)}
     metadata: dict[str, Any] = {"labels": labels}
     if annotations:
         metadata["annotations"] = annotations
-    return {"metadata": metadata, "spec": pod_spec}
+    return metadata
+
+
+def build_pod_template(
+    ts: TritonService, revision: str, settings: Settings, layout: ManifestLayout = PLAIN
+) -> dict[str, Any]:
+    """The pod template of a revision: the sync init container fills /models, tritonserver serves it.
+
+    ``layout``: how the revision's ConfigMaps hold the manifest (build_configmaps, manifest_layout).
+    """
+    pod_spec: dict[str, Any] = {
+        "containers": [build_triton_container(ts, settings)],
+        "volumes": build_volumes(ts, revision, layout),
+        # Service links put 7 variables per Service of the namespace into every container.
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": termination_grace_seconds(ts),
+        "initContainers": [build_sync_container(ts, settings, layout)],
+        **build_scheduling(ts),
+    }
+    return {"metadata": build_pod_metadata(ts, revision, settings), "spec": pod_spec}
 
 
 def build_deployment(
