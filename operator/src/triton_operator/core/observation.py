@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,6 +23,7 @@ from triton_operator.core.names import (
     SPEC_KEY,
     SYNC_CONTAINER,
 )
+from triton_operator.core.rollout import RevisionState, parse_time
 from triton_operator.core.validation import errors_from_validation, validate_spec
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
@@ -244,6 +246,9 @@ def split_by_owner(
 
 # ----------------------------------------------------------------- Deployment and pod states
 
+CRASH_RESTART_THRESHOLD = 3
+"""Restarts after which a pod counts as crash looping, whether or not it waits in CrashLoopBackOff."""
+
 
 @dataclasses.dataclass(frozen=True)
 class DeploymentState:
@@ -252,17 +257,25 @@ class DeploymentState:
     name: str
     revision: str
     replicas: int
+    """spec.replicas."""
     ready_replicas: int = 0
     updated_replicas: int = 0
     available_replicas: int = 0
     generation: int = 0
     observed_generation: int = 0
     deadline_exceeded: bool = False
+    status_replicas: int = 0
+    """status.replicas: the pods the Deployment controller counts (terminating ones left out)."""
+
+    @property
+    def observed(self) -> bool:
+        """status.observedGeneration >= metadata.generation: the controller has seen the spec."""
+        return self.observed_generation >= self.generation
 
     def complete(self, replicas: int) -> bool:
         """Scaled to ``replicas``, all updated and Ready, as the Deployment controller last saw it."""
         return (
-            self.observed_generation >= self.generation
+            self.observed
             and self.replicas == replicas
             and self.updated_replicas >= replicas
             and self.ready_replicas >= replicas
@@ -271,15 +284,27 @@ class DeploymentState:
 
 @dataclasses.dataclass(frozen=True)
 class PodState:
-    """What the operator needs to know about one observed pod."""
+    """What the operator needs to know about one observed pod (the status and the rollout read it)."""
 
     name: str
     revision: str
     ready: bool = False
     unschedulable: str | None = None
+    """The scheduler's message while it marks the pod Unschedulable."""
+    unschedulable_since: datetime | None = None
+    """When the scheduler marked the pod Unschedulable, if it still is."""
     waiting_reason: str | None = None
+    """The first container (init ones first) waiting for a reason in FAILING_WAIT_REASONS."""
     waiting_message: str | None = None
+    crash_loop_back_off: bool = False
+    """A container (init ones too) waits in CrashLoopBackOff."""
+    restarts: int = 0
+    """The most restarts of any of its containers (init ones too)."""
     terminating: bool = False
+
+    def crash_looping(self, threshold: int = CRASH_RESTART_THRESHOLD) -> bool:
+        """A container waits in CrashLoopBackOff or restarted ``threshold`` times or more."""
+        return self.crash_loop_back_off or self.restarts >= threshold
 
 
 def deployment_state(obj: Mapping[str, Any]) -> DeploymentState:
@@ -295,12 +320,13 @@ def deployment_state(obj: Mapping[str, Any]) -> DeploymentState:
         name=str(metadata.get("name", "")),
         revision=str((metadata.get("labels") or {}).get(LABEL_REVISION, "")),
         replicas=int(spec.get("replicas", 1)),
-        ready_replicas=int(status.get("readyReplicas", 0)),
-        updated_replicas=int(status.get("updatedReplicas", 0)),
-        available_replicas=int(status.get("availableReplicas", 0)),
-        generation=int(metadata.get("generation", 0)),
-        observed_generation=int(status.get("observedGeneration", 0)),
+        ready_replicas=int(status.get("readyReplicas") or 0),
+        updated_replicas=int(status.get("updatedReplicas") or 0),
+        available_replicas=int(status.get("availableReplicas") or 0),
+        generation=int(metadata.get("generation") or 0),
+        observed_generation=int(status.get("observedGeneration") or 0),
         deadline_exceeded=deadline,
+        status_replicas=int(status.get("replicas") or 0),
     )
 
 
@@ -311,25 +337,39 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     ready = (conditions.get(cond.POD_READY) or {}).get("status") == cond.TRUE
     scheduled = conditions.get(cond.POD_SCHEDULED) or {}
-    unschedulable = None
+    unschedulable = since = None
     if scheduled.get("status") == cond.FALSE and scheduled.get("reason") == cond.POD_UNSCHEDULABLE:
         unschedulable = str(scheduled.get("message") or cond.POD_UNSCHEDULABLE)
-    waiting_reason = waiting_message = None
-    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in FAILING_WAIT_REASONS:
-            waiting_reason = str(waiting["reason"])
-            waiting_message = f"container {cs.get('name')}: {waiting.get('message') or waiting['reason']}"
-            break
+        since = parse_time(scheduled.get("lastTransitionTime")) or datetime.min.replace(tzinfo=UTC)
+    containers = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    waiting_reason, waiting_message = _failing_wait(containers)
     return PodState(
         name=str(metadata.get("name", "")),
         revision=str((metadata.get("labels") or {}).get(LABEL_REVISION, "")),
         ready=ready,
         unschedulable=unschedulable,
+        unschedulable_since=since,
         waiting_reason=waiting_reason,
         waiting_message=waiting_message,
+        crash_loop_back_off=any(_waiting(cs).get("reason") == cond.CRASH_LOOP_BACK_OFF for cs in containers),
+        restarts=max((int(cs.get("restartCount") or 0) for cs in containers), default=0),
         terminating=metadata.get("deletionTimestamp") is not None,
     )
+
+
+def _waiting(container_status: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A container status's state.waiting ({} when it is not waiting)."""
+    return (container_status.get("state") or {}).get("waiting") or {}
+
+
+def _failing_wait(containers: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None]:
+    """The first container waiting for a reason in FAILING_WAIT_REASONS: that reason, and a message."""
+    for cs in containers:
+        waiting = _waiting(cs)
+        if waiting.get("reason") in FAILING_WAIT_REASONS:
+            reason = str(waiting["reason"])
+            return reason, f"container {cs.get('name')}: {waiting.get('message') or reason}"
+    return None, None
 
 
 FAILING_WAIT_REASONS = frozenset(
@@ -343,3 +383,46 @@ FAILING_WAIT_REASONS = frozenset(
         "RunContainerError",
     }
 )
+
+
+# ----------------------------------------------------------------- revisions, as the rollout engine sees them
+
+
+def revision_state(
+    deployment: Mapping[str, Any] | None,
+    pods: Iterable[Mapping[str, Any]] = (),
+    *,
+    crash_restart_threshold: int = CRASH_RESTART_THRESHOLD,
+) -> RevisionState:
+    """Read one revision's Deployment dict and its pods' dicts (as the API returns them)."""
+    seen = deployment_state(deployment or {})
+    states = [pod_state(p) for p in pods]
+    live = [p for p in states if not p.terminating]
+    since = [p.unschedulable_since for p in live if p.unschedulable_since is not None]
+    return RevisionState(
+        spec_replicas=seen.replicas if deployment else 0,
+        replicas=seen.status_replicas,
+        ready_replicas=seen.ready_replicas,
+        available_replicas=seen.available_replicas,
+        observed=seen.observed,
+        pods=len(states),
+        crash_looping=any(p.crash_looping(crash_restart_threshold) for p in live),
+        unschedulable_since=min(since) if since else None,
+    )
+
+
+def observe_revisions(
+    deployments: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+) -> dict[str, RevisionState]:
+    """Every revision Deployment of a TritonService (by its revision label) with its own pods."""
+    by_revision: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        revision = revision_of(pod)
+        if revision:
+            by_revision.setdefault(revision, []).append(pod)
+    out: dict[str, RevisionState] = {}
+    for deployment in deployments:
+        revision = revision_of(deployment)
+        if revision:
+            out[revision] = revision_state(deployment, by_revision.get(revision, ()))
+    return out
