@@ -1,7 +1,7 @@
 """How large repositories are stored: manifest sizes, ConfigMaps per revision, and the time each side takes.
 
 For each object count (and with and without S3 version ids) it builds a realistic manifest
-(tests/bigmanifest.py), lets the operator build the revision's objects (core.objects.plan_actions)
+(tests/bigmanifest.py), lets the operator build the revision's objects (core.actions.plan_actions)
 and prints one markdown table: JSON and gzipped bytes, bytes an object, ConfigMaps, the largest
 ConfigMap against the API server's 1 MiB and its request body against 3 MiB, the time to pack a
 new revision, to re-plan a stored one (what every reconcile does), and for the pod to read the
@@ -45,8 +45,11 @@ from triton_operator.adapters.kube import Kube  # noqa: E402
 from triton_operator.adapters.storage import PinResult  # noqa: E402
 from triton_operator.commands.sync import load_manifest  # noqa: E402
 from triton_operator.core import manifestparts  # noqa: E402
-from triton_operator.core import objects as o  # noqa: E402
+from triton_operator.core.actions import Actions, plan_actions  # noqa: E402
+from triton_operator.core.builders import compute_revision  # noqa: E402
 from triton_operator.core.manifest import Manifest, manifest_digest, manifest_to_json  # noqa: E402
+from triton_operator.core.names import SYNC_CONTAINER  # noqa: E402
+from triton_operator.core.observation import check_body  # noqa: E402
 from triton_operator.models import TritonService  # noqa: E402
 from triton_operator.reconcile.pinning import RepositoryPinner  # noqa: E402
 from triton_operator.reconcile.steps import reconcile  # noqa: E402
@@ -116,13 +119,13 @@ async def steady_reconcile(manifest: Manifest, repeat: int) -> float:
 def row(count: int, versioned: bool, repeat: int) -> dict[str, Any]:
     manifest = realistic_manifest(count, versioned=versioned)
     text = manifest_to_json(manifest)
-    checked = o.check_body(tritonservice(manifest))
+    checked = check_body(tritonservice(manifest))
     assert checked.ts is not None and not checked.problems
     ts, configs = checked.ts, checked.configs
-    revision = o.compute_revision(ts, SETTINGS, configs, manifest_digest(manifest))
+    revision = compute_revision(ts, SETTINGS, configs, manifest_digest(manifest))
 
-    def actions(deployments: list[dict[str, Any]], configmaps: list[dict[str, Any]]) -> o.Actions:
-        return o.plan_actions(
+    def actions(deployments: list[dict[str, Any]], configmaps: list[dict[str, Any]]) -> Actions:
+        return plan_actions(
             ts,
             SETTINGS,
             revision,
@@ -157,7 +160,7 @@ def row(count: int, versioned: bool, repeat: int) -> dict[str, Any]:
     assert not [x for x in again.apply if x["kind"] == "ConfigMap"]
     out["re-plan (stored) s"] = round(replan_s, 3)
     with tempfile.TemporaryDirectory() as folder:
-        mounted = mount(Path(folder), deployment, configmaps, o.SYNC_CONTAINER)
+        mounted = mount(Path(folder), deployment, configmaps, SYNC_CONTAINER)
         args = deployment["spec"]["template"]["spec"]["initContainers"][0]["args"]
         path = host_path(mounted, args[args.index("--manifest") + 1])
         read_s, loaded = timed(repeat, lambda: load_manifest(path))

@@ -215,9 +215,8 @@ def test_pod_monitor_selects_triton_pods(render: Render) -> None:
 
 def test_triton_pods_carry_the_label_and_port_the_pod_monitor_selects() -> None:
     """The reconcile side: Triton pods carry managed-by=triton-operator and a port named `metrics`."""
-    objects = (
-        chartlib.REPO_ROOT / "operator" / "src" / "triton_operator" / "core" / "objects.py"
-    ).read_text()
+    core = chartlib.REPO_ROOT / "operator" / "src" / "triton_operator" / "core"
+    objects = (core / "names.py").read_text() + (core / "builders.py").read_text()
     assert 'LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"' in objects
     assert '{"name": "metrics", "containerPort": METRICS_PORT' in objects
     assert (

@@ -8,7 +8,8 @@ import pytest
 
 from triton_operator.core import conditions as c
 from triton_operator.core import status as s
-from triton_operator.core.objects import DeploymentState, PodState, RevisionPlan
+from triton_operator.core.actions import RevisionPlan
+from triton_operator.core.observation import DeploymentState, PodState
 
 T0 = "2026-01-01T00:00:00Z"
 T1 = "2026-01-01T00:01:00Z"

@@ -30,7 +30,17 @@ from triton_operator.adapters.kube import Kube
 from triton_operator.commands import sync as sync_command
 from triton_operator.core import conditions as cond
 from triton_operator.core import manifestparts
-from triton_operator.core import objects as o
+from triton_operator.core.actions import Actions, plan_actions
+from triton_operator.core.builders import (
+    PLAIN,
+    ManifestLayout,
+    build_configmaps,
+    build_deployment,
+    build_owner_reference,
+    compute_revision,
+    configs_bytes,
+    manifest_layout,
+)
 from triton_operator.core.manifest import (
     Manifest,
     ManifestModel,
@@ -41,6 +51,16 @@ from triton_operator.core.manifest import (
     manifest_from_json,
     manifest_to_json,
 )
+from triton_operator.core.names import (
+    CONFIGS_DIR,
+    LABEL_REVISION,
+    MANIFEST_PATH,
+    SPEC_KEY,
+    SYNC_CONTAINER,
+    object_name,
+    part_configmap_name,
+)
+from triton_operator.core.observation import CheckedSpec, check_body, layout_of
 from triton_operator.core.rollout import RolloutPlan
 from triton_operator.reconcile import pinning, steps
 from triton_operator.settings import Settings
@@ -76,14 +96,14 @@ def tritonservice(name: str = "big", **spec: Any) -> dict[str, Any]:
     }
 
 
-def checked(body: Mapping[str, Any]) -> o.CheckedSpec:
-    result = o.check_body(body)
+def checked(body: Mapping[str, Any]) -> CheckedSpec:
+    result = check_body(body)
     assert not result.problems, result.problems
     return result
 
 
 def actions_for(
-    spec: o.CheckedSpec,
+    spec: CheckedSpec,
     manifest_json: str,
     revision: str = "r1",
     *,
@@ -91,10 +111,10 @@ def actions_for(
     plan: RolloutPlan | None = None,
     deployments: Sequence[Mapping[str, Any]] = (),
     configmaps: Sequence[Mapping[str, Any]] = (),
-) -> o.Actions:
+) -> Actions:
     """plan_actions for ``spec``'s revision alone (or ``plan``), with what is stored already."""
     assert spec.ts is not None
-    return o.plan_actions(
+    return plan_actions(
         spec.ts,
         settings,
         revision,
@@ -125,7 +145,7 @@ def test_50000_objects_fit_configmaps_the_api_server_takes_and_the_pod_reads_the
     manifest, text = big
     spec = checked(tritonservice())
     assert spec.ts is not None
-    revision = o.compute_revision(spec.ts, SETTINGS, spec.configs, manifest_digest(manifest))
+    revision = compute_revision(spec.ts, SETTINGS, spec.configs, manifest_digest(manifest))
     actions = actions_for(spec, text, revision)
     configmaps = [x for x in actions.apply if x["kind"] == "ConfigMap"]
     # every object the operator would apply is one the API server takes
@@ -138,18 +158,18 @@ def test_50000_objects_fit_configmaps_the_api_server_takes_and_the_pod_reads_the
     assert 2 <= len(configmaps) <= 6, sizes
     # all of them belong to the revision: owned, labelled, deleted with it
     for c in configmaps:
-        assert c["metadata"]["labels"][o.LABEL_REVISION] == revision
-        assert c["metadata"]["ownerReferences"] == [o.build_owner_reference(tritonservice())]
-        assert c["metadata"]["name"].startswith(o.object_name(spec.ts, revision))
+        assert c["metadata"]["labels"][LABEL_REVISION] == revision
+        assert c["metadata"]["ownerReferences"] == [build_owner_reference(tritonservice())]
+        assert c["metadata"]["name"].startswith(object_name(spec.ts, revision))
 
     # the sync container, given the volume as the kubelet lays it out, gets the JSON back byte for byte
     (deployment,) = [x for x in actions.apply if x["kind"] == "Deployment"]
-    mounted = mount(tmp_path, deployment, configmaps, o.SYNC_CONTAINER)
+    mounted = mount(tmp_path, deployment, configmaps, SYNC_CONTAINER)
     path = host_path(mounted, manifest_arg(deployment))
     assert sync_command.read_manifest_bytes(path) == text.encode()
     assert manifest_digest(sync_command.load_manifest(path)) == manifest_digest(manifest)
     # the configs are where they were
-    configs = host_path(mounted, o.CONFIGS_DIR)
+    configs = host_path(mounted, CONFIGS_DIR)
     assert (configs / "add" / "config.pbtxt").read_text() == spec.configs["add"]
     # and the operator reads the running revision's manifest back from the same ConfigMaps
     assert manifestparts.stored_manifest(configmaps) == text
@@ -176,10 +196,10 @@ def test_every_configmap_of_a_revision_let_go_is_deleted_and_stray_parts_of_the_
     _, text = big
     spec = checked(tritonservice())
     assert spec.ts is not None
-    old = o.build_configmaps(spec.ts, "old", spec.configs, text)
-    current = o.build_configmaps(spec.ts, "r1", spec.configs, text)
+    old = build_configmaps(spec.ts, "old", spec.configs, text)
+    current = build_configmaps(spec.ts, "r1", spec.configs, text)
     stray = copy.deepcopy(current[-1])
-    stray["metadata"]["name"] = o.part_configmap_name(spec.ts, "r1", 99)
+    stray["metadata"]["name"] = part_configmap_name(spec.ts, "r1", 99)
     plan = dataclasses.replace(plan_for("r1"), delete=("old",))
     actions = actions_for(spec, text, plan=plan, configmaps=[*old, *current, stray])
     deleted = {name for kind, name in actions.delete if kind == "ConfigMap"}
@@ -193,9 +213,9 @@ def test_stored_parts_are_kept_when_they_hold_the_same_manifest(big: tuple[Manif
     _, text = big
     spec = checked(tritonservice())
     assert spec.ts is not None
-    built = o.build_configmaps(spec.ts, "r1", spec.configs, text)
+    built = build_configmaps(spec.ts, "r1", spec.configs, text)
     # parts as another compressor would cut them: other bytes, another count, the same JSON
-    room = manifestparts.CONFIGMAP_BUDGET - o.configs_bytes(spec.configs)
+    room = manifestparts.CONFIGMAP_BUDGET - configs_bytes(spec.configs)
     other = manifestparts.split(
         gzip.compress(text.encode(), compresslevel=1, mtime=0), room, manifestparts.CONFIGMAP_BUDGET // 2
     )
@@ -205,18 +225,18 @@ def test_stored_parts_are_kept_when_they_hold_the_same_manifest(big: tuple[Manif
         stored.append(
             {
                 "metadata": {
-                    "name": o.part_configmap_name(spec.ts, "r1", index),
-                    "labels": {o.LABEL_REVISION: "r1"},
+                    "name": part_configmap_name(spec.ts, "r1", index),
+                    "labels": {LABEL_REVISION: "r1"},
                 },
                 "binaryData": {manifestparts.part_key(index): manifestparts.encode_part(part)},
             }
         )
     assert len(other) != len(built)
-    again = o.build_configmaps(
-        spec.ts, "r1", spec.configs, text, layout=o.ManifestLayout(len(other)), existing=stored
+    again = build_configmaps(
+        spec.ts, "r1", spec.configs, text, layout=ManifestLayout(len(other)), existing=stored
     )
     assert [c.get("binaryData") for c in again] == [c.get("binaryData") for c in stored]
-    assert o.manifest_layout(again).parts == len(other)
+    assert manifest_layout(again).parts == len(other)
 
 
 def test_more_parts_than_a_revision_gets_is_refused(
@@ -227,7 +247,7 @@ def test_more_parts_than_a_revision_gets_is_refused(
     spec = checked(tritonservice())
     assert spec.ts is not None
     with pytest.raises(manifestparts.ManifestTooLarge) as refused:
-        o.build_configmaps(spec.ts, "r1", spec.configs, text)
+        build_configmaps(spec.ts, "r1", spec.configs, text)
     assert refused.value.json_bytes == len(text)
     assert refused.value.parts > 2
     assert "at most 2 per revision" in str(refused.value)
@@ -242,12 +262,12 @@ def test_a_small_manifest_stays_plain_json_in_one_configmap() -> None:
     assert configmap["data"][manifestparts.MANIFEST_KEY] == manifest_to_json(manifest)
     assert "binaryData" not in configmap
     deployment = next(x for x in actions.apply if x["kind"] == "Deployment")
-    assert manifest_arg(deployment) == o.MANIFEST_PATH
+    assert manifest_arg(deployment) == MANIFEST_PATH
 
 
 def test_configs_too_large_for_a_configmap_are_an_invalid_spec_naming_the_bytes() -> None:
     big_config = {**CONFIG, "parameters": {f"p{i}": {"stringValue": "x" * 1000} for i in range(1000)}}
-    result = o.check_body(tritonservice(models=[{"name": "add", "config": big_config}]))
+    result = check_body(tritonservice(models=[{"name": "add", "config": big_config}]))
     assert any(p.startswith("spec.models: the rendered config.pbtxt files take") for p in result.problems)
 
 
@@ -337,10 +357,10 @@ def test_a_revision_made_before_parts_keeps_its_hash_and_its_layout(tmp_path: Pa
     assert spec.ts is not None
     manifest = manifest_from_json(LEGACY["manifest"])
     old = Settings(sync_image=LEGACY["syncImage"])
-    revision = o.compute_revision(spec.ts, old, spec.configs, manifest_digest(manifest))
+    revision = compute_revision(spec.ts, old, spec.configs, manifest_digest(manifest))
     assert revision == LEGACY["revision"]
     upgraded = Settings(sync_image="ghcr.io/triton-operator/triton-operator:9.9.9")
-    assert o.compute_revision(spec.ts, upgraded, spec.configs, manifest_digest(manifest)) == revision
+    assert compute_revision(spec.ts, upgraded, spec.configs, manifest_digest(manifest)) == revision
     actions = actions_for(
         spec,
         LEGACY["manifest"],
@@ -358,8 +378,8 @@ def test_a_revision_made_before_parts_keeps_its_hash_and_its_layout(tmp_path: Pa
     # its ConfigMap as it is, plus the spec it was rendered from (kept for an invalid spec later,
     # never mounted): the manifest and configs are the same bytes, in the same plain layout
     (configmap,) = [x for x in actions.apply if x["kind"] == "ConfigMap"]
-    assert set(configmap["data"]) - set(LEGACY["configmap"]["data"]) == {o.SPEC_KEY}
-    assert {k: v for k, v in configmap["data"].items() if k != o.SPEC_KEY} == LEGACY["configmap"]["data"]
+    assert set(configmap["data"]) - set(LEGACY["configmap"]["data"]) == {SPEC_KEY}
+    assert {k: v for k, v in configmap["data"].items() if k != SPEC_KEY} == LEGACY["configmap"]["data"]
     assert "binaryData" not in configmap
     deployment = next(x for x in actions.apply if x["kind"] == "Deployment")
     assert deployment["spec"]["template"] == LEGACY["deployment"]["spec"]["template"]  # no pod restarts
@@ -368,13 +388,13 @@ def test_a_revision_made_before_parts_keeps_its_hash_and_its_layout(tmp_path: Pa
         spec, LEGACY["manifest"], revision, settings=upgraded, deployments=[LEGACY["deployment"]]
     )
     put_back = next(x for x in again.apply if x["kind"] == "ConfigMap")
-    assert {k: v for k, v in put_back["data"].items() if k != o.SPEC_KEY} == LEGACY["configmap"]["data"]
+    assert {k: v for k, v in put_back["data"].items() if k != SPEC_KEY} == LEGACY["configmap"]["data"]
     assert {k: v for k, v in put_back.items() if k != "data"} == {
         k: v for k, v in LEGACY["configmap"].items() if k != "data"
     }
     # the operator and the pod both still read it
     assert manifestparts.stored_manifest([LEGACY["configmap"]]) == LEGACY["manifest"]
-    mounted = mount(tmp_path, LEGACY["deployment"], [LEGACY["configmap"]], o.SYNC_CONTAINER)
+    mounted = mount(tmp_path, LEGACY["deployment"], [LEGACY["configmap"]], SYNC_CONTAINER)
     path = host_path(mounted, manifest_arg(LEGACY["deployment"]))
     assert sync_command.read_manifest_bytes(path) == LEGACY["manifest"].encode()
 
@@ -383,12 +403,12 @@ def test_a_deployment_says_which_layout_its_pods_read(big: tuple[Manifest, str])
     _, text = big
     spec = checked(tritonservice())
     assert spec.ts is not None
-    configmaps = o.build_configmaps(spec.ts, "r1", spec.configs, text)
-    layout = o.manifest_layout(configmaps)
+    configmaps = build_configmaps(spec.ts, "r1", spec.configs, text)
+    layout = manifest_layout(configmaps)
     assert layout.parts == len(configmaps)
-    assert o.layout_of(o.build_deployment(spec.ts, "r1", SETTINGS, 1, layout)) == layout
-    assert o.layout_of(LEGACY["deployment"]) == o.PLAIN
-    assert o.layout_of(None) is None
+    assert layout_of(build_deployment(spec.ts, "r1", SETTINGS, 1, layout)) == layout
+    assert layout_of(LEGACY["deployment"]) == PLAIN
+    assert layout_of(None) is None
 
 
 # ----------------------------------------------------------------- one reconcile through the API
@@ -451,7 +471,7 @@ async def test_a_repository_grown_to_50000_objects_rolls_out_through_the_api_ser
     assert api.refused == []
     assert result.revision != stable
     configmaps = [
-        c for c in api.of_kind("ConfigMap") if c["metadata"]["labels"][o.LABEL_REVISION] == result.revision
+        c for c in api.of_kind("ConfigMap") if c["metadata"]["labels"][LABEL_REVISION] == result.revision
     ]
     assert len(configmaps) > 1
     assert manifestparts.stored_manifest(configmaps) == text

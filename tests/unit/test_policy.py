@@ -18,7 +18,7 @@ from triton_operator.adapters.kube import Kube
 from triton_operator.commands import render
 from triton_operator.core import conditions as cond
 from triton_operator.core import policy
-from triton_operator.core.objects import check_body
+from triton_operator.core.observation import check_body
 from triton_operator.reconcile import steps
 from triton_operator.settings import DEFAULT_FORBIDDEN_VOLUME_TYPES, Settings
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from triton_operator.commands import render
-from triton_operator.core.objects import PLACEHOLDER_UID
+from triton_operator.core.names import PLACEHOLDER_UID
 from triton_operator.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -24,7 +24,6 @@ from triton_operator.core.rollout import (
     gpu_split,
     parse_control_requests,
     plan_rollout,
-    revision_state,
 )
 from triton_operator.core.traffic import TrafficWeights
 from triton_operator.models import Rollout
@@ -1188,102 +1187,6 @@ def test_parse_control_requests_ignores_other_annotations() -> None:
     assert parse_control_requests(None) == ()
 
 
-# ----------------------------------------------------------------- observation helpers
-
-
-def pod(
-    *,
-    restarts: int = 0,
-    waiting: str | None = None,
-    init: bool = False,
-    unschedulable_at: str | None = None,
-    deleting: bool = False,
-) -> dict[str, Any]:
-    cs: dict[str, Any] = {"name": "c", "restartCount": restarts, "state": {}}
-    if waiting:
-        cs["state"] = {"waiting": {"reason": waiting}}
-    status: dict[str, Any] = {("initContainerStatuses" if init else "containerStatuses"): [cs]}
-    if unschedulable_at:
-        status["conditions"] = [
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "Unschedulable",
-                "lastTransitionTime": unschedulable_at,
-            }
-        ]
-    metadata: dict[str, Any] = {"name": "p"}
-    if deleting:
-        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return {"metadata": metadata, "status": status}
-
-
-@pytest.mark.parametrize(
-    ("pod_dict", "expected"),
-    [
-        (pod(), False),
-        (pod(restarts=2), False),
-        (pod(restarts=3), True),
-        (pod(waiting="CrashLoopBackOff", restarts=1), True),
-        (pod(waiting="CrashLoopBackOff", init=True), True),
-        (pod(restarts=5, init=True), True),
-        (pod(waiting="ContainerCreating"), False),
-        (pod(waiting="ImagePullBackOff"), False),
-    ],
-)
-def test_pod_crash_looping(pod_dict: dict[str, Any], expected: bool) -> None:
-    assert ro.pod_crash_looping(pod_dict) is expected
-
-
-def test_revision_state_from_objects() -> None:
-    deployment = {
-        "metadata": {"generation": 4},
-        "spec": {"replicas": 3},
-        "status": {"observedGeneration": 4, "replicas": 3, "readyReplicas": 2, "availableReplicas": 2},
-    }
-    pods = [
-        pod(),
-        pod(unschedulable_at="2026-01-01T12:00:30Z"),
-        pod(unschedulable_at="2026-01-01T12:00:10Z"),
-        pod(restarts=9, deleting=True),
-    ]
-    state = revision_state(deployment, pods)
-    assert state == RevisionState(
-        spec_replicas=3,
-        replicas=3,
-        ready_replicas=2,
-        available_replicas=2,
-        observed=True,
-        pods=4,
-        crash_looping=False,  # the crashing pod is terminating
-        unschedulable_since=T0 + timedelta(seconds=10),
-    )
-    assert state.ready_at(2) is False
-    assert dataclasses.replace(state, ready_replicas=3).ready_at(3) is True
-
-
-@pytest.mark.parametrize(
-    ("generation", "observed_generation", "observed"),
-    [(4, 4, True), (5, 4, False), (4, 5, True), (1, 0, False)],
-)
-def test_revision_state_observed_generation(
-    generation: int, observed_generation: int, observed: bool
-) -> None:
-    deployment = {
-        "metadata": {"generation": generation},
-        "spec": {"replicas": 1},
-        "status": {"observedGeneration": observed_generation, "readyReplicas": 1},
-    }
-    state = revision_state(deployment, [])
-    assert state.observed is observed
-    assert state.ready_at(1) is observed
-
-
-def test_revision_state_of_pods_without_deployment() -> None:
-    state = revision_state(None, [pod(), pod()])
-    assert (state.spec_replicas, state.pods, state.gpu_pods) == (0, 2, 2)
-
-
 @pytest.mark.parametrize(
     ("spec", "replicas", "pods", "expected"),
     [(3, 3, 3, 3), (2, 2, 4, 4), (4, 2, 2, 4), (0, 0, None, 0), (0, 2, None, 2)],
@@ -1350,35 +1253,6 @@ def test_lost_status_adopts_the_serving_revision(
     assert plan.status.stable_revision == stable
     assert plan.replicas == replicas
     assert reasons(plan)[0] == ("StableAdopted" if stable == "A" else "RevisionDeployed")
-
-
-def labelled(obj: dict[str, Any], revision: str | None) -> dict[str, Any]:
-    out = dict(obj)
-    metadata = dict(out.get("metadata") or {})
-    metadata["labels"] = {"triton-operator.io/revision": revision} if revision else {}
-    out["metadata"] = metadata
-    return out
-
-
-def test_observe_revisions_pairs_each_deployment_with_its_own_pods() -> None:
-    deployment = {
-        "metadata": {"generation": 1},
-        "spec": {"replicas": 2},
-        "status": {"observedGeneration": 1, "replicas": 2, "readyReplicas": 2},
-    }
-    deployments = [labelled(deployment, "a"), labelled(deployment, "b"), labelled(deployment, None)]
-    pods = [
-        labelled(pod(), "a"),
-        labelled(pod(), "a"),
-        labelled(pod(waiting="CrashLoopBackOff"), "b"),
-        labelled(pod(), "orphan"),  # no Deployment: not a revision the engine plans
-        labelled(pod(), None),
-    ]
-    seen = ro.observe_revisions(deployments, pods)
-    assert set(seen) == {"a", "b"}
-    assert (seen["a"].pods, seen["a"].crash_looping) == (2, False)
-    assert (seen["b"].pods, seen["b"].crash_looping) == (1, True)
-    assert ro.observe_revisions([], pods) == {}
 
 
 def test_pending_requests_are_those_the_status_has_not_handled() -> None:

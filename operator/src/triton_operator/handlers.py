@@ -13,7 +13,7 @@ from triton_operator import GROUP, PLURAL, VERSION
 from triton_operator.adapters.kube import Kube, make_client, retry_delay
 from triton_operator.adapters.peering import PeeringMonitor, lightkube_watch, peering_scope
 from triton_operator.core.conditions import INVALID_SPEC, MANIFEST_TOO_LARGE, REFUSED_BY_POLICY
-from triton_operator.core.objects import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
+from triton_operator.core.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 from triton_operator.core.rollout import pending_requests
 from triton_operator.reconcile.pinning import RepositoryPinner
 from triton_operator.reconcile.scheduler import Reconciler

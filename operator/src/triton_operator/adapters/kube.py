@@ -237,7 +237,7 @@ class Kube:
         return True
 
     async def post_event(self, event: Mapping[str, Any]) -> None:
-        """Create a core/v1 Event (built by core.objects.build_event)."""
+        """Create a core/v1 Event (built by core.builders.build_event)."""
         obj: Any = Event.from_dict(dict(event))
         await self.client.create(obj)
 

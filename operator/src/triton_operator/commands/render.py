@@ -12,8 +12,11 @@ from typing import Any, TextIO
 import yaml
 
 from triton_operator import KIND
+from triton_operator.core.actions import plan_actions
+from triton_operator.core.builders import compute_revision
 from triton_operator.core.manifest import manifest_digest, manifest_to_json
-from triton_operator.core.objects import PLACEHOLDER_UID, check_body, compute_revision, plan_actions
+from triton_operator.core.names import PLACEHOLDER_UID
+from triton_operator.core.observation import check_body
 from triton_operator.core.policy import policy_errors
 from triton_operator.core.rollout import RolloutInput, plan_rollout
 from triton_operator.models import TritonService

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -14,14 +14,11 @@ from triton_operator.core.conditions import (
     CANARY_CRASH_LOOPING,
     CANARY_REPLACED,
     CANARY_UNSCHEDULABLE,
-    CRASH_LOOP_BACK_OFF,
     DEGRADED,
     FALSE,
     GPU_BUDGET_TOO_SMALL,
     NEW_REVISION,
     NORMAL,
-    POD_SCHEDULED,
-    POD_UNSCHEDULABLE,
     PROGRESS_DEADLINE_EXCEEDED,
     PROGRESSING,
     PROMOTING,
@@ -47,7 +44,7 @@ from triton_operator.core.conditions import (
     WARNING,
     Verdict,
 )
-from triton_operator.core.traffic import LABEL_REVISION, TrafficWeights
+from triton_operator.core.traffic import TrafficWeights
 from triton_operator.models import CanaryStep, Rollout, SetHeaderRoute, Strategy
 
 # =====================================================================================================
@@ -152,8 +149,6 @@ Action = Literal["promote", "promote-full", "abort", "pause", "resume", "retry",
 ACTIONS: tuple[Action, ...] = ("promote", "promote-full", "abort", "pause", "resume", "retry", "undo")
 UNDO_TARGET_ANNOTATION = f"{GROUP}/undo-to-revision"
 
-CRASH_RESTART_THRESHOLD = 3
-
 
 # ----------------------------------------------------------------- time
 
@@ -186,7 +181,7 @@ def _utc(moment: datetime) -> datetime:
 
 @dataclasses.dataclass(frozen=True)
 class RevisionState:
-    """What is observed of one revision's Deployment and pods."""
+    """What is observed of one revision's Deployment and pods (core.observation.revision_state reads it)."""
 
     spec_replicas: int = 0
     """Deployment spec.replicas."""
@@ -458,80 +453,6 @@ def gpu_split(
     )
     canary_now = _grow(goal, canary.spec_replicas if canary else 0, budget_pods - stable_pods - other_pods)
     return Split(stable_now, canary_now, stable_goal, goal)
-
-
-# ----------------------------------------------------------------- observation helpers
-
-
-def _container_statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    status = pod.get("status") or {}
-    return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
-
-
-def pod_crash_looping(pod: Mapping[str, Any], threshold: int = CRASH_RESTART_THRESHOLD) -> bool:
-    """A container (init ones too) waits in CrashLoopBackOff or restarted ``threshold`` times or more."""
-    for cs in _container_statuses(pod):
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") == CRASH_LOOP_BACK_OFF:
-            return True
-        if int(cs.get("restartCount") or 0) >= threshold:
-            return True
-    return False
-
-
-def pod_unschedulable_since(pod: Mapping[str, Any]) -> datetime | None:
-    """When the scheduler marked the pod Unschedulable, if it still is."""
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if (
-            condition.get("type") == POD_SCHEDULED
-            and condition.get("status") == FALSE
-            and condition.get("reason") == POD_UNSCHEDULABLE
-        ):
-            return parse_time(condition.get("lastTransitionTime")) or datetime.min.replace(tzinfo=UTC)
-    return None
-
-
-def revision_state(
-    deployment: Mapping[str, Any] | None,
-    pods: Iterable[Mapping[str, Any]] = (),
-    *,
-    crash_restart_threshold: int = CRASH_RESTART_THRESHOLD,
-) -> RevisionState:
-    """Read one revision's Deployment dict and its pods' dicts (as the API returns them)."""
-    deployment = deployment or {}
-    metadata = deployment.get("metadata") or {}
-    spec = deployment.get("spec") or {}
-    status = deployment.get("status") or {}
-    pod_list = list(pods)
-    live = [p for p in pod_list if (p.get("metadata") or {}).get("deletionTimestamp") is None]
-    since = [t for t in (pod_unschedulable_since(p) for p in live) if t is not None]
-    return RevisionState(
-        spec_replicas=int(spec.get("replicas", 1)) if deployment else 0,
-        replicas=int(status.get("replicas") or 0),
-        ready_replicas=int(status.get("readyReplicas") or 0),
-        available_replicas=int(status.get("availableReplicas") or 0),
-        observed=int(status.get("observedGeneration") or 0) >= int(metadata.get("generation") or 0),
-        pods=len(pod_list),
-        crash_looping=any(pod_crash_looping(p, crash_restart_threshold) for p in live),
-        unschedulable_since=min(since) if since else None,
-    )
-
-
-def observe_revisions(
-    deployments: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
-) -> dict[str, RevisionState]:
-    """Every revision Deployment of a TritonService (by its revision label) with its own pods."""
-    by_revision: dict[str, list[Mapping[str, Any]]] = {}
-    for pod in pods:
-        revision = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION)
-        if revision:
-            by_revision.setdefault(str(revision), []).append(pod)
-    out: dict[str, RevisionState] = {}
-    for deployment in deployments:
-        revision = ((deployment.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION)
-        if revision:
-            out[str(revision)] = revision_state(deployment, by_revision.get(str(revision), ()))
-    return out
 
 
 # ----------------------------------------------------------------- control annotations

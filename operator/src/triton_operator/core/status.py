@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from triton_operator.core.actions import RevisionPlan
 from triton_operator.core.conditions import (
     AS_EXPECTED,
     AVAILABLE,
@@ -31,7 +32,7 @@ from triton_operator.core.conditions import (
     drop_condition,
     set_condition,
 )
-from triton_operator.core.objects import DeploymentState, PodState, RevisionPlan
+from triton_operator.core.observation import DeploymentState, PodState
 
 # ----------------------------------------------------------------- observations -> verdicts
 

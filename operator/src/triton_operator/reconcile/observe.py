@@ -14,10 +14,8 @@ from triton_operator.adapters.kube import (
 from triton_operator.core.manifest import (
     stale_pins,
 )
-from triton_operator.core.objects import (
-    LABEL_MANAGED_BY,
-    LABEL_SERVICE,
-    MANAGED_BY,
+from triton_operator.core.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
+from triton_operator.core.observation import (
     DeploymentState,
     PodState,
     deployment_state,

@@ -15,28 +15,22 @@ from triton_operator.adapters.kube import (
     retry_delay,
 )
 from triton_operator.core import conditions as cond
-from triton_operator.core.manifestparts import ManifestTooLarge, compress
-from triton_operator.core.objects import (
-    Actions,
-    RevisionPlan,
+from triton_operator.core.actions import Actions, RevisionPlan, plan_actions
+from triton_operator.core.builders import (
     build_event,
-    check_body,
     compute_revision,
     disruption_budget_enabled,
     endpoints,
-    last_valid,
-    layout_of,
     model_statuses,
-    object_name,
-    plan_actions,
-    revision_object_names,
 )
+from triton_operator.core.manifestparts import ManifestTooLarge, compress
+from triton_operator.core.names import object_name, revision_object_names
+from triton_operator.core.observation import check_body, last_valid, layout_of, observe_revisions
 from triton_operator.core.policy import policy_errors
 from triton_operator.core.rollout import (
     RolloutInput,
     RolloutPlan,
     RolloutStatus,
-    observe_revisions,
     parse_control_requests,
     plan_rollout,
 )

@@ -1,0 +1,161 @@
+"""The writes that carry out a rollout plan: objects to apply, Deployments to scale, objects to delete."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from triton_operator.core.builders import (
+    build_configmaps,
+    build_deployment,
+    build_labels,
+    build_owner_reference,
+    build_pdb,
+    build_service,
+    disruption_budget_enabled,
+    manifest_layout,
+)
+from triton_operator.core.names import object_name
+from triton_operator.core.observation import kept_sync_image, layout_of, revision_configmaps, revision_of
+from triton_operator.core.rollout import RolloutPlan
+from triton_operator.core.traffic import Role, build_revision_service, revision_service_name
+from triton_operator.models import TritonService
+from triton_operator.settings import Settings
+
+# ----------------------------------------------------------------- revisions (the rollout seam)
+
+
+@dataclasses.dataclass(frozen=True)
+class RevisionPlan:
+    """Which revisions serve, as the status reports them (built from core.rollout's plan)."""
+
+    replicas: Mapping[str, int]
+    """Revisions to apply, with their replicas; revisions absent here and from delete stay as they are."""
+    delete: tuple[str, ...] = ()
+    """Revisions whose Deployment goes away."""
+    stable: str | None = None
+    """The promoted revision that serves."""
+    rolling: str | None = None
+    """The new revision not yet promoted (None when the desired revision is stable)."""
+
+
+# ----------------------------------------------------------------- everything at once
+
+
+@dataclasses.dataclass(frozen=True)
+class Actions:
+    """What the reconcile writes for one rollout plan (routes and status aside), in this order."""
+
+    apply: tuple[dict[str, Any], ...]
+    """Whole objects to server-side apply: the spec's revision (its ConfigMaps not yet stored as
+    built, then its Deployment), then Services."""
+    scale: Mapping[str, int]
+    """Deployment name -> spec.replicas for the revisions other than the spec's, where it differs."""
+    delete: tuple[tuple[str, str], ...]
+    """(kind, name) to delete: Deployments and ConfigMaps of revisions let go (and manifest parts the
+    spec's revision no longer has), unused revision Services."""
+
+
+def _names(objects: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [str((o.get("metadata") or {}).get("name", "")) for o in objects]
+
+
+def _stored_as_built(built: Mapping[str, Any], stored: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a ConfigMap as the API server holds it already is ``built`` (content, labels, owner)."""
+    name = built["metadata"]["name"]
+    found = next((c for c in stored if (c.get("metadata") or {}).get("name") == name), None)
+    if found is None:
+        return False
+    metadata = found.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    return (
+        (found.get("data") or {}) == (built.get("data") or {})
+        and (found.get("binaryData") or {}) == (built.get("binaryData") or {})
+        and all(labels.get(k) == v for k, v in built["metadata"]["labels"].items())
+        and metadata.get("ownerReferences") == built["metadata"]["ownerReferences"]
+    )
+
+
+def plan_actions(
+    ts: TritonService,
+    settings: Settings,
+    revision: str,
+    plan: RolloutPlan,
+    *,
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+    deployments: Sequence[Mapping[str, Any]],
+    configmaps: Sequence[Mapping[str, Any]],
+    revision_services: bool = False,
+    disruption_budget: bool = False,
+) -> Actions:
+    """The writes that carry out ``plan`` for the spec's ``revision``.
+
+    Only the spec's own revision can be rendered (ConfigMap and Deployment in full). Any other
+    revision the plan keeps (the stable one being replaced, history, an undo target) was rendered
+    from an earlier spec: only its Deployment's spec.replicas changes, and its ConfigMap stays as
+    it is, so an undo serves the same bytes. A revision whose Deployment is gone cannot be rebuilt.
+    ``revision_services``: `<name>-stable`/`<name>-canary` may exist (they are deleted when the
+    spec no longer routes through Gateway API). ``disruption_budget``: the PodDisruptionBudget
+    exists (it is deleted when the spec no longer wants one).
+    """
+    apply: list[dict[str, Any]] = []
+    delete: list[tuple[str, str]] = []
+    if revision in plan.replicas:
+        existing = next((d for d in deployments if revision_of(d) == revision), None)
+        stored = revision_configmaps(configmaps, revision)
+        built = build_configmaps(
+            ts, revision, configs, manifest_json, layout=layout_of(existing), existing=stored
+        )
+        # A revision's ConfigMaps never change (its hash names them): one stored as built is not
+        # sent again, which spares the API server megabytes of manifest parts on every reconcile.
+        apply += [c for c in built if not _stored_as_built(c, stored)]
+        apply.append(
+            build_deployment(
+                ts,
+                revision,
+                kept_sync_image(settings, existing),
+                plan.replicas[revision],
+                manifest_layout(built),
+            )
+        )
+        names = {c["metadata"]["name"] for c in built}
+        delete += [("ConfigMap", n) for n in _names(stored) if n not in names]
+    apply.append(build_service(ts, plan.stable_service_revision))
+    if disruption_budget_enabled(ts):
+        apply.append(build_pdb(ts))
+    elif disruption_budget:
+        delete.append(("PodDisruptionBudget", ts.name))
+    routing = ts.spec.rollout.traffic_routing
+    if routing is not None and routing.gateway_api is not None:
+        owner = build_owner_reference({"metadata": ts.metadata})
+        roles: tuple[tuple[Role, str | None], ...] = (
+            ("stable", plan.stable_service_revision),
+            ("canary", plan.canary_service_revision or plan.stable_service_revision),
+        )
+        for role, selected in roles:
+            if selected:
+                apply.append(
+                    build_revision_service(
+                        ts.name, ts.namespace, role, selected, owner_ref=owner, labels=build_labels(ts)
+                    )
+                )
+    elif revision_services:
+        delete += [("Service", revision_service_name(ts.name, role)) for role in ("stable", "canary")]
+
+    scale: dict[str, int] = {}
+    for deployment in deployments:
+        rev = revision_of(deployment)
+        if rev is None or rev == revision or rev not in plan.replicas:
+            continue
+        if int((deployment.get("spec") or {}).get("replicas", 1)) != plan.replicas[rev]:
+            scale[str(deployment["metadata"]["name"])] = plan.replicas[rev]
+    for rev in plan.delete:
+        delete += [("Deployment", object_name(ts, rev)), ("ConfigMap", object_name(ts, rev))]
+    for configmap in configmaps:
+        rev = revision_of(configmap)
+        name = str((configmap.get("metadata") or {}).get("name", ""))
+        if rev not in plan.replicas and ("ConfigMap", name) not in delete:
+            delete.append(("ConfigMap", name))
+    return Actions(apply=tuple(apply), scale=scale, delete=tuple(delete))

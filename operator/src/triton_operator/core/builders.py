@@ -1,0 +1,631 @@
+"""Desired Kubernetes objects of a TritonService (ConfigMaps, Deployment, Services, PDB, Event) as dicts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from triton_operator import GROUP, KIND, VERSION
+from triton_operator.core import manifestparts
+from triton_operator.core.manifest import StoreRef, manifest_to_json, model_sources, unpinned_manifest
+from triton_operator.core.manifestparts import MANIFEST_KEY
+from triton_operator.core.names import (
+    APP_NAME,
+    COMPONENT,
+    CONFIG_DIR,
+    CONFIG_VOLUME,
+    CONFIGS_DIR,
+    GRPC_PORT,
+    HTTP_PORT,
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_REVISION,
+    LABEL_SERVICE,
+    MANAGED_BY,
+    MANIFEST_DIR,
+    MANIFEST_PATH,
+    MANIFEST_SUBDIR,
+    METRICS_PORT,
+    MODELS_DIR,
+    MODELS_VOLUME,
+    PLACEHOLDER_UID,
+    PVC_ROOT,
+    REPOSITORY_VOLUME,
+    SHM_VOLUME,
+    SPEC_KEY,
+    SYNC_CONTAINER,
+    TRITON_CONTAINER,
+    config_key,
+    object_name,
+    part_configmap_name,
+)
+from triton_operator.core.revision import revision_hash
+from triton_operator.core.traffic import service_body
+from triton_operator.models import Strategy, TritonService
+from triton_operator.settings import Settings
+
+READINESS_PATH = "/v2/health/ready"
+LIVENESS_PATH = "/v2/health/live"
+STARTUP_PERIOD_SECONDS = 1
+"""Startup probes run every second: a pod is Ready within a second of Triton loading its models."""
+READINESS_PERIOD_SECONDS = 2
+TRITON_EXIT_TIMEOUT_SECONDS = 30
+"""tritonserver's default --exit-timeout-secs: how long it waits for in-flight requests on SIGTERM."""
+TERMINATION_MARGIN_SECONDS = 5
+
+# ----------------------------------------------------------------- revision inputs
+
+
+def triton_image(ts: TritonService, settings: Settings) -> str:
+    return ts.spec.image or settings.default_image
+
+
+def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]:
+    """Everything in the spec and settings that shapes a pod, minus replicas, rollout and Service.
+
+    Model configs are left out here: they enter the revision hash as rendered config.pbtxt text.
+    Defaults are left out too, so adding a field with a default to the API keeps existing hashes.
+    """
+    spec: dict[str, Any] = ts.spec.model_dump(
+        by_alias=True, exclude_none=True, exclude_defaults=True, mode="json"
+    )
+    for served_elsewhere in ("replicas", "rollout", "service", "image"):
+        spec.pop(served_elsewhere, None)
+    repository = dict(spec.get("repository", {}))
+    repository.pop("pollIntervalSeconds", None)
+    spec["repository"] = repository
+    spec["models"] = [{k: v for k, v in m.items() if k != "config"} for m in spec.get("models", [])]
+    # The sync image and its pull policy are the operator's plumbing, not what a pod serves: an
+    # operator upgrade must not make a new revision of every TritonService (see kept_sync_image).
+    inputs: dict[str, Any] = {"spec": spec, "image": triton_image(ts, settings)}
+    # The startup probe follows the rollout's deadline when startupTimeoutSeconds is unset.
+    inputs["startupTimeoutSeconds"] = ts.spec.startup_timeout()
+    inputs["prometheusScrape"] = settings.prometheus_scrape
+    return inputs
+
+
+def compute_revision(
+    ts: TritonService, settings: Settings, configs: Mapping[str, str], manifest_digest: str | None
+) -> str:
+    """The revision a valid spec asks for (see core.revision.revision_hash)."""
+    return revision_hash(pod_template_inputs(ts, settings), configs, manifest_digest)
+
+
+# ----------------------------------------------------------------- metadata
+
+
+def build_labels(ts: TritonService, revision: str | None = None) -> dict[str, str]:
+    """Labels of every object; ``revision`` adds the revision label (Deployments, ConfigMaps, pods)."""
+    labels = {
+        LABEL_NAME: APP_NAME,
+        LABEL_INSTANCE: ts.name,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_COMPONENT: COMPONENT,
+        LABEL_SERVICE: ts.name,
+    }
+    if revision is not None:
+        labels[LABEL_REVISION] = revision
+    return labels
+
+
+def selector_labels(ts: TritonService, revision: str | None = None) -> dict[str, str]:
+    """Labels selecting a service's pods: all revisions, or one."""
+    selector = {LABEL_SERVICE: ts.name}
+    if revision is not None:
+        selector[LABEL_REVISION] = revision
+    return selector
+
+
+def build_owner_reference(ts_body: Mapping[str, Any]) -> dict[str, Any]:
+    """The controller ownerReference to a TritonService body (garbage collection on delete)."""
+    metadata = ts_body.get("metadata") or {}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": metadata.get("name", ""),
+        "uid": metadata.get("uid") or PLACEHOLDER_UID,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(ts: TritonService, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": ts.namespace,
+        "labels": labels,
+        "ownerReferences": [build_owner_reference({"metadata": ts.metadata})],
+    }
+
+
+# ----------------------------------------------------------------- ConfigMaps
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestLayout:
+    """How a revision stores its manifest: plain JSON beside the configs (``parts`` 0), or gzipped
+    in ``parts`` parts, part 0 beside the configs and the others in ConfigMaps of their own."""
+
+    parts: int = 0
+
+    @property
+    def plain(self) -> bool:
+        return self.parts == 0
+
+
+PLAIN = ManifestLayout()
+
+
+def configs_bytes(configs: Mapping[str, str]) -> int:
+    return sum(len(text.encode("utf-8")) for text in configs.values())
+
+
+def build_configmaps(
+    ts: TritonService,
+    revision: str,
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+    *,
+    layout: ManifestLayout | None = None,
+    existing: Sequence[Mapping[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """The revision's ConfigMaps: `<name>-<rev>` with `<model>.config.pbtxt` per model and the
+    manifest (unpinned if None), then one ConfigMap per further part of a manifest in parts.
+
+    The manifest is plain JSON under MANIFEST_KEY when ``layout`` says so, or (``layout`` None, a
+    new revision) when it fits beside the configs in CONFIGMAP_BUDGET; else gzipped parts, part 0
+    beside the configs. ``existing``: the revision's ConfigMaps as stored, whose parts are kept
+    when they give back the same manifest. Raises manifestparts.ManifestTooLarge when the
+    manifest needs more than MAX_PARTS parts.
+    """
+    text = manifest_json if manifest_json is not None else unpinned_manifest_json(ts)
+    data = {config_key(model): body for model, body in sorted(configs.items())}
+    # The spec it was rendered from (never mounted; updated while it is the spec's revision).
+    data[SPEC_KEY] = json.dumps(
+        ts.spec.model_dump(mode="json", by_alias=True, exclude_unset=True), sort_keys=True
+    )
+    main: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(ts, object_name(ts, revision), build_labels(ts, revision)),
+        "data": data,
+    }
+    room = manifestparts.CONFIGMAP_BUDGET - configs_bytes(configs) - len(data[SPEC_KEY].encode("utf-8"))
+    if (layout is None and len(text.encode("utf-8")) <= room) or (layout is not None and layout.plain):
+        data[MANIFEST_KEY] = text
+        return [main]
+    kept = manifestparts.stored_parts(existing)
+    contiguous = sorted(kept) == list(range(len(kept)))
+    packed = manifestparts.pack(text, room, kept=[kept[i] for i in sorted(kept)] if contiguous else None)
+    out = [main]
+    for index, part in enumerate(packed.parts):
+        binary = {manifestparts.part_key(index): manifestparts.encode_part(part)}
+        if index == 0:
+            main["binaryData"] = binary
+            continue
+        name = part_configmap_name(ts, revision, index)
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": _metadata(ts, name, build_labels(ts, revision)),
+                "binaryData": binary,
+            }
+        )
+    return out
+
+
+def build_configmap(
+    ts: TritonService, revision: str, configs: Mapping[str, str], manifest_json: str | None
+) -> dict[str, Any]:
+    """The revision's own ConfigMap `<name>-<rev>` (build_configmaps' first)."""
+    return build_configmaps(ts, revision, configs, manifest_json)[0]
+
+
+def manifest_layout(configmaps: Sequence[Mapping[str, Any]]) -> ManifestLayout:
+    """The layout of ConfigMaps build_configmaps made (what the Deployment must mount)."""
+    if any(MANIFEST_KEY in (c.get("data") or {}) for c in configmaps):
+        return PLAIN
+    keys = [k for c in configmaps for k in c.get("binaryData") or {}]
+    return ManifestLayout(sum(1 for k in keys if manifestparts.part_index(str(k)) is not None))
+
+
+def unpinned_manifest_json(ts: TritonService) -> str:
+    """A manifest that pins nothing (pvc://, or a store not listed yet): models and policies only."""
+    manifest = unpinned_manifest(StoreRef.from_repository(ts.spec.repository), model_sources(ts.spec.models))
+    return manifest_to_json(manifest)
+
+
+# ----------------------------------------------------------------- Deployment
+
+
+def pvc_claim(uri: str) -> str:
+    """pvc://CLAIM/sub/path -> CLAIM."""
+    return uri.split("://", 1)[1].partition("/")[0]
+
+
+def _resources(ts: TritonService) -> dict[str, Any]:
+    res = ts.spec.resources
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if res.cpu is not None:
+        requests["cpu"] = res.cpu
+    if res.cpu_limit is not None:
+        limits["cpu"] = res.cpu_limit
+    if res.memory is not None:
+        requests["memory"] = res.memory
+        limits["memory"] = res.memory
+    if res.gpus > 0:
+        # Extended resources must be requested and limited alike.
+        requests[res.gpu_resource_name] = str(res.gpus)
+        limits[res.gpu_resource_name] = str(res.gpus)
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def triton_args(ts: TritonService) -> list[str]:
+    """tritonserver's arguments: our repository, control mode, models and ports, then serverArgs."""
+    args = [f"--model-repository={MODELS_DIR}", "--model-control-mode=explicit"]
+    args += [f"--load-model={m.name}" for m in ts.spec.models]
+    args += [f"--http-port={HTTP_PORT}", f"--grpc-port={GRPC_PORT}", f"--metrics-port={METRICS_PORT}"]
+    return args + list(ts.spec.server_args)
+
+
+def _probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": timeout,
+    }
+
+
+def exit_timeout_seconds(server_args: Sequence[str]) -> int:
+    """tritonserver's --exit-timeout-secs from serverArgs (``--flag=N`` or ``--flag N``), else its default."""
+    value: str | None = None
+    for index, arg in enumerate(server_args):
+        name, has_value, rest = arg.partition("=")
+        if name == "--exit-timeout-secs":
+            if has_value:
+                value = rest
+            elif index + 1 < len(server_args):
+                value = server_args[index + 1]
+    if value is not None and value.strip().isdigit():
+        return int(value)
+    return TRITON_EXIT_TIMEOUT_SECONDS
+
+
+def termination_grace_seconds(ts: TritonService) -> int:
+    """The drain (preStop sleep), then Triton's exit timeout for in-flight requests, then a margin."""
+    return ts.spec.drain_seconds + exit_timeout_seconds(ts.spec.server_args) + TERMINATION_MARGIN_SECONDS
+
+
+def startup_failure_threshold(startup_timeout_seconds: int) -> int:
+    """failureThreshold so that failureThreshold * STARTUP_PERIOD_SECONDS >= the timeout."""
+    return max(1, math.ceil(startup_timeout_seconds / STARTUP_PERIOD_SECONDS))
+
+
+def config_volume(ts: TritonService, revision: str, layout: ManifestLayout) -> dict[str, Any]:
+    """The configs and the manifest at CONFIG_DIR: one ConfigMap's items (plain), or a projected
+    volume of the revision's ConfigMaps that puts every part under MANIFEST_SUBDIR (parts)."""
+    items = [{"key": config_key(m.name), "path": f"configs/{m.name}/config.pbtxt"} for m in ts.spec.models]
+    if layout.plain:
+        items.append({"key": MANIFEST_KEY, "path": MANIFEST_KEY})
+        return {"name": CONFIG_VOLUME, "configMap": {"name": object_name(ts, revision), "items": items}}
+    sources: list[dict[str, Any]] = []
+    for index in range(layout.parts):
+        key = manifestparts.part_key(index)
+        part = {"key": key, "path": f"{MANIFEST_SUBDIR}/{key}"}
+        name = part_configmap_name(ts, revision, index)
+        sources.append({"configMap": {"name": name, "items": [*items, part] if index == 0 else [part]}})
+    return {"name": CONFIG_VOLUME, "projected": {"sources": sources}}
+
+
+def _is_pvc(ts: TritonService) -> bool:
+    return ts.spec.repository.scheme == "pvc"
+
+
+def _repository_mounts(ts: TritonService) -> list[dict[str, Any]]:
+    """The claim of a pvc:// repository, as both containers mount it (none for an object store).
+
+    A claim is mounted read-only at the same path in both containers: sync links its version
+    folders into /models (no copy), and tritonserver follows the links.
+    """
+    if not _is_pvc(ts):
+        return []
+    return [{"name": REPOSITORY_VOLUME, "mountPath": PVC_ROOT, "readOnly": True}]
+
+
+def build_volumes(ts: TritonService, revision: str, layout: ManifestLayout) -> list[dict[str, Any]]:
+    """The pod's volumes: /models (filled by sync), shared memory, the revision's configs and
+    manifest, the repository's claim (pvc://), then the spec's own volumes."""
+    spec = ts.spec
+    volumes: list[dict[str, Any]] = [
+        {"name": MODELS_VOLUME, "emptyDir": {}},
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
+        config_volume(ts, revision, layout),
+    ]
+    if _is_pvc(ts):
+        claim = pvc_claim(spec.repository.uri)
+        volumes.append(
+            {"name": REPOSITORY_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+        )
+    return volumes + [dict(v) for v in spec.volumes]
+
+
+def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, Any]:
+    """The tritonserver container: serves /models on the three ports, probed on Triton's health API."""
+    spec = ts.spec
+    triton: dict[str, Any] = {
+        "name": TRITON_CONTAINER,
+        "image": triton_image(ts, settings),
+        "command": ["tritonserver"],
+        "args": triton_args(ts),
+        "ports": [
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": _probe(READINESS_PATH, period=READINESS_PERIOD_SECONDS, failures=2, timeout=3),
+        "livenessProbe": _probe(LIVENESS_PATH, period=10, failures=3, timeout=5),
+        "startupProbe": _probe(
+            READINESS_PATH,
+            period=STARTUP_PERIOD_SECONDS,
+            failures=startup_failure_threshold(spec.startup_timeout()),
+            timeout=5,
+        ),
+        # Endpoints drop a terminating pod at once, but kube-proxy, load balancers and routers catch
+        # up later: keep serving for drainSeconds before tritonserver gets SIGTERM.
+        **(
+            {"lifecycle": {"preStop": {"exec": {"command": ["sleep", str(spec.drain_seconds)]}}}}
+            if spec.drain_seconds
+            else {}
+        ),
+        "volumeMounts": [
+            {"name": MODELS_VOLUME, "mountPath": MODELS_DIR},
+            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+            *_repository_mounts(ts),
+            *[dict(m) for m in spec.volume_mounts],
+        ],
+    }
+    if spec.image_pull_policy:
+        triton["imagePullPolicy"] = spec.image_pull_policy
+    resources = _resources(ts)
+    if resources:
+        triton["resources"] = resources
+    if spec.env:
+        triton["env"] = [dict(e) for e in spec.env]
+    return triton
+
+
+def build_sync_container(ts: TritonService, settings: Settings, layout: ManifestLayout) -> dict[str, Any]:
+    """The sync init container: `triton-operator sync` fills /models from the revision's manifest."""
+    manifest = MANIFEST_PATH if layout.plain else MANIFEST_DIR
+    sync_args = ["--manifest", manifest, "--configs", CONFIGS_DIR, "--dest", MODELS_DIR]
+    sync: dict[str, Any] = {
+        "name": SYNC_CONTAINER,
+        "image": settings.sync_image,
+        "command": ["triton-operator", "sync"],
+        "args": [*sync_args, "--pvc-root", PVC_ROOT] if _is_pvc(ts) else sync_args,
+        "volumeMounts": [
+            {"name": MODELS_VOLUME, "mountPath": MODELS_DIR},
+            {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
+            *_repository_mounts(ts),
+        ],
+    }
+    if settings.sync_image_pull_policy:
+        sync["imagePullPolicy"] = settings.sync_image_pull_policy
+    credentials = ts.spec.repository.credentials_secret
+    if credentials and not _is_pvc(ts):
+        sync["envFrom"] = [{"secretRef": {"name": credentials}}]
+    return sync
+
+
+def build_scheduling(ts: TritonService) -> dict[str, Any]:
+    """The pod spec fields the spec passes through, only those it sets: who the pod runs as and
+    pulls images with, and where it may be scheduled (priority, node selector, tolerations, affinity)."""
+    spec = ts.spec
+    out: dict[str, Any] = {}
+    if spec.service_account_name:
+        out["serviceAccountName"] = spec.service_account_name
+    if spec.priority_class_name:
+        out["priorityClassName"] = spec.priority_class_name
+    if spec.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": s} for s in spec.image_pull_secrets]
+    if spec.node_selector:
+        out["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        out["tolerations"] = [dict(t) for t in spec.tolerations]
+    if spec.affinity:
+        out["affinity"] = dict(spec.affinity)
+    return out
+
+
+def build_pod_metadata(ts: TritonService, revision: str, settings: Settings) -> dict[str, Any]:
+    """The pod's labels (the spec's, then the operator's) and annotations (scrape hints, then the spec's)."""
+    annotations: dict[str, str] = {}
+    if settings.prometheus_scrape:
+        annotations.update(
+            {
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(METRICS_PORT),
+                "prometheus.io/path": "/metrics",
+            }
+        )
+    annotations.update(ts.spec.pod_annotations)
+    # The operator's labels win: selectors and revision bookkeeping depend on them.
+    labels = {**ts.spec.pod_labels, **build_labels(ts, revision)}
+    metadata: dict[str, Any] = {"labels": labels}
+    if annotations:
+        metadata["annotations"] = annotations
+    return metadata
+
+
+def build_pod_template(
+    ts: TritonService, revision: str, settings: Settings, layout: ManifestLayout = PLAIN
+) -> dict[str, Any]:
+    """The pod template of a revision: the sync init container fills /models, tritonserver serves it.
+
+    ``layout``: how the revision's ConfigMaps hold the manifest (build_configmaps, manifest_layout).
+    """
+    pod_spec: dict[str, Any] = {
+        "containers": [build_triton_container(ts, settings)],
+        "volumes": build_volumes(ts, revision, layout),
+        # Service links put 7 variables per Service of the namespace into every container.
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": termination_grace_seconds(ts),
+        "initContainers": [build_sync_container(ts, settings, layout)],
+        **build_scheduling(ts),
+    }
+    return {"metadata": build_pod_metadata(ts, revision, settings), "spec": pod_spec}
+
+
+def build_deployment(
+    ts: TritonService, revision: str, settings: Settings, replicas: int, layout: ManifestLayout = PLAIN
+) -> dict[str, Any]:
+    """The revision's Deployment `<name>-<revision>` with ``replicas`` (the rollout decides them)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(ts, object_name(ts, revision), build_labels(ts, revision)),
+        "spec": {
+            "replicas": replicas,
+            # A revision's template never changes (its hash names it): no ReplicaSet history to keep.
+            "revisionHistoryLimit": 0,
+            "progressDeadlineSeconds": ts.spec.progress_deadline(),
+            "selector": {"matchLabels": selector_labels(ts, revision)},
+            "template": build_pod_template(ts, revision, settings, layout),
+        },
+    }
+
+
+# ----------------------------------------------------------------- Service
+
+
+def serving_only_stable(ts: TritonService) -> bool:
+    """Whether Service `<name>` reaches the stable revision alone.
+
+    BlueGreen: the green revision gets nothing before promotion. Gateway API: the routes' weights
+    send the canary its share; in-cluster clients of `<name>` get the stable revision, never a
+    replica-ratio share that would bypass the weights. Canary without a router: the replica ratio
+    is the router, so `<name>` reaches every revision (a canary's pods only once Ready).
+    """
+    rollout = ts.spec.rollout
+    routed = rollout.traffic_routing is not None and rollout.traffic_routing.gateway_api is not None
+    return rollout.strategy == Strategy.BLUE_GREEN or routed
+
+
+def build_service(ts: TritonService, stable_revision: str | None = None) -> dict[str, Any]:
+    """Service `<name>`: every revision's pods (the replica ratio splits traffic), or only
+    ``stable_revision``'s where `serving_only_stable` says so and a stable revision exists."""
+    selector = selector_labels(ts)
+    if stable_revision is not None and serving_only_stable(ts):
+        selector = selector_labels(ts, stable_revision)
+    return service_body(
+        ts.name,
+        ts.namespace,
+        labels=build_labels(ts),
+        owner_ref=build_owner_reference({"metadata": ts.metadata}),
+        selector=selector,
+        service_type=ts.spec.service.type,
+        annotations=ts.spec.service.annotations,
+    )
+
+
+def disruption_budget_enabled(ts: TritonService) -> bool:
+    """Explicit ``disruptionBudget.enabled``, else on when more than one replica serves."""
+    enabled = ts.spec.disruption_budget.enabled
+    return ts.spec.replicas > 1 if enabled is None else enabled
+
+
+def build_pdb(ts: TritonService) -> dict[str, Any]:
+    """PodDisruptionBudget `<name>`: a node drain evicts at most maxUnavailable serving pods at once.
+
+    It selects every revision's pods, like Service `<name>`. Pods that are not Ready (a canary
+    still loading, a crash loop) may always be evicted: they serve nothing, and a drain must not
+    wait on them.
+    """
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(ts, ts.name, build_labels(ts)),
+        "spec": {
+            "maxUnavailable": ts.spec.disruption_budget.max_unavailable,
+            "selector": {"matchLabels": selector_labels(ts)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
+def endpoints(ts: TritonService) -> dict[str, str]:
+    host = f"{ts.name}.{ts.namespace}.svc"
+    return {"http": f"{host}:{HTTP_PORT}", "grpc": f"{host}:{GRPC_PORT}", "metrics": f"{host}:{METRICS_PORT}"}
+
+
+# ----------------------------------------------------------------- status
+
+
+def model_statuses(ts: TritonService) -> list[dict[str, Any]]:
+    """status.models entries: the versions each model's versionPolicy pins (empty: Triton decides)."""
+    out: list[dict[str, Any]] = []
+    for model in ts.spec.models:
+        policy = model.config.get("versionPolicy") or {}
+        specific = policy.get("specific") if isinstance(policy, dict) else None
+        versions = specific.get("versions") if isinstance(specific, dict) else None
+        out.append({"name": model.name, "versions": [str(v) for v in versions or []]})
+    return out
+
+
+# ----------------------------------------------------------------- events
+
+
+EVENT_MESSAGE_MAX = 1024
+
+
+def build_event(
+    ts_metadata: Mapping[str, Any],
+    event_type: str,
+    reason: str,
+    message: str,
+    *,
+    now: str,
+    component: str = MANAGED_BY,
+) -> dict[str, Any]:
+    """A core/v1 Event about a TritonService (``kubectl describe`` and ``kubectl get events`` show it)."""
+    name = str(ts_metadata.get("name", ""))
+    namespace = str(ts_metadata.get("namespace", "default"))
+    involved: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": name,
+        "namespace": namespace,
+    }
+    for key in ("uid", "resourceVersion"):
+        if ts_metadata.get(key):
+            involved[key] = str(ts_metadata[key])
+    if len(message) > EVENT_MESSAGE_MAX:
+        message = message[: EVENT_MESSAGE_MAX - 3] + "..."
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "involvedObject": involved,
+        "type": event_type,
+        "reason": reason,
+        "message": message,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": component,
+    }

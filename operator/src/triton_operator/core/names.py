@@ -1,0 +1,64 @@
+"""Names the operator's objects share: labels, object names, ConfigMap keys, paths, containers, volumes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from triton_operator import FIELD_MANAGER, GROUP
+from triton_operator.core.manifestparts import MANIFEST_KEY
+from triton_operator.models import TritonService
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_SERVICE = f"{GROUP}/service"
+LABEL_REVISION = f"{GROUP}/revision"
+MANAGED_BY = FIELD_MANAGER
+COMPONENT = "inference-server"
+APP_NAME = "tritonserver"
+
+HTTP_PORT = 8000
+GRPC_PORT = 8001
+METRICS_PORT = 8002
+MODELS_DIR = "/models"
+CONFIG_DIR = "/etc/triton-operator"
+MANIFEST_PATH = f"{CONFIG_DIR}/{MANIFEST_KEY}"
+# The spec that rendered a revision, kept in its ConfigMap (never mounted): while a later spec is
+# invalid, the rollout goes on under this one (aborts, deadlines, timed steps, control requests).
+SPEC_KEY = "spec.json"
+MANIFEST_SUBDIR = "manifest"
+MANIFEST_DIR = f"{CONFIG_DIR}/{MANIFEST_SUBDIR}"
+"""Where the sync container finds the parts of a manifest too large for plain JSON (manifestparts)."""
+CONFIGS_DIR = f"{CONFIG_DIR}/configs"
+CONFIG_KEY_SUFFIX = ".config.pbtxt"
+TRITON_CONTAINER = "tritonserver"
+SYNC_CONTAINER = "sync"
+MODELS_VOLUME = "models"
+SHM_VOLUME = "dshm"
+CONFIG_VOLUME = "triton-operator-config"
+REPOSITORY_VOLUME = "repository"
+PVC_ROOT = "/repository"
+# ownerReferences of `triton-operator render` output: no object exists, so no uid does either.
+PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
+
+
+def object_name(ts: TritonService, revision: str) -> str:
+    """Name of a revision's Deployment and ConfigMap."""
+    return f"{ts.name}-{revision}"
+
+
+def config_key(model: str) -> str:
+    """ConfigMap key of a model's config.pbtxt (keys cannot hold '/')."""
+    return f"{model}{CONFIG_KEY_SUFFIX}"
+
+
+def part_configmap_name(ts: TritonService, revision: str, index: int) -> str:
+    """Name of the ConfigMap holding manifest part ``index`` (part 0 is in the revision's own)."""
+    return object_name(ts, revision) if index == 0 else f"{object_name(ts, revision)}-manifest-{index}"
+
+
+def revision_object_names(ts: TritonService, revision: str, names: Sequence[str]) -> list[str]:
+    """Those of ``names`` that a revision's objects would have: `<name>-<rev>` and its manifest parts."""
+    main = object_name(ts, revision)
+    return [n for n in names if n == main or n.startswith(f"{main}-manifest-")]

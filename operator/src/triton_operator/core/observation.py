@@ -1,0 +1,428 @@
+"""What the operator reads back: checked specs, owned objects, stored revisions, Deployment and pod states."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from triton_operator.core import conditions as cond
+from triton_operator.core import manifestparts
+from triton_operator.core.builders import PLAIN, ManifestLayout, configs_bytes
+from triton_operator.core.modelconfig import ModelConfigError, build_config_pbtxt
+from triton_operator.core.names import (
+    CONFIG_VOLUME,
+    LABEL_REVISION,
+    MANIFEST_DIR,
+    MANIFEST_PATH,
+    SPEC_KEY,
+    SYNC_CONTAINER,
+)
+from triton_operator.core.rollout import RevisionState, parse_time
+from triton_operator.core.validation import errors_from_validation, validate_spec
+from triton_operator.models import TritonService
+from triton_operator.settings import Settings
+
+# ----------------------------------------------------------------- checks
+
+NAME_PATTERN = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+NAME_MAX_LENGTH = 63
+
+
+def name_problems(name: str) -> list[str]:
+    """The name becomes a Service name and a label value: a DNS-1035 label of at most 63 characters."""
+    if len(name) > NAME_MAX_LENGTH:
+        return [f"metadata.name: {name!r} is longer than {NAME_MAX_LENGTH} characters (it names the Service)"]
+    if not NAME_PATTERN.match(name):
+        return [
+            f"metadata.name: {name!r} must be a DNS-1035 label (lowercase letters, digits and '-', "
+            "starting with a letter): it names the Service"
+        ]
+    return []
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckedSpec:
+    """A TritonService body checked: the parsed model and its configs, or the problems found."""
+
+    ts: TritonService | None
+    configs: Mapping[str, str]
+    problems: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return "; ".join(self.problems)
+
+
+def check_body(body: Mapping[str, Any]) -> CheckedSpec:
+    """Parse a TritonService body and check what the CRD schema cannot (core.validation), then render.
+
+    Every problem names its field (spec.models[0].config.maxBatchSize: ...).
+    """
+    try:
+        ts = TritonService.model_validate(dict(body))
+    except ValidationError as exc:
+        problems = tuple(str(e) for e in errors_from_validation(exc, prefix=""))
+        return CheckedSpec(ts=None, configs={}, problems=problems)
+    found = name_problems(ts.name) + [str(e) for e in validate_spec(ts.spec)]
+    configs: dict[str, str] = {}
+    for i, model in enumerate(ts.spec.models):
+        try:
+            configs[model.name] = build_config_pbtxt(
+                model.name, model.config, field=f"spec.models[{i}].config"
+            )
+        except ModelConfigError as exc:
+            if str(exc) not in found:
+                found.append(str(exc))
+    size = configs_bytes(configs)
+    if size > manifestparts.CONFIGMAP_BUDGET:
+        found.append(
+            f"spec.models: the rendered config.pbtxt files take {size} bytes; the revision's ConfigMap "
+            f"holds at most {manifestparts.CONFIGMAP_BUDGET} (the API server refuses a ConfigMap over "
+            f"{manifestparts.CONFIGMAP_LIMIT})"
+        )
+    return CheckedSpec(ts=ts, configs=configs, problems=tuple(found))
+
+
+# ----------------------------------------------------------------- revisions' stored ConfigMaps
+
+
+def revision_configmaps(configmaps: Sequence[Mapping[str, Any]], revision: str) -> list[Mapping[str, Any]]:
+    """The ConfigMaps of one revision (its own, and those holding parts of its manifest)."""
+    return [c for c in configmaps if revision_of(c) == revision]
+
+
+def revision_manifest(configmaps: Sequence[Mapping[str, Any]], revision: str) -> str | None:
+    """The manifest JSON one revision's ConfigMaps hold (plain, or its parts put back together)."""
+    return manifestparts.stored_manifest(revision_configmaps(configmaps, revision))
+
+
+def revision_of(obj: Mapping[str, Any]) -> str | None:
+    """An object's revision label (None when it has none)."""
+    revision = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION)
+    return str(revision) if revision else None
+
+
+@dataclasses.dataclass(frozen=True)
+class LastValid:
+    """The revision the last valid spec asked for, with that spec and its pinned manifest."""
+
+    revision: str
+    body: dict[str, Any]
+    """A TritonService body: the current metadata (names, uid, control requests) with that spec."""
+    manifest_json: str | None
+
+
+def last_valid(
+    metadata: Mapping[str, Any], status: Mapping[str, Any], configmaps: Sequence[Mapping[str, Any]]
+) -> LastValid | None:
+    """What the last valid spec rendered, read back from its revision's ConfigMap (SPEC_KEY).
+
+    The spec's revision is, in this order: the one an undo pin waits for, an aborted one, the
+    canary, the stable one; the first whose ConfigMap holds a spec wins (a revision rendered by an
+    operator that did not store specs has none).
+    """
+    for key in ("pinnedFor", "abortedRevision", "canaryRevision", "stableRevision"):
+        revision = status.get(key)
+        if not revision:
+            continue
+        own = revision_configmaps(configmaps, revision)
+        data = next(((c.get("data") or {}) for c in own if SPEC_KEY in (c.get("data") or {})), {})
+        try:
+            spec = json.loads(data[SPEC_KEY])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if isinstance(spec, dict):
+            return LastValid(
+                revision=str(revision),
+                body={"metadata": dict(metadata), "spec": spec},
+                manifest_json=manifestparts.stored_manifest(own),
+            )
+    return None
+
+
+# ----------------------------------------------------------------- existing revisions' Deployments
+
+
+def layout_of(deployment: Mapping[str, Any] | None) -> ManifestLayout | None:
+    """The layout an existing revision's Deployment reads its manifest with; None when it is not known.
+
+    A revision keeps its layout, as it keeps its sync image (kept_sync_image): its pods, and the
+    sync image they run, read the manifest where the template says.
+    """
+    template = ((deployment or {}).get("spec") or {}).get("template") or {}
+    pod = template.get("spec") or {}
+    sync = next((c for c in pod.get("initContainers") or [] if c.get("name") == SYNC_CONTAINER), None)
+    args = list((sync or {}).get("args") or [])
+    if MANIFEST_PATH in args:
+        return PLAIN
+    if MANIFEST_DIR not in args:
+        return None
+    volume: Mapping[str, Any] = next(
+        (v for v in pod.get("volumes") or [] if v.get("name") == CONFIG_VOLUME), {}
+    )
+    sources = (volume.get("projected") or {}).get("sources") or []
+    items = [i for s in sources for i in (s.get("configMap") or {}).get("items") or []]
+    return ManifestLayout(sum(1 for i in items if manifestparts.part_index(str(i.get("key"))) is not None))
+
+
+def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) -> Settings:
+    """``settings`` with the sync image (and pull policy) an existing revision's Deployment runs.
+
+    A revision keeps the `triton-operator sync` image it was created with, so an operator upgrade
+    restarts no serving pod; the next revision (any change of the spec) gets the new image.
+    """
+    template = ((deployment or {}).get("spec") or {}).get("template") or {}
+    for container in (template.get("spec") or {}).get("initContainers") or []:
+        if container.get("name") == SYNC_CONTAINER and container.get("image"):
+            image = str(container["image"])
+            policy = container.get("imagePullPolicy")
+            # The API server fills in the default policy: leave that one unset, as it was written,
+            # so that applying the same template again changes nothing (not even managedFields).
+            if policy == default_pull_policy(image):
+                policy = None
+            return dataclasses.replace(settings, sync_image=image, sync_image_pull_policy=policy)
+    return settings
+
+
+def default_pull_policy(image: str) -> str:
+    """The imagePullPolicy Kubernetes gives a container that sets none: Always for :latest or no tag."""
+    name = image.split("@", 1)[0]
+    tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else ""
+    return "Always" if "@" not in image and tag in ("", "latest") else "IfNotPresent"
+
+
+# ----------------------------------------------------------------- objects by owner
+
+
+def controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
+    """Whether ``obj``'s controller ownerReference is the object with ``uid``."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(ref.get("controller") and ref.get("uid") == uid for ref in refs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Adoption:
+    """The labelled objects split by owner: this TritonService's, and an earlier one's (same name)."""
+
+    deployments: list[Mapping[str, Any]]
+    configmaps: list[Mapping[str, Any]]
+    pods: list[Mapping[str, Any]]
+    foreign: tuple[str, ...]
+    """Names of Deployments and ConfigMaps with the labels but another controller (waiting for the
+    garbage collector after a delete and re-create): never adopted, never counted."""
+
+
+def split_by_owner(
+    uid: str,
+    deployments: Sequence[Mapping[str, Any]],
+    configmaps: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+) -> Adoption:
+    """Objects found by label, kept only when this TritonService (``uid``) controls them.
+
+    Labels alone also match what a deleted TritonService of the same name left for the garbage
+    collector (`kubectl replace --force`, Argo CD `Replace=true`); adopting those would make them
+    look like revisions of this one. Pods belong to the kept Deployments' revisions.
+    """
+    mine = [d for d in deployments if controlled_by(d, uid)]
+    maps = [c for c in configmaps if controlled_by(c, uid)]
+    revisions = {revision_of(d) for d in mine}
+    owned_pods = [p for p in pods if revision_of(p) in revisions]
+    foreign = tuple(
+        sorted(
+            str((o.get("metadata") or {}).get("name", ""))
+            for o in [*deployments, *configmaps]
+            if not controlled_by(o, uid)
+        )
+    )
+    return Adoption(mine, maps, owned_pods, foreign)
+
+
+# ----------------------------------------------------------------- Deployment and pod states
+
+CRASH_RESTART_THRESHOLD = 3
+"""Restarts after which a pod counts as crash looping, whether or not it waits in CrashLoopBackOff."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DeploymentState:
+    """What the operator needs to know about one observed revision Deployment."""
+
+    name: str
+    revision: str
+    replicas: int
+    """spec.replicas."""
+    ready_replicas: int = 0
+    updated_replicas: int = 0
+    available_replicas: int = 0
+    generation: int = 0
+    observed_generation: int = 0
+    deadline_exceeded: bool = False
+    status_replicas: int = 0
+    """status.replicas: the pods the Deployment controller counts (terminating ones left out)."""
+
+    @property
+    def observed(self) -> bool:
+        """status.observedGeneration >= metadata.generation: the controller has seen the spec."""
+        return self.observed_generation >= self.generation
+
+    def complete(self, replicas: int) -> bool:
+        """Scaled to ``replicas``, all updated and Ready, as the Deployment controller last saw it."""
+        return (
+            self.observed
+            and self.replicas == replicas
+            and self.updated_replicas >= replicas
+            and self.ready_replicas >= replicas
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PodState:
+    """What the operator needs to know about one observed pod (the status and the rollout read it)."""
+
+    name: str
+    revision: str
+    ready: bool = False
+    unschedulable: str | None = None
+    """The scheduler's message while it marks the pod Unschedulable."""
+    unschedulable_since: datetime | None = None
+    """When the scheduler marked the pod Unschedulable, if it still is."""
+    waiting_reason: str | None = None
+    """The first container (init ones first) waiting for a reason in FAILING_WAIT_REASONS."""
+    waiting_message: str | None = None
+    crash_loop_back_off: bool = False
+    """A container (init ones too) waits in CrashLoopBackOff."""
+    restarts: int = 0
+    """The most restarts of any of its containers (init ones too)."""
+    terminating: bool = False
+
+    def crash_looping(self, threshold: int = CRASH_RESTART_THRESHOLD) -> bool:
+        """A container waits in CrashLoopBackOff or restarted ``threshold`` times or more."""
+        return self.crash_loop_back_off or self.restarts >= threshold
+
+
+def deployment_state(obj: Mapping[str, Any]) -> DeploymentState:
+    """Read a Deployment's dict (as the API returns it)."""
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    deadline = any(
+        c.get("type") == cond.DEPLOYMENT_PROGRESSING and c.get("reason") == cond.DEPLOYMENT_DEADLINE_EXCEEDED
+        for c in status.get("conditions") or []
+    )
+    return DeploymentState(
+        name=str(metadata.get("name", "")),
+        revision=str((metadata.get("labels") or {}).get(LABEL_REVISION, "")),
+        replicas=int(spec.get("replicas", 1)),
+        ready_replicas=int(status.get("readyReplicas") or 0),
+        updated_replicas=int(status.get("updatedReplicas") or 0),
+        available_replicas=int(status.get("availableReplicas") or 0),
+        generation=int(metadata.get("generation") or 0),
+        observed_generation=int(status.get("observedGeneration") or 0),
+        deadline_exceeded=deadline,
+        status_replicas=int(status.get("replicas") or 0),
+    )
+
+
+def pod_state(obj: Mapping[str, Any]) -> PodState:
+    """Read a Pod's dict (as the API returns it)."""
+    metadata = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = (conditions.get(cond.POD_READY) or {}).get("status") == cond.TRUE
+    scheduled = conditions.get(cond.POD_SCHEDULED) or {}
+    unschedulable = since = None
+    if scheduled.get("status") == cond.FALSE and scheduled.get("reason") == cond.POD_UNSCHEDULABLE:
+        unschedulable = str(scheduled.get("message") or cond.POD_UNSCHEDULABLE)
+        since = parse_time(scheduled.get("lastTransitionTime")) or datetime.min.replace(tzinfo=UTC)
+    containers = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    waiting_reason, waiting_message = _failing_wait(containers)
+    return PodState(
+        name=str(metadata.get("name", "")),
+        revision=str((metadata.get("labels") or {}).get(LABEL_REVISION, "")),
+        ready=ready,
+        unschedulable=unschedulable,
+        unschedulable_since=since,
+        waiting_reason=waiting_reason,
+        waiting_message=waiting_message,
+        crash_loop_back_off=any(_waiting(cs).get("reason") == cond.CRASH_LOOP_BACK_OFF for cs in containers),
+        restarts=max((int(cs.get("restartCount") or 0) for cs in containers), default=0),
+        terminating=metadata.get("deletionTimestamp") is not None,
+    )
+
+
+def _waiting(container_status: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A container status's state.waiting ({} when it is not waiting)."""
+    return (container_status.get("state") or {}).get("waiting") or {}
+
+
+def _failing_wait(containers: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None]:
+    """The first container waiting for a reason in FAILING_WAIT_REASONS: that reason, and a message."""
+    for cs in containers:
+        waiting = _waiting(cs)
+        if waiting.get("reason") in FAILING_WAIT_REASONS:
+            reason = str(waiting["reason"])
+            return reason, f"container {cs.get('name')}: {waiting.get('message') or reason}"
+    return None, None
+
+
+FAILING_WAIT_REASONS = frozenset(
+    {
+        cond.CRASH_LOOP_BACK_OFF,
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
+# ----------------------------------------------------------------- revisions, as the rollout engine sees them
+
+
+def revision_state(
+    deployment: Mapping[str, Any] | None,
+    pods: Iterable[Mapping[str, Any]] = (),
+    *,
+    crash_restart_threshold: int = CRASH_RESTART_THRESHOLD,
+) -> RevisionState:
+    """Read one revision's Deployment dict and its pods' dicts (as the API returns them)."""
+    seen = deployment_state(deployment or {})
+    states = [pod_state(p) for p in pods]
+    live = [p for p in states if not p.terminating]
+    since = [p.unschedulable_since for p in live if p.unschedulable_since is not None]
+    return RevisionState(
+        spec_replicas=seen.replicas if deployment else 0,
+        replicas=seen.status_replicas,
+        ready_replicas=seen.ready_replicas,
+        available_replicas=seen.available_replicas,
+        observed=seen.observed,
+        pods=len(states),
+        crash_looping=any(p.crash_looping(crash_restart_threshold) for p in live),
+        unschedulable_since=min(since) if since else None,
+    )
+
+
+def observe_revisions(
+    deployments: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+) -> dict[str, RevisionState]:
+    """Every revision Deployment of a TritonService (by its revision label) with its own pods."""
+    by_revision: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        revision = revision_of(pod)
+        if revision:
+            by_revision.setdefault(revision, []).append(pod)
+    out: dict[str, RevisionState] = {}
+    for deployment in deployments:
+        revision = revision_of(deployment)
+        if revision:
+            out[revision] = revision_state(deployment, by_revision.get(revision, ()))
+    return out

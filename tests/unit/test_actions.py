@@ -1,0 +1,233 @@
+"""core.actions: the writes (apply, scale, delete) that carry out a rollout plan."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from triton_operator.core.actions import Actions, plan_actions
+from triton_operator.core.builders import disruption_budget_enabled
+from triton_operator.core.names import LABEL_REVISION, LABEL_SERVICE, SYNC_CONTAINER
+from triton_operator.core.rollout import RolloutPlan
+from triton_operator.models import TritonService
+from triton_operator.settings import Settings
+from tritonservice_bodies import (
+    SETTINGS,
+    UID,
+    configs_of,
+    deployment,
+    observed_configmap,
+    observed_deployment,
+    rollout_plan,
+    ts_of,
+)
+
+# ----------------------------------------------------------------- plan_actions (a rollout plan -> writes)
+
+
+def actions(ts: TritonService, revision: str, plan: RolloutPlan, **kw: Any) -> Actions:
+    return plan_actions(ts, SETTINGS, revision, plan, configs=configs_of(ts), manifest_json=None, **kw)
+
+
+def test_only_the_specs_revision_is_rendered_others_only_scale() -> None:
+    ts = ts_of()
+    plan = rollout_plan({"old": 4, "new": 1, "hist": 0}, delete=("gone",))
+    out = actions(
+        ts,
+        "new",
+        plan,
+        deployments=[
+            observed_deployment("old", 4),  # already at 4: no write
+            observed_deployment("hist", 2),  # a history revision goes to 0
+            observed_deployment("gone", 1),
+        ],
+        configmaps=[observed_configmap(r) for r in ("old", "hist", "gone", "stray", "new")],
+    )
+    assert [(x["kind"], x["metadata"]["name"]) for x in out.apply] == [
+        ("ConfigMap", "svc-new"),
+        ("Deployment", "svc-new"),
+        ("Service", "svc"),
+    ]
+    assert out.apply[1]["spec"]["replicas"] == 1
+    assert out.scale == {"svc-hist": 0}
+    # kept revisions keep their ConfigMaps (an undo serves the same bytes); others go
+    assert out.delete == (
+        ("Deployment", "svc-gone"),
+        ("ConfigMap", "svc-gone"),
+        ("ConfigMap", "svc-stray"),
+    )
+
+
+def test_spec_revision_not_planned_is_not_created() -> None:
+    ts = ts_of()
+    out = actions(ts, "new", rollout_plan({"old": 2}), deployments=[], configmaps=[])
+    assert [x["kind"] for x in out.apply] == ["Service"]
+    assert out.scale == {} and out.delete == ()
+
+
+def test_gateway_api_adds_revision_services_and_removing_it_deletes_them() -> None:
+    ts = ts_of(rollout={"trafficRouting": {"gatewayAPI": {"httpRoute": "r"}}})
+    plan = rollout_plan({"old": 2, "new": 1}, stable="old", canary="new")
+    out = actions(ts, "new", plan, deployments=[], configmaps=[])
+    services = {x["metadata"]["name"]: x for x in out.apply if x["kind"] == "Service"}
+    assert set(services) == {"svc", "svc-stable", "svc-canary"}
+    assert services["svc-stable"]["spec"]["selector"][LABEL_REVISION] == "old"
+    assert services["svc-canary"]["spec"]["selector"][LABEL_REVISION] == "new"
+    assert services["svc-canary"]["metadata"]["ownerReferences"][0]["uid"] == UID
+    plain = ts_of()
+    kept = actions(plain, "new", plan, deployments=[], configmaps=[], revision_services=False)
+    assert not any(kind == "Service" for kind, _ in kept.delete)
+    dropped = actions(plain, "new", plan, deployments=[], configmaps=[], revision_services=True)
+    assert ("Service", "svc-stable") in dropped.delete and ("Service", "svc-canary") in dropped.delete
+
+
+def test_the_actions_render_only_the_desired_revision() -> None:
+    ts = ts_of()
+    out = actions(ts, "b", rollout_plan({"b": 2}), deployments=[], configmaps=[])
+    assert [(x["kind"], x["metadata"]["name"]) for x in out.apply] == [
+        ("ConfigMap", "svc-b"),
+        ("Deployment", "svc-b"),
+        ("Service", "svc"),
+    ]
+    only_service = actions(ts, "b", rollout_plan({}), deployments=[], configmaps=[])
+    assert [x["kind"] for x in only_service.apply] == ["Service"]
+
+
+# ----------------------------------------------------------------- PodDisruptionBudget
+
+
+@pytest.mark.parametrize(
+    ("spec", "wanted"),
+    [
+        ({"replicas": 1}, False),
+        ({"replicas": 2}, True),
+        ({"replicas": 0}, False),
+        ({"replicas": 1, "disruptionBudget": {"enabled": True}}, True),
+        ({"replicas": 4, "disruptionBudget": {"enabled": False}}, False),
+    ],
+)
+def test_a_disruption_budget_by_default_when_more_than_one_replica_serves(
+    spec: dict[str, Any], wanted: bool
+) -> None:
+    ts = ts_of(**spec)
+    plan = rollout_plan({"new": ts.spec.replicas})
+    out = actions(ts, "new", plan, deployments=[], configmaps=[])
+    pdbs = [x for x in out.apply if x["kind"] == "PodDisruptionBudget"]
+    assert len(pdbs) == int(wanted)
+    assert disruption_budget_enabled(ts) is wanted
+    rendered = actions(ts, "new", rollout_plan({}), deployments=[], configmaps=[])
+    assert [x["kind"] for x in rendered.apply].count("PodDisruptionBudget") == int(wanted)
+
+
+def test_a_disruption_budget_no_longer_wanted_is_deleted_only_when_it_exists() -> None:
+    ts = ts_of(replicas=1)
+    plan = rollout_plan({"new": 1})
+    assert ("PodDisruptionBudget", "svc") not in actions(
+        ts, "new", plan, deployments=[], configmaps=[]
+    ).delete
+    gone = actions(ts, "new", plan, deployments=[], configmaps=[], disruption_budget=True)
+    assert ("PodDisruptionBudget", "svc") in gone.delete
+
+
+# ----------------------------------------------------------------- who Service `<name>` reaches
+
+
+@pytest.mark.parametrize(
+    ("rollout", "only_stable"),
+    [
+        ({}, False),
+        ({"strategy": "Canary", "steps": [{"setWeight": 20}]}, False),
+        ({"strategy": "Recreate"}, False),
+        ({"strategy": "BlueGreen"}, True),
+        ({"strategy": "Canary", "trafficRouting": {"gatewayAPI": {"httpRoute": "r"}}}, True),
+    ],
+)
+def test_the_service_reaches_only_the_revisions_meant_to_serve(
+    rollout: dict[str, Any], only_stable: bool
+) -> None:
+    ts = ts_of(rollout=rollout)
+    plan = rollout_plan({"blue": 2, "green": 2}, stable="blue", canary="green")
+    (svc,) = [
+        x
+        for x in actions(ts, "green", plan, deployments=[], configmaps=[]).apply
+        if x["metadata"]["name"] == "svc"
+    ]
+    selector = svc["spec"]["selector"]
+    assert selector.get(LABEL_REVISION) == ("blue" if only_stable else None)
+    assert selector[LABEL_SERVICE] == "svc"
+    # before any revision is stable (the first one rolling out) it reaches every revision
+    first = rollout_plan({"green": 2}, stable=None, canary="green")
+    (svc,) = [
+        x
+        for x in actions(ts, "green", first, deployments=[], configmaps=[]).apply
+        if x["metadata"]["name"] == "svc"
+    ]
+    assert LABEL_REVISION not in svc["spec"]["selector"]
+
+
+# ----------------------------------------------------------------- operator upgrades
+
+
+def test_an_existing_revision_keeps_its_sync_image_and_a_new_one_gets_the_operators() -> None:
+    ts = ts_of()
+    running = deployment(ts, "rev1")  # created by the old operator
+
+    def sync_of(dep: dict[str, Any]) -> dict[str, Any]:
+        return next(
+            c for c in dep["spec"]["template"]["spec"]["initContainers"] if c["name"] == SYNC_CONTAINER
+        )
+
+    sync_of(running)["image"] = "ghcr.io/triton-operator/triton-operator:0.1.0"
+    sync_of(running)["imagePullPolicy"] = "Always"  # set by the old operator's settings
+    upgraded = Settings(
+        sync_image="ghcr.io/triton-operator/triton-operator:0.2.0", sync_image_pull_policy="Never"
+    )
+
+    out = plan_actions(
+        ts,
+        upgraded,
+        "rev1",
+        rollout_plan({"rev1": 1}),
+        configs=configs_of(ts),
+        manifest_json=None,
+        deployments=[{**running, "metadata": {**running["metadata"]}}],
+        configmaps=[],
+    )
+    (dep,) = [x for x in out.apply if x["kind"] == "Deployment"]
+    assert dep["spec"]["template"] == running["spec"]["template"]  # no pod restarts
+    fresh = plan_actions(
+        ts,
+        upgraded,
+        "rev2",
+        rollout_plan({"rev1": 1, "rev2": 1}),
+        configs=configs_of(ts),
+        manifest_json=None,
+        deployments=[running],
+        configmaps=[],
+    )
+    (dep2,) = [x for x in fresh.apply if x["kind"] == "Deployment"]
+    assert sync_of(dep2)["image"].endswith(":0.2.0") and sync_of(dep2)["imagePullPolicy"] == "Never"
+
+
+def test_reapplying_a_revision_with_a_defaulted_pull_policy_leaves_the_template_as_written() -> None:
+    """The API server adds imagePullPolicy to what the operator wrote without one: re-rendering the
+    running revision must not claim that field (a write to a Deployment that should stay untouched)."""
+    ts = ts_of()
+    written = deployment(ts, "rev1")
+    stored = copy.deepcopy(written)
+    for c in stored["spec"]["template"]["spec"]["initContainers"]:
+        c["imagePullPolicy"] = "IfNotPresent"  # the API server's default for a tagged image
+    out = plan_actions(
+        ts,
+        SETTINGS,
+        "rev1",
+        rollout_plan({"rev1": 1}),
+        configs=configs_of(ts),
+        manifest_json=None,
+        deployments=[stored],
+        configmaps=[],
+    )
+    (dep,) = [x for x in out.apply if x["kind"] == "Deployment"]
+    assert dep["spec"]["template"] == written["spec"]["template"]
