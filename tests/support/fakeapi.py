@@ -4,6 +4,10 @@ Objects are plain dicts keyed by (kind, namespace, name). An apply replaces what
 operator always applies whole objects); what the API server would refuse for its size is
 refused with the API server's own status code and message (bigmanifest.refusal), so the
 operator's error handling runs as it does against a real cluster.
+
+A fake of the API server. Use it under the real ``Kube`` adapter, to test what Kube makes of the
+API server's answers; to test the reconcile layer itself (conflicts, timings, call order), use
+memkube.MemKube, a fake of the whole KubeAPI (see its docstring).
 """
 
 from __future__ import annotations

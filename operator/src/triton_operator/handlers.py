@@ -60,6 +60,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # With peering, kopf starts paused until it has looked at the peering object; so does ours.
     reconciler = Reconciler(kube, operator, pinner=pinner, paused=scope is not None)
     memo["reconciler"] = reconciler
+    memo["kube"] = kube  # the Reconciler knows it only as KubeAPI, which has no close()
     if scope is not None:
         monitor = PeeringMonitor(
             scope,
@@ -78,7 +79,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     reconciler: Reconciler | None = memo.get("reconciler")
     if reconciler is not None:
         await reconciler.close()
-        await reconciler.kube.close()
+    kube: Kube | None = memo.get("kube")
+    if kube is not None:
+        await kube.close()
 
 
 async def _reconcile(memo: Any, namespace: str, name: str, *, coalesce: bool) -> Result | None:

@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx2
 from lightkube import ApiError, AsyncClient, KubeConfig
@@ -107,8 +107,77 @@ def make_client(kubeconfig: str | Path | None = None, *, timeout: float = 30.0) 
     return AsyncClient(config=config, field_manager=FIELD_MANAGER, timeout=httpx2.Timeout(timeout))
 
 
+class KubeAPI(Protocol):
+    """What the reconcile layer needs from the API server, and each call's contract.
+
+    ``Kube`` (below, over lightkube) is the real one; tests/support/memkube.py holds an in-memory
+    fake that can force conflicts and timings a real cluster cannot produce on demand. Objects are
+    plain camelCase dicts as the API server returns them. Any other failure of the API server or
+    the network propagates as is (lightkube.ApiError, httpx errors): ``retry_delay`` says whether
+    and when to try again.
+    """
+
+    async def get_tritonservice(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The TritonService as stored now (status included); None when it does not exist."""
+        ...
+
+    async def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A Secret's data and stringData, decoded (values that are not UTF-8 left out); None when
+        the Secret does not exist."""
+        ...
+
+    async def list_owned(self, namespace: str, labels: Mapping[str, str]) -> Owned:
+        """The Deployments, ConfigMaps and Pods in ``namespace`` carrying every one of ``labels``
+        (whoever owns them: the caller tells its own by ownerReferences)."""
+        ...
+
+    async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply a whole desired object (kind among RESOURCES) under the operator's field
+        manager, forcing conflicts, creating it when missing; the stored object.
+
+        Raises ObjectTooLargeError when the API server refuses the object for its size, else
+        ObjectRejectedError when it finds the object invalid.
+        """
+        ...
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """One object of ``kind`` (a key of RESOURCES) as stored now; None when it does not exist,
+        nor its kind (a cluster without the Gateway API routes)."""
+        ...
+
+    async def merge_patch(
+        self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """JSON merge patch (RFC 7386) of an existing object; the stored result, None when the object
+        does not exist (never creates one).
+
+        A metadata.resourceVersion in ``patch`` makes it conditional: ConflictError when the object
+        changed since that version. ObjectRejectedError when the result is invalid.
+        """
+        ...
+
+    async def scale(self, namespace: str, name: str, replicas: int) -> bool:
+        """Set a Deployment's spec.replicas and nothing else; False when the Deployment does not exist."""
+        ...
+
+    async def post_event(self, event: Mapping[str, Any]) -> None:
+        """Create a core/v1 Event (built by core.objects.build_event)."""
+        ...
+
+    async def delete(self, kind: str, namespace: str, name: str) -> bool:
+        """Delete an object (its dependents go in the background); False when it was already gone."""
+        ...
+
+    async def apply_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Server-side apply the operator's status fields on a TritonService's /status subresource
+        (the spec is untouched); the stored object, None when the TritonService does not exist."""
+        ...
+
+
 class Kube:
-    """The operator's whole view of the API server."""
+    """The operator's whole view of the API server (KubeAPI over lightkube's AsyncClient)."""
 
     def __init__(self, client: AsyncClient, field_manager: str = FIELD_MANAGER) -> None:
         self.client = client
@@ -278,3 +347,7 @@ class Kube:
                 return None
             raise
         return _to_dict(result)
+
+
+_KUBE_IS_A_KUBE_API: type[KubeAPI] = Kube
+"""mypy checks here that Kube keeps KubeAPI's contract (the fake in the tests is checked likewise)."""

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from triton_operator.adapters.kube import (
-    Kube,
+    KubeAPI,
     Owned,
 )
 from triton_operator.core.manifest import (
@@ -93,7 +93,7 @@ class Seen:
 
 
 async def observe(
-    kube: Kube, namespace: str, name: str, body: Mapping[str, Any], moment: datetime.datetime
+    kube: KubeAPI, namespace: str, name: str, body: Mapping[str, Any], moment: datetime.datetime
 ) -> Seen:
     metadata: Mapping[str, Any] = body.get("metadata") or {}
     found = await kube.list_owned(namespace, owned_selector(name))

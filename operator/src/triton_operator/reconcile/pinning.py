@@ -6,10 +6,10 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from triton_operator.adapters.kube import (
-    Kube,
+    KubeAPI,
 )
 from triton_operator.adapters.storage import PinResult, pin_with_versioning
 from triton_operator.adapters.storage.base import StoreError
@@ -27,7 +27,7 @@ from triton_operator.core.manifest import (
 )
 from triton_operator.core.modelconfig import ModelConfigError
 from triton_operator.metrics import METRICS
-from triton_operator.models import TritonService
+from triton_operator.models import ModelSpec, Repository, TritonService
 
 logger = logging.getLogger(__name__)
 
@@ -112,17 +112,31 @@ class _Listing:
         object.__setattr__(self, "summary", summarize(self.manifest, self.problem, self.versioned))
 
 
+RepositoryLister = Callable[[Repository, Sequence[ModelSpec], Mapping[str, str]], PinResult]
+"""Lists a repository with these credentials and pins what the models select (blocking: it runs in a
+thread). Raises SelectionFailed, a StoreError or ModelConfigError; pin_with_versioning is the real one."""
+
+
 class RepositoryPinner:
     """Lists a TritonService's object store and pins what its models select (core.manifest).
 
     Listings are cached per object for repository.pollIntervalSeconds, so reconciles driven by
     pod events do not list the store; ``refresh`` lists now and tells whether the pin changed.
     A pvc:// claim is never listed here (the pod links it): its manifest is unpinned.
+    When a listing fails, the manifest pinned before (cached, else the running revision's) is
+    kept with the problem noted; with nothing pinned before, RepositoryError.
     """
 
-    def __init__(self, kube: Kube, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        kube: KubeAPI,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        lister: RepositoryLister = pin_with_versioning,
+    ) -> None:
         self.kube = kube
         self.clock = clock
+        self.lister = lister
         self._listings: dict[tuple[str, str], _Listing] = {}
 
     def forget(self, namespace: str, name: str) -> None:
@@ -187,7 +201,7 @@ class RepositoryPinner:
             credentials = secret
         started = time.perf_counter()
         try:
-            pin = await asyncio.to_thread(pin_with_versioning, repository, ts.spec.models, credentials)
+            pin = await asyncio.to_thread(self.lister, repository, ts.spec.models, credentials)
         except SelectionFailed as exc:
             raise RepositoryError(cond.MODELS_NOT_FOUND, f"{repository.uri}: {exc}") from exc
         except (StoreError, ModelConfigError) as exc:

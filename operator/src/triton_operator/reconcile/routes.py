@@ -6,7 +6,7 @@ import dataclasses
 
 from triton_operator.adapters.kube import (
     ConflictError,
-    Kube,
+    KubeAPI,
     ObjectRejectedError,
 )
 from triton_operator.core import conditions as cond
@@ -35,7 +35,7 @@ class Traffic:
 ROUTE_RETRY_SECONDS = 30.0
 
 
-async def route_traffic(kube: Kube, ts: TritonService, plan: RolloutPlan) -> Traffic | None:
+async def route_traffic(kube: KubeAPI, ts: TritonService, plan: RolloutPlan) -> Traffic | None:
     """Write the weights (and the A/B rule) into the user's HTTPRoute and GRPCRoute, if any are named.
 
     Every named route is handled on its own: one missing route does not hold back the other. A
@@ -81,7 +81,7 @@ ROUTE_WRITE_ATTEMPTS = 3
 
 
 async def set_route(
-    kube: Kube, ts: TritonService, plan: RolloutPlan, kind: RouteKind, route_name: str
+    kube: KubeAPI, ts: TritonService, plan: RolloutPlan, kind: RouteKind, route_name: str
 ) -> tuple[str, str] | None:
     """Set the plan's weights on one route: None when done, else (TrafficRouted reason, message)."""
     where = f"{kind} {ts.namespace}/{route_name}"

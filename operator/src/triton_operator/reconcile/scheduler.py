@@ -7,7 +7,7 @@ import logging
 import weakref
 
 from triton_operator.adapters.kube import (
-    Kube,
+    KubeAPI,
     retry_delay,
 )
 from triton_operator.core import conditions as cond
@@ -44,7 +44,7 @@ class Reconciler:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeAPI,
         settings: Settings,
         *,
         pinner: RepositoryPinner | None = None,

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from triton_operator.adapters.kube import (
-    Kube,
+    KubeAPI,
     ObjectRejectedError,
     ObjectTooLargeError,
     retry_delay,
@@ -118,7 +118,7 @@ class _NotStoredError(Exception):
 
 
 async def reconcile(
-    kube: Kube,
+    kube: KubeAPI,
     namespace: str,
     name: str,
     settings: Settings,
@@ -179,7 +179,7 @@ async def reconcile(
         return await _hold(kube, seen, settings, _Blocked(str(exc)))
 
 
-async def _hold(kube: Kube, seen: Seen, settings: Settings, blocked: _Blocked) -> Result:
+async def _hold(kube: KubeAPI, seen: Seen, settings: Settings, blocked: _Blocked) -> Result:
     """The current spec cannot be applied: go on under the last valid one, else change nothing.
 
     A bad spec pushed mid-rollout must not switch off rollout safety: the last valid spec (kept in
@@ -226,7 +226,7 @@ async def _hold(kube: Kube, seen: Seen, settings: Settings, blocked: _Blocked) -
 
 
 async def _carry_out(
-    kube: Kube,
+    kube: KubeAPI,
     seen: Seen,
     settings: Settings,
     ts: TritonService,
@@ -297,7 +297,7 @@ def _plan(seen: Seen, ts: TritonService, revision: str, unsyncable: Mapping[str,
 
 
 async def _desired(
-    kube: Kube,
+    kube: KubeAPI,
     seen: Seen,
     settings: Settings,
     plan: RolloutPlan,
@@ -330,7 +330,7 @@ async def _desired(
         raise _NotStoredError(str(exc)) from exc
 
 
-async def _apply(kube: Kube, actions: Actions, manifest_json: str | None) -> None:
+async def _apply(kube: KubeAPI, actions: Actions, manifest_json: str | None) -> None:
     """Server-side apply every desired object (ConfigMaps before the Deployment that mounts them)."""
     try:
         for obj in actions.apply:
@@ -344,7 +344,7 @@ async def _apply(kube: Kube, actions: Actions, manifest_json: str | None) -> Non
 
 
 async def _report(
-    kube: Kube,
+    kube: KubeAPI,
     seen: Seen,
     ts: TritonService,
     plan: RolloutPlan,
@@ -394,7 +394,7 @@ async def _report(
     return status, written
 
 
-async def _scale_and_delete(kube: Kube, namespace: str, actions: Actions) -> None:
+async def _scale_and_delete(kube: KubeAPI, namespace: str, actions: Actions) -> None:
     for deployment, replicas in sorted(actions.scale.items()):
         logger.info("scaling Deployment %s/%s to %d", namespace, deployment, replicas)
         await kube.scale(namespace, deployment, replicas)
@@ -403,7 +403,7 @@ async def _scale_and_delete(kube: Kube, namespace: str, actions: Actions) -> Non
             logger.info("deleted %s %s/%s", kind, namespace, gone)
 
 
-async def _post_events(kube: Kube, seen: Seen, plan: RolloutPlan) -> None:
+async def _post_events(kube: KubeAPI, seen: Seen, plan: RolloutPlan) -> None:
     # Events after the status: a crash in between loses an event rather than repeating one (the
     # engine emits each event once, in the call whose status records the change).
     for event in plan.events:
@@ -421,7 +421,7 @@ async def _post_events(kube: Kube, seen: Seen, plan: RolloutPlan) -> None:
 
 
 async def _write_status(
-    kube: Kube, namespace: str, name: str, previous: Mapping[str, Any], status: Mapping[str, Any]
+    kube: KubeAPI, namespace: str, name: str, previous: Mapping[str, Any], status: Mapping[str, Any]
 ) -> bool:
     if not status_changed(previous, status):
         return False

@@ -1,0 +1,258 @@
+"""reconcile.pinning.RepositoryPinner with a fake repository listing (Bucket) and MemKube (an in-memory
+fake of KubeAPI, for the credentials Secret): the fallback when a listing fails, refresh(), and the
+poll-interval cache.
+
+Bucket is a fake of the object store's listing only: the selection and the manifest are the real
+core code (select_objects, build_manifest). tests/storage runs the real listing against real stores.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from memkube import MemKube
+from triton_operator.adapters.storage import PinResult
+from triton_operator.adapters.storage.base import StoreError
+from triton_operator.core import conditions as cond
+from triton_operator.core.manifest import (
+    ObjectInfo,
+    StoreRef,
+    build_manifest,
+    manifest_to_json,
+    model_sources,
+    select_objects,
+)
+from triton_operator.models import ModelSpec, Repository, TritonService
+from triton_operator.reconcile.pinning import RepositoryError, RepositoryPinner, repository_verdict
+
+NS = "ml"
+
+
+def make_ts(poll: int = 60, *, secret: str | None = None, uri: str = "s3://models/prod") -> TritonService:
+    repository: dict[str, Any] = {"uri": uri, "pollIntervalSeconds": poll}
+    if secret is not None:
+        repository["credentialsSecret"] = secret
+    return TritonService.model_validate(
+        {
+            "metadata": {"name": "svc", "namespace": NS},
+            "spec": {"repository": repository, "models": [{"name": "add", "config": {"backend": "python"}}]},
+        }
+    )
+
+
+class Bucket:
+    """The repository lister: lists ``objects`` (or raises ``error``) and counts its listings."""
+
+    def __init__(self) -> None:
+        self.objects = [ObjectInfo("add/1/model.py", 10, etag="e1", generation="g1")]
+        self.error: Exception | None = None
+        self.listings = 0
+        self.credentials: list[Mapping[str, str]] = []
+
+    def upload(self, etag: str) -> None:
+        self.objects = [ObjectInfo("add/1/model.py", 11, etag=etag, generation=f"g-{etag}")]
+
+    def __call__(
+        self, repository: Repository, models: Sequence[ModelSpec], credentials: Mapping[str, str]
+    ) -> PinResult:
+        self.listings += 1
+        self.credentials.append(dict(credentials))
+        if self.error is not None:
+            raise self.error
+        ref = StoreRef.from_repository(repository)
+        return PinResult(build_manifest(ref, select_objects(model_sources(models), self.objects)), True)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def bucket() -> Bucket:
+    return Bucket()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def pinner(bucket: Bucket, clock: Clock) -> RepositoryPinner:
+    return RepositoryPinner(MemKube(), clock=clock, lister=bucket)
+
+
+# ----------------------------------------------------------------- the fallback when a listing fails
+
+
+async def test_a_failed_listing_keeps_the_cached_manifest_and_says_why(
+    pinner: RepositoryPinner, bucket: Bucket, clock: Clock
+) -> None:
+    ts = make_ts(poll=60)
+    before = await pinner(ts, None)
+    assert before.digest is not None and before.problem is None
+    bucket.error = StoreError("connection refused")
+    bucket.upload("e2")  # what the store holds now cannot be seen
+    clock.now += 61  # a re-list is due
+    after = await pinner(ts, None)
+    assert bucket.listings == 2
+    assert (after.json, after.digest) == (before.json, before.digest)
+    assert after.problem is not None and "connection refused" in after.problem
+    verdict = repository_verdict(ts, after)
+    assert (verdict.status, verdict.reason) == (cond.FALSE, cond.REPOSITORY_ERROR)
+    assert "pods keep the manifest pinned before" in verdict.message
+
+
+async def test_a_failed_listing_keeps_the_running_revisions_manifest_when_nothing_is_cached(
+    bucket: Bucket, clock: Clock
+) -> None:
+    ts = make_ts(poll=60)
+    # What a revision pinned before the operator restarted (read back from its ConfigMap).
+    running = await RepositoryPinner(MemKube(), clock=clock, lister=bucket)(ts, None)
+    bucket.error = StoreError("access denied")
+    restarted = RepositoryPinner(MemKube(), clock=clock, lister=bucket)
+    kept = await restarted(ts, running.json)
+    assert kept.digest == running.digest
+    assert kept.problem is not None and "access denied" in kept.problem
+
+
+async def test_a_running_manifest_of_another_repository_is_no_fallback(
+    pinner: RepositoryPinner, bucket: Bucket
+) -> None:
+    running = await pinner(make_ts(uri="s3://models/old"), None)
+    bucket.error = StoreError("connection refused")
+    pinner.forget(NS, "svc")
+    with pytest.raises(RepositoryError):
+        await pinner(make_ts(uri="s3://models/prod"), running.json)
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (StoreError("bucket 'models' does not exist"), cond.REPOSITORY_ERROR),
+        (None, cond.MODELS_NOT_FOUND),  # the listing works and holds no folder for the model
+    ],
+)
+async def test_with_nothing_pinned_before_a_failed_listing_raises_repository_error(
+    pinner: RepositoryPinner, bucket: Bucket, error: Exception | None, reason: str
+) -> None:
+    bucket.error = error
+    bucket.objects = []
+    with pytest.raises(RepositoryError) as raised:
+        await pinner(make_ts(), None)
+    assert raised.value.reason == reason
+    assert "s3://models/prod" in raised.value.message
+
+
+async def test_a_missing_credentials_secret_is_a_repository_error_and_a_present_one_is_passed_on(
+    bucket: Bucket, clock: Clock
+) -> None:
+    kube = MemKube()
+    pinner = RepositoryPinner(kube, clock=clock, lister=bucket)
+    with pytest.raises(RepositoryError) as raised:
+        await pinner(make_ts(secret="creds"), None)
+    assert raised.value.reason == cond.CREDENTIALS_MISSING
+    assert bucket.listings == 0
+    kube.put(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "creds", "namespace": NS},
+            "data": {"AWS_ACCESS_KEY_ID": base64.b64encode(b"id").decode()},
+        }
+    )
+    assert (await pinner(make_ts(secret="creds"), None)).digest is not None
+    assert bucket.credentials == [{"AWS_ACCESS_KEY_ID": "id"}]
+
+
+# ----------------------------------------------------------------- refresh()
+
+
+async def test_refresh_tells_whether_the_pin_changed(pinner: RepositoryPinner, bucket: Bucket) -> None:
+    ts = make_ts()
+    assert await pinner.refresh(ts) is True  # nothing was pinned before
+    assert await pinner.refresh(ts) is False  # the same objects
+    bucket.upload("e2")
+    assert await pinner.refresh(ts) is True
+    assert await pinner.refresh(ts) is False
+
+
+async def test_refresh_reports_a_change_when_the_listing_fails_and_after_it_recovers(
+    pinner: RepositoryPinner, bucket: Bucket, clock: Clock
+) -> None:
+    ts = make_ts(poll=60)
+    first = await pinner(ts, None)
+    bucket.error = StoreError("timed out")
+    assert await pinner.refresh(ts) is True  # a reconcile reports the problem
+    clock.now += 61
+    assert (await pinner(ts, None)).problem is not None  # the reconcile keeps the manifest
+    bucket.error = None
+    assert await pinner.refresh(ts) is True  # the same objects, but the problem is gone
+    recovered = await pinner(ts, None)
+    assert recovered.problem is None and recovered.digest == first.digest
+
+
+# ----------------------------------------------------------------- the poll-interval cache
+
+
+async def test_listings_are_cached_for_the_poll_interval(
+    pinner: RepositoryPinner, bucket: Bucket, clock: Clock
+) -> None:
+    ts = make_ts(poll=60)
+    first = await pinner(ts, None)
+    bucket.upload("e2")
+    clock.now += 59
+    assert (await pinner(ts, None)).digest == first.digest  # pod events do not list the store
+    assert bucket.listings == 1
+    clock.now += 2
+    later = await pinner(ts, None)
+    assert bucket.listings == 2 and later.digest != first.digest
+
+
+async def test_without_polling_the_running_manifest_is_reused_and_never_listed(
+    pinner: RepositoryPinner, bucket: Bucket, clock: Clock
+) -> None:
+    ts = make_ts(poll=0)
+    running = manifest_to_json(
+        build_manifest(
+            StoreRef("s3://models/prod"), select_objects(model_sources(ts.spec.models), bucket.objects)
+        )
+    )
+    pinned = await pinner(ts, running)
+    assert bucket.listings == 0 and pinned.json == running
+    clock.now += 10_000
+    await pinner(ts, running)
+    assert bucket.listings == 0
+
+
+async def test_without_polling_and_nothing_running_it_lists_once(
+    pinner: RepositoryPinner, bucket: Bucket, clock: Clock
+) -> None:
+    ts = make_ts(poll=0)
+    first = await pinner(ts, None)
+    bucket.upload("e2")
+    clock.now += 10_000
+    assert (await pinner(ts, None)).digest == first.digest
+    assert bucket.listings == 1
+
+
+async def test_a_changed_repository_in_the_spec_lists_at_once(
+    pinner: RepositoryPinner, bucket: Bucket
+) -> None:
+    await pinner(make_ts(poll=60, uri="s3://models/prod"), None)
+    moved = await pinner(make_ts(poll=60, uri="s3://models/next"), None)
+    assert bucket.listings == 2
+    assert '"s3://models/next"' in moved.json
+
+
+async def test_a_pvc_repository_is_never_listed(pinner: RepositoryPinner, bucket: Bucket) -> None:
+    pinned = await pinner(make_ts(uri="pvc://models-claim/triton"), None)
+    assert pinned.digest is None and bucket.listings == 0

@@ -1,0 +1,197 @@
+"""reconcile.scheduler.Reconciler over MemKube (an in-memory fake of KubeAPI): coalescing, one reconcile
+at a time per object, timers replaced and cleared, the retry of a failed timed reconcile, the pause.
+
+Every reconcile starts by reading its TritonService, so the fake's count of get_tritonservice calls
+counts reconciles; a hook on that call holds a reconcile mid-way until the test lets it go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from e2e_helpers import tritonservice
+from memkube import Call, MemKube
+from triton_operator.adapters.kube import retry_delay
+from triton_operator.reconcile.scheduler import REQUEUE_SLACK_SECONDS, Reconciler
+from triton_operator.settings import Settings
+
+NS = "ml"
+KEY = (NS, "svc")
+SETTINGS = Settings()
+
+
+async def until(check: Callable[[], bool], timeout: float = 2.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
+def cluster(*names: str) -> MemKube:
+    kube = MemKube()
+    for name in names:
+        kube.put(tritonservice(name, NS))
+    return kube
+
+
+class Gate:
+    """Holds every reconcile at its first read until ``release``; ``entered`` names who got there."""
+
+    def __init__(self, kube: MemKube) -> None:
+        self.entered: list[str] = []
+        self._open = asyncio.Event()
+        kube.before("get_tritonservice", self._hold, times=None)
+
+    async def _hold(self, call: Call) -> None:
+        self.entered.append(call.name)
+        await self._open.wait()
+
+    def release(self) -> None:
+        self._open.set()
+
+
+def reconciles(kube: MemKube, name: str = "svc") -> int:
+    return kube.count("get_tritonservice", name)
+
+
+def timer_tasks(key: tuple[str, str] = KEY) -> list[asyncio.Task[object]]:
+    """The scheduler's timer tasks of ``key`` that may still fire (it names them "requeue <ns>/<name>")."""
+    name = f"requeue {key[0]}/{key[1]}"
+    return [t for t in asyncio.all_tasks() if t.get_name() == name and not t.done() and not t.cancelling()]
+
+
+@pytest.fixture
+async def kube() -> MemKube:
+    return cluster("svc")
+
+
+# ----------------------------------------------------------------- coalescing, one at a time
+
+
+async def test_triggers_coalesced_while_one_runs_and_one_waits_are_dropped_a_plain_call_always_runs(
+    kube: MemKube,
+) -> None:
+    gate = Gate(kube)
+    r = Reconciler(kube, SETTINGS)
+    running = asyncio.create_task(r(*KEY))
+    await until(lambda: gate.entered == ["svc"])
+    queued = asyncio.create_task(r(*KEY, coalesce=True))  # none queued yet: it queues
+    await asyncio.sleep(0.01)
+    # One runs and one waits: the waiting one reads everything afresh when it starts, so a
+    # trigger now (a pod event) is dropped, at once.
+    assert await asyncio.wait_for(r(*KEY, coalesce=True), timeout=0.2) is None
+    assert await asyncio.wait_for(r(*KEY, coalesce=True), timeout=0.2) is None
+    forced = asyncio.create_task(r(*KEY))  # a spec change: never dropped
+    await asyncio.sleep(0.01)
+    gate.release()
+    results = await asyncio.gather(running, queued, forced)
+    assert all(result is not None and result.status is not None for result in results)
+    assert reconciles(kube) == 3
+    await r.close()
+
+
+async def test_a_coalesced_trigger_with_nothing_queued_runs(kube: MemKube) -> None:
+    r = Reconciler(kube, SETTINGS)
+    assert await r(*KEY, coalesce=True) is not None
+    assert await r(*KEY, coalesce=True) is not None  # the first one is done: nothing is queued
+    assert reconciles(kube) == 2
+    await r.close()
+
+
+async def test_reconciles_of_one_object_never_overlap_while_other_objects_run_concurrently() -> None:
+    kube = cluster("a", "b")
+    gate = Gate(kube)
+    r = Reconciler(kube, SETTINGS)
+    tasks = [asyncio.create_task(r(NS, name)) for name in ("a", "a", "b")]
+    await until(lambda: len(gate.entered) >= 2)
+    await asyncio.sleep(0.05)  # room for the second reconcile of "a" to start, were it allowed to
+    assert sorted(gate.entered) == ["a", "b"]  # "b" runs beside "a"; the second "a" waits
+    gate.release()
+    await asyncio.gather(*tasks)
+    assert sorted(gate.entered) == ["a", "a", "b"]
+    await r.close()
+
+
+async def test_a_paused_reconciler_runs_nothing_whoever_asks(kube: MemKube) -> None:
+    r = Reconciler(kube, SETTINGS, paused=True)
+    assert await r(*KEY) is None
+    assert await r(*KEY, coalesce=True) is None
+    r.requeue(KEY, 0.0)
+    await asyncio.sleep(0.1)
+    assert kube.calls == []
+    assert timer_tasks() == []
+    await r.close()
+
+
+# ----------------------------------------------------------------- timers
+
+
+async def test_a_requeue_replaces_the_earlier_timer_which_never_fires(kube: MemKube) -> None:
+    r = Reconciler(kube, SETTINGS)
+    r.requeue(KEY, 0.05)
+    r.requeue(KEY, 0.1)
+    assert len(timer_tasks()) == 1  # one timer per object
+    await until(lambda: reconciles(kube) == 1)
+    await asyncio.sleep(0.1 + 2 * REQUEUE_SLACK_SECONDS)
+    assert reconciles(kube) == 1  # the replaced timer never fired
+    assert timer_tasks() == []  # the reconcile it ran had nothing timed
+    await r.close()
+
+
+async def test_a_none_requeue_clears_the_timer(kube: MemKube) -> None:
+    r = Reconciler(kube, SETTINGS)
+    r.requeue(KEY, 0.05)
+    r.requeue(KEY, None)
+    await asyncio.sleep(0.05 + 2 * REQUEUE_SLACK_SECONDS)
+    assert reconciles(kube) == 0
+    assert timer_tasks() == []
+    await r.close()
+
+
+async def test_a_reconcile_with_nothing_timed_clears_the_timer_an_earlier_one_left(kube: MemKube) -> None:
+    r = Reconciler(kube, SETTINGS)
+    r.requeue(KEY, 0.1)  # as an earlier reconcile with a timed step would have
+    result = await r(*KEY)  # the spec changed meanwhile: nothing is timed now
+    assert result is not None and result.requeue_after is None
+    await asyncio.sleep(0.1 + 2 * REQUEUE_SLACK_SECONDS)
+    assert reconciles(kube) == 1
+    await r.close()
+
+
+class Recording(Reconciler):
+    """A Reconciler that notes every requeue, since a retry is due seconds later (no test waits)."""
+
+    def __init__(self, kube: MemKube) -> None:
+        super().__init__(kube, SETTINGS)
+        self.requeued: list[tuple[tuple[str, str], float | None]] = []
+
+    def requeue(self, key: tuple[str, str], delay: float | None) -> None:
+        self.requeued.append((key, delay))
+        super().requeue(key, delay)
+
+
+async def test_a_timed_reconcile_that_fails_with_a_retryable_error_requeues_after_retry_delay(
+    kube: MemKube,
+) -> None:
+    error = OSError("connection reset by peer")
+    kube.fail_next("get_tritonservice", error)
+    r = Recording(kube)
+    r.requeue(KEY, 0.0)
+    await until(lambda: len(r.requeued) == 2)
+    assert r.requeued == [(KEY, 0.0), (KEY, retry_delay(error))]
+    assert retry_delay(error) == 5.0
+    assert len(timer_tasks()) == 1  # the retry's timer
+    await r.close()
+
+
+async def test_a_timed_reconcile_that_fails_for_a_bug_is_not_retried(kube: MemKube) -> None:
+    kube.fail_next("get_tritonservice", KeyError("a bug, not the API server"))
+    r = Recording(kube)
+    r.requeue(KEY, 0.0)
+    await until(lambda: reconciles(kube) == 1)
+    await asyncio.sleep(2 * REQUEUE_SLACK_SECONDS)
+    assert r.requeued == [(KEY, 0.0)]
+    assert timer_tasks() == []
+    await r.close()

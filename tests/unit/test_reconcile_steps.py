@@ -1,0 +1,195 @@
+"""Whole reconcile passes (reconcile.steps.reconcile) over MemKube, an in-memory fake of KubeAPI: the
+order of the writes, the status written only when it changed, an invalid spec held.
+
+The API server is faked (tests/e2e runs these passes against a real one); so are the Deployment
+controller and the kubelet (``kubelet`` below), which make a revision's pods Ready on demand.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from e2e_helpers import ENSEMBLE_OF_A_MISSING_MODEL, tritonservice
+from memkube import Call, MemKube
+from triton_operator import KIND
+from triton_operator.core import conditions as cond
+from triton_operator.reconcile.steps import Result, reconcile
+from triton_operator.settings import Settings
+
+NS = "ml"
+SETTINGS = Settings()
+NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
+
+
+def setter(field: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """A change for MemKube.edit that sets one top-level field."""
+
+    def change(obj: dict[str, Any]) -> None:
+        obj[field] = value
+
+    return change
+
+
+def kubelet(kube: MemKube) -> None:
+    """The Deployment controller and the kubelet, faked: every Deployment's pods exist and are Ready."""
+    for deployment in kube.of_kind("Deployment"):
+        name = deployment["metadata"]["name"]
+        replicas = int(deployment["spec"].get("replicas", 1))
+        status = {
+            "replicas": replicas,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+            "updatedReplicas": replicas,
+            "observedGeneration": deployment["metadata"]["generation"],
+        }
+        kube.edit("Deployment", NS, name, setter("status", status))
+        for key in [k for k in kube.objects if k[0] == "Pod" and k[2].startswith(f"{name}-")]:
+            del kube.objects[key]
+        for i in range(replicas):
+            kube.put(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"{name}-{i}",
+                        "namespace": NS,
+                        "labels": deployment["spec"]["template"]["metadata"]["labels"],
+                    },
+                    "status": {
+                        "conditions": [
+                            {"type": "PodScheduled", "status": "True"},
+                            {"type": "Ready", "status": "True"},
+                        ]
+                    },
+                }
+            )
+
+
+async def run(kube: MemKube) -> tuple[Result, list[Call]]:
+    """One pass at NOW; what it returned and what it wrote."""
+    mark = len(kube.writes)
+    result = await reconcile(kube, NS, "svc", SETTINGS, clock=lambda: NOW)
+    return result, kube.writes[mark:]
+
+
+def methods(writes: list[Call]) -> list[str]:
+    return [w.method for w in writes]
+
+
+def condition(kube: MemKube, kind: str) -> dict[str, Any]:
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None
+    found = cond.find_condition(stored["status"]["conditions"], kind)
+    assert found is not None, f"no {kind} condition"
+    return dict(found)
+
+
+def objects(kube: MemKube) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """What the operator owns, without what every write changes (resourceVersion)."""
+    out = {}
+    for key, obj in kube.objects.items():
+        if key[0] in (KIND, "Pod"):
+            continue
+        copied = {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"}}
+        out[key] = copied
+    return out
+
+
+def change_model(kube: MemKube, **config: Any) -> None:
+    kube.edit(KIND, NS, "svc", lambda ts: ts["spec"]["models"][0]["config"].update(config))
+
+
+@pytest.fixture
+def kube() -> MemKube:
+    kube = MemKube()
+    kube.put(tritonservice("svc", NS))
+    return kube
+
+
+async def test_a_first_pass_applies_configmaps_first_then_writes_the_status_then_posts_events(
+    kube: MemKube,
+) -> None:
+    result, writes = await run(kube)
+    assert result.written and result.invalid is None and result.revision is not None
+    applied = [kind for kind, _, _ in kube.applied]
+    assert "ConfigMap" in applied and "Deployment" in applied
+    # The pod mounts the revision's ConfigMaps: they exist before its Deployment does.
+    assert max(i for i, k in enumerate(applied) if k == "ConfigMap") < applied.index("Deployment")
+    assert methods(writes) == ["apply"] * len(applied) + ["apply_status", "post_event"]
+    assert [e["reason"] for e in kube.events] == ["RevisionDeployed"]
+    ready = condition(kube, cond.READY)
+    assert ready["status"] == cond.FALSE and ready["observedGeneration"] == 1
+    deployment = kube.find("Deployment", NS, f"svc-{result.revision}")
+    assert deployment is not None and deployment["spec"]["replicas"] == 2
+
+
+async def test_the_status_is_written_only_when_it_changed(kube: MemKube) -> None:
+    await run(kube)
+    again, writes = await run(kube)  # nothing changed: no pod came up, no spec changed
+    assert not again.written
+    assert "apply_status" not in methods(writes)
+    kubelet(kube)  # the pods come up: Ready changes
+    ready, writes = await run(kube)
+    assert ready.written and "apply_status" in methods(writes)
+    assert condition(kube, cond.READY)["status"] == cond.TRUE
+
+
+@pytest.mark.parametrize(("history", "after_status"), [(3, "scale"), (0, "delete")])
+async def test_the_old_revision_is_scaled_down_or_deleted_only_after_the_status_says_why(
+    kube: MemKube, history: int, after_status: str
+) -> None:
+    kube.edit(KIND, NS, "svc", lambda ts: ts["spec"].update(rollout={"revisionHistoryLimit": history}))
+    first, _ = await run(kube)
+    kubelet(kube)
+    await run(kube)
+    change_model(kube, maxBatchSize=4)  # a new revision, a canary with no steps
+    canary, _ = await run(kube)
+    assert canary.revision != first.revision
+    kubelet(kube)
+    flip, writes = await run(kube)  # the canary is Ready: it becomes the stable revision
+    assert flip.plan is not None and [e.reason for e in flip.plan.events] == ["RolloutCompleted"]
+    done = methods(writes)
+    assert done.index("apply_status") < done.index(after_status) < done.index("post_event")
+    old = kube.find("Deployment", NS, f"svc-{first.revision}")
+    if after_status == "scale":
+        assert old is not None and old["spec"]["replicas"] == 0
+    else:
+        assert old is None
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None and stored["status"]["stableRevision"] == canary.revision
+
+
+async def test_an_invalid_spec_after_a_valid_one_changes_no_object_and_ready_says_why(kube: MemKube) -> None:
+    await run(kube)
+    kubelet(kube)
+    await run(kube)
+    before = objects(kube)
+    kube.edit(KIND, NS, "svc", lambda ts: ts["spec"].update(models=[ENSEMBLE_OF_A_MISSING_MODEL]))
+    held, writes = await run(kube)
+    assert held.invalid is not None and held.reason == cond.INVALID_SPEC
+    assert objects(kube) == before
+    assert not {"scale", "delete", "merge_patch"} & set(methods(writes))
+    ready = condition(kube, cond.READY)
+    assert (ready["status"], ready["reason"]) == (cond.FALSE, cond.INVALID_SPEC)
+    assert "missing" in ready["message"]
+    assert ready["observedGeneration"] == 2
+
+
+async def test_an_invalid_spec_from_the_start_applies_nothing_and_ready_says_why() -> None:
+    kube = MemKube()
+    kube.put(tritonservice("svc", NS, models=[ENSEMBLE_OF_A_MISSING_MODEL]))
+    held, writes = await run(kube)
+    assert held.invalid is not None
+    assert methods(writes) == ["apply_status"]
+    ready = condition(kube, cond.READY)
+    assert (ready["status"], ready["reason"]) == (cond.FALSE, cond.INVALID_SPEC)
+
+
+async def test_a_tritonservice_gone_writes_nothing(kube: MemKube) -> None:
+    await kube.delete(KIND, NS, "svc")
+    gone, writes = await run(kube)
+    assert gone.status is None and writes == []
