@@ -161,7 +161,7 @@ class KubeAPI(Protocol):
         ...
 
     async def post_event(self, event: Mapping[str, Any]) -> None:
-        """Create a core/v1 Event (built by core.objects.build_event)."""
+        """Create a core/v1 Event (built by core.builders.build_event)."""
         ...
 
     async def delete(self, kind: str, namespace: str, name: str) -> bool:

@@ -307,7 +307,7 @@ async def _desired(
     configs: Mapping[str, str],
     manifest_json: str | None,
 ) -> Actions:
-    """What to apply, scale and delete to carry out ``plan`` (pure: core.objects.plan_actions)."""
+    """What to apply, scale and delete to carry out ``plan`` (pure: core.actions.plan_actions)."""
     # A PodDisruptionBudget the spec no longer wants is looked up (and deleted) only then.
     stale_pdb = not disruption_budget_enabled(ts) and (
         await kube.get("PodDisruptionBudget", seen.namespace, ts.name) is not None
