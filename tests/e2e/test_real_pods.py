@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Pod, Service
+from lightkube.resources.apps_v1 import Deployment, ReplicaSet
+from lightkube.resources.core_v1 import Namespace, Pod, Service
 
 from e2e_helpers import (
     TS,
@@ -532,3 +532,49 @@ def test_blue_green_sends_nothing_to_green_before_promotion(  # noqa: PLR0917 (f
         client.stop()
     no_request_failed(client, "blue/green")
     assert client.answers[100.0] > 0
+
+
+def test_a_namespace_enforcing_pod_security_restricted_serves_and_refuses_a_root_pod(
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str
+) -> None:
+    """The API server's own PodSecurity admission, level `restricted`, on the test's namespace: the
+    operator's default pods pass it, become Ready on the real node and answer; a spec asking for
+    root is refused by the same admission (so the label is really enforced)."""
+    kube.patch(
+        Namespace,
+        namespace,
+        {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}},
+    )
+    apply(kube, on_real_node("secure", namespace, bucket=bucket, endpoint=store.endpoint))
+    serving(kube, namespace, "secure")
+    (pod,) = pods(kube, namespace, "secure")
+    assert ready(pod)
+    assert pod.spec.securityContext.runAsNonRoot is True and pod.spec.automountServiceAccountToken is False
+    (sync,) = pod.status.initContainerStatuses
+    assert sync.state.terminated.exitCode == 0  # the sync ran as uid 1000 on a read-only root
+    host = cluster_ip(kube, namespace, "secure")
+    answering(host, 0, timeout=15)
+    assert infer_add_sub(host) == {
+        "OUTPUT0": [11.0, 22.0, 33.0, 44.0],
+        "OUTPUT1": [-9.0, -18.0, -27.0, -36.0],
+    }
+
+    root = on_real_node(
+        "root",
+        namespace,
+        bucket=bucket,
+        endpoint=store.endpoint,
+        podSecurityContext={"runAsUser": 0, "runAsNonRoot": False},
+    )
+    apply(kube, root)
+
+    def refused() -> str | None:
+        for rs in kube.list(ReplicaSet, namespace=namespace, labels={"triton-operator.io/service": "root"}):
+            for c in (rs.status.conditions if rs.status else None) or []:
+                if c.type == "ReplicaFailure" and "violates PodSecurity" in (c.message or ""):
+                    return str(c.message)
+        return None
+
+    message = wait_for(refused, timeout=60, what="the root pod to be refused by PodSecurity admission")
+    assert "restricted" in str(message)
+    assert not pods(kube, namespace, "root")

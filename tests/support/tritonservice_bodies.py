@@ -48,8 +48,10 @@ def configs_of(ts: TritonService) -> dict[str, str]:
     return dict(checked.configs)
 
 
-def deployment(ts: TritonService, revision: str = "abc1234567", replicas: int = 1) -> dict[str, Any]:
-    return build_deployment(ts, revision, SETTINGS, replicas)
+def deployment(
+    ts: TritonService, revision: str = "abc1234567", replicas: int = 1, *, settings: Settings = SETTINGS
+) -> dict[str, Any]:
+    return build_deployment(ts, revision, settings, replicas)
 
 
 def triton_container(dep: dict[str, Any]) -> dict[str, Any]:

@@ -211,6 +211,36 @@ def test_an_existing_revision_keeps_its_sync_image_and_a_new_one_gets_the_operat
     assert sync_of(dep2)["image"].endswith(":0.2.0") and sync_of(dep2)["imagePullPolicy"] == "Never"
 
 
+def test_a_revision_made_before_the_security_defaults_keeps_its_pods_and_a_new_one_gets_them() -> None:
+    """An operator upgrade restarts no serving pod: the running revision's Deployment is applied as
+    it was written (no securityContext, no automountServiceAccountToken); the next revision, which
+    a canary tries first, gets the restricted defaults."""
+    ts = ts_of()
+    running = deployment(ts, "rev1", settings=Settings(pod_security_defaults=False))
+    template = running["spec"]["template"]["spec"]
+    assert "securityContext" not in template["containers"][0]  # as the old operator wrote it
+
+    def apply_of(revision: str, replicas: dict[str, int]) -> dict[str, Any]:
+        out = plan_actions(
+            ts,
+            SETTINGS,
+            revision,
+            rollout_plan(replicas),
+            configs=configs_of(ts),
+            manifest_json=None,
+            deployments=[copy.deepcopy(running)],
+            configmaps=[],
+        )
+        (dep,) = [x for x in out.apply if x["kind"] == "Deployment"]
+        return dep
+
+    assert apply_of("rev1", {"rev1": 1})["spec"]["template"] == running["spec"]["template"]
+    fresh = apply_of("rev2", {"rev1": 1, "rev2": 1})["spec"]["template"]["spec"]
+    assert fresh["securityContext"]["runAsNonRoot"] is True
+    assert fresh["automountServiceAccountToken"] is False
+    assert fresh["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
 def test_reapplying_a_revision_with_a_defaulted_pull_policy_leaves_the_template_as_written() -> None:
     """The API server adds imagePullPolicy to what the operator wrote without one: re-rendering the
     running revision must not claim that field (a write to a Deployment that should stay untouched)."""

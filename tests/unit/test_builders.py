@@ -18,6 +18,7 @@ from triton_operator.core.builders import (
     build_owner_reference,
     build_pdb,
     build_pod_metadata,
+    build_pod_security,
     build_pod_template,
     build_scheduling,
     build_service,
@@ -367,6 +368,73 @@ class TestPodMetadata:
         assert "prometheus.io/scrape" not in metadata.get("annotations", {})
 
 
+class TestPodSecurity:
+    """build_pod_security and the containers' securityContext: Pod Security `restricted` by default,
+    the spec's own contexts for images that need them, and nothing new for an older revision."""
+
+    def test_restricted_by_default(self) -> None:
+        ts = ts_of()
+        pod = build_pod_security(ts, SETTINGS)
+        assert pod == {
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 1000,
+                "runAsGroup": 1000,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "automountServiceAccountToken": False,
+        }
+        triton = build_triton_container(ts, SETTINGS)["securityContext"]
+        assert triton == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        sync = build_sync_container(ts, SETTINGS, PLAIN)["securityContext"]
+        assert sync == {**triton, "readOnlyRootFilesystem": True}
+
+    def test_the_spec_replaces_the_defaults(self) -> None:
+        ts = ts_of(
+            podSecurityContext={"runAsUser": 0, "runAsNonRoot": False},
+            securityContext={"privileged": False, "runAsUser": 0},
+            automountServiceAccountToken=True,
+        )
+        pod = build_pod_security(ts, SETTINGS)
+        assert pod == {
+            "securityContext": {"runAsUser": 0, "runAsNonRoot": False},
+            "automountServiceAccountToken": True,
+        }
+        assert build_triton_container(ts, SETTINGS)["securityContext"] == {
+            "privileged": False,
+            "runAsUser": 0,
+        }
+        # the sync container is the operator's: it stays restricted
+        assert build_sync_container(ts, SETTINGS, PLAIN)["securityContext"]["capabilities"] == {
+            "drop": ["ALL"]
+        }
+
+    def test_the_defaults_are_not_shared_objects(self) -> None:
+        first = build_pod_security(ts_of(), SETTINGS)
+        first["securityContext"]["seccompProfile"]["type"] = "Unconfined"
+        assert build_pod_security(ts_of(), SETTINGS)["securityContext"]["seccompProfile"] == {
+            "type": "RuntimeDefault"
+        }
+
+    def test_an_older_revision_keeps_its_pods_as_they_were(self) -> None:
+        """Settings(pod_security_defaults=False) is what kept_pod_security gives a revision made
+        before the defaults: its template gets none, so an operator upgrade restarts no pod."""
+        ts = ts_of()
+        older = Settings(pod_security_defaults=False)
+        assert build_pod_security(ts, older) == {}
+        assert "securityContext" not in build_triton_container(ts, older)
+        assert "securityContext" not in build_sync_container(ts, older, PLAIN)
+
+    def test_the_defaults_do_not_change_the_revision_hash(self) -> None:
+        """Added with defaults, the new fields keep every existing revision's hash."""
+        assert compute_revision(ts_of(), SETTINGS, {}, None) == compute_revision(
+            ts_of(), Settings(pod_security_defaults=False), {}, None
+        )
+        assert compute_revision(ts_of(), SETTINGS, {}, None) != compute_revision(
+            ts_of(automountServiceAccountToken=True), SETTINGS, {}, None
+        )
+
+
 class TestPodTemplate:
     """build_pod_template: the pieces put together, and the termination that spans them."""
 
@@ -385,6 +453,7 @@ class TestPodTemplate:
                 "enableServiceLinks": False,
                 "terminationGracePeriodSeconds": termination_grace_seconds(ts),
                 "initContainers": [build_sync_container(ts, SETTINGS, layout)],
+                **build_pod_security(ts, SETTINGS),
                 **build_scheduling(ts),
             },
         }

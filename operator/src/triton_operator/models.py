@@ -384,6 +384,21 @@ class TritonServiceSpec(_Model):
     volume_mounts: list[dict[str, Any]] = Field(
         default_factory=list, description="Extra mounts of the tritonserver container."
     )
+    pod_security_context: dict[str, Any] | None = Field(
+        None,
+        description="The pods' securityContext, in place of the operator's default (non-root uid 1000, "
+        "seccomp RuntimeDefault), for images that need another user.",
+    )
+    security_context: dict[str, Any] | None = Field(
+        None,
+        description="The tritonserver container's securityContext, in place of the operator's default "
+        "(no privilege escalation, every capability dropped).",
+    )
+    automount_service_account_token: bool = Field(
+        False,
+        description="Mount the service account's API token into the pods (off by default: Triton "
+        "never calls the API server).",
+    )
     pod_annotations: dict[str, str] = Field(default_factory=dict)
     pod_labels: dict[str, str] = Field(default_factory=dict)
     service_account_name: str | None = None

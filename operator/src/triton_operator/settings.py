@@ -60,6 +60,10 @@ class Settings:
     """Annotate pods with prometheus.io/scrape for the metrics port."""
     pin_repositories: bool = True
     """List object stores and pin each revision's manifest (off: pods sync unpinned, pvc:// only)."""
+    pod_security_defaults: bool = True
+    """Give pods the restricted securityContext defaults (core.builders). Never read from the
+    environment: False only for a revision made before the operator set them, so that an operator
+    upgrade restarts none of its serving pods (core.observation.kept_pod_security)."""
     allowed_image_prefixes: tuple[str, ...] = ()
     """tritonserver images a TritonService may run (core.policy.image_allowed); empty allows any."""
     forbidden_volume_types: tuple[str, ...] = DEFAULT_FORBIDDEN_VOLUME_TYPES

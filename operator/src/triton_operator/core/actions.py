@@ -17,7 +17,13 @@ from triton_operator.core.builders import (
     manifest_layout,
 )
 from triton_operator.core.names import object_name
-from triton_operator.core.observation import kept_sync_image, layout_of, revision_configmaps, revision_of
+from triton_operator.core.observation import (
+    kept_pod_security,
+    kept_sync_image,
+    layout_of,
+    revision_configmaps,
+    revision_of,
+)
 from triton_operator.core.rollout import RolloutPlan
 from triton_operator.core.traffic import Role, build_revision_service, revision_service_name
 from triton_operator.models import TritonService
@@ -115,7 +121,7 @@ def plan_actions(
             build_deployment(
                 ts,
                 revision,
-                kept_sync_image(settings, existing),
+                kept_pod_security(kept_sync_image(settings, existing), existing),
                 plan.replicas[revision],
                 manifest_layout(built),
             )

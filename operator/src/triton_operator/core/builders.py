@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -362,6 +363,44 @@ def build_volumes(ts: TritonService, revision: str, layout: ManifestLayout) -> l
     return volumes + [dict(v) for v in spec.volumes]
 
 
+RESTRICTED_POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    # The NGC tritonserver image's own user (triton-server); an image without a numeric USER
+    # could not pass runAsNonRoot otherwise. emptyDir volumes are world-writable: no fsGroup (it
+    # would chown a whole model PVC on every mount).
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+"""The pods' securityContext unless the spec sets one: Pod Security Standard `restricted`."""
+
+RESTRICTED_CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+"""Each container's securityContext (tritonserver's unless the spec sets one): `restricted`."""
+
+
+def build_pod_security(ts: TritonService, settings: Settings) -> dict[str, Any]:
+    """The pod spec's securityContext and service-account token mount (none for an older revision)."""
+    if ts.spec.pod_security_context is not None:
+        context: dict[str, Any] | None = dict(ts.spec.pod_security_context)
+    else:
+        context = copy.deepcopy(RESTRICTED_POD_SECURITY) if settings.pod_security_defaults else None
+    out: dict[str, Any] = {}
+    if context is not None:
+        out["securityContext"] = context
+    if settings.pod_security_defaults or ts.spec.automount_service_account_token:
+        out["automountServiceAccountToken"] = ts.spec.automount_service_account_token
+    return out
+
+
+def _container_security(ts: TritonService, settings: Settings) -> dict[str, Any] | None:
+    if ts.spec.security_context is not None:
+        return dict(ts.spec.security_context)
+    return copy.deepcopy(RESTRICTED_CONTAINER_SECURITY) if settings.pod_security_defaults else None
+
+
 def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, Any]:
     """The tritonserver container: serves /models on the three ports, probed on Triton's health API."""
     spec = ts.spec
@@ -404,6 +443,9 @@ def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, A
         triton["resources"] = resources
     if spec.env:
         triton["env"] = [dict(e) for e in spec.env]
+    security = _container_security(ts, settings)
+    if security is not None:
+        triton["securityContext"] = security
     return triton
 
 
@@ -427,6 +469,9 @@ def build_sync_container(ts: TritonService, settings: Settings, layout: Manifest
     credentials = ts.spec.repository.credentials_secret
     if credentials and not _is_pvc(ts):
         sync["envFrom"] = [{"secretRef": {"name": credentials}}]
+    if settings.pod_security_defaults:
+        # The operator's own image: it writes /models only, so its root filesystem is read-only.
+        sync["securityContext"] = {**RESTRICTED_CONTAINER_SECURITY, "readOnlyRootFilesystem": True}
     return sync
 
 
@@ -484,6 +529,7 @@ def build_pod_template(
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": termination_grace_seconds(ts),
         "initContainers": [build_sync_container(ts, settings, layout)],
+        **build_pod_security(ts, settings),
         **build_scheduling(ts),
     }
     return {"metadata": build_pod_metadata(ts, revision, settings), "spec": pod_spec}

@@ -22,6 +22,7 @@ from triton_operator.core.names import (
     MANIFEST_PATH,
     SPEC_KEY,
     SYNC_CONTAINER,
+    TRITON_CONTAINER,
 )
 from triton_operator.core.rollout import RevisionState, parse_time
 from triton_operator.core.validation import errors_from_validation, validate_spec
@@ -187,6 +188,21 @@ def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) ->
             if policy == default_pull_policy(image):
                 policy = None
             return dataclasses.replace(settings, sync_image=image, sync_image_pull_policy=policy)
+    return settings
+
+
+def kept_pod_security(settings: Settings, deployment: Mapping[str, Any] | None) -> Settings:
+    """``settings`` without the securityContext defaults when an existing revision was made before
+    the operator set them (its tritonserver container has no securityContext).
+
+    Like its sync image, a revision keeps the pod template it was created with: applying the
+    defaults to its Deployment would restart every serving pod, under a user the image may not
+    support, outside any canary. The next revision gets them, and a canary tries it first.
+    """
+    template = ((deployment or {}).get("spec") or {}).get("template") or {}
+    for container in (template.get("spec") or {}).get("containers") or []:
+        if container.get("name") == TRITON_CONTAINER and "securityContext" not in container:
+            return dataclasses.replace(settings, pod_security_defaults=False)
     return settings
 
 
