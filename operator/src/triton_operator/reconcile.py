@@ -20,7 +20,7 @@ from triton_operator.adapters.kube import (
     retry_delay,
 )
 from triton_operator.adapters.storage import PinResult, pin_with_versioning
-from triton_operator.adapters.storage.base import StoreError
+from triton_operator.adapters.storage.base import AccessRefused, StoreError
 from triton_operator.core import conditions as cond
 from triton_operator.core.manifest import (
     Manifest,
@@ -60,6 +60,7 @@ from triton_operator.core.objects import (
     revision_object_names,
     split_by_owner,
 )
+from triton_operator.core.repository_access import RepositoryAccess
 from triton_operator.core.rollout import (
     RolloutInput,
     RolloutPlan,
@@ -172,9 +173,16 @@ class RepositoryPinner:
     A pvc:// claim is never listed here (the pod links it): its manifest is unpinned.
     """
 
-    def __init__(self, kube: Kube, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        access: RepositoryAccess | None = None,
+    ) -> None:
         self.kube = kube
         self.clock = clock
+        self.access = access or RepositoryAccess()  # by default no namespace gets our identity
         self._listings: dict[tuple[str, str], _Listing] = {}
 
     def forget(self, namespace: str, name: str) -> None:
@@ -239,7 +247,16 @@ class RepositoryPinner:
             credentials = secret
         started = time.perf_counter()
         try:
-            pin = await asyncio.to_thread(pin_with_versioning, repository, ts.spec.models, credentials)
+            pin = await asyncio.to_thread(
+                pin_with_versioning,
+                repository,
+                ts.spec.models,
+                credentials,
+                access=self.access,
+                namespace=ts.namespace,
+            )
+        except AccessRefused as exc:
+            raise RepositoryError(exc.reason, str(exc)) from None
         except SelectionFailed as exc:
             raise RepositoryError(cond.MODELS_NOT_FOUND, f"{repository.uri}: {exc}") from exc
         except (StoreError, ModelConfigError) as exc:

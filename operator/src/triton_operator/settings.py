@@ -57,6 +57,12 @@ class Settings:
     """Annotate pods with prometheus.io/scrape for the metrics port."""
     pin_repositories: bool = True
     """List object stores and pin each revision's manifest (off: pods sync unpinned, pvc:// only)."""
+    ambient_credentials_namespaces: tuple[str, ...] = ()
+    """Namespaces whose repositories the operator may list with its own cloud identity (no
+    spec.repository.credentialsSecret); "*" for all. Empty: none, such a TritonService is refused."""
+    allowed_endpoints: tuple[str, ...] = ()
+    """Endpoints a repository may be listed at (hosts, host:port, with or without a scheme,
+    *.domain); empty: any. The cloud's own service (no endpoint) always may."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -80,4 +86,6 @@ class Settings:
             event_level=(get("EVENT_LEVEL") or "WARNING").upper(),
             prometheus_scrape=_flag(get("PROMETHEUS_SCRAPE"), True),
             pin_repositories=_flag(get("PIN_REPOSITORIES"), True),
+            ambient_credentials_namespaces=_split(get("AMBIENT_CREDENTIALS_NAMESPACES")),
+            allowed_endpoints=_split(get("ALLOWED_ENDPOINTS")),
         )
