@@ -56,7 +56,11 @@ def redacted_cause(exc: BaseException, _depth: int = 0) -> RedactedError:
     which logs what a handler raised) prints a cause's text, and an SDK's text may hold a signed
     URL or a header. The original stays out of the printed chain (``__suppress_context__``).
     """
-    stand_in = RedactedError(f"{type(exc).__module__}.{type(exc).__qualname__}: {scrub(str(exc))}")
+    try:
+        text = scrub(str(exc))
+    except Exception:  # an SDK exception whose __str__ fails still gets its stand-in
+        text = "<unprintable>"
+    stand_in = RedactedError(f"{type(exc).__module__}.{type(exc).__qualname__}: {text}")
     stand_in.__traceback__ = exc.__traceback__
     after = exc.__cause__ if exc.__cause__ is not None else None
     if after is None and not exc.__suppress_context__:
@@ -74,8 +78,11 @@ def _redact_record(record: logging.LogRecord) -> None:
     clean = scrub(message)
     if clean != message:
         record.msg, record.args = clean, ()
-    if record.exc_info and record.exc_info[1] is not None:
-        text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+    if isinstance(record.exc_info, tuple) and record.exc_info[1] is not None:
+        try:
+            text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+        except Exception:  # an exception whose __str__ fails: the formatter says so itself
+            return
         clean = scrub(text)
         if clean != text:
             # Formatters use exc_text when it is set, instead of formatting exc_info again.
