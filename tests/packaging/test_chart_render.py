@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from packaging_helpers import Render, chartlib, container, env, find, one, render_error
+from triton_operator.settings import Settings
 
 
 def test_helm_lint_strict_default_and_ci_values(helm: Path) -> None:
@@ -77,6 +78,24 @@ def test_operator_settings_as_env(render: Render) -> None:
     assert env(render({"operator": {"syncImage": "reg.local/sync:1"}}))["TRITON_OPERATOR_SYNC_IMAGE"] == (
         "reg.local/sync:1"
     )
+
+
+def test_repository_access_policy_as_env(render: Render) -> None:
+    """By default no namespace may use the operator's identity and any endpoint may be listed;
+    the values name namespaces and endpoints as Settings.from_env reads them."""
+    e = env(render())
+    default = Settings.from_env({k: v for k, v in e.items() if isinstance(v, str)})
+    assert (default.ambient_credentials_namespaces, default.allowed_endpoints) == ((), ())
+    values = {
+        "operator": {
+            "ambientCredentialsNamespaces": ["ml", "team-a"],
+            "allowedRepositoryEndpoints": ["minio.minio:9000", "*.s3.example.com"],
+        }
+    }
+    e = env(render(values))
+    custom = Settings.from_env({k: v for k, v in e.items() if isinstance(v, str)})
+    assert custom.ambient_credentials_namespaces == ("ml", "team-a")
+    assert custom.allowed_endpoints == ("minio.minio:9000", "*.s3.example.com")
 
 
 def test_settings_env_names_are_read_by_the_operator(render: Render) -> None:

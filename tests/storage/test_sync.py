@@ -20,6 +20,7 @@ from triton_operator.adapters.sync.files import STATE_FILE
 from triton_operator.adapters.sync.results import ChecksumMismatch, SyncStats, UnsafeDestination
 from triton_operator.core.manifest import Manifest, manifest_digest, manifest_from_json, manifest_to_json
 from triton_operator.core.modelconfig import build_config_pbtxt
+from triton_operator.core.repository_access import RepositoryAccess
 from triton_operator.models import ModelSpec, TritonService
 from triton_operator.reconcile.pinning import PinnedManifest, RepositoryPinner, repository_verdict, summarize
 
@@ -419,11 +420,13 @@ def test_the_operator_keeps_what_a_gcs_bucket_said_of_versioning_while_it_reuses
     gcs_backend: Backend, versioned: bool
 ) -> None:
     """RepositoryPinner lists once per poll interval: the reconciles in between show the same
-    RepositoryReady message (fake-gcs-server needs no credentials, so no Secret is read)."""
+    RepositoryReady message (fake-gcs-server needs no credentials, so no Secret is read; its
+    namespace is allowed to go without one)."""
     bucket = gcs_backend.new_bucket(versioned=versioned)
     gcs_backend.put(bucket, "models/tok/1/model.py", b"x = 1\n")
     ts = tok_service(gcs_backend, bucket)
-    pinner = RepositoryPinner(cast(Any, None), clock=lambda: 0.0)  # no Kubernetes call is made
+    access = RepositoryAccess(ambient_namespaces=("default",))
+    pinner = RepositoryPinner(cast(Any, None), clock=lambda: 0.0, access=access)  # no Kubernetes call
 
     async def twice() -> list[PinnedManifest]:
         first = await pinner(ts, None)

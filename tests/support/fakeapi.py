@@ -20,7 +20,7 @@ from lightkube import ApiError
 from lightkube.models.meta_v1 import Status, StatusCause, StatusDetails
 
 from bigmanifest import refusal
-from triton_operator.adapters.kube import RESOURCES, TritonServiceResource
+from triton_operator.adapters.kube import RESOURCES, Kube, TritonServiceResource
 
 KINDS = {resource: kind for kind, resource in RESOURCES.items()}
 
@@ -132,3 +132,15 @@ class FakeClient:
     async def create(self, obj: Any) -> Any:
         self.events.append(obj.to_dict() if hasattr(obj, "to_dict") else dict(obj))
         return obj
+
+
+class KubeWithSecrets(Kube):
+    """Kube over a FakeClient, with credentials Secrets by (namespace, name) (FakeClient keeps none)."""
+
+    def __init__(self, api: FakeClient, secrets: Mapping[tuple[str, str], Mapping[str, str]]) -> None:
+        super().__init__(api)  # type: ignore[arg-type]
+        self.secrets = {key: dict(data) for key, data in secrets.items()}
+
+    async def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        data = self.secrets.get((namespace, name))
+        return None if data is None else dict(data)

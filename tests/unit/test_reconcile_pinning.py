@@ -26,10 +26,14 @@ from triton_operator.core.manifest import (
     model_sources,
     select_objects,
 )
+from triton_operator.core.repository_access import RepositoryAccess
 from triton_operator.models import ModelSpec, Repository, TritonService
 from triton_operator.reconcile.pinning import RepositoryError, RepositoryPinner, repository_verdict
 
 NS = "ml"
+AMBIENT = RepositoryAccess(ambient_namespaces=(NS,))
+"""These tests are about caching and fallbacks, so the test namespace may list without a Secret;
+the credentials policy itself: tests/unit/test_repository_access.py, tests/storage/."""
 
 
 def make_ts(poll: int = 60, *, secret: str | None = None, uri: str = "s3://models/prod") -> TritonService:
@@ -87,7 +91,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def pinner(bucket: Bucket, clock: Clock) -> RepositoryPinner:
-    return RepositoryPinner(MemKube(), clock=clock, lister=bucket)
+    return RepositoryPinner(MemKube(), clock=clock, lister=bucket, access=AMBIENT)
 
 
 # ----------------------------------------------------------------- the fallback when a listing fails
@@ -116,9 +120,9 @@ async def test_a_failed_listing_keeps_the_running_revisions_manifest_when_nothin
 ) -> None:
     ts = make_ts(poll=60)
     # What a revision pinned before the operator restarted (read back from its ConfigMap).
-    running = await RepositoryPinner(MemKube(), clock=clock, lister=bucket)(ts, None)
+    running = await RepositoryPinner(MemKube(), clock=clock, lister=bucket, access=AMBIENT)(ts, None)
     bucket.error = StoreError("access denied")
-    restarted = RepositoryPinner(MemKube(), clock=clock, lister=bucket)
+    restarted = RepositoryPinner(MemKube(), clock=clock, lister=bucket, access=AMBIENT)
     kept = await restarted(ts, running.json)
     assert kept.digest == running.digest
     assert kept.problem is not None and "access denied" in kept.problem
@@ -166,11 +170,25 @@ async def test_a_missing_credentials_secret_is_a_repository_error_and_a_present_
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {"name": "creds", "namespace": NS},
-            "data": {"AWS_ACCESS_KEY_ID": base64.b64encode(b"id").decode()},
+            "data": {
+                "AWS_ACCESS_KEY_ID": base64.b64encode(b"id").decode(),
+                "AWS_SECRET_ACCESS_KEY": base64.b64encode(b"key").decode(),
+            },
         }
     )
     assert (await pinner(make_ts(secret="creds"), None)).digest is not None
-    assert bucket.credentials == [{"AWS_ACCESS_KEY_ID": "id"}]
+    assert bucket.credentials == [{"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "key"}]
+
+
+async def test_by_default_no_secret_means_no_listing_with_the_operators_identity(
+    bucket: Bucket, clock: Clock
+) -> None:
+    pinner = RepositoryPinner(MemKube(), clock=clock, lister=bucket)
+    with pytest.raises(RepositoryError) as raised:
+        await pinner(make_ts(), None)
+    assert raised.value.reason == cond.CREDENTIALS_REQUIRED
+    assert "spec.repository.credentialsSecret" in raised.value.message
+    assert bucket.listings == 0  # refused before any request to the store
 
 
 # ----------------------------------------------------------------- refresh()

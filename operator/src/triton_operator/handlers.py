@@ -12,8 +12,15 @@ import kopf
 from triton_operator import GROUP, PLURAL, VERSION
 from triton_operator.adapters.kube import Kube, make_client, retry_delay
 from triton_operator.adapters.peering import PeeringMonitor, lightkube_watch, peering_scope
-from triton_operator.core.conditions import INVALID_SPEC, MANIFEST_TOO_LARGE, REFUSED_BY_POLICY
+from triton_operator.core.conditions import (
+    CREDENTIALS_REQUIRED,
+    ENDPOINT_NOT_ALLOWED,
+    INVALID_SPEC,
+    MANIFEST_TOO_LARGE,
+    REFUSED_BY_POLICY,
+)
 from triton_operator.core.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
+from triton_operator.core.repository_access import RepositoryAccess
 from triton_operator.core.rollout import pending_requests
 from triton_operator.reconcile.pinning import RepositoryPinner
 from triton_operator.reconcile.scheduler import Reconciler
@@ -53,7 +60,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     operator = memo.get("operator_settings") or Settings.from_env()
     configure(settings, operator)
     kube = Kube(make_client())
-    pinner = RepositoryPinner(kube) if operator.pin_repositories else None
+    access = RepositoryAccess.from_settings(operator)
+    pinner = RepositoryPinner(kube, access=access) if operator.pin_repositories else None
     scope = peering_scope(
         settings.peering, identity=operator.peering_identity, namespaces=operator.namespaces
     )
@@ -102,10 +110,17 @@ async def tritonservice(namespace: str | None, name: str, memo: Any, **_: Any) -
     """A TritonService appeared, changed, or the operator restarted: reconcile it."""
     result = await _reconcile(memo, namespace or "default", name, coalesce=False)
     if result is not None and result.invalid:
-        if result.reason in (INVALID_SPEC, MANIFEST_TOO_LARGE, REFUSED_BY_POLICY):
-            # The status already says why; retrying cannot help (a policy change restarts the
-            # operator, whose resume handler reconciles again). A manifest too large is tried
-            # again when the spec changes or the repository poll pins another one.
+        if result.reason in (
+            INVALID_SPEC,
+            MANIFEST_TOO_LARGE,
+            REFUSED_BY_POLICY,
+            CREDENTIALS_REQUIRED,
+            ENDPOINT_NOT_ALLOWED,
+        ):
+            # The status already says why; retrying cannot help. A manifest too large is tried
+            # again when the spec changes or the repository poll pins another one; a refusal of
+            # the operator's policy when the spec changes or the operator restarts with other
+            # settings (its resume handler reconciles every TritonService again).
             raise kopf.PermanentError(result.invalid)
         # The repository could not be read: the status says why; try again later.
         raise kopf.TemporaryError(result.invalid, delay=REPOSITORY_RETRY_SECONDS)

@@ -103,8 +103,9 @@ class Repository(_Model):
     credentials_secret: str | None = Field(
         None,
         description="Secret with store credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-        "GOOGLE_APPLICATION_CREDENTIALS_JSON or AZURE_STORAGE_CONNECTION_STRING); unset uses the "
-        "workload identity of the pod (IRSA, GKE workload identity).",
+        "GOOGLE_APPLICATION_CREDENTIALS_JSON or AZURE_STORAGE_CONNECTION_STRING); unset: the operator "
+        "lists the store with its own identity only in namespaces its settings allow (else "
+        "CredentialsRequired), and the pods use their workload identity (IRSA, GKE workload identity).",
         pattern=DNS_LABEL_PATTERN,
     )
     poll_interval_seconds: int = Field(

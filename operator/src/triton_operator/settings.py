@@ -68,6 +68,12 @@ class Settings:
     """tritonserver images a TritonService may run (core.policy.image_allowed); empty allows any."""
     forbidden_volume_types: tuple[str, ...] = DEFAULT_FORBIDDEN_VOLUME_TYPES
     """Pod volume types (spec.volumes) a TritonService may not use."""
+    ambient_credentials_namespaces: tuple[str, ...] = ()
+    """Namespaces whose repositories the operator may list with its own cloud identity (no
+    spec.repository.credentialsSecret); "*" for all. Empty: none, such a TritonService is refused."""
+    allowed_endpoints: tuple[str, ...] = ()
+    """Endpoints a repository may be listed at (hosts, host:port, with or without a scheme,
+    *.domain); empty: any. The cloud's own service (no endpoint) always may."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -97,4 +103,6 @@ class Settings:
             forbidden_volume_types=(
                 _split(forbidden) if forbidden is not None else DEFAULT_FORBIDDEN_VOLUME_TYPES
             ),
+            ambient_credentials_namespaces=_split(get("AMBIENT_CREDENTIALS_NAMESPACES")),
+            allowed_endpoints=_split(get("ALLOWED_ENDPOINTS")),
         )

@@ -34,6 +34,10 @@ class _EventHandlerSuccessFilter(logging.Filter):
 def configure_logging(verbose: bool, quiet: bool) -> None:
     import kopf  # noqa: PLC0415
 
+    from triton_operator.adapters.redaction import install_log_redaction  # noqa: PLC0415
+
+    # First: no line of this process (ours, kopf's, an SDK's at DEBUG) shows a store's secret.
+    install_log_redaction()
     kopf.configure(verbose=verbose, quiet=quiet)
     if not verbose:
         for name in CHATTY_LOGGERS:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from triton_operator.adapters.redaction import install_log_redaction
 from triton_operator.adapters.storage import open_store
 from triton_operator.adapters.storage.base import ObjectChanged, StoreConfigError, StoreError
 from triton_operator.adapters.sync.engine import SyncOptions, sync
@@ -154,6 +155,9 @@ def credentials_from_env(env: Any = None) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The container's log is read by whoever may read the pod's: an SDK's warning (a retried
+    # request's URL with its SAS signature) must not show the credentials it was given.
+    install_log_redaction()
     tty = {"auto": None, "bar": True, "json": False}[args.progress]
     stream = sys.stderr if (tty or (tty is None and sys.stderr.isatty())) else sys.stdout
     progress = Progress(stream, tty=tty if tty is not None else stream.isatty())

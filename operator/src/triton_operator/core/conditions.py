@@ -60,6 +60,8 @@ VOLUME_MOUNTED = "VolumeMounted"  # a PVC repository: pods link the mounted mode
 REPOSITORY_ERROR = "RepositoryError"  # the repository could not be read
 MODELS_NOT_FOUND = "ModelsNotFound"  # the repository holds no models (or not the ones asked for)
 CREDENTIALS_MISSING = "CredentialsMissing"  # the repository's credentials Secret is missing
+CREDENTIALS_REQUIRED = "CredentialsRequired"  # no credentials Secret, and the operator lends no identity here
+ENDPOINT_NOT_ALLOWED = "EndpointNotAllowed"  # the repository's endpoint is not on the operator's allow-list
 MANIFEST_TOO_LARGE = "ManifestTooLarge"  # the pinned manifest is too large to store
 # TrafficRouted (only with spec.rollout.trafficRouting.gatewayAPI)
 WEIGHTS_SET = "WeightsSet"  # the routes carry the rollout's weights

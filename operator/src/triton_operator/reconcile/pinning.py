@@ -12,7 +12,7 @@ from triton_operator.adapters.kube import (
     KubeAPI,
 )
 from triton_operator.adapters.storage import PinResult, pin_with_versioning
-from triton_operator.adapters.storage.base import StoreError
+from triton_operator.adapters.storage.base import AccessRefused, StoreError
 from triton_operator.core import conditions as cond
 from triton_operator.core.manifest import (
     Manifest,
@@ -26,6 +26,7 @@ from triton_operator.core.manifest import (
     unpinned_manifest,
 )
 from triton_operator.core.modelconfig import ModelConfigError
+from triton_operator.core.repository_access import RepositoryAccess, access_refusal
 from triton_operator.metrics import METRICS
 from triton_operator.models import ModelSpec, Repository, TritonService
 
@@ -133,10 +134,12 @@ class RepositoryPinner:
         *,
         clock: Callable[[], float] = time.monotonic,
         lister: RepositoryLister = pin_with_versioning,
+        access: RepositoryAccess | None = None,
     ) -> None:
         self.kube = kube
         self.clock = clock
         self.lister = lister
+        self.access = access or RepositoryAccess()  # by default no namespace gets our identity
         self._listings: dict[tuple[str, str], _Listing] = {}
 
     def forget(self, namespace: str, name: str) -> None:
@@ -201,7 +204,22 @@ class RepositoryPinner:
             credentials = secret
         started = time.perf_counter()
         try:
+            # The operator's policy before any request: its own identity and network position are
+            # not lent to a namespace its settings do not name (core.repository_access).
+            ref = StoreRef.from_repository(repository)
+            refusal = access_refusal(
+                self.access,
+                namespace=ts.namespace,
+                uri=ref.uri,
+                endpoint=ref.endpoint,
+                credentials_secret=repository.credentials_secret,
+                credentials=credentials,
+            )
+            if refusal is not None:
+                raise AccessRefused(refusal.reason, refusal.field, refusal.message)
             pin = await asyncio.to_thread(self.lister, repository, ts.spec.models, credentials)
+        except AccessRefused as exc:
+            raise RepositoryError(exc.reason, str(exc)) from None
         except SelectionFailed as exc:
             raise RepositoryError(cond.MODELS_NOT_FOUND, f"{repository.uri}: {exc}") from exc
         except (StoreError, ModelConfigError) as exc:

@@ -20,6 +20,8 @@ from triton_operator.adapters.storage.base import (
     StoreConfigError,
     StoreError,
     StoreUnavailable,
+    redacted_cause,
+    remember_secrets,
 )
 from triton_operator.core.manifest import ObjectInfo
 
@@ -32,12 +34,13 @@ CHUNK = 4 * 1024 * 1024
 def parse_connection_string(text: str) -> dict[str, str]:
     """``Key=Value;...`` into a dict with upper-case keys; raises StoreConfigError naming the variable."""
     out: dict[str, str] = {}
-    for part in text.strip().rstrip(";").split(";"):
+    for number, part in enumerate(text.strip().rstrip(";").split(";"), 1):
         if not part.strip():
             continue
         key, sep, value = part.partition("=")
         if not sep:
-            raise StoreConfigError(CONNECTION_STRING, f"segment {key!r} is not Key=Value")
+            # By its position, not its text: a stray ";" may have cut the account key in two.
+            raise StoreConfigError(CONNECTION_STRING, f"segment {number} is not Key=Value")
         out[key.strip().upper()] = value.strip()
     return out
 
@@ -58,6 +61,7 @@ class AzureStore(StoreBase):
         timeout: float = 60.0,
         max_attempts: int = 3,
     ) -> None:
+        remember_secrets(credentials)  # before anything could put one into a message
         self.uri = uri
         self.bucket = container
         self.prefix = prefix
@@ -94,7 +98,7 @@ class AzureStore(StoreBase):
                     uri,
                     f"no credentials: set {CONNECTION_STRING}, {ACCOUNT_KEY} or {SAS_TOKEN} in the "
                     "credentials secret (workload identity needs the azure-identity package)",
-                ) from exc
+                ) from redacted_cause(exc)
             credential = DefaultAzureCredential()
         if not account_url:
             account_url = f"https://{account}.blob.core.windows.net"
@@ -117,7 +121,7 @@ class AzureStore(StoreBase):
                 max_chunk_get_size=CHUNK,
             )
         except ValueError as exc:
-            raise StoreConfigError("repository.endpoint", f"{account_url!r}: {exc}") from exc
+            raise StoreConfigError("repository.endpoint", f"{account_url!r}: {exc}") from redacted_cause(exc)
         self.container = self.service.get_container_client(container)
 
     def _error(self, exc: Exception, what: str) -> StoreError:
@@ -150,7 +154,7 @@ class AzureStore(StoreBase):
             for props in self.container.list_blobs(name_starts_with=prefix or None):
                 yield self._info(props)
         except self._ERRORS as exc:
-            raise self._error(exc, f"listing prefix {prefix!r}") from exc
+            raise self._error(exc, f"listing prefix {prefix!r}") from redacted_cause(exc)
 
     def head(self, key: str) -> ObjectInfo | None:
         try:
@@ -158,7 +162,7 @@ class AzureStore(StoreBase):
         except aexc.ResourceNotFoundError:
             return None
         except self._ERRORS as exc:
-            raise self._error(exc, f"reading metadata of {key!r}") from exc
+            raise self._error(exc, f"reading metadata of {key!r}") from redacted_cause(exc)
         return self._info(props)
 
     def read_range(
@@ -189,10 +193,11 @@ class AzureStore(StoreBase):
         except (aexc.ResourceModifiedError, aexc.ResourceNotFoundError) as exc:
             if (etag or generation) and getattr(exc, "error_code", "") != "ContainerNotFound":
                 # the pinned version was deleted, or (etag only) the blob was overwritten
-                raise ObjectChanged(self.uri, key, pinned, self.describe(self.head(key))) from exc
-            raise self._error(exc, f"reading {key!r}") from exc
+                current = self.describe(self.head(key))
+                raise ObjectChanged(self.uri, key, pinned, current) from redacted_cause(exc)
+            raise self._error(exc, f"reading {key!r}") from redacted_cause(exc)
         except self._ERRORS as exc:
-            raise self._error(exc, f"reading {key!r}") from exc
+            raise self._error(exc, f"reading {key!r}") from redacted_cause(exc)
         return count
 
     def close(self) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, Protocol, runtime_checkable
 
+from triton_operator.adapters.redaction import redacted_cause, remember_secrets, scrub
 from triton_operator.core.manifest import ObjectInfo
 
 __all__ = [
     "AccessDenied",
+    "AccessRefused",
     "BucketNotFound",
     "ObjectChanged",
     "ObjectInfo",
@@ -17,6 +19,8 @@ __all__ = [
     "StoreConfigError",
     "StoreError",
     "StoreUnavailable",
+    "redacted_cause",
+    "remember_secrets",
 ]
 
 # Receives the bytes of a read in order; raising from it aborts the read.
@@ -24,7 +28,15 @@ Sink = Callable[[bytes], None]
 
 
 class StoreError(Exception):
-    """Any failure talking to a repository store; the message names the bucket, prefix or key."""
+    """Any failure talking to a repository store; the message names the bucket, prefix or key.
+
+    The message is redacted (adapters.redaction.scrub: the secrets of every store opened, signed
+    URL parameters, auth headers) whatever it was built from: it reaches the TritonService's status,
+    Events, the operator's log and the sync container's. Raise it ``from redacted_cause(exc)``.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(scrub(message))
 
 
 class BucketNotFound(StoreError):  # noqa: N818 - the API names these
@@ -38,14 +50,14 @@ class AccessDenied(StoreError):  # noqa: N818 - the API names these
     def __init__(self, uri: str, detail: str) -> None:
         super().__init__(f"{uri}: access denied: {detail}")
         self.uri = uri
-        self.detail = detail
+        self.detail = scrub(detail)
 
 
 class StoreUnavailable(StoreError):  # noqa: N818 - the API names these
     def __init__(self, uri: str, detail: str) -> None:
         super().__init__(f"{uri}: store unavailable: {detail}")
         self.uri = uri
-        self.detail = detail
+        self.detail = scrub(detail)
 
 
 class StoreConfigError(StoreError):
@@ -54,7 +66,18 @@ class StoreConfigError(StoreError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
         self.field = field
-        self.problem = problem
+        self.problem = scrub(problem)
+
+
+class AccessRefused(StoreConfigError):  # noqa: N818 - the API names these
+    """The operator's policy (core.repository_access) refuses to list the repository: nothing was
+    asked of the store. ``reason`` is the condition reason, ``field`` the spec field to change."""
+
+    def __init__(self, reason: str, field: str, message: str) -> None:
+        StoreError.__init__(self, message)  # the message names the field already
+        self.reason = reason
+        self.field = field
+        self.problem = scrub(message)
 
 
 class ObjectChanged(StoreError):  # noqa: N818 - the API names these

@@ -26,6 +26,8 @@ from triton_operator.adapters.storage.base import (
     StoreConfigError,
     StoreError,
     StoreUnavailable,
+    redacted_cause,
+    remember_secrets,
 )
 from triton_operator.core.manifest import ObjectInfo, hex_from_base64
 
@@ -61,6 +63,7 @@ class GCSStore(StoreBase):
         timeout: float = 60.0,
         retry_timeout: float = 60.0,
     ) -> None:
+        remember_secrets(credentials)  # before anything could put one into a message
         self.uri = uri
         self.bucket = bucket
         self.prefix = prefix
@@ -81,7 +84,7 @@ class GCSStore(StoreBase):
             except (ValueError, KeyError, TypeError) as exc:
                 raise StoreConfigError(
                     CREDENTIALS_KEY, f"is not a usable service-account JSON key: {exc}"
-                ) from exc
+                ) from redacted_cause(exc)
             session = AuthorizedSession(creds)  # type: ignore[no-untyped-call]
         elif endpoint:
             creds = AnonymousCredentials()  # type: ignore[no-untyped-call]  # emulators take anonymous calls
@@ -94,7 +97,7 @@ class GCSStore(StoreBase):
                     uri,
                     f"no credentials: set {CREDENTIALS_KEY} in the credentials secret "
                     "or use workload identity",
-                ) from exc
+                ) from redacted_cause(exc)
             session = AuthorizedSession(creds)  # type: ignore[no-untyped-call]
         adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=max(10, max_connections))
         session.mount("http://", adapter)
@@ -132,9 +135,9 @@ class GCSStore(StoreBase):
             ):
                 yield self._info(blob)
         except gexc.NotFound as exc:
-            raise BucketNotFound(self.uri, self.bucket) from exc
+            raise BucketNotFound(self.uri, self.bucket) from redacted_cause(exc)
         except self._ERRORS as exc:
-            raise self._error(exc, f"listing prefix {prefix!r}") from exc
+            raise self._error(exc, f"listing prefix {prefix!r}") from redacted_cause(exc)
 
     @staticmethod
     def _info(blob: Any) -> ObjectInfo:
@@ -151,7 +154,7 @@ class GCSStore(StoreBase):
         try:
             blob = self._bucket.get_blob(key, retry=self.retry, timeout=self.timeout)
         except self._ERRORS as exc:
-            raise self._error(exc, f"reading metadata of {key!r}") from exc
+            raise self._error(exc, f"reading metadata of {key!r}") from redacted_cause(exc)
         return None if blob is None else self._info(blob)
 
     def versioned(self) -> bool | None:
@@ -164,11 +167,11 @@ class GCSStore(StoreBase):
         try:
             bucket = self.client.get_bucket(self.bucket, retry=self.retry, timeout=self.timeout)
         except gexc.NotFound as exc:
-            raise BucketNotFound(self.uri, self.bucket) from exc
+            raise BucketNotFound(self.uri, self.bucket) from redacted_cause(exc)
         except (gexc.Forbidden, gexc.Unauthorized):
             return None
         except self._ERRORS as exc:
-            raise self._error(exc, "reading the bucket's versioning") from exc
+            raise self._error(exc, "reading the bucket's versioning") from redacted_cause(exc)
         return bool(bucket.versioning_enabled)
 
     def describe(self, info: ObjectInfo | None) -> str:
@@ -196,10 +199,10 @@ class GCSStore(StoreBase):
                 current = self.head(key)
                 raise ObjectChanged(
                     self.uri, key, f"generation {generation}", self.describe(current)
-                ) from exc
-            raise self._error(exc, f"reading {key!r}") from exc
+                ) from redacted_cause(exc)
+            raise self._error(exc, f"reading {key!r}") from redacted_cause(exc)
         except self._ERRORS as exc:
-            raise self._error(exc, f"reading {key!r}") from exc
+            raise self._error(exc, f"reading {key!r}") from redacted_cause(exc)
         return out.count
 
     def close(self) -> None:

@@ -28,6 +28,8 @@ from triton_operator.adapters.storage.base import (
     StoreBase,
     StoreError,
     StoreUnavailable,
+    redacted_cause,
+    remember_secrets,
 )
 from triton_operator.core.manifest import ObjectInfo, s3_etag_md5
 
@@ -67,6 +69,7 @@ class S3Store(StoreBase):
         read_timeout: float = 60.0,
         max_attempts: int = 3,
     ) -> None:
+        remember_secrets(credentials)  # before anything could put one into a message
         self.uri = uri
         self.bucket = bucket
         self.prefix = prefix
@@ -148,9 +151,9 @@ class S3Store(StoreBase):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code in ("NotImplemented", "MethodNotAllowed", "501"):
                 return False
-            raise self._error(exc, "reading the bucket's versioning") from exc
+            raise self._error(exc, "reading the bucket's versioning") from redacted_cause(exc)
         except (BotoCoreError, Urllib3HTTPError, OSError) as exc:
-            raise self._error(exc, "reading the bucket's versioning") from exc
+            raise self._error(exc, "reading the bucket's versioning") from redacted_cause(exc)
         return str(answer.get("Status", "")) in ("Enabled", "Suspended")
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
@@ -169,7 +172,7 @@ class S3Store(StoreBase):
                         key=item["Key"], size=int(item.get("Size", 0)), etag=etag, md5=s3_etag_md5(etag)
                     )
         except (ClientError, BotoCoreError, Urllib3HTTPError, OSError) as exc:
-            raise self._error(exc, f"listing prefix {prefix!r}") from exc
+            raise self._error(exc, f"listing prefix {prefix!r}") from redacted_cause(exc)
 
     def _list_versions(self, prefix: str) -> Iterator[ObjectInfo]:
         """The latest version of each key (keys whose latest version is a delete marker are gone)."""
@@ -194,9 +197,9 @@ class S3Store(StoreBase):
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             if status == 404:
                 return None
-            raise self._error(exc, f"reading metadata of {key!r}") from exc
+            raise self._error(exc, f"reading metadata of {key!r}") from redacted_cause(exc)
         except (BotoCoreError, Urllib3HTTPError, OSError) as exc:
-            raise self._error(exc, f"reading metadata of {key!r}") from exc
+            raise self._error(exc, f"reading metadata of {key!r}") from redacted_cause(exc)
         etag = str(r.get("ETag", "")).strip('"')
         version = str(r.get("VersionId") or "")
         return ObjectInfo(
@@ -226,10 +229,11 @@ class S3Store(StoreBase):
             if etag and (
                 status == 412 or code == "PreconditionFailed" or code in ("NoSuchKey", "NoSuchVersion")
             ):
-                raise ObjectChanged(self.uri, key, f"etag {etag}", self.describe(self.head(key))) from exc
-            raise self._error(exc, what) from exc
+                current = self.describe(self.head(key))
+                raise ObjectChanged(self.uri, key, f"etag {etag}", current) from redacted_cause(exc)
+            raise self._error(exc, what) from redacted_cause(exc)
         except (BotoCoreError, Urllib3HTTPError, OSError) as exc:
-            raise self._error(exc, what) from exc
+            raise self._error(exc, what) from redacted_cause(exc)
         body = response["Body"]
         count = 0
         try:
@@ -237,7 +241,7 @@ class S3Store(StoreBase):
                 sink(chunk)
                 count += len(chunk)
         except (BotoCoreError, Urllib3HTTPError, OSError) as exc:
-            raise self._error(exc, what) from exc
+            raise self._error(exc, what) from redacted_cause(exc)
         finally:
             body.close()
         return count
