@@ -20,7 +20,8 @@ from triton_operator.core.modelconfig import ModelConfigError, build_config_pbtx
 from triton_operator.core.revision import revision_hash
 from triton_operator.core.rollout import RolloutPlan
 from triton_operator.core.traffic import Role, build_revision_service, revision_service_name, service_body
-from triton_operator.core.validation import errors_from_validation, validate_spec
+from triton_operator.core.validation.errors import errors_from_validation
+from triton_operator.core.validation.spec import validate_spec
 from triton_operator.models import Strategy, TritonService
 from triton_operator.settings import Settings
 
