@@ -417,7 +417,13 @@ SEMANTIC_ERRORS: list[tuple[str, Callable[[Spec], None], str, str]] = [
         "spec.models[0].config.output[0].reshape",
         "cannot be empty for a non-batching model",
     ),
-    ("empty-reshape-batching", _config(0, "output.0.reshape", {}), "", ""),
+    # a batching model's empty reshape is a scalar per batch item: its dims hold one element
+    (
+        "empty-reshape-batching",
+        _both(_config(0, "input.0.dims", [1]), _config(0, "input.0.reshape", {})),
+        "",
+        "",
+    ),
     (
         "duplicate-output",
         _config(1, "output", [tensor("y", [10]), tensor("y", [2])]),

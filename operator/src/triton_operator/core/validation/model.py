@@ -1,116 +1,40 @@
-"""One model's config: tensors, batching, instance groups and versions, as tritonserver checks them."""
+"""One model's config: Triton's ValidateModelConfig and ValidateInstanceGroup, then every other check."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from triton_operator.core.modelconfig import ModelConfigError, config_errors, parse_model_config
+from triton_operator.core.validation.backends import backend_errors, is_tensorrt
+from triton_operator.core.validation.batching import batching_errors
 from triton_operator.core.validation.ensemble import ensemble_errors
 from triton_operator.core.validation.errors import SpecError, as_int
+from triton_operator.core.validation.tensors import tensor_errors
 from triton_operator.models import ModelSpec
 
-WILDCARD_DIM = -1
+PROFILE_INDEX = re.compile(r"\s*[+-]?[0-9]+")
 
 
-def _io_errors(config: Mapping[str, Any], path: str) -> list[SpecError]:
-    errors: list[SpecError] = []
-    batching = as_int(config.get("maxBatchSize")) > 0
-    for key in ("input", "output"):
-        seen: dict[str, int] = {}
-        for index, tensor in enumerate(config.get(key) or []):
-            tpath = f"{path}.{key}[{index}]"
-            name = tensor.get("name", "")
-            if not name:
-                errors.append(SpecError(f"{tpath}.name", "is required"))
-            elif name in seen:
-                errors.append(
-                    SpecError(f"{tpath}.name", f"duplicate {key} {name!r} (also {key}[{seen[name]}])")
-                )
-            else:
-                seen[name] = index
-            for dim_index, dim in enumerate(tensor.get("dims") or []):
-                if as_int(dim) < 1 and as_int(dim) != WILDCARD_DIM:
-                    errors.append(
-                        SpecError(
-                            f"{tpath}.dims[{dim_index}]", f"is {dim}; a dimension is >= 1, or -1 (variable)"
-                        )
-                    )
-            reshape = tensor.get("reshape")
-            if reshape is not None:
-                shape = reshape.get("shape") or []
-                if not shape and not batching:
-                    errors.append(SpecError(f"{tpath}.reshape", "cannot be empty for a non-batching model"))
-                for dim_index, dim in enumerate(shape):
-                    if as_int(dim) < 1 and as_int(dim) != WILDCARD_DIM:
-                        errors.append(
-                            SpecError(
-                                f"{tpath}.reshape.shape[{dim_index}]",
-                                f"is {dim}; a dimension is >= 1, or -1 (variable)",
-                            )
-                        )
-            image_format = tensor.get("format") if key == "input" else None
-            if image_format in ("FORMAT_NHWC", "FORMAT_NCHW") and len(tensor.get("dims") or []) != 3:
-                errors.append(SpecError(f"{tpath}.dims", f"{tensor['format']} needs exactly 3 dims"))
-    return errors
-
-
-def _batching_errors(config: Mapping[str, Any], path: str) -> list[SpecError]:
-    errors: list[SpecError] = []
+def _max_batch_errors(config: Mapping[str, Any], path: str) -> list[SpecError]:
     max_batch = as_int(config.get("maxBatchSize"))
-    dynamic = config.get("dynamicBatching")
-    if dynamic is not None:
-        dpath = f"{path}.dynamicBatching"
-        if max_batch <= 0:
-            message = f"needs maxBatchSize > 0 (it is {max_batch}): a model that does not batch cannot batch"
-            errors.append(SpecError(dpath, message))
-        for index, size in enumerate(dynamic.get("preferredBatchSize") or []):
-            if max_batch > 0 and not 0 < as_int(size) <= max_batch:
-                errors.append(
-                    SpecError(
-                        f"{dpath}.preferredBatchSize[{index}]",
-                        f"is {size}; must be in [1, maxBatchSize={max_batch}]",
-                    )
-                )
-        levels = as_int(dynamic.get("priorityLevels"))
-        if levels:
-            default_level = as_int(dynamic.get("defaultPriorityLevel"))
-            if not 1 <= default_level <= levels:
-                errors.append(
-                    SpecError(
-                        f"{dpath}.defaultPriorityLevel",
-                        f"is {default_level}; must be in [1, priorityLevels={levels}]",
-                    )
-                )
-            for key in dynamic.get("priorityQueuePolicy") or {}:
-                if not 1 <= as_int(key) <= levels:
-                    errors.append(
-                        SpecError(
-                            f"{dpath}.priorityQueuePolicy[{key}]", f"priority level must be in [1, {levels}]"
-                        )
-                    )
-        elif dynamic.get("priorityQueuePolicy"):
-            errors.append(SpecError(f"{dpath}.priorityQueuePolicy", "needs priorityLevels"))
-        if dynamic.get("preserveOrdering") and levels > 1:
-            errors.append(SpecError(f"{dpath}.preserveOrdering", "allows only one priority level"))
-    sequence = config.get("sequenceBatching")
-    if sequence is not None:
-        oldest = sequence.get("oldest")
-        for index, size in enumerate((oldest or {}).get("preferredBatchSize") or []):
-            if not 0 < as_int(size) <= max_batch:
-                errors.append(
-                    SpecError(
-                        f"{path}.sequenceBatching.oldest.preferredBatchSize[{index}]",
-                        f"is {size}; must be in [1, maxBatchSize={max_batch}]",
-                    )
-                )
-    return errors
+    if max_batch < 0:
+        # ValidateModelConfig: "'max_batch_size' must be non-negative value"
+        return [SpecError(f"{path}.maxBatchSize", f"is {max_batch}; 0 (no batching) or more")]
+    return []
 
 
 def _instance_group_errors(config: Mapping[str, Any], path: str, pod_gpus: int) -> list[SpecError]:
+    """ValidateInstanceGroup, with the pod's GPUs for the node's: kinds, GPU ids and profiles.
+
+    A negative count is refused, where Triton takes the default count instead.
+    """
     errors: list[SpecError] = []
+    tensorrt = is_tensorrt(config)
     for index, group in enumerate(config.get("instanceGroup") or []):
         gpath = f"{path}.instanceGroup[{index}]"
+        errors.extend(_profile_errors(group.get("profile") or [], gpath, tensorrt))
         kind = group.get("kind", "KIND_AUTO")
         gpus = [as_int(g) for g in group.get("gpus") or []]
         if as_int(group.get("count"), 1) < 0:
@@ -132,7 +56,55 @@ def _instance_group_errors(config: Mapping[str, Any], path: str, pod_gpus: int) 
     return errors
 
 
+def _profile_errors(profiles: list[str], gpath: str, tensorrt: bool) -> list[SpecError]:
+    """Optimization profiles: TensorRT's only, each a non-negative index (read as C++ stoi reads it)."""
+    if profiles and not tensorrt:
+        # "specifies profile field which is only supported for TensorRT models"
+        return [
+            SpecError(f"{gpath}.profile", "only TensorRT models (tensorrt_plan) have optimization profiles")
+        ]
+    errors = []
+    for index, profile in enumerate(profiles):
+        number = PROFILE_INDEX.match(profile)
+        if number is None or int(number.group()) < 0:
+            # GetProfileIndex: "unable to parse" / "specifies invalid profile"
+            message = f"is {profile!r}; a profile is the index of one, 0 or more"
+            errors.append(SpecError(f"{gpath}.profile[{index}]", message))
+    return errors
+
+
+def _response_cache_errors(config: Mapping[str, Any], path: str) -> list[SpecError]:
+    decoupled = (config.get("modelTransactionPolicy") or {}).get("decoupled")
+    if decoupled and (config.get("responseCache") or {}).get("enable"):
+        # ValidateModelConfig: "Response Cache does not currently support model ... with 'decoupled'
+        # transaction policy" (with sequence batching: see batching)
+        message = (
+            "cannot be used with modelTransactionPolicy.decoupled: the cache does not serve decoupled models"
+        )
+        return [SpecError(f"{path}.responseCache.enable", message)]
+    return []
+
+
+def _metrics_errors(config: Mapping[str, Any], path: str) -> list[SpecError]:
+    """ValidateModelMetrics: each metric control names a family and gives histogram buckets."""
+    errors = []
+    for index, control in enumerate((config.get("modelMetrics") or {}).get("metricControl") or []):
+        mpath = f"{path}.modelMetrics.metricControl[{index}]"
+        identifier = control.get("metricIdentifier")
+        if identifier is None:
+            errors.append(SpecError(f"{mpath}.metricIdentifier", "is required"))
+        elif not identifier.get("family"):
+            errors.append(SpecError(f"{mpath}.metricIdentifier.family", "is required"))
+        histogram = control.get("histogramOptions")
+        if histogram is None:
+            errors.append(SpecError(f"{mpath}.histogramOptions", "is required"))
+        elif not histogram.get("buckets"):
+            errors.append(SpecError(f"{mpath}.histogramOptions.buckets", "is required"))
+    return errors
+
+
 def _version_errors(config: Mapping[str, Any], path: str) -> list[SpecError]:
+    """A specific policy names versions, each >= 1 (stricter than Triton, which loads a folder "0")."""
     specific = (config.get("versionPolicy") or {}).get("specific")
     if specific is None:
         return []
@@ -165,8 +137,12 @@ def model_config_errors(
         return [SpecError(e.field, e.problem) for e in found]
     config = model.config
     return [
-        *_io_errors(config, path),
-        *_batching_errors(config, path),
+        *backend_errors(config, path),
+        *_max_batch_errors(config, path),
+        *tensor_errors(config, path),
+        *batching_errors(config, path),
+        *_response_cache_errors(config, path),
+        *_metrics_errors(config, path),
         *_instance_group_errors(config, path, pod_gpus),
         *_version_errors(config, path),
         *ensemble_errors(model, config, path, models),

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from triton_operator.core.validation.backends import backend_warnings, image_backends
 from triton_operator.core.validation.ensemble import ensemble_cycle_errors
 from triton_operator.core.validation.errors import SpecError, errors_from_validation
 from triton_operator.core.validation.model import model_config_errors
@@ -24,6 +25,19 @@ def check_spec(raw: Mapping[str, Any]) -> tuple[TritonServiceSpec | None, list[S
     except ValidationError as exc:
         return None, errors_from_validation(exc)
     return spec, validate_spec(spec)
+
+
+def spec_warnings(spec: TritonServiceSpec, image: str) -> list[SpecError]:
+    """What is likely wrong without being certain: to show (a condition message, an Event, the CLI),
+    never to refuse. ``image`` is the tritonserver image the pods run (spec.image, else the
+    operator's default)."""
+    known = image_backends(image)
+    warnings = []
+    for index, model in enumerate(spec.models):
+        path = f"spec.models[{index}].config"
+        if known is not None:
+            warnings.extend(backend_warnings(model.config, path, known))
+    return warnings
 
 
 def _rollout_errors(spec: TritonServiceSpec) -> list[SpecError]:
