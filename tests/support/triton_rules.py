@@ -464,6 +464,66 @@ REFUSED: list[Case] = [
         "metric identifier must specify non-empty 'family'",
         not_on_cpu="tritonserver 2.51 predates model_metrics: it cannot even parse this config.pbtxt",
     ),
+    # ---- ensembles against their step models (ensemble_utils' ValidateEnsembleConfig, and the
+    # dependency check of the model repository manager)
+    ensemble_case(
+        "ensemble_maps_a_missing_input",
+        ensemble(
+            _add("ensemble_maps_a_missing_input"), input_map={"INPUT0": "A", "INPUT1": "B", "INPUTX": "A"}
+        ),
+        "ensembleScheduling.step[0].inputMap[INPUTX]",
+        "model 'ensemble_maps_a_missing_input_add' has no input 'INPUTX'",
+        "ensemble tensor A is mapping to non-existing input INPUTX",
+    ),
+    ensemble_case(
+        "ensemble_leaves_an_input_unmapped",
+        ensemble(_add("ensemble_leaves_an_input_unmapped"), input_map={"INPUT0": "A"}, inputs=[vector("A")]),
+        "ensembleScheduling.step[0].inputMap",
+        "maps no ensemble tensor to input 'INPUT1'",
+        "input INPUT1 in model ensemble_leaves_an_input_unmapped_add is not mapped to any ensemble tensors",
+    ),
+    ensemble_case(
+        "ensemble_maps_a_missing_output",
+        ensemble(
+            _add("ensemble_maps_a_missing_output"),
+            output_map={"OUTPUT0": "S", "OUTPUT1": "D", "OUTPUTX": "X"},
+            outputs=[vector("S"), vector("D"), vector("X")],
+        ),
+        "ensembleScheduling.step[0].outputMap[OUTPUTX]",
+        "has no output 'OUTPUTX'",
+        "ensemble tensor X is mapped from non-existing output OUTPUTX",
+    ),
+    ensemble_case(
+        "ensemble_tensor_data_type",
+        ensemble(_add("ensemble_tensor_data_type"), inputs=[vector("A", "TYPE_INT32"), vector("B")]),
+        "ensembleScheduling.step[0].inputMap[INPUT0]",
+        "ensemble tensor 'A' is TYPE_INT32 for ensemble input 'A' but TYPE_FP32",
+        "ensemble tensor A: inconsistent data type",
+    ),
+    ensemble_case(
+        "ensemble_tensor_shape",
+        ensemble(_add("ensemble_tensor_shape"), outputs=[vector("S", dims=[3]), vector("D")]),
+        "ensembleScheduling.step[0].outputMap[OUTPUT0]",
+        "ensemble tensor 'S' has shape [-1, 3] for ensemble output 'S' but [-1, 4]",
+        "ensemble tensor S: inconsistent shape",
+    ),
+    ensemble_case(
+        "ensemble_step_version",
+        ensemble(_add("ensemble_step_version"), step={"modelVersion": "2"}),
+        "ensembleScheduling.step[0].modelVersion",
+        "asks for version 2 of 'ensemble_step_version_add', but its versionPolicy loads only 1",
+        "depends on 'ensemble_step_version_add' whose required version 2 is not loaded",
+        step=adder(versionPolicy={"specific": {"versions": ["1"]}}),
+    ),
+    ensemble_case(
+        "ensemble_step_version_left_out",
+        ensemble(_add("ensemble_step_version_left_out"), step={"modelVersion": None}),
+        "ensembleScheduling.step[0].modelVersion",
+        "asks for version 0 of 'ensemble_step_version_left_out_add', but its versionPolicy loads only 1"
+        " (modelVersion left out is 0; -1 asks for the latest)",
+        "depends on 'ensemble_step_version_left_out_add' whose required version 0 is not loaded",
+        step=adder(versionPolicy={"specific": {"versions": ["1"]}}),
+    ),
 ]
 
 
@@ -528,6 +588,22 @@ ACCEPTED: list[Case] = [
     ),
     # A backend Triton does not type (python) runs whatever platform the config names.
     case("accepted_platform_of_an_untyped_backend", adder(platform="pytorch_libtorch"), "", "", ""),
+    ensemble_case(
+        "accepted_ensemble",
+        {
+            **ensemble(
+                _add("accepted_ensemble"),
+                inputs=[vector("A", dims=[-1, 4]), vector("B", dims=[-1, 4])],
+                outputs=[vector("S", dims=[-1, -1]), vector("D", dims=[-1, 4])],
+                step={"modelVersion": "1"},
+            ),
+            "maxBatchSize": 0,  # a non-batching ensemble over a batching model: shapes compare with [-1, ...]
+        },
+        "",
+        "",
+        "",
+        step=adder(versionPolicy={"specific": {"versions": ["1"]}}),
+    ),
 ]
 
 

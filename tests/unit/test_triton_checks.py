@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from triton_operator.core.validation.spec import check_spec, spec_warnings
-from triton_rules import ACCEPTED, REFUSED, Case, adder
+from triton_rules import ACCEPTED, REFUSED, Case, adder, ensemble
 
 
 @pytest.mark.parametrize("case", REFUSED, ids=[c.id for c in REFUSED])
@@ -93,6 +93,22 @@ def test_a_backend_the_image_lacks_is_a_warning_not_an_error(
     if warned:
         assert "is not one of the image's backends (" in warnings[0].message
         assert "python" in warnings[0].message  # the backends the image has are named
+
+
+def test_a_step_leaving_its_version_out_is_a_warning_where_no_policy_says() -> None:
+    pipe = ensemble("add", step={"modelVersion": None})
+    raw = {
+        "repository": {"uri": "pvc://m/x"},
+        "models": [{"name": "add", "config": adder()}, {"name": "pipe", "config": pipe}],
+    }
+    spec, errors = check_spec(raw)
+    assert spec is not None and errors == []
+    (warning,) = spec_warnings(spec, NGC_IMAGE)
+    assert warning.field == "spec.models[1].config.ensembleScheduling.step[0].modelVersion"
+    assert "asks for version 0 of 'add'; -1 asks for the latest" in warning.message
+    pipe["ensembleScheduling"]["step"][0]["modelVersion"] = "-1"
+    spec, _ = check_spec(raw)
+    assert spec is not None and spec_warnings(spec, NGC_IMAGE) == []
 
 
 @pytest.mark.parametrize(("profiles", "bad"), [(["0", "2"], None), (["-1"], 0), (["0", "x"], 1), ([""], 0)])

@@ -8,7 +8,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from triton_operator.core.validation.backends import backend_warnings, image_backends
-from triton_operator.core.validation.ensemble import ensemble_cycle_errors
+from triton_operator.core.validation.ensemble import (
+    ensemble_cycle_errors,
+    ensemble_link_errors,
+    ensembles_in_cycles,
+    step_version_warnings,
+)
 from triton_operator.core.validation.errors import SpecError, errors_from_validation
 from triton_operator.core.validation.model import model_config_errors
 from triton_operator.core.validation.server_args import server_args_errors
@@ -32,11 +37,13 @@ def spec_warnings(spec: TritonServiceSpec, image: str) -> list[SpecError]:
     never to refuse. ``image`` is the tritonserver image the pods run (spec.image, else the
     operator's default)."""
     known = image_backends(image)
+    models = {m.name: m for m in spec.models}
     warnings = []
     for index, model in enumerate(spec.models):
         path = f"spec.models[{index}].config"
         if known is not None:
             warnings.extend(backend_warnings(model.config, path, known))
+        warnings.extend(step_version_warnings(model.config, path, models))
     return warnings
 
 
@@ -77,9 +84,20 @@ def validate_spec(spec: TritonServiceSpec) -> list[SpecError]:
     """Every problem of a parsed spec that its schema cannot express; empty when it is valid."""
     errors = server_args_errors(spec.server_args)
     models = {m.name: m for m in spec.models}
+    refused: set[str] = set()
     for index, model in enumerate(spec.models):
-        errors.extend(model_config_errors(model, index, models, spec.resources.gpus))
-    if not any(e.field.endswith("modelName") for e in errors):
+        found = model_config_errors(model, index, models, spec.resources.gpus)
+        errors.extend(found)
+        if found:
+            refused.add(model.name)
+    names_ok = not any(e.field.endswith("modelName") for e in errors)
+    # An ensemble is checked against its step models only where both are right in themselves and
+    # it can load at all: anything more would repeat their own errors.
+    skip = refused | (ensembles_in_cycles(spec) if names_ok else set())
+    for index, model in enumerate(spec.models):
+        if model.name not in skip:
+            errors.extend(ensemble_link_errors(model, index, models, skip))
+    if names_ok:
         errors.extend(ensemble_cycle_errors(spec))
     errors.extend(_rollout_errors(spec))
     return errors
