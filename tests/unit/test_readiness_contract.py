@@ -1,13 +1,52 @@
-"""An ensemble step cannot ask for a version its model does not load."""
+"""serverArgs cannot defeat the readiness contract, and an ensemble step cannot ask for a version its
+model does not load."""
 
 from __future__ import annotations
 
 import pytest
 
 from triton_operator.core.validation.ensemble import ensemble_version_errors
+from triton_operator.core.validation.server_args import server_args_errors
 from triton_operator.core.validation.spec import check_spec
 from triton_operator.models import TritonServiceSpec
 from triton_rules import adder, ensemble
+
+
+@pytest.mark.parametrize(
+    ("args", "index", "words"),
+    [
+        (["--strict-readiness=false"], 0, "--strict-readiness=false would report the server ready"),
+        (["--strict-readiness", "OFF"], 1, "--strict-readiness=OFF would report the server ready"),
+        (["--exit-on-error=0"], 0, "--exit-on-error=0 would keep tritonserver running"),
+        (["--log-verbose=1", "--exit-on-error", "False"], 2, "would keep tritonserver running"),
+        (["--exit-on-error=maybe"], 0, "--exit-on-error takes true or false, not 'maybe'"),
+        (["--http-restricted-api=health:k=v"], 0, "restricts the health endpoints the probes call"),
+        (["--http-restricted-api", "model-repository,Health:k=v"], 1, "restricts the health endpoints"),
+        (["--log-verbose=1 --http-port=9000"], 0, "holds a space"),
+        (["--log-verbose", "1 2"], 1, "holds a space"),
+        (["--log-verbose=1\t"], 0, "holds a space"),
+    ],
+)
+def test_server_args_that_break_the_readiness_contract_are_refused(
+    args: list[str], index: int, words: str
+) -> None:
+    errors = server_args_errors(args)
+    assert [e.field for e in errors] == [f"spec.serverArgs[{index}]"], errors
+    assert words in errors[0].message
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--strict-readiness=true", "--exit-on-error=ON"],
+        ["--strict-readiness", "1", "--exit-on-error", "true"],
+        ["--http-restricted-api=model-repository,shared-memory:admin-key=secret"],
+        ["--grpc-restricted-api=health:k=v"],  # the probes use HTTP
+        ["--backend-config=python,shm-default-byte-size=1048576"],
+    ],
+)
+def test_server_args_that_keep_the_contract_pass(args: list[str]) -> None:
+    assert server_args_errors(args) == []
 
 
 def _pipeline(step_version: str | None, policy: dict[str, object] | None) -> dict[str, object]:

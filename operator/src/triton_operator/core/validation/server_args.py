@@ -104,22 +104,65 @@ OPERATOR_OWNED_FLAGS: dict[str, str] = {
 }
 
 
+# tritonserver reads booleans as true/on/1 and false/off/0, in any case (ParseBoolOption).
+_TRUE, _FALSE = frozenset({"true", "on", "1"}), frozenset({"false", "off", "0"})
+# The readiness contract: pods are Ready only when every model loaded (the readiness and startup
+# probes call /v2/health/ready), and a model that fails to load stops tritonserver, so a failed
+# revision shows as crash-looping pods and is rolled back.
+CONTRACT_FLAGS: dict[str, str] = {
+    "strict-readiness": "would report the server ready before every model is: the readiness probe"
+    " (/v2/health/ready) must wait for them all",
+    "exit-on-error": "would keep tritonserver running after a model fails to load, so the operator"
+    " cannot see the revision fail and roll it back",
+}
+HEALTH_API = "health"  # --http-restricted-api=<apis>:<key>=<value>; "health" covers /v2/health/*
+
+
 def server_args_errors(args: list[str], field: str = "spec.serverArgs") -> list[SpecError]:
-    """Each of ``--flag=value``, ``--flag value`` or ``--flag`` checked against the allow-list."""
+    """Each of ``--flag=value``, ``--flag value`` or ``--flag`` checked against the allow-list, and the
+    values that would break the readiness contract."""
     errors: list[SpecError] = []
-    expects_value = False
+    waiting: str | None = None  # a --flag whose value is the next argument
     for index, arg in enumerate(args):
         path = f"{field}[{index}]"
+        if any(c.isspace() for c in arg):
+            # One argument reaches tritonserver as one argument: "--a=1 --b=2" would be one odd value.
+            message = f"{arg!r} holds a space: give each flag (and each value) as its own argument"
+            errors.append(SpecError(path, message))
+            waiting = None
+            continue
         if not arg.startswith("--"):
-            if expects_value:
-                expects_value = False
+            if waiting is not None:
+                errors.extend(_value_errors(waiting, arg, path))
+                waiting = None
                 continue
             errors.append(SpecError(path, f"{arg!r} is not a --flag (use --flag=value)"))
             continue
-        name, has_value, _ = arg[2:].partition("=")
-        expects_value = not has_value
+        name, has_value, value = arg[2:].partition("=")
+        waiting = None if has_value else name
         if name in OPERATOR_OWNED_FLAGS:
             errors.append(SpecError(path, f"--{name} is set by the operator: {OPERATOR_OWNED_FLAGS[name]}"))
         elif name not in ALLOWED_SERVER_FLAGS:
             errors.append(SpecError(path, f"--{name} is not an allowed tritonserver flag"))
+        elif has_value:
+            errors.extend(_value_errors(name, value, path))
     return errors
+
+
+def _value_errors(name: str, value: str, path: str) -> list[SpecError]:
+    """A value of an allowed flag that the readiness contract cannot live with."""
+    if name in CONTRACT_FLAGS:
+        setting = value.lower()
+        if setting in _FALSE:
+            return [SpecError(path, f"--{name}={value} {CONTRACT_FLAGS[name]}")]
+        if setting not in _TRUE:
+            return [SpecError(path, f"--{name} takes true or false, not {value!r}")]
+    if name == "http-restricted-api":
+        apis = {api.strip().lower() for api in value.partition(":")[0].split(",")}
+        if HEALTH_API in apis:
+            message = (
+                f"--{name}={value} restricts the health endpoints the probes call"
+                " (/v2/health/live, /v2/health/ready) without the key"
+            )
+            return [SpecError(path, message)]
+    return []
