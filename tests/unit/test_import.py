@@ -19,7 +19,7 @@ from triton_operator.core.modelconfig import (
     gpus_needed,
     parse_config_pbtxt,
 )
-from triton_operator.core.validation import check_spec
+from triton_operator.core.validation.spec import check_spec
 
 REPOS = Path(__file__).resolve().parents[1] / "data" / "repos"
 CONFIG_FILES = sorted(REPOS.glob("*/*/config.pbtxt"))

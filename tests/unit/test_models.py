@@ -9,14 +9,13 @@ from typing import Any
 
 import pytest
 
-from triton_operator.core.validation import (
+from triton_operator.core.validation.errors import SpecError, format_errors
+from triton_operator.core.validation.server_args import (
     ALLOWED_SERVER_FLAGS,
     OPERATOR_OWNED_FLAGS,
-    SpecError,
-    check_spec,
-    format_errors,
     server_args_errors,
 )
+from triton_operator.core.validation.spec import check_spec
 from triton_operator.models import MODEL_PATH_PATTERN, Resources, TritonService, TritonServiceSpec, field_path
 
 Spec = dict[str, Any]
@@ -418,7 +417,13 @@ SEMANTIC_ERRORS: list[tuple[str, Callable[[Spec], None], str, str]] = [
         "spec.models[0].config.output[0].reshape",
         "cannot be empty for a non-batching model",
     ),
-    ("empty-reshape-batching", _config(0, "output.0.reshape", {}), "", ""),
+    # a batching model's empty reshape is a scalar per batch item: its dims hold one element
+    (
+        "empty-reshape-batching",
+        _both(_config(0, "input.0.dims", [1]), _config(0, "input.0.reshape", {})),
+        "",
+        "",
+    ),
     (
         "duplicate-output",
         _config(1, "output", [tensor("y", [10]), tensor("y", [2])]),

@@ -10,7 +10,7 @@ from typing import Any
 
 from triton_operator.core.crd import DNS_1035_PATTERN, MAX_NAME_LENGTH, dump_yaml
 from triton_operator.core.modelconfig import ModelConfigError, build_imported_service, build_model_entry
-from triton_operator.core.validation import check_spec
+from triton_operator.core.validation.spec import check_spec
 
 CONFIG_FILE = "config.pbtxt"
 PLACEHOLDER_URI = "s3://BUCKET/PREFIX"

@@ -25,7 +25,8 @@ from triton_operator.core.names import (
     TRITON_CONTAINER,
 )
 from triton_operator.core.rollout import RevisionState, parse_time
-from triton_operator.core.validation import errors_from_validation, validate_spec
+from triton_operator.core.validation.errors import errors_from_validation
+from triton_operator.core.validation.spec import validate_spec
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 

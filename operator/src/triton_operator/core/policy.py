@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from triton_operator.core.validation import SpecError
+from triton_operator.core.validation.errors import SpecError
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 

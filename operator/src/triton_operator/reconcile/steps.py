@@ -35,7 +35,7 @@ from triton_operator.core.rollout import (
     plan_rollout,
 )
 from triton_operator.core.status import Observation, build_status, status_changed
-from triton_operator.core.validation import format_errors
+from triton_operator.core.validation.errors import format_errors
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile.observe import Seen, current_manifest, observe, unsyncable
