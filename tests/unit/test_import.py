@@ -91,7 +91,11 @@ def test_command_output_notes_and_names(capsys: pytest.CaptureFixture[str]) -> N
     assert by_name["tokenizer_autocomplete"] == {"name": "tokenizer_autocomplete", "config": {}}
     assert "tokenizer_autocomplete: no config.pbtxt; imported with an empty config" in err
     assert "empty_folder: skipped" in err
-    assert "warning" not in err and "error" not in err
+    assert "error" not in err
+    # A backend the default image lacks is a warning (a custom image may ship it), not a refusal.
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "backend 'vllm' is not one of the image's backends" in warnings[0]
+    assert "spec.models[3].config.backend" in warnings[0]
     # 'y' is a tensor name, and must stay a string for kubectl (YAML 1.1 reads a bare y as true)
     assert "name: 'y'" in out
 
@@ -129,7 +133,8 @@ def test_a_broken_config_names_the_file_and_line(tmp_path: Path, capsys: pytest.
     assert f"{repo / 'bad' / 'config.pbtxt'}: 2:" in err and "max_batch_sise" in err
 
 
-def test_problems_of_the_spec_are_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_problems_of_the_spec_are_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The operator would hold such a TritonService as InvalidSpec: import says so and fails."""
     ensemble = (
         'platform: "ensemble"\ninput [{name: "A", data_type: TYPE_FP32, dims: [1]}]\n'
         'output [{name: "B", data_type: TYPE_FP32, dims: [1]}]\n'
@@ -138,9 +143,8 @@ def test_problems_of_the_spec_are_warnings(tmp_path: Path, capsys: pytest.Captur
     )
     repo = _repo(tmp_path, {"pipeline": ensemble})
     code, out, err = run_import([str(repo), "--uri", "s3://b/p", "--name", "pipe"], capsys)
-    assert code == 0
-    assert yaml.safe_load(out)["metadata"]["name"] == "pipe"
-    assert "warning: spec.models[0].config.ensembleScheduling.step[0].modelName: model 'missing'" in err
+    assert (code, out) == (1, "")
+    assert "error: spec.models[0].config.ensembleScheduling.step[0].modelName: model 'missing'" in err
 
 
 def test_a_folder_without_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -195,3 +199,36 @@ def test_gpus_needed(groups: list[dict[str, Any]], expected: int) -> None:
         gpus_needed([{"name": "m", "config": {"instanceGroup": groups}}, {"name": "n", "config": {}}])
         == expected
     )
+
+
+def _write_model(root: Path, name: str, config: str) -> None:
+    (root / name / "1").mkdir(parents=True)
+    (root / name / "config.pbtxt").write_text(config)
+
+
+def test_a_config_triton_would_refuse_makes_import_fail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not a warning: the TritonService printed would be held as InvalidSpec, so nothing is printed."""
+    _write_model(tmp_path, "neg", 'name: "neg"\nbackend: "python"\nmax_batch_size: -1\n')
+    code, out, err = run_import([str(tmp_path), "--uri", "s3://b/p"], capsys)
+    assert code == 1 and out == ""
+    assert "error: spec.models[0].config.maxBatchSize" in err
+
+
+def test_the_gpu_count_is_explained_and_a_bad_gpu_id_is_reported_on_its_group(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    group = "instance_group [{ kind: KIND_GPU, gpus: [%s] }]"
+    _write_model(tmp_path, "two", f'name: "two"\nbackend: "python"\n{group % "1"}\n')
+    code, out, err = run_import([str(tmp_path), "--uri", "s3://b/p"], capsys)
+    assert code == 0, err
+    assert yaml.safe_load(out)["spec"]["resources"] == {"gpus": 2}
+    assert "note: spec.resources.gpus is 2: models[0].config.instanceGroup[0].gpus names GPU 1" in err
+
+    _write_model(tmp_path, "bad", f'name: "bad"\nbackend: "python"\n{group % "-1"}\n')
+    code, out, err = run_import([str(tmp_path), "--uri", "s3://b/p"], capsys)
+    assert code == 1
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert errors == [line for line in errors if "instanceGroup[0].gpus[0]" in line]
+    assert errors and "spec.resources.gpus >" not in err

@@ -17,6 +17,17 @@ from e2e_helpers import ENSEMBLE_OF_A_MISSING_MODEL, tritonservice
 from memkube import Call, MemKube
 from triton_operator import KIND
 from triton_operator.core import conditions as cond
+from triton_operator.core.manifest import (
+    ObjectInfo,
+    StoreRef,
+    build_manifest,
+    json_digest,
+    manifest_to_json,
+    model_sources,
+    select_objects,
+)
+from triton_operator.models import TritonService
+from triton_operator.reconcile.pinning import PinnedManifest
 from triton_operator.reconcile.steps import Result, reconcile
 from triton_operator.settings import Settings
 
@@ -193,3 +204,56 @@ async def test_a_tritonservice_gone_writes_nothing(kube: MemKube) -> None:
     await kube.delete(KIND, NS, "svc")
     gone, writes = await run(kube)
     assert gone.status is None and writes == []
+
+
+async def test_a_spec_warning_is_a_warning_event_once_a_generation(kube: MemKube) -> None:
+    """An unknown backend (core.validation.spec_warnings) does not hold the spec: the revision is
+    applied, and one Warning Event names the field, on the first pass of each generation only."""
+    kube.edit(KIND, NS, "svc", lambda ts: ts["spec"].update(image="nvcr.io/nvidia/tritonserver:25.01-py3"))
+    change_model(kube, backend="vllm")
+    result, _ = await run(kube)
+    assert result.invalid is None and result.revision is not None
+    warnings = [e for e in kube.events if e["reason"] == cond.SPEC_WARNING]
+    assert len(warnings) == 1 and warnings[0]["type"] == cond.WARNING
+    assert "spec.models[0].config.backend" in warnings[0]["message"]
+    assert "vllm" in warnings[0]["message"]
+    await run(kube)
+    assert len([e for e in kube.events if e["reason"] == cond.SPEC_WARNING]) == 1
+
+
+async def test_an_ensemble_step_asking_for_a_version_the_pinned_repository_lacks_is_held(
+    kube: MemKube,
+) -> None:
+    """Judged once pinned: the repository holds version 1 of `add` only, a step asks for 3."""
+    ensemble = {
+        "platform": "ensemble",
+        "maxBatchSize": 8,
+        "input": [{"name": "A", "dataType": "TYPE_FP32", "dims": ["4"]}],
+        "output": [{"name": "B", "dataType": "TYPE_FP32", "dims": ["4"]}],
+        "ensembleScheduling": {
+            "step": [
+                {
+                    "modelName": "add",
+                    "modelVersion": "3",
+                    "inputMap": {"INPUT0": "A"},
+                    "outputMap": {"OUTPUT0": "B"},
+                }
+            ]
+        },
+    }
+
+    async def pin(ts: TritonService, current: str | None) -> PinnedManifest:
+        sources = model_sources(ts.spec.models)
+        listing = [ObjectInfo("add/1/model.py", 10, etag="e1"), ObjectInfo("pipe/1/.keep", 0, etag="e2")]
+        selection = select_objects(sources, listing)
+        manifest = build_manifest(StoreRef.from_repository(ts.spec.repository), selection)
+        text = manifest_to_json(manifest)
+        return PinnedManifest(json=text, digest=json_digest(text), objects=len(manifest.entries))
+
+    kube.edit(KIND, NS, "svc", lambda ts: ts["spec"]["models"].append({"name": "pipe", "config": ensemble}))
+    result = await reconcile(kube, NS, "svc", SETTINGS, pin_manifest=pin, clock=lambda: NOW)
+    assert result.reason == cond.INVALID_SPEC, result.invalid
+    assert result.invalid is not None
+    assert "spec.models[1].config.ensembleScheduling.step[0].modelVersion" in result.invalid
+    assert "the pinned repository holds only 1" in result.invalid
+    assert kube.of_kind("Deployment") == []

@@ -9,8 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from triton_operator.core.crd import DNS_1035_PATTERN, MAX_NAME_LENGTH, dump_yaml
-from triton_operator.core.modelconfig import ModelConfigError, build_imported_service, build_model_entry
-from triton_operator.core.validation.spec import check_spec
+from triton_operator.core.modelconfig import (
+    ModelConfigError,
+    build_imported_service,
+    build_model_entry,
+    gpus_needed_why,
+)
+from triton_operator.core.validation.spec import check_spec, spec_warnings
+from triton_operator.settings import Settings
 
 CONFIG_FILE = "config.pbtxt"
 PLACEHOLDER_URI = "s3://BUCKET/PREFIX"
@@ -104,13 +110,18 @@ def run(args: argparse.Namespace) -> int:
         uri = PLACEHOLDER_URI
         print(f"note: spec.repository.uri is {uri}; pass --uri where the folder is uploaded", file=sys.stderr)
     service = build_imported_service(name, uri, models)
+    gpus, why = gpus_needed_why(models)
+    if why is not None:
+        print(f"note: spec.resources.gpus is {gpus}: {why}", file=sys.stderr)
     parsed, problems = check_spec(service["spec"])
-    if parsed is None:
-        for problem in problems:
-            print(f"error: {problem}", file=sys.stderr)
-        return 1
+    # What the operator would refuse (Triton's own checks among them) is an error, never a warning:
+    # the TritonService written would be held as InvalidSpec.
     for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr)
+        print(f"error: {problem}", file=sys.stderr)
+    if parsed is None or problems:
+        return 1
+    for warning in spec_warnings(parsed, Settings.from_env().default_image):
+        print(f"warning: {warning}", file=sys.stderr)
     text = dump_yaml(service)
     if args.output:
         Path(args.output).write_text(text)

@@ -19,6 +19,7 @@ from triton_operator.core.names import PLACEHOLDER_UID
 from triton_operator.core.observation import check_body
 from triton_operator.core.policy import policy_errors
 from triton_operator.core.rollout import RolloutInput, plan_rollout
+from triton_operator.core.validation.spec import spec_warnings
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 
@@ -119,6 +120,8 @@ def render(
             for refusal in refused:
                 err.write(f"{ref}: refused by the operator's policy: {refusal}\n")
             continue
+        for warning in spec_warnings(ts.spec, ts.spec.image or settings.default_image):
+            err.write(f"{ref}: warning: {warning}\n")
         manifest_json: str | None = None
         digest: str | None = None
         if ts.spec.repository.scheme == "pvc":

@@ -75,6 +75,7 @@ NORMAL = "Normal"  # Event type: routine
 WARNING = "Warning"  # Event type: something went wrong
 # Event reasons besides ROLLOUT_PAUSED, ROLLOUT_COMPLETED, ROLLOUT_ABORTED and STABLE_REVISION_MISSING
 ROLLOUT_RESUMED = "RolloutResumed"  # a resume request lifted a pause
+SPEC_WARNING = "SpecWarning"  # likely wrong without being certain (an unknown backend): once a generation
 UNDO_REJECTED = "UndoRejected"  # an undo request names no usable revision
 UNDO_REQUESTED = "UndoRequested"  # an undo request rolls back to an earlier revision
 ROLLOUT_RETRIED = "RolloutRetried"  # a retry request starts the aborted revision again

@@ -377,15 +377,46 @@ def build_model_entry(
     return entry
 
 
+def _gpu_ids(group: Mapping[str, Any]) -> list[int]:
+    """The usable GPU ids of an instance group: a negative or non-integer id is left to validation,
+    which reports it on the group's own ``gpus`` field."""
+    ids = []
+    for gpu in group.get("gpus") or []:
+        try:
+            value = int(gpu)
+        except (TypeError, ValueError):
+            continue
+        if value >= 0:
+            ids.append(value)
+    return ids
+
+
+def gpus_needed_why(models: list[dict[str, Any]]) -> tuple[int, str | None]:
+    """GPUs a pod needs for the KIND_GPU instance groups of ``models``, and which group decides it.
+
+    GPU ids count from 0, so a group naming GPU 1 needs 2; a KIND_GPU group naming none needs 1.
+    """
+    needed, why = 0, None
+    for i, model in enumerate(models):
+        for j, group in enumerate(model.get("config", {}).get("instanceGroup") or []):
+            if group.get("kind") != "KIND_GPU":
+                continue
+            ids = _gpu_ids(group)
+            count = max(ids) + 1 if ids else 1
+            if count > needed:
+                where = f"models[{i}].config.instanceGroup[{j}]"
+                why = (
+                    f"{where}.gpus names GPU {max(ids)} (ids count from 0)"
+                    if ids
+                    else f"{where} is KIND_GPU with no gpus listed (one GPU)"
+                )
+                needed = count
+    return needed, why
+
+
 def gpus_needed(models: list[dict[str, Any]]) -> int:
-    """GPUs a pod needs for the KIND_GPU instance groups of ``models`` (GPU ids count from 0)."""
-    needed = 0
-    for model in models:
-        for group in model.get("config", {}).get("instanceGroup") or []:
-            if group.get("kind") == "KIND_GPU":
-                ids = [int(g) for g in group.get("gpus") or []]
-                needed = max(needed, max(ids) + 1 if ids else 1)
-    return needed
+    """GPUs a pod needs for the KIND_GPU instance groups of ``models`` (gpus_needed_why)."""
+    return gpus_needed_why(models)[0]
 
 
 def build_imported_service(name: str, uri: str, models: list[dict[str, Any]]) -> dict[str, Any]:

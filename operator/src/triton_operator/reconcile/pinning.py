@@ -27,6 +27,8 @@ from triton_operator.core.manifest import (
 )
 from triton_operator.core.modelconfig import ModelConfigError
 from triton_operator.core.repository_access import RepositoryAccess, access_refusal
+from triton_operator.core.validation.ensemble import ensemble_version_errors
+from triton_operator.core.validation.errors import SpecError
 from triton_operator.metrics import METRICS
 from triton_operator.models import ModelSpec, Repository, TritonService
 
@@ -233,6 +235,16 @@ class RepositoryPinner:
             total_bytes=pin.manifest.total_bytes,
         )
         return pin
+
+
+def pinned_version_errors(ts: TritonService, pinned: PinnedManifest | None) -> list[SpecError]:
+    """Ensemble steps asking for a version the pinned manifest does not hold (Triton would refuse
+    to load the ensemble): judged once the repository is pinned (a pvc:// claim is not read)."""
+    manifest = parse_manifest(pinned.json) if pinned is not None and pinned.digest else None
+    if manifest is None:
+        return []
+    loaded = {m.name: [int(v) for v in m.versions if v.isdigit()] for m in manifest.models if m.versions}
+    return ensemble_version_errors(ts.spec, loaded)
 
 
 def repository_verdict(ts: TritonService, pinned: PinnedManifest | None) -> cond.Verdict:

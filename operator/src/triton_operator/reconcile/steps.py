@@ -35,7 +35,8 @@ from triton_operator.core.rollout import (
     plan_rollout,
 )
 from triton_operator.core.status import Observation, build_status, status_changed
-from triton_operator.core.validation.errors import format_errors
+from triton_operator.core.validation.errors import SpecError, format_errors
+from triton_operator.core.validation.spec import spec_warnings
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile.observe import Seen, current_manifest, observe, unsyncable
@@ -43,6 +44,7 @@ from triton_operator.reconcile.pinning import (
     ManifestPinner,
     PinnedManifest,
     RepositoryError,
+    pinned_version_errors,
     repository_verdict,
 )
 from triton_operator.reconcile.routes import Traffic, route_traffic
@@ -156,6 +158,10 @@ async def reconcile(
         except RepositoryError as exc:
             verdict = cond.Verdict(cond.FALSE, exc.reason, exc.message)
             return await _hold(kube, seen, settings, _Blocked(exc.message, exc.reason, verdict))
+    unloadable = pinned_version_errors(ts, pinned)
+    if unloadable:
+        return await _hold(kube, seen, settings, _Blocked(format_errors(unloadable)))
+    await _warn(kube, seen, spec_warnings(ts.spec, ts.spec.image or settings.default_image))
     revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None)
     try:
         return await _carry_out(
@@ -401,6 +407,25 @@ async def _scale_and_delete(kube: KubeAPI, namespace: str, actions: Actions) -> 
     for kind, gone in actions.delete:
         if await kube.delete(kind, namespace, gone):
             logger.info("deleted %s %s/%s", kind, namespace, gone)
+
+
+async def _warn(kube: KubeAPI, seen: Seen, warnings: list[SpecError]) -> None:
+    """What is likely wrong without being certain (core.validation.spec_warnings): a Warning Event,
+    once per generation (the first pass that sees it, before its status records observedGeneration)."""
+    if not warnings or seen.previous.get("observedGeneration") == seen.generation:
+        return
+    message = format_errors(warnings)
+    logger.warning("%s/%s: %s", seen.namespace, seen.name, message)
+    try:
+        await kube.post_event(
+            build_event(seen.metadata, cond.WARNING, cond.SPEC_WARNING, message, now=seen.now)
+        )
+    except Exception as exc:  # events are best effort
+        if retry_delay(exc) is None:
+            raise
+        logger.warning(
+            "could not post event %s for %s/%s: %s", cond.SPEC_WARNING, seen.namespace, seen.name, exc
+        )
 
 
 async def _post_events(kube: KubeAPI, seen: Seen, plan: RolloutPlan) -> None:
