@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from triton_operator import GROUP
+from triton_operator.core.names import LABEL_REVISION, LABEL_SERVICE
 from triton_operator.models import HeaderMatch, SetHeaderRoute
 
 # How traffic is split (see core/rollout.py for the replica maths):
@@ -37,8 +38,6 @@ from triton_operator.models import HeaderMatch, SetHeaderRoute
 # copies what is there; a GitOps tool applying the route server-side must ignore the weights
 # (e.g. Argo CD ignoreDifferences on .spec.rules) or it fights the operator.
 
-LABEL_SERVICE = f"{GROUP}/service"
-LABEL_REVISION = f"{GROUP}/revision"
 LABEL_ROLE = f"{GROUP}/role"
 HEADER_RULES_ANNOTATION = f"{GROUP}/header-route-rules"
 GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
