@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import kopf
 import pytest
 
 from bigmanifest import (
@@ -25,7 +24,7 @@ from bigmanifest import (
     refusal,
 )
 from fakeapi import FakeClient
-from triton_operator import cli, handlers
+from triton_operator import cli
 from triton_operator.adapters.kube import Kube
 from triton_operator.commands import sync as sync_command
 from triton_operator.core import conditions as cond
@@ -541,16 +540,3 @@ async def test_more_parts_than_a_revision_gets_is_refused_before_anything_is_wri
     message = condition(api, cond.REPOSITORY_READY)["message"]
     assert "50000 objects" in message and "at most 2 per revision" in message
     assert "bytes of JSON" in message and "bytes gzipped need" in message
-
-
-async def test_the_handler_does_not_retry_a_manifest_too_large() -> None:
-    """Like InvalidSpec, and unlike an unreadable repository: retrying cannot help (a new spec or a
-    new pin from the repository poll reconciles again)."""
-
-    class Refusing:
-        async def __call__(self, namespace: str, name: str, *, coalesce: bool) -> steps.Result:
-            return steps.Result(status={}, invalid="too large", reason=cond.MANIFEST_TOO_LARGE)
-
-    with pytest.raises(kopf.PermanentError):
-        handler: Any = handlers.tritonservice  # kopf's decorator hides the plain signature from mypy
-        await handler(namespace="ml", name="big", memo={"reconciler": Refusing()})

@@ -8,12 +8,10 @@ import io
 from pathlib import Path
 from typing import Any
 
-import kopf
 import pytest
 import yaml
 
 from fakeapi import FakeClient
-from triton_operator import handlers
 from triton_operator.adapters.kube import Kube
 from triton_operator.commands import render
 from triton_operator.core import conditions as cond
@@ -157,13 +155,3 @@ async def test_a_refused_spec_is_held_and_the_serving_revision_stays() -> None:
     ready = next(c for c in body["status"]["conditions"] if c["type"] == cond.READY)
     assert (ready["status"], ready["reason"]) == (cond.FALSE, cond.REFUSED_BY_POLICY)
     assert "spec.volumes[0].hostPath" in ready["message"]
-
-
-async def test_the_handler_does_not_retry_a_refused_spec() -> None:
-    class Refusing:
-        async def __call__(self, namespace: str, name: str, *, coalesce: bool) -> steps.Result:
-            return steps.Result(status={}, invalid="refused", reason=cond.REFUSED_BY_POLICY)
-
-    with pytest.raises(kopf.PermanentError):
-        handler: Any = handlers.tritonservice  # kopf's decorator hides the plain signature from mypy
-        await handler(namespace="ml", name="svc", memo={"reconciler": Refusing()})
