@@ -49,7 +49,10 @@ def test_operator_settings_as_env(render: Render) -> None:
     assert e["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert "TRITON_OPERATOR_PEERING_NAME" not in e
     # The policy: any image, hostPath refused (core.policy); lists joined with commas.
-    assert e["TRITON_OPERATOR_ALLOWED_IMAGE_PREFIXES"] == ""
+    # An empty list is left out: an env var of value "" is stored without one, and `kubectl apply`
+    # would then find the Deployment changed on every run.
+    assert "TRITON_OPERATOR_ALLOWED_IMAGE_PREFIXES" not in e
+    assert all(v != "" for v in e.values())
     assert e["TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES"] == "hostPath"
     strict = env(
         render(
@@ -62,7 +65,7 @@ def test_operator_settings_as_env(render: Render) -> None:
         )
     )
     assert strict["TRITON_OPERATOR_ALLOWED_IMAGE_PREFIXES"] == "nvcr.io/nvidia,reg.local/ml"
-    assert strict["TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES"] == ""
+    assert strict["TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES"] == "none"
 
     custom = env(
         render(

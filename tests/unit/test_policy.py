@@ -104,6 +104,7 @@ def test_the_default_image_is_checked_when_the_spec_names_none() -> None:
     [
         ({}, (), DEFAULT_FORBIDDEN_VOLUME_TYPES),
         ({"TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES": ""}, (), ()),
+        ({"TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES": "none"}, (), ()),  # what the chart sets for []
         (
             {
                 "TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES": "hostPath, nfs",

@@ -30,6 +30,15 @@ def _flag(value: str | None, default: bool) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+def _forbidden_volume_types(value: str | None) -> tuple[str, ...]:
+    """Unset keeps the default; "none" (or an empty value) forbids no volume type."""
+    if value is None:
+        return DEFAULT_FORBIDDEN_VOLUME_TYPES
+    if value.strip().lower() == "none":
+        return ()
+    return _split(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """Everything the operator decides that is not in a TritonService spec."""
@@ -100,9 +109,7 @@ class Settings:
             pin_repositories=_flag(get("PIN_REPOSITORIES"), True),
             allowed_image_prefixes=_split(get("ALLOWED_IMAGE_PREFIXES")),
             # Set but empty forbids nothing; unset keeps the default.
-            forbidden_volume_types=(
-                _split(forbidden) if forbidden is not None else DEFAULT_FORBIDDEN_VOLUME_TYPES
-            ),
+            forbidden_volume_types=_forbidden_volume_types(forbidden),
             ambient_credentials_namespaces=_split(get("AMBIENT_CREDENTIALS_NAMESPACES")),
             allowed_endpoints=_split(get("ALLOWED_ENDPOINTS")),
         )
