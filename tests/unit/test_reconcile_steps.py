@@ -21,13 +21,11 @@ from triton_operator.core.manifest import (
     ObjectInfo,
     StoreRef,
     build_manifest,
-    json_digest,
-    manifest_to_json,
     model_sources,
     select_objects,
 )
 from triton_operator.models import TritonService
-from triton_operator.reconcile.pinning import PinnedManifest
+from triton_operator.reconcile.pinning import PinnedManifest, summarize
 from triton_operator.reconcile.steps import Result, reconcile
 from triton_operator.settings import Settings
 
@@ -247,8 +245,7 @@ async def test_an_ensemble_step_asking_for_a_version_the_pinned_repository_lacks
         listing = [ObjectInfo("add/1/model.py", 10, etag="e1"), ObjectInfo("pipe/1/.keep", 0, etag="e2")]
         selection = select_objects(sources, listing)
         manifest = build_manifest(StoreRef.from_repository(ts.spec.repository), selection)
-        text = manifest_to_json(manifest)
-        return PinnedManifest(json=text, digest=json_digest(text), objects=len(manifest.entries))
+        return summarize(manifest)
 
     kube.edit(KIND, NS, "svc", lambda ts: ts["spec"]["models"].append({"name": "pipe", "config": ensemble}))
     result = await reconcile(kube, NS, "svc", SETTINGS, pin_manifest=pin, clock=lambda: NOW)

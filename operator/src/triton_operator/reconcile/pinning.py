@@ -50,6 +50,9 @@ class PinnedManifest:
     keeps no old versions (GCS without versioning): an upload to the same key breaks them."""
     versions_kept: bool | None = None
     """What the store said when it listed: the bucket keeps old object versions (None: not known)."""
+    versions: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    """The versions pinned of each model that has version folders (pinned_version_errors reads
+    them on every reconcile: computed once a listing, never by parsing ``json`` again)."""
 
 
 class RepositoryError(Exception):
@@ -81,6 +84,9 @@ def summarize(
         unversioned=manifest.pinned
         and (versioned is False or any(not e.version_pinned for e in manifest.entries)),
         versions_kept=versioned,
+        versions={
+            m.name: tuple(int(v) for v in m.versions if v.isdigit()) for m in manifest.models if m.versions
+        },
     )
 
 
@@ -240,11 +246,9 @@ class RepositoryPinner:
 def pinned_version_errors(ts: TritonService, pinned: PinnedManifest | None) -> list[SpecError]:
     """Ensemble steps asking for a version the pinned manifest does not hold (Triton would refuse
     to load the ensemble): judged once the repository is pinned (a pvc:// claim is not read)."""
-    manifest = parse_manifest(pinned.json) if pinned is not None and pinned.digest else None
-    if manifest is None:
+    if pinned is None or not pinned.digest:
         return []
-    loaded = {m.name: [int(v) for v in m.versions if v.isdigit()] for m in manifest.models if m.versions}
-    return ensemble_version_errors(ts.spec, loaded)
+    return ensemble_version_errors(ts.spec, pinned.versions)
 
 
 def repository_verdict(ts: TritonService, pinned: PinnedManifest | None) -> cond.Verdict:
