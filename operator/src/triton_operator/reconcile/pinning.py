@@ -11,8 +11,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from triton_operator.adapters.kube import (
     KubeAPI,
 )
+from triton_operator.adapters.redaction import scrub
 from triton_operator.adapters.storage import PinResult, pin_with_versioning
-from triton_operator.adapters.storage.base import AccessRefused, StoreError
+from triton_operator.adapters.storage.base import StoreError
 from triton_operator.core import conditions as cond
 from triton_operator.core.manifest import (
     Manifest,
@@ -210,24 +211,23 @@ class RepositoryPinner:
                     f"not found in namespace {ts.namespace}",
                 )
             credentials = secret
+        # The operator's policy before any request: its own identity and network position are not
+        # lent to a namespace its settings do not name (core.repository_access). Redacted like any
+        # store error: the message may quote an endpoint taken from the Secret.
+        ref = StoreRef.from_repository(repository)
+        refusal = access_refusal(
+            self.access,
+            namespace=ts.namespace,
+            uri=ref.uri,
+            endpoint=ref.endpoint,
+            credentials_secret=repository.credentials_secret,
+            credentials=credentials,
+        )
+        if refusal is not None:
+            raise RepositoryError(refusal.reason, scrub(refusal.message))
         started = time.perf_counter()
         try:
-            # The operator's policy before any request: its own identity and network position are
-            # not lent to a namespace its settings do not name (core.repository_access).
-            ref = StoreRef.from_repository(repository)
-            refusal = access_refusal(
-                self.access,
-                namespace=ts.namespace,
-                uri=ref.uri,
-                endpoint=ref.endpoint,
-                credentials_secret=repository.credentials_secret,
-                credentials=credentials,
-            )
-            if refusal is not None:
-                raise AccessRefused(refusal.reason, refusal.field, refusal.message)
             pin = await asyncio.to_thread(self.lister, repository, ts.spec.models, credentials)
-        except AccessRefused as exc:
-            raise RepositoryError(exc.reason, str(exc)) from None
         except SelectionFailed as exc:
             raise RepositoryError(cond.MODELS_NOT_FOUND, f"{repository.uri}: {exc}") from exc
         except (StoreError, ModelConfigError) as exc:

@@ -9,7 +9,6 @@ from typing import Any
 
 from triton_operator.adapters.storage.base import (
     AccessDenied,
-    AccessRefused,
     BucketNotFound,
     ObjectChanged,
     ObjectStore,
@@ -27,11 +26,9 @@ from triton_operator.core.manifest import (
     select_objects,
     unpinned_manifest,
 )
-from triton_operator.core.repository_access import RepositoryAccess, access_refusal
 
 __all__ = [
     "AccessDenied",
-    "AccessRefused",
     "BucketNotFound",
     "ObjectChanged",
     "ObjectStore",
@@ -138,29 +135,13 @@ def pin_with_versioning(
     *,
     store: ObjectStore | None = None,
     pvc_root: str | Path | None = None,
-    access: RepositoryAccess | None = None,
-    namespace: str = "",
 ) -> PinResult:
     """``pin_repository``, and whether the bucket keeps object versions (one more request).
 
-    An unpinned pvc:// manifest reads nothing: ``versioned`` is None. With ``access`` (the
-    operator, listing for a TritonService of ``namespace``) the operator's policy is applied
-    first: AccessRefused, and no request, when the credentials are not the repository's own and
-    the namespace may not use the operator's identity, or the endpoint is not allowed. Without it
-    (the CLI, with the caller's own identity) nothing is refused.
+    An unpinned pvc:// manifest reads nothing: ``versioned`` is None. The operator's policy on
+    whose identity may list (core.repository_access) is the caller's: the operator's pinner
+    applies it before it calls this; the CLI lists with the caller's own identity.
     """
-    if access is not None:
-        ref = _ref(repository)
-        refusal = access_refusal(
-            access,
-            namespace=namespace,
-            uri=ref.uri,
-            endpoint=ref.endpoint,
-            credentials_secret=getattr(repository, "credentials_secret", None),
-            credentials=credentials,
-        )
-        if refusal is not None:
-            raise AccessRefused(refusal.reason, refusal.field, refusal.message)
     return _pin(repository, models, credentials, store, pvc_root, versioning=True)
 
 

@@ -10,7 +10,6 @@ from triton_operator.core.manifest import ObjectInfo
 
 __all__ = [
     "AccessDenied",
-    "AccessRefused",
     "BucketNotFound",
     "ObjectChanged",
     "ObjectInfo",
@@ -67,17 +66,6 @@ class StoreConfigError(StoreError):
         super().__init__(f"{field}: {problem}")
         self.field = field
         self.problem = scrub(problem)
-
-
-class AccessRefused(StoreConfigError):  # noqa: N818 - the API names these
-    """The operator's policy (core.repository_access) refuses to list the repository: nothing was
-    asked of the store. ``reason`` is the condition reason, ``field`` the spec field to change."""
-
-    def __init__(self, reason: str, field: str, message: str) -> None:
-        StoreError.__init__(self, message)  # the message names the field already
-        self.reason = reason
-        self.field = field
-        self.problem = scrub(message)
 
 
 class ObjectChanged(StoreError):  # noqa: N818 - the API names these
