@@ -416,16 +416,7 @@ async def _warn(kube: KubeAPI, seen: Seen, warnings: list[SpecError]) -> None:
         return
     message = format_errors(warnings)
     logger.warning("%s/%s: %s", seen.namespace, seen.name, message)
-    try:
-        await kube.post_event(
-            build_event(seen.metadata, cond.WARNING, cond.SPEC_WARNING, message, now=seen.now)
-        )
-    except Exception as exc:  # events are best effort
-        if retry_delay(exc) is None:
-            raise
-        logger.warning(
-            "could not post event %s for %s/%s: %s", cond.SPEC_WARNING, seen.namespace, seen.name, exc
-        )
+    await _post_event(kube, seen, cond.WARNING, cond.SPEC_WARNING, message)
 
 
 async def _post_events(kube: KubeAPI, seen: Seen, plan: RolloutPlan) -> None:
@@ -433,16 +424,18 @@ async def _post_events(kube: KubeAPI, seen: Seen, plan: RolloutPlan) -> None:
     # engine emits each event once, in the call whose status records the change).
     for event in plan.events:
         logger.info("%s/%s: %s %s: %s", seen.namespace, seen.name, event.type, event.reason, event.message)
-        try:
-            await kube.post_event(
-                build_event(seen.metadata, event.type, event.reason, event.message, now=seen.now)
-            )
-        except Exception as exc:  # events are best effort: the status holds the truth
-            if retry_delay(exc) is None:
-                raise
-            logger.warning(
-                "could not post event %s for %s/%s: %s", event.reason, seen.namespace, seen.name, exc
-            )
+        await _post_event(kube, seen, event.type, event.reason, event.message)
+
+
+async def _post_event(kube: KubeAPI, seen: Seen, event_type: str, reason: str, message: str) -> None:
+    """Post one Event about the TritonService; best effort: the status holds the truth, so an API
+    error worth retrying is logged and dropped (any other is raised)."""
+    try:
+        await kube.post_event(build_event(seen.metadata, event_type, reason, message, now=seen.now))
+    except Exception as exc:
+        if retry_delay(exc) is None:
+            raise
+        logger.warning("could not post event %s for %s/%s: %s", reason, seen.namespace, seen.name, exc)
 
 
 async def _write_status(
