@@ -199,14 +199,19 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
         )
 
     status: dict[str, Any] = {"observedGeneration": gen}
+    # The revisions that serve: the plan's, or (nothing applied) those the status last recorded.
+    if plan is None:
+        revisions = [r for r in (previous.get("stableRevision"), previous.get("canaryRevision")) if r]
+    else:
+        revisions = [r for r in (plan.stable, plan.rolling) if r]
+    scheduled = pods_scheduled(obs.pods, revisions)
+    if obs.repository is not None:
+        put(REPOSITORY_READY, obs.repository)
+    put(PODS_SCHEDULED, scheduled)
+    failing = degraded(obs.pods, obs.deployments, revisions)
     if plan is None:
         # Invalid spec or unreadable repository: nothing was applied; say what runs and why.
-        revisions = [r for r in (previous.get("stableRevision"), previous.get("canaryRevision")) if r]
-        scheduled = pods_scheduled(obs.pods, revisions)
-        if obs.repository is not None:
-            put(REPOSITORY_READY, obs.repository)
-        put(PODS_SCHEDULED, scheduled)
-        put(DEGRADED, degraded(obs.pods, obs.deployments, revisions))
+        put(DEGRADED, failing)
         put(
             PROGRESSING,
             Verdict(
@@ -230,12 +235,6 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
                 status[key] = previous[key]
         return status
 
-    revisions = [r for r in (plan.stable, plan.rolling) if r]
-    scheduled = pods_scheduled(obs.pods, revisions)
-    if obs.repository is not None:
-        put(REPOSITORY_READY, obs.repository)
-    put(PODS_SCHEDULED, scheduled)
-    failing = degraded(obs.pods, obs.deployments, revisions)
     if obs.rollout_degraded is not None and (obs.rollout_degraded.status == TRUE or failing.status != TRUE):
         failing = obs.rollout_degraded
     put(DEGRADED, failing)
