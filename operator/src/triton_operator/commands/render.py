@@ -13,7 +13,7 @@ import yaml
 
 from triton_operator import KIND
 from triton_operator.core.actions import plan_actions
-from triton_operator.core.builders import compute_revision
+from triton_operator.core.builders import compute_revision, triton_image
 from triton_operator.core.manifest import manifest_digest, manifest_to_json
 from triton_operator.core.names import PLACEHOLDER_UID
 from triton_operator.core.observation import check_body
@@ -120,7 +120,7 @@ def render(
             for refusal in refused:
                 err.write(f"{ref}: refused by the operator's policy: {refusal}\n")
             continue
-        for warning in spec_warnings(ts.spec, ts.spec.image or settings.default_image):
+        for warning in spec_warnings(ts.spec, triton_image(ts, settings)):
             err.write(f"{ref}: warning: {warning}\n")
         manifest_json: str | None = None
         digest: str | None = None

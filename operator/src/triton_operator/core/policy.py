@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from triton_operator.core.builders import triton_image
 from triton_operator.core.validation.errors import SpecError
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
@@ -57,7 +58,7 @@ def policy_errors(ts: TritonService, settings: Settings) -> list[SpecError]:
     default outside the allowed prefixes is refused too, so the misconfiguration shows).
     """
     errors: list[SpecError] = []
-    image = ts.spec.image or settings.default_image
+    image = triton_image(ts, settings)
     allowed_image_prefixes = settings.allowed_image_prefixes
     if not image_allowed(image, allowed_image_prefixes):
         field = "spec.image" if ts.spec.image else "spec.image (the operator's default image)"

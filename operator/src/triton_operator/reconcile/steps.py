@@ -22,6 +22,7 @@ from triton_operator.core.builders import (
     disruption_budget_enabled,
     endpoints,
     model_statuses,
+    triton_image,
 )
 from triton_operator.core.manifestparts import ManifestTooLarge, compress
 from triton_operator.core.names import object_name, revision_object_names
@@ -35,7 +36,7 @@ from triton_operator.core.rollout import (
     plan_rollout,
 )
 from triton_operator.core.status import Observation, build_status, status_changed
-from triton_operator.core.validation.errors import SpecError, format_errors
+from triton_operator.core.validation.errors import format_errors
 from triton_operator.core.validation.spec import spec_warnings
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
@@ -161,7 +162,7 @@ async def reconcile(
     unloadable = pinned_version_errors(ts, pinned)
     if unloadable:
         return await _hold(kube, seen, settings, _Blocked(format_errors(unloadable)))
-    await _warn(kube, seen, spec_warnings(ts.spec, ts.spec.image or settings.default_image))
+    await _warn(kube, seen, ts, settings)
     revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None)
     try:
         return await _carry_out(
@@ -409,10 +410,14 @@ async def _scale_and_delete(kube: KubeAPI, namespace: str, actions: Actions) -> 
             logger.info("deleted %s %s/%s", kind, namespace, gone)
 
 
-async def _warn(kube: KubeAPI, seen: Seen, warnings: list[SpecError]) -> None:
+async def _warn(kube: KubeAPI, seen: Seen, ts: TritonService, settings: Settings) -> None:
     """What is likely wrong without being certain (core.validation.spec_warnings): a Warning Event,
-    once per generation (the first pass that sees it, before its status records observedGeneration)."""
-    if not warnings or seen.previous.get("observedGeneration") == seen.generation:
+    once per generation (the first pass that sees it, before its status records observedGeneration).
+    Judged only then: most passes come from pod events and change no spec."""
+    if seen.previous.get("observedGeneration") == seen.generation:
+        return
+    warnings = spec_warnings(ts.spec, triton_image(ts, settings))
+    if not warnings:
         return
     message = format_errors(warnings)
     logger.warning("%s/%s: %s", seen.namespace, seen.name, message)
