@@ -21,7 +21,7 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Pod
 
 from bigmanifest import realistic_manifest
-from e2e_helpers import REVISION_LABEL, apply, as_dict, condition, get_ts, tritonservice
+from e2e_helpers import REVISION_LABEL, apply, as_dict, condition, get_ts, tritonservice, written_version
 from real_pods import placement, real_node
 from testkit import wait_for
 from triton_operator.adapters.kube import Kube, make_client
@@ -93,8 +93,8 @@ def versions(kube: Client, namespace: str, revision: str) -> dict[str, str]:
         for c in revision_configmaps(kube, namespace, revision)
     }
     for d in kube.list(Deployment, namespace=namespace, labels={REVISION_LABEL: revision}):
-        assert d.metadata is not None
-        found[f"Deployment/{d.metadata.name}"] = str(d.metadata.resourceVersion)
+        body = as_dict(d)
+        found[f"Deployment/{body['metadata']['name']}"] = written_version({**body, "kind": "Deployment"})
     return found
 
 

@@ -144,12 +144,39 @@ def names(objects: list[dict[str, Any]]) -> set[str]:
     return {o["metadata"]["name"] for o in objects}
 
 
+# Kubernetes' own controllers write the status (and revision annotation) of a Deployment long after
+# the operator is done with it, e.g. when the last pod of a scaled-down revision is gone.
+CONTROLLER_MANAGERS = frozenset({"kube-controller-manager"})
+
+
+def written_version(obj: dict[str, Any]) -> str:
+    """What changes when anyone but Kubernetes' own controllers writes the object.
+
+    The resourceVersion, except for a Deployment, whose status the deployment controller keeps
+    writing: there, its generation (any spec change) and the managedFields entries of every other
+    field manager (whose times move on any write that changes what they own).
+    """
+    meta = obj["metadata"]
+    if obj.get("kind") != "Deployment":
+        return str(meta["resourceVersion"])
+    others = [
+        {k: e.get(k) for k in ("manager", "operation", "subresource", "time")}
+        for e in meta.get("managedFields") or []
+        if e.get("manager") not in CONTROLLER_MANAGERS
+    ]
+    return json.dumps({"generation": meta.get("generation"), "managedFields": others}, sort_keys=True)
+
+
 def versions(kube: Client, namespace: str, name: str) -> dict[str, str]:
-    """The resourceVersions of the TritonService and its Deployments, ConfigMaps and Services."""
+    """What each of the TritonService, its Deployments, ConfigMaps and Services was last written as.
+
+    Equal before and after means nobody but Kubernetes' own controllers wrote any of them
+    (see `written_version`).
+    """
     out = {"TritonService": get_ts(kube, namespace, name)["metadata"]["resourceVersion"]}
     for resource in (Deployment, ConfigMap, Service):
         for o in owned(kube, resource, namespace, name):
-            out[f"{o['kind']}/{o['metadata']['name']}"] = o["metadata"]["resourceVersion"]
+            out[f"{o['kind']}/{o['metadata']['name']}"] = written_version(o)
     return out
 
 
