@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+import node  # e2e/node.py (e2e/ is on pytest's pythonpath)
 from testkit import TEST_FIELD_MANAGER, apply_crds, crd_document, free_port, stop_process, wait_healthy
 
 if TYPE_CHECKING:
@@ -204,7 +205,12 @@ def operator(
 ) -> Iterator[OperatorProcess]:
     """The operator running against the cluster, watching the test's namespace."""
     # Without a store to list, the tests run unpinned; a test that brings one turns pinning on.
-    env = {"TRITON_OPERATOR_PIN_REPOSITORIES": "false"}
+    # Triton is read only on the real node's pods: kwok's fake pod IPs answer nothing.
+    env = {
+        "TRITON_OPERATOR_PIN_REPOSITORIES": "false",
+        "TRITON_OPERATOR_TRITON_READ_CIDRS": node.POD_CIDR,
+        "TRITON_OPERATOR_TRITON_READ_SECONDS": "5",
+    }
     for marker in request.node.iter_markers("operator_env"):
         env.update({k: str(v) for k, v in marker.kwargs.items()})
     proc = OperatorProcess(

@@ -35,6 +35,7 @@ from real_pods import (
     REAL_NODE_LABEL,
     TRITON_CPU_IMAGE,
     adder_source,
+    behaving_source,
     on_real_node,
     placement,
     raising_source,
@@ -205,8 +206,8 @@ def test_canary_triton_refuses_crash_loops_and_is_rolled_back_while_stable_answe
     assert any(r == "RolloutAborted" and canary in m for r, m in warnings), warnings
 
 
-def test_canary_whose_model_raises_at_import_crash_loops_and_is_rolled_back(
-    kube: Client, namespace: str, operator: Any, store: Any, bucket: str
+def test_canary_whose_model_raises_at_import_crash_loops_and_is_rolled_back(  # noqa: PLR0917 (fixtures)
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, cluster: Path
 ) -> None:
     rollout = {"steps": [{"setWeight": 50}, {"pause": {}}]}
     apply(kube, on_real_node("crashy", namespace, bucket=bucket, endpoint=store.endpoint, rollout=rollout))
@@ -228,6 +229,12 @@ def test_canary_whose_model_raises_at_import_crash_loops_and_is_rolled_back(
         client.stop()
     no_request_failed(client, "crash-looping canary")
     assert set(client.answers) == {0.0}
+    # Triton's own words, from the log tail Kubernetes kept when tritonserver exited
+    triton = "model 'add_sub' version 2: Internal: RuntimeError: this model.py fails at import"
+    assert triton in condition(obj, "Degraded")["message"], condition(obj, "Degraded")
+    aborted = [m for t, r, m in events(kube, namespace, "crashy") if r == "RolloutAborted"]
+    assert aborted and triton in aborted[0], aborted
+    assert triton in kubectl_triton(cluster, "status", "crashy", "-n", namespace)
 
 
 def test_full_canary_rollout_drops_no_request(
@@ -579,3 +586,146 @@ def test_a_namespace_enforcing_pod_security_restricted_serves_and_refuses_a_root
     message = wait_for(refused, timeout=60, what="the root pod to be refused by PodSecurity admission")
     assert "restricted" in str(message)
     assert not pods(kube, namespace, "root")
+
+
+# ----------------------------------------------------------------- canary analysis on Triton's metrics
+
+ANALYSIS: dict[str, Any] = {"intervalSeconds": 2, "minRequests": 40, "maxLatencyRatio": 1.5}
+STABLE_DELAY = 0.01
+
+
+def analysed_service(name: str, namespace: str, bucket: str, store: Any, **analysis: Any) -> dict[str, Any]:
+    """A TritonService whose canary takes 50% of the traffic, then waits for its analysis to promote."""
+    rollout = {"steps": [{"setWeight": 50}], "analysis": {**ANALYSIS, **analysis}}
+    return on_real_node(name, namespace, bucket=bucket, endpoint=store.endpoint, rollout=rollout)
+
+
+def upload(store: Any, bucket: str, version: int, source: bytes) -> None:
+    store.extra["s3"].put_object(Bucket=bucket, Key=MODEL_KEY.format(version=version), Body=source)
+
+
+def triton_versions(obj: dict[str, Any], side: str) -> list[dict[str, Any]]:
+    """status.models[0].<side>.versions: Triton's own view of add_sub in that revision."""
+    (model,) = obj["status"].get("models") or [{}]
+    return list((model.get(side) or {}).get("versions") or [])
+
+
+def test_a_healthy_canary_passes_its_analysis_and_is_promoted_and_status_models_follows_triton(  # noqa: PLR0917
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, cluster: Path
+) -> None:
+    upload(store, bucket, 1, behaving_source(0, delay=STABLE_DELAY))
+    apply(kube, analysed_service("healthy", namespace, bucket, store))
+    first = serving(kube, namespace, "healthy")
+    old = first["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "healthy")
+    answering(host, 0)
+    # Triton's repository index, read from the pod: version 1 of add_sub is loaded and READY.
+    seen = wait_for(
+        lambda: triton_versions(get_ts(kube, namespace, "healthy"), "serving") or None,
+        timeout=30,
+        what="Triton's view of the serving revision in status.models",
+    )
+    assert seen == [{"version": "1", "state": "READY"}]
+    assert get_ts(kube, namespace, "healthy")["status"]["models"][0]["serving"]["revision"] == old
+
+    client = LoadClient(host, max_seconds=300).start()
+    try:
+        upload(store, bucket, 2, behaving_source(100, delay=STABLE_DELAY))
+
+        def promoted() -> dict[str, Any] | None:
+            obj = get_ts(kube, namespace, "healthy")
+            new = obj["status"].get("stableRevision")
+            return obj if new not in (None, old) and not obj["status"].get("canaryRevision") else None
+
+        done = wait_for(promoted, timeout=180, what="the canary to pass its analysis and be promoted")
+        answering(host, 100, timeout=90)
+    finally:
+        client.stop()
+    print(f"\nhealthy canary: {client.summary()}")
+    assert not client.failures, client.failures[:5]
+    assert client.answers[0.0] > 0 and client.answers[100.0] > 0, client.summary()
+    (run,) = done["status"]["analysisRuns"]
+    assert run["verdict"] == "Passed" and run["weight"] == 50, run
+    assert "success ratio 1.0000" in run["message"] and "x stable" in run["message"], run
+    passed = [m for t, r, m in events(kube, namespace, "healthy") if r == "AnalysisPassed"]
+    assert passed and "analysis passed" in passed[0], events(kube, namespace, "healthy")
+    status = kubectl_triton(cluster, "status", "healthy", "-n", namespace)
+    assert "Passed" in status and "add_sub" in status, status
+    wait_for(
+        lambda: (
+            triton_versions(get_ts(kube, namespace, "healthy"), "serving")
+            == [{"version": "2", "state": "READY"}]
+        ),
+        timeout=30,
+        what="status.models to show version 2 served",
+    )
+
+
+@pytest.mark.parametrize(
+    ("canary", "what"),
+    [
+        (behaving_source(100, delay=STABLE_DELAY, fail_in_ten=3), "success ratio 0.7"),
+        (behaving_source(100, delay=STABLE_DELAY * 3), "request latency"),
+    ],
+    ids=["fails-30-percent", "three-times-slower"],
+)
+def test_a_bad_canary_fails_its_analysis_under_traffic_and_is_rolled_back(  # noqa: PLR0917 (fixtures)
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, canary: bytes, what: str
+) -> None:
+    upload(store, bucket, 1, behaving_source(0, delay=STABLE_DELAY))
+    apply(kube, analysed_service("judged", namespace, bucket, store))
+    stable = serving(kube, namespace, "judged")["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "judged")
+    answering(host, 0)
+
+    client = LoadClient(host, max_seconds=300).start()
+    try:
+        upload(store, bucket, 2, canary)
+        obj = wait_condition(
+            kube, namespace, "judged", "Degraded", "True", reason="AnalysisFailed", timeout=180
+        )
+        aborted = obj["status"]["abortedRevision"]
+        revision_gone(kube, namespace, "judged", aborted, timeout=60)
+        # only the stable answers now: a request sent after the canary's pods went never fails
+        after = LoadClient(host, max_seconds=10, max_requests=100).start()
+        time.sleep(3)
+        after.stop()
+    finally:
+        client.stop()
+    print(f"\nbad canary ({what}): {client.summary()}")
+    assert obj["status"]["stableRevision"] == stable and aborted != stable
+    message = condition(obj, "Degraded")["message"]
+    assert "analysis failed" in message and what in message, message
+    assert client.answers[100.0] > 0, client.summary()  # the canary did take traffic
+    assert set(after.answers) == {0.0} and not after.failures, after.summary()
+    (run,) = obj["status"]["analysisRuns"]
+    assert run["verdict"] == "Failed" and run["revision"] == aborted, run
+    warnings = [m for t, r, m in events(kube, namespace, "judged") if (t, r) == ("Warning", "RolloutAborted")]
+    assert warnings and what in warnings[0], events(kube, namespace, "judged")
+
+
+def test_a_canary_without_traffic_is_inconclusive_and_pauses(
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str
+) -> None:
+    upload(store, bucket, 1, behaving_source(0, delay=STABLE_DELAY))
+    body = analysed_service("quiet", namespace, bucket, store, inconclusiveAfterSeconds=8)
+    apply(kube, body)
+    stable = serving(kube, namespace, "quiet")["status"]["stableRevision"]
+    upload(store, bucket, 2, behaving_source(100, delay=STABLE_DELAY))  # no client: no request at all
+    obj = wait_condition(
+        kube, namespace, "quiet", "Progressing", "False", reason="RolloutPaused", timeout=180
+    )
+    assert obj["status"]["pausedByUser"] is True
+    assert obj["status"]["stableRevision"] == stable and obj["status"]["canaryRevision"] != stable
+    (run,) = obj["status"]["analysisRuns"]
+    assert run["verdict"] == "Paused" and "0 of 40 requests needed" in run["message"], run
+    assert obj["status"]["analysis"]["verdict"] == "Inconclusive"
+    warnings = [
+        m for t, r, m in events(kube, namespace, "quiet") if (t, r) == ("Warning", "AnalysisInconclusive")
+    ]
+    assert warnings and "rollout paused" in warnings[0], warnings
+    # paused, not aborted: the canary keeps its pods and nothing is rolled back
+    time.sleep(4)
+    again = get_ts(kube, namespace, "quiet")
+    assert again["status"].get("canaryRevision") == obj["status"]["canaryRevision"]
+    assert condition(again, "Degraded")["status"] == "False"

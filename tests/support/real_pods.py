@@ -59,6 +59,27 @@ def adder_source(offset: float = 0) -> bytes:
     return text.encode()
 
 
+def behaving_source(offset: float = 0, *, delay: float = 0.0, fail_in_ten: int = 0) -> bytes:
+    """The adder (plus ``offset``) that sleeps ``delay`` seconds a request and raises in execute for
+    ``fail_in_ten`` of every ten requests: Triton counts those in nv_inference_request_failure.
+
+    (An error *response* from a Python model counts as a success in Triton's counters, as of 2.51:
+    only a raised execute is a failed request there.)
+    """
+    text = adder_source(offset).decode()
+    head = "    def execute(self, requests):\n"
+    assert head in text
+    behave = (
+        "    def execute(self, requests):\n"
+        "        import time\n"
+        "        self.seen = getattr(self, 'seen', 0) + 1\n"
+        f"        if self.seen % 10 < {fail_in_ten}:\n"
+        "            raise pb_utils.TritonModelException('failing on purpose (real-pod analysis test)')\n"
+        f"        time.sleep({delay!r})\n"
+    )
+    return text.replace(head, behave).encode()
+
+
 def raising_source() -> bytes:
     """A model.py that raises when the Python backend imports it."""
     return b'raise RuntimeError("this model.py fails at import (real-pod test)")\n' + adder_source()

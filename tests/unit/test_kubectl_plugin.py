@@ -179,7 +179,7 @@ def test_status_marks_the_current_step() -> None:
     conds = lines[lines.index("Conditions:") + 1 : lines.index("Conditions:") + 5]
     assert [c.split()[0] for c in conds] == ["TYPE", "Ready", "Progressing", "Degraded"]
     assert "2m" in conds[1]
-    assert "  resnet50   3          true" in lines
+    assert "  resnet50   3          true    -                 -" in lines
     assert "  0ld0ne (stable since 2025-12-01T00:00:00Z)" in lines
     assert "  http: resnet.ml.svc:8000" in lines
 
@@ -400,4 +400,65 @@ def test_kube_control_calls() -> None:
         },
         "ml",
         "application/merge-patch+json",
+    )
+
+
+def test_status_shows_tritons_view_of_each_model_and_the_canarys_analysis() -> None:
+    obj = {
+        "metadata": {"name": "resnet", "namespace": "ml"},
+        "spec": {"replicas": 2, "rollout": {"steps": [{"setWeight": 50}], "analysis": {}}},
+        "status": {
+            "stableRevision": "5d8f7c",
+            "canaryRevision": "9a1b2e",
+            "canaryWeight": 50,
+            "models": [
+                {
+                    "name": "resnet50",
+                    "versions": [],
+                    "ready": True,
+                    "serving": {"revision": "5d8f7c", "versions": [{"version": "1", "state": "READY"}]},
+                    "canary": {
+                        "revision": "9a1b2e",
+                        "versions": [{"version": "2", "state": "UNAVAILABLE", "reason": "Internal: boom"}],
+                    },
+                }
+            ],
+            "analysis": {
+                "revision": "9a1b2e",
+                "weight": 50,
+                "verdict": "Inconclusive",
+                "windowStartedAt": "2026-01-01T00:00:00Z",
+                "models": [
+                    {
+                        "name": "resnet50",
+                        "verdict": "Inconclusive",
+                        "requests": 12,
+                        "stableRequests": 30,
+                        "successRatio": "1.0000",
+                        "latencyMicroseconds": 2100,
+                        "stableLatencyMicroseconds": 2000,
+                    }
+                ],
+            },
+            "analysisRuns": [
+                {
+                    "revision": "9a1b2e",
+                    "stepIndex": 1,
+                    "weight": 50,
+                    "verdict": "Passed",
+                    "message": "analysis passed after 20s at weight 50: resnet50: ok",
+                    "at": "2026-01-01T00:00:20Z",
+                }
+            ],
+        },
+    }
+    lines = kp.render_status(obj, NOW).splitlines()
+    row = next(line for line in lines if line.startswith("  resnet50   -"))
+    assert "5d8f7c: 1 READY" in row and "9a1b2e: 2 UNAVAILABLE (Internal: boom)" in row
+    assert "Analysis:  Inconclusive for 9a1b2e at weight 50%, since 2026-01-01T00:00:00Z" in lines
+    figures = next(line for line in lines if line.startswith("  resnet50   Inconclusive"))
+    assert figures.split() == ["resnet50", "Inconclusive", "12/30", "1.0000", "2100/2000"]
+    assert lines[-1] == (
+        "  2026-01-01T00:00:20Z step 1 weight 50%: Passed: "
+        "analysis passed after 20s at weight 50: resnet50: ok"
     )

@@ -12,6 +12,7 @@ import kopf
 from triton_operator import GROUP, PLURAL, VERSION
 from triton_operator.adapters.kube import Kube, make_client, retry_delay
 from triton_operator.adapters.peering import PeeringMonitor, lightkube_watch, peering_scope
+from triton_operator.adapters.triton_reader import TritonReader
 from triton_operator.core.conditions import (
     CREDENTIALS_REQUIRED,
     ENDPOINT_NOT_ALLOWED,
@@ -22,6 +23,7 @@ from triton_operator.core.conditions import (
 from triton_operator.core.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 from triton_operator.core.repository_access import RepositoryAccess
 from triton_operator.core.rollout import pending_requests
+from triton_operator.reconcile.analysis import TritonView
 from triton_operator.reconcile.pinning import RepositoryPinner
 from triton_operator.reconcile.scheduler import Reconciler
 from triton_operator.reconcile.steps import Result
@@ -66,7 +68,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         settings.peering, identity=operator.peering_identity, namespaces=operator.namespaces
     )
     # With peering, kopf starts paused until it has looked at the peering object; so does ours.
-    reconciler = Reconciler(kube, operator, pinner=pinner, paused=scope is not None)
+    triton = (
+        TritonView(TritonReader(period=operator.triton_read_seconds, cidrs=operator.triton_read_cidrs))
+        if operator.triton_read_seconds > 0
+        else None
+    )
+    reconciler = Reconciler(kube, operator, pinner=pinner, triton=triton, paused=scope is not None)
     memo["reconciler"] = reconciler
     memo["kube"] = kube  # the Reconciler knows it only as KubeAPI, which has no close()
     if scope is not None:

@@ -174,6 +174,68 @@ def _summary(obj: Mapping[str, Any], rollout: Rollout | None) -> str:
     return "Unknown (no status yet)"
 
 
+def _triton_view(side: Mapping[str, Any] | None) -> str:
+    """Triton's view of a model in one revision: `rev: 1 READY, 2 UNAVAILABLE (reason)`."""
+    if not side:
+        return "-"
+    versions = ", ".join(
+        f"{v.get('version')} {v.get('state')}" + (f" ({v['reason']})" if v.get("reason") else "")
+        for v in side.get("versions") or []
+    )
+    return f"{side.get('revision', '')}: {versions or 'nothing loaded'}"
+
+
+def _models_block(models: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not models:
+        return []
+    rows = [
+        [
+            str(m.get("name", "")),
+            ",".join(str(v) for v in m.get("versions") or []) or "-",
+            str(bool(m.get("ready"))).lower(),
+            _triton_view(m.get("serving")),
+            _triton_view(m.get("canary")),
+        ]
+        for m in models
+    ]
+    header = ["NAME", "VERSIONS", "READY", "TRITON (STABLE)", "TRITON (CANARY)"]
+    return ["Models (TRITON: what Triton reports in the revision's pods):", _table(header, rows, indent="  ")]
+
+
+def _analysis_block(status: Mapping[str, Any]) -> list[str]:
+    """The canary's current analysis window, per model, and the windows that decided something."""
+    lines: list[str] = []
+    current = status.get("analysis") or {}
+    if current:
+        since = f", since {current['windowStartedAt']}" if current.get("windowStartedAt") else ""
+        lines.append(
+            f"Analysis:  {current.get('verdict')} for {current.get('revision')} at weight "
+            f"{current.get('weight')}%{since}"
+        )
+        rows = [
+            [
+                str(m.get("name", "")),
+                str(m.get("verdict", "")),
+                f"{m.get('requests', 0)}/{m.get('stableRequests', 0)}",
+                str(m.get("successRatio", "-")),
+                f"{m.get('latencyMicroseconds', '-')}/{m.get('stableLatencyMicroseconds', '-')}",
+            ]
+            for m in current.get("models") or []
+        ]
+        if rows:
+            header = ["MODEL", "VERDICT", "REQUESTS (CANARY/STABLE)", "SUCCESS", "LATENCY US (CANARY/STABLE)"]
+            lines.append(_table(header, rows, indent="  "))
+    runs = status.get("analysisRuns") or []
+    if runs:
+        lines.append("Analysis runs (oldest first):")
+        lines += [
+            f"  {r.get('at', '')} step {r.get('stepIndex')} weight {r.get('weight')}%: {r.get('verdict')}: "
+            f"{r.get('message', '')}"
+            for r in runs
+        ]
+    return lines
+
+
 def render_status(obj: Mapping[str, Any], now: datetime) -> str:
     """`kubectl triton status NAME`: the rollout, its steps, conditions, models and history."""
     metadata = obj.get("metadata") or {}
@@ -198,6 +260,8 @@ def render_status(obj: Mapping[str, Any], now: datetime) -> str:
             f"Aborted:   {status['abortedRevision']} at step {status.get('abortedStepIndex', '?')} "
             f"({status.get('abortedReason') or 'Aborted'}); kubectl triton retry to try again"
         )
+        if status.get("abortedDetail"):
+            lines.append(f"           {status['abortedDetail']}")
     if status.get("pinnedRevision"):
         lines.append(
             f"Undo:      serving {status['pinnedRevision']} "
@@ -230,18 +294,8 @@ def render_status(obj: Mapping[str, Any], now: datetime) -> str:
             for c in conditions
         ]
         lines.append(_table(["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"], rows, indent="  "))
-    models = status.get("models") or []
-    if models:
-        lines.append("Models:")
-        rows = [
-            [
-                str(m.get("name", "")),
-                ",".join(str(v) for v in m.get("versions") or []) or "-",
-                str(bool(m.get("ready"))).lower(),
-            ]
-            for m in models
-        ]
-        lines.append(_table(["NAME", "VERSIONS", "READY"], rows, indent="  "))
+    lines += _models_block(status.get("models") or [])
+    lines += _analysis_block(status)
     history = status.get("history") or []
     if history:
         lines.append("History (oldest first; kubectl triton undo --to-revision REV):")

@@ -245,6 +245,71 @@ class TrafficRouting(_Model):
     gateway_api: GatewayAPIRouting | None = Field(None, alias="gatewayAPI")
 
 
+class Inconclusive(StrEnum):
+    """What a canary analysis does when its window saw too few requests for a verdict in time."""
+
+    WAIT = "Wait"
+    PAUSE = "Pause"
+    ABORT = "Abort"
+
+
+class LatencyMetric(StrEnum):
+    """Which of Triton's cumulative durations the latency checks average per successful request."""
+
+    REQUEST = "request"
+    QUEUE = "queue"
+    COMPUTE = "compute"
+
+
+class Analysis(_Model):
+    """Judge the canary on Triton's own per-model counters (success ratio, latency) while it takes
+    traffic, read from the metrics port of the canary's and the stable's pods. A failing verdict rolls
+    the canary back; a step that raises its traffic waits for a passing one."""
+
+    interval_seconds: int = Field(
+        10, ge=2, le=300, description="How often each canary and stable pod's metrics are read."
+    )
+    min_requests: int = Field(
+        50,
+        ge=1,
+        description="Requests a model must have had at the canary in the window before any verdict on it.",
+    )
+    min_success_ratio: float = Field(
+        0.99,
+        ge=0,
+        le=1,
+        description="Lowest success / (success + failure) of each model at the canary "
+        "(nv_inference_request_success and _failure).",
+    )
+    latency_metric: LatencyMetric = Field(
+        LatencyMetric.REQUEST,
+        description="request (nv_inference_request_duration_us), queue (_queue_duration_us) or compute "
+        "(_compute_infer_duration_us), averaged per successful request.",
+    )
+    max_latency_ratio: float | None = Field(
+        1.5,
+        gt=0,
+        description="Highest canary average latency as a multiple of the stable's in the same window "
+        "(judged when the stable had minRequests too); null: no relative check.",
+    )
+    max_latency_microseconds: int | None = Field(
+        None, ge=1, description="Highest canary average latency in microseconds; unset: no absolute check."
+    )
+    models: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_MODELS,
+        description="The models judged; empty: every model of spec.models.",
+    )
+    on_inconclusive: Inconclusive = Field(
+        Inconclusive.PAUSE,
+        description="Too few requests within inconclusiveAfterSeconds: Wait (keep waiting), Pause (hold the "
+        "rollout until kubectl triton resume or promote) or Abort (roll back).",
+    )
+    inconclusive_after_seconds: int = Field(
+        300, ge=1, description="How long a window may lack requests before onInconclusive applies."
+    )
+
+
 class Strategy(StrEnum):
     CANARY = "Canary"
     BLUE_GREEN = "BlueGreen"
@@ -292,6 +357,9 @@ class Rollout(_Model):
         "unset lets the canary add GPUs on top of stable.",
     )
     paused: bool = Field(False, description="Hold the rollout at its current step.")
+    analysis: Analysis | None = Field(
+        None, description="Judge the canary on Triton's metrics while it takes traffic (Canary strategy)."
+    )
 
     def progress_deadline(self, startup_timeout_seconds: int | None = None) -> int:
         """progressDeadlineSeconds, else the start-up timeout (default 1800) plus the time to
@@ -450,12 +518,63 @@ class Condition(_Model):
     last_transition_time: str
 
 
+class VersionState(_Model):
+    """One version of a model as Triton reports it (repository index, or its log when it exited)."""
+
+    version: str
+    state: str = Field(description="READY, UNAVAILABLE, LOADING or UNLOADING.")
+    reason: str | None = Field(None, description="Triton's reason, e.g. why the version failed to load.")
+
+
+class RevisionModelState(_Model):
+    """Triton's view of a model in one revision's pods (merged: the worst state a pod reports)."""
+
+    revision: str
+    versions: list[VersionState] = Field(default_factory=list)
+
+
 class ModelStatus(_Model):
     """A model as the serving pods report it."""
 
     name: str
     versions: list[str] = Field(default_factory=list)
     ready: bool = False
+    serving: RevisionModelState | None = Field(None, description="Triton's view in the stable revision.")
+    canary: RevisionModelState | None = Field(None, description="Triton's view in the canary while one runs.")
+
+
+class ModelFigures(_Model):
+    """One model's figures in the canary's analysis window."""
+
+    name: str
+    verdict: str
+    requests: int = 0
+    stable_requests: int = 0
+    success_ratio: str | None = None
+    latency_microseconds: int | None = None
+    stable_latency_microseconds: int | None = None
+    reason: str = ""
+
+
+class AnalysisWindow(_Model):
+    """The canary's current analysis window (spec.rollout.analysis)."""
+
+    revision: str
+    weight: int
+    verdict: str = Field(description="Passed, Failed or Inconclusive.")
+    window_started_at: str | None = None
+    models: list[ModelFigures] = Field(default_factory=list)
+
+
+class AnalysisRunRecord(_Model):
+    """A window's analysis that decided something: the step advanced, paused or rolled back."""
+
+    revision: str
+    step_index: int
+    weight: int
+    verdict: str
+    message: str
+    at: str
 
 
 class Endpoints(_Model):
@@ -500,6 +619,9 @@ class TritonServiceStatus(_Model):
     aborted_revision: str | None = None
     aborted_reason: str | None = None
     aborted_step_index: int | None = None
+    aborted_detail: str | None = None
+    analysis: AnalysisWindow | None = None
+    analysis_runs: list[AnalysisRunRecord] = Field(default_factory=list, max_length=10)
     pinned_revision: str | None = None
     pinned_for: str | None = None
     replaced_revision: str | None = None

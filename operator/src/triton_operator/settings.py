@@ -73,6 +73,11 @@ class Settings:
     """Give pods the restricted securityContext defaults (core.builders). Never read from the
     environment: False only for a revision made before the operator set them, so that an operator
     upgrade restarts none of its serving pods (core.observation.kept_pod_security)."""
+    triton_log_on_exit: bool = True
+    """Let Kubernetes keep the log tail of an exited tritonserver (terminationMessagePolicy
+    FallbackToLogsOnError), where Triton says why a model failed to load. Never read from the
+    environment: False only for a revision made before the operator set it
+    (core.observation.kept_pod_security), so that an upgrade restarts none of its serving pods."""
     allowed_image_prefixes: tuple[str, ...] = ()
     """tritonserver images a TritonService may run (core.policy.image_allowed); empty allows any."""
     forbidden_volume_types: tuple[str, ...] = DEFAULT_FORBIDDEN_VOLUME_TYPES
@@ -83,6 +88,11 @@ class Settings:
     allowed_endpoints: tuple[str, ...] = ()
     """Endpoints a repository may be listed at (hosts, host:port, with or without a scheme,
     *.domain); empty: any. The cloud's own service (no endpoint) always may."""
+    triton_read_seconds: float = 30.0
+    """How often each serving and canary pod's repository index is read for status.models
+    (adapters.triton_reader); 0: never (no per-model state from Triton, no canary analysis)."""
+    triton_read_cidrs: tuple[str, ...] = ()
+    """Pod IP ranges the operator may read Triton from; empty: any pod IP."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -112,4 +122,6 @@ class Settings:
             forbidden_volume_types=_forbidden_volume_types(forbidden),
             ambient_credentials_namespaces=_split(get("AMBIENT_CREDENTIALS_NAMESPACES")),
             allowed_endpoints=_split(get("ALLOWED_ENDPOINTS")),
+            triton_read_seconds=float(get("TRITON_READ_SECONDS") or 30.0),
+            triton_read_cidrs=_split(get("TRITON_READ_CIDRS")),
         )

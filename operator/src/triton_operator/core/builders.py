@@ -414,6 +414,9 @@ def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, A
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
+        # Kubernetes keeps the log's tail when tritonserver exits with an error: Triton's own reason
+        # why a model failed to load, which the status and the rollback Event quote.
+        **({"terminationMessagePolicy": "FallbackToLogsOnError"} if settings.triton_log_on_exit else {}),
         "readinessProbe": _probe(READINESS_PATH, period=READINESS_PERIOD_SECONDS, failures=2, timeout=3),
         "livenessProbe": _probe(LIVENESS_PATH, period=10, failures=3, timeout=5),
         "startupProbe": _probe(
@@ -618,17 +621,6 @@ def endpoints(ts: TritonService) -> dict[str, str]:
 
 
 # ----------------------------------------------------------------- status
-
-
-def model_statuses(ts: TritonService) -> list[dict[str, Any]]:
-    """status.models entries: the versions each model's versionPolicy pins (empty: Triton decides)."""
-    out: list[dict[str, Any]] = []
-    for model in ts.spec.models:
-        policy = model.config.get("versionPolicy") or {}
-        specific = policy.get("specific") if isinstance(policy, dict) else None
-        versions = specific.get("versions") if isinstance(specific, dict) else None
-        out.append({"name": model.name, "versions": [str(v) for v in versions or []]})
-    return out
 
 
 # ----------------------------------------------------------------- events

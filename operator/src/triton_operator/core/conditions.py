@@ -45,6 +45,7 @@ PROMOTING = "Promoting"  # the canary scales to full replicas before it becomes 
 ROLLOUT_COMPLETED = "RolloutCompleted"  # the stable revision serves at all replicas (also an Event)
 WAITING_FOR_STABLE_READY = "WaitingForStableReady"  # the stable revision waits for its Ready replicas
 GPU_BUDGET_TOO_SMALL = "GpuBudgetTooSmall"  # gpuBudget leaves no room for a canary pod (also Degraded)
+WAITING_FOR_ANALYSIS = "WaitingForAnalysis"  # a step raising the canary's traffic waits for its analysis
 # Degraded (the abort reasons among them, recorded in status.abortedReason)
 AS_EXPECTED = "AsExpected"  # nothing failed
 PODS_FAILING = "PodsFailing"  # serving pods crash-loop or cannot pull their image
@@ -52,6 +53,10 @@ PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"  # a revision missed its
 CANARY_CRASH_LOOPING = "CanaryCrashLooping"  # the canary's pods crash-loop (abort reason)
 CANARY_UNSCHEDULABLE = "CanaryUnschedulable"  # the canary's pods stayed unschedulable (abort reason)
 ABORTED = "Aborted"  # aborted by request or spec (abort reason)
+ANALYSIS_FAILED = "AnalysisFailed"  # the canary failed its analysis on Triton's metrics (abort reason, Event)
+ANALYSIS_INCONCLUSIVE = "AnalysisInconclusive"  # too few requests in time (abort reason with onInconclusive
+# Abort; an Event with Pause)
+ANALYSIS_PASSED = "AnalysisPassed"  # a window's analysis passed and the canary's traffic was raised (Event)
 STABLE_REVISION_MISSING = "StableRevisionMissing"  # the stable revision's Deployment is gone (also an Event)
 # RepositoryReady
 MANIFEST_PINNED = "ManifestPinned"  # the repository's object versions are pinned in a manifest

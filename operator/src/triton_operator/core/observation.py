@@ -25,6 +25,7 @@ from triton_operator.core.names import (
     TRITON_CONTAINER,
 )
 from triton_operator.core.rollout import RevisionState, parse_time
+from triton_operator.core.triton_state import describe_failures, failed_versions, load_failures, merge
 from triton_operator.core.validation.errors import errors_from_validation
 from triton_operator.core.validation.spec import validate_spec
 from triton_operator.models import TritonService
@@ -193,8 +194,8 @@ def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) ->
 
 
 def kept_pod_security(settings: Settings, deployment: Mapping[str, Any] | None) -> Settings:
-    """``settings`` without the securityContext defaults when an existing revision was made before
-    the operator set them (its tritonserver container has no securityContext).
+    """``settings`` without the securityContext defaults (or the terminationMessagePolicy) when an
+    existing revision was made before the operator set them (its tritonserver container lacks them).
 
     Like its sync image, a revision keeps the pod template it was created with: applying the
     defaults to its Deployment would restart every serving pod, under a user the image may not
@@ -202,8 +203,13 @@ def kept_pod_security(settings: Settings, deployment: Mapping[str, Any] | None) 
     """
     template = ((deployment or {}).get("spec") or {}).get("template") or {}
     for container in (template.get("spec") or {}).get("containers") or []:
-        if container.get("name") == TRITON_CONTAINER and "securityContext" not in container:
-            return dataclasses.replace(settings, pod_security_defaults=False)
+        if container.get("name") != TRITON_CONTAINER:
+            continue
+        if "securityContext" not in container:
+            settings = dataclasses.replace(settings, pod_security_defaults=False)
+        # Likewise the termination message policy (the API server stores its default, File).
+        if container.get("terminationMessagePolicy", "File") != "FallbackToLogsOnError":
+            settings = dataclasses.replace(settings, triton_log_on_exit=False)
     return settings
 
 
@@ -318,6 +324,14 @@ class PodState:
     restarts: int = 0
     """The most restarts of any of its containers (init ones too)."""
     terminating: bool = False
+    uid: str = ""
+    ip: str | None = None
+    """status.podIP: where the operator reads Triton's own view of the pod."""
+    triton_restarts: int = 0
+    """restartCount of the tritonserver container: Triton's counters start again at each restart."""
+    triton_log: str | None = None
+    """The tail of the log of the tritonserver container's last exit (terminationMessagePolicy
+    FallbackToLogsOnError), where Triton says why a model failed to load."""
 
     def crash_looping(self, threshold: int = CRASH_RESTART_THRESHOLD) -> bool:
         """A container waits in CrashLoopBackOff or restarted ``threshold`` times or more."""
@@ -360,6 +374,7 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
         since = parse_time(scheduled.get("lastTransitionTime")) or datetime.min.replace(tzinfo=UTC)
     containers = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
     waiting_reason, waiting_message = _failing_wait(containers)
+    triton: Mapping[str, Any] = next((cs for cs in containers if cs.get("name") == TRITON_CONTAINER), {})
     return PodState(
         name=str(metadata.get("name", "")),
         revision=str((metadata.get("labels") or {}).get(LABEL_REVISION, "")),
@@ -371,7 +386,20 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
         crash_loop_back_off=any(_waiting(cs).get("reason") == cond.CRASH_LOOP_BACK_OFF for cs in containers),
         restarts=max((int(cs.get("restartCount") or 0) for cs in containers), default=0),
         terminating=metadata.get("deletionTimestamp") is not None,
+        uid=str(metadata.get("uid", "")),
+        ip=str(status["podIP"]) if status.get("podIP") else None,
+        triton_restarts=int(triton.get("restartCount") or 0),
+        triton_log=_termination_message(triton),
     )
+
+
+def _termination_message(container_status: Mapping[str, Any]) -> str | None:
+    """The message of the container's current or last termination, if it left one."""
+    for key in ("state", "lastState"):
+        terminated = (container_status.get(key) or {}).get("terminated") or {}
+        if terminated.get("message"):
+            return str(terminated["message"])
+    return None
 
 
 def _waiting(container_status: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -425,6 +453,10 @@ def revision_state(
         pods=len(states),
         crash_looping=any(p.crash_looping(crash_restart_threshold) for p in live),
         unschedulable_since=min(since) if since else None,
+        triton_failure=describe_failures(
+            failed_versions(merge(load_failures(p.triton_log) for p in live if p.triton_log))
+        )
+        or None,
     )
 
 

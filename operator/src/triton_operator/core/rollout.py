@@ -8,8 +8,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from triton_operator import GROUP
+from triton_operator.core.analysis import FAILED, INCONCLUSIVE, PASSED, AnalysisResult
 from triton_operator.core.conditions import (
     ABORTED,
+    ANALYSIS_FAILED,
+    ANALYSIS_INCONCLUSIVE,
+    ANALYSIS_PASSED,
     AS_EXPECTED,
     CANARY_CRASH_LOOPING,
     CANARY_REPLACED,
@@ -39,13 +43,14 @@ from triton_operator.core.conditions import (
     TRUE,
     UNDO_REJECTED,
     UNDO_REQUESTED,
+    WAITING_FOR_ANALYSIS,
     WAITING_FOR_CANARY_READY,
     WAITING_FOR_STABLE_READY,
     WARNING,
     Verdict,
 )
 from triton_operator.core.traffic import TrafficWeights
-from triton_operator.models import CanaryStep, Rollout, SetHeaderRoute, Strategy
+from triton_operator.models import CanaryStep, Inconclusive, Rollout, SetHeaderRoute, Strategy
 
 # =====================================================================================================
 # How a rollout works (after Argo Rollouts' rollout/canary.go: a chain of small, level-based steps)
@@ -111,12 +116,29 @@ from triton_operator.models import CanaryStep, Rollout, SetHeaderRoute, Strategy
 #   promote request completes the current step whatever it is; promote-full jumps to promotion.
 #   Promotion itself always waits for the canary to be fully Ready: no request skips that.
 #
+# Analysis (spec.rollout.analysis; the maths is core/analysis.py): while the canary holds traffic
+# (Canary strategy, canaryWeight > 0) the reconcile judges it over a window that starts when the
+# weight was set, from Triton's counters on its pods and the stable's (RolloutInput.analysis).
+#   * Failed at any time (any step, a pause, the promotion): abort, reason AnalysisFailed, with the
+#     figures in Degraded and the Warning Event.
+#   * A step that raises the canary's traffic (a setWeight above canaryWeight, or the promotion after
+#     the last step) completes only with Passed for the current weight's window (Event
+#     AnalysisPassed); until then Progressing is WaitingForAnalysis. Before the canary has any
+#     traffic (the first setWeight) there is nothing to judge.
+#   * Inconclusive (too few requests) for rollout.analysis.inconclusiveAfterSeconds while a step
+#     waits for it: onInconclusive Wait keeps waiting, Pause pauses the rollout (as a pause request:
+#     kubectl triton resume or promote), Abort rolls back (reason AnalysisInconclusive).
+#   * A promote request completes a step without its analysis; promote-full skips all of them.
+#   Each window that decided something (passed, failed, paused, aborted) is kept in
+#   status.analysisRuns (the last ANALYSIS_RUNS_KEPT, newest last).
+#
 # Automatic rollback (abort), checked on every call while a canary exists and nothing is paused:
 #   * the canary is not Ready at its current replicas for progressDeadlineSeconds since it began
 #     waiting at this step (status.waitingSince),      reason ProgressDeadlineExceeded
 #   * a canary pod is crash-looping,                    reason CanaryCrashLooping
 #   * a canary pod unschedulable for longer than rollout.unschedulableGraceSeconds (default 600s),
 #                                                        reason CanaryUnschedulable
+#   * its analysis failed,                              reason AnalysisFailed
 #   * an abort request,                                  reason Aborted
 #   Abort: canary to 0, weights 100/0, Degraded=True naming the step index, Event Warning
 #   RolloutAborted. The stable revision is untouched throughout (Recreate: scaled back up).
@@ -196,6 +218,8 @@ class RevisionState:
     crash_looping: bool = False
     unschedulable_since: datetime | None = None
     """Earliest time a pod of the revision was marked Unschedulable, if one still is."""
+    triton_failure: str | None = None
+    """Triton's own words on the model versions that failed to load in its exited pods, if any."""
 
     def ready_at(self, replicas: int) -> bool:
         """Scaled to ``replicas`` as the Deployment controller saw it, with that many pods Ready."""
@@ -228,6 +252,45 @@ class HistoryEntry:
     created: str | None = None
 
 
+ANALYSIS_RUNS_KEPT = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisRun:
+    """A window's analysis that decided something, as status.analysisRuns keeps it."""
+
+    revision: str
+    step_index: int
+    weight: int
+    verdict: str
+    message: str
+    at: str
+
+    def to_status(self) -> dict[str, Any]:
+        return {
+            "revision": self.revision,
+            "stepIndex": self.step_index,
+            "weight": self.weight,
+            "verdict": self.verdict,
+            "message": self.message,
+            "at": self.at,
+        }
+
+    @classmethod
+    def from_status(cls, raw: Mapping[str, Any]) -> AnalysisRun | None:
+        try:
+            return cls(
+                revision=str(raw["revision"]),
+                step_index=int(raw.get("stepIndex", 0)),
+                weight=int(raw.get("weight", 0)),
+                verdict=str(raw.get("verdict", "")),
+                message=str(raw.get("message", "")),
+                at=str(raw.get("at", "")),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
 @dataclasses.dataclass(frozen=True)
 class RolloutStatus:
     """The status fields the engine reads and writes (camelCase in the TritonService status)."""
@@ -244,6 +307,8 @@ class RolloutStatus:
     aborted_revision: str | None = None
     aborted_reason: str | None = None
     aborted_step_index: int | None = None
+    aborted_detail: str | None = None
+    """What decided the abort, when more than its reason says: Triton's load failure, the figures."""
     paused_by_user: bool = False
     pinned_revision: str | None = None
     pinned_for: str | None = None
@@ -251,6 +316,7 @@ class RolloutStatus:
     """A stable revision found without a Deployment, replaced by the spec's (Degraded until Ready)."""
     handled_requests: Mapping[str, str] = dataclasses.field(default_factory=dict)
     history: tuple[HistoryEntry, ...] = ()
+    analysis_runs: tuple[AnalysisRun, ...] = ()
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any] | None) -> RolloutStatus:
@@ -271,6 +337,11 @@ class RolloutStatus:
             for h in s.get("history") or []
             if isinstance(h, Mapping) and h.get("revision")
         )
+        runs = tuple(
+            run
+            for raw in s.get("analysisRuns") or []
+            if isinstance(raw, Mapping) and (run := AnalysisRun.from_status(raw)) is not None
+        )
         return cls(
             stable_revision=opt_str("stableRevision"),
             stable_since=parse_time(s.get("stableSince")),
@@ -284,6 +355,7 @@ class RolloutStatus:
             aborted_revision=opt_str("abortedRevision"),
             aborted_reason=opt_str("abortedReason"),
             aborted_step_index=opt_int("abortedStepIndex"),
+            aborted_detail=opt_str("abortedDetail"),
             paused_by_user=bool(s.get("pausedByUser", False)),
             pinned_revision=opt_str("pinnedRevision"),
             pinned_for=opt_str("pinnedFor"),
@@ -292,6 +364,7 @@ class RolloutStatus:
             if isinstance(handled, Mapping)
             else {},
             history=history,
+            analysis_runs=runs,
         )
 
     def to_status(self) -> dict[str, Any]:
@@ -313,6 +386,7 @@ class RolloutStatus:
             "abortedRevision": self.aborted_revision,
             "abortedReason": self.aborted_reason,
             "abortedStepIndex": self.aborted_step_index,
+            "abortedDetail": self.aborted_detail,
             "pausedByUser": self.paused_by_user,
             "pinnedRevision": self.pinned_revision,
             "pinnedFor": self.pinned_for,
@@ -322,6 +396,7 @@ class RolloutStatus:
                 {"revision": h.revision, **({"created": h.created} if h.created else {})}
                 for h in self.history
             ],
+            "analysisRuns": [run.to_status() for run in self.analysis_runs],
         }
 
 
@@ -347,6 +422,8 @@ class RolloutInput:
     """The spec's effective progress deadline (TritonServiceSpec.progress_deadline); None: rollout's."""
     unsyncable: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Revisions whose pods could not sync any more (objects overwritten in an unversioned bucket): why."""
+    analysis: AnalysisResult | None = None
+    """The canary's verdict in the window of its current weight (reconcile.analysis); None: no reading."""
 
 
 # ----------------------------------------------------------------- outputs
@@ -537,6 +614,10 @@ class _Engine:
         self.target = inp.desired_revision
         self.rollback = False
         self.had_rollout = inp.status.canary_revision is not None or inp.status.aborted_revision is not None
+        self.forced = False
+        """A promote request completed a step in this call: the promotion after it skips the analysis."""
+        self.waiting_on_analysis: str | None = None
+        """Why the current step waits for the analysis (the Progressing message), when it does."""
 
     # ------------------------------------------------------------- small helpers
 
@@ -642,7 +723,9 @@ class _Engine:
                 if aborted == self.target:
                     self.event(ROLLOUT_RETRIED, f"retrying revision {aborted} from step 0")
                     self.promote_step = self.promote_full = False
-                self.set(aborted_revision=None, aborted_reason=None, aborted_step_index=None)
+                self.set(
+                    aborted_revision=None, aborted_reason=None, aborted_step_index=None, aborted_detail=None
+                )
 
     # ------------------------------------------------------------- the chain
 
@@ -710,6 +793,7 @@ class _Engine:
             aborted_revision=None,
             aborted_reason=None,
             aborted_step_index=None,
+            aborted_detail=None,
         )
         self.clear_canary()
 
@@ -735,6 +819,7 @@ class _Engine:
         self.rollback = target in self.history_revisions()
         promoting = self.rollback or not self.steps
         self.set(
+            analysis_runs=(),
             canary_revision=target,
             canary_weight=100 if self.strategy == Strategy.RECREATE else 0,
             current_step_index=len(self.steps) if promoting else 0,
@@ -778,15 +863,29 @@ class _Engine:
                 return self.canary_plan(split)
             index = self.position()
             if index >= len(self.steps):
+                gate = "pass" if self.forced or self.paused else self.analysis_gate(100)
+                if gate == "abort":
+                    return self.abort(ANALYSIS_INCONCLUSIVE)
+                if gate == "wait":
+                    return self.canary_plan(split)
                 self.enter_promotion("all steps done")
                 continue
             if self.paused and not self.promote_step:
                 return self.canary_plan(split)
             forced = self.promote_step
             self.promote_step = False
-            if forced or self.step_done(index, split):
+            if forced:
+                self.forced = True
                 self.advance(index, forced)
                 continue
+            if self.step_done(index, split):
+                weight = self.steps[index].set_weight
+                gate = self.analysis_gate(weight) if weight is not None else "pass"
+                if gate == "abort":
+                    return self.abort(ANALYSIS_INCONCLUSIVE)
+                if gate == "pass":
+                    self.advance(index, forced)
+                    continue
             return self.canary_plan(split)
         return self.canary_plan(self.split())
 
@@ -864,10 +963,89 @@ class _Engine:
         self.event(ROLLOUT_COMPLETED, message)
         return self.steady()
 
+    # ------------------------------------------------------------- analysis
+
+    def analysis_active(self) -> bool:
+        """Whether the canary is judged now: analysis set, Canary strategy, and it holds traffic."""
+        return (
+            self.inp.rollout.analysis is not None
+            and self.strategy == Strategy.CANARY
+            and self.st.canary_revision is not None
+            and (self.st.canary_weight or 0) > 0
+        )
+
+    def current_analysis(self) -> AnalysisResult | None:
+        """The verdict of the current weight's window, when the reconcile read one for this canary."""
+        result = self.inp.analysis
+        if (
+            result is None
+            or result.revision != self.st.canary_revision
+            or result.weight != (self.st.canary_weight or 0)
+        ):
+            return None
+        return result
+
+    def record(self, result: AnalysisResult, verdict: str | None = None) -> None:
+        run = AnalysisRun(
+            revision=result.revision,
+            step_index=self.position(),
+            weight=result.weight,
+            verdict=verdict or result.verdict,
+            message=result.message,
+            at=format_time(self.now),
+        )
+        self.set(analysis_runs=(*self.st.analysis_runs, run)[-ANALYSIS_RUNS_KEPT:])
+
+    def analysis_gate(self, new_weight: int) -> Literal["pass", "wait", "abort"]:
+        """Whether a step may raise the canary's traffic to ``new_weight``: "pass", "wait", or "abort"
+        (inconclusive for too long with onInconclusive Abort). Pause pauses the rollout and waits."""
+        spec = self.inp.rollout.analysis
+        if spec is None or not self.analysis_active() or new_weight <= (self.st.canary_weight or 0):
+            return "pass"
+        result = self.current_analysis()
+        if result is None:
+            self.waiting_on_analysis = (
+                f"waiting for the first reading of the canary's metrics at weight {self.st.canary_weight}"
+            )
+            return "wait"
+        if result.verdict == PASSED:
+            self.record(result)
+            self.event(ANALYSIS_PASSED, f"revision {result.revision}: {result.message}")
+            return "pass"
+        self.waiting_on_analysis = result.message
+        if result.verdict == INCONCLUSIVE and result.window_seconds >= spec.inconclusive_after_seconds:
+            if spec.on_inconclusive == Inconclusive.ABORT:
+                self.record(result)
+                return "abort"
+            if spec.on_inconclusive == Inconclusive.PAUSE and not self.st.paused_by_user:
+                self.record(result, "Paused")
+                self.set(paused_by_user=True)
+                self.event(
+                    ANALYSIS_INCONCLUSIVE,
+                    f"revision {result.revision}: {result.message}; rollout paused "
+                    "(kubectl triton resume to wait on, promote to go on without it, abort to roll back)",
+                    WARNING,
+                )
+        return "wait"
+
+    def abort_detail(self, reason: str) -> str | None:
+        """What decided an abort beyond its reason: the analysis' figures, Triton's load failure."""
+        if reason in (ANALYSIS_FAILED, ANALYSIS_INCONCLUSIVE):
+            result = self.current_analysis()
+            return result.message if result is not None else None
+        state = self.observed(self.st.canary_revision)
+        if reason == CANARY_CRASH_LOOPING and state is not None and state.triton_failure:
+            return f"Triton: {state.triton_failure}"
+        return None
+
     def failure(self, split: Split) -> str | None:
         state = self.observed(self.st.canary_revision)
         if state is not None and state.crash_looping:
             return CANARY_CRASH_LOOPING
+        result = self.current_analysis() if self.analysis_active() else None
+        if result is not None and result.verdict == FAILED:
+            self.record(result)
+            return ANALYSIS_FAILED
         grace = self.inp.rollout.unschedulable_grace()
         if (
             state is not None
@@ -883,7 +1061,10 @@ class _Engine:
     def abort(self, reason: str) -> RolloutPlan:
         canary = self.st.canary_revision
         index = self.position() if not self.st.promoting else len(self.steps)
-        self.set(aborted_revision=canary, aborted_reason=reason, aborted_step_index=index)
+        detail = self.abort_detail(reason)
+        self.set(
+            aborted_revision=canary, aborted_reason=reason, aborted_step_index=index, aborted_detail=detail
+        )
         self.clear_canary()
         self.event(ROLLOUT_ABORTED, self.abort_message(), WARNING)
         return self.held_aborted()
@@ -896,10 +1077,14 @@ class _Engine:
             CANARY_UNSCHEDULABLE: f"canary pods unschedulable for more than "
             f"{self.inp.rollout.unschedulable_grace()}s",
             ABORTED: "aborted by request",
+            ANALYSIS_FAILED: "analysis failed",
+            ANALYSIS_INCONCLUSIVE: "analysis inconclusive",
         }
         index = st.aborted_step_index if st.aborted_step_index is not None else 0
         where = f"step {index}" if index < len(self.steps) else f"step {index} (promotion)"
         detail = details.get(st.aborted_reason or "", st.aborted_reason or "aborted")
+        if st.aborted_detail:
+            detail = f"{detail}: {st.aborted_detail}"
         return (
             f"rollout of revision {st.aborted_revision} aborted at {where}: {detail}; "
             f"stable revision {st.stable_revision} serves all traffic"
@@ -1090,6 +1275,9 @@ class _Engine:
             if self.strategy == Strategy.RECREATE and old is not None and old.existing_pods > 0:
                 message = f"Recreate: waiting for the {old.existing_pods} pod(s) of {stable} to terminate"
             progressing = Verdict(TRUE, PROMOTING, message)
+        elif index >= n:
+            why = self.waiting_on_analysis or readiness
+            progressing = Verdict(TRUE, WAITING_FOR_ANALYSIS, f"promotion of {canary}: {why}")
         else:
             step = self.steps[index]
             where = f"step {index}/{n} ({describe_step(step)})"
@@ -1104,9 +1292,14 @@ class _Engine:
                     STEP_PAUSED,
                     f"{where}: paused until promoted (kubectl triton promote)",
                 )
+            elif self.waiting_on_analysis is not None:
+                progressing = Verdict(TRUE, WAITING_FOR_ANALYSIS, f"{where}: {self.waiting_on_analysis}")
             else:
                 reason = NEW_REVISION if index == 0 else WAITING_FOR_CANARY_READY
                 progressing = Verdict(TRUE, reason, f"{where}: {readiness}")
+        analysis = self.inp.rollout.analysis
+        if analysis is not None and self.analysis_active() and not self.paused:
+            requeue.append(float(analysis.interval_seconds))
         if not self.paused:
             if waiting is not None:
                 requeue.append(self.deadline_seconds() - self.seconds_since(waiting))

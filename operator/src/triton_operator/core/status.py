@@ -33,6 +33,7 @@ from triton_operator.core.conditions import (
     set_condition,
 )
 from triton_operator.core.observation import DeploymentState, PodState
+from triton_operator.core.triton_state import describe_failures, load_failures
 
 # ----------------------------------------------------------------- observations -> verdicts
 
@@ -63,10 +64,12 @@ def degraded(
     failing = [p for p in pods if p.revision in revisions and p.waiting_reason and not p.terminating]
     if failing:
         first = failing[0]
+        triton = describe_failures(load_failures(first.triton_log))
         return Verdict(
             TRUE,
             PODS_FAILING,
-            f"{len(failing)} pod(s) failing; {first.name}: {first.waiting_reason}: {first.waiting_message}",
+            f"{len(failing)} pod(s) failing; {first.name}: {first.waiting_reason}: {first.waiting_message}"
+            + (f"; Triton: {triton}" if triton else ""),
         )
     late = [d for d in deployments if d.revision in revisions and d.deadline_exceeded]
     if late:
@@ -127,6 +130,8 @@ ROLLOUT_STATUS_FIELDS = (
     "abortedRevision",
     "abortedReason",
     "abortedStepIndex",
+    "abortedDetail",
+    "analysisRuns",
     "pinnedRevision",
     "pinnedFor",
     "replacedRevision",
@@ -143,6 +148,7 @@ OWNED_STATUS_FIELDS = (
     "models",
     "endpoints",
     "history",
+    "analysis",
     *ROLLOUT_STATUS_FIELDS,
 )
 
@@ -183,6 +189,8 @@ class Observation:
     """Why the spec's revision was rolled back (Ready=False/RolloutAborted); None when it was not."""
     traffic: Verdict | None = None
     """TrafficRouted (Gateway API routes); None removes the condition."""
+    analysis: Mapping[str, Any] | None = None
+    """status.analysis: the canary's current analysis window and its figures; None removes it."""
 
 
 def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any]:
@@ -270,6 +278,8 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
         status["models"] = [{**m, "ready": ready > 0} for m in obs.models]
     if obs.endpoints:
         status["endpoints"] = dict(obs.endpoints)
+    if obs.analysis:
+        status["analysis"] = dict(obs.analysis)
     if obs.rollout is not None:
         status.update(compact({k: v for k, v in obs.rollout.items() if k in OWNED_STATUS_FIELDS}))
     return status

@@ -13,6 +13,7 @@ from triton_operator.adapters.kube import (
 from triton_operator.core import conditions as cond
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
+from triton_operator.reconcile.analysis import TritonView
 from triton_operator.reconcile.pinning import RepositoryPinner
 from triton_operator.reconcile.steps import Result, reconcile
 from triton_operator.settings import Settings
@@ -48,11 +49,16 @@ class Reconciler:
         settings: Settings,
         *,
         pinner: RepositoryPinner | None = None,
+        triton: TritonView | None = None,
         paused: bool = False,
     ) -> None:
         self.kube = kube
         self.settings = settings
         self.pinner = pinner
+        self.triton = triton
+        if triton is not None:
+            # Triton's view of a pod changed (a model loaded, failed, unloaded): reconcile its owner.
+            triton.reader.on_change = lambda key: self.requeue(key, 0.0)
         self._paused = paused
         self._known: set[tuple[str, str]] = set()
         """Every TritonService a reconcile was asked for (until it is gone): resume reconciles them."""
@@ -93,7 +99,12 @@ class Reconciler:
                     return None
                 with METRICS.reconcile_timer() as outcome:
                     result = await reconcile(
-                        self.kube, namespace, name, self.settings, pin_manifest=self.pinner
+                        self.kube,
+                        namespace,
+                        name,
+                        self.settings,
+                        pin_manifest=self.pinner,
+                        triton=self.triton,
                     )
                     if result.invalid:
                         outcome.fail(result.reason or cond.INVALID_SPEC, outcome="invalid")
@@ -151,6 +162,8 @@ class Reconciler:
             timer.cancel()
         if self.pinner is not None:
             self.pinner.forget(namespace, name)
+        if self.triton is not None:
+            self.triton.forget(namespace, name)
         METRICS.forget(namespace, name)
 
     @property
@@ -171,6 +184,8 @@ class Reconciler:
         for task in pollers.values():
             if task is not current:
                 task.cancel()
+        if self.triton is not None:
+            self.triton.reader.clear()  # a paused replica reads no pod; the resume brings them back
         logger.info(
             "paused%s: no reconcile, timer or repository poll until resumed (%d timers, %d pollers stopped)",
             f" ({reason})" if reason else "",
@@ -203,6 +218,8 @@ class Reconciler:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._pollers.clear()
         self._timers.clear()
+        if self.triton is not None:
+            await self.triton.reader.close()
 
     def _polls(self, ts: TritonService) -> bool:
         return (

@@ -16,12 +16,12 @@ from triton_operator.adapters.kube import (
 )
 from triton_operator.core import conditions as cond
 from triton_operator.core.actions import Actions, RevisionPlan, plan_actions
+from triton_operator.core.analysis import AnalysisResult
 from triton_operator.core.builders import (
     build_event,
     compute_revision,
     disruption_budget_enabled,
     endpoints,
-    model_statuses,
     triton_image,
 )
 from triton_operator.core.manifestparts import ManifestTooLarge, compress
@@ -40,6 +40,7 @@ from triton_operator.core.validation.errors import format_errors
 from triton_operator.core.validation.spec import spec_warnings
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
+from triton_operator.reconcile.analysis import TritonView, analysis_status, models_status
 from triton_operator.reconcile.observe import Seen, current_manifest, observe, unsyncable
 from triton_operator.reconcile.pinning import (
     ManifestPinner,
@@ -127,6 +128,7 @@ async def reconcile(
     settings: Settings,
     *,
     pin_manifest: ManifestPinner | None = None,
+    triton: TritonView | None = None,
     clock: Callable[[], datetime.datetime] = utcnow,
 ) -> Result:
     """Bring one TritonService's objects and status in line with its spec, as stored right now.
@@ -137,6 +139,8 @@ async def reconcile(
     this function carries out its plan and says when to come back (Result.requeue_after).
     A spec that cannot be applied (invalid, its repository unreadable, refused by the API server)
     changes nothing it asks for: the rollout goes on under the last valid spec (_hold).
+    ``triton``: what the operator reads of Triton in the pods (status.models, canary analysis);
+    a pass only takes the readings there are, it never waits for one.
     """
     body = await kube.get_tritonservice(namespace, name)
     if body is None or body.get("metadata", {}).get("deletionTimestamp"):
@@ -147,21 +151,23 @@ async def reconcile(
 
     checked = check_body(body)
     if checked.problems or checked.ts is None:
-        return await _hold(kube, seen, settings, _Blocked(checked.message))
+        return await _hold(kube, seen, settings, _Blocked(checked.message), triton)
     ts = checked.ts
     refused = policy_errors(ts, settings)
     if refused:
-        return await _hold(kube, seen, settings, _Blocked(format_errors(refused), cond.REFUSED_BY_POLICY))
+        return await _hold(
+            kube, seen, settings, _Blocked(format_errors(refused), cond.REFUSED_BY_POLICY), triton
+        )
     pinned: PinnedManifest | None = None
     if pin_manifest is not None:
         try:
             pinned = await pin_manifest(ts, current_manifest(seen.owned, seen.previous))
         except RepositoryError as exc:
             verdict = cond.Verdict(cond.FALSE, exc.reason, exc.message)
-            return await _hold(kube, seen, settings, _Blocked(exc.message, exc.reason, verdict))
+            return await _hold(kube, seen, settings, _Blocked(exc.message, exc.reason, verdict), triton)
     unloadable = pinned_version_errors(ts, pinned)
     if unloadable:
-        return await _hold(kube, seen, settings, _Blocked(format_errors(unloadable)))
+        return await _hold(kube, seen, settings, _Blocked(format_errors(unloadable)), triton)
     await _warn(kube, seen, ts, settings)
     revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None)
     try:
@@ -175,18 +181,22 @@ async def reconcile(
             manifest_json=pinned.json if pinned else None,
             repository=repository_verdict(ts, pinned),
             unsyncable=unsyncable(seen, pinned),
+            triton=triton,
         )
     except _NotStoredError as exc:
         message = _too_large(pinned, pinned.json if pinned else None, str(exc))
         logger.warning("%s/%s: %s", namespace, name, message)
         verdict = cond.Verdict(cond.FALSE, cond.MANIFEST_TOO_LARGE, message)
-        return await _hold(kube, seen, settings, _Blocked(message, cond.MANIFEST_TOO_LARGE, verdict, ts))
+        blocked = _Blocked(message, cond.MANIFEST_TOO_LARGE, verdict, ts)
+        return await _hold(kube, seen, settings, blocked, triton)
     except ObjectRejectedError as exc:
         # The schema let something through that the API server refuses (e.g. a malformed volume).
-        return await _hold(kube, seen, settings, _Blocked(str(exc)))
+        return await _hold(kube, seen, settings, _Blocked(str(exc)), triton)
 
 
-async def _hold(kube: KubeAPI, seen: Seen, settings: Settings, blocked: _Blocked) -> Result:
+async def _hold(
+    kube: KubeAPI, seen: Seen, settings: Settings, blocked: _Blocked, triton: TritonView | None = None
+) -> Result:
     """The current spec cannot be applied: go on under the last valid one, else change nothing.
 
     A bad spec pushed mid-rollout must not switch off rollout safety: the last valid spec (kept in
@@ -209,6 +219,7 @@ async def _hold(kube: KubeAPI, seen: Seen, settings: Settings, blocked: _Blocked
                     manifest_json=last.manifest_json,
                     repository=blocked.repository,
                     blocked=blocked,
+                    triton=triton,
                 )
             except (ObjectRejectedError, _NotStoredError) as exc:
                 logger.warning(
@@ -244,6 +255,7 @@ async def _carry_out(
     repository: cond.Verdict | None,
     blocked: _Blocked | None = None,
     unsyncable: Mapping[str, str] | None = None,
+    triton: TritonView | None = None,
 ) -> Result:
     """Plan the rollout toward ``revision`` of ``ts`` and carry it out: apply, route, status, scale,
     delete, Events. ``blocked``: ``ts`` is the last valid spec and the current one waits (why)."""
@@ -257,14 +269,27 @@ async def _carry_out(
             object_name(ts, revision),
         )
         return Result(status=dict(seen.previous), revision=revision, requeue_after=FOREIGN_RETRY_SECONDS)
-    plan = _plan(seen, ts, revision, unsyncable or {})
+    owner = (seen.namespace, seen.name)
+    before = RolloutStatus.from_status(seen.previous)
+    readings = triton.look(owner, ts, before, revision, seen.pods) if triton is not None else {}
+    analysis = triton.judge(owner, ts, before, readings, seen.moment) if triton is not None else None
+    plan = _plan(seen, ts, revision, unsyncable or {}, analysis)
     actions = await _desired(
         kube, seen, settings, plan, ts=ts, revision=revision, configs=configs, manifest_json=manifest_json
     )
     await _apply(kube, actions, manifest_json)
     traffic = await route_traffic(kube, ts, plan)
+    shown = analysis if analysis is not None and plan.status.canary_revision == analysis.revision else None
     status, written = await _report(
-        kube, seen, ts, plan, repository=repository, blocked=blocked, traffic=traffic
+        kube,
+        seen,
+        ts,
+        plan,
+        repository=repository,
+        blocked=blocked,
+        traffic=traffic,
+        models=models_status(ts, plan.status, readings),
+        analysis=analysis_status(shown, triton.window_started(owner) if triton is not None else None),
     )
     # The status records a decision before its effects show: the other revisions are scaled (the
     # old stable down at a flip) and deleted only once it is written, so whoever sees a revision
@@ -285,7 +310,13 @@ async def _carry_out(
     )
 
 
-def _plan(seen: Seen, ts: TritonService, revision: str, unsyncable: Mapping[str, str]) -> RolloutPlan:
+def _plan(
+    seen: Seen,
+    ts: TritonService,
+    revision: str,
+    unsyncable: Mapping[str, str],
+    analysis: AnalysisResult | None,
+) -> RolloutPlan:
     """The rollout engine's decision for this pass (pure: core.rollout)."""
     return plan_rollout(
         RolloutInput(
@@ -299,6 +330,7 @@ def _plan(seen: Seen, ts: TritonService, revision: str, unsyncable: Mapping[str,
             requests=parse_control_requests(seen.metadata.get("annotations")),
             progress_deadline_seconds=ts.spec.progress_deadline(),
             unsyncable=unsyncable,
+            analysis=analysis,
         )
     )
 
@@ -359,6 +391,8 @@ async def _report(
     repository: cond.Verdict | None,
     blocked: _Blocked | None,
     traffic: Traffic | None,
+    models: list[dict[str, Any]],
+    analysis: dict[str, Any] | None,
 ) -> tuple[dict[str, Any], bool]:
     """Build the status from the plan and what was seen, and write it if it changed."""
     rs = plan.status
@@ -389,7 +423,8 @@ async def _report(
             replicas=ts.spec.replicas,
             repository=repository,
             endpoints=endpoints(ts),
-            models=model_statuses(ts),
+            models=models,
+            analysis=analysis,
             rollout=rs.to_status(),
             progressing=progressing,
             rollout_degraded=degraded,

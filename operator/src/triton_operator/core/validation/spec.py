@@ -17,7 +17,7 @@ from triton_operator.core.validation.ensemble import (
 from triton_operator.core.validation.errors import SpecError, errors_from_validation
 from triton_operator.core.validation.model import model_config_errors
 from triton_operator.core.validation.server_args import server_args_errors
-from triton_operator.models import TritonServiceSpec
+from triton_operator.models import Strategy, TritonServiceSpec
 
 
 def check_spec(raw: Mapping[str, Any]) -> tuple[TritonServiceSpec | None, list[SpecError]]:
@@ -67,6 +67,7 @@ def _rollout_errors(spec: TritonServiceSpec) -> list[SpecError]:
                 " rolled back while its models may still be loading; raise it or lower startupTimeoutSeconds",
             )
         )
+    errors.extend(_analysis_errors(spec))
     # Only a grace the user set: the default one simply never fires before a shorter deadline.
     grace = spec.rollout.unschedulable_grace_seconds
     if grace is not None and grace > spec.progress_deadline():
@@ -77,6 +78,31 @@ def _rollout_errors(spec: TritonServiceSpec) -> list[SpecError]:
                 " roll the canary back first; lower it or raise spec.rollout.progressDeadlineSeconds",
             )
         )
+    return errors
+
+
+def _analysis_errors(spec: TritonServiceSpec) -> list[SpecError]:
+    analysis = spec.rollout.analysis
+    if analysis is None:
+        return []
+    errors = []
+    if spec.rollout.strategy != Strategy.CANARY:
+        errors.append(
+            SpecError(
+                "spec.rollout.analysis",
+                f"only the Canary strategy sends a canary traffic to analyse ({spec.rollout.strategy.value}"
+                " does not); remove it or use strategy Canary",
+            )
+        )
+    names = [m.name for m in spec.models]
+    for index, name in enumerate(analysis.models):
+        if name not in names:
+            errors.append(
+                SpecError(
+                    f"spec.rollout.analysis.models[{index}]",
+                    f"{name!r} is not a model of spec.models ({', '.join(names)})",
+                )
+            )
     return errors
 
 

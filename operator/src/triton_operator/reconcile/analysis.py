@@ -1,0 +1,150 @@
+"""Triton's view in a pass: which pods to read, the per-model status, and the canary's analysis window."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from triton_operator.adapters.triton_reader import Owner, PodReading, PodTarget, TritonReader
+from triton_operator.core.analysis import AnalysisResult, PodCounters, increase, judge, judged_models
+from triton_operator.core.observation import PodState
+from triton_operator.core.rollout import RolloutStatus, format_time
+from triton_operator.core.triton_state import ModelVersionState, merge, model_statuses
+from triton_operator.models import Strategy, TritonService
+
+
+@dataclasses.dataclass(frozen=True)
+class _Window:
+    """The baseline of one canary weight's window: each pod's counters at its first reading in it.
+
+    A pod first read after the window started (a canary pod added for the weight, a restarted
+    process) gets its baseline then: what it counted before it was seen is never judged, so a
+    stable pod's requests of the past hours never stand for this window's.
+    """
+
+    revision: str
+    weight: int
+    started: datetime
+    canary: dict[str, PodCounters]
+    stable: dict[str, PodCounters]
+
+
+def analysed(ts: TritonService, status: RolloutStatus) -> bool:
+    """Whether the canary is under analysis now: analysis set, Canary strategy, it holds traffic."""
+    return (
+        ts.spec.rollout.analysis is not None
+        and ts.spec.rollout.strategy == Strategy.CANARY
+        and status.canary_revision is not None
+        and (status.canary_weight or 0) > 0
+    )
+
+
+class TritonView:
+    """What one operator knows of Triton in its pods: the reader's readings, and the analysis windows.
+
+    The windows live in memory: an operator restart starts the current window again at its first
+    reading (the canary is judged on traffic after the restart; nothing is judged twice).
+    """
+
+    def __init__(self, reader: TritonReader) -> None:
+        self.reader = reader
+        self._windows: dict[Owner, _Window] = {}
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._windows.pop((namespace, name), None)
+        self.reader.forget((namespace, name))
+
+    def look(
+        self, owner: Owner, ts: TritonService, status: RolloutStatus, desired: str, pods: Sequence[PodState]
+    ) -> dict[str, PodReading]:
+        """Hand the pods of the stable, the canary and the desired revision to the reader, and take
+        the readings it has (never waiting for one)."""
+        revisions = {r for r in (status.stable_revision, status.canary_revision, desired) if r}
+        targets = [
+            PodTarget(uid=p.uid, ip=p.ip, revision=p.revision, restarts=p.triton_restarts)
+            for p in pods
+            if p.revision in revisions and p.ip and p.uid and not p.terminating
+        ]
+        analysis = ts.spec.rollout.analysis
+        every = float(analysis.interval_seconds) if analysis is not None and analysed(ts, status) else None
+        self.reader.watch(owner, targets, every)
+        return self.reader.readings(owner)
+
+    def judge(
+        self,
+        owner: Owner,
+        ts: TritonService,
+        status: RolloutStatus,
+        readings: Mapping[str, PodReading],
+        now: datetime,
+    ) -> AnalysisResult | None:
+        """The canary's verdict in the window of its current weight; None before the window's first
+        reading (or when nothing is analysed: the window is dropped)."""
+        spec = ts.spec.rollout.analysis
+        if spec is None or not analysed(ts, status):
+            self._windows.pop(owner, None)
+            return None
+        canary, stable = status.canary_revision or "", status.stable_revision or ""
+        weight = status.canary_weight or 0
+        sides = {canary: _counters(readings, canary), stable: _counters(readings, stable)}
+        window = self._windows.get(owner)
+        if window is None or (window.revision, window.weight) != (canary, weight):
+            if not sides[canary]:
+                return None  # no reading of the canary's metrics yet: the window starts with one
+            window = _Window(canary, weight, now, {}, {})
+            self._windows[owner] = window
+        for baseline, current in ((window.canary, sides[canary]), (window.stable, sides[stable])):
+            for key, counters in current.items():
+                baseline.setdefault(key, counters)
+        return judge(
+            spec,
+            judged_models(spec, [m.name for m in ts.spec.models]),
+            increase(window.canary, sides[canary]),
+            increase(window.stable, sides[stable]),
+            revision=canary,
+            weight=weight,
+            window_seconds=(now - window.started).total_seconds(),
+        )
+
+    def window_started(self, owner: Owner) -> datetime | None:
+        window = self._windows.get(owner)
+        return window.started if window is not None else None
+
+
+def _counters(readings: Mapping[str, PodReading], revision: str) -> dict[str, PodCounters]:
+    return {r.key: r.counters for r in readings.values() if r.revision == revision and r.counters is not None}
+
+
+def views(readings: Mapping[str, PodReading]) -> dict[str, dict[str, list[ModelVersionState]]]:
+    """Triton's index per revision, the pods' views merged (core.triton_state.merge)."""
+    by_revision: dict[str, list[tuple[ModelVersionState, ...]]] = {}
+    for reading in readings.values():
+        if reading.index is not None:
+            by_revision.setdefault(reading.revision, []).append(reading.index)
+    return {revision: merge(indexes) for revision, indexes in by_revision.items()}
+
+
+def models_status(
+    ts: TritonService, status: RolloutStatus, readings: Mapping[str, PodReading]
+) -> list[dict[str, Any]]:
+    """status.models from the spec and Triton's index of the serving and the canary revision."""
+    return model_statuses(
+        ts, stable=status.stable_revision, canary=status.canary_revision, views=views(readings)
+    )
+
+
+def analysis_status(result: AnalysisResult | None, started: datetime | None) -> dict[str, Any] | None:
+    """status.analysis: the canary's current window, its verdict and each judged model's figures."""
+    if result is None:
+        return None
+    out: dict[str, Any] = {
+        "revision": result.revision,
+        "weight": result.weight,
+        "verdict": result.verdict,
+        "models": [m.to_status() for m in result.models],
+    }
+    if started is not None:
+        out["windowStartedAt"] = format_time(started)
+    return out
