@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from lightkube import Client
 from lightkube.resources.apps_v1 import Deployment, ReplicaSet
@@ -42,6 +43,8 @@ from real_pods import (
     real_node,
 )
 from testkit import wait_for
+from triton_operator.adapters.control import KubeControl
+from triton_operator.client import InputError, TritonClient
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -169,6 +172,35 @@ def test_apply_serves_an_inference_through_the_service_and_delete_removes_the_po
     kube.delete(TS, "tiny", namespace=namespace)
     wait_for(lambda: not pods(kube, namespace, "tiny"), timeout=60, what="the pods to be removed")
     assert not owned(kube, Deployment, namespace, "tiny")
+
+
+def test_client_calls_the_tritonservice_served_by_a_real_pod(  # noqa: PLR0917 (fixtures)
+    kube: Client, namespace: str, operator: Any, cluster: Path, store: Any, bucket: str, tmp_path: Path
+) -> None:
+    """TritonClient.for_service and `kubectl triton infer` reach the pod through the Service's IP (the
+    status endpoint, <name>.<namespace>.svc, resolves only in the cluster)."""
+    apply(kube, on_real_node("called", namespace, bucket=bucket, endpoint=store.endpoint))
+    serving(kube, namespace, "called")
+    host = cluster_ip(kube, namespace, "called")
+    answering(host, 0, timeout=15)
+    a = np.array([[1, 2, 3, 4]], np.float32)
+    for protocol in ("grpc", "http"):
+        with TritonClient.for_service(
+            "called", namespace, protocol=protocol, host=host, control=KubeControl(kube)
+        ) as client:
+            assert client.model_names() == ["add_sub"] and client.url.endswith(
+                f"{host}:{8001 if protocol == 'grpc' else 8000}"
+            )
+            result = client.add_sub.run(a, [[10, 20, 30, 40]])
+            assert result.as_numpy("OUTPUT0").tolist() == [[11.0, 22.0, 33.0, 44.0]]
+            with pytest.raises(InputError, match="model add_sub, input INPUT1: shape"):
+                client.add_sub.run(INPUT0=a, INPUT1=a[0])
+    np.save(tmp_path / "a.npy", a)
+    printed = kubectl_triton(
+        cluster, "infer", "called", "add_sub", "-n", namespace, "--host", host,
+        "--input", f"INPUT0=@{tmp_path / 'a.npy'}", "--input", "INPUT1=[[10, 20, 30, 40]]",
+    )  # fmt: skip
+    assert "OUTPUT1  FP32 [1, 4]  [[-9.0, -18.0, -27.0, -36.0]]" in printed
 
 
 def test_canary_triton_refuses_crash_loops_and_is_rolled_back_while_stable_answers(

@@ -1,8 +1,9 @@
-"""The `kubectl triton` plugin: get | status | promote | abort | pause | resume | retry | undo."""
+"""The `kubectl triton` plugin: get | status | promote | abort | pause | resume | retry | undo | infer."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -335,7 +336,77 @@ def build_parser() -> argparse.ArgumentParser:
     add("retry", "retry an aborted revision from step 0 (or roll the spec forward after an undo)")
     undo = add("undo", "go back to an earlier revision (default: the previous one)")
     undo.add_argument("--to-revision", metavar="REV", help="a revision from `kubectl triton status` History")
+    infer = add("infer", "run one inference on a model of a TritonService and print its outputs")
+    infer.add_argument("model", metavar="MODEL")
+    infer.add_argument(
+        "-i",
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=@FILE.npy|JSON",
+        help="an input: a .npy file (@path) or a JSON array; repeat for each input",
+    )
+    infer.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="default: grpc")
+    infer.add_argument(
+        "--host", metavar="HOST[:PORT]", help="reach the endpoint here (outside the cluster: a port-forward)"
+    )
+    infer.add_argument("--model-version", metavar="VERSION", default="", help="default: the server's choice")
     return parser
+
+
+# ----------------------------------------------------------------- infer
+
+
+def parse_input(text: str) -> tuple[str, Any]:
+    """``NAME=@file.npy`` (numpy's own format, dtype kept) or ``NAME=JSON`` as (name, value)."""
+    import numpy as np  # noqa: PLC0415 - only for infer
+
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise ValueError(f"--input {text!r}: expected NAME=@FILE.npy or NAME=JSON")
+    if value.startswith("@"):
+        try:
+            return name, np.load(value[1:], allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"--input {name}: cannot read {value[1:]} as .npy: {exc}") from exc
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--input {name}: not JSON ({exc.msg}): {value!r}") from exc
+
+
+def _printable(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_printable(v) for v in value]
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return value
+    return value
+
+
+def render_outputs(result: Any, names: Sequence[str]) -> str:
+    """One line per output: name, data type, shape and values."""
+    lines = []
+    for name in names:
+        output = result.get_output(name)
+        if output is None:
+            continue
+        datatype = output["datatype"] if isinstance(output, dict) else output.datatype
+        array = result.as_numpy(name)
+        lines.append(f"{name}  {datatype} {list(array.shape)}  {_printable(array.tolist())}")
+    return "\n".join(lines)
+
+
+def infer(args: argparse.Namespace, obj: Mapping[str, Any]) -> str:
+    from triton_operator.client import TritonClient  # noqa: PLC0415 - tritonclient only for infer
+
+    inputs = dict(parse_input(text) for text in args.input)
+    with TritonClient.from_tritonservice(obj, protocol=args.protocol, host=args.host) as client:
+        model = client.model(args.model, version=args.model_version)
+        result = model.run(**inputs)
+        return render_outputs(result, [o.name for o in model.signature().outputs])
 
 
 def _control(client: Control | None) -> Control:
@@ -356,6 +427,8 @@ def run(args: argparse.Namespace, client: Control, now: datetime) -> str:
         return render_table(client.list(None if all_ns else namespace), now, all_namespaces=all_ns)
     if args.verb == "status":
         return render_status(client.get(args.name, namespace), now)
+    if args.verb == "infer":
+        return infer(args, client.get(args.name, namespace))
     action: Action
     to_revision = None
     if args.verb == "promote":

@@ -1,0 +1,584 @@
+"""TritonClient: a tritonserver (or a TritonService's endpoints) over HTTP or gRPC, models as attributes.
+
+``client.<model>.run(*inputs)`` or ``run(**inputs)`` checks the inputs against the model's config
+(core/inputs.py) before anything is sent and answers tritonclient's own result object, for both
+protocols. Every other Triton API is passed through under tritonclient's method names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import queue
+import socket
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+from tritonclient.utils import InferenceServerException
+
+from triton_operator.core.inputs import CheckedInput, Signature, check_inputs
+
+if TYPE_CHECKING:
+    from triton_operator.adapters.control import Control
+
+Protocol = Literal["http", "grpc"]
+DEFAULT_PORTS: dict[str, int] = {"http": 8000, "grpc": 8001}
+_SCHEMES: dict[str, tuple[Protocol, bool]] = {
+    "http": ("http", False),
+    "https": ("http", True),
+    "grpc": ("grpc", False),
+    "grpcs": ("grpc", True),
+}
+
+
+class ClientError(RuntimeError):
+    """A request this client cannot make: streaming over HTTP, run on a decoupled model, no endpoint."""
+
+
+class UnknownModelError(AttributeError):
+    """A model the TritonService (or the server's repository) does not have."""
+
+
+def parse_url(url: str) -> tuple[Protocol, str, bool]:
+    """``http://host:port``, ``grpc://host:port`` (``https``/``grpcs`` for TLS) or a bare ``host:port``
+    (gRPC) as (protocol, host:port, ssl); a missing port is Triton's default for the protocol."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "grpc", url
+    if scheme not in _SCHEMES:
+        raise ValueError(f"url {url!r}: the scheme must be http, https, grpc or grpcs, not {scheme!r}")
+    protocol, ssl = _SCHEMES[scheme]
+    address = rest.rstrip("/")
+    if not address or "/" in address:
+        raise ValueError(f"url {url!r}: expected SCHEME://HOST[:PORT] with no path")
+    host_part = address.rsplit("]", 1)[-1]  # [ipv6]:port
+    if ":" not in host_part:
+        address = f"{address}:{DEFAULT_PORTS[protocol]}"
+    return protocol, address, ssl
+
+
+def _is_unknown_model(exc: InferenceServerException) -> bool:
+    text = str(exc.message() if hasattr(exc, "message") else exc).lower()
+    return "unknown model" in text or "not found" in text
+
+
+class Model:
+    """One model (and version) of a TritonClient: ``run``/``async_run``, ``stream``, its own APIs."""
+
+    def __init__(self, client: TritonClient, name: str, version: str | int = "") -> None:
+        self.client = client
+        self.name = name
+        self.version = str(version)
+
+    def __repr__(self) -> str:
+        version = f", version={self.version!r}" if self.version else ""
+        return f"<Model {self.name!r}{version} at {self.client.url}>"
+
+    # ------------------------------------------------------------ inference
+
+    def signature(self) -> Signature:
+        """The model's inputs and outputs: from the TritonService's spec, else from the server."""
+        return self.client._signature(self.name, self.version)
+
+    async def async_signature(self) -> Signature:
+        return await self.client._async_signature(self.name, self.version)
+
+    def run(self, *inputs: Any, **named: Any) -> Any:
+        """Infer with inputs by position (the config's input order) or by name; never both.
+
+        Checked against the config before sending (count, names, dtype, shape); answers
+        tritonclient's InferResult (``as_numpy``, ``get_output``, ``get_response``).
+        """
+        return self._infer(inputs, named, {})
+
+    async def async_run(self, *inputs: Any, **named: Any) -> Any:
+        """``run`` over tritonclient's asyncio client."""
+        return await self._async_infer(inputs, named, {})
+
+    def infer(self, inputs: Sequence[Any] | Mapping[str, Any], **options: Any) -> Any:
+        """``run`` with the inputs as one list or dict, and tritonclient's request options by keyword:
+        ``outputs`` (the names wanted), ``request_id``, ``parameters``, ``headers``, ``sequence_id``,
+        ``priority``, ``timeout``, ..."""
+        args, named = ((), inputs) if isinstance(inputs, Mapping) else (inputs, {})
+        return self._infer(args, named, options)
+
+    async def async_infer(self, inputs: Sequence[Any] | Mapping[str, Any], **options: Any) -> Any:
+        args, named = ((), inputs) if isinstance(inputs, Mapping) else (inputs, {})
+        return await self._async_infer(args, named, options)
+
+    def _refuse_decoupled(self, signature: Signature) -> None:
+        if signature.decoupled:
+            raise ClientError(
+                f"model {self.name} is decoupled: its responses come over a stream; "
+                "use .stream() (gRPC) instead of run/infer"
+            )
+
+    def _prepare(
+        self, signature: Signature, args: Sequence[Any], named: Mapping[str, Any], options: dict[str, Any]
+    ) -> dict[str, Any]:
+        checked = check_inputs(signature, args, named)
+        request = self.client._request(signature, checked, options.pop("outputs", None))
+        return {"model_version": self.version, **request, **options}
+
+    def _infer(self, args: Sequence[Any], named: Mapping[str, Any], options: dict[str, Any]) -> Any:
+        signature = self.signature()
+        self._refuse_decoupled(signature)
+        request = self._prepare(signature, args, named, dict(options))
+        return self.client._sync.infer(self.name, request.pop("inputs"), **request)
+
+    async def _async_infer(
+        self, args: Sequence[Any], named: Mapping[str, Any], options: dict[str, Any]
+    ) -> Any:
+        signature = await self.async_signature()
+        self._refuse_decoupled(signature)
+        request = self._prepare(signature, args, named, dict(options))
+        aio = await self.client._aio()
+        return await aio.infer(self.name, request.pop("inputs"), **request)
+
+    def stream(self, *inputs: Any, timeout: float | None = None, **named: Any) -> Iterator[Any]:
+        """The responses of one request over a gRPC stream (a decoupled model's many, or one), as
+        InferResults, until the server marks the last. Inputs as for ``run``; ``timeout`` in seconds
+        bounds the wait for each response."""
+        protocol = self.client.protocol
+        if protocol != "grpc":
+            raise ClientError(f"streaming needs gRPC; this client speaks {protocol} ({self.client.url})")
+        signature = self.signature()
+        request = self._prepare(signature, inputs, named, {})
+        responses: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        # A stream of its own: tritonclient's gRPC client holds one stream at a time.
+        own = self.client._new_sync()
+        own.start_stream(callback=lambda result, error: responses.put((result, error)))
+        try:
+            own.async_stream_infer(
+                self.name,
+                request["inputs"],
+                model_version=self.version,
+                enable_empty_final_response=True,
+            )
+            while True:
+                try:
+                    result, error = responses.get(timeout=timeout)
+                except queue.Empty:
+                    raise TimeoutError(f"model {self.name}: no response within {timeout} s") from None
+                if error is not None:
+                    raise error
+                final, has_outputs = _final_and_outputs(result)
+                if has_outputs:
+                    yield result
+                if final:
+                    return
+        finally:
+            own.stop_stream(cancel_requests=True)
+            own.close()
+
+    async def async_stream(self, *inputs: Any, **named: Any) -> AsyncIterator[Any]:
+        """``stream`` over tritonclient's asyncio gRPC client."""
+        protocol = self.client.protocol
+        if protocol != "grpc":
+            raise ClientError(f"streaming needs gRPC; this client speaks {protocol} ({self.client.url})")
+        signature = await self.async_signature()
+        request = self._prepare(signature, inputs, named, {})
+        aio = await self.client._aio()
+
+        async def one_request() -> AsyncIterator[dict[str, Any]]:
+            yield {
+                "model_name": self.name,
+                "inputs": request["inputs"],
+                "model_version": self.version,
+                "enable_empty_final_response": True,
+            }
+
+        responses = aio.stream_infer(one_request())
+        try:
+            async for result, error in responses:
+                if error is not None:
+                    raise error
+                final, has_outputs = _final_and_outputs(result)
+                if has_outputs:
+                    yield result
+                if final:
+                    return
+        finally:
+            responses.cancel()
+
+    # ------------------------------------------------------------ this model's APIs
+
+    def config(self) -> dict[str, Any]:
+        return self.client.get_model_config(self.name, self.version)
+
+    def metadata(self) -> dict[str, Any]:
+        return self.client.get_model_metadata(self.name, self.version)
+
+    def ready(self) -> bool:
+        return self.client.is_model_ready(self.name, self.version)
+
+    def statistics(self) -> dict[str, Any]:
+        return self.client.get_inference_statistics(self.name, self.version)
+
+    def load(self, config: str | None = None, files: Mapping[str, bytes] | None = None) -> None:
+        self.client.load_model(self.name, config=config, files=files)
+
+    def unload(self, unload_dependents: bool = False) -> None:
+        self.client.unload_model(self.name, unload_dependents=unload_dependents)
+
+
+def _final_and_outputs(result: Any) -> tuple[bool, bool]:
+    """Whether a streamed gRPC response is the last of its request, and whether it carries outputs."""
+    response = result.get_response()
+    final = "triton_final_response" in response.parameters and bool(
+        response.parameters["triton_final_response"].bool_param
+    )
+    return final, bool(response.outputs)
+
+
+class TritonClient:
+    """A tritonserver over HTTP (``http://host:port``) or gRPC (``grpc://host:port``, or a bare
+    ``host:port``); ``for_service`` finds a TritonService's endpoints and model configs.
+
+    Each model is an attribute (``client.add_sub.run(...)``); ``client.model(name, version=...)``
+    reaches any name and a version. A model whose name is also a method here is reached through
+    ``client.model``. The Triton APIs keep tritonclient's names and return dicts for both protocols.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        configs: Mapping[str, Mapping[str, Any]] | None = None,
+        service: str | None = None,
+        verbose: bool = False,
+    ) -> None:
+        """``configs`` (model name -> ModelConfig dict, as a TritonService's spec holds them) are
+        the models this client knows and checks inputs against; without, the server's are read."""
+        self.protocol, self.address, self.ssl = parse_url(url)
+        scheme = {("http", False): "http", ("http", True): "https", ("grpc", False): "grpc"}.get(
+            (self.protocol, self.ssl), "grpcs"
+        )
+        self.url = f"{scheme}://{self.address}"
+        self.service = service
+        self._verbose = verbose
+        self._configs = {name: dict(config) for name, config in (configs or {}).items()}
+        self._signatures: dict[tuple[str, str], Signature] = {}
+        self._index: list[str] | None = None
+        self._sync = self._new_sync()
+        self._aio_client: Any = None
+        self._aio_loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------ construction
+
+    @classmethod
+    def for_service(
+        cls,
+        name: str,
+        namespace: str | None = None,
+        *,
+        protocol: Protocol = "grpc",
+        host: str | None = None,
+        control: Control | None = None,
+    ) -> TritonClient:
+        """The client of TritonService ``namespace/name`` (the kubeconfig's namespace by default):
+        its status.endpoints and its spec's model configs. ``host`` (``HOST`` or ``HOST:PORT``)
+        replaces the endpoint's host from outside the cluster (a port-forward, an ingress, the
+        Service's IP where it is reachable)."""
+        if control is None:
+            from triton_operator.adapters.control import KubeControl  # noqa: PLC0415 - lightkube when needed
+
+            control = KubeControl()
+        obj = control.get(name, namespace or control.namespace)
+        return cls.from_tritonservice(obj, protocol=protocol, host=host)
+
+    @classmethod
+    def from_tritonservice(
+        cls, obj: Mapping[str, Any], *, protocol: Protocol = "grpc", host: str | None = None
+    ) -> TritonClient:
+        """The client of a TritonService object as the API server returns it."""
+        if protocol not in DEFAULT_PORTS:
+            raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
+        metadata = obj.get("metadata") or {}
+        where = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+        endpoint = ((obj.get("status") or {}).get("endpoints") or {}).get(protocol)
+        if not endpoint:
+            raise ClientError(
+                f"TritonService {where} has no status.endpoints.{protocol} yet "
+                "(the operator writes it on its first reconcile)"
+            )
+        if host:
+            address = host if ":" in host.rsplit("]", 1)[-1] else f"{host}:{endpoint.rsplit(':', 1)[1]}"
+        else:
+            address = str(endpoint)
+            hostname = address.rsplit(":", 1)[0]
+            try:
+                socket.getaddrinfo(hostname, None)
+            except OSError:
+                raise ClientError(
+                    f"{address} (status.endpoints.{protocol} of TritonService {where}) does not resolve "
+                    "here; from outside the cluster pass host= (a port-forward, an ingress, or the "
+                    "Service's IP where it is reachable)"
+                ) from None
+        models = (obj.get("spec") or {}).get("models") or []
+        configs = {str(m["name"]): dict(m.get("config") or {}) for m in models}
+        return cls(f"{protocol}://{address}", configs=configs, service=where)
+
+    def _module(self) -> Any:
+        if self.protocol == "http":
+            import tritonclient.http as module  # noqa: PLC0415 - only the protocol in use
+        else:
+            import tritonclient.grpc as module  # noqa: PLC0415
+        return module
+
+    def _new_sync(self) -> Any:
+        return self._module().InferenceServerClient(self.address, ssl=self.ssl, verbose=self._verbose)
+
+    async def _aio(self) -> Any:
+        """tritonclient's asyncio client, made in (and for) the running event loop."""
+        loop = asyncio.get_running_loop()
+        if self._aio_client is None or self._aio_loop is not loop:
+            if self.protocol == "http":
+                from tritonclient.http import aio  # noqa: PLC0415
+            else:
+                from tritonclient.grpc import aio  # noqa: PLC0415
+            self._aio_client = aio.InferenceServerClient(self.address, ssl=self.ssl, verbose=self._verbose)
+            self._aio_loop = loop
+        return self._aio_client
+
+    @property
+    def raw(self) -> Any:
+        """tritonclient's own (synchronous) InferenceServerClient, for anything not passed through."""
+        return self._sync
+
+    # ------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        self._sync.close()
+
+    async def aclose(self) -> None:
+        """Close the asyncio client (made by the first async call) and the synchronous one."""
+        if self._aio_client is not None:
+            await self._aio_client.close()
+            self._aio_client = None
+        self.close()
+
+    def __enter__(self) -> TritonClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> TritonClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        service = f" (TritonService {self.service})" if self.service else ""
+        return f"<TritonClient {self.url}{service}>"
+
+    # ------------------------------------------------------------ models
+
+    def model_names(self, *, refresh: bool = False) -> list[str]:
+        """The models this client knows: the TritonService's, else the server's repository index."""
+        if self._configs:
+            return list(self._configs)
+        if self._index is None or refresh:
+            self._index = [str(entry["name"]) for entry in self.get_model_repository_index()]
+        return list(self._index)
+
+    def model(self, name: str, version: str | int = "") -> Model:
+        """Model ``name`` (any name, also one that is not a Python identifier); ``version`` picks one
+        (default: the server's choice by the model's version policy, usually the latest)."""
+        known = self.model_names()
+        if name not in known and (self._configs or name not in self.model_names(refresh=True)):
+            source = f"TritonService {self.service}" if self.service else f"the repository at {self.url}"
+            raise UnknownModelError(
+                f"no model {name!r} in {source} (its models: {', '.join(known) or 'none'})"
+            )
+        return Model(self, name, version)
+
+    def __getattr__(self, name: str) -> Model:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.model(name)
+
+    def __dir__(self) -> list[str]:
+        names = list(self._configs) or list(self._index or [])
+        return sorted({*super().__dir__(), *(n for n in names if n.isidentifier())})
+
+    def _signature(self, name: str, version: str) -> Signature:
+        key = (name, version)
+        if key not in self._signatures:
+            self._signatures[key] = Signature.from_config(name, self._config_for_checks(name, version))
+        return self._signatures[key]
+
+    async def _async_signature(self, name: str, version: str) -> Signature:
+        key = (name, version)
+        if key not in self._signatures:
+            config = self._configs.get(name) or {}
+            if not config.get("input"):
+                aio = await self._aio()
+                try:
+                    served = await aio.get_model_config(name, version, **self._as_json("get_model_config"))
+                except InferenceServerException as exc:
+                    raise self._unknown(name, version, exc) from exc
+                config = _unwrap_config(served)
+            self._signatures[key] = Signature.from_config(name, config)
+        return self._signatures[key]
+
+    def _config_for_checks(self, name: str, version: str) -> Mapping[str, Any]:
+        """The spec's config where it declares the inputs; otherwise what the server serves (Triton may
+        have filled the inputs in from the model file)."""
+        config = self._configs.get(name) or {}
+        if config.get("input"):
+            return config
+        try:
+            return self.get_model_config(name, version)
+        except InferenceServerException as exc:
+            raise self._unknown(name, version, exc) from exc
+
+    def _unknown(self, name: str, version: str, exc: InferenceServerException) -> Exception:
+        if _is_unknown_model(exc):
+            what = f"no version {version} of model {name!r}" if version else f"no model {name!r}"
+            return UnknownModelError(f"{what} served at {self.url}: {exc}")
+        error: Exception = exc
+        return error
+
+    def _request(
+        self, signature: Signature, checked: list[CheckedInput], outputs: Sequence[str] | None
+    ) -> dict[str, Any]:
+        """tritonclient's InferInput objects (and, over HTTP, binary outputs so BYTES come back as bytes
+        as over gRPC)."""
+        module = self._module()
+        inputs = []
+        for item in checked:
+            infer_input = module.InferInput(item.name, list(item.data.shape), item.datatype)
+            infer_input.set_data_from_numpy(item.data)
+            inputs.append(infer_input)
+        names = list(outputs) if outputs is not None else [o.name for o in signature.outputs]
+        requested = None
+        if names and (outputs is not None or self.protocol == "http"):
+            if self.protocol == "http":
+                requested = [module.InferRequestedOutput(n, binary_data=True) for n in names]
+            else:
+                requested = [module.InferRequestedOutput(n) for n in names]
+        return {"inputs": inputs, "outputs": requested}
+
+    # ------------------------------------------------------------ pass-throughs
+
+    def _as_json(self, method: str) -> dict[str, Any]:
+        target = getattr(self._sync, method)
+        return {"as_json": True} if "as_json" in inspect.signature(target).parameters else {}
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._sync, method)(*args, **kwargs, **self._as_json(method))
+
+    def is_server_live(self) -> bool:
+        return bool(self._call("is_server_live"))
+
+    def is_server_ready(self) -> bool:
+        return bool(self._call("is_server_ready"))
+
+    def is_model_ready(self, model_name: str, model_version: str = "") -> bool:
+        return bool(self._call("is_model_ready", model_name, str(model_version)))
+
+    def get_server_metadata(self) -> dict[str, Any]:
+        return dict(self._call("get_server_metadata"))
+
+    def get_model_metadata(self, model_name: str, model_version: str = "") -> dict[str, Any]:
+        return dict(self._call("get_model_metadata", model_name, str(model_version)))
+
+    def get_model_config(self, model_name: str, model_version: str = "") -> dict[str, Any]:
+        """The config Triton serves (snake_case; over gRPC 64-bit integers are strings)."""
+        return _unwrap_config(self._call("get_model_config", model_name, str(model_version)))
+
+    def get_model_repository_index(self) -> list[dict[str, Any]]:
+        """Every model of the repository: name, version, state, reason (a list for both protocols)."""
+        index = self._call("get_model_repository_index")
+        return list(index.get("models", []) if isinstance(index, dict) else index)
+
+    def load_model(
+        self, model_name: str, config: str | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None:
+        self._sync.load_model(model_name, config=config, files=dict(files) if files else None)
+        self._signatures = {k: v for k, v in self._signatures.items() if k[0] != model_name}
+        self._index = None
+
+    def unload_model(self, model_name: str, unload_dependents: bool = False) -> None:
+        self._sync.unload_model(model_name, unload_dependents=unload_dependents)
+        self._signatures = {k: v for k, v in self._signatures.items() if k[0] != model_name}
+
+    def get_inference_statistics(self, model_name: str = "", model_version: str = "") -> dict[str, Any]:
+        return dict(self._call("get_inference_statistics", model_name, str(model_version)))
+
+    def register_system_shared_memory(self, name: str, key: str, byte_size: int, offset: int = 0) -> None:
+        self._sync.register_system_shared_memory(name, key, byte_size, offset=offset)
+
+    def unregister_system_shared_memory(self, name: str = "") -> None:
+        self._sync.unregister_system_shared_memory(name)
+
+    def get_system_shared_memory_status(self, region_name: str = "") -> list[dict[str, Any]]:
+        """The registered regions (name, key, offset, byte_size), a list for both protocols."""
+        return _regions(self._call("get_system_shared_memory_status", region_name))
+
+    def register_cuda_shared_memory(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        self._sync.register_cuda_shared_memory(name, raw_handle, device_id, byte_size)
+
+    def unregister_cuda_shared_memory(self, name: str = "") -> None:
+        self._sync.unregister_cuda_shared_memory(name)
+
+    def get_cuda_shared_memory_status(self, region_name: str = "") -> list[dict[str, Any]]:
+        return _regions(self._call("get_cuda_shared_memory_status", region_name))
+
+    def get_log_settings(self) -> dict[str, Any]:
+        return _settings(self._call("get_log_settings"))
+
+    def update_log_settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+        return _settings(self._call("update_log_settings", dict(settings)))
+
+    def get_trace_settings(self, model_name: str | None = None) -> dict[str, Any]:
+        return _settings(self._call("get_trace_settings", model_name=model_name))
+
+    def update_trace_settings(
+        self, model_name: str | None = None, settings: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        return _settings(
+            self._call("update_trace_settings", model_name=model_name, settings=dict(settings or {}))
+        )
+
+
+def _unwrap_config(served: Mapping[str, Any]) -> dict[str, Any]:
+    """gRPC's as_json answer wraps the config in {"config": ...}; HTTP's is the config."""
+    inner = served.get("config")
+    return dict(inner) if isinstance(inner, Mapping) and "name" in inner else dict(served)
+
+
+def _regions(answer: Any) -> list[dict[str, Any]]:
+    """Shared memory regions as a list (gRPC's as_json answer is {"regions": {name: region}})."""
+    if isinstance(answer, Mapping):
+        return [dict(region) for region in (answer.get("regions") or {}).values()]
+    return [dict(region) for region in answer]
+
+
+def _settings(answer: Any) -> dict[str, Any]:
+    """Log and trace settings as {name: value} for both protocols, as HTTP gives them (gRPC wraps each
+    value: {"settings": {name: {"bool_param"|"uint32_param"|"string_param": v} | {"value": [v, ...]}}};
+    only trace_level stays a list)."""
+    settings = answer.get("settings") if isinstance(answer, Mapping) else None
+    if not isinstance(settings, Mapping):
+        return dict(answer)
+    out: dict[str, Any] = {}
+    for key, wrapped in settings.items():
+        if isinstance(wrapped, Mapping) and len(wrapped) == 1:
+            (value,) = wrapped.values()
+            if isinstance(value, list) and len(value) == 1 and key != "trace_level":
+                value = value[0]
+            out[key] = value
+        else:
+            out[key] = wrapped
+    return out
