@@ -110,8 +110,10 @@ class TritonReader:
         cidrs: Sequence[str] = (),
         on_change: Callable[[Owner], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        ports: tuple[int, int] = (HTTP_PORT, METRICS_PORT),
     ) -> None:
         self.period = period
+        self.http_port, self.metrics_port = ports
         self.timeout = timeout
         self.on_change = on_change
         self.clock = clock
@@ -246,7 +248,7 @@ class TritonReader:
         error = None
         self.requests += 1
         try:
-            url = f"http://{_host(target.ip)}:{HTTP_PORT}/v2/repository/index"
+            url = f"http://{_host(target.ip)}:{self.http_port}/v2/repository/index"
             response = await client.post(url, json={})
             payload = index_json(response.content) if response.status_code == 200 else None
             if payload is None:
@@ -261,7 +263,7 @@ class TritonReader:
         if metrics:
             self.requests += 1
             with contextlib.suppress(httpx2.HTTPError, ValueError):
-                response = await client.get(f"http://{_host(target.ip)}:{METRICS_PORT}/metrics")
+                response = await client.get(f"http://{_host(target.ip)}:{self.metrics_port}/metrics")
                 if response.status_code == 200 and len(response.content) <= MAX_METRICS_BYTES:
                     counters = parse_metrics(response.text)
                     counters_at = self.clock()

@@ -863,7 +863,13 @@ class _Engine:
                 return self.canary_plan(split)
             index = self.position()
             if index >= len(self.steps):
-                gate = "pass" if self.forced or self.paused else self.analysis_gate(100)
+                # Every step done; the promotion raises the canary's traffic, so it waits for the
+                # analysis (held while paused) unless a promote request says to go on.
+                if self.promote_step:
+                    self.promote_step, self.forced = False, True
+                if not self.forced and self.paused:
+                    return self.canary_plan(split)
+                gate = "pass" if self.forced else self.analysis_gate(100)
                 if gate == "abort":
                     return self.abort(ANALYSIS_INCONCLUSIVE)
                 if gate == "wait":
