@@ -752,6 +752,16 @@ def test_a_canary_without_traffic_is_inconclusive_and_pauses(
     (run,) = obj["status"]["analysisRuns"]
     assert run["verdict"] == "Paused" and "0 of 40 requests needed" in run["message"], run
     assert obj["status"]["analysis"]["verdict"] == "Inconclusive"
+
+    # status.models: Triton's own view of both revisions while the canary runs
+    def canary_seen() -> dict[str, Any] | None:
+        current = get_ts(kube, namespace, "quiet")
+        return current if triton_versions(current, "canary") else None
+
+    both = wait_for(canary_seen, timeout=30, what="Triton's view of the canary in status.models")
+    assert triton_versions(both, "serving") == [{"version": "1", "state": "READY"}]
+    assert triton_versions(both, "canary") == [{"version": "2", "state": "READY"}]
+    assert both["status"]["models"][0]["canary"]["revision"] == obj["status"]["canaryRevision"]
     warnings = [
         m for t, r, m in events(kube, namespace, "quiet") if (t, r) == ("Warning", "AnalysisInconclusive")
     ]
