@@ -575,6 +575,16 @@ def control_annotations(
 # ----------------------------------------------------------------- the engine
 
 
+def under_analysis(rollout: Rollout, status: RolloutStatus) -> bool:
+    """Whether the canary is judged now: analysis set, Canary strategy, and it holds traffic."""
+    return (
+        rollout.analysis is not None
+        and rollout.strategy == Strategy.CANARY
+        and status.canary_revision is not None
+        and (status.canary_weight or 0) > 0
+    )
+
+
 def describe_step(step: CanaryStep) -> str:
     """A short human form of a step: setWeight 10, pause 60s, pause (until promoted), setHeaderRoute x."""
     if step.set_weight is not None:
@@ -972,13 +982,7 @@ class _Engine:
     # ------------------------------------------------------------- analysis
 
     def analysis_active(self) -> bool:
-        """Whether the canary is judged now: analysis set, Canary strategy, and it holds traffic."""
-        return (
-            self.inp.rollout.analysis is not None
-            and self.strategy == Strategy.CANARY
-            and self.st.canary_revision is not None
-            and (self.st.canary_weight or 0) > 0
-        )
+        return under_analysis(self.inp.rollout, self.st)
 
     def current_analysis(self) -> AnalysisResult | None:
         """The verdict of the current weight's window, when the reconcile read one for this canary."""

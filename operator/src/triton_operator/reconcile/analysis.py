@@ -10,9 +10,9 @@ from typing import Any
 from triton_operator.adapters.triton_reader import Owner, PodReading, PodTarget, TritonReader
 from triton_operator.core.analysis import AnalysisResult, PodCounters, increase, judge, judged_models
 from triton_operator.core.observation import PodState
-from triton_operator.core.rollout import RolloutStatus, format_time
+from triton_operator.core.rollout import RolloutStatus, format_time, under_analysis
 from triton_operator.core.triton_state import ModelVersionState, merge, model_statuses
-from triton_operator.models import Strategy, TritonService
+from triton_operator.models import TritonService
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,16 +29,6 @@ class _Window:
     started: datetime
     canary: dict[str, PodCounters]
     stable: dict[str, PodCounters]
-
-
-def analysed(ts: TritonService, status: RolloutStatus) -> bool:
-    """Whether the canary is under analysis now: analysis set, Canary strategy, it holds traffic."""
-    return (
-        ts.spec.rollout.analysis is not None
-        and ts.spec.rollout.strategy == Strategy.CANARY
-        and status.canary_revision is not None
-        and (status.canary_weight or 0) > 0
-    )
 
 
 class TritonView:
@@ -68,7 +58,8 @@ class TritonView:
             if p.revision in revisions and p.ip and p.uid and not p.terminating
         ]
         analysis = ts.spec.rollout.analysis
-        every = float(analysis.interval_seconds) if analysis is not None and analysed(ts, status) else None
+        judged = analysis is not None and under_analysis(ts.spec.rollout, status)
+        every = float(analysis.interval_seconds) if analysis is not None and judged else None
         self.reader.watch(owner, targets, every)
         return self.reader.readings(owner)
 
@@ -83,7 +74,7 @@ class TritonView:
         """The canary's verdict in the window of its current weight; None before the window's first
         reading (or when nothing is analysed: the window is dropped)."""
         spec = ts.spec.rollout.analysis
-        if spec is None or not analysed(ts, status):
+        if spec is None or not under_analysis(ts.spec.rollout, status):
             self._windows.pop(owner, None)
             return None
         canary, stable = status.canary_revision or "", status.stable_revision or ""
