@@ -25,7 +25,13 @@ from triton_operator.core.names import (
     TRITON_CONTAINER,
 )
 from triton_operator.core.rollout import RevisionState, parse_time
-from triton_operator.core.triton_state import describe_failures, failed_versions, load_failures, merge
+from triton_operator.core.triton_state import (
+    ModelVersionState,
+    describe_failures,
+    failed_versions,
+    load_failures,
+    merge,
+)
 from triton_operator.core.validation.errors import errors_from_validation
 from triton_operator.core.validation.spec import validate_spec
 from triton_operator.models import TritonService
@@ -329,9 +335,9 @@ class PodState:
     """status.podIP: where the operator reads Triton's own view of the pod."""
     triton_restarts: int = 0
     """restartCount of the tritonserver container: Triton's counters start again at each restart."""
-    triton_log: str | None = None
-    """The tail of the log of the tritonserver container's last exit (terminationMessagePolicy
-    FallbackToLogsOnError), where Triton says why a model failed to load."""
+    triton_failures: tuple[ModelVersionState, ...] = ()
+    """The model versions Triton says failed to load, read once from the log tail the tritonserver
+    container left at its last exit (terminationMessagePolicy FallbackToLogsOnError)."""
 
     def crash_looping(self, threshold: int = CRASH_RESTART_THRESHOLD) -> bool:
         """A container waits in CrashLoopBackOff or restarted ``threshold`` times or more."""
@@ -389,7 +395,7 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
         uid=str(metadata.get("uid", "")),
         ip=str(status["podIP"]) if status.get("podIP") else None,
         triton_restarts=int(triton.get("restartCount") or 0),
-        triton_log=_termination_message(triton),
+        triton_failures=load_failures(_termination_message(triton)),
     )
 
 
@@ -454,7 +460,7 @@ def revision_state(
         crash_looping=any(p.crash_looping(crash_restart_threshold) for p in live),
         unschedulable_since=min(since) if since else None,
         triton_failure=describe_failures(
-            failed_versions(merge(load_failures(p.triton_log) for p in live if p.triton_log))
+            failed_versions(merge(p.triton_failures for p in live if p.triton_failures))
         )
         or None,
     )

@@ -33,7 +33,7 @@ from triton_operator.core.conditions import (
     set_condition,
 )
 from triton_operator.core.observation import DeploymentState, PodState
-from triton_operator.core.triton_state import describe_failures, load_failures
+from triton_operator.core.triton_state import describe_failures
 
 # ----------------------------------------------------------------- observations -> verdicts
 
@@ -64,7 +64,7 @@ def degraded(
     failing = [p for p in pods if p.revision in revisions and p.waiting_reason and not p.terminating]
     if failing:
         first = failing[0]
-        triton = describe_failures(load_failures(first.triton_log))
+        triton = describe_failures(first.triton_failures)
         return Verdict(
             TRUE,
             PODS_FAILING,
