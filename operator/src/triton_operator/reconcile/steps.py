@@ -273,7 +273,7 @@ async def _carry_out(
     before = RolloutStatus.from_status(seen.previous)
     readings = triton.look(owner, ts, before, revision, seen.pods) if triton is not None else {}
     analysis = triton.judge(owner, ts, before, readings, seen.moment) if triton is not None else None
-    plan = _plan(seen, ts, revision, unsyncable or {}, analysis)
+    plan = _plan(seen, ts, revision, before, unsyncable=unsyncable or {}, analysis=analysis)
     actions = await _desired(
         kube, seen, settings, plan, ts=ts, revision=revision, configs=configs, manifest_json=manifest_json
     )
@@ -314,6 +314,8 @@ def _plan(
     seen: Seen,
     ts: TritonService,
     revision: str,
+    status: RolloutStatus,
+    *,
     unsyncable: Mapping[str, str],
     analysis: AnalysisResult | None,
 ) -> RolloutPlan:
@@ -324,7 +326,7 @@ def _plan(
             replicas=ts.spec.replicas,
             desired_revision=revision,
             now=seen.moment,
-            status=RolloutStatus.from_status(seen.previous),
+            status=status,
             revisions=observe_revisions(seen.owned.deployments, seen.owned.pods),
             gpus_per_pod=ts.spec.resources.gpus,
             requests=parse_control_requests(seen.metadata.get("annotations")),
