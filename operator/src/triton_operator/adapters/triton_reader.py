@@ -158,10 +158,15 @@ class TritonReader:
         """The last reading of each watched pod of ``owner`` (of its current process), by uid."""
         out = {}
         for uid, target in self._targets.get(owner, {}).items():
-            reading = self._readings.get(uid)
-            if reading is not None and reading.restarts == target.restarts:
+            reading = self._current(target)
+            if reading is not None:
                 out[uid] = reading
         return out
+
+    def _current(self, target: PodTarget) -> PodReading | None:
+        """The last reading of the pod's current tritonserver process (None: none yet)."""
+        reading = self._readings.get(target.uid)
+        return reading if reading is not None and reading.restarts == target.restarts else None
 
     def forget(self, owner: Owner) -> None:
         for uid in self._targets.pop(owner, {}):
@@ -203,11 +208,10 @@ class TritonReader:
             for uid, target in targets.items():
                 if uid in self._inflight:
                     continue
-                last = self._readings.get(uid)
-                fresh = last is not None and last.restarts == target.restarts
-                index_due = not fresh or now - last.read_at >= self.period  # type: ignore[union-attr]
+                last = self._current(target)
+                index_due = last is None or now - last.read_at >= self.period
                 metrics_due = metrics_every is not None and (
-                    not fresh or last.counters is None or now - last.counters_at >= metrics_every  # type: ignore[union-attr]
+                    last is None or last.counters is None or now - last.counters_at >= metrics_every
                 )
                 if index_due or metrics_due:
                     self._inflight.add(uid)
@@ -223,8 +227,7 @@ class TritonReader:
     async def _read(self, owner: Owner, target: PodTarget, metrics: bool) -> None:
         try:
             async with self._limit:
-                previous = self._readings.get(target.uid)
-                reading = await self.read_pod(target, metrics=metrics, previous=previous)
+                reading = await self.read_pod(target, metrics=metrics, previous=self._current(target))
         except asyncio.CancelledError:
             raise
         except Exception:  # a reading never stops the reader
@@ -241,7 +244,8 @@ class TritonReader:
             self.on_change(owner)
 
     async def read_pod(self, target: PodTarget, *, metrics: bool, previous: PodReading | None) -> PodReading:
-        """One index read (and a metrics read when asked) of one pod, each bounded by ``timeout``."""
+        """One index read (and a metrics read when asked) of one pod, each bounded by ``timeout``;
+        ``previous``: the last reading of the same process, whose counters are kept when not read."""
         client = self.client()
         now = self.clock()
         index: tuple[ModelVersionState, ...] | None = None
@@ -257,9 +261,8 @@ class TritonReader:
                 index = parse_index(payload)
         except httpx2.HTTPError as exc:
             error = f"repository index: {type(exc).__name__}"
-        same_process = previous is not None and previous.restarts == target.restarts
-        counters = previous.counters if same_process and previous is not None else None
-        counters_at = previous.counters_at if same_process and previous is not None else 0.0
+        counters = previous.counters if previous is not None else None
+        counters_at = previous.counters_at if previous is not None else 0.0
         if metrics:
             self.requests += 1
             with contextlib.suppress(httpx2.HTTPError, ValueError):
