@@ -8,6 +8,7 @@ saying why. The S3 store (seaweedfs) listens on the pod bridge's gateway so pods
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -696,8 +697,15 @@ def test_a_healthy_canary_passes_its_analysis_and_is_promoted_and_status_models_
 @pytest.mark.parametrize(
     ("canary", "what"),
     [
-        (behaving_source(100, delay=STABLE_DELAY, fail_in_ten=3), "success ratio 0.7"),
-        (behaving_source(100, delay=STABLE_DELAY * 3), "request latency"),
+        # 3 in every 10 fail, but a window starts mid-cycle: its ratio is about 0.7, not exactly
+        (
+            behaving_source(100, delay=STABLE_DELAY, fail_in_ten=3),
+            r"success ratio 0\.(6[5-9]|7[0-5])\d* over \d+ requests < 0\.99",
+        ),
+        (
+            behaving_source(100, delay=STABLE_DELAY * 3),
+            r"request latency \d+us = [\d.]+ x stable \d+us > 1\.5 x",
+        ),
     ],
     ids=["fails-30-percent", "three-times-slower"],
 )
@@ -727,13 +735,13 @@ def test_a_bad_canary_fails_its_analysis_under_traffic_and_is_rolled_back(  # no
     print(f"\nbad canary ({what}): {client.summary()}")
     assert obj["status"]["stableRevision"] == stable and aborted != stable
     message = condition(obj, "Degraded")["message"]
-    assert "analysis failed" in message and what in message, message
+    assert "analysis failed" in message and re.search(what, message), message
     assert client.answers[100.0] > 0, client.summary()  # the canary did take traffic
     assert set(after.answers) == {0.0} and not after.failures, after.summary()
     (run,) = obj["status"]["analysisRuns"]
     assert run["verdict"] == "Failed" and run["revision"] == aborted, run
     warnings = [m for t, r, m in events(kube, namespace, "judged") if (t, r) == ("Warning", "RolloutAborted")]
-    assert warnings and what in warnings[0], events(kube, namespace, "judged")
+    assert warnings and re.search(what, warnings[0]), events(kube, namespace, "judged")
 
 
 def test_a_canary_without_traffic_is_inconclusive_and_pauses(
