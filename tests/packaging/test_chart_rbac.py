@@ -21,6 +21,7 @@ NAMESPACED: Perms = {
     ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "pods"): {"get", "list", "watch"},
     ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
+    ("autoscaling", "horizontalpodautoscalers"): {"list", "create", "patch", "delete"},
     ("", "secrets"): {"get"},
     ("", "events"): {"create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},

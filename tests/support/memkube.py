@@ -46,7 +46,7 @@ from triton_operator.adapters.kube import RESOURCES, ConflictError, KubeAPI, Own
 Key = tuple[str, str, str]
 """(kind, namespace, name)"""
 
-READS = frozenset({"get_tritonservice", "get_secret_data", "list_owned", "get"})
+READS = frozenset({"get_tritonservice", "get_secret_data", "list_owned", "list_kind", "get"})
 WRITES = frozenset({"apply", "merge_patch", "scale", "post_event", "delete", "apply_status"})
 METHODS = READS | WRITES
 
@@ -194,6 +194,15 @@ class MemKube:
         return Owned(
             deployments=matching("Deployment"), configmaps=matching("ConfigMap"), pods=matching("Pod")
         )
+
+    async def list_kind(self, kind: str, namespace: str) -> list[dict[str, Any]]:
+        _check_kind(kind)
+        await self._enter("list_kind", kind, namespace, "")
+        return [
+            copy.deepcopy(obj)
+            for (k, ns, _), obj in sorted(self.objects.items())
+            if k == kind and ns == namespace
+        ]
 
     async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         key = _key(obj)

@@ -149,6 +149,8 @@ def observation(**kw: Any) -> s.Observation:
         "deployments": [dep("a")],
         "plan": RevisionPlan(replicas={"a": 2}, stable="a"),
         "replicas": 2,
+        "scale_replicas": 2,
+        "scale_selector": "triton-operator.io/revision=a,triton-operator.io/service=svc",
         "repository": c.Verdict(c.TRUE, c.UNPINNED, "unpinned"),
         "endpoints": {"http": "svc.ml.svc:8000", "grpc": "svc.ml.svc:8001", "metrics": "svc.ml.svc:8002"},
         "models": [{"name": "m", "versions": []}],
@@ -168,6 +170,7 @@ def test_status_of_a_ready_service() -> None:
     assert status["stableRevision"] == "a"
     assert "canaryRevision" not in status
     assert (status["replicas"], status["readyReplicas"]) == (2, 2)
+    assert status["selector"] == "triton-operator.io/revision=a,triton-operator.io/service=svc"
     assert status["models"] == [{"name": "m", "versions": [], "ready": True}]
     assert status["endpoints"]["grpc"] == "svc.ml.svc:8001"
     got = {t: (x["status"], x["reason"]) for t, x in conds(status).items()}

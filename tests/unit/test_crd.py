@@ -475,7 +475,14 @@ def test_crd_names_versions_and_columns() -> None:
     }
     (version,) = spec["versions"]
     assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    }
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns == {
         "Ready": '.status.conditions[?(@.type=="Ready")].status',

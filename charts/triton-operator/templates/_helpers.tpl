@@ -86,6 +86,11 @@ ClusterRole (cluster mode) and the per-namespace Roles (watchNamespaces mode).
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, create, patch, delete]
+# The HorizontalPodAutoscaler <name> of spec.autoscaling; list finds a user's or KEDA's HPA on the
+# same TritonService, which the operator then leaves alone.
+- apiGroups: [autoscaling]
+  resources: [horizontalpodautoscalers]
+  verbs: [list, create, patch, delete]
 # Readiness and crash detection of canary pods: read only.
 - apiGroups: [""]
   resources: [pods]

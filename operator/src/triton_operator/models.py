@@ -396,13 +396,158 @@ class DisruptionBudget(_Model):
     )
 
 
+# ---------------------------------------------------------------- autoscaling
+
+QUEUE_TIME_METRIC = "triton_queue_time_per_request_microseconds"
+"""The per-pod custom metric of Triton's queue time per request (examples/autoscaling names it so)."""
+INFERENCE_RATE_METRIC = "triton_inferences_per_second"
+"""The per-pod custom metric of Triton's inferences per second (examples/autoscaling names it so)."""
+METRIC_NAME_PATTERN = r"^[A-Za-z_:][A-Za-z0-9_:.\-]*$"
+
+
+class QueueTimeTarget(_Model):
+    """Scale on the time requests wait in Triton's queue (the first sign a pod is saturated)."""
+
+    average_microseconds: int = Field(
+        ge=1, description="Queue time per request, in microseconds, the HPA keeps the pods' average at."
+    )
+    metric_name: str = Field(
+        QUEUE_TIME_METRIC,
+        pattern=METRIC_NAME_PATTERN,
+        max_length=253,
+        description="The per-pod custom metric (custom.metrics.k8s.io) that carries it.",
+    )
+
+
+class InferenceRateTarget(_Model):
+    """Scale on inferences per second per pod (throughput each pod is sized for)."""
+
+    average_per_pod: Quantity = Field(description='Inferences per second per pod, e.g. "40" or "2500m".')
+    metric_name: str = Field(
+        INFERENCE_RATE_METRIC,
+        pattern=METRIC_NAME_PATTERN,
+        max_length=253,
+        description="The per-pod custom metric (custom.metrics.k8s.io) that carries it.",
+    )
+
+
+class PodsMetricTarget(_Model):
+    """Any other per-pod custom metric an adapter serves."""
+
+    metric_name: str = Field(pattern=METRIC_NAME_PATTERN, max_length=253)
+    average_value: Quantity = Field(description="The pods' average the HPA aims at.")
+
+
+class ResourceTarget(_Model):
+    """CPU or memory of the tritonserver container (a ContainerResource metric: metrics-server)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.averageUtilization) != has(self.averageValue)",
+                    "message": "set exactly one of averageUtilization, averageValue",
+                }
+            ]
+        }
+    )
+
+    average_utilization: int | None = Field(
+        None, ge=1, le=1000, description="Percent of the container's request, averaged over the pods."
+    )
+    average_value: Quantity | None = Field(None, description="Average usage per pod, e.g. 3 or 12Gi.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ResourceTarget:
+        if (self.average_utilization is None) == (self.average_value is None):
+            raise ValueError("set exactly one of averageUtilization, averageValue")
+        return self
+
+
+AUTOSCALING_METRIC_KINDS = ("queueTime", "inferencesPerSecond", "cpu", "memory", "pods")
+
+
+class AutoscalingMetric(_Model):
+    """One metric of the HPA: exactly one of queueTime, inferencesPerSecond, cpu, memory, pods."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": " + ".join(f"(has(self.{k}) ? 1 : 0)" for k in AUTOSCALING_METRIC_KINDS)
+                    + " == 1",
+                    "message": "a metric sets exactly one of " + ", ".join(AUTOSCALING_METRIC_KINDS),
+                }
+            ]
+        }
+    )
+
+    queue_time: QueueTimeTarget | None = None
+    inferences_per_second: InferenceRateTarget | None = None
+    cpu: ResourceTarget | None = None
+    memory: ResourceTarget | None = None
+    pods: PodsMetricTarget | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> AutoscalingMetric:
+        chosen = [
+            k for k in ("queue_time", "inferences_per_second", "cpu", "memory", "pods") if getattr(self, k)
+        ]
+        if len(chosen) != 1:
+            raise ValueError("a metric sets exactly one of " + ", ".join(AUTOSCALING_METRIC_KINDS))
+        return self
+
+
+class ScalingPolicy(_Model):
+    """How much the HPA may change the replicas within a period (autoscaling/v2 HPAScalingPolicy)."""
+
+    type: Literal["Pods", "Percent"]
+    value: int = Field(ge=1, description="Pods, or percent of the current replicas.")
+    period_seconds: int = Field(ge=1, le=1800, description="The window the change is counted over.")
+
+
+class ScalingRules(_Model):
+    """One direction's behaviour (autoscaling/v2 HPAScalingRules)."""
+
+    stabilization_window_seconds: int | None = Field(
+        None,
+        ge=0,
+        le=3600,
+        description="Past recommendations considered; unset: the HPA's default (0 up, 300 down).",
+    )
+    select_policy: Literal["Max", "Min", "Disabled"] | None = None
+    policies: list[ScalingPolicy] = Field(default_factory=list, max_length=10)
+
+
+class ScalingBehavior(_Model):
+    """How fast the HPA scales up and down (autoscaling/v2 HorizontalPodAutoscalerBehavior)."""
+
+    scale_up: ScalingRules | None = None
+    scale_down: ScalingRules | None = None
+
+
+class Autoscaling(_Model):
+    """An autoscaling/v2 HorizontalPodAutoscaler `<name>` the operator owns, on the /scale subresource."""
+
+    min_replicas: int = Field(1, ge=1, le=1000)
+    max_replicas: int = Field(ge=1, le=1000)
+    metrics: list[AutoscalingMetric] = Field(min_length=1, max_length=10)
+    behavior: ScalingBehavior | None = None
+
+
 class TritonServiceSpec(_Model):
     """Desired state of a TritonService."""
 
     image: str | None = Field(None, description="tritonserver image; default from the operator's settings.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     image_pull_secrets: list[str] = Field(default_factory=list)
-    replicas: int = Field(1, ge=0, le=1000)
+    replicas: int = Field(
+        1,
+        ge=0,
+        le=1000,
+        description="Pods of the serving revision (a canary's come on top, in proportion to its weight); "
+        "the /scale subresource sets it, so an HPA or KEDA may own it.",
+    )
     resources: Resources = Field(default_factory=Resources)
     shm_size: Quantity = Field("1Gi", description="Size of the /dev/shm emptyDir (Python backend).")
     server_args: list[str] = Field(
@@ -423,6 +568,11 @@ class TritonServiceSpec(_Model):
         },
     )
     rollout: Rollout = Field(default_factory=Rollout)
+    autoscaling: Autoscaling | None = Field(
+        None,
+        description="Let an owned HorizontalPodAutoscaler set spec.replicas; leave it unset to bring your "
+        "own HPA or KEDA ScaledObject (both target the /scale subresource).",
+    )
     service: ServiceSpec = Field(default_factory=ServiceSpec)
     startup_timeout_seconds: int | None = Field(
         None,
@@ -604,7 +754,12 @@ class TritonServiceStatus(_Model):
     canary_revision: str | None = None
     canary_weight: int | None = None
     current_step_index: int | None = None
-    replicas: int | None = None
+    replicas: int | None = Field(
+        None, description="Pods of the revisions taking traffic (the /scale subresource's status.replicas)."
+    )
+    selector: str | None = Field(
+        None, description="Label selector of those pods (the /scale subresource's, for an HPA's metrics)."
+    )
     ready_replicas: int | None = None
     models: list[ModelStatus] = Field(default_factory=list)
     endpoints: Endpoints | None = None

@@ -13,6 +13,7 @@ import httpx2
 from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
 from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Secret, Service
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import CascadeType, PatchType
@@ -30,6 +31,7 @@ RESOURCES: dict[str, Any] = {
     "Service": Service,
     "Pod": Pod,
     "PodDisruptionBudget": PodDisruptionBudget,
+    "HorizontalPodAutoscaler": HorizontalPodAutoscaler,
     KIND: TritonServiceResource,
     "HTTPRoute": HTTPRouteResource,
     "GRPCRoute": GRPCRouteResource,
@@ -131,6 +133,10 @@ class KubeAPI(Protocol):
         (whoever owns them: the caller tells its own by ownerReferences)."""
         ...
 
+    async def list_kind(self, kind: str, namespace: str) -> list[dict[str, Any]]:
+        """Every object of ``kind`` (a key of RESOURCES) in ``namespace``, whoever made it."""
+        ...
+
     async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply a whole desired object (kind among RESOURCES) under the operator's field
         manager, forcing conflicts, creating it when missing; the stored object.
@@ -223,6 +229,10 @@ class Kube:
         ]
         pods = [_to_dict(o) async for o in self.client.list(Pod, namespace=namespace, labels=selector)]
         return Owned(deployments=deployments, configmaps=configmaps, pods=pods)
+
+    async def list_kind(self, kind: str, namespace: str) -> list[dict[str, Any]]:
+        """Every object of ``kind`` in ``namespace``."""
+        return [_to_dict(o) async for o in self.client.list(RESOURCES[kind], namespace=namespace)]
 
     async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply ``obj`` (a full desired object) under our field manager, forcing conflicts.

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from triton_operator.core.autoscaling import HPA_KIND, build_hpa
 from triton_operator.core.builders import (
     build_configmaps,
     build_deployment,
@@ -95,6 +96,8 @@ def plan_actions(
     configmaps: Sequence[Mapping[str, Any]],
     revision_services: bool = False,
     disruption_budget: bool = False,
+    autoscaler: bool = False,
+    stale_autoscaler: bool = False,
 ) -> Actions:
     """The writes that carry out ``plan`` for the spec's ``revision``.
 
@@ -104,7 +107,9 @@ def plan_actions(
     it is, so an undo serves the same bytes. A revision whose Deployment is gone cannot be rebuilt.
     ``revision_services``: `<name>-stable`/`<name>-canary` may exist (they are deleted when the
     spec no longer routes through Gateway API). ``disruption_budget``: the PodDisruptionBudget
-    exists (it is deleted when the spec no longer wants one).
+    exists (it is deleted when the spec no longer wants one). ``autoscaler``: write the owned
+    HorizontalPodAutoscaler (spec.autoscaling, and no other autoscaler targets the service);
+    ``stale_autoscaler``: the owned one exists and is not wanted (it is deleted).
     """
     apply: list[dict[str, Any]] = []
     delete: list[tuple[str, str]] = []
@@ -133,6 +138,10 @@ def plan_actions(
         apply.append(build_pdb(ts))
     elif disruption_budget:
         delete.append(("PodDisruptionBudget", ts.name))
+    if autoscaler:
+        apply.append(build_hpa(ts))
+    elif stale_autoscaler:
+        delete.append((HPA_KIND, ts.name))
     routing = ts.spec.rollout.traffic_routing
     if routing is not None and routing.gateway_api is not None:
         owner = build_owner_reference({"metadata": ts.metadata})

@@ -14,7 +14,18 @@ PROGRESSING = "Progressing"  # the rollout engine: a revision is being rolled ou
 DEGRADED = "Degraded"  # serving pods fail, a deadline passed, or a rollout was aborted
 PODS_SCHEDULED = "PodsScheduled"  # every serving pod could be placed by the scheduler
 TRAFFIC_ROUTED = "TrafficRouted"  # Gateway API route weights written (only with trafficRouting.gatewayAPI)
-CONDITION_TYPES = (READY, REPOSITORY_READY, PROGRESSING, DEGRADED, PODS_SCHEDULED, TRAFFIC_ROUTED)
+AUTOSCALING = (
+    "Autoscaling"  # the owned HorizontalPodAutoscaler scales the service (only with spec.autoscaling)
+)
+CONDITION_TYPES = (
+    READY,
+    REPOSITORY_READY,
+    PROGRESSING,
+    DEGRADED,
+    PODS_SCHEDULED,
+    TRAFFIC_ROUTED,
+    AUTOSCALING,
+)
 
 # ----------------------------------------------------------------- condition status values
 
@@ -73,6 +84,12 @@ WEIGHTS_SET = "WeightsSet"  # the routes carry the rollout's weights
 ROUTE_NOT_FOUND = "RouteNotFound"  # a named route does not exist
 ROUTE_NOT_REFERENCING = "RouteNotReferencing"  # a route does not send to the stable/canary Services
 ROUTE_INVALID = "RouteInvalid"  # a route could not be written
+# Autoscaling (only with spec.autoscaling)
+AUTOSCALER_ACTIVE = "AutoscalerActive"  # the owned HPA reads its metrics and sets spec.replicas
+AUTOSCALER_PENDING = "AutoscalerPending"  # the owned HPA was written and has not reported yet
+AUTOSCALER_NOT_SCALING = "AutoscalerNotScaling"  # the owned HPA cannot scale (its own reason in the message)
+AUTOSCALER_REMOVED = "AutoscalerRemoved"  # spec.autoscaling was unset: the owned HPA is being deleted
+FOREIGN_AUTOSCALER = "ForeignAutoscaler"  # another HPA (yours, KEDA's) targets the service: none is written
 
 # ----------------------------------------------------------------- Events (core/v1 Event type and reason)
 

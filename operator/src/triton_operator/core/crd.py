@@ -374,7 +374,15 @@ def build_crd() -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {
+                        "status": {},
+                        # kubectl scale, an HPA and a KEDA ScaledObject target a TritonService directly.
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
                     "additionalPrinterColumns": [
                         {
                             "name": READY,

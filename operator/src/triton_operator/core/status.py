@@ -9,6 +9,7 @@ from typing import Any
 from triton_operator.core.actions import RevisionPlan
 from triton_operator.core.conditions import (
     AS_EXPECTED,
+    AUTOSCALING,
     AVAILABLE,
     DEGRADED,
     FALSE,
@@ -144,6 +145,7 @@ OWNED_STATUS_FIELDS = (
     "stableRevision",
     "canaryRevision",
     "replicas",
+    "selector",
     "readyReplicas",
     "models",
     "endpoints",
@@ -176,6 +178,13 @@ class Observation:
     """The Ready reason while ``invalid`` holds."""
     plan: RevisionPlan | None = None
     replicas: int = 0
+    """spec.replicas (the Ready summary's goal)."""
+    scale_replicas: int = 0
+    """status.replicas: the pods of the revisions taking traffic (core.autoscaling.scale_replicas)."""
+    scale_selector: str | None = None
+    """status.selector: those pods' label selector (core.autoscaling.scale_selector)."""
+    autoscaling: Verdict | None = None
+    """The Autoscaling condition (spec.autoscaling); None removes it."""
     repository: Verdict | None = None
     endpoints: Mapping[str, str] | None = None
     models: Sequence[Mapping[str, Any]] = ()
@@ -265,6 +274,10 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
         put(TRAFFIC_ROUTED, obs.traffic)
     else:
         conditions = drop_condition(conditions, TRAFFIC_ROUTED)
+    if obs.autoscaling is not None:
+        put(AUTOSCALING, obs.autoscaling)
+    else:
+        conditions = drop_condition(conditions, AUTOSCALING)
     status["conditions"] = conditions
     if plan.stable:
         status["stableRevision"] = plan.stable
@@ -272,7 +285,9 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
         status["canaryRevision"] = plan.rolling
     stable_state = by_revision.get(plan.stable or "")
     ready = stable_state.ready_replicas if stable_state else 0
-    status["replicas"] = obs.replicas
+    status["replicas"] = obs.scale_replicas
+    if obs.scale_selector is not None:
+        status["selector"] = obs.scale_selector
     status["readyReplicas"] = ready
     if obs.models:
         status["models"] = [{**m, "ready": ready > 0} for m in obs.models]

@@ -17,6 +17,7 @@ from triton_operator.adapters.kube import (
 from triton_operator.core import conditions as cond
 from triton_operator.core.actions import Actions, RevisionPlan, plan_actions
 from triton_operator.core.analysis import AnalysisResult
+from triton_operator.core.autoscaling import scale_replicas, scale_selector, scaled_revisions
 from triton_operator.core.builders import (
     build_event,
     compute_revision,
@@ -41,6 +42,7 @@ from triton_operator.core.validation.spec import spec_warnings
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile.analysis import TritonView, analysis_status, models_status
+from triton_operator.reconcile.autoscaling import AUTOSCALER_RETRY_SECONDS, Autoscalers, look
 from triton_operator.reconcile.observe import Seen, current_manifest, observe, unsyncable
 from triton_operator.reconcile.pinning import (
     ManifestPinner,
@@ -274,8 +276,17 @@ async def _carry_out(
     readings = triton.look(owner, ts, before, revision, seen.pods) if triton is not None else {}
     analysis = triton.judge(owner, ts, before, readings, seen.moment) if triton is not None else None
     plan = _plan(seen, ts, revision, before, unsyncable=unsyncable or {}, analysis=analysis)
+    scalers = await look(kube, ts, seen.metadata, seen.previous)
     actions = await _desired(
-        kube, seen, settings, plan, ts=ts, revision=revision, configs=configs, manifest_json=manifest_json
+        kube,
+        seen,
+        settings,
+        plan,
+        ts=ts,
+        revision=revision,
+        configs=configs,
+        manifest_json=manifest_json,
+        scalers=scalers,
     )
     await _apply(kube, actions, manifest_json)
     traffic = await route_traffic(kube, ts, plan)
@@ -290,13 +301,22 @@ async def _carry_out(
         traffic=traffic,
         models=models_status(ts, plan.status, readings),
         analysis=analysis_status(shown, triton.window_started(owner) if triton is not None else None),
+        autoscaling=scalers.verdict(ts) if scalers is not None else None,
     )
     # The status records a decision before its effects show: the other revisions are scaled (the
     # old stable down at a flip) and deleted only once it is written, so whoever sees a revision
     # scaled down also finds the status that says why.
     await _scale_and_delete(kube, seen.namespace, actions)
     await _post_events(kube, seen, plan)
-    requeue = [t for t in (plan.requeue_after, traffic.retry_after if traffic else None) if t is not None]
+    requeue = [
+        t
+        for t in (
+            plan.requeue_after,
+            traffic.retry_after if traffic else None,
+            AUTOSCALER_RETRY_SECONDS if ts.spec.autoscaling is not None else None,
+        )
+        if t is not None
+    ]
     return Result(
         status=status,
         written=written,
@@ -347,6 +367,7 @@ async def _desired(
     revision: str,
     configs: Mapping[str, str],
     manifest_json: str | None,
+    scalers: Autoscalers | None,
 ) -> Actions:
     """What to apply, scale and delete to carry out ``plan`` (pure: core.actions.plan_actions)."""
     # A PodDisruptionBudget the spec no longer wants is looked up (and deleted) only then.
@@ -366,6 +387,8 @@ async def _desired(
             revision_services=cond.find_condition(seen.previous.get("conditions") or [], cond.TRAFFIC_ROUTED)
             is not None,
             disruption_budget=stale_pdb,
+            autoscaler=scalers.apply_own(ts) if scalers is not None else False,
+            stale_autoscaler=scalers.delete_own(ts) if scalers is not None else False,
         )
     except ManifestTooLarge as exc:
         raise _NotStoredError(str(exc)) from exc
@@ -395,6 +418,7 @@ async def _report(
     traffic: Traffic | None,
     models: list[dict[str, Any]],
     analysis: dict[str, Any] | None,
+    autoscaling: cond.Verdict | None,
 ) -> tuple[dict[str, Any], bool]:
     """Build the status from the plan and what was seen, and write it if it changed."""
     rs = plan.status
@@ -405,6 +429,7 @@ async def _report(
         canary_weight=plan.weights.canary,
     )
     kept = set(plan.replicas)
+    scaled = scaled_revisions(ts.spec.rollout.strategy, rs.stable_revision, rs.canary_revision, plan.replicas)
     progressing = plan.condition(cond.PROGRESSING)
     degraded = plan.condition(cond.DEGRADED)
     status = build_status(
@@ -423,6 +448,9 @@ async def _report(
                 rolling=rs.canary_revision,
             ),
             replicas=ts.spec.replicas,
+            scale_replicas=scale_replicas(scaled, seen.deployments),
+            scale_selector=scale_selector(ts.name, scaled),
+            autoscaling=autoscaling,
             repository=repository,
             endpoints=endpoints(ts),
             models=models,

@@ -106,6 +106,42 @@ def _analysis_errors(spec: TritonServiceSpec) -> list[SpecError]:
     return errors
 
 
+def _autoscaling_errors(spec: TritonServiceSpec) -> list[SpecError]:
+    autoscaling = spec.autoscaling
+    if autoscaling is None:
+        return []
+    errors = []
+    if autoscaling.min_replicas > autoscaling.max_replicas:
+        errors.append(
+            SpecError(
+                "spec.autoscaling.minReplicas",
+                f"{autoscaling.min_replicas} is more than maxReplicas ({autoscaling.max_replicas})",
+            )
+        )
+    budget, gpus = spec.rollout.gpu_budget, spec.resources.gpus
+    if budget is not None and gpus > 0 and autoscaling.max_replicas * gpus > budget:
+        errors.append(
+            SpecError(
+                "spec.autoscaling.maxReplicas",
+                f"{autoscaling.max_replicas} pods of {gpus} GPU(s) need {autoscaling.max_replicas * gpus} GPUs,"
+                f" more than spec.rollout.gpuBudget ({budget}): the stable revision alone could outgrow"
+                f" the budget; lower it to at most {budget // gpus} or raise the budget",
+            )
+        )
+    requests = {"cpu": spec.resources.cpu, "memory": spec.resources.memory}
+    for index, metric in enumerate(autoscaling.metrics):
+        for resource, target in (("cpu", metric.cpu), ("memory", metric.memory)):
+            if target is not None and target.average_utilization is not None and requests[resource] is None:
+                errors.append(
+                    SpecError(
+                        f"spec.autoscaling.metrics[{index}].{resource}.averageUtilization",
+                        f"a utilization is a share of the tritonserver container's {resource} request, and"
+                        f" spec.resources.{resource} sets none; set it, or use averageValue",
+                    )
+                )
+    return errors
+
+
 def validate_spec(spec: TritonServiceSpec) -> list[SpecError]:
     """Every problem of a parsed spec that its schema cannot express; empty when it is valid."""
     errors = server_args_errors(spec.server_args)
@@ -126,4 +162,5 @@ def validate_spec(spec: TritonServiceSpec) -> list[SpecError]:
     if names_ok:
         errors.extend(ensemble_cycle_errors(spec))
     errors.extend(_rollout_errors(spec))
+    errors.extend(_autoscaling_errors(spec))
     return errors
