@@ -254,3 +254,96 @@ async def test_an_ensemble_step_asking_for_a_version_the_pinned_repository_lacks
     assert "spec.models[1].config.ensembleScheduling.step[0].modelVersion" in result.invalid
     assert "the pinned repository holds only 1" in result.invalid
     assert kube.of_kind("Deployment") == []
+
+
+# ----------------------------------------------------------------- autoscaling (core/autoscaling.py)
+
+
+@pytest.fixture
+def autoscaled() -> MemKube:
+    kube = MemKube()
+    body = tritonservice(
+        "svc", NS, autoscaling={"maxReplicas": 6, "metrics": [{"queueTime": {"averageMicroseconds": 5000}}]}
+    )
+    body["metadata"]["uid"] = "u-1"
+    kube.put(body)
+    return kube
+
+
+def users_hpa(name: str) -> dict[str, Any]:
+    """An HPA on TritonService svc that the operator does not own (a user's, or KEDA's)."""
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "triton-operator.io/v1alpha1", "kind": KIND, "name": "svc"},
+            "maxReplicas": 3,
+        },
+    }
+
+
+async def test_a_pass_applies_the_owned_hpa_and_the_scale_status(autoscaled: MemKube) -> None:
+    kube = autoscaled
+    result, _ = await run(kube)
+    stored = kube.find("HorizontalPodAutoscaler", NS, "svc")
+    assert stored is not None and stored["spec"]["maxReplicas"] == 6
+    assert condition(kube, cond.AUTOSCALING)["reason"] == cond.AUTOSCALER_PENDING
+    assert result.requeue_after is not None  # HPAs are not watched: the condition is refreshed
+    kubelet(kube)
+    await run(kube)
+    # The second pass finds its own HPA: kept, and not taken for someone else's.
+    assert kube.find("HorizontalPodAutoscaler", NS, "svc") is not None
+    assert condition(kube, cond.AUTOSCALING)["reason"] == cond.AUTOSCALER_PENDING
+    status = kube.objects[(KIND, NS, "svc")]["status"]
+    assert status["replicas"] == 2
+    assert (
+        status["selector"] == f"triton-operator.io/revision={result.revision},triton-operator.io/service=svc"
+    )
+
+
+async def test_a_users_hpa_on_the_service_wins_and_the_owned_one_goes(autoscaled: MemKube) -> None:
+    kube = autoscaled
+    await run(kube)
+    assert kube.find("HorizontalPodAutoscaler", NS, "svc") is not None
+    kube.put(users_hpa("keda-hpa-svc"))
+    await run(kube)
+    assert kube.find("HorizontalPodAutoscaler", NS, "svc") is None
+    assert kube.find("HorizontalPodAutoscaler", NS, "keda-hpa-svc") is not None  # never touched
+    verdict = condition(kube, cond.AUTOSCALING)
+    assert (verdict["status"], verdict["reason"]) == (cond.FALSE, cond.FOREIGN_AUTOSCALER)
+    assert not [w for w in kube.writes if w.kind == "HorizontalPodAutoscaler" and w.name == "keda-hpa-svc"]
+
+
+async def test_unsetting_autoscaling_deletes_the_owned_hpa_and_then_the_condition(
+    autoscaled: MemKube,
+) -> None:
+    kube = autoscaled
+    await run(kube)
+    kube.edit(KIND, NS, "svc", lambda obj: obj["spec"].pop("autoscaling"))
+    await run(kube)
+    assert kube.find("HorizontalPodAutoscaler", NS, "svc") is None
+    assert condition(kube, cond.AUTOSCALING)["reason"] == cond.AUTOSCALER_REMOVED
+    await run(kube)  # the HPA is seen gone: the record goes too
+    stored = kube.find(KIND, NS, "svc")
+    assert (
+        stored is not None and cond.find_condition(stored["status"]["conditions"], cond.AUTOSCALING) is None
+    )
+    lists = kube.count("list_kind")
+    await run(kube)  # a service that no longer asks costs no HPA list
+    assert kube.count("list_kind") == lists
+
+
+async def test_a_service_without_autoscaling_never_lists_hpas() -> None:
+    kube = MemKube()
+    kube.put(tritonservice("svc", NS))
+    kube.put(users_hpa("mine"))  # a user's own HPA on the service: fine, and not even looked at
+    await run(kube)
+    kubelet(kube)
+    await run(kube)
+    assert kube.count("list_kind") == 0
+    assert kube.find("HorizontalPodAutoscaler", NS, "mine") is not None
+    stored = kube.find(KIND, NS, "svc")
+    assert (
+        stored is not None and cond.find_condition(stored["status"]["conditions"], cond.AUTOSCALING) is None
+    )

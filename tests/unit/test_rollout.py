@@ -889,6 +889,53 @@ def test_gpu_budget_abort_brings_stable_back_as_canary_pods_go() -> None:
     assert p.replicas == {"A": 4, "B": 0}
 
 
+# ----------------------------------------------------------------- spec.replicas moved by an autoscaler
+
+
+@pytest.mark.parametrize(
+    ("weight", "sizes", "expected"),
+    [
+        # (stable, canary) after each new spec.replicas: the canary stays ceil(r * w / 100)
+        (50, [2, 4, 6, 3, 1], [(2, 1), (4, 2), (6, 3), (3, 2), (1, 1)]),
+        (10, [4, 10, 20, 11], [(4, 1), (10, 1), (20, 2), (11, 2)]),
+        (25, [4, 8, 5], [(4, 1), (8, 2), (5, 2)]),
+    ],
+)
+def test_an_autoscaler_moving_replicas_mid_canary_keeps_the_ratio(
+    weight: int, sizes: list[int], expected: list[tuple[int, int]]
+) -> None:
+    sim = deployed(make_rollout(steps=[{"setWeight": weight}, {"pause": {}}]), replicas=sizes[0])
+    for _ in range(3):
+        sim.reconcile(1)
+    assert sim.status.current_step_index == 1 and sim.status.canary_weight == weight
+    for size, (stable, canary) in zip(sizes, expected, strict=True):
+        sim.replicas = size  # the HPA wrote spec.replicas through /scale
+        p = sim.reconcile(1)
+        assert (p.replicas["A"], p.replicas["B"]) == (stable, canary)
+        assert canary == canary_replicas(size, weight)
+        # Neither a new step nor a rollback: the canary holds its weight at the paused step.
+        assert p.status.current_step_index == 1 and p.status.canary_weight == weight
+        assert p.status.aborted_revision is None and p.events == ()
+
+
+def test_an_autoscaler_growing_replicas_under_a_gpu_budget_stays_within_it() -> None:
+    sim = deployed(
+        make_rollout(steps=[{"setWeight": 50}, {"pause": {}}], gpuBudget=6), replicas=2, gpus=1, lag=True
+    )
+    for _ in range(4):
+        sim.reconcile(1)
+    assert (sim.cluster["A"].spec_replicas, sim.cluster["B"].spec_replicas) == (2, 1)
+    sim.replicas = 4  # an HPA asks for 4: stable 4 + canary 2 = 6 GPUs, the whole budget
+    for _ in range(4):
+        p = sim.reconcile(1)  # Sim.apply checks the budget after every plan, terminating pods too
+    assert p.replicas == {"A": 4, "B": 2}
+    sim.replicas = 5  # 5 + 3 would need 8: the canary keeps what the budget leaves
+    for _ in range(4):
+        p = sim.reconcile(1)
+    assert p.replicas["A"] + p.replicas["B"] <= 6 and p.replicas["A"] >= 3
+    assert p.status.aborted_revision is None
+
+
 # ----------------------------------------------------------------- header routes (A/B)
 
 

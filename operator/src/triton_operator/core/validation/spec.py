@@ -119,11 +119,12 @@ def _autoscaling_errors(spec: TritonServiceSpec) -> list[SpecError]:
             )
         )
     budget, gpus = spec.rollout.gpu_budget, spec.resources.gpus
-    if budget is not None and gpus > 0 and autoscaling.max_replicas * gpus > budget:
+    most = autoscaling.max_replicas
+    if budget is not None and gpus > 0 and most * gpus > budget:
         errors.append(
             SpecError(
                 "spec.autoscaling.maxReplicas",
-                f"{autoscaling.max_replicas} pods of {gpus} GPU(s) need {autoscaling.max_replicas * gpus} GPUs,"
+                f"{most} pods of {gpus} GPU(s) need {most * gpus} GPUs,"
                 f" more than spec.rollout.gpuBudget ({budget}): the stable revision alone could outgrow"
                 f" the budget; lower it to at most {budget // gpus} or raise the budget",
             )
