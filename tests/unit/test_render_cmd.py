@@ -144,3 +144,22 @@ def test_render_prints_the_revision_services_a_gateway_rollout_applies(
     # before any rollout both revision Services select the one revision there is
     for role in ("stable", "canary"):
         assert services[f"{name}-{role}"]["spec"]["selector"]["triton-operator.io/revision"] == revision
+
+
+def test_the_autoscaled_example_renders_its_owned_hpa(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_render("-f", str(EXAMPLES / "autoscaled.yaml"), capsys=capsys)
+    assert code == 0, err
+    objects = docs(out)
+    source = yaml.safe_load((EXAMPLES / "autoscaled.yaml").read_text())
+    assert "replicas" not in source["spec"]  # the HPA owns it (README: GitOps and autoscaling)
+    (hpa,) = [o for o in objects if o["kind"] == "HorizontalPodAutoscaler"]
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"]["name"] == source["metadata"]["name"]
+    wanted = source["spec"]["autoscaling"]
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (
+        wanted["minReplicas"],
+        wanted["maxReplicas"],
+    )
+    names = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]]
+    assert names == ["triton_queue_time_per_request_microseconds", "triton_inferences_per_second"]
+    assert hpa["spec"]["behavior"] == wanted["behavior"]

@@ -160,6 +160,8 @@ def render(
             manifest_json=manifest_json,
             deployments=(),
             configmaps=(),
+            # No other autoscaler can be seen without a cluster: the owned HPA, as first applied.
+            autoscaler=ts.spec.autoscaling is not None,
         )
         objects = list(actions.apply)
         if not first:
