@@ -187,3 +187,10 @@ def test_autoscaling_validation_refuses_broken_examples(
     proc = _validate("--file", broken)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert message in proc.stdout, proc.stdout
+
+
+def test_the_readme_names_every_example() -> None:
+    readme = (EXAMPLES / "README.md").read_text()
+    files = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
+    assert len(files) == 4
+    assert [f for f in files if f"`{f}`" not in readme] == []
