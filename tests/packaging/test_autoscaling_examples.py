@@ -53,12 +53,9 @@ def test_autoscaling_examples_validate(schemas: None) -> None:
     assert len(summaries) == len(files), out
     assert all("Invalid: 0, Errors: 0, Skipped: 0" in s for s in summaries), out
     docs = [d for f in files for d in _docs(f)]
-    assert Counter(d["kind"] for d in docs) == {
-        "ConfigMap": 1,
-        "HorizontalPodAutoscaler": 1,
-        "PodMonitor": 1,
-        "ScaledObject": 1,
-    }
+    kinds = Counter(d["kind"] for d in docs)
+    for kind in ("ConfigMap", "HorizontalPodAutoscaler", "PodMonitor", "ScaledObject"):
+        assert kinds[kind] == 1, kinds
     # Every query was parsed: 2 per adapter rule (seriesQuery, metricsQuery), 1 per KEDA trigger.
     queries = chartlib.prometheus_queries(docs, "")
     assert len(queries) == 2 * len(chartlib.ADAPTER_METRICS) + 2
@@ -192,5 +189,5 @@ def test_autoscaling_validation_refuses_broken_examples(
 def test_the_readme_names_every_example() -> None:
     readme = (EXAMPLES / "README.md").read_text()
     files = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
-    assert len(files) == 4
+    assert len(files) >= 4
     assert [f for f in files if f"`{f}`" not in readme] == []
