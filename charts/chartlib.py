@@ -1,4 +1,4 @@
-"""Shared by charts/generate-manifests, charts/validate, tests/packaging: tools, rendering, schemas."""
+"""Shared by charts/generate-manifests, charts/validate and tests: tools, rendering, schemas, PromQL."""
 
 from __future__ import annotations
 
