@@ -1,4 +1,4 @@
-"""Shared by charts/generate-manifests, charts/validate, tests/packaging: tools, rendering, schemas."""
+"""Shared by charts/generate-manifests, charts/validate and tests: tools, rendering, schemas, PromQL."""
 
 from __future__ import annotations
 
@@ -330,12 +330,13 @@ GITOPS_CRDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def gitops_crds() -> list[dict[str, Any]]:
-    """The CustomResourceDefinitions of GITOPS_CRDS (raises ToolMissingError when one cannot be had)."""
+def module_crds(pins: Iterable[tuple[str, str, str]]) -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions of (Go module, version, path) pins (ToolMissingError when one
+    cannot be had)."""
     import yaml  # noqa: PLC0415  (the scripts run with the project's virtualenv, which has PyYAML)
 
     out: list[dict[str, Any]] = []
-    for module, version, rel in GITOPS_CRDS:
+    for module, version, rel in pins:
         path = go_module_dir(module, version) / rel
         if not path.is_file():
             raise ToolMissingError(f"{module}@{version} has no {rel}")
@@ -343,16 +344,26 @@ def gitops_crds() -> list[dict[str, Any]]:
     return out
 
 
-def gitops_files() -> list[Path]:
-    """The Kubernetes objects of docs/gitops/ (every YAML file with apiVersion and kind)."""
+def gitops_crds() -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions of GITOPS_CRDS (raises ToolMissingError when one cannot be had)."""
+    return module_crds(GITOPS_CRDS)
+
+
+def object_files(directory: Path) -> list[Path]:
+    """The Kubernetes objects of ``directory`` (every YAML file with apiVersion and kind)."""
     import yaml  # noqa: PLC0415
 
     files = []
-    for path in sorted(GITOPS_DIR.rglob("*.yaml")):
+    for path in sorted(directory.rglob("*.yaml")):
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
         if docs and all(isinstance(d, dict) and "apiVersion" in d and "kind" in d for d in docs):
             files.append(path)
     return files
+
+
+def gitops_files() -> list[Path]:
+    """The Kubernetes objects of docs/gitops/ (every YAML file with apiVersion and kind)."""
+    return object_files(GITOPS_DIR)
 
 
 def kind_suffix(api_version: str) -> str:
@@ -483,6 +494,217 @@ def write_schemas(
             continue
         (out / file_name).write_text(json.dumps(schema, sort_keys=True))
     return missing
+
+
+# ----------------------------------------------------------------------------------------------
+# examples/autoscaling/: KEDA and prometheus-operator CRDs, prometheus-adapter rules, PromQL
+# ----------------------------------------------------------------------------------------------
+AUTOSCALING_DIR = REPO_ROOT / "examples" / "autoscaling"
+# The CRDs of the controllers examples/autoscaling/ configures, from their Go modules like
+# GITOPS_CRDS (pinned: the newest KEDA release the Go module proxy serves; prometheus-operator's
+# main module, the one version of it the proxy serves). charts/validate --autoscaling.
+AUTOSCALING_CRDS: tuple[tuple[str, str, str], ...] = (
+    ("github.com/kedacore/keda/v2", "v2.21.0", "config/crd/bases/keda.sh_scaledobjects.yaml"),
+    (
+        "github.com/prometheus-operator/prometheus-operator",
+        "v0.85.0",
+        "example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml",
+    ),
+)
+# The per-pod custom metrics the operator's HPA (spec.autoscaling) reads, which the
+# prometheus-adapter rules of examples/autoscaling/ serve.
+ADAPTER_METRICS = ("triton_queue_time_per_request_microseconds", "triton_inferences_per_second")
+ADAPTER_CONFIG_KEY = "config.yaml"
+PROMQL_CHECK_DIR = CHARTS_DIR / "promql-check"
+
+# prometheus-adapter loads its config with yaml.UnmarshalStrict into MetricsDiscoveryConfig
+# (sigs.k8s.io/prometheus-adapter pkg/config/config.go): a key it does not know is an error there.
+# Its fields, for the part the rules use ({key: nested fields, or None for a string}).
+_ADAPTER_GROUP_RESOURCE: dict[str, Any] = {"group": None, "resource": None}
+_ADAPTER_RULE: dict[str, Any] = {
+    "seriesQuery": None,
+    "seriesFilters": [{"is": None, "isNot": None}],
+    "resources": {"template": None, "overrides": {"*": _ADAPTER_GROUP_RESOURCE}},
+    "name": {"matches": None, "as": None},
+    "metricsQuery": None,
+    "labelValueReplacements": [{"find": None, "replace": None}],
+}
+_ADAPTER_CONFIG: dict[str, Any] = {
+    "rules": [_ADAPTER_RULE],
+    "externalRules": [_ADAPTER_RULE],
+    "resourceRules": {"*": Any},
+}
+
+
+def autoscaling_crds() -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions of AUTOSCALING_CRDS (ToolMissingError when one cannot be had)."""
+    return module_crds(AUTOSCALING_CRDS)
+
+
+def autoscaling_files() -> list[Path]:
+    """The Kubernetes objects of examples/autoscaling/."""
+    return object_files(AUTOSCALING_DIR)
+
+
+def adapter_configs(docs: Iterable[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """(ConfigMap name, parsed config.yaml) of each ConfigMap holding a prometheus-adapter config."""
+    import yaml  # noqa: PLC0415
+
+    out = []
+    for doc in docs:
+        text = (doc.get("data") or {}).get(ADAPTER_CONFIG_KEY) if doc.get("kind") == "ConfigMap" else None
+        if isinstance(text, str):
+            config = yaml.safe_load(text)
+            if isinstance(config, dict) and {"rules", "externalRules", "resourceRules"} & set(config):
+                out.append((doc["metadata"]["name"], config))
+    return out
+
+
+def _shape_problems(value: Any, shape: Any, where: str) -> list[str]:
+    """Where ``value`` does not fit ``shape`` (_ADAPTER_CONFIG's notation): unknown keys, wrong types."""
+    if shape is Any:
+        return []
+    if shape is None:
+        return [] if isinstance(value, str) else [f"{where}: must be a string, not {value!r}"]
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return [f"{where}: must be a list"]
+        return [p for i, item in enumerate(value) for p in _shape_problems(item, shape[0], f"{where}[{i}]")]
+    if not isinstance(value, dict):
+        return [f"{where}: must be a mapping"]
+    problems = []
+    for key, item in value.items():
+        if key not in shape and "*" not in shape:
+            known = ", ".join(sorted(shape))
+            problems.append(f"{where}.{key}: unknown field (prometheus-adapter knows {known})")
+        else:
+            problems += _shape_problems(item, shape.get(key, shape.get("*")), f"{where}.{key}")
+    return problems
+
+
+def series_name(series_query: str) -> str | None:
+    """The one metric a seriesQuery names (`name{...}`), or None."""
+    m = re.fullmatch(r"\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{.*\})?\s*", series_query, re.S)
+    return m.group(1) if m else None
+
+
+def adapter_config_problems(config: Any, where: str) -> list[str]:
+    """What prometheus-adapter would refuse in ``config``, or what does not serve ADAPTER_METRICS
+    per pod: unknown fields, a rule without seriesQuery, namespace/pod overrides, a name.as outside
+    ADAPTER_METRICS, a name.matches that does not match its series, a metricsQuery that does not
+    use <<.Series>>/<<.LabelMatchers>>/<<.GroupBy>>; each metric served once."""
+    problems = _shape_problems(config, _ADAPTER_CONFIG, where)
+    if problems:
+        return problems
+    served: list[str] = []
+    for i, rule in enumerate(config.get("rules") or []):
+        at = f"{where}.rules[{i}]"
+        series = series_name(rule.get("seriesQuery", ""))
+        if series is None:
+            problems.append(f"{at}.seriesQuery: must select one metric by name (`name{{...}}`)")
+        overrides = (rule.get("resources") or {}).get("overrides") or {}
+        for label in ("namespace", "pod"):
+            if overrides.get(label, {}).get("resource") != label:
+                problems.append(f"{at}.resources.overrides.{label}: must map label {label} to {label}s")
+        name = rule.get("name") or {}
+        metric = name.get("as", "")
+        if metric not in ADAPTER_METRICS:
+            problems.append(f"{at}.name.as: {metric!r} is not one of {', '.join(ADAPTER_METRICS)}")
+        served.append(metric)
+        try:
+            if series is not None and not re.search(name.get("matches", ""), series):
+                problems.append(f"{at}.name.matches: {name.get('matches')!r} does not match {series}")
+        except re.error as exc:
+            problems.append(f"{at}.name.matches: not a regular expression: {exc}")
+        query = rule.get("metricsQuery", "")
+        for field in ("<<.Series>>", "<<.LabelMatchers>>", "<<.GroupBy>>"):
+            if field not in query:
+                problems.append(f"{at}.metricsQuery: does not use {field}")
+    for metric in ADAPTER_METRICS:
+        if served.count(metric) != 1:
+            problems.append(f"{where}.rules: {metric} is served {served.count(metric)} times, not once")
+    return problems
+
+
+def prometheus_queries(docs: Iterable[dict[str, Any]], where: str) -> list[dict[str, str]]:
+    """The PromQL of ``docs``, as promql-check takes it: prometheus-adapter rules (seriesQuery a
+    selector, metricsQuery a template) and KEDA ScaledObjects' prometheus triggers (expr)."""
+    docs = list(docs)
+    queries = []
+    for name, config in adapter_configs(docs):
+        for i, rule in enumerate(config.get("rules") or []):
+            at = f"{where}: ConfigMap {name} rules[{i}]"
+            series_query = rule.get("seriesQuery", "")
+            series = series_name(series_query) or ""
+            queries.append({"source": f"{at}.seriesQuery", "kind": "selector", "text": series_query})
+            queries.append(
+                {
+                    "source": f"{at}.metricsQuery",
+                    "kind": "template",
+                    "text": rule.get("metricsQuery", ""),
+                    "series": series,
+                }
+            )
+    for doc in docs:
+        if doc.get("kind") != "ScaledObject":
+            continue
+        for i, trigger in enumerate(doc.get("spec", {}).get("triggers") or []):
+            if trigger.get("type") == "prometheus":
+                queries.append(
+                    {
+                        "source": f"{where}: ScaledObject {doc['metadata']['name']} triggers[{i}].query",
+                        "kind": "expr",
+                        "text": trigger.get("metadata", {}).get("query", ""),
+                    }
+                )
+    return queries
+
+
+def _go_env() -> dict[str, str]:
+    return dict(
+        os.environ, GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS="-trimpath -buildvcs=false -mod=readonly"
+    )
+
+
+def promql_check_binary() -> Path:
+    """charts/promql-check built (once per source and Go version) into the cache; ToolMissingError
+    without a `go` toolchain."""
+    go = shutil.which("go")
+    if go is None:
+        raise ToolMissingError("no `go` toolchain: cannot build charts/promql-check (Prometheus's PromQL)")
+    version = run([go, "env", "GOVERSION"]).stdout.strip()
+    sources = sorted(PROMQL_CHECK_DIR.glob("go.*")) + sorted(PROMQL_CHECK_DIR.glob("*.go"))
+    key = hashlib.sha256((digest(sources) + version).encode()).hexdigest()[:16]
+    binary = _cache_root() / "promql-check" / key / "promql-check"
+    if binary.is_file():
+        return binary
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    staging = binary.parent / f".promql-check.{os.getpid()}"
+    proc = run([go, "build", "-o", staging, "."], check=False, cwd=PROMQL_CHECK_DIR, env=_go_env())
+    if proc.returncode != 0:
+        raise ToolMissingError(f"cannot build charts/promql-check: {proc.stdout}{proc.stderr}".strip())
+    staging.replace(binary)
+    return binary
+
+
+def promql_check(
+    queries: Sequence[dict[str, str]],
+    *,
+    series: Sequence[dict[str, Any]] | None = None,
+    at: float = 0.0,
+    namespace: str = "ml",
+    pods: Sequence[str] = ("resnet-7d9c-a", "resnet-7d9c-b"),
+) -> list[dict[str, Any]]:
+    """Each query rendered (templates as prometheus-adapter renders a pods query of ``pods`` in
+    ``namespace``) and parsed by Prometheus's parser; with ``series`` ({labels, samples: [[unix s,
+    value]]}), also evaluated at ``at`` by Prometheus's engine. One result a query, in order:
+    {source, query, error?, selectors: [{name, labels}], grouping: [labels], vector: [{labels, value}]}."""
+    payload = {"queries": list(queries), "namespace": namespace, "pods": list(pods), "time": at}
+    if series is not None:
+        payload["series"] = list(series)
+    proc = run([promql_check_binary()], input=json.dumps(payload))
+    results: list[dict[str, Any]] = json.loads(proc.stdout)
+    return results
 
 
 def digest(paths: Iterable[Path]) -> str:
