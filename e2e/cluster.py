@@ -61,6 +61,8 @@ KUBECONFORM_VERSION = "v0.8.0"
 # v1.7.0 exists but its go.mod needs go >= 1.27; v1.6.3 is the newest release
 # usable with the Go 1.26 toolchain installed here.
 GATEWAY_API_VERSION = "v1.6.3"
+# the release line that matches Kubernetes v1.36 (its k8s.io/* requirements are v0.36.x)
+CUSTOM_METRICS_APISERVER_VERSION = "v1.36.0"
 
 
 def _k8s_staging_version(v: str) -> str:
@@ -131,6 +133,30 @@ TOOLS: dict[str, dict[str, Any]] = {
         "packages": {"kubeconform": "github.com/yannh/kubeconform/cmd/kubeconform"},
         "ldflags": [f"-X main.version={KUBECONFORM_VERSION}"],
     },
+    "custom-metrics-adapter": {
+        "module": "sigs.k8s.io/custom-metrics-apiserver",
+        "version": CUSTOM_METRICS_APISERVER_VERSION,
+        "local_replace_version": CUSTOM_METRICS_APISERVER_VERSION,
+        # Our own main package, committed in the wrapper module (e2e/tools/custom-metrics-adapter/
+        # main.go): the library's AdapterBase and test provider, with the metric-writing HTTP server
+        # on a loopback address given by a flag (upstream's test-adapter/main.go hard-codes :8080).
+        "main": "main.go",
+        "packages": {"custom-metrics-adapter": "triton-operator/e2e/tools/custom-metrics-adapter"},
+        # required at the version the kubernetes build uses (upstream asks for v0.36.1), so the
+        # packages of k8s.io/* that depend on nothing else newer come from the same Go build cache
+        "requires": {
+            m: _k8s_staging_version(KUBERNETES_VERSION)
+            for m in (
+                "k8s.io/api",
+                "k8s.io/apimachinery",
+                "k8s.io/apiserver",
+                "k8s.io/client-go",
+                "k8s.io/component-base",
+                "k8s.io/metrics",
+            )
+        },
+        "ldflags": [],
+    },
     "gateway-api": {
         "module": "sigs.k8s.io/gateway-api",
         "version": GATEWAY_API_VERSION,
@@ -142,9 +168,18 @@ TOOLS: dict[str, dict[str, Any]] = {
     },
 }
 
-# Build order: biggest first so a failure shows early; all sequential.
-BUILD_ORDER = ["kubernetes", "etcd", "kwok", "helm", "kubeconform", "gateway-api"]
-REQUIRED_BINARIES = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok"]
+# Build order: biggest first so a failure shows early; all sequential. The metrics adapter right
+# after kubernetes, whose k8s.io/* packages it shares where it can.
+BUILD_ORDER = ["kubernetes", "custom-metrics-adapter", "etcd", "kwok", "helm", "kubeconform", "gateway-api"]
+REQUIRED_BINARIES = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kwok",
+    "custom-metrics-adapter",
+]
 
 PIN_STAMP_PREFIX = "// triton-operator pins: "
 
@@ -187,19 +222,32 @@ def _go_version() -> str:
         return "nogo"
 
 
-GOMOD_KEYS = ("module", "version", "local_replace_version", "packages")
+GOMOD_KEYS = ("module", "version", "local_replace_version", "packages", "requires", "main")
+
+
+def _main_source(name: str) -> bytes | None:
+    """The committed main package file of a wrapper whose spec names one ("main"), else None."""
+    main = TOOLS[name].get("main")
+    return (TOOLS_DIR / name / main).read_bytes() if main else None
 
 
 def _tool_pin(name: str, gomod_only: bool = False) -> str:
-    """Hash of a tool's spec; gomod_only: just what determines its wrapper go.mod."""
+    """Hash of a tool's spec; gomod_only: just what determines its wrapper go.mod.
+
+    A wrapper with its own main package: that file's content too (its imports decide go.mod/go.sum).
+    """
     spec = TOOLS[name]
     keys = GOMOD_KEYS if gomod_only else sorted(spec)
-    blob = json.dumps({k: spec.get(k) for k in keys}, sort_keys=True)
+    pin: dict[str, Any] = {k: spec.get(k) for k in keys if k in spec}
+    source = _main_source(name)
+    if source is not None:
+        pin["main_sha256"] = hashlib.sha256(source).hexdigest()
+    blob = json.dumps(pin, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def cache_key() -> str:
-    """Short hash over pins + wrapper go.mod/go.sum contents + go version."""
+    """Short hash over pins (with any wrapper's own main package) + wrapper go.mod/go.sum + go version."""
     h = hashlib.sha256()
     h.update(_go_version().encode())
     for name in BUILD_ORDER:
@@ -285,7 +333,8 @@ def generate_wrapper_gomod(name: str, env: dict[str, str] | None = None) -> str:
 
     Upstream replace directives that point at local directories (k8s staging
     modules, etcd's sibling modules) are rewritten to the published module at the
-    matching version; other (module => module version) replaces are copied.
+    matching version; other (module => module version) replaces are copied. The spec's
+    "requires" (module -> version) are required beside the tool's module.
     """
     env = env or _go_env()
     spec = TOOLS[name]
@@ -302,12 +351,16 @@ def generate_wrapper_gomod(name: str, env: dict[str, str] | None = None) -> str:
             reps.append(f"\t{old} => {old} {spec['local_replace_version']}")
         else:
             reps.append(f"\t{left} => {right}")
+    requires = {spec["module"]: spec["version"], **spec.get("requires", {})}
     text = (
         f"{PIN_STAMP_PREFIX}{_tool_pin(name, gomod_only=True)} (generated by e2e/cluster.py)\n"
         f"module triton-operator/e2e/tools/{name}\n\n"
         f"go {go_version}\n\n"
-        f"require {spec['module']} {spec['version']}\n"
     )
+    if len(requires) == 1:
+        text += f"require {spec['module']} {spec['version']}\n"
+    else:
+        text += "require (\n" + "".join(f"\t{m} {v}\n" for m, v in requires.items()) + ")\n"
     if reps:
         text += "\nreplace (\n" + "\n".join(reps) + "\n)\n"
     return text
@@ -326,7 +379,11 @@ def ensure_wrapper(name: str, env: dict[str, str] | None = None, force: bool = F
     d.mkdir(parents=True, exist_ok=True)
     gomod.write_text(generate_wrapper_gomod(name, env))
     (d / "go.sum").unlink(missing_ok=True)
-    if spec["packages"]:
+    if spec.get("main"):  # our own main package: its imports are what go mod tidy keeps
+        (d / "tools.go").unlink(missing_ok=True)
+        tidy_env = dict(env, GOFLAGS=env["GOFLAGS"] + " -mod=mod")
+        _go_with_sumdb_fallback(["go", "mod", "tidy"], cwd=d, env=tidy_env)
+    elif spec["packages"]:
         imports = "\n".join(f'\t_ "{p}"' for p in spec["packages"].values())
         (d / "tools.go").write_text(
             "//go:build tools\n\n// Package tools pins the binaries built by e2e/cluster.py.\n"
