@@ -228,11 +228,21 @@ def test_hpa_scales_a_deployment_on_a_pod_metric(
 
     # Above the target (30 per pod): 1 -> ceil(1 * 30/10) = 3 -> 4 (maxReplicas).
     up = scale_while_writing(kube, metrics, namespace, name, value=30, want=4, timeout=60)
-    scaled = as_dict(kube.get(HorizontalPodAutoscaler, name, namespace=namespace))
-    assert scaled["status"]["desiredReplicas"] == 4
-    assert condition(scaled, "ScalingLimited").get("reason") == "TooManyReplicas"
+
+    def limited() -> bool:  # the HPA writes its status just after the scale
+        metrics.write_all(kube, namespace, LABELS, METRIC, 30)
+        scaled = as_dict(kube.get(HorizontalPodAutoscaler, name, namespace=namespace))
+        reason = condition(scaled, "ScalingLimited").get("reason")
+        return scaled["status"].get("desiredReplicas") == 4 and reason == "TooManyReplicas"
+
+    wait_for(limited, timeout=20, interval=0.5, what="the HPA's status: 4 replicas desired, TooManyReplicas")
 
     # Back below (1 per pod): ceil(4 * 1/10) = 1.
     down = scale_while_writing(kube, metrics, namespace, name, value=1, want=1, timeout=60)
-    assert hpa_current_average(kube, namespace, name) == "1"
+
+    def read_one() -> bool:
+        metrics.write_all(kube, namespace, LABELS, METRIC, 1)
+        return hpa_current_average(kube, namespace, name) == "1"
+
+    wait_for(read_one, timeout=20, interval=0.5, what="the HPA's status: the pods' metric read as 1")
     print(f"scaled up in {up:.1f}s, down in {down:.1f}s")
