@@ -9,6 +9,11 @@ built from pinned Go modules through small wrapper modules under
 ``e2e/tools/<name>/`` and cached outside the repository in
 ``${TRITON_OPERATOR_CACHE:-~/.cache/triton-operator}/bin/<key>/``.
 
+Metrics: a custom/external metrics API server (sigs.k8s.io/custom-metrics-apiserver's test
+provider, e2e/tools/custom-metrics-adapter) registered as APIServices custom.metrics.k8s.io and
+external.metrics.k8s.io; tests write values to its URL (``cluster.py env``: $TRITON_E2E_METRICS_WRITE_URL),
+and kube-controller-manager's HPA controller reads them.
+
 Nodes: kwok fake nodes (GPU and CPU) and, where this machine can run containers
 (root, containerd, runc), the real node ``real-node-1`` run by a real kubelet
 (see e2e/node.py; ``TRITON_E2E_REAL_NODE=0`` turns it off, ``TRITON_E2E_IMAGES=pause,...``
@@ -61,6 +66,8 @@ KUBECONFORM_VERSION = "v0.8.0"
 # v1.7.0 exists but its go.mod needs go >= 1.27; v1.6.3 is the newest release
 # usable with the Go 1.26 toolchain installed here.
 GATEWAY_API_VERSION = "v1.6.3"
+# the release line that matches Kubernetes v1.36 (its k8s.io/* requirements are v0.36.x)
+CUSTOM_METRICS_APISERVER_VERSION = "v1.36.0"
 
 
 def _k8s_staging_version(v: str) -> str:
@@ -131,6 +138,30 @@ TOOLS: dict[str, dict[str, Any]] = {
         "packages": {"kubeconform": "github.com/yannh/kubeconform/cmd/kubeconform"},
         "ldflags": [f"-X main.version={KUBECONFORM_VERSION}"],
     },
+    "custom-metrics-adapter": {
+        "module": "sigs.k8s.io/custom-metrics-apiserver",
+        "version": CUSTOM_METRICS_APISERVER_VERSION,
+        "local_replace_version": CUSTOM_METRICS_APISERVER_VERSION,
+        # Our own main package, committed in the wrapper module (e2e/tools/custom-metrics-adapter/
+        # main.go): the library's AdapterBase and test provider, with the metric-writing HTTP server
+        # on a loopback address given by a flag (upstream's test-adapter/main.go hard-codes :8080).
+        "main": "main.go",
+        "packages": {"custom-metrics-adapter": "triton-operator/e2e/tools/custom-metrics-adapter"},
+        # required at the version the kubernetes build uses (upstream asks for v0.36.1), so the
+        # packages of k8s.io/* that depend on nothing else newer come from the same Go build cache
+        "requires": {
+            m: _k8s_staging_version(KUBERNETES_VERSION)
+            for m in (
+                "k8s.io/api",
+                "k8s.io/apimachinery",
+                "k8s.io/apiserver",
+                "k8s.io/client-go",
+                "k8s.io/component-base",
+                "k8s.io/metrics",
+            )
+        },
+        "ldflags": [],
+    },
     "gateway-api": {
         "module": "sigs.k8s.io/gateway-api",
         "version": GATEWAY_API_VERSION,
@@ -142,9 +173,18 @@ TOOLS: dict[str, dict[str, Any]] = {
     },
 }
 
-# Build order: biggest first so a failure shows early; all sequential.
-BUILD_ORDER = ["kubernetes", "etcd", "kwok", "helm", "kubeconform", "gateway-api"]
-REQUIRED_BINARIES = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok"]
+# Build order: biggest first so a failure shows early; all sequential. The metrics adapter right
+# after kubernetes, whose k8s.io/* packages it shares where it can.
+BUILD_ORDER = ["kubernetes", "custom-metrics-adapter", "etcd", "kwok", "helm", "kubeconform", "gateway-api"]
+REQUIRED_BINARIES = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kwok",
+    "custom-metrics-adapter",
+]
 
 PIN_STAMP_PREFIX = "// triton-operator pins: "
 
@@ -187,19 +227,32 @@ def _go_version() -> str:
         return "nogo"
 
 
-GOMOD_KEYS = ("module", "version", "local_replace_version", "packages")
+GOMOD_KEYS = ("module", "version", "local_replace_version", "packages", "requires", "main")
+
+
+def _main_source(name: str) -> bytes | None:
+    """The committed main package file of a wrapper whose spec names one ("main"), else None."""
+    main = TOOLS[name].get("main")
+    return (TOOLS_DIR / name / main).read_bytes() if main else None
 
 
 def _tool_pin(name: str, gomod_only: bool = False) -> str:
-    """Hash of a tool's spec; gomod_only: just what determines its wrapper go.mod."""
+    """Hash of a tool's spec; gomod_only: just what determines its wrapper go.mod.
+
+    A wrapper with its own main package: that file's content too (its imports decide go.mod/go.sum).
+    """
     spec = TOOLS[name]
     keys = GOMOD_KEYS if gomod_only else sorted(spec)
-    blob = json.dumps({k: spec.get(k) for k in keys}, sort_keys=True)
+    pin: dict[str, Any] = {k: spec.get(k) for k in keys if k in spec}
+    source = _main_source(name)
+    if source is not None:
+        pin["main_sha256"] = hashlib.sha256(source).hexdigest()
+    blob = json.dumps(pin, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def cache_key() -> str:
-    """Short hash over pins + wrapper go.mod/go.sum contents + go version."""
+    """Short hash over pins (with any wrapper's own main package) + wrapper go.mod/go.sum + go version."""
     h = hashlib.sha256()
     h.update(_go_version().encode())
     for name in BUILD_ORDER:
@@ -285,7 +338,8 @@ def generate_wrapper_gomod(name: str, env: dict[str, str] | None = None) -> str:
 
     Upstream replace directives that point at local directories (k8s staging
     modules, etcd's sibling modules) are rewritten to the published module at the
-    matching version; other (module => module version) replaces are copied.
+    matching version; other (module => module version) replaces are copied. The spec's
+    "requires" (module -> version) are required beside the tool's module.
     """
     env = env or _go_env()
     spec = TOOLS[name]
@@ -302,12 +356,16 @@ def generate_wrapper_gomod(name: str, env: dict[str, str] | None = None) -> str:
             reps.append(f"\t{old} => {old} {spec['local_replace_version']}")
         else:
             reps.append(f"\t{left} => {right}")
+    requires = {spec["module"]: spec["version"], **spec.get("requires", {})}
     text = (
         f"{PIN_STAMP_PREFIX}{_tool_pin(name, gomod_only=True)} (generated by e2e/cluster.py)\n"
         f"module triton-operator/e2e/tools/{name}\n\n"
         f"go {go_version}\n\n"
-        f"require {spec['module']} {spec['version']}\n"
     )
+    if len(requires) == 1:
+        text += f"require {spec['module']} {spec['version']}\n"
+    else:
+        text += "require (\n" + "".join(f"\t{m} {v}\n" for m, v in requires.items()) + ")\n"
     if reps:
         text += "\nreplace (\n" + "\n".join(reps) + "\n)\n"
     return text
@@ -326,7 +384,11 @@ def ensure_wrapper(name: str, env: dict[str, str] | None = None, force: bool = F
     d.mkdir(parents=True, exist_ok=True)
     gomod.write_text(generate_wrapper_gomod(name, env))
     (d / "go.sum").unlink(missing_ok=True)
-    if spec["packages"]:
+    if spec.get("main"):  # our own main package: its imports are what go mod tidy keeps
+        (d / "tools.go").unlink(missing_ok=True)
+        tidy_env = dict(env, GOFLAGS=env["GOFLAGS"] + " -mod=mod")
+        _go_with_sumdb_fallback(["go", "mod", "tidy"], cwd=d, env=tidy_env)
+    elif spec["packages"]:
         imports = "\n".join(f'\t_ "{p}"' for p in spec["packages"].values())
         (d / "tools.go").write_text(
             "//go:build tools\n\n// Package tools pins the binaries built by e2e/cluster.py.\n"
@@ -435,6 +497,23 @@ FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 GPU_NODES = ["gpu-node-1", "gpu-node-2"]
 CPU_NODES = ["cpu-node-1"]
 
+# The custom/external metrics API server (e2e/tools/custom-metrics-adapter) runs on the host, bound
+# to 127.0.0.1; kube-aggregator reaches it through an ExternalName Service `localhost` (its default
+# resolver turns one into https://<externalName>:<APIService port>) and checks its serving cert
+# against the cluster CA for the name <service>.<namespace>.svc.
+METRICS_ADAPTER = "custom-metrics-adapter"
+METRICS_NAMESPACE = "custom-metrics"
+METRICS_SERVICE = "custom-metrics-apiserver"
+METRICS_APISERVICES = [
+    ("custom.metrics.k8s.io", "v1beta1"),
+    ("custom.metrics.k8s.io", "v1beta2"),
+    ("external.metrics.k8s.io", "v1beta1"),
+]
+METRICS_WRITE_URL_ENV = "TRITON_E2E_METRICS_WRITE_URL"
+# kube-controller-manager's --horizontal-pod-autoscaler-sync-period (default 15s): an HPA test takes
+# seconds, not minutes
+HPA_SYNC_PERIOD = "5s"
+
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -518,6 +597,8 @@ def is_up(sd: Path | None = None) -> bool:
     pids = _read_pids(sd)
     if not pids or not all(_pid_alive(p) for p in pids.values()) or not node.pids_alive(sd):
         return False
+    if not set(COMPONENTS) <= set(pids):  # started by an older e2e/cluster.py: up() starts it anew
+        return False
     api = _api(sd)
     return bool(api and api.ok("/readyz"))
 
@@ -551,6 +632,16 @@ def _make_pki(pki: Path) -> None:
         f"subjectAltName=IP:127.0.0.1,IP:{SERVICE_IP},IP:{node.NODE_IP},DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
         "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n",
+    )
+    # kube-apiserver's client certificate towards aggregated API servers (--proxy-client-cert-file);
+    # its CN is the --requestheader-allowed-names they accept
+    node.sign(pki, "front-proxy-client", "/CN=front-proxy-client", node.CLIENT_EXT)
+    node.sign(
+        pki,
+        METRICS_ADAPTER,
+        f"/CN={METRICS_SERVICE}.{METRICS_NAMESPACE}.svc",
+        f"subjectAltName=DNS:{METRICS_SERVICE}.{METRICS_NAMESPACE}.svc,DNS:localhost,IP:127.0.0.1\n"
+        "extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\n",
     )
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
@@ -817,6 +908,7 @@ def _up(build_if_needed: bool, timeout: float) -> Path:
     sd.chmod(0o700)
     (sd / "etcd").chmod(0o700)
     ports = {k: _free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok")}
+    ports |= {k: _free_port() for k in ("metrics_adapter", "metrics_write")}
     ports |= {k: _free_port() for k in ("kubelet", "kubelet_healthz", "proxy_healthz", "proxy_metrics")}
     token = hashlib.sha256(os.urandom(32)).hexdigest()[:40]
     (sd / ADMIN_TOKEN_FILE).write_text(token + "\n")
@@ -833,7 +925,13 @@ def _up(build_if_needed: bool, timeout: float) -> Path:
     (sd / "kwok.yaml").write_text(kwok_stages(bins))
     (sd / "cluster.json").write_text(
         json.dumps(
-            {"ports": ports, "bin_dir": str(bins), "started": time.time(), "kubernetes": KUBERNETES_VERSION},
+            {
+                "ports": ports,
+                "bin_dir": str(bins),
+                "started": time.time(),
+                "kubernetes": KUBERNETES_VERSION,
+                "metrics": {"write_url": _metrics_write_url(ports)},
+            },
             indent=2,
         )
         + "\n"
@@ -891,6 +989,11 @@ def _up(build_if_needed: bool, timeout: float) -> Path:
             f"--client-ca-file={pki / 'ca.crt'}",
             f"--requestheader-client-ca-file={pki / 'ca.crt'}",
             "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
             f"--token-auth-file={sd / 'tokens.csv'}",
             "--authorization-mode=Node,RBAC",
             "--anonymous-auth=true",
@@ -931,6 +1034,7 @@ def _up(build_if_needed: bool, timeout: float) -> Path:
             f"--flex-volume-plugin-dir={sd / 'kcm-flex'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--controllers=*",
+            f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_PERIOD}",
             "--enable-garbage-collector=true",
             "--use-service-account-credentials=false",
             "--profiling=false",
@@ -969,6 +1073,8 @@ def _up(build_if_needed: bool, timeout: float) -> Path:
             "--v=INFO",
         ],
     )
+
+    _start_metrics_adapter(sd, bins, api, kc, ports)
 
     # fake nodes
     for n in GPU_NODES + CPU_NODES:
@@ -1043,6 +1149,7 @@ def _up(build_if_needed: bool, timeout: float) -> Path:
             real.wait_ready(lambda: _node_ready(api, node.NODE_NAME), timeout)
         except Exception as e:
             real, real_skip = None, _real_node_abandon(sd, e, keep_guard=True)
+    _wait_metrics_apis(sd, api, timeout)
     _wait("kube-apiserver /readyz", lambda: api.ok("/readyz"), 30, sd)
     took = time.monotonic() - t0
     meta = _load_meta(sd)
@@ -1065,6 +1172,101 @@ def _node_ready(api: Api, name: str) -> bool:
     return any(
         c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", [])
     )
+
+
+def _metrics_write_url(ports: dict[str, int]) -> str:
+    """Where the metrics adapter takes values: POST <url>/namespaces/<ns>/<resource>/<name>/<metric>."""
+    return f"http://127.0.0.1:{ports['metrics_write']}/write-metrics"
+
+
+def _start_metrics_adapter(sd: Path, bins: Path, api: Api, kc: Path, ports: dict[str, int]) -> None:
+    """Start the custom/external metrics API server and register its APIServices (not yet Available)."""
+    pki = sd / "pki"
+    _spawn(
+        sd,
+        METRICS_ADAPTER,
+        [
+            str(bins / METRICS_ADAPTER),
+            "--bind-address=127.0.0.1",
+            f"--secure-port={ports['metrics_adapter']}",
+            f"--tls-cert-file={pki / f'{METRICS_ADAPTER}.crt'}",
+            f"--tls-private-key-file={pki / f'{METRICS_ADAPTER}.key'}",
+            f"--lister-kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--discovery-interval=5s",
+            f"--write-metrics-address=127.0.0.1:{ports['metrics_write']}",
+            "--v=1",
+        ],
+    )
+    ca = base64.b64encode((pki / "ca.crt").read_bytes()).decode()
+    objects: list[tuple[str, dict[str, Any]]] = [
+        (
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": METRICS_NAMESPACE}},
+        ),
+        (
+            f"/api/v1/namespaces/{METRICS_NAMESPACE}/services",
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": METRICS_SERVICE, "namespace": METRICS_NAMESPACE},
+                "spec": {"type": "ExternalName", "externalName": "localhost"},
+            },
+        ),
+    ]
+    for group, version in METRICS_APISERVICES:
+        apiservice: dict[str, Any] = {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": f"{version}.{group}"},
+            "spec": {
+                "group": group,
+                "version": version,
+                "service": {
+                    "namespace": METRICS_NAMESPACE,
+                    "name": METRICS_SERVICE,
+                    "port": ports["metrics_adapter"],
+                },
+                "caBundle": ca,
+                "groupPriorityMinimum": 100,
+                "versionPriority": 200 if version == "v1beta2" else 100,
+            },
+        }
+        objects.append(("/apis/apiregistration.k8s.io/v1/apiservices", apiservice))
+    for path, body in objects:
+        try:
+            api.request("POST", path, body)
+        except urllib.error.HTTPError as e:
+            if e.code != 409:
+                detail = e.read().decode(errors="replace")
+                raise RuntimeError(
+                    f"creating {body['kind']} {body['metadata']['name']}: HTTP {e.code}: {detail}"
+                ) from e
+
+
+def _wait_metrics_apis(sd: Path, api: Api, timeout: float) -> None:
+    """Wait until the metrics APIServices are Available; else fail with their conditions and the log tail."""
+    last: dict[str, str] = {}
+
+    def available() -> bool:
+        for group, version in METRICS_APISERVICES:
+            name = f"{version}.{group}"
+            status = (api.get(f"/apis/apiregistration.k8s.io/v1/apiservices/{name}") or {}).get("status", {})
+            c: dict[str, Any] = next(
+                (x for x in status.get("conditions", []) if x["type"] == "Available"), {}
+            )
+            last[name] = f"{c.get('status')} {c.get('reason')}: {c.get('message')}"
+            if c.get("status") != "True":
+                return False
+        return True
+
+    try:
+        _wait("metrics APIServices Available", available, timeout, sd)
+    except TimeoutError as e:
+        lf = sd / "logs" / f"{METRICS_ADAPTER}.log"
+        tail = "\n".join(lf.read_text(errors="replace").splitlines()[-30:]) if lf.exists() else ""
+        raise TimeoutError(f"{e}; last Available conditions: {last}; log {lf}:\n{tail}") from e
 
 
 def _real_node_start(sd: Path, bins: Path, ports: dict[str, int]) -> tuple[node.RealNode | None, str]:
@@ -1095,7 +1297,7 @@ def _real_node_abandon(sd: Path, err: BaseException, keep_guard: bool = False) -
     return reason
 
 
-COMPONENTS = ["kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
+COMPONENTS = [METRICS_ADAPTER, "kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"]
 
 
 def _procs_referencing(path: Path, pgids: set[int] | None = None) -> list[int]:
@@ -1143,7 +1345,11 @@ def _down(quiet: bool) -> None:
     except Exception as e:  # stop the control plane anyway; report at the end
         node_error = e
     # clients first, then the apiserver (it shuts down quickly only while etcd is still there), etcd last
-    waves = [["kwok", "kube-scheduler", "kube-controller-manager"], ["kube-apiserver"], ["etcd"]]
+    waves = [
+        [METRICS_ADAPTER, "kwok", "kube-scheduler", "kube-controller-manager"],
+        ["kube-apiserver"],
+        ["etcd"],
+    ]
     waves.append([n for n in pids if n not in COMPONENTS])
     for wave in waves:
         node.terminate([pids[n] for n in wave if n in pids])
@@ -1179,6 +1385,7 @@ def status() -> dict[str, Any]:
         "bin_dir": str(bin_dir()),
         "binaries_built": binaries_ready(),
         "real_node": _load_meta(sd).get("real_node"),
+        "metrics_write_url": metrics_write_url(),
     }
 
 
@@ -1205,9 +1412,17 @@ def real_node() -> tuple[dict[str, Any] | None, str]:
     return None, str(real.get("skipped") or "the local cluster has no real node")
 
 
+def metrics_write_url() -> str | None:
+    """The metrics adapter's write URL of this state dir's cluster (see _metrics_write_url), or None."""
+    url = _load_meta(state_dir()).get("metrics", {}).get("write_url")
+    return str(url) if url else None
+
+
 def env_lines() -> list[str]:
     """Shell exports for the cluster of this state dir (`cluster.py env`)."""
     lines = [f"export KUBECONFIG={kubeconfig_path()}", f"export PATH={bin_dir()}:$PATH"]
+    url = metrics_write_url()
+    lines.append(f"export {METRICS_WRITE_URL_ENV}={url}" if url else f"unset {METRICS_WRITE_URL_ENV}")
     real, why = real_node()
     if real is not None:
         lines += [
@@ -1237,7 +1452,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub.add_parser("up", help="start the cluster (idempotent); print the kubeconfig path")
     sub.add_parser("down", help="stop the cluster and remove its state")
-    sub.add_parser("env", help="print shell exports (KUBECONFIG, PATH)")
+    sub.add_parser("env", help=f"print shell exports (KUBECONFIG, PATH, {METRICS_WRITE_URL_ENV})")
     sub.add_parser("status", help="is the cluster up? (exit 0 if up, 1 if not)")
     sub.add_parser(
         "leftovers", help="list what of the cluster and its real node remains (exit 1 if anything does)"

@@ -11,6 +11,8 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,9 +22,10 @@ from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import ConfigMap, Event, Secret, Service
+from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Secret, Service
 from lightkube.types import PatchType
 
+import cluster as local_cluster  # e2e/cluster.py (e2e/ is on pytest's pythonpath)
 from testkit import REPO, free_port, stop_process, wait_for, wait_healthy
 
 TS = create_namespaced_resource("triton-operator.io", "v1alpha1", "TritonService", "tritonservices")
@@ -298,3 +301,93 @@ def s3_client(server: Any) -> Any:
     import storage_servers  # noqa: PLC0415 (boto3 is loaded only by the tests that need a store)
 
     return storage_servers.s3_client(server.endpoint)
+
+
+# ----------------------------------------------------------------- the cluster's custom metrics API
+
+
+def metrics_write_url(kubeconfig: Path) -> str | None:
+    """Where the metrics adapter of the cluster of ``kubeconfig`` takes values, or None if it has none.
+
+    $TRITON_E2E_METRICS_WRITE_URL (`e2e/cluster.py env` exports it with KUBECONFIG), else the URL that
+    e2e/cluster.py recorded when ``kubeconfig`` is its own.
+    """
+    url = os.environ.get(local_cluster.METRICS_WRITE_URL_ENV)
+    if url:
+        return url
+    if kubeconfig.resolve() == local_cluster.kubeconfig_path().resolve():
+        return local_cluster.metrics_write_url()
+    return None
+
+
+@dataclass(frozen=True)
+class CustomMetrics:
+    """The custom metrics API of an e2e/cluster.py cluster: values written to its adapter
+    (sigs.k8s.io/custom-metrics-apiserver's test provider), read back through kube-apiserver."""
+
+    write_url: str
+    kubeconfig: Path
+
+    def write(self, namespace: str, resource: str, name: str, metric: str, value: int | str) -> None:
+        """Set ``metric`` of the object ``resource``/``name`` (e.g. "pods"/"web-0") to ``value``, a
+        Kubernetes quantity (``3``, ``"300m"``). The adapter keeps it until it is written again."""
+        parts = [namespace, resource, name, metric]
+        for what, part in zip(("namespace", "resource", "name", "metric"), parts, strict=True):
+            if not part or "/" in part:
+                raise ValueError(f"metric {what} must be a non-empty path segment, got {part!r}")
+        path = "/".join(urllib.parse.quote(x, safe="") for x in parts)
+        request = urllib.request.Request(
+            f"{self.write_url}/namespaces/{path}",
+            data=json.dumps(str(value)).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
+
+    def write_all(
+        self, kube: Client, namespace: str, selector: dict[str, str], metric: str, value: int | str
+    ) -> list[str]:
+        """Set ``metric`` to ``value`` for every pod of ``namespace`` that ``selector`` matches (an HPA counts
+        a pod without a value as missing); the pods' names."""
+        labels: dict[str, Any] = dict(selector)
+        listed = kube.list(Pod, namespace=namespace, labels=labels)
+        pods = sorted(p.metadata.name for p in listed if p.metadata is not None and p.metadata.name)
+        for pod in pods:
+            self.write(namespace, "pods", pod, metric, value)
+        return pods
+
+    def read(
+        self,
+        namespace: str,
+        resource: str,
+        metric: str,
+        *,
+        name: str = "*",
+        selector: str = "",
+        version: str = "v1beta2",
+    ) -> dict[str, str]:
+        """``metric`` of ``resource``/``name`` (``*``: every object ``selector`` matches) as kube-apiserver
+        serves it from /apis/custom.metrics.k8s.io/<version>: described object name -> value."""
+        path = f"/apis/custom.metrics.k8s.io/{version}/namespaces/{namespace}/{resource}/{name}/{metric}"
+        if selector:
+            path += "?" + urllib.parse.urlencode({"labelSelector": selector})
+        body = self.get_raw(path)
+        items = body["items"] if body.get("kind") == "MetricValueList" else [body]
+        return {i["describedObject"]["name"]: i["value"] for i in items}
+
+    def get_raw(self, path: str) -> dict[str, Any]:
+        """GET ``path`` from kube-apiserver with the kubeconfig (kubectl get --raw)."""
+        kubectl = local_cluster.bin_dir() / "kubectl"
+        command = str(kubectl) if kubectl.exists() else shutil.which("kubectl")
+        assert command, "no kubectl (python3 e2e/cluster.py build provides one)"
+        proc = subprocess.run(
+            [command, f"--kubeconfig={self.kubeconfig}", "get", "--raw", path],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert proc.returncode == 0, f"kubectl get --raw {path}: {proc.stderr}"
+        out: dict[str, Any] = json.loads(proc.stdout)
+        return out
