@@ -272,3 +272,18 @@ def seaweedfs(seaweedfs_on: Callable[[str], Server]) -> Server:
     """A real S3 server on loopback: the storage tests' S3 store, the store the operator process
     (not pods) pins repositories from in the cluster tests."""
     return seaweedfs_on("127.0.0.1")
+
+
+@pytest.fixture(scope="session")
+def metrics(cluster: Path) -> Any:
+    """The cluster's custom metrics API (its custom-metrics-adapter), as an e2e_helpers.CustomMetrics."""
+    import cluster as local_cluster  # noqa: PLC0415 (e2e/cluster.py)
+    from e2e_helpers import CustomMetrics, metrics_write_url  # noqa: PLC0415
+
+    url = metrics_write_url(cluster)
+    if url is None:
+        pytest.skip(
+            f"the cluster of {cluster} has no metrics adapter write URL "
+            f'(${local_cluster.METRICS_WRITE_URL_ENV}; `eval "$(python3 e2e/cluster.py env)"`)'
+        )
+    return CustomMetrics(url, cluster)

@@ -12,12 +12,16 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from lightkube import Client
+from lightkube import ApiError, Client
 from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
+from lightkube.resources.core_v1 import Pod
 
 import e2e_helpers
 from e2e_helpers import REVISION_LABEL, SERVICE_LABEL, apply, get_ts
@@ -25,6 +29,7 @@ from testkit import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
+QUEUE_TIME = "triton_queue_time_per_request_microseconds"
 SMALL = {"cpu": "100m", "memory": "256Mi"}
 
 
@@ -77,7 +82,8 @@ def deployments(kube: Client, namespace: str, name: str) -> dict[str, dict[str, 
 
 
 def settled(kube: Client, namespace: str, name: str, want: dict[str, int]) -> dict[str, Any] | None:
-    """The TritonService once each revision of ``want`` runs that many Ready pods (others at 0)."""
+    """The TritonService once each revision of ``want`` runs that many Ready pods (others at 0) and its
+    status says so."""
     deps = deployments(kube, namespace, name)
     for revision, dep in deps.items():
         goal = want.get(revision, 0)
@@ -90,9 +96,21 @@ def settled(kube: Client, namespace: str, name: str, want: dict[str, int]) -> di
     if (
         status.get("replicas") != sum(want.values())
         or status.get("observedGeneration") != ts["metadata"]["generation"]
+        # The status counts the stable's Ready pods at a reconcile after the Deployment's.
+        or status.get("readyReplicas") != want.get(status.get("stableRevision") or "", 0)
     ):
         return None
     return ts
+
+
+def find_hpa(kube: Client, namespace: str, name: str) -> HorizontalPodAutoscaler | None:
+    """The HPA, or None while it does not exist."""
+    try:
+        return kube.get(HorizontalPodAutoscaler, name, namespace=namespace)
+    except ApiError as exc:
+        if exc.status.code == 404:
+            return None
+        raise
 
 
 def selector_of(revisions: list[str], name: str) -> str:
@@ -179,3 +197,204 @@ def test_scaling_mid_canary_keeps_the_ratio_and_the_step(
         what="the canary promoted at the scaled count",
     )
     assert ts["status"]["selector"] == selector_of([b], "ratio")
+
+
+class LoadWriter:
+    """Writes each serving pod's queue time so that they add up to one load: the service's total
+    ``load`` shared evenly by the pods of status.selector's revisions (what a metric that adds up
+    over pods reads when the Service spreads requests evenly). The HPA controller reads them."""
+
+    def __init__(self, kube: Client, metrics: e2e_helpers.CustomMetrics, namespace: str, name: str) -> None:
+        self.kube, self.metrics, self.namespace, self.name = kube, metrics, namespace, name
+        self.load = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="load-writer", daemon=True)
+
+    def pods(self) -> list[str]:
+        status = get_ts(self.kube, self.namespace, self.name).get("status") or {}
+        revisions = {status.get("stableRevision"), status.get("canaryRevision")} - {None}
+        out = []
+        for pod in self.kube.list(Pod, namespace=self.namespace, labels={SERVICE_LABEL: self.name}):
+            meta = pod.metadata
+            if (
+                meta is not None
+                and meta.deletionTimestamp is None
+                and (meta.labels or {}).get(REVISION_LABEL) in revisions
+            ):
+                out.append(str(meta.name))
+        return out
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                pods = self.pods()
+                for pod in pods:
+                    self.metrics.write(
+                        self.namespace, "pods", pod, QUEUE_TIME, str(self.load // max(len(pods), 1))
+                    )
+            except Exception as exc:  # the test reads errors; the writer goes on
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> LoadWriter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def test_the_hpa_controller_scales_a_canarying_tritonservice_without_inflating_it(
+    kube: Client, namespace: str, operator: Any, metrics: e2e_helpers.CustomMetrics
+) -> None:
+    """kube-controller-manager's HPA controller, on spec.autoscaling's owned HPA, reads a Pods metric
+    from the real custom metrics API server and scales the TritonService through /scale.
+
+    During a 50 % canary, a load of 12000 (queue-time microseconds summed over the pods) against a
+    target of 4000 per pod needs 3 pods: from 1 stable + 1 canary the HPA goes to spec.replicas 3
+    (stable 3, canary ceil(1.5) = 2), and stays there though 5 pods now serve (the canary is not
+    counted into spec.replicas, so each look of the HPA finds the same ceil(12000 / 4000)). A load
+    of 4000 brings it back to 1 (stable 1, canary 1).
+    """
+    autoscaling = {
+        "minReplicas": 1,
+        "maxReplicas": 6,
+        "metrics": [{"queueTime": {"averageMicroseconds": 4000}}],
+        "behavior": {
+            "scaleUp": {
+                "stabilizationWindowSeconds": 0,
+                "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15}],
+            },
+            "scaleDown": {
+                "stabilizationWindowSeconds": 0,
+                "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}],
+            },
+        },
+    }
+    body = tritonservice(
+        "elastic", namespace, autoscaling=autoscaling, rollout={"steps": [{"setWeight": 50}, {"pause": {}}]}
+    )
+    body["spec"].pop("replicas")  # the HPA owns it (README: GitOps)
+    apply(kube, body)
+    a = str(
+        wait_for(
+            lambda: get_ts(kube, namespace, "elastic").get("status", {}).get("stableRevision"), what="stable"
+        )
+    )
+    hpa = wait_for(lambda: find_hpa(kube, namespace, "elastic"), what="the owned HPA")
+    assert hpa.metadata is not None and hpa.metadata.ownerReferences
+    assert hpa.metadata.ownerReferences[0].kind == "TritonService"
+
+    with LoadWriter(kube, metrics, namespace, "elastic") as load:
+        load.load = 2000  # half the target for the one pod: 1 replica (minReplicas)
+        wait_for(lambda: settled(kube, namespace, "elastic", {a: 1}), what="1 Ready pod")
+        active = wait_for(
+            lambda: (
+                (c := e2e_helpers.condition(get_ts(kube, namespace, "elastic"), "Autoscaling"))
+                and c.get("reason") == "AutoscalerActive"
+                and c
+            ),
+            timeout=120,
+            what="Autoscaling=True/AutoscalerActive (the HPA read its metric)",
+        )
+        assert (
+            active["status"] == "True"
+            and "1 to 6 replicas on triton_queue_time_per_request_microseconds 4000" in active["message"]
+        )
+
+        revised = copy.deepcopy(body)
+        revised["spec"]["serverArgs"] = ["--log-verbose=1"]
+        apply(kube, revised)
+
+        def paused(kube: Client = kube) -> dict[str, Any] | None:
+            status = get_ts(kube, namespace, "elastic").get("status") or {}
+            return status if status.get("currentStepIndex") == 1 and status.get("canaryRevision") else None
+
+        b = str(wait_for(paused, what="the canary at its pause step")["canaryRevision"])
+        wait_for(lambda: settled(kube, namespace, "elastic", {a: 1, b: 1}), what="stable 1 + canary 1")
+
+        load.load = 12000
+        wait_for(
+            lambda: settled(kube, namespace, "elastic", {a: 3, b: 2}), timeout=120, what="stable 3 + canary 2"
+        )
+        seen = set()
+        for _ in range(16):  # three HPA syncs and more (kube-controller-manager syncs every 5 s here)
+            seen.add(int(get_ts(kube, namespace, "elastic")["spec"]["replicas"]))
+            time.sleep(1)
+        assert seen == {3}, f"spec.replicas moved while the load stayed: {seen}"
+        status = get_ts(kube, namespace, "elastic")["status"]
+        assert (status["currentStepIndex"], status["canaryWeight"]) == (1, 50)
+
+        load.load = 4000
+        wait_for(
+            lambda: settled(kube, namespace, "elastic", {a: 1, b: 1}),
+            timeout=120,
+            what="back to stable 1 + canary 1",
+        )
+    assert not [e for e in load.errors if "NotFound" not in e], load.errors[:5]
+    # The HPA writes its own status just after the scale.
+    wait_for(
+        lambda: (
+            e2e_helpers.as_dict(kube.get(HorizontalPodAutoscaler, "elastic", namespace=namespace))[
+                "status"
+            ].get("currentReplicas")
+            == 1
+        ),
+        what="the HPA's status at 1 replica",
+    )
+
+
+def test_a_users_hpa_on_the_service_is_left_alone_and_the_owned_one_removed(
+    kube: Client, namespace: str, operator: Any
+) -> None:
+    body = tritonservice(
+        "shared", namespace, autoscaling={"maxReplicas": 3, "metrics": [{"cpu": {"averageUtilization": 80}}]}
+    )
+    apply(kube, body)
+    wait_for(lambda: find_hpa(kube, namespace, "shared"), what="the owned HPA")
+    users = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "keda-hpa-shared", "namespace": namespace},
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": "triton-operator.io/v1alpha1",
+                "kind": "TritonService",
+                "name": "shared",
+            },
+            "minReplicas": 2,
+            "maxReplicas": 4,
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": "x"},
+                        "target": {"type": "AverageValue", "averageValue": "1"},
+                    },
+                }
+            ],
+        },
+    }
+    kube.create(cast(HorizontalPodAutoscaler, HorizontalPodAutoscaler.from_dict(users)))
+    # The operator finds it at its next pass (a spec change here; else within 60 s).
+    apply(kube, {**body, "spec": {**body["spec"], "replicas": 3}})
+    verdict = wait_for(
+        lambda: (
+            (c := e2e_helpers.condition(get_ts(kube, namespace, "shared"), "Autoscaling")).get("reason")
+            == "ForeignAutoscaler"
+            and c
+        ),
+        what="Autoscaling=False/ForeignAutoscaler",
+    )
+    assert "keda-hpa-shared" in verdict["message"] and verdict["status"] == "False"
+    wait_for(
+        lambda: (
+            not list(
+                kube.list(HorizontalPodAutoscaler, namespace=namespace, labels={SERVICE_LABEL: "shared"})
+            )
+        ),
+        what="the owned HPA gone",
+    )
+    assert kube.get(HorizontalPodAutoscaler, "keda-hpa-shared", namespace=namespace).spec.maxReplicas == 4

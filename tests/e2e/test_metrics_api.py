@@ -20,7 +20,7 @@ from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
 from lightkube.resources.core_v1 import Pod, Service
 
 import cluster as local_cluster  # e2e/cluster.py (e2e/ is on pytest's pythonpath)
-from e2e_helpers import CustomMetrics, metrics_write_url
+from e2e_helpers import CustomMetrics
 from testkit import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -29,17 +29,6 @@ METRIC = "requests_per_second"
 LABELS = {"app": "metrics-e2e"}
 SELECTOR = "app=metrics-e2e"
 KWOK = {"type": "kwok"}  # the fake nodes' label (e2e/cluster.py _node_manifest)
-
-
-@pytest.fixture(scope="module")
-def metrics(cluster: Path) -> CustomMetrics:
-    url = metrics_write_url(cluster)
-    if url is None:
-        pytest.skip(
-            f"the cluster of {cluster} has no metrics adapter write URL "
-            f'(${local_cluster.METRICS_WRITE_URL_ENV}; `eval "$(python3 e2e/cluster.py env)"`)'
-        )
-    return CustomMetrics(url, cluster)
 
 
 def pod_spec() -> dict[str, Any]:
