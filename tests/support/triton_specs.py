@@ -14,6 +14,18 @@ MODEL_CODE = Path(__file__).resolve().parent.parent / "data" / "triton_models"
 
 CPU = [{"kind": "KIND_CPU", "count": 1}]
 
+# A Python add/sub model's config.pbtxt, written by hand for tests that load a model folder directly.
+ADD_SUB_CONFIG_PBTXT = """
+name: "{name}"
+backend: "python"
+max_batch_size: 8
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [4] }},
+        {{ name: "INPUT1" data_type: TYPE_FP32 dims: [4] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [4] }},
+         {{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [4] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+"""
+
 
 def _vector(name: str, data_type: str = "TYPE_FP32", dims: list[int] | None = None) -> dict[str, Any]:
     return {"name": name, "dataType": data_type, "dims": dims or [4]}

@@ -25,6 +25,7 @@ import yaml
 
 from real_pods import behaving_source
 from testkit import load_chartlib
+from triton_specs import ADD_SUB_CONFIG_PBTXT
 from tritonserver import RunningServer, TritonInstall, start_server
 
 pytestmark = [pytest.mark.triton, pytest.mark.timeout(600)]
@@ -32,16 +33,7 @@ pytestmark = [pytest.mark.triton, pytest.mark.timeout(600)]
 chartlib = load_chartlib()
 EXAMPLES = chartlib.AUTOSCALING_DIR
 
-CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [4] }},
-        {{ name: "INPUT1" data_type: TYPE_FP32 dims: [4] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [4] }},
-         {{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [4] }} ]
-instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-"""
+CONFIG = ADD_SUB_CONFIG_PBTXT
 # `slow` takes 30 ms a request on its one instance: concurrent requests wait in Triton's queue.
 MODELS = {"slow": 0.03, "fast": 0.0}
 BODY = json.dumps(

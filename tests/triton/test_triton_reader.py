@@ -14,18 +14,10 @@ import pytest
 from real_pods import behaving_source
 from triton_operator.adapters.triton_reader import PodTarget, TritonReader
 from triton_operator.core.analysis import Counters
+from triton_specs import ADD_SUB_CONFIG_PBTXT
 from tritonserver import RunningServer, TritonInstall, start_server
 
-CONFIG = """
-name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [4] }},
-        {{ name: "INPUT1" data_type: TYPE_FP32 dims: [4] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [4] }},
-         {{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [4] }} ]
-instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-"""
+CONFIG = ADD_SUB_CONFIG_PBTXT
 BODY = json.dumps(
     {
         "inputs": [
