@@ -24,6 +24,7 @@ grow r by the canary's share each time the HPA looks.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -33,11 +34,14 @@ from triton_operator.core.conditions import (
     AUTOSCALER_ACTIVE,
     AUTOSCALER_NOT_SCALING,
     AUTOSCALER_PENDING,
+    AUTOSCALER_REMOVED,
+    AUTOSCALING,
     FALSE,
     FOREIGN_AUTOSCALER,
     TRUE,
     UNKNOWN,
     Verdict,
+    find_condition,
 )
 from triton_operator.core.names import LABEL_REVISION, LABEL_SERVICE, TRITON_CONTAINER
 from triton_operator.core.observation import DeploymentState
@@ -260,6 +264,57 @@ def autoscaling_verdict(
     desired = status.get("desiredReplicas")
     wants = f"; it last asked for {desired}" if desired is not None else ""
     return Verdict(TRUE, AUTOSCALER_ACTIVE, f"HorizontalPodAutoscaler scales {what}{wants}")
+
+
+def autoscalers_wanted(ts: TritonService, previous_status: Mapping[str, Any]) -> bool:
+    """Whether a pass reads the namespace's HPAs: spec.autoscaling is set, or the status's Autoscaling
+    condition says the operator may still own an HPA to delete. A service that never asked costs
+    no request."""
+    had = find_condition(previous_status.get("conditions") or [], AUTOSCALING) is not None
+    return ts.spec.autoscaling is not None or had
+
+
+@dataclasses.dataclass(frozen=True)
+class Autoscalers:
+    """The HPAs that target one TritonService."""
+
+    foreign: tuple[str, ...]
+    """Names of the HPAs that are not the operator's (a user's, KEDA's): they win."""
+    own: Mapping[str, Any] | None
+    """The operator's HPA `<name>` as stored, if it exists."""
+
+    @classmethod
+    def of(cls, hpas: Iterable[Mapping[str, Any]], name: str, uid: str | None) -> Autoscalers:
+        """Sorted out from the HPAs of the TritonService's namespace."""
+        listed = list(hpas)
+        return cls(
+            foreign=tuple(foreign_autoscalers(listed, name, uid)), own=own_autoscaler(listed, name, uid)
+        )
+
+    def verdict(self, ts: TritonService) -> Verdict | None:
+        """The Autoscaling condition; None removes it (spec.autoscaling unset and the owned HPA gone).
+
+        While an owned HPA the spec no longer asks for still exists, the condition stays and says
+        so: the status keeps the record that an HPA may need deleting until it is seen gone.
+        """
+        if ts.spec.autoscaling is None:
+            if self.own is None:
+                return None
+            return Verdict(
+                FALSE,
+                AUTOSCALER_REMOVED,
+                f"spec.autoscaling is unset: HorizontalPodAutoscaler {ts.name} is deleted, and"
+                f" spec.replicas stays at {ts.spec.replicas}",
+            )
+        return autoscaling_verdict(ts.spec.autoscaling, self.foreign, self.own)
+
+    def apply_own(self, ts: TritonService) -> bool:
+        """Whether the owned HPA is to be written: spec.autoscaling asks and nothing else scales it."""
+        return ts.spec.autoscaling is not None and not self.foreign
+
+    def delete_own(self, ts: TritonService) -> bool:
+        """Whether the owned HPA exists and is no longer wanted."""
+        return self.own is not None and not self.apply_own(ts)
 
 
 def autoscaling_name(hpa: Mapping[str, Any] | None) -> str:

@@ -17,7 +17,7 @@ from triton_operator.adapters.kube import (
 from triton_operator.core import conditions as cond
 from triton_operator.core.actions import Actions, RevisionPlan, plan_actions
 from triton_operator.core.analysis import AnalysisResult
-from triton_operator.core.autoscaling import scale_replicas, scale_selector, scaled_revisions
+from triton_operator.core.autoscaling import Autoscalers, scale_replicas, scale_selector, scaled_revisions
 from triton_operator.core.builders import (
     build_event,
     compute_revision,
@@ -42,7 +42,7 @@ from triton_operator.core.validation.spec import spec_warnings
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile.analysis import TritonView, analysis_status, models_status
-from triton_operator.reconcile.autoscaling import AUTOSCALER_RETRY_SECONDS, Autoscalers, look
+from triton_operator.reconcile.autoscaling import AUTOSCALER_RETRY_SECONDS, look
 from triton_operator.reconcile.observe import Seen, current_manifest, observe, unsyncable
 from triton_operator.reconcile.pinning import (
     ManifestPinner,
