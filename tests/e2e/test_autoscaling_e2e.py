@@ -25,16 +25,13 @@ from lightkube.resources.core_v1 import Pod
 
 import e2e_helpers
 from e2e_helpers import REVISION_LABEL, SERVICE_LABEL, apply, get_ts
+from e2e_helpers import small_tritonservice as tritonservice
 from testkit import wait_for
+from triton_operator.core.autoscaling import scale_selector
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 QUEUE_TIME = "triton_queue_time_per_request_microseconds"
-SMALL = {"cpu": "100m", "memory": "256Mi"}
-
-
-def tritonservice(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
-    return e2e_helpers.tritonservice(name, namespace, **{"resources": SMALL, **spec})
 
 
 def get_raw(kubectl: str, cluster: Path, path: str) -> dict[str, Any]:
@@ -113,14 +110,6 @@ def find_hpa(kube: Client, namespace: str, name: str) -> HorizontalPodAutoscaler
         raise
 
 
-def selector_of(revisions: list[str], name: str) -> str:
-    chosen = sorted(revisions)
-    part = (
-        f"{REVISION_LABEL}={chosen[0]}" if len(chosen) == 1 else f"{REVISION_LABEL} in ({','.join(chosen)})"
-    )
-    return f"{part},{SERVICE_LABEL}={name}"
-
-
 def test_kubectl_scale_resizes_a_tritonservice_through_the_scale_subresource(
     kube: Client, namespace: str, operator: Any, cluster: Path, kubectl: str | None
 ) -> None:
@@ -147,7 +136,7 @@ def test_kubectl_scale_resizes_a_tritonservice_through_the_scale_subresource(
     )
     assert sub["kind"] == "Scale"
     assert sub["spec"] == {"replicas": 3}
-    assert sub["status"] == {"replicas": 3, "selector": selector_of([a], "scaled")}
+    assert sub["status"] == {"replicas": 3, "selector": scale_selector("scaled", [a])}
 
     scale(kubectl, cluster, namespace, "scaled", 1)
     wait_for(lambda: settled(kube, namespace, "scaled", {a: 1}), what="1 Ready pod after scaling down")
@@ -178,7 +167,7 @@ def test_scaling_mid_canary_keeps_the_ratio_and_the_step(
 
     b = str(wait_for(at_step, what="the canary at its pause step")["canaryRevision"])
     ts = wait_for(lambda: settled(kube, namespace, "ratio", {a: 2, b: 1}), what="stable 2 + canary 1")
-    assert ts["status"]["selector"] == selector_of([a, b], "ratio")  # both take traffic
+    assert ts["status"]["selector"] == scale_selector("ratio", [a, b])  # both take traffic
 
     # An autoscaler (here kubectl) doubles the service: the canary follows, ceil(4 * 50%) = 2.
     scale(kubectl, cluster, namespace, "ratio", 4)
@@ -196,7 +185,7 @@ def test_scaling_mid_canary_keeps_the_ratio_and_the_step(
         ),
         what="the canary promoted at the scaled count",
     )
-    assert ts["status"]["selector"] == selector_of([b], "ratio")
+    assert ts["status"]["selector"] == scale_selector("ratio", [b])
 
 
 class LoadWriter:

@@ -26,7 +26,6 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Service
 
-import e2e_helpers
 from e2e_helpers import (
     CRASH,
     ENSEMBLE_OF_A_MISSING_MODEL,
@@ -40,6 +39,7 @@ from e2e_helpers import (
     events,
     kubectl_triton,
 )
+from e2e_helpers import small_tritonservice as tritonservice
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -47,15 +47,8 @@ HTTPROUTE = create_namespaced_resource("gateway.networking.k8s.io", "v1", "HTTPR
 GRPCROUTE = create_namespaced_resource("gateway.networking.k8s.io", "v1", "GRPCRoute", "grpcroutes")
 HEADER_RULES = "triton-operator.io/header-route-rules"
 
-SMALL = {"cpu": "100m", "memory": "256Mi"}  # what the rollout tests' pods ask for
-
 
 # ----------------------------------------------------------------- objects
-
-
-def tritonservice(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
-    """e2e_helpers' TritonService with SMALL resources unless ``spec`` names others."""
-    return e2e_helpers.tritonservice(name, namespace, **{"resources": SMALL, **spec})
 
 
 def revised(body: dict[str, Any], **spec: Any) -> dict[str, Any]:

@@ -82,6 +82,15 @@ def tritonservice(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
     return body
 
 
+SMALL = {"cpu": "100m", "memory": "256Mi"}
+"""What the kwok rollout and autoscaling tests' pods ask for (many fit the fake nodes)."""
+
+
+def small_tritonservice(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    """``tritonservice`` with SMALL resources unless ``spec`` names others."""
+    return tritonservice(name, namespace, **{"resources": SMALL, **spec})
+
+
 def as_dict(obj: Any) -> dict[str, Any]:
     """A lightkube object as the API returns it (camelCase dict)."""
     out: dict[str, Any] = obj.to_dict()
