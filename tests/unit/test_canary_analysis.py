@@ -94,14 +94,17 @@ def test_latency_is_the_chosen_duration_per_successful_request(
             "3001us = 1.50 x stable 2000us > 1.5 x",
         ),
         ({}, Counters(success=100, request_us=100 * 2999), OK, PASSED, "= 1.50 x stable"),
-        # the stable had too few requests to compare with: only the absolute check applies
+        # the stable had too few requests to compare with yet: no pass on a skipped check
         (
             {},
             Counters(success=100, request_us=100 * 9000),
             Counters(success=3, request_us=3),
-            PASSED,
-            "9000us",
+            INCONCLUSIVE,
+            "success ratio 1.0000 over 100 requests; stable: 3 of 50 requests needed to compare latency",
         ),
+        ({}, OK, {}, INCONCLUSIVE, "stable: 0 of 50 requests needed"),
+        # ... and without a relative check, the stable's traffic does not matter
+        ({"maxLatencyRatio": None}, OK, Counters(success=3, request_us=3), PASSED, "request latency 2000us"),
         (
             {"maxLatencyMicroseconds": 5000},
             Counters(success=100, request_us=100 * 6000),
@@ -136,6 +139,18 @@ def test_judge_one_model(
     assert result.verdict == verdict
     assert reason in result.models[0].reason, result.models[0].reason
     assert result.message.startswith(f"analysis {verdict.lower()} after 42s at weight 20: m: ")
+
+
+@pytest.mark.parametrize(("weight", "verdict"), [(99, INCONCLUSIVE), (100, PASSED)])
+def test_at_full_weight_the_stable_takes_no_traffic_and_latency_is_not_compared(
+    weight: int, verdict: str
+) -> None:
+    slow = Counters(success=100, request_us=100 * 9000)
+    result = judge(Analysis(), ["m"], {"m": slow}, {}, revision="r", weight=weight, window_seconds=1)
+    assert result.verdict == verdict, result.message
+    # the absolute limit still applies at full weight
+    capped = Analysis.model_validate({"maxLatencyMicroseconds": 5000})
+    assert judge(capped, ["m"], {"m": slow}, {}, revision="r", weight=100, window_seconds=1).verdict == FAILED
 
 
 def test_a_failure_is_never_hidden_by_too_little_traffic_elsewhere_and_no_model_is_skipped() -> None:

@@ -290,7 +290,8 @@ class Analysis(_Model):
         1.5,
         gt=0,
         description="Highest canary average latency as a multiple of the stable's in the same window "
-        "(judged when the stable had minRequests too); null: no relative check.",
+        "(the window runs until the stable has minRequests too; at weight 100 not judged); null: no "
+        "relative check.",
     )
     max_latency_microseconds: int | None = Field(
         None, ge=1, description="Highest canary average latency in microseconds; unset: no absolute check."

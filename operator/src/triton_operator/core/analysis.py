@@ -39,7 +39,12 @@ from triton_operator.models import Analysis, LatencyMetric
 #     Failed        successRatio < minSuccessRatio
 #                   or latency > maxLatencyMicroseconds (when set)
 #                   or latency > maxLatencyRatio x stable latency (when set, and the stable had
-#                      minRequests in the window too; otherwise there is nothing to compare with)
+#                      minRequests in the window too)
+#     Inconclusive  maxLatencyRatio set, the stable takes traffic (weight < 100) but had fewer than
+#                   minRequests in the window: the relative check cannot be made yet, and a canary
+#                   is never passed on a check that was skipped. (With a 50/50 split, the canary
+#                   can reach minRequests a moment before the stable does: the window then runs on.)
+#                   At weight 100 the stable takes no traffic: only the other checks apply.
 #     Passed        otherwise
 # The canary's verdict: Failed when any judged model failed (a failure is never hidden by too
 # little traffic elsewhere), else Inconclusive when any judged model is, else Passed.
@@ -178,8 +183,11 @@ def _fmt_us(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}us"
 
 
-def judge_model(spec: Analysis, model: str, canary: Counters | None, stable: Counters | None) -> ModelFigures:
-    """One model's verdict from the canary's and the stable's increases in the window."""
+def judge_model(
+    spec: Analysis, model: str, canary: Counters | None, stable: Counters | None, *, weight: int = 0
+) -> ModelFigures:
+    """One model's verdict from the canary's and the stable's increases in the window, at the
+    canary's traffic ``weight`` (at 100 the stable takes no traffic: no relative latency check)."""
     canary = canary or Counters()
     stable = stable or Counters()
     requests = int(canary.requests)
@@ -202,17 +210,16 @@ def judge_model(spec: Analysis, model: str, canary: Counters | None, stable: Cou
     if latency is not None and limit is not None and latency > limit:
         return figures(FAILED, f"{what} > {limit}us")
     compared = ""
-    if (
-        spec.max_latency_ratio is not None
-        and latency is not None
-        and stable_latency is not None
-        and stable_latency > 0
-        and stable_requests >= spec.min_requests
-    ):
-        times = latency / stable_latency
-        compared = f" = {times:.2f} x stable {_fmt_us(stable_latency)}"
-        if times > spec.max_latency_ratio:
-            return figures(FAILED, f"{what}{compared} > {spec.max_latency_ratio:g} x")
+    ratio_limit = spec.max_latency_ratio
+    if ratio_limit is not None and latency is not None and weight < 100:  # at 100 the stable takes no traffic
+        if stable_requests < spec.min_requests:
+            needed = f"stable: {stable_requests} of {spec.min_requests} requests needed to compare latency"
+            return figures(INCONCLUSIVE, f"{seen}; {needed}")
+        if stable_latency is not None and stable_latency > 0:
+            times = latency / stable_latency
+            compared = f" = {times:.2f} x stable {_fmt_us(stable_latency)}"
+            if times > ratio_limit:
+                return figures(FAILED, f"{what}{compared} > {ratio_limit:g} x")
     return figures(PASSED, f"{seen}, {what}{compared}")
 
 
@@ -257,11 +264,19 @@ def judge(
     >>> few = Counters(success=20, request_us=20 * 2000)
     >>> judge(spec, ["m"], {"m": few}, {"m": ok}, revision="r", weight=10, window_seconds=30).verdict
     'Inconclusive'
+
+    The canary had enough, the stable not yet: its latency cannot be compared, so no pass.
+
+    >>> r = judge(spec, ["m"], {"m": ok}, {"m": few}, revision="r", weight=50, window_seconds=30)
+    >>> r.verdict
+    'Inconclusive'
+    >>> r.models[0].reason.split("; ")[1]
+    'stable: 20 of 50 requests needed to compare latency'
     >>> judge(spec, ["m", "n"], {"m": few, "n": flaky}, {}, revision="r", weight=10,
     ...       window_seconds=30).verdict
     'Failed'
     """
-    figures = tuple(judge_model(spec, m, canary.get(m), stable.get(m)) for m in models)
+    figures = tuple(judge_model(spec, m, canary.get(m), stable.get(m), weight=weight) for m in models)
     verdicts = {f.verdict for f in figures}
     if FAILED in verdicts:
         verdict = FAILED
