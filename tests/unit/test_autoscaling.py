@@ -220,6 +220,28 @@ def test_without_behaviour_the_hpa_keeps_the_controllers_defaults() -> None:
     assert "behavior" not in hpa["spec"] and hpa["spec"]["minReplicas"] == 1
 
 
+@pytest.mark.parametrize(
+    ("rules", "sent"),
+    [
+        ({"stabilizationWindowSeconds": 0}, {"stabilizationWindowSeconds": 0}),
+        ({"policies": [], "selectPolicy": "Max"}, {"selectPolicy": "Max"}),
+        ({}, {}),
+    ],
+)
+def test_a_direction_without_policies_leaves_them_to_the_api_servers_defaults(
+    rules: dict[str, Any], sent: dict[str, Any]
+) -> None:
+    """kube-apiserver refuses `policies: []` ("must specify at least one Policy") but defaults an
+    absent list: the HPA never carries an empty one."""
+    behavior = {
+        "scaleUp": rules,
+        "scaleDown": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]},
+    }
+    hpa = auto.build_hpa(ts(autoscaling={"maxReplicas": 3, "metrics": [RATE], "behavior": behavior}))
+    assert hpa["spec"]["behavior"]["scaleUp"] == sent
+    assert hpa["spec"]["behavior"]["scaleDown"] == behavior["scaleDown"]
+
+
 def test_build_hpa_refuses_a_spec_without_autoscaling() -> None:
     with pytest.raises(ValueError, match=r"spec\.autoscaling is not set"):
         auto.build_hpa(ts())

@@ -517,7 +517,9 @@ class ScalingRules(_Model):
         description="Past recommendations considered; unset: the HPA's default (0 up, 300 down).",
     )
     select_policy: Literal["Max", "Min", "Disabled"] | None = None
-    policies: list[ScalingPolicy] = Field(default_factory=list, max_length=10)
+    policies: list[ScalingPolicy] = Field(
+        default_factory=list, max_length=10, description="Empty: the HPA controller's default policies."
+    )
 
 
 class ScalingBehavior(_Model):

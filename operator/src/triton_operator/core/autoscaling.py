@@ -156,6 +156,11 @@ def build_hpa(ts: TritonService) -> dict[str, Any]:
     }
     if autoscaling.behavior is not None:
         behavior = autoscaling.behavior.to_api()
+        for rules in behavior.values():
+            # The API server fills in its default policies only for a direction that names none:
+            # `policies: []` is refused ("must specify at least one Policy").
+            if not rules.get("policies"):
+                rules.pop("policies", None)
         if behavior:
             spec["behavior"] = behavior
     return {
