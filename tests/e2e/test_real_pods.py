@@ -779,3 +779,168 @@ def test_a_canary_without_traffic_is_inconclusive_and_pauses(
     again = get_ts(kube, namespace, "quiet")
     assert again["status"].get("canaryRevision") == obj["status"]["canaryRevision"]
     assert condition(again, "Degraded")["status"] == "False"
+
+
+# ----------------------------------------------------------------- autoscaling real pods
+
+INFERENCE_RATE = "triton_inferences_per_second"
+
+
+class TritonRateBridge:
+    """Stands in for Prometheus + prometheus-adapter, which cannot run here (no image can be fetched):
+    every 0.5 s it reads each pod's real Triton metrics (:8002/metrics) and writes the pod's
+    inferences a second to the cluster's custom metrics API, as examples/autoscaling's rule
+    ``sum by (pod) (rate(nv_inference_count[1m]))`` would, over a 4 s window instead of a minute.
+    The numbers are tritonserver's own: the HPA scales on the load the pods really served."""
+
+    WINDOW = 4.0
+
+    def __init__(self, kube: Client, metrics: Any, namespace: str, name: str) -> None:
+        import collections  # noqa: PLC0415
+        import threading  # noqa: PLC0415
+
+        self.kube, self.metrics, self.namespace, self.name = kube, metrics, namespace, name
+        self.samples: dict[str, collections.deque[tuple[float, float]]] = collections.defaultdict(
+            collections.deque
+        )
+        self.rates: dict[str, float] = {}
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="triton-rate-bridge", daemon=True)
+
+    @staticmethod
+    def served(pod_ip: str) -> float:
+        """nv_inference_count summed over the models and versions of one tritonserver."""
+        import urllib.request  # noqa: PLC0415
+
+        from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
+        with urllib.request.urlopen(f"http://{pod_ip}:8002/metrics", timeout=3) as response:
+            text = response.read().decode()
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "nv_inference_count"
+            for s in family.samples
+        )
+
+    def _pass(self) -> None:
+        now = time.monotonic()
+        for pod in pods(self.kube, self.namespace, self.name):
+            name = pod.metadata.name
+            if pod.metadata.deletionTimestamp is not None:
+                continue
+            rate = 0.0
+            if ready(pod) and pod.status.podIP:
+                window = self.samples[name]
+                window.append((now, self.served(pod.status.podIP)))
+                while window and now - window[0][0] > self.WINDOW:
+                    window.popleft()
+                (t0, c0), (t1, c1) = window[0], window[-1]
+                rate = (c1 - c0) / (t1 - t0) if t1 > t0 else 0.0
+            self.rates[name] = rate
+            self.metrics.write(self.namespace, "pods", name, INFERENCE_RATE, f"{round(rate * 1000)}m")
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._pass()
+            except Exception as exc:  # the test reads errors; the bridge goes on
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> TritonRateBridge:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def test_the_hpa_scales_real_tritonserver_pods_on_their_served_rate_and_no_request_fails(  # noqa: PLR0917
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, metrics: Any
+) -> None:
+    """spec.autoscaling's HPA, run by kube-controller-manager, scales real tritonserver pods on the
+    inferences a second they serve (Triton's nv_inference_count, through TritonRateBridge): a busy
+    client (about 40 requests a second against a target of 10 a pod) brings a second pod, which
+    takes requests through the Service; when only a slow client is left (4 a second) the service
+    goes back to one pod. Neither client sees a failed request, scale-down included."""
+    autoscaling = {
+        "minReplicas": 1,
+        "maxReplicas": 2,
+        "metrics": [{"inferencesPerSecond": {"averagePerPod": "10"}}],
+        "behavior": {
+            "scaleUp": {"stabilizationWindowSeconds": 0},
+            "scaleDown": {
+                "stabilizationWindowSeconds": 0,
+                "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}],
+            },
+        },
+    }
+    body = on_real_node("elastic", namespace, bucket=bucket, endpoint=store.endpoint, autoscaling=autoscaling)
+    body["spec"].pop("replicas")  # the HPA owns it (README: Autoscaling, GitOps)
+    apply(kube, body)
+    stable = serving(kube, namespace, "elastic")["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "elastic")
+    answering(host, 0)
+
+    def serving_pods(count: int) -> list[str] | None:
+        obj = get_ts(kube, namespace, "elastic")
+        live = [p for p in pods(kube, namespace, "elastic") if p.metadata.deletionTimestamp is None]
+        names = sorted(p.metadata.name for p in live if ready(p))
+        status = obj.get("status") or {}
+        settled = (
+            len(live) == count and status.get("replicas") == count and obj["spec"].get("replicas") == count
+        )
+        return names if settled and len(names) == count else None
+
+    slow = LoadClient(host, interval=0.25, max_seconds=400).start()
+    try:
+        with TritonRateBridge(kube, metrics, namespace, "elastic") as bridge:
+            (first,) = wait_for(lambda: serving_pods(1), timeout=60, what="one pod")
+            active = wait_for(
+                lambda: (
+                    (c := condition(get_ts(kube, namespace, "elastic"), "Autoscaling"))
+                    and c.get("reason") == "AutoscalerActive"
+                    and c
+                ),
+                timeout=120,
+                what="Autoscaling=True/AutoscalerActive (the HPA read the pods' rate)",
+            )
+            assert f"1 to 2 replicas on {INFERENCE_RATE} 10" in active["message"], active
+
+            busy = LoadClient(host, interval=0.01, max_seconds=300).start()
+            try:
+                both = wait_for(lambda: serving_pods(2), timeout=180, what="a second Ready pod")
+                (second,) = set(both) - {first}
+                # the Service sends the busy client's requests to the new pod too
+                wait_for(
+                    lambda: bridge.rates.get(second, 0) > 1,
+                    timeout=30,
+                    what=f"pod {second} to serve requests ({bridge.rates})",
+                )
+                # both pods share the busy client's requests: each serves over its target, and
+                # together what the client sent (Triton's counts against the client's)
+                sent, since = busy.sent + slow.sent, time.monotonic()
+                time.sleep(TritonRateBridge.WINDOW + 0.5)
+                sent_rate = (busy.sent + slow.sent - sent) / (time.monotonic() - since)
+                shared = {pod: bridge.rates.get(pod, 0.0) for pod in both}
+            finally:
+                no_request_failed(busy, "autoscaling: busy client")
+            # only the slow client now: about 4 a second, under one pod's target
+            (left,) = wait_for(lambda: serving_pods(1), timeout=180, what="back to one pod")
+            # the slow client goes on until the other pod has drained and is gone
+            wait_for(
+                lambda: len(pods(kube, namespace, "elastic")) == 1, timeout=60, what="the other pod to go"
+            )
+            time.sleep(1)
+    finally:
+        no_request_failed(slow, "autoscaling: slow client")
+    print(f"two pods served (inferences/s): {shared}; the clients sent {sent_rate:.1f}/s")
+    assert all(rate > 10 for rate in shared.values()), shared
+    assert 0.6 * sent_rate < sum(shared.values()) < 1.4 * sent_rate, (shared, sent_rate)
+    assert not bridge.errors, bridge.errors[:5]
+    assert left in (first, second)
+    obj = get_ts(kube, namespace, "elastic")
+    assert obj["status"]["stableRevision"] == stable and set(slow.answers) == {0.0}
