@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -26,7 +25,7 @@ from lightkube.resources.core_v1 import Pod
 import e2e_helpers
 from e2e_helpers import REVISION_LABEL, SERVICE_LABEL, apply, get_ts
 from e2e_helpers import small_tritonservice as tritonservice
-from testkit import wait_for
+from testkit import Repeating, wait_for
 from triton_operator.core.autoscaling import scale_selector
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -188,17 +187,15 @@ def test_scaling_mid_canary_keeps_the_ratio_and_the_step(
     assert ts["status"]["selector"] == scale_selector("ratio", [b])
 
 
-class LoadWriter:
+class LoadWriter(Repeating):
     """Writes each serving pod's queue time so that they add up to one load: the service's total
     ``load`` shared evenly by the pods of status.selector's revisions (what a metric that adds up
     over pods reads when the Service spreads requests evenly). The HPA controller reads them."""
 
     def __init__(self, kube: Client, metrics: e2e_helpers.CustomMetrics, namespace: str, name: str) -> None:
+        super().__init__()
         self.kube, self.metrics, self.namespace, self.name = kube, metrics, namespace, name
         self.load = 0
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="load-writer", daemon=True)
 
     def pods(self) -> list[str]:
         status = get_ts(self.kube, self.namespace, self.name).get("status") or {}
@@ -214,25 +211,10 @@ class LoadWriter:
                 out.append(str(meta.name))
         return out
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                pods = self.pods()
-                for pod in pods:
-                    self.metrics.write(
-                        self.namespace, "pods", pod, QUEUE_TIME, str(self.load // max(len(pods), 1))
-                    )
-            except Exception as exc:  # the test reads errors; the writer goes on
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-            self._stop.wait(0.5)
-
-    def __enter__(self) -> LoadWriter:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+    def step(self) -> None:
+        pods = self.pods()
+        for pod in pods:
+            self.metrics.write(self.namespace, "pods", pod, QUEUE_TIME, str(self.load // max(len(pods), 1)))
 
 
 def test_the_hpa_controller_scales_a_canarying_tritonservice_without_inflating_it(

@@ -8,8 +8,10 @@ saying why. The S3 store (seaweedfs) listens on the pod bridge's gateway so pods
 
 from __future__ import annotations
 
+import collections
 import re
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 from lightkube import Client
 from lightkube.resources.apps_v1 import Deployment, ReplicaSet
 from lightkube.resources.core_v1 import Namespace, Pod, Service
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e_helpers import (
     TS,
@@ -43,7 +46,7 @@ from real_pods import (
     raising_source,
     real_node,
 )
-from testkit import wait_for
+from testkit import Repeating, wait_for
 from triton_operator.adapters.control import KubeControl
 from triton_operator.client import InputError, TritonClient
 
@@ -786,7 +789,7 @@ def test_a_canary_without_traffic_is_inconclusive_and_pauses(
 INFERENCE_RATE = "triton_inferences_per_second"
 
 
-class TritonRateBridge:
+class TritonRateBridge(Repeating):
     """Stands in for Prometheus + prometheus-adapter, which cannot run here (no image can be fetched):
     every 0.5 s it reads each pod's real Triton metrics (:8002/metrics) and writes the pod's
     inferences a second to the cluster's custom metrics API, as examples/autoscaling's rule
@@ -796,25 +799,16 @@ class TritonRateBridge:
     WINDOW = 4.0
 
     def __init__(self, kube: Client, metrics: Any, namespace: str, name: str) -> None:
-        import collections  # noqa: PLC0415
-        import threading  # noqa: PLC0415
-
+        super().__init__()
         self.kube, self.metrics, self.namespace, self.name = kube, metrics, namespace, name
         self.samples: dict[str, collections.deque[tuple[float, float]]] = collections.defaultdict(
             collections.deque
         )
         self.rates: dict[str, float] = {}
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="triton-rate-bridge", daemon=True)
 
     @staticmethod
     def served(pod_ip: str) -> float:
         """nv_inference_count summed over the models and versions of one tritonserver."""
-        import urllib.request  # noqa: PLC0415
-
-        from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
-
         with urllib.request.urlopen(f"http://{pod_ip}:8002/metrics", timeout=3) as response:
             text = response.read().decode()
         return sum(
@@ -824,7 +818,7 @@ class TritonRateBridge:
             for s in family.samples
         )
 
-    def _pass(self) -> None:
+    def step(self) -> None:
         now = time.monotonic()
         for pod in pods(self.kube, self.namespace, self.name):
             name = pod.metadata.name
@@ -840,22 +834,6 @@ class TritonRateBridge:
                 rate = (c1 - c0) / (t1 - t0) if t1 > t0 else 0.0
             self.rates[name] = rate
             self.metrics.write(self.namespace, "pods", name, INFERENCE_RATE, f"{round(rate * 1000)}m")
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._pass()
-            except Exception as exc:  # the test reads errors; the bridge goes on
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-            self._stop.wait(0.5)
-
-    def __enter__(self) -> TritonRateBridge:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
 
 
 def test_the_hpa_scales_real_tritonserver_pods_on_their_served_rate_and_no_request_fails(  # noqa: PLR0917

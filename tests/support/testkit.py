@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import pytest
 import yaml
@@ -43,6 +44,38 @@ def wait_for(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+class Repeating:
+    """A background loop for a test: ``step`` runs every ``every`` seconds in a thread while the object
+    is used as a context manager. What a step raises is kept in ``errors`` (the test reads them) and
+    the loop goes on."""
+
+    every = 0.5
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=type(self).__name__, daemon=True)
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception as exc:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
 
 
 def free_port() -> int:
