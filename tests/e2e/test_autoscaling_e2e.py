@@ -10,7 +10,6 @@ real tritonserver pods.
 from __future__ import annotations
 
 import copy
-import json
 import subprocess
 import time
 from pathlib import Path
@@ -31,19 +30,6 @@ from triton_operator.core.autoscaling import scale_selector
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 QUEUE_TIME = "triton_queue_time_per_request_microseconds"
-
-
-def get_raw(kubectl: str, cluster: Path, path: str) -> dict[str, Any]:
-    """`kubectl get --raw PATH`, parsed."""
-    out = subprocess.run(
-        [kubectl, f"--kubeconfig={cluster}", "get", "--raw", path],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    result: dict[str, Any] = json.loads(out.stdout)
-    return result
 
 
 def scale(kubectl: str, cluster: Path, namespace: str, name: str, replicas: int) -> str:
@@ -128,7 +114,7 @@ def test_kubectl_scale_resizes_a_tritonservice_through_the_scale_subresource(
     )
     assert done["spec"]["replicas"] == 3 and done["status"]["readyReplicas"] == 3
     # The scale subresource, as an HPA or KEDA reads it.
-    sub = get_raw(
+    sub = e2e_helpers.get_raw(
         kubectl,
         cluster,
         f"/apis/triton-operator.io/v1alpha1/namespaces/{namespace}/tritonservices/scaled/scale",

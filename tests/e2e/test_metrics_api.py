@@ -20,7 +20,7 @@ from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
 from lightkube.resources.core_v1 import Pod, Service
 
 import cluster as local_cluster  # e2e/cluster.py (e2e/ is on pytest's pythonpath)
-from e2e_helpers import CustomMetrics
+from e2e_helpers import CustomMetrics, as_dict, condition
 from testkit import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -94,15 +94,6 @@ def hpa(name: str, target: str) -> HorizontalPodAutoscaler:
         },
     }
     return cast(HorizontalPodAutoscaler, HorizontalPodAutoscaler.from_dict(body))
-
-
-def as_dict(obj: Any) -> dict[str, Any]:
-    out: dict[str, Any] = obj.to_dict()
-    return out
-
-
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next((dict(c) for c in obj.get("status", {}).get("conditions") or [] if c["type"] == kind), {})
 
 
 def test_metrics_apiservices_are_available(kube: Client, cluster: Path, metrics: CustomMetrics) -> None:

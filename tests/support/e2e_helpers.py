@@ -117,7 +117,7 @@ def get_ts(kube: Client, namespace: str, name: str) -> dict[str, Any]:
 
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     """Condition ``kind`` of ``obj``'s status; {} when there is none."""
-    return next((dict(c) for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+    return next((dict(c) for c in obj.get("status", {}).get("conditions") or [] if c["type"] == kind), {})
 
 
 def observed(obj: dict[str, Any]) -> bool:
@@ -390,13 +390,19 @@ class CustomMetrics:
         kubectl = local_cluster.bin_dir() / "kubectl"
         command = str(kubectl) if kubectl.exists() else shutil.which("kubectl")
         assert command, "no kubectl (python3 e2e/cluster.py build provides one)"
-        proc = subprocess.run(
-            [command, f"--kubeconfig={self.kubeconfig}", "get", "--raw", path],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        assert proc.returncode == 0, f"kubectl get --raw {path}: {proc.stderr}"
-        out: dict[str, Any] = json.loads(proc.stdout)
-        return out
+        return get_raw(command, self.kubeconfig, path)
+
+
+def get_raw(kubectl: str, kubeconfig: Path, path: str) -> dict[str, Any]:
+    """``kubectl get --raw PATH`` against the cluster of ``kubeconfig``, parsed; fails the test with
+    kubectl's stderr when it exits non-zero."""
+    proc = subprocess.run(
+        [kubectl, f"--kubeconfig={kubeconfig}", "get", "--raw", path],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, f"kubectl get --raw {path}: {proc.stderr}"
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
