@@ -26,10 +26,9 @@ from e2e_helpers import REVISION_LABEL, SERVICE_LABEL, apply, get_ts
 from e2e_helpers import small_tritonservice as tritonservice
 from testkit import Repeating, wait_for
 from triton_operator.core.autoscaling import scale_selector
+from triton_operator.models import QUEUE_TIME_METRIC
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
-
-QUEUE_TIME = "triton_queue_time_per_request_microseconds"
 
 
 def scale(kubectl: str, cluster: Path, namespace: str, name: str, replicas: int) -> str:
@@ -199,8 +198,9 @@ class LoadWriter(Repeating):
 
     def step(self) -> None:
         pods = self.pods()
+        share = str(self.load // max(len(pods), 1))
         for pod in pods:
-            self.metrics.write(self.namespace, "pods", pod, QUEUE_TIME, str(self.load // max(len(pods), 1)))
+            self.metrics.write(self.namespace, "pods", pod, QUEUE_TIME_METRIC, share)
 
 
 def test_the_hpa_controller_scales_a_canarying_tritonservice_without_inflating_it(

@@ -49,6 +49,7 @@ from real_pods import (
 from testkit import Repeating, wait_for
 from triton_operator.adapters.control import KubeControl
 from triton_operator.client import InputError, TritonClient
+from triton_operator.models import INFERENCE_RATE_METRIC
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -786,8 +787,6 @@ def test_a_canary_without_traffic_is_inconclusive_and_pauses(
 
 # ----------------------------------------------------------------- autoscaling real pods
 
-INFERENCE_RATE = "triton_inferences_per_second"
-
 
 class TritonRateBridge(Repeating):
     """Stands in for Prometheus + prometheus-adapter, which cannot run here (no image can be fetched):
@@ -833,7 +832,7 @@ class TritonRateBridge(Repeating):
                 (t0, c0), (t1, c1) = window[0], window[-1]
                 rate = (c1 - c0) / (t1 - t0) if t1 > t0 else 0.0
             self.rates[name] = rate
-            self.metrics.write(self.namespace, "pods", name, INFERENCE_RATE, f"{round(rate * 1000)}m")
+            self.metrics.write(self.namespace, "pods", name, INFERENCE_RATE_METRIC, f"{round(rate * 1000)}m")
 
 
 def test_the_hpa_scales_real_tritonserver_pods_on_their_served_rate_and_no_request_fails(  # noqa: PLR0917
@@ -886,7 +885,7 @@ def test_the_hpa_scales_real_tritonserver_pods_on_their_served_rate_and_no_reque
                 timeout=120,
                 what="Autoscaling=True/AutoscalerActive (the HPA read the pods' rate)",
             )
-            assert f"1 to 2 replicas on {INFERENCE_RATE} 10" in active["message"], active
+            assert f"1 to 2 replicas on {INFERENCE_RATE_METRIC} 10" in active["message"], active
 
             busy = LoadClient(host, interval=0.01, max_seconds=300).start()
             try:

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from packaging_helpers import chartlib
+from triton_operator.models import INFERENCE_RATE_METRIC, QUEUE_TIME_METRIC
 
 EXAMPLES = chartlib.AUTOSCALING_DIR
 
@@ -70,6 +71,8 @@ def test_the_examples_scale_a_tritonservice_on_the_adapter_metrics() -> None:
     assert scaled["spec"]["scaleTargetRef"] == target
     pods_metrics = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
     assert sorted(pods_metrics) == sorted(chartlib.ADAPTER_METRICS)
+    # ... the names spec.autoscaling's HPA reads (queueTime, inferencesPerSecond without metricName)
+    assert chartlib.ADAPTER_METRICS == (QUEUE_TIME_METRIC, INFERENCE_RATE_METRIC)
     assert scaled["spec"]["minReplicaCount"] >= 1  # no pod: nothing to measure, never woken
     (_, config), *others = chartlib.adapter_configs(_docs(EXAMPLES / "prometheus-adapter-rules.yaml"))
     assert others == []
