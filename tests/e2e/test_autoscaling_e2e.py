@@ -94,17 +94,38 @@ def find_hpa(kube: Client, namespace: str, name: str) -> HorizontalPodAutoscaler
         raise
 
 
+def stable_revision(kube: Client, namespace: str, name: str) -> str:
+    """The TritonService's stable revision, once it has one."""
+    return str(
+        wait_for(
+            lambda: get_ts(kube, namespace, name).get("status", {}).get("stableRevision"),
+            what=f"a stable revision of {name}",
+        )
+    )
+
+
+def canary_at_pause(kube: Client, namespace: str, body: dict[str, Any]) -> str:
+    """Apply ``body`` with other server args (a new revision) and wait for its canary at the pause
+    step (index 1, after setWeight); the canary revision."""
+    revised = copy.deepcopy(body)
+    revised["spec"]["serverArgs"] = ["--log-verbose=1"]
+    apply(kube, revised)
+    name = body["metadata"]["name"]
+
+    def at_step() -> dict[str, Any] | None:
+        status = get_ts(kube, namespace, name).get("status") or {}
+        return status if status.get("currentStepIndex") == 1 and status.get("canaryRevision") else None
+
+    return str(wait_for(at_step, what=f"the canary of {name} at its pause step")["canaryRevision"])
+
+
 def test_kubectl_scale_resizes_a_tritonservice_through_the_scale_subresource(
     kube: Client, namespace: str, operator: Any, cluster: Path, kubectl: str | None
 ) -> None:
     if kubectl is None:
         pytest.skip("no kubectl binary")
     apply(kube, tritonservice("scaled", namespace, replicas=2))
-    ts = wait_for(
-        lambda: get_ts(kube, namespace, "scaled").get("status", {}).get("stableRevision"),
-        what="a stable revision",
-    )
-    a = str(ts)
+    a = stable_revision(kube, namespace, "scaled")
     wait_for(lambda: settled(kube, namespace, "scaled", {a: 2}), what="2 Ready pods")
 
     assert scale(kubectl, cluster, namespace, "scaled", 3) == "tritonservice.triton-operator.io/scaled scaled"
@@ -135,21 +156,9 @@ def test_scaling_mid_canary_keeps_the_ratio_and_the_step(
         "ratio", namespace, replicas=2, rollout={"steps": [{"setWeight": 50}, {"pause": {}}]}
     )
     apply(kube, body)
-    a = str(
-        wait_for(
-            lambda: get_ts(kube, namespace, "ratio").get("status", {}).get("stableRevision"), what="stable"
-        )
-    )
+    a = stable_revision(kube, namespace, "ratio")
     wait_for(lambda: settled(kube, namespace, "ratio", {a: 2}), what="2 Ready pods")
-    revised = copy.deepcopy(body)
-    revised["spec"]["serverArgs"] = ["--log-verbose=1"]
-    apply(kube, revised)
-
-    def at_step(kube: Client = kube) -> dict[str, Any] | None:
-        status = get_ts(kube, namespace, "ratio").get("status") or {}
-        return status if status.get("currentStepIndex") == 1 and status.get("canaryRevision") else None
-
-    b = str(wait_for(at_step, what="the canary at its pause step")["canaryRevision"])
+    b = canary_at_pause(kube, namespace, body)
     ts = wait_for(lambda: settled(kube, namespace, "ratio", {a: 2, b: 1}), what="stable 2 + canary 1")
     assert ts["status"]["selector"] == scale_selector("ratio", [a, b])  # both take traffic
 
@@ -235,11 +244,7 @@ def test_the_hpa_controller_scales_a_canarying_tritonservice_without_inflating_i
     )
     body["spec"].pop("replicas")  # the HPA owns it (README: GitOps)
     apply(kube, body)
-    a = str(
-        wait_for(
-            lambda: get_ts(kube, namespace, "elastic").get("status", {}).get("stableRevision"), what="stable"
-        )
-    )
+    a = stable_revision(kube, namespace, "elastic")
     hpa = wait_for(lambda: find_hpa(kube, namespace, "elastic"), what="the owned HPA")
     assert hpa.metadata is not None and hpa.metadata.ownerReferences
     assert hpa.metadata.ownerReferences[0].kind == "TritonService"
@@ -261,15 +266,7 @@ def test_the_hpa_controller_scales_a_canarying_tritonservice_without_inflating_i
             and "1 to 6 replicas on triton_queue_time_per_request_microseconds 4000" in active["message"]
         )
 
-        revised = copy.deepcopy(body)
-        revised["spec"]["serverArgs"] = ["--log-verbose=1"]
-        apply(kube, revised)
-
-        def paused(kube: Client = kube) -> dict[str, Any] | None:
-            status = get_ts(kube, namespace, "elastic").get("status") or {}
-            return status if status.get("currentStepIndex") == 1 and status.get("canaryRevision") else None
-
-        b = str(wait_for(paused, what="the canary at its pause step")["canaryRevision"])
+        b = canary_at_pause(kube, namespace, body)
         wait_for(lambda: settled(kube, namespace, "elastic", {a: 1, b: 1}), what="stable 1 + canary 1")
 
         load.load = 12000
