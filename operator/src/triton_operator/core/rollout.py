@@ -146,6 +146,9 @@ from triton_operator.models import CanaryStep, Inconclusive, Rollout, SetHeaderR
 #   * an abort request,                                  reason Aborted
 #   Abort: canary to 0, weights 100/0, Degraded=True naming the step index, Event Warning
 #   RolloutAborted. The stable revision is untouched throughout (Recreate: scaled back up).
+#   Traffic moves first: the reconcile writes the Services' selectors and the routes' weights,
+#   then the status, and only then scales the canary down (core.actions: a revision's scale-down
+#   is never part of its apply).
 #
 # Other decisions:
 #   * A new desired revision in the middle of a canary replaces it: old canary deleted, stable
