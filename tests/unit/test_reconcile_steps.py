@@ -462,3 +462,27 @@ async def test_an_abort_moves_traffic_off_the_canary_before_scaling_it_down(rout
     )
     deployment = kube.find("Deployment", NS, f"svc-{b}")
     assert deployment is not None and deployment["spec"]["replicas"] == 0
+
+
+async def test_a_pause_past_the_bound_is_refused_at_its_field_and_the_stable_revision_serves() -> None:
+    """Issue 22 item 11: durationSeconds 3e11 raised OverflowError on every pass once the canary
+    reached the step, freezing the service. It is refused at its field; the stable one serves."""
+    kube = MemKube()
+    kube.put(tritonservice("svc", NS, rollout={"steps": [{"pause": {"durationSeconds": 3600}}]}))
+    first, _ = await run(kube)
+    kubelet(kube)
+    await run(kube)
+
+    def new_spec(ts: dict[str, Any]) -> None:
+        ts["spec"]["rollout"]["steps"] = [{"pause": {"durationSeconds": 300_000_000_000}}]
+        ts["spec"]["models"][0]["config"]["maxBatchSize"] = 4
+
+    kube.edit(KIND, NS, "svc", new_spec)
+    result, _ = await run(kube)
+    assert result.invalid is not None
+    assert "spec.rollout.steps[0].pause.durationSeconds" in result.invalid
+    ready = condition(kube, cond.READY)
+    assert (ready["status"], ready["reason"]) == (cond.FALSE, cond.INVALID_SPEC)
+    assert [d["metadata"]["name"] for d in kube.of_kind("Deployment")] == [f"svc-{first.revision}"]
+    stable = kube.find("Deployment", NS, f"svc-{first.revision}")
+    assert stable is not None and stable["spec"]["replicas"] == 2

@@ -373,6 +373,32 @@ def test_canary_chain_10_pause60_50_pause_promote() -> None:
         assert plan.replicas["A"] == 4
 
 
+def test_a_timed_pause_past_any_date_from_an_old_object_neither_crashes_nor_ends() -> None:
+    """Issue 22 item 11: durationSeconds 3e11 (stored before the schema's bound) raised
+    OverflowError on every reconcile, freezing the service. The engine takes it as a pause
+    that ends past any calendar date."""
+    huge = 300_000_000_000
+    steps = [{"setWeight": 10}, {"pause": {"durationSeconds": 60}}]
+    rollout = make_rollout(steps=steps)
+    stored = rollout.steps[1].pause
+    assert stored is not None
+    old = stored.model_copy(update={"duration_seconds": huge})  # unvalidated, as stored before the bound
+    rollout = rollout.model_copy(
+        update={"steps": [rollout.steps[0], rollout.steps[1].model_copy(update={"pause": old})]}
+    )
+    sim = deployed(rollout)
+    sim.reconcile()
+    p = sim.reconcile(1)
+    assert p.status.current_step_index == 1
+    progressing = p.condition("Progressing")
+    assert progressing is not None and progressing.reason == "StepPaused"
+    assert "pause 300000000000s): paused past any calendar date" in progressing.message
+    assert p.requeue_after is not None and p.requeue_after > 0
+    assert sim.reconcile(10**8).status.current_step_index == 1  # three years on: still paused
+    sim.request("promote")
+    assert sim.reconcile(1).status.promoting
+
+
 def test_promote_request_is_applied_once() -> None:
     sim = deployed(make_rollout(steps=[{"pause": {}}, {"pause": {}}, {"pause": {}}]))
     sim.reconcile()

@@ -209,6 +209,14 @@ def parse_time(value: Any) -> datetime | None:
         return None
 
 
+def later(moment: datetime, seconds: float) -> datetime | None:
+    """``moment`` plus ``seconds``; None past datetime's range (a pause stored before its bound)."""
+    try:
+        return moment + timedelta(seconds=seconds)
+    except OverflowError:
+        return None
+
+
 def _utc(moment: datetime) -> datetime:
     if moment.tzinfo is None:
         return moment.replace(tzinfo=UTC)
@@ -1381,8 +1389,9 @@ class _Engine:
             if step.pause is not None and step.pause.duration_seconds is not None:
                 left = step.pause.duration_seconds - self.seconds_since(st.step_started_at)
                 requeue.append(left)
-                until = (st.step_started_at or self.now) + timedelta(seconds=step.pause.duration_seconds)
-                progressing = Verdict(TRUE, STEP_PAUSED, f"{where}: paused until {format_time(until)}")
+                until = later(st.step_started_at or self.now, step.pause.duration_seconds)
+                when = f"until {format_time(until)}" if until is not None else "past any calendar date"
+                progressing = Verdict(TRUE, STEP_PAUSED, f"{where}: paused {when}")
             elif step.pause is not None:
                 progressing = Verdict(
                     FALSE,
