@@ -774,6 +774,21 @@ def test_a_promote_on_a_set_weight_step_waits_for_the_canarys_ready_pods() -> No
     assert p.weights == TrafficWeights(50, 50)
 
 
+@pytest.mark.parametrize("made_for", [None, "B"])
+def test_a_promote_made_for_an_aborted_revision_does_not_step_the_next_rollout(made_for: str | None) -> None:
+    """Issue 22 item 2, the RolloutStarted side: a promote made for aborted B, taken in the pass
+    where a new spec starts C, must not complete C's first step."""
+    sim = deployed(make_rollout(steps=[{"pause": {}}, {"setWeight": 50}]))
+    sim.reconcile()
+    sim.request("abort")
+    assert sim.reconcile(1).status.aborted_revision == "B"
+    sim.request("promote", revision=made_for)
+    sim.desired = "C"
+    p = sim.reconcile(1)
+    assert (p.status.canary_revision, p.status.current_step_index) == ("C", 0)
+    assert reasons(p) == ["RolloutStarted"]
+
+
 def test_a_promote_made_for_an_aborted_revision_retries_it() -> None:
     sim = deployed(make_rollout(steps=CHAIN))
     sim.reconcile()
