@@ -406,7 +406,15 @@ class OneService:
     def list(self, namespace: str | None) -> list[dict[str, Any]]:
         return [self.obj]
 
-    def request(self, name: str, namespace: str, action: Any, to_revision: str | None = None) -> str:
+    def request(
+        self,
+        name: str,
+        namespace: str,
+        action: Any,
+        to_revision: str | None = None,
+        *,
+        revision: str | None = None,
+    ) -> str:
         raise AssertionError("infer makes no control request")
 
 

@@ -60,6 +60,25 @@ def test_only_the_specs_revision_is_rendered_others_only_scale() -> None:
     )
 
 
+@pytest.mark.parametrize(("now", "planned", "applied", "scale"), [(2, 0, 2, {"svc-new": 0}), (1, 3, 3, {})])
+def test_the_specs_revision_goes_down_only_in_scale_after_the_traffic_moved(
+    now: int, planned: int, applied: int, scale: dict[str, int]
+) -> None:
+    """Issue 22 item 10: an abort applied the canary's Deployment at 0 replicas before its Service's
+    selector and the route weights moved off it. Scaling down is a ``scale`` (carried out after the
+    Services, the routes and the status); scaling up stays in the apply."""
+    out = actions(
+        ts_of(),
+        "new",
+        rollout_plan({"old": 4, "new": planned}),
+        deployments=[observed_deployment("old", 4), observed_deployment("new", now)],
+        configmaps=[observed_configmap(r) for r in ("old", "new")],
+    )
+    (deployment,) = [x for x in out.apply if x["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == applied
+    assert out.scale == scale
+
+
 def test_spec_revision_not_planned_is_not_created() -> None:
     ts = ts_of()
     out = actions(ts, "new", rollout_plan({"old": 2}), deployments=[], configmaps=[])

@@ -247,6 +247,7 @@ def test_status_rollout_variants(rollout: dict[str, Any], text: str) -> None:
 class FakeControl:
     objects: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
     requests: list[tuple[str, str, str, str | None]] = dataclasses.field(default_factory=list)
+    made_for: list[str | None] = dataclasses.field(default_factory=list)
     namespace: str = "default"
 
     def get(self, name: str, namespace: str) -> dict[str, Any]:
@@ -258,9 +259,18 @@ class FakeControl:
     def list(self, namespace: str | None) -> list[dict[str, Any]]:
         return [o for (ns, _), o in self.objects.items() if namespace is None or ns == namespace]
 
-    def request(self, name: str, namespace: str, action: Action, to_revision: str | None = None) -> str:
+    def request(
+        self,
+        name: str,
+        namespace: str,
+        action: Action,
+        to_revision: str | None = None,
+        *,
+        revision: str | None = None,
+    ) -> str:
         self.get(name, namespace)
         self.requests.append((namespace, name, action, to_revision))
+        self.made_for.append(revision)
         return "rid-1"
 
 
@@ -290,6 +300,27 @@ def test_control_verbs(
     out = capsys.readouterr().out
     assert f"tritonservice {expected[0]}/{expected[1]}: {expected[2]}" in out
     assert "request id rid-1" in out
+
+
+@pytest.mark.parametrize(
+    ("verb", "status", "made_for"),
+    [
+        (["promote"], {"canaryRevision": "c2", "stableRevision": "s1"}, "c2"),
+        (["promote", "--full"], {"canaryRevision": "c2", "stableRevision": "s1"}, "c2"),
+        (["abort"], {"canaryRevision": "c2", "stableRevision": "s1"}, "c2"),
+        (["promote"], {"abortedRevision": "c2", "stableRevision": "s1"}, "c2"),  # a retry by promote
+        (["promote"], {"stableRevision": "s1"}, None),  # nothing in progress
+        (["pause"], {"canaryRevision": "c2", "stableRevision": "s1"}, None),  # for the whole rollout
+    ],
+)
+def test_promote_and_abort_are_made_for_the_revision_the_status_shows(
+    verb: list[str], status: dict[str, Any], made_for: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeControl(objects={("ml", "resnet"): ts(**status)})
+    assert kp.main([*verb, "resnet", "-n", "ml"], client=fake) == 0
+    assert fake.made_for == [made_for]
+    out = capsys.readouterr().out
+    assert (f"requested for revision {made_for} (" in out) is (made_for is not None)
 
 
 def test_get_and_status_verbs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -345,6 +376,25 @@ def test_request_patch_is_read_back_by_the_engine(action: Action, target: str | 
         "2026-01-01T12:00:00.000001Z",
         target,
     )
+
+
+@pytest.mark.parametrize("action", ["promote", "promote-full", "abort"])
+def test_the_revision_a_request_is_made_for_is_read_back_by_the_engine(action: Action) -> None:
+    patch = request_patch(action, "id", revision="c2")
+    annotations = {k: v for k, v in patch["metadata"]["annotations"].items() if v is not None}
+    assert annotations == {
+        f"triton-operator.io/{action}": "id",
+        f"triton-operator.io/{action}-revision": "c2",
+    }
+    (request,) = parse_control_requests(annotations)
+    assert (request.action, request.revision) == (action, "c2")
+    # A later request made without one removes the earlier request's revision.
+    assert (
+        request_patch(action, "id2")["metadata"]["annotations"][f"triton-operator.io/{action}-revision"]
+        is None
+    )
+    with pytest.raises(ValueError, match="not made for a revision"):
+        request_patch("pause", "id", revision="c2")
 
 
 def test_request_ids_sort_in_time_order() -> None:

@@ -242,6 +242,12 @@ SCHEMA_ERRORS: list[tuple[str, Callable[[Spec], None], str, str]] = [
         "less than or equal to 100",
     ),
     (
+        "pause-past-a-year",  # 3e11 s overflowed every reconcile's datetime sum (issue 22 item 11)
+        _set("rollout.steps.1.pause.durationSeconds", 300_000_000_000),
+        "spec.rollout.steps[1].pause.durationSeconds",
+        "less than or equal to 31536000",
+    ),
+    (
         "two-choices-in-a-step",
         _set("rollout.steps.0", {"setWeight": 10, "pause": {}}),
         "spec.rollout.steps[0]",

@@ -347,3 +347,142 @@ async def test_a_service_without_autoscaling_never_lists_hpas() -> None:
     assert (
         stored is not None and cond.find_condition(stored["status"]["conditions"], cond.AUTOSCALING) is None
     )
+
+
+# ----------------------------------------------------------------- traffic before pods (issue 22)
+
+
+def web_route() -> dict[str, Any]:
+    """The user's HTTPRoute `web`, sending to svc-stable (the operator sets its weights)."""
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {
+            "parentRefs": [{"name": "gw"}],
+            "rules": [{"backendRefs": [{"name": "svc-stable", "port": 8000}]}],
+        },
+    }
+
+
+def route_weights(kube: MemKube) -> dict[str, int | None]:
+    stored = kube.find("HTTPRoute", NS, "web")
+    assert stored is not None
+    return {ref["name"]: ref.get("weight") for rule in stored["spec"]["rules"] for ref in rule["backendRefs"]}
+
+
+def request(kube: MemKube, action: str) -> None:
+    """A control request as `kubectl triton` writes it: made for the canary the status shows."""
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None
+    patch = {
+        f"triton-operator.io/{action}": f"2026-01-01T12:00:00.{len(kube.writes):06d}Z",
+        f"triton-operator.io/{action}-revision": stored["status"]["canaryRevision"],
+    }
+
+    def annotate(ts: dict[str, Any]) -> None:
+        ts["metadata"].setdefault("annotations", {}).update(patch)
+
+    kube.edit(KIND, NS, "svc", annotate)
+
+
+@pytest.fixture
+def routed() -> MemKube:
+    """svc with two replicas behind HTTPRoute web; steps setWeight 50, then pause until promoted."""
+    kube = MemKube()
+    steps = [{"setWeight": 50}, {"pause": {}}]
+    kube.put(
+        tritonservice(
+            "svc", NS, rollout={"steps": steps, "trafficRouting": {"gatewayAPI": {"httpRoute": "web"}}}
+        )
+    )
+    kube.put(web_route())
+    return kube
+
+
+async def start_canary(kube: MemKube) -> tuple[str, str]:
+    """Revision A stable and Ready, then a new spec: canary B at step 0 (setWeight 50), not Ready."""
+    first, _ = await run(kube)
+    kubelet(kube)
+    await run(kube)
+    change_model(kube, maxBatchSize=4)
+    canary, _ = await run(kube)
+    assert first.revision is not None and canary.revision is not None and canary.revision != first.revision
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None and stored["status"]["canaryRevision"] == canary.revision
+    return first.revision, canary.revision
+
+
+async def test_a_promote_before_the_canarys_pods_are_ready_sends_it_no_traffic(routed: MemKube) -> None:
+    kube = routed
+    _, b = await start_canary(kube)
+    request(kube, "promote")
+    result, _ = await run(kube)  # B's pod is not Ready: the promote cannot give it 50 %
+    assert route_weights(kube) == {"svc-stable": 100, "svc-canary": 0}
+    assert result.plan is not None and [e.reason for e in result.plan.events] == ["RequestIgnored"]
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None and (
+        stored["status"]["currentStepIndex"],
+        stored["status"]["canaryWeight"],
+    ) == (0, 0)
+    kubelet(kube)  # B's pod is Ready: the step completes on its own, and the weight follows
+    await run(kube)
+    assert route_weights(kube) == {"svc-stable": 50, "svc-canary": 50}
+    deployment = kube.find("Deployment", NS, f"svc-{b}")
+    assert deployment is not None and deployment["status"]["readyReplicas"] == 1
+
+
+async def test_an_abort_moves_traffic_off_the_canary_before_scaling_it_down(routed: MemKube) -> None:
+    kube = routed
+    a, b = await start_canary(kube)
+    kubelet(kube)
+    await run(kube)  # B Ready: step 0 done, 50 % to the canary
+    assert route_weights(kube) == {"svc-stable": 50, "svc-canary": 50}
+    seen: list[tuple[int, dict[str, str]]] = []
+
+    def at_route_write(_: Call) -> None:
+        deployment = kube.find("Deployment", NS, f"svc-{b}")
+        service = kube.find("Service", NS, "svc-canary")
+        assert deployment is not None and service is not None
+        seen.append((deployment["spec"]["replicas"], service["spec"]["selector"]))
+
+    kube.before("merge_patch", at_route_write, kind="HTTPRoute")
+    request(kube, "abort")
+    result, writes = await run(kube)
+    assert result.plan is not None and result.plan.status.aborted_revision == b
+    # When the route's weights move, the canary Service already selects the stable revision and
+    # the canary still has its pod; it is scaled to 0 after both (and after the status says why).
+    ((replicas, selector),) = seen
+    assert replicas == 1 and selector["triton-operator.io/revision"] == a
+    assert route_weights(kube) == {"svc-stable": 100, "svc-canary": 0}
+    done = [(w.method, w.kind, w.name) for w in writes]
+    scaled = done.index(("scale", "Deployment", f"svc-{b}"))
+    assert (
+        done.index(("merge_patch", "HTTPRoute", "web")) < done.index(("apply_status", KIND, "svc")) < scaled
+    )
+    deployment = kube.find("Deployment", NS, f"svc-{b}")
+    assert deployment is not None and deployment["spec"]["replicas"] == 0
+
+
+async def test_a_pause_past_the_bound_is_refused_at_its_field_and_the_stable_revision_serves() -> None:
+    """Issue 22 item 11: durationSeconds 3e11 raised OverflowError on every pass once the canary
+    reached the step, freezing the service. It is refused at its field; the stable one serves."""
+    kube = MemKube()
+    kube.put(tritonservice("svc", NS, rollout={"steps": [{"pause": {"durationSeconds": 3600}}]}))
+    first, _ = await run(kube)
+    kubelet(kube)
+    await run(kube)
+
+    def new_spec(ts: dict[str, Any]) -> None:
+        ts["spec"]["rollout"]["steps"] = [{"pause": {"durationSeconds": 300_000_000_000}}]
+        ts["spec"]["models"][0]["config"]["maxBatchSize"] = 4
+
+    kube.edit(KIND, NS, "svc", new_spec)
+    result, _ = await run(kube)
+    assert result.invalid is not None
+    assert "spec.rollout.steps[0].pause.durationSeconds" in result.invalid
+    ready = condition(kube, cond.READY)
+    assert (ready["status"], ready["reason"]) == (cond.FALSE, cond.INVALID_SPEC)
+    assert [d["metadata"]["name"] for d in kube.of_kind("Deployment")] == [f"svc-{first.revision}"]
+    stable = kube.find("Deployment", NS, f"svc-{first.revision}")
+    assert stable is not None and stable["spec"]["replicas"] == 2

@@ -126,9 +126,12 @@ class Sim:
         self.apply(plan)
         return plan
 
-    def request(self, action: ro.Action, to_revision: str | None = None) -> None:
+    def request(
+        self, action: ro.Action, to_revision: str | None = None, *, revision: str | None = None
+    ) -> None:
         request_id = self.now.isoformat()
-        for key, value in control_annotations(action, request_id, to_revision).items():
+        made_for = {"revision": revision} if revision else {}  # (unset: as a request made without one)
+        for key, value in control_annotations(action, request_id, to_revision, **made_for).items():
             if value is None:
                 self.annotations.pop(key, None)
             else:
@@ -368,6 +371,32 @@ def test_canary_chain_10_pause60_50_pause_promote() -> None:
     flip = next(i for i, plan in enumerate(sim.plans) if "RolloutCompleted" in reasons(plan))
     for plan in sim.plans[2:flip]:
         assert plan.replicas["A"] == 4
+
+
+def test_a_timed_pause_past_any_date_from_an_old_object_neither_crashes_nor_ends() -> None:
+    """Issue 22 item 11: durationSeconds 3e11 (stored before the schema's bound) raised
+    OverflowError on every reconcile, freezing the service. The engine takes it as a pause
+    that ends past any calendar date."""
+    huge = 300_000_000_000
+    steps = [{"setWeight": 10}, {"pause": {"durationSeconds": 60}}]
+    rollout = make_rollout(steps=steps)
+    stored = rollout.steps[1].pause
+    assert stored is not None
+    old = stored.model_copy(update={"duration_seconds": huge})  # unvalidated, as stored before the bound
+    rollout = rollout.model_copy(
+        update={"steps": [rollout.steps[0], rollout.steps[1].model_copy(update={"pause": old})]}
+    )
+    sim = deployed(rollout)
+    sim.reconcile()
+    p = sim.reconcile(1)
+    assert p.status.current_step_index == 1
+    progressing = p.condition("Progressing")
+    assert progressing is not None and progressing.reason == "StepPaused"
+    assert "pause 300000000000s): paused past any calendar date" in progressing.message
+    assert p.requeue_after is not None and p.requeue_after > 0
+    assert sim.reconcile(10**8).status.current_step_index == 1  # three years on: still paused
+    sim.request("promote")
+    assert sim.reconcile(1).status.promoting
 
 
 def test_promote_request_is_applied_once() -> None:
@@ -671,6 +700,104 @@ def test_a_third_revision_replaces_the_canary() -> None:
     assert (p.status.canary_revision, p.status.current_step_index, p.status.canary_weight) == ("C", 0, 0)
     assert p.weights == TrafficWeights(100, 0)
     assert reasons(p) == ["CanaryReplaced", "RolloutStarted"]
+
+
+@pytest.mark.parametrize("made_for", [None, "B"])
+@pytest.mark.parametrize(
+    ("action", "steps"),
+    [
+        ("promote", [{"pause": {}}, {"setWeight": 50}]),
+        ("promote", [{"setWeight": 50}, {"pause": {}}]),
+        ("promote-full", [{"setWeight": 50}, {"pause": {}}]),
+        ("abort", [{"setWeight": 50}, {"pause": {}}]),
+    ],
+)
+def test_a_request_made_for_a_canary_never_applies_to_the_one_replacing_it(
+    action: ro.Action, steps: list[Any], made_for: str | None
+) -> None:
+    """Issue 22 item 2: a promote (or abort) made for canary B, taken in the pass where C replaces
+    B, must not complete a step of C (which has no pods yet), promote it, or abort it. Made without
+    a revision (an old request) it is taken as made for the canary in progress, B."""
+    sim = deployed(make_rollout(steps=steps))
+    sim.never_ready.add("B")
+    sim.reconcile()
+    assert (sim.status.canary_revision, sim.status.current_step_index) == ("B", 0)
+    sim.request(action, revision=made_for)
+    sim.desired = "C"
+    p = sim.reconcile(1)
+    assert (p.status.canary_revision, p.status.current_step_index, p.status.canary_weight) == ("C", 0, 0)
+    assert not p.status.promoting and p.status.aborted_revision is None
+    assert p.weights == TrafficWeights(100, 0)
+    assert p.replicas == {"A": 4, "C": canary_replicas(4, steps[0].get("setWeight", 0))}
+    assert reasons(p) == ["CanaryReplaced", "RolloutStarted"]
+    assert f"the {action} request made for it is dropped" in p.events[0].message
+    assert p.status.handled_requests[action] == sim.annotations[f"triton-operator.io/{action}"]
+
+
+@pytest.mark.parametrize("action", ["promote", "promote-full", "abort"])
+def test_a_request_made_for_a_revision_not_in_progress_is_ignored_and_says_so(action: ro.Action) -> None:
+    sim = deployed(make_rollout(steps=[{"pause": {}}, {"setWeight": 50}]))
+    sim.reconcile()
+    sim.request(action, revision="Z")
+    p = sim.reconcile(1)
+    assert (p.status.canary_revision, p.status.current_step_index) == ("B", 0)
+    assert not p.status.promoting and p.status.aborted_revision is None
+    assert [(e.type, e.reason) for e in p.events] == [("Normal", "RequestIgnored")]
+    assert "made for revision Z; revision B is in progress" in p.events[0].message
+    sim.request(action, revision="B")  # made for the canary: applies
+    p = sim.reconcile(1)
+    applied = {
+        "promote": (1, False, None),
+        "promote-full": (len(sim.rollout.steps), True, None),
+        "abort": (None, False, "B"),
+    }
+    assert (p.status.current_step_index, p.status.promoting, p.status.aborted_revision) == applied[action]
+
+
+def test_a_promote_on_a_set_weight_step_waits_for_the_canarys_ready_pods() -> None:
+    """Issue 22 item 2: a promote on a setWeight step whose pods are not Ready gave the canary the
+    step's weight (with Gateway API, 50 % of traffic to a Service with no Ready endpoint)."""
+    sim = deployed(make_rollout(steps=[{"setWeight": 50}, {"pause": {}}]))
+    sim.never_ready.add("B")
+    sim.reconcile()
+    sim.request("promote")
+    p = sim.reconcile(1)
+    assert (p.status.current_step_index, p.status.canary_weight) == (0, 0)
+    assert p.weights == TrafficWeights(100, 0)
+    assert p.replicas == {"A": 4, "B": 2}
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "RequestIgnored")]
+    assert "once 2 of its pods are Ready (0 now)" in p.events[0].message
+    sim.never_ready.clear()
+    sim.apply(p)
+    p = sim.reconcile(1)  # Ready at the weight's replicas: the step completes, the weight follows
+    assert (p.status.current_step_index, p.status.canary_weight) == (1, 50)
+    assert p.weights == TrafficWeights(50, 50)
+
+
+@pytest.mark.parametrize("made_for", [None, "B"])
+def test_a_promote_made_for_an_aborted_revision_does_not_step_the_next_rollout(made_for: str | None) -> None:
+    """Issue 22 item 2, the RolloutStarted side: a promote made for aborted B, taken in the pass
+    where a new spec starts C, must not complete C's first step."""
+    sim = deployed(make_rollout(steps=[{"pause": {}}, {"setWeight": 50}]))
+    sim.reconcile()
+    sim.request("abort")
+    assert sim.reconcile(1).status.aborted_revision == "B"
+    sim.request("promote", revision=made_for)
+    sim.desired = "C"
+    p = sim.reconcile(1)
+    assert (p.status.canary_revision, p.status.current_step_index) == ("C", 0)
+    assert reasons(p) == ["RolloutStarted"]
+
+
+def test_a_promote_made_for_an_aborted_revision_retries_it() -> None:
+    sim = deployed(make_rollout(steps=CHAIN))
+    sim.reconcile()
+    sim.request("abort", revision="B")
+    assert sim.reconcile(1).status.aborted_revision == "B"
+    sim.request("promote", revision=ro.request_revision(sim.status.to_status()))
+    p = sim.reconcile(1)
+    assert (p.status.canary_revision, p.status.current_step_index) == ("B", 0)
+    assert reasons(p) == ["RolloutRetried", "RolloutStarted"]
 
 
 def test_going_back_to_the_stable_revision_cancels_the_canary() -> None:
@@ -1200,9 +1327,13 @@ def test_status_tolerates_missing_and_foreign_fields() -> None:
 @pytest.mark.parametrize(
     ("action", "target", "expected"),
     [
-        ("promote", None, {"triton-operator.io/promote": "id1"}),
-        ("promote-full", None, {"triton-operator.io/promote-full": "id1"}),
-        ("abort", None, {"triton-operator.io/abort": "id1"}),
+        ("promote", None, {"triton-operator.io/promote": "id1", "triton-operator.io/promote-revision": None}),
+        (
+            "promote-full",
+            None,
+            {"triton-operator.io/promote-full": "id1", "triton-operator.io/promote-full-revision": None},
+        ),
+        ("abort", None, {"triton-operator.io/abort": "id1", "triton-operator.io/abort-revision": None}),
         ("pause", None, {"triton-operator.io/pause": "id1"}),
         ("resume", None, {"triton-operator.io/resume": "id1"}),
         ("retry", None, {"triton-operator.io/retry": "id1"}),

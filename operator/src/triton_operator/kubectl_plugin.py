@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from triton_operator.core import conditions as cond
-from triton_operator.core.rollout import Action, describe_step, parse_time
+from triton_operator.core.rollout import FOR_REVISION, Action, describe_step, parse_time, request_revision
 from triton_operator.models import Rollout
 
 if TYPE_CHECKING:
@@ -440,9 +440,16 @@ def run(args: argparse.Namespace, client: Control, now: datetime) -> str:
         action = args.verb
     else:  # pragma: no cover - argparse allows only the verbs above
         raise ValueError(args.verb)
-    request_id = client.request(args.name, namespace, action, to_revision)
+    # A promote or abort is for the rollout the user sees: the engine ignores it once another
+    # revision has replaced that one (it never completes a step of a canary nobody looked at).
+    revision = (
+        request_revision(client.get(args.name, namespace).get("status")) if action in FOR_REVISION else None
+    )
+    request_id = client.request(args.name, namespace, action, to_revision, revision=revision)
     target = f" to {to_revision}" if to_revision else ""
-    return f"tritonservice {namespace}/{args.name}: {action}{target} requested (request id {request_id})"
+    made_for = f" for revision {revision}" if revision else ""
+    requested = f"{action}{target} requested{made_for}"
+    return f"tritonservice {namespace}/{args.name}: {requested} (request id {request_id})"
 
 
 def main(argv: Sequence[str] | None = None, client: Control | None = None) -> int:

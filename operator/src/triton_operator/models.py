@@ -31,6 +31,8 @@ MODEL_PATH_PATTERN = r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]*(/[A-Za-z0-9_\-][A-Za-z0-9
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 MAX_MODELS = 256
 MAX_STEPS = 32
+MAX_PAUSE_SECONDS = 31_536_000
+"""The longest timed pause step, 365 days (a longer wait is a pause until promoted)."""
 
 
 def _quantity_to_str(value: Any) -> Any:
@@ -160,7 +162,11 @@ class PauseStep(_Model):
     """Wait before the next step."""
 
     duration_seconds: int | None = Field(
-        None, ge=0, description="How long to pause; unset pauses until promoted."
+        None,
+        ge=0,
+        le=MAX_PAUSE_SECONDS,
+        description=f"How long to pause, at most {MAX_PAUSE_SECONDS} seconds (365 days); unset pauses "
+        "until promoted.",
     )
 
 

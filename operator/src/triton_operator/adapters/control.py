@@ -21,9 +21,13 @@ def new_request_id(now: datetime | None = None) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def request_patch(action: Action, request_id: str, to_revision: str | None = None) -> dict[str, Any]:
-    """The JSON merge patch that makes one request (a None annotation value removes the key)."""
-    return {"metadata": {"annotations": control_annotations(action, request_id, to_revision)}}
+def request_patch(
+    action: Action, request_id: str, to_revision: str | None = None, *, revision: str | None = None
+) -> dict[str, Any]:
+    """The JSON merge patch that makes one request (a None annotation value removes the key);
+    ``revision``: the revision a promote or abort is made for."""
+    annotations = control_annotations(action, request_id, to_revision, revision=revision)
+    return {"metadata": {"annotations": annotations}}
 
 
 class Control(Protocol):
@@ -36,7 +40,15 @@ class Control(Protocol):
 
     def list(self, namespace: str | None) -> list[dict[str, Any]]: ...
 
-    def request(self, name: str, namespace: str, action: Action, to_revision: str | None = None) -> str: ...
+    def request(
+        self,
+        name: str,
+        namespace: str,
+        action: Action,
+        to_revision: str | None = None,
+        *,
+        revision: str | None = None,
+    ) -> str: ...
 
 
 class KubeControl:
@@ -59,12 +71,20 @@ class KubeControl:
         items = self._client.list(self._resource, namespace=ALL_NS if namespace is None else namespace)
         return [item.to_dict() for item in items]
 
-    def request(self, name: str, namespace: str, action: Action, to_revision: str | None = None) -> str:
+    def request(
+        self,
+        name: str,
+        namespace: str,
+        action: Action,
+        to_revision: str | None = None,
+        *,
+        revision: str | None = None,
+    ) -> str:
         request_id = new_request_id()
         self._client.patch(
             self._resource,
             name,
-            request_patch(action, request_id, to_revision),
+            request_patch(action, request_id, to_revision, revision=revision),
             namespace=namespace,
             patch_type=PatchType.MERGE,
         )

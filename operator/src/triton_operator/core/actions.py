@@ -58,10 +58,15 @@ class Actions:
     """Whole objects to server-side apply: the spec's revision (its ConfigMaps not yet stored as
     built, then its Deployment), then Services."""
     scale: Mapping[str, int]
-    """Deployment name -> spec.replicas for the revisions other than the spec's, where it differs."""
+    """Deployment name -> spec.replicas for the revisions other than the spec's, where it differs,
+    and for the spec's own revision where it goes down (see plan_actions)."""
     delete: tuple[tuple[str, str], ...]
     """(kind, name) to delete: Deployments and ConfigMaps of revisions let go (and manifest parts the
     spec's revision no longer has), unused revision Services."""
+
+
+def _replicas(deployment: Mapping[str, Any]) -> int:
+    return int((deployment.get("spec") or {}).get("replicas", 1))
 
 
 def _names(objects: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -110,6 +115,11 @@ def plan_actions(
     exists (it is deleted when the spec no longer wants one). ``autoscaler``: write the owned
     HorizontalPodAutoscaler (spec.autoscaling, and no other autoscaler targets the service);
     ``stale_autoscaler``: the owned one exists and is not wanted (it is deleted).
+
+    Traffic moves off a revision before its pods go: the spec's revision is applied at no fewer
+    replicas than it has, and a scale-down (an abort, a lower weight) is in ``scale``, which the
+    reconcile carries out after the Services' selectors and the routes' weights are written, as
+    it does for every other revision.
     """
     apply: list[dict[str, Any]] = []
     delete: list[tuple[str, str]] = []
@@ -122,12 +132,13 @@ def plan_actions(
         # A revision's ConfigMaps never change (its hash names them): one stored as built is not
         # sent again, which spares the API server megabytes of manifest parts on every reconcile.
         apply += [c for c in built if not _stored_as_built(c, stored)]
+        current = _replicas(existing) if existing is not None else 0
         apply.append(
             build_deployment(
                 ts,
                 revision,
                 kept_pod_security(kept_sync_image(settings, existing), existing),
-                plan.replicas[revision],
+                max(plan.replicas[revision], current),
                 manifest_layout(built),
             )
         )
@@ -162,9 +173,10 @@ def plan_actions(
     scale: dict[str, int] = {}
     for deployment in deployments:
         rev = revision_of(deployment)
-        if rev is None or rev == revision or rev not in plan.replicas:
+        if rev is None or rev not in plan.replicas:
             continue
-        if int((deployment.get("spec") or {}).get("replicas", 1)) != plan.replicas[rev]:
+        current = _replicas(deployment)
+        if current != plan.replicas[rev] and (rev != revision or current > plan.replicas[rev]):
             scale[str(deployment["metadata"]["name"])] = plan.replicas[rev]
     for rev in plan.delete:
         delete += [("Deployment", object_name(ts, rev)), ("ConfigMap", object_name(ts, rev))]

@@ -99,6 +99,8 @@ WARNING = "Warning"  # Event type: something went wrong
 ROLLOUT_RESUMED = "RolloutResumed"  # a resume request lifted a pause
 SPEC_WARNING = "SpecWarning"  # likely wrong without being certain (an unknown backend): once a generation
 UNDO_REJECTED = "UndoRejected"  # an undo request names no usable revision
+REQUEST_IGNORED = "RequestIgnored"  # a promote/abort made for another revision, or a promote that would
+# give a canary traffic before its pods are Ready
 UNDO_REQUESTED = "UndoRequested"  # an undo request rolls back to an earlier revision
 ROLLOUT_RETRIED = "RolloutRetried"  # a retry request starts the aborted revision again
 REVISION_DEPLOYED = "RevisionDeployed"  # the first revision deployed (no stable one before)

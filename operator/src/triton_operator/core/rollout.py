@@ -26,6 +26,7 @@ from triton_operator.core.conditions import (
     PROGRESS_DEADLINE_EXCEEDED,
     PROGRESSING,
     PROMOTING,
+    REQUEST_IGNORED,
     REVISION_DEPLOYED,
     ROLLOUT_ABORTED,
     ROLLOUT_CANCELLED,
@@ -113,7 +114,10 @@ from triton_operator.models import CanaryStep, Inconclusive, Rollout, SetHeaderR
 #   pause{d}        d seconds after the step started (requeue_after says when).
 #   pause{}         a promote request.
 #   setHeaderRoute  at once.
-#   promote request completes the current step whatever it is; promote-full jumps to promotion.
+#   promote request completes the current step whatever it is, except a setWeight step whose
+#   canary pods for that weight are not Ready yet (the request is ignored with a Warning Event
+#   RequestIgnored; the step completes on its own once they are): no step gives a canary more
+#   traffic than its Ready pods were sized for. promote-full jumps to promotion.
 #   Promotion itself always waits for the canary to be fully Ready: no request skips that.
 #
 # Analysis (spec.rollout.analysis; the maths is core/analysis.py): while the canary holds traffic
@@ -142,6 +146,9 @@ from triton_operator.models import CanaryStep, Inconclusive, Rollout, SetHeaderR
 #   * an abort request,                                  reason Aborted
 #   Abort: canary to 0, weights 100/0, Degraded=True naming the step index, Event Warning
 #   RolloutAborted. The stable revision is untouched throughout (Recreate: scaled back up).
+#   Traffic moves first: the reconcile writes the Services' selectors and the routes' weights,
+#   then the status, and only then scales the canary down (core.actions: a revision's scale-down
+#   is never part of its apply).
 #
 # Other decisions:
 #   * A new desired revision in the middle of a canary replaces it: old canary deleted, stable
@@ -160,6 +167,12 @@ from triton_operator.models import CanaryStep, Inconclusive, Rollout, SetHeaderR
 #   * Control requests are annotations `triton-operator.io/<action>: <request id>`; a request is
 #     handled once: its id is recorded in status.handledRequests[action]. Pending requests are
 #     applied in request-id order (ids are UTC timestamps from `kubectl triton`).
+#   * promote, promote-full and abort are made for one revision (FOR_REVISION): kubectl triton
+#     writes `triton-operator.io/<action>-revision`, the canary (or aborted revision) the status
+#     showed; one without it is taken as made for the revision in progress when the engine first
+#     sees it. Such a request applies only to that revision: one made for another is ignored (Event
+#     RequestIgnored), and one whose canary is replaced in the same call is dropped with it
+#     (CanaryReplaced says so), so it never completes a step of, promotes or aborts the new one.
 #   * History (newest last) keeps revisionHistoryLimit earlier stable revisions at 0 replicas
 #     (Deployment and ConfigMap kept, so an undo serves the same bytes); every other observed
 #     revision not stable/canary/held-aborted is deleted.
@@ -170,6 +183,10 @@ ANNOTATION_PREFIX = f"{GROUP}/"
 Action = Literal["promote", "promote-full", "abort", "pause", "resume", "retry", "undo"]
 ACTIONS: tuple[Action, ...] = ("promote", "promote-full", "abort", "pause", "resume", "retry", "undo")
 UNDO_TARGET_ANNOTATION = f"{GROUP}/undo-to-revision"
+FOR_REVISION: tuple[Action, ...] = ("promote", "promote-full", "abort")
+"""Requests made for one revision: `triton-operator.io/<action>-revision` names it (kubectl triton
+writes the canary, or the aborted revision, that the status showed)."""
+REVISION_SUFFIX = "-revision"
 
 
 # ----------------------------------------------------------------- time
@@ -189,6 +206,14 @@ def parse_time(value: Any) -> datetime | None:
     try:
         return _utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
     except ValueError:
+        return None
+
+
+def later(moment: datetime, seconds: float) -> datetime | None:
+    """``moment`` plus ``seconds``; None past datetime's range (a pause stored before its bound)."""
+    try:
+        return moment + timedelta(seconds=seconds)
+    except OverflowError:
         return None
 
 
@@ -242,6 +267,9 @@ class ControlRequest:
     action: Action
     request_id: str
     to_revision: str | None = None
+    revision: str | None = None
+    """The revision a FOR_REVISION request was made for (None: one made without, taken as made for
+    the revision in progress when the engine first sees it)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -544,7 +572,17 @@ def parse_control_requests(annotations: Mapping[str, str] | None) -> tuple[Contr
         if not request_id:
             continue
         target = annotations.get(UNDO_TARGET_ANNOTATION) if action == "undo" else None
-        out.append(ControlRequest(action=action, request_id=str(request_id), to_revision=target or None))
+        revision = (
+            annotations.get(ANNOTATION_PREFIX + action + REVISION_SUFFIX) if action in FOR_REVISION else None
+        )
+        out.append(
+            ControlRequest(
+                action=action,
+                request_id=str(request_id),
+                to_revision=target or None,
+                revision=str(revision) if revision else None,
+            )
+        )
     return tuple(out)
 
 
@@ -557,9 +595,12 @@ def pending_requests(
 
 
 def control_annotations(
-    action: Action, request_id: str, to_revision: str | None = None
+    action: Action, request_id: str, to_revision: str | None = None, *, revision: str | None = None
 ) -> dict[str, str | None]:
-    """The metadata.annotations of a merge patch that makes a request (None removes a key)."""
+    """The metadata.annotations of a merge patch that makes a request (None removes a key).
+
+    ``revision``: the revision a promote, promote-full or abort is made for (the engine ignores it
+    for any other); None removes what an earlier request named."""
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
     if not request_id:
@@ -569,7 +610,17 @@ def control_annotations(
         patch[UNDO_TARGET_ANNOTATION] = to_revision or None
     elif to_revision:
         raise ValueError("only undo takes a target revision")
+    if action in FOR_REVISION:
+        patch[ANNOTATION_PREFIX + action + REVISION_SUFFIX] = revision or None
+    elif revision:
+        raise ValueError(f"{action} is not made for a revision (only {', '.join(FOR_REVISION)})")
     return patch
+
+
+def request_revision(status: Mapping[str, Any] | None) -> str | None:
+    """The revision a promote or abort made now is for: the canary in progress, else the aborted one."""
+    st = RolloutStatus.from_status(status)
+    return st.canary_revision or st.aborted_revision
 
 
 # ----------------------------------------------------------------- the engine
@@ -623,7 +674,8 @@ class _Engine:
         self.retry = False
         self.target = inp.desired_revision
         self.rollback = False
-        self.had_rollout = inp.status.canary_revision is not None or inp.status.aborted_revision is not None
+        self.made_for: dict[Action, str] = {}
+        """The revision each FOR_REVISION request taken in this call applies to (only that one)."""
         self.forced = False
         """A promote request completed a step in this call: the promotion after it skips the analysis."""
         self.waiting_on_analysis: str | None = None
@@ -682,19 +734,43 @@ class _Engine:
                 if self.st.paused_by_user:
                     self.set(paused_by_user=False)
                     self.event(ROLLOUT_RESUMED, "rollout resumed by request")
-            elif req.action in ("promote", "promote-full"):
-                # Only a rollout in progress (or an aborted one: retry) can be promoted; a promote
-                # made when nothing ran must not skip a step of the next rollout.
-                if self.had_rollout:
-                    self.promote_step = self.promote_step or req.action == "promote"
-                    self.promote_full = self.promote_full or req.action == "promote-full"
-                self.set(paused_by_user=False)
-            elif req.action == "abort":
-                self.abort_requested = True
+            elif req.action in FOR_REVISION:
+                self.take_for_revision(req)
             elif req.action == "retry":
                 self.retry = True
             elif req.action == "undo":
                 self.undo(req.to_revision)
+
+    def take_for_revision(self, req: ControlRequest) -> None:
+        """A promote, promote-full or abort applies to the revision it was made for, and only while
+        that one is in progress: never to a canary that replaces it, nor to the next rollout's."""
+        st = self.inp.status
+        in_progress = st.canary_revision or st.aborted_revision
+        revision = req.revision or in_progress
+        if revision is None or revision not in (st.canary_revision, st.aborted_revision):
+            now = f"revision {in_progress} is in progress" if in_progress else "no rollout is in progress"
+            made = f"made for revision {revision}" if revision else "made while no rollout ran"
+            self.event(REQUEST_IGNORED, f"{req.action} request {req.request_id} ignored: {made}; {now}")
+            return
+        self.made_for[req.action] = revision
+        if req.action == "abort":
+            self.abort_requested = True
+            return
+        self.promote_step = self.promote_step or req.action == "promote"
+        self.promote_full = self.promote_full or req.action == "promote-full"
+        self.set(paused_by_user=False)
+
+    def scope_requests(self) -> None:
+        """Drop the requests made for a revision that is not the canary any more (replaced, cancelled)."""
+        canary = self.st.canary_revision
+        self.promote_step = self.promote_step and self.made_for.get("promote") == canary
+        self.promote_full = self.promote_full and self.made_for.get("promote-full") == canary
+        self.abort_requested = self.abort_requested and self.made_for.get("abort") == canary
+
+    def dropped_requests(self, revision: str) -> str:
+        """What a message says of the requests made for ``revision`` when it goes (none: "")."""
+        dropped = [a for a, r in sorted(self.made_for.items()) if r == revision]
+        return f"; the {' and '.join(dropped)} request made for it is dropped" if dropped else ""
 
     def undo(self, to_revision: str | None) -> None:
         history = self.history_revisions()
@@ -728,7 +804,8 @@ class _Engine:
         self.target = self.st.pinned_revision or self.inp.desired_revision
         aborted = self.st.aborted_revision
         if aborted is not None:
-            asked = self.retry or self.promote_step or self.promote_full
+            promoted = aborted in (self.made_for.get("promote"), self.made_for.get("promote-full"))
+            asked = self.retry or promoted
             if aborted != self.target or asked:
                 if aborted == self.target:
                     self.event(ROLLOUT_RETRIED, f"retrying revision {aborted} from step 0")
@@ -772,12 +849,15 @@ class _Engine:
         if st.aborted_revision == target:
             return self.held_aborted()
         if st.canary_revision is not None and st.canary_revision != target:
-            self.event(CANARY_REPLACED, f"revision {target} replaces canary {st.canary_revision}")
+            replaced = st.canary_revision
+            message = f"revision {target} replaces canary {replaced}{self.dropped_requests(replaced)}"
+            self.event(CANARY_REPLACED, message)
             self.clear_canary()
         if self.st.canary_revision is None:
             if self.paused:
                 return self.held_before_start()
             self.start()
+        self.scope_requests()
         return self.progress()
 
     def replace_missing_stable(self) -> None:
@@ -890,6 +970,11 @@ class _Engine:
                 return self.canary_plan(split)
             forced = self.promote_step
             self.promote_step = False
+            if forced and self.steps[index].set_weight is not None and not self.step_done(index, split):
+                # A promote completes a step, never the wait for its pods: the weight goes to the
+                # canary only once its pods for that weight are Ready (the step completes then).
+                self.event(REQUEST_IGNORED, self.promote_waits(index, split), WARNING)
+                forced = False
             if forced:
                 self.forced = True
                 self.advance(index, forced)
@@ -918,6 +1003,16 @@ class _Engine:
                 return False
             return self.seconds_since(self.st.step_started_at) >= duration
         return True  # setHeaderRoute
+
+    def promote_waits(self, index: int, split: Split) -> str:
+        state = self.observed(self.st.canary_revision)
+        ready = state.ready_replicas if state is not None else 0
+        where = f"step {index}/{len(self.steps)} ({describe_step(self.steps[index])})"
+        return (
+            f"promote request ignored: {where} of revision {self.st.canary_revision} gives the canary "
+            f"traffic only once {split.canary_goal} of its pods are Ready ({ready} now); it completes "
+            "on its own then (promote again to skip its analysis)"
+        )
 
     def advance(self, index: int, forced: bool) -> None:
         step = self.steps[index]
@@ -1294,8 +1389,9 @@ class _Engine:
             if step.pause is not None and step.pause.duration_seconds is not None:
                 left = step.pause.duration_seconds - self.seconds_since(st.step_started_at)
                 requeue.append(left)
-                until = (st.step_started_at or self.now) + timedelta(seconds=step.pause.duration_seconds)
-                progressing = Verdict(TRUE, STEP_PAUSED, f"{where}: paused until {format_time(until)}")
+                until = later(st.step_started_at or self.now, step.pause.duration_seconds)
+                when = f"until {format_time(until)}" if until is not None else "past any calendar date"
+                progressing = Verdict(TRUE, STEP_PAUSED, f"{where}: paused {when}")
             elif step.pause is not None:
                 progressing = Verdict(
                     FALSE,
