@@ -10,12 +10,23 @@ keep-alives (patches of the KopfPeering), which a paused replica goes on making.
 The TritonService pins a real S3 bucket polled every 2 s and rolls out with a timed pause step,
 so the low-priority replica holds a repository poller and a requeue timer when the
 high-priority one starts and kopf pauses it.
+
+The handover test holds the low-priority replica mid-pass instead: its repository is read through
+a proxy on loopback (HoldingProxy) that stops forwarding requests on demand, so the pass that
+read the TritonService waits in its bucket listing while the high-priority replica takes over
+and writes a newer status; then the held pass goes on to its status write. A `kubectl get
+--watch` of the TritonService (StatusWatch) sees every version the API server stores.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+import socket
+import subprocess
+import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,6 +67,8 @@ WRITE_VERBS = ["create", "update", "patch", "delete", "deletecollection"]
 PAUSE_SECONDS = 20
 STEPS = [{"setWeight": 50}, {"pause": {"durationSeconds": PAUSE_SECONDS}}]
 PAUSED = "Pausing operations in favour of"  # kopf's own line when a peer outranks it
+GATE_CLOSED = "no reconcile, timer or repository poll until resumed"  # the Reconciler's pause line
+SUPERSEDED = "changed since this pass read it"  # a pass whose status write was refused (409)
 
 
 def peering_crds(kube: Client) -> None:
@@ -299,3 +312,205 @@ def test_a_paused_replica_writes_nothing_and_takes_over_when_the_active_one_stop
     after = writes()
     assert after[low.name] > during[low.name]
     assert after[high.name] == during[high.name]  # stopped: nothing more from it
+
+
+class HoldingProxy:
+    """A TCP proxy on loopback to an HTTP ``endpoint``: while held (``hold``) it forwards no request,
+    whatever a client sends waits in it until ``release``, as a store that stops answering. A
+    client gives up after its own read timeout (the operator's S3 client: 60 s, 3 attempts)."""
+
+    def __init__(self, endpoint: str) -> None:
+        url = urllib.parse.urlsplit(endpoint)
+        self._target = (url.hostname or "127.0.0.1", url.port or 80)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._open = threading.Event()
+        self._open.set()
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, name="HoldingProxy", daemon=True).start()
+
+    def __enter__(self) -> HoldingProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._open.set()
+        self._listener.close()
+        for sock in list(self._sockets):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def hold(self) -> None:
+        self._open.clear()
+
+    def waiting(self) -> int:
+        """Requests held now."""
+        with self._lock:
+            return self._waiting
+
+    def release(self) -> int:
+        """Forward what was held, and all from now on; how many requests were held."""
+        held = self.waiting()
+        self._open.set()
+        return held
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                upstream = socket.create_connection(self._target, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            self._sockets += [client, upstream]
+            for src, dst, requests in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pump, args=(src, dst, requests), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, requests: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if requests and not self._open.is_set():
+                    with self._lock:
+                        self._waiting += 1
+                    self._open.wait()
+                    with self._lock:
+                        self._waiting -= 1
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+
+class StatusWatch:
+    """`kubectl get --watch` of one TritonService: the resourceVersion and status.observedGeneration
+    of every version the API server stored from the start of the watch on, in order."""
+
+    TEMPLATE = '{.metadata.resourceVersion} {.status.observedGeneration}{"\\n"}'
+
+    def __init__(self, kubectl: str, cluster: Path, namespace: str, name: str) -> None:
+        self.seen: list[tuple[int, int]] = []
+        self._process = subprocess.Popen(
+            [
+                kubectl,
+                f"--kubeconfig={cluster}",
+                "get",
+                "tritonservices.triton-operator.io",
+                name,
+                "-n",
+                namespace,
+                "--watch",
+                "-o",
+                f"jsonpath={self.TEMPLATE}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self._thread = threading.Thread(target=self._read, name="StatusWatch", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            fields = line.split()
+            if fields and fields[0].isdigit():
+                generation = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
+                self.seen.append((int(fields[0]), generation))
+
+    def generations(self) -> list[int]:
+        return [generation for _, generation in self.seen]
+
+    def went_back(self) -> list[tuple[int, int]]:
+        """(from, to) of every observedGeneration that a later version of the status lowered."""
+        gens = self.generations()
+        highest = [max(gens[: i + 1]) for i in range(len(gens))]
+        return [(highest[i - 1], g) for i, g in enumerate(gens) if i > 0 and g < highest[i - 1]]
+
+    def close(self) -> None:
+        self._process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(timeout=10)
+        self._thread.join(timeout=10)
+
+
+@pytest.mark.timeout(720)
+def test_a_replica_that_loses_its_peering_mid_pass_never_writes_an_older_status(
+    kube: Client, namespace: str, seaweedfs: Any, replicas: Pair
+) -> None:
+    """The low-priority replica reads generation 2 and waits in its bucket listing; generation 3
+    comes, the high-priority replica starts, takes over and writes the status of generation 3;
+    then the low one's pass goes on. Its status write is conditional on the version it read, so
+    the API server refuses it: the status never goes back to generation 2. (With the status
+    written unconditionally, as server-side apply with force does, it would.)"""
+    low, high = replicas.low, replicas.high
+    assert replicas.kubectl is not None
+    s3 = s3_client(seaweedfs)
+    bucket = f"hand-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    for folder in ("add", "add-v2"):
+        s3.put_object(Bucket=bucket, Key=f"models/{folder}/1/model.py", Body=f"# {folder}\n".encode())
+    create_store_secret(kube, namespace, seaweedfs.extra["access"], seaweedfs.extra["secret"])
+
+    def generation_of_status() -> int:
+        return int((get_ts(kube, namespace, "handover").get("status") or {}).get("observedGeneration") or 0)
+
+    with HoldingProxy(seaweedfs.endpoint) as proxy:
+        # pollIntervalSeconds 0: the repository is listed only by a pass whose spec names other
+        # folders than the running revision pinned (no poller lists it meanwhile)
+        repository = {
+            **store_repository(seaweedfs, bucket, pollIntervalSeconds=0),
+            "endpoint": proxy.endpoint,
+        }
+        body = tritonservice("handover", namespace, repository=repository)
+
+        # 1. the low-priority replica alone serves generation 1
+        low.start()
+        apply(kube, body)
+        wait_condition(kube, namespace, "handover", "Ready", "True", timeout=120)
+        watch = StatusWatch(replicas.kubectl, replicas.cluster, namespace, "handover")
+        try:
+            # 2. generation 2 names another folder: the low replica's pass reads the TritonService,
+            #    then lists the bucket through the proxy, which holds the listing
+            proxy.hold()
+            body["spec"]["models"][0]["path"] = "add-v2"
+            apply(kube, body)
+            wait_for(proxy.waiting, timeout=60, what="the low replica's listing of generation 2 to be held")
+
+            # 3. generation 3 (the first folder again, so no listing is needed for it), and the
+            #    handover: the high-priority replica starts, kopf and the Reconciler pause the low
+            #    one, and the high one writes the status of generation 3
+            del body["spec"]["models"][0]["path"]
+            body["spec"]["replicas"] = 3
+            assert apply(kube, body)["metadata"]["generation"] == 3
+            high.start()
+            wait_for(lambda: PAUSED in low.log() and GATE_CLOSED in low.log(), timeout=60, what="low paused")
+            wait_for(
+                lambda: generation_of_status() == 3, timeout=90, what="the high replica's status of gen 3"
+            )
+            assert 2 not in watch.generations(), "the low replica's pass ended before the handover"
+
+            # 4. the low replica's listing goes on: its pass reaches its status write, decided
+            #    from generation 2, after the newer status was written
+            assert proxy.release() > 0, "the low replica's listing was no longer held"
+            wait_for(
+                lambda: SUPERSEDED in low.log() or watch.went_back(),
+                timeout=90,
+                what="the low replica's pass of generation 2 to reach its status write",
+            )
+            time.sleep(3)  # what the high replica does about the low one's last writes
+        finally:
+            watch.close()
+    assert not watch.went_back(), (
+        f"the status went back to an older generation (from, to): {watch.went_back()}; "
+        f"observedGeneration of each version: {watch.generations()}"
+    )
+    assert SUPERSEDED in low.log()  # the low replica's write was tried, and refused
+    assert generation_of_status() == 3
+    wait_condition(kube, namespace, "handover", "Ready", "True", timeout=120)

@@ -91,6 +91,13 @@ class FakeClient:
             stored = self.find("TritonService", namespace or "", name)
             if stored is None:
                 raise api_error(404, "NotFound", f'TritonService "{name}" not found')
+            # A metadata.resourceVersion in the applied object is a precondition (kube-apiserver's 409).
+            have = stored.setdefault("metadata", {}).get("resourceVersion")
+            wanted = (obj.get("metadata") or {}).get("resourceVersion")
+            if wanted is not None and str(wanted) != str(have):
+                raise api_error(409, "Conflict", f'Operation cannot be fulfilled on tritonservices "{name}"')
+            if have is not None and str(have).isdigit():
+                stored["metadata"]["resourceVersion"] = str(int(have) + 1)
             stored["status"] = copy.deepcopy(dict(obj["status"]))
             self.writes.append(("status", "TritonService", name))
             return copy.deepcopy(stored)

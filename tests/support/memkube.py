@@ -20,8 +20,11 @@ Semantics (pinned by tests/unit/test_memkube.py):
   changes bumps metadata.generation (1 at creation); a new object gets a metadata.uid;
 - ``apply`` replaces the whole object (the operator applies whole objects) but keeps its status
   and uid; ``applied`` records the order of applies;
-- ``merge_patch`` is an RFC 7386 merge; a metadata.resourceVersion in the patch is a precondition
-  (ConflictError when the object has another); it never creates an object;
+- ``merge_patch`` is an RFC 7386 merge; it never creates an object;
+- a resourceVersion precondition is honoured as the API server does (a 409): a
+  metadata.resourceVersion in what ``apply`` or ``merge_patch`` is given, or ``apply_status``'s
+  ``resource_version`` (None, the default: none), raises ConflictError and writes nothing when the
+  stored object has another version (``apply`` too when there is no object to hold it);
 - ``scale`` sets spec.replicas of a Deployment; ``delete`` says whether something was there;
   ``post_event`` records the event in ``events``; ``apply_status`` replaces the status;
 - ``calls`` logs every call (reads too) before it runs, ``writes`` every write that succeeded;
@@ -210,6 +213,7 @@ class MemKube:
         await self._enter("apply", *key)
         stored = copy.deepcopy(dict(obj))
         previous = self.objects.get(key)
+        _precondition(previous, (obj.get("metadata") or {}).get("resourceVersion"), key)
         if previous is not None and "status" in previous:
             stored["status"] = copy.deepcopy(previous["status"])  # status is not the applier's
         result = self._store(key, stored)
@@ -231,9 +235,7 @@ class MemKube:
         stored = self.objects.get(key)
         if stored is None:
             return None
-        wanted = (patch.get("metadata") or {}).get("resourceVersion")
-        if wanted is not None and str(wanted) != stored["metadata"]["resourceVersion"]:
-            raise ConflictError(kind, name)
+        _precondition(stored, (patch.get("metadata") or {}).get("resourceVersion"), key)
         result = self._store(key, merge(stored, patch))
         self._wrote("merge_patch", key)
         return result
@@ -265,13 +267,14 @@ class MemKube:
         return True
 
     async def apply_status(
-        self, namespace: str, name: str, status: Mapping[str, Any]
+        self, namespace: str, name: str, status: Mapping[str, Any], *, resource_version: str | None = None
     ) -> dict[str, Any] | None:
         key = (KIND, namespace, name)
         await self._enter("apply_status", *key)
         stored = self.objects.get(key)
         if stored is None:
             return None
+        _precondition(stored, resource_version, key)
         updated = copy.deepcopy(stored)
         updated["status"] = copy.deepcopy(dict(status))
         result = self._store(key, updated)
@@ -332,6 +335,15 @@ class MemKube:
 
     def _wrote(self, method: str, key: Key) -> None:
         self.writes.append(Call(method, *key))
+
+
+def _precondition(stored: Mapping[str, Any] | None, wanted: object, key: Key) -> None:
+    """ConflictError unless ``wanted`` (a resourceVersion, None: no precondition) is ``stored``'s."""
+    if wanted is None:
+        return
+    have = (stored.get("metadata") or {}).get("resourceVersion") if stored is not None else None
+    if have is None or str(wanted) != str(have):
+        raise ConflictError(key[0], key[2])
 
 
 def _key(obj: Mapping[str, Any]) -> Key:

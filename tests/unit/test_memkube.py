@@ -110,7 +110,7 @@ async def test_missing_objects_and_unknown_kinds() -> None:
     assert kube.find("HTTPRoute", NS, "nope") is None
     assert await kube.scale(NS, "nope", 2) is False
     assert await kube.delete("Deployment", NS, "nope") is False
-    assert await kube.apply_status(NS, "nope", {"a": 1}) is None
+    assert await kube.apply_status(NS, "nope", {"a": 1}, resource_version=None) is None
     assert kube.writes == []
     with pytest.raises(KeyError):
         await kube.get("Gadget", NS, "x")
@@ -134,19 +134,62 @@ async def test_merge_patch_with_a_resource_version_is_conditional() -> None:
     assert patched is not None and patched["data"] == {"x": "2"}
 
 
+def tritonservice(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "triton-operator.io/v1alpha1",
+        "kind": "TritonService",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"replicas": 1},
+    }
+
+
+async def test_apply_status_with_a_resource_version_is_conditional_as_on_the_api_server() -> None:
+    # kube-apiserver refuses a write whose metadata.resourceVersion is not the stored one (409),
+    # server-side apply and the /status subresource included.
+    kube = MemKube()
+    read = kube.put(tritonservice("s"))
+    version = read["metadata"]["resourceVersion"]
+    kube.edit("TritonService", NS, "s", lambda o: o.update(status={"observedGeneration": 2}))
+    with pytest.raises(ConflictError):
+        await kube.apply_status(NS, "s", {"observedGeneration": 1}, resource_version=version)
+    current = kube.find("TritonService", NS, "s")
+    assert current is not None and current["status"] == {"observedGeneration": 2}
+    assert kube.writes == []
+    fresh = current["metadata"]["resourceVersion"]
+    written = await kube.apply_status(NS, "s", {"observedGeneration": 3}, resource_version=fresh)
+    assert written is not None and written["status"] == {"observedGeneration": 3}
+    assert written["metadata"]["resourceVersion"] != fresh  # a write is a new version
+    # a version the object never had is refused too, and a missing object is still None (404)
+    with pytest.raises(ConflictError):
+        await kube.apply_status(NS, "s", {"observedGeneration": 4}, resource_version="0")
+    assert await kube.apply_status(NS, "nope", {}, resource_version=fresh) is None
+
+
+async def test_apply_with_a_resource_version_is_conditional() -> None:
+    kube = MemKube()
+    stored = await kube.apply(configmap("a", {"x": "1"}))
+    body = configmap("a", {"x": "2"})
+    body["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
+    kube.edit("ConfigMap", NS, "a", lambda o: o["data"].update(y="user"))
+    with pytest.raises(ConflictError):
+        await kube.apply(body)
+    current = kube.find("ConfigMap", NS, "a")
+    assert current is not None and current["data"] == {"x": "1", "y": "user"}
+    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    assert (await kube.apply(body))["data"] == {"x": "2"}
+    missing = configmap("b", {})
+    missing["metadata"]["resourceVersion"] = "1"
+    with pytest.raises(ConflictError):
+        await kube.apply(missing)  # no object holds that version
+    assert kube.find("ConfigMap", NS, "b") is None
+
+
 async def test_delete_scale_events_status_and_the_write_log() -> None:
     kube = MemKube()
-    kube.put(
-        {
-            "apiVersion": "triton-operator.io/v1alpha1",
-            "kind": "TritonService",
-            "metadata": {"name": "s", "namespace": NS},
-            "spec": {"replicas": 1},
-        }
-    )
+    kube.put(tritonservice("s"))
     await kube.apply(deployment("d", 1))
     assert await kube.scale(NS, "d", 0)
-    assert await kube.apply_status(NS, "s", {"phase": "x"}) is not None
+    assert await kube.apply_status(NS, "s", {"phase": "x"}, resource_version=None) is not None
     await kube.post_event({"metadata": {"name": "s.1", "namespace": NS}, "reason": "Why"})
     assert await kube.delete("Deployment", NS, "d")
     assert kube.find("Deployment", NS, "d") is None

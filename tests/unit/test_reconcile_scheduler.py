@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from e2e_helpers import tritonservice
 from memkube import Call, MemKube
+from triton_operator import KIND
 from triton_operator.adapters.kube import retry_delay
-from triton_operator.reconcile.scheduler import REQUEUE_SLACK_SECONDS, Reconciler
+from triton_operator.reconcile.scheduler import (
+    REQUEUE_SLACK_SECONDS,
+    SUPERSEDED_PASSES,
+    SUPERSEDED_RETRY_SECONDS,
+    Reconciler,
+)
 from triton_operator.settings import Settings
 
 NS = "ml"
@@ -194,4 +201,88 @@ async def test_a_timed_reconcile_that_fails_for_a_bug_is_not_retried(kube: MemKu
     await asyncio.sleep(2 * REQUEUE_SLACK_SECONDS)
     assert r.requeued == [(KEY, 0.0)]
     assert timer_tasks() == []
+    await r.close()
+
+
+# ----------------------------------------------------------------- a status write superseded
+
+
+def new_generation(kube: MemKube, batch: int) -> None:
+    """A user's spec change (a new generation and a new revision)."""
+    kube.edit(KIND, NS, "svc", lambda ts: ts["spec"]["models"][0]["config"].update(maxBatchSize=batch))
+
+
+def stored_status(kube: MemKube) -> dict[str, Any]:
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None
+    return dict(stored.get("status") or {})
+
+
+async def test_a_replica_that_loses_its_peering_mid_pass_never_writes_an_older_status(kube: MemKube) -> None:
+    """Replica A reads generation 2 and, before its status write, loses its peering; B (the newer
+    replica) reconciles generation 3 and writes its status; A's write must be refused, not land."""
+    a, b = Reconciler(kube, SETTINGS), Reconciler(kube, SETTINGS, paused=True)
+    first = await a(*KEY)
+    assert first is not None and stored_status(kube)["observedGeneration"] == 1
+    new_generation(kube, 4)
+    release = asyncio.Event()
+    held: list[Call] = []
+
+    async def hold(call: Call) -> None:
+        held.append(call)
+        await release.wait()
+
+    kube.before("apply_status", hold)  # A's status write, decided from generation 2, waits
+    mid_pass = asyncio.create_task(a(*KEY))
+    await until(lambda: len(held) == 1)
+    # the handover: A is paused (its peering lost), the user changes the spec again, B takes over
+    a.set_paused(True, "a peer of a higher priority")
+    new_generation(kube, 8)
+    b.set_paused(False)
+    taken_over = await b(*KEY)  # kopf's resume handler on the replica that took over
+    assert taken_over is not None and taken_over.written
+    newer = stored_status(kube)
+    assert newer["observedGeneration"] == 3
+    mark = len(kube.writes)
+    release.set()
+    superseded = await mid_pass
+    assert stored_status(kube) == newer, "the paused replica wrote the status of an older generation"
+    assert superseded is None  # and it is not tried again while paused
+    assert kube.writes[mark:] == []  # no status, and nothing the older decision would have scaled
+    # A's status write was tried once (A's first, A's held one, B's) and refused (two writes)
+    assert kube.count("apply_status") == 3
+    assert [w.method for w in kube.writes].count("apply_status") == 2
+    assert reconciles(kube) == 3  # A's first, A's superseded one, B's: nothing re-read on the paused A
+    await a.close()
+    await b.close()
+
+
+async def test_a_status_write_overtaken_by_an_annotation_reads_again_and_writes_once(kube: MemKube) -> None:
+    """The single-replica case: kopf's own annotations (its diff base, written after a handler)
+    or a control request written between a pass's read and its status write cost one more pass."""
+    r = Reconciler(kube, SETTINGS)
+
+    def diff_base(ts: dict[str, Any]) -> None:
+        ts["metadata"].setdefault("annotations", {})["triton-operator.io/last-handled-configuration"] = "{}"
+
+    def kopf_annotates(call: Call) -> None:
+        kube.edit(KIND, NS, "svc", diff_base)
+
+    kube.before("apply_status", kopf_annotates)
+    result = await r(*KEY)
+    assert result is not None and result.written
+    assert reconciles(kube) == 2
+    assert [w.method for w in kube.writes].count("apply_status") == 1
+    assert stored_status(kube)["observedGeneration"] == 1
+    await r.close()
+
+
+async def test_passes_superseded_again_and_again_stop_and_leave_it_to_a_timer(kube: MemKube) -> None:
+    """Something writing the TritonService between every read and write: no storm of passes."""
+    r = Recording(kube)
+    kube.before("apply_status", lambda call: kube.edit(KIND, NS, "svc", lambda ts: None), times=None)
+    assert await r(*KEY) is None
+    assert reconciles(kube) == SUPERSEDED_PASSES
+    assert r.requeued == [(KEY, SUPERSEDED_RETRY_SECONDS)]
+    assert "apply_status" not in [w.method for w in kube.writes]
     await r.close()

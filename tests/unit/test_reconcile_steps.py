@@ -26,7 +26,7 @@ from triton_operator.core.manifest import (
 )
 from triton_operator.models import TritonService
 from triton_operator.reconcile.pinning import PinnedManifest, summarize
-from triton_operator.reconcile.steps import Result, reconcile
+from triton_operator.reconcile.steps import Result, SupersededError, reconcile
 from triton_operator.settings import Settings
 
 NS = "ml"
@@ -170,6 +170,38 @@ async def test_the_old_revision_is_scaled_down_or_deleted_only_after_the_status_
         assert old is None
     stored = kube.find(KIND, NS, "svc")
     assert stored is not None and stored["status"]["stableRevision"] == canary.revision
+
+
+async def test_a_status_write_refused_for_a_newer_status_leaves_it_and_does_nothing_after_it(
+    kube: MemKube,
+) -> None:
+    """The pass that would flip the canary to stable finds, at its status write, that another
+    replica wrote a newer status since it read the TritonService: it is refused (its version is
+    the precondition), and nothing its stale decision would scale, delete or announce is done."""
+    kube.edit(KIND, NS, "svc", lambda ts: ts["spec"].update(rollout={"revisionHistoryLimit": 0}))
+    first, _ = await run(kube)
+    kubelet(kube)
+    await run(kube)
+    change_model(kube, maxBatchSize=4)
+    await run(kube)
+    kubelet(kube)
+    before = objects(kube)
+    newer = {"observedGeneration": 9, "stableRevision": first.revision}
+
+    def another_replica_writes(call: Call) -> None:
+        kube.edit(KIND, NS, "svc", setter("status", newer))
+
+    kube.before("apply_status", another_replica_writes)
+    mark = len(kube.writes)
+    with pytest.raises(SupersededError):
+        await reconcile(kube, NS, "svc", SETTINGS, clock=lambda: NOW)
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None and stored["status"] == newer
+    assert not {"apply_status", "scale", "delete", "post_event"} & set(methods(kube.writes[mark:]))
+    assert kube.find("Deployment", NS, f"svc-{first.revision}") is not None  # not deleted
+    assert {k: v for k, v in objects(kube).items() if k[0] == "Deployment"} == {
+        k: v for k, v in before.items() if k[0] == "Deployment"
+    }
 
 
 async def test_an_invalid_spec_after_a_valid_one_changes_no_object_and_ready_says_why(kube: MemKube) -> None:

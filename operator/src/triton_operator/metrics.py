@@ -35,6 +35,8 @@ LISTING_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 
 
 SUCCESS = "success"
 ERROR = "error"
+SUPERSEDED = "superseded"
+"""A pass whose status write found the TritonService changed since it read it (no error)."""
 
 
 @dataclass

@@ -175,10 +175,15 @@ class KubeAPI(Protocol):
         ...
 
     async def apply_status(
-        self, namespace: str, name: str, status: Mapping[str, Any]
+        self, namespace: str, name: str, status: Mapping[str, Any], *, resource_version: str | None
     ) -> dict[str, Any] | None:
         """Server-side apply the operator's status fields on a TritonService's /status subresource
-        (the spec is untouched); the stored object, None when the TritonService does not exist."""
+        (the spec is untouched); the stored object, None when the TritonService does not exist.
+
+        ``resource_version`` (the version the status was decided from) makes the write conditional:
+        ConflictError when the TritonService changed since, and nothing is written. None writes
+        unconditionally.
+        """
         ...
 
 
@@ -333,13 +338,21 @@ class Kube:
         return True
 
     async def apply_status(
-        self, namespace: str, name: str, status: Mapping[str, Any]
+        self, namespace: str, name: str, status: Mapping[str, Any], *, resource_version: str | None
     ) -> dict[str, Any] | None:
-        """Server-side apply the owned status fields on the /status subresource; None when gone."""
+        """Server-side apply the owned status fields on the /status subresource; None when gone.
+
+        A metadata.resourceVersion in an applied object is a precondition to the API server (409
+        when the object has another): forcing takes over fields of other managers, never a newer
+        object's status.
+        """
+        metadata = {"name": name, "namespace": namespace}
+        if resource_version is not None:
+            metadata["resourceVersion"] = resource_version
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": KIND,
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": metadata,
             "status": dict(status),
         }
         try:
@@ -355,6 +368,8 @@ class Kube:
         except ApiError as exc:
             if is_not_found(exc):
                 return None
+            if exc.status.code == 409:
+                raise ConflictError(KIND, name) from exc
             raise
         return _to_dict(result)
 

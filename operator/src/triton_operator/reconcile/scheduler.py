@@ -11,17 +11,21 @@ from triton_operator.adapters.kube import (
     retry_delay,
 )
 from triton_operator.core import conditions as cond
-from triton_operator.metrics import METRICS
+from triton_operator.metrics import METRICS, SUPERSEDED
 from triton_operator.models import TritonService
 from triton_operator.reconcile.analysis import TritonView
 from triton_operator.reconcile.pinning import RepositoryPinner
-from triton_operator.reconcile.steps import Result, reconcile
+from triton_operator.reconcile.steps import Result, SupersededError, reconcile
 from triton_operator.settings import Settings
 
 logger = logging.getLogger(__name__)
 
 
 REQUEUE_SLACK_SECONDS = 0.05
+SUPERSEDED_PASSES = 3
+"""Passes in a row that may find the TritonService changed before their status write (each reads it
+again and decides afresh) before the next one is left to a timer."""
+SUPERSEDED_RETRY_SECONDS = 1.0
 
 
 class Reconciler:
@@ -40,7 +44,14 @@ class Reconciler:
     (``pause``) no reconcile starts, whoever asks, and there is no timer and no poller: they are
     cancelled, and a reconcile asked for is only noted. ``resume`` reconciles afresh every
     TritonService this replica knows of, which brings their timers and pollers back. A reconcile
-    already running when the pause comes finishes (as kopf lets a running handler finish).
+    already running when the pause comes finishes (as kopf lets a running handler finish), but
+    its status write is conditional on the version of the TritonService it read: after a
+    handover the newer replica's status wins, and the superseded pass is not tried again while
+    paused.
+
+    A pass whose status write finds the TritonService changed since it read it (SupersededError:
+    another replica, a user's control request, kopf's own annotations) did nothing after it; the
+    object is read again and a new pass decides (at most SUPERSEDED_PASSES in a row, then a timer).
     """
 
     def __init__(
@@ -95,22 +106,12 @@ class Reconciler:
             async with lock:
                 started = True
                 self._dequeue(key)
-                if self._paused:  # paused while it waited for the one before it
-                    return None
-                with METRICS.reconcile_timer() as outcome:
-                    result = await reconcile(
-                        self.kube,
-                        namespace,
-                        name,
-                        self.settings,
-                        pin_manifest=self.pinner,
-                        triton=self.triton,
-                    )
-                    if result.invalid:
-                        outcome.fail(result.reason or cond.INVALID_SPEC, outcome="invalid")
+                result = await self._passes(key)
         finally:
             if not started:
                 self._dequeue(key)
+        if result is None:  # paused, or superseded each time (a timer comes back)
+            return None
         if result.status is None:
             self.forget(namespace, name)
             return result
@@ -118,6 +119,38 @@ class Reconciler:
             self._watch_repository(key, result.ts)
         self.requeue(key, result.requeue_after)
         return result
+
+    async def _passes(self, key: tuple[str, str]) -> Result | None:
+        """Reconcile passes until one is not superseded; None when paused (while it waited for the
+        one before it, or once a pass was superseded) or after SUPERSEDED_PASSES superseded ones."""
+        for _ in range(SUPERSEDED_PASSES):
+            if self._paused:
+                return None
+            result = await self._pass(*key)
+            if result is not None:
+                return result
+        self.requeue(key, SUPERSEDED_RETRY_SECONDS)
+        return None
+
+    async def _pass(self, namespace: str, name: str) -> Result | None:
+        """One timed reconcile pass; None when its status write was refused (superseded)."""
+        with METRICS.reconcile_timer() as outcome:
+            try:
+                result = await reconcile(
+                    self.kube,
+                    namespace,
+                    name,
+                    self.settings,
+                    pin_manifest=self.pinner,
+                    triton=self.triton,
+                )
+            except SupersededError as exc:
+                outcome.outcome = SUPERSEDED
+                logger.info("%s; %s", exc, "paused: not read again" if self._paused else "reading it again")
+                return None
+            if result.invalid:
+                outcome.fail(result.reason or cond.INVALID_SPEC, outcome="invalid")
+            return result
 
     def requeue(self, key: tuple[str, str], delay: float | None) -> None:
         """Reconcile ``key`` again after ``delay`` seconds (replacing any timer); None: no timer."""

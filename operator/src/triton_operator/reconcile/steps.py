@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from triton_operator.adapters.kube import (
+    ConflictError,
     KubeAPI,
     ObjectRejectedError,
     ObjectTooLargeError,
@@ -117,6 +118,21 @@ class _Blocked:
     repository: cond.Verdict | None = None
     ts: TritonService | None = None
     """The current spec when it is valid (its repository is polled, so a new pin tries again)."""
+
+
+class SupersededError(Exception):
+    """The TritonService changed after this pass read it (a newer pass, another replica, a user):
+    its status write was refused and nothing after it was done. The pass's decision is stale; read
+    the object again and decide afresh, never write the stale status again."""
+
+    def __init__(self, namespace: str, name: str, version: str | None) -> None:
+        super().__init__(
+            f"{namespace}/{name} changed since this pass read it (resourceVersion {version}): "
+            "its status was not written"
+        )
+        self.namespace = namespace
+        self.name = name
+        self.version = version
 
 
 class _NotStoredError(Exception):
@@ -239,7 +255,7 @@ async def _hold(
             repository=blocked.repository,
         ),
     )
-    written = await _write_status(kube, seen.namespace, seen.name, seen.previous, status)
+    written = await _write_status(kube, seen, status)
     return Result(
         status=status, written=written, invalid=blocked.message, reason=blocked.reason, ts=blocked.ts
     )
@@ -462,7 +478,7 @@ async def _report(
             traffic=traffic.verdict if traffic is not None else None,
         ),
     )
-    written = await _write_status(kube, seen.namespace, seen.name, seen.previous, status)
+    written = await _write_status(kube, seen, status)
     return status, written
 
 
@@ -508,10 +524,19 @@ async def _post_event(kube: KubeAPI, seen: Seen, event_type: str, reason: str, m
         logger.warning("could not post event %s for %s/%s: %s", reason, seen.namespace, seen.name, exc)
 
 
-async def _write_status(
-    kube: KubeAPI, namespace: str, name: str, previous: Mapping[str, Any], status: Mapping[str, Any]
-) -> bool:
-    if not status_changed(previous, status):
+async def _write_status(kube: KubeAPI, seen: Seen, status: Mapping[str, Any]) -> bool:
+    """Write ``status`` if it changed, on the condition that the TritonService is still the version
+    this pass read: a status is decided from what was read, so a replica that lost its peering
+    mid-pass, or a pass overtaken by a newer one, never writes an older status over a newer one.
+    The pass writes nothing to the TritonService before this, so its version is the one read.
+    SupersededError when the TritonService changed since."""
+    if not status_changed(seen.previous, status):
         return False
-    await kube.apply_status(namespace, name, status)
+    version = seen.metadata.get("resourceVersion")
+    try:
+        await kube.apply_status(
+            seen.namespace, seen.name, status, resource_version=str(version) if version else None
+        )
+    except ConflictError as exc:
+        raise SupersededError(seen.namespace, seen.name, str(version) if version else None) from exc
     return True
