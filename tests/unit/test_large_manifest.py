@@ -54,6 +54,7 @@ from triton_operator.core.names import (
     CONFIGS_DIR,
     LABEL_REVISION,
     MANIFEST_PATH,
+    OPERATOR_KEY,
     SPEC_KEY,
     SYNC_CONTAINER,
     object_name,
@@ -377,8 +378,11 @@ def test_a_revision_made_before_parts_keeps_its_hash_and_its_layout(tmp_path: Pa
     # its ConfigMap as it is, plus the spec it was rendered from (kept for an invalid spec later,
     # never mounted): the manifest and configs are the same bytes, in the same plain layout
     (configmap,) = [x for x in actions.apply if x["kind"] == "ConfigMap"]
-    assert set(configmap["data"]) - set(LEGACY["configmap"]["data"]) == {SPEC_KEY}
-    assert {k: v for k, v in configmap["data"].items() if k != SPEC_KEY} == LEGACY["configmap"]["data"]
+    # and the operator settings it was made with, as its Deployment shows them (OPERATOR_KEY)
+    assert set(configmap["data"]) - set(LEGACY["configmap"]["data"]) == {SPEC_KEY, OPERATOR_KEY}
+    assert json.loads(configmap["data"][OPERATOR_KEY])["syncImage"] == LEGACY["syncImage"]
+    kept = {k: v for k, v in configmap["data"].items() if k not in (SPEC_KEY, OPERATOR_KEY)}
+    assert kept == LEGACY["configmap"]["data"]
     assert "binaryData" not in configmap
     deployment = next(x for x in actions.apply if x["kind"] == "Deployment")
     assert deployment["spec"]["template"] == LEGACY["deployment"]["spec"]["template"]  # no pod restarts
@@ -387,7 +391,8 @@ def test_a_revision_made_before_parts_keeps_its_hash_and_its_layout(tmp_path: Pa
         spec, LEGACY["manifest"], revision, settings=upgraded, deployments=[LEGACY["deployment"]]
     )
     put_back = next(x for x in again.apply if x["kind"] == "ConfigMap")
-    assert {k: v for k, v in put_back["data"].items() if k != SPEC_KEY} == LEGACY["configmap"]["data"]
+    put_back_data = {k: v for k, v in put_back["data"].items() if k not in (SPEC_KEY, OPERATOR_KEY)}
+    assert put_back_data == LEGACY["configmap"]["data"]
     assert {k: v for k, v in put_back.items() if k != "data"} == {
         k: v for k, v in LEGACY["configmap"].items() if k != "data"
     }

@@ -8,6 +8,7 @@ controller and the kubelet (``kubelet`` below), which make a revision's pods Rea
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -78,10 +79,10 @@ def kubelet(kube: MemKube) -> None:
             )
 
 
-async def run(kube: MemKube) -> tuple[Result, list[Call]]:
-    """One pass at NOW; what it returned and what it wrote."""
+async def run(kube: MemKube, settings: Settings = SETTINGS) -> tuple[Result, list[Call]]:
+    """One pass at NOW (under the operator's ``settings``); what it returned and what it wrote."""
     mark = len(kube.writes)
-    result = await reconcile(kube, NS, "svc", SETTINGS, clock=lambda: NOW)
+    result = await reconcile(kube, NS, "svc", settings, clock=lambda: NOW)
     return result, kube.writes[mark:]
 
 
@@ -346,4 +347,91 @@ async def test_a_service_without_autoscaling_never_lists_hpas() -> None:
     stored = kube.find(KIND, NS, "svc")
     assert (
         stored is not None and cond.find_condition(stored["status"]["conditions"], cond.AUTOSCALING) is None
+    )
+
+
+# ----------------------------------------------------------------- operator settings of a revision
+
+UPGRADED = Settings(
+    default_image="nvcr.io/nvidia/tritonserver:99.01-py3",
+    sync_image="ghcr.io/triton-operator/triton-operator:9.9.9",
+    prometheus_scrape=False,
+)
+"""The operator after a `helm upgrade` that changed its default tritonserver image (and more)."""
+OPERATOR_KEY = "operator.json"
+"""core.names.OPERATOR_KEY (spelled out: these tests also run against an operator without it)."""
+
+
+def templates(kube: MemKube) -> dict[str, Any]:
+    """Every revision Deployment's pod template, by name."""
+    return {d["metadata"]["name"]: d["spec"]["template"] for d in kube.of_kind("Deployment")}
+
+
+def triton_images(kube: MemKube) -> dict[str, str]:
+    return {
+        name: next(c["image"] for c in t["spec"]["containers"] if c["name"] == "tritonserver")
+        for name, t in templates(kube).items()
+    }
+
+
+async def stable(kube: MemKube, settings: Settings = SETTINGS) -> str:
+    """Passes until the spec's revision is the stable one (the pods come up); its revision."""
+    first, _ = await run(kube, settings)
+    kubelet(kube)
+    await run(kube, settings)
+    assert first.revision is not None
+    return first.revision
+
+
+async def test_a_blocked_spec_never_re_renders_the_serving_revision_with_new_operator_settings(
+    kube: MemKube,
+) -> None:
+    """A revision's pod template never changes: while a spec is blocked, the last valid spec's
+    revision is re-rendered with the settings it was created with, not those of the upgrade."""
+    revision = await stable(kube)
+    before = templates(kube)
+    kube.edit(KIND, NS, "svc", lambda ts: ts["spec"].update(models=[ENSEMBLE_OF_A_MISSING_MODEL]))
+    held, _ = await run(kube, UPGRADED)
+    assert held.invalid is not None and held.revision == revision
+    assert templates(kube) == before
+    assert triton_images(kube) == {f"svc-{revision}": SETTINGS.default_image}
+
+
+async def test_a_new_default_image_applies_to_new_revisions_only(kube: MemKube) -> None:
+    """A chart upgrade that changes the default image rolls out nothing; the next change of the
+    spec makes a revision with the new default (and a canary tries it first)."""
+    revision = await stable(kube)
+    before = templates(kube)
+    same, writes = await run(kube, UPGRADED)
+    assert same.revision == revision and same.plan is not None
+    assert same.plan.status.canary_revision is None and not same.plan.events
+    assert templates(kube) == before
+    assert "apply_status" not in methods(writes)
+    change_model(kube, maxBatchSize=4)
+    changed, _ = await run(kube, UPGRADED)
+    assert changed.revision not in (None, revision)
+    assert triton_images(kube) == {
+        f"svc-{revision}": SETTINGS.default_image,
+        f"svc-{changed.revision}": UPGRADED.default_image,
+    }
+    new = templates(kube)[f"svc-{changed.revision}"]
+    assert next(c["image"] for c in new["spec"]["initContainers"]) == UPGRADED.sync_image
+    assert "annotations" not in new["metadata"]  # UPGRADED scrapes no pod
+
+
+async def test_a_revision_made_before_the_record_keeps_what_its_deployment_runs(kube: MemKube) -> None:
+    """A revision an earlier operator made has no OPERATOR_KEY: its live Deployment says what it
+    was created with (the safe reading), and that is recorded from then on."""
+    revision = await stable(kube)
+    before = templates(kube)
+    kube.edit("ConfigMap", NS, f"svc-{revision}", lambda c: c["data"].pop(OPERATOR_KEY, None))
+    same, _ = await run(kube, UPGRADED)
+    assert same.revision == revision and templates(kube) == before
+    configmap = kube.find("ConfigMap", NS, f"svc-{revision}")
+    assert configmap is not None
+    record = json.loads(configmap["data"][OPERATOR_KEY])
+    assert (record["defaultImage"], record["syncImage"], record["prometheusScrape"]) == (
+        SETTINGS.default_image,
+        SETTINGS.sync_image,
+        True,
     )

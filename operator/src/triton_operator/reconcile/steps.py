@@ -27,7 +27,13 @@ from triton_operator.core.builders import (
 )
 from triton_operator.core.manifestparts import ManifestTooLarge, compress
 from triton_operator.core.names import object_name, revision_object_names
-from triton_operator.core.observation import check_body, last_valid, layout_of, observe_revisions
+from triton_operator.core.observation import (
+    check_body,
+    last_valid,
+    layout_of,
+    observe_revisions,
+    recorded_revisions,
+)
 from triton_operator.core.policy import policy_errors
 from triton_operator.core.rollout import (
     RolloutInput,
@@ -171,7 +177,10 @@ async def reconcile(
     if unloadable:
         return await _hold(kube, seen, settings, _Blocked(format_errors(unloadable)), triton)
     await _warn(kube, seen, ts, settings)
-    revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None)
+    # A spec that an existing revision rendered asks for that revision, under the settings it was
+    # created with: a new operator default (image, scrape) applies to new revisions only.
+    recorded = recorded_revisions(settings, seen.owned.deployments, seen.owned.configmaps)
+    revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None, recorded)
     try:
         return await _carry_out(
             kube,
