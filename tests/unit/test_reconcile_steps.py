@@ -435,3 +435,27 @@ async def test_a_revision_made_before_the_record_keeps_what_its_deployment_runs(
         SETTINGS.sync_image,
         True,
     )
+
+
+# ----------------------------------------------------------------- scale while the spec is blocked
+
+
+@pytest.mark.parametrize("blocked", ["invalid", "refused by policy"])
+async def test_scale_follows_the_live_replicas_while_the_spec_is_blocked(kube: MemKube, blocked: str) -> None:
+    """An HPA, KEDA or `kubectl scale` writes spec.replicas through /scale: while the rest of the
+    spec waits, the serving revision still follows it, down to zero and back."""
+    revision = await stable(kube)
+    if blocked == "invalid":
+        kube.edit(KIND, NS, "svc", lambda ts: ts["spec"].update(models=[ENSEMBLE_OF_A_MISSING_MODEL]))
+    else:
+        kube.edit(
+            KIND, NS, "svc", lambda ts: ts["spec"].update(volumes=[{"name": "h", "hostPath": {"path": "/"}}])
+        )
+    for replicas in (0, 3):
+        kube.edit(KIND, NS, "svc", lambda ts: ts["spec"].update(replicas=replicas))  # noqa: B023 (run at once)
+        held, _ = await run(kube)
+        assert held.reason == (cond.INVALID_SPEC if blocked == "invalid" else cond.REFUSED_BY_POLICY)
+        assert held.revision == revision
+        deployment = kube.find("Deployment", NS, f"svc-{revision}")
+        assert deployment is not None and deployment["spec"]["replicas"] == replicas
+        kubelet(kube)

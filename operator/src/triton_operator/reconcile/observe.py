@@ -86,6 +86,9 @@ class Seen:
     foreign: frozenset[str]
     deployments: list[DeploymentState]
     pods: list[PodState]
+    replicas: int | None = None
+    """spec.replicas as stored now (an HPA, KEDA or `kubectl scale` writes it through /scale), even
+    while the rest of the spec is blocked; None when it is not a count."""
 
     @property
     def now(self) -> str:
@@ -115,4 +118,13 @@ async def observe(
         foreign=frozenset(adoption.foreign),
         deployments=[deployment_state(d) for d in owned.deployments],
         pods=[pod_state(p) for p in owned.pods],
+        replicas=live_replicas(body),
+    )
+
+
+def live_replicas(body: Mapping[str, Any]) -> int | None:
+    """A body's spec.replicas when it is a count (0 or more), else None."""
+    replicas = (body.get("spec") or {}).get("replicas")
+    return (
+        replicas if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas >= 0 else None
     )

@@ -212,7 +212,9 @@ async def _hold(
 
     A bad spec pushed mid-rollout must not switch off rollout safety: the last valid spec (kept in
     its revision's ConfigMap) still drives aborts, deadlines, timed steps and control requests,
-    and Ready=False says why the new spec waits. With no last valid spec, nothing is applied or
+    and Ready=False says why the new spec waits. Its replicas are the live spec.replicas (an
+    autoscaler's, or `kubectl scale`'s), and its revision is rendered with the operator settings it
+    was created with (core.observation.recorded_settings). With no last valid spec, nothing is applied or
     deleted; only the status says why.
     """
     last = last_valid(seen.metadata, seen.previous, seen.owned.configmaps)
@@ -224,7 +226,7 @@ async def _hold(
                     kube,
                     seen,
                     settings,
-                    kept.ts,
+                    _scaled(kept.ts, seen.replicas),
                     last.revision,
                     configs=kept.configs,
                     manifest_json=last.manifest_json,
@@ -252,6 +254,14 @@ async def _hold(
     return Result(
         status=status, written=written, invalid=blocked.message, reason=blocked.reason, ts=blocked.ts
     )
+
+
+def _scaled(ts: TritonService, replicas: int | None) -> TritonService:
+    """The last valid spec with the live spec.replicas: scale follows an HPA, KEDA or `kubectl
+    scale` (they write spec.replicas through /scale) whatever blocks the rest of the spec."""
+    if replicas is None or replicas == ts.spec.replicas:
+        return ts
+    return ts.model_copy(update={"spec": ts.spec.model_copy(update={"replicas": replicas})})
 
 
 async def _carry_out(
