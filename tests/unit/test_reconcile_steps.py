@@ -16,6 +16,7 @@ import pytest
 
 from e2e_helpers import ENSEMBLE_OF_A_MISSING_MODEL, tritonservice
 from memkube import Call, MemKube
+from triton_operator import GROUP as KIND_GROUP
 from triton_operator import KIND
 from triton_operator.core import conditions as cond
 from triton_operator.core.manifest import (
@@ -459,3 +460,55 @@ async def test_scale_follows_the_live_replicas_while_the_spec_is_blocked(kube: M
         deployment = kube.find("Deployment", NS, f"svc-{revision}")
         assert deployment is not None and deployment["spec"]["replicas"] == replicas
         kubelet(kube)
+
+
+# ----------------------------------------------------------------- undo while the spec is blocked
+
+
+async def test_undo_while_the_spec_is_blocked_still_refuses_a_revision_that_cannot_sync(
+    kube: MemKube,
+) -> None:
+    """The blocked path judges an undo as the normal path does: a revision whose pinned objects
+    were overwritten in an unversioned bucket is not gone back to (UndoRejected), nothing moves."""
+    etag = {"add/1/model.py": "e1"}
+
+    async def pin(ts: TritonService, current: str | None) -> PinnedManifest:
+        listing = [ObjectInfo(key, 10, etag=tag) for key, tag in etag.items()]
+        selection = select_objects(model_sources(ts.spec.models), listing)
+        return summarize(
+            build_manifest(StoreRef.from_repository(ts.spec.repository), selection), versioned=False
+        )
+
+    async def step() -> Result:
+        return await reconcile(kube, NS, "svc", SETTINGS, pin_manifest=pin, clock=lambda: NOW)
+
+    first = await step()
+    kubelet(kube)
+    await step()
+    change_model(kube, maxBatchSize=4)
+    second = await step()
+    kubelet(kube)
+    await step()
+    kubelet(kube)
+    await step()
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None and stored["status"]["stableRevision"] == second.revision
+    assert first.revision in [h["revision"] for h in stored["status"]["history"]]
+    # the spec goes bad, the model is overwritten in place, and someone asks to go back
+    kube.edit(KIND, NS, "svc", lambda ts: ts["spec"].update(models=[ENSEMBLE_OF_A_MISSING_MODEL]))
+    etag["add/1/model.py"] = "e2"
+    kube.edit(
+        KIND,
+        NS,
+        "svc",
+        lambda ts: ts["metadata"].setdefault("annotations", {}).update({f"{KIND_GROUP}/undo": "req-1"}),
+    )
+    before = {d["metadata"]["name"]: d["spec"]["replicas"] for d in kube.of_kind("Deployment")}
+    mark = len(kube.events)
+    held = await step()
+    assert held.invalid is not None and held.plan is not None
+    assert [e.reason for e in held.plan.events] == [cond.UNDO_REJECTED]
+    assert "cannot sync any more" in held.plan.events[0].message
+    assert [e["reason"] for e in kube.events[mark:]] == [cond.UNDO_REJECTED]
+    assert held.plan.status.pinned_revision is None
+    assert {d["metadata"]["name"]: d["spec"]["replicas"] for d in kube.of_kind("Deployment")} == before

@@ -44,14 +44,19 @@ def current_manifest(owned: Owned, previous: Mapping[str, Any]) -> str | None:
     return None
 
 
+def undo_waits(seen: Seen) -> bool:
+    """Whether an undo request waits (the annotations hold one the status has not handled)."""
+    requests = pending_requests(seen.metadata.get("annotations"), seen.previous)
+    return any(r.action == "undo" for r in requests)
+
+
 def unsyncable(seen: Seen, pinned: PinnedManifest | None) -> dict[str, str]:
     """Revisions an undo must not go back to: objects they pinned were overwritten (unversioned).
 
     Judged against the listing just pinned, and only while an undo request waits (it parses
     the manifest of every revision an undo may go back to).
     """
-    requests = pending_requests(seen.metadata.get("annotations"), seen.previous)
-    if pinned is None or pinned.digest is None or not any(r.action == "undo" for r in requests):
+    if pinned is None or pinned.digest is None or not undo_waits(seen):
         return {}
     current = parse_manifest(pinned.json)
     if current is None:

@@ -49,7 +49,7 @@ from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile.analysis import TritonView, analysis_status, models_status
 from triton_operator.reconcile.autoscaling import AUTOSCALER_RETRY_SECONDS, look
-from triton_operator.reconcile.observe import Seen, current_manifest, observe, unsyncable
+from triton_operator.reconcile.observe import Seen, current_manifest, observe, undo_waits, unsyncable
 from triton_operator.reconcile.pinning import (
     ManifestPinner,
     PinnedManifest,
@@ -157,25 +157,27 @@ async def reconcile(
         return Result(status=None)
     seen = await observe(kube, namespace, name, body, clock())
 
+    async def hold(blocked: _Blocked) -> Result:
+        return await _hold(kube, seen, settings, blocked, triton=triton, pin_manifest=pin_manifest)
+
     checked = check_body(body)
     if checked.problems or checked.ts is None:
-        return await _hold(kube, seen, settings, _Blocked(checked.message), triton)
+        return await hold(_Blocked(checked.message))
     ts = checked.ts
     refused = policy_errors(ts, settings)
     if refused:
-        return await _hold(
-            kube, seen, settings, _Blocked(format_errors(refused), cond.REFUSED_BY_POLICY), triton
-        )
+        blocked = _Blocked(format_errors(refused), cond.REFUSED_BY_POLICY)
+        return await hold(blocked)
     pinned: PinnedManifest | None = None
     if pin_manifest is not None:
         try:
             pinned = await pin_manifest(ts, current_manifest(seen.owned, seen.previous))
         except RepositoryError as exc:
             verdict = cond.Verdict(cond.FALSE, exc.reason, exc.message)
-            return await _hold(kube, seen, settings, _Blocked(exc.message, exc.reason, verdict), triton)
+            return await hold(_Blocked(exc.message, exc.reason, verdict))
     unloadable = pinned_version_errors(ts, pinned)
     if unloadable:
-        return await _hold(kube, seen, settings, _Blocked(format_errors(unloadable)), triton)
+        return await hold(_Blocked(format_errors(unloadable)))
     await _warn(kube, seen, ts, settings)
     # A spec that an existing revision rendered asks for that revision, under the settings it was
     # created with: a new operator default (image, scrape) applies to new revisions only.
@@ -199,14 +201,20 @@ async def reconcile(
         logger.warning("%s/%s: %s", namespace, name, message)
         verdict = cond.Verdict(cond.FALSE, cond.MANIFEST_TOO_LARGE, message)
         blocked = _Blocked(message, cond.MANIFEST_TOO_LARGE, verdict, ts)
-        return await _hold(kube, seen, settings, blocked, triton)
+        return await hold(blocked)
     except ObjectRejectedError as exc:
         # The schema let something through that the API server refuses (e.g. a malformed volume).
-        return await _hold(kube, seen, settings, _Blocked(str(exc)), triton)
+        return await hold(_Blocked(str(exc)))
 
 
 async def _hold(
-    kube: KubeAPI, seen: Seen, settings: Settings, blocked: _Blocked, triton: TritonView | None = None
+    kube: KubeAPI,
+    seen: Seen,
+    settings: Settings,
+    blocked: _Blocked,
+    *,
+    triton: TritonView | None = None,
+    pin_manifest: ManifestPinner | None = None,
 ) -> Result:
     """The current spec cannot be applied: go on under the last valid one, else change nothing.
 
@@ -232,6 +240,7 @@ async def _hold(
                     manifest_json=last.manifest_json,
                     repository=blocked.repository,
                     blocked=blocked,
+                    unsyncable=await _unsyncable_kept(seen, settings, kept.ts, pin_manifest),
                     triton=triton,
                 )
             except (ObjectRejectedError, _NotStoredError) as exc:
@@ -254,6 +263,23 @@ async def _hold(
     return Result(
         status=status, written=written, invalid=blocked.message, reason=blocked.reason, ts=blocked.ts
     )
+
+
+async def _unsyncable_kept(
+    seen: Seen, settings: Settings, ts: TritonService, pin_manifest: ManifestPinner | None
+) -> dict[str, str]:
+    """What an undo may not go back to while the spec is blocked, judged as the normal path judges
+    it (observe.unsyncable): against a fresh listing of the repository of the last valid spec, the
+    spec carried out. Listed only while an undo waits; a listing refused by policy or failing
+    judges nothing, as when pinning is off."""
+    if pin_manifest is None or not undo_waits(seen) or policy_errors(ts, settings):
+        return {}
+    try:
+        pinned = await pin_manifest(ts, current_manifest(seen.owned, seen.previous))
+    except RepositoryError as exc:
+        logger.warning("%s/%s: undo not checked against the repository: %s", seen.namespace, seen.name, exc)
+        return {}
+    return unsyncable(seen, pinned)
 
 
 def _scaled(ts: TritonService, replicas: int | None) -> TritonService:
