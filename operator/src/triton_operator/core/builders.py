@@ -245,7 +245,9 @@ def build_configmaps(
         "metadata": _metadata(ts, object_name(ts, revision), build_labels(ts, revision)),
         "data": data,
     }
-    room = manifestparts.CONFIGMAP_BUDGET - sum(len(v.encode("utf-8")) for v in data.values())
+    # What is left for the manifest (core.observation.configmap_problem keeps the rest within the
+    # budget): a manifest with no room here goes entirely to parts of their own.
+    room = max(0, manifestparts.CONFIGMAP_BUDGET - sum(len(v.encode("utf-8")) for v in data.values()))
     if (layout is None and len(text.encode("utf-8")) <= room) or (layout is not None and layout.plain):
         data[MANIFEST_KEY] = text
         return [main]

@@ -19,6 +19,7 @@ from triton_operator.core.builders import (
     ManifestLayout,
     configs_bytes,
     read_settings_record,
+    stored_spec,
 )
 from triton_operator.core.modelconfig import ModelConfigError, build_config_pbtxt
 from triton_operator.core.names import (
@@ -95,14 +96,30 @@ def check_body(body: Mapping[str, Any]) -> CheckedSpec:
         except ModelConfigError as exc:
             if str(exc) not in found:
                 found.append(str(exc))
-    size = configs_bytes(configs)
-    if size > manifestparts.CONFIGMAP_BUDGET:
-        found.append(
-            f"spec.models: the rendered config.pbtxt files take {size} bytes; the revision's ConfigMap "
-            f"holds at most {manifestparts.CONFIGMAP_BUDGET} (the API server refuses a ConfigMap over "
-            f"{manifestparts.CONFIGMAP_LIMIT})"
-        )
+    too_large = configmap_problem(configs, len(stored_spec(ts).encode("utf-8")))
+    if too_large is not None:
+        found.append(too_large)
     return CheckedSpec(ts=ts, configs=configs, problems=tuple(found))
+
+
+def configmap_problem(configs: Mapping[str, str], spec_bytes: int) -> str | None:
+    """Why what the revision's ConfigMap must hold besides the manifest does not fit in it, if it
+    does not: the rendered config.pbtxt files and the copy of the spec (SPEC_KEY) it keeps.
+
+    The operator's own record (OPERATOR_KEY, a few hundred bytes) fits in what CONFIGMAP_BUDGET
+    leaves below the API server's CONFIGMAP_LIMIT; the manifest goes to parts of its own.
+    """
+    rendered = configs_bytes(configs)
+    size = rendered + spec_bytes
+    if size <= manifestparts.CONFIGMAP_BUDGET:
+        return None
+    return (
+        f"spec.models: the rendered config.pbtxt files ({rendered} bytes) and the copy of the spec the "
+        f"revision keeps to go on under it ({spec_bytes} bytes, the models' configs again) take {size} "
+        f"bytes; the revision's ConfigMap holds at most {manifestparts.CONFIGMAP_BUDGET} (the API "
+        f"server refuses a ConfigMap over {manifestparts.CONFIGMAP_LIMIT}). Make the models' configs "
+        "smaller (e.g. fewer or shorter parameters)"
+    )
 
 
 # ----------------------------------------------------------------- revisions' stored ConfigMaps
