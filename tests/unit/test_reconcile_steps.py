@@ -407,7 +407,14 @@ async def test_a_new_default_image_applies_to_new_revisions_only(kube: MemKube) 
     assert same.revision == revision and same.plan is not None
     assert same.plan.status.canary_revision is None and not same.plan.events
     assert templates(kube) == before
-    assert "apply_status" not in methods(writes)
+    assert not {"scale", "delete"} & set(methods(writes))
+    # the status says the serving revision runs another image than today's default (kubectl triton status)
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None
+    assert (stored["status"]["image"], stored["status"]["defaultImage"]) == (
+        SETTINGS.default_image,
+        UPGRADED.default_image,
+    )
     change_model(kube, maxBatchSize=4)
     changed, _ = await run(kube, UPGRADED)
     assert changed.revision not in (None, revision)
@@ -418,6 +425,11 @@ async def test_a_new_default_image_applies_to_new_revisions_only(kube: MemKube) 
     new = templates(kube)[f"svc-{changed.revision}"]
     assert next(c["image"] for c in new["spec"]["initContainers"]) == UPGRADED.sync_image
     assert "annotations" not in new["metadata"]  # UPGRADED scrapes no pod
+    kubelet(kube)
+    await run(kube, UPGRADED)  # the new revision becomes the stable one: on the default again
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None and stored["status"]["stableRevision"] == changed.revision
+    assert stored["status"]["image"] == UPGRADED.default_image and "defaultImage" not in stored["status"]
 
 
 async def test_a_revision_made_before_the_record_keeps_what_its_deployment_runs(kube: MemKube) -> None:

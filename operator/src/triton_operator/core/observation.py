@@ -287,6 +287,26 @@ def recorded_revisions(
     return out
 
 
+def revision_image(deployments: Sequence[Mapping[str, Any]], revision: str | None) -> str | None:
+    """The tritonserver image a revision's Deployment runs (None without one)."""
+    for deployment in deployments:
+        if revision is None or revision_of(deployment) != revision:
+            continue
+        pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for container in pod.get("containers") or []:
+            if container.get("name") == TRITON_CONTAINER and container.get("image"):
+                return str(container["image"])
+    return None
+
+
+def behind_default(ts: TritonService, settings: Settings, image: str | None) -> str | None:
+    """The operator's default image when the spec names none and ``image`` (what the stable revision
+    runs) is another: made under an earlier default, it keeps it until the spec changes."""
+    if ts.spec.image is not None or image is None or image == settings.default_image:
+        return None
+    return settings.default_image
+
+
 def default_pull_policy(image: str) -> str:
     """The imagePullPolicy Kubernetes gives a container that sets none: Always for :latest or no tag."""
     name = image.split("@", 1)[0]

@@ -28,11 +28,13 @@ from triton_operator.core.builders import (
 from triton_operator.core.manifestparts import ManifestTooLarge, compress
 from triton_operator.core.names import object_name, revision_object_names
 from triton_operator.core.observation import (
+    behind_default,
     check_body,
     last_valid,
     layout_of,
     observe_revisions,
     recorded_revisions,
+    revision_image,
 )
 from triton_operator.core.policy import policy_errors
 from triton_operator.core.rollout import (
@@ -336,11 +338,14 @@ async def _carry_out(
     await _apply(kube, actions, manifest_json)
     traffic = await route_traffic(kube, ts, plan)
     shown = analysis if analysis is not None and plan.status.canary_revision == analysis.revision else None
+    applied = [o for o in actions.apply if o.get("kind") == "Deployment"]
+    image = revision_image([*applied, *seen.owned.deployments], plan.status.stable_revision)
     status, written = await _report(
         kube,
         seen,
         ts,
         plan,
+        images=(image, behind_default(ts, settings, image)),
         repository=repository,
         blocked=blocked,
         traffic=traffic,
@@ -458,6 +463,7 @@ async def _report(
     ts: TritonService,
     plan: RolloutPlan,
     *,
+    images: tuple[str | None, str | None],
     repository: cond.Verdict | None,
     blocked: _Blocked | None,
     traffic: Traffic | None,
@@ -465,7 +471,10 @@ async def _report(
     analysis: dict[str, Any] | None,
     autoscaling: cond.Verdict | None,
 ) -> tuple[dict[str, Any], bool]:
-    """Build the status from the plan and what was seen, and write it if it changed."""
+    """Build the status from the plan and what was seen, and write it if it changed.
+
+    ``images``: the tritonserver image the stable revision runs, and the operator's default when the
+    spec names none and that image is another (status.image, status.defaultImage)."""
     rs = plan.status
     METRICS.set_rollout(
         seen.namespace,
@@ -500,6 +509,8 @@ async def _report(
             endpoints=endpoints(ts),
             models=models,
             analysis=analysis,
+            image=images[0],
+            default_image=images[1],
             rollout=rs.to_status(),
             progressing=progressing,
             rollout_degraded=degraded,
