@@ -512,3 +512,17 @@ def test_status_shows_tritons_view_of_each_model_and_the_canarys_analysis() -> N
         "  2026-01-01T00:00:20Z step 1 weight 50%: Passed: "
         "analysis passed after 20s at weight 50: resnet50: ok"
     )
+
+
+def test_status_says_when_the_serving_image_is_not_the_operators_default() -> None:
+    """A new default applies to new revisions only: the status names the image the stable revision
+    runs, and the operator's default when that is another."""
+    same = kp.render_status(ts(stableRevision="r1", image="reg/triton:1"), NOW).splitlines()
+    assert "Image:     reg/triton:1" in same
+    assert not any("operator's default" in line for line in same)
+    behind = kp.render_status(
+        ts(stableRevision="r1", image="reg/triton:1", defaultImage="reg/triton:2"), NOW
+    ).splitlines()
+    at = behind.index("Image:     reg/triton:1")
+    assert "not the operator's default reg/triton:2" in behind[at + 1]
+    assert "the next change of the spec rolls it out" in behind[at + 1]

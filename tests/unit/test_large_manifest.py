@@ -54,6 +54,7 @@ from triton_operator.core.names import (
     CONFIGS_DIR,
     LABEL_REVISION,
     MANIFEST_PATH,
+    OPERATOR_KEY,
     SPEC_KEY,
     SYNC_CONTAINER,
     object_name,
@@ -267,7 +268,39 @@ def test_a_small_manifest_stays_plain_json_in_one_configmap() -> None:
 def test_configs_too_large_for_a_configmap_are_an_invalid_spec_naming_the_bytes() -> None:
     big_config = {**CONFIG, "parameters": {f"p{i}": {"stringValue": "x" * 1000} for i in range(1000)}}
     result = check_body(tritonservice(models=[{"name": "add", "config": big_config}]))
-    assert any(p.startswith("spec.models: the rendered config.pbtxt files take") for p in result.problems)
+    assert any(p.startswith("spec.models: the rendered config.pbtxt files (") for p in result.problems)
+
+
+async def test_configs_that_fit_only_without_the_spec_copy_are_an_invalid_spec_naming_both() -> None:
+    """The revision's ConfigMap also keeps a copy of the spec (the models' configs again): configs
+    that fit alone but not with it are refused before anything is written, as InvalidSpec naming
+    both sizes, never sent to the API server and reported as a manifest to pin fewer objects of."""
+    api = FakeClient()
+    pinner = Pinner(small_manifest())
+    stable = await serving(api, pinner)
+    before = copy.deepcopy(api.objects)
+    parameters = {f"p{i}": {"stringValue": "x" * 1000} for i in range(600)}
+    big = {"name": "add", "config": {**CONFIG, "parameters": parameters}}
+    ts = api.find("TritonService", "ml", "big")
+    assert ts is not None
+    ts["spec"]["models"] = [big]
+    ts["metadata"]["generation"] = 2
+    result = await steps.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
+    assert not api.refused
+    assert result.reason == cond.INVALID_SPEC and result.invalid is not None
+    assert "copy of the spec" in result.invalid and "Pin fewer objects" not in result.invalid
+    checked_spec = check_body(ts)
+    assert checked_spec.ts is not None
+    rendered = configs_bytes(checked_spec.configs)
+    assert rendered < manifestparts.CONFIGMAP_BUDGET  # the configs alone would fit
+    assert f"config.pbtxt files ({rendered} bytes)" in result.invalid
+    ready = condition(api, cond.READY)
+    assert (ready["status"], ready["reason"]) == ("False", cond.INVALID_SPEC)
+    for key, obj in before.items():
+        if key[0] in ("Deployment", "ConfigMap"):
+            assert api.objects[key] == obj
+    stored = api.find("TritonService", "ml", "big")
+    assert stored is not None and stored["status"]["stableRevision"] == stable
 
 
 # ----------------------------------------------------------------- the sync command reads parts as mounted
@@ -377,8 +410,11 @@ def test_a_revision_made_before_parts_keeps_its_hash_and_its_layout(tmp_path: Pa
     # its ConfigMap as it is, plus the spec it was rendered from (kept for an invalid spec later,
     # never mounted): the manifest and configs are the same bytes, in the same plain layout
     (configmap,) = [x for x in actions.apply if x["kind"] == "ConfigMap"]
-    assert set(configmap["data"]) - set(LEGACY["configmap"]["data"]) == {SPEC_KEY}
-    assert {k: v for k, v in configmap["data"].items() if k != SPEC_KEY} == LEGACY["configmap"]["data"]
+    # and the operator settings it was made with, as its Deployment shows them (OPERATOR_KEY)
+    assert set(configmap["data"]) - set(LEGACY["configmap"]["data"]) == {SPEC_KEY, OPERATOR_KEY}
+    assert json.loads(configmap["data"][OPERATOR_KEY])["syncImage"] == LEGACY["syncImage"]
+    kept = {k: v for k, v in configmap["data"].items() if k not in (SPEC_KEY, OPERATOR_KEY)}
+    assert kept == LEGACY["configmap"]["data"]
     assert "binaryData" not in configmap
     deployment = next(x for x in actions.apply if x["kind"] == "Deployment")
     assert deployment["spec"]["template"] == LEGACY["deployment"]["spec"]["template"]  # no pod restarts
@@ -387,7 +423,8 @@ def test_a_revision_made_before_parts_keeps_its_hash_and_its_layout(tmp_path: Pa
         spec, LEGACY["manifest"], revision, settings=upgraded, deployments=[LEGACY["deployment"]]
     )
     put_back = next(x for x in again.apply if x["kind"] == "ConfigMap")
-    assert {k: v for k, v in put_back["data"].items() if k != SPEC_KEY} == LEGACY["configmap"]["data"]
+    put_back_data = {k: v for k, v in put_back["data"].items() if k not in (SPEC_KEY, OPERATOR_KEY)}
+    assert put_back_data == LEGACY["configmap"]["data"]
     assert {k: v for k, v in put_back.items() if k != "data"} == {
         k: v for k, v in LEGACY["configmap"].items() if k != "data"
     }

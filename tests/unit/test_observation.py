@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
-from triton_operator.core.builders import build_configmap, compute_revision
+from triton_operator.core.builders import (
+    build_configmap,
+    build_configmaps,
+    build_deployment,
+    compute_revision,
+)
 from triton_operator.core.names import LABEL_REVISION
 from triton_operator.core.observation import (
     check_body,
@@ -18,11 +23,14 @@ from triton_operator.core.observation import (
     last_valid,
     observe_revisions,
     pod_state,
+    recorded_revisions,
+    recorded_settings,
     revision_of,
     revision_state,
     split_by_owner,
 )
 from triton_operator.core.rollout import RevisionState
+from triton_operator.settings import Settings
 from tritonservice_bodies import (
     CONFIG,
     SETTINGS,
@@ -378,3 +386,38 @@ def test_observe_revisions_pairs_each_deployment_with_its_own_pods() -> None:
     assert (seen["a"].pods, seen["a"].crash_looping) == (2, False)
     assert (seen["b"].pods, seen["b"].crash_looping) == (1, True)
     assert observe_revisions([], pods) == {}
+
+
+# ----------------------------------------------------------------- the settings a revision was made with
+
+UPGRADED = Settings(
+    default_image="reg/tritonserver:99.01",
+    sync_image="reg/triton-operator:9.9.9",
+    sync_image_pull_policy="Always",
+    pod_security_defaults=False,
+    triton_log_on_exit=False,
+    prometheus_scrape=False,
+)
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "live-deployment"])
+def test_an_existing_revision_keeps_the_settings_it_was_made_with(recorded: bool) -> None:
+    """Its ConfigMap's record, else (made before the record) what its Deployment runs: the same
+    spec asks for the same revision and renders the same pod template under new operator settings."""
+    ts = ts_of()
+    configs = configs_of(ts)
+    revision = compute_revision(ts, SETTINGS, configs, None)
+    configmaps = build_configmaps(ts, revision, configs, None, settings=SETTINGS if recorded else None)
+    deployment = build_deployment(ts, revision, SETTINGS, 2)
+    assert compute_revision(ts, UPGRADED, configs, None) != revision  # the hash of a new revision
+    kept = recorded_settings(UPGRADED, configmaps, deployment)
+    assert build_deployment(ts, revision, kept, 2) == deployment
+    both = recorded_revisions(UPGRADED, [deployment], configmaps)
+    assert compute_revision(ts, UPGRADED, configs, None, both) == revision
+    # a spec that changed is a new revision, with today's settings
+    changed = ts_of(replicas=2, serverArgs=["--log-verbose=1"])
+    assert compute_revision(changed, UPGRADED, configs_of(changed), None, both) == compute_revision(
+        changed, UPGRADED, configs_of(changed), None
+    )
+    # a new revision (nothing stored) gets today's settings
+    assert recorded_settings(UPGRADED, [], None) == UPGRADED

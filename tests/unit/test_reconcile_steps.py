@@ -8,6 +8,7 @@ controller and the kubelet (``kubelet`` below), which make a revision's pods Rea
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from e2e_helpers import ENSEMBLE_OF_A_MISSING_MODEL, tritonservice
 from memkube import Call, MemKube
+from triton_operator import GROUP as KIND_GROUP
 from triton_operator import KIND
 from triton_operator.core import conditions as cond
 from triton_operator.core.manifest import (
@@ -78,10 +80,10 @@ def kubelet(kube: MemKube) -> None:
             )
 
 
-async def run(kube: MemKube) -> tuple[Result, list[Call]]:
-    """One pass at NOW; what it returned and what it wrote."""
+async def run(kube: MemKube, settings: Settings = SETTINGS) -> tuple[Result, list[Call]]:
+    """One pass at NOW (under the operator's ``settings``); what it returned and what it wrote."""
     mark = len(kube.writes)
-    result = await reconcile(kube, NS, "svc", SETTINGS, clock=lambda: NOW)
+    result = await reconcile(kube, NS, "svc", settings, clock=lambda: NOW)
     return result, kube.writes[mark:]
 
 
@@ -518,3 +520,178 @@ async def test_a_pause_past_the_bound_is_refused_at_its_field_and_the_stable_rev
     assert [d["metadata"]["name"] for d in kube.of_kind("Deployment")] == [f"svc-{first.revision}"]
     stable = kube.find("Deployment", NS, f"svc-{first.revision}")
     assert stable is not None and stable["spec"]["replicas"] == 2
+
+
+# ----------------------------------------------------------------- operator settings of a revision
+
+UPGRADED = Settings(
+    default_image="nvcr.io/nvidia/tritonserver:99.01-py3",
+    sync_image="ghcr.io/triton-operator/triton-operator:9.9.9",
+    prometheus_scrape=False,
+)
+"""The operator after a `helm upgrade` that changed its default tritonserver image (and more)."""
+OPERATOR_KEY = "operator.json"
+"""core.names.OPERATOR_KEY (spelled out: these tests also run against an operator without it)."""
+
+
+def templates(kube: MemKube) -> dict[str, Any]:
+    """Every revision Deployment's pod template, by name."""
+    return {d["metadata"]["name"]: d["spec"]["template"] for d in kube.of_kind("Deployment")}
+
+
+def triton_images(kube: MemKube) -> dict[str, str]:
+    return {
+        name: next(c["image"] for c in t["spec"]["containers"] if c["name"] == "tritonserver")
+        for name, t in templates(kube).items()
+    }
+
+
+async def stable(kube: MemKube, settings: Settings = SETTINGS) -> str:
+    """Passes until the spec's revision is the stable one (the pods come up); its revision."""
+    first, _ = await run(kube, settings)
+    kubelet(kube)
+    await run(kube, settings)
+    assert first.revision is not None
+    return first.revision
+
+
+async def test_a_blocked_spec_never_re_renders_the_serving_revision_with_new_operator_settings(
+    kube: MemKube,
+) -> None:
+    """A revision's pod template never changes: while a spec is blocked, the last valid spec's
+    revision is re-rendered with the settings it was created with, not those of the upgrade."""
+    revision = await stable(kube)
+    before = templates(kube)
+    kube.edit(KIND, NS, "svc", lambda ts: ts["spec"].update(models=[ENSEMBLE_OF_A_MISSING_MODEL]))
+    held, _ = await run(kube, UPGRADED)
+    assert held.invalid is not None and held.revision == revision
+    assert templates(kube) == before
+    assert triton_images(kube) == {f"svc-{revision}": SETTINGS.default_image}
+
+
+async def test_a_new_default_image_applies_to_new_revisions_only(kube: MemKube) -> None:
+    """A chart upgrade that changes the default image rolls out nothing; the next change of the
+    spec makes a revision with the new default (and a canary tries it first)."""
+    revision = await stable(kube)
+    before = templates(kube)
+    same, writes = await run(kube, UPGRADED)
+    assert same.revision == revision and same.plan is not None
+    assert same.plan.status.canary_revision is None and not same.plan.events
+    assert templates(kube) == before
+    assert not {"scale", "delete"} & set(methods(writes))
+    # the status says the serving revision runs another image than today's default (kubectl triton status)
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None
+    assert (stored["status"]["image"], stored["status"]["defaultImage"]) == (
+        SETTINGS.default_image,
+        UPGRADED.default_image,
+    )
+    change_model(kube, maxBatchSize=4)
+    changed, _ = await run(kube, UPGRADED)
+    assert changed.revision not in (None, revision)
+    assert triton_images(kube) == {
+        f"svc-{revision}": SETTINGS.default_image,
+        f"svc-{changed.revision}": UPGRADED.default_image,
+    }
+    new = templates(kube)[f"svc-{changed.revision}"]
+    assert next(c["image"] for c in new["spec"]["initContainers"]) == UPGRADED.sync_image
+    assert "annotations" not in new["metadata"]  # UPGRADED scrapes no pod
+    kubelet(kube)
+    await run(kube, UPGRADED)  # the new revision becomes the stable one: on the default again
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None and stored["status"]["stableRevision"] == changed.revision
+    assert stored["status"]["image"] == UPGRADED.default_image and "defaultImage" not in stored["status"]
+
+
+async def test_a_revision_made_before_the_record_keeps_what_its_deployment_runs(kube: MemKube) -> None:
+    """A revision an earlier operator made has no OPERATOR_KEY: its live Deployment says what it
+    was created with (the safe reading), and that is recorded from then on."""
+    revision = await stable(kube)
+    before = templates(kube)
+    kube.edit("ConfigMap", NS, f"svc-{revision}", lambda c: c["data"].pop(OPERATOR_KEY, None))
+    same, _ = await run(kube, UPGRADED)
+    assert same.revision == revision and templates(kube) == before
+    configmap = kube.find("ConfigMap", NS, f"svc-{revision}")
+    assert configmap is not None
+    record = json.loads(configmap["data"][OPERATOR_KEY])
+    assert (record["defaultImage"], record["syncImage"], record["prometheusScrape"]) == (
+        SETTINGS.default_image,
+        SETTINGS.sync_image,
+        True,
+    )
+
+
+# ----------------------------------------------------------------- scale while the spec is blocked
+
+
+@pytest.mark.parametrize("blocked", ["invalid", "refused by policy"])
+async def test_scale_follows_the_live_replicas_while_the_spec_is_blocked(kube: MemKube, blocked: str) -> None:
+    """An HPA, KEDA or `kubectl scale` writes spec.replicas through /scale: while the rest of the
+    spec waits, the serving revision still follows it, down to zero and back."""
+    revision = await stable(kube)
+    if blocked == "invalid":
+        kube.edit(KIND, NS, "svc", lambda ts: ts["spec"].update(models=[ENSEMBLE_OF_A_MISSING_MODEL]))
+    else:
+        kube.edit(
+            KIND, NS, "svc", lambda ts: ts["spec"].update(volumes=[{"name": "h", "hostPath": {"path": "/"}}])
+        )
+    for replicas in (0, 3):
+        kube.edit(KIND, NS, "svc", lambda ts: ts["spec"].update(replicas=replicas))  # noqa: B023 (run at once)
+        held, _ = await run(kube)
+        assert held.reason == (cond.INVALID_SPEC if blocked == "invalid" else cond.REFUSED_BY_POLICY)
+        assert held.revision == revision
+        deployment = kube.find("Deployment", NS, f"svc-{revision}")
+        assert deployment is not None and deployment["spec"]["replicas"] == replicas
+        kubelet(kube)
+
+
+# ----------------------------------------------------------------- undo while the spec is blocked
+
+
+async def test_undo_while_the_spec_is_blocked_still_refuses_a_revision_that_cannot_sync(
+    kube: MemKube,
+) -> None:
+    """The blocked path judges an undo as the normal path does: a revision whose pinned objects
+    were overwritten in an unversioned bucket is not gone back to (UndoRejected), nothing moves."""
+    etag = {"add/1/model.py": "e1"}
+
+    async def pin(ts: TritonService, current: str | None) -> PinnedManifest:
+        listing = [ObjectInfo(key, 10, etag=tag) for key, tag in etag.items()]
+        selection = select_objects(model_sources(ts.spec.models), listing)
+        return summarize(
+            build_manifest(StoreRef.from_repository(ts.spec.repository), selection), versioned=False
+        )
+
+    async def step() -> Result:
+        return await reconcile(kube, NS, "svc", SETTINGS, pin_manifest=pin, clock=lambda: NOW)
+
+    first = await step()
+    kubelet(kube)
+    await step()
+    change_model(kube, maxBatchSize=4)
+    second = await step()
+    kubelet(kube)
+    await step()
+    kubelet(kube)
+    await step()
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None and stored["status"]["stableRevision"] == second.revision
+    assert first.revision in [h["revision"] for h in stored["status"]["history"]]
+    # the spec goes bad, the model is overwritten in place, and someone asks to go back
+    kube.edit(KIND, NS, "svc", lambda ts: ts["spec"].update(models=[ENSEMBLE_OF_A_MISSING_MODEL]))
+    etag["add/1/model.py"] = "e2"
+    kube.edit(
+        KIND,
+        NS,
+        "svc",
+        lambda ts: ts["metadata"].setdefault("annotations", {}).update({f"{KIND_GROUP}/undo": "req-1"}),
+    )
+    before = {d["metadata"]["name"]: d["spec"]["replicas"] for d in kube.of_kind("Deployment")}
+    mark = len(kube.events)
+    held = await step()
+    assert held.invalid is not None and held.plan is not None
+    assert [e.reason for e in held.plan.events] == [cond.UNDO_REJECTED]
+    assert "cannot sync any more" in held.plan.events[0].message
+    assert [e["reason"] for e in kube.events[mark:]] == [cond.UNDO_REJECTED]
+    assert held.plan.status.pinned_revision is None
+    assert {d["metadata"]["name"]: d["spec"]["replicas"] for d in kube.of_kind("Deployment")} == before

@@ -252,6 +252,13 @@ def render_status(obj: Mapping[str, Any], now: datetime) -> str:
         f"Replicas:  {spec.get('replicas', 1)} desired, {status.get('readyReplicas') or 0} ready",
         f"Stable:    {status.get('stableRevision') or '-'}",
     ]
+    if status.get("image"):
+        lines.append(f"Image:     {status['image']}")
+    if status.get("defaultImage"):
+        lines.append(
+            f"           not the operator's default {status['defaultImage']}: a new default applies "
+            "to new revisions only, the next change of the spec rolls it out"
+        )
     canary = status.get("canaryRevision")
     if canary:
         weight = status.get("canaryWeight")

@@ -791,6 +791,13 @@ class TritonServiceStatus(_Model):
     replaced_revision: str | None = None
     handled_requests: dict[str, str] = Field(default_factory=dict)
     repository_digest: str | None = None
+    image: str | None = Field(None, description="The tritonserver image the stable revision runs.")
+    default_image: str | None = Field(
+        None,
+        description="The operator's default tritonserver image, set while the spec names no image and "
+        "the stable revision runs another (made under an earlier default): a new default applies to "
+        "new revisions only, and the next change of the spec rolls it out.",
+    )
 
 
 class TritonService(_Model):

@@ -72,12 +72,12 @@ class Settings:
     pod_security_defaults: bool = True
     """Give pods the restricted securityContext defaults (core.builders). Never read from the
     environment: False only for a revision made before the operator set them, so that an operator
-    upgrade restarts none of its serving pods (core.observation.kept_pod_security)."""
+    upgrade restarts none of its serving pods (core.observation.recorded_settings)."""
     triton_log_on_exit: bool = True
     """Let Kubernetes keep the log tail of an exited tritonserver (terminationMessagePolicy
     FallbackToLogsOnError), where Triton says why a model failed to load. Never read from the
     environment: False only for a revision made before the operator set it
-    (core.observation.kept_pod_security), so that an upgrade restarts none of its serving pods."""
+    (core.observation.recorded_settings), so that an upgrade restarts none of its serving pods."""
     allowed_image_prefixes: tuple[str, ...] = ()
     """tritonserver images a TritonService may run (core.policy.image_allowed); empty allows any."""
     forbidden_volume_types: tuple[str, ...] = DEFAULT_FORBIDDEN_VOLUME_TYPES

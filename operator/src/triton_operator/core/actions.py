@@ -19,9 +19,8 @@ from triton_operator.core.builders import (
 )
 from triton_operator.core.names import object_name
 from triton_operator.core.observation import (
-    kept_pod_security,
-    kept_sync_image,
     layout_of,
+    recorded_settings,
     revision_configmaps,
     revision_of,
 )
@@ -106,7 +105,8 @@ def plan_actions(
 ) -> Actions:
     """The writes that carry out ``plan`` for the spec's ``revision``.
 
-    Only the spec's own revision can be rendered (ConfigMap and Deployment in full). Any other
+    Only the spec's own revision can be rendered (ConfigMap and Deployment in full), with the
+    operator settings it was created with (core.observation.recorded_settings). Any other
     revision the plan keeps (the stable one being replaced, history, an undo target) was rendered
     from an earlier spec: only its Deployment's spec.replicas changes, and its ConfigMap stays as
     it is, so an undo serves the same bytes. A revision whose Deployment is gone cannot be rebuilt.
@@ -126,8 +126,18 @@ def plan_actions(
     if revision in plan.replicas:
         existing = next((d for d in deployments if revision_of(d) == revision), None)
         stored = revision_configmaps(configmaps, revision)
+        # An existing revision is rendered with the operator settings it was created with, never
+        # today's (a new default image or sync image applies to new revisions only): its pod
+        # template never changes. A new one records today's.
+        recorded = recorded_settings(settings, stored, existing)
         built = build_configmaps(
-            ts, revision, configs, manifest_json, layout=layout_of(existing), existing=stored
+            ts,
+            revision,
+            configs,
+            manifest_json,
+            layout=layout_of(existing),
+            existing=stored,
+            settings=recorded,
         )
         # A revision's ConfigMaps never change (its hash names them): one stored as built is not
         # sent again, which spares the API server megabytes of manifest parts on every reconcile.
@@ -137,7 +147,7 @@ def plan_actions(
             build_deployment(
                 ts,
                 revision,
-                kept_pod_security(kept_sync_image(settings, existing), existing),
+                recorded,
                 max(plan.replicas[revision], current),
                 manifest_layout(built),
             )

@@ -34,6 +34,7 @@ from triton_operator.core.names import (
     METRICS_PORT,
     MODELS_DIR,
     MODELS_VOLUME,
+    OPERATOR_KEY,
     PLACEHOLDER_UID,
     PVC_ROOT,
     REPOSITORY_VOLUME,
@@ -91,10 +92,56 @@ def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]
 
 
 def compute_revision(
-    ts: TritonService, settings: Settings, configs: Mapping[str, str], manifest_digest: str | None
+    ts: TritonService,
+    settings: Settings,
+    configs: Mapping[str, str],
+    manifest_digest: str | None,
+    recorded: Mapping[str, Settings] | None = None,
 ) -> str:
-    """The revision a valid spec asks for (see core.revision.revision_hash)."""
+    """The revision a valid spec asks for (see core.revision.revision_hash).
+
+    ``recorded``: the service's existing revisions with the operator settings each was created
+    with (core.observation.recorded_revisions). A spec that one of them rendered under its own
+    settings asks for that revision, whatever today's settings: a new default tritonserver image
+    (or scrape setting) applies to new revisions only, never re-hashing a spec that did not change.
+    """
+    for revision, earlier in sorted((recorded or {}).items()):
+        if revision_hash(pod_template_inputs(ts, earlier), configs, manifest_digest) == revision:
+            return revision
     return revision_hash(pod_template_inputs(ts, settings), configs, manifest_digest)
+
+
+RECORDED_SETTINGS: dict[str, str] = {
+    "defaultImage": "default_image",
+    "syncImage": "sync_image",
+    "syncImagePullPolicy": "sync_image_pull_policy",
+    "podSecurityDefaults": "pod_security_defaults",
+    "tritonLogOnExit": "triton_log_on_exit",
+    "prometheusScrape": "prometheus_scrape",
+}
+"""The operator settings that shape a revision's pod template (OPERATOR_KEY's keys -> Settings'
+fields): recorded when the revision is created, and what it is re-rendered with ever after."""
+
+
+def settings_record(settings: Settings) -> str:
+    """What a revision's ConfigMap keeps under OPERATOR_KEY: the RECORDED_SETTINGS of ``settings``."""
+    record = {key: getattr(settings, field) for key, field in RECORDED_SETTINGS.items()}
+    return json.dumps({k: v for k, v in record.items() if v is not None}, sort_keys=True)
+
+
+def read_settings_record(text: str | None, settings: Settings) -> Settings | None:
+    """``settings`` with the recorded fields of an OPERATOR_KEY text; None when there is none (or
+    it is unreadable: then the revision's live Deployment says, core.observation.recorded_settings)."""
+    try:
+        record = json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("defaultImage"), str):
+        return None
+    fields: dict[str, Any] = {f: record[k] for k, f in RECORDED_SETTINGS.items() if k in record}
+    # Left out of the record when unset (the cluster's default policy).
+    fields["sync_image_pull_policy"] = record.get("syncImagePullPolicy")
+    return dataclasses.replace(settings, **fields)
 
 
 # ----------------------------------------------------------------- metadata
@@ -174,6 +221,7 @@ def build_configmaps(
     *,
     layout: ManifestLayout | None = None,
     existing: Sequence[Mapping[str, Any]] = (),
+    settings: Settings | None = None,
 ) -> list[dict[str, Any]]:
     """The revision's ConfigMaps: `<name>-<rev>` with `<model>.config.pbtxt` per model and the
     manifest (unpinned if None), then one ConfigMap per further part of a manifest in parts.
@@ -181,22 +229,25 @@ def build_configmaps(
     The manifest is plain JSON under MANIFEST_KEY when ``layout`` says so, or (``layout`` None, a
     new revision) when it fits beside the configs in CONFIGMAP_BUDGET; else gzipped parts, part 0
     beside the configs. ``existing``: the revision's ConfigMaps as stored, whose parts are kept
-    when they give back the same manifest. Raises manifestparts.ManifestTooLarge when the
-    manifest needs more than MAX_PARTS parts.
+    when they give back the same manifest. ``settings``: the operator settings the revision's pod
+    template is rendered with, recorded under OPERATOR_KEY (core.observation.recorded_settings).
+    Raises manifestparts.ManifestTooLarge when the manifest needs more than MAX_PARTS parts.
     """
     text = manifest_json if manifest_json is not None else unpinned_manifest_json(ts)
     data = {config_key(model): body for model, body in sorted(configs.items())}
     # The spec it was rendered from (never mounted; updated while it is the spec's revision).
-    data[SPEC_KEY] = json.dumps(
-        ts.spec.model_dump(mode="json", by_alias=True, exclude_unset=True), sort_keys=True
-    )
+    data[SPEC_KEY] = stored_spec(ts)
+    if settings is not None:
+        data[OPERATOR_KEY] = settings_record(settings)
     main: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(ts, object_name(ts, revision), build_labels(ts, revision)),
         "data": data,
     }
-    room = manifestparts.CONFIGMAP_BUDGET - configs_bytes(configs) - len(data[SPEC_KEY].encode("utf-8"))
+    # What is left for the manifest (core.observation.configmap_problem keeps the rest within the
+    # budget): a manifest with no room here goes entirely to parts of their own.
+    room = max(0, manifestparts.CONFIGMAP_BUDGET - sum(len(v.encode("utf-8")) for v in data.values()))
     if (layout is None and len(text.encode("utf-8")) <= room) or (layout is not None and layout.plain):
         data[MANIFEST_KEY] = text
         return [main]
@@ -219,6 +270,11 @@ def build_configmaps(
             }
         )
     return out
+
+
+def stored_spec(ts: TritonService) -> str:
+    """The copy of the spec a revision's ConfigMap keeps under SPEC_KEY."""
+    return json.dumps(ts.spec.model_dump(mode="json", by_alias=True, exclude_unset=True), sort_keys=True)
 
 
 def build_configmap(
@@ -498,17 +554,19 @@ def build_scheduling(ts: TritonService) -> dict[str, Any]:
     return out
 
 
+SCRAPE_ANNOTATIONS = {
+    "prometheus.io/scrape": "true",
+    "prometheus.io/port": str(METRICS_PORT),
+    "prometheus.io/path": "/metrics",
+}
+"""The pods' annotations when Settings.prometheus_scrape is on (before the spec's podAnnotations)."""
+
+
 def build_pod_metadata(ts: TritonService, revision: str, settings: Settings) -> dict[str, Any]:
     """The pod's labels (the spec's, then the operator's) and annotations (scrape hints, then the spec's)."""
     annotations: dict[str, str] = {}
     if settings.prometheus_scrape:
-        annotations.update(
-            {
-                "prometheus.io/scrape": "true",
-                "prometheus.io/port": str(METRICS_PORT),
-                "prometheus.io/path": "/metrics",
-            }
-        )
+        annotations.update(SCRAPE_ANNOTATIONS)
     annotations.update(ts.spec.pod_annotations)
     # The operator's labels win: selectors and revision bookkeeping depend on them.
     labels = {**ts.spec.pod_labels, **build_labels(ts, revision)}

@@ -27,6 +27,10 @@ MANIFEST_PATH = f"{CONFIG_DIR}/{MANIFEST_KEY}"
 # The spec that rendered a revision, kept in its ConfigMap (never mounted): while a later spec is
 # invalid, the rollout goes on under this one (aborts, deadlines, timed steps, control requests).
 SPEC_KEY = "spec.json"
+# The operator settings that shaped a revision's pod template (default tritonserver image, sync
+# image, pod security, scrape annotations), kept in its ConfigMap (never mounted): re-rendering
+# the revision uses them, never the operator's settings of the day (core.observation.recorded_settings).
+OPERATOR_KEY = "operator.json"
 MANIFEST_SUBDIR = "manifest"
 MANIFEST_DIR = f"{CONFIG_DIR}/{MANIFEST_SUBDIR}"
 """Where the sync container finds the parts of a manifest too large for plain JSON (manifestparts)."""

@@ -13,13 +13,21 @@ from pydantic import ValidationError
 
 from triton_operator.core import conditions as cond
 from triton_operator.core import manifestparts
-from triton_operator.core.builders import PLAIN, ManifestLayout, configs_bytes
+from triton_operator.core.builders import (
+    PLAIN,
+    SCRAPE_ANNOTATIONS,
+    ManifestLayout,
+    configs_bytes,
+    read_settings_record,
+    stored_spec,
+)
 from triton_operator.core.modelconfig import ModelConfigError, build_config_pbtxt
 from triton_operator.core.names import (
     CONFIG_VOLUME,
     LABEL_REVISION,
     MANIFEST_DIR,
     MANIFEST_PATH,
+    OPERATOR_KEY,
     SPEC_KEY,
     SYNC_CONTAINER,
     TRITON_CONTAINER,
@@ -88,14 +96,30 @@ def check_body(body: Mapping[str, Any]) -> CheckedSpec:
         except ModelConfigError as exc:
             if str(exc) not in found:
                 found.append(str(exc))
-    size = configs_bytes(configs)
-    if size > manifestparts.CONFIGMAP_BUDGET:
-        found.append(
-            f"spec.models: the rendered config.pbtxt files take {size} bytes; the revision's ConfigMap "
-            f"holds at most {manifestparts.CONFIGMAP_BUDGET} (the API server refuses a ConfigMap over "
-            f"{manifestparts.CONFIGMAP_LIMIT})"
-        )
+    too_large = configmap_problem(configs, len(stored_spec(ts).encode("utf-8")))
+    if too_large is not None:
+        found.append(too_large)
     return CheckedSpec(ts=ts, configs=configs, problems=tuple(found))
+
+
+def configmap_problem(configs: Mapping[str, str], spec_bytes: int) -> str | None:
+    """Why what the revision's ConfigMap must hold besides the manifest does not fit in it, if it
+    does not: the rendered config.pbtxt files and the copy of the spec (SPEC_KEY) it keeps.
+
+    The operator's own record (OPERATOR_KEY, a few hundred bytes) fits in what CONFIGMAP_BUDGET
+    leaves below the API server's CONFIGMAP_LIMIT; the manifest goes to parts of its own.
+    """
+    rendered = configs_bytes(configs)
+    size = rendered + spec_bytes
+    if size <= manifestparts.CONFIGMAP_BUDGET:
+        return None
+    return (
+        f"spec.models: the rendered config.pbtxt files ({rendered} bytes) and the copy of the spec the "
+        f"revision keeps to go on under it ({spec_bytes} bytes, the models' configs again) take {size} "
+        f"bytes; the revision's ConfigMap holds at most {manifestparts.CONFIGMAP_BUDGET} (the API "
+        f"server refuses a ConfigMap over {manifestparts.CONFIGMAP_LIMIT}). Make the models' configs "
+        "smaller (e.g. fewer or shorter parameters)"
+    )
 
 
 # ----------------------------------------------------------------- revisions' stored ConfigMaps
@@ -199,24 +223,88 @@ def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) ->
     return settings
 
 
-def kept_pod_security(settings: Settings, deployment: Mapping[str, Any] | None) -> Settings:
-    """``settings`` without the securityContext defaults (or the terminationMessagePolicy) when an
-    existing revision was made before the operator set them (its tritonserver container lacks them).
+def kept_pod_security(settings: Settings, deployment: Mapping[str, Any]) -> Settings:
+    """``settings`` with the securityContext defaults and the terminationMessagePolicy an existing
+    revision's Deployment has: a revision made before the operator set them keeps going without.
 
     Like its sync image, a revision keeps the pod template it was created with: applying the
     defaults to its Deployment would restart every serving pod, under a user the image may not
     support, outside any canary. The next revision gets them, and a canary tries it first.
     """
-    template = ((deployment or {}).get("spec") or {}).get("template") or {}
-    for container in (template.get("spec") or {}).get("containers") or []:
-        if container.get("name") != TRITON_CONTAINER:
-            continue
-        if "securityContext" not in container:
-            settings = dataclasses.replace(settings, pod_security_defaults=False)
-        # Likewise the termination message policy (the API server stores its default, File).
-        if container.get("terminationMessagePolicy", "File") != "FallbackToLogsOnError":
-            settings = dataclasses.replace(settings, triton_log_on_exit=False)
+    pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    sync = next((c for c in pod.get("initContainers") or [] if c.get("name") == SYNC_CONTAINER), None)
+    triton = next((c for c in pod.get("containers") or [] if c.get("name") == TRITON_CONTAINER), None)
+    if sync is not None:
+        # The sync container has a securityContext exactly when the defaults are on (not the spec's).
+        settings = dataclasses.replace(settings, pod_security_defaults="securityContext" in sync)
+    if triton is not None:
+        # The API server stores the default policy, File.
+        policy = triton.get("terminationMessagePolicy", "File")
+        settings = dataclasses.replace(settings, triton_log_on_exit=policy == "FallbackToLogsOnError")
     return settings
+
+
+def live_settings(settings: Settings, deployment: Mapping[str, Any]) -> Settings:
+    """``settings`` with what an existing revision's Deployment runs: its tritonserver image (the
+    default it was created with, when its spec names none), sync image, pod security defaults,
+    termination message policy and scrape annotations."""
+    kept = kept_pod_security(kept_sync_image(settings, deployment), deployment)
+    template = (deployment.get("spec") or {}).get("template") or {}
+    containers = (template.get("spec") or {}).get("containers") or []
+    triton: Mapping[str, Any] = next((c for c in containers if c.get("name") == TRITON_CONTAINER), {})
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
+    scrape = all(annotations.get(k) == v for k, v in SCRAPE_ANNOTATIONS.items())
+    image = str(triton.get("image") or kept.default_image)
+    return dataclasses.replace(kept, default_image=image, prometheus_scrape=scrape)
+
+
+def recorded_settings(
+    settings: Settings, configmaps: Sequence[Mapping[str, Any]], deployment: Mapping[str, Any] | None
+) -> Settings:
+    """The operator settings an existing revision was created with: what its ConfigMaps recorded
+    (OPERATOR_KEY), else (a revision made before the record) what its Deployment runs; ``settings``
+    for a new revision. A revision's pod template never changes: it is re-rendered with these,
+    blocked spec or not, whatever the operator's settings are today."""
+    for configmap in configmaps:
+        text = (configmap.get("data") or {}).get(OPERATOR_KEY)
+        recorded = read_settings_record(str(text), settings) if text is not None else None
+        if recorded is not None:
+            return recorded
+    return live_settings(settings, deployment) if deployment is not None else settings
+
+
+def recorded_revisions(
+    settings: Settings, deployments: Sequence[Mapping[str, Any]], configmaps: Sequence[Mapping[str, Any]]
+) -> dict[str, Settings]:
+    """Every existing revision with the operator settings it was created with (recorded_settings)."""
+    live = {revision_of(d): d for d in deployments}
+    revisions = {r for r in [*live, *(revision_of(c) for c in configmaps)] if r is not None}
+    out: dict[str, Settings] = {}
+    for revision in sorted(revisions):
+        own = revision_configmaps(configmaps, revision)
+        if any(OPERATOR_KEY in (c.get("data") or {}) for c in own) or revision in live:
+            out[revision] = recorded_settings(settings, own, live.get(revision))
+    return out
+
+
+def revision_image(deployments: Sequence[Mapping[str, Any]], revision: str | None) -> str | None:
+    """The tritonserver image a revision's Deployment runs (None without one)."""
+    for deployment in deployments:
+        if revision is None or revision_of(deployment) != revision:
+            continue
+        pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for container in pod.get("containers") or []:
+            if container.get("name") == TRITON_CONTAINER and container.get("image"):
+                return str(container["image"])
+    return None
+
+
+def behind_default(ts: TritonService, settings: Settings, image: str | None) -> str | None:
+    """The operator's default image when the spec names none and ``image`` (what the stable revision
+    runs) is another: made under an earlier default, it keeps it until the spec changes."""
+    if ts.spec.image is not None or image is None or image == settings.default_image:
+        return None
+    return settings.default_image
 
 
 def default_pull_policy(image: str) -> str:

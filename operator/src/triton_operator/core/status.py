@@ -151,6 +151,8 @@ OWNED_STATUS_FIELDS = (
     "endpoints",
     "history",
     "analysis",
+    "image",
+    "defaultImage",
     *ROLLOUT_STATUS_FIELDS,
 )
 
@@ -200,6 +202,11 @@ class Observation:
     """TrafficRouted (Gateway API routes); None removes the condition."""
     analysis: Mapping[str, Any] | None = None
     """status.analysis: the canary's current analysis window and its figures; None removes it."""
+    image: str | None = None
+    """status.image: the tritonserver image the stable revision runs."""
+    default_image: str | None = None
+    """status.defaultImage: the operator's default image, when the spec names none and the stable
+    revision runs another (core.observation.behind_default)."""
 
 
 def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any]:
@@ -295,6 +302,10 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
         status["endpoints"] = dict(obs.endpoints)
     if obs.analysis:
         status["analysis"] = dict(obs.analysis)
+    if obs.image:
+        status["image"] = obs.image
+    if obs.default_image:
+        status["defaultImage"] = obs.default_image
     if obs.rollout is not None:
         status.update(compact({k: v for k, v in obs.rollout.items() if k in OWNED_STATUS_FIELDS}))
     return status

@@ -44,14 +44,19 @@ def current_manifest(owned: Owned, previous: Mapping[str, Any]) -> str | None:
     return None
 
 
+def undo_waits(seen: Seen) -> bool:
+    """Whether an undo request waits (the annotations hold one the status has not handled)."""
+    requests = pending_requests(seen.metadata.get("annotations"), seen.previous)
+    return any(r.action == "undo" for r in requests)
+
+
 def unsyncable(seen: Seen, pinned: PinnedManifest | None) -> dict[str, str]:
     """Revisions an undo must not go back to: objects they pinned were overwritten (unversioned).
 
     Judged against the listing just pinned, and only while an undo request waits (it parses
     the manifest of every revision an undo may go back to).
     """
-    requests = pending_requests(seen.metadata.get("annotations"), seen.previous)
-    if pinned is None or pinned.digest is None or not any(r.action == "undo" for r in requests):
+    if pinned is None or pinned.digest is None or not undo_waits(seen):
         return {}
     current = parse_manifest(pinned.json)
     if current is None:
@@ -86,6 +91,9 @@ class Seen:
     foreign: frozenset[str]
     deployments: list[DeploymentState]
     pods: list[PodState]
+    replicas: int | None = None
+    """spec.replicas as stored now (an HPA, KEDA or `kubectl scale` writes it through /scale), even
+    while the rest of the spec is blocked; None when it is not a count."""
 
     @property
     def now(self) -> str:
@@ -115,4 +123,13 @@ async def observe(
         foreign=frozenset(adoption.foreign),
         deployments=[deployment_state(d) for d in owned.deployments],
         pods=[pod_state(p) for p in owned.pods],
+        replicas=live_replicas(body),
+    )
+
+
+def live_replicas(body: Mapping[str, Any]) -> int | None:
+    """A body's spec.replicas when it is a count (0 or more), else None."""
+    replicas = (body.get("spec") or {}).get("replicas")
+    return (
+        replicas if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas >= 0 else None
     )

@@ -28,7 +28,15 @@ from triton_operator.core.builders import (
 )
 from triton_operator.core.manifestparts import ManifestTooLarge, compress
 from triton_operator.core.names import object_name, revision_object_names
-from triton_operator.core.observation import check_body, last_valid, layout_of, observe_revisions
+from triton_operator.core.observation import (
+    behind_default,
+    check_body,
+    last_valid,
+    layout_of,
+    observe_revisions,
+    recorded_revisions,
+    revision_image,
+)
 from triton_operator.core.policy import policy_errors
 from triton_operator.core.rollout import (
     RolloutInput,
@@ -44,7 +52,7 @@ from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile.analysis import TritonView, analysis_status, models_status
 from triton_operator.reconcile.autoscaling import AUTOSCALER_RETRY_SECONDS, look
-from triton_operator.reconcile.observe import Seen, current_manifest, observe, unsyncable
+from triton_operator.reconcile.observe import Seen, current_manifest, observe, undo_waits, unsyncable
 from triton_operator.reconcile.pinning import (
     ManifestPinner,
     PinnedManifest,
@@ -167,27 +175,32 @@ async def reconcile(
         return Result(status=None)
     seen = await observe(kube, namespace, name, body, clock())
 
+    async def hold(blocked: _Blocked) -> Result:
+        return await _hold(kube, seen, settings, blocked, triton=triton, pin_manifest=pin_manifest)
+
     checked = check_body(body)
     if checked.problems or checked.ts is None:
-        return await _hold(kube, seen, settings, _Blocked(checked.message), triton)
+        return await hold(_Blocked(checked.message))
     ts = checked.ts
     refused = policy_errors(ts, settings)
     if refused:
-        return await _hold(
-            kube, seen, settings, _Blocked(format_errors(refused), cond.REFUSED_BY_POLICY), triton
-        )
+        blocked = _Blocked(format_errors(refused), cond.REFUSED_BY_POLICY)
+        return await hold(blocked)
     pinned: PinnedManifest | None = None
     if pin_manifest is not None:
         try:
             pinned = await pin_manifest(ts, current_manifest(seen.owned, seen.previous))
         except RepositoryError as exc:
             verdict = cond.Verdict(cond.FALSE, exc.reason, exc.message)
-            return await _hold(kube, seen, settings, _Blocked(exc.message, exc.reason, verdict), triton)
+            return await hold(_Blocked(exc.message, exc.reason, verdict))
     unloadable = pinned_version_errors(ts, pinned)
     if unloadable:
-        return await _hold(kube, seen, settings, _Blocked(format_errors(unloadable)), triton)
+        return await hold(_Blocked(format_errors(unloadable)))
     await _warn(kube, seen, ts, settings)
-    revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None)
+    # A spec that an existing revision rendered asks for that revision, under the settings it was
+    # created with: a new operator default (image, scrape) applies to new revisions only.
+    recorded = recorded_revisions(settings, seen.owned.deployments, seen.owned.configmaps)
+    revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None, recorded)
     try:
         return await _carry_out(
             kube,
@@ -206,20 +219,28 @@ async def reconcile(
         logger.warning("%s/%s: %s", namespace, name, message)
         verdict = cond.Verdict(cond.FALSE, cond.MANIFEST_TOO_LARGE, message)
         blocked = _Blocked(message, cond.MANIFEST_TOO_LARGE, verdict, ts)
-        return await _hold(kube, seen, settings, blocked, triton)
+        return await hold(blocked)
     except ObjectRejectedError as exc:
         # The schema let something through that the API server refuses (e.g. a malformed volume).
-        return await _hold(kube, seen, settings, _Blocked(str(exc)), triton)
+        return await hold(_Blocked(str(exc)))
 
 
 async def _hold(
-    kube: KubeAPI, seen: Seen, settings: Settings, blocked: _Blocked, triton: TritonView | None = None
+    kube: KubeAPI,
+    seen: Seen,
+    settings: Settings,
+    blocked: _Blocked,
+    *,
+    triton: TritonView | None = None,
+    pin_manifest: ManifestPinner | None = None,
 ) -> Result:
     """The current spec cannot be applied: go on under the last valid one, else change nothing.
 
     A bad spec pushed mid-rollout must not switch off rollout safety: the last valid spec (kept in
     its revision's ConfigMap) still drives aborts, deadlines, timed steps and control requests,
-    and Ready=False says why the new spec waits. With no last valid spec, nothing is applied or
+    and Ready=False says why the new spec waits. Its replicas are the live spec.replicas (an
+    autoscaler's, or `kubectl scale`'s), and its revision is rendered with the operator settings it
+    was created with (core.observation.recorded_settings). With no last valid spec, nothing is applied or
     deleted; only the status says why.
     """
     last = last_valid(seen.metadata, seen.previous, seen.owned.configmaps)
@@ -231,12 +252,13 @@ async def _hold(
                     kube,
                     seen,
                     settings,
-                    kept.ts,
+                    _scaled(kept.ts, seen.replicas),
                     last.revision,
                     configs=kept.configs,
                     manifest_json=last.manifest_json,
                     repository=blocked.repository,
                     blocked=blocked,
+                    unsyncable=await _unsyncable_kept(seen, settings, kept.ts, pin_manifest),
                     triton=triton,
                 )
             except (ObjectRejectedError, _NotStoredError) as exc:
@@ -259,6 +281,31 @@ async def _hold(
     return Result(
         status=status, written=written, invalid=blocked.message, reason=blocked.reason, ts=blocked.ts
     )
+
+
+async def _unsyncable_kept(
+    seen: Seen, settings: Settings, ts: TritonService, pin_manifest: ManifestPinner | None
+) -> dict[str, str]:
+    """What an undo may not go back to while the spec is blocked, judged as the normal path judges
+    it (observe.unsyncable): against a fresh listing of the repository of the last valid spec, the
+    spec carried out. Listed only while an undo waits; a listing refused by policy or failing
+    judges nothing, as when pinning is off."""
+    if pin_manifest is None or not undo_waits(seen) or policy_errors(ts, settings):
+        return {}
+    try:
+        pinned = await pin_manifest(ts, current_manifest(seen.owned, seen.previous))
+    except RepositoryError as exc:
+        logger.warning("%s/%s: undo not checked against the repository: %s", seen.namespace, seen.name, exc)
+        return {}
+    return unsyncable(seen, pinned)
+
+
+def _scaled(ts: TritonService, replicas: int | None) -> TritonService:
+    """The last valid spec with the live spec.replicas: scale follows an HPA, KEDA or `kubectl
+    scale` (they write spec.replicas through /scale) whatever blocks the rest of the spec."""
+    if replicas is None or replicas == ts.spec.replicas:
+        return ts
+    return ts.model_copy(update={"spec": ts.spec.model_copy(update={"replicas": replicas})})
 
 
 async def _carry_out(
@@ -307,11 +354,14 @@ async def _carry_out(
     await _apply(kube, actions, manifest_json)
     traffic = await route_traffic(kube, ts, plan)
     shown = analysis if analysis is not None and plan.status.canary_revision == analysis.revision else None
+    applied = [o for o in actions.apply if o.get("kind") == "Deployment"]
+    image = revision_image([*applied, *seen.owned.deployments], plan.status.stable_revision)
     status, written = await _report(
         kube,
         seen,
         ts,
         plan,
+        images=(image, behind_default(ts, settings, image)),
         repository=repository,
         blocked=blocked,
         traffic=traffic,
@@ -429,6 +479,7 @@ async def _report(
     ts: TritonService,
     plan: RolloutPlan,
     *,
+    images: tuple[str | None, str | None],
     repository: cond.Verdict | None,
     blocked: _Blocked | None,
     traffic: Traffic | None,
@@ -436,7 +487,10 @@ async def _report(
     analysis: dict[str, Any] | None,
     autoscaling: cond.Verdict | None,
 ) -> tuple[dict[str, Any], bool]:
-    """Build the status from the plan and what was seen, and write it if it changed."""
+    """Build the status from the plan and what was seen, and write it if it changed.
+
+    ``images``: the tritonserver image the stable revision runs, and the operator's default when the
+    spec names none and that image is another (status.image, status.defaultImage)."""
     rs = plan.status
     METRICS.set_rollout(
         seen.namespace,
@@ -471,6 +525,8 @@ async def _report(
             endpoints=endpoints(ts),
             models=models,
             analysis=analysis,
+            image=images[0],
+            default_image=images[1],
             rollout=rs.to_status(),
             progressing=progressing,
             rollout_degraded=degraded,
