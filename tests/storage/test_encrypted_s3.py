@@ -10,8 +10,11 @@ from __future__ import annotations
 import hashlib
 import html
 import http.client
+import json
 import os
 import re
+import subprocess
+import sys
 import threading
 import zlib
 from collections.abc import Iterator
@@ -32,7 +35,8 @@ from triton_operator.adapters.storage.s3 import is_aws_endpoint
 from triton_operator.adapters.sync.engine import SyncOptions, sync
 from triton_operator.adapters.sync.files import STATE_FILE
 from triton_operator.adapters.sync.results import ChecksumMismatch
-from triton_operator.core.manifest import Manifest
+from triton_operator.core.manifest import Manifest, manifest_to_json
+from triton_operator.core.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec, Repository
 
 pytestmark = pytest.mark.storage
@@ -214,6 +218,45 @@ def test_sse_kms_objects_sync_verified_by_their_additional_checksums_and_a_flipp
             sync_from(kms, s3_backend, kms_bucket, one, tmp_path / f"corrupt{n}")
         assert info.value.key == key and info.value.expected == pinned[key][1]
         assert not (tmp_path / f"corrupt{n}" / "enc/1" / key.rsplit("/", 1)[1]).exists()
+
+
+def test_the_init_containers_sync_exits_0_on_sse_kms_objects_and_4_on_a_flipped_byte(
+    s3_backend: Backend, kms: KmsStandIn, kms_bucket: str, tmp_path: Path
+) -> None:
+    """`triton-operator sync` as the pod's init container runs it: the pod becomes Ready only on exit 0."""
+    repository, credentials = through(kms, s3_backend, kms_bucket)
+    (tmp_path / "manifest.json").write_text(manifest_to_json(pin_repository(repository, MODELS, credentials)))
+    (tmp_path / "configs/enc").mkdir(parents=True)
+    (tmp_path / "configs/enc/config.pbtxt").write_text(build_config_pbtxt("enc", MODELS[0].config))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GOOGLE_"))}
+
+    def init_container(dest: str) -> subprocess.CompletedProcess[str]:
+        args = [
+            sys.executable,
+            "-m",
+            "triton_operator.cli",
+            "sync",
+            "--manifest",
+            str(tmp_path / "manifest.json"),
+        ]
+        args += ["--configs", str(tmp_path / "configs"), "--dest", str(tmp_path / dest)]
+        return subprocess.run(
+            args, env={**clean, **credentials}, capture_output=True, text=True, timeout=120, check=False
+        )
+
+    result = init_container("models")
+    assert result.returncode == 0, result.stderr
+    assert synced(tmp_path / "models") == {
+        "enc/1/model.onnx": SHA256_FILE[1],
+        "enc/1/labels.txt": CRC32_FILE[1],
+        "enc/config.pbtxt": build_config_pbtxt("enc", MODELS[0].config).encode(),
+    }
+    assert json.loads(result.stdout.splitlines()[-1])["unverified_files"] == 0
+
+    kms.corrupt = True
+    result = init_container("corrupt")
+    assert result.returncode == 4, result.stderr
+    assert "the manifest pins" in result.stderr
 
 
 def test_sse_kms_objects_without_additional_checksums_are_pinned_by_size_and_etag(
