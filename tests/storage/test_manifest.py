@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
 
+from triton_operator.adapters.sync.hashing import make_hasher
 from triton_operator.core.manifest import (
     Location,
     Manifest,
@@ -42,7 +44,7 @@ REF = StoreRef("s3://bucket/repo", endpoint="http://127.0.0.1:8333")
 MD5 = "0123456789abcdef0123456789abcdef"
 
 
-def obj(key: str, size: int = 10, etag: str = MD5, **kw: str) -> ObjectInfo:
+def obj(key: str, size: int = 10, etag: str = MD5, **kw: Any) -> ObjectInfo:
     return ObjectInfo(key=key, size=size, etag=etag, md5=kw.pop("md5", MD5 if "-" not in etag else ""), **kw)
 
 
@@ -176,6 +178,47 @@ def test_checksum_choice() -> None:
     assert hex_from_base64("Nx5Jyw==") == "371e49cb" and hex_from_base64("not base64!") == ""
 
 
+def test_an_etag_that_is_no_digest_is_never_a_checksum() -> None:
+    """S3 SSE-KMS/SSE-C: the ETag (single part or multipart) names the object, no MD5 of it."""
+    assert checksum_of(ObjectInfo("k", 1, etag=f'"{MD5}-12"', etag_is_digest=False)) == ("none", "")
+    assert checksum_of(ObjectInfo("k", 1, etag=MD5, sha1="ab", crc32="cd", etag_is_digest=False)) == (
+        "sha1",
+        "ab",
+    )
+    assert checksum_of(ObjectInfo("k", 1, etag=MD5, crc32c="ab", crc32="cd", etag_is_digest=False)) == (
+        "crc32c",
+        "ab",
+    )
+    assert checksum_of(ObjectInfo("k", 1, etag=MD5, crc32="cd", etag_is_digest=False)) == ("crc32", "cd")
+
+
+def test_the_additional_checksum_kinds_round_trip_and_hash_like_s3() -> None:
+    listing = [
+        ObjectInfo(
+            "repo/m/1/a", 3, etag=MD5, sha1="a9993e364706816aba3e25717850c26c9cd0d89d", etag_is_digest=False
+        ),
+        ObjectInfo("repo/m/1/b", 3, etag=MD5, crc32="352441c2", etag_is_digest=False),
+        ObjectInfo("repo/m/1/c", 3, etag=MD5, etag_is_digest=False),
+    ]
+    manifest = build_manifest(REF, select_objects([ModelSource("m", "m")], listing, prefix="repo/"))
+    assert manifest_from_json(manifest_to_json(manifest)) == manifest
+    assert [(e.checksum_kind, e.checksum, e.etag) for e in manifest.entries] == [
+        ("sha1", listing[0].sha1, MD5),
+        ("crc32", listing[1].crc32, MD5),
+        ("none", "", MD5),
+    ]
+    for kind, value in (("sha1", listing[0].sha1), ("crc32", listing[1].crc32)):
+        hasher = make_hasher(kind)
+        assert hasher is not None
+        hasher.update(b"abc")
+        assert hasher.hexdigest() == value
+    # What seaweedfs answered as ChecksumCRC32 (base64) for these bytes.
+    crc32 = make_hasher("crc32")
+    assert crc32 is not None
+    crc32.update(b"hello world" * 100)
+    assert crc32.hexdigest() == hex_from_base64("VARHDQ==")
+
+
 def test_json_round_trip_and_digest_sensitivity() -> None:
     models = [ModelSource("resnet", "resnet", VersionPolicy("latest", num_versions=2))]
     manifest = build_manifest(REF, select_objects(models, LISTING, prefix="repo/"))
@@ -206,7 +249,7 @@ def _doc() -> dict[str, object]:
         (lambda d: d["entries"][0].__setitem__("size", -1), "manifest.entries[0].size"),
         (lambda d: d["entries"][0].__setitem__("size", "10"), "manifest.entries[0].size"),
         (
-            lambda d: d["entries"][0]["checksum"].__setitem__("kind", "sha1"),
+            lambda d: d["entries"][0]["checksum"].__setitem__("kind", "crc64nvme"),
             "manifest.entries[0].checksum.kind",
         ),
         (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,6 +188,9 @@ class CountingStore:
 
     def part_size(self, key: str, etag: str) -> int | None:
         return self.inner.part_size(key, etag)
+
+    def trusted(self, objects: Sequence[ObjectInfo]) -> Sequence[ObjectInfo]:
+        return self.inner.trusted(objects)
 
     def versioned(self) -> bool | None:
         return self.inner.versioned()

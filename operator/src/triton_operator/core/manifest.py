@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import json
 import re
@@ -16,9 +17,9 @@ from triton_operator.core.modelconfig import ModelConfigError
 MANIFEST_FORMAT = 1
 CONFIG_FILE = "config.pbtxt"
 
-CHECKSUM_KINDS: tuple[str, ...] = ("sha256", "md5", "crc32c", "s3-multipart", "none")
+CHECKSUM_KINDS: tuple[str, ...] = ("sha256", "md5", "sha1", "crc32c", "crc32", "s3-multipart", "none")
 # Kinds whose value is derived from the bytes alone, so a file can be verified and cached by it.
-CONTENT_KINDS: frozenset[str] = frozenset({"sha256", "md5", "crc32c", "s3-multipart"})
+CONTENT_KINDS: frozenset[str] = frozenset({"sha256", "md5", "sha1", "crc32c", "crc32", "s3-multipart"})
 
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _MULTIPART_ETAG = re.compile(r"^[0-9a-f]{32}-[1-9][0-9]{0,4}$")
@@ -30,7 +31,12 @@ _SCHEMES = ("s3", "gs", "as", "pvc")
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    """One object of a store listing; checksums are lower-case hex, empty when the store has none."""
+    """One object of a store listing; checksums are lower-case hex, empty when the store has none.
+
+    ``sha1``/``crc32`` (and ``sha256``/``crc32c``) are also S3's additional checksums of the whole
+    object. ``etag_is_digest`` is False when the store said the ETag is no digest of the content
+    (S3 SSE-KMS, SSE-C, an encrypting S3-compatible store): the ETag then only names the object.
+    """
 
     key: str
     size: int
@@ -39,6 +45,9 @@ class ObjectInfo:
     crc32c: str = ""
     sha256: str = ""
     generation: str = ""  # GCS generation, S3/Azure version id
+    sha1: str = ""
+    crc32: str = ""
+    etag_is_digest: bool = True
 
 
 @dataclass(frozen=True)
@@ -83,15 +92,23 @@ def hex_from_base64(value: str | None) -> str:
 
 
 def checksum_of(obj: ObjectInfo) -> tuple[str, str]:
-    """The strongest checksum a listing gives for an object: (kind, value)."""
+    """The strongest checksum a listing gives for an object: (kind, value).
+
+    An ETag counts (as a multipart ETag) only while ``etag_is_digest``; with no checksum at all
+    the kind is "none": sync checks the size and reads the pinned object by its ETag/version.
+    """
     if obj.sha256:
         return "sha256", obj.sha256
     if obj.md5:
         return "md5", obj.md5
+    if obj.sha1:
+        return "sha1", obj.sha1
     if obj.crc32c:
         return "crc32c", obj.crc32c
+    if obj.crc32:
+        return "crc32", obj.crc32
     etag = obj.etag.strip('"').lower()
-    if _MULTIPART_ETAG.match(etag):
+    if obj.etag_is_digest and _MULTIPART_ETAG.match(etag):
         return "s3-multipart", etag
     return "none", ""
 
@@ -327,6 +344,21 @@ class Selection:
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    def with_objects(self, objects: Iterable[ObjectInfo]) -> Selection:
+        """This selection with each selected object replaced by the one of ``objects`` with its key
+        (what a store learnt of them after the listing: encryption, additional checksums)."""
+        by_key = {o.key: o for o in objects}
+        return Selection(
+            tuple(
+                dataclasses.replace(
+                    m,
+                    objects=tuple(SelectedObject(by_key.get(s.obj.key, s.obj), s.dest) for s in m.objects),
+                )
+                for m in self.models
+            ),
+            self.errors,
+        )
 
 
 def _is_version(segment: str) -> bool:

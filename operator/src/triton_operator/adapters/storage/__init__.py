@@ -182,7 +182,13 @@ def _pin(
     opened = store or open_store(ref, credentials, pvc_root=pvc_root)
     try:
         listing = list(opened.list(opened.prefix))
-        manifest = build_manifest(ref, select_objects(sources, listing, prefix=opened.prefix))
+        selection = select_objects(sources, listing, prefix=opened.prefix)
+        if selection.ok:
+            # Only the selected objects: an S3 store asks each one what its ETag stands for.
+            selection = selection.with_objects(
+                opened.trusted([s.obj for m in selection.models for s in m.objects])
+            )
+        manifest = build_manifest(ref, selection)
         versioned = opened.versioned() if versioning else None
     finally:
         if own:

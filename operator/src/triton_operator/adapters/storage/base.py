@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO, Protocol, runtime_checkable
 
 from triton_operator.adapters.redaction import redacted_cause, remember_secrets, scrub
@@ -120,6 +120,14 @@ class ObjectStore(Protocol):
         """For an S3 multipart object, the size of its first part (to recompute the ETag)."""
         ...
 
+    def trusted(self, objects: Sequence[ObjectInfo]) -> Sequence[ObjectInfo]:
+        """``objects`` (from ``list``) as far as their checksums can be trusted, in the same order.
+
+        S3 asks each object (HEAD) whether its ETag is an MD5 of the content (not under SSE-KMS or
+        SSE-C) and for its additional checksums; other stores' listings say all there is.
+        """
+        ...
+
     def versioned(self) -> bool | None:
         """Whether the bucket keeps an overwritten object readable by its pinned version/generation.
 
@@ -155,6 +163,9 @@ class StoreBase:
 
     def part_size(self, key: str, etag: str) -> int | None:
         return None
+
+    def trusted(self, objects: Sequence[ObjectInfo]) -> Sequence[ObjectInfo]:
+        return list(objects)
 
     def versioned(self) -> bool | None:
         return None

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import dataclasses
+import logging
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urlsplit
 
 import boto3
 from botocore.config import Config
@@ -31,7 +36,7 @@ from triton_operator.adapters.storage.base import (
     redacted_cause,
     remember_secrets,
 )
-from triton_operator.core.manifest import ObjectInfo, s3_etag_md5
+from triton_operator.core.manifest import ObjectInfo, hex_from_base64, s3_etag_md5
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -49,6 +54,46 @@ _DENIED = {
     "InvalidClientTokenId",
 }
 _UNAVAILABLE = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500"}
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Trust:
+    """What a HEAD told of one object: whether its ETag is a digest, and its additional checksums."""
+
+    etag_is_digest: bool
+    sha256: str = ""
+    sha1: str = ""
+    crc32c: str = ""
+    crc32: str = ""
+
+    def apply(self, obj: ObjectInfo) -> ObjectInfo:
+        if self.etag_is_digest:
+            return obj  # as listed: a plain bucket pins exactly what it pinned before
+        return dataclasses.replace(
+            obj,
+            md5="",
+            etag_is_digest=False,
+            sha256=self.sha256 or obj.sha256,
+            sha1=self.sha1,
+            crc32c=self.crc32c or obj.crc32c,
+            crc32=self.crc32,
+        )
+
+
+_UNTRUSTED = _Trust(etag_is_digest=False)
+_TRUST_CACHE_MAX = 200_000
+# (endpoint, bucket, key, etag, version, size) -> what its HEAD said. An object with that ETag and
+# version is that object: pinning every poll interval asks only objects new since the last one.
+_trust_cache: dict[tuple[str, str, str, str, str, int], _Trust] = {}
+_trust_lock = threading.Lock()
+
+
+def is_aws_endpoint(endpoint: str) -> bool:
+    """Whether the endpoint is Amazon S3's own (no endpoint set, or an amazonaws.com host)."""
+    host = (urlsplit(endpoint).hostname or "") if endpoint else "s3.amazonaws.com"
+    return host == "amazonaws.com" or host.endswith(".amazonaws.com")
 
 
 class S3Store(StoreBase):
@@ -73,6 +118,8 @@ class S3Store(StoreBase):
         self.uri = uri
         self.bucket = bucket
         self.prefix = prefix
+        self.endpoint = endpoint
+        self.max_connections = max_connections
         style = addressing_style or "auto"
         if style == "auto" and endpoint:
             style = "path"  # S3-compatible stores rarely resolve bucket.host names
@@ -204,6 +251,91 @@ class S3Store(StoreBase):
         version = str(r.get("VersionId") or "")
         return ObjectInfo(
             key, int(r.get("ContentLength", 0)), etag=etag, md5=s3_etag_md5(etag), generation=version
+        )
+
+    def trusted(self, objects: Sequence[ObjectInfo]) -> Sequence[ObjectInfo]:
+        """Each object as far as its ETag can be trusted: one HEAD (ChecksumMode=ENABLED) per
+        object not asked before, ``max_connections`` at a time.
+
+        The ETag of an SSE-KMS or SSE-C object (or of one an S3-compatible store encrypted, like
+        MinIO's SSE-S3) is no MD5 of its content: its md5 is dropped and the HEAD's additional
+        checksums of the whole object (SHA256, SHA1, CRC32C, CRC32; never a composite one of the
+        parts) take its place; with none, the object is pinned by size and ETag only.
+        """
+        keys = [self._trust_key(o) for o in objects]
+        with _trust_lock:
+            known = {k: _trust_cache[k] for k in keys if k in _trust_cache}
+        todo = [o for o, k in zip(objects, keys, strict=True) if k not in known]
+        if todo:
+            with ThreadPoolExecutor(
+                max_workers=min(len(todo), max(1, self.max_connections)), thread_name_prefix="s3-head"
+            ) as pool:
+                answers = list(pool.map(self._ask_trust, todo))
+            refused = [obj.key for obj, (_, denied) in zip(todo, answers, strict=True) if denied]
+            if refused:
+                logger.warning(
+                    "%s: %d objects (%s first) could not be asked for their encryption and checksums "
+                    "(HEAD refused or the object changed since the listing): they are pinned by size "
+                    "and ETag only",
+                    self.uri,
+                    len(refused),
+                    refused[0],
+                )
+            with _trust_lock:
+                if len(_trust_cache) + len(answers) > _TRUST_CACHE_MAX:
+                    _trust_cache.clear()
+                for obj, (trust, _) in zip(todo, answers, strict=True):
+                    known[self._trust_key(obj)] = _trust_cache[self._trust_key(obj)] = trust
+        return [known[k].apply(o) for o, k in zip(objects, keys, strict=True)]
+
+    def _trust_key(self, obj: ObjectInfo) -> tuple[str, str, str, str, str, int]:
+        return (self.endpoint, self.bucket, obj.key, obj.etag, obj.generation, obj.size)
+
+    def _ask_trust(self, obj: ObjectInfo) -> tuple[_Trust, bool]:
+        """What a HEAD of the listed object says, and whether it could not be asked."""
+        params: dict[str, Any] = {"Bucket": self.bucket, "Key": obj.key}
+        if obj.etag:
+            params["IfMatch"] = f'"{obj.etag}"'
+        if obj.generation and obj.generation != "null":
+            params["VersionId"] = obj.generation
+        what = f"reading metadata of {obj.key!r}"
+        # A store that refuses ChecksumMode is asked again without it; S3 answers a HEAD of an
+        # SSE-C object without the customer's key with 400 either way.
+        for checksum_mode in ("ENABLED", ""):
+            if not checksum_mode:
+                params.pop("ChecksumMode")
+            else:
+                params["ChecksumMode"] = checksum_mode
+            try:
+                r = self.client.head_object(**params)
+                break
+            except ClientError as exc:
+                status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+                if status in (401, 403, 404, 412):
+                    return _UNTRUSTED, True
+                if status != 400:
+                    raise self._error(exc, what) from redacted_cause(exc)
+            except (BotoCoreError, Urllib3HTTPError, OSError) as exc:
+                raise self._error(exc, what) from redacted_cause(exc)
+        else:
+            return _UNTRUSTED, False  # SSE-C
+        sse = str(r.get("ServerSideEncryption") or "")
+        sse_s3_on_aws = sse == "AES256" and is_aws_endpoint(self.endpoint)
+        if not r.get("SSECustomerAlgorithm") and (not sse or sse_s3_on_aws):
+            # AWS documents the ETag of a plain or SSE-S3 upload as its MD5 (a multipart one's as
+            # the MD5 of its parts' MD5s); an S3-compatible store that encrypts (MinIO) may give any.
+            return _Trust(etag_is_digest=True), False
+        if str(r.get("ChecksumType") or "FULL_OBJECT") != "FULL_OBJECT":
+            return _UNTRUSTED, False  # a composite checksum is of the parts, not of the bytes
+        return (
+            _Trust(
+                etag_is_digest=False,
+                sha256=hex_from_base64(r.get("ChecksumSHA256")),
+                sha1=hex_from_base64(r.get("ChecksumSHA1")),
+                crc32c=hex_from_base64(r.get("ChecksumCRC32C")),
+                crc32=hex_from_base64(r.get("ChecksumCRC32")),
+            ),
+            False,
         )
 
     def read_range(

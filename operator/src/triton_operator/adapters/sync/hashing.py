@@ -1,8 +1,9 @@
-"""Content checksums as the manifest pins them: sha256, md5, crc32c and S3 multipart ETags."""
+"""Content checksums as the manifest pins them: sha256, md5, sha1, crc32c, crc32 and S3 multipart ETags."""
 
 from __future__ import annotations
 
 import hashlib
+import zlib
 from pathlib import Path
 from typing import Protocol
 
@@ -27,6 +28,19 @@ class _Crc32c:
 
     def hexdigest(self) -> str:
         return bytes(self._c.digest()).hex()  # type: ignore[no-untyped-call]
+
+
+class _Crc32:
+    """CRC-32 (zlib's, S3's ChecksumCRC32) as big-endian hex."""
+
+    def __init__(self) -> None:
+        self._value = 0
+
+    def update(self, data: bytes) -> None:
+        self._value = zlib.crc32(data, self._value)
+
+    def hexdigest(self) -> str:
+        return self._value.to_bytes(4, "big").hex()
 
 
 class MultipartEtag:
@@ -99,8 +113,12 @@ def make_hasher(kind: str, multipart_part_size: int | None = None) -> Hasher | N
         return hashlib.sha256()
     if kind == "md5":
         return hashlib.md5(usedforsecurity=False)
+    if kind == "sha1":
+        return hashlib.sha1(usedforsecurity=False)
     if kind == "crc32c":
         return _Crc32c()
+    if kind == "crc32":
+        return _Crc32()
     if kind == "s3-multipart" and multipart_part_size:
         return MultipartEtag(multipart_part_size)
     return None
