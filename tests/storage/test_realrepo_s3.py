@@ -8,6 +8,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,32 @@ def test_the_uploaded_objects_are_the_described_files(s3_backend: S3Backend) -> 
         assert hashlib.sha256(body).hexdigest() == file.sha256, file.path
     head = s3_backend.client.head_object(Bucket=bucket, Key="real/llm/1/weights-00001-of-00001.bin")
     assert head["ETag"].strip('"').endswith("-3"), head["ETag"]
+
+
+def upload_peak(s3_backend: S3Backend, size: int) -> int:
+    """tracemalloc's peak while uploading one model of ``size`` bytes in one shard, in parts of 5 MiB."""
+    bucket = s3_backend.new_bucket()
+    shape = RepoShape(big_bytes=size, medium_bytes=0, small_count=0, shard_bytes=size, ensemble=False)
+    config = TransferConfig(multipart_threshold=PART, multipart_chunksize=PART, max_concurrency=2)
+    config.max_in_memory_upload_chunks = 2
+    tracemalloc.start()
+    try:
+        upload_repository(s3_backend.client, bucket, "real", shape, transfer_config=config)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    head = s3_backend.client.head_object(Bucket=bucket, Key="real/llm/1/weights-00001-of-00001.bin")
+    assert head["ContentLength"] == size
+    return peak
+
+
+def test_the_upload_streams_in_parts(s3_backend: S3Backend) -> None:
+    """Uploading a 128 MiB shard holds the parts in flight (boto3 reads some ahead), not the shard, and
+    no more than a 16 MiB shard does (a memory check, not a timing one)."""
+    small = upload_peak(s3_backend, 16 * MiB)
+    large = upload_peak(s3_backend, 128 * MiB)
+    assert large < 128 * MiB // 3, f"peak {large} bytes for a 128 MiB shard"
+    assert large - small < PART, f"peak {small} bytes at 16 MiB, {large} at 128 MiB"
 
 
 def test_a_tritonservice_spec_of_the_generated_repository_serves_from_s3(

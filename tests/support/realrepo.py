@@ -344,7 +344,7 @@ class _ChunkReader(io.RawIOBase):
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self._chunks = chunks
-        self._pending = b""
+        self._pending = memoryview(b"")
 
     def readable(self) -> bool:
         return True
@@ -354,7 +354,7 @@ class _ChunkReader(io.RawIOBase):
             chunk = next(self._chunks, None)
             if chunk is None:
                 return 0
-            self._pending = chunk
+            self._pending = memoryview(chunk)
         view = memoryview(buffer).cast("B")
         n = min(len(view), len(self._pending))
         view[:n] = self._pending[:n]
@@ -372,7 +372,7 @@ def upload_repository(
 
     def upload(rel: str, chunks: Iterator[bytes]) -> FileInfo:
         digest, counter = hashlib.sha256(), [0]
-        reader = io.BufferedReader(_ChunkReader(_hashing(chunks, digest, counter)), buffer_size=CHUNK)
+        reader = io.BufferedReader(_ChunkReader(_hashing(chunks, digest, counter)))
         extra = {} if transfer_config is None else {"Config": transfer_config}
         s3.upload_fileobj(reader, bucket, base + rel, **extra)
         return FileInfo(rel, counter[0], digest.hexdigest())
