@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-try:  # run as a script, tests/support is not on the path
+try:
     from triton_operator.core.modelconfig import build_config_pbtxt
-except ImportError:  # pragma: no cover - the operator's source beside this file
+except ImportError:  # run as a script by a Python without the operator installed: its source beside this
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator" / "src"))
     from triton_operator.core.modelconfig import build_config_pbtxt
 
