@@ -239,3 +239,21 @@ def test_a_key_of_another_universe_is_refused_before_any_request(listener: Liste
         open_store(Repository(uri="gs://models/repo"), key)
     assert str(caught.value).startswith("GOOGLE_APPLICATION_CREDENTIALS_JSON: cannot be used here")
     assert listener.connections == 0
+
+
+# ----------------------------------------------------------------- S3: a region is part of the host
+
+
+@pytest.mark.parametrize("key", ["AWS_REGION", "AWS_DEFAULT_REGION"])
+def test_a_secret_region_that_is_no_region_is_a_credentials_problem_not_a_crash(key: str) -> None:
+    """botocore builds s3.REGION.amazonaws.com and refuses a region that is no host label (so a
+    Secret cannot point the operator elsewhere through it): a StoreError naming the key, which the
+    reconcile reports, instead of botocore's InvalidRegionError escaping it."""
+    keys = {
+        "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "example-secret",
+        key: "127.0.0.1:9#",
+    }
+    with pytest.raises(StoreError) as caught:
+        open_store(Repository(uri="s3://models/repo"), keys)
+    assert str(caught.value).startswith(f"{key}: ")
