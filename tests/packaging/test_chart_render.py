@@ -54,6 +54,25 @@ def test_operator_settings_as_env(render: Render) -> None:
     assert "TRITON_OPERATOR_ALLOWED_IMAGE_PREFIXES" not in e
     assert all(v != "" for v in e.values())
     assert e["TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES"] == "hostPath"
+    # privileges: none, root refused, NET_BIND_SERVICE only, the namespace's default ServiceAccount
+    assert (e["TRITON_OPERATOR_ALLOW_PRIVILEGED"], e["TRITON_OPERATOR_ALLOW_ROOT"]) == ("false", "false")
+    assert e["TRITON_OPERATOR_ALLOWED_CAPABILITIES"] == "NET_BIND_SERVICE"
+    assert "TRITON_OPERATOR_ALLOWED_SERVICE_ACCOUNTS" not in e
+    lax = env(
+        render(
+            {
+                "policy": {
+                    "allowPrivileged": True,
+                    "allowRoot": True,
+                    "allowedCapabilities": [],
+                    "allowedServiceAccounts": ["ml/triton", "reader"],
+                }
+            }
+        )
+    )
+    assert (lax["TRITON_OPERATOR_ALLOW_PRIVILEGED"], lax["TRITON_OPERATOR_ALLOW_ROOT"]) == ("true", "true")
+    assert lax["TRITON_OPERATOR_ALLOWED_CAPABILITIES"] == "none"
+    assert lax["TRITON_OPERATOR_ALLOWED_SERVICE_ACCOUNTS"] == "ml/triton,reader"
     strict = env(
         render(
             {

@@ -156,3 +156,121 @@ async def test_a_refused_spec_is_held_and_the_serving_revision_stays() -> None:
     ready = next(c for c in body["status"]["conditions"] if c["type"] == cond.READY)
     assert (ready["status"], ready["reason"]) == (cond.FALSE, cond.REFUSED_BY_POLICY)
     assert "spec.volumes[0].hostPath" in ready["message"]
+
+
+# --- privileges and identity: the hostPath ban is moot if the same spec may run privileged or as root
+
+
+@pytest.mark.parametrize(
+    ("spec", "fields"),
+    [
+        ({"securityContext": {"privileged": True, "runAsUser": 1000}}, ["spec.securityContext.privileged"]),
+        (
+            {"securityContext": {"allowPrivilegeEscalation": True}},
+            ["spec.securityContext.allowPrivilegeEscalation"],
+        ),
+        (
+            {"securityContext": {"windowsOptions": {"hostProcess": True}}},
+            ["spec.securityContext.windowsOptions.hostProcess"],
+        ),
+        (
+            {"securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE", "SYS_ADMIN", "cap_net_raw"]}}},
+            ["spec.securityContext.capabilities.add[1]", "spec.securityContext.capabilities.add[2]"],
+        ),
+        ({"securityContext": {"runAsUser": 0}}, ["spec.securityContext.runAsUser"]),
+        ({"podSecurityContext": {"runAsUser": 0}}, ["spec.podSecurityContext.runAsUser"]),
+        # a pod context without a user leaves it to the image: NGC's tritonserver runs as root
+        ({"podSecurityContext": {"fsGroup": 2000}}, ["spec.podSecurityContext"]),
+        ({"podSecurityContext": {"runAsNonRoot": False}}, ["spec.podSecurityContext"]),
+        ({"serviceAccountName": "cluster-builder"}, ["spec.serviceAccountName"]),
+    ],
+)
+def test_privileges_root_and_other_service_accounts_are_refused_by_default(
+    spec: dict[str, Any], fields: list[str]
+) -> None:
+    errors = policy.policy_errors(parsed(**spec), Settings())
+    assert [e.field for e in errors] == fields
+    assert all("refused by the operator's policy" in e.message for e in errors)
+    assert all("chart value policy." in e.message for e in errors)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {},
+        {"securityContext": {"capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}}},
+        {"securityContext": {"privileged": False, "allowPrivilegeEscalation": False}},
+        {"podSecurityContext": {"runAsUser": 1001, "fsGroup": 1001}},
+        {"podSecurityContext": {"runAsNonRoot": True}},
+        {"podSecurityContext": {"fsGroup": 1}, "securityContext": {"runAsUser": 1001}},
+        {"securityContext": {"runAsNonRoot": True}},  # the pod keeps the operator's uid 1000
+        {"serviceAccountName": "default"},
+    ],
+)
+def test_unprivileged_non_root_specs_pass(spec: dict[str, Any]) -> None:
+    assert policy.policy_errors(parsed(**spec), Settings()) == []
+
+
+def test_the_settings_allow_what_they_name() -> None:
+    spec = {
+        "securityContext": {"privileged": True, "runAsUser": 0, "capabilities": {"add": ["SYS_PTRACE"]}},
+        "serviceAccountName": "triton",
+    }
+    assert len(policy.policy_errors(parsed(**spec), Settings())) == 4
+    permissive = Settings(
+        allow_privileged=True,
+        allow_root=True,
+        allowed_capabilities=("SYS_PTRACE",),
+        allowed_service_accounts=("ml/triton",),
+    )
+    assert policy.policy_errors(parsed(**spec), permissive) == []
+    elsewhere = Settings(allowed_service_accounts=("other/triton",))
+    assert [e.field for e in policy.policy_errors(parsed(serviceAccountName="triton"), elsewhere)] == [
+        "spec.serviceAccountName"
+    ]
+    anyone = Settings(allowed_service_accounts=("*",))
+    assert policy.policy_errors(parsed(serviceAccountName="x"), anyone) == []
+
+
+def test_privilege_settings_from_the_environment() -> None:
+    default = Settings.from_env({})
+    assert (default.allow_privileged, default.allow_root) == (False, False)
+    assert default.allowed_capabilities == ("NET_BIND_SERVICE",)
+    assert default.allowed_service_accounts == ()
+    custom = Settings.from_env(
+        {
+            "TRITON_OPERATOR_ALLOW_PRIVILEGED": "true",
+            "TRITON_OPERATOR_ALLOW_ROOT": "true",
+            "TRITON_OPERATOR_ALLOWED_CAPABILITIES": "sys_ptrace, NET_ADMIN",
+            "TRITON_OPERATOR_ALLOWED_SERVICE_ACCOUNTS": "ml/triton,reader",
+        }
+    )
+    assert (custom.allow_privileged, custom.allow_root) == (True, True)
+    assert custom.allowed_capabilities == ("SYS_PTRACE", "NET_ADMIN")
+    assert custom.allowed_service_accounts == ("ml/triton", "reader")
+    assert Settings.from_env({"TRITON_OPERATOR_ALLOWED_CAPABILITIES": "none"}).allowed_capabilities == ()
+
+
+async def test_a_privileged_spec_is_held_and_the_serving_revision_stays() -> None:
+    """Through the reconcile: a serving TritonService whose spec turns privileged and names another
+    ServiceAccount keeps its Deployment; Ready names both fields."""
+    api = FakeClient()
+    api.put(tritonservice())
+    kube = Kube(api)  # type: ignore[arg-type]
+    first = await steps.reconcile(kube, "ml", "svc", Settings())
+    assert first.invalid is None, first.invalid
+    before = [dict(d["spec"]) for d in api.of_kind("Deployment")]
+
+    body = api.find("TritonService", "ml", "svc")
+    assert body is not None
+    body["spec"]["securityContext"] = {"privileged": True}
+    body["spec"]["serviceAccountName"] = "node-admin"
+    body["metadata"]["generation"] = 2
+    held = await steps.reconcile(kube, "ml", "svc", Settings())
+
+    assert held.reason == cond.REFUSED_BY_POLICY
+    assert [dict(d["spec"]) for d in api.of_kind("Deployment")] == before
+    ready = next(c for c in body["status"]["conditions"] if c["type"] == cond.READY)
+    assert (ready["status"], ready["reason"]) == (cond.FALSE, cond.REFUSED_BY_POLICY)
+    assert "spec.securityContext.privileged" in ready["message"]
+    assert "spec.serviceAccountName" in ready["message"]

@@ -109,3 +109,29 @@ def test_a_step_is_checked_against_the_pinned_versions(
     )
     if refused:
         assert "the pinned repository holds only 1" in errors[0].message
+
+
+@pytest.mark.parametrize(
+    ("args", "index"),
+    [
+        (["--log-verbose"], 0),
+        (["--log-info=1", "--log-verbose"], 1),
+        (["--strict-readiness"], 0),
+        (["--trace-file", "--log-verbose=1"], 0),
+        (["--log-verbose", "--exit-on-error=true"], 0),
+    ],
+)
+def test_a_flag_without_its_value_is_refused(args: list[str], index: int) -> None:
+    errors = server_args_errors(args)
+    assert [e.field for e in errors] == [f"spec.serverArgs[{index}]"], errors
+    assert f"{args[index]} takes a value and has none" in errors[0].message
+
+
+def test_a_trailing_flag_without_its_value_fails_the_spec() -> None:
+    raw = {
+        "repository": {"uri": "pvc://models/x"},
+        "models": [{"name": "add", "config": adder()}],
+        "serverArgs": ["--log-verbose=1", "--log-verbose"],
+    }
+    _, errors = check_spec(raw)
+    assert [e.field for e in errors] == ["spec.serverArgs[1]"]

@@ -16,7 +16,7 @@ import pytest
 
 from memkube import MemKube
 from triton_operator.adapters.storage import PinResult
-from triton_operator.adapters.storage.base import StoreError
+from triton_operator.adapters.storage.base import AccessDenied, StoreConfigError, StoreError, StoreUnavailable
 from triton_operator.core import conditions as cond
 from triton_operator.core.manifest import (
     ObjectInfo,
@@ -274,3 +274,48 @@ async def test_a_changed_repository_in_the_spec_lists_at_once(
 async def test_a_pvc_repository_is_never_listed(pinner: RepositoryPinner, bucket: Bucket) -> None:
     pinned = await pinner(make_ts(uri="pvc://models-claim/triton"), None)
     assert pinned.digest is None and bucket.listings == 0
+
+
+def _secret(name: str, data: Mapping[str, str]) -> dict[str, Any]:
+    encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": NS},
+        "data": encoded,
+    }
+
+
+@pytest.mark.parametrize(
+    ("error", "secret", "blames_the_secret"),
+    [
+        (AccessDenied("s3://models/prod", "InvalidAccessKeyId"), "creds", True),
+        (StoreConfigError("AWS_REGION", "is not a region"), "creds", True),
+        (StoreUnavailable("s3://models/prod", "connection refused"), "creds", False),
+        (AccessDenied("s3://models/prod", "no role"), None, False),  # the operator's own identity
+    ],
+)
+async def test_a_repository_error_names_the_secret_only_when_its_change_may_cure_it(
+    bucket: Bucket, clock: Clock, error: StoreError, secret: str | None, blames_the_secret: bool
+) -> None:
+    kube = MemKube()
+    kube.put(_secret("creds", {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "key"}))
+    bucket.error = error
+    pinner = RepositoryPinner(kube, clock=clock, lister=bucket, access=AMBIENT)
+    with pytest.raises(RepositoryError) as raised:
+        await pinner(make_ts(secret=secret), None)
+    assert raised.value.secret == ("creds" if blames_the_secret else None)
+
+
+async def test_a_refusal_names_the_secret_when_the_secret_is_what_was_refused(
+    bucket: Bucket, clock: Clock
+) -> None:
+    kube = MemKube()
+    kube.put(_secret("creds", {"note": "no keys"}))
+    pinner = RepositoryPinner(kube, clock=clock, lister=bucket)
+    with pytest.raises(RepositoryError) as raised:
+        await pinner(make_ts(secret="creds"), None)
+    assert (raised.value.reason, raised.value.secret) == (cond.CREDENTIALS_REQUIRED, "creds")
+    with pytest.raises(RepositoryError) as raised:
+        await pinner(make_ts(), None)  # no Secret named: only a spec edit can help
+    assert (raised.value.reason, raised.value.secret) == (cond.CREDENTIALS_REQUIRED, None)

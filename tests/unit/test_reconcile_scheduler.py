@@ -8,7 +8,8 @@ counts reconciles; a hook on that call holds a reconcile mid-way until the test 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import base64
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -17,6 +18,12 @@ from e2e_helpers import tritonservice
 from memkube import Call, MemKube
 from triton_operator import KIND
 from triton_operator.adapters.kube import retry_delay
+from triton_operator.adapters.storage import PinResult
+from triton_operator.core import conditions as cond
+from triton_operator.core.manifest import ObjectInfo, StoreRef, build_manifest, model_sources, select_objects
+from triton_operator.models import ModelSpec, Repository
+from triton_operator.reconcile import scheduler
+from triton_operator.reconcile.pinning import RepositoryPinner
 from triton_operator.reconcile.scheduler import (
     REQUEUE_SLACK_SECONDS,
     SUPERSEDED_PASSES,
@@ -170,8 +177,8 @@ async def test_a_reconcile_with_nothing_timed_clears_the_timer_an_earlier_one_le
 class Recording(Reconciler):
     """A Reconciler that notes every requeue, since a retry is due seconds later (no test waits)."""
 
-    def __init__(self, kube: MemKube) -> None:
-        super().__init__(kube, SETTINGS)
+    def __init__(self, kube: MemKube, **kwargs: Any) -> None:
+        super().__init__(kube, SETTINGS, **kwargs)
         self.requeued: list[tuple[tuple[str, str], float | None]] = []
 
     def requeue(self, key: tuple[str, str], delay: float | None) -> None:
@@ -285,4 +292,94 @@ async def test_passes_superseded_again_and_again_stop_and_leave_it_to_a_timer(ku
     assert reconciles(kube) == SUPERSEDED_PASSES
     assert r.requeued == [(KEY, SUPERSEDED_RETRY_SECONDS)]
     assert "apply_status" not in [w.method for w in kube.writes]
+
+
+# ----------------------------------------------------------------- a spec waiting for its credentials Secret
+
+S3_KEYS = {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "key"}
+
+
+def secret(data: dict[str, str]) -> dict[str, Any]:
+    encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "creds", "namespace": NS},
+        "data": encoded,
+    }
+
+
+class Bucket:
+    """The lister: one object, and the credentials of every listing."""
+
+    def __init__(self) -> None:
+        self.credentials: list[dict[str, str]] = []
+
+    def __call__(
+        self, repository: Repository, models: Sequence[ModelSpec], credentials: Mapping[str, str]
+    ) -> PinResult:
+        self.credentials.append(dict(credentials))
+        listing = [ObjectInfo("add/1/model.py", 11, etag="e1", generation="g1")]
+        manifest = build_manifest(
+            StoreRef.from_repository(repository), select_objects(model_sources(models), listing)
+        )
+        return PinResult(manifest, True)
+
+
+def repository_reason(kube: MemKube) -> str | None:
+    body = kube.find("TritonService", NS, "svc") or {}
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return next((c["reason"] for c in conditions if c["type"] == cond.REPOSITORY_READY), None)
+
+
+@pytest.fixture
+def quick_secret_retry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scheduler, "SECRET_RETRY_FIRST_SECONDS", 0.01, raising=False)
+    monkeypatch.setattr(scheduler, "SECRET_RETRY_MAX_SECONDS", 0.04, raising=False)
+
+
+@pytest.mark.usefixtures("quick_secret_retry")
+@pytest.mark.parametrize(
+    ("before", "reason"),
+    [
+        ({"note": "fill me in"}, cond.CREDENTIALS_REQUIRED),  # no store keys: the operator's identity
+        (None, cond.CREDENTIALS_MISSING),  # no Secret yet
+    ],
+)
+async def test_a_spec_held_for_its_secret_converges_once_the_secret_is_fixed(
+    before: dict[str, str] | None, reason: str
+) -> None:
+    """No spec edit, no restart: the Secret alone is fixed, and the reconciler's backoff finds it."""
+    kube = MemKube()
+    kube.put(tritonservice("svc", NS, repository={"uri": "s3://models/prod", "credentialsSecret": "creds"}))
+    if before is not None:
+        kube.put(secret(before))
+    bucket = Bucket()
+    r = Reconciler(kube, SETTINGS, pinner=RepositoryPinner(kube, lister=bucket))
+    first = await r(*KEY)
+    assert first is not None and (first.reason, repository_reason(kube)) == (reason, reason)
+    assert bucket.credentials == []
+    kube.put(secret(S3_KEYS))
+    await until(lambda: repository_reason(kube) == cond.MANIFEST_PINNED)
+    assert bucket.credentials == [S3_KEYS]
+    assert len(kube.of_kind("Deployment")) == 1
+    await r.close()
+
+
+@pytest.mark.usefixtures("quick_secret_retry")
+async def test_the_secret_retry_backs_off_to_its_ceiling_and_only_a_secret_can_fix_earns_it() -> None:
+    kube = MemKube()
+    kube.put(tritonservice("svc", NS, repository={"uri": "s3://models/prod", "credentialsSecret": "creds"}))
+    kube.put(secret({"note": "fill me in"}))
+    kube.put(tritonservice("ambient", NS, repository={"uri": "s3://models/prod"}))
+    r = Recording(kube, pinner=RepositoryPinner(kube, lister=Bucket()))
+    first = await r(*KEY)
+    assert first is not None and first.reason == cond.CREDENTIALS_REQUIRED
+    await until(lambda: r.requeued.count((KEY, 0.04)) >= 2, timeout=5.0)
+    delays = [d for k, d in r.requeued if k == KEY]
+    assert delays[:4] == [0.01, 0.02, 0.04, 0.04]
+    # no Secret named: only a spec edit (or the operator's settings) can change the verdict
+    ambient = await r(NS, "ambient")
+    assert ambient is not None and ambient.reason == cond.CREDENTIALS_REQUIRED
+    assert [d for k, d in r.requeued if k == (NS, "ambient")] == [None]
     await r.close()

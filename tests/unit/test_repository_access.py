@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 import pytest
@@ -11,6 +12,7 @@ from triton_operator.core.repository_access import (
     AccessRefusal,
     RepositoryAccess,
     access_refusal,
+    contacted_endpoints,
     endpoint_allowed,
     has_own_credentials,
 )
@@ -203,3 +205,55 @@ def test_an_azure_account_name_cannot_make_the_host() -> None:
         refusal(DENY, "as://Dev_Account/c/p", endpoint="http://azurite:10000/x", secret="s", credentials=keys)
         is None
     )
+
+
+def _key(token_uri: object) -> dict[str, str]:
+    return {
+        "GOOGLE_APPLICATION_CREDENTIALS_JSON": json.dumps({"type": "service_account", "token_uri": token_uri})
+    }
+
+
+@pytest.mark.parametrize(
+    ("token_uri", "refused"),
+    [
+        ("https://oauth2.googleapis.com/token", False),  # Google's own, like a store without an endpoint
+        ("https://accounts.google.com/o/oauth2/token", False),  # older keys
+        ("http://oauth2.googleapis.com/token", True),
+        ("https://oauth2.googleapis.com:8443/token", True),
+        ("https://oauth2.googleapis.com.evil.example/token", True),
+        ("http://169.254.169.254/computeMetadata/v1/token", True),
+        ("http://minio.minio/token", False),  # on the list
+    ],
+)
+def test_a_service_account_token_uri_is_held_to_the_list(token_uri: str, refused: bool) -> None:
+    access = RepositoryAccess(allowed_endpoints=("minio.minio",))
+    found = refusal(access, "gs://b/p", secret="gcs-key", credentials=_key(token_uri))
+    if not refused:
+        assert found is None
+        return
+    assert found is not None
+    assert (found.reason, found.field) == (
+        cond.ENDPOINT_NOT_ALLOWED,
+        "spec.repository.credentialsSecret (GOOGLE_APPLICATION_CREDENTIALS_JSON token_uri)",
+    )
+    host = token_uri.split("/")[2].split(":", maxsplit=1)[0]
+    assert f"Secret 'gcs-key': {token_uri!r} (host {host!r}) is not an endpoint" in found.message
+
+
+def test_every_contacted_url_is_checked_not_only_the_store() -> None:
+    """An allowed store endpoint does not vouch for the token endpoint a key names."""
+    access = RepositoryAccess(allowed_endpoints=("fake-gcs:4443",))
+    keys = _key("http://10.0.0.1/token")
+    assert contacted_endpoints("gs://b/p", "http://fake-gcs:4443", keys) == [
+        ("http://fake-gcs:4443", "spec.repository.endpoint"),
+        (
+            "http://10.0.0.1/token",
+            "spec.repository.credentialsSecret (GOOGLE_APPLICATION_CREDENTIALS_JSON token_uri)",
+        ),
+    ]
+    found = refusal(access, "gs://b/p", endpoint="http://fake-gcs:4443", secret="k", credentials=keys)
+    assert found is not None and "host '10.0.0.1'" in found.message
+    # an empty list allows every endpoint, as for spec.repository.endpoint
+    assert refusal(RepositoryAccess(), "gs://b/p", secret="k", credentials=keys) is None
+    # a key that is no JSON names no URL: the store refuses it before it contacts anything
+    assert contacted_endpoints("gs://b/p", "", {"GOOGLE_APPLICATION_CREDENTIALS_JSON": "not json"}) == []

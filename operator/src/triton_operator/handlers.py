@@ -127,7 +127,9 @@ async def tritonservice(namespace: str | None, name: str, memo: Any, **_: Any) -
             # The status already says why; retrying cannot help. A manifest too large is tried
             # again when the spec changes or the repository poll pins another one; a refusal of
             # the operator's policy when the spec changes or the operator restarts with other
-            # settings (its resume handler reconciles every TritonService again).
+            # settings (its resume handler reconciles every TritonService again). A refusal for what
+            # the credentials Secret holds is looked at again by the Reconciler itself, with a
+            # backoff, so a fixed Secret is noticed without either (scheduler.SECRET_RETRY_*).
             raise kopf.PermanentError(result.invalid)
         # The repository could not be read: the status says why; try again later.
         raise kopf.TemporaryError(result.invalid, delay=REPOSITORY_RETRY_SECONDS)

@@ -14,6 +14,9 @@ ENV_PREFIX = "TRITON_OPERATOR_"
 DEFAULT_FORBIDDEN_VOLUME_TYPES = ("hostPath",)
 """Pod volume types a TritonService may not use unless the operator allows them: hostPath reaches
 the node's own files."""
+DEFAULT_ALLOWED_CAPABILITIES = ("NET_BIND_SERVICE",)
+"""Linux capabilities spec.securityContext.capabilities.add may name unless the operator allows more:
+the one Pod Security `restricted` allows."""
 
 
 def _split(value: str | None) -> tuple[str, ...]:
@@ -30,10 +33,10 @@ def _flag(value: str | None, default: bool) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
-def _forbidden_volume_types(value: str | None) -> tuple[str, ...]:
-    """Unset keeps the default; "none" (or an empty value) forbids no volume type."""
+def _list_or_none(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    """Unset keeps ``default``; "none" (or an empty value) is the empty list."""
     if value is None:
-        return DEFAULT_FORBIDDEN_VOLUME_TYPES
+        return default
     if value.strip().lower() == "none":
         return ()
     return _split(value)
@@ -82,6 +85,16 @@ class Settings:
     """tritonserver images a TritonService may run (core.policy.image_allowed); empty allows any."""
     forbidden_volume_types: tuple[str, ...] = DEFAULT_FORBIDDEN_VOLUME_TYPES
     """Pod volume types (spec.volumes) a TritonService may not use."""
+    allow_privileged: bool = False
+    """Let spec.securityContext ask for privileged: true, allowPrivilegeEscalation: true or a Windows
+    hostProcess container (core.policy)."""
+    allowed_capabilities: tuple[str, ...] = DEFAULT_ALLOWED_CAPABILITIES
+    """Capabilities spec.securityContext.capabilities.add may name ("ALL" among them: any)."""
+    allow_root: bool = False
+    """Let the pods run as root (runAsUser 0, or a securityContext that leaves the user to the image)."""
+    allowed_service_accounts: tuple[str, ...] = ()
+    """ServiceAccounts spec.serviceAccountName may name besides the namespace's ``default``: a name
+    (in any namespace), ``namespace/name``, or "*" for any."""
     ambient_credentials_namespaces: tuple[str, ...] = ()
     """Namespaces whose repositories the operator may list with its own cloud identity (no
     spec.repository.credentialsSecret); "*" for all. Empty: none, such a TritonService is refused."""
@@ -104,6 +117,7 @@ class Settings:
             return value.strip() if value and value.strip() else None
 
         forbidden = env.get("TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES")
+        capabilities = env.get("TRITON_OPERATOR_ALLOWED_CAPABILITIES")
         return cls(
             default_image=get("DEFAULT_IMAGE") or DEFAULT_TRITON_IMAGE,
             sync_image=get("SYNC_IMAGE") or DEFAULT_SYNC_IMAGE,
@@ -119,7 +133,13 @@ class Settings:
             pin_repositories=_flag(get("PIN_REPOSITORIES"), True),
             allowed_image_prefixes=_split(get("ALLOWED_IMAGE_PREFIXES")),
             # Set but empty forbids nothing; unset keeps the default.
-            forbidden_volume_types=_forbidden_volume_types(forbidden),
+            forbidden_volume_types=_list_or_none(forbidden, DEFAULT_FORBIDDEN_VOLUME_TYPES),
+            allow_privileged=_flag(get("ALLOW_PRIVILEGED"), False),
+            allowed_capabilities=tuple(
+                c.upper() for c in _list_or_none(capabilities, DEFAULT_ALLOWED_CAPABILITIES)
+            ),
+            allow_root=_flag(get("ALLOW_ROOT"), False),
+            allowed_service_accounts=_split(get("ALLOWED_SERVICE_ACCOUNTS")),
             ambient_credentials_namespaces=_split(get("AMBIENT_CREDENTIALS_NAMESPACES")),
             allowed_endpoints=_split(get("ALLOWED_ENDPOINTS")),
             triton_read_seconds=float(get("TRITON_READ_SECONDS") or 30.0),

@@ -1,9 +1,10 @@
-"""The operator's own policy over what a TritonService may run: tritonserver images and pod volume types.
+"""The operator's own policy over what a TritonService may run: images, volumes, privileges, identity.
 
 Whoever may create a TritonService may otherwise create pods with any image and any volume, a
-hostPath among them. The policy is the operator's (settings, chart values), not the spec's: a
-spec it refuses is held like an invalid one (the serving revision keeps serving), with Ready
-saying which field the policy refused.
+hostPath among them, privileged or as root, under any ServiceAccount of the namespace: the hostPath
+ban alone would be moot without Pod Security admission. The policy is the operator's (settings,
+chart values), not the spec's: a spec it refuses is held like an invalid one (the serving revision
+keeps serving), with Ready saying which field the policy refused.
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from triton_operator.core.builders import triton_image
+from triton_operator.core.builders import RESTRICTED_POD_SECURITY, triton_image
 from triton_operator.core.validation.errors import SpecError
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 
 _REFERENCE_SEPARATORS = ("/", ":", "@")
+DEFAULT_SERVICE_ACCOUNT = "default"
+ANY_SERVICE_ACCOUNT = "*"
+ALL_CAPABILITIES = "ALL"
 
 
 def image_allowed(image: str, prefixes: Sequence[str]) -> bool:
@@ -51,6 +55,121 @@ def volume_types(volume: Mapping[str, Any]) -> list[str]:
     return sorted(key for key in volume if key != "name")
 
 
+def _refused(field: str, what: str, setting: str, chart_value: str) -> SpecError:
+    return SpecError(
+        field,
+        f"{what} is refused by the operator's policy (setting TRITON_OPERATOR_{setting}, chart value "
+        f"policy.{chart_value})",
+    )
+
+
+def _capability(name: object) -> str:
+    """A capability as Kubernetes names it: upper case, without CAP_ (the runtimes accept both)."""
+    text = str(name).strip().upper()
+    return text.removeprefix("CAP_")
+
+
+def _privilege_errors(context: Mapping[str, Any], settings: Settings) -> list[SpecError]:
+    """spec.securityContext's privileged, allowPrivilegeEscalation, hostProcess and added capabilities."""
+    errors: list[SpecError] = []
+    field = "spec.securityContext"
+    if not settings.allow_privileged:
+        errors.extend(_escalation_errors(context, field))
+    capabilities = context.get("capabilities")
+    added = capabilities.get("add") if isinstance(capabilities, Mapping) else None
+    allowed = {_capability(c) for c in settings.allowed_capabilities}
+    for index, name in enumerate(added if isinstance(added, list) else []):
+        if ALL_CAPABILITIES not in allowed and _capability(name) not in allowed:
+            listed = ", ".join(sorted(allowed)) or "none"
+            errors.append(
+                _refused(
+                    f"{field}.capabilities.add[{index}]",
+                    f"capability {name!r} (allowed: {listed})",
+                    "ALLOWED_CAPABILITIES",
+                    "allowedCapabilities",
+                )
+            )
+    return errors
+
+
+def _escalation_errors(context: Mapping[str, Any], field: str) -> list[SpecError]:
+    errors: list[SpecError] = []
+    if context.get("privileged") is True:
+        errors.append(
+            _refused(f"{field}.privileged", "a privileged container", "ALLOW_PRIVILEGED", "allowPrivileged")
+        )
+    if context.get("allowPrivilegeEscalation") is True:
+        errors.append(
+            _refused(
+                f"{field}.allowPrivilegeEscalation",
+                "privilege escalation (setuid binaries, file capabilities)",
+                "ALLOW_PRIVILEGED",
+                "allowPrivileged",
+            )
+        )
+    windows = context.get("windowsOptions")
+    if isinstance(windows, Mapping) and windows.get("hostProcess") is True:
+        errors.append(
+            _refused(
+                f"{field}.windowsOptions.hostProcess",
+                "a host-process container",
+                "ALLOW_PRIVILEGED",
+                "allowPrivileged",
+            )
+        )
+    return errors
+
+
+def _root_error(ts: TritonService) -> SpecError | None:
+    """Whether the pods would run as root: a runAsUser of 0 (the container's wins over the pod's), or
+    a user left to the image (no runAsUser, and no runAsNonRoot: true to make the kubelet check).
+
+    Only what the spec sets is judged: without either context the pods get the operator's own
+    (non-root uid 1000), and one without the other is merged with it as the pod would be.
+    """
+    spec_pod = ts.spec.pod_security_context
+    if spec_pod is None and ts.spec.security_context is None:
+        return None
+    pod: Mapping[str, Any] = spec_pod if spec_pod is not None else RESTRICTED_POD_SECURITY
+    container: Mapping[str, Any] = ts.spec.security_context or {}
+    what = "running as root"
+    if "runAsUser" in container:
+        if container["runAsUser"] == 0:
+            return _refused("spec.securityContext.runAsUser", what, "ALLOW_ROOT", "allowRoot")
+        return None
+    if "runAsUser" in pod:
+        if pod["runAsUser"] == 0:
+            return _refused("spec.podSecurityContext.runAsUser", what, "ALLOW_ROOT", "allowRoot")
+        return None
+    if container.get("runAsNonRoot", pod.get("runAsNonRoot")) is True:
+        return None
+    field = "spec.podSecurityContext" if spec_pod is not None else "spec.securityContext"
+    return _refused(
+        field,
+        "a securityContext that sets neither runAsUser nor runAsNonRoot: true leaves the user to the "
+        "image, which may be root; running as root",
+        "ALLOW_ROOT",
+        "allowRoot",
+    )
+
+
+def service_account_allowed(namespace: str, name: str | None, allowed: Sequence[str]) -> bool:
+    """Whether a TritonService of ``namespace`` may run its pods as ServiceAccount ``name``.
+
+    >>> service_account_allowed("ml", None, [])
+    True
+    >>> service_account_allowed("ml", "builder", [])
+    False
+    >>> service_account_allowed("ml", "triton", ["ml/triton"])
+    True
+    >>> service_account_allowed("other", "triton", ["ml/triton"])
+    False
+    """
+    if not name or name == DEFAULT_SERVICE_ACCOUNT or ANY_SERVICE_ACCOUNT in allowed:
+        return True
+    return name in allowed or f"{namespace}/{name}" in allowed
+
+
 def policy_errors(ts: TritonService, settings: Settings) -> list[SpecError]:
     """What the operator's policy refuses in ``ts``, each naming its field and the setting.
 
@@ -82,4 +201,20 @@ def policy_errors(ts: TritonService, settings: Settings) -> list[SpecError]:
                         "policy.forbiddenVolumeTypes)",
                     )
                 )
+    errors.extend(_privilege_errors(ts.spec.security_context or {}, settings))
+    root = None if settings.allow_root else _root_error(ts)
+    if root is not None:
+        errors.append(root)
+    if not service_account_allowed(
+        ts.namespace, ts.spec.service_account_name, settings.allowed_service_accounts
+    ):
+        errors.append(
+            _refused(
+                "spec.serviceAccountName",
+                f"ServiceAccount {ts.spec.service_account_name!r} (only the namespace's "
+                f"{DEFAULT_SERVICE_ACCOUNT!r} unless allowed)",
+                "ALLOWED_SERVICE_ACCOUNTS",
+                "allowedServiceAccounts",
+            )
+        )
     return errors

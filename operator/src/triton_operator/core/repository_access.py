@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +21,11 @@ AMBIENT_SETTING = "TRITON_OPERATOR_AMBIENT_CREDENTIALS_NAMESPACES"
 AMBIENT_CHART_VALUE = "operator.ambientCredentialsNamespaces"
 ENDPOINTS_SETTING = "TRITON_OPERATOR_ALLOWED_ENDPOINTS"
 ENDPOINTS_CHART_VALUE = "operator.allowedRepositoryEndpoints"
+
+GOOGLE_CREDENTIALS_KEY = "GOOGLE_APPLICATION_CREDENTIALS_JSON"
+GOOGLE_TOKEN_HOSTS = ("oauth2.googleapis.com", "accounts.google.com")
+"""Google's own OAuth token endpoints (https only), which a service-account key names in token_uri:
+the cloud's own service, like a store without an endpoint. Any other token_uri is held to the list."""
 
 # An Azure storage account name: the default endpoint is https://ACCOUNT.blob.core.windows.net, so
 # anything else in that place could name another host (as://x@evil.example:443#/c).
@@ -122,7 +128,7 @@ def _connection_string(credentials: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _endpoint(uri: str, endpoint: str, credentials: Mapping[str, str]) -> tuple[str, str] | None:
+def _store_endpoint(uri: str, endpoint: str, credentials: Mapping[str, str]) -> tuple[str, str] | None:
     """The endpoint the store would be reached at and the field it comes from, as the stores pick
     it: the spec's, else one a credentials Secret sets (an Azure connection string's BlobEndpoint
     or EndpointSuffix, GCS's STORAGE_EMULATOR_HOST). None: the cloud's own service."""
@@ -147,6 +153,53 @@ def _endpoint(uri: str, endpoint: str, credentials: Mapping[str, str]) -> tuple[
     return None
 
 
+def _google_token_uri(credentials: Mapping[str, str]) -> str | None:
+    """The token_uri of a service-account key in the Secret, unless it is Google's own (None)."""
+    try:
+        info = json.loads(credentials.get(GOOGLE_CREDENTIALS_KEY) or "null")
+    except ValueError:  # not JSON: the store refuses the key before it contacts anything
+        return None
+    token_uri = info.get("token_uri") if isinstance(info, dict) else None
+    if token_uri is None:
+        return None
+    text = str(token_uri)
+    try:
+        url = urlsplit(text)
+        google = (
+            url.scheme.lower() == "https"
+            and url.port in (None, 443)
+            and (url.hostname or "").lower().rstrip(".") in GOOGLE_TOKEN_HOSTS
+            and not url.username
+        )
+    except ValueError:
+        google = False
+    return None if google else text
+
+
+def contacted_endpoints(uri: str, endpoint: str, credentials: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Every URL the operator would contact to list this repository, other than the cloud's own
+    services, each with the field (or Secret key) it comes from: the store's endpoint (the spec's or
+    one the Secret sets) and, for gs://, a service-account key's token_uri (google-auth posts a signed
+    assertion there for an access token, whatever the store's endpoint)."""
+    found: list[tuple[str, str]] = []
+    store = _store_endpoint(uri, endpoint, credentials)
+    if store is not None:
+        found.append(store)
+    if uri.partition("://")[0] == "gs":
+        token_uri = _google_token_uri(credentials)
+        if token_uri is not None:
+            found.append((token_uri, f"{CREDENTIALS_FIELD} ({GOOGLE_CREDENTIALS_KEY} token_uri)"))
+    return found
+
+
+def _host(url: str) -> str:
+    try:
+        parsed = urlsplit(url if "://" in url else "http://" + url)
+        return (parsed.hostname or "").lower() or "?"
+    except ValueError:
+        return "?"
+
+
 def access_refusal(
     access: RepositoryAccess,
     *,
@@ -163,7 +216,8 @@ def access_refusal(
     workload identity, a node role, its environment): only for the namespaces the operator's
     settings name. With an allow-list of endpoints, the endpoint the store would be reached at
     must be on it (the operator's network position is not lent out either); the cloud's own
-    service (no endpoint) always may.
+    service (no endpoint) always may. The allow-list holds for every URL the operator would contact
+    because the spec or a credential names it (contacted_endpoints), not the store's alone.
     """
     scheme, _, rest = uri.partition("://")
     if scheme == "pvc":
@@ -183,13 +237,18 @@ def access_refusal(
             f"the operator's administrator to allow the namespace in {AMBIENT_SETTING} "
             f"(chart value {AMBIENT_CHART_VALUE})",
         )
-    found = _endpoint(uri, endpoint or "", credentials)
-    if found is not None and not endpoint_allowed(access.allowed_endpoints, found[0]):
-        value, field = found
+    for value, field in contacted_endpoints(uri, endpoint or "", credentials):
+        if endpoint_allowed(access.allowed_endpoints, value):
+            continue
+        named = (
+            f"{value!r}"
+            if field == ENDPOINT_FIELD
+            else f"Secret {credentials_secret!r}: {value!r} (host {_host(value)!r})"
+        )
         return AccessRefusal(
             cond.ENDPOINT_NOT_ALLOWED,
             field,
-            f"{field}: {value!r} is not an endpoint the operator may reach; allowed: "
+            f"{field}: {named} is not an endpoint the operator may reach; allowed: "
             f"{', '.join(access.allowed_endpoints)} "
             f"({ENDPOINTS_SETTING}, chart value {ENDPOINTS_CHART_VALUE})",
         )

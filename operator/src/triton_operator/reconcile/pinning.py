@@ -13,7 +13,7 @@ from triton_operator.adapters.kube import (
 )
 from triton_operator.adapters.redaction import scrub
 from triton_operator.adapters.storage import PinResult, pin_with_versioning
-from triton_operator.adapters.storage.base import StoreError
+from triton_operator.adapters.storage.base import AccessDenied, StoreConfigError, StoreError
 from triton_operator.core import conditions as cond
 from triton_operator.core.manifest import (
     Manifest,
@@ -27,7 +27,7 @@ from triton_operator.core.manifest import (
     unpinned_manifest,
 )
 from triton_operator.core.modelconfig import ModelConfigError
-from triton_operator.core.repository_access import RepositoryAccess, access_refusal
+from triton_operator.core.repository_access import CREDENTIALS_FIELD, RepositoryAccess, access_refusal
 from triton_operator.core.validation.ensemble import ensemble_version_errors
 from triton_operator.core.validation.errors import SpecError
 from triton_operator.metrics import METRICS
@@ -57,12 +57,18 @@ class PinnedManifest:
 
 
 class RepositoryError(Exception):
-    """The repository cannot be listed and nothing was pinned before: no revision can be made."""
+    """The repository cannot be listed and nothing was pinned before: no revision can be made.
 
-    def __init__(self, reason: str, message: str) -> None:
+    ``secret``: the credentials Secret whose change may make it listable (it is missing, holds no
+    usable credentials, or names an endpoint the operator may not reach); None when only a spec or
+    settings change can (the scheduler retries the former with a backoff: no Secret is watched).
+    """
+
+    def __init__(self, reason: str, message: str, secret: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.secret = secret
 
 
 # The storage seam: pin the manifest a TritonService's pods will sync. ``current`` is the
@@ -209,6 +215,7 @@ class RepositoryPinner:
                     cond.CREDENTIALS_MISSING,
                     f"spec.repository.credentialsSecret: Secret {repository.credentials_secret!r} "
                     f"not found in namespace {ts.namespace}",
+                    repository.credentials_secret,
                 )
             credentials = secret
         # The operator's policy before any request: its own identity and network position are not
@@ -224,12 +231,17 @@ class RepositoryPinner:
             credentials=credentials,
         )
         if refusal is not None:
-            raise RepositoryError(refusal.reason, scrub(refusal.message))
+            from_secret = refusal.field.startswith(CREDENTIALS_FIELD) and repository.credentials_secret
+            raise RepositoryError(refusal.reason, scrub(refusal.message), from_secret or None)
         started = time.perf_counter()
         try:
             pin = await asyncio.to_thread(self.lister, repository, ts.spec.models, credentials)
         except SelectionFailed as exc:
             raise RepositoryError(cond.MODELS_NOT_FOUND, f"{repository.uri}: {exc}") from exc
+        except (AccessDenied, StoreConfigError) as exc:
+            # Credentials the store refused, or that cannot work: a fixed Secret may cure it.
+            secret_named = repository.credentials_secret
+            raise RepositoryError(cond.REPOSITORY_ERROR, f"{repository.uri}: {exc}", secret_named) from exc
         except (StoreError, ModelConfigError) as exc:
             raise RepositoryError(cond.REPOSITORY_ERROR, f"{repository.uri}: {exc}") from exc
         METRICS.record_repository_listing(

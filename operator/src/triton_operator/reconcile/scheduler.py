@@ -26,6 +26,12 @@ SUPERSEDED_PASSES = 3
 """Passes in a row that may find the TritonService changed before their status write (each reads it
 again and decides afresh) before the next one is left to a timer."""
 SUPERSEDED_RETRY_SECONDS = 1.0
+SECRET_RETRY_FIRST_SECONDS = 5.0
+SECRET_RETRY_MAX_SECONDS = 300.0
+"""A spec held for what its credentials Secret holds (missing, no usable keys, an endpoint off the
+allow-list, refused by the store) is reconciled again after 5 s, 10 s, 20 s, ... at most every
+5 minutes while it stays so: one Secret read each time (a refusal comes before any store request).
+The operator may only `get` Secrets: watching them would mean reading every Secret of the cluster."""
 
 
 class Reconciler:
@@ -62,8 +68,14 @@ class Reconciler:
         pinner: RepositoryPinner | None = None,
         triton: TritonView | None = None,
         paused: bool = False,
+        secret_retry: tuple[float, float] | None = None,
     ) -> None:
         self.kube = kube
+        self.secret_retry = secret_retry
+        """The first and the longest delay of the retries while a spec waits for its Secret (None:
+        SECRET_RETRY_FIRST_SECONDS and SECRET_RETRY_MAX_SECONDS)."""
+        self._secret_waits: dict[tuple[str, str], float] = {}
+        """The next such delay of each TritonService that waits for its Secret."""
         self.settings = settings
         self.pinner = pinner
         self.triton = triton
@@ -117,7 +129,7 @@ class Reconciler:
             return result
         if result.ts is not None:
             self._watch_repository(key, result.ts)
-        self.requeue(key, result.requeue_after)
+        self.requeue(key, self._due(key, result))
         return result
 
     async def _passes(self, key: tuple[str, str]) -> Result | None:
@@ -151,6 +163,17 @@ class Reconciler:
             if result.invalid:
                 outcome.fail(result.reason or cond.INVALID_SPEC, outcome="invalid")
             return result
+
+    def _due(self, key: tuple[str, str], result: Result) -> float | None:
+        """When to reconcile again: the plan's time, or sooner while the spec waits for its
+        credentials Secret to be fixed (with a backoff, reset once it no longer waits)."""
+        if not (result.invalid and result.secret):
+            self._secret_waits.pop(key, None)
+            return result.requeue_after
+        first, longest = self.secret_retry or (SECRET_RETRY_FIRST_SECONDS, SECRET_RETRY_MAX_SECONDS)
+        wait = self._secret_waits.get(key, first)
+        self._secret_waits[key] = min(wait * 2, longest)
+        return wait if result.requeue_after is None else min(wait, result.requeue_after)
 
     def requeue(self, key: tuple[str, str], delay: float | None) -> None:
         """Reconcile ``key`` again after ``delay`` seconds (replacing any timer); None: no timer."""
@@ -186,6 +209,7 @@ class Reconciler:
         """Drop everything kept for a TritonService that is gone."""
         key = (namespace, name)
         self._specs.pop(key, None)
+        self._secret_waits.pop(key, None)
         self._known.discard(key)
         poller = self._pollers.pop(key, None)
         if poller is not None:

@@ -87,6 +87,9 @@ class Result:
     still polled, and a change there tries again)."""
     requeue_after: float | None = None
     """Seconds until the next reconcile is due with nothing else happening (a timed pause, a deadline)."""
+    secret: str | None = None
+    """The credentials Secret whose change may unblock the current spec (None: nothing to wait for
+    but a spec or settings change): the scheduler looks again with a backoff."""
 
 
 FOREIGN_RETRY_SECONDS = 2.0
@@ -126,6 +129,8 @@ class _Blocked:
     repository: cond.Verdict | None = None
     ts: TritonService | None = None
     """The current spec when it is valid (its repository is polled, so a new pin tries again)."""
+    secret: str | None = None
+    """The credentials Secret whose change may unblock it (RepositoryError.secret)."""
 
 
 class SupersededError(Exception):
@@ -192,7 +197,7 @@ async def reconcile(
             pinned = await pin_manifest(ts, current_manifest(seen.owned, seen.previous))
         except RepositoryError as exc:
             verdict = cond.Verdict(cond.FALSE, exc.reason, exc.message)
-            return await hold(_Blocked(exc.message, exc.reason, verdict))
+            return await hold(_Blocked(exc.message, exc.reason, verdict, secret=exc.secret))
     unloadable = pinned_version_errors(ts, pinned)
     if unloadable:
         return await hold(_Blocked(format_errors(unloadable)))
@@ -279,7 +284,12 @@ async def _hold(
     )
     written = await _write_status(kube, seen, status)
     return Result(
-        status=status, written=written, invalid=blocked.message, reason=blocked.reason, ts=blocked.ts
+        status=status,
+        written=written,
+        invalid=blocked.message,
+        reason=blocked.reason,
+        ts=blocked.ts,
+        secret=blocked.secret,
     )
 
 
@@ -393,6 +403,7 @@ async def _carry_out(
         # Repository polling follows the spec that is applied, never a last valid one.
         ts=blocked.ts if blocked else ts,
         requeue_after=min(requeue) if requeue else None,
+        secret=blocked.secret if blocked else None,
     )
 
 

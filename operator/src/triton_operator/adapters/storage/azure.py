@@ -131,10 +131,18 @@ class AzureStore(StoreBase):
             return BucketNotFound(self.uri, self.bucket)
         if isinstance(exc, aexc.ClientAuthenticationError) or status in (401, 403):
             return AccessDenied(self.uri, f"{code or status} on {what} in container {self.bucket!r}")
-        if isinstance(exc, aexc.ServiceRequestError | aexc.ServiceResponseError | OSError) or status >= 500:
+        if status:
+            # The answer of an HTTP call: only the storage service's own error (its code and the first
+            # line of its message) is quoted, never a body the SDK could not read as one (an endpoint
+            # a connection string names may be anything that answers HTTP).
+            said = (str(exc).splitlines() or [""])[0] if code else "(its response is not shown)"
+            if status >= 500:
+                return StoreUnavailable(self.uri, f"{what}: {code or status}: {said}")
+            return StoreError(f"{self.uri}: {what}: {code or status}: {said}")
+        if isinstance(exc, aexc.ServiceRequestError | aexc.ServiceResponseError | OSError):
             return StoreUnavailable(self.uri, f"{what}: {exc}")
         first_line = str(exc).splitlines()[0] if str(exc) else repr(exc)
-        return StoreError(f"{self.uri}: {what}: {code or status}: {first_line}")
+        return StoreError(f"{self.uri}: {what}: {first_line}")
 
     _ERRORS = (aexc.AzureError, requests.RequestException, OSError)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import google.auth
 import requests
@@ -33,6 +34,32 @@ from triton_operator.core.manifest import ObjectInfo, hex_from_base64
 
 CREDENTIALS_KEY = "GOOGLE_APPLICATION_CREDENTIALS_JSON"
 READ_SCOPE = "https://www.googleapis.com/auth/devstorage.read_only"
+OAUTH_ERRORS = frozenset(
+    {
+        "invalid_request",
+        "invalid_client",
+        "invalid_grant",
+        "unauthorized_client",
+        "unsupported_grant_type",
+        "invalid_scope",
+        "access_denied",
+    }
+)
+"""The error codes of RFC 6749 (5.2): the only part of a token endpoint's answer a message quotes."""
+
+
+def token_refusal(exc: auth_exc.RefreshError, token_host: str) -> str:
+    """Why no access token could be had, without the token endpoint's response.
+
+    google-auth puts the endpoint's whole answer (JSON or text) into the RefreshError: a token_uri
+    is a URL a credential names, and whatever answers there must not reach the status through us.
+    Only a standard OAuth error code is kept.
+    """
+    data = exc.args[1] if len(exc.args) > 1 else None
+    code = data.get("error") if isinstance(data, dict) else None
+    where = f"the token endpoint {token_host}" if token_host else "the token endpoint"
+    said = f": {code}" if isinstance(code, str) and code in OAUTH_ERRORS else ""
+    return f"{where} gave no access token{said} (its response is not shown)"
 
 
 class _SinkFile:
@@ -75,6 +102,7 @@ class GCSStore(StoreBase):
         creds: Any
         session: requests.Session
         raw = credentials.get(CREDENTIALS_KEY, "")
+        self.token_host = ""
         if raw:
             try:
                 info = json.loads(raw)
@@ -85,6 +113,7 @@ class GCSStore(StoreBase):
                 raise StoreConfigError(
                     CREDENTIALS_KEY, f"is not a usable service-account JSON key: {exc}"
                 ) from redacted_cause(exc)
+            self.token_host = urlsplit(str(getattr(creds, "_token_uri", "") or "")).netloc.rpartition("@")[2]
             session = AuthorizedSession(creds)  # type: ignore[no-untyped-call]
         elif endpoint:
             creds = AnonymousCredentials()  # type: ignore[no-untyped-call]  # emulators take anonymous calls
@@ -103,10 +132,20 @@ class GCSStore(StoreBase):
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         options = {"api_endpoint": endpoint} if endpoint else None
-        self.client = storage.Client(project=None, credentials=creds, _http=session, client_options=options)
+        try:
+            self.client = storage.Client(
+                project=None, credentials=creds, _http=session, client_options=options
+            )
+        except ValueError as exc:  # e.g. a key of another universe_domain than the client's
+            raise StoreConfigError(CREDENTIALS_KEY, f"cannot be used here: {exc}") from redacted_cause(exc)
         self._bucket = self.client.bucket(bucket)
 
     def _error(self, exc: Exception, what: str) -> StoreError:
+        refusal = exc.cause if isinstance(exc, gexc.RetryError) else exc
+        if isinstance(refusal, auth_exc.RefreshError):
+            return AccessDenied(
+                self.uri, f"{what} in bucket {self.bucket!r}: {token_refusal(refusal, self.token_host)}"
+            )
         if isinstance(exc, gexc.NotFound):
             return StoreError(f"{self.uri}: {what}: not found ({exc.message})")
         if isinstance(

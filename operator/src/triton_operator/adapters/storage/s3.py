@@ -16,6 +16,7 @@ from botocore.exceptions import (
     BotoCoreError,
     ClientError,
     HTTPClientError,
+    InvalidRegionError,
     NoCredentialsError,
     PartialCredentialsError,
     ResponseStreamingError,
@@ -31,6 +32,7 @@ from triton_operator.adapters.storage.base import (
     ObjectChanged,
     Sink,
     StoreBase,
+    StoreConfigError,
     StoreError,
     StoreUnavailable,
     redacted_cause,
@@ -123,6 +125,18 @@ class S3Store(StoreBase):
         style = addressing_style or "auto"
         if style == "auto" and endpoint:
             style = "path"  # S3-compatible stores rarely resolve bucket.host names
+        region_field = next(
+            (
+                field
+                for field, value in (
+                    ("repository.s3.region", region),
+                    ("AWS_REGION", credentials.get("AWS_REGION")),
+                    ("AWS_DEFAULT_REGION", credentials.get("AWS_DEFAULT_REGION")),
+                )
+                if value
+            ),
+            "repository.s3.region",
+        )
         region = region or credentials.get("AWS_REGION", "") or credentials.get("AWS_DEFAULT_REGION", "")
         if not region and endpoint:
             region = "us-east-1"
@@ -143,7 +157,13 @@ class S3Store(StoreBase):
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
-        self.client: S3Client = session.client("s3", endpoint_url=endpoint or None, config=config)
+        try:
+            self.client: S3Client = session.client("s3", endpoint_url=endpoint or None, config=config)
+        except (BotoCoreError, ValueError) as exc:
+            # A region is part of the host name botocore builds (s3.REGION.amazonaws.com): one that
+            # is not a region name is refused here, before any request; so is a malformed endpoint.
+            field = region_field if isinstance(exc, InvalidRegionError) else "repository.endpoint"
+            raise StoreConfigError(field, str(exc)) from redacted_cause(exc)
         self._listed_versioned: bool | None = None
         """What the last ``list`` found of the bucket's versioning (None: nothing listed yet)."""
 

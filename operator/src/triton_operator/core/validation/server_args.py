@@ -118,11 +118,25 @@ CONTRACT_FLAGS: dict[str, str] = {
 HEALTH_API = "health"  # --http-restricted-api=<apis>:<key>=<value>; "health" covers /v2/health/*
 
 
+def _missing_value(name: str, path: str) -> SpecError:
+    return SpecError(
+        path,
+        f"--{name} takes a value and has none: give it as --{name}=<value> or as the next argument "
+        "(tritonserver would take the next flag as its value, or refuse to start)",
+    )
+
+
 def server_args_errors(args: list[str], field: str = "spec.serverArgs") -> list[SpecError]:
-    """Each of ``--flag=value``, ``--flag value`` or ``--flag`` checked against the allow-list, and the
-    values that would break the readiness contract."""
+    """Each of ``--flag=value`` or ``--flag value`` checked against the allow-list, and the values that
+    would break the readiness contract.
+
+    Every flag tritonserver accepts here takes a value (its booleans too: ``--strict-readiness=true``),
+    so a flag at the end of the list, or followed by another ``--flag``, is refused: tritonserver
+    would exit on the first and silently take the next flag as the value of the second.
+    """
     errors: list[SpecError] = []
     waiting: str | None = None  # a --flag whose value is the next argument
+    waiting_path = ""
     for index, arg in enumerate(args):
         path = f"{field}[{index}]"
         if any(c.isspace() for c in arg):
@@ -138,14 +152,18 @@ def server_args_errors(args: list[str], field: str = "spec.serverArgs") -> list[
                 continue
             errors.append(SpecError(path, f"{arg!r} is not a --flag (use --flag=value)"))
             continue
+        if waiting is not None and waiting in ALLOWED_SERVER_FLAGS:
+            errors.append(_missing_value(waiting, waiting_path))
         name, has_value, value = arg[2:].partition("=")
-        waiting = None if has_value else name
+        waiting, waiting_path = (None, "") if has_value else (name, path)
         if name in OPERATOR_OWNED_FLAGS:
             errors.append(SpecError(path, f"--{name} is set by the operator: {OPERATOR_OWNED_FLAGS[name]}"))
         elif name not in ALLOWED_SERVER_FLAGS:
             errors.append(SpecError(path, f"--{name} is not an allowed tritonserver flag"))
         elif has_value:
             errors.extend(_value_errors(name, value, path))
+    if waiting is not None and waiting in ALLOWED_SERVER_FLAGS:
+        errors.append(_missing_value(waiting, waiting_path))
     return errors
 
 
