@@ -10,7 +10,6 @@ real tritonserver pods.
 from __future__ import annotations
 
 import copy
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -22,32 +21,13 @@ from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
 from lightkube.resources.core_v1 import Pod
 
 import e2e_helpers
-from e2e_helpers import REVISION_LABEL, SERVICE_LABEL, apply, get_ts
+from e2e_helpers import REVISION_LABEL, SERVICE_LABEL, apply, get_ts, kubectl_scale
 from e2e_helpers import small_tritonservice as tritonservice
 from testkit import Repeating, wait_for
 from triton_operator.core.autoscaling import scale_selector
 from triton_operator.models import QUEUE_TIME_METRIC
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
-
-
-def scale(kubectl: str, cluster: Path, namespace: str, name: str, replicas: int) -> str:
-    out = subprocess.run(
-        [
-            kubectl,
-            f"--kubeconfig={cluster}",
-            "-n",
-            namespace,
-            "scale",
-            f"tsvc/{name}",
-            f"--replicas={replicas}",
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    return out.stdout.strip()
 
 
 def deployments(kube: Client, namespace: str, name: str) -> dict[str, dict[str, Any]]:
@@ -128,7 +108,10 @@ def test_kubectl_scale_resizes_a_tritonservice_through_the_scale_subresource(
     a = stable_revision(kube, namespace, "scaled")
     wait_for(lambda: settled(kube, namespace, "scaled", {a: 2}), what="2 Ready pods")
 
-    assert scale(kubectl, cluster, namespace, "scaled", 3) == "tritonservice.triton-operator.io/scaled scaled"
+    assert (
+        kubectl_scale(kubectl, cluster, namespace, "scaled", 3)
+        == "tritonservice.triton-operator.io/scaled scaled"
+    )
     done = wait_for(
         lambda: settled(kube, namespace, "scaled", {a: 3}), what="3 Ready pods after kubectl scale"
     )
@@ -143,7 +126,7 @@ def test_kubectl_scale_resizes_a_tritonservice_through_the_scale_subresource(
     assert sub["spec"] == {"replicas": 3}
     assert sub["status"] == {"replicas": 3, "selector": scale_selector("scaled", [a])}
 
-    scale(kubectl, cluster, namespace, "scaled", 1)
+    kubectl_scale(kubectl, cluster, namespace, "scaled", 1)
     wait_for(lambda: settled(kube, namespace, "scaled", {a: 1}), what="1 Ready pod after scaling down")
 
 
@@ -163,12 +146,12 @@ def test_scaling_mid_canary_keeps_the_ratio_and_the_step(
     assert ts["status"]["selector"] == scale_selector("ratio", [a, b])  # both take traffic
 
     # An autoscaler (here kubectl) doubles the service: the canary follows, ceil(4 * 50%) = 2.
-    scale(kubectl, cluster, namespace, "ratio", 4)
+    kubectl_scale(kubectl, cluster, namespace, "ratio", 4)
     ts = wait_for(lambda: settled(kube, namespace, "ratio", {a: 4, b: 2}), what="stable 4 + canary 2")
     status = ts["status"]
     assert (status["currentStepIndex"], status["canaryWeight"], status["canaryRevision"]) == (1, 50, b)
     assert status["replicas"] == 6 and "abortedRevision" not in status
-    scale(kubectl, cluster, namespace, "ratio", 3)
+    kubectl_scale(kubectl, cluster, namespace, "ratio", 3)
     wait_for(lambda: settled(kube, namespace, "ratio", {a: 3, b: 2}), what="stable 3 + canary ceil(1.5) = 2")
 
     e2e_helpers.kubectl_triton(cluster, "promote", "ratio", "-n", namespace)

@@ -31,6 +31,7 @@ from e2e_helpers import (
     create_store_secret,
     events,
     get_ts,
+    kubectl_scale,
     kubectl_triton,
     owned,
     wait_condition,
@@ -577,6 +578,77 @@ def test_blue_green_sends_nothing_to_green_before_promotion(  # noqa: PLR0917 (f
         client.stop()
     no_request_failed(client, "blue/green")
     assert client.answers[100.0] > 0
+
+
+def test_an_abort_under_traffic_moves_answers_back_to_the_stable_and_no_request_fails(  # noqa: PLR0917
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, cluster: Path
+) -> None:
+    """`kubectl triton abort` of a canary taking half the traffic: traffic moves back to the stable
+    revision before the canary goes (its pods drain as they terminate), and no request fails."""
+    rollout = {"steps": [{"setWeight": 50}, {"pause": {}}]}
+    body = on_real_node(
+        "halted", namespace, bucket=bucket, endpoint=store.endpoint, replicas=2, rollout=rollout
+    )
+    apply(kube, body)
+    stable = serving(kube, namespace, "halted")["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "halted")
+    answering(host, 0)
+
+    client = LoadClient(host, max_seconds=240).start()
+    try:
+        store.extra["s3"].put_object(Bucket=bucket, Key=MODEL_KEY.format(version=2), Body=adder_source(100))
+        wait_for(lambda: client.answers.get(100.0, 0) >= 20, timeout=150, what="the canary to answer")
+        canary = get_ts(kube, namespace, "halted")["status"]["canaryRevision"]
+        assert canary and canary != stable
+        kubectl_triton(cluster, "abort", "halted", "-n", namespace)
+        obj = wait_condition(kube, namespace, "halted", "Degraded", "True", reason="Aborted", timeout=60)
+        assert obj["status"]["stableRevision"] == stable and obj["status"]["abortedRevision"] == canary
+        revision_gone(kube, namespace, "halted", canary, timeout=90)
+        answering(host, 0)
+        time.sleep(1)
+    finally:
+        client.stop()
+    no_request_failed(client, "abort under traffic")
+    assert set(client.answers) == {0.0, 100.0}, client.summary()
+
+
+def test_a_blocked_spec_keeps_the_serving_pods_and_kubectl_scale_still_resizes_them(  # noqa: PLR0917
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, cluster: Path, kubectl: str | None
+) -> None:
+    """A spec the operator refuses (a value-less serverArgs flag) is held: the serving pod is not
+    touched (same pod, no restart), and `kubectl scale` still adds a pod of the serving revision
+    while the spec waits; no request fails throughout."""
+    if kubectl is None:
+        pytest.skip("no kubectl binary")
+    apply(kube, on_real_node("held", namespace, bucket=bucket, endpoint=store.endpoint))
+    stable = serving(kube, namespace, "held")["status"]["stableRevision"]
+    (first,) = pods(kube, namespace, "held")
+    host = cluster_ip(kube, namespace, "held")
+    answering(host, 0)
+
+    client = LoadClient(host, max_seconds=240).start()
+    try:
+        bad = on_real_node("held", namespace, bucket=bucket, endpoint=store.endpoint)
+        bad["spec"]["serverArgs"] = ["--log-verbose"]
+        apply(kube, bad)
+        obj = wait_condition(kube, namespace, "held", "Ready", "False", reason="InvalidSpec", timeout=60)
+        assert "spec.serverArgs[0]" in condition(obj, "Ready")["message"]
+        kubectl_scale(kubectl, cluster, namespace, "held", 2)
+
+        def two_ready() -> list[Any] | None:
+            found = [p for p in pods(kube, namespace, "held") if ready(p)]
+            return found if len(found) == 2 else None
+
+        both = wait_for(two_ready, timeout=120, what="a second Ready pod of the serving revision")
+        assert all(stable in p.metadata.name for p in both)
+        kept = next(p for p in both if p.metadata.uid == first.metadata.uid)
+        assert all(c.restartCount == 0 for c in kept.status.containerStatuses)
+        assert get_ts(kube, namespace, "held")["status"]["stableRevision"] == stable
+        time.sleep(2)
+    finally:
+        client.stop()
+    no_request_failed(client, "a blocked spec, scaled")
+    assert set(client.answers) == {0.0}
 
 
 def test_a_namespace_enforcing_pod_security_restricted_serves_and_refuses_a_root_pod(

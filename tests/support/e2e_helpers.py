@@ -192,6 +192,26 @@ def versions(kube: Client, namespace: str, name: str) -> dict[str, str]:
     return out
 
 
+def kubectl_scale(kubectl: str, cluster: Path, namespace: str, name: str, replicas: int) -> str:
+    """`kubectl scale tsvc/NAME --replicas=N`: through the TritonService's /scale subresource."""
+    out = subprocess.run(
+        [
+            kubectl,
+            f"--kubeconfig={cluster}",
+            "-n",
+            namespace,
+            "scale",
+            f"tsvc/{name}",
+            f"--replicas={replicas}",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return out.stdout.strip()
+
+
 def kubectl_triton(cluster: Path, *args: str) -> str:
     """Run the `kubectl-triton` console script (as kubectl runs a plugin) against the cluster."""
     script = shutil.which("kubectl-triton", path=str(Path(sys.executable).parent))
