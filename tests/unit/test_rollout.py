@@ -10,21 +10,21 @@ from typing import Any
 
 import pytest
 
-from triton_operator.core import rollout as ro
 from triton_operator.core.conditions import Verdict
-from triton_operator.core.rollout import (
+from triton_operator.core.rollout.clock import format_time, parse_time
+from triton_operator.core.rollout.engine import plan_rollout
+from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
+from triton_operator.core.rollout.replicas import canary_replicas, gpu_split
+from triton_operator.core.rollout.requests import (
+    Action,
     ControlRequest,
-    HistoryEntry,
-    RevisionState,
-    RolloutInput,
-    RolloutPlan,
-    RolloutStatus,
-    canary_replicas,
     control_annotations,
-    gpu_split,
     parse_control_requests,
-    plan_rollout,
+    pending_requests,
+    request_revision,
 )
+from triton_operator.core.rollout.state import HistoryEntry, RevisionState, RolloutStatus
+from triton_operator.core.rollout.texts import describe_step
 from triton_operator.core.traffic import TrafficWeights
 from triton_operator.models import Rollout
 
@@ -126,9 +126,7 @@ class Sim:
         self.apply(plan)
         return plan
 
-    def request(
-        self, action: ro.Action, to_revision: str | None = None, *, revision: str | None = None
-    ) -> None:
+    def request(self, action: Action, to_revision: str | None = None, *, revision: str | None = None) -> None:
         request_id = self.now.isoformat()
         made_for = {"revision": revision} if revision else {}  # (unset: as a request made without one)
         for key, value in control_annotations(action, request_id, to_revision, **made_for).items():
@@ -713,7 +711,7 @@ def test_a_third_revision_replaces_the_canary() -> None:
     ],
 )
 def test_a_request_made_for_a_canary_never_applies_to_the_one_replacing_it(
-    action: ro.Action, steps: list[Any], made_for: str | None
+    action: Action, steps: list[Any], made_for: str | None
 ) -> None:
     """Issue 22 item 2: a promote (or abort) made for canary B, taken in the pass where C replaces
     B, must not complete a step of C (which has no pods yet), promote it, or abort it. Made without
@@ -735,7 +733,7 @@ def test_a_request_made_for_a_canary_never_applies_to_the_one_replacing_it(
 
 
 @pytest.mark.parametrize("action", ["promote", "promote-full", "abort"])
-def test_a_request_made_for_a_revision_not_in_progress_is_ignored_and_says_so(action: ro.Action) -> None:
+def test_a_request_made_for_a_revision_not_in_progress_is_ignored_and_says_so(action: Action) -> None:
     sim = deployed(make_rollout(steps=[{"pause": {}}, {"setWeight": 50}]))
     sim.reconcile()
     sim.request(action, revision="Z")
@@ -794,7 +792,7 @@ def test_a_promote_made_for_an_aborted_revision_retries_it() -> None:
     sim.reconcile()
     sim.request("abort", revision="B")
     assert sim.reconcile(1).status.aborted_revision == "B"
-    sim.request("promote", revision=ro.request_revision(sim.status.to_status()))
+    sim.request("promote", revision=request_revision(sim.status.to_status()))
     p = sim.reconcile(1)
     assert (p.status.canary_revision, p.status.current_step_index) == ("B", 0)
     assert reasons(p) == ["RolloutRetried", "RolloutStarted"]
@@ -1341,9 +1339,7 @@ def test_status_tolerates_missing_and_foreign_fields() -> None:
         ("undo", "abc", {"triton-operator.io/undo": "id1", "triton-operator.io/undo-to-revision": "abc"}),
     ],
 )
-def test_control_annotations_round_trip(
-    action: ro.Action, target: str | None, expected: dict[str, Any]
-) -> None:
+def test_control_annotations_round_trip(action: Action, target: str | None, expected: dict[str, Any]) -> None:
     patch = control_annotations(action, "id1", target)
     assert patch == expected
     annotations = {k: v for k, v in patch.items() if v is not None}
@@ -1389,11 +1385,11 @@ def test_gpu_pods_counts_what_holds_or_will_hold_gpus(
     ],
 )
 def test_parse_time(value: Any, expected: datetime | None) -> None:
-    assert ro.parse_time(value) == expected
+    assert parse_time(value) == expected
 
 
 def test_format_time_drops_sub_seconds() -> None:
-    assert ro.format_time(T0 + timedelta(microseconds=999_999)) == "2026-01-01T12:00:00Z"
+    assert format_time(T0 + timedelta(microseconds=999_999)) == "2026-01-01T12:00:00Z"
 
 
 @pytest.mark.parametrize(
@@ -1406,7 +1402,7 @@ def test_format_time_drops_sub_seconds() -> None:
     ],
 )
 def test_describe_step(step: dict[str, Any], text: str) -> None:
-    assert ro.describe_step(make_rollout(steps=[step]).steps[0]) == text
+    assert describe_step(make_rollout(steps=[step]).steps[0]) == text
 
 
 @pytest.mark.parametrize(
@@ -1435,14 +1431,14 @@ def test_lost_status_adopts_the_serving_revision(
 
 def test_pending_requests_are_those_the_status_has_not_handled() -> None:
     annotations = {"triton-operator.io/promote": "t2", "triton-operator.io/abort": "t1", "other/x": "y"}
-    assert ro.pending_requests(annotations, None) == (
+    assert pending_requests(annotations, None) == (
         ControlRequest("promote", "t2"),
         ControlRequest("abort", "t1"),
     )
     handled = {"handledRequests": {"promote": "t2", "abort": "t0"}}
-    assert ro.pending_requests(annotations, handled) == (ControlRequest("abort", "t1"),)
-    assert ro.pending_requests(annotations, {"handledRequests": {"promote": "t2", "abort": "t1"}}) == ()
-    assert ro.pending_requests(None, handled) == ()
+    assert pending_requests(annotations, handled) == (ControlRequest("abort", "t1"),)
+    assert pending_requests(annotations, {"handledRequests": {"promote": "t2", "abort": "t1"}}) == ()
+    assert pending_requests(None, handled) == ()
 
 
 # ----------------------------------------------------------------- a stable revision gone missing

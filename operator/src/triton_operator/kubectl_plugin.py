@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from triton_operator.core import conditions as cond
-from triton_operator.core.rollout import FOR_REVISION, Action, describe_step, parse_time, request_revision
+from triton_operator.core.rollout.clock import parse_time
+from triton_operator.core.rollout.requests import FOR_REVISION, Action, request_revision
+from triton_operator.core.rollout.texts import describe_step
 from triton_operator.models import Rollout
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 
 from triton_operator import GROUP, KIND, PLURAL, VERSION
-from triton_operator.core.rollout import Action, control_annotations
+from triton_operator.core.rollout.requests import Action, control_annotations
 
 FIELD_MANAGER = "kubectl-triton"
 

@@ -18,7 +18,8 @@ from triton_operator.core.manifest import manifest_digest, manifest_to_json
 from triton_operator.core.names import PLACEHOLDER_UID
 from triton_operator.core.observation import check_body
 from triton_operator.core.policy import policy_errors
-from triton_operator.core.rollout import RolloutInput, plan_rollout
+from triton_operator.core.rollout.engine import plan_rollout
+from triton_operator.core.rollout.plan import RolloutInput
 from triton_operator.core.validation.spec import spec_warnings
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
