@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -1501,3 +1503,74 @@ def test_undo_to_a_revision_that_cannot_sync_any_more_is_rejected_and_nothing_mo
     assert "undo: revision A cannot sync any more: model.onnx was overwritten" in plan.events[0].message
     assert plan.status.pinned_revision is None and plan.status.canary_revision is None
     assert plan.replicas == {"B": 3, "A": 0}  # the serving revision is not scaled down for A
+
+
+# ----------------------------------------------------------------- docs/rollouts.md's worked examples
+
+ROLLOUTS_MD = Path(__file__).resolve().parents[2] / "docs" / "rollouts.md"
+Row = tuple[int, int, str, str]
+
+
+def example_rows(number: int) -> list[Row]:
+    """(A, B, step, route weights) of each row of the table of docs/rollouts.md's worked example ``number``
+    (the step as its index, "promoting" or "stable B": what a row adds in brackets is left out)."""
+    text = ROLLOUTS_MD.read_text()
+    section = text[text.index("### Worked examples") :]
+    example = section[section.index(f"**{number}. ") :]
+    table = example[example.index("\n| ") + 1 :].split("\n\n")[0]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+    return [(int(c[1]), int(c[2]), re.sub(r" \(.*\)$", "", c[3]).strip("()"), c[4]) for c in cells]
+
+
+def example_row(plan: RolloutPlan) -> Row:
+    """A plan as a row of a worked example."""
+    st = plan.status
+    if st.canary_revision is None:
+        assert plan.weights == TrafficWeights()
+        step, weights = f"stable {st.stable_revision}", f"100 to {st.stable_revision}"
+    else:
+        step = "promoting" if st.promoting else str(st.current_step_index)
+        weights = f"{plan.weights.stable}/{plan.weights.canary}"
+    return plan.replicas["A"], plan.replicas["B"], step, weights
+
+
+def test_the_docs_first_worked_example_is_what_the_engine_does() -> None:
+    rollout = make_rollout(steps=[{"setWeight": 10}, {"setWeight": 50}], gpuBudget=4)
+    sim = deployed(rollout, replicas=3, gpus=1, lag=True)
+    rows: list[Row] = []
+    for _ in range(10):
+        row = example_row(sim.reconcile())
+        if not rows or rows[-1] != row:
+            rows.append(row)  # a reconcile that sees nothing new is no row
+    assert rows == example_rows(1)
+
+
+def test_the_docs_second_worked_example_is_what_the_engine_does() -> None:
+    steps = [{"setWeight": 10}, {"pause": {"durationSeconds": 60}}, {"setWeight": 50}, {"pause": {}}]
+    sim = deployed(make_rollout(steps=steps), replicas=3)
+    rows = [example_row(sim.reconcile()), example_row(sim.reconcile())]
+    assert sim.plans[-1].requeue_after == 60
+    rows += [example_row(sim.reconcile(after=60)), example_row(sim.reconcile())]
+    assert sim.plans[-1].requeue_after is None
+    sim.request("promote", revision="B")
+    rows += [example_row(sim.reconcile()), example_row(sim.reconcile())]
+    assert rows == example_rows(2)
+    assert [cond(plan, "Progressing")[1] for plan in sim.plans[-6:]] == [
+        "NewRevision",
+        "StepPaused",
+        "WaitingForCanaryReady",
+        "StepPaused",
+        "Promoting",
+        "RolloutCompleted",
+    ]
+
+
+def test_the_docs_third_worked_example_is_what_the_engine_does() -> None:
+    sim = deployed(make_rollout(steps=[{"setWeight": 10}], gpuBudget=2), replicas=1, gpus=2)
+    plan = sim.reconcile()
+    assert plan.replicas == {"A": 1, "B": 0}
+    assert cond(plan, "Progressing") == ("False", "GpuBudgetTooSmall")
+    assert cond(plan, "Degraded") == ("True", "GpuBudgetTooSmall")
+    progressing = plan.condition("Progressing")
+    assert progressing is not None
+    assert f'"{progressing.message}"' in " ".join(ROLLOUTS_MD.read_text().split())
