@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from triton_operator.core.manifest import Manifest, ManifestEntry, ManifestModel, StoreRef, VersionPolicy
-from triton_operator.core.rollout import RolloutPlan, RolloutStatus
+from triton_operator.core.rollout.plan import RolloutPlan
+from triton_operator.core.rollout.state import RolloutStatus
 from triton_operator.core.traffic import TrafficWeights
 
 CONFIGMAP_LIMIT = 1024 * 1024

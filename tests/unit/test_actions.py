@@ -10,7 +10,7 @@ import pytest
 from triton_operator.core.actions import Actions, plan_actions
 from triton_operator.core.builders import disruption_budget_enabled
 from triton_operator.core.names import LABEL_REVISION, LABEL_SERVICE, SYNC_CONTAINER
-from triton_operator.core.rollout import RolloutPlan
+from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 from tritonservice_bodies import (

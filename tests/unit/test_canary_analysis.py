@@ -19,7 +19,9 @@ from triton_operator.core.analysis import (
     increase,
     judge,
 )
-from triton_operator.core.rollout import RevisionState, RolloutInput, RolloutPlan, RolloutStatus, plan_rollout
+from triton_operator.core.rollout.engine import plan_rollout
+from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
+from triton_operator.core.rollout.state import RevisionState, RolloutStatus
 from triton_operator.core.triton_state import ModelVersionState, load_failures, merge, parse_index
 from triton_operator.core.validation.spec import check_spec
 from triton_operator.models import Analysis, LatencyMetric, Rollout
@@ -238,7 +240,7 @@ def plan(
     annotations: dict[str, str] | None = None,
     **spec: Any,
 ) -> RolloutPlan:
-    from triton_operator.core.rollout import parse_control_requests  # noqa: PLC0415
+    from triton_operator.core.rollout.requests import parse_control_requests  # noqa: PLC0415
 
     rollout = Rollout.model_validate(
         {

@@ -10,7 +10,7 @@ import pytest
 
 from triton_operator import kubectl_plugin as kp
 from triton_operator.adapters.control import KubeControl, new_request_id, request_patch
-from triton_operator.core.rollout import Action, parse_control_requests
+from triton_operator.core.rollout.requests import Action, parse_control_requests
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 CHAIN = [{"setWeight": 10}, {"pause": {"durationSeconds": 60}}, {"setWeight": 50}, {"pause": {}}]

@@ -61,7 +61,7 @@ from triton_operator.core.names import (
     part_configmap_name,
 )
 from triton_operator.core.observation import CheckedSpec, check_body, layout_of
-from triton_operator.core.rollout import RolloutPlan
+from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.reconcile import pinning, steps
 from triton_operator.settings import Settings
 

@@ -29,7 +29,7 @@ from triton_operator.core.observation import (
     revision_state,
     split_by_owner,
 )
-from triton_operator.core.rollout import RevisionState
+from triton_operator.core.rollout.state import RevisionState
 from triton_operator.settings import Settings
 from tritonservice_bodies import (
     CONFIG,

@@ -4,27 +4,29 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from triton_operator.core import rollout as ro
 from triton_operator.core.conditions import Verdict
-from triton_operator.core.rollout import (
+from triton_operator.core.rollout.clock import format_time, parse_time
+from triton_operator.core.rollout.engine import plan_rollout
+from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
+from triton_operator.core.rollout.replicas import canary_replicas, gpu_split
+from triton_operator.core.rollout.requests import (
+    Action,
     ControlRequest,
-    HistoryEntry,
-    RevisionState,
-    RolloutInput,
-    RolloutPlan,
-    RolloutStatus,
-    canary_replicas,
     control_annotations,
-    gpu_split,
     parse_control_requests,
-    plan_rollout,
+    pending_requests,
+    request_revision,
 )
+from triton_operator.core.rollout.state import HistoryEntry, RevisionState, RolloutStatus
+from triton_operator.core.rollout.texts import describe_step
 from triton_operator.core.traffic import TrafficWeights
 from triton_operator.models import Rollout
 
@@ -126,9 +128,7 @@ class Sim:
         self.apply(plan)
         return plan
 
-    def request(
-        self, action: ro.Action, to_revision: str | None = None, *, revision: str | None = None
-    ) -> None:
+    def request(self, action: Action, to_revision: str | None = None, *, revision: str | None = None) -> None:
         request_id = self.now.isoformat()
         made_for = {"revision": revision} if revision else {}  # (unset: as a request made without one)
         for key, value in control_annotations(action, request_id, to_revision, **made_for).items():
@@ -713,7 +713,7 @@ def test_a_third_revision_replaces_the_canary() -> None:
     ],
 )
 def test_a_request_made_for_a_canary_never_applies_to_the_one_replacing_it(
-    action: ro.Action, steps: list[Any], made_for: str | None
+    action: Action, steps: list[Any], made_for: str | None
 ) -> None:
     """Issue 22 item 2: a promote (or abort) made for canary B, taken in the pass where C replaces
     B, must not complete a step of C (which has no pods yet), promote it, or abort it. Made without
@@ -735,7 +735,7 @@ def test_a_request_made_for_a_canary_never_applies_to_the_one_replacing_it(
 
 
 @pytest.mark.parametrize("action", ["promote", "promote-full", "abort"])
-def test_a_request_made_for_a_revision_not_in_progress_is_ignored_and_says_so(action: ro.Action) -> None:
+def test_a_request_made_for_a_revision_not_in_progress_is_ignored_and_says_so(action: Action) -> None:
     sim = deployed(make_rollout(steps=[{"pause": {}}, {"setWeight": 50}]))
     sim.reconcile()
     sim.request(action, revision="Z")
@@ -794,7 +794,7 @@ def test_a_promote_made_for_an_aborted_revision_retries_it() -> None:
     sim.reconcile()
     sim.request("abort", revision="B")
     assert sim.reconcile(1).status.aborted_revision == "B"
-    sim.request("promote", revision=ro.request_revision(sim.status.to_status()))
+    sim.request("promote", revision=request_revision(sim.status.to_status()))
     p = sim.reconcile(1)
     assert (p.status.canary_revision, p.status.current_step_index) == ("B", 0)
     assert reasons(p) == ["RolloutRetried", "RolloutStarted"]
@@ -1341,9 +1341,7 @@ def test_status_tolerates_missing_and_foreign_fields() -> None:
         ("undo", "abc", {"triton-operator.io/undo": "id1", "triton-operator.io/undo-to-revision": "abc"}),
     ],
 )
-def test_control_annotations_round_trip(
-    action: ro.Action, target: str | None, expected: dict[str, Any]
-) -> None:
+def test_control_annotations_round_trip(action: Action, target: str | None, expected: dict[str, Any]) -> None:
     patch = control_annotations(action, "id1", target)
     assert patch == expected
     annotations = {k: v for k, v in patch.items() if v is not None}
@@ -1389,11 +1387,11 @@ def test_gpu_pods_counts_what_holds_or_will_hold_gpus(
     ],
 )
 def test_parse_time(value: Any, expected: datetime | None) -> None:
-    assert ro.parse_time(value) == expected
+    assert parse_time(value) == expected
 
 
 def test_format_time_drops_sub_seconds() -> None:
-    assert ro.format_time(T0 + timedelta(microseconds=999_999)) == "2026-01-01T12:00:00Z"
+    assert format_time(T0 + timedelta(microseconds=999_999)) == "2026-01-01T12:00:00Z"
 
 
 @pytest.mark.parametrize(
@@ -1406,7 +1404,7 @@ def test_format_time_drops_sub_seconds() -> None:
     ],
 )
 def test_describe_step(step: dict[str, Any], text: str) -> None:
-    assert ro.describe_step(make_rollout(steps=[step]).steps[0]) == text
+    assert describe_step(make_rollout(steps=[step]).steps[0]) == text
 
 
 @pytest.mark.parametrize(
@@ -1435,14 +1433,14 @@ def test_lost_status_adopts_the_serving_revision(
 
 def test_pending_requests_are_those_the_status_has_not_handled() -> None:
     annotations = {"triton-operator.io/promote": "t2", "triton-operator.io/abort": "t1", "other/x": "y"}
-    assert ro.pending_requests(annotations, None) == (
+    assert pending_requests(annotations, None) == (
         ControlRequest("promote", "t2"),
         ControlRequest("abort", "t1"),
     )
     handled = {"handledRequests": {"promote": "t2", "abort": "t0"}}
-    assert ro.pending_requests(annotations, handled) == (ControlRequest("abort", "t1"),)
-    assert ro.pending_requests(annotations, {"handledRequests": {"promote": "t2", "abort": "t1"}}) == ()
-    assert ro.pending_requests(None, handled) == ()
+    assert pending_requests(annotations, handled) == (ControlRequest("abort", "t1"),)
+    assert pending_requests(annotations, {"handledRequests": {"promote": "t2", "abort": "t1"}}) == ()
+    assert pending_requests(None, handled) == ()
 
 
 # ----------------------------------------------------------------- a stable revision gone missing
@@ -1505,3 +1503,74 @@ def test_undo_to_a_revision_that_cannot_sync_any_more_is_rejected_and_nothing_mo
     assert "undo: revision A cannot sync any more: model.onnx was overwritten" in plan.events[0].message
     assert plan.status.pinned_revision is None and plan.status.canary_revision is None
     assert plan.replicas == {"B": 3, "A": 0}  # the serving revision is not scaled down for A
+
+
+# ----------------------------------------------------------------- docs/rollouts.md's worked examples
+
+ROLLOUTS_MD = Path(__file__).resolve().parents[2] / "docs" / "rollouts.md"
+Row = tuple[int, int, str, str]
+
+
+def example_rows(number: int) -> list[Row]:
+    """(A, B, step, route weights) of each row of the table of docs/rollouts.md's worked example ``number``
+    (the step as its index, "promoting" or "stable B": what a row adds in brackets is left out)."""
+    text = ROLLOUTS_MD.read_text()
+    section = text[text.index("### Worked examples") :]
+    example = section[section.index(f"**{number}. ") :]
+    table = example[example.index("\n| ") + 1 :].split("\n\n")[0]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+    return [(int(c[1]), int(c[2]), re.sub(r" \(.*\)$", "", c[3]).strip("()"), c[4]) for c in cells]
+
+
+def example_row(plan: RolloutPlan) -> Row:
+    """A plan as a row of a worked example."""
+    st = plan.status
+    if st.canary_revision is None:
+        assert plan.weights == TrafficWeights()
+        step, weights = f"stable {st.stable_revision}", f"100 to {st.stable_revision}"
+    else:
+        step = "promoting" if st.promoting else str(st.current_step_index)
+        weights = f"{plan.weights.stable}/{plan.weights.canary}"
+    return plan.replicas["A"], plan.replicas["B"], step, weights
+
+
+def test_the_docs_first_worked_example_is_what_the_engine_does() -> None:
+    rollout = make_rollout(steps=[{"setWeight": 10}, {"setWeight": 50}], gpuBudget=4)
+    sim = deployed(rollout, replicas=3, gpus=1, lag=True)
+    rows: list[Row] = []
+    for _ in range(10):
+        row = example_row(sim.reconcile())
+        if not rows or rows[-1] != row:
+            rows.append(row)  # a reconcile that sees nothing new is no row
+    assert rows == example_rows(1)
+
+
+def test_the_docs_second_worked_example_is_what_the_engine_does() -> None:
+    steps = [{"setWeight": 10}, {"pause": {"durationSeconds": 60}}, {"setWeight": 50}, {"pause": {}}]
+    sim = deployed(make_rollout(steps=steps), replicas=3)
+    rows = [example_row(sim.reconcile()), example_row(sim.reconcile())]
+    assert sim.plans[-1].requeue_after == 60
+    rows += [example_row(sim.reconcile(after=60)), example_row(sim.reconcile())]
+    assert sim.plans[-1].requeue_after is None
+    sim.request("promote", revision="B")
+    rows += [example_row(sim.reconcile()), example_row(sim.reconcile())]
+    assert rows == example_rows(2)
+    assert [cond(plan, "Progressing")[1] for plan in sim.plans[-6:]] == [
+        "NewRevision",
+        "StepPaused",
+        "WaitingForCanaryReady",
+        "StepPaused",
+        "Promoting",
+        "RolloutCompleted",
+    ]
+
+
+def test_the_docs_third_worked_example_is_what_the_engine_does() -> None:
+    sim = deployed(make_rollout(steps=[{"setWeight": 10}], gpuBudget=2), replicas=1, gpus=2)
+    plan = sim.reconcile()
+    assert plan.replicas == {"A": 1, "B": 0}
+    assert cond(plan, "Progressing") == ("False", "GpuBudgetTooSmall")
+    assert cond(plan, "Degraded") == ("True", "GpuBudgetTooSmall")
+    progressing = plan.condition("Progressing")
+    assert progressing is not None
+    assert f'"{progressing.message}"' in " ".join(ROLLOUTS_MD.read_text().split())

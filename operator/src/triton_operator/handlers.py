@@ -22,7 +22,7 @@ from triton_operator.core.conditions import (
 )
 from triton_operator.core.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 from triton_operator.core.repository_access import RepositoryAccess
-from triton_operator.core.rollout import pending_requests
+from triton_operator.core.rollout.requests import pending_requests
 from triton_operator.reconcile.analysis import TritonView
 from triton_operator.reconcile.pinning import RepositoryPinner
 from triton_operator.reconcile.scheduler import Reconciler

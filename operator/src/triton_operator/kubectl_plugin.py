@@ -6,13 +6,15 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from triton_operator.core import conditions as cond
-from triton_operator.core.rollout import FOR_REVISION, Action, describe_step, parse_time, request_revision
+from triton_operator.core.rollout.clock import parse_time, utcnow
+from triton_operator.core.rollout.requests import FOR_REVISION, Action, request_revision
+from triton_operator.core.rollout.texts import describe_step
 from triton_operator.models import Rollout
 
 if TYPE_CHECKING:
@@ -462,7 +464,7 @@ def run(args: argparse.Namespace, client: Control, now: datetime) -> str:
 def main(argv: Sequence[str] | None = None, client: Control | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        print(run(args, _control(client), datetime.now(UTC)))
+        print(run(args, _control(client), utcnow()))
     except Exception as exc:  # errors of the API or kubeconfig: one line, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 1

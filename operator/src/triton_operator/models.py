@@ -773,7 +773,7 @@ class TritonServiceStatus(_Model):
     models: list[ModelStatus] = Field(default_factory=list)
     endpoints: Endpoints | None = None
     history: list[RevisionRecord] = Field(default_factory=list)
-    # Rollout bookkeeping (core/rollout.py): everything a restarted operator needs to resume.
+    # Rollout bookkeeping (core/rollout/state.py): everything a restarted operator needs to resume.
     stable_since: str | None = None
     step_started_at: str | None = None
     canary_started_at: str | None = None

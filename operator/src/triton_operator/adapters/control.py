@@ -10,14 +10,15 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 
 from triton_operator import GROUP, KIND, PLURAL, VERSION
-from triton_operator.core.rollout import Action, control_annotations
+from triton_operator.core.rollout.clock import utcnow
+from triton_operator.core.rollout.requests import Action, control_annotations
 
 FIELD_MANAGER = "kubectl-triton"
 
 
 def new_request_id(now: datetime | None = None) -> str:
     """A fresh request id: the UTC time with microseconds, so ids sort in the order they were made."""
-    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    moment = (now or utcnow()).astimezone(UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

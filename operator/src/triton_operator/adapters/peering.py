@@ -25,6 +25,7 @@ from lightkube import ALL_NS, AsyncClient
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
 from triton_operator.core.peering import PeeringVerdict, is_pattern, match_namespace, peering_verdict
+from triton_operator.core.rollout.clock import utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -104,10 +105,6 @@ def peering_scope(peering: Any, *, identity: str | None, namespaces: tuple[str, 
         clusterwide=bool(peering.clusterwide),
         namespaces=tuple(namespaces),
     )
-
-
-def utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
 
 
 class PeeringMonitor:

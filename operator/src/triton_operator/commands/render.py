@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import sys
 from pathlib import Path
@@ -18,7 +17,9 @@ from triton_operator.core.manifest import manifest_digest, manifest_to_json
 from triton_operator.core.names import PLACEHOLDER_UID
 from triton_operator.core.observation import check_body
 from triton_operator.core.policy import policy_errors
-from triton_operator.core.rollout import RolloutInput, plan_rollout
+from triton_operator.core.rollout.clock import utcnow
+from triton_operator.core.rollout.engine import plan_rollout
+from triton_operator.core.rollout.plan import RolloutInput
 from triton_operator.core.validation.spec import spec_warnings
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
@@ -146,7 +147,7 @@ def render(
                 rollout=ts.spec.rollout,
                 replicas=ts.spec.replicas,
                 desired_revision=revision,
-                now=datetime.datetime.now(datetime.UTC),
+                now=utcnow(),
                 gpus_per_pod=ts.spec.resources.gpus,
                 progress_deadline_seconds=ts.spec.progress_deadline(),
             )

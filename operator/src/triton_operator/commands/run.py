@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import getpass
 import logging
 import os
@@ -14,6 +13,7 @@ import string
 from collections.abc import Mapping
 from typing import Any, cast
 
+from triton_operator.core.rollout.clock import utcnow
 from triton_operator.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ def peering_identity(environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     if env.get("POD_ID"):
         return env["POD_ID"]
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d%H%M%S")
+    now = utcnow().strftime("%Y%m%d%H%M%S")
     suffix = "".join(random.SystemRandom().choices(string.ascii_lowercase + string.digits, k=3))
     return f"{getpass.getuser()}@{socket.gethostname()}/{now}/{suffix}"
 

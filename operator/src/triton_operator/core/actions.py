@@ -24,7 +24,7 @@ from triton_operator.core.observation import (
     revision_configmaps,
     revision_of,
 )
-from triton_operator.core.rollout import RolloutPlan
+from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.core.traffic import Role, build_revision_service, revision_service_name
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings

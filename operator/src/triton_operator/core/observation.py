@@ -32,7 +32,8 @@ from triton_operator.core.names import (
     SYNC_CONTAINER,
     TRITON_CONTAINER,
 )
-from triton_operator.core.rollout import RevisionState, parse_time
+from triton_operator.core.rollout.clock import parse_time
+from triton_operator.core.rollout.state import RevisionState
 from triton_operator.core.triton_state import (
     ModelVersionState,
     describe_failures,

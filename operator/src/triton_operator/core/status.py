@@ -118,7 +118,7 @@ def summarize_ready(
 
 # ----------------------------------------------------------------- the whole status
 
-# The rollout engine's bookkeeping (core.rollout.RolloutStatus.to_status), owned by the reconcile too.
+# The rollout engine's bookkeeping (core.rollout.state.RolloutStatus.to_status), owned by the reconcile too.
 ROLLOUT_STATUS_FIELDS = (
     "canaryWeight",
     "currentStepIndex",

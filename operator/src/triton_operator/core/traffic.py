@@ -12,7 +12,7 @@ from triton_operator import GROUP
 from triton_operator.core.names import LABEL_REVISION, LABEL_SERVICE
 from triton_operator.models import HeaderMatch, SetHeaderRoute
 
-# How traffic is split (see core/rollout.py for the replica maths):
+# How traffic is split (the replica maths: docs/rollouts.md, "How the engine works"):
 #
 # * Without a router the one Service `<name>` selects the pods of every revision, so the split
 #   follows the ratio of Ready pods: canary replicas are ceil(replicas * weight / 100).

@@ -10,7 +10,8 @@ from typing import Any
 from triton_operator.adapters.triton_reader import Owner, PodReading, PodTarget, TritonReader
 from triton_operator.core.analysis import AnalysisResult, PodCounters, increase, judge, judged_models
 from triton_operator.core.observation import PodState
-from triton_operator.core.rollout import RolloutStatus, format_time, under_analysis
+from triton_operator.core.rollout.clock import format_time
+from triton_operator.core.rollout.state import RolloutStatus, under_analysis
 from triton_operator.core.triton_state import ModelVersionState, merge, model_statuses
 from triton_operator.models import TritonService
 

@@ -23,11 +23,9 @@ from triton_operator.core.observation import (
     revision_manifest,
     split_by_owner,
 )
-from triton_operator.core.rollout import (
-    RolloutStatus,
-    format_time,
-    pending_requests,
-)
+from triton_operator.core.rollout.clock import format_time
+from triton_operator.core.rollout.requests import pending_requests
+from triton_operator.core.rollout.state import RolloutStatus
 from triton_operator.reconcile.pinning import PinnedManifest, parse_manifest
 
 

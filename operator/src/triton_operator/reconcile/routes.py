@@ -10,9 +10,7 @@ from triton_operator.adapters.kube import (
     ObjectRejectedError,
 )
 from triton_operator.core import conditions as cond
-from triton_operator.core.rollout import (
-    RolloutPlan,
-)
+from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.core.traffic import (
     RouteKind,
     TrafficError,

@@ -38,13 +38,11 @@ from triton_operator.core.observation import (
     revision_image,
 )
 from triton_operator.core.policy import policy_errors
-from triton_operator.core.rollout import (
-    RolloutInput,
-    RolloutPlan,
-    RolloutStatus,
-    parse_control_requests,
-    plan_rollout,
-)
+from triton_operator.core.rollout.clock import utcnow
+from triton_operator.core.rollout.engine import plan_rollout
+from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
+from triton_operator.core.rollout.requests import parse_control_requests
+from triton_operator.core.rollout.state import RolloutStatus
 from triton_operator.core.status import Observation, build_status, status_changed
 from triton_operator.core.validation.errors import format_errors
 from triton_operator.core.validation.spec import spec_warnings
@@ -94,10 +92,6 @@ class Result:
 
 FOREIGN_RETRY_SECONDS = 2.0
 """How soon to look again while an earlier TritonService's object holds a name we need."""
-
-
-def utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
 
 
 def _too_large(pinned: PinnedManifest | None, manifest_json: str | None, detail: str) -> str:

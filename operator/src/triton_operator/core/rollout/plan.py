@@ -1,0 +1,81 @@
+"""The engine's input and its plan: everything plan_rollout reads, and what the reconcile then does."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from triton_operator.core.analysis import AnalysisResult
+from triton_operator.core.conditions import Verdict
+from triton_operator.core.rollout.requests import ControlRequest
+from triton_operator.core.rollout.state import RevisionState, RolloutStatus
+from triton_operator.core.traffic import TrafficWeights
+from triton_operator.models import Rollout, SetHeaderRoute
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutInput:
+    """Everything plan_rollout reads."""
+
+    rollout: Rollout
+    """spec.rollout."""
+    replicas: int
+    """spec.replicas."""
+    desired_revision: str
+    """The revision hash of what the spec asks to serve now."""
+    now: datetime
+    status: RolloutStatus = dataclasses.field(default_factory=RolloutStatus)
+    revisions: Mapping[str, RevisionState] = dataclasses.field(default_factory=dict)
+    """Observed revision Deployments by revision hash (every Deployment of this TritonService)."""
+    gpus_per_pod: int = 0
+    """spec.resources.gpus."""
+    requests: Sequence[ControlRequest] = ()
+    """Control requests from the annotations (parse_control_requests)."""
+    progress_deadline_seconds: int | None = None
+    """The spec's effective progress deadline (TritonServiceSpec.progress_deadline); None: rollout's."""
+    unsyncable: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Revisions whose pods could not sync any more (objects overwritten in an unversioned bucket): why."""
+    analysis: AnalysisResult | None = None
+    """The canary's verdict in the window of its current weight (reconcile.analysis); None: no reading."""
+
+
+# ----------------------------------------------------------------- outputs
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutEvent:
+    type: str
+    """Normal or Warning."""
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutPlan:
+    """What the reconcile does: apply replicas, delete, set traffic, write status, emit events."""
+
+    replicas: Mapping[str, int]
+    """Deployment spec.replicas per revision to keep (stable, canary, history, a held aborted one)."""
+    delete: tuple[str, ...]
+    """Observed revisions whose Deployment (and ConfigMap) goes away."""
+    weights: TrafficWeights
+    """Route weights (Gateway API); without a router the replicas make the split."""
+    header_route: SetHeaderRoute | None
+    """The A/B rule to put first in the routes, if any."""
+    stable_service_revision: str | None
+    """The revision `<name>-stable` selects."""
+    canary_service_revision: str | None
+    """The revision `<name>-canary` selects (the stable one when no canary runs)."""
+    status: RolloutStatus
+    conditions: Mapping[str, Verdict]
+    """The engine's conditions by type: Progressing and Degraded."""
+    events: tuple[RolloutEvent, ...]
+    requeue_after: float | None
+    """Seconds until a timed pause ends or a deadline passes; None when nothing is timed."""
+
+    def condition(self, condition_type: str) -> Verdict | None:
+        return self.conditions.get(condition_type)
+
+
+# ----------------------------------------------------------------- pure maths

@@ -1,0 +1,90 @@
+"""One call of the engine: its working state (input, status being built, Events) and small helpers."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Any
+
+from triton_operator.core.conditions import NORMAL
+from triton_operator.core.rollout.clock import to_utc
+from triton_operator.core.rollout.plan import RolloutEvent, RolloutInput
+from triton_operator.core.rollout.requests import Action
+from triton_operator.core.rollout.state import RevisionState
+from triton_operator.models import CanaryStep, Strategy
+
+
+class Call:
+    """One call's working state; pure: reads the input, builds the plan, touches nothing else."""
+
+    def __init__(self, inp: RolloutInput) -> None:
+        self.inp = inp
+        self.now = to_utc(inp.now).replace(microsecond=0)
+        self.st = inp.status
+        self.r = max(inp.replicas, 0)
+        self.strategy = inp.rollout.strategy
+        self.steps: tuple[CanaryStep, ...] = (
+            () if self.strategy == Strategy.RECREATE else tuple(inp.rollout.steps)
+        )
+        self.events: list[RolloutEvent] = []
+        self.handled: dict[str, str] = dict(inp.status.handled_requests)
+        self.promote_step = False
+        self.promote_full = False
+        self.abort_requested = False
+        self.retry = False
+        self.target = inp.desired_revision
+        self.rollback = False
+        self.made_for: dict[Action, str] = {}
+        """The revision each FOR_REVISION request taken in this call applies to (only that one)."""
+        self.forced = False
+        """A promote request completed a step in this call: the promotion after it skips the analysis."""
+        self.waiting_on_analysis: str | None = None
+        """Why the current step waits for the analysis (the Progressing message), when it does."""
+
+    # ------------------------------------------------------------- small helpers
+
+    def set(self, **changes: Any) -> None:
+        self.st = dataclasses.replace(self.st, **changes)
+
+    def event(self, reason: str, message: str, kind: str = NORMAL) -> None:
+        self.events.append(RolloutEvent(kind, reason, message))
+
+    @property
+    def paused(self) -> bool:
+        return self.inp.rollout.paused or self.st.paused_by_user
+
+    def observed(self, revision: str | None) -> RevisionState | None:
+        return self.inp.revisions.get(revision) if revision else None
+
+    def history_revisions(self) -> list[str]:
+        return [h.revision for h in self.st.history]
+
+    def seconds_since(self, moment: datetime | None) -> float:
+        return (self.now - moment).total_seconds() if moment is not None else 0.0
+
+    def deadline_seconds(self) -> int:
+        """The progress deadline: the spec's effective one (it knows the startup timeout), else rollout's."""
+        if self.inp.progress_deadline_seconds is not None:
+            return self.inp.progress_deadline_seconds
+        return self.inp.rollout.progress_deadline()
+
+    def elapsed(self, since: datetime | None, seconds: int) -> bool:
+        return since is not None and self.seconds_since(since) >= seconds
+
+    def position(self) -> int:
+        index = self.st.current_step_index or 0
+        return min(max(index, 0), len(self.steps))
+
+    def other_pods(self, *exclude: str | None) -> int:
+        return sum(s.gpu_pods for rev, s in self.inp.revisions.items() if rev not in exclude)
+
+    def clear_canary(self) -> None:
+        self.set(
+            canary_revision=None,
+            canary_weight=None,
+            current_step_index=None,
+            step_started_at=None,
+            canary_started_at=None,
+            waiting_since=None,
+            promoting=False,
+        )
