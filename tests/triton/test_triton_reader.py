@@ -8,12 +8,17 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from real_pods import behaving_source
-from triton_operator.adapters.triton_reader import PodReading, PodTarget, TritonReader
-from triton_operator.core.analysis import Counters
+from triton_operator.adapters.triton_reader import MAX_RESPONSE_BYTES, PodReading, PodTarget, TritonReader
+from triton_operator.core.analysis import AnalysisResult, Counters
+from triton_operator.core.observation import PodState
+from triton_operator.core.rollout import RevisionState, RolloutInput, RolloutStatus, plan_rollout
+from triton_operator.models import TritonService
+from triton_operator.reconcile.analysis import TritonView
 from triton_specs import ADD_SUB_CONFIG_PBTXT
 from tritonserver import RunningServer, TritonInstall, start_server
 
@@ -107,6 +112,8 @@ reader reads it all (as one without the bound would)."""
 TRICKLED = 4
 """The last bytes of the trickling pod's metrics page, sent one every TRICKLE_SECONDS."""
 TRICKLE_SECONDS = 1.9
+OWNER = ("ml", "svc")
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
 
 class Pod:
@@ -210,3 +217,56 @@ def test_a_trickled_metrics_page_is_cut_off_at_the_total_timeout_and_the_reading
     assert not pod.finished
     assert reader.bytes_read < len(INDEX) + len(METRICS)
     assert reading.metrics_error == f"metrics: no complete answer within {reader.timeout:g}s"
+
+
+def test_a_canary_whose_pods_answer_without_end_is_judged_inconclusive_and_aborted_past_the_limit() -> None:
+    """The whole path: the operator's reader against a canary pod streaming without end, its
+    reading missing, and the analysis following onInconclusive once the window has run long enough."""
+    ts = TritonService.model_validate(
+        {
+            "metadata": {"name": "svc", "namespace": "ml"},
+            "spec": {
+                "repository": {"uri": "s3://b/m"},
+                "models": [{"name": "m", "config": {"backend": "python"}}],
+                "rollout": {
+                    "steps": [{"setWeight": 50}],
+                    "analysis": {"onInconclusive": "Abort", "inconclusiveAfterSeconds": 60},
+                },
+            },
+        }
+    )
+    status = RolloutStatus(
+        stable_revision="A", canary_revision="B", canary_weight=50, current_step_index=1, step_started_at=T0
+    )
+    pods = [PodState(name="svc-b-0", revision="B", ready=True, uid="uid-b", ip="127.0.0.1")]
+
+    async def judged() -> tuple[AnalysisResult | None, AnalysisResult | None, int]:
+        async with Pod("endless") as pod:
+            view = TritonView(TritonReader(ports=(pod.port, pod.port)))
+            try:
+                view.look(OWNER, ts, status, "B", pods)  # a pass hands the pods over
+                view.reader.tick()  # the reader's loop starts their reads (its first tick, now)
+                await view.reader.wait_reads()
+                readings = view.look(OWNER, ts, status, "B", pods)
+                first = view.judge(OWNER, ts, status, readings, T0)
+                later = view.judge(OWNER, ts, status, readings, T0 + timedelta(seconds=60))
+                return first, later, view.reader.bytes_read
+            finally:
+                await view.reader.close()
+
+    first, later, read = asyncio.run(judged())
+    assert read <= 2 * (MAX_RESPONSE_BYTES + 64 * 1024)
+    assert first is not None and first.verdict == "Inconclusive"
+    assert later is not None and "svc-b-0 (metrics: answer larger than" in later.message
+    plan = plan_rollout(
+        RolloutInput(
+            rollout=ts.spec.rollout,
+            replicas=2,
+            desired_revision="B",
+            now=T0 + timedelta(seconds=60),
+            status=status,
+            revisions={"A": RevisionState(2, 2, 2, 2, pods=2), "B": RevisionState(1, 1, 1, 1, pods=1)},
+            analysis=later,
+        )
+    )
+    assert (plan.status.aborted_revision, plan.status.aborted_reason) == ("B", "AnalysisInconclusive")

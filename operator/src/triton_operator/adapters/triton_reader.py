@@ -64,6 +64,8 @@ class PodTarget:
     revision: str
     restarts: int = 0
     """The tritonserver container's restart count: a new count is a new process (counters from 0)."""
+    name: str = ""
+    """The pod's name, for messages."""
 
 
 @dataclasses.dataclass(frozen=True)
