@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from real_pods import behaving_source
-from triton_operator.adapters.triton_reader import MAX_RESPONSE_BYTES, PodReading, PodTarget, TritonReader
+from triton_operator.adapters.triton_reader import PodReading, PodTarget, TritonReader
 from triton_operator.core.analysis import AnalysisResult, Counters
 from triton_operator.core.observation import PodState
 from triton_operator.core.rollout import RevisionState, RolloutInput, RolloutStatus, plan_rollout
@@ -240,7 +240,7 @@ def test_a_canary_whose_pods_answer_without_end_is_judged_inconclusive_and_abort
     )
     pods = [PodState(name="svc-b-0", revision="B", ready=True, uid="uid-b", ip="127.0.0.1")]
 
-    async def judged() -> tuple[AnalysisResult | None, AnalysisResult | None, int]:
+    async def judged() -> tuple[AnalysisResult | None, AnalysisResult | None, TritonReader]:
         async with Pod("endless") as pod:
             view = TritonView(TritonReader(ports=(pod.port, pod.port)))
             try:
@@ -250,12 +250,12 @@ def test_a_canary_whose_pods_answer_without_end_is_judged_inconclusive_and_abort
                 readings = view.look(OWNER, ts, status, "B", pods)
                 first = view.judge(OWNER, ts, status, readings, T0)
                 later = view.judge(OWNER, ts, status, readings, T0 + timedelta(seconds=60))
-                return first, later, view.reader.bytes_read
+                return first, later, view.reader
             finally:
                 await view.reader.close()
 
-    first, later, read = asyncio.run(judged())
-    assert read <= 2 * (MAX_RESPONSE_BYTES + 64 * 1024)
+    first, later, reader = asyncio.run(judged())
+    assert reader.bytes_read <= len(INDEX) + reader.max_bytes + 64 * 1024
     assert first is not None and first.verdict == "Inconclusive"
     assert later is not None and "svc-b-0 (metrics: answer larger than" in later.message
     plan = plan_rollout(
