@@ -314,3 +314,15 @@ _SELF_EXPLAINING = {
     "affinity",
     "livenessProbe",
 }
+
+
+def test_the_listing_cap_as_env(render: Render) -> None:
+    """operator.maxListedObjects reaches the operator as Settings.max_listed_objects."""
+    default = env(render())
+    assert default["TRITON_OPERATOR_MAX_LISTED_OBJECTS"] == "100000"
+    assert (
+        Settings.from_env({k: v for k, v in default.items() if isinstance(v, str)}).max_listed_objects
+        == 100_000
+    )
+    e = env(render({"operator": {"maxListedObjects": 5000}}))
+    assert Settings.from_env({k: v for k, v in e.items() if isinstance(v, str)}).max_listed_objects == 5000

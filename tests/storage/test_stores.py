@@ -11,6 +11,7 @@ from storage_servers import free_port
 from triton_operator.adapters.storage import (
     AccessDenied,
     BucketNotFound,
+    ListingTooLarge,
     StoreUnavailable,
     open_store,
     pin_repository,
@@ -196,3 +197,12 @@ def test_a_key_escaping_the_model_folder_is_refused(request: pytest.FixtureReque
     assert isinstance(error, UnsafeKey)
     assert error.key == "models/evil/1/../../../etc/x"
     assert "'..'" in error.reason and error.key in str(info.value)
+
+
+def test_a_listing_stops_at_the_cap_and_names_it(backend: Backend, bucket: str) -> None:
+    upload(backend, bucket, REPO_FILES)  # 7 objects under the prefix
+    with pytest.raises(ListingTooLarge) as info:
+        pin_repository(backend.repository(bucket), [spec("resnet")], backend.credentials, max_objects=3)
+    assert info.value.cap == 3 and "more than 3 objects" in str(info.value)
+    pinned = pin_repository(backend.repository(bucket), [spec("resnet")], backend.credentials, max_objects=7)
+    assert pinned.entries

@@ -1,14 +1,18 @@
-"""Canary analysis: the pure maths (core.analysis), Triton's state (core.triton_state), and how the
-rollout engine acts on a verdict (core.rollout)."""
+"""Canary analysis: the pure maths (core.analysis), Triton's state (core.triton_state), how the
+rollout engine acts on a verdict (core.rollout), and the windows over the pods' readings
+(reconcile.analysis), missing ones included."""
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from triton_operator.adapters.triton_reader import Owner, PodReading, PodTarget, TritonReader
 from triton_operator.core import analysis, triton_state
 from triton_operator.core.analysis import (
     FAILED,
@@ -19,12 +23,14 @@ from triton_operator.core.analysis import (
     increase,
     judge,
 )
+from triton_operator.core.observation import PodState
 from triton_operator.core.rollout.engine import plan_rollout
 from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
 from triton_operator.core.rollout.state import RevisionState, RolloutStatus
 from triton_operator.core.triton_state import ModelVersionState, load_failures, merge, parse_index
 from triton_operator.core.validation.spec import check_spec
-from triton_operator.models import Analysis, LatencyMetric, Rollout
+from triton_operator.models import Analysis, LatencyMetric, Rollout, TritonService
+from triton_operator.reconcile.analysis import TritonView
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 OK = Counters(success=100, request_us=100 * 2000, queue_us=100 * 100, compute_us=100 * 1500)
@@ -377,3 +383,116 @@ def test_a_promote_request_lifts_a_pause_made_by_an_inconclusive_analysis_and_pr
     assert paused.paused_by_user
     p = plan(paused, None, annotations={"triton-operator.io/promote": "2026-01-01T12:00:00Z"})
     assert p.status.promoting and not p.status.paused_by_user
+
+
+# ----------------------------------------------------------------- missing readings (reconcile.analysis)
+
+
+class Canned(TritonReader):
+    """The operator's reader, its readings given by the test (nothing is read)."""
+
+    def __init__(self, readings: dict[str, PodReading]) -> None:
+        super().__init__()
+        self.given = readings
+
+    def watch(self, owner: Owner, targets: Sequence[PodTarget], metrics_every: float | None = None) -> None:
+        pass
+
+    def readings(self, owner: Owner) -> dict[str, PodReading]:
+        return dict(self.given)
+
+
+def analysed(**analysis: Any) -> TritonService:
+    return TritonService.model_validate(
+        {
+            "metadata": {"name": "svc", "namespace": "ml"},
+            "spec": {
+                "repository": {"uri": "s3://b/m"},
+                "models": [{"name": "m", "config": {"backend": "python"}}],
+                "rollout": {"steps": [{"setWeight": 50}], "analysis": {"intervalSeconds": 5, **analysis}},
+            },
+        }
+    )
+
+
+def pod(name: str, revision: str) -> PodState:
+    return PodState(name=name, revision=revision, ready=True, uid=f"uid-{name}", ip="10.0.0.1")
+
+
+def reading(name: str, revision: str, counters: Counters | None) -> PodReading:
+    return PodReading(
+        f"uid-{name}",
+        revision,
+        0,
+        read_at=0.0,
+        index=(),
+        counters=None if counters is None else {"m": counters},
+    )
+
+
+PODS = [pod("svc-a-0", "A"), pod("svc-b-0", "B"), pod("svc-b-1", "B")]
+
+
+def judged_at(
+    view: TritonView, ts: TritonService, status: RolloutStatus, seconds: float
+) -> AnalysisResult | None:
+    owner = ("ml", "svc")
+    readings = view.look(owner, ts, status, "B", PODS)
+    return view.judge(owner, ts, status, readings, T0 + timedelta(seconds=seconds))
+
+
+@pytest.mark.parametrize(
+    ("policy", "aborted", "paused"), [("Abort", True, False), ("Pause", False, True), ("Wait", False, False)]
+)
+def test_canary_metrics_that_stay_missing_are_inconclusive_and_follow_on_inconclusive_past_the_limit(
+    policy: str, aborted: bool, paused: bool
+) -> None:
+    """The canary's pods never answer in time (adapters.triton_reader leaves their readings
+    missing): the window still runs, and past inconclusiveAfterSeconds onInconclusive applies,
+    as for too little traffic; never an endless wait for a first reading."""
+    ts = analysed(onInconclusive=policy)
+    view = TritonView(
+        Canned({"uid-svc-a-0": reading("svc-a-0", "A", OK), "uid-svc-b-1": reading("svc-b-1", "B", None)})
+    )
+    status = at_weight(50)
+    first = judged_at(view, ts, status, 0)
+    assert first is not None and first.verdict == INCONCLUSIVE
+    early = plan(status, first, onInconclusive=policy)
+    assert early.status.aborted_revision is None and not early.status.paused_by_user
+    later = judged_at(view, ts, status, 300)
+    assert later is not None and later.verdict == INCONCLUSIVE and later.window_seconds == 300
+    p = plan(status, later, onInconclusive=policy)
+    assert (p.status.aborted_revision == "B") is aborted
+    assert p.status.paused_by_user is paused
+    assert not p.status.promoting
+    if aborted:
+        assert p.status.aborted_reason == "AnalysisInconclusive"
+    assert (
+        "metrics missing from 2 canary pod(s): svc-b-0 (not read yet), svc-b-1 (not read yet)"
+        in later.message
+    )
+
+
+def test_a_canary_is_never_passed_while_one_of_its_pods_metrics_are_missing() -> None:
+    ts = analysed()
+    reader = Canned(
+        {
+            "uid-svc-a-0": reading("svc-a-0", "A", OK),
+            "uid-svc-b-0": reading("svc-b-0", "B", Counters()),
+            "uid-svc-b-1": reading("svc-b-1", "B", None),  # its metrics read failed
+        }
+    )
+    view = TritonView(reader)
+    status = at_weight(50)
+    judged_at(view, ts, status, 0)  # the baselines
+    reader.given["uid-svc-b-0"] = reading("svc-b-0", "B", OK)
+    reader.given["uid-svc-a-0"] = reading("svc-a-0", "A", OK + OK)
+    result = judged_at(view, ts, status, 30)
+    assert result is not None and result.verdict == INCONCLUSIVE, result
+    assert result.models[0].verdict == PASSED  # the pod that answered passes: the one missing blocks
+    assert not plan(status, result).status.promoting
+    # the verdict says which pod and why
+    why = "metrics: answer larger than 4194304 bytes"
+    reader.given["uid-svc-b-1"] = dataclasses.replace(reader.given["uid-svc-b-1"], metrics_error=why)
+    result = judged_at(view, ts, status, 31)
+    assert result is not None and f"svc-b-1 ({why})" in result.message

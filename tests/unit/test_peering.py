@@ -240,6 +240,9 @@ class FakePinner:
     def forget(self, namespace: str, name: str) -> None:
         pass
 
+    async def close(self) -> None:
+        pass
+
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:

@@ -8,13 +8,19 @@ core code (select_objects, build_manifest). tests/storage runs the real listing 
 
 from __future__ import annotations
 
+import asyncio
 import base64
-from collections.abc import Mapping, Sequence
+import functools
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
 
+from e2e_helpers import tritonservice
 from memkube import MemKube
+from triton_operator import KIND
+from triton_operator.adapters import storage
 from triton_operator.adapters.storage import PinResult
 from triton_operator.adapters.storage.base import AccessDenied, StoreConfigError, StoreError, StoreUnavailable
 from triton_operator.core import conditions as cond
@@ -29,6 +35,8 @@ from triton_operator.core.manifest import (
 from triton_operator.core.repository_access import RepositoryAccess
 from triton_operator.models import ModelSpec, Repository, TritonService
 from triton_operator.reconcile.pinning import RepositoryError, RepositoryPinner, repository_verdict
+from triton_operator.reconcile.scheduler import Reconciler
+from triton_operator.settings import Settings
 
 NS = "ml"
 AMBIENT = RepositoryAccess(ambient_namespaces=(NS,))
@@ -79,6 +87,13 @@ class Clock:
         return self.now
 
 
+async def listed(pinner: RepositoryPinner) -> None:
+    """Let the listing running in the background end (the scheduler's next pass would take it)."""
+    task = pinner.listing(NS, "svc")
+    assert task is not None, "no listing runs"
+    await asyncio.wait({task})
+
+
 @pytest.fixture
 def bucket() -> Bucket:
     return Bucket()
@@ -123,6 +138,9 @@ async def test_a_failed_listing_keeps_the_running_revisions_manifest_when_nothin
     running = await RepositoryPinner(MemKube(), clock=clock, lister=bucket, access=AMBIENT)(ts, None)
     bucket.error = StoreError("access denied")
     restarted = RepositoryPinner(MemKube(), clock=clock, lister=bucket, access=AMBIENT)
+    meanwhile = await restarted(ts, running.json)  # a revision runs: the listing goes on in the background
+    assert meanwhile.digest == running.digest
+    await listed(restarted)
     kept = await restarted(ts, running.json)
     assert kept.digest == running.digest
     assert kept.problem is not None and "access denied" in kept.problem
@@ -134,8 +152,13 @@ async def test_a_running_manifest_of_another_repository_is_no_fallback(
     running = await pinner(make_ts(uri="s3://models/old"), None)
     bucket.error = StoreError("connection refused")
     pinner.forget(NS, "svc")
-    with pytest.raises(RepositoryError):
+    with pytest.raises(RepositoryError) as listing:
         await pinner(make_ts(uri="s3://models/prod"), running.json)
+    assert listing.value.reason == cond.REPOSITORY_LISTING  # no pin of it yet: the spec is held
+    await listed(pinner)
+    with pytest.raises(RepositoryError) as failed:
+        await pinner(make_ts(uri="s3://models/prod"), running.json)
+    assert failed.value.reason == cond.REPOSITORY_ERROR
 
 
 @pytest.mark.parametrize(
@@ -319,3 +342,180 @@ async def test_a_refusal_names_the_secret_when_the_secret_is_what_was_refused(
     with pytest.raises(RepositoryError) as raised:
         await pinner(make_ts(), None)  # no Secret named: only a spec edit can help
     assert (raised.value.reason, raised.value.secret) == (cond.CREDENTIALS_REQUIRED, None)
+
+
+# ----------------------------------------------------------------- the listing cap
+
+
+class ManyObjects:
+    """An ObjectStore whose listing streams ``count`` objects of the model `add`, counting how many
+    were taken and whether the listing was closed (no further page asked for)."""
+
+    uri = "s3://models/prod"
+    bucket = "models"
+    prefix = "prod/"
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.taken = 0
+        self.closed = False
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        try:
+            for i in range(self.count):
+                self.taken += 1
+                yield ObjectInfo(f"{prefix}add/1/part-{i:07d}", 1, etag=f"e{i}")
+        finally:
+            self.closed = True
+
+    def trusted(self, objects: Sequence[ObjectInfo]) -> Sequence[ObjectInfo]:
+        return list(objects)
+
+    def versioned(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_listing_stops_at_the_operators_cap_and_repository_ready_names_it(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = ManyObjects(50_000)
+    monkeypatch.setattr(storage, "open_store", lambda *args, **kwargs: store)
+    settings = Settings.from_env({"TRITON_OPERATOR_MAX_LISTED_OBJECTS": "1000"})
+    pinner = RepositoryPinner(MemKube(), clock=clock, access=AMBIENT, max_objects=settings.max_listed_objects)
+    with pytest.raises(RepositoryError) as raised:
+        await pinner(make_ts(), None)
+    # streamed: one object past the cap is taken, then the listing is closed; nothing more is held
+    assert (store.taken, store.closed) == (1001, True)
+    assert raised.value.reason == cond.LISTING_TOO_LARGE
+    assert "more than 1000 objects" in raised.value.message and "maxListedObjects" in raised.value.message
+    # with a manifest pinned before, it keeps serving and RepositoryReady says why, with the same reason
+    store.count = 10
+    clock.now += 61
+    before = await pinner(make_ts(), None)
+    store.count, store.taken = 5000, 0
+    clock.now += 61
+    kept = await pinner(make_ts(), None)
+    assert kept.digest == before.digest and store.taken == 1001
+    verdict = repository_verdict(make_ts(), kept)
+    assert (verdict.status, verdict.reason) == (cond.FALSE, cond.LISTING_TOO_LARGE)
+    assert "more than 1000 objects" in verdict.message
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "lots"])
+def test_the_cap_setting_must_be_a_whole_number_above_zero(value: str) -> None:
+    assert Settings().max_listed_objects == Settings.from_env({}).max_listed_objects > 0
+    with pytest.raises(ValueError, match="TRITON_OPERATOR_MAX_LISTED_OBJECTS"):
+        Settings.from_env({"TRITON_OPERATOR_MAX_LISTED_OBJECTS": value})
+
+
+# ----------------------------------------------------------------- no decision waits for a listing
+
+
+class BlockingBucket(Bucket):
+    """A Bucket whose listings, once ``block`` is called, wait in their thread until ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.waiting = threading.Event()
+
+    def block(self) -> None:
+        self.gate.clear()
+
+    def release(self) -> None:
+        self.gate.set()
+
+    def __call__(
+        self, repository: Repository, models: Sequence[ModelSpec], credentials: Mapping[str, str]
+    ) -> PinResult:
+        if not self.gate.is_set():
+            self.waiting.set()
+            self.gate.wait()
+        return super().__call__(repository, models, credentials)
+
+
+def set_status(obj: dict[str, Any], status: dict[str, Any]) -> None:
+    obj["status"] = status
+
+
+def pods_of(kube: MemKube, *, crash: bool) -> None:
+    """The Deployment controller and the kubelet, faked: every Deployment has its pods; with
+    ``crash`` those of the newest revision crash-loop, the others are Ready."""
+    deployments = sorted(kube.of_kind("Deployment"), key=lambda d: int(d["metadata"]["resourceVersion"]))
+    for deployment in deployments:
+        name = deployment["metadata"]["name"]
+        crashing = crash and deployment is deployments[-1]
+        replicas = int(deployment["spec"].get("replicas", 1))
+        ready = 0 if crashing else replicas
+        status = {"replicas": replicas, "readyReplicas": ready, "availableReplicas": ready}
+        status |= {"updatedReplicas": replicas, "observedGeneration": deployment["metadata"]["generation"]}
+        kube.edit("Deployment", NS, name, functools.partial(set_status, status=status))
+        for i in range(replicas):
+            waiting = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}
+            kube.put(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"{name}-{i}",
+                        "namespace": NS,
+                        "labels": deployment["spec"]["template"]["metadata"]["labels"],
+                    },
+                    "status": {
+                        "conditions": [{"type": "Ready", "status": "False" if crashing else "True"}],
+                        "containerStatuses": [
+                            {"name": "tritonserver", "restartCount": 5 if crashing else 0}
+                            | ({"state": waiting} if crashing else {})
+                        ],
+                    },
+                }
+            )
+
+
+@pytest.mark.parametrize("change", ["listing due", "new repository"])
+async def test_a_crash_looping_canary_is_aborted_while_the_repository_listing_is_still_blocked(
+    clock: Clock, change: str
+) -> None:
+    """The listing due in a pass runs outside it: a store that does not answer never holds the
+    abort of a crash-looping canary (nor a deadline) behind the per-object lock. A spec naming a
+    repository not pinned yet is held meanwhile (RepositoryReady Unknown, RepositoryListing) and
+    the last valid spec still decides."""
+    bucket = BlockingBucket()
+    kube = MemKube()
+    kube.put(tritonservice("svc", NS, repository={"uri": "s3://models/prod", "pollIntervalSeconds": 60}))
+    pinner = RepositoryPinner(kube, clock=clock, lister=bucket, access=AMBIENT)
+    reconciler = Reconciler(kube, Settings(), pinner=pinner)
+    try:
+        await reconciler(NS, "svc")  # nothing runs yet: this pass waits for its listing
+        pods_of(kube, crash=False)
+        await reconciler(NS, "svc")  # the first revision serves
+        kube.edit(KIND, NS, "svc", lambda ts: ts["spec"]["models"][0]["config"].update(maxBatchSize=4))
+        await reconciler(NS, "svc")  # a canary starts (the listing is still fresh)
+        pods_of(kube, crash=True)
+        if change == "listing due":
+            clock.now += 61
+        else:
+            kube.edit(KIND, NS, "svc", lambda ts: ts["spec"]["repository"].update(uri="s3://models/next"))
+        bucket.block()  # ... and the store will not answer the listing until released
+        result = await asyncio.wait_for(reconciler(NS, "svc"), timeout=30)  # a guard, not a timing
+        assert result is not None and result.plan is not None
+        assert result.plan.status.aborted_reason == cond.CANARY_CRASH_LOOPING
+        if change == "new repository":
+            assert result.reason == cond.REPOSITORY_LISTING
+            repository_ready = cond.find_condition(
+                result.status["conditions"] if result.status else [], cond.REPOSITORY_READY
+            )
+            assert repository_ready is not None and repository_ready["status"] == cond.UNKNOWN
+        listing = pinner.listing(NS, "svc")
+        assert listing is not None and not listing.done()  # decided while the listing was blocked
+        bucket.waiting.wait(timeout=30)
+        assert bucket.waiting.is_set() and not bucket.gate.is_set()
+        stored = kube.find(KIND, NS, "svc")
+        assert stored is not None and stored["status"]["abortedReason"] == cond.CANARY_CRASH_LOOPING
+    finally:
+        bucket.release()
+        await reconciler.close()

@@ -63,7 +63,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     configure(settings, operator)
     kube = Kube(make_client())
     access = RepositoryAccess.from_settings(operator)
-    pinner = RepositoryPinner(kube, access=access) if operator.pin_repositories else None
+    pinner = (
+        RepositoryPinner(kube, access=access, max_objects=operator.max_listed_objects)
+        if operator.pin_repositories
+        else None
+    )
     scope = peering_scope(
         settings.peering, identity=operator.peering_identity, namespaces=operator.namespaces
     )

@@ -252,7 +252,8 @@ class TrafficRouting(_Model):
 
 
 class Inconclusive(StrEnum):
-    """What a canary analysis does when its window saw too few requests for a verdict in time."""
+    """What a canary analysis does when its window saw too few requests (or missed a canary pod's
+    metrics) for a verdict in time."""
 
     WAIT = "Wait"
     PAUSE = "Pause"
@@ -309,11 +310,15 @@ class Analysis(_Model):
     )
     on_inconclusive: Inconclusive = Field(
         Inconclusive.PAUSE,
-        description="Too few requests within inconclusiveAfterSeconds: Wait (keep waiting), Pause (hold the "
-        "rollout until kubectl triton resume or promote) or Abort (roll back).",
+        description="Too few requests, or a canary pod's metrics missing (not read, or its read failed), "
+        "for inconclusiveAfterSeconds: Wait (keep waiting), Pause (hold the rollout until kubectl triton "
+        "resume or promote) or Abort (roll back).",
     )
     inconclusive_after_seconds: int = Field(
-        300, ge=1, description="How long a window may lack requests before onInconclusive applies."
+        300,
+        ge=1,
+        description="How long a window may lack requests or a canary pod's metrics before onInconclusive "
+        "applies.",
     )
 
 

@@ -11,6 +11,9 @@ from triton_operator import __version__
 DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.01-py3"
 DEFAULT_SYNC_IMAGE = f"ghcr.io/triton-operator/triton-operator:{__version__}"
 ENV_PREFIX = "TRITON_OPERATOR_"
+DEFAULT_MAX_LISTED_OBJECTS = 100_000
+"""The most objects one repository listing takes (a manifest of that many pins in well under the
+operator's memory limit); a prefix holding more is refused with RepositoryReady=False/ListingTooLarge."""
 DEFAULT_FORBIDDEN_VOLUME_TYPES = ("hostPath",)
 """Pod volume types a TritonService may not use unless the operator allows them: hostPath reaches
 the node's own files."""
@@ -25,6 +28,16 @@ def _split(value: str | None) -> tuple[str, ...]:
 
 def _int(value: str | None) -> int | None:
     return int(value) if value is not None and value.strip() else None
+
+
+def _positive(value: str | None, name: str) -> int | None:
+    """A whole number above 0, or None when unset; anything else stops the operator at start."""
+    if value is None:
+        return None
+    number = int(value) if value.strip().isdigit() else 0
+    if number < 1:
+        raise ValueError(f"{ENV_PREFIX}{name}: {value!r} is not a whole number above 0")
+    return number
 
 
 def _flag(value: str | None, default: bool) -> bool:
@@ -106,6 +119,9 @@ class Settings:
     (adapters.triton_reader); 0: never (no per-model state from Triton, no canary analysis)."""
     triton_read_cidrs: tuple[str, ...] = ()
     """Pod IP ranges the operator may read Triton from; empty: any pod IP."""
+    max_listed_objects: int = DEFAULT_MAX_LISTED_OBJECTS
+    """The most objects a repository listing takes: past it the listing stops (never held whole) and
+    the TritonService gets RepositoryReady=False/ListingTooLarge naming the cap."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -144,4 +160,6 @@ class Settings:
             allowed_endpoints=_split(get("ALLOWED_ENDPOINTS")),
             triton_read_seconds=float(get("TRITON_READ_SECONDS") or 30.0),
             triton_read_cidrs=_split(get("TRITON_READ_CIDRS")),
+            max_listed_objects=_positive(get("MAX_LISTED_OBJECTS"), "MAX_LISTED_OBJECTS")
+            or DEFAULT_MAX_LISTED_OBJECTS,
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import ipaddress
 import logging
@@ -23,9 +22,16 @@ logger = logging.getLogger(__name__)
 #   * reads run in this reader's own task, never in a reconcile: a reconcile hands over the pods
 #     it saw (`watch`) and takes the readings it finds (`readings`);
 #   * one index request per pod per `period`, one metrics request per pod per metrics interval
-#     (only for pods under canary analysis), each with `timeout`;
-#   * at most `concurrency` requests at once over the whole operator;
-#   * only pod IPs in `cidrs` (when set) are ever contacted.
+#     (only for pods under canary analysis), a failed one included;
+#   * each request, its whole body included, ends within `timeout` seconds (a total, not a limit
+#     per socket read: a pod sending a byte a second is cut off like a silent one) and reads at most
+#     `max_bytes` of body (a longer one, announced or streamed, is dropped at that point, never held
+#     whole); either way the reading is missing (`PodReading.error`, `PodReading.metrics_error`),
+#     and a missing metrics reading is what the canary analysis judges as such (reconcile.analysis);
+#   * at most `concurrency` requests at once over the whole operator, so a slow pod holds a slot
+#     for at most 2 x `timeout` per read;
+#   * only pod IPs in `cidrs` (when set) are ever contacted;
+#   * only the pods watched now are kept: a pod no longer handed over is forgotten with its reading.
 # A reading whose index differs from the last one calls `on_change(owner)`: the owner is reconciled
 # so that status.models follows Triton without waiting for a pod event.
 
@@ -33,8 +39,11 @@ Owner = tuple[str, str]
 """(namespace, name) of a TritonService."""
 
 TICK_SECONDS = 1.0
-MAX_METRICS_BYTES = 4 * 1024 * 1024
-"""A metrics page larger than this is not parsed (a model repository of thousands of models)."""
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+"""The most body read of one response (a repository index or a metrics page); a longer one is cut
+off there and its reading is missing (a metrics page of thousands of models fits)."""
+_IDENTITY = {"Accept-Encoding": "identity"}
+"""No compressed body: the bytes counted against the bound are the bytes held."""
 
 # Triton's metric families (as prometheus_client names counters: without the _total suffix).
 _FAMILIES = {
@@ -55,6 +64,8 @@ class PodTarget:
     revision: str
     restarts: int = 0
     """The tritonserver container's restart count: a new count is a new process (counters from 0)."""
+    name: str = ""
+    """The pod's name, for messages."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +81,14 @@ class PodReading:
     error: str | None = None
     """Why the index could not be read (None when it was)."""
     counters: Mapping[str, Counters] | None = None
-    """Triton's counters by model, from the last metrics read (None: not read)."""
+    """Triton's counters by model, from the last metrics read (None: not read, or the last read
+    failed: a missing reading, see ``metrics_error``)."""
     counters_at: float = 0.0
+    """time.monotonic() of the metrics read that gave ``counters``."""
+    metrics_at: float = 0.0
+    """time.monotonic() of the last metrics read, failed or not (the next one is due an interval later)."""
+    metrics_error: str | None = None
+    """Why the last metrics read gave no counters (None when it gave them, or none was made)."""
 
     @property
     def key(self) -> str:
@@ -111,6 +128,7 @@ class TritonReader:
         on_change: Callable[[Owner], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         ports: tuple[int, int] = (HTTP_PORT, METRICS_PORT),
+        max_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         self.period = period
         self.http_port, self.metrics_port = ports
@@ -127,8 +145,11 @@ class TritonReader:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.Task[None] | None = None
         self._client: httpx2.AsyncClient | None = None
+        self.max_bytes = max_bytes
         self.requests = 0
         """Requests sent so far (index and metrics), for the benchmark."""
+        self.bytes_read = 0
+        """Response body bytes received so far (index and metrics), for the benchmark and tests."""
 
     # ------------------------------------------------------------- what the reconcile calls
 
@@ -145,8 +166,11 @@ class TritonReader:
 
     def watch(self, owner: Owner, targets: Sequence[PodTarget], metrics_every: float | None = None) -> None:
         """Read these pods of ``owner`` from now on (replacing the ones it had); ``metrics_every``:
-        also their metrics, that often. Starts the reading task if it is not running."""
+        also their metrics, that often. Starts the reading task if it is not running. The readings
+        of the pods it had and has no more are forgotten (pod churn never grows the reader)."""
         kept = {t.uid: t for t in targets if self.allowed(t.ip)}
+        for gone in self._targets.get(owner, {}).keys() - kept.keys():
+            self._readings.pop(gone, None)
         self._targets[owner] = kept
         if metrics_every is None:
             self._metrics.pop(owner, None)
@@ -168,6 +192,11 @@ class TritonReader:
         reading = self._readings.get(target.uid)
         return reading if reading is not None and reading.restarts == target.restarts else None
 
+    @property
+    def held(self) -> int:
+        """How many pods' readings are kept (never more than the pods watched)."""
+        return len(self._readings)
+
     def forget(self, owner: Owner) -> None:
         for uid in self._targets.pop(owner, {}):
             self._readings.pop(uid, None)
@@ -178,6 +207,10 @@ class TritonReader:
         self._targets.clear()
         self._metrics.clear()
         self._readings.clear()
+
+    async def wait_reads(self) -> None:
+        """Wait for the reads in flight (tests, benchmarks)."""
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def close(self) -> None:
         tasks = [t for t in (self._loop, *self._tasks) if t is not None]
@@ -210,8 +243,10 @@ class TritonReader:
                     continue
                 last = self._current(target)
                 index_due = last is None or now - last.read_at >= self.period
+                # A failed metrics read waits its interval too: a pod that never answers in time
+                # costs one bounded read an interval, never a read a tick.
                 metrics_due = metrics_every is not None and (
-                    last is None or last.counters is None or now - last.counters_at >= metrics_every
+                    last is None or last.metrics_at <= 0 or now - last.metrics_at >= metrics_every
                 )
                 if index_due or metrics_due:
                     self._inflight.add(uid)
@@ -244,42 +279,87 @@ class TritonReader:
             self.on_change(owner)
 
     async def read_pod(self, target: PodTarget, *, metrics: bool, previous: PodReading | None) -> PodReading:
-        """One index read (and a metrics read when asked) of one pod, each bounded by ``timeout``;
-        ``previous``: the last reading of the same process, whose counters are kept when not read."""
-        client = self.client()
+        """One index read (and a metrics read when asked) of one pod, each bounded by ``timeout``
+        in all and by ``max_bytes`` of body; ``previous``: the last reading of the same process,
+        whose counters are kept when the metrics are not read (a failed read drops them)."""
+        base = f"http://{_host(target.ip)}"
         now = self.clock()
         index: tuple[ModelVersionState, ...] | None = None
-        error = None
         self.requests += 1
-        try:
-            url = f"http://{_host(target.ip)}:{self.http_port}/v2/repository/index"
-            response = await client.post(url, json={})
-            payload = index_json(response.content) if response.status_code == 200 else None
+        status, body, error = await self.fetch("POST", f"{base}:{self.http_port}/v2/repository/index")
+        if error is None:
+            payload = index_json(body) if status == 200 else None
             if payload is None:
-                error = f"repository index: HTTP {response.status_code}"
+                error = f"HTTP {status}" if status != 200 else "not a repository index"
             else:
                 index = parse_index(payload)
-        except httpx2.HTTPError as exc:
-            error = f"repository index: {type(exc).__name__}"
         counters = previous.counters if previous is not None else None
         counters_at = previous.counters_at if previous is not None else 0.0
+        metrics_at = previous.metrics_at if previous is not None else 0.0
+        metrics_error = previous.metrics_error if previous is not None else None
         if metrics:
             self.requests += 1
-            with contextlib.suppress(httpx2.HTTPError, ValueError):
-                response = await client.get(f"http://{_host(target.ip)}:{self.metrics_port}/metrics")
-                if response.status_code == 200 and len(response.content) <= MAX_METRICS_BYTES:
-                    counters = parse_metrics(response.text)
-                    counters_at = self.clock()
+            counters, metrics_error = None, None
+            status, body, metrics_error = await self.fetch("GET", f"{base}:{self.metrics_port}/metrics")
+            metrics_at = self.clock()
+            if metrics_error is None and status != 200:
+                metrics_error = f"HTTP {status}"
+            if metrics_error is None:
+                try:
+                    counters = parse_metrics(body.decode("utf-8", "replace"))
+                    counters_at = metrics_at
+                except ValueError as exc:
+                    metrics_error = f"not Prometheus text: {exc}"[:200]
         return PodReading(
             uid=target.uid,
             revision=target.revision,
             restarts=target.restarts,
             read_at=now,
             index=index,
-            error=error,
+            error=f"repository index: {error}" if error is not None else None,
             counters=counters,
             counters_at=counters_at,
+            metrics_at=metrics_at,
+            metrics_error=f"metrics: {metrics_error}" if metrics_error is not None else None,
         )
+
+    async def fetch(self, method: str, url: str) -> tuple[int, bytes, str | None]:
+        """One request: its status, its body (read only on a 200), and why it failed (None: it did
+        not). The whole exchange ends within ``timeout``; a body longer than ``max_bytes`` (as
+        announced, or as it streams) is dropped as soon as that is known."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                async with self.client().stream(method, url, headers=_IDENTITY) as response:
+                    if response.status_code != 200:
+                        return response.status_code, b"", None
+                    return 200, await self._body(response), None
+        except TimeoutError:
+            return 0, b"", f"no complete answer within {self.timeout:g}s"
+        except _TooLargeError:
+            return 0, b"", f"answer larger than {self.max_bytes} bytes"
+        except httpx2.HTTPError as exc:
+            return 0, b"", type(exc).__name__
+
+    async def _body(self, response: httpx2.Response) -> bytes:
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise httpx2.DecodingError(f"unasked content-encoding {encoding!r}")
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            raise _TooLargeError
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_raw():
+            size += len(chunk)
+            self.bytes_read += len(chunk)
+            if size > self.max_bytes:
+                raise _TooLargeError
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+class _TooLargeError(Exception):
+    """A response body went past the reader's ``max_bytes``."""
 
 
 def _host(ip: str) -> str:

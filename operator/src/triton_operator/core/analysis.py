@@ -47,13 +47,21 @@ from triton_operator.models import Analysis, LatencyMetric
 #                   At weight 100 the stable takes no traffic: only the other checks apply.
 #     Passed        otherwise
 # The canary's verdict: Failed when any judged model failed (a failure is never hidden by too
-# little traffic elsewhere), else Inconclusive when any judged model is, else Passed.
+# little traffic elsewhere), else Inconclusive when any judged model is, or when a canary pod's
+# metrics are missing (not read yet, or its last read failed: no answer in time, an answer too
+# large, not Prometheus text; adapters.triton_reader bounds every read), else Passed. A canary is
+# never passed on a pod whose counters were not seen: its failures would be hidden. Missing readings
+# are one more Inconclusive, so they follow rollout.analysis.onInconclusive once the window has run
+# inconclusiveAfterSeconds (the window starts when the weight is judged first, reading or not):
+# a pod that never answers ends in a pause or an abort, never in an endless wait.
 # Worked examples are in `judge`'s docstring.
 
 Verdict = Literal["Passed", "Failed", "Inconclusive"]
 PASSED: Verdict = "Passed"
 FAILED: Verdict = "Failed"
 INCONCLUSIVE: Verdict = "Inconclusive"
+MISSING_SHOWN = 3
+"""How many pods with missing metrics a verdict's message names (then: "and N more")."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,8 +170,10 @@ class AnalysisResult:
     """The canary traffic weight of the window."""
     verdict: Verdict
     window_seconds: float
-    """How long the window has run (since its baseline reading)."""
+    """How long the window has run (since the weight was first judged)."""
     models: tuple[ModelFigures, ...] = ()
+    missing: tuple[str, ...] = ()
+    """The canary pods whose metrics are missing, each as "name (why)"."""
 
     @property
     def message(self) -> str:
@@ -174,9 +184,14 @@ class AnalysisResult:
             shown = [m for m in self.models if m.verdict == INCONCLUSIVE]
         else:
             shown = list(self.models)
-        figures = "; ".join(f"{m.model}: {m.reason}" for m in shown)
+        parts = [f"{m.model}: {m.reason}" for m in shown]
+        if self.missing and self.verdict == INCONCLUSIVE:
+            named = ", ".join(self.missing[:MISSING_SHOWN])
+            left = len(self.missing) - MISSING_SHOWN
+            more = f" and {left} more" if left > 0 else ""
+            parts.insert(0, f"metrics missing from {len(self.missing)} canary pod(s): {named}{more}")
         when = f"after {self.window_seconds:.0f}s at weight {self.weight}"
-        return f"analysis {self.verdict.lower()} {when}: {figures}"
+        return f"analysis {self.verdict.lower()} {when}: {'; '.join(parts)}"
 
 
 def _fmt_us(value: float | None) -> str:
@@ -232,11 +247,13 @@ def judge(
     revision: str,
     weight: int,
     window_seconds: float,
+    missing: Sequence[str] = (),
 ) -> AnalysisResult:
     """The canary's verdict over its window (see the notes at the top of this module).
 
     ``models``: the models judged (spec.rollout.analysis.models, else every model of the spec);
-    ``canary``/``stable``: each side's increases in the window, by model (`increase`).
+    ``canary``/``stable``: each side's increases in the window, by model (`increase`);
+    ``missing``: the canary pods whose metrics are missing ("name (why)"): no pass while there is one.
 
     Worked examples, with minRequests 50, minSuccessRatio 0.99, maxLatencyRatio 1.5:
 
@@ -275,16 +292,25 @@ def judge(
     >>> judge(spec, ["m", "n"], {"m": few, "n": flaky}, {}, revision="r", weight=10,
     ...       window_seconds=30).verdict
     'Failed'
+
+    Enough passing traffic, but one canary pod's metrics could not be read: no pass.
+
+    >>> r = judge(spec, ["m"], {"m": ok}, {"m": ok}, revision="r", weight=10, window_seconds=30,
+    ...           missing=["svc-b-1 (metrics: no complete answer within 2s)"])
+    >>> r.verdict
+    'Inconclusive'
+    >>> r.message.split(": ", 1)[1]
+    'metrics missing from 1 canary pod(s): svc-b-1 (metrics: no complete answer within 2s)'
     """
     figures = tuple(judge_model(spec, m, canary.get(m), stable.get(m), weight=weight) for m in models)
     verdicts = {f.verdict for f in figures}
     if FAILED in verdicts:
         verdict = FAILED
-    elif INCONCLUSIVE in verdicts or not figures:
+    elif INCONCLUSIVE in verdicts or not figures or missing:
         verdict = INCONCLUSIVE
     else:
         verdict = PASSED
-    return AnalysisResult(revision, weight, verdict, window_seconds, figures)
+    return AnalysisResult(revision, weight, verdict, window_seconds, figures, tuple(missing))
 
 
 def judged_models(spec: Analysis, model_names: Iterable[str]) -> list[str]:

@@ -79,6 +79,8 @@ CREDENTIALS_MISSING = "CredentialsMissing"  # the repository's credentials Secre
 CREDENTIALS_REQUIRED = "CredentialsRequired"  # no credentials Secret, and the operator lends no identity here
 ENDPOINT_NOT_ALLOWED = "EndpointNotAllowed"  # the repository's endpoint is not on the operator's allow-list
 MANIFEST_TOO_LARGE = "ManifestTooLarge"  # the pinned manifest is too large to store
+LISTING_TOO_LARGE = "ListingTooLarge"  # the repository holds more objects than the operator lists
+REPOSITORY_LISTING = "RepositoryListing"  # the repository of a changed spec is being listed (no pass waits)
 # TrafficRouted (only with spec.rollout.trafficRouting.gatewayAPI)
 WEIGHTS_SET = "WeightsSet"  # the routes carry the rollout's weights
 ROUTE_NOT_FOUND = "RouteNotFound"  # a named route does not exist

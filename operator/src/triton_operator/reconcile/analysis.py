@@ -35,16 +35,23 @@ class _Window:
 class TritonView:
     """What one operator knows of Triton in its pods: the reader's readings, and the analysis windows.
 
-    The windows live in memory: an operator restart starts the current window again at its first
-    reading (the canary is judged on traffic after the restart; nothing is judged twice).
+    A window starts at the first pass that judges the canary at its weight, whether a reading is
+    there yet or not: a canary pod whose metrics stay missing (never read, or its reads fail)
+    keeps the verdict Inconclusive, and onInconclusive applies once the window has run
+    inconclusiveAfterSeconds, so no rollout waits for ever on a pod that never answers.
+    The windows live in memory: an operator restart starts the current window again (the canary
+    is judged on traffic after the restart; nothing is judged twice).
     """
 
     def __init__(self, reader: TritonReader) -> None:
         self.reader = reader
         self._windows: dict[Owner, _Window] = {}
+        self._pods: dict[Owner, list[PodTarget]] = {}
+        """The pods handed to the reader in the last pass (also those it may not read)."""
 
     def forget(self, namespace: str, name: str) -> None:
         self._windows.pop((namespace, name), None)
+        self._pods.pop((namespace, name), None)
         self.reader.forget((namespace, name))
 
     def look(
@@ -54,10 +61,11 @@ class TritonView:
         the readings it has (never waiting for one)."""
         revisions = {r for r in (status.stable_revision, status.canary_revision, desired) if r}
         targets = [
-            PodTarget(uid=p.uid, ip=p.ip, revision=p.revision, restarts=p.triton_restarts)
+            PodTarget(uid=p.uid, ip=p.ip, revision=p.revision, restarts=p.triton_restarts, name=p.name)
             for p in pods
             if p.revision in revisions and p.ip and p.uid and not p.terminating
         ]
+        self._pods[owner] = targets
         analysis = ts.spec.rollout.analysis
         judged = analysis is not None and under_analysis(ts.spec.rollout, status)
         every = float(analysis.interval_seconds) if analysis is not None and judged else None
@@ -72,8 +80,8 @@ class TritonView:
         readings: Mapping[str, PodReading],
         now: datetime,
     ) -> AnalysisResult | None:
-        """The canary's verdict in the window of its current weight; None before the window's first
-        reading (or when nothing is analysed: the window is dropped)."""
+        """The canary's verdict in the window of its current weight (Inconclusive while a canary
+        pod's metrics are missing); None when nothing is analysed (the window is dropped)."""
         spec = ts.spec.rollout.analysis
         if spec is None or not under_analysis(ts.spec.rollout, status):
             self._windows.pop(owner, None)
@@ -83,8 +91,6 @@ class TritonView:
         sides = {canary: _counters(readings, canary), stable: _counters(readings, stable)}
         window = self._windows.get(owner)
         if window is None or (window.revision, window.weight) != (canary, weight):
-            if not sides[canary]:
-                return None  # no reading of the canary's metrics yet: the window starts with one
             window = _Window(canary, weight, now, {}, {})
             self._windows[owner] = window
         for baseline, current in ((window.canary, sides[canary]), (window.stable, sides[stable])):
@@ -98,7 +104,26 @@ class TritonView:
             revision=canary,
             weight=weight,
             window_seconds=(now - window.started).total_seconds(),
+            missing=self._missing(owner, canary, readings),
         )
+
+    def _missing(self, owner: Owner, canary: str, readings: Mapping[str, PodReading]) -> list[str]:
+        """The canary pods without counters in ``readings``, each as "name (why)"."""
+        out = []
+        for target in self._pods.get(owner, []):
+            if target.revision != canary:
+                continue
+            reading = readings.get(target.uid)
+            if reading is not None and reading.counters is not None:
+                continue
+            if not self.reader.allowed(target.ip):
+                why = "its IP is outside the operator's triton read CIDRs"
+            elif reading is None or reading.metrics_error is None:
+                why = "not read yet"
+            else:
+                why = reading.metrics_error
+            out.append(f"{target.name or target.uid} ({why})")
+        return out
 
     def window_started(self, owner: Owner) -> datetime | None:
         window = self._windows.get(owner)

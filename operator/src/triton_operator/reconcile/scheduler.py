@@ -82,6 +82,9 @@ class Reconciler:
         if triton is not None:
             # Triton's view of a pod changed (a model loaded, failed, unloaded): reconcile its owner.
             triton.reader.on_change = lambda key: self.requeue(key, 0.0)
+        if pinner is not None:
+            # A listing ended outside any reconcile (it never holds the per-object lock): take it.
+            pinner.on_listed = lambda key: self.requeue(key, 0.0)
         self._paused = paused
         self._known: set[tuple[str, str]] = set()
         """Every TritonService a reconcile was asked for (until it is gone): resume reconciles them."""
@@ -275,6 +278,8 @@ class Reconciler:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._pollers.clear()
         self._timers.clear()
+        if self.pinner is not None:
+            await self.pinner.close()
         if self.triton is not None:
             await self.triton.reader.close()
 

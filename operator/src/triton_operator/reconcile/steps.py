@@ -190,7 +190,8 @@ async def reconcile(
         try:
             pinned = await pin_manifest(ts, current_manifest(seen.owned, seen.previous))
         except RepositoryError as exc:
-            verdict = cond.Verdict(cond.FALSE, exc.reason, exc.message)
+            listing = exc.reason == cond.REPOSITORY_LISTING  # not known yet: the listing runs
+            verdict = cond.Verdict(cond.UNKNOWN if listing else cond.FALSE, exc.reason, exc.message)
             return await hold(_Blocked(exc.message, exc.reason, verdict, secret=exc.secret))
     unloadable = pinned_version_errors(ts, pinned)
     if unloadable:

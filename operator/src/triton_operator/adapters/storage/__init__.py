@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from triton_operator.adapters.storage.base import (
     AccessDenied,
     BucketNotFound,
+    ListingTooLarge,
     ObjectChanged,
     ObjectStore,
     StoreConfigError,
@@ -19,6 +21,7 @@ from triton_operator.adapters.storage.base import (
 from triton_operator.core.manifest import (
     Manifest,
     ModelSource,
+    ObjectInfo,
     StoreRef,
     build_manifest,
     model_sources,
@@ -30,6 +33,7 @@ from triton_operator.core.manifest import (
 __all__ = [
     "AccessDenied",
     "BucketNotFound",
+    "ListingTooLarge",
     "ObjectChanged",
     "ObjectStore",
     "PinResult",
@@ -135,6 +139,7 @@ def pin_with_versioning(
     *,
     store: ObjectStore | None = None,
     pvc_root: str | Path | None = None,
+    max_objects: int | None = None,
 ) -> PinResult:
     """``pin_repository``, and whether the bucket keeps object versions (one more request).
 
@@ -142,7 +147,7 @@ def pin_with_versioning(
     whose identity may list (core.repository_access) is the caller's: the operator's pinner
     applies it before it calls this; the CLI lists with the caller's own identity.
     """
-    return _pin(repository, models, credentials, store, pvc_root, versioning=True)
+    return _pin(repository, models, credentials, store, pvc_root, versioning=True, max_objects=max_objects)
 
 
 def pin_repository(
@@ -152,15 +157,19 @@ def pin_repository(
     *,
     store: ObjectStore | None = None,
     pvc_root: str | Path | None = None,
+    max_objects: int | None = None,
 ) -> Manifest:
     """List the repository and pin what the models' version policies select.
 
     ``models`` are the spec's ModelSpecs (or ModelSources). Raises SelectionFailed (errors as
     data: ModelFolderMissing, VersionMissing, UnsafeKey), a StoreError subclass for the store's
     failures, or ModelConfigError for a bad versionPolicy. A pvc:// repository without a mount
-    gives an unpinned manifest. Blocking: the operator calls it in a thread.
+    gives an unpinned manifest. Blocking: the operator calls it in a thread. ``max_objects``:
+    the listing stops at one object more and raises ListingTooLarge (None: no cap).
     """
-    return _pin(repository, models, credentials, store, pvc_root, versioning=False).manifest
+    return _pin(
+        repository, models, credentials, store, pvc_root, versioning=False, max_objects=max_objects
+    ).manifest
 
 
 def _pin(
@@ -171,6 +180,7 @@ def _pin(
     pvc_root: str | Path | None,
     *,
     versioning: bool,
+    max_objects: int | None = None,
 ) -> PinResult:
     ref = _ref(repository)
     sources = [m for m in models if isinstance(m, ModelSource)]
@@ -181,7 +191,7 @@ def _pin(
     own = store is None
     opened = store or open_store(ref, credentials, pvc_root=pvc_root)
     try:
-        listing = list(opened.list(opened.prefix))
+        listing = capped(opened.list(opened.prefix), max_objects, opened.uri)
         selection = select_objects(sources, listing, prefix=opened.prefix)
         if selection.ok:
             # Only the selected objects: an S3 store asks each one what its ETag stands for.
@@ -194,3 +204,17 @@ def _pin(
         if own:
             opened.close()
     return PinResult(manifest, versioned)
+
+
+def capped(listing: Iterator[ObjectInfo], max_objects: int | None, uri: str) -> list[ObjectInfo]:
+    """The objects of a streamed listing, taking at most one more than ``max_objects``: past it the
+    listing is closed (no further page is asked for) and ListingTooLarge raised. None: no cap."""
+    if max_objects is None:
+        return list(listing)
+    taken = list(itertools.islice(listing, max_objects + 1))
+    if len(taken) > max_objects:
+        close = getattr(listing, "close", None)
+        if close is not None:
+            close()
+        raise ListingTooLarge(uri, max_objects)
+    return taken

@@ -11,6 +11,7 @@ from triton_operator.core.manifest import ObjectInfo
 __all__ = [
     "AccessDenied",
     "BucketNotFound",
+    "ListingTooLarge",
     "ObjectChanged",
     "ObjectInfo",
     "ObjectStore",
@@ -66,6 +67,19 @@ class StoreConfigError(StoreError):
         super().__init__(f"{field}: {problem}")
         self.field = field
         self.problem = scrub(problem)
+
+
+class ListingTooLarge(StoreError):  # noqa: N818 - the API names these
+    """The repository's prefix holds more objects than a listing may take: the listing stopped there."""
+
+    def __init__(self, uri: str, cap: int) -> None:
+        super().__init__(
+            f"{uri}: more than {cap} objects under the repository's prefix; the operator lists at most "
+            f"{cap} (its maxListedObjects setting): point repository.uri at a prefix that holds the models "
+            "only, or raise the setting"
+        )
+        self.uri = uri
+        self.cap = cap
 
 
 class ObjectChanged(StoreError):  # noqa: N818 - the API names these
