@@ -147,9 +147,9 @@ def crd_document() -> dict[str, Any]:
     if CRD_FILE.is_file():
         doc: dict[str, Any] = yaml.safe_load(CRD_FILE.read_text())
         return doc
-    crd_module: Any = importlib.import_module("triton_operator.core.crd")
-    built: dict[str, Any] = crd_module.build_crd()
-    return built
+    from triton_operator.core.crd import build_crd  # noqa: PLC0415  (protobuf only when the file is missing)
+
+    return build_crd()
 
 
 def crd_established(kube: Any, name: str) -> bool:
