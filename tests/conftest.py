@@ -3,8 +3,6 @@ and seaweedfs (a real S3 server) for the storage and cluster tests alike."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -83,7 +81,7 @@ def cluster() -> Iterator[Path]:
             return
         sys.stderr.write(f"$KUBECONFIG={env} is not reachable ({why}); trying e2e/cluster.py\n")
     try:
-        local: Any = importlib.import_module("cluster")
+        import cluster as local  # noqa: PLC0415  (e2e/cluster.py, optional: the test skips without it)
     except ImportError as exc:
         pytest.skip(
             f"no cluster: $KUBECONFIG unset or unreachable and e2e/cluster.py cannot be imported ({exc})"
@@ -143,16 +141,8 @@ def namespace(kube: Any, crd: dict[str, Any]) -> Iterator[str]:
 
 
 def _operator_command() -> list[str]:
-    """`triton-operator run` when the CLI's every subcommand imports, else the run command alone."""
-    cli: Any = importlib.import_module("triton_operator.cli")
-    if all(importlib.util.find_spec(f"triton_operator.commands.{n}") for n in cli.SUBCOMMANDS):
-        return [sys.executable, "-m", "triton_operator.cli", "run"]
-    runner = (
-        "import argparse, sys; from triton_operator.commands import run; "
-        "p = argparse.ArgumentParser(); run.register(p.add_subparsers()); "
-        "a = p.parse_args(['run', *sys.argv[1:]]); sys.exit(a.func(a))"
-    )
-    return [sys.executable, "-c", runner]
+    """`triton-operator run`, as this interpreter runs the CLI module."""
+    return [sys.executable, "-m", "triton_operator.cli", "run"]
 
 
 @dataclass
@@ -229,7 +219,8 @@ def operator(
 def kubectl(cluster: Path) -> str | None:
     """A kubectl binary: the local cluster's, else one on PATH (None when there is none)."""
     try:
-        local: Any = importlib.import_module("cluster")
+        import cluster as local  # noqa: PLC0415  (optional when $KUBECONFIG is used)
+
         candidate = Path(local.bin_dir()) / "kubectl"
         if candidate.is_file():
             return str(candidate)

@@ -37,7 +37,6 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
-import importlib
 import json
 import math
 import os
@@ -440,7 +439,8 @@ def get_cluster(keep: bool) -> Cluster:
             raise SystemExit(f"$KUBECONFIG={env} does not answer: {why}")
         return Cluster(path, None)
     sys.path.insert(0, str(E2E_DIR))
-    local: Any = importlib.import_module("cluster")
+    import cluster as local  # noqa: PLC0415  (e2e/cluster.py, on the path only from here on)
+
     if local.is_up():
         log(f"reusing the running local cluster ({local.state_dir()})")
         return Cluster(Path(local.kubeconfig_path()), None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import filecmp
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,7 @@ def test_manifests_do_not_drift(helm: Path, crd_source: Path, tmp_path: Path) ->
         check=False,
         capture_output=True,
         text=True,
-        env={**__import__("os").environ, "HELM": str(helm)},
+        env={**os.environ, "HELM": str(helm)},
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

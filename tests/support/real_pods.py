@@ -8,7 +8,6 @@ Imported by basename: ``from real_pods import ...``.
 from __future__ import annotations
 
 import copy
-import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ def real_node() -> tuple[dict[str, Any] | None, str]:
     """The local cluster's real node ({name, ip, ...}) or None and why there is none."""
     skip = os.environ.get("TRITON_E2E_REAL_NODE_SKIP")
     try:
-        cluster: Any = importlib.import_module("cluster")
+        import cluster  # noqa: PLC0415  (e2e/cluster.py, optional: the tests skip without it)
     except ImportError as exc:
         return None, skip or f"e2e/cluster.py cannot be imported ({exc})"
     node, why = cluster.real_node()

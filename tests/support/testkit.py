@@ -6,11 +6,9 @@ this one by its basename: ``from testkit import wait_for``.
 
 from __future__ import annotations
 
-import importlib.util
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -128,15 +126,10 @@ def stop_process(process: subprocess.Popen[bytes] | None) -> None:
 
 
 def load_chartlib() -> ModuleType:
-    """charts/chartlib.py as the module ``chartlib`` (loaded once)."""
-    if "chartlib" in sys.modules:
-        return sys.modules["chartlib"]
-    spec = importlib.util.spec_from_file_location("chartlib", REPO / "charts" / "chartlib.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["chartlib"] = module
-    spec.loader.exec_module(module)
-    return module
+    """charts/chartlib.py, the module ``chartlib`` (charts/ is on pytest's pythonpath and mypy's path)."""
+    import chartlib  # noqa: PLC0415  (stdlib only, but only the packaging and cluster tests need it)
+
+    return chartlib
 
 
 # ----------------------------------------------------------------- the CRD
@@ -147,9 +140,9 @@ def crd_document() -> dict[str, Any]:
     if CRD_FILE.is_file():
         doc: dict[str, Any] = yaml.safe_load(CRD_FILE.read_text())
         return doc
-    crd_module: Any = importlib.import_module("triton_operator.core.crd")
-    built: dict[str, Any] = crd_module.build_crd()
-    return built
+    from triton_operator.core.crd import build_crd  # noqa: PLC0415  (protobuf only when the file is missing)
+
+    return build_crd()
 
 
 def crd_established(kube: Any, name: str) -> bool:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
+from types import ModuleType
+
+from triton_operator.commands import crd, import_, render, run, sync
 
 # Each subcommand lives in triton_operator.commands.<module> and exposes
 # ``register(subparsers) -> None`` which adds its parser and sets ``func``.
-SUBCOMMANDS: tuple[str, ...] = ("run", "render", "import_", "crd", "sync")
+_COMMANDS: tuple[ModuleType, ...] = (run, render, import_, crd, sync)
+SUBCOMMANDS: tuple[str, ...] = tuple(module.__name__.rsplit(".", 1)[1] for module in _COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,8 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run NVIDIA Triton Inference Server on Kubernetes from one TritonService resource.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in SUBCOMMANDS:
-        module = importlib.import_module(f"triton_operator.commands.{name}")
+    for module in _COMMANDS:
         module.register(subparsers)
     return parser
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -73,9 +72,9 @@ def _load(filename: str) -> list[dict[str, Any]]:
 
 def _pin(ts: TritonService, err: TextIO) -> tuple[str, str] | None:
     """(manifest JSON, digest) listed with this environment's credentials; None when that failed."""
-    try:
-        storage: Any = importlib.import_module("triton_operator.adapters.storage")
-        sync: Any = importlib.import_module("triton_operator.commands.sync")
+    try:  # only --pin needs the storage adapter: render alone stays without it
+        from triton_operator.adapters import storage  # noqa: PLC0415
+        from triton_operator.commands import sync  # noqa: PLC0415
     except ImportError as exc:
         err.write(f"--pin: the storage adapter is not available ({exc})\n")
         return None
