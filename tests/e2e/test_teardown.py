@@ -100,7 +100,6 @@ def own_cluster() -> Iterator[None]:
         cluster.down(quiet=True)
 
 
-@pytest.mark.parametrize("round_no", range(ROUNDS))
 def _up() -> None:
     """cluster.up(), tried a second time after a failed start (what this module tests is down; an up
     that lost a free port to another process on this machine is not its subject, and is reported)."""
@@ -112,6 +111,7 @@ def _up() -> None:
         cluster.up()
 
 
+@pytest.mark.parametrize("round_no", range(ROUNDS))
 def test_down_while_pods_churn_leaves_nothing(own_cluster: None, round_no: int) -> None:
     _up()
     real, why = cluster.real_node()
