@@ -44,8 +44,18 @@ def pytest_configure(config: pytest.Config) -> None:
             signal.signal(sig, _interrupt)
 
 
+_stopping: list[int] = []
+
+
 def _interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+    """The first signal stops the run; later ones (Ctrl-C reaches pytest and e2e/test, whose trap
+    then sends SIGTERM too) must not cut the fixtures' teardown short."""
+    name = signal.Signals(signum).name
+    if _stopping:
+        sys.stderr.write(f"{name} received: the teardown of the fixtures goes on\n")
+        return
+    _stopping.append(signum)
+    raise KeyboardInterrupt(f"stopped by {name}")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
