@@ -292,9 +292,10 @@ def measure(args: argparse.Namespace, node: dict[str, Any], runs: list[Run]) -> 
 
 
 def print_table(runs: list[Run], args: argparse.Namespace) -> None:
+    measured = max(sum(1 for r in runs if r.case == case) for case in ("new", "revision"))
+    count = f"{args.runs}" if measured == args.runs else f"{measured} of {args.runs} (stopped early)"
     print(
-        f"\nTime to serve on the real node ({args.runs} runs per case, "
-        f"poll {args.poll * 1000:.0f} ms), seconds"
+        f"\nTime to serve on the real node ({count} runs per case, poll {args.poll * 1000:.0f} ms), seconds"
     )
     print("\n| case | " + " | ".join(PHASES) + " | apply -> first answer |")
     print("|---|" + "---|" * (len(PHASES) + 1))
