@@ -312,8 +312,8 @@ def _run(args: argparse.Namespace) -> int:
         say(f"export KUBECONFIG={kubeconfig}")
         rc = 0
         if not args.exit_when_ready:
-            say("the operator keeps running; Ctrl-C stops everything this command started")
-            with contextlib.suppress(KeyboardInterrupt):
+            with contextlib.suppress(KeyboardInterrupt):  # from here, stopping it is its normal end
+                say("the operator keeps running; Ctrl-C stops everything this command started")
                 operator.wait()
         return rc
     except KeyboardInterrupt as e:
