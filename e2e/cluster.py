@@ -35,11 +35,13 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -882,9 +884,83 @@ _lock_depth = 0
 
 
 def up(build_if_needed: bool = True, timeout: float = 180.0) -> Path:
-    """Start the cluster (idempotent). Returns the kubeconfig path."""
+    """Start the cluster (idempotent). Returns the kubeconfig path.
+
+    Interrupted (Ctrl-C, or SIGTERM/SIGHUP within stop_signals_interrupt()): what was started is
+    brought down again before the KeyboardInterrupt goes on."""
     with _state_lock():
-        return _up(build_if_needed, timeout)
+        try:
+            return _up(build_if_needed, timeout)
+        except KeyboardInterrupt:
+            log("interrupted: bringing down what was started")
+            _shielded_down(quiet=True)
+            raise
+
+
+# --------------------------------------------------------------------------
+# Signals: every way of stopping a command that started the cluster brings it down
+# --------------------------------------------------------------------------
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _raise_interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP (a closed terminal, `timeout`, a CI job's cancel) raise
+    KeyboardInterrupt in the main thread as Ctrl-C does, so every ``finally`` clean-up (and down)
+    runs however the command is stopped. Outside the main thread: no change."""
+    if not _in_main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, _raise_interrupt) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+_deferring = False
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[list[int]]:
+    """Within the block (a clean-up), SIGINT/SIGTERM/SIGHUP are noted in the list it yields instead
+    of cutting the clean-up short; the caller decides what to do with them after. Nested: the
+    outermost block notes them (the inner list stays empty)."""
+    global _deferring  # noqa: PLW0603
+    if not _in_main_thread() or _deferring:
+        yield []
+        return
+    got: list[int] = []
+
+    def note(signum: int, _frame: object) -> None:
+        got.append(signum)
+        log(f"{signal.Signals(signum).name} received: finishing the clean-up first")
+
+    old = {s: signal.signal(s, note) for s in STOP_SIGNALS}
+    _deferring = True
+    try:
+        yield got
+    finally:
+        _deferring = False
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def _shielded_down(quiet: bool) -> None:
+    """_down, which a Ctrl-C or SIGTERM cannot cut short (it is noted and raised after)."""
+    with signals_deferred() as got:
+        _down(quiet)
+    if got:
+        raise KeyboardInterrupt(f"stopped by {signal.Signals(got[0]).name} (during down)")
 
 
 def _up(build_if_needed: bool, timeout: float) -> Path:
@@ -1328,23 +1404,58 @@ def _procs_referencing(path: Path, pgids: set[int] | None = None) -> list[int]:
 def down(quiet: bool = False) -> None:
     """Stop every process of the cluster and remove its state directory."""
     with _state_lock():
-        _down(quiet)
+        _shielded_down(quiet)
 
 
 def _down(quiet: bool) -> None:
+    """Every step runs whatever failed before it; one RuntimeError at the end names all failures.
+    What is already gone counts as stopped or removed, so down is safe to repeat."""
     sd = state_dir()
-    if not sd.exists():
-        if not quiet:
-            log("cluster is not running (no state dir)")
-        return
-    pids = _read_pids(sd)
-    # the real node first (kubelet, pods, containerd, kube-proxy, and what they did to the host)
-    node_error = None
+    errors: list[str] = []
+    # the real node first (kubelet, pods, containerd, kube-proxy, and what they did to the host);
+    # also without a state dir: a crashed or interrupted run may have left its parts on the host
     try:
         node.teardown(sd, cache_root(), quiet=quiet)
     except Exception as e:  # stop the control plane anyway; report at the end
-        node_error = e
-    # clients first, then the apiserver (it shuts down quickly only while etcd is still there), etcd last
+        errors.append(f"cleaning up the real node failed: {e}")
+    if not sd.exists():
+        if errors:
+            raise RuntimeError("; ".join(errors))
+        if not quiet:
+            log("cluster is not running (no state dir)")
+        return
+    errors += _stop_control_plane(sd)
+    mounts = node.mounts_under([sd])
+    if mounts:  # never rm -rf through a mount
+        errors.append(f"not removing {sd}: mounts below it remain: {mounts[:10]}")
+    elif (sd / MARKER).exists() or not any(sd.iterdir()):
+        shutil.rmtree(sd, ignore_errors=True)
+    else:
+        log(f"not removing {sd}: it has no {MARKER} marker (not created by this script)")
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    if not quiet:
+        log(f"cluster stopped; removed {sd}")
+
+
+def down_reporting(quiet: bool = False) -> list[str]:
+    """Bring the cluster down, then check ``leftovers()``: what failed or remains ([] when clean).
+
+    For benchmarks and fixtures that print their results first: a teardown failure comes back as
+    text to print beside them, never as an exception that would hide them."""
+    problems: list[str] = []
+    try:
+        down(quiet)
+    except RuntimeError as e:
+        problems.append(f"down failed: {e}")
+    problems += [f"left behind: {x}" for x in leftovers()]
+    return problems
+
+
+def _stop_control_plane(sd: Path) -> list[str]:
+    """Stop the cluster's processes (clients first, then the apiserver, etcd last); what failed."""
+    pids = _read_pids(sd)
+    # the apiserver shuts down quickly only while etcd is still there
     waves = [
         [METRICS_ADAPTER, "kwok", "kube-scheduler", "kube-controller-manager"],
         ["kube-apiserver"],
@@ -1359,19 +1470,7 @@ def _down(quiet: bool) -> None:
         log(f"terminating leftover processes referencing {sd}: {leftovers}")
         node.terminate(leftovers, grace=5)
     leftovers = _procs_referencing(sd, pgids)
-    if leftovers:
-        raise RuntimeError(f"processes still running after down: {leftovers}")
-    if node_error is not None:
-        raise RuntimeError(f"cleaning up the real node failed: {node_error}")
-    mounts = node.mounts_under([sd])
-    if mounts:  # never rm -rf through a mount
-        raise RuntimeError(f"not removing {sd}: mounts below it remain: {mounts[:10]}")
-    if (sd / MARKER).exists() or not any(sd.iterdir()):
-        shutil.rmtree(sd, ignore_errors=True)
-    else:
-        log(f"not removing {sd}: it has no {MARKER} marker (not created by this script)")
-    if not quiet:
-        log(f"cluster stopped; removed {sd}")
+    return [f"processes still running after down: {leftovers}"] if leftovers else []
 
 
 def status() -> dict[str, Any]:
@@ -1459,34 +1558,43 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     try:
-        if args.cmd == "build":
-            unknown = set(args.tools) - set(BUILD_ORDER)
-            if unknown:
-                ap.error(f"unknown tools {sorted(unknown)}; choose from {BUILD_ORDER}")
-            if args.regenerate:
-                for n in BUILD_ORDER:
-                    ensure_wrapper(n, force=True)
-            print(build(args.tools or None))
-        elif args.cmd == "up":
-            print(up())
-        elif args.cmd == "down":
-            down()
-        elif args.cmd == "env":
-            print("\n".join(env_lines()))
-        elif args.cmd == "leftovers":
-            left = leftovers()
-            for line in left:
-                print(line)
-            print(f"{len(left)} leftovers" if left else "no leftovers", file=sys.stderr)
-            return 1 if left else 0
-        elif args.cmd == "status":
-            st = status()
-            print(json.dumps(st, indent=2))
-            print("cluster is " + ("up" if st["up"] else "down"), file=sys.stderr)
-            return 0 if st["up"] else 1
+        with stop_signals_interrupt():
+            return _command(ap, args)
     except (RuntimeError, TimeoutError, subprocess.CalledProcessError) as e:
         log(f"error: {e}")
         return 1
+    except KeyboardInterrupt as e:
+        log(f"interrupted ({e or 'Ctrl-C'})")
+        return 130
+
+
+def _command(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run one subcommand; its exit status."""
+    if args.cmd == "build":
+        unknown = set(args.tools) - set(BUILD_ORDER)
+        if unknown:
+            ap.error(f"unknown tools {sorted(unknown)}; choose from {BUILD_ORDER}")
+        if args.regenerate:
+            for n in BUILD_ORDER:
+                ensure_wrapper(n, force=True)
+        print(build(args.tools or None))
+    elif args.cmd == "up":
+        print(up())
+    elif args.cmd == "down":
+        down()
+    elif args.cmd == "env":
+        print("\n".join(env_lines()))
+    elif args.cmd == "leftovers":
+        left = leftovers()
+        for line in left:
+            print(line)
+        print(f"{len(left)} leftovers" if left else "no leftovers", file=sys.stderr)
+        return 1 if left else 0
+    elif args.cmd == "status":
+        st = status()
+        print(json.dumps(st, indent=2))
+        print("cluster is " + ("up" if st["up"] else "down"), file=sys.stderr)
+        return 0 if st["up"] else 1
     return 0
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
+import errno
 import json
 import os
 import re
@@ -51,7 +51,9 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 NODE_NAME = "real-node-1"
 NODE_IP = "10.77.0.1"
@@ -358,6 +360,82 @@ def _write_sysctl(name: str, value: str) -> bool:
         return True
     except OSError:
         return False
+
+
+# --------------------------------------------------------------------------
+# Removal: what is already gone counts as removed; real failures are kept for the end
+# --------------------------------------------------------------------------
+# errno of a thing that is not there (any more): a file or folder (cgroup), a process
+GONE_ERRNOS = frozenset({errno.ENOENT, errno.ESRCH})
+# what ip, iptables, umount and ctr print when the thing to remove is not there (any more)
+GONE_MESSAGES = re.compile(
+    r"no such (file or directory|process|device)|not mounted|cannot find device|does not exist"
+    r"|no chain/target/match by that name|does a matching rule exist|not found",
+    re.IGNORECASE,
+)
+
+
+def is_gone(err: BaseException | str) -> bool:
+    """Whether an error (an OSError, or a command's stderr) only says the thing was already gone."""
+    if isinstance(err, OSError):
+        return err.errno in GONE_ERRNOS
+    return isinstance(err, str) and bool(GONE_MESSAGES.search(err))
+
+
+class TeardownError(RuntimeError):
+    """Teardown finished every step, and these failed (or these things remain)."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = list(errors)
+        more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
+        super().__init__(f"{len(errors)} failed: " + "; ".join(errors[:10]) + more)
+
+
+class Removal:
+    """The bookkeeping of one teardown: every step runs, 'already gone' is done, and what really
+    failed is collected (``errors``) to be reported once at the end (:meth:`check`)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any, default: T) -> T:
+        """fn(*args), or ``default`` when it raised (recorded unless the error says 'gone')."""
+        try:
+            return fn(*args)
+        except Exception as e:  # any step: note it and go on with the rest
+            if not is_gone(e):
+                self.errors.append(f"{what}: {type(e).__name__}: {e}")
+            return default
+
+    def sh(self, cmd: list[str], timeout: float = 60, fatal: bool = True) -> bool:
+        """Run a removing command; True when it worked or what it removes was already gone.
+        A real failure is recorded (fatal) or only logged (not fatal: a later check sees the result)."""
+        try:
+            r = _sh(cmd, timeout=timeout)
+        except (OSError, subprocess.SubprocessError) as e:
+            msg = f"{type(e).__name__}: {e}"
+        else:
+            if r.returncode == 0 or is_gone(r.stderr):
+                return True
+            msg = r.stderr.strip()[:300] or f"exit status {r.returncode}"
+        if fatal:
+            self.errors.append(f"{shlex.join(str(c) for c in cmd)}: {msg}")
+        else:
+            log(f"{shlex.join(str(c) for c in cmd)}: {msg}")
+        return False
+
+    def check(self) -> None:
+        if self.errors:
+            raise TeardownError(self.errors)
+
+
+def walk_dirs(top: Path) -> list[Path]:
+    """top and every folder below it, deepest first; folders that vanish while being listed
+    (a pod's cgroup kubelet removes meanwhile) are skipped, never an error."""
+    if not top.is_dir():
+        return []
+    out = [Path(d) for d, _, _ in os.walk(top, topdown=False)]  # os.walk skips unreadable folders
+    return sorted(out, key=lambda d: -len(d.parts))
 
 
 # --------------------------------------------------------------------------
@@ -716,14 +794,18 @@ def _ctr_ids(p: Paths, what: str) -> list[str]:
 
 
 def _remove_containers(p: Paths) -> list[str]:
-    """Kill and delete every task and container in our namespace; returns the container ids."""
+    """Kill and delete every task and container in our namespace; returns the container ids.
+
+    Failures are only logged: containerd is stopped next, and what its containers leave (processes,
+    mounts, cgroups) is removed and checked by the steps after it."""
     ids = _ctr_ids(p, "containers")
+    r = Removal()
     for tid in _ctr_ids(p, "tasks"):
-        _sh([*p.ctr(), "tasks", "kill", "--signal", "SIGKILL", "--all", tid], timeout=30)
+        r.sh([*p.ctr(), "tasks", "kill", "--signal", "SIGKILL", "--all", tid], timeout=30, fatal=False)
     for tid in _ctr_ids(p, "tasks"):
-        _sh([*p.ctr(), "tasks", "delete", "--force", tid], timeout=30)
+        r.sh([*p.ctr(), "tasks", "delete", "--force", tid], timeout=30, fatal=False)
     for cid in ids:
-        _sh([*p.ctr(), "containers", "delete", cid], timeout=30)
+        r.sh([*p.ctr(), "containers", "delete", cid], timeout=30, fatal=False)
     return ids
 
 
@@ -1009,13 +1091,16 @@ def mounts_under(roots: list[Path]) -> list[str]:
 
 
 def _unmount_all(roots: list[Path]) -> None:
+    """Unmount everything below roots, deepest first (lazily when busy); what is left after five
+    rounds the caller finds with mounts_under."""
     for _ in range(5):
         mps = mounts_under(roots)
         if not mps:
             return
+        r = Removal()  # 'not mounted' (gone meanwhile) is fine; the rest is seen by the next round
         for mp in sorted(set(mps), key=lambda m: (-m.count("/"), m)):
-            if _sh(["umount", mp]).returncode != 0:
-                _sh(["umount", "-l", mp])
+            if not r.sh(["umount", mp], fatal=False):
+                r.sh(["umount", "-l", mp], fatal=False)
 
 
 def _cgroup_mounts() -> list[Path]:
@@ -1045,13 +1130,8 @@ def _make_cgroup_root() -> None:
 
 
 def _our_cgroups() -> list[Path]:
-    """Our cgroup folders, deepest first."""
-    dirs = []
-    for mp in _cgroup_mounts():
-        top = mp / CGROUP_ROOT
-        if top.is_dir():
-            dirs.append(top)
-            dirs.extend(d for d in top.rglob("*") if d.is_dir())
+    """Our cgroup folders, deepest first (pods kubelet removes meanwhile are simply not listed)."""
+    dirs = [d for mp in _cgroup_mounts() for d in walk_dirs(mp / CGROUP_ROOT)]
     return sorted(dirs, key=lambda d: -len(d.parts))
 
 
@@ -1075,20 +1155,16 @@ def _kill_cgroups() -> None:
         time.sleep(0.1)
 
 
-def _remove_cgroups() -> list[str]:
-    failed: list[str] = []
+def _remove_cgroups(r: Removal) -> None:
+    """Remove our cgroup folders (killing what still runs in them), retrying for up to 10 s."""
     deadline = time.monotonic() + 10
     while True:
-        failed = []
+        attempt = Removal()
         for d in _our_cgroups():
-            try:
-                d.rmdir()
-            except FileNotFoundError:
-                pass
-            except OSError:
-                failed.append(str(d))
-        if not failed or time.monotonic() > deadline:
-            return failed
+            attempt.call(f"rmdir {d}", d.rmdir, default=None)  # gone already: done
+        if not attempt.errors or time.monotonic() > deadline:
+            r.errors += attempt.errors
+            return
         _kill_cgroups()
         time.sleep(0.2)
 
@@ -1136,21 +1212,16 @@ def _our_iptables(fam: str, table: str, keep_guard: bool = False) -> tuple[list[
 IPTABLES_TABLES = ("filter", "nat", "mangle", "raw")
 
 
-def _sweep_iptables(keep_guard: bool = False) -> None:
+def _sweep_iptables(r: Removal, keep_guard: bool = False) -> None:
     for fam in _iptables_families():
         for table in IPTABLES_TABLES:
             drop, chains = _our_iptables(fam, table, keep_guard)
             for rule in drop:
-                _sh([fam, "-w", "-t", table, "-D", *rule])
+                r.sh([fam, "-w", "-t", table, "-D", *rule])
             for c in chains:
-                _sh([fam, "-w", "-t", table, "-F", c])
+                r.sh([fam, "-w", "-t", table, "-F", c])
             for c in chains:
-                _sh([fam, "-w", "-t", table, "-X", c])
-
-
-def _shim_socket(sock: Path, cid: str) -> Path:
-    # containerd 1.6 runtime/v2/shim.SocketAddress: sha256 of <grpc address>/<namespace>/<id>
-    return SHIM_SOCKETS / hashlib.sha256(os.path.join(str(sock), CTR_NAMESPACE, cid).encode()).hexdigest()
+                r.sh([fam, "-w", "-t", table, "-X", c])
 
 
 def _listening_unix_sockets() -> set[str]:
@@ -1166,29 +1237,45 @@ def _listening_unix_sockets() -> set[str]:
 def _clean_cni_cache(container_ids: list[str]) -> None:
     """libcni's result cache of our network and of CRI's loopback network for our sandboxes
     (pods killed without a CNI DEL leave them)."""
-    if not CNI_CACHE.is_dir():
-        return
-    for f in CNI_CACHE.glob(f"{CNI_NETWORK}-*"):
-        f.unlink(missing_ok=True)
+    for f in _entries(CNI_CACHE):
+        if f.name.startswith(f"{CNI_NETWORK}-"):
+            f.unlink(missing_ok=True)
     for cid in container_ids:
         (CNI_CACHE / f"cni-loopback-{cid}-lo").unlink(missing_ok=True)
 
 
+def _entries(d: Path) -> list[Path]:
+    """The entries of folder d; none when d is not there (any more)."""
+    try:
+        return list(d.iterdir())
+    except OSError as e:
+        if is_gone(e) or e.errno == errno.ENOTDIR:
+            return []
+        raise
+
+
+def _our_log_links(p: Paths) -> list[Path]:
+    """kubelet's /var/log/containers symlinks into our pod log dir."""
+    out = []
+    for link in _entries(VAR_LOG_CONTAINERS):
+        with contextlib.suppress(OSError):
+            if link.is_symlink() and os.readlink(link).startswith(str(p.dir) + "/"):
+                out.append(link)
+    return out
+
+
 def _clean_host_files(p: Paths, rec: dict[str, Any] | None, container_ids: list[str]) -> None:
-    # kubelet's /var/log/containers symlinks into our pod log dir
-    if VAR_LOG_CONTAINERS.is_dir():
-        for link in VAR_LOG_CONTAINERS.iterdir():
-            with contextlib.suppress(OSError):
-                if link.is_symlink() and os.readlink(link).startswith(str(p.dir) + "/"):
-                    link.unlink()
+    for link in _our_log_links(p):
+        link.unlink(missing_ok=True)
     _clean_cni_cache(container_ids)
     listening = _listening_unix_sockets()
     if DEVICE_PLUGIN_SOCKET.exists() and str(DEVICE_PLUGIN_SOCKET) not in listening:
         DEVICE_PLUGIN_SOCKET.unlink(missing_ok=True)
-    for cid in container_ids:
-        s = _shim_socket(p.sock, cid)
-        if s.exists() and str(s) not in listening:
-            s.unlink(missing_ok=True)
+    # every dead shim socket, not only those of the containers listed: a container created while
+    # down ran (kubelet still starting pods) leaves one too
+    for sock in _entries(SHIM_SOCKETS):
+        if str(sock) not in listening:
+            sock.unlink(missing_ok=True)
     if rec:
         for d, existed in rec.get("dirs_existed", {}).items():
             if not existed:
@@ -1196,82 +1283,118 @@ def _clean_host_files(p: Paths, rec: dict[str, Any] | None, container_ids: list[
                     os.rmdir(d)  # only when empty
 
 
-def _restore_sysctls(rec: dict[str, Any] | None) -> None:
+def _restore_sysctls(r: Removal, rec: dict[str, Any] | None) -> None:
     if not rec:
         return
     for name, val in rec.get("sysctls", {}).items():
         if _read_sysctl(name) != val and not _write_sysctl(name, val):
-            log(f"warning: could not restore {name}={val}")
+            r.errors.append(f"could not restore sysctl {name}={val}")
 
 
 def teardown(sd: Path, cache: Path, keep_guard: bool = False, quiet: bool = False) -> None:
-    """Stop the node of state dir sd and undo every host change it made (safe to repeat).
+    """Stop the node of state dir sd and undo every host change it made.
+
+    Safe to repeat, and to run while kubelet is still starting or removing pods: whatever is
+    already gone (a process, a cgroup, a mount, a chain, a link) counts as removed. Every step runs
+    whatever failed before it; then a TeardownError names what failed and what of the node remains
+    (see leftovers()).
 
     keep_guard: leave the API server's iptables guard (the control plane keeps running)."""
     if not sys.platform.startswith("linux") or os.geteuid() != 0:
         return
     p = Paths(sd, cache)
     rec = _load_record()
+    r = Removal()
     if rec is not None and rec.get("state_dir") != str(sd):
         if _record_owner_alive(rec):
             # the machine's real node belongs to another running cluster: stop only what we started
             terminate(_node_processes(p), grace=5)
             _unmount_all(p.mount_roots())
-            shutil.rmtree(p.dir, ignore_errors=True)
+            if not mounts_under(p.mount_roots()):
+                shutil.rmtree(p.dir, ignore_errors=True)
             return
         log(f"cleaning up the real node of a dead cluster ({rec['state_dir']})")
-        _teardown(Paths(Path(rec["state_dir"]), Path(rec["cache"])), rec, False, quiet)
+        _teardown(r, Paths(Path(rec["state_dir"]), Path(rec["cache"])), rec, False)
         rec = None
-    _teardown(p, rec, keep_guard, quiet)
-
-
-def _teardown(p: Paths, rec: dict[str, Any] | None, keep_guard: bool, quiet: bool) -> None:
     t0 = time.monotonic()
+    started = bool(read_pids(p.pids)) or rec is not None
+    _teardown(r, p, rec, keep_guard)
+    if not keep_guard:  # (with the guard kept, the record and the guard chain remain on purpose)
+        r.errors += [f"left behind: {x}" for x in leftovers(sd, cache)]
+    if r.errors:
+        log(f"teardown finished with {len(r.errors)} failures")
+    elif not quiet and started:
+        log(f"stopped and cleaned up in {time.monotonic() - t0:.1f}s")
+    r.check()
+
+
+def _stop_node(r: Removal, p: Paths) -> list[str]:
+    """Stop kubelet, kube-proxy, DNS, every pod process, containerd and its shims; the container ids."""
     pids = read_pids(p.pids)
     # 1. kubelet and kube-proxy first: they would restart pods and rewrite rules
-    terminate([pids[n] for n in ("kubelet", "kube-proxy", "cluster-dns") if n in pids])
-    terminate(_node_processes(p, ("kubelet", "kube-proxy")), grace=5)
+    r.call(
+        "stopping kubelet",
+        terminate,
+        [pids[n] for n in ("kubelet", "kube-proxy", "cluster-dns") if n in pids],
+        default=None,
+    )
+    r.call("stopping kubelet", terminate, _node_processes(p, ("kubelet", "kube-proxy")), 5, default=None)
     # 2. every pod process (all live below our cgroup root), then tasks and containers
-    _kill_cgroups()
+    r.call("killing the pods' processes", _kill_cgroups, default=None)
     container_ids: list[str] = []
     if "containerd" in pids and pid_alive(pids["containerd"]) and p.sock.exists():
-        container_ids = _remove_containers(p)
+        container_ids = r.call("removing containers", _remove_containers, p, default=[])
     # 3. containerd and any shim still serving our socket
-    terminate([pids["containerd"]] if "containerd" in pids else [])
-    terminate(_node_processes(p), grace=5, group=False)
+    r.call(
+        "stopping containerd", terminate, [pids["containerd"]] if "containerd" in pids else [], default=None
+    )
+    r.call("stopping the node's processes", terminate, _node_processes(p), 5, False, default=None)
+    return container_ids
+
+
+def _teardown(r: Removal, p: Paths, rec: dict[str, Any] | None, keep_guard: bool) -> None:
+    """Every step of a teardown, each one whatever happened in the ones before (r has the failures)."""
+    container_ids = _stop_node(r, p)
     # 4. kube-proxy's, CNI's and our iptables rules (both families, all tables)
     kube_proxy = (rec or {}).get("kube_proxy")
-    if kube_proxy and Path(kube_proxy).exists() and "kube-proxy" in pids:
-        _sh([kube_proxy, "--cleanup"], timeout=60)
-    _sweep_iptables(keep_guard)
+    if kube_proxy and Path(kube_proxy).exists() and p.pids.joinpath("kube-proxy.pid").exists():
+        r.sh([kube_proxy, "--cleanup"], timeout=60, fatal=False)  # the sweep below checks the rules
+    r.call("removing iptables rules", _sweep_iptables, r, keep_guard, default=None)
     # 5. mounts (rootfs, shm, netns, kubelet volumes and its rshared root bind), bridge, cgroups
-    _unmount_all(p.mount_roots())
+    r.call("unmounting", _unmount_all, p.mount_roots(), default=None)
     if _link_exists(BRIDGE):
-        _sh(["ip", "link", "del", BRIDGE])
-    failed = _remove_cgroups()
-    if failed:
-        log(f"warning: cgroups not removed: {failed[:5]}")
+        r.sh(["ip", "link", "del", BRIDGE])
+    r.call("removing cgroups", _remove_cgroups, r, default=None)
     # 6. host files and settings
-    _restore_sysctls(rec)
-    _clean_host_files(p, rec, container_ids)
+    _restore_sysctls(r, rec)
+    r.call("removing host files", _clean_host_files, p, rec, container_ids, default=None)
     for sub in ("sandboxes", "containers"):  # CRI's files of the containers deleted above
         shutil.rmtree(p.ctr_root / "io.containerd.grpc.v1.cri" / sub, ignore_errors=True)
     left = mounts_under(p.mount_roots())
-    if left:
-        raise RuntimeError(f"mounts left under the node dirs after teardown: {left[:10]}")
+    if left:  # never rm -rf through a mount
+        r.errors.append(f"mounts left under the node dirs after teardown: {left[:10]}")
+    else:
+        shutil.rmtree(p.dir, ignore_errors=True)
     if rec is not None and keep_guard:
         rec["node_stopped"] = True
         _save_record(rec)
-    elif rec is not None:
+    elif rec is not None and not r.errors:  # else kept, so that the next down or up finishes the job
         _drop_record()
-    shutil.rmtree(p.dir, ignore_errors=True)
-    if not quiet and (pids or rec):
-        log(f"stopped and cleaned up in {time.monotonic() - t0:.1f}s")
 
 
 # --------------------------------------------------------------------------
 # Leftovers
 # --------------------------------------------------------------------------
+def _bridge_ports() -> list[str]:
+    """Links whose master is our bridge (pods' veth ends)."""
+    out = []
+    for link in _entries(Path("/sys/class/net")):
+        with contextlib.suppress(OSError):  # a link deleted meanwhile
+            if os.path.basename(os.readlink(link / "master")) == BRIDGE:
+                out.append(link.name)
+    return out
+
+
 def leftovers(sd: Path, cache: Path) -> list[str]:
     """Everything of a real node that is still on this machine (empty after a clean down)."""
     out: list[str] = []
@@ -1293,25 +1416,15 @@ def leftovers(sd: Path, cache: Path) -> list[str]:
             out += [f"{fam} -t {table} rule -A {shlex.join(r)}" for r in drop]
     if _link_exists(BRIDGE):
         out.append(f"link {BRIDGE}")
-    with contextlib.suppress(OSError):
-        for link in Path("/sys/class/net").iterdir():
-            master = link / "master"
-            if master.exists() and os.path.basename(os.readlink(master)) == BRIDGE:
-                out.append(f"link {link.name} (port of {BRIDGE})")
+    out += [f"link {name} (port of {BRIDGE})" for name in _bridge_ports()]
     for d in _our_cgroups():
         out.append(f"cgroup {d}")
-    if VAR_LOG_CONTAINERS.is_dir():
-        for link in VAR_LOG_CONTAINERS.iterdir():
-            with contextlib.suppress(OSError):
-                if link.is_symlink() and os.readlink(link).startswith(str(p.dir) + "/"):
-                    out.append(f"log link {link}")
-    if CNI_CACHE.is_dir():
-        out += [f"CNI cache {f}" for f in CNI_CACHE.glob(f"{CNI_NETWORK}-*")]
+    out += [f"log link {link}" for link in _our_log_links(p)]
+    out += [f"CNI cache {f}" for f in _entries(CNI_CACHE) if f.name.startswith(f"{CNI_NETWORK}-")]
     listening = _listening_unix_sockets()
     if DEVICE_PLUGIN_SOCKET.exists() and str(DEVICE_PLUGIN_SOCKET) not in listening:
         out.append(f"stale kubelet device-plugin socket {DEVICE_PLUGIN_SOCKET}")
-    if SHIM_SOCKETS.is_dir():
-        out += [f"stale shim socket {s}" for s in SHIM_SOCKETS.iterdir() if str(s) not in listening]
+    out += [f"stale shim socket {s}" for s in _entries(SHIM_SOCKETS) if str(s) not in listening]
     if p.dir.exists():
         out.append(f"node dir {p.dir}")
     return out

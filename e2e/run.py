@@ -165,7 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         "--kwok", action="store_true", help="local cluster: run on kwok's fake nodes, not on the real node"
     )
     args = ap.parse_args(argv)
+    # SIGTERM and SIGHUP (a closed terminal, `timeout`, a CI job's cancel) stop it as Ctrl-C does:
+    # everything it started, the local cluster included, is stopped on the way out
+    with cluster.stop_signals_interrupt():
+        return _run(args)
 
+
+def _run(args: argparse.Namespace) -> int:
     cleanups: list[tuple[str, Any]] = []
     workdir = Path(tempfile.mkdtemp(prefix="triton-operator-run-"))
     rc = 1
@@ -174,9 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         local = not kubeconfig
         if local:
             say("no KUBECONFIG: starting the local cluster (e2e/cluster.py)")
-            kubeconfig = str(cluster.up())
-            if not args.keep_cluster:
+            if not args.keep_cluster:  # before up: an interrupted up is brought down too
                 cleanups.append(("local cluster", cluster.down))
+            kubeconfig = str(cluster.up())
         assert kubeconfig
         kubectl = Kubectl(kubectl_binary(), kubeconfig)
         server = json.loads(kubectl("version", "-o", "json"))["serverVersion"]["gitVersion"]
@@ -306,20 +312,22 @@ def main(argv: list[str] | None = None) -> int:
         say(f"export KUBECONFIG={kubeconfig}")
         rc = 0
         if not args.exit_when_ready:
-            say("the operator keeps running; Ctrl-C stops everything this command started")
-            with contextlib.suppress(KeyboardInterrupt):
+            with contextlib.suppress(KeyboardInterrupt):  # from here, stopping it is its normal end
+                say("the operator keeps running; Ctrl-C stops everything this command started")
                 operator.wait()
         return rc
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        say(f"interrupted ({e or 'Ctrl-C'})")
         return 130
     finally:
-        for what, stop in reversed(cleanups):
-            say(f"stopping the {what}")
-            try:
-                stop()
-            except Exception as exc:  # report it and go on stopping the rest
-                say(f"  could not stop the {what}: {exc}")
-        shutil.rmtree(workdir, ignore_errors=True)
+        with cluster.signals_deferred():  # a second Ctrl-C or SIGTERM does not cut the clean-up short
+            for what, stop in reversed(cleanups):
+                say(f"stopping the {what}")
+                try:
+                    stop()
+                except Exception as exc:  # report it and go on stopping the rest
+                    say(f"  could not stop the {what}: {exc}")
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
@@ -31,6 +33,27 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "operator_env(**env): extra environment of the operator fixture's process"
     )
+    # SIGTERM and SIGHUP (`timeout`, a closed terminal, a CI job's cancel, e2e/test's trap) stop the
+    # run as Ctrl-C does: pytest then runs every fixture's teardown (a local cluster the `cluster`
+    # fixture started is brought down, servers are stopped) instead of dying with them running.
+    # SIGINT too, as e2e/test starts pytest in the background, where SIGINT is ignored.
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _interrupt)
+
+
+_stopping: list[int] = []
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    """The first signal stops the run; later ones (Ctrl-C reaches pytest and e2e/test, whose trap
+    then sends SIGTERM too) must not cut the fixtures' teardown short."""
+    name = signal.Signals(signum).name
+    if _stopping:
+        sys.stderr.write(f"{name} received: the teardown of the fixtures goes on\n")
+        return
+    _stopping.append(signum)
+    raise KeyboardInterrupt(f"stopped by {name}")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -94,6 +117,11 @@ def cluster() -> Iterator[Path]:
             kubeconfig = Path(local.up())
             started = True
     except Exception as exc:
+        if not local.is_up():  # what a failed up started, it does not leave behind
+            try:
+                local.down(quiet=True)
+            except Exception as down_exc:
+                sys.stderr.write(f"bringing down the half-started local cluster failed: {down_exc}\n")
         pytest.skip(f"no cluster: e2e/cluster.py could not build or start the local cluster: {exc}")
     why = _reachable(kubeconfig)
     if why is not None:
@@ -102,7 +130,7 @@ def cluster() -> Iterator[Path]:
         yield kubeconfig
     finally:
         if started:
-            local.down()
+            local.down()  # raises what failed, after finishing every step; the tests' results stand
 
 
 @pytest.fixture(scope="session")

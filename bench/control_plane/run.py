@@ -416,8 +416,10 @@ class Informer:
 @dataclasses.dataclass
 class Cluster:
     kubeconfig: Path
-    stop: Callable[[], None] | None
-    """Tears down a cluster this run started (None: leave it running)."""
+    stop: Callable[[], list[str]] | None
+    """Tears down a cluster this run started (None: leave it running); what failed or remains."""
+    local: Any = None
+    """e2e/cluster.py when the cluster is the local one (its signal helpers), else None."""
 
 
 def reachable(kubeconfig: Path) -> str | None:
@@ -443,10 +445,18 @@ def get_cluster(keep: bool) -> Cluster:
 
     if local.is_up():
         log(f"reusing the running local cluster ({local.state_dir()})")
-        return Cluster(Path(local.kubeconfig_path()), None)
+        return Cluster(Path(local.kubeconfig_path()), None, local)
     log(f"starting the local cluster in {local.state_dir()}")
-    kubeconfig = Path(local.up())
-    return Cluster(kubeconfig, None if keep else local.down)
+    stop = None if keep else local.down_reporting
+    try:
+        with local.stop_signals_interrupt():
+            kubeconfig = Path(local.up())
+    except BaseException:
+        if stop is not None:  # what a failed or interrupted up started
+            for line in stop(quiet=True):
+                log(line)
+        raise
+    return Cluster(kubeconfig, stop, local)
 
 
 async def apply_crd(api: Api) -> None:
@@ -1721,12 +1731,27 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     log(f"work dir {work}; load average {loadavg()}")
     cluster = get_cluster(args.keep)
+    problems: list[str] = []
+    # SIGTERM and SIGHUP stop it as Ctrl-C does, so that a cluster started here comes down
+    signals = cluster.local.stop_signals_interrupt() if cluster.stop else contextlib.nullcontext()
     try:
-        table = asyncio.run(run(args, cluster, work))
+        with signals:
+            table = asyncio.run(run(args, cluster, work))
+        print_results(args, table)  # the figures first, then the teardown
     finally:
         if cluster.stop is not None:
             log("stopping the local cluster")
-            cluster.stop()
+            with cluster.local.signals_deferred():
+                problems = cluster.stop()
+            for line in problems:
+                log(line)
+    if problems:
+        log("the figures above stand; bringing the local cluster down FAILED (see above)")
+        return 3
+    return 0
+
+
+def print_results(args: argparse.Namespace, table: list[str]) -> None:
     if args.profile:
         for path in sorted(Path(args.profile).glob("*.txt")):
             for line in summarize_profile(path):
@@ -1737,8 +1762,7 @@ def main() -> int:
         f"{args.idle_seconds:.0f} s idle windows, replicas {args.replicas} (kwok pods)"
     )
     print()
-    print("\n".join(table))
-    return 0
+    print("\n".join(table), flush=True)
 
 
 if __name__ == "__main__":

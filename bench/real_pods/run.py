@@ -118,7 +118,49 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--poll", type=float, default=0.05, help="seconds between polls of the pod")
     args = ap.parse_args(argv)
+    # SIGTERM and SIGHUP stop it as Ctrl-C does: the runs measured so far are printed, and a
+    # cluster started here is brought down
+    with cluster.stop_signals_interrupt():
+        return bench(args)
 
+
+def bench(args: argparse.Namespace) -> int:
+    """Start the cluster when it is not up, measure, print the table, then bring down what it started.
+
+    The table comes first, whatever happens after (an interrupt, a failed run, a failed teardown):
+    a teardown failure is reported after the figures, which stand."""
+    runs: list[Run] = []
+    started = False
+    rc = 0
+    problems: list[str] = []
+    try:
+        if not cluster.is_up():
+            started = True  # before up: an interrupted up is brought down too
+            cluster.up()
+        node, why = real_node()
+        if node is None:
+            say(f"no real node: {why}")
+            rc = 2
+        else:
+            measure(args, node, runs)
+    except KeyboardInterrupt as e:
+        say(f"interrupted ({e or 'Ctrl-C'}) after {len(runs)} measured runs")
+        rc = 130
+    finally:
+        with cluster.signals_deferred():  # a second Ctrl-C does not cut this short
+            if runs:
+                print_table(runs, args)
+            if started:
+                problems = cluster.down_reporting()
+        for line in problems:
+            say(line)
+        if problems:
+            say("the figures above stand; bringing the local cluster down FAILED (see above)")
+    return rc or (3 if problems else 0)
+
+
+def measure(args: argparse.Namespace, node: dict[str, Any], runs: list[Run]) -> None:
+    """Measure args.runs runs of each case into runs (each appended when it finished)."""
     import httpx2  # noqa: PLC0415
     from lightkube import Client, KubeConfig  # noqa: PLC0415
     from lightkube.generic_resource import create_namespaced_resource  # noqa: PLC0415
@@ -128,14 +170,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import storage_servers  # noqa: PLC0415
 
-    started = False
-    if not cluster.is_up():
-        cluster.up()
-        started = True
-    node, why = real_node()
-    if node is None:
-        say(f"no real node: {why}")
-        return 2
     workdir = Path(tempfile.mkdtemp(prefix="bench-real-pods-"))
     server = storage_servers.start_seaweedfs(workdir / "weed", workdir / "weed.log", host=node["ip"])
     operator = None
@@ -145,7 +179,6 @@ def main(argv: list[str] | None = None) -> int:
         "triton-operator.io", "v1alpha1", "TritonService", "tritonservices"
     )
     namespace = f"bench-{uuid.uuid4().hex[:6]}"
-    runs: list[Run] = []
     try:
         subprocess.run(
             [
@@ -245,22 +278,24 @@ def main(argv: list[str] | None = None) -> int:
             say(f"run {i + 1}/{args.runs}: new {runs[-2].total():.2f}s, revision {runs[-1].total():.2f}s")
             kube.delete(ts_resource, name, namespace=namespace)
     finally:
-        if operator is not None and operator.poll() is None:
-            os.killpg(operator.pid, signal.SIGTERM)
-            operator.wait(15)
-        with contextlib.suppress(Exception):
-            kube.delete(Namespace, namespace)
-        server.stop()
-        if started:
-            cluster.down()
-    print_table(runs, args)
-    return 0
+        with cluster.signals_deferred():  # each step whatever the one before did
+            if operator is not None and operator.poll() is None:
+                os.killpg(operator.pid, signal.SIGTERM)
+                try:
+                    operator.wait(15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(operator.pid, signal.SIGKILL)
+                    operator.wait()
+            with contextlib.suppress(Exception):
+                kube.delete(Namespace, namespace)
+            server.stop()
 
 
 def print_table(runs: list[Run], args: argparse.Namespace) -> None:
+    measured = max(sum(1 for r in runs if r.case == case) for case in ("new", "revision"))
+    count = f"{args.runs}" if measured == args.runs else f"{measured} of {args.runs} (stopped early)"
     print(
-        f"\nTime to serve on the real node ({args.runs} runs per case, "
-        f"poll {args.poll * 1000:.0f} ms), seconds"
+        f"\nTime to serve on the real node ({count} runs per case, poll {args.poll * 1000:.0f} ms), seconds"
     )
     print("\n| case | " + " | ".join(PHASES) + " | apply -> first answer |")
     print("|---|" + "---|" * (len(PHASES) + 1))
