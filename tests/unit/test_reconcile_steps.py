@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from e2e_helpers import ENSEMBLE_OF_A_MISSING_MODEL, tritonservice
-from memkube import Call, MemKube
+from memkube import READS, WRITES, Call, MemKube
 from triton_operator import GROUP as KIND_GROUP
 from triton_operator import KIND
 from triton_operator.core import conditions as cond
@@ -695,3 +695,43 @@ async def test_undo_while_the_spec_is_blocked_still_refuses_a_revision_that_cann
     assert [e["reason"] for e in kube.events[mark:]] == [cond.UNDO_REJECTED]
     assert held.plan.status.pinned_revision is None
     assert {d["metadata"]["name"]: d["spec"]["replicas"] for d in kube.of_kind("Deployment")} == before
+
+
+# ----------------------------------------------------------------- observe -> decide -> apply (issue 23)
+
+
+async def test_a_pass_reads_everything_before_its_first_write(routed: MemKube) -> None:
+    """Observe, decide, apply: the HPAs, the PodDisruptionBudget and the routes are read with the
+    TritonService and what it owns, before anything is written (a route is read again only after a
+    conflict on its write)."""
+    kube = routed
+    kube.edit(
+        KIND,
+        NS,
+        "svc",
+        lambda obj: obj["spec"].update(
+            autoscaling={"maxReplicas": 6, "metrics": [{"queueTime": {"averageMicroseconds": 5000}}]},
+            disruptionBudget={"enabled": False},
+        ),
+    )
+    kube.put(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "svc", "namespace": NS},
+            "spec": {"maxUnavailable": 1},
+        }
+    )
+    await start_canary(kube)
+    mark = len(kube.calls)
+    await run(kube)
+    calls = [c.method for c in kube.calls[mark:]]
+    first_write = next(i for i, m in enumerate(calls) if m in WRITES)
+    assert not [m for m in calls[first_write:] if m in READS]
+    reads = {(c.method, c.kind, c.name) for c in kube.calls[mark:] if c.method in READS}
+    assert {
+        ("list_kind", "HorizontalPodAutoscaler"),
+        ("get", "PodDisruptionBudget"),
+        ("get", "HTTPRoute"),
+    } <= {(m, k) for m, k, _ in reads}
+    assert route_weights(kube) == {"svc-stable": 100, "svc-canary": 0}

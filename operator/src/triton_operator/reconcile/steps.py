@@ -22,7 +22,6 @@ from triton_operator.core.autoscaling import Autoscalers, scale_replicas, scale_
 from triton_operator.core.builders import (
     build_event,
     compute_revision,
-    disruption_budget_enabled,
     endpoints,
     triton_image,
 )
@@ -49,8 +48,15 @@ from triton_operator.core.validation.spec import spec_warnings
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile.analysis import TritonView, analysis_status, models_status
-from triton_operator.reconcile.autoscaling import AUTOSCALER_RETRY_SECONDS, look
-from triton_operator.reconcile.observe import Seen, current_manifest, observe, undo_waits, unsyncable
+from triton_operator.reconcile.autoscaling import AUTOSCALER_RETRY_SECONDS
+from triton_operator.reconcile.observe import (
+    Seen,
+    current_manifest,
+    observe,
+    observe_spec,
+    undo_waits,
+    unsyncable,
+)
 from triton_operator.reconcile.pinning import (
     ManifestPinner,
     PinnedManifest,
@@ -339,14 +345,16 @@ async def _carry_out(
             object_name(ts, revision),
         )
         return Result(status=dict(seen.previous), revision=revision, requeue_after=FOREIGN_RETRY_SECONDS)
+    # Observe: everything the decision needs is read before it (no read after the decision).
+    around = await observe_spec(kube, seen, ts)
+    scalers = around.autoscalers
     owner = (seen.namespace, seen.name)
     before = RolloutStatus.from_status(seen.previous)
     readings = triton.look(owner, ts, before, revision, seen.pods) if triton is not None else {}
     analysis = triton.judge(owner, ts, before, readings, seen.moment) if triton is not None else None
+    # Decide (pure).
     plan = _plan(seen, ts, revision, before, unsyncable=unsyncable or {}, analysis=analysis)
-    scalers = await look(kube, ts, seen.metadata, seen.previous)
-    actions = await _desired(
-        kube,
+    actions = _desired(
         seen,
         settings,
         plan,
@@ -355,9 +363,11 @@ async def _carry_out(
         configs=configs,
         manifest_json=manifest_json,
         scalers=scalers,
+        stale_pdb=around.stale_disruption_budget,
     )
+    # Apply.
     await _apply(kube, actions, manifest_json)
-    traffic = await route_traffic(kube, ts, plan)
+    traffic = await route_traffic(kube, ts, plan, around.routes)
     shown = analysis if analysis is not None and plan.status.canary_revision == analysis.revision else None
     applied = [o for o in actions.apply if o.get("kind") == "Deployment"]
     image = revision_image([*applied, *seen.owned.deployments], plan.status.stable_revision)
@@ -429,8 +439,7 @@ def _plan(
     )
 
 
-async def _desired(
-    kube: KubeAPI,
+def _desired(
     seen: Seen,
     settings: Settings,
     plan: RolloutPlan,
@@ -440,12 +449,9 @@ async def _desired(
     configs: Mapping[str, str],
     manifest_json: str | None,
     scalers: Autoscalers | None,
+    stale_pdb: bool,
 ) -> Actions:
     """What to apply, scale and delete to carry out ``plan`` (pure: core.actions.plan_actions)."""
-    # A PodDisruptionBudget the spec no longer wants is looked up (and deleted) only then.
-    stale_pdb = not disruption_budget_enabled(ts) and (
-        await kube.get("PodDisruptionBudget", seen.namespace, ts.name) is not None
-    )
     try:
         return plan_actions(
             ts,
