@@ -27,8 +27,9 @@ from triton_operator.core.manifest import (
     select_objects,
 )
 from triton_operator.models import TritonService
+from triton_operator.reconcile.apply import SupersededError
 from triton_operator.reconcile.pinning import PinnedManifest, summarize
-from triton_operator.reconcile.steps import Result, SupersededError, reconcile
+from triton_operator.reconcile.steps import Result, reconcile
 from triton_operator.settings import Settings
 
 NS = "ml"

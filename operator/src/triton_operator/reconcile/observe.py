@@ -14,6 +14,7 @@ from triton_operator.adapters.kube import (
 )
 from triton_operator.core.autoscaling import Autoscalers
 from triton_operator.core.builders import disruption_budget_enabled
+from triton_operator.core.decide import Observed
 from triton_operator.core.manifest import (
     stale_pins,
 )
@@ -22,6 +23,7 @@ from triton_operator.core.observation import (
     DeploymentState,
     PodState,
     deployment_state,
+    observe_revisions,
     pod_state,
     revision_manifest,
     split_by_owner,
@@ -160,3 +162,21 @@ async def observe_spec(kube: KubeAPI, seen: Seen, ts: TritonService) -> Around:
         await kube.get("PodDisruptionBudget", seen.namespace, ts.name) is not None
     )
     return Around(autoscalers=scalers, stale_disruption_budget=stale_pdb, routes=await read_routes(kube, ts))
+
+
+def observed(seen: Seen, around: Around | None = None) -> Observed:
+    """What the decision (core.decide) reads of this pass's observations (``around``: for the spec it
+    carries out; None when it carries out none)."""
+    return Observed(
+        moment=seen.moment,
+        previous=seen.previous,
+        annotations=seen.metadata.get("annotations"),
+        generation=seen.generation,
+        deployments=seen.owned.deployments,
+        configmaps=seen.owned.configmaps,
+        deployment_states=seen.deployments,
+        pods=seen.pods,
+        revisions=observe_revisions(seen.owned.deployments, seen.owned.pods),
+        autoscalers=around.autoscalers if around is not None else None,
+        stale_disruption_budget=around.stale_disruption_budget if around is not None else False,
+    )
