@@ -19,6 +19,7 @@ from memkube import READS, WRITES, Call, MemKube
 from triton_operator import GROUP as KIND_GROUP
 from triton_operator import KIND
 from triton_operator.core import conditions as cond
+from triton_operator.core import observation
 from triton_operator.core.manifest import (
     ObjectInfo,
     StoreRef,
@@ -27,6 +28,7 @@ from triton_operator.core.manifest import (
     select_objects,
 )
 from triton_operator.models import TritonService
+from triton_operator.reconcile import observe as observe_module
 from triton_operator.reconcile.apply import SupersededError
 from triton_operator.reconcile.pinning import PinnedManifest, summarize
 from triton_operator.reconcile.steps import Result, reconcile
@@ -736,3 +738,36 @@ async def test_a_pass_reads_everything_before_its_first_write(routed: MemKube) -
         ("get", "HTTPRoute"),
     } <= {(m, k) for m, k, _ in reads}
     assert route_weights(kube) == {"svc-stable": 100, "svc-canary": 0}
+
+
+async def test_a_pass_parses_each_pod_once(kube: MemKube, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The status and the rollout engine read the same parsed pods (core.observation.PodState)."""
+    await run(kube)
+    kubelet(kube)
+    parsed: list[str] = []
+    real = observation.pod_state
+
+    def counting(obj: dict[str, Any]) -> observation.PodState:
+        parsed.append(obj["metadata"]["name"])
+        return real(obj)
+
+    monkeypatch.setattr(observation, "pod_state", counting)
+    monkeypatch.setattr(observe_module, "pod_state", counting)
+    await run(kube)
+    pods = [p["metadata"]["name"] for p in kube.of_kind("Pod")]
+    assert pods and sorted(parsed) == sorted(pods)
+
+
+async def test_ready_follows_the_rollouts_readiness_rule(kube: MemKube) -> None:
+    """One readiness rule (core.rollout.state.revision_ready): the status's Ready says True for a
+    revision scaled to spec.replicas with that many pods Ready, as seen by the controller, whatever
+    updatedReplicas says, exactly when the rollout engine counts the revision ready."""
+    await run(kube)
+    kubelet(kube)
+    (deployment,) = kube.of_kind("Deployment")
+    kube.edit(
+        "Deployment", NS, deployment["metadata"]["name"], lambda d: d["status"].update(updatedReplicas=0)
+    )
+    await run(kube)
+    ready = condition(kube, cond.READY)
+    assert (ready["status"], ready["reason"]) == (cond.TRUE, cond.AVAILABLE)

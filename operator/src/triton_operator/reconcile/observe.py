@@ -176,7 +176,7 @@ def observed(seen: Seen, around: Around | None = None) -> Observed:
         configmaps=seen.owned.configmaps,
         deployment_states=seen.deployments,
         pods=seen.pods,
-        revisions=observe_revisions(seen.owned.deployments, seen.owned.pods),
+        revisions=observe_revisions(seen.deployments, seen.pods),
         autoscalers=around.autoscalers if around is not None else None,
         stale_disruption_budget=around.stale_disruption_budget if around is not None else False,
     )
