@@ -130,6 +130,7 @@ async def reconcile(
     ``triton``: what the operator reads of Triton in the pods (status.models, canary analysis);
     a pass only takes the readings there are, it never waits for one.
     """
+    # Observe: the TritonService, what it owns, and the spec to carry out (its repository pinned).
     body = await kube.get_tritonservice(namespace, name)
     if body is None or body.get("metadata", {}).get("deletionTimestamp"):
         # Gone or going: ownerReferences let the garbage collector remove what it owned.
@@ -140,38 +141,21 @@ async def reconcile(
     async def hold(blocked: _Blocked) -> Result:
         return await _hold(kube, seen, settings, blocked, triton=triton, pin_manifest=pin_manifest)
 
-    checked = check_body(body)
-    if checked.problems or checked.ts is None:
-        return await hold(_Blocked(checked.message))
-    ts = checked.ts
-    refused = policy_errors(ts, settings)
-    if refused:
-        blocked = _Blocked(format_errors(refused), cond.REFUSED_BY_POLICY)
-        return await hold(blocked)
-    pinned: PinnedManifest | None = None
-    if pin_manifest is not None:
-        try:
-            pinned = await pin_manifest(ts, current_manifest(seen.owned, seen.previous))
-        except RepositoryError as exc:
-            listing = exc.reason == cond.REPOSITORY_LISTING  # not known yet: the listing runs
-            verdict = cond.Verdict(cond.UNKNOWN if listing else cond.FALSE, exc.reason, exc.message)
-            return await hold(_Blocked(exc.message, exc.reason, verdict, secret=exc.secret))
-    unloadable = pinned_version_errors(ts, pinned)
-    if unloadable:
-        return await hold(_Blocked(format_errors(unloadable)))
+    chosen = await _choose(seen, body, settings, pin_manifest)
+    if isinstance(chosen, _Blocked):
+        return await hold(chosen)
+    ts, pinned = chosen.ts, chosen.pinned
     await _warn(kube, seen, ts, settings)
-    # A spec that an existing revision rendered asks for that revision, under the settings it was
-    # created with: a new operator default (image, scrape) applies to new revisions only.
-    recorded = recorded_revisions(settings, seen.owned.deployments, seen.owned.configmaps)
-    revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None, recorded)
     try:
+        # Observe what the spec needs besides (HPAs, PDB, routes, Triton), decide (core.decide), apply
+        # (reconcile.apply); a spec the API server refuses is held like a blocked one.
         return await _carry_out(
             kube,
             seen,
             settings,
             ts,
-            revision,
-            configs=checked.configs,
+            chosen.revision,
+            configs=chosen.configs,
             manifest_json=pinned.json if pinned else None,
             repository=repository_verdict(ts, pinned),
             unsyncable=unsyncable(seen, pinned),
@@ -186,6 +170,46 @@ async def reconcile(
     except ObjectRejectedError as exc:
         # The schema let something through that the API server refuses (e.g. a malformed volume).
         return await hold(_Blocked(str(exc)))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Chosen:
+    """The current spec, valid and allowed, with its repository pinned and its revision."""
+
+    ts: TritonService
+    configs: Mapping[str, str]
+    pinned: PinnedManifest | None
+    revision: str
+
+
+async def _choose(
+    seen: Seen, body: Mapping[str, Any], settings: Settings, pin_manifest: ManifestPinner | None
+) -> _Chosen | _Blocked:
+    """The current spec to carry out, or why it cannot be (invalid, refused by policy, its repository
+    unreadable or its pinned versions unloadable). Pins its repository (reconcile.pinning): a read."""
+    checked = check_body(body)
+    if checked.problems or checked.ts is None:
+        return _Blocked(checked.message)
+    ts = checked.ts
+    refused = policy_errors(ts, settings)
+    if refused:
+        return _Blocked(format_errors(refused), cond.REFUSED_BY_POLICY)
+    pinned: PinnedManifest | None = None
+    if pin_manifest is not None:
+        try:
+            pinned = await pin_manifest(ts, current_manifest(seen.owned, seen.previous))
+        except RepositoryError as exc:
+            listing = exc.reason == cond.REPOSITORY_LISTING  # not known yet: the listing runs
+            verdict = cond.Verdict(cond.UNKNOWN if listing else cond.FALSE, exc.reason, exc.message)
+            return _Blocked(exc.message, exc.reason, verdict, secret=exc.secret)
+    unloadable = pinned_version_errors(ts, pinned)
+    if unloadable:
+        return _Blocked(format_errors(unloadable))
+    # A spec that an existing revision rendered asks for that revision, under the settings it was
+    # created with: a new operator default (image, scrape) applies to new revisions only.
+    recorded = recorded_revisions(settings, seen.owned.deployments, seen.owned.configmaps)
+    revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None, recorded)
+    return _Chosen(ts=ts, configs=checked.configs, pinned=pinned, revision=revision)
 
 
 async def _hold(
