@@ -1,7 +1,8 @@
 """What one reconcile writes, after it has decided: a Decision carried out in a fixed order.
 
 1. the objects (core.actions: a revision's ConfigMaps not yet stored as built, then its Deployment,
-   then Services, the PodDisruptionBudget, the owned HPA), by server-side apply;
+   then the Service, the PodDisruptionBudget, the owned HPA, the revision Services), by server-side
+   apply;
 2. the routes' weights (merge patches carrying the resourceVersion each route was read at);
 3. the status, if it changed, on the condition that the TritonService is still the version read
    (SupersededError otherwise: nothing after it is done);
