@@ -119,7 +119,7 @@ def test_deployment_state_from_api_dict() -> None:
     s = deployment_state(obj)
     assert (s.name, s.revision, s.replicas, s.ready_replicas, s.generation) == ("svc-r1", "r1", 2, 2, 3)
     assert s.deadline_exceeded
-    assert s.complete(2) and not s.complete(3)
+    assert s.ready_at(2) and not s.ready_at(3)
 
 
 def test_pod_state_unschedulable_and_failing() -> None:
@@ -322,7 +322,7 @@ def test_revision_state_from_objects() -> None:
         pod(unschedulable_at="2026-01-01T12:00:10Z"),
         pod(restarts=9, deleting=True),
     ]
-    state = revision_state(deployment, pods)
+    state = revision_state(deployment_state(deployment), [pod_state(p) for p in pods])
     assert state == RevisionState(
         spec_replicas=3,
         replicas=3,
@@ -349,13 +349,13 @@ def test_revision_state_observed_generation(
         "spec": {"replicas": 1},
         "status": {"observedGeneration": observed_generation, "readyReplicas": 1},
     }
-    state = revision_state(deployment, [])
+    state = revision_state(deployment_state(deployment), [])
     assert state.observed is observed
     assert state.ready_at(1) is observed
 
 
 def test_revision_state_of_pods_without_deployment() -> None:
-    state = revision_state(None, [pod(), pod()])
+    state = revision_state(None, [pod_state(pod()), pod_state(pod())])
     assert (state.spec_replicas, state.pods, state.gpu_pods) == (0, 2, 2)
 
 
@@ -381,11 +381,11 @@ def test_observe_revisions_pairs_each_deployment_with_its_own_pods() -> None:
         labelled(pod(), "orphan"),  # no Deployment: not a revision the engine plans
         labelled(pod(), None),
     ]
-    seen = observe_revisions(deployments, pods)
+    seen = observe_revisions([deployment_state(d) for d in deployments], [pod_state(p) for p in pods])
     assert set(seen) == {"a", "b"}
     assert (seen["a"].pods, seen["a"].crash_looping) == (2, False)
     assert (seen["b"].pods, seen["b"].crash_looping) == (1, True)
-    assert observe_revisions([], pods) == {}
+    assert observe_revisions([], [pod_state(p) for p in pods]) == {}
 
 
 # ----------------------------------------------------------------- the settings a revision was made with

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from e2e_helpers import ENSEMBLE_OF_A_MISSING_MODEL, tritonservice
-from memkube import Call, MemKube
+from memkube import READS, WRITES, Call, MemKube
 from triton_operator import GROUP as KIND_GROUP
 from triton_operator import KIND
 from triton_operator.core import conditions as cond
+from triton_operator.core import observation
 from triton_operator.core.manifest import (
     ObjectInfo,
     StoreRef,
@@ -27,8 +28,10 @@ from triton_operator.core.manifest import (
     select_objects,
 )
 from triton_operator.models import TritonService
+from triton_operator.reconcile import observe as observe_module
+from triton_operator.reconcile.apply import SupersededError
 from triton_operator.reconcile.pinning import PinnedManifest, summarize
-from triton_operator.reconcile.steps import Result, SupersededError, reconcile
+from triton_operator.reconcile.steps import Result, reconcile
 from triton_operator.settings import Settings
 
 NS = "ml"
@@ -695,3 +698,76 @@ async def test_undo_while_the_spec_is_blocked_still_refuses_a_revision_that_cann
     assert [e["reason"] for e in kube.events[mark:]] == [cond.UNDO_REJECTED]
     assert held.plan.status.pinned_revision is None
     assert {d["metadata"]["name"]: d["spec"]["replicas"] for d in kube.of_kind("Deployment")} == before
+
+
+# ----------------------------------------------------------------- observe -> decide -> apply (issue 23)
+
+
+async def test_a_pass_reads_everything_before_its_first_write(routed: MemKube) -> None:
+    """Observe, decide, apply: the HPAs, the PodDisruptionBudget and the routes are read with the
+    TritonService and what it owns, before anything is written (a route is read again only after a
+    conflict on its write)."""
+    kube = routed
+    kube.edit(
+        KIND,
+        NS,
+        "svc",
+        lambda obj: obj["spec"].update(
+            autoscaling={"maxReplicas": 6, "metrics": [{"queueTime": {"averageMicroseconds": 5000}}]},
+            disruptionBudget={"enabled": False},
+        ),
+    )
+    kube.put(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "svc", "namespace": NS},
+            "spec": {"maxUnavailable": 1},
+        }
+    )
+    await start_canary(kube)
+    mark = len(kube.calls)
+    await run(kube)
+    calls = [c.method for c in kube.calls[mark:]]
+    first_write = next(i for i, m in enumerate(calls) if m in WRITES)
+    assert not [m for m in calls[first_write:] if m in READS]
+    reads = {(c.method, c.kind, c.name) for c in kube.calls[mark:] if c.method in READS}
+    assert {
+        ("list_kind", "HorizontalPodAutoscaler"),
+        ("get", "PodDisruptionBudget"),
+        ("get", "HTTPRoute"),
+    } <= {(m, k) for m, k, _ in reads}
+    assert route_weights(kube) == {"svc-stable": 100, "svc-canary": 0}
+
+
+async def test_a_pass_parses_each_pod_once(kube: MemKube, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The status and the rollout engine read the same parsed pods (core.observation.PodState)."""
+    await run(kube)
+    kubelet(kube)
+    parsed: list[str] = []
+    real = observation.pod_state
+
+    def counting(obj: dict[str, Any]) -> observation.PodState:
+        parsed.append(obj["metadata"]["name"])
+        return real(obj)
+
+    monkeypatch.setattr(observation, "pod_state", counting)
+    monkeypatch.setattr(observe_module, "pod_state", counting)
+    await run(kube)
+    pods = [p["metadata"]["name"] for p in kube.of_kind("Pod")]
+    assert pods and sorted(parsed) == sorted(pods)
+
+
+async def test_ready_follows_the_rollouts_readiness_rule(kube: MemKube) -> None:
+    """One readiness rule (core.rollout.state.revision_ready): the status's Ready says True for a
+    revision scaled to spec.replicas with that many pods Ready, as seen by the controller, whatever
+    updatedReplicas says, exactly when the rollout engine counts the revision ready."""
+    await run(kube)
+    kubelet(kube)
+    (deployment,) = kube.of_kind("Deployment")
+    kube.edit(
+        "Deployment", NS, deployment["metadata"]["name"], lambda d: d["status"].update(updatedReplicas=0)
+    )
+    await run(kube)
+    ready = condition(kube, cond.READY)
+    assert (ready["status"], ready["reason"]) == (cond.TRUE, cond.AVAILABLE)

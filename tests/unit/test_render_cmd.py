@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import copy
+import datetime
 import io
 from pathlib import Path
 from typing import Any
@@ -10,12 +12,15 @@ from typing import Any
 import pytest
 import yaml
 
+from memkube import MemKube
 from triton_operator.commands import render
 from triton_operator.core.names import PLACEHOLDER_UID
+from triton_operator.reconcile.steps import reconcile
 from triton_operator.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
+NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 
 
 def run_render(*argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -163,3 +168,29 @@ def test_the_autoscaled_example_renders_its_owned_hpa(capsys: pytest.CaptureFixt
     names = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]]
     assert names == ["triton_queue_time_per_request_microseconds", "triton_inferences_per_second"]
     assert hpa["spec"]["behavior"] == wanted["behavior"]
+
+
+@pytest.mark.parametrize("example", ["tiny.yaml", "canary-gateway.yaml", "autoscaled.yaml"])
+async def test_render_prints_what_a_first_reconcile_pass_applies(example: str) -> None:
+    """render and the reconcile share one decision (core.decide): the objects render prints are the
+    ones a first pass over the same TritonService applies, in the same order, with the same content
+    (the real uid in ownerReferences aside)."""
+    source = next(d for d in docs((EXAMPLES / example).read_text()) if d["kind"] == "TritonService")
+    source["metadata"]["namespace"] = "ml"
+    out, err = io.StringIO(), io.StringIO()
+    assert render.render([source], Settings(), out=out, err=err) == 0, err.getvalue()
+    kube = MemKube()
+    stored = kube.put(source)
+    await reconcile(kube, "ml", source["metadata"]["name"], Settings(), clock=lambda: NOW)
+    uid = stored["metadata"]["uid"]
+
+    def comparable(obj: dict[str, Any]) -> dict[str, Any]:
+        metadata = {
+            k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "generation", "uid")
+        }
+        for ref in metadata.get("ownerReferences") or []:
+            ref["uid"] = PLACEHOLDER_UID if ref["uid"] == uid else ref["uid"]
+        return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": metadata}
+
+    applied = [comparable(copy.deepcopy(kube.objects[key])) for key in kube.applied]
+    assert applied == docs(out.getvalue())

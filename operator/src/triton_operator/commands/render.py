@@ -10,15 +10,14 @@ from typing import Any, TextIO
 import yaml
 
 from triton_operator import KIND
-from triton_operator.core.actions import plan_actions
+from triton_operator.core.autoscaling import Autoscalers
 from triton_operator.core.builders import compute_revision, triton_image
+from triton_operator.core.decide import Observed, decide
 from triton_operator.core.manifest import manifest_digest, manifest_to_json
 from triton_operator.core.names import PLACEHOLDER_UID
 from triton_operator.core.observation import check_body
 from triton_operator.core.policy import policy_errors
 from triton_operator.core.rollout.clock import utcnow
-from triton_operator.core.rollout.engine import plan_rollout
-from triton_operator.core.rollout.plan import RolloutInput
 from triton_operator.core.validation.spec import spec_warnings
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
@@ -139,31 +138,14 @@ def render(
                 manifest_json, digest = pinned
                 manifest_note = f"pinned, digest {digest}"
         revision = compute_revision(ts, settings, checked.configs, digest)
-        # What the operator applies when it first meets this TritonService: the same rollout
-        # plan and the same action plan as the reconcile (revision Services included).
-        plan = plan_rollout(
-            RolloutInput(
-                rollout=ts.spec.rollout,
-                replicas=ts.spec.replicas,
-                desired_revision=revision,
-                now=utcnow(),
-                gpus_per_pod=ts.spec.resources.gpus,
-                progress_deadline_seconds=ts.spec.progress_deadline(),
-            )
+        # What the operator applies when it first meets this TritonService: the reconcile's own
+        # decision (core.decide), from an observation of nothing (no status, no owned objects). No
+        # other autoscaler can be seen without a cluster: the owned HPA, as first applied.
+        first_meeting = Observed(moment=utcnow(), autoscalers=Autoscalers.of((), ts.name, None))
+        decision = decide(
+            ts, settings, revision, first_meeting, configs=checked.configs, manifest_json=manifest_json
         )
-        actions = plan_actions(
-            ts,
-            settings,
-            revision,
-            plan,
-            configs=checked.configs,
-            manifest_json=manifest_json,
-            deployments=(),
-            configmaps=(),
-            # No other autoscaler can be seen without a cluster: the owned HPA, as first applied.
-            autoscaler=ts.spec.autoscaling is not None,
-        )
-        objects = list(actions.apply)
+        objects = list(decision.actions.apply)
         if not first:
             out.write("---\n")
         first = False

@@ -88,6 +88,113 @@ def _stored_as_built(built: Mapping[str, Any], stored: Sequence[Mapping[str, Any
     )
 
 
+# ----------------------------------------------------------------- one small reconciler per owned kind
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnedKind:
+    """What one owned kind needs: its desired objects (applied, whether they exist or not: server-side
+    apply creates or updates), and the (kind, name) of those that exist and are no longer wanted."""
+
+    apply: tuple[dict[str, Any], ...] = ()
+    delete: tuple[tuple[str, str], ...] = ()
+
+
+def _revision(
+    ts: TritonService,
+    settings: Settings,
+    revision: str,
+    plan: RolloutPlan,
+    *,
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+    deployments: Sequence[Mapping[str, Any]],
+    configmaps: Sequence[Mapping[str, Any]],
+) -> OwnedKind:
+    """The spec's revision: its ConfigMaps not yet stored as built, then its Deployment (when the plan
+    keeps it); manifest parts it no longer has go."""
+    if revision not in plan.replicas:
+        return OwnedKind()
+    existing = next((d for d in deployments if revision_of(d) == revision), None)
+    stored = revision_configmaps(configmaps, revision)
+    # An existing revision is rendered with the operator settings it was created with, never
+    # today's (a new default image or sync image applies to new revisions only): its pod
+    # template never changes. A new one records today's.
+    recorded = recorded_settings(settings, stored, existing)
+    built = build_configmaps(
+        ts,
+        revision,
+        configs,
+        manifest_json,
+        layout=layout_of(existing),
+        existing=stored,
+        settings=recorded,
+    )
+    # A revision's ConfigMaps never change (its hash names them): one stored as built is not
+    # sent again, which spares the API server megabytes of manifest parts on every reconcile.
+    apply = [c for c in built if not _stored_as_built(c, stored)]
+    current = _replicas(existing) if existing is not None else 0
+    apply.append(
+        build_deployment(
+            ts,
+            revision,
+            recorded,
+            max(plan.replicas[revision], current),
+            manifest_layout(built),
+        )
+    )
+    names = {c["metadata"]["name"] for c in built}
+    return OwnedKind(
+        apply=tuple(apply), delete=tuple(("ConfigMap", n) for n in _names(stored) if n not in names)
+    )
+
+
+def _service(ts: TritonService, plan: RolloutPlan) -> OwnedKind:
+    """The Service `<name>`, selecting the revision the plan serves from."""
+    return OwnedKind(apply=(build_service(ts, plan.stable_service_revision),))
+
+
+def _disruption_budget(ts: TritonService, *, exists: bool) -> OwnedKind:
+    """The PodDisruptionBudget `<name>` when the spec wants one; deleted when it exists and is not wanted."""
+    if disruption_budget_enabled(ts):
+        return OwnedKind(apply=(build_pdb(ts),))
+    return OwnedKind(delete=(("PodDisruptionBudget", ts.name),) if exists else ())
+
+
+def _autoscaler(ts: TritonService, *, wanted: bool, exists: bool) -> OwnedKind:
+    """The owned HorizontalPodAutoscaler when wanted; deleted when the owned one exists and is not."""
+    if wanted:
+        return OwnedKind(apply=(build_hpa(ts),))
+    return OwnedKind(delete=((HPA_KIND, ts.name),) if exists else ())
+
+
+def _revision_services(ts: TritonService, plan: RolloutPlan, *, exist: bool) -> OwnedKind:
+    """`<name>-stable` and `<name>-canary` while the spec routes through Gateway API; deleted when they
+    may exist and it no longer does."""
+    routing = ts.spec.rollout.traffic_routing
+    if routing is None or routing.gateway_api is None:
+        return OwnedKind(
+            delete=tuple(("Service", revision_service_name(ts.name, r)) for r in ROLES) if exist else ()
+        )
+    owner = build_owner_reference({"metadata": ts.metadata})
+    roles: tuple[tuple[Role, str | None], ...] = (
+        ("stable", plan.stable_service_revision),
+        ("canary", plan.canary_service_revision or plan.stable_service_revision),
+    )
+    return OwnedKind(
+        apply=tuple(
+            build_revision_service(
+                ts.name, ts.namespace, role, selected, owner_ref=owner, labels=build_labels(ts)
+            )
+            for role, selected in roles
+            if selected
+        )
+    )
+
+
+ROLES: tuple[Role, ...] = ("stable", "canary")
+
+
 def plan_actions(
     ts: TritonService,
     settings: Settings,
@@ -121,65 +228,24 @@ def plan_actions(
     reconcile carries out after the Services' selectors and the routes' weights are written, as
     it does for every other revision.
     """
-    apply: list[dict[str, Any]] = []
-    delete: list[tuple[str, str]] = []
-    if revision in plan.replicas:
-        existing = next((d for d in deployments if revision_of(d) == revision), None)
-        stored = revision_configmaps(configmaps, revision)
-        # An existing revision is rendered with the operator settings it was created with, never
-        # today's (a new default image or sync image applies to new revisions only): its pod
-        # template never changes. A new one records today's.
-        recorded = recorded_settings(settings, stored, existing)
-        built = build_configmaps(
+    owned = (
+        _revision(
             ts,
+            settings,
             revision,
-            configs,
-            manifest_json,
-            layout=layout_of(existing),
-            existing=stored,
-            settings=recorded,
-        )
-        # A revision's ConfigMaps never change (its hash names them): one stored as built is not
-        # sent again, which spares the API server megabytes of manifest parts on every reconcile.
-        apply += [c for c in built if not _stored_as_built(c, stored)]
-        current = _replicas(existing) if existing is not None else 0
-        apply.append(
-            build_deployment(
-                ts,
-                revision,
-                recorded,
-                max(plan.replicas[revision], current),
-                manifest_layout(built),
-            )
-        )
-        names = {c["metadata"]["name"] for c in built}
-        delete += [("ConfigMap", n) for n in _names(stored) if n not in names]
-    apply.append(build_service(ts, plan.stable_service_revision))
-    if disruption_budget_enabled(ts):
-        apply.append(build_pdb(ts))
-    elif disruption_budget:
-        delete.append(("PodDisruptionBudget", ts.name))
-    if autoscaler:
-        apply.append(build_hpa(ts))
-    elif stale_autoscaler:
-        delete.append((HPA_KIND, ts.name))
-    routing = ts.spec.rollout.traffic_routing
-    if routing is not None and routing.gateway_api is not None:
-        owner = build_owner_reference({"metadata": ts.metadata})
-        roles: tuple[tuple[Role, str | None], ...] = (
-            ("stable", plan.stable_service_revision),
-            ("canary", plan.canary_service_revision or plan.stable_service_revision),
-        )
-        for role, selected in roles:
-            if selected:
-                apply.append(
-                    build_revision_service(
-                        ts.name, ts.namespace, role, selected, owner_ref=owner, labels=build_labels(ts)
-                    )
-                )
-    elif revision_services:
-        delete += [("Service", revision_service_name(ts.name, role)) for role in ("stable", "canary")]
-
+            plan,
+            configs=configs,
+            manifest_json=manifest_json,
+            deployments=deployments,
+            configmaps=configmaps,
+        ),
+        _service(ts, plan),
+        _disruption_budget(ts, exists=disruption_budget),
+        _autoscaler(ts, wanted=autoscaler, exists=stale_autoscaler),
+        _revision_services(ts, plan, exist=revision_services),
+    )
+    apply = [obj for kind in owned for obj in kind.apply]
+    delete = [gone for kind in owned for gone in kind.delete]
     scale: dict[str, int] = {}
     for deployment in deployments:
         rev = revision_of(deployment)

@@ -33,7 +33,7 @@ from triton_operator.core.names import (
     TRITON_CONTAINER,
 )
 from triton_operator.core.rollout.clock import parse_time
-from triton_operator.core.rollout.state import RevisionState
+from triton_operator.core.rollout.state import RevisionState, revision_ready
 from triton_operator.core.triton_state import (
     ModelVersionState,
     describe_failures,
@@ -390,13 +390,10 @@ class DeploymentState:
         """status.observedGeneration >= metadata.generation: the controller has seen the spec."""
         return self.observed_generation >= self.generation
 
-    def complete(self, replicas: int) -> bool:
-        """Scaled to ``replicas``, all updated and Ready, as the Deployment controller last saw it."""
-        return (
-            self.observed
-            and self.replicas == replicas
-            and self.updated_replicas >= replicas
-            and self.ready_replicas >= replicas
+    def ready_at(self, replicas: int) -> bool:
+        """Ready at ``replicas``, by the rollout's own rule (core.rollout.state.revision_ready)."""
+        return revision_ready(
+            replicas, observed=self.observed, spec_replicas=self.replicas, ready_replicas=self.ready_replicas
         )
 
 
@@ -529,22 +526,22 @@ FAILING_WAIT_REASONS = frozenset(
 
 
 def revision_state(
-    deployment: Mapping[str, Any] | None,
-    pods: Iterable[Mapping[str, Any]] = (),
+    deployment: DeploymentState | None,
+    pods: Iterable[PodState] = (),
     *,
     crash_restart_threshold: int = CRASH_RESTART_THRESHOLD,
 ) -> RevisionState:
-    """Read one revision's Deployment dict and its pods' dicts (as the API returns them)."""
-    seen = deployment_state(deployment or {})
-    states = [pod_state(p) for p in pods]
+    """One revision as the rollout engine sees it: its Deployment's and its pods' states (parsed once,
+    by deployment_state and pod_state)."""
+    states = list(pods)
     live = [p for p in states if not p.terminating]
     since = [p.unschedulable_since for p in live if p.unschedulable_since is not None]
     return RevisionState(
-        spec_replicas=seen.replicas if deployment else 0,
-        replicas=seen.status_replicas,
-        ready_replicas=seen.ready_replicas,
-        available_replicas=seen.available_replicas,
-        observed=seen.observed,
+        spec_replicas=deployment.replicas if deployment is not None else 0,
+        replicas=deployment.status_replicas if deployment is not None else 0,
+        ready_replicas=deployment.ready_replicas if deployment is not None else 0,
+        available_replicas=deployment.available_replicas if deployment is not None else 0,
+        observed=deployment.observed if deployment is not None else True,
         pods=len(states),
         crash_looping=any(p.crash_looping(crash_restart_threshold) for p in live),
         unschedulable_since=min(since) if since else None,
@@ -556,17 +553,11 @@ def revision_state(
 
 
 def observe_revisions(
-    deployments: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+    deployments: Iterable[DeploymentState], pods: Iterable[PodState]
 ) -> dict[str, RevisionState]:
     """Every revision Deployment of a TritonService (by its revision label) with its own pods."""
-    by_revision: dict[str, list[Mapping[str, Any]]] = {}
+    by_revision: dict[str, list[PodState]] = {}
     for pod in pods:
-        revision = revision_of(pod)
-        if revision:
-            by_revision.setdefault(revision, []).append(pod)
-    out: dict[str, RevisionState] = {}
-    for deployment in deployments:
-        revision = revision_of(deployment)
-        if revision:
-            out[revision] = revision_state(deployment, by_revision.get(revision, ()))
-    return out
+        if pod.revision:
+            by_revision.setdefault(pod.revision, []).append(pod)
+    return {d.revision: revision_state(d, by_revision.get(d.revision, ())) for d in deployments if d.revision}

@@ -109,7 +109,7 @@ def summarize_ready(
         )
     assert plan.stable is not None
     state = deployments.get(plan.stable)
-    if state is None or not state.complete(replicas):
+    if state is None or not state.ready_at(replicas):
         return Verdict(FALSE, REPLICAS_NOT_READY, _replica_message(plan.stable, state, replicas))
     if replicas == 0:
         return Verdict(TRUE, SCALED_TO_ZERO, f"revision {plan.stable} is scaled to zero")

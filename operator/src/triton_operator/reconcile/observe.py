@@ -1,4 +1,5 @@
-"""What one reconcile reads: the TritonService, the objects it owns, and what an undo may not reach."""
+"""What one reconcile reads, all before it decides: the TritonService, the objects it owns, what an undo
+may not reach, and for the spec it carries out the HPAs, the PodDisruptionBudget and the routes."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from triton_operator.adapters.kube import (
     KubeAPI,
     Owned,
 )
+from triton_operator.core.autoscaling import Autoscalers
+from triton_operator.core.builders import disruption_budget_enabled
+from triton_operator.core.decide import Observed
 from triton_operator.core.manifest import (
     stale_pins,
 )
@@ -19,6 +23,7 @@ from triton_operator.core.observation import (
     DeploymentState,
     PodState,
     deployment_state,
+    observe_revisions,
     pod_state,
     revision_manifest,
     split_by_owner,
@@ -26,7 +31,10 @@ from triton_operator.core.observation import (
 from triton_operator.core.rollout.clock import format_time
 from triton_operator.core.rollout.requests import pending_requests
 from triton_operator.core.rollout.state import RolloutStatus
+from triton_operator.models import TritonService
+from triton_operator.reconcile.autoscaling import look
 from triton_operator.reconcile.pinning import PinnedManifest, parse_manifest
+from triton_operator.reconcile.routes import Routes, read_routes
 
 
 def owned_selector(name: str) -> dict[str, str]:
@@ -130,4 +138,45 @@ def live_replicas(body: Mapping[str, Any]) -> int | None:
     replicas = (body.get("spec") or {}).get("replicas")
     return (
         replicas if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas >= 0 else None
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Around:
+    """What a pass reads for the spec it carries out (the current one, or the last valid one while
+    the current one is blocked), beside the objects it owns: read before the decision, never after."""
+
+    autoscalers: Autoscalers | None
+    """The namespace's HPAs that target the service (None: not listed, see reconcile.autoscaling.look)."""
+    stale_disruption_budget: bool
+    """The PodDisruptionBudget exists while the spec no longer wants one (looked up only then)."""
+    routes: Routes
+    """The Gateway API routes the spec names, as read (none when it names none)."""
+
+
+async def observe_spec(kube: KubeAPI, seen: Seen, ts: TritonService) -> Around:
+    """Read what the decision for ``ts`` needs beyond ``seen``: HPAs, the PodDisruptionBudget, the routes."""
+    scalers = await look(kube, ts, seen.metadata, seen.previous)
+    # A PodDisruptionBudget the spec no longer wants is looked up (and deleted) only then.
+    stale_pdb = not disruption_budget_enabled(ts) and (
+        await kube.get("PodDisruptionBudget", seen.namespace, ts.name) is not None
+    )
+    return Around(autoscalers=scalers, stale_disruption_budget=stale_pdb, routes=await read_routes(kube, ts))
+
+
+def observed(seen: Seen, around: Around | None = None) -> Observed:
+    """What the decision (core.decide) reads of this pass's observations (``around``: for the spec it
+    carries out; None when it carries out none)."""
+    return Observed(
+        moment=seen.moment,
+        previous=seen.previous,
+        annotations=seen.metadata.get("annotations"),
+        generation=seen.generation,
+        deployments=seen.owned.deployments,
+        configmaps=seen.owned.configmaps,
+        deployment_states=seen.deployments,
+        pods=seen.pods,
+        revisions=observe_revisions(seen.deployments, seen.pods),
+        autoscalers=around.autoscalers if around is not None else None,
+        stale_disruption_budget=around.stale_disruption_budget if around is not None else False,
     )

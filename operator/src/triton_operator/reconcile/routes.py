@@ -1,8 +1,11 @@
-"""Route writing: the rollout's weights (and A/B rule) set on the user's Gateway API routes."""
+"""Routes: the user's Gateway API routes read (before the decision), and the rollout's weights (and A/B
+rule) written on them (after the objects are applied)."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 from triton_operator.adapters.kube import (
     ConflictError,
@@ -32,14 +35,12 @@ class Traffic:
 
 ROUTE_RETRY_SECONDS = 30.0
 
+Routes = Mapping[tuple[RouteKind, str], Mapping[str, Any] | None]
+"""The named routes as read: (kind, name) -> the route (None: it does not exist)."""
 
-async def route_traffic(kube: KubeAPI, ts: TritonService, plan: RolloutPlan) -> Traffic | None:
-    """Write the weights (and the A/B rule) into the user's HTTPRoute and GRPCRoute, if any are named.
 
-    Every named route is handled on its own: one missing route does not hold back the other. A
-    route that is missing or points at neither revision Service is looked at again after
-    ROUTE_RETRY_SECONDS (routes are not watched).
-    """
+def named_routes(ts: TritonService) -> list[tuple[RouteKind, str]] | None:
+    """The HTTPRoute and GRPCRoute the spec names; None when it routes no traffic through Gateway API."""
     routing = ts.spec.rollout.traffic_routing
     gateway = routing.gateway_api if routing is not None else None
     if gateway is None:
@@ -49,6 +50,28 @@ async def route_traffic(kube: KubeAPI, ts: TritonService, plan: RolloutPlan) -> 
         routes.append(("HTTPRoute", gateway.http_route))
     if gateway.grpc_route:
         routes.append(("GRPCRoute", gateway.grpc_route))
+    return routes
+
+
+async def read_routes(kube: KubeAPI, ts: TritonService) -> Routes:
+    """Read every route the spec names (none when it routes no traffic through Gateway API)."""
+    return {(kind, name): await kube.get(kind, ts.namespace, name) for kind, name in named_routes(ts) or []}
+
+
+async def route_traffic(
+    kube: KubeAPI, ts: TritonService, plan: RolloutPlan, read: Routes | None = None
+) -> Traffic | None:
+    """Write the weights (and the A/B rule) into the user's HTTPRoute and GRPCRoute, if any are named.
+
+    ``read``: the routes as the pass read them (read_routes); each is written from that read, and
+    read again only when it changed since (a conflict). Without it each route is read here.
+    Every named route is handled on its own: one missing route does not hold back the other. A
+    route that is missing or points at neither revision Service is looked at again after
+    ROUTE_RETRY_SECONDS (routes are not watched).
+    """
+    routes = named_routes(ts)
+    if routes is None:
+        return None
     if not routes:
         message = "spec.rollout.trafficRouting.gatewayAPI names no httpRoute or grpcRoute"
         return Traffic(cond.Verdict(cond.FALSE, cond.ROUTE_NOT_FOUND, message))
@@ -57,7 +80,7 @@ async def route_traffic(kube: KubeAPI, ts: TritonService, plan: RolloutPlan) -> 
     retry: float | None = None
     for kind, route_name in routes:
         where = f"{kind} {ts.namespace}/{route_name}"
-        problem = await set_route(kube, ts, plan, kind, route_name)
+        problem = await set_route(kube, ts, plan, kind, route_name, read=read)
         if problem is None:
             done.append(where)
             continue
@@ -79,9 +102,18 @@ ROUTE_WRITE_ATTEMPTS = 3
 
 
 async def set_route(
-    kube: KubeAPI, ts: TritonService, plan: RolloutPlan, kind: RouteKind, route_name: str
+    kube: KubeAPI,
+    ts: TritonService,
+    plan: RolloutPlan,
+    kind: RouteKind,
+    route_name: str,
+    *,
+    read: Routes | None = None,
 ) -> tuple[str, str] | None:
-    """Set the plan's weights on one route: None when done, else (TrafficRouted reason, message)."""
+    """Set the plan's weights on one route: None when done, else (TrafficRouted reason, message).
+
+    The first attempt writes from the route in ``read`` when it is there; a conflict (the route
+    changed since) reads it again. The merge patch carries the resourceVersion of the route read."""
     where = f"{kind} {ts.namespace}/{route_name}"
     stable_svc = revision_service_name(ts.name, "stable")
     canary_svc = revision_service_name(ts.name, "canary")
@@ -90,8 +122,11 @@ async def set_route(
         f"{where} does not exist: create it with a backendRef to Service {stable_svc} "
         "(the operator sets the weights of existing routes, it never creates one)",
     )
-    for _ in range(ROUTE_WRITE_ATTEMPTS):
-        existing = await kube.get(kind, ts.namespace, route_name)
+    for attempt in range(ROUTE_WRITE_ATTEMPTS):
+        if attempt == 0 and read is not None and (kind, route_name) in read:
+            existing = read[(kind, route_name)]
+        else:
+            existing = await kube.get(kind, ts.namespace, route_name)
         if existing is None:
             return missing
         if (existing.get("spec") or {}).get("rules") and not references_services(

@@ -14,8 +14,9 @@ from triton_operator.core import conditions as cond
 from triton_operator.metrics import METRICS, SUPERSEDED
 from triton_operator.models import TritonService
 from triton_operator.reconcile.analysis import TritonView
+from triton_operator.reconcile.apply import SupersededError
 from triton_operator.reconcile.pinning import RepositoryPinner
-from triton_operator.reconcile.steps import Result, SupersededError, reconcile
+from triton_operator.reconcile.steps import Result, reconcile
 from triton_operator.settings import Settings
 
 logger = logging.getLogger(__name__)

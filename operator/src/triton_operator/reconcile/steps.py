@@ -1,4 +1,5 @@
-"""One reconcile pass of a TritonService, as a chain of named steps: observe -> desired -> apply -> report."""
+"""One reconcile pass of a TritonService: observe (reconcile.observe) -> decide (core.decide) -> apply
+(reconcile.apply)."""
 
 from __future__ import annotations
 
@@ -8,49 +9,39 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from triton_operator.adapters.kube import (
-    ConflictError,
-    KubeAPI,
-    ObjectRejectedError,
-    ObjectTooLargeError,
-    retry_delay,
-)
+from triton_operator.adapters.kube import KubeAPI, ObjectRejectedError
 from triton_operator.core import conditions as cond
-from triton_operator.core.actions import Actions, RevisionPlan, plan_actions
-from triton_operator.core.analysis import AnalysisResult
-from triton_operator.core.autoscaling import Autoscalers, scale_replicas, scale_selector, scaled_revisions
-from triton_operator.core.builders import (
-    build_event,
-    compute_revision,
-    disruption_budget_enabled,
-    endpoints,
-    triton_image,
-)
-from triton_operator.core.manifestparts import ManifestTooLarge, compress
+from triton_operator.core.builders import compute_revision, triton_image
+from triton_operator.core.decide import Shown, decide, decided_status, held_status
+from triton_operator.core.manifestparts import ManifestTooLarge
 from triton_operator.core.names import object_name, revision_object_names
 from triton_operator.core.observation import (
     behind_default,
     check_body,
     last_valid,
-    layout_of,
-    observe_revisions,
     recorded_revisions,
     revision_image,
 )
 from triton_operator.core.policy import policy_errors
 from triton_operator.core.rollout.clock import utcnow
-from triton_operator.core.rollout.engine import plan_rollout
-from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
-from triton_operator.core.rollout.requests import parse_control_requests
+from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.core.rollout.state import RolloutStatus
-from triton_operator.core.status import Observation, build_status, status_changed
 from triton_operator.core.validation.errors import format_errors
 from triton_operator.core.validation.spec import spec_warnings
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile.analysis import TritonView, analysis_status, models_status
-from triton_operator.reconcile.autoscaling import AUTOSCALER_RETRY_SECONDS, look
-from triton_operator.reconcile.observe import Seen, current_manifest, observe, undo_waits, unsyncable
+from triton_operator.reconcile.apply import NotStoredError, apply, post_event, write_status
+from triton_operator.reconcile.autoscaling import AUTOSCALER_RETRY_SECONDS
+from triton_operator.reconcile.observe import (
+    Seen,
+    current_manifest,
+    observe,
+    observe_spec,
+    observed,
+    undo_waits,
+    unsyncable,
+)
 from triton_operator.reconcile.pinning import (
     ManifestPinner,
     PinnedManifest,
@@ -58,7 +49,7 @@ from triton_operator.reconcile.pinning import (
     pinned_version_errors,
     repository_verdict,
 )
-from triton_operator.reconcile.routes import Traffic, route_traffic
+from triton_operator.reconcile.routes import Traffic
 from triton_operator.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -105,15 +96,6 @@ def _too_large(pinned: PinnedManifest | None, manifest_json: str | None, detail:
     )
 
 
-def _parts_summary(actions: Actions, manifest_json: str | None) -> str:
-    """How the refused revision stores its manifest (its Deployment says how many parts)."""
-    deployment = next((o for o in actions.apply if o.get("kind") == "Deployment"), None)
-    layout = layout_of(deployment)
-    if manifest_json is None or layout is None or layout.plain:
-        return ""
-    return f"{len(compress(manifest_json))} bytes gzipped in {layout.parts} ConfigMaps; "
-
-
 @dataclasses.dataclass(frozen=True)
 class _Blocked:
     """Why the current spec cannot be applied: its Ready reason and message (and RepositoryReady)."""
@@ -125,25 +107,6 @@ class _Blocked:
     """The current spec when it is valid (its repository is polled, so a new pin tries again)."""
     secret: str | None = None
     """The credentials Secret whose change may unblock it (RepositoryError.secret)."""
-
-
-class SupersededError(Exception):
-    """The TritonService changed after this pass read it (a newer pass, another replica, a user):
-    its status write was refused and nothing after it was done. The pass's decision is stale; read
-    the object again and decide afresh, never write the stale status again."""
-
-    def __init__(self, namespace: str, name: str, version: str | None) -> None:
-        super().__init__(
-            f"{namespace}/{name} changed since this pass read it (resourceVersion {version}): "
-            "its status was not written"
-        )
-        self.namespace = namespace
-        self.name = name
-        self.version = version
-
-
-class _NotStoredError(Exception):
-    """The revision's manifest cannot be stored in ConfigMaps (too many parts, or refused for size)."""
 
 
 async def reconcile(
@@ -167,6 +130,7 @@ async def reconcile(
     ``triton``: what the operator reads of Triton in the pods (status.models, canary analysis);
     a pass only takes the readings there are, it never waits for one.
     """
+    # Observe: the TritonService, what it owns, and the spec to carry out (its repository pinned).
     body = await kube.get_tritonservice(namespace, name)
     if body is None or body.get("metadata", {}).get("deletionTimestamp"):
         # Gone or going: ownerReferences let the garbage collector remove what it owned.
@@ -177,44 +141,27 @@ async def reconcile(
     async def hold(blocked: _Blocked) -> Result:
         return await _hold(kube, seen, settings, blocked, triton=triton, pin_manifest=pin_manifest)
 
-    checked = check_body(body)
-    if checked.problems or checked.ts is None:
-        return await hold(_Blocked(checked.message))
-    ts = checked.ts
-    refused = policy_errors(ts, settings)
-    if refused:
-        blocked = _Blocked(format_errors(refused), cond.REFUSED_BY_POLICY)
-        return await hold(blocked)
-    pinned: PinnedManifest | None = None
-    if pin_manifest is not None:
-        try:
-            pinned = await pin_manifest(ts, current_manifest(seen.owned, seen.previous))
-        except RepositoryError as exc:
-            listing = exc.reason == cond.REPOSITORY_LISTING  # not known yet: the listing runs
-            verdict = cond.Verdict(cond.UNKNOWN if listing else cond.FALSE, exc.reason, exc.message)
-            return await hold(_Blocked(exc.message, exc.reason, verdict, secret=exc.secret))
-    unloadable = pinned_version_errors(ts, pinned)
-    if unloadable:
-        return await hold(_Blocked(format_errors(unloadable)))
+    chosen = await _choose(seen, body, settings, pin_manifest)
+    if isinstance(chosen, _Blocked):
+        return await hold(chosen)
+    ts, pinned = chosen.ts, chosen.pinned
     await _warn(kube, seen, ts, settings)
-    # A spec that an existing revision rendered asks for that revision, under the settings it was
-    # created with: a new operator default (image, scrape) applies to new revisions only.
-    recorded = recorded_revisions(settings, seen.owned.deployments, seen.owned.configmaps)
-    revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None, recorded)
     try:
+        # Observe what the spec needs besides (HPAs, PDB, routes, Triton), decide (core.decide), apply
+        # (reconcile.apply); a spec the API server refuses is held like a blocked one.
         return await _carry_out(
             kube,
             seen,
             settings,
             ts,
-            revision,
-            configs=checked.configs,
+            chosen.revision,
+            configs=chosen.configs,
             manifest_json=pinned.json if pinned else None,
             repository=repository_verdict(ts, pinned),
             unsyncable=unsyncable(seen, pinned),
             triton=triton,
         )
-    except _NotStoredError as exc:
+    except NotStoredError as exc:
         message = _too_large(pinned, pinned.json if pinned else None, str(exc))
         logger.warning("%s/%s: %s", namespace, name, message)
         verdict = cond.Verdict(cond.FALSE, cond.MANIFEST_TOO_LARGE, message)
@@ -223,6 +170,46 @@ async def reconcile(
     except ObjectRejectedError as exc:
         # The schema let something through that the API server refuses (e.g. a malformed volume).
         return await hold(_Blocked(str(exc)))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Chosen:
+    """The current spec, valid and allowed, with its repository pinned and its revision."""
+
+    ts: TritonService
+    configs: Mapping[str, str]
+    pinned: PinnedManifest | None
+    revision: str
+
+
+async def _choose(
+    seen: Seen, body: Mapping[str, Any], settings: Settings, pin_manifest: ManifestPinner | None
+) -> _Chosen | _Blocked:
+    """The current spec to carry out, or why it cannot be (invalid, refused by policy, its repository
+    unreadable or its pinned versions unloadable). Pins its repository (reconcile.pinning): a read."""
+    checked = check_body(body)
+    if checked.problems or checked.ts is None:
+        return _Blocked(checked.message)
+    ts = checked.ts
+    refused = policy_errors(ts, settings)
+    if refused:
+        return _Blocked(format_errors(refused), cond.REFUSED_BY_POLICY)
+    pinned: PinnedManifest | None = None
+    if pin_manifest is not None:
+        try:
+            pinned = await pin_manifest(ts, current_manifest(seen.owned, seen.previous))
+        except RepositoryError as exc:
+            listing = exc.reason == cond.REPOSITORY_LISTING  # not known yet: the listing runs
+            verdict = cond.Verdict(cond.UNKNOWN if listing else cond.FALSE, exc.reason, exc.message)
+            return _Blocked(exc.message, exc.reason, verdict, secret=exc.secret)
+    unloadable = pinned_version_errors(ts, pinned)
+    if unloadable:
+        return _Blocked(format_errors(unloadable))
+    # A spec that an existing revision rendered asks for that revision, under the settings it was
+    # created with: a new operator default (image, scrape) applies to new revisions only.
+    recorded = recorded_revisions(settings, seen.owned.deployments, seen.owned.configmaps)
+    revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None, recorded)
+    return _Chosen(ts=ts, configs=checked.configs, pinned=pinned, revision=revision)
 
 
 async def _hold(
@@ -261,23 +248,12 @@ async def _hold(
                     unsyncable=await _unsyncable_kept(seen, settings, kept.ts, pin_manifest),
                     triton=triton,
                 )
-            except (ObjectRejectedError, _NotStoredError) as exc:
+            except (ObjectRejectedError, NotStoredError) as exc:
                 logger.warning(
                     "%s/%s: the last valid spec is refused too: %s", seen.namespace, seen.name, exc
                 )
-    status = build_status(
-        seen.previous,
-        Observation(
-            generation=seen.generation,
-            now=seen.now,
-            deployments=seen.deployments,
-            pods=seen.pods,
-            invalid=blocked.message,
-            blocked_reason=blocked.reason,
-            repository=blocked.repository,
-        ),
-    )
-    written = await _write_status(kube, seen, status)
+    status = held_status(observed(seen), blocked.message, blocked.reason, blocked.repository)
+    written = await write_status(kube, seen, status)
     return Result(
         status=status,
         written=written,
@@ -339,46 +315,54 @@ async def _carry_out(
             object_name(ts, revision),
         )
         return Result(status=dict(seen.previous), revision=revision, requeue_after=FOREIGN_RETRY_SECONDS)
+    # Observe: everything the decision needs is read before it (no read after the decision).
+    around = await observe_spec(kube, seen, ts)
+    seen_now = observed(seen, around)
     owner = (seen.namespace, seen.name)
     before = RolloutStatus.from_status(seen.previous)
     readings = triton.look(owner, ts, before, revision, seen.pods) if triton is not None else {}
     analysis = triton.judge(owner, ts, before, readings, seen.moment) if triton is not None else None
-    plan = _plan(seen, ts, revision, before, unsyncable=unsyncable or {}, analysis=analysis)
-    scalers = await look(kube, ts, seen.metadata, seen.previous)
-    actions = await _desired(
-        kube,
-        seen,
-        settings,
-        plan,
-        ts=ts,
-        revision=revision,
-        configs=configs,
-        manifest_json=manifest_json,
-        scalers=scalers,
-    )
-    await _apply(kube, actions, manifest_json)
-    traffic = await route_traffic(kube, ts, plan)
+    # Decide (pure: core.decide): the rollout plan, and the objects to apply, scale and delete.
+    try:
+        decision = decide(
+            ts,
+            settings,
+            revision,
+            seen_now,
+            configs=configs,
+            manifest_json=manifest_json,
+            unsyncable=unsyncable,
+            analysis=analysis,
+        )
+    except ManifestTooLarge as exc:
+        raise NotStoredError(str(exc)) from exc
+    plan = decision.rollout
     shown = analysis if analysis is not None and plan.status.canary_revision == analysis.revision else None
-    applied = [o for o in actions.apply if o.get("kind") == "Deployment"]
+    applied = [o for o in decision.actions.apply if o.get("kind") == "Deployment"]
     image = revision_image([*applied, *seen.owned.deployments], plan.status.stable_revision)
-    status, written = await _report(
-        kube,
-        seen,
-        ts,
-        plan,
-        images=(image, behind_default(ts, settings, image)),
-        repository=repository,
-        blocked=blocked,
-        traffic=traffic,
-        models=models_status(ts, plan.status, readings),
-        analysis=analysis_status(shown, triton.window_started(owner) if triton is not None else None),
-        autoscaling=scalers.verdict(ts) if scalers is not None else None,
+    scalers = around.autoscalers
+
+    def status(traffic: Traffic | None) -> dict[str, Any]:
+        return decided_status(
+            ts,
+            decision,
+            seen_now,
+            Shown(
+                images=(image, behind_default(ts, settings, image)),
+                repository=repository,
+                blocked=(blocked.message, blocked.reason) if blocked else None,
+                traffic=traffic.verdict if traffic is not None else None,
+                models=models_status(ts, plan.status, readings),
+                analysis=analysis_status(shown, triton.window_started(owner) if triton is not None else None),
+                autoscaling=scalers.verdict(ts) if scalers is not None else None,
+            ),
+        )
+
+    # Apply (reconcile.apply): objects, routes, the status, scale changes and deletions, Events.
+    done = await apply(
+        kube, seen, ts, decision, routes=around.routes, manifest_json=manifest_json, status=status
     )
-    # The status records a decision before its effects show: the other revisions are scaled (the
-    # old stable down at a flip) and deleted only once it is written, so whoever sees a revision
-    # scaled down also finds the status that says why.
-    await _scale_and_delete(kube, seen.namespace, actions)
-    await _post_events(kube, seen, plan)
+    traffic = done.traffic
     requeue = [
         t
         for t in (
@@ -389,8 +373,8 @@ async def _carry_out(
         if t is not None
     ]
     return Result(
-        status=status,
-        written=written,
+        status=done.status,
+        written=done.written,
         revision=revision,
         invalid=blocked.message if blocked else None,
         reason=blocked.reason if blocked else None,
@@ -400,157 +384,6 @@ async def _carry_out(
         requeue_after=min(requeue) if requeue else None,
         secret=blocked.secret if blocked else None,
     )
-
-
-def _plan(
-    seen: Seen,
-    ts: TritonService,
-    revision: str,
-    status: RolloutStatus,
-    *,
-    unsyncable: Mapping[str, str],
-    analysis: AnalysisResult | None,
-) -> RolloutPlan:
-    """The rollout engine's decision for this pass (pure: core.rollout)."""
-    return plan_rollout(
-        RolloutInput(
-            rollout=ts.spec.rollout,
-            replicas=ts.spec.replicas,
-            desired_revision=revision,
-            now=seen.moment,
-            status=status,
-            revisions=observe_revisions(seen.owned.deployments, seen.owned.pods),
-            gpus_per_pod=ts.spec.resources.gpus,
-            requests=parse_control_requests(seen.metadata.get("annotations")),
-            progress_deadline_seconds=ts.spec.progress_deadline(),
-            unsyncable=unsyncable,
-            analysis=analysis,
-        )
-    )
-
-
-async def _desired(
-    kube: KubeAPI,
-    seen: Seen,
-    settings: Settings,
-    plan: RolloutPlan,
-    *,
-    ts: TritonService,
-    revision: str,
-    configs: Mapping[str, str],
-    manifest_json: str | None,
-    scalers: Autoscalers | None,
-) -> Actions:
-    """What to apply, scale and delete to carry out ``plan`` (pure: core.actions.plan_actions)."""
-    # A PodDisruptionBudget the spec no longer wants is looked up (and deleted) only then.
-    stale_pdb = not disruption_budget_enabled(ts) and (
-        await kube.get("PodDisruptionBudget", seen.namespace, ts.name) is not None
-    )
-    try:
-        return plan_actions(
-            ts,
-            settings,
-            revision,
-            plan,
-            configs=configs,
-            manifest_json=manifest_json,
-            deployments=seen.owned.deployments,
-            configmaps=seen.owned.configmaps,
-            revision_services=cond.find_condition(seen.previous.get("conditions") or [], cond.TRAFFIC_ROUTED)
-            is not None,
-            disruption_budget=stale_pdb,
-            autoscaler=scalers.apply_own(ts) if scalers is not None else False,
-            stale_autoscaler=scalers.delete_own(ts) if scalers is not None else False,
-        )
-    except ManifestTooLarge as exc:
-        raise _NotStoredError(str(exc)) from exc
-
-
-async def _apply(kube: KubeAPI, actions: Actions, manifest_json: str | None) -> None:
-    """Server-side apply every desired object (ConfigMaps before the Deployment that mounts them)."""
-    try:
-        for obj in actions.apply:
-            await kube.apply(obj)
-    except ObjectTooLargeError as exc:
-        # Refused for its size even so (a cluster with lower limits): a condition that says so, not
-        # InvalidSpec, nor a retry that can only be refused again.
-        if exc.kind != "ConfigMap":
-            raise
-        raise _NotStoredError(f"{_parts_summary(actions, manifest_json)}{exc}") from exc
-
-
-async def _report(
-    kube: KubeAPI,
-    seen: Seen,
-    ts: TritonService,
-    plan: RolloutPlan,
-    *,
-    images: tuple[str | None, str | None],
-    repository: cond.Verdict | None,
-    blocked: _Blocked | None,
-    traffic: Traffic | None,
-    models: list[dict[str, Any]],
-    analysis: dict[str, Any] | None,
-    autoscaling: cond.Verdict | None,
-) -> tuple[dict[str, Any], bool]:
-    """Build the status from the plan and what was seen, and write it if it changed.
-
-    ``images``: the tritonserver image the stable revision runs, and the operator's default when the
-    spec names none and that image is another (status.image, status.defaultImage)."""
-    rs = plan.status
-    METRICS.set_rollout(
-        seen.namespace,
-        seen.name,
-        step_index=rs.current_step_index if rs.canary_revision is not None else None,
-        canary_weight=plan.weights.canary,
-    )
-    kept = set(plan.replicas)
-    scaled = scaled_revisions(ts.spec.rollout.strategy, rs.stable_revision, rs.canary_revision, plan.replicas)
-    progressing = plan.condition(cond.PROGRESSING)
-    degraded = plan.condition(cond.DEGRADED)
-    status = build_status(
-        seen.previous,
-        Observation(
-            generation=seen.generation,
-            now=seen.now,
-            deployments=[d for d in seen.deployments if d.revision in kept],
-            pods=[p for p in seen.pods if p.revision in kept],
-            invalid=blocked.message if blocked else None,
-            blocked_reason=blocked.reason if blocked else cond.INVALID_SPEC,
-            plan=RevisionPlan(
-                replicas=plan.replicas,
-                delete=plan.delete,
-                stable=rs.stable_revision,
-                rolling=rs.canary_revision,
-            ),
-            replicas=ts.spec.replicas,
-            scale_replicas=scale_replicas(scaled, seen.deployments),
-            scale_selector=scale_selector(ts.name, scaled),
-            autoscaling=autoscaling,
-            repository=repository,
-            endpoints=endpoints(ts),
-            models=models,
-            analysis=analysis,
-            image=images[0],
-            default_image=images[1],
-            rollout=rs.to_status(),
-            progressing=progressing,
-            rollout_degraded=degraded,
-            aborted=degraded.message if rs.aborted_revision is not None and degraded is not None else None,
-            traffic=traffic.verdict if traffic is not None else None,
-        ),
-    )
-    written = await _write_status(kube, seen, status)
-    return status, written
-
-
-async def _scale_and_delete(kube: KubeAPI, namespace: str, actions: Actions) -> None:
-    for deployment, replicas in sorted(actions.scale.items()):
-        logger.info("scaling Deployment %s/%s to %d", namespace, deployment, replicas)
-        await kube.scale(namespace, deployment, replicas)
-    for kind, gone in actions.delete:
-        if await kube.delete(kind, namespace, gone):
-            logger.info("deleted %s %s/%s", kind, namespace, gone)
 
 
 async def _warn(kube: KubeAPI, seen: Seen, ts: TritonService, settings: Settings) -> None:
@@ -564,41 +397,4 @@ async def _warn(kube: KubeAPI, seen: Seen, ts: TritonService, settings: Settings
         return
     message = format_errors(warnings)
     logger.warning("%s/%s: %s", seen.namespace, seen.name, message)
-    await _post_event(kube, seen, cond.WARNING, cond.SPEC_WARNING, message)
-
-
-async def _post_events(kube: KubeAPI, seen: Seen, plan: RolloutPlan) -> None:
-    # Events after the status: a crash in between loses an event rather than repeating one (the
-    # engine emits each event once, in the call whose status records the change).
-    for event in plan.events:
-        logger.info("%s/%s: %s %s: %s", seen.namespace, seen.name, event.type, event.reason, event.message)
-        await _post_event(kube, seen, event.type, event.reason, event.message)
-
-
-async def _post_event(kube: KubeAPI, seen: Seen, event_type: str, reason: str, message: str) -> None:
-    """Post one Event about the TritonService; best effort: the status holds the truth, so an API
-    error worth retrying is logged and dropped (any other is raised)."""
-    try:
-        await kube.post_event(build_event(seen.metadata, event_type, reason, message, now=seen.now))
-    except Exception as exc:
-        if retry_delay(exc) is None:
-            raise
-        logger.warning("could not post event %s for %s/%s: %s", reason, seen.namespace, seen.name, exc)
-
-
-async def _write_status(kube: KubeAPI, seen: Seen, status: Mapping[str, Any]) -> bool:
-    """Write ``status`` if it changed, on the condition that the TritonService is still the version
-    this pass read: a status is decided from what was read, so a replica that lost its peering
-    mid-pass, or a pass overtaken by a newer one, never writes an older status over a newer one.
-    The pass writes nothing to the TritonService before this, so its version is the one read.
-    SupersededError when the TritonService changed since."""
-    if not status_changed(seen.previous, status):
-        return False
-    version = seen.metadata.get("resourceVersion")
-    try:
-        await kube.apply_status(
-            seen.namespace, seen.name, status, resource_version=str(version) if version else None
-        )
-    except ConflictError as exc:
-        raise SupersededError(seen.namespace, seen.name, str(version) if version else None) from exc
-    return True
+    await post_event(kube, seen, cond.WARNING, cond.SPEC_WARNING, message)

@@ -11,6 +11,13 @@ from triton_operator.core.rollout.clock import format_time, parse_time
 from triton_operator.models import Rollout, Strategy
 
 
+def revision_ready(replicas: int, *, observed: bool, spec_replicas: int, ready_replicas: int) -> bool:
+    """The one readiness rule of a revision, for the rollout (a step, a promotion, the flip) and the
+    status's Ready alike: the Deployment controller has seen its spec (observedGeneration), it is
+    scaled to ``replicas``, and that many of its pods are Ready."""
+    return observed and spec_replicas == replicas and ready_replicas >= replicas
+
+
 @dataclasses.dataclass(frozen=True)
 class RevisionState:
     """What is observed of one revision's Deployment and pods (core.observation.revision_state reads it)."""
@@ -33,7 +40,12 @@ class RevisionState:
 
     def ready_at(self, replicas: int) -> bool:
         """Scaled to ``replicas`` as the Deployment controller saw it, with that many pods Ready."""
-        return self.observed and self.spec_replicas == replicas and self.ready_replicas >= replicas
+        return revision_ready(
+            replicas,
+            observed=self.observed,
+            spec_replicas=self.spec_replicas,
+            ready_replicas=self.ready_replicas,
+        )
 
     @property
     def gpu_pods(self) -> int:

@@ -1,0 +1,187 @@
+"""One pass's decision, pure: what the pass observed in; the rollout plan, the writes and the status out.
+
+reconcile.observe gathers an ``Observed`` from the cluster (`triton-operator render` builds an empty
+one from a file); ``decide`` turns it into a ``Decision``; reconcile.apply carries that out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from triton_operator.core import conditions as cond
+from triton_operator.core.actions import Actions, RevisionPlan, plan_actions
+from triton_operator.core.analysis import AnalysisResult
+from triton_operator.core.autoscaling import Autoscalers, scale_replicas, scale_selector, scaled_revisions
+from triton_operator.core.builders import endpoints
+from triton_operator.core.observation import DeploymentState, PodState
+from triton_operator.core.rollout.clock import format_time
+from triton_operator.core.rollout.engine import plan_rollout
+from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
+from triton_operator.core.rollout.requests import parse_control_requests
+from triton_operator.core.rollout.state import RevisionState, RolloutStatus
+from triton_operator.core.status import Observation, build_status
+from triton_operator.models import TritonService
+from triton_operator.settings import Settings
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """What a pass read that its decision needs, parsed once (reconcile.observe gathers it)."""
+
+    moment: datetime
+    previous: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """The status as read (the base of the next one)."""
+    annotations: Mapping[str, str] | None = None
+    """The TritonService's annotations (control requests)."""
+    generation: int = 0
+    deployments: Sequence[Mapping[str, Any]] = ()
+    """The owned revision Deployments as read."""
+    configmaps: Sequence[Mapping[str, Any]] = ()
+    """The owned ConfigMaps as read."""
+    deployment_states: Sequence[DeploymentState] = ()
+    pods: Sequence[PodState] = ()
+    """The owned pods, parsed once."""
+    revisions: Mapping[str, RevisionState] = dataclasses.field(default_factory=dict)
+    """Every revision Deployment with its pods, as the rollout engine reads them."""
+    autoscalers: Autoscalers | None = None
+    """The HPAs that target the service (None: not listed)."""
+    stale_disruption_budget: bool = False
+    """The PodDisruptionBudget exists while the spec no longer wants one."""
+
+    @property
+    def now(self) -> str:
+        return format_time(self.moment)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What one pass does: the rollout engine's plan, and the writes that carry it out."""
+
+    rollout: RolloutPlan
+    actions: Actions
+
+
+def decide(
+    ts: TritonService,
+    settings: Settings,
+    revision: str,
+    observed: Observed,
+    *,
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+    unsyncable: Mapping[str, str] | None = None,
+    analysis: AnalysisResult | None = None,
+) -> Decision:
+    """The rollout toward ``revision`` of ``ts`` (core.rollout), and what to apply, scale and delete
+    for it (core.actions). ManifestTooLarge when the revision's manifest cannot be stored."""
+    plan = plan_rollout(
+        RolloutInput(
+            rollout=ts.spec.rollout,
+            replicas=ts.spec.replicas,
+            desired_revision=revision,
+            now=observed.moment,
+            status=RolloutStatus.from_status(observed.previous),
+            revisions=observed.revisions,
+            gpus_per_pod=ts.spec.resources.gpus,
+            requests=parse_control_requests(observed.annotations),
+            progress_deadline_seconds=ts.spec.progress_deadline(),
+            unsyncable=unsyncable or {},
+            analysis=analysis,
+        )
+    )
+    scalers = observed.autoscalers
+    actions = plan_actions(
+        ts,
+        settings,
+        revision,
+        plan,
+        configs=configs,
+        manifest_json=manifest_json,
+        deployments=observed.deployments,
+        configmaps=observed.configmaps,
+        revision_services=cond.find_condition(observed.previous.get("conditions") or [], cond.TRAFFIC_ROUTED)
+        is not None,
+        disruption_budget=observed.stale_disruption_budget,
+        autoscaler=scalers.apply_own(ts) if scalers is not None else False,
+        stale_autoscaler=scalers.delete_own(ts) if scalers is not None else False,
+    )
+    return Decision(rollout=plan, actions=actions)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """What the status shows beside the decision: read (Triton, images) or learnt while applying (routes)."""
+
+    images: tuple[str | None, str | None] = (None, None)
+    """The tritonserver image the stable revision runs, and the operator's default when the spec names
+    none and that image is another (status.image, status.defaultImage)."""
+    repository: cond.Verdict | None = None
+    blocked: tuple[str, str] | None = None
+    """(message, Ready reason) when ``ts`` is the last valid spec and the current one waits."""
+    traffic: cond.Verdict | None = None
+    models: Sequence[Mapping[str, Any]] = ()
+    analysis: Mapping[str, Any] | None = None
+    autoscaling: cond.Verdict | None = None
+
+
+def decided_status(ts: TritonService, decision: Decision, observed: Observed, shown: Shown) -> dict[str, Any]:
+    """The status a pass writes once it carried out ``decision`` (core.status.build_status)."""
+    plan = decision.rollout
+    rs = plan.status
+    kept = set(plan.replicas)
+    scaled = scaled_revisions(ts.spec.rollout.strategy, rs.stable_revision, rs.canary_revision, plan.replicas)
+    degraded = plan.condition(cond.DEGRADED)
+    return build_status(
+        observed.previous,
+        Observation(
+            generation=observed.generation,
+            now=observed.now,
+            deployments=[d for d in observed.deployment_states if d.revision in kept],
+            pods=[p for p in observed.pods if p.revision in kept],
+            invalid=shown.blocked[0] if shown.blocked else None,
+            blocked_reason=shown.blocked[1] if shown.blocked else cond.INVALID_SPEC,
+            plan=RevisionPlan(
+                replicas=plan.replicas,
+                delete=plan.delete,
+                stable=rs.stable_revision,
+                rolling=rs.canary_revision,
+            ),
+            replicas=ts.spec.replicas,
+            scale_replicas=scale_replicas(scaled, observed.deployment_states),
+            scale_selector=scale_selector(ts.name, scaled),
+            autoscaling=shown.autoscaling,
+            repository=shown.repository,
+            endpoints=endpoints(ts),
+            models=shown.models,
+            analysis=shown.analysis,
+            image=shown.images[0],
+            default_image=shown.images[1],
+            rollout=rs.to_status(),
+            progressing=plan.condition(cond.PROGRESSING),
+            rollout_degraded=degraded,
+            aborted=degraded.message if rs.aborted_revision is not None and degraded is not None else None,
+            traffic=shown.traffic,
+        ),
+    )
+
+
+def held_status(
+    observed: Observed, message: str, reason: str, repository: cond.Verdict | None
+) -> dict[str, Any]:
+    """The status while the current spec cannot be applied and no last valid spec can be carried out:
+    only Ready (and RepositoryReady) say why; nothing is applied."""
+    return build_status(
+        observed.previous,
+        Observation(
+            generation=observed.generation,
+            now=observed.now,
+            deployments=observed.deployment_states,
+            pods=observed.pods,
+            invalid=message,
+            blocked_reason=reason,
+            repository=repository,
+        ),
+    )
