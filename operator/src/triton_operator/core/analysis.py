@@ -56,10 +56,10 @@ from triton_operator.models import Analysis, LatencyMetric
 # a pod that never answers ends in a pause or an abort, never in an endless wait.
 # Worked examples are in `judge`'s docstring.
 
-Verdict = Literal["Passed", "Failed", "Inconclusive"]
-PASSED: Verdict = "Passed"
-FAILED: Verdict = "Failed"
-INCONCLUSIVE: Verdict = "Inconclusive"
+AnalysisVerdict = Literal["Passed", "Failed", "Inconclusive"]
+PASSED: AnalysisVerdict = "Passed"
+FAILED: AnalysisVerdict = "Failed"
+INCONCLUSIVE: AnalysisVerdict = "Inconclusive"
 MISSING_SHOWN = 3
 """How many pods with missing metrics a verdict's message names (then: "and N more")."""
 
@@ -130,11 +130,11 @@ def increase(baseline: Mapping[str, PodCounters], current: Mapping[str, PodCount
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelFigures:
+class ModelResult:
     """One model's figures and verdict in one window."""
 
     model: str
-    verdict: Verdict
+    verdict: AnalysisVerdict
     requests: int
     success_ratio: float | None
     latency_us: float | None
@@ -168,10 +168,10 @@ class AnalysisResult:
     """The canary revision judged."""
     weight: int
     """The canary traffic weight of the window."""
-    verdict: Verdict
+    verdict: AnalysisVerdict
     window_seconds: float
     """How long the window has run (since the weight was first judged)."""
-    models: tuple[ModelFigures, ...] = ()
+    models: tuple[ModelResult, ...] = ()
     missing: tuple[str, ...] = ()
     """The canary pods whose metrics are missing, each as "name (why)"."""
 
@@ -200,7 +200,7 @@ def _fmt_us(value: float | None) -> str:
 
 def judge_model(
     spec: Analysis, model: str, canary: Counters | None, stable: Counters | None, *, weight: int = 0
-) -> ModelFigures:
+) -> ModelResult:
     """One model's verdict from the canary's and the stable's increases in the window, at the
     canary's traffic ``weight`` (at 100 the stable takes no traffic: no relative latency check)."""
     canary = canary or Counters()
@@ -211,8 +211,8 @@ def judge_model(
     stable_latency = stable.latency_us(spec.latency_metric)
     ratio = canary.success / canary.requests if canary.requests > 0 else None
 
-    def figures(verdict: Verdict, reason: str) -> ModelFigures:
-        return ModelFigures(model, verdict, requests, ratio, latency, stable_requests, stable_latency, reason)
+    def figures(verdict: AnalysisVerdict, reason: str) -> ModelResult:
+        return ModelResult(model, verdict, requests, ratio, latency, stable_requests, stable_latency, reason)
 
     if requests < spec.min_requests:
         return figures(INCONCLUSIVE, f"{requests} of {spec.min_requests} requests needed")

@@ -21,9 +21,10 @@ from triton_operator.models import TritonService
 # Per revision, the pods' views are merged: a version is READY only when every pod that reported it
 # says so; otherwise the worst state seen, with the reason of the pod that gave it.
 
-READY = "READY"
-UNAVAILABLE = "UNAVAILABLE"
-_RANK = {READY: 0, "LOADING": 1, "UNLOADING": 2, UNAVAILABLE: 3}
+# Triton's model version states (not condition types: core.conditions.READY is the Ready condition).
+VERSION_READY = "READY"
+VERSION_UNAVAILABLE = "UNAVAILABLE"
+_RANK = {VERSION_READY: 0, "LOADING": 1, "UNLOADING": 2, VERSION_UNAVAILABLE: 3}
 REASON_MAX = 300
 """Triton's reasons can carry a Python traceback: the status keeps the first line, this long at most."""
 
@@ -68,7 +69,7 @@ def parse_index(payload: Any) -> tuple[ModelVersionState, ...]:
             ModelVersionState(
                 model=str(entry["name"]),
                 version=str(entry["version"]),
-                state=str(entry.get("state") or UNAVAILABLE),
+                state=str(entry.get("state") or VERSION_UNAVAILABLE),
                 reason=short_reason(str(entry.get("reason") or "")),
             )
         )
@@ -92,7 +93,9 @@ def load_failures(log: str | None) -> tuple[ModelVersionState, ...]:
             match = pattern.search(line)
             if match:
                 key = (match["model"], match["version"])
-                out[key] = ModelVersionState(key[0], key[1], UNAVAILABLE, short_reason(match["reason"]))
+                out[key] = ModelVersionState(
+                    key[0], key[1], VERSION_UNAVAILABLE, short_reason(match["reason"])
+                )
     return tuple(out.values())
 
 
@@ -151,7 +154,7 @@ def model_statuses(
 
 def failed_versions(views: Mapping[str, list[ModelVersionState]]) -> list[ModelVersionState]:
     """Every version of a revision that Triton reports UNAVAILABLE with a reason."""
-    return [v for versions in views.values() for v in versions if v.state == UNAVAILABLE and v.reason]
+    return [v for versions in views.values() for v in versions if v.state == VERSION_UNAVAILABLE and v.reason]
 
 
 def describe_failures(failures: Sequence[ModelVersionState]) -> str:
