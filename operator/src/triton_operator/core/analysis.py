@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
-from triton_operator.models import Analysis, LatencyMetric
+from triton_operator.models import Analysis, LatencyMetric, ModelFigures
 
 # =====================================================================================================
 # How a canary is judged (after Argo Rollouts' analysis and Flagger's canary checks, on Triton's
@@ -143,21 +143,20 @@ class ModelResult:
     reason: str
     """Why (figures against thresholds), in a few words."""
 
-    def to_status(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "name": self.model,
-            "verdict": self.verdict,
-            "requests": self.requests,
-            "stableRequests": self.stable_requests,
-            "reason": self.reason,
-        }
-        if self.success_ratio is not None:
-            out["successRatio"] = f"{self.success_ratio:.4f}"
-        if self.latency_us is not None:
-            out["latencyMicroseconds"] = round(self.latency_us)
-        if self.stable_latency_us is not None:
-            out["stableLatencyMicroseconds"] = round(self.stable_latency_us)
-        return out
+    def to_status(self) -> ModelFigures:
+        """The figures as status.analysis.models lists them (unset figures left out)."""
+        return ModelFigures(
+            name=self.model,
+            verdict=self.verdict,
+            requests=self.requests,
+            stable_requests=self.stable_requests,
+            success_ratio=None if self.success_ratio is None else f"{self.success_ratio:.4f}",
+            latency_microseconds=None if self.latency_us is None else round(self.latency_us),
+            stable_latency_microseconds=None
+            if self.stable_latency_us is None
+            else round(self.stable_latency_us),
+            reason=self.reason,
+        )
 
 
 @dataclasses.dataclass(frozen=True)

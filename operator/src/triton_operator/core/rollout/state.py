@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from triton_operator.core.rollout.clock import format_time, parse_time
-from triton_operator.models import Rollout, Strategy
+from triton_operator.models import AnalysisRunRecord, Rollout, Strategy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,14 +68,14 @@ class AnalysisRun:
     at: str
 
     def to_status(self) -> dict[str, Any]:
-        return {
-            "revision": self.revision,
-            "stepIndex": self.step_index,
-            "weight": self.weight,
-            "verdict": self.verdict,
-            "message": self.message,
-            "at": self.at,
-        }
+        return AnalysisRunRecord(
+            revision=self.revision,
+            step_index=self.step_index,
+            weight=self.weight,
+            verdict=self.verdict,
+            message=self.message,
+            at=self.at,
+        ).to_api()
 
     @classmethod
     def from_status(cls, raw: Mapping[str, Any]) -> AnalysisRun | None:
