@@ -163,3 +163,19 @@ def test_the_autoscaled_example_renders_its_owned_hpa(capsys: pytest.CaptureFixt
     names = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]]
     assert names == ["triton_queue_time_per_request_microseconds", "triton_inferences_per_second"]
     assert hpa["spec"]["behavior"] == wanted["behavior"]
+
+
+def test_render_writes_yaml_as_dump_yaml_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One YAML writer: strings YAML 1.1 reads as a bool are quoted (kubectl would read `y` as true
+    and refuse a nodeSelector of booleans), multi-line strings stay literal blocks."""
+    doc = yaml.safe_load((EXAMPLES / "tiny.yaml").read_text())
+    doc["spec"]["nodeSelector"] = {"fast": "y"}
+    path = tmp_path / "ts.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, err = run_render("-f", str(path), capsys=capsys)
+    assert code == 0, err
+    assert "fast: 'y'\n" in out and "fast: y\n" not in out
+    assert "add_sub.config.pbtxt: |" in out
+    cm, dep = docs(out)[:2]
+    assert dep["spec"]["template"]["spec"]["nodeSelector"]["fast"] == "y"
+    assert "\n" in cm["data"]["add_sub.config.pbtxt"]
