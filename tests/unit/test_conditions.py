@@ -12,7 +12,8 @@ from triton_operator.core.actions import RevisionPlan
 from triton_operator.core.analysis import AnalysisResult, ModelResult
 from triton_operator.core.observation import DeploymentState, PodState
 from triton_operator.core.rollout.clock import parse_time
-from triton_operator.core.rollout.state import AnalysisRun, HistoryEntry, RolloutStatus
+from triton_operator.core.rollout.state import HistoryEntry, RolloutStatus
+from triton_operator.models import AnalysisRunRecord
 from triton_operator.reconcile.analysis import analysis_status
 
 T0 = "2026-01-01T00:00:00Z"
@@ -372,7 +373,11 @@ def full_rollout() -> dict[str, Any]:
         replaced_revision="z",
         handled_requests={"promote": "b"},
         history=(HistoryEntry("y", T0), HistoryEntry("x")),
-        analysis_runs=(AnalysisRun("b", 1, 10, "Passed", "analysis passed", T1),),
+        analysis_runs=(
+            AnalysisRunRecord(
+                revision="b", step_index=1, weight=10, verdict="Passed", message="passed", at=T1
+            ),
+        ),
     ).to_status()
 
 

@@ -53,43 +53,19 @@ class HistoryEntry:
     created: str | None = None
 
 
-ANALYSIS_RUNS_KEPT = 10
-
-
-@dataclasses.dataclass(frozen=True)
-class AnalysisRun:
-    """A window's analysis that decided something, as status.analysisRuns keeps it."""
-
-    revision: str
-    step_index: int
-    weight: int
-    verdict: str
-    message: str
-    at: str
-
-    def to_status(self) -> dict[str, Any]:
+def analysis_run(raw: Mapping[str, Any]) -> AnalysisRunRecord | None:
+    """One entry of status.analysisRuns as it was written; None when it cannot be read."""
+    try:
         return AnalysisRunRecord(
-            revision=self.revision,
-            step_index=self.step_index,
-            weight=self.weight,
-            verdict=self.verdict,
-            message=self.message,
-            at=self.at,
-        ).to_api()
-
-    @classmethod
-    def from_status(cls, raw: Mapping[str, Any]) -> AnalysisRun | None:
-        try:
-            return cls(
-                revision=str(raw["revision"]),
-                step_index=int(raw.get("stepIndex", 0)),
-                weight=int(raw.get("weight", 0)),
-                verdict=str(raw.get("verdict", "")),
-                message=str(raw.get("message", "")),
-                at=str(raw.get("at", "")),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
+            revision=str(raw["revision"]),
+            step_index=int(raw.get("stepIndex", 0)),
+            weight=int(raw.get("weight", 0)),
+            verdict=str(raw.get("verdict", "")),
+            message=str(raw.get("message", "")),
+            at=str(raw.get("at", "")),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +93,8 @@ class RolloutStatus:
     """A stable revision found without a Deployment, replaced by the spec's (Degraded until Ready)."""
     handled_requests: Mapping[str, str] = dataclasses.field(default_factory=dict)
     history: tuple[HistoryEntry, ...] = ()
-    analysis_runs: tuple[AnalysisRun, ...] = ()
+    analysis_runs: tuple[AnalysisRunRecord, ...] = ()
+    """Windows' analyses that decided something (status.analysisRuns: models.ANALYSIS_RUNS_KEPT at most)."""
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any] | None) -> RolloutStatus:
@@ -141,7 +118,7 @@ class RolloutStatus:
         runs = tuple(
             run
             for raw in s.get("analysisRuns") or []
-            if isinstance(raw, Mapping) and (run := AnalysisRun.from_status(raw)) is not None
+            if isinstance(raw, Mapping) and (run := analysis_run(raw)) is not None
         )
         return cls(
             stable_revision=opt_str("stableRevision"),
@@ -197,7 +174,7 @@ class RolloutStatus:
                 {"revision": h.revision, **({"created": h.created} if h.created else {})}
                 for h in self.history
             ],
-            "analysisRuns": [run.to_status() for run in self.analysis_runs],
+            "analysisRuns": [run.to_api() for run in self.analysis_runs],
         }
 
 
