@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from triton_operator.core.rollout.clock import format_time, parse_time
-from triton_operator.models import AnalysisRunRecord, Rollout, Strategy
+from triton_operator.models import AnalysisRunRecord, RevisionRecord, Rollout, Strategy, TritonServiceStatus
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +51,12 @@ class HistoryEntry:
 
     revision: str
     created: str | None = None
+
+    def record(self) -> RevisionRecord:
+        """status.history's entry (created left out when unknown)."""
+        if self.created:
+            return RevisionRecord(revision=self.revision, created=self.created)
+        return RevisionRecord(revision=self.revision)
 
 
 def analysis_run(raw: Mapping[str, Any]) -> AnalysisRunRecord | None:
@@ -151,31 +157,28 @@ class RolloutStatus:
         def t(moment: datetime | None) -> str | None:
             return format_time(moment) if moment is not None else None
 
-        return {
-            "stableRevision": self.stable_revision,
-            "stableSince": t(self.stable_since),
-            "canaryRevision": self.canary_revision,
-            "canaryWeight": self.canary_weight,
-            "currentStepIndex": self.current_step_index,
-            "stepStartedAt": t(self.step_started_at),
-            "canaryStartedAt": t(self.canary_started_at),
-            "waitingSince": t(self.waiting_since),
-            "promoting": self.promoting,
-            "abortedRevision": self.aborted_revision,
-            "abortedReason": self.aborted_reason,
-            "abortedStepIndex": self.aborted_step_index,
-            "abortedDetail": self.aborted_detail,
-            "pausedByUser": self.paused_by_user,
-            "pinnedRevision": self.pinned_revision,
-            "pinnedFor": self.pinned_for,
-            "replacedRevision": self.replaced_revision,
-            "handledRequests": dict(self.handled_requests),
-            "history": [
-                {"revision": h.revision, **({"created": h.created} if h.created else {})}
-                for h in self.history
-            ],
-            "analysisRuns": [run.to_api() for run in self.analysis_runs],
-        }
+        return TritonServiceStatus(
+            stable_revision=self.stable_revision,
+            stable_since=t(self.stable_since),
+            canary_revision=self.canary_revision,
+            canary_weight=self.canary_weight,
+            current_step_index=self.current_step_index,
+            step_started_at=t(self.step_started_at),
+            canary_started_at=t(self.canary_started_at),
+            waiting_since=t(self.waiting_since),
+            promoting=self.promoting,
+            aborted_revision=self.aborted_revision,
+            aborted_reason=self.aborted_reason,
+            aborted_step_index=self.aborted_step_index,
+            aborted_detail=self.aborted_detail,
+            paused_by_user=self.paused_by_user,
+            pinned_revision=self.pinned_revision,
+            pinned_for=self.pinned_for,
+            replaced_revision=self.replaced_revision,
+            handled_requests=dict(self.handled_requests),
+            history=[h.record() for h in self.history],
+            analysis_runs=list(self.analysis_runs),
+        ).model_dump(by_alias=True, exclude_unset=True, mode="json")
 
 
 def under_analysis(rollout: Rollout, status: RolloutStatus) -> bool:
