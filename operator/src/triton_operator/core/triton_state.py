@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from triton_operator.models import TritonService
+from triton_operator.models import ModelStatus, RevisionModelState, TritonService, VersionState
 
 # Where it comes from:
 #   * a running pod: Triton's repository index (POST /v2/repository/index on the HTTP port), one
@@ -118,14 +118,11 @@ def _version_key(version: str) -> tuple[int, str]:
     return (int(version), "") if version.isdigit() else (0, version)
 
 
-def _side(revision: str, versions: Sequence[ModelVersionState]) -> dict[str, Any]:
-    return {
-        "revision": revision,
-        "versions": [
-            {"version": v.version, "state": v.state, **({"reason": v.reason} if v.reason else {})}
-            for v in versions
-        ],
-    }
+def _side(revision: str, versions: Sequence[ModelVersionState]) -> RevisionModelState:
+    return RevisionModelState(
+        revision=revision,
+        versions=[VersionState(version=v.version, state=v.state, reason=v.reason or None) for v in versions],
+    )
 
 
 def model_statuses(
@@ -137,18 +134,19 @@ def model_statuses(
 ) -> list[dict[str, Any]]:
     """status.models: per model of the spec, the versions its versionPolicy pins, and Triton's own
     view of the serving (stable) revision and of a canary while one runs (``views``: `merge`d per
-    revision; a side with no reading is left out)."""
+    revision; a side with no reading is left out). ``ready`` is build_status's to set."""
     out: list[dict[str, Any]] = []
     for model in ts.spec.models:
         policy = model.config.get("versionPolicy") or {}
         specific = policy.get("specific") if isinstance(policy, dict) else None
         versions = specific.get("versions") if isinstance(specific, dict) else None
-        entry: dict[str, Any] = {"name": model.name, "versions": [str(v) for v in versions or []]}
+        sides: dict[str, RevisionModelState] = {}
         for key, revision in (("serving", stable), ("canary", canary)):
             seen = views.get(revision or "", {}).get(model.name)
             if revision and seen:
-                entry[key] = _side(revision, seen)
-        out.append(entry)
+                sides[key] = _side(revision, seen)
+        entry = ModelStatus(name=model.name, versions=[str(v) for v in versions or []], **sides)
+        out.append(entry.model_dump(by_alias=True, exclude_unset=True, exclude_none=True, mode="json"))
     return out
 
 
