@@ -269,7 +269,7 @@ def plan(
 
 
 def verdict(
-    kind: analysis.Verdict, weight: int = 50, window: float = 30, revision: str = "B"
+    kind: analysis.AnalysisVerdict, weight: int = 50, window: float = 30, revision: str = "B"
 ) -> AnalysisResult:
     canary = {PASSED: OK, FAILED: Counters(success=70, failure=30), INCONCLUSIVE: Counters(success=3)}[kind]
     return judge(

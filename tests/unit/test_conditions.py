@@ -9,7 +9,12 @@ import pytest
 from triton_operator.core import conditions as c
 from triton_operator.core import status as s
 from triton_operator.core.actions import RevisionPlan
+from triton_operator.core.analysis import AnalysisResult, ModelResult
 from triton_operator.core.observation import DeploymentState, PodState
+from triton_operator.core.rollout.clock import parse_time
+from triton_operator.core.rollout.state import HistoryEntry, RolloutStatus
+from triton_operator.models import AnalysisRunRecord
+from triton_operator.reconcile.analysis import analysis_status
 
 T0 = "2026-01-01T00:00:00Z"
 T1 = "2026-01-01T00:01:00Z"
@@ -341,3 +346,85 @@ def test_traffic_routed_is_set_and_removed() -> None:
     # an invalid spec keeps it as it was (nothing was applied)
     bad = s.build_status(status, s.Observation(generation=5, now=T1, invalid="spec.x: bad"))
     assert conds(bad)["TrafficRouted"] == conds(status)["TrafficRouted"]
+
+
+# ----------------------------------------------------------------- the written status is the model's
+
+
+def full_rollout() -> dict[str, Any]:
+    """Every rollout bookkeeping field set, as the engine writes it."""
+    return RolloutStatus(
+        stable_revision="a",
+        stable_since=parse_time(T0),
+        canary_revision="b",
+        canary_weight=20,
+        current_step_index=2,
+        step_started_at=parse_time(T0),
+        canary_started_at=parse_time(T0),
+        waiting_since=parse_time(T1),
+        promoting=True,
+        aborted_revision="c",
+        aborted_reason=c.ANALYSIS_FAILED,
+        aborted_step_index=1,
+        aborted_detail="m: success ratio 0.5000",
+        paused_by_user=True,
+        pinned_revision="a",
+        pinned_for="b",
+        replaced_revision="z",
+        handled_requests={"promote": "b"},
+        history=(HistoryEntry("y", T0), HistoryEntry("x")),
+        analysis_runs=(
+            AnalysisRunRecord(
+                revision="b", step_index=1, weight=10, verdict="Passed", message="passed", at=T1
+            ),
+        ),
+    ).to_status()
+
+
+def full_observation() -> s.Observation:
+    window = AnalysisResult(
+        revision="b",
+        weight=20,
+        verdict="Failed",
+        window_seconds=30,
+        models=(
+            ModelResult("m", "Failed", 100, 0.5, 1200.4, 400, None, "success ratio 0.5000"),
+            ModelResult("n", "Inconclusive", 3, None, None, 0, None, "3 of 50 requests needed"),
+        ),
+    )
+    serving = {"revision": "a", "versions": [{"version": "1", "state": "READY"}]}
+    canary = {"revision": "b", "versions": [{"version": "1", "state": "UNAVAILABLE", "reason": "boom"}]}
+    return observation(
+        plan=ROLLING,
+        rollout=full_rollout(),
+        models=[{"name": "m", "versions": ["1"], "serving": serving, "canary": canary}],
+        analysis=analysis_status(window, parse_time(T0)),
+        traffic=c.Verdict(c.TRUE, c.WEIGHTS_SET, "routes set"),
+        autoscaling=c.Verdict(c.UNKNOWN, c.AUTOSCALER_PENDING, "written"),
+        image="nvcr.io/nvidia/tritonserver:25.01-py3",
+        default_image="nvcr.io/nvidia/tritonserver:25.02-py3",
+    )
+
+
+def test_every_owned_field_is_written_through_the_status_model() -> None:
+    status = s.build_status({}, full_observation())
+    assert set(status) == set(s.OWNED_STATUS_FIELDS)  # each one set, and no other
+    # the model the CRD schema is generated from takes each field as it is (nothing dropped,
+    # renamed, added or defaulted), and the status read back builds the same status
+    assert s.written_status(status) == status
+    assert s.build_status(status, full_observation()) == status
+    assert [x["type"] for x in status["conditions"]] == list(c.CONDITION_TYPES)
+    assert status["analysis"]["models"][1] == {
+        "name": "n",
+        "verdict": "Inconclusive",
+        "requests": 3,
+        "stableRequests": 0,
+        "reason": "3 of 50 requests needed",
+    }  # unset figures left out, not null
+
+
+def test_a_field_outside_the_status_model_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"not in TritonServiceStatus.*kopf"):
+        s.written_status({"observedGeneration": 1, "kopf": {}})
+    with pytest.raises(ValueError, match="stableRevision"):
+        s.written_status({"stableRevision": 3})

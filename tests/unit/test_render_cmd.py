@@ -194,3 +194,19 @@ async def test_render_prints_what_a_first_reconcile_pass_applies(example: str) -
 
     applied = [comparable(copy.deepcopy(kube.objects[key])) for key in kube.applied]
     assert applied == docs(out.getvalue())
+
+
+def test_render_writes_yaml_as_dump_yaml_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One YAML writer: strings YAML 1.1 reads as a bool are quoted (kubectl would read `y` as true
+    and refuse a nodeSelector of booleans), multi-line strings stay literal blocks."""
+    doc = yaml.safe_load((EXAMPLES / "tiny.yaml").read_text())
+    doc["spec"]["nodeSelector"] = {"fast": "y"}
+    path = tmp_path / "ts.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, err = run_render("-f", str(path), capsys=capsys)
+    assert code == 0, err
+    assert "fast: 'y'\n" in out and "fast: y\n" not in out
+    assert "add_sub.config.pbtxt: |" in out
+    cm, dep = docs(out)[:2]
+    assert dep["spec"]["template"]["spec"]["nodeSelector"]["fast"] == "y"
+    assert "\n" in cm["data"]["add_sub.config.pbtxt"]

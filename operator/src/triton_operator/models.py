@@ -730,6 +730,10 @@ class AnalysisWindow(_Model):
     models: list[ModelFigures] = Field(default_factory=list)
 
 
+ANALYSIS_RUNS_KEPT = 10
+"""status.analysisRuns keeps the last this many."""
+
+
 class AnalysisRunRecord(_Model):
     """A window's analysis that decided something: the step advanced, paused or rolled back."""
 
@@ -790,7 +794,7 @@ class TritonServiceStatus(_Model):
     aborted_step_index: int | None = None
     aborted_detail: str | None = None
     analysis: AnalysisWindow | None = None
-    analysis_runs: list[AnalysisRunRecord] = Field(default_factory=list, max_length=10)
+    analysis_runs: list[AnalysisRunRecord] = Field(default_factory=list, max_length=ANALYSIS_RUNS_KEPT)
     pinned_revision: str | None = None
     pinned_for: str | None = None
     replaced_revision: str | None = None

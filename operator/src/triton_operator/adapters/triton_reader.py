@@ -13,7 +13,7 @@ import httpx2
 from prometheus_client.parser import text_string_to_metric_families
 
 from triton_operator.core.analysis import Counters
-from triton_operator.core.traffic import HTTP_PORT, METRICS_PORT
+from triton_operator.core.names import HTTP_PORT, METRICS_PORT
 from triton_operator.core.triton_state import ModelVersionState, index_json, parse_index
 
 logger = logging.getLogger(__name__)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from triton_operator.core.crd import DNS_1035_PATTERN, MAX_NAME_LENGTH, dump_yaml
+from triton_operator.core.manifest import CONFIG_FILE
 from triton_operator.core.modelconfig import (
     ModelConfigError,
     build_imported_service,
@@ -18,7 +19,6 @@ from triton_operator.core.modelconfig import (
 from triton_operator.core.validation.spec import check_spec, spec_warnings
 from triton_operator.settings import Settings
 
-CONFIG_FILE = "config.pbtxt"
 PLACEHOLDER_URI = "s3://BUCKET/PREFIX"
 
 

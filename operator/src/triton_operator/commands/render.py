@@ -12,6 +12,7 @@ import yaml
 from triton_operator import KIND
 from triton_operator.core.autoscaling import Autoscalers
 from triton_operator.core.builders import compute_revision, triton_image
+from triton_operator.core.crd import dump_yaml_all
 from triton_operator.core.decide import Observed, decide
 from triton_operator.core.manifest import manifest_digest, manifest_to_json
 from triton_operator.core.names import PLACEHOLDER_UID
@@ -27,18 +28,6 @@ HEADER = (
     "# ownerReferences carry the placeholder uid " + PLACEHOLDER_UID + ": the TritonService does not exist\n"
     "# yet; the operator sets the real uid. Manifest: {manifest}.\n"
 )
-
-
-class _Dumper(yaml.SafeDumper):
-    """Writes multi-line strings (config.pbtxt, the manifest) as literal blocks, readable in review."""
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
 
 
 def register(subparsers: Any) -> None:
@@ -150,7 +139,7 @@ def render(
             out.write("---\n")
         first = False
         out.write(HEADER.format(ref=ref, revision=revision, manifest=manifest_note))
-        out.write(yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, default_flow_style=False))
+        out.write(dump_yaml_all(objects))
     return 1 if failed else 0
 
 

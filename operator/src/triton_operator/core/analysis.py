@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
-from triton_operator.models import Analysis, LatencyMetric
+from triton_operator.models import Analysis, LatencyMetric, ModelFigures
 
 # =====================================================================================================
 # How a canary is judged (after Argo Rollouts' analysis and Flagger's canary checks, on Triton's
@@ -56,10 +56,10 @@ from triton_operator.models import Analysis, LatencyMetric
 # a pod that never answers ends in a pause or an abort, never in an endless wait.
 # Worked examples are in `judge`'s docstring.
 
-Verdict = Literal["Passed", "Failed", "Inconclusive"]
-PASSED: Verdict = "Passed"
-FAILED: Verdict = "Failed"
-INCONCLUSIVE: Verdict = "Inconclusive"
+AnalysisVerdict = Literal["Passed", "Failed", "Inconclusive"]
+PASSED: AnalysisVerdict = "Passed"
+FAILED: AnalysisVerdict = "Failed"
+INCONCLUSIVE: AnalysisVerdict = "Inconclusive"
 MISSING_SHOWN = 3
 """How many pods with missing metrics a verdict's message names (then: "and N more")."""
 
@@ -130,11 +130,11 @@ def increase(baseline: Mapping[str, PodCounters], current: Mapping[str, PodCount
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelFigures:
+class ModelResult:
     """One model's figures and verdict in one window."""
 
     model: str
-    verdict: Verdict
+    verdict: AnalysisVerdict
     requests: int
     success_ratio: float | None
     latency_us: float | None
@@ -143,21 +143,20 @@ class ModelFigures:
     reason: str
     """Why (figures against thresholds), in a few words."""
 
-    def to_status(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "name": self.model,
-            "verdict": self.verdict,
-            "requests": self.requests,
-            "stableRequests": self.stable_requests,
-            "reason": self.reason,
-        }
-        if self.success_ratio is not None:
-            out["successRatio"] = f"{self.success_ratio:.4f}"
-        if self.latency_us is not None:
-            out["latencyMicroseconds"] = round(self.latency_us)
-        if self.stable_latency_us is not None:
-            out["stableLatencyMicroseconds"] = round(self.stable_latency_us)
-        return out
+    def to_status(self) -> ModelFigures:
+        """The figures as status.analysis.models lists them (unset figures left out)."""
+        return ModelFigures(
+            name=self.model,
+            verdict=self.verdict,
+            requests=self.requests,
+            stable_requests=self.stable_requests,
+            success_ratio=None if self.success_ratio is None else f"{self.success_ratio:.4f}",
+            latency_microseconds=None if self.latency_us is None else round(self.latency_us),
+            stable_latency_microseconds=None
+            if self.stable_latency_us is None
+            else round(self.stable_latency_us),
+            reason=self.reason,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,10 +167,10 @@ class AnalysisResult:
     """The canary revision judged."""
     weight: int
     """The canary traffic weight of the window."""
-    verdict: Verdict
+    verdict: AnalysisVerdict
     window_seconds: float
     """How long the window has run (since the weight was first judged)."""
-    models: tuple[ModelFigures, ...] = ()
+    models: tuple[ModelResult, ...] = ()
     missing: tuple[str, ...] = ()
     """The canary pods whose metrics are missing, each as "name (why)"."""
 
@@ -200,7 +199,7 @@ def _fmt_us(value: float | None) -> str:
 
 def judge_model(
     spec: Analysis, model: str, canary: Counters | None, stable: Counters | None, *, weight: int = 0
-) -> ModelFigures:
+) -> ModelResult:
     """One model's verdict from the canary's and the stable's increases in the window, at the
     canary's traffic ``weight`` (at 100 the stable takes no traffic: no relative latency check)."""
     canary = canary or Counters()
@@ -211,8 +210,8 @@ def judge_model(
     stable_latency = stable.latency_us(spec.latency_metric)
     ratio = canary.success / canary.requests if canary.requests > 0 else None
 
-    def figures(verdict: Verdict, reason: str) -> ModelFigures:
-        return ModelFigures(model, verdict, requests, ratio, latency, stable_requests, stable_latency, reason)
+    def figures(verdict: AnalysisVerdict, reason: str) -> ModelResult:
+        return ModelResult(model, verdict, requests, ratio, latency, stable_requests, stable_latency, reason)
 
     if requests < spec.min_requests:
         return figures(INCONCLUSIVE, f"{requests} of {spec.min_requests} requests needed")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -402,7 +403,9 @@ def build_crd() -> dict[str, Any]:
 
 
 class _Dumper(yaml.SafeDumper):
-    """PyYAML's safe dumper, quoting what YAML 1.1 readers (Go's sigs.k8s.io/yaml) take for a bool."""
+    """The one YAML writer (the CRD, `import`, `render`): PyYAML's safe dumper with short lists of
+    scalars inline, multi-line strings as literal blocks (config.pbtxt, the manifest: readable in
+    review), and what YAML 1.1 readers (Go's sigs.k8s.io/yaml) take for a bool quoted."""
 
     def represent_list(self, data: Any) -> Any:
         inline = 0 < len(data) <= 16 and all(
@@ -411,15 +414,24 @@ class _Dumper(yaml.SafeDumper):
         )
         return self.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=inline)
 
+    def represent_text(self, data: str) -> Any:
+        return self.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+
 
 # PyYAML writes y, n, Y, N unquoted, but kubectl reads them as booleans (YAML 1.1).
 _Dumper.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
 _Dumper.add_representer(list, _Dumper.represent_list)
+_Dumper.add_representer(str, _Dumper.represent_text)
 
 
 def dump_yaml(document: Any) -> str:
     """YAML for people and kubectl: keys in order, short lists of scalars inline, ambiguous strings quoted."""
-    return str(yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True))
+    return dump_yaml_all([document])
+
+
+def dump_yaml_all(documents: Sequence[Any]) -> str:
+    """Several documents (``---`` between them), each written as dump_yaml writes one."""
+    return str(yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True))
 
 
 def render_crd_yaml(crd: dict[str, Any] | None = None) -> str:

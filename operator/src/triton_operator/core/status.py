@@ -35,6 +35,7 @@ from triton_operator.core.conditions import (
 )
 from triton_operator.core.observation import DeploymentState, PodState
 from triton_operator.core.triton_state import describe_failures
+from triton_operator.models import TritonServiceStatus
 
 # ----------------------------------------------------------------- observations -> verdicts
 
@@ -209,8 +210,24 @@ class Observation:
     revision runs another (core.observation.behind_default)."""
 
 
+def written_status(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The status as it is written: ``fields`` (camelCase) built into TritonServiceStatus, the model the
+    CRD's status schema is generated from, and dumped with exactly the fields set (absent stays absent).
+
+    A field the model does not know is a bug here (the schema would prune it): it raises.
+    """
+    status = TritonServiceStatus.model_validate(fields)
+    if status.model_extra:
+        unknown = ", ".join(sorted(status.model_extra))
+        raise ValueError(f"status fields not in TritonServiceStatus (the CRD schema): {unknown}")
+    return status.model_dump(by_alias=True, exclude_unset=True, mode="json")
+
+
 def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any]:
-    """The owned status fields from an observation; ``previous`` supplies transition times and history."""
+    """The owned status fields from an observation; ``previous`` supplies transition times and history.
+
+    Written as TritonServiceStatus dumps them (written_status): the schema and the status are one model.
+    """
     conditions: list[dict[str, Any]] = [dict(c) for c in previous.get("conditions") or []]
     by_revision = {d.revision: d for d in obs.deployments}
     plan = obs.plan
@@ -257,7 +274,7 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
         for key in OWNED_STATUS_FIELDS:
             if key not in status and key != "conditions" and previous.get(key) is not None:
                 status[key] = previous[key]
-        return status
+        return written_status(status)
 
     if obs.rollout_degraded is not None and (obs.rollout_degraded.status == TRUE or failing.status != TRUE):
         failing = obs.rollout_degraded
@@ -308,7 +325,7 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
         status["defaultImage"] = obs.default_image
     if obs.rollout is not None:
         status.update(compact({k: v for k, v in obs.rollout.items() if k in OWNED_STATUS_FIELDS}))
-    return status
+    return written_status(status)
 
 
 def status_changed(previous: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from triton_operator import GROUP
-from triton_operator.core.names import LABEL_REVISION, LABEL_SERVICE
+from triton_operator.core.names import GRPC_PORT, HTTP_PORT, LABEL_REVISION, LABEL_SERVICE, METRICS_PORT
 from triton_operator.models import HeaderMatch, SetHeaderRoute
 
 # How traffic is split (the replica maths: docs/rollouts.md, "How the engine works"):
@@ -41,10 +41,6 @@ from triton_operator.models import HeaderMatch, SetHeaderRoute
 LABEL_ROLE = f"{GROUP}/role"
 HEADER_RULES_ANNOTATION = f"{GROUP}/header-route-rules"
 GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
-
-HTTP_PORT = 8000
-GRPC_PORT = 8001
-METRICS_PORT = 8002
 
 Role = Literal["stable", "canary"]
 RouteKind = Literal["HTTPRoute", "GRPCRoute"]

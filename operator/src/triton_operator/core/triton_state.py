@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from triton_operator.models import TritonService
+from triton_operator.models import ModelStatus, RevisionModelState, TritonService, VersionState
 
 # Where it comes from:
 #   * a running pod: Triton's repository index (POST /v2/repository/index on the HTTP port), one
@@ -21,9 +21,10 @@ from triton_operator.models import TritonService
 # Per revision, the pods' views are merged: a version is READY only when every pod that reported it
 # says so; otherwise the worst state seen, with the reason of the pod that gave it.
 
-READY = "READY"
-UNAVAILABLE = "UNAVAILABLE"
-_RANK = {READY: 0, "LOADING": 1, "UNLOADING": 2, UNAVAILABLE: 3}
+# Triton's model version states (not condition types: core.conditions.READY is the Ready condition).
+VERSION_READY = "READY"
+VERSION_UNAVAILABLE = "UNAVAILABLE"
+_RANK = {VERSION_READY: 0, "LOADING": 1, "UNLOADING": 2, VERSION_UNAVAILABLE: 3}
 REASON_MAX = 300
 """Triton's reasons can carry a Python traceback: the status keeps the first line, this long at most."""
 
@@ -68,7 +69,7 @@ def parse_index(payload: Any) -> tuple[ModelVersionState, ...]:
             ModelVersionState(
                 model=str(entry["name"]),
                 version=str(entry["version"]),
-                state=str(entry.get("state") or UNAVAILABLE),
+                state=str(entry.get("state") or VERSION_UNAVAILABLE),
                 reason=short_reason(str(entry.get("reason") or "")),
             )
         )
@@ -92,7 +93,9 @@ def load_failures(log: str | None) -> tuple[ModelVersionState, ...]:
             match = pattern.search(line)
             if match:
                 key = (match["model"], match["version"])
-                out[key] = ModelVersionState(key[0], key[1], UNAVAILABLE, short_reason(match["reason"]))
+                out[key] = ModelVersionState(
+                    key[0], key[1], VERSION_UNAVAILABLE, short_reason(match["reason"])
+                )
     return tuple(out.values())
 
 
@@ -115,14 +118,11 @@ def _version_key(version: str) -> tuple[int, str]:
     return (int(version), "") if version.isdigit() else (0, version)
 
 
-def _side(revision: str, versions: Sequence[ModelVersionState]) -> dict[str, Any]:
-    return {
-        "revision": revision,
-        "versions": [
-            {"version": v.version, "state": v.state, **({"reason": v.reason} if v.reason else {})}
-            for v in versions
-        ],
-    }
+def _side(revision: str, versions: Sequence[ModelVersionState]) -> RevisionModelState:
+    return RevisionModelState(
+        revision=revision,
+        versions=[VersionState(version=v.version, state=v.state, reason=v.reason or None) for v in versions],
+    )
 
 
 def model_statuses(
@@ -134,24 +134,25 @@ def model_statuses(
 ) -> list[dict[str, Any]]:
     """status.models: per model of the spec, the versions its versionPolicy pins, and Triton's own
     view of the serving (stable) revision and of a canary while one runs (``views``: `merge`d per
-    revision; a side with no reading is left out)."""
+    revision; a side with no reading is left out). ``ready`` is build_status's to set."""
     out: list[dict[str, Any]] = []
     for model in ts.spec.models:
         policy = model.config.get("versionPolicy") or {}
         specific = policy.get("specific") if isinstance(policy, dict) else None
         versions = specific.get("versions") if isinstance(specific, dict) else None
-        entry: dict[str, Any] = {"name": model.name, "versions": [str(v) for v in versions or []]}
+        sides: dict[str, RevisionModelState] = {}
         for key, revision in (("serving", stable), ("canary", canary)):
             seen = views.get(revision or "", {}).get(model.name)
             if revision and seen:
-                entry[key] = _side(revision, seen)
-        out.append(entry)
+                sides[key] = _side(revision, seen)
+        entry = ModelStatus(name=model.name, versions=[str(v) for v in versions or []], **sides)
+        out.append(entry.model_dump(by_alias=True, exclude_unset=True, exclude_none=True, mode="json"))
     return out
 
 
 def failed_versions(views: Mapping[str, list[ModelVersionState]]) -> list[ModelVersionState]:
     """Every version of a revision that Triton reports UNAVAILABLE with a reason."""
-    return [v for versions in views.values() for v in versions if v.state == UNAVAILABLE and v.reason]
+    return [v for versions in views.values() for v in versions if v.state == VERSION_UNAVAILABLE and v.reason]
 
 
 def describe_failures(failures: Sequence[ModelVersionState]) -> str:

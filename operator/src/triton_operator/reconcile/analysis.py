@@ -13,7 +13,7 @@ from triton_operator.core.observation import PodState
 from triton_operator.core.rollout.clock import format_time
 from triton_operator.core.rollout.state import RolloutStatus, under_analysis
 from triton_operator.core.triton_state import ModelVersionState, merge, model_statuses
-from triton_operator.models import TritonService
+from triton_operator.models import AnalysisWindow, TritonService
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,12 +156,10 @@ def analysis_status(result: AnalysisResult | None, started: datetime | None) -> 
     """status.analysis: the canary's current window, its verdict and each judged model's figures."""
     if result is None:
         return None
-    out: dict[str, Any] = {
-        "revision": result.revision,
-        "weight": result.weight,
-        "verdict": result.verdict,
-        "models": [m.to_status() for m in result.models],
-    }
-    if started is not None:
-        out["windowStartedAt"] = format_time(started)
-    return out
+    return AnalysisWindow(
+        revision=result.revision,
+        weight=result.weight,
+        verdict=result.verdict,
+        window_started_at=None if started is None else format_time(started),
+        models=[m.to_status() for m in result.models],
+    ).to_api()

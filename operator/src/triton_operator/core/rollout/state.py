@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from triton_operator.core.rollout.clock import format_time, parse_time
-from triton_operator.models import Rollout, Strategy
+from triton_operator.models import AnalysisRunRecord, RevisionRecord, Rollout, Strategy, TritonServiceStatus
 
 
 def revision_ready(replicas: int, *, observed: bool, spec_replicas: int, ready_replicas: int) -> bool:
@@ -64,44 +64,26 @@ class HistoryEntry:
     revision: str
     created: str | None = None
 
+    def record(self) -> RevisionRecord:
+        """status.history's entry (created left out when unknown)."""
+        if self.created:
+            return RevisionRecord(revision=self.revision, created=self.created)
+        return RevisionRecord(revision=self.revision)
 
-ANALYSIS_RUNS_KEPT = 10
 
-
-@dataclasses.dataclass(frozen=True)
-class AnalysisRun:
-    """A window's analysis that decided something, as status.analysisRuns keeps it."""
-
-    revision: str
-    step_index: int
-    weight: int
-    verdict: str
-    message: str
-    at: str
-
-    def to_status(self) -> dict[str, Any]:
-        return {
-            "revision": self.revision,
-            "stepIndex": self.step_index,
-            "weight": self.weight,
-            "verdict": self.verdict,
-            "message": self.message,
-            "at": self.at,
-        }
-
-    @classmethod
-    def from_status(cls, raw: Mapping[str, Any]) -> AnalysisRun | None:
-        try:
-            return cls(
-                revision=str(raw["revision"]),
-                step_index=int(raw.get("stepIndex", 0)),
-                weight=int(raw.get("weight", 0)),
-                verdict=str(raw.get("verdict", "")),
-                message=str(raw.get("message", "")),
-                at=str(raw.get("at", "")),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
+def analysis_run(raw: Mapping[str, Any]) -> AnalysisRunRecord | None:
+    """One entry of status.analysisRuns as it was written; None when it cannot be read."""
+    try:
+        return AnalysisRunRecord(
+            revision=str(raw["revision"]),
+            step_index=int(raw.get("stepIndex", 0)),
+            weight=int(raw.get("weight", 0)),
+            verdict=str(raw.get("verdict", "")),
+            message=str(raw.get("message", "")),
+            at=str(raw.get("at", "")),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +111,8 @@ class RolloutStatus:
     """A stable revision found without a Deployment, replaced by the spec's (Degraded until Ready)."""
     handled_requests: Mapping[str, str] = dataclasses.field(default_factory=dict)
     history: tuple[HistoryEntry, ...] = ()
-    analysis_runs: tuple[AnalysisRun, ...] = ()
+    analysis_runs: tuple[AnalysisRunRecord, ...] = ()
+    """Windows' analyses that decided something (status.analysisRuns: models.ANALYSIS_RUNS_KEPT at most)."""
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any] | None) -> RolloutStatus:
@@ -153,7 +136,7 @@ class RolloutStatus:
         runs = tuple(
             run
             for raw in s.get("analysisRuns") or []
-            if isinstance(raw, Mapping) and (run := AnalysisRun.from_status(raw)) is not None
+            if isinstance(raw, Mapping) and (run := analysis_run(raw)) is not None
         )
         return cls(
             stable_revision=opt_str("stableRevision"),
@@ -186,31 +169,28 @@ class RolloutStatus:
         def t(moment: datetime | None) -> str | None:
             return format_time(moment) if moment is not None else None
 
-        return {
-            "stableRevision": self.stable_revision,
-            "stableSince": t(self.stable_since),
-            "canaryRevision": self.canary_revision,
-            "canaryWeight": self.canary_weight,
-            "currentStepIndex": self.current_step_index,
-            "stepStartedAt": t(self.step_started_at),
-            "canaryStartedAt": t(self.canary_started_at),
-            "waitingSince": t(self.waiting_since),
-            "promoting": self.promoting,
-            "abortedRevision": self.aborted_revision,
-            "abortedReason": self.aborted_reason,
-            "abortedStepIndex": self.aborted_step_index,
-            "abortedDetail": self.aborted_detail,
-            "pausedByUser": self.paused_by_user,
-            "pinnedRevision": self.pinned_revision,
-            "pinnedFor": self.pinned_for,
-            "replacedRevision": self.replaced_revision,
-            "handledRequests": dict(self.handled_requests),
-            "history": [
-                {"revision": h.revision, **({"created": h.created} if h.created else {})}
-                for h in self.history
-            ],
-            "analysisRuns": [run.to_status() for run in self.analysis_runs],
-        }
+        return TritonServiceStatus(
+            stable_revision=self.stable_revision,
+            stable_since=t(self.stable_since),
+            canary_revision=self.canary_revision,
+            canary_weight=self.canary_weight,
+            current_step_index=self.current_step_index,
+            step_started_at=t(self.step_started_at),
+            canary_started_at=t(self.canary_started_at),
+            waiting_since=t(self.waiting_since),
+            promoting=self.promoting,
+            aborted_revision=self.aborted_revision,
+            aborted_reason=self.aborted_reason,
+            aborted_step_index=self.aborted_step_index,
+            aborted_detail=self.aborted_detail,
+            paused_by_user=self.paused_by_user,
+            pinned_revision=self.pinned_revision,
+            pinned_for=self.pinned_for,
+            replaced_revision=self.replaced_revision,
+            handled_requests=dict(self.handled_requests),
+            history=[h.record() for h in self.history],
+            analysis_runs=list(self.analysis_runs),
+        ).model_dump(by_alias=True, exclude_unset=True, mode="json")
 
 
 def under_analysis(rollout: Rollout, status: RolloutStatus) -> bool:

@@ -7,9 +7,9 @@ from typing import Literal
 from triton_operator.core.analysis import INCONCLUSIVE, PASSED, AnalysisResult
 from triton_operator.core.conditions import ANALYSIS_INCONCLUSIVE, ANALYSIS_PASSED, WARNING
 from triton_operator.core.rollout.clock import format_time
-from triton_operator.core.rollout.state import ANALYSIS_RUNS_KEPT, AnalysisRun, under_analysis
+from triton_operator.core.rollout.state import under_analysis
 from triton_operator.core.rollout.working import Call
-from triton_operator.models import Inconclusive
+from triton_operator.models import ANALYSIS_RUNS_KEPT, AnalysisRunRecord, Inconclusive
 
 
 class Verdicts(Call):
@@ -32,7 +32,7 @@ class Verdicts(Call):
         return result
 
     def record(self, result: AnalysisResult, verdict: str | None = None) -> None:
-        run = AnalysisRun(
+        run = AnalysisRunRecord(
             revision=result.revision,
             step_index=self.position(),
             weight=result.weight,
