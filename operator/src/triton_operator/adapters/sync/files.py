@@ -62,6 +62,24 @@ class Dirs:
         self._ok: set[str] = {""}
         self._lock = threading.Lock()
 
+    def check(self, rel_dir: str) -> bool:
+        """Whether ``rel_dir`` exists as folders all the way (made by nobody); refuses what ensure does."""
+        with self._lock:
+            if rel_dir in self._ok:
+                return True
+            parts = rel_dir.split("/")
+            for n in range(1, len(parts) + 1):
+                rel = "/".join(parts[:n])
+                if rel in self._ok:
+                    continue
+                try:
+                    st = os.lstat(self.dest / rel)
+                except FileNotFoundError:
+                    return False
+                _refuse(self.dest / rel, st)
+                self._ok.add(rel)
+            return True
+
     def ensure(self, rel_dir: str) -> Path:
         with self._lock:
             if rel_dir in self._ok:
@@ -77,12 +95,16 @@ class Dirs:
                 except FileNotFoundError:
                     os.mkdir(path)
                 else:
-                    if stat.S_ISLNK(st.st_mode):
-                        raise UnsafeDestination(f"{path} is a symlink; sync refuses to write through it")
-                    if not stat.S_ISDIR(st.st_mode):
-                        raise UnsafeDestination(f"{path} exists and is not a folder")
+                    _refuse(path, st)
                 self._ok.add(rel)
             return self.dest / rel_dir
+
+
+def _refuse(path: Path, st: os.stat_result) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeDestination(f"{path} is a symlink; sync refuses to write through it")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDestination(f"{path} exists and is not a folder")
 
 
 def link_or_copy(src: Path, dst: Path) -> None:
