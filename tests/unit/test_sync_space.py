@@ -8,13 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from triton_operator import models
 from triton_operator.adapters.sync import results, space
 from triton_operator.adapters.sync.results import NoSpace
-from triton_operator.adapters.sync.space import Need, Room, check, quantity_bytes, room, usage
+from triton_operator.adapters.sync.space import Need, Room, check, room, usage
+from triton_operator.models import quantity_bytes
 
 
 def test_doctests() -> None:
-    for module in (space, results):
+    for module in (space, results, models):
         assert doctest.testmod(module).failed == 0
 
 
@@ -79,13 +81,27 @@ def test_usage_counts_blocks_once_per_inode(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("20Gi", 20 * 2**30), ("500M", 500 * 10**6), ("1.5Ki", 1536), ("1048576", 2**20), ("0.5", 1)],
+    [
+        ("20Gi", 20 * 2**30),
+        ("500M", 500 * 10**6),
+        ("1.5Ki", 1536),
+        ("1048576", 2**20),
+        ("0.5", 1),
+        ("1e3", 1000),
+        ("1500m", 2),
+        (" 3k ", 3000),
+    ],
 )
 def test_quantities(text: str, value: int) -> None:
     assert quantity_bytes(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "20GB", "-1Gi", "1e3", "Gi", "20 Gi x"])
+@pytest.mark.parametrize("text", ["", "20GB", "Gi", "20 Gi x", "1.2.3", "1Ki5"])
 def test_not_quantities(text: str) -> None:
     with pytest.raises(ValueError, match="is not a quantity of bytes"):
         quantity_bytes(text)
+
+
+def test_a_negative_quantity_is_refused() -> None:
+    with pytest.raises(ValueError, match="is negative"):
+        quantity_bytes("-1Gi")

@@ -17,10 +17,10 @@ from triton_operator.adapters.storage.base import ObjectChanged, StoreConfigErro
 from triton_operator.adapters.sync.engine import SyncOptions, sync
 from triton_operator.adapters.sync.progress import Progress
 from triton_operator.adapters.sync.results import ChecksumMismatch, NoSpace, SyncError, UnsafeDestination
-from triton_operator.adapters.sync.space import quantity_bytes
 from triton_operator.core.manifest import Manifest, ManifestError, SelectionFailed, manifest_from_json
 from triton_operator.core.manifestparts import ordered, part_index, unpack
 from triton_operator.core.modelconfig import ModelConfigError
+from triton_operator.models import quantity_bytes
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -3,49 +3,14 @@
 from __future__ import annotations
 
 import os
-import re
 import stat
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from triton_operator.adapters.sync.results import NoSpace
 
 STATE_BYTES_PER_FILE = 256
 """Room kept for each file's line in the state file (.triton-sync.json), written at the end."""
-
-_QUANTITY = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|)\s*")
-_SUFFIX = {
-    "": 1,
-    "k": 1000,
-    "M": 1000**2,
-    "G": 1000**3,
-    "T": 1000**4,
-    "P": 1000**5,
-    "E": 1000**6,
-    "Ki": 1024,
-    "Mi": 1024**2,
-    "Gi": 1024**3,
-    "Ti": 1024**4,
-    "Pi": 1024**5,
-    "Ei": 1024**6,
-}
-
-
-def quantity_bytes(text: str) -> int:
-    """A Kubernetes quantity of bytes (``20Gi``, ``500M``, ``1.5Gi``, ``1048576``) -> bytes, rounded up.
-
-    >>> quantity_bytes("2Gi"), quantity_bytes("1.5k"), quantity_bytes("10")
-    (2147483648, 1500, 10)
-    """
-    match = _QUANTITY.fullmatch(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a quantity of bytes such as 20Gi, 500M or 1048576")
-    try:
-        value = Decimal(match.group(1)) * _SUFFIX[match.group(2)]
-    except InvalidOperation as exc:  # pragma: no cover - the regex admits decimals only
-        raise ValueError(f"{text!r} is not a number") from exc
-    return int(value.to_integral_value(rounding="ROUND_CEILING"))
 
 
 def on_disk(size: int, block: int) -> int:
