@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -11,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from storage_backends import Backend
-from triton_operator.adapters.storage import pin_repository
+from triton_operator.adapters.storage import open_store, pin_repository
+from triton_operator.adapters.sync import engine
+from triton_operator.adapters.sync.engine import SyncOptions, sync
 from triton_operator.core.manifest import Manifest, manifest_to_json
 from triton_operator.core.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec
@@ -115,3 +118,23 @@ def test_a_volume_size_limit_counts_what_dest_holds_but_not_files_already_presen
     third = run_sync(tmp_path, pinned, s3_backend.credentials, dest, "--volume-limit", "2Mi")
     assert third.returncode == 7, third.stderr
     assert sorted(p.name for p in (dest / "big/1").iterdir()) == ["tokenizer.json"]
+
+
+def test_a_volume_that_fills_up_while_writing_fails_as_full_not_as_a_checksum_mismatch(
+    backend: Backend, bucket: str, small_tmpfs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the space check (here skipped, as if something else filled the volume meanwhile), a
+    write cut short by a full volume raises ENOSPC, on every store: no byte of a part is silently
+    dropped (a checksum mismatch), nor taken for the store's failure (StoreUnavailable, retried)."""
+    for key, data in FILES.items():
+        backend.put(bucket, key, data)
+    manifest = pin_repository(backend.repository(bucket), MODELS, backend.credentials)
+    monkeypatch.setattr(engine, "check", lambda need, space: 0)
+    store = open_store(manifest.repository, backend.credentials)
+    try:
+        with pytest.raises(OSError) as caught:
+            sync(manifest, store, SyncOptions(dest=small_tmpfs / "models", part_size=MiB, concurrency=4))
+    finally:
+        store.close()
+    assert caught.value.errno == errno.ENOSPC
+    assert not [p for p in small_tmpfs.rglob("*") if ".tmp-sync-" in p.name]  # temp files removed

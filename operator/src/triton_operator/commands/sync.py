@@ -241,8 +241,12 @@ def run(args: argparse.Namespace) -> int:
     except (SyncError, SelectionFailed) as exc:
         return fail(EXIT_FAILED, str(exc))
     except OSError as exc:
-        code = EXIT_NO_SPACE if exc.errno in (errno.ENOSPC, errno.EDQUOT) else EXIT_FAILED
-        return fail(code, f"{exc.filename or ''}: {exc.strerror or exc}")
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # Something else filled the volume after the space check (or it reported too much free).
+            return fail(
+                EXIT_NO_SPACE, f"{args.dest}: the volume ran out of space while writing: {exc.strerror}"
+            )
+        return fail(EXIT_FAILED, f"{exc.filename or ''}: {exc.strerror or exc}")
     finally:
         if store is not None:
             store.close()

@@ -27,6 +27,7 @@ from triton_operator.adapters.sync.files import (
     state_record,
     syncfs,
     tmp_name,
+    write_all,
 )
 from triton_operator.adapters.sync.hashing import (
     CHUNK,
@@ -67,6 +68,15 @@ class SyncOptions:
 
 class _Aborted(Exception):  # noqa: N818 - control flow, not an error
     """Raised inside a sink when another task has failed."""
+
+
+class _WriteFailed(Exception):  # noqa: N818 - carries the OSError past the store's handlers
+    """Raised inside a sink when writing to dest failed (a full volume): the store must not take it
+    for its own failure (stores turn an OSError in a read into StoreUnavailable, and retry it)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @dataclass
@@ -235,11 +245,17 @@ class Syncer:
             return task()
         except _Aborted:
             return None
+        except _WriteFailed as failed:
+            self._failed(failed.error)
+            raise failed.error from None
         except BaseException as exc:
-            with self._lock:
-                self._errors.append(exc)
-            self._abort.set()
+            self._failed(exc)
             raise
+
+    def _failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self._errors.append(exc)
+        self._abort.set()
 
     def _mark_present(self, entry: ManifestEntry, st: os.stat_result) -> None:
         with self._lock:
@@ -341,7 +357,10 @@ class Syncer:
         def sink(chunk: bytes) -> None:
             if abort.is_set():
                 raise _Aborted
-            write(chunk)
+            try:
+                write(chunk)
+            except OSError as exc:
+                raise _WriteFailed(exc) from exc
             progress.add_bytes(len(chunk))
 
         return sink
@@ -384,7 +403,7 @@ class Syncer:
             hasher = job.hasher = job.new_hasher()
 
             def write(chunk: bytes) -> None:
-                os.write(fd, chunk)
+                write_all(fd, chunk)
                 if hasher is not None:
                     hasher.update(chunk)
 
@@ -418,7 +437,7 @@ class Syncer:
             digests = RangeDigests(aligned, start) if aligned is not None else None
 
             def write(chunk: bytes) -> None:
-                os.pwrite(fd, chunk, pos[0])
+                write_all(fd, chunk, pos[0])
                 if digests is not None:
                     digests.update(chunk)
                 pos[0] += len(chunk)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import secrets
@@ -48,6 +49,19 @@ def syncfs(path: Path) -> None:
 
 
 # ---------------------------------------------------------------- placing files
+
+
+def write_all(fd: int, data: bytes, offset: int | None = None) -> None:
+    """Write every byte of ``data`` at ``offset`` (or the file position). A short write (a volume
+    filling up) is carried on until it completes or raises (ENOSPC): bytes are never dropped."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
+        if n <= 0:
+            raise OSError(errno.EIO, "a write made no progress")
+        view = view[n:]
+        if offset is not None:
+            offset += n
 
 
 def tmp_name(path: Path) -> Path:
