@@ -192,6 +192,44 @@ class TestVolumes:
         assert named(volumes, CONFIG_VOLUME)["configMap"]["name"] == "svc-abc1234567"
         assert all(v["name"] != "repository" for v in volumes)  # no claim
 
+    @pytest.mark.parametrize(
+        ("model_volume", "empty_dir"),
+        [
+            ({"sizeLimit": "40Gi"}, {"sizeLimit": "40Gi"}),
+            ({"sizeLimit": "2Gi", "medium": "Memory"}, {"medium": "Memory", "sizeLimit": "2Gi"}),
+            ({}, {}),
+        ],
+    )
+    def test_model_volume_sizes_the_models_empty_dir_and_tells_sync(
+        self, model_volume: dict[str, str], empty_dir: dict[str, str]
+    ) -> None:
+        ts = ts_of(modelVolume=model_volume)
+        assert named(build_volumes(ts, REVISION, PLAIN), "models") == {
+            "name": "models",
+            "emptyDir": empty_dir,
+        }
+        args = build_sync_container(ts, SETTINGS, PLAIN)["args"]
+        limit = model_volume.get("sizeLimit")
+        if limit:
+            assert args[args.index("--volume-limit") + 1] == limit
+        else:
+            assert "--volume-limit" not in args
+
+    @pytest.mark.parametrize(
+        ("value", "error"),
+        [
+            ({"sizeLimit": "0"}, "spec.modelVolume.sizeLimit: '0' must be more than 0 bytes"),
+            ({"sizeLimit": "20GB"}, "spec.modelVolume.sizeLimit: String should match pattern"),
+            ({"sizeLimit": "1.2.3"}, "spec.modelVolume.sizeLimit: '1.2.3' is not a quantity of bytes"),
+            ({"medium": "Disk"}, "spec.modelVolume.medium: Input should be 'Memory'"),
+        ],
+    )
+    def test_a_bad_model_volume_is_refused_naming_the_field(self, value: dict[str, str], error: str) -> None:
+        doc = body()
+        doc["spec"]["modelVolume"] = value
+        problems = check_body(doc).problems
+        assert len(problems) == 1 and problems[0].startswith(error), problems
+
     @pytest.mark.parametrize(("uri", "claim"), CLAIMS)
     def test_pvc_claim_is_mounted_read_only(self, uri: str, claim: str) -> None:
         volumes = build_volumes(
@@ -515,12 +553,15 @@ SAME_REVISION = [
     ("service", lambda s: s.update(service={"type": "NodePort"})),
     ("poll interval", lambda s: s["repository"].update(pollIntervalSeconds=5)),
     ("default spelled out", lambda s: s.update(shmSize="1Gi")),
+    ("model volume unset", lambda s: s.update(modelVolume=None)),
+    ("model volume empty", lambda s: s.update(modelVolume={})),
 ]
 NEW_REVISION = [
     ("image", lambda s: s.update(image="my/triton:2")),
     ("server args", lambda s: s.update(serverArgs=["--log-verbose=1"])),
     ("gpus", lambda s: s.update(resources={"gpus": 1})),
     ("shm", lambda s: s.update(shmSize="2Gi")),
+    ("model volume size", lambda s: s.update(modelVolume={"sizeLimit": "40Gi"})),
     ("model config", lambda s: s["models"][0]["config"].update(maxBatchSize=4)),
     ("model path", lambda s: s["models"][0].update(path="elsewhere")),
     ("uri", lambda s: s["repository"].update(uri="s3://models/other")),

@@ -587,6 +587,23 @@ def test_crash_looping_canary_aborts_at_once() -> None:
     assert "crash-looping" in p.events[0].message
 
 
+def test_a_canary_whose_sync_fails_aborts_with_the_sync_s_reason() -> None:
+    reason = (
+        "the model repository needs 2.4 GiB (2576986112 bytes), /models has 1.1 GiB (1181116006 bytes) free"
+    )
+    sim = deployed(make_rollout(steps=CHAIN))
+    sim.reconcile()
+    sim.crashing.add("B")
+    sim.apply(sim.plans[-1])
+    sim.cluster["B"] = dataclasses.replace(sim.cluster["B"], sync_failure=reason)
+    p = sim.reconcile(1)
+    assert p.status.aborted_revision == "B"
+    degraded = p.condition("Degraded")
+    assert degraded is not None and degraded.reason == "CanaryCrashLooping"
+    assert f"canary pods are crash-looping: sync: {reason};" in degraded.message
+    assert f"sync: {reason}" in p.events[0].message
+
+
 @pytest.mark.parametrize(
     ("unschedulable_for", "aborts", "requeue"),
     [(0, False, 120.0), (60, False, 60.0), (119, False, 1.0), (120, True, None), (500, True, None)],

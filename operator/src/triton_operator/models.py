@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -22,6 +24,11 @@ from pydantic.alias_generators import to_camel
 
 # Kubernetes resource.Quantity, as the API server's own regex accepts it.
 QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+_BYTES_QUANTITY = re.compile(
+    r"\s*([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:(Ki|Mi|Gi|Ti|Pi|Ei)|(n|u|m|k|M|G|T|P|E)|[eE]([+-]?[0-9]+))?\s*"
+)
+_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 # Triton model names become folder names in the model repository.
 MODEL_NAME_MAX_LENGTH = 128
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$"
@@ -39,6 +46,32 @@ def _quantity_to_str(value: Any) -> Any:
     """Kubernetes quantities are int-or-string: ``cpu: 4`` means ``cpu: "4"``."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
+    return value
+
+
+def quantity_bytes(text: str) -> int:
+    """A Kubernetes quantity of bytes -> bytes, rounded up as Kubernetes does.
+
+    >>> quantity_bytes("20Gi"), quantity_bytes("1.5k"), quantity_bytes("1e3"), quantity_bytes("100m")
+    (21474836480, 1500, 1000, 1)
+    """
+    match = _BYTES_QUANTITY.fullmatch(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a quantity of bytes such as 20Gi, 500M or 1048576")
+    sign, number, binary, decimal, exponent = match.groups()
+    if sign == "-":
+        raise ValueError(f"{text!r} is negative")
+    value = Decimal(number)
+    if binary:
+        value *= 2 ** _BINARY[binary]
+    else:
+        value = value.scaleb(_DECIMAL[decimal] if decimal else int(exponent or 0))
+    return int(value.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def _positive_bytes(value: str) -> str:
+    if quantity_bytes(value) < 1:
+        raise ValueError(f"{value!r} must be more than 0 bytes")
     return value
 
 
@@ -549,6 +582,21 @@ class Autoscaling(_Model):
     behavior: ScalingBehavior | None = None
 
 
+class ModelVolume(_Model):
+    """The /models emptyDir that the sync init container fills and tritonserver serves."""
+
+    size_limit: Annotated[Quantity, AfterValidator(_positive_bytes)] | None = Field(
+        None,
+        description="The emptyDir's sizeLimit, e.g. 40Gi: kubelet evicts a pod whose /models grows past it, "
+        "and sync refuses (exit 7, before writing anything) a repository that would not fit under it.",
+    )
+    medium: Literal["Memory"] | None = Field(
+        None,
+        description='"Memory": a tmpfs, counted against the pod\'s memory (set a sizeLimit); unset, the '
+        "node's disk.",
+    )
+
+
 class TritonServiceSpec(_Model):
     """Desired state of a TritonService."""
 
@@ -564,6 +612,9 @@ class TritonServiceSpec(_Model):
     )
     resources: Resources = Field(default_factory=Resources)
     shm_size: Quantity = Field("1Gi", description="Size of the /dev/shm emptyDir (Python backend).")
+    model_volume: ModelVolume | None = Field(
+        None, description="Size and medium of the /models volume that holds the model repository."
+    )
     server_args: list[str] = Field(
         default_factory=list, description="Extra tritonserver flags, checked against an allow-list."
     )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import os
 import re
 import sys
@@ -14,10 +16,11 @@ from triton_operator.adapters.storage import open_store
 from triton_operator.adapters.storage.base import ObjectChanged, StoreConfigError, StoreError
 from triton_operator.adapters.sync.engine import SyncOptions, sync
 from triton_operator.adapters.sync.progress import Progress
-from triton_operator.adapters.sync.results import ChecksumMismatch, SyncError, UnsafeDestination
+from triton_operator.adapters.sync.results import ChecksumMismatch, NoSpace, SyncError, UnsafeDestination
 from triton_operator.core.manifest import Manifest, ManifestError, SelectionFailed, manifest_from_json
 from triton_operator.core.manifestparts import ordered, part_index, unpack
 from triton_operator.core.modelconfig import ModelConfigError
+from triton_operator.models import quantity_bytes
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -26,6 +29,10 @@ EXIT_CHANGED = 3
 EXIT_MISMATCH = 4
 EXIT_STORE = 5
 EXIT_UNSAFE = 6
+EXIT_NO_SPACE = 7
+
+TERMINATION_LOG = Path("/dev/termination-log")
+"""Where Kubernetes reads a container's termination message (terminationMessagePath's default)."""
 
 # Environment variables read as credentials (the pod mounts the credentials Secret as env).
 CREDENTIAL_VARS = (
@@ -61,7 +68,11 @@ _UNITS = {
 EPILOG = """\
 exit status: 0 synced; 1 other failure; 2 bad arguments or manifest; 3 an object changed since it
 was pinned; 4 a size or checksum did not match; 5 the store refused or failed (access denied,
-missing bucket, unavailable); 6 something unsafe in the destination (a symlink where a file goes).
+missing bucket, unavailable); 6 something unsafe in the destination (a symlink where a file goes);
+7 the files do not fit the destination volume (checked before anything is written: the message
+names the bytes needed and free).
+On failure the one-line reason is also written to --termination-log when that file exists, so that
+Kubernetes shows it as the container's termination message.
 Credentials come from the environment: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY[/AWS_SESSION_TOKEN],
 GOOGLE_APPLICATION_CREDENTIALS_JSON, AZURE_STORAGE_CONNECTION_STRING (or AZURE_STORAGE_KEY,
 AZURE_STORAGE_SAS_TOKEN); none of them means the platform identity (IRSA, workload identity).
@@ -77,6 +88,13 @@ def parse_size(text: str) -> int:
     if value < 1024 * 1024:
         raise argparse.ArgumentTypeError(f"{text!r}: the part size must be at least 1MiB")
     return value
+
+
+def volume_limit(text: str) -> int:
+    try:
+        return quantity_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(text: str) -> int:
@@ -122,6 +140,19 @@ def register(subparsers: Any) -> None:
         "--pvc-root", type=Path, default=None, help="where the pvc:// claim is mounted (unpinned manifests)"
     )
     parser.add_argument(
+        "--volume-limit",
+        type=volume_limit,
+        default=None,
+        help="the destination volume's size limit (an emptyDir's sizeLimit, e.g. 20Gi): the files must fit "
+        "under it as well as in the filesystem's free space",
+    )
+    parser.add_argument(
+        "--termination-log",
+        type=Path,
+        default=TERMINATION_LOG,
+        help="on failure, write the reason here if the file exists (default /dev/termination-log)",
+    )
+    parser.add_argument(
         "--progress",
         choices=("auto", "bar", "json"),
         default="auto",
@@ -165,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
     def fail(code: int, message: str) -> int:
         progress.error(message)
         print(f"triton-operator sync: error: {message}", file=sys.stderr)
+        write_termination_log(args.termination_log, message)
         return code
 
     try:
@@ -182,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         part_size=args.part_size,
         pvc_root=args.pvc_root,
+        volume_limit=args.volume_limit,
     )
     store = None
     try:
@@ -199,6 +232,8 @@ def run(args: argparse.Namespace) -> int:
         return fail(EXIT_MISMATCH, str(exc))
     except UnsafeDestination as exc:
         return fail(EXIT_UNSAFE, str(exc))
+    except NoSpace as exc:
+        return fail(EXIT_NO_SPACE, str(exc))
     except (StoreConfigError, ModelConfigError) as exc:
         return fail(EXIT_USAGE, str(exc))
     except StoreError as exc:
@@ -206,8 +241,22 @@ def run(args: argparse.Namespace) -> int:
     except (SyncError, SelectionFailed) as exc:
         return fail(EXIT_FAILED, str(exc))
     except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # Something else filled the volume after the space check (or it reported too much free).
+            return fail(
+                EXIT_NO_SPACE, f"{args.dest}: the volume ran out of space while writing: {exc.strerror}"
+            )
         return fail(EXIT_FAILED, f"{exc.filename or ''}: {exc.strerror or exc}")
     finally:
         if store is not None:
             store.close()
     return EXIT_OK
+
+
+def write_termination_log(path: Path | None, message: str) -> None:
+    """The failure's one line, where Kubernetes keeps it as the termination message; only into a file
+    that exists (kubelet makes it in a pod: sync run by hand writes nothing under /dev)."""
+    if path is None or not path.is_file():
+        return
+    with contextlib.suppress(OSError):
+        path.write_text(f"{message}\n"[:4096])

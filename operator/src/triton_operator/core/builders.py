@@ -78,6 +78,8 @@ def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]
     )
     for served_elsewhere in ("replicas", "rollout", "service", "image"):
         spec.pop(served_elsewhere, None)
+    if not spec.get("modelVolume"):
+        spec.pop("modelVolume", None)  # `modelVolume: {}` renders the pod that no modelVolume does
     repository = dict(spec.get("repository", {}))
     repository.pop("pollIntervalSeconds", None)
     spec["repository"] = repository
@@ -402,12 +404,23 @@ def _repository_mounts(ts: TritonService) -> list[dict[str, Any]]:
     return [{"name": REPOSITORY_VOLUME, "mountPath": PVC_ROOT, "readOnly": True}]
 
 
+def models_empty_dir(ts: TritonService) -> dict[str, Any]:
+    """The /models emptyDir as spec.modelVolume sizes it (``{}``: the node's disk, unbounded)."""
+    volume = ts.spec.model_volume
+    if volume is None:
+        return {}
+    return {
+        **({"medium": volume.medium} if volume.medium else {}),
+        **({"sizeLimit": volume.size_limit} if volume.size_limit else {}),
+    }
+
+
 def build_volumes(ts: TritonService, revision: str, layout: ManifestLayout) -> list[dict[str, Any]]:
     """The pod's volumes: /models (filled by sync), shared memory, the revision's configs and
     manifest, the repository's claim (pvc://), then the spec's own volumes."""
     spec = ts.spec
     volumes: list[dict[str, Any]] = [
-        {"name": MODELS_VOLUME, "emptyDir": {}},
+        {"name": MODELS_VOLUME, "emptyDir": models_empty_dir(ts)},
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
         config_volume(ts, revision, layout),
     ]
@@ -512,6 +525,10 @@ def build_sync_container(ts: TritonService, settings: Settings, layout: Manifest
     """The sync init container: `triton-operator sync` fills /models from the revision's manifest."""
     manifest = MANIFEST_PATH if layout.plain else MANIFEST_DIR
     sync_args = ["--manifest", manifest, "--configs", CONFIGS_DIR, "--dest", MODELS_DIR]
+    volume = ts.spec.model_volume
+    if volume is not None and volume.size_limit:
+        # kubelet evicts a pod past its emptyDir's sizeLimit, which statvfs does not show sync.
+        sync_args += ["--volume-limit", volume.size_limit]
     sync: dict[str, Any] = {
         "name": SYNC_CONTAINER,
         "image": settings.sync_image,

@@ -40,6 +40,7 @@ from triton_operator.core.triton_state import (
     failed_versions,
     load_failures,
     merge,
+    short_reason,
 )
 from triton_operator.core.validation.errors import errors_from_validation
 from triton_operator.core.validation.spec import validate_spec
@@ -424,6 +425,9 @@ class PodState:
     triton_failures: tuple[ModelVersionState, ...] = ()
     """The model versions Triton says failed to load, read once from the log tail the tritonserver
     container left at its last exit (terminationMessagePolicy FallbackToLogsOnError)."""
+    sync_failure: str | None = None
+    """Why the sync init container last failed, in its own words (its termination message: e.g. the
+    model repository needs more bytes than the volume has free), while it has not since succeeded."""
 
     def crash_looping(self, threshold: int = CRASH_RESTART_THRESHOLD) -> bool:
         """A container waits in CrashLoopBackOff or restarted ``threshold`` times or more."""
@@ -467,6 +471,8 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
     containers = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
     waiting_reason, waiting_message = _failing_wait(containers)
     triton: Mapping[str, Any] = next((cs for cs in containers if cs.get("name") == TRITON_CONTAINER), {})
+    inits = status.get("initContainerStatuses") or []
+    sync: Mapping[str, Any] = next((cs for cs in inits if cs.get("name") == SYNC_CONTAINER), {})
     return PodState(
         name=str(metadata.get("name", "")),
         revision=str((metadata.get("labels") or {}).get(LABEL_REVISION, "")),
@@ -482,7 +488,20 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
         ip=str(status["podIP"]) if status.get("podIP") else None,
         triton_restarts=int(triton.get("restartCount") or 0),
         triton_failures=load_failures(_termination_message(triton)),
+        sync_failure=_failure_message(sync),
     )
+
+
+def _failure_message(container_status: Mapping[str, Any]) -> str | None:
+    """The last line of the message a container left when it last exited with an error, bounded;
+    None once it has since exited 0 (or left no message)."""
+    for key in ("state", "lastState"):
+        terminated = (container_status.get(key) or {}).get("terminated")
+        if terminated:
+            lines = [line for line in str(terminated.get("message") or "").splitlines() if line.strip()]
+            failed = int(terminated.get("exitCode") or 0) != 0
+            return short_reason(lines[-1]) if failed and lines else None
+    return None
 
 
 def _termination_message(container_status: Mapping[str, Any]) -> str | None:
@@ -549,6 +568,7 @@ def revision_state(
             failed_versions(merge(p.triton_failures for p in live if p.triton_failures))
         )
         or None,
+        sync_failure=next((p.sync_failure for p in live if p.sync_failure), None),
     )
 
 

@@ -71,6 +71,7 @@ def degraded(
             TRUE,
             PODS_FAILING,
             f"{len(failing)} pod(s) failing; {first.name}: {first.waiting_reason}: {first.waiting_message}"
+            + (f"; sync: {first.sync_failure}" if first.sync_failure else "")
             + (f"; Triton: {triton}" if triton else ""),
         )
     late = [d for d in deployments if d.revision in revisions and d.deadline_exceeded]

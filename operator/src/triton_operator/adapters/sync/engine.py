@@ -27,6 +27,7 @@ from triton_operator.adapters.sync.files import (
     state_record,
     syncfs,
     tmp_name,
+    write_all,
 )
 from triton_operator.adapters.sync.hashing import (
     CHUNK,
@@ -39,6 +40,7 @@ from triton_operator.adapters.sync.hashing import (
 )
 from triton_operator.adapters.sync.progress import Progress, silent
 from triton_operator.adapters.sync.results import ChecksumMismatch, SyncError, SyncStats, UnsafeDestination
+from triton_operator.adapters.sync.space import Need, check, device_of, room
 from triton_operator.core.manifest import (
     CONFIG_FILE,
     CONTENT_KINDS,
@@ -61,10 +63,20 @@ class SyncOptions:
     part_size: int = 64 * MiB
     retries: int = 3
     pvc_root: Path | None = None  # where a pvc:// claim is mounted (unpinned manifests)
+    volume_limit: int | None = None  # the dest volume's size limit (an emptyDir's sizeLimit), bytes
 
 
 class _Aborted(Exception):  # noqa: N818 - control flow, not an error
     """Raised inside a sink when another task has failed."""
+
+
+class _WriteFailed(Exception):  # noqa: N818 - carries the OSError past the store's handlers
+    """Raised inside a sink when writing to dest failed (a full volume): the store must not take it
+    for its own failure (stores turn an OSError in a read into StoreUnavailable, and retry it)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @dataclass
@@ -85,6 +97,7 @@ class _Job:
     finished: bool = False
     aligned: PartDigests | None = None  # parts aligned to the upload's parts, hashed in parallel
     parts_left: int = 0
+    cached: Path | None = None  # the cache holds the pinned content: placed from there, not fetched
 
     def __post_init__(self) -> None:
         self.tmp = tmp_name(self.path)
@@ -121,10 +134,10 @@ class Syncer:
 
     def run(self) -> SyncStats:
         started = time.monotonic()
-        self.dest.mkdir(parents=True, exist_ok=True)
         if self.manifest.pinned:
-            self._sync_pinned()
+            self._sync_pinned()  # makes dest once it knows the files fit
         else:
+            self.dest.mkdir(parents=True, exist_ok=True)
             self._sync_unpinned()
         self._write_configs()
         new_state = self.manifest.pinned and self._state_new != self._state_old
@@ -162,7 +175,9 @@ class Syncer:
         unknown: list[ManifestEntry] = []
         for entry in entries:
             parent, _, _ = entry.dest.rpartition("/")
-            dirs.ensure(parent)
+            if not dirs.check(parent):  # nothing is made before the files are known to fit
+                unknown.append(entry)
+                continue
             path = self.dest / entry.dest
             try:
                 st = os.lstat(path)
@@ -183,8 +198,16 @@ class Syncer:
         workers = max(1, self.options.concurrency)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sync") as pool:
             # Phase 1: files whose state is unknown are hashed; the cache is consulted.
-            checked = self._run_all(pool, [partial(self._check, e) for e in unknown])
-            to_fetch = [job for job in checked if job is not None]
+            checked = [job for job in self._run_all(pool, [partial(self._check, e) for e in unknown]) if job]
+            hits = [job for job in checked if job.cached is not None]
+            to_fetch = [job for job in checked if job.cached is None]
+            # Nothing is written before the bytes to write are known to fit the volume.
+            self._preflight(to_fetch, hits)
+            self.dest.mkdir(parents=True, exist_ok=True)
+            dirs = Dirs(self.dest)
+            for job in checked:
+                dirs.ensure(job.entry.dest.rpartition("/")[0])
+            self._run_all(pool, [partial(self._place_cached, job) for job in hits])
             # Phase 2: downloads; big files in ranged parts first, then whole files, biggest first.
             to_fetch.sort(key=lambda j: -j.entry.size)
             self._jobs.extend(to_fetch)
@@ -222,11 +245,17 @@ class Syncer:
             return task()
         except _Aborted:
             return None
+        except _WriteFailed as failed:
+            self._failed(failed.error)
+            raise failed.error from None
         except BaseException as exc:
-            with self._lock:
-                self._errors.append(exc)
-            self._abort.set()
+            self._failed(exc)
             raise
+
+    def _failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self._errors.append(exc)
+        self._abort.set()
 
     def _mark_present(self, entry: ManifestEntry, st: os.stat_result) -> None:
         with self._lock:
@@ -255,14 +284,15 @@ class Syncer:
         ):
             self._mark_present(entry, os.stat(path))
             return None
-        return None if self._from_cache(job) else job
+        job.cached = self._cache_hit(job)
+        return job
 
-    def _from_cache(self, job: _Job) -> bool:
-        """Place a file from the cache when it holds the pinned content; whether it did."""
-        entry, path = job.entry, job.path
+    def _cache_hit(self, job: _Job) -> Path | None:
+        """The cached file, when the cache holds the pinned content."""
+        entry = job.entry
         cached = self._cache_path(entry)
         if cached is None:
-            return False
+            return None
         try:
             cst: os.stat_result | None = os.stat(cached)
         except FileNotFoundError:
@@ -271,14 +301,49 @@ class Syncer:
             hasher = job.new_hasher()
             assert hasher is not None
             if hash_file(cached, hasher) == entry.checksum:
-                link_or_copy(cached, path)
-                with self._lock:
-                    self._state_new[entry.dest] = state_record(entry, os.stat(path))
-                    self.stats.cache_hits += 1
-                    self._touched_dirs.add(path.parent)
-                self.progress.file_done(entry.size, downloaded=False)
-                return True
-        return False
+                return cached
+        return None
+
+    def _place_cached(self, job: _Job) -> None:
+        entry, path = job.entry, job.path
+        assert job.cached is not None
+        link_or_copy(job.cached, path)
+        with self._lock:
+            self._state_new[entry.dest] = state_record(entry, os.stat(path))
+            self.stats.cache_hits += 1
+            self._touched_dirs.add(path.parent)
+        self.progress.file_done(entry.size, downloaded=False)
+
+    def _preflight(self, to_fetch: Sequence[_Job], hits: Sequence[_Job]) -> None:
+        """Raise NoSpace, writing nothing, when the files to write do not fit dest's volume."""
+        if not to_fetch and not hits:
+            return  # only configs (and the state file) may change: a few bytes, nothing to refuse
+        space = room(self.dest, self.options.volume_limit)
+        dest_device = device_of(self.dest)
+        copies = [j.entry.size for j in hits if j.cached is not None and device_of(j.cached) != dest_device]
+        configs = self.options.configs
+        small = [
+            (configs / m.name / CONFIG_FILE).stat().st_size
+            for m in self.manifest.models
+            if configs is not None and (configs / m.name / CONFIG_FILE).is_file()
+        ]
+        folders = (
+            {
+                "/".join(parts[:n])
+                for parts in (e.dest.split("/")[:-1] for e in self.manifest.entries)
+                for n in range(1, len(parts) + 1)
+            }
+            | {f"{m.name}/{v}" for m in self.manifest.models for v in m.versions}
+            | {m.name for m in self.manifest.models}
+        )
+        need = Need(
+            downloads=tuple(j.entry.size for j in to_fetch),
+            copies=tuple(copies),
+            small=tuple(small),
+            folders=sum(1 for f in folders if not (self.dest / f).is_dir()),
+            files=len(self.manifest.entries),
+        )
+        check(need, space)
 
     def _cache_path(self, entry: ManifestEntry) -> Path | None:
         if self.options.cache is None or entry.checksum_kind not in CONTENT_KINDS:
@@ -292,7 +357,10 @@ class Syncer:
         def sink(chunk: bytes) -> None:
             if abort.is_set():
                 raise _Aborted
-            write(chunk)
+            try:
+                write(chunk)
+            except OSError as exc:
+                raise _WriteFailed(exc) from exc
             progress.add_bytes(len(chunk))
 
         return sink
@@ -335,7 +403,7 @@ class Syncer:
             hasher = job.hasher = job.new_hasher()
 
             def write(chunk: bytes) -> None:
-                os.write(fd, chunk)
+                write_all(fd, chunk)
                 if hasher is not None:
                     hasher.update(chunk)
 
@@ -369,7 +437,7 @@ class Syncer:
             digests = RangeDigests(aligned, start) if aligned is not None else None
 
             def write(chunk: bytes) -> None:
-                os.pwrite(fd, chunk, pos[0])
+                write_all(fd, chunk, pos[0])
                 if digests is not None:
                     digests.update(chunk)
                 pos[0] += len(chunk)

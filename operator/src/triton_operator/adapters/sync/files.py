@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import secrets
@@ -50,6 +51,19 @@ def syncfs(path: Path) -> None:
 # ---------------------------------------------------------------- placing files
 
 
+def write_all(fd: int, data: bytes, offset: int | None = None) -> None:
+    """Write every byte of ``data`` at ``offset`` (or the file position). A short write (a volume
+    filling up) is carried on until it completes or raises (ENOSPC): bytes are never dropped."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
+        if n <= 0:
+            raise OSError(errno.EIO, "a write made no progress")
+        view = view[n:]
+        if offset is not None:
+            offset += n
+
+
 def tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}{_TMP_MARK}{secrets.token_hex(4)}")
 
@@ -61,6 +75,24 @@ class Dirs:
         self.dest = dest
         self._ok: set[str] = {""}
         self._lock = threading.Lock()
+
+    def check(self, rel_dir: str) -> bool:
+        """Whether ``rel_dir`` exists as folders all the way (made by nobody); refuses what ensure does."""
+        with self._lock:
+            if rel_dir in self._ok:
+                return True
+            parts = rel_dir.split("/")
+            for n in range(1, len(parts) + 1):
+                rel = "/".join(parts[:n])
+                if rel in self._ok:
+                    continue
+                try:
+                    st = os.lstat(self.dest / rel)
+                except FileNotFoundError:
+                    return False
+                _refuse(self.dest / rel, st)
+                self._ok.add(rel)
+            return True
 
     def ensure(self, rel_dir: str) -> Path:
         with self._lock:
@@ -77,12 +109,16 @@ class Dirs:
                 except FileNotFoundError:
                     os.mkdir(path)
                 else:
-                    if stat.S_ISLNK(st.st_mode):
-                        raise UnsafeDestination(f"{path} is a symlink; sync refuses to write through it")
-                    if not stat.S_ISDIR(st.st_mode):
-                        raise UnsafeDestination(f"{path} exists and is not a folder")
+                    _refuse(path, st)
                 self._ok.add(rel)
             return self.dest / rel_dir
+
+
+def _refuse(path: Path, st: os.stat_result) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeDestination(f"{path} is a symlink; sync refuses to write through it")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDestination(f"{path} exists and is not a folder")
 
 
 def link_or_copy(src: Path, dst: Path) -> None:

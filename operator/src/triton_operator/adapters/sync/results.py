@@ -19,8 +19,40 @@ class ChecksumMismatch(SyncError):  # noqa: N818
         self.actual = actual
 
 
+class NoSpace(SyncError):  # noqa: N818
+    """The files to write do not fit the destination volume: nothing was written."""
+
+    def __init__(self, needed: int, free: int, path: str, limit: int | None = None) -> None:
+        under = f" under its {human(limit)} size limit" if limit is not None else ""
+        super().__init__(
+            f"the model repository needs {human(needed)} ({needed} bytes), {path} has {human(free)} "
+            f"({free} bytes) free{under}; nothing was written"
+        )
+        self.needed = needed
+        self.free = free
+        self.path = path
+        self.limit = limit
+
+
 class UnsafeDestination(SyncError):  # noqa: N818
     """Something in the destination (a symlink, a non-directory) where sync would write."""
+
+
+def human(n: int) -> str:
+    """Bytes for a person: ``2.4 GiB``, ``512 KiB``, ``17 B``.
+
+    >>> human(2576980378), human(1536), human(17)
+    ('2.4 GiB', '1.5 KiB', '17 B')
+    """
+    if n < 1024:
+        return f"{n} B"
+    value = n / 1024
+    units = ["KiB", "MiB", "GiB", "TiB"]
+    while value >= 1024 and len(units) > 1:
+        value /= 1024
+        units.pop(0)
+    unit = units[0]
+    return f"{value:.1f} {unit}"
 
 
 @dataclass

@@ -48,9 +48,11 @@ class Aborts(Outcomes):
             result = self.current_analysis()
             return result.message if result is not None else None
         state = self.observed(self.st.canary_revision)
-        if reason == CANARY_CRASH_LOOPING and state is not None and state.triton_failure:
-            return f"Triton: {state.triton_failure}"
-        return None
+        if reason != CANARY_CRASH_LOOPING or state is None:
+            return None
+        said = [f"sync: {state.sync_failure}"] if state.sync_failure else []
+        said += [f"Triton: {state.triton_failure}"] if state.triton_failure else []
+        return "; ".join(said) or None
 
     def abort(self, reason: str) -> RolloutPlan:
         canary = self.st.canary_revision

@@ -37,6 +37,8 @@ class RevisionState:
     """Earliest time a pod of the revision was marked Unschedulable, if one still is."""
     triton_failure: str | None = None
     """Triton's own words on the model versions that failed to load in its exited pods, if any."""
+    sync_failure: str | None = None
+    """The sync init container's own words on why it failed in a pod of the revision, if it did."""
 
     def ready_at(self, replicas: int) -> bool:
         """Scaled to ``replicas`` as the Deployment controller saw it, with that many pods Ready."""
