@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from triton_operator.core import status
-from triton_operator.core.observation import pod_state, revision_state
+from triton_operator.core.observation import deployment_state, pod_state, revision_state
 
 REASON = (
     "the model repository needs 2.4 GiB (2576986112 bytes), /models has 1.1 GiB (1181116006 bytes) free; "
@@ -38,7 +38,7 @@ def test_the_sync_s_termination_message_is_read_from_its_last_exit() -> None:
     assert failed.sync_failure == REASON
     assert failed.crash_looping()
     assert revision_state(
-        {"spec": {"replicas": 1}}, [sync_pod({"exitCode": 7, "message": REASON})]
+        deployment_state({"spec": {"replicas": 1}}), [pod_state(sync_pod({"exitCode": 7, "message": REASON}))]
     ).sync_failure == (REASON)
 
 
