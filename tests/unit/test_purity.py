@@ -1,8 +1,17 @@
-"""The core imports no I/O library: the import-linter exceptions are checked to the submodule here."""
+"""The core imports no I/O library: the import-linter exceptions are checked to the submodule here.
+
+core/modelconfig.py loads tritonclient's model_config_pb2.py by its path (not through the
+tritonclient.grpc package, which imports grpc and numpy): import-linter cannot see that load, so the
+runtime test below imports every core module and checks what of google and tritonclient got loaded.
+"""
 
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,3 +47,24 @@ def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
     bad.write_text("from google.cloud import storage\nfrom tritonclient.http import InferenceServerClient\n")
     flagged = [n for n in imported_modules(bad) if not n.startswith(ALLOWED_PREFIXES)]
     assert flagged == ["google.cloud.storage", "tritonclient.http.InferenceServerClient"]
+
+
+def test_every_core_module_loads_only_protobuf_data_of_google_and_tritonclient() -> None:
+    modules = sorted(p.stem for p in CORE.glob("*.py") if p.stem != "__init__")
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {modules!r}: importlib.import_module('triton_operator.core.' + m)\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
+    loaded = json.loads(out.stdout)
+    assert "tritonclient.grpc.model_config_pb2" in loaded
+    offending = [
+        name
+        for name in loaded
+        if name.split(".")[0] in WATCHED_ROOTS
+        and name not in ("google", "tritonclient")  # the namespace and the (empty) package
+        and not name.startswith((*ALLOWED_PREFIXES, "google._upb"))  # protobuf's C runtime
+    ]
+    assert offending == []

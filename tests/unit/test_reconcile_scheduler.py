@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -21,7 +22,7 @@ from triton_operator.adapters.kube import retry_delay
 from triton_operator.adapters.storage import PinResult
 from triton_operator.core import conditions as cond
 from triton_operator.core.manifest import ObjectInfo, StoreRef, build_manifest, model_sources, select_objects
-from triton_operator.models import ModelSpec, Repository
+from triton_operator.models import ModelSpec, Repository, TritonService
 from triton_operator.reconcile import scheduler
 from triton_operator.reconcile.pinning import RepositoryPinner
 from triton_operator.reconcile.scheduler import (
@@ -382,4 +383,41 @@ async def test_the_secret_retry_backs_off_to_its_ceiling_and_only_a_secret_can_f
     ambient = await r(NS, "ambient")
     assert ambient is not None and ambient.reason == cond.CREDENTIALS_REQUIRED
     assert [d for k, d in r.requeued if k == (NS, "ambient")] == [None]
+    await r.close()
+
+
+# ----------------------------------------------------------------- what is kept per object
+
+
+def live_tritonservices() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, TritonService))
+
+
+async def test_an_object_whose_repository_is_not_polled_leaves_no_spec_kept_after_its_pass() -> None:
+    kube = cluster("svc", "other")
+    r = Reconciler(kube, SETTINGS)  # no pinner: nothing polls (repositories unpinned)
+    before = live_tritonservices()
+    for name in ("svc", "other"):
+        result = await r(NS, name)
+        assert result is not None and result.ts is not None
+    del result
+    assert live_tritonservices() == before
+    await r.close()
+
+
+async def test_a_polled_repository_keeps_its_spec_for_the_poller_until_the_object_is_forgotten() -> None:
+    kube = MemKube()
+    repository = {"uri": "s3://models/prod", "credentialsSecret": "creds", "pollIntervalSeconds": 3600}
+    kube.put(tritonservice("svc", NS, repository=repository))
+    kube.put(secret(S3_KEYS))
+    r = Reconciler(kube, SETTINGS, pinner=RepositoryPinner(kube, lister=Bucket()))
+    before = live_tritonservices()
+    result = await r(*KEY)
+    assert result is not None and repository_reason(kube) == cond.MANIFEST_PINNED
+    del result
+    assert live_tritonservices() == before + 1
+    assert [t for t in asyncio.all_tasks() if t.get_name() == "poll ml/svc" and not t.done()]
+    r.forget(*KEY)
+    assert live_tritonservices() == before
     await r.close()

@@ -5,15 +5,48 @@ from __future__ import annotations
 import base64
 import binascii
 import difflib
+import importlib
+import importlib.util
 import math
 import re
+import sys
 from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from tritonclient.grpc import model_config_pb2
 
+# Triton's ModelConfig protobuf module: the one generated file tritonclient ships, under its own name.
+MODEL_CONFIG_MODULE = "tritonclient.grpc.model_config_pb2"
+
+
+def load_model_config_pb2() -> ModuleType:
+    """Triton's ModelConfig protobuf module, loaded from tritonclient/grpc/model_config_pb2.py without
+    running tritonclient/grpc/__init__.py, which imports grpc, numpy and the whole gRPC client (about
+    38 MiB the operator never uses). Registered under its own name, so a later `import tritonclient.grpc`
+    (the client) finds it and the protobuf pool holds model_config.proto once."""
+    if MODEL_CONFIG_MODULE in sys.modules or "tritonclient.grpc" in sys.modules:
+        return importlib.import_module(MODEL_CONFIG_MODULE)
+    package = importlib.util.find_spec("tritonclient")  # finds the package, does not run it
+    if package is None or not package.submodule_search_locations:
+        raise ModuleNotFoundError(f"No module named {MODEL_CONFIG_MODULE!r}", name=MODEL_CONFIG_MODULE)
+    path = Path(next(iter(package.submodule_search_locations))) / "grpc" / "model_config_pb2.py"
+    spec = importlib.util.spec_from_file_location(MODEL_CONFIG_MODULE, path)
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError(f"no {MODEL_CONFIG_MODULE} at {path}", name=MODEL_CONFIG_MODULE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[MODEL_CONFIG_MODULE] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[MODEL_CONFIG_MODULE]
+        raise
+    return module
+
+
+model_config_pb2 = load_model_config_pb2()
 ModelConfig = model_config_pb2.ModelConfig
 MODEL_CONFIG_DESCRIPTOR: Descriptor = ModelConfig.DESCRIPTOR
 

@@ -292,11 +292,16 @@ class Reconciler:
         )
 
     def _watch_repository(self, key: tuple[str, str], ts: TritonService) -> None:
+        if not self._polls(ts):
+            # Nothing polls its repository: keep no copy of the spec (about 14 KiB an object); a
+            # poller left from an earlier spec finds none and ends.
+            self._specs.pop(key, None)
+            return
         self._specs[key] = ts
         poller = self._pollers.get(key)
         if self._paused:
             return  # the reconcile at resume starts the poller
-        if self._polls(ts) and (poller is None or poller.done()):
+        if poller is None or poller.done():
             self._pollers[key] = asyncio.create_task(self._poll(key), name=f"poll {key[0]}/{key[1]}")
 
     async def _poll(self, key: tuple[str, str]) -> None:
