@@ -9,6 +9,13 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "operator" / "src" / "triton_operator"
 INDIRECTIONS = ("importlib.import_module", "importlib.util", "importlib.__import__", "__import__")
+EXCEPTIONS = {
+    # Triton's ModelConfig protobuf module is loaded from tritonclient/grpc/model_config_pb2.py by path:
+    # a plain import runs tritonclient.grpc's package init (grpc, numpy, the gRPC client: about 38 MiB
+    # of the operator's start-up memory). What it loads is checked by tests/unit/test_purity.py and
+    # tests/unit/test_operator_imports.py instead of import-linter.
+    "core/modelconfig.py",
+}
 
 
 def indirections(source: str, filename: str = "<source>") -> list[str]:
@@ -27,6 +34,9 @@ def indirections(source: str, filename: str = "<source>") -> list[str]:
 
 @pytest.mark.parametrize("path", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
 def test_the_operator_has_no_import_indirection(path: Path) -> None:
+    if str(path.relative_to(SRC)) in EXCEPTIONS:
+        assert indirections(path.read_text(), str(path)), "an exception that no longer needs to be one"
+        return
     assert indirections(path.read_text(), str(path)) == [], (
         f"{path.relative_to(SRC)}: import the module plainly (inside the function that needs it "
         "when it must stay lazy), so that lint-imports checks it"
