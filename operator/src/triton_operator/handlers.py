@@ -114,6 +114,18 @@ async def _reconcile(memo: Any, namespace: str, name: str, *, coalesce: bool) ->
         raise kopf.TemporaryError(f"{type(exc).__name__}: {exc}", delay=delay) from exc
 
 
+async def _reconcile_retrying(memo: Any, namespace: str, name: str, logger: Any, *, after: str) -> None:
+    """An event handler's reconcile: kopf never retries those, so a temporary failure is retried here."""
+    for attempt in range(EVENT_RETRIES):
+        try:
+            await _reconcile(memo, namespace, name, coalesce=True)
+            return
+        except kopf.TemporaryError as exc:
+            logger.warning("reconcile of %s/%s after %s failed: %s", namespace, name, after, exc)
+            if attempt + 1 < EVENT_RETRIES:
+                await asyncio.sleep(exc.delay or 5.0)
+
+
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
@@ -152,14 +164,7 @@ async def control_request(namespace: str | None, name: str | None, memo: Any, lo
     """A control request (promote, abort, pause, resume, retry, undo) was made: reconcile now."""
     if not namespace or not name:
         return
-    for attempt in range(EVENT_RETRIES):
-        try:
-            await _reconcile(memo, namespace, name, coalesce=True)
-            return
-        except kopf.TemporaryError as exc:
-            logger.warning("reconcile of %s/%s after a control request failed: %s", namespace, name, exc)
-            if attempt + 1 < EVENT_RETRIES:
-                await asyncio.sleep(exc.delay or 5.0)
+    await _reconcile_retrying(memo, namespace, name, logger, after="a control request")
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=OWNED)
@@ -173,11 +178,4 @@ async def owned_object(
         return
     # kopf never retries event handlers, and this event may be the last one for a while
     # (the pod that turned Ready): retry here so the status does not stay stale.
-    for attempt in range(EVENT_RETRIES):
-        try:
-            await _reconcile(memo, namespace, owner, coalesce=True)
-            return
-        except kopf.TemporaryError as exc:
-            logger.warning("reconcile of %s/%s after an owned-object event failed: %s", namespace, owner, exc)
-            if attempt + 1 < EVENT_RETRIES:
-                await asyncio.sleep(exc.delay or 5.0)
+    await _reconcile_retrying(memo, namespace, owner, logger, after="an owned-object event")
