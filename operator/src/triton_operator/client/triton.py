@@ -114,6 +114,11 @@ class Model:
                 "use .stream() (gRPC) instead of run/infer"
             )
 
+    def _refuse_unstreamable(self) -> None:
+        protocol = self.client.protocol
+        if protocol != "grpc":
+            raise ClientError(f"streaming needs gRPC; this client speaks {protocol} ({self.client.url})")
+
     def _prepare(
         self, signature: Signature, args: Sequence[Any], named: Mapping[str, Any], options: dict[str, Any]
     ) -> dict[str, Any]:
@@ -140,9 +145,7 @@ class Model:
         """The responses of one request over a gRPC stream (a decoupled model's many, or one), as
         InferResults, until the server marks the last. Inputs as for ``run``; ``timeout`` in seconds
         bounds the wait for each response."""
-        protocol = self.client.protocol
-        if protocol != "grpc":
-            raise ClientError(f"streaming needs gRPC; this client speaks {protocol} ({self.client.url})")
+        self._refuse_unstreamable()
         signature = self.signature()
         request = self._prepare(signature, inputs, named, {})
         responses: queue.Queue[tuple[Any, Any]] = queue.Queue()
@@ -161,9 +164,7 @@ class Model:
                     result, error = responses.get(timeout=timeout)
                 except queue.Empty:
                     raise TimeoutError(f"model {self.name}: no response within {timeout} s") from None
-                if error is not None:
-                    raise error
-                final, has_outputs = _final_and_outputs(result)
+                final, has_outputs = _final_and_outputs(result, error)
                 if has_outputs:
                     yield result
                 if final:
@@ -174,9 +175,7 @@ class Model:
 
     async def async_stream(self, *inputs: Any, **named: Any) -> AsyncIterator[Any]:
         """``stream`` over tritonclient's asyncio gRPC client."""
-        protocol = self.client.protocol
-        if protocol != "grpc":
-            raise ClientError(f"streaming needs gRPC; this client speaks {protocol} ({self.client.url})")
+        self._refuse_unstreamable()
         signature = await self.async_signature()
         request = self._prepare(signature, inputs, named, {})
         aio = await self.client._aio()
@@ -192,9 +191,7 @@ class Model:
         responses = aio.stream_infer(one_request())
         try:
             async for result, error in responses:
-                if error is not None:
-                    raise error
-                final, has_outputs = _final_and_outputs(result)
+                final, has_outputs = _final_and_outputs(result, error)
                 if has_outputs:
                     yield result
                 if final:
@@ -223,8 +220,11 @@ class Model:
         self.client.unload_model(self.name, unload_dependents=unload_dependents)
 
 
-def _final_and_outputs(result: Any) -> tuple[bool, bool]:
-    """Whether a streamed gRPC response is the last of its request, and whether it carries outputs."""
+def _final_and_outputs(result: Any, error: BaseException | None) -> tuple[bool, bool]:
+    """Whether a streamed gRPC response is the last of its request, and whether it carries outputs;
+    the stream's ``error`` for it, when there is one, is raised."""
+    if error is not None:
+        raise error
     response = result.get_response()
     final = "triton_final_response" in response.parameters and bool(
         response.parameters["triton_final_response"].bool_param
