@@ -20,8 +20,8 @@ from triton_operator.adapters.storage.base import (
     StoreConfigError,
     StoreError,
     StoreUnavailable,
+    mount_pool,
     redacted_cause,
-    remember_secrets,
 )
 from triton_operator.core.manifest import ObjectInfo
 
@@ -61,10 +61,7 @@ class AzureStore(StoreBase):
         timeout: float = 60.0,
         max_attempts: int = 3,
     ) -> None:
-        remember_secrets(credentials)  # before anything could put one into a message
-        self.uri = uri
-        self.bucket = container
-        self.prefix = prefix
+        super().__init__(uri, container, prefix, credentials)
         credential: Any = None
         account_url = endpoint
         if credentials.get(CONNECTION_STRING):
@@ -103,9 +100,7 @@ class AzureStore(StoreBase):
         if not account_url:
             account_url = f"https://{account}.blob.core.windows.net"
         session = requests.Session()
-        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=max(10, max_connections))
-        session.mount("http://", adapter)
-        session.mount("https://", adapter)
+        mount_pool(session, max_connections)
         try:
             self.service = BlobServiceClient(
                 account_url.rstrip("/"),

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from typing import BinaryIO, Protocol, runtime_checkable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Protocol, runtime_checkable
 
 from triton_operator.adapters.redaction import redacted_cause, remember_secrets, scrub
 from triton_operator.core.manifest import ObjectInfo
+
+if TYPE_CHECKING:
+    import requests
 
 __all__ = [
     "AccessDenied",
@@ -19,6 +22,7 @@ __all__ = [
     "StoreConfigError",
     "StoreError",
     "StoreUnavailable",
+    "mount_pool",
     "redacted_cause",
     "remember_secrets",
 ]
@@ -154,10 +158,30 @@ class ObjectStore(Protocol):
     def close(self) -> None: ...
 
 
+def mount_pool(session: requests.Session, max_connections: int) -> None:
+    """Mount one connection pool on ``session`` for http and https, at least ``max_connections`` deep."""
+    import requests.adapters  # noqa: PLC0415 - only the stores whose SDK speaks through requests load it
+
+    adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=max(10, max_connections))
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+
+
 class StoreBase:
     """Shared helpers: open_range and get in terms of read_range."""
 
     uri: str
+    bucket: str
+    prefix: str
+
+    def __init__(
+        self, uri: str, bucket: str, prefix: str, credentials: Mapping[str, str] | None = None
+    ) -> None:
+        if credentials is not None:
+            remember_secrets(credentials)  # before anything could put one into a message
+        self.uri = uri
+        self.bucket = bucket
+        self.prefix = prefix
 
     def read_range(
         self, key: str, start: int, end: int | None, sink: Sink, *, etag: str = "", generation: str = ""

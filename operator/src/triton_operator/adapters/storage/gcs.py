@@ -27,8 +27,8 @@ from triton_operator.adapters.storage.base import (
     StoreConfigError,
     StoreError,
     StoreUnavailable,
+    mount_pool,
     redacted_cause,
-    remember_secrets,
 )
 from triton_operator.core.manifest import ObjectInfo, hex_from_base64
 
@@ -90,10 +90,7 @@ class GCSStore(StoreBase):
         timeout: float = 60.0,
         retry_timeout: float = 60.0,
     ) -> None:
-        remember_secrets(credentials)  # before anything could put one into a message
-        self.uri = uri
-        self.bucket = bucket
-        self.prefix = prefix
+        super().__init__(uri, bucket, prefix, credentials)
         self.timeout = timeout
         self.retry: Retry = DEFAULT_RETRY.with_timeout(retry_timeout)
         endpoint = endpoint or credentials.get("STORAGE_EMULATOR_HOST", "")
@@ -128,9 +125,7 @@ class GCSStore(StoreBase):
                     "or use workload identity",
                 ) from redacted_cause(exc)
             session = AuthorizedSession(creds)  # type: ignore[no-untyped-call]
-        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=max(10, max_connections))
-        session.mount("http://", adapter)
-        session.mount("https://", adapter)
+        mount_pool(session, max_connections)
         options = {"api_endpoint": endpoint} if endpoint else None
         try:
             self.client = storage.Client(

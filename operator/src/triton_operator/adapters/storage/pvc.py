@@ -41,9 +41,7 @@ class PvcStore(StoreBase):
     def __init__(
         self, uri: str, claim: str, prefix: str, root: str | Path, *, checksums: bool = True
     ) -> None:
-        self.uri = uri
-        self.bucket = claim
-        self.prefix = prefix
+        super().__init__(uri, claim, prefix)
         self.root = Path(root)
         self.checksums = checksums
         if not self.root.is_dir():

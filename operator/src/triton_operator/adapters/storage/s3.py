@@ -36,7 +36,6 @@ from triton_operator.adapters.storage.base import (
     StoreError,
     StoreUnavailable,
     redacted_cause,
-    remember_secrets,
 )
 from triton_operator.core.manifest import ObjectInfo, hex_from_base64, s3_etag_md5
 
@@ -116,10 +115,7 @@ class S3Store(StoreBase):
         read_timeout: float = 60.0,
         max_attempts: int = 3,
     ) -> None:
-        remember_secrets(credentials)  # before anything could put one into a message
-        self.uri = uri
-        self.bucket = bucket
-        self.prefix = prefix
+        super().__init__(uri, bucket, prefix, credentials)
         self.endpoint = endpoint
         self.max_connections = max_connections
         style = addressing_style or "auto"
