@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -659,6 +659,22 @@ def _get(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: s
     return value
 
 
+def _objects(data: Mapping[str, Any], key: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Each item of the manifest's list ``key`` with its field path; an item that is no object is refused."""
+    for i, item in enumerate(_get(data, key, list, "manifest")):
+        where = f"manifest.{key}[{i}]"
+        if not isinstance(item, Mapping):
+            raise ManifestError(where, "must be an object")
+        yield where, item
+
+
+def _check_destination(path: str, field_name: str) -> None:
+    try:
+        safe_destination(path)
+    except UnsafeKeyError as exc:
+        raise ManifestError(field_name, exc.reason) from exc
+
+
 def manifest_from_dict(data: Any) -> Manifest:
     """Read a manifest back, checking every field and every destination path."""
     if not isinstance(data, Mapping):
@@ -677,15 +693,9 @@ def manifest_from_dict(data: Any) -> Manifest:
     parse_repository_uri(repo.uri, field_name="manifest.repository.uri")
     models = []
     names: set[str] = set()
-    for i, m in enumerate(_get(data, "models", list, "manifest")):
-        where = f"manifest.models[{i}]"
-        if not isinstance(m, Mapping):
-            raise ManifestError(where, "must be an object")
+    for where, m in _objects(data, "models"):
         name = _get(m, "name", str, where)
-        try:
-            safe_destination(name)
-        except UnsafeKeyError as exc:
-            raise ManifestError(f"{where}.name", exc.reason) from exc
+        _check_destination(name, f"{where}.name")
         if "/" in name or name in names:
             raise ManifestError(f"{where}.name", f"{name!r} is not a unique single folder name")
         names.add(name)
@@ -699,15 +709,9 @@ def manifest_from_dict(data: Any) -> Manifest:
         models.append(ManifestModel(name, _get(m, "folder", str, where), policy, tuple(versions)))
     entries = []
     dests: set[str] = set()
-    for i, e in enumerate(_get(data, "entries", list, "manifest")):
-        where = f"manifest.entries[{i}]"
-        if not isinstance(e, Mapping):
-            raise ManifestError(where, "must be an object")
+    for where, e in _objects(data, "entries"):
         dest = _get(e, "dest", str, where)
-        try:
-            safe_destination(dest)
-        except UnsafeKeyError as exc:
-            raise ManifestError(f"{where}.dest", exc.reason) from exc
+        _check_destination(dest, f"{where}.dest")
         top = dest.split("/", 1)[0]
         if top not in names or "/" not in dest:
             raise ManifestError(f"{where}.dest", f"{dest!r} is not inside a model folder of the manifest")
