@@ -71,20 +71,16 @@ CREDENTIAL_HEADERS = (
 )
 
 _NAME_BEFORE = r"(?<![A-Za-z0-9_.\-])"  # a whole name: not the tail of x-amz-security-token for "token"
-_PARAMETER = re.compile(
-    _NAME_BEFORE
-    + r"("
-    + "|".join(re.escape(name) for name in sorted(CREDENTIAL_PARAMETERS, key=len, reverse=True))
-    + r")(=|%3D)((?:(?!%26)[^&;\s\"'<>,)\]}])+)",
-    re.IGNORECASE,
-)
-_HEADER = re.compile(
-    _NAME_BEFORE
-    + r"("
-    + "|".join(re.escape(name) for name in sorted(CREDENTIAL_HEADERS, key=len, reverse=True))
-    + r")(['\"]?\s*:\s*(?:b(?=['\"]))?['\"]?)([^'\"\s<][^'\"\r\n<]*)",
-    re.IGNORECASE,
-)
+
+
+def _named(names: Iterable[str], rest: str) -> re.Pattern[str]:
+    """A whole one of ``names`` (longest first, any case) as group 1, then the pattern ``rest``."""
+    alternatives = "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
+    return re.compile(_NAME_BEFORE + r"(" + alternatives + r")" + rest, re.IGNORECASE)
+
+
+_PARAMETER = _named(CREDENTIAL_PARAMETERS, r"(=|%3D)((?:(?!%26)[^&;\s\"'<>,)\]}])+)")
+_HEADER = _named(CREDENTIAL_HEADERS, r"(['\"]?\s*:\s*(?:b(?=['\"]))?['\"]?)([^'\"\s<][^'\"\r\n<]*)")
 # A bearer token, or Azure's "SharedKey account:signature", outside of a header a pattern above knows.
 _BEARER = re.compile(
     r"\b(Bearer|SharedKey)(\s+)([A-Za-z0-9]+:[A-Za-z0-9+/=]{8,}|[A-Za-z0-9._~+/=\-]{8,})", re.IGNORECASE
