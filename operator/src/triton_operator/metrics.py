@@ -78,17 +78,14 @@ class OperatorMetrics:
             ["reason"],
             registry=reg,
         )
-        self.rollout_step_index = Gauge(
-            f"{PREFIX}_rollout_step_index",
+        self._per_service: list[Gauge] = []
+        self.rollout_step_index = self._service_gauge(
+            "rollout_step_index",
             "Index of the current canary step of a TritonService (status.currentStepIndex).",
-            ["namespace", "name"],
-            registry=reg,
         )
-        self.canary_weight = Gauge(
-            f"{PREFIX}_canary_weight_percent",
+        self.canary_weight = self._service_gauge(
+            "canary_weight_percent",
             "Share of traffic (0-100) sent to the canary revision of a TritonService.",
-            ["namespace", "name"],
-            registry=reg,
         )
         self.repository_list_duration = Histogram(
             f"{PREFIX}_repository_list_duration_seconds",
@@ -97,18 +94,19 @@ class OperatorMetrics:
             buckets=LISTING_BUCKETS,
             registry=reg,
         )
-        self.repository_objects = Gauge(
-            f"{PREFIX}_repository_objects",
-            "Objects in the pinned repository manifest of a TritonService.",
-            ["namespace", "name"],
-            registry=reg,
+        self.repository_objects = self._service_gauge(
+            "repository_objects", "Objects in the pinned repository manifest of a TritonService."
         )
-        self.repository_bytes = Gauge(
-            f"{PREFIX}_repository_bytes",
+        self.repository_bytes = self._service_gauge(
+            "repository_bytes",
             "Total size in bytes of the pinned repository manifest (what the sync init container downloads).",
-            ["namespace", "name"],
-            registry=reg,
         )
+
+    def _service_gauge(self, name: str, documentation: str) -> Gauge:
+        """A gauge with one series per TritonService (labels namespace, name); ``forget`` drops them."""
+        gauge = Gauge(f"{PREFIX}_{name}", documentation, ["namespace", "name"], registry=self.registry)
+        self._per_service.append(gauge)
+        return gauge
 
     @contextmanager
     def reconcile_timer(self) -> Iterator[ReconcileOutcome]:
@@ -147,12 +145,7 @@ class OperatorMetrics:
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop the per-TritonService series of a deleted resource, so no stale series remain."""
-        for gauge in (
-            self.rollout_step_index,
-            self.canary_weight,
-            self.repository_objects,
-            self.repository_bytes,
-        ):
+        for gauge in self._per_service:
             with suppress(KeyError):
                 gauge.remove(namespace, name)
 
