@@ -197,24 +197,25 @@ class Kube:
     async def close(self) -> None:
         await self.client.close()
 
-    async def get_tritonservice(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The TritonService as stored now, or None when it is gone."""
+    async def _read(self, resource: Any, namespace: str, name: str) -> Any:
+        """The object as lightkube reads it; None when it (or its kind) does not exist."""
         try:
-            obj = await self.client.get(TritonServiceResource, name, namespace=namespace)
+            return await self.client.get(resource, name, namespace=namespace)
         except ApiError as exc:
             if is_not_found(exc):
                 return None
             raise
-        return _to_dict(obj)
+
+    async def get_tritonservice(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The TritonService as stored now, or None when it is gone."""
+        obj = await self._read(TritonServiceResource, namespace, name)
+        return None if obj is None else _to_dict(obj)
 
     async def get_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
         """A Secret's data, decoded (values that are not UTF-8 are left out); None when it is missing."""
-        try:
-            obj = await self.client.get(Secret, name, namespace=namespace)
-        except ApiError as exc:
-            if is_not_found(exc):
-                return None
-            raise
+        obj = await self._read(Secret, namespace, name)
+        if obj is None:
+            return None
         out: dict[str, str] = {}
         for key, value in (obj.data or {}).items():
             with contextlib.suppress(ValueError, UnicodeDecodeError):
@@ -268,13 +269,8 @@ class Kube:
 
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """One object as stored now; None when it (or its kind, e.g. Gateway API routes) does not exist."""
-        try:
-            obj = await self.client.get(RESOURCES[kind], name, namespace=namespace)
-        except ApiError as exc:
-            if is_not_found(exc):
-                return None
-            raise
-        return _to_dict(obj)
+        obj = await self._read(RESOURCES[kind], namespace, name)
+        return None if obj is None else _to_dict(obj)
 
     async def merge_patch(
         self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]
