@@ -281,10 +281,26 @@ class Kube:
         changed since that version. Raises ObjectRejectedError when the result is invalid.
         """
         try:
-            result = await self.client.patch(
-                RESOURCES[kind],
+            result = await self._merge(RESOURCES[kind], namespace, name, dict(patch))
+        except ApiError as exc:
+            if exc.status.code == 409:
+                raise ConflictError(kind, name) from exc
+            if exc.status.code == 422:
+                raise ObjectRejectedError(kind, name, str(exc.status.message)) from exc
+            raise
+        return None if result is None else _to_dict(result)
+
+    async def scale(self, namespace: str, name: str, replicas: int) -> bool:
+        """Set a Deployment's spec.replicas and nothing else (merge patch); False when it is gone."""
+        return await self._merge(Deployment, namespace, name, {"spec": {"replicas": replicas}}) is not None
+
+    async def _merge(self, resource: Any, namespace: str, name: str, patch: dict[str, Any]) -> Any:
+        """A JSON merge patch under our field manager; the patched object, None when it is gone."""
+        try:
+            return await self.client.patch(
+                resource,
                 name,
-                dict(patch),
+                patch,
                 namespace=namespace,
                 patch_type=PatchType.MERGE,
                 field_manager=self.field_manager,
@@ -292,29 +308,7 @@ class Kube:
         except ApiError as exc:
             if is_not_found(exc):
                 return None
-            if exc.status.code == 409:
-                raise ConflictError(kind, name) from exc
-            if exc.status.code == 422:
-                raise ObjectRejectedError(kind, name, str(exc.status.message)) from exc
             raise
-        return _to_dict(result)
-
-    async def scale(self, namespace: str, name: str, replicas: int) -> bool:
-        """Set a Deployment's spec.replicas and nothing else (merge patch); False when it is gone."""
-        try:
-            await self.client.patch(
-                Deployment,
-                name,
-                {"spec": {"replicas": replicas}},
-                namespace=namespace,
-                patch_type=PatchType.MERGE,
-                field_manager=self.field_manager,
-            )
-        except ApiError as exc:
-            if is_not_found(exc):
-                return False
-            raise
-        return True
 
     async def post_event(self, event: Mapping[str, Any]) -> None:
         """Create a core/v1 Event (built by core.builders.build_event)."""
