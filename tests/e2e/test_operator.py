@@ -181,9 +181,12 @@ def test_crash_looping_pods_make_the_service_degraded(kube: Client, namespace: s
 # ----------------------------------------------------------------- updates
 
 
-def test_invalid_update_sets_invalid_spec_and_leaves_the_deployment_untouched(
+def test_invalid_update_sets_invalid_spec_keeps_the_pod_template_and_follows_the_scale(
     kube: Client, namespace: str, operator: Any
 ) -> None:
+    """An invalid update is held: the serving revision's Deployment keeps its name and pod template,
+    no ConfigMap changes, and only spec.replicas (which an HPA, KEDA or `kubectl scale` may have
+    written) still reaches the serving revision."""
     body = tritonservice("guarded", namespace)
     apply(kube, body)
     good = wait_condition(kube, namespace, "guarded", "Ready", "True")
@@ -192,7 +195,7 @@ def test_invalid_update_sets_invalid_spec_and_leaves_the_deployment_untouched(
 
     bad = copy.deepcopy(body)
     bad["spec"]["models"].append(copy.deepcopy(ENSEMBLE_OF_A_MISSING_MODEL))
-    bad["spec"]["replicas"] = 3  # would scale the Deployment, were the spec valid
+    bad["spec"]["replicas"] = 3  # scale follows the live spec.replicas, whatever blocks the rest
     updated = apply(kube, bad)
     assert updated["metadata"]["generation"] > good["metadata"]["generation"]
     obj = wait_condition(kube, namespace, "guarded", "Ready", "False", reason="InvalidSpec")
@@ -201,12 +204,16 @@ def test_invalid_update_sets_invalid_spec_and_leaves_the_deployment_untouched(
     assert "missing" in message
     assert obj["status"]["stableRevision"] == good["status"]["stableRevision"]
 
-    time.sleep(2)  # give a misbehaving operator the chance to touch something
+    def scaled() -> dict[str, Any] | None:
+        (dep,) = owned(kube, Deployment, namespace, "guarded")
+        return dep if dep["spec"]["replicas"] == 3 else None
+
+    wait_for(scaled, timeout=30, what="the serving revision scaled to the live spec.replicas")
+    time.sleep(2)  # give a misbehaving operator the chance to touch something else
     (dep_after,) = owned(kube, Deployment, namespace, "guarded")
     assert dep_after["metadata"]["name"] == dep_before["metadata"]["name"]
-    assert dep_after["metadata"]["resourceVersion"] == dep_before["metadata"]["resourceVersion"]
-    assert dep_after["metadata"]["generation"] == dep_before["metadata"]["generation"]
-    assert dep_after["spec"]["replicas"] == 2
+    assert dep_after["spec"]["template"] == dep_before["spec"]["template"]
+    assert dep_after["spec"]["replicas"] == 3
     assert names(owned(kube, ConfigMap, namespace, "guarded")) == configmaps_before
 
     # fixing the spec resumes: the scale-up applies to the same revision

@@ -316,16 +316,18 @@ def test_a_paused_replica_writes_nothing_and_takes_over_when_the_active_one_stop
 
 class HoldingProxy:
     """A TCP proxy on loopback to an HTTP ``endpoint``: while held (``hold``) it forwards no request,
-    whatever a client sends waits in it until ``release``, as a store that stops answering. A
-    client gives up after its own read timeout (the operator's S3 client: 60 s, 3 attempts)."""
+    whatever a client sends waits in it until ``release``, as a store that stops answering. After
+    ``pass_new`` the connections held so far stay held and new ones are forwarded (another client
+    of the same store gets its answers). A client gives up after its own read timeout (the
+    operator's S3 client: 60 s, 3 attempts)."""
 
     def __init__(self, endpoint: str) -> None:
         url = urllib.parse.urlsplit(endpoint)
         self._target = (url.hostname or "127.0.0.1", url.port or 80)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        self._open = threading.Event()
-        self._open.set()
+        self._new_open = True  # whether a connection accepted now is forwarded
+        self._gates: list[threading.Event] = []
         self._lock = threading.Lock()
         self._waiting = 0
         self._sockets: list[socket.socket] = []
@@ -335,14 +337,22 @@ class HoldingProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._open.set()
+        self.release()
         self._listener.close()
         for sock in list(self._sockets):
             with contextlib.suppress(OSError):
                 sock.close()
 
     def hold(self) -> None:
-        self._open.clear()
+        with self._lock:
+            self._new_open = False
+            for gate in self._gates:
+                gate.clear()
+
+    def pass_new(self) -> None:
+        """Forward connections made from now on; those held stay held."""
+        with self._lock:
+            self._new_open = True
 
     def waiting(self) -> int:
         """Requests held now."""
@@ -352,7 +362,10 @@ class HoldingProxy:
     def release(self) -> int:
         """Forward what was held, and all from now on; how many requests were held."""
         held = self.waiting()
-        self._open.set()
+        with self._lock:
+            self._new_open = True
+            for gate in self._gates:
+                gate.set()
         return held
 
     def _accept(self) -> None:
@@ -368,16 +381,21 @@ class HoldingProxy:
                 continue
             upstream.settimeout(None)
             self._sockets += [client, upstream]
+            gate = threading.Event()
+            with self._lock:
+                if self._new_open:
+                    gate.set()
+                self._gates.append(gate)
             for src, dst, requests in ((client, upstream, True), (upstream, client, False)):
-                threading.Thread(target=self._pump, args=(src, dst, requests), daemon=True).start()
+                threading.Thread(target=self._pump, args=(src, dst, requests, gate), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, requests: bool) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, requests: bool, gate: threading.Event) -> None:
         try:
             while data := src.recv(65536):
-                if requests and not self._open.is_set():
+                if requests and not gate.is_set():
                     with self._lock:
                         self._waiting += 1
-                    self._open.wait()
+                    gate.wait()
                     with self._lock:
                         self._waiting -= 1
                 dst.sendall(data)
@@ -444,65 +462,58 @@ class StatusWatch:
 def test_a_replica_that_loses_its_peering_mid_pass_never_writes_an_older_status(
     kube: Client, namespace: str, seaweedfs: Any, replicas: Pair
 ) -> None:
-    """The low-priority replica reads generation 2 and waits in its bucket listing; generation 3
-    comes, the high-priority replica starts, takes over and writes the status of generation 3;
-    then the low one's pass goes on. Its status write is conditional on the version it read, so
-    the API server refuses it: the status never goes back to generation 2. (With the status
-    written unconditionally, as server-side apply with force does, it would.)"""
+    """The low-priority replica reads generation 1 of a new TritonService and waits in its bucket
+    listing (nothing of it runs yet, so its pass lists the repository itself); generation 2 comes,
+    the high-priority replica starts, takes over and writes the status of generation 2; then the
+    low one's pass goes on. Its status write is conditional on the version it read, so the API
+    server refuses it: the status never goes back to generation 1. (With the status written
+    unconditionally, as server-side apply with force does, it would.)"""
     low, high = replicas.low, replicas.high
     assert replicas.kubectl is not None
     s3 = s3_client(seaweedfs)
     bucket = f"hand-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
-    for folder in ("add", "add-v2"):
-        s3.put_object(Bucket=bucket, Key=f"models/{folder}/1/model.py", Body=f"# {folder}\n".encode())
+    s3.put_object(Bucket=bucket, Key="models/add/1/model.py", Body=b"# add\n")
     create_store_secret(kube, namespace, seaweedfs.extra["access"], seaweedfs.extra["secret"])
 
     def generation_of_status() -> int:
         return int((get_ts(kube, namespace, "handover").get("status") or {}).get("observedGeneration") or 0)
 
     with HoldingProxy(seaweedfs.endpoint) as proxy:
-        # pollIntervalSeconds 0: the repository is listed only by a pass whose spec names other
-        # folders than the running revision pinned (no poller lists it meanwhile)
         repository = {
             **store_repository(seaweedfs, bucket, pollIntervalSeconds=0),
             "endpoint": proxy.endpoint,
         }
         body = tritonservice("handover", namespace, repository=repository)
 
-        # 1. the low-priority replica alone serves generation 1
+        # 1. the low-priority replica alone; its first pass of generation 1 lists the bucket through
+        #    the proxy, which holds the listing
         low.start()
-        apply(kube, body)
-        wait_condition(kube, namespace, "handover", "Ready", "True", timeout=120)
+        proxy.hold()
+        assert apply(kube, body)["metadata"]["generation"] == 1
+        wait_for(proxy.waiting, timeout=60, what="the low replica's listing of generation 1 to be held")
         watch = StatusWatch(replicas.kubectl, replicas.cluster, namespace, "handover")
         try:
-            # 2. generation 2 names another folder: the low replica's pass reads the TritonService,
-            #    then lists the bucket through the proxy, which holds the listing
-            proxy.hold()
-            body["spec"]["models"][0]["path"] = "add-v2"
-            apply(kube, body)
-            wait_for(proxy.waiting, timeout=60, what="the low replica's listing of generation 2 to be held")
-
-            # 3. generation 3 (the first folder again, so no listing is needed for it), and the
-            #    handover: the high-priority replica starts, kopf and the Reconciler pause the low
-            #    one, and the high one writes the status of generation 3
-            del body["spec"]["models"][0]["path"]
+            # 2. generation 2, and the handover: the high-priority replica starts (its own listing
+            #    is forwarded), kopf and the Reconciler pause the low one, and the high one writes
+            #    the status of generation 2
             body["spec"]["replicas"] = 3
-            assert apply(kube, body)["metadata"]["generation"] == 3
+            assert apply(kube, body)["metadata"]["generation"] == 2
+            proxy.pass_new()
             high.start()
             wait_for(lambda: PAUSED in low.log() and GATE_CLOSED in low.log(), timeout=60, what="low paused")
             wait_for(
-                lambda: generation_of_status() == 3, timeout=90, what="the high replica's status of gen 3"
+                lambda: generation_of_status() == 2, timeout=90, what="the high replica's status of gen 2"
             )
-            assert 2 not in watch.generations(), "the low replica's pass ended before the handover"
+            assert 1 not in watch.generations(), "the low replica's pass ended before the handover"
 
-            # 4. the low replica's listing goes on: its pass reaches its status write, decided
-            #    from generation 2, after the newer status was written
+            # 3. the low replica's listing goes on: its pass reaches its status write, decided
+            #    from generation 1, after the newer status was written
             assert proxy.release() > 0, "the low replica's listing was no longer held"
             wait_for(
                 lambda: SUPERSEDED in low.log() or watch.went_back(),
                 timeout=90,
-                what="the low replica's pass of generation 2 to reach its status write",
+                what="the low replica's pass of generation 1 to reach its status write",
             )
             time.sleep(3)  # what the high replica does about the low one's last writes
         finally:
@@ -512,5 +523,5 @@ def test_a_replica_that_loses_its_peering_mid_pass_never_writes_an_older_status(
         f"observedGeneration of each version: {watch.generations()}"
     )
     assert SUPERSEDED in low.log()  # the low replica's write was tried, and refused
-    assert generation_of_status() == 3
+    assert generation_of_status() == 2
     wait_condition(kube, namespace, "handover", "Ready", "True", timeout=120)
