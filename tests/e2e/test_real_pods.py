@@ -275,6 +275,41 @@ def test_canary_whose_model_raises_at_import_crash_loops_and_is_rolled_back(  # 
     assert triton in kubectl_triton(cluster, "status", "crashy", "-n", namespace)
 
 
+def test_a_canary_whose_repository_does_not_fit_its_volume_is_rolled_back_naming_the_bytes(
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str
+) -> None:
+    """spec.modelVolume.sizeLimit too small for the repository: the canary's sync refuses before
+    writing anything (exit 7), its one-line reason (bytes needed and free) comes back through the
+    container's termination message into Degraded and the rollback Event, and the stable revision
+    answers every request meanwhile."""
+    rollout = {"steps": [{"setWeight": 50}, {"pause": {}}]}
+    apply(kube, on_real_node("cramped", namespace, bucket=bucket, endpoint=store.endpoint, rollout=rollout))
+    stable = serving(kube, namespace, "cramped")["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "cramped")
+    answering(host, 0)
+
+    client = LoadClient(host, max_seconds=240).start()
+    try:
+        small = on_real_node(
+            "cramped", namespace, bucket=bucket, endpoint=store.endpoint, rollout=rollout,
+            modelVolume={"sizeLimit": "1Ki"},
+        )  # fmt: skip
+        apply(kube, small)
+        obj = wait_condition(
+            kube, namespace, "cramped", "Degraded", "True", reason="CanaryCrashLooping", timeout=150
+        )
+        assert obj["status"]["stableRevision"] == stable
+        message = condition(obj, "Degraded")["message"]
+        assert "sync: the model repository needs" in message and "nothing was written" in message, message
+        time.sleep(2)
+    finally:
+        client.stop()
+    no_request_failed(client, "a canary whose repository does not fit")
+    assert set(client.answers) == {0.0}
+    aborted = [m for t, r, m in events(kube, namespace, "cramped") if r == "RolloutAborted"]
+    assert aborted and "sync: the model repository needs" in aborted[0], aborted
+
+
 def test_full_canary_rollout_drops_no_request(
     kube: Client, namespace: str, operator: Any, store: Any, bucket: str
 ) -> None:
