@@ -17,11 +17,11 @@ The Triton behaviour the rules rely on (triton-inference-server/core and server,
   docs/user_guide/model_management.md, "Model Control Mode EXPLICIT": "the newly loaded model will
   replace the already loaded model without any loss in availability"). So old and new copies are
   resident at once during a reload: twice the model's GPU memory.
-* A change to instance_group counts only is applied by adding or removing instances, not by a
-  reload (core src/model_lifecycle.cc ModelLifeCycle::UpdateModelInstances; the check
-  EquivalentInNonInstanceGroupConfig / EquivalentInInstanceConfig in src/model_config_utils.cc
-  ignores instance_group, and a group's name and count; model_management.md, "Modifying the Model
-  Repository").
+* A change to instance_group counts only is documented to add or remove instances instead of a
+  reload (core src/model_lifecycle.cc ModelLifeCycle::UpdateModelInstances; model_management.md,
+  "Modifying the Model Repository"), but tritonserver 2.51 reloaded the whole model for it when the
+  test (tests/triton/test_inplace_reload.py) rewrote only the instance count of a config.pbtxt, as
+  sync writes it: the rules count it as a reload, with the GPU rule below.
 * A backend's shared library stays loaded in the tritonserver process: "To update a model's backend
   you must first unload the model completely" (model_management.md, "Modifying the Model
   Repository"); a changed backend or platform is no reload of the same model.
@@ -72,8 +72,7 @@ class InPlace:
     ``objects_to_remove``, write the changed configs, then ``load`` each of ``models_changed`` and
     ``models_added`` and ``unload`` each of ``models_removed``; no other model is touched.
 
-    ``instance_updates``: the changed models whose change is instance counts only (Triton adds or
-    removes instances, no reload). ``ensembles_affected``: ensembles one of whose steps changes while
+    ``ensembles_affected``: ensembles one of whose steps changes while
     the ensemble itself does not (Triton re-resolves the steps; the ensemble keeps serving).
     """
 
@@ -83,7 +82,6 @@ class InPlace:
     objects_to_fetch: tuple[ManifestEntry, ...] = ()
     objects_to_remove: tuple[str, ...] = ()
     bytes: int = 0
-    instance_updates: tuple[str, ...] = ()
     ensembles_affected: tuple[str, ...] = ()
 
     @property
@@ -152,42 +150,19 @@ def _on_gpu(config: Mapping[str, Any], pod_gpus: int) -> bool:
     return False
 
 
-def _without(config: Mapping[str, Any], *keys: str) -> dict[str, Any]:
-    return {k: v for k, v in config.items() if k not in keys}
-
-
-def _instance_counts_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """Triton's EquivalentInNonInstanceGroupConfig and EquivalentInInstanceConfig (core
-    src/model_config_utils.cc): equal but for instance_group, and the groups equal one by one but
-    for their name and count. Then a load updates instances instead of reloading."""
-    if _without(old, "instanceGroup", "instance_group") != _without(new, "instanceGroup", "instance_group"):
-        return False
-    old_groups, new_groups = _instance_groups(old), _instance_groups(new)
-    if len(old_groups) != len(new_groups):
-        return False
-    return all(
-        _without(a, "name", "count") == _without(b, "name", "count")
-        for a, b in zip(old_groups, new_groups, strict=True)
-    )
-
-
 def _steps(config: Mapping[str, Any]) -> list[str]:
     scheduling = config.get("ensembleScheduling", config.get("ensemble_scheduling")) or {}
     steps = scheduling.get("step") or [] if isinstance(scheduling, Mapping) else []
     return [str(s.get("modelName", s.get("model_name", ""))) for s in steps if isinstance(s, Mapping)]
 
 
-def _model_reasons(
-    name: str, old: Mapping[str, Any], new: Mapping[str, Any], pod_gpus: int, *, counts_only: bool
-) -> list[str]:
+def _model_reasons(name: str, old: Mapping[str, Any], new: Mapping[str, Any], pod_gpus: int) -> list[str]:
     """Why a model present in both revisions, and changed, cannot be reloaded in place."""
     reasons: list[str] = []
     for key in ("backend", "platform"):
         if old.get(key) != new.get(key):
             # model_management.md: a backend is updated only after the model is unloaded completely.
             reasons.append(f"model {name}: {key} changed ({old.get(key) or '-'} -> {new.get(key) or '-'})")
-    if counts_only:
-        return reasons  # UpdateModelInstances: no second copy, no reload
     if _on_gpu(old, pod_gpus) or _on_gpu(new, pod_gpus):
         # ModelLifeCycle::AsyncLoad/OnLoadComplete: the old copy is released only once the new one is
         # READY, so both sit in GPU memory during the reload.
@@ -233,7 +208,6 @@ def rollout_kind(old: RevisionParts, new: RevisionParts) -> RolloutKind:
     old_entries, new_entries = _entries_by_model(old.manifest), _entries_by_model(new.manifest)
     old_versions, new_versions = _versions(old.manifest), _versions(new.manifest)
     changed: list[str] = []
-    counts_only: list[str] = []
     pod_gpus = max(_gpus(old.pod), _gpus(new.pod))
     for name in sorted(old_names & new_names):
         files_changed = old_entries.get(name, set()) != new_entries.get(name, set()) or old_versions.get(
@@ -243,11 +217,9 @@ def rollout_kind(old: RevisionParts, new: RevisionParts) -> RolloutKind:
         if not (files_changed or config_changed):
             continue
         changed.append(name)
-        old_cfg, new_cfg = old.model_configs.get(name, {}), new.model_configs.get(name, {})
-        only_counts = not files_changed and _instance_counts_only(old_cfg, new_cfg)
-        if only_counts:
-            counts_only.append(name)
-        reasons += _model_reasons(name, old_cfg, new_cfg, pod_gpus, counts_only=only_counts)
+        reasons += _model_reasons(
+            name, old.model_configs.get(name, {}), new.model_configs.get(name, {}), pod_gpus
+        )
     for name in added:
         if _on_gpu(new.model_configs.get(name, {}), pod_gpus):
             # Not a second copy, but memory the running pod was never sized or tested for.
@@ -274,7 +246,6 @@ def rollout_kind(old: RevisionParts, new: RevisionParts) -> RolloutKind:
         objects_to_fetch=tuple(fetch),
         objects_to_remove=tuple(remove),
         bytes=sum(e.size for e in fetch),
-        instance_updates=tuple(counts_only),
         ensembles_affected=tuple(_ensembles_affected(new, set(changed))),
     )
 
