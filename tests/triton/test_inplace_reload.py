@@ -107,6 +107,7 @@ class Client:
 
     server: RunningServer
     model: str
+    input_name: str = "INPUT0"
     answers: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     during_load: list[float] = field(default_factory=list)
@@ -118,7 +119,7 @@ class Client:
 
     def run(self) -> None:
         body: dict[str, Any] = {
-            "inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "FP32", "data": [0.0]}]
+            "inputs": [{"name": self.input_name, "shape": [1, 1], "datatype": "FP32", "data": [0.0]}]
         }
         url = f"{self.server.http_url}/v2/models/{self.model}/infer"
         with requests.Session() as http:
@@ -292,3 +293,65 @@ def test_an_instance_count_change_reloads_the_whole_model(
     assert sorted(inits(log)) == ["adder 1", "adder 1", "adder 1", "other 1"]
     served_config = requests.get(f"{server.http_url}/v2/models/adder/config", timeout=TIMEOUT).json()
     assert served_config["instance_group"][0]["count"] == 2
+
+
+def ensemble(steps: list[str]) -> dict[str, Any]:
+    """X -> steps[0] -> steps[1] -> ... -> Y."""
+    names = ["X"] + [f"t{i}" for i in range(1, len(steps))] + ["Y"]
+    return {
+        "platform": "ensemble",
+        "maxBatchSize": 8,
+        "input": [{"name": "X", "dataType": "TYPE_FP32", "dims": [1]}],
+        "output": [{"name": "Y", "dataType": "TYPE_FP32", "dims": [1]}],
+        "ensembleScheduling": {
+            "step": [
+                {
+                    "modelName": step,
+                    "modelVersion": "-1",
+                    "inputMap": {"INPUT0": names[i]},
+                    "outputMap": {"OUTPUT0": names[i + 1]},
+                }
+                for i, step in enumerate(steps)
+            ]
+        },
+    }
+
+
+def test_a_step_reloaded_alone_goes_live_through_its_ensemble(
+    pod: Pod, triton_install: TritonInstall, tmp_path: Path
+) -> None:
+    log = tmp_path / "inits.log"
+    log.touch()
+    for name in ("first", "second"):
+        pod.put(f"{name}/1/model.py", MODEL_PY.format(base=100))
+
+    def chain(first_offset: int) -> list[ModelSpec]:
+        return [
+            ModelSpec(name="first", config=config(log, first_offset)),
+            ModelSpec(name="second", config=config(log, 1)),
+            ModelSpec(name="chain", config=ensemble(["first", "second"])),
+        ]
+
+    old, manifest = pod.revision(chain(1))
+    pod.sync(old, manifest)
+    server = start_server(triton_install, pod.models, ["first", "second", "chain"], tmp_path / "triton.log")
+    try:
+        new, manifest = pod.revision(chain(10))
+        kind = rollout_kind(old, new)
+        assert isinstance(kind, InPlace)
+        assert kind.models_changed == ("first",) and kind.ensembles_affected == ("chain",)
+        pod.sync(new, manifest)
+
+        client = Client(server, "chain", input_name="X")
+        reply = client.load_while_asking("first")
+        assert reply.status_code == 200, reply.text
+        assert client.failures == [], f"{client.failures}\n{server.log_tail()}"
+        assert client.during_load, f"no request was in flight during the load: {client.answers}"
+        # 0 + 100 + 1 (first) + 100 + 1 (second), then first's offset 10.
+        assert client.answers[0] == 202.0 and client.answers[-3:] == [211.0] * 3
+        assert set(client.answers) == {202.0, 211.0}
+        assert sorted(inits(log)) == ["first 1", "first 1", "second 1"]  # second was not reloaded
+        # Triton loads the ensemble again over its new step (its dependency graph), once.
+        assert server.log().count("successfully loaded 'chain'") == 2, server.log_tail()
+    finally:
+        server.stop()

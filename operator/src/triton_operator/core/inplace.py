@@ -30,7 +30,10 @@ The Triton behaviour the rules rely on (triton-inference-server/core and server,
   (model_management.md, same section).
 * An ensemble holds its steps by name and version; Triton loads it only once its steps are loaded
   (core src/model_lifecycle.cc CreateModel: "the ensemble can't be loaded until the involved models
-  are ready"), and loading one model at a time shows a mix of old and new between the two loads.
+  are ready"), and a ``load`` of one step loads the ensembles over it again (tritonserver 2.51,
+  tests/triton/test_inplace_reload.py: no request to the ensemble failed). Loading one model at a
+  time shows a mix of old and new between two loads: an ensemble and its step that change
+  together need new pods.
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ class InPlace:
     ``models_added`` and ``unload`` each of ``models_removed``; no other model is touched.
 
     ``ensembles_affected``: ensembles one of whose steps changes while
-    the ensemble itself does not (Triton re-resolves the steps; the ensemble keeps serving).
+    the ensemble itself does not (Triton loads them again over the new step; they keep serving).
     """
 
     models_changed: tuple[str, ...] = ()
