@@ -927,6 +927,19 @@ def stop_signals_interrupt() -> Iterator[None]:
             signal.signal(s, handler)
 
 
+def stop_group(process: subprocess.Popen[Any], timeout: float = 15) -> None:
+    """SIGTERM to a process started with start_new_session=True and its children, SIGKILL after
+    ``timeout`` seconds; nothing when it has exited."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 _deferring = False
 
 

@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -249,13 +248,7 @@ def _run(args: argparse.Namespace) -> int:
         )
 
         def stop_operator() -> None:
-            if operator.poll() is None:
-                os.killpg(operator.pid, signal.SIGTERM)
-                try:
-                    operator.wait(15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(operator.pid, signal.SIGKILL)
-                    operator.wait()
+            cluster.stop_group(operator)
             log_file.close()
 
         cleanups.append(("operator", stop_operator))

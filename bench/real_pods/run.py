@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -279,13 +278,8 @@ def measure(args: argparse.Namespace, node: dict[str, Any], runs: list[Run]) -> 
             kube.delete(ts_resource, name, namespace=namespace)
     finally:
         with cluster.signals_deferred():  # each step whatever the one before did
-            if operator is not None and operator.poll() is None:
-                os.killpg(operator.pid, signal.SIGTERM)
-                try:
-                    operator.wait(15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(operator.pid, signal.SIGKILL)
-                    operator.wait()
+            if operator is not None:
+                cluster.stop_group(operator)
             with contextlib.suppress(Exception):
                 kube.delete(Namespace, namespace)
             server.stop()

@@ -13,8 +13,6 @@ import http.client
 import json
 import os
 import re
-import subprocess
-import sys
 import threading
 import zlib
 from collections.abc import Iterator
@@ -30,6 +28,7 @@ from botocore.credentials import Credentials
 
 from storage_backends import Backend, CountingStore, S3Backend
 from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY
+from testkit import run_init_sync
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.adapters.storage.s3 import is_aws_endpoint
 from triton_operator.adapters.sync.engine import SyncOptions, sync
@@ -228,23 +227,7 @@ def test_the_init_containers_sync_exits_0_on_sse_kms_objects_and_4_on_a_flipped_
     (tmp_path / "manifest.json").write_text(manifest_to_json(pin_repository(repository, MODELS, credentials)))
     (tmp_path / "configs/enc").mkdir(parents=True)
     (tmp_path / "configs/enc/config.pbtxt").write_text(build_config_pbtxt("enc", MODELS[0].config))
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GOOGLE_"))}
-
-    def init_container(dest: str) -> subprocess.CompletedProcess[str]:
-        args = [
-            sys.executable,
-            "-m",
-            "triton_operator.cli",
-            "sync",
-            "--manifest",
-            str(tmp_path / "manifest.json"),
-        ]
-        args += ["--configs", str(tmp_path / "configs"), "--dest", str(tmp_path / dest)]
-        return subprocess.run(
-            args, env={**clean, **credentials}, capture_output=True, text=True, timeout=120, check=False
-        )
-
-    result = init_container("models")
+    result = run_init_sync(tmp_path, credentials, dest="models")
     assert result.returncode == 0, result.stderr
     assert synced(tmp_path / "models") == {
         "enc/1/model.onnx": SHA256_FILE[1],
@@ -254,7 +237,7 @@ def test_the_init_containers_sync_exits_0_on_sse_kms_objects_and_4_on_a_flipped_
     assert json.loads(result.stdout.splitlines()[-1])["unverified_files"] == 0
 
     kms.corrupt = True
-    result = init_container("corrupt")
+    result = run_init_sync(tmp_path, credentials, dest="corrupt")
     assert result.returncode == 4, result.stderr
     assert "the manifest pins" in result.stderr
 

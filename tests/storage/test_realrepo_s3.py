@@ -5,9 +5,6 @@ tritonserver serves every model with the answers its weights give."""
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
-import sys
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +16,7 @@ from boto3.s3.transfer import TransferConfig
 
 from realrepo import ENSEMBLE, KiB, MiB, RepoShape, upload_repository
 from storage_backends import S3Backend
+from testkit import run_init_sync
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.core.manifest import manifest_to_json
 from triton_operator.core.modelconfig import build_config_pbtxt
@@ -108,24 +106,7 @@ def test_a_tritonservice_spec_of_the_generated_repository_serves_from_s3(
         (tmp_path / "configs" / spec.name / "config.pbtxt").write_text(
             build_config_pbtxt(spec.name, spec.config)
         )
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    args = [
-        sys.executable,
-        "-m",
-        "triton_operator.cli",
-        "sync",
-        "--manifest",
-        str(tmp_path / "manifest.json"),
-    ]
-    args += ["--configs", str(tmp_path / "configs"), "--dest", str(tmp_path / "models")]
-    result = subprocess.run(
-        args,
-        env={**clean, **s3_backend.credentials},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = run_init_sync(tmp_path, s3_backend.credentials, timeout=300)
     assert result.returncode == 0, result.stderr
 
     names = [s.name for s in specs]

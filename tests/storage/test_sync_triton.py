@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +10,7 @@ import pytest
 import requests
 
 from storage_backends import Backend
+from testkit import run_init_sync
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.core.manifest import manifest_to_json
 from triton_operator.core.modelconfig import build_config_pbtxt
@@ -87,19 +85,7 @@ def run_sync(backend: Backend, manifest: Any, configs: dict[str, dict[str, Any]]
     for name, config in configs.items():
         (tmp_path / "configs" / name).mkdir(parents=True)
         (tmp_path / "configs" / name / "config.pbtxt").write_text(build_config_pbtxt(name, config))
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    args = [
-        sys.executable,
-        "-m",
-        "triton_operator.cli",
-        "sync",
-        "--manifest",
-        str(tmp_path / "manifest.json"),
-    ]
-    args += ["--configs", str(tmp_path / "configs"), "--dest", str(tmp_path / "models")]
-    result = subprocess.run(
-        args, env={**clean, **backend.credentials}, capture_output=True, text=True, timeout=120, check=False
-    )
+    result = run_init_sync(tmp_path, backend.credentials)
     assert result.returncode == 0, result.stderr
 
 

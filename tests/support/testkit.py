@@ -6,9 +6,11 @@ this one by its basename: ``from testkit import wait_for``.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -123,6 +125,20 @@ def stop_process(process: subprocess.Popen[bytes] | None) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=5)
+
+
+def run_init_sync(
+    workdir: Path, credentials: dict[str, str], *, dest: str = "models", timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`triton-operator sync` as the pod's init container runs it: WORKDIR/manifest.json and the
+    rendered WORKDIR/configs into WORKDIR/DEST, with the store's ``credentials`` as its only
+    credentials (none of this process's AWS, Azure or Google variables)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GOOGLE_"))}
+    args = [sys.executable, "-m", "triton_operator.cli", "sync", "--manifest", str(workdir / "manifest.json")]
+    args += ["--configs", str(workdir / "configs"), "--dest", str(workdir / dest)]
+    return subprocess.run(
+        args, env={**clean, **credentials}, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def load_chartlib() -> ModuleType:
