@@ -19,6 +19,7 @@ import pytest
 
 import node  # e2e/node.py (e2e/ is on pytest's pythonpath)
 from testkit import TEST_FIELD_MANAGER, apply_crds, crd_document, free_port, stop_process, wait_healthy
+from tritonserver import TritonInstall, TritonNotInstalledError, prepare_server
 
 if TYPE_CHECKING:
     from storage_servers import Server
@@ -306,3 +307,15 @@ def metrics(cluster: Path) -> Any:
             f'(${local_cluster.METRICS_WRITE_URL_ENV}; `eval "$(python3 e2e/cluster.py env)"`)'
         )
     return CustomMetrics(url, cluster)
+
+
+@pytest.fixture(scope="session")
+def triton_install(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> TritonInstall:
+    """The bundled tritonserver (the nvidia-pytriton wheel's), copied once into pytest's cache, for the
+    triton and storage tests; skipped only when it is not installed."""
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
+    cache_dir = cache.mkdir("tritonserver") if cache is not None else tmp_path_factory.mktemp("tritonserver")
+    try:
+        return prepare_server(Path(cache_dir))
+    except TritonNotInstalledError as exc:
+        pytest.skip(f"no tritonserver binary: {exc}")

@@ -21,7 +21,7 @@ from triton_operator.adapters.storage import pin_repository
 from triton_operator.core.manifest import manifest_to_json
 from triton_operator.core.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec
-from tritonserver import TritonInstall, TritonNotInstalledError, prepare_server, start_server
+from tritonserver import TritonInstall, start_server
 
 pytestmark = [pytest.mark.storage, pytest.mark.triton]
 
@@ -29,16 +29,6 @@ SHAPE = RepoShape(
     big_bytes=3 * MiB + 1, medium_bytes=MiB, small_count=2, small_bytes=16 * KiB, shard_bytes=MiB, seed=5
 )
 PART = 5 * MiB  # S3's smallest multipart part
-
-
-@pytest.fixture(scope="module")
-def install(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> TritonInstall:
-    cache = getattr(request.config, "cache", None)
-    cache_dir = cache.mkdir("tritonserver") if cache is not None else tmp_path_factory.mktemp("tritonserver")
-    try:
-        return prepare_server(Path(cache_dir))
-    except TritonNotInstalledError as exc:
-        pytest.skip(f"no tritonserver binary: {exc}")
 
 
 def objects(client: Any, bucket: str, prefix: str) -> Iterator[dict[str, Any]]:
@@ -90,7 +80,7 @@ def test_the_upload_streams_in_parts(s3_backend: S3Backend) -> None:
 
 
 def test_a_tritonservice_spec_of_the_generated_repository_serves_from_s3(
-    s3_backend: S3Backend, install: TritonInstall, tmp_path: Path
+    s3_backend: S3Backend, triton_install: TritonInstall, tmp_path: Path
 ) -> None:
     bucket = s3_backend.new_bucket()
     repository = upload_repository(s3_backend.client, bucket, "real", SHAPE)
@@ -110,7 +100,7 @@ def test_a_tritonservice_spec_of_the_generated_repository_serves_from_s3(
     assert result.returncode == 0, result.stderr
 
     names = [s.name for s in specs]
-    server = start_server(install, tmp_path / "models", names, tmp_path / "tritonserver.log")
+    server = start_server(triton_install, tmp_path / "models", names, tmp_path / "tritonserver.log")
     try:
         for name in names:
             body: dict[str, Any] = {

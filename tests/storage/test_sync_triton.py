@@ -17,8 +17,6 @@ from triton_operator.core.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec
 from tritonserver import (
     TritonInstall,
-    TritonNotInstalledError,
-    prepare_server,
     start_server,
 )
 
@@ -55,16 +53,6 @@ CONFIG = {
 }
 
 
-@pytest.fixture(scope="module")
-def install(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> TritonInstall:
-    cache = getattr(request.config, "cache", None)
-    cache_dir = cache.mkdir("tritonserver") if cache is not None else tmp_path_factory.mktemp("tritonserver")
-    try:
-        return prepare_server(Path(cache_dir))
-    except TritonNotInstalledError as exc:
-        pytest.skip(f"no tritonserver binary: {exc}")
-
-
 def out_of(server: Any, model: str) -> list[float]:
     """OUT of ``model`` for A = [2, 3], B = [4, 5] (HTTP/REST inference)."""
     body = {
@@ -90,7 +78,7 @@ def run_sync(backend: Backend, manifest: Any, configs: dict[str, dict[str, Any]]
 
 
 def test_tritonserver_serves_what_sync_fetched(
-    s3_backend: Backend, install: TritonInstall, tmp_path: Path
+    s3_backend: Backend, triton_install: TritonInstall, tmp_path: Path
 ) -> None:
     bucket = s3_backend.new_bucket()
     s3_backend.put(bucket, "repo/calc/1/model.py", MODEL_PY.format(op="add").encode())
@@ -108,7 +96,7 @@ def test_tritonserver_serves_what_sync_fetched(
         "calc/config.pbtxt",
     ]
 
-    server = start_server(install, tmp_path / "models", ["calc"], tmp_path / "tritonserver.log")
+    server = start_server(triton_install, tmp_path / "models", ["calc"], tmp_path / "tritonserver.log")
     try:
         meta = requests.get(f"{server.http_url}/v2/models/calc", timeout=10).json()
         assert meta["versions"] == ["2"], meta
@@ -139,7 +127,7 @@ ENSEMBLE = {
 
 
 def test_an_ensemble_from_an_object_store_and_versions_as_triton_reads_them(
-    s3_backend: Backend, install: TritonInstall, tmp_path: Path
+    s3_backend: Backend, triton_install: TritonInstall, tmp_path: Path
 ) -> None:
     """An ensemble has an empty version folder, which no object store keeps: pinning names the
     version and sync creates it. "010" is no version for Triton (leading zero), so "latest" is 1."""
@@ -154,7 +142,9 @@ def test_an_ensemble_from_an_object_store_and_versions_as_triton_reads_them(
     run_sync(s3_backend, manifest, {"calc": CONFIG, "pipe": ENSEMBLE}, tmp_path)
     assert (tmp_path / "models/pipe/1").is_dir() and not any((tmp_path / "models/pipe/1").iterdir())
 
-    server = start_server(install, tmp_path / "models", ["calc", "pipe"], tmp_path / "tritonserver.log")
+    server = start_server(
+        triton_install, tmp_path / "models", ["calc", "pipe"], tmp_path / "tritonserver.log"
+    )
     try:
         assert out_of(server, "pipe") == [6.0, 8.0]  # version 1 adds
     finally:

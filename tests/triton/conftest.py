@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -12,21 +11,8 @@ from triton_specs import BROKEN_SPEC, SERVICE_SPEC, build_repository, validated_
 from tritonserver import (
     RunningServer,
     TritonInstall,
-    TritonNotInstalledError,
-    prepare_server,
     start_server,
 )
-
-
-@pytest.fixture(scope="session")
-def triton_install(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> TritonInstall:
-    """The bundled tritonserver, copied once into pytest's cache; skipped only when it is not installed."""
-    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
-    cache_dir = cache.mkdir("tritonserver") if cache is not None else tmp_path_factory.mktemp("tritonserver")
-    try:
-        return prepare_server(Path(cache_dir))
-    except TritonNotInstalledError as exc:
-        pytest.skip(f"no tritonserver binary: {exc}")
 
 
 @pytest.fixture(scope="session")
