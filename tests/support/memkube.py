@@ -353,3 +353,49 @@ def _key(obj: Mapping[str, Any]) -> Key:
 
 _MEMKUBE_IS_A_KUBE_API: type[KubeAPI] = MemKube
 """mypy checks here that the fake keeps the contract the reconcile layer is written against."""
+
+
+def run_kubelet(
+    kube: MemKube, namespace: str, crashing: Callable[[Mapping[str, Any]], bool] = lambda _deployment: False
+) -> None:
+    """The Deployment controller and the kubelet, faked: every Deployment of ``namespace`` has its
+    status and exactly its replicas' pods, Ready, or crash-looping (CrashLoopBackOff, 5 restarts)
+    for a Deployment ``crashing`` picks."""
+    for deployment in kube.of_kind("Deployment"):
+        name = deployment["metadata"]["name"]
+        crash = crashing(deployment)
+        replicas = int(deployment["spec"].get("replicas", 1))
+        ready = 0 if crash else replicas
+        status = {
+            "replicas": replicas,
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "updatedReplicas": replicas,
+            "observedGeneration": deployment["metadata"]["generation"],
+        }
+
+        def set_status(obj: dict[str, Any], status: dict[str, Any] = status) -> None:
+            obj["status"] = status
+
+        kube.edit("Deployment", namespace, name, set_status)
+        for key in [k for k in kube.objects if k[0] == "Pod" and k[2].startswith(f"{name}-")]:
+            del kube.objects[key]
+        pod_status: dict[str, Any] = {
+            "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": "False" if crash else "True"},
+            ]
+        }
+        if crash:
+            waiting = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}
+            pod_status["containerStatuses"] = [{"name": "tritonserver", "restartCount": 5, "state": waiting}]
+        for i in range(replicas):
+            labels = deployment["spec"]["template"]["metadata"]["labels"]
+            kube.put(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": f"{name}-{i}", "namespace": namespace, "labels": labels},
+                    "status": copy.deepcopy(pod_status),
+                }
+            )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 
 from e2e_helpers import tritonservice
-from memkube import MemKube
+from memkube import MemKube, run_kubelet
 from triton_operator import KIND
 from triton_operator.adapters import storage
 from triton_operator.adapters.storage import PinResult
@@ -438,42 +437,12 @@ class BlockingBucket(Bucket):
         return super().__call__(repository, models, credentials)
 
 
-def set_status(obj: dict[str, Any], status: dict[str, Any]) -> None:
-    obj["status"] = status
-
-
 def pods_of(kube: MemKube, *, crash: bool) -> None:
     """The Deployment controller and the kubelet, faked: every Deployment has its pods; with
     ``crash`` those of the newest revision crash-loop, the others are Ready."""
     deployments = sorted(kube.of_kind("Deployment"), key=lambda d: int(d["metadata"]["resourceVersion"]))
-    for deployment in deployments:
-        name = deployment["metadata"]["name"]
-        crashing = crash and deployment is deployments[-1]
-        replicas = int(deployment["spec"].get("replicas", 1))
-        ready = 0 if crashing else replicas
-        status = {"replicas": replicas, "readyReplicas": ready, "availableReplicas": ready}
-        status |= {"updatedReplicas": replicas, "observedGeneration": deployment["metadata"]["generation"]}
-        kube.edit("Deployment", NS, name, functools.partial(set_status, status=status))
-        for i in range(replicas):
-            waiting = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}
-            kube.put(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {
-                        "name": f"{name}-{i}",
-                        "namespace": NS,
-                        "labels": deployment["spec"]["template"]["metadata"]["labels"],
-                    },
-                    "status": {
-                        "conditions": [{"type": "Ready", "status": "False" if crashing else "True"}],
-                        "containerStatuses": [
-                            {"name": "tritonserver", "restartCount": 5 if crashing else 0}
-                            | ({"state": waiting} if crashing else {})
-                        ],
-                    },
-                }
-            )
+    newest = deployments[-1]["metadata"]["name"] if deployments else None
+    run_kubelet(kube, NS, lambda d: crash and d["metadata"]["name"] == newest)
 
 
 @pytest.mark.parametrize("change", ["listing due", "new repository"])

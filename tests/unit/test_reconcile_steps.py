@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from e2e_helpers import ENSEMBLE_OF_A_MISSING_MODEL, tritonservice
-from memkube import READS, WRITES, Call, MemKube
+from memkube import READS, WRITES, Call, MemKube, run_kubelet
 from triton_operator import GROUP as KIND_GROUP
 from triton_operator import KIND
 from triton_operator.core import conditions as cond
@@ -50,37 +50,7 @@ def setter(field: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 def kubelet(kube: MemKube) -> None:
     """The Deployment controller and the kubelet, faked: every Deployment's pods exist and are Ready."""
-    for deployment in kube.of_kind("Deployment"):
-        name = deployment["metadata"]["name"]
-        replicas = int(deployment["spec"].get("replicas", 1))
-        status = {
-            "replicas": replicas,
-            "readyReplicas": replicas,
-            "availableReplicas": replicas,
-            "updatedReplicas": replicas,
-            "observedGeneration": deployment["metadata"]["generation"],
-        }
-        kube.edit("Deployment", NS, name, setter("status", status))
-        for key in [k for k in kube.objects if k[0] == "Pod" and k[2].startswith(f"{name}-")]:
-            del kube.objects[key]
-        for i in range(replicas):
-            kube.put(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {
-                        "name": f"{name}-{i}",
-                        "namespace": NS,
-                        "labels": deployment["spec"]["template"]["metadata"]["labels"],
-                    },
-                    "status": {
-                        "conditions": [
-                            {"type": "PodScheduled", "status": "True"},
-                            {"type": "Ready", "status": "True"},
-                        ]
-                    },
-                }
-            )
+    run_kubelet(kube, NS)
 
 
 async def run(kube: MemKube, settings: Settings = SETTINGS) -> tuple[Result, list[Call]]:
