@@ -692,7 +692,7 @@ def test_a_namespace_enforcing_pod_security_restricted_serves_and_refuses_a_root
     """The API server's own PodSecurity admission, level `restricted`, on the test's namespace: the
     operator's default pods pass it, become Ready on the real node and answer; a spec whose pod
     securityContext drops runAsNonRoot and the seccomp profile (a non-root uid, so the operator's own
-    policy lets it through: it refuses root itself, tests/unit/test_policy.py) is refused by the
+    policy lets it through: it refuses root itself, tests/unit/core/test_policy.py) is refused by the
     same admission (so the label is really enforced)."""
     kube.patch(
         Namespace,

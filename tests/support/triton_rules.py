@@ -1,7 +1,7 @@
 """Model configs Triton refuses from the config alone, one per check the operator mirrors, and configs
 both accept.
 
-tests/unit/test_triton_checks.py asserts the operator refuses each case, naming the field;
+tests/unit/core/validation/test_triton_checks.py asserts the operator refuses each case, naming the field;
 tests/triton/test_real_triton_checks.py asserts a real tritonserver refuses the same config, with the text
 of the Triton check the operator's rule mirrors, and loads each accepted one.
 """

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from tritonclient.grpc import model_config_pb2
 
 from crd_schema import ROOT, SCHEMA, validate
+from testkit import REPO
 from triton_operator.commands import crd as crd_command
 from triton_operator.core.crd import (
     MAX_NAME_LENGTH,
@@ -32,7 +33,6 @@ from triton_operator.models import (
     TritonServiceStatus,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 CHECKED_IN = REPO / "crds" / "tritonservices.yaml"
 F = descriptor_pb2.FieldDescriptorProto
 

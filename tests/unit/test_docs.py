@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "operator" / "src" / "triton_operator"
-DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+from testkit import REPO
+
+PACKAGE = REPO / "operator" / "src" / "triton_operator"
+DOCS = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
 TOP = ("operator/", "tests/", "e2e/", "bench/", "examples/", "charts/", "crds/", "manifests/", "docs/")
 NAMED = re.compile(r"(?<![\w./-])((?:" + "|".join(map(re.escape, TOP)) + r")[\w./\-]*(?:::\w+)?)")
 
 
 def doc_id(path: Path) -> str:
-    return str(path.relative_to(ROOT))
+    return str(path.relative_to(REPO))
 
 
 def slug(heading: str) -> str:
@@ -72,10 +73,10 @@ def test_every_named_file_and_test_exists(doc: Path) -> None:
     missing = []
     for name in named_paths(doc):
         file, _, test = name.partition("::")
-        if not (ROOT / file).exists():
+        if not (REPO / file).exists():
             missing.append(f"{name}: no such path")
         elif test and not re.search(
-            rf"^\s*((async )?def|class) {re.escape(test)}\b", (ROOT / file).read_text(), re.M
+            rf"^\s*((async )?def|class) {re.escape(test)}\b", (REPO / file).read_text(), re.M
         ):
             missing.append(f"{name}: no test {test} in {file}")
     assert not missing, missing
@@ -83,9 +84,9 @@ def test_every_named_file_and_test_exists(doc: Path) -> None:
 
 @pytest.mark.parametrize("doc", DOCS, ids=doc_id)
 def test_every_make_target_and_console_script_exists(doc: Path) -> None:
-    makefile = (ROOT / "Makefile").read_text()
+    makefile = (REPO / "Makefile").read_text()
     targets = set(re.findall(r"^([\w-]+):", makefile, re.M))
-    scripts = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
+    scripts = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"])
     tools = {"python", "python3", "pytest", "ruff", "mypy", "lint-imports", "pip"}
     text = doc.read_text()
     wrong = [f"make {t}" for t in re.findall(r"`make ([\w-]+)", text) if t not in targets]
@@ -95,7 +96,7 @@ def test_every_make_target_and_console_script_exists(doc: Path) -> None:
 
 def layout_paths() -> list[str]:
     """The module paths docs/architecture.md's Layout names, from its indentation (two spaces a level)."""
-    text = (ROOT / "docs" / "architecture.md").read_text()
+    text = (REPO / "docs" / "architecture.md").read_text()
     block = text[text.index("## Layout\n") :]
     block = block[block.index("```\n") + 4 : block.index("\n```", block.index("```\n") + 4)]
     lines = block.splitlines()

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[2] / "operator" / "src" / "triton_operator"
+from testkit import REPO
+
+SRC = REPO / "operator" / "src" / "triton_operator"
 INDIRECTIONS = ("importlib.import_module", "importlib.util", "importlib.__import__", "__import__")
 EXCEPTIONS = {
     # Triton's ModelConfig protobuf module is loaded from tritonclient/grpc/model_config_pb2.py by path:

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-CORE = Path(__file__).resolve().parents[2] / "operator" / "src" / "triton_operator" / "core"
+from testkit import REPO
+
+CORE = REPO / "operator" / "src" / "triton_operator" / "core"
 ALLOWED_PREFIXES = ("google.protobuf", "tritonclient.grpc.model_config_pb2")
 WATCHED_ROOTS = ("google", "tritonclient")
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import doctest
 import io
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from fakeapi import FakeClient
+from testkit import REPO
 from triton_operator.adapters.kube import Kube
 from triton_operator.commands import render
 from triton_operator.core import conditions as cond
@@ -20,7 +20,7 @@ from triton_operator.core.observation import check_body
 from triton_operator.reconcile import steps
 from triton_operator.settings import DEFAULT_FORBIDDEN_VOLUME_TYPES, Settings
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = REPO / "examples"
 UID = "0b4f3c2e-0000-4000-8000-000000000001"
 
 

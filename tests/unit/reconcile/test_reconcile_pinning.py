@@ -40,7 +40,7 @@ from triton_operator.settings import Settings
 NS = "ml"
 AMBIENT = RepositoryAccess(ambient_namespaces=(NS,))
 """These tests are about caching and fallbacks, so the test namespace may list without a Secret;
-the credentials policy itself: tests/unit/test_repository_access.py, tests/storage/."""
+the credentials policy itself: tests/unit/core/test_repository_access.py, tests/storage/."""
 
 
 def make_ts(poll: int = 60, *, secret: str | None = None, uri: str = "s3://models/prod") -> TritonService:

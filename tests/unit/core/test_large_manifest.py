@@ -24,6 +24,7 @@ from bigmanifest import (
     refusal,
 )
 from fakeapi import FakeClient
+from testkit import REPO
 from triton_operator import cli
 from triton_operator.adapters.kube import Kube
 from triton_operator.commands import sync as sync_command
@@ -66,7 +67,7 @@ from triton_operator.reconcile import pinning, steps
 from triton_operator.settings import Settings
 
 SETTINGS = Settings()
-LEGACY = json.loads((Path(__file__).resolve().parents[1] / "data" / "legacy" / "revision.json").read_text())
+LEGACY = json.loads((REPO / "tests" / "data" / "legacy" / "revision.json").read_text())
 UID = "0c3d6c2e-8d54-4bb8-9d1b-3c7a1f1e2a10"
 CONFIG = {
     "backend": "python",

@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 from memkube import MemKube
+from testkit import REPO
 from triton_operator.commands import render
 from triton_operator.core.names import PLACEHOLDER_UID
 from triton_operator.reconcile.steps import reconcile
 from triton_operator.settings import Settings
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 

@@ -7,11 +7,11 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from testkit import REPO
 from triton_operator.core.conditions import Verdict
 from triton_operator.core.rollout.clock import format_time, parse_time
 from triton_operator.core.rollout.engine import plan_rollout
@@ -1524,7 +1524,7 @@ def test_undo_to_a_revision_that_cannot_sync_any_more_is_rejected_and_nothing_mo
 
 # ----------------------------------------------------------------- docs/rollouts.md's worked examples
 
-ROLLOUTS_MD = Path(__file__).resolve().parents[2] / "docs" / "rollouts.md"
+ROLLOUTS_MD = REPO / "docs" / "rollouts.md"
 Row = tuple[int, int, str, str]
 
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from crd_schema import ROOT, validate  # the strict structural validator of the CRD tests
+from testkit import REPO
 from triton_operator.commands import import_ as import_command
 from triton_operator.core.crd import dump_yaml
 from triton_operator.core.modelconfig import (
@@ -21,7 +22,7 @@ from triton_operator.core.modelconfig import (
 )
 from triton_operator.core.validation.spec import check_spec
 
-REPOS = Path(__file__).resolve().parents[1] / "data" / "repos"
+REPOS = REPO / "tests" / "data" / "repos"
 CONFIG_FILES = sorted(REPOS.glob("*/*/config.pbtxt"))
 
 
