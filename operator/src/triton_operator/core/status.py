@@ -224,6 +224,12 @@ def written_status(fields: Mapping[str, Any]) -> dict[str, Any]:
     return status.model_dump(by_alias=True, exclude_unset=True, mode="json")
 
 
+def _kept_from(previous: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    """``status`` with the owned fields it does not set kept as ``previous`` has them (nothing applied)."""
+    kept = {k: previous[k] for k in OWNED_STATUS_FIELDS if k != "conditions" and previous.get(k) is not None}
+    return {**kept, **status}
+
+
 def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any]:
     """The owned status fields from an observation; ``previous`` supplies transition times and history.
 
@@ -251,41 +257,21 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
         put(REPOSITORY_READY, obs.repository)
     put(PODS_SCHEDULED, scheduled)
     failing = degraded(obs.pods, obs.deployments, revisions)
+    progressing = obs.progressing
     if plan is None:
         # Invalid spec or unreadable repository: nothing was applied; say what runs and why.
-        put(DEGRADED, failing)
-        put(
-            PROGRESSING,
-            Verdict(
-                FALSE, obs.blocked_reason, "nothing can be rolled out: running revisions are left as they are"
-            ),
+        progressing = Verdict(
+            FALSE, obs.blocked_reason, "nothing can be rolled out: running revisions are left as they are"
         )
-        put(
-            READY,
-            summarize_ready(
-                invalid=obs.invalid,
-                blocked_reason=obs.blocked_reason,
-                scheduled=scheduled,
-                plan=None,
-                deployments=by_revision,
-                replicas=0,
-            ),
-        )
-        status["conditions"] = conditions
-        for key in OWNED_STATUS_FIELDS:
-            if key not in status and key != "conditions" and previous.get(key) is not None:
-                status[key] = previous[key]
-        return written_status(status)
-
-    if obs.rollout_degraded is not None and (obs.rollout_degraded.status == TRUE or failing.status != TRUE):
+    elif obs.rollout_degraded is not None and (obs.rollout_degraded.status == TRUE or failing.status != TRUE):
         failing = obs.rollout_degraded
     put(DEGRADED, failing)
-    if obs.progressing is not None:
-        put(PROGRESSING, obs.progressing)
+    if progressing is not None:
+        put(PROGRESSING, progressing)
     put(
         READY,
         summarize_ready(
-            # Set when a later spec waits while this plan (its last valid one) is carried out.
+            # Set when the spec waits: nothing was applied, or this plan is its last valid one's.
             invalid=obs.invalid,
             blocked_reason=obs.blocked_reason,
             scheduled=scheduled,
@@ -295,6 +281,10 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
             aborted=obs.aborted,
         ),
     )
+    if plan is None:
+        status["conditions"] = conditions
+        return written_status(_kept_from(previous, status))
+
     if obs.traffic is not None:
         put(TRAFFIC_ROUTED, obs.traffic)
     else:
