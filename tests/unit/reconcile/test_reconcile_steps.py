@@ -18,6 +18,7 @@ from e2e_helpers import ENSEMBLE_OF_A_MISSING_MODEL, tritonservice
 from memkube import READS, WRITES, Call, MemKube, run_kubelet
 from triton_operator import GROUP as KIND_GROUP
 from triton_operator import KIND
+from triton_operator.adapters.kube import ObjectRejectedError
 from triton_operator.core import conditions as cond
 from triton_operator.core import observation
 from triton_operator.core.manifest import (
@@ -708,6 +709,63 @@ async def test_a_pass_reads_everything_before_its_first_write(routed: MemKube) -
         ("get", "HTTPRoute"),
     } <= {(m, k) for m, k, _ in reads}
     assert route_weights(kube) == {"svc-stable": 100, "svc-canary": 0}
+
+
+async def test_a_spec_the_api_server_refuses_is_held_in_the_same_pass_without_reading_again(
+    routed: MemKube,
+) -> None:
+    """Observe once, even when the API server refuses the new spec's objects: what the last valid spec
+    needs (here its route, which the new spec no longer names) is read before the first write, and
+    the pass carries that spec out in place of the refused one, its status naming the refusal."""
+    kube = routed
+    kube.edit(
+        KIND,
+        NS,
+        "svc",
+        lambda obj: obj["spec"].update(
+            autoscaling={"maxReplicas": 6, "metrics": [{"queueTime": {"averageMicroseconds": 5000}}]},
+            disruptionBudget={"enabled": False},
+        ),
+    )
+    kube.put(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "svc", "namespace": NS},
+            "spec": {"maxUnavailable": 1},
+        }
+    )
+    first, _ = await run(kube)
+    kubelet(kube)
+    await run(kube)
+
+    def refused_spec(obj: dict[str, Any]) -> None:
+        obj["spec"]["models"][0]["config"]["maxBatchSize"] = 4
+        obj["spec"]["rollout"].pop("trafficRouting")
+
+    kube.edit(KIND, NS, "svc", refused_spec)
+    field = 'spec.template.spec.volumes[0].name: Invalid value: "Not_A_DNS_Label"'
+    kube.fail_next("apply", ObjectRejectedError("Deployment", "svc-new", field), kind="Deployment")
+    mark = len(kube.calls)
+    held, _ = await run(kube)
+    assert held.reason == cond.INVALID_SPEC and held.invalid is not None and field in held.invalid
+    assert held.revision == first.revision and held.plan is not None
+    ready = condition(kube, cond.READY)
+    assert (ready["status"], ready["reason"]) == (cond.FALSE, cond.INVALID_SPEC)
+    assert "rejected by the API server" in ready["message"] and field in ready["message"]
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None and stored["status"]["stableRevision"] == first.revision
+    assert route_weights(kube) == {"svc-stable": 100, "svc-canary": 0}
+    calls = kube.calls[mark:]
+    first_write = next(i for i, c in enumerate(calls) if c.method in WRITES)
+    assert not [c for c in calls[first_write:] if c.method in READS]
+    reads = [(c.method, c.kind, c.name) for c in calls if c.method in READS]
+    assert sorted(reads) == sorted(set(reads)), reads  # nothing read twice
+    assert {
+        ("list_kind", "HorizontalPodAutoscaler"),
+        ("get", "PodDisruptionBudget"),
+        ("get", "HTTPRoute"),
+    } <= {(m, k) for m, k, _ in reads}
 
 
 async def test_a_pass_parses_each_pod_once(kube: MemKube, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from triton_operator.adapters.kube import (
@@ -154,14 +154,20 @@ class Around:
     """The Gateway API routes the spec names, as read (none when it names none)."""
 
 
-async def observe_spec(kube: KubeAPI, seen: Seen, ts: TritonService) -> Around:
-    """Read what the decision for ``ts`` needs beyond ``seen``: HPAs, the PodDisruptionBudget, the routes."""
-    scalers = await look(kube, ts, seen.metadata, seen.previous)
-    # A PodDisruptionBudget the spec no longer wants is looked up (and deleted) only then.
-    stale_pdb = not disruption_budget_enabled(ts) and (
-        await kube.get("PodDisruptionBudget", seen.namespace, ts.name) is not None
-    )
-    return Around(autoscalers=scalers, stale_disruption_budget=stale_pdb, routes=await read_routes(kube, ts))
+async def observe_specs(kube: KubeAPI, seen: Seen, specs: Sequence[TritonService]) -> list[Around]:
+    """Read what the decision for each of ``specs`` needs beyond ``seen``: HPAs, the PodDisruptionBudget,
+    the routes. ``specs``: the spec the pass carries out, and the last valid one it carries out
+    instead should the API server refuse the first: read together, each object once, so that a
+    pass reads nothing after its first write."""
+    scalers = await look(kube, specs, seen.metadata, seen.previous)
+    # A PodDisruptionBudget a spec no longer wants is looked up (and deleted) only then.
+    unwanted = [not disruption_budget_enabled(ts) for ts in specs]
+    pdb = any(unwanted) and await kube.get("PodDisruptionBudget", seen.namespace, seen.name) is not None
+    routes = await read_routes(kube, specs)
+    return [
+        Around(autoscalers=s, stale_disruption_budget=pdb and u, routes=r)
+        for s, u, r in zip(scalers, unwanted, routes, strict=True)
+    ]
 
 
 def observed(seen: Seen, around: Around | None = None) -> Observed:

@@ -4,7 +4,7 @@ rule) written on them (after the objects are applied)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from triton_operator.adapters.kube import (
@@ -53,9 +53,15 @@ def named_routes(ts: TritonService) -> list[tuple[RouteKind, str]] | None:
     return routes
 
 
-async def read_routes(kube: KubeAPI, ts: TritonService) -> Routes:
-    """Read every route the spec names (none when it routes no traffic through Gateway API)."""
-    return {(kind, name): await kube.get(kind, ts.namespace, name) for kind, name in named_routes(ts) or []}
+async def read_routes(kube: KubeAPI, specs: Sequence[TritonService]) -> list[Routes]:
+    """Read every route each of ``specs`` names (none when it routes no traffic through Gateway API),
+    each route once however many of them name it."""
+    read: dict[tuple[RouteKind, str], Mapping[str, Any] | None] = {}
+    for ts in specs:
+        for kind, name in named_routes(ts) or []:
+            if (kind, name) not in read:
+                read[(kind, name)] = await kube.get(kind, ts.namespace, name)
+    return [{key: read[key] for key in named_routes(ts) or []} for ts in specs]
 
 
 async def route_traffic(

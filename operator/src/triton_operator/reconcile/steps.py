@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from triton_operator.adapters.kube import KubeAPI, ObjectRejectedError
 from triton_operator.core import conditions as cond
-from triton_operator.core.builders import compute_revision, triton_image
+from triton_operator.core.builders import compute_revision, stored_spec, triton_image
 from triton_operator.core.decide import Shown, decide, decided_status, held_status
 from triton_operator.core.manifestparts import ManifestTooLarge
 from triton_operator.core.names import object_name, revision_object_names
@@ -34,10 +35,11 @@ from triton_operator.reconcile.analysis import TritonView, analysis_status, mode
 from triton_operator.reconcile.apply import NotStoredError, apply, post_event, write_status
 from triton_operator.reconcile.autoscaling import AUTOSCALER_RETRY_SECONDS
 from triton_operator.reconcile.observe import (
+    Around,
     Seen,
     current_manifest,
     observe,
-    observe_spec,
+    observe_specs,
     observed,
     undo_waits,
     unsyncable,
@@ -137,24 +139,25 @@ async def reconcile(
         METRICS.forget(namespace, name)
         return Result(status=None)
     seen = await observe(kube, namespace, name, body, clock())
-
-    async def hold(blocked: _Blocked) -> Result:
-        return await _hold(kube, seen, settings, blocked, triton=triton, pin_manifest=pin_manifest)
-
     chosen = await _choose(seen, body, settings, pin_manifest)
     if isinstance(chosen, _Blocked):
-        return await hold(chosen)
+        return await _hold(kube, seen, settings, chosen, triton=triton, pin_manifest=pin_manifest)
     ts, pinned = chosen.ts, chosen.pinned
     await _warn(kube, seen, ts, settings)
+    # The last valid spec, when it is another: carried out instead should the API server refuse this
+    # one. What it needs is observed with what this one needs, before anything is written.
+    kept = await _kept(seen, settings, pin_manifest, instead_of=chosen)
+    around, *others = await observe_specs(kube, seen, [ts, *([kept.ts] if kept else [])])
+    fallback = (kept, others[0]) if kept is not None else None
     try:
-        # Observe what the spec needs besides (HPAs, PDB, routes, Triton), decide (core.decide), apply
-        # (reconcile.apply); a spec the API server refuses is held like a blocked one.
+        # Decide (core.decide) and apply (reconcile.apply).
         return await _carry_out(
             kube,
             seen,
             settings,
             ts,
             chosen.revision,
+            around=around,
             configs=chosen.configs,
             manifest_json=pinned.json if pinned else None,
             repository=repository_verdict(ts, pinned),
@@ -166,10 +169,10 @@ async def reconcile(
         logger.warning("%s/%s: %s", namespace, name, message)
         verdict = cond.Verdict(cond.FALSE, cond.MANIFEST_TOO_LARGE, message)
         blocked = _Blocked(message, cond.MANIFEST_TOO_LARGE, verdict, ts)
-        return await hold(blocked)
     except ObjectRejectedError as exc:
         # The schema let something through that the API server refuses (e.g. a malformed volume).
-        return await hold(_Blocked(str(exc)))
+        blocked = _Blocked(str(exc))
+    return await _fall_back(kube, seen, settings, blocked, fallback=fallback, triton=triton)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +215,45 @@ async def _choose(
     return _Chosen(ts=ts, configs=checked.configs, pinned=pinned, revision=revision)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Kept:
+    """The last valid spec, to carry out while the current one cannot be: with the live spec.replicas,
+    and what an undo may not go back to."""
+
+    ts: TritonService
+    revision: str
+    configs: Mapping[str, str]
+    manifest_json: str | None
+    unsyncable: Mapping[str, str]
+
+
+async def _kept(
+    seen: Seen, settings: Settings, pin_manifest: ManifestPinner | None, *, instead_of: _Chosen | None = None
+) -> _Kept | None:
+    """The last valid spec (kept in its revision's ConfigMap), when there is one that parses; with
+    ``instead_of``, only when it is another spec or revision than that one (the same one refused
+    would only be refused again). Reads the repository only to judge an undo (_unsyncable_kept)."""
+    last = last_valid(seen.metadata, seen.previous, seen.owned.configmaps)
+    if last is None:
+        return None
+    if (
+        instead_of is not None
+        and last.revision == instead_of.revision
+        and last.body.get("spec") == json.loads(stored_spec(instead_of.ts))
+    ):
+        return None
+    kept = check_body(last.body)
+    if kept.ts is None or kept.problems:
+        return None
+    return _Kept(
+        ts=_scaled(kept.ts, seen.replicas),
+        revision=last.revision,
+        configs=kept.configs,
+        manifest_json=last.manifest_json,
+        unsyncable=await _unsyncable_kept(seen, settings, kept.ts, pin_manifest),
+    )
+
+
 async def _hold(
     kube: KubeAPI,
     seen: Seen,
@@ -230,28 +272,42 @@ async def _hold(
     was created with (core.observation.recorded_settings). With no last valid spec, nothing is applied or
     deleted; only the status says why.
     """
-    last = last_valid(seen.metadata, seen.previous, seen.owned.configmaps)
-    if last is not None:
-        kept = check_body(last.body)
-        if kept.ts is not None and not kept.problems:
-            try:
-                return await _carry_out(
-                    kube,
-                    seen,
-                    settings,
-                    _scaled(kept.ts, seen.replicas),
-                    last.revision,
-                    configs=kept.configs,
-                    manifest_json=last.manifest_json,
-                    repository=blocked.repository,
-                    blocked=blocked,
-                    unsyncable=await _unsyncable_kept(seen, settings, kept.ts, pin_manifest),
-                    triton=triton,
-                )
-            except (ObjectRejectedError, NotStoredError) as exc:
-                logger.warning(
-                    "%s/%s: the last valid spec is refused too: %s", seen.namespace, seen.name, exc
-                )
+    kept = await _kept(seen, settings, pin_manifest)
+    fallback = (kept, (await observe_specs(kube, seen, [kept.ts]))[0]) if kept is not None else None
+    return await _fall_back(kube, seen, settings, blocked, fallback=fallback, triton=triton)
+
+
+async def _fall_back(
+    kube: KubeAPI,
+    seen: Seen,
+    settings: Settings,
+    blocked: _Blocked,
+    *,
+    fallback: tuple[_Kept, Around] | None,
+    triton: TritonView | None = None,
+) -> Result:
+    """Carry out the last valid spec (``fallback``: it, and what was observed for it) while the
+    current one waits (``blocked``); if there is none, or it is refused too, only write the status
+    that says why."""
+    if fallback is not None:
+        kept, around = fallback
+        try:
+            return await _carry_out(
+                kube,
+                seen,
+                settings,
+                kept.ts,
+                kept.revision,
+                around=around,
+                configs=kept.configs,
+                manifest_json=kept.manifest_json,
+                repository=blocked.repository,
+                blocked=blocked,
+                unsyncable=kept.unsyncable,
+                triton=triton,
+            )
+        except (ObjectRejectedError, NotStoredError) as exc:
+            logger.warning("%s/%s: the last valid spec is refused too: %s", seen.namespace, seen.name, exc)
     status = held_status(observed(seen), blocked.message, blocked.reason, blocked.repository)
     written = await write_status(kube, seen, status)
     return Result(
@@ -296,6 +352,7 @@ async def _carry_out(
     ts: TritonService,
     revision: str,
     *,
+    around: Around,
     configs: Mapping[str, str],
     manifest_json: str | None,
     repository: cond.Verdict | None,
@@ -304,7 +361,8 @@ async def _carry_out(
     triton: TritonView | None = None,
 ) -> Result:
     """Plan the rollout toward ``revision`` of ``ts`` and carry it out: apply, route, status, scale,
-    delete, Events. ``blocked``: ``ts`` is the last valid spec and the current one waits (why)."""
+    delete, Events. ``around``: what ``ts`` needs observed beside ``seen`` (observe_specs).
+    ``blocked``: ``ts`` is the last valid spec and the current one waits (why)."""
     if revision_object_names(ts, revision, sorted(seen.foreign)):
         # The same name is still held by an earlier TritonService's object that the garbage
         # collector has yet to remove: applying ours now would give it two controllers.
@@ -315,8 +373,7 @@ async def _carry_out(
             object_name(ts, revision),
         )
         return Result(status=dict(seen.previous), revision=revision, requeue_after=FOREIGN_RETRY_SECONDS)
-    # Observe: everything the decision needs is read before it (no read after the decision).
-    around = await observe_spec(kube, seen, ts)
+    # Everything the decision needs was read before it (no read after the decision).
     seen_now = observed(seen, around)
     owner = (seen.namespace, seen.name)
     before = RolloutStatus.from_status(seen.previous)
