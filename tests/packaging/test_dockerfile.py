@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import images  # e2e/images.py
-from packaging_helpers import REPO
+from testkit import REPO
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"

@@ -9,7 +9,6 @@ from typing import Any
 
 from testkit import load_chartlib
 
-REPO = Path(__file__).resolve().parents[2]
 chartlib = load_chartlib()
 
 Render = Callable[..., list[dict[str, Any]]]
