@@ -1,13 +1,16 @@
-"""Prometheus metrics of the operator itself: reconciles, rollouts, repository listings; the HTTP server."""
+"""Prometheus metrics of the operator itself: reconciles, rollouts, repository listings, pods' time to
+serve; the HTTP server."""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -22,6 +25,8 @@ from prometheus_client import (
 )
 
 from triton_operator import __version__
+from triton_operator.core.observation import PodState
+from triton_operator.core.startup import PHASES
 
 PREFIX = "triton_operator"
 DEFAULT_PORT = 8080
@@ -32,6 +37,16 @@ PORT_ENV = "TRITON_OPERATOR_METRICS_PORT"
 # Reconciles are API round trips: from a few milliseconds to a bucket listing of minutes.
 RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 LISTING_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+# A pod's start: from a second (a warm node, a small repository) to the better part of an hour (a
+# multi-GB repository from a slow store, a large tritonserver image).
+START_BUCKETS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+MiB = 1024 * 1024
+# Bytes a pod's sync read from the store: 0 (everything already on the node) up to a large model.
+FETCHED_BUCKETS = (0.0, MiB, 16 * MiB, 128 * MiB, 512 * MiB, 1024 * MiB, 4096 * MiB, 16384 * MiB, 65536 * MiB)
+TOTAL_PHASE = "total"
+"""The time_to_serve_seconds phase label of a pod's whole start, created -> Ready."""
+POD_STARTS_KEPT = 10_000
+"""Pods whose start was observed, remembered so that each is observed once (the oldest forgotten)."""
 
 SUCCESS = "success"
 ERROR = "error"
@@ -55,7 +70,16 @@ class ReconcileOutcome:
 class OperatorMetrics:
     """Every metric the operator exposes, bound to one registry (tests build their own)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, *, process: bool = False) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        process: bool = False,
+        since: datetime | None = None,
+    ) -> None:
+        self.since = since if since is not None else datetime.now(UTC)
+        """Pods Ready before this (the process's start) are not starts it saw: never observed."""
+        self._pod_starts: OrderedDict[str, None] = OrderedDict()
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         if process:
             ProcessCollector(registry=self.registry)
@@ -102,6 +126,24 @@ class OperatorMetrics:
             "Total size in bytes of the pinned repository manifest (what the sync init container downloads).",
         )
 
+        self.time_to_serve = Histogram(
+            f"{PREFIX}_time_to_serve_seconds",
+            "A pod's start, by phase (core.startup: scheduling, imageAndSandbox, sync, tritonserverStart, "
+            "tritonserverLoad; total: created -> Ready), read from its status; once per pod, when it is "
+            "first seen Ready.",
+            ["phase"],
+            buckets=START_BUCKETS,
+            registry=reg,
+        )
+        for phase in (*PHASES, TOTAL_PHASE):
+            self.time_to_serve.labels(phase=phase)  # every phase listed from the start, at 0
+        self.time_to_serve_fetched = Histogram(
+            f"{PREFIX}_time_to_serve_fetched_bytes",
+            "Bytes a pod's sync init container read from the store (its termination message), once per pod.",
+            buckets=FETCHED_BUCKETS,
+            registry=reg,
+        )
+
     def _service_gauge(self, name: str, documentation: str) -> Gauge:
         """A gauge with one series per TritonService (labels namespace, name); ``forget`` drops them."""
         gauge = Gauge(f"{PREFIX}_{name}", documentation, ["namespace", "name"], registry=self.registry)
@@ -142,6 +184,27 @@ class OperatorMetrics:
         self.repository_list_duration.labels(scheme=scheme).observe(max(seconds, 0.0))
         self.repository_objects.labels(namespace=namespace, name=name).set(objects)
         self.repository_bytes.labels(namespace=namespace, name=name).set(total_bytes)
+
+    def record_pod_starts(self, pods: Iterable[PodState]) -> int:
+        """Observe the start of each pod first seen Ready (by uid) that became Ready since ``since``:
+        its phases, its whole start and the bytes its sync fetched. Returns how many were observed."""
+        observed = 0
+        for pod in pods:
+            start = pod.start
+            if not pod.ready or not pod.uid or pod.uid in self._pod_starts:
+                continue
+            if start.ready is None or start.created is None or start.ready < self.since:
+                continue
+            self._pod_starts[pod.uid] = None
+            while len(self._pod_starts) > POD_STARTS_KEPT:
+                self._pod_starts.popitem(last=False)
+            for phase, seconds in start.phases().items():
+                self.time_to_serve.labels(phase=phase).observe(seconds)
+            self.time_to_serve.labels(phase=TOTAL_PHASE).observe(start.total or 0.0)
+            if start.sync is not None:
+                self.time_to_serve_fetched.observe(start.sync.fetched)
+            observed += 1
+        return observed
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop the per-TritonService series of a deleted resource, so no stale series remain."""

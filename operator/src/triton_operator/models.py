@@ -812,6 +812,46 @@ class RevisionRecord(_Model):
     generation: int | None = None
 
 
+class StartPhases(_Model):
+    """Seconds of each phase of a pod's start, from its own status (whole seconds apart: Kubernetes' times
+    are); a phase whose two ends the pod's status lacks is left out."""
+
+    scheduling: float | None = Field(None, description="Created -> scheduled (PodScheduled).")
+    image_and_sandbox: float | None = Field(
+        None, description="Scheduled -> the sync init container started: the pod's sandbox, the sync image."
+    )
+    sync: float | None = Field(
+        None, description="The sync init container, started -> finished: the download."
+    )
+    tritonserver_start: float | None = Field(
+        None, description="Sync finished -> tritonserver started: the tritonserver image, the container."
+    )
+    tritonserver_load: float | None = Field(
+        None, description="tritonserver started -> Ready: Triton loads the models, then its probes pass."
+    )
+
+
+class TimeToServe(_Model):
+    """How long a revision's first Ready pod took from its creation to Ready, phase by phase, and what
+    its sync read from the store. Recorded once, when the operator first sees a pod of the revision Ready."""
+
+    revision: str
+    pod: str = Field(description="The pod measured: the revision's first Ready pod.")
+    ready_at: str | None = Field(None, description="When that pod became Ready.")
+    seconds: float | None = Field(None, description="Created -> Ready.")
+    phases: StartPhases = Field(default_factory=StartPhases)
+    objects: int | None = Field(None, description="Objects of the pinned manifest the sync placed.")
+    bytes_fetched: int | None = Field(
+        None, description="Bytes the sync read from the store (absent: a sync image that does not say)."
+    )
+    bytes_present: int | None = Field(
+        None, description="Bytes the sync found already present (from an earlier run or a cache)."
+    )
+    restarts: int | None = Field(
+        None, description="Container restarts before Ready (the phase they fall in includes them)."
+    )
+
+
 class TritonServiceStatus(_Model):
     """Observed state of a TritonService."""
 
@@ -851,6 +891,10 @@ class TritonServiceStatus(_Model):
     replaced_revision: str | None = None
     handled_requests: dict[str, str] = Field(default_factory=dict)
     repository_digest: str | None = None
+    time_to_serve: list[TimeToServe] = Field(
+        default_factory=list,
+        description="The serving revisions' time to serve: their first Ready pod's start, phase by phase.",
+    )
     image: str | None = Field(None, description="The tritonserver image the stable revision runs.")
     default_image: str | None = Field(
         None,

@@ -6,11 +6,12 @@ from typing import Any
 
 import pytest
 
+from pod_bodies import started_pod
 from triton_operator.core import conditions as c
 from triton_operator.core import status as s
 from triton_operator.core.actions import RevisionPlan
 from triton_operator.core.analysis import AnalysisResult, ModelResult
-from triton_operator.core.observation import DeploymentState, PodState
+from triton_operator.core.observation import DeploymentState, PodState, pod_state
 from triton_operator.core.rollout.clock import parse_time
 from triton_operator.core.rollout.state import HistoryEntry, RolloutStatus
 from triton_operator.models import AnalysisRunRecord
@@ -403,6 +404,7 @@ def full_observation() -> s.Observation:
         autoscaling=c.Verdict(c.UNKNOWN, c.AUTOSCALER_PENDING, "written"),
         image="nvcr.io/nvidia/tritonserver:25.01-py3",
         default_image="nvcr.io/nvidia/tritonserver:25.02-py3",
+        pods=[pod_state(started_pod("a", sync_restarts=1)), pod_state(started_pod("b"))],
     )
 
 

@@ -8,6 +8,7 @@ import errno
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from triton_operator.adapters.sync.results import ChecksumMismatch, NoSpace, Syn
 from triton_operator.core.manifest import Manifest, ManifestError, SelectionFailed, manifest_from_json
 from triton_operator.core.manifestparts import ordered, part_index, unpack
 from triton_operator.core.modelconfig import ModelConfigError
+from triton_operator.core.startup import TERMINATION_MESSAGE_MAX, format_summary
 from triton_operator.models import quantity_bytes
 
 EXIT_OK = 0
@@ -71,8 +73,10 @@ was pinned; 4 a size or checksum did not match; 5 the store refused or failed (a
 missing bucket, unavailable); 6 something unsafe in the destination (a symlink where a file goes);
 7 the files do not fit the destination volume (checked before anything is written: the message
 names the bytes needed and free).
-On failure the one-line reason is also written to --termination-log when that file exists, so that
-Kubernetes shows it as the container's termination message.
+On success a one-line summary (objects, bytes fetched from the store and already present, seconds),
+on failure the one-line reason, is also written to --termination-log when that file exists, so that
+Kubernetes shows it as the container's termination message (the operator reads the summary into
+status.timeToServe, the reason into Degraded).
 Credentials come from the environment: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY[/AWS_SESSION_TOKEN],
 GOOGLE_APPLICATION_CREDENTIALS_JSON, AZURE_STORAGE_CONNECTION_STRING (or AZURE_STORAGE_KEY,
 AZURE_STORAGE_SAS_TOKEN); none of them means the platform identity (IRSA, workload identity).
@@ -150,7 +154,8 @@ def register(subparsers: Any) -> None:
         "--termination-log",
         type=Path,
         default=TERMINATION_LOG,
-        help="on failure, write the reason here if the file exists (default /dev/termination-log)",
+        help="write the summary (or, on failure, the reason) here if the file exists "
+        "(default /dev/termination-log)",
     )
     parser.add_argument(
         "--progress",
@@ -189,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
     # The container's log is read by whoever may read the pod's: an SDK's warning (a retried
     # request's URL with its SAS signature) must not show the credentials it was given.
     install_log_redaction()
+    started = time.monotonic()
     tty = {"auto": None, "bar": True, "json": False}[args.progress]
     stream = sys.stderr if (tty or (tty is None and sys.stderr.isatty())) else sys.stdout
     progress = Progress(stream, tty=tty if tty is not None else stream.isatty())
@@ -225,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
                 pvc_root=args.pvc_root,
                 max_connections=args.concurrency,
             )
-        sync(manifest, store, options, progress)
+        stats = sync(manifest, store, options, progress)
     except ObjectChanged as exc:
         return fail(EXIT_CHANGED, str(exc))
     except ChecksumMismatch as exc:
@@ -250,13 +256,20 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if store is not None:
             store.close()
+    summary = format_summary(
+        stats.files, stats.downloaded_bytes, stats.bytes - stats.downloaded_bytes, time.monotonic() - started
+    )
+    write_termination_log(args.termination_log, summary)
     return EXIT_OK
 
 
 def write_termination_log(path: Path | None, message: str) -> None:
-    """The failure's one line, where Kubernetes keeps it as the termination message; only into a file
-    that exists (kubelet makes it in a pod: sync run by hand writes nothing under /dev)."""
+    """The summary or the failure's one line, where Kubernetes keeps it as the termination message
+    (at most 4096 bytes of it); only into a file that exists (kubelet makes it in a pod: sync run by
+    hand writes nothing under /dev)."""
     if path is None or not path.is_file():
         return
+    # Cut to Kubernetes' limit in bytes, never in the middle of a character.
+    data = f"{message}\n".encode()[:TERMINATION_MESSAGE_MAX].decode(errors="ignore").encode()
     with contextlib.suppress(OSError):
-        path.write_text(f"{message}\n"[:4096])
+        path.write_bytes(data)

@@ -113,6 +113,7 @@ ROLLOUT_ROLLBACK = "RolloutRollback"  # a revision from history rolls back witho
 ROLLOUT_STARTED = "RolloutStarted"  # a rollout over the stable revision starts
 STEP_COMPLETED = "StepCompleted"  # a canary step completed
 ROLLOUT_PROMOTING = "RolloutPromoting"  # the canary scales to full replicas before it becomes stable
+REVISION_SERVED = "RevisionServed"  # a revision's first pod became Ready: its time to serve, phase by phase
 
 # ----------------------------------------------------------------- Kubernetes' own (read, never written)
 

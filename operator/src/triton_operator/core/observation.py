@@ -34,6 +34,7 @@ from triton_operator.core.names import (
 )
 from triton_operator.core.rollout.clock import parse_time
 from triton_operator.core.rollout.state import RevisionState, revision_ready
+from triton_operator.core.startup import PodStart, pod_start
 from triton_operator.core.triton_state import (
     ModelVersionState,
     describe_failures,
@@ -428,6 +429,9 @@ class PodState:
     sync_failure: str | None = None
     """Why the sync init container last failed, in its own words (its termination message: e.g. the
     model repository needs more bytes than the volume has free), while it has not since succeeded."""
+    start: PodStart = PodStart()
+    """The times of the pod's start (created, scheduled, sync, tritonserver, Ready) and what its
+    sync fetched (core.startup: status.timeToServe and the time-to-serve metrics read them)."""
 
     def crash_looping(self, threshold: int = CRASH_RESTART_THRESHOLD) -> bool:
         """A container waits in CrashLoopBackOff or restarted ``threshold`` times or more."""
@@ -471,8 +475,7 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
     containers = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
     waiting_reason, waiting_message = _failing_wait(containers)
     triton: Mapping[str, Any] = next((cs for cs in containers if cs.get("name") == TRITON_CONTAINER), {})
-    inits = status.get("initContainerStatuses") or []
-    sync: Mapping[str, Any] = next((cs for cs in inits if cs.get("name") == SYNC_CONTAINER), {})
+    sync = sync_container_status(status)
     return PodState(
         name=str(metadata.get("name", "")),
         revision=str((metadata.get("labels") or {}).get(LABEL_REVISION, "")),
@@ -489,7 +492,18 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
         triton_restarts=int(triton.get("restartCount") or 0),
         triton_failures=load_failures(_termination_message(triton)),
         sync_failure=_failure_message(sync),
+        start=pod_start(metadata, status, sync, triton),
     )
+
+
+def sync_container_status(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The status of the init container that fills /models (named SYNC_CONTAINER, as
+    core.builders names it), from a pod's status; {} when the pod has none by that name.
+
+    The one place a pod's status is searched for it: its failure (PodState.sync_failure) and its
+    start (PodState.start, with its summary) are both read from what this returns."""
+    inits = status.get("initContainerStatuses") or []
+    return next((cs for cs in inits if cs.get("name") == SYNC_CONTAINER), {})
 
 
 def _failure_message(container_status: Mapping[str, Any]) -> str | None:

@@ -11,6 +11,8 @@ from triton_operator.core.conditions import (
     AS_EXPECTED,
     AUTOSCALING,
     AVAILABLE,
+    NORMAL,
+    REVISION_SERVED,
     DEGRADED,
     FALSE,
     INVALID_SPEC,
@@ -34,6 +36,8 @@ from triton_operator.core.conditions import (
     set_condition,
 )
 from triton_operator.core.observation import DeploymentState, PodState
+from triton_operator.core.rollout.plan import RolloutEvent
+from triton_operator.core.startup import describe_phases, served_entry
 from triton_operator.core.triton_state import describe_failures
 from triton_operator.models import TritonServiceStatus
 
@@ -118,6 +122,52 @@ def summarize_ready(
     return Verdict(TRUE, AVAILABLE, _replica_message(plan.stable, state, replicas))
 
 
+# ----------------------------------------------------------------- time to serve
+
+
+def time_to_serve(
+    previous: Sequence[Mapping[str, Any]], pods: Sequence[PodState], revisions: Sequence[str]
+) -> list[dict[str, Any]]:
+    """status.timeToServe: for each serving revision, its first Ready pod's start (core.startup).
+
+    Recorded once, then kept as ``previous`` has it while the revision serves (a later pod, a
+    restart or a scale-up changes nothing: the status is written only when it changes); a revision
+    that no longer serves drops out. The first Ready pod is, among those the pass sees Ready, the
+    one Ready first.
+    """
+    kept = {str(e.get("revision")): dict(e) for e in previous if e.get("revision") in revisions}
+    out = []
+    for revision in revisions:
+        if revision not in kept:
+            ready = sorted(
+                (p for p in pods if p.revision == revision and p.ready and not p.terminating),
+                key=lambda p: (p.start.ready is None, p.start.ready, p.name),
+            )
+            entries = (served_entry(revision, p.name, p.start) for p in ready)
+            first = next((e for e in entries if e is not None), None)
+            if first is not None:
+                kept[revision] = first
+        if revision in kept:
+            out.append(kept[revision])
+    return out
+
+
+def served_events(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[RolloutEvent]:
+    """A Normal RevisionServed Event for each revision whose time to serve ``status`` records and
+    ``previous`` did not: once a revision, when its first pod is seen Ready (a status write that
+    fails posts none, and the next pass records it again)."""
+    before = {e.get("revision") for e in previous.get("timeToServe") or []}
+    return [
+        RolloutEvent(
+            NORMAL,
+            REVISION_SERVED,
+            f"revision {e.get('revision')} served in {describe_phases(e)} (pod {e.get('pod')})",
+        )
+        for e in status.get("timeToServe") or []
+        if e.get("revision") not in before
+    ]
+
+
 # ----------------------------------------------------------------- the whole status
 
 # The rollout engine's bookkeeping (core.rollout.state.RolloutStatus.to_status), owned by the reconcile too.
@@ -155,6 +205,7 @@ OWNED_STATUS_FIELDS = (
     "analysis",
     "image",
     "defaultImage",
+    "timeToServe",
     *ROLLOUT_STATUS_FIELDS,
 )
 
@@ -310,6 +361,9 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
         status["endpoints"] = dict(obs.endpoints)
     if obs.analysis:
         status["analysis"] = dict(obs.analysis)
+    served = time_to_serve(previous.get("timeToServe") or [], obs.pods, revisions)
+    if served:
+        status["timeToServe"] = served
     if obs.image:
         status["image"] = obs.image
     if obs.default_image:

@@ -24,7 +24,7 @@ from triton_operator.core.builders import build_event
 from triton_operator.core.decide import Decision
 from triton_operator.core.manifestparts import compress
 from triton_operator.core.observation import layout_of
-from triton_operator.core.status import status_changed
+from triton_operator.core.status import served_events, status_changed
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile.observe import Seen
@@ -86,7 +86,8 @@ async def apply(
     written_status = status(traffic)
     written = await write_status(kube, seen, written_status)
     await scale_and_delete(kube, seen.namespace, decision.actions)
-    for event in decision.rollout.events:
+    # A revision's time to serve is posted once: in the pass whose status first records it.
+    for event in [*decision.rollout.events, *served_events(seen.previous, written_status)]:
         logger.info("%s/%s: %s %s: %s", seen.namespace, seen.name, event.type, event.reason, event.message)
         await post_event(kube, seen, event.type, event.reason, event.message)
     return Applied(status=written_status, written=written, traffic=traffic)

@@ -139,6 +139,7 @@ async def reconcile(
         METRICS.forget(namespace, name)
         return Result(status=None)
     seen = await observe(kube, namespace, name, body, clock())
+    METRICS.record_pod_starts(seen.pods)  # each pod's start once, when first seen Ready
     chosen = await _choose(seen, body, settings, pin_manifest)
     if isinstance(chosen, _Blocked):
         return await _hold(kube, seen, settings, chosen, triton=triton, pin_manifest=pin_manifest)
