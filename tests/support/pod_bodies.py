@@ -27,7 +27,7 @@ def _condition(kind: str, when: float | None, status: str = "True") -> dict[str,
     return {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": at(when)}
 
 
-def started_pod(  # noqa: PLR0913, PLR0917 (one knob a field of the status)
+def started_pod(
     revision: str = "r1",
     suffix: str = "x2x9k",
     *,

@@ -526,3 +526,43 @@ def test_status_says_when_the_serving_image_is_not_the_operators_default() -> No
     at = behind.index("Image:     reg/triton:1")
     assert "not the operator's default reg/triton:2" in behind[at + 1]
     assert "the next change of the spec rolls it out" in behind[at + 1]
+
+
+def test_status_shows_each_serving_revisions_time_to_serve() -> None:
+    served: dict[str, Any] = {
+        "revision": "5d8f7c",
+        "pod": "resnet-5d8f7c-7d9c8b6f5-x2x9k",
+        "readyAt": "2026-01-01T11:00:09Z",
+        "seconds": 74.0,
+        "phases": {
+            "scheduling": 0,
+            "imageAndSandbox": 1,
+            "sync": 62,
+            "tritonserverStart": 1,
+            "tritonserverLoad": 10,
+        },
+        "objects": 40,
+        "bytesFetched": 2684354560,
+        "bytesPresent": 0,
+    }
+    canary = {
+        **served,
+        "revision": "9a1b2e",
+        "pod": "resnet-9a1b2e-5c4d-q8w7e",
+        "seconds": 13.0,
+        "restarts": 2,
+    }
+    canary |= {"phases": {**served["phases"], "sync": 1}, "bytesFetched": 0, "bytesPresent": 2684354560}
+    obj = ts(stableRevision="5d8f7c", canaryRevision="9a1b2e", timeToServe=[served, canary])
+    lines = kp.render_status(obj, NOW).splitlines()
+    at = lines.index("Time to serve (the revision's first Ready pod, created -> Ready):")
+    assert lines[at + 1 : at + 5] == [
+        "  5d8f7c (stable): 74 s: scheduling 0 s, image and sandbox 1 s, sync 62 s (2.5 GiB fetched), "
+        "tritonserver start 1 s, tritonserver load 10 s",
+        "    pod resnet-5d8f7c-7d9c8b6f5-x2x9k, Ready at 2026-01-01T11:00:09Z",
+        "  9a1b2e (canary): 13 s: scheduling 0 s, image and sandbox 1 s, sync 1 s (0 B fetched, "
+        "2.5 GiB already present), tritonserver start 1 s, tritonserver load 10 s "
+        "(after 2 container restarts)",
+        "    pod resnet-9a1b2e-5c4d-q8w7e, Ready at 2026-01-01T11:00:09Z",
+    ]
+    assert "Time to serve" not in kp.render_status(ts(stableRevision="5d8f7c"), NOW)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import datetime
 import urllib.request
 
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from pod_bodies import CREATED, started_pod
 from triton_operator import metrics
+from triton_operator.core.observation import pod_state
+from triton_operator.core.startup import format_summary
 from triton_operator.metrics import OperatorMetrics
 
 
@@ -116,3 +120,46 @@ def test_process_wide_metrics_include_process_collector() -> None:
     names = {f.name for f in text_string_to_metric_families(metrics.METRICS.render().decode())}
     assert "triton_operator_reconcile_duration_seconds" in names
     assert "process_cpu_seconds" in names or "python_info" in names
+
+
+# ----------------------------------------------------------------- pods' time to serve
+
+
+def test_every_phase_is_listed_before_any_pod_starts(m: OperatorMetrics) -> None:
+    s = _samples(m)
+    phases = {"scheduling", "imageAndSandbox", "sync", "tritonserverStart", "tritonserverLoad", "total"}
+    counted = {
+        dict(labels)["phase"] for name, labels in s if name == "triton_operator_time_to_serve_seconds_count"
+    }
+    assert counted == phases
+    assert s[("triton_operator_time_to_serve_fetched_bytes_count", ())] == 0
+
+
+def test_each_pods_start_is_observed_once_by_phase_with_the_bytes_fetched() -> None:
+    m = OperatorMetrics(CollectorRegistry(), since=CREATED)
+    first = pod_state(started_pod("r1", "a"))  # 9 s; sync 2 s, 512 MiB fetched
+    warm = started_pod("r1", "b", sync_finished=2, triton_started=3, ready=6)
+    warm["status"]["initContainerStatuses"][0]["state"]["terminated"]["message"] = format_summary(
+        3, 0, 536870912, 0.2
+    )
+    assert m.record_pod_starts([first, pod_state(warm), pod_state(started_pod("r1", "c", ready=None))]) == 2
+    assert m.record_pod_starts([first, pod_state(warm)]) == 0  # the next passes see them again
+    s = _samples(m)
+    name = "triton_operator_time_to_serve_seconds"
+    assert s[(f"{name}_count", (("phase", "total"),))] == 2
+    assert s[(f"{name}_sum", (("phase", "total"),))] == 9 + 6
+    assert s[(f"{name}_sum", (("phase", "sync"),))] == 2 + 1
+    assert s[(f"{name}_bucket", (("le", "2.0"), ("phase", "tritonserverLoad")))] == 0
+    assert s[(f"{name}_bucket", (("le", "3.0"), ("phase", "tritonserverLoad")))] == 1  # warm: 3 s
+    assert s[(f"{name}_bucket", (("le", "5.0"), ("phase", "tritonserverLoad")))] == 2
+    fetched = "triton_operator_time_to_serve_fetched_bytes"
+    assert s[(f"{fetched}_bucket", (("le", "0.0"),))] == 1  # the warm pod read nothing from the store
+    assert s[(f"{fetched}_bucket", (("le", "5.36870912e+08"),))] == 2  # 512 MiB
+    assert s[(f"{fetched}_sum", ())] == 536870912
+
+
+def test_a_pod_ready_before_the_operator_started_is_not_a_start_it_saw() -> None:
+    m = OperatorMetrics(CollectorRegistry(), since=CREATED + datetime.timedelta(seconds=10))
+    assert m.record_pod_starts([pod_state(started_pod("r1", "old"))]) == 0  # Ready at 9 s
+    assert m.record_pod_starts([pod_state(started_pod("r1", "new", ready=12))]) == 1
+    assert _samples(m)[("triton_operator_time_to_serve_seconds_count", (("phase", "total"),))] == 1

@@ -15,6 +15,7 @@ from triton_operator.core import conditions as cond
 from triton_operator.core.rollout.clock import parse_time, utcnow
 from triton_operator.core.rollout.requests import FOR_REVISION, Action, request_revision
 from triton_operator.core.rollout.texts import describe_step
+from triton_operator.core.startup import describe_phases
 from triton_operator.models import Rollout
 
 if TYPE_CHECKING:
@@ -239,6 +240,20 @@ def _analysis_block(status: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _served_block(status: Mapping[str, Any]) -> list[str]:
+    """status.timeToServe: each serving revision's first Ready pod's start, phase by phase."""
+    entries = status.get("timeToServe") or []
+    if not entries:
+        return []
+    roles = {status.get("stableRevision"): "stable", status.get("canaryRevision"): "canary"}
+    lines = ["Time to serve (the revision's first Ready pod, created -> Ready):"]
+    for e in entries:
+        role = roles.get(e.get("revision"))
+        lines.append(f"  {e.get('revision', '')}{f' ({role})' if role else ''}: {describe_phases(e)}")
+        lines.append(f"    pod {e.get('pod', '')}, Ready at {e.get('readyAt') or '?'}")
+    return lines
+
+
 def render_status(obj: Mapping[str, Any], now: datetime) -> str:
     """`kubectl triton status NAME`: the rollout, its steps, conditions, models and history."""
     metadata = obj.get("metadata") or {}
@@ -306,6 +321,7 @@ def render_status(obj: Mapping[str, Any], now: datetime) -> str:
         lines.append(_table(["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"], rows, indent="  "))
     lines += _models_block(status.get("models") or [])
     lines += _analysis_block(status)
+    lines += _served_block(status)
     history = status.get("history") or []
     if history:
         lines.append("History (oldest first; kubectl triton undo --to-revision REV):")

@@ -65,7 +65,8 @@ ALL = {"scheduling": 0, "imageAndSandbox": 1, "sync": 2, "tritonserverStart": 1,
             None,
             id="unschedulable",
         ),
-        # An init container by another name (not the sync container): its phases are unknown, the rest is read.
+        # An init container by another name (not the sync container): its phases are unknown, the
+        # rest is read.
         pytest.param(
             started_pod(sync_name="agent"),
             {"scheduling": 0, "tritonserverLoad": 5},
@@ -142,7 +143,8 @@ def test_the_summary_line_round_trips(objects: int, fetched: int, present: int, 
     [
         None,
         "",
-        "the model repository needs 2.4 GiB (2576986112 bytes), /models has 1.1 GiB free; nothing was written",
+        "the model repository needs 2.4 GiB (2576986112 bytes), /models has 1.1 GiB free; "
+        "nothing was written",
         "synced 3 objects, 536870912 bytes fetched from the st",  # cut short
         "done",
         42,

@@ -16,6 +16,7 @@ import pytest
 
 from e2e_helpers import ENSEMBLE_OF_A_MISSING_MODEL, tritonservice
 from memkube import READS, WRITES, Call, MemKube, run_kubelet
+from pod_bodies import CREATED, started_pod
 from triton_operator import GROUP as KIND_GROUP
 from triton_operator import KIND
 from triton_operator.adapters.kube import ObjectRejectedError
@@ -28,6 +29,7 @@ from triton_operator.core.manifest import (
     model_sources,
     select_objects,
 )
+from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile import observe as observe_module
 from triton_operator.reconcile.apply import SupersededError
@@ -225,6 +227,53 @@ async def test_a_spec_warning_is_a_warning_event_once_a_generation(kube: MemKube
     assert "vllm" in warnings[0]["message"]
     await run(kube)
     assert len([e for e in kube.events if e["reason"] == cond.SPEC_WARNING]) == 1
+
+
+async def test_a_revisions_first_ready_pod_is_recorded_announced_and_measured_once(
+    kube: MemKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real pod bodies (kubelet's shape, tests/support/pod_bodies.py): the pass that first sees the
+    revision's pods Ready writes status.timeToServe, posts one RevisionServed Event naming the phases
+    and observes each pod's start in the operator's metrics; the next pass does none of it again."""
+    monkeypatch.setattr(METRICS, "since", CREATED)  # the pods became Ready after the operator started
+    first, _ = await run(kube)
+    assert first.revision is not None
+    kubelet(kube)  # the Deployment's status: 2/2 ready; its pods replaced by real-shaped ones below
+    for key in [k for k in kube.objects if k[0] == "Pod"]:
+        del kube.objects[key]
+    for suffix, ready in (("a", 9), ("b", 12)):
+        kube.put(started_pod(first.revision, suffix, ready=ready, uid=f"uid-{suffix}-{first.revision}"))
+
+    def total_starts() -> float:
+        return (
+            METRICS.registry.get_sample_value(
+                "triton_operator_time_to_serve_seconds_count", {"phase": "total"}
+            )
+            or 0
+        )
+
+    starts = total_starts()
+    served, writes = await run(kube)
+    assert "apply_status" in methods(writes)
+    (entry,) = served.status["timeToServe"] if served.status else []
+    assert (entry["revision"], entry["pod"], entry["seconds"]) == (
+        first.revision,
+        f"svc-{first.revision}-7d9c8b6f5-a",
+        9,
+    )
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None and stored["status"]["timeToServe"] == [entry]
+    (event,) = [e for e in kube.events if e["reason"] == cond.REVISION_SERVED]
+    assert event["type"] == cond.NORMAL and event["message"].startswith(
+        f"revision {first.revision} served in 9 s: "
+    )
+    assert "sync 2 s (512 MiB fetched)" in event["message"]
+    assert total_starts() == starts + 2
+
+    again, writes = await run(kube)
+    assert not again.written and "post_event" not in methods(writes)
+    assert len([e for e in kube.events if e["reason"] == cond.REVISION_SERVED]) == 1
+    assert total_starts() == starts + 2
 
 
 async def test_an_ensemble_step_asking_for_a_version_the_pinned_repository_lacks_is_held(

@@ -429,7 +429,7 @@ class PodState:
     sync_failure: str | None = None
     """Why the sync init container last failed, in its own words (its termination message: e.g. the
     model repository needs more bytes than the volume has free), while it has not since succeeded."""
-    start: PodStart = PodStart()
+    start: PodStart = dataclasses.field(default_factory=PodStart)
     """The times of the pod's start (created, scheduled, sync, tritonserver, Ready) and what its
     sync fetched (core.startup: status.timeToServe and the time-to-serve metrics read them)."""
 
