@@ -50,6 +50,7 @@ from real_pods import (
 from testkit import Repeating, wait_for
 from triton_operator.adapters.control import KubeControl
 from triton_operator.client import InputError, TritonClient
+from triton_operator.core.startup import describe_phases
 from triton_operator.models import INFERENCE_RATE_METRIC
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,6 +168,26 @@ def test_apply_serves_an_inference_through_the_service_and_delete_removes_the_po
     assert sync.state.terminated.exitCode == 0 and sync.containerID.startswith("containerd://")
     (triton,) = pod.status.containerStatuses
     assert triton.ready and triton.containerID.startswith("containerd://")
+
+    # status.timeToServe: that pod's start, phase by phase, read from its own status, and what its
+    # sync fetched, from the summary it left as its termination message (one object: model.py).
+    assert sync.state.terminated.message.startswith("synced 1 object, "), sync.state.terminated.message
+    served = wait_for(
+        lambda: (get_ts(kube, namespace, "tiny")["status"].get("timeToServe") or [None])[0],
+        timeout=15,
+        what="status.timeToServe",
+    )
+    assert served["revision"] == obj["status"]["stableRevision"] and served["pod"] == pod.metadata.name
+    assert served["phases"]["sync"] > 0 and served["phases"]["tritonserverLoad"] > 0, served
+    assert served["bytesFetched"] == len(adder_source(0)) and served["objects"] == 1, served
+    # the RevisionServed Event, posted once, right after the status write that recorded it
+    announced = wait_for(
+        lambda: [m for t, r, m in events(kube, namespace, "tiny") if (t, r) == ("Normal", "RevisionServed")],
+        timeout=10,
+        what="the RevisionServed Event",
+    )
+    expected = f"revision {served['revision']} served in {describe_phases(served)} (pod {pod.metadata.name})"
+    assert announced == [expected], announced
 
     # An inference through the TritonService's Service: OUTPUT0 = a + b, OUTPUT1 = a - b. Ready
     # comes from the pods; the Service's endpoints and kube-proxy follow within about a second.

@@ -87,6 +87,20 @@ ALL = {"scheduling": 0, "imageAndSandbox": 1, "sync": 2, "tritonserverStart": 1,
             29,
             id="sync-restarted",
         ),
+        # A sync of 0.84 s that started and finished within one second of Kubernetes' times: its
+        # own summary says how long it ran.
+        pytest.param(
+            started_pod(sync_started=3, sync_finished=3, summary=format_summary(1, 512, 0, 0.84)),
+            {
+                "scheduling": 0,
+                "imageAndSandbox": 3,
+                "sync": 0.84,
+                "tritonserverStart": 1,
+                "tritonserverLoad": 5,
+            },
+            9,
+            id="sub-second-sync",
+        ),
         # The node's clock a second behind the API server's: a gap never goes negative.
         pytest.param(
             started_pod(scheduled=1, sandbox=0, sync_started=0, sync_finished=3, triton_started=4, ready=9),
@@ -182,6 +196,12 @@ def test_the_status_entry_and_its_words() -> None:
     assert describe_phases(warm).endswith("tritonserver load 5 s (after 1 container restart)")
     older = {k: v for k, v in entry.items() if not k.startswith("bytes")}
     assert "sync 2 s, tritonserver start" in describe_phases(older)
+
+
+def test_the_entry_rounds_to_tenths() -> None:
+    pod = started_pod(sync_started=3, sync_finished=3, summary=format_summary(1, 512, 0, 0.84))
+    entry = served_entry("r1", "p", pod_state(pod).start)
+    assert entry is not None and entry["phases"]["sync"] == 0.8
 
 
 def test_no_entry_without_the_creation_or_ready_time() -> None:

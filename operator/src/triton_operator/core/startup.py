@@ -7,7 +7,8 @@ seconds, RFC 3339): created (metadata.creationTimestamp) -> scheduled (the PodSc
 
 - scheduling: created -> scheduled;
 - imageAndSandbox: scheduled -> sync started (the pod's sandbox and network, the sync image);
-- sync: sync started -> finished (`triton-operator sync`: the download, and its Python start-up);
+- sync: sync started -> finished (`triton-operator sync`: the download, and its Python start-up;
+  at least the seconds its own summary says it ran);
 - tritonserverStart: sync finished -> tritonserver started (the tritonserver image, the container);
 - tritonserverLoad: tritonserver started -> Ready (Triton loads the models, then the startup and
   readiness probes pass).
@@ -72,7 +73,7 @@ def format_summary(objects: int, fetched: int, present: int, seconds: float) -> 
     'synced 3 objects, 536870912 bytes fetched from the store, 0 bytes already present, in 1.23 s'
     """
     return (
-        f"synced {objects} objects, {fetched} bytes fetched from the store, "
+        f"synced {objects} object{'' if objects == 1 else 's'}, {fetched} bytes fetched from the store, "
         f"{present} bytes already present, in {max(seconds, 0.0):.2f} s"
     )
 
@@ -119,7 +120,8 @@ class PodStart:
 
     def phases(self) -> dict[str, float]:
         """Seconds of each phase whose two ends the status has (PHASES' order; a gap a clock skew
-        made negative counts as 0)."""
+        made negative counts as 0). The sync takes at least what its summary says it ran: whole
+        seconds apart, its container's times can show 0 s for a sync of 0.8 s."""
         bounds = (
             self.created,
             self.scheduled,
@@ -133,6 +135,8 @@ class PodStart:
             seconds = _gap(bounds[i], bounds[i + 1])
             if seconds is not None:
                 out[phase] = seconds
+        if "sync" in out and self.sync is not None:
+            out["sync"] = max(out["sync"], self.sync.seconds)
         return out
 
 
