@@ -327,7 +327,7 @@ def real_main(args: argparse.Namespace) -> int:
         def raw(dest: Path) -> None:
             assert raw_read(endpoint, "models", manifest, connections=conc, part=part) == total
 
-        def kserve(dest: Path, threads: int) -> None:
+        def kserve(dest: Path, threads: int | None) -> None:
             kserve_download(endpoint, "models", "real", dest, processes=4, threads=threads)
             assert bytes_under(dest) >= total
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from triton_operator.adapters.sync import files
 from triton_operator.adapters.sync.files import WRITE_PIECE, preallocate, write_all
 
 MiB = 1024 * 1024
@@ -31,7 +30,7 @@ def test_a_chunk_is_written_at_its_offset_in_pieces_of_at_most_write_piece(
         sizes.append(len(view))
         return real(fd, view, offset)
 
-    monkeypatch.setattr(files.os, "pwrite", counting)
+    monkeypatch.setattr(os, "pwrite", counting)
     fd = open_new(tmp_path / "f")
     try:
         write_all(fd, data, 1000)
@@ -52,7 +51,7 @@ def test_a_streamed_chunk_is_written_in_pieces_and_short_writes_are_carried_on(
         sizes.append(len(view))
         return real(fd, view[: max(1, len(view) // 2)])
 
-    monkeypatch.setattr(files.os, "write", short)
+    monkeypatch.setattr(os, "write", short)
     fd = open_new(tmp_path / "f")
     try:
         write_all(fd, memoryview(data))
@@ -79,7 +78,7 @@ def test_a_filesystem_that_cannot_allocate_ahead_gets_a_sized_file(
     def unsupported(fd: int, offset: int, length: int) -> None:  # fake: such a filesystem's answer
         raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
 
-    monkeypatch.setattr(files.os, "posix_fallocate", unsupported)
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
     fd = open_new(tmp_path / "f")
     try:
         preallocate(fd, 3 * MiB)
@@ -94,7 +93,7 @@ def test_a_volume_without_room_for_the_file_fails_at_the_allocation(
     def full(fd: int, offset: int, length: int) -> None:  # fake: a full volume's answer
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(files.os, "posix_fallocate", full)
+    monkeypatch.setattr(os, "posix_fallocate", full)
     fd = open_new(tmp_path / "f")
     try:
         with pytest.raises(OSError) as info:
