@@ -27,8 +27,8 @@ WRITE_PIECE = 32 * 1024
 write: up to 32 KiB (order 3, the kernel's costly order) they come from each CPU's lists of pages
 freed a moment ago; a 1 MiB write asks for 1 MiB folios from the buddy allocator's large free blocks,
 which a VM host may have reclaimed (free page reporting) and must fault in again. On the 2-core
-benchmark VM 1 MiB writes cost 3x the system CPU of 32 KiB ones (docs/benchmarks.md, Sync); rclone's
-io.Copy writes 32 KiB too. The extra system calls cost about 0.1 s per GiB."""
+benchmark VM 1 MiB writes cost 3x the system CPU of 32 KiB ones (docs/benchmarks.md, Sync). The extra
+system calls cost about 0.1 s per GiB."""
 
 _SYNC_FILE_RANGE_WRITE = 2
 
