@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 
-.PHONY: run test lint unit bootstrap cluster-up cluster-down crd manifests bench-sync bench-control-plane bench-manifest
+.PHONY: run test lint unit bootstrap cluster-up cluster-down crd manifests bench-sync bench-sync-real bench-control-plane bench-manifest
 
 bootstrap:
 	@e2e/bootstrap
@@ -40,6 +40,11 @@ manifests: bootstrap
 
 bench-sync: bootstrap
 	$(PY) bench/sync/run.py
+
+## The full-size generated repository (2.5 GiB; about 6 GiB free in the temp folder): sync vs a raw
+## read, KServe-style boto3 and rclone copy, one run.
+bench-sync-real: bootstrap
+	$(PY) bench/sync/run.py --real --repeat 3
 
 bench-control-plane: bootstrap
 	$(PY) bench/control_plane/run.py

@@ -1,21 +1,36 @@
-"""Benchmark `triton-operator sync` against KServe-style boto3 downloads on local seaweedfs: a table."""
+"""Benchmark `triton-operator sync` against KServe-style boto3 downloads on local seaweedfs: a table.
+
+Two modes:
+
+- default: a mixed set (200 shards + one big object) and a 10,000-object no-op resync;
+- ``--real``: the full-size generated repository (tests/support/realrepo.py: a 2 GiB model in 256 MiB
+  shards, a 500 MiB one, small ones, an ensemble), downloaded in one run by a raw ranged read (the
+  machine's limit), KServe-style boto3, ``rclone copy`` and ``triton-operator sync``, all with the same
+  number of connections; seconds, client CPU seconds per GiB and the server's CPU for each.
+  ``--real --big 8MiB --medium 4MiB --shard 2MiB`` is the small run the tests make.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import http.client
 import multiprocessing
 import os
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 from boto3.s3.transfer import TransferConfig
@@ -24,10 +39,12 @@ from botocore.config import Config
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "support"))
 
+import realrepo  # noqa: E402
 from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY, Server, start_seaweedfs  # noqa: E402
 from triton_operator.adapters.storage import open_store, pin_repository  # noqa: E402
 from triton_operator.adapters.sync.engine import SyncOptions, sync  # noqa: E402
 from triton_operator.adapters.sync.results import SyncStats  # noqa: E402
+from triton_operator.core.manifest import Manifest  # noqa: E402
 from triton_operator.models import ModelSpec, Repository  # noqa: E402
 
 MiB = 1024 * 1024
@@ -121,13 +138,23 @@ def _download(args: tuple[str, str, str]) -> str:
     return key
 
 
-def kserve_download(endpoint: str, bucket: str, prefix: str, dest: Path, *, processes: int) -> None:
+def _download_threads(args: tuple[str, str, str, int]) -> str:
+    bucket, key, target, threads = args
+    _worker.Bucket(bucket).download_file(key, target, Config=TransferConfig(max_concurrency=threads))
+    return key
+
+
+def kserve_download(
+    endpoint: str, bucket: str, prefix: str, dest: Path, *, processes: int, threads: int | None = None
+) -> None:
     """What KServe's storage initializer does for s3:// (kserve_storage.py ``_download_s3``).
 
     List the prefix with a boto3 resource, then ``multiprocessing.Pool(min(4, n))`` workers
     (S3_MAX_FILE_CONCURRENCY, default 4) each call ``Bucket.download_file`` with the default
     TransferConfig (objects over 8 MiB in 8 MiB ranged parts, 10 threads per object). No
     checksum is verified. ``processes=1`` runs the same calls serially, as KServe did before the pool.
+    ``threads`` sets TransferConfig.max_concurrency (threads per object) where 10 does not fit a
+    connection budget.
     """
     _init_worker(endpoint)
     tasks = []
@@ -145,7 +172,10 @@ def kserve_download(endpoint: str, bucket: str, prefix: str, dest: Path, *, proc
     with ctx.Pool(
         processes=min(processes, len(tasks)), initializer=_init_worker, initargs=(endpoint,)
     ) as pool:
-        pool.map(_download, tasks)
+        if threads is None:
+            pool.map(_download, tasks)
+        else:
+            pool.map(_download_threads, [(*task, threads) for task in tasks])
 
 
 # ---------------------------------------------------------------- timing
@@ -169,6 +199,227 @@ def fresh(path: Path) -> Path:
     return path
 
 
+# ---------------------------------------------------------------- the full-size repository (--real)
+
+RCLONE_MISSING = "rclone not installed (Debian: apt-get install rclone)"
+
+
+@dataclasses.dataclass
+class Row:
+    """One way of downloading the repository, and what each of its runs measured."""
+
+    name: str
+    checks: str  # what it verifies of the bytes
+    run: Callable[[Path], Any] | None  # None: it cannot run here (``missing`` says why)
+    missing: str = ""
+    seconds: list[float] = dataclasses.field(default_factory=list)
+    cpu: list[float] = dataclasses.field(default_factory=list)
+    server: list[float] = dataclasses.field(default_factory=list)
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ranges(manifest: Manifest, part: int) -> list[tuple[str, int, int]]:
+    """Every pinned object's bytes as ranges of at most ``part`` bytes, the biggest first."""
+    out = [(e.key, s, min(s + part, e.size)) for e in manifest.entries for s in range(0, e.size, part)]
+    return sorted(out, key=lambda r: r[1] - r[2])
+
+
+def raw_read(endpoint: str, bucket: str, manifest: Manifest, *, connections: int, part: int) -> int:
+    """The machine's limit: ranged GETs of every pinned byte, ``connections`` at a time, each read
+    into one reused buffer and dropped (no disk, no checksum, no SDK past signing the URL)."""
+    s3 = client(endpoint, pool=connections)
+    where = urlsplit(endpoint)
+    local = threading.local()
+
+    def get(piece: tuple[str, int, int]) -> int:
+        key, start, end = piece
+        url = urlsplit(s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}))
+        if not hasattr(local, "conn"):
+            local.conn = http.client.HTTPConnection(where.hostname or "", where.port, timeout=60)
+            local.buffer = memoryview(bytearray(MiB))
+        local.conn.request("GET", f"{url.path}?{url.query}", headers={"Range": f"bytes={start}-{end - 1}"})
+        response = local.conn.getresponse()
+        if response.status not in (200, 206):
+            raise RuntimeError(f"GET {key} bytes {start}-{end - 1}: HTTP {response.status}")
+        count = 0
+        while n := response.readinto(local.buffer):
+            count += n
+        return count
+
+    with ThreadPoolExecutor(connections) as pool:
+        return sum(pool.map(get, ranges(manifest, part)))
+
+
+def rclone_copy(binary: str, endpoint: str, source: str, dest: Path, *, transfers: int, streams: int) -> None:
+    """``rclone copy`` of ``source`` (bucket/prefix) into ``dest``: ``transfers`` files at a time, files
+    over 250 MiB in ``streams`` ranged streams (rclone's --multi-thread-cutoff)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "RCLONE_"))}
+    env |= {
+        "RCLONE_S3_PROVIDER": "Other",
+        "RCLONE_S3_ENDPOINT": endpoint,
+        "RCLONE_S3_ACCESS_KEY_ID": S3_ACCESS_KEY,
+        "RCLONE_S3_SECRET_ACCESS_KEY": S3_SECRET_KEY,
+        "RCLONE_CONFIG": os.devnull,
+    }
+    args = [binary, "copy", f":s3:{source}", str(dest), "--transfers", str(transfers)]
+    args += ["--multi-thread-streams", str(streams), "-q"]
+    subprocess.run(args, env=env, check=True, stdin=subprocess.DEVNULL)
+
+
+def unchecked(manifest: Manifest) -> Manifest:
+    """The manifest with its checksums dropped: sync then reads each object under its pinned ETag
+    and checks sizes only (a diagnostic of the transfer alone; no user can ask for this)."""
+    entries = tuple(dataclasses.replace(e, checksum_kind="none", checksum="") for e in manifest.entries)
+    return dataclasses.replace(manifest, entries=entries)
+
+
+def bytes_under(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def real_main(args: argparse.Namespace) -> int:
+    """The full-size repository, downloaded every way in one run: see the module's docstring."""
+    shape = realrepo.RepoShape(
+        big_bytes=realrepo.parse_size(args.big),
+        medium_bytes=realrepo.parse_size(args.medium),
+        small_count=args.small,
+        small_bytes=realrepo.parse_size(args.small_size),
+        shard_bytes=realrepo.parse_size(args.shard),
+    )
+    conc, part = args.concurrency, args.part_size_mib * MiB
+    per_process = max(1, conc // 4)
+    load_before = os.getloadavg()[0]
+    work = Path(tempfile.mkdtemp(prefix="bench-sync-real-", dir=args.workdir))
+    server: Server | None = None
+    try:
+        server = start_seaweedfs(work / "weed", work / "weed.log")
+        endpoint, pid = server.endpoint, server.process.pid
+        s3 = client(endpoint)
+        s3.create_bucket(Bucket="models")
+        t_up, repository = timed(lambda: realrepo.upload_repository(s3, "models", "real", shape))
+        models = [ModelSpec.model_validate(m) for m in repository.spec_models]
+        manifest = pin_repository(Repository(uri="s3://models/real", endpoint=endpoint), models, CREDS)
+        total = sum(e.size for e in manifest.entries)
+        print(
+            f"seaweedfs at {endpoint}; uploaded {len(repository.files)} files, {total / MiB:,.0f} MiB "
+            f"in {t_up:.1f}s",
+            file=sys.stderr,
+        )
+
+        def ours(m: Manifest, dest: Path) -> SyncStats:
+            store = open_store(m.repository, CREDS, max_connections=conc)
+            try:
+                stats = sync(m, store, SyncOptions(dest=dest, concurrency=conc, part_size=part))
+            finally:
+                store.close()
+            assert stats.downloaded_bytes == total, stats
+            return stats
+
+        def verified(dest: Path) -> None:
+            stats = ours(manifest, dest)
+            assert stats.unverified_files == 0, stats
+
+        def raw(dest: Path) -> None:
+            assert raw_read(endpoint, "models", manifest, connections=conc, part=part) == total
+
+        def kserve(dest: Path, threads: int | None) -> None:
+            kserve_download(endpoint, "models", "real", dest, processes=4, threads=threads)
+            assert bytes_under(dest) >= total
+
+        rclone = shutil.which(args.rclone)
+
+        def rclone_run(dest: Path) -> None:
+            assert rclone is not None
+            rclone_copy(rclone, endpoint, "models/real", dest, transfers=4, streams=per_process)
+            assert bytes_under(dest) >= total
+
+        rows = [
+            Row("raw ranged read, bytes dropped (the machine's limit)", "none", raw),
+            Row(
+                f"KServe-style boto3: 4 processes x {per_process} threads",
+                "none",
+                partial(kserve, threads=None if per_process == 10 else per_process),
+            ),
+            Row(
+                "KServe-style boto3 as shipped: 4 processes x 10 threads (40 connections)",
+                "none",
+                partial(kserve, threads=None),
+            ),
+            Row(
+                f"rclone copy --transfers 4 --multi-thread-streams {per_process}",
+                "MD5 of single-part objects only",
+                rclone_run if rclone else None,
+                "" if rclone else RCLONE_MISSING,
+            ),
+            Row(f"**triton-operator sync** (c={conc})", "MD5 of every byte, flushed", verified),
+            Row(
+                "triton-operator sync, checksums dropped (diagnostic)",
+                "sizes, flushed",
+                partial(ours, unchecked(manifest)),
+            ),
+        ]
+        runnable = [r for r in rows if r.run is not None]
+        raw(work)  # warm-up: the server's first read of each object is not measured
+        for rep in range(args.repeat):
+            shift = rep % len(runnable)
+            for row in runnable[shift:] + runnable[:shift]:  # each repeat starts with another row
+                assert row.run is not None
+                dest = fresh(work / "dest")
+                cpu0, server0 = cpu_seconds(), process_cpu(pid)
+                seconds, _ = timed(partial(row.run, dest))
+                row.seconds.append(seconds)
+                row.cpu.append(cpu_seconds() - cpu0)
+                row.server.append(process_cpu(pid) - server0)
+                print(f"{row.name}: {seconds:.2f}s, client CPU {row.cpu[-1]:.2f}s", file=sys.stderr)
+        shutil.rmtree(work / "dest", ignore_errors=True)
+        print_real_table(args, manifest, shape, rows, (load_before, os.getloadavg()[0]))
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def print_real_table(
+    args: argparse.Namespace,
+    manifest: Manifest,
+    shape: realrepo.RepoShape,
+    rows: list[Row],
+    load: tuple[float, float],
+) -> None:
+    total = sum(e.size for e in manifest.entries)
+    gib = total / GiB
+    baseline = statistics.median(rows[1].seconds)
+    print()
+    print(
+        f"Full-size repository: {len(manifest.entries)} objects, {total / MiB:,.0f} MiB "
+        f"({realrepo.format_size(shape.big_bytes)} + {realrepo.format_size(shape.medium_bytes)} in "
+        f"{realrepo.format_size(shape.shard_bytes)} shards, {shape.small_count} small, an ensemble), "
+        f"local seaweedfs, {args.concurrency} connections each unless said, median of {args.repeat}, "
+        f"{os.cpu_count()} CPUs, load average {load[0]:.1f} before and {load[1]:.1f} after"
+    )
+    print()
+    print(
+        "| download | bytes checked | seconds | MB/s | vs KServe-style | client CPU s | CPU s/GiB | "
+        "server CPU s |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        if not row.seconds:
+            print(f"| {row.name} | {row.missing} | - | - | - | - | - | - |")
+            continue
+        seconds, cpu = statistics.median(row.seconds), statistics.median(row.cpu)
+        print(
+            f"| {row.name} | {row.checks} | {seconds:.2f} | {total / seconds / 1e6:,.0f} | "
+            f"{baseline / seconds:.2f}x | {cpu:.2f} | {cpu / gib:.2f} | {statistics.median(row.server):.2f} |"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
@@ -181,7 +432,17 @@ def main() -> int:
     parser.add_argument("--part-size-mib", type=int, default=64)
     parser.add_argument("--no-serial", action="store_true", help="skip the serial download_file baseline")
     parser.add_argument("--workdir", type=Path, default=None, help="where seaweedfs data and downloads go")
+    real = parser.add_argument_group("--real: the full-size generated repository (tests/support/realrepo.py)")
+    real.add_argument("--real", action="store_true", help="benchmark the generated repository instead")
+    real.add_argument("--big", default="2GiB", help="the big model's weights")
+    real.add_argument("--medium", default="500MiB", help="the medium model's weights")
+    real.add_argument("--small", type=int, default=3, help="small models")
+    real.add_argument("--small-size", default="1MiB", help="each small model's weights")
+    real.add_argument("--shard", default="256MiB", help="largest weight shard")
+    real.add_argument("--rclone", default="rclone", help="the rclone binary (a row says when it is missing)")
     args = parser.parse_args()
+    if args.real:
+        return real_main(args)
 
     files_bytes = int(2 * GiB * args.scale)
     big_bytes = int(1 * GiB * args.scale)

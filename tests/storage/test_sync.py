@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from boto3.s3.transfer import TransferConfig
 
-from storage_backends import Backend, CountingStore
+from realrepo import KiB, RepoShape, upload_repository
+from storage_backends import Backend, CountingStore, S3Backend
 from triton_operator.adapters.storage import ObjectChanged, pin_repository, pin_with_versioning
 from triton_operator.adapters.sync.engine import SyncOptions, sync
 from triton_operator.adapters.sync.files import STATE_FILE
@@ -248,6 +250,68 @@ def test_a_corrupted_part_fails_the_multipart_etag_check(s3_backend: Backend, tm
             )
         assert entry.checksum in str(info.value) and other.etag in str(info.value)
         assert not (tmp_path / f"m{part_size}/big/1/model.bin").exists()
+
+
+def test_a_generated_repository_comes_whole_from_ranged_parts_of_multipart_objects(
+    s3_backend: S3Backend, tmp_path: Path
+) -> None:
+    """tests/support/realrepo.py's repository, its shards uploaded in 5 MiB parts, fetched in ranges of
+    two parts (one written WRITE_PIECE at a time into an allocated file): every file is the one the
+    generator described (its sha256), and every byte was checked against the pinned multipart ETags."""
+    bucket = s3_backend.new_bucket()
+    shape = RepoShape(
+        big_bytes=27 * MiB + 3,
+        medium_bytes=11 * MiB,
+        small_count=2,
+        small_bytes=64 * KiB,
+        shard_bytes=16 * MiB,
+        seed=11,
+    )
+    config = TransferConfig(multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB)
+    repository = upload_repository(s3_backend.client, bucket, "models", shape, transfer_config=config)
+    specs = [ModelSpec.model_validate(m) for m in repository.spec_models]
+    manifest = pin_repository(s3_backend.repository(bucket), specs, s3_backend.credentials)
+    multipart = [e for e in manifest.entries if e.checksum_kind == "s3-multipart"]
+    assert len(multipart) == 3  # the shards of 16, 11 and 11 MiB
+    store = CountingStore(s3_backend.store(bucket))
+    stats = run(manifest, store, tmp_path / "models", part_size=10 * MiB)
+    assert stats.unverified_files == 0 and stats.downloaded_bytes == sum(e.size for e in manifest.entries)
+    # Ranges of 10 MiB, on the uploads' 5 MiB part boundaries; the small files in one read each.
+    ranged = sorted((s, e) for _, s, e in store.reads if e is not None)
+    tails = [16 * MiB, 11 * MiB + 3, 11 * MiB]
+    assert ranged == sorted([(0, 10 * MiB)] * 3 + [(10 * MiB, end) for end in tails])
+    assert stats.ranged_parts == 6
+    for file in repository.files:
+        if file.path.endswith("/config.pbtxt"):
+            continue  # the operator renders its own (none given here)
+        got = (tmp_path / "models" / file.path).read_bytes()
+        assert hashlib.sha256(got).hexdigest() == file.sha256, file.path
+    assert not [p for p in (tmp_path / "models").rglob("*") if ".tmp-sync-" in p.name]
+
+
+def test_a_wrong_byte_in_one_range_of_a_single_part_object_fails_the_check(
+    s3_backend: S3Backend, tmp_path: Path
+) -> None:
+    """A 9 MiB object uploaded whole (its ETag an MD5) is fetched in three ranges and hashed in file
+    order from what was written: bytes that differ from the pinned MD5 in its last range only fail the
+    sync, and neither the file nor its temp file is left."""
+    bucket = s3_backend.new_bucket()
+    data = random.Random(12).randbytes(9 * MiB)
+    other = data[: 8 * MiB] + bytes([data[8 * MiB] ^ 1]) + data[8 * MiB + 1 :]  # one bit in the last range
+    s3_backend.put(bucket, "models/big/1/model.bin", data)
+    s3_backend.put(bucket, "models/big/1/other.bin", other)
+    manifest = pin_repository(s3_backend.repository(bucket), [ModelSpec(name="big")], s3_backend.credentials)
+    entry = next(e for e in manifest.entries if e.dest == "big/1/model.bin")
+    assert entry.checksum_kind == "md5" and entry.checksum == hashlib.md5(data).hexdigest()
+    head = s3_backend.store(bucket).head("models/big/1/other.bin")
+    assert head is not None
+    forged = dataclasses.replace(entry, key="models/big/1/other.bin", etag=head.etag)
+    store = CountingStore(s3_backend.store(bucket))
+    with pytest.raises(ChecksumMismatch) as info:
+        run(dataclasses.replace(manifest, entries=(forged,)), store, tmp_path / "m", part_size=3 * MiB)
+    assert entry.checksum in str(info.value) and hashlib.md5(other).hexdigest() in str(info.value)
+    assert sorted((s, e) for _, s, e in store.reads) == [(0, 3 * MiB), (3 * MiB, 6 * MiB), (6 * MiB, 9 * MiB)]
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
 
 
 def test_a_symlink_in_dest_is_refused(repo: tuple[Backend, str, Manifest], tmp_path: Path) -> None:

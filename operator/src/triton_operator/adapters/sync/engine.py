@@ -23,7 +23,9 @@ from triton_operator.adapters.sync.files import (
     load_state,
     place_bytes,
     place_symlink,
+    preallocate,
     save_state,
+    start_writeback,
     state_record,
     syncfs,
     tmp_name,
@@ -214,7 +216,11 @@ class Syncer:
             tasks: list[Callable[[], Any]] = []
             for job in to_fetch:
                 if job.entry.size > self.options.part_size:
-                    self._open_parts(job)
+                    try:
+                        self._open_parts(job)
+                    except OSError:  # no room for the file (ENOSPC): no temp file is left behind
+                        self._cleanup_jobs()
+                        raise
                     tasks.extend(partial(self._fetch_part, job, s, e) for s, e in job.parts)
             tasks.extend(
                 partial(self._fetch_whole, job)
@@ -413,9 +419,9 @@ class Syncer:
         self._finish(job, count)
 
     def _open_parts(self, job: _Job) -> None:
-        """A big file: size the temp file (sparse) and plan its ranged parts."""
+        """A big file: allocate the temp file's size and plan its ranged parts."""
         job.fd = os.open(job.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        os.ftruncate(job.fd, job.entry.size)
+        preallocate(job.fd, job.entry.size)
         size, step = job.entry.size, self.options.part_size
         upload_part = job.multipart_part_size
         if job.entry.checksum_kind == "s3-multipart" and upload_part:
@@ -449,6 +455,7 @@ class Syncer:
             raise ChecksumMismatch(
                 job.entry.key, job.entry.dest, f"bytes {start}-{end - 1} length", str(end - start), str(count)
             )
+        start_writeback(fd, start, end - start)
         with self._lock:
             self.stats.ranged_parts += 1
         self._part_done(job, start, end)

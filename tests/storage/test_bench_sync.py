@@ -1,0 +1,66 @@
+"""bench/sync/run.py --real at a small size, as CI runs it: the table has every row, ours checked
+every byte, and a machine without rclone gets a row that says so (no timings are asserted)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.storage
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["--real", "--big", "8MiB", "--medium", "3MiB", "--shard", "2MiB", "--small-size", "64KiB"]
+ROWS = (
+    "raw ranged read",
+    "KServe-style boto3: 4 processes x 4 threads",
+    "KServe-style boto3 as shipped",
+    "rclone copy",
+    "**triton-operator sync** (c=16)",
+    "checksums dropped (diagnostic)",
+)
+
+
+def bench(tmp_path: Path, *extra: str) -> dict[str, list[str]]:
+    """The bench's table, row name -> its cells."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "operator" / "src")}
+    args = [sys.executable, str(ROOT / "bench" / "sync" / "run.py"), *SMALL, "--repeat", "1"]
+    args += ["--part-size-mib", "1", "--workdir", str(tmp_path), *extra]
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = [line for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    cells = {
+        line.split(" | ")[0][2:]: [c.strip() for c in line.strip("| ").split(" | ")[1:]] for line in table
+    }
+    assert "Full-size repository: 19 objects" in done.stdout, done.stdout
+    return cells
+
+
+def row(cells: dict[str, list[str]], start: str) -> list[str]:
+    (found,) = [v for k, v in cells.items() if start in k]
+    return found
+
+
+def test_the_small_run_prints_every_row_and_says_when_rclone_is_missing(tmp_path: Path) -> None:
+    cells = bench(tmp_path, "--rclone", str(tmp_path / "no-rclone-here"))
+    assert next(iter(cells)) == "download"
+    for name in ROWS:
+        assert row(cells, name)
+    assert row(cells, "rclone copy")[0].startswith("rclone not installed")
+    assert row(cells, "rclone copy")[1:] == ["-"] * 6
+    ours = row(cells, "**triton-operator sync**")
+    assert ours[0] == "MD5 of every byte, flushed"
+    assert float(ours[1]) > 0 and float(ours[5]) > 0  # seconds and CPU seconds per GiB measured
+    assert row(cells, "KServe-style boto3: 4 processes x 4 threads")[3] == "1.00x"  # the baseline
+
+
+@pytest.mark.skipif(
+    shutil.which("rclone") is None, reason="rclone is not installed (e2e/bootstrap installs it)"
+)
+def test_the_small_run_measures_rclone_where_it_is_installed(tmp_path: Path) -> None:
+    rclone = row(bench(tmp_path), "rclone copy")
+    assert rclone[0] == "MD5 of single-part objects only" and float(rclone[1]) > 0
