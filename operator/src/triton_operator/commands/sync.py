@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from triton_operator.adapters.nodecache.client import HOST_ENV, POD_ENV, PORT_ENV, NodeCacheClient
 from triton_operator.adapters.redaction import install_log_redaction
 from triton_operator.adapters.storage import open_store
 from triton_operator.adapters.storage.base import ObjectChanged, StoreConfigError, StoreError
@@ -133,6 +134,20 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--cache", type=Path, default=None, help="content-addressed cache folder: <cache>/<kind>/<checksum>"
     )
+    parser.add_argument(
+        "--node-cache",
+        default=None,
+        metavar="URL",
+        help="the node cache (http://host:port), read before the store and given what the store gave; "
+        f"default: http://${HOST_ENV}:${PORT_ENV} when both are set. Every byte it gives is checked; "
+        "a cache that is down only means reading the store",
+    )
+    parser.add_argument(
+        "--node-cache-upload-seconds",
+        type=float,
+        default=300.0,
+        help="how long to wait at the end for the uploads to the node cache (default 300)",
+    )
     parser.add_argument("--concurrency", type=_positive, default=16, help="parallel reads (default 16)")
     parser.add_argument(
         "--part-size",
@@ -190,6 +205,17 @@ def credentials_from_env(env: Any = None) -> dict[str, str]:
     return {k: env[k] for k in CREDENTIAL_VARS if env.get(k)}
 
 
+def node_cache_url(arg: str | None, env: Any = None) -> str | None:
+    """--node-cache, else http://$TRITON_NODE_CACHE_HOST:$TRITON_NODE_CACHE_PORT, else None."""
+    env = os.environ if env is None else env
+    if arg:
+        return arg
+    host, port = env.get(HOST_ENV, "").strip(), env.get(PORT_ENV, "").strip()
+    if not host or not port:
+        return None
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def run(args: argparse.Namespace) -> int:
     # The container's log is read by whoever may read the pod's: an SDK's warning (a retried
     # request's URL with its SAS signature) must not show the credentials it was given.
@@ -213,6 +239,13 @@ def run(args: argparse.Namespace) -> int:
         return fail(EXIT_USAGE, f"--manifest {args.manifest}: {exc}")
     if args.configs is not None and not args.configs.is_dir():
         return fail(EXIT_USAGE, f"--configs {args.configs}: not a folder")
+    url = node_cache_url(args.node_cache)
+    node_cache = None
+    if url is not None and manifest.pinned:
+        try:
+            node_cache = NodeCacheClient(url, os.environ.get(POD_ENV) or os.uname().nodename)
+        except ValueError as exc:
+            return fail(EXIT_USAGE, f"--node-cache: {exc}")
     options = SyncOptions(
         dest=args.dest,
         configs=args.configs,
@@ -221,6 +254,7 @@ def run(args: argparse.Namespace) -> int:
         part_size=args.part_size,
         pvc_root=args.pvc_root,
         volume_limit=args.volume_limit,
+        source=node_cache,
     )
     store = None
     try:
@@ -256,8 +290,14 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if store is not None:
             store.close()
+        if node_cache is not None:
+            node_cache.close(args.node_cache_upload_seconds)
     summary = format_summary(
-        stats.files, stats.downloaded_bytes, stats.bytes - stats.downloaded_bytes, time.monotonic() - started
+        stats.files,
+        stats.downloaded_bytes,
+        stats.bytes - stats.downloaded_bytes,
+        time.monotonic() - started,
+        node_cache=(stats.source_hits, stats.source_misses) if node_cache is not None else None,
     )
     write_termination_log(args.termination_log, summary)
     return EXIT_OK

@@ -1,0 +1,158 @@
+"""Sync's client of the node cache: a lease that says what the node holds, reads, and uploads of
+what the store gave (best effort: a cache that is down or refuses never fails a sync)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from triton_operator.core.manifest import ManifestEntry
+from triton_operator.core.nodecache import object_key
+
+CHUNK = 1024 * 1024
+HOST_ENV = "TRITON_NODE_CACHE_HOST"
+"""The node's address (the downward API's status.hostIP) where the node cache listens."""
+PORT_ENV = "TRITON_NODE_CACHE_PORT"
+"""The node cache's port on the node (the operator sets it when the cache is on)."""
+POD_ENV = "TRITON_NODE_CACHE_POD"
+"""The pod's uid (the downward API's metadata.uid): the name of its lease."""
+
+log = logging.getLogger(__name__)
+
+
+class NodeCacheClient:
+    """The node cache at ``url`` (http://host:port), as one sync uses it from its threads.
+
+    ``held`` takes the pod's lease on the manifest's cacheable objects and learns which the node
+    holds; ``read`` streams one to a sink; ``offer`` uploads a verified file in the background;
+    ``close`` waits for the uploads. Any failure to reach the cache makes it a miss, never an error.
+    """
+
+    def __init__(self, url: str, pod: str, *, timeout: float = 30.0, uploads: int = 2) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"{url!r}: the node cache is an http://host:port address")
+        self.host = parts.hostname
+        self.port = parts.port or 80
+        self.pod = pod
+        self.timeout = timeout
+        self.down = False
+        self.held_keys: frozenset[str] = frozenset()
+        self.offered = 0
+        self.kept = 0
+        self._local = threading.local()
+        self._uploads = ThreadPoolExecutor(max_workers=uploads, thread_name_prefix="node-cache-put")
+        self._pending: list[Future[None]] = []
+        self._lock = threading.Lock()
+
+    def _conn(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout, blocksize=CHUNK)
+            self._local.conn = conn
+        return conn
+
+    def _reset(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # ------------------------------------------------------------ lease
+
+    def held(self, entries: Sequence[ManifestEntry]) -> frozenset[str]:
+        """Lease the cacheable ``entries`` for this pod; the keys the node holds (none when the
+        cache cannot be reached: then the sync reads the store and offers nothing)."""
+        objects = [[e.checksum_kind, e.checksum] for e in entries if key_of(e) is not None]
+        body = json.dumps({"pod": self.pod, "objects": objects}).encode()
+        try:
+            conn = self._conn()
+            conn.request("POST", "/v1/leases", body, {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            data = response.read()
+            if response.status != 200:
+                log.warning("node cache: lease refused (%s): %s", response.status, data[:200])
+                return frozenset()
+            self.held_keys = frozenset(str(k) for k in json.loads(data)["held"])
+        except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as exc:
+            log.warning("node cache at %s:%s not reachable: %s; reading the store", self.host, self.port, exc)
+            self._reset()
+            self.down = True
+            return frozenset()
+        return self.held_keys
+
+    # ------------------------------------------------------------ read
+
+    def read(self, entry: ManifestEntry, sink: Callable[[bytes], None]) -> int | None:
+        """Stream the cached object to ``sink``; the bytes sent, or None when the cache does not
+        hold it or failed (the caller checks the bytes; the sink's own errors go through)."""
+        key = key_of(entry)
+        if key is None or self.down:
+            return None
+        with self._lock:
+            # Read once: should the sync offer it after all (the bytes did not match, the read
+            # failed), the store's copy is uploaded in its place.
+            self.held_keys = self.held_keys - {key}
+        try:
+            conn = self._conn()
+            conn.request("GET", f"/v1/objects/{key}")
+            response = conn.getresponse()
+            if response.status != 200:
+                response.read()
+                return None
+            count = 0
+            while chunk := response.read(CHUNK):
+                sink(chunk)
+                count += len(chunk)
+            return count
+        except (OSError, http.client.HTTPException) as exc:
+            log.warning("node cache: reading %s failed: %s", key, exc)
+            self._reset()
+            return None
+
+    # ------------------------------------------------------------ upload
+
+    def offer(self, entry: ManifestEntry, path: Path) -> None:
+        """Upload ``path`` (its bytes checked against ``entry``) in the background, unless the node
+        holds it already or the cache is down."""
+        key = key_of(entry)
+        if key is None or self.down or key in self.held_keys:
+            return
+        with self._lock:
+            self.offered += 1
+            self._pending.append(self._uploads.submit(self._put, key, path, entry.size))
+
+    def _put(self, key: str, path: Path, size: int) -> None:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout, blocksize=CHUNK)
+        try:
+            with path.open("rb") as f:
+                conn.request("PUT", f"/v1/objects/{key}", f, {"Content-Length": str(size)})
+                response = conn.getresponse()
+                response.read()
+            if response.status == 201:
+                with self._lock:
+                    self.kept += 1
+            elif response.status != 409:  # present, or another pod's upload of it
+                log.info("node cache: upload of %s not kept (%s)", key, response.status)
+        except (OSError, http.client.HTTPException) as exc:
+            log.info("node cache: upload of %s failed: %s", key, exc)
+        finally:
+            conn.close()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Wait up to ``timeout`` seconds for the uploads, then stop."""
+        with self._lock:
+            pending = list(self._pending)
+        wait(pending, timeout=timeout)
+        self._uploads.shutdown(wait=False, cancel_futures=True)
+        self._reset()
+
+
+def key_of(entry: ManifestEntry) -> str | None:
+    return object_key(entry.checksum_kind, entry.checksum)

@@ -1,0 +1,214 @@
+"""The node cache's HTTP server: objects by content (GET, HEAD, PUT), leases, metrics and health.
+
+GET  /v1/objects/<kind>/<checksum>   200 and the bytes (checked as they are sent: an object that
+                                     no longer matches its key is dropped), 404
+HEAD /v1/objects/<kind>/<checksum>   200 with its Content-Length, 404
+PUT  /v1/objects/<kind>/<checksum>   201 kept; 400 not a cached kind or short; 409 present or being
+                                     written; 411 no Content-Length; 413 over the size limit;
+                                     422 the bytes do not match the key; 507 leases leave no room
+POST /v1/leases                      {"pod": uid, "objects": [[kind, checksum], ...]} ->
+                                     {"held": ["kind/checksum", ...]}
+GET  /metrics, /healthz
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from triton_operator.adapters.nodecache.store import ContentStore, Refused, new_digest
+
+PREFIX = "triton_node_cache"
+MAX_LEASE_BODY = 64 * 1024 * 1024
+CHUNK = 1024 * 1024
+
+log = logging.getLogger(__name__)
+
+
+class StoreCollector(Collector):
+    """The store's counts as Prometheus metrics, read at each scrape."""
+
+    def __init__(self, store: ContentStore) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[Any]:
+        s = self.store.stats
+        counters = {
+            "hits": ("objects served from the cache", s.hits),
+            "misses": ("objects asked for that the cache does not hold", s.misses),
+            "hit_bytes": ("bytes served from the cache", s.hit_bytes),
+            "stored": ("objects uploaded, checked and kept", s.stored),
+            "stored_bytes": ("bytes uploaded, checked and kept", s.stored_bytes),
+            "evictions": ("objects evicted to fit the size limit", s.evictions),
+            "evicted_bytes": ("bytes evicted to fit the size limit", s.evicted_bytes),
+            "corrupt": ("objects dropped because their bytes no longer matched their key", s.corrupt),
+        }
+        for name, (text, value) in counters.items():
+            yield CounterMetricFamily(f"{PREFIX}_{name}", f"Node cache: {text}.", value=value)
+        refused = CounterMetricFamily(
+            f"{PREFIX}_refused_uploads", "Node cache: uploads not kept, by reason.", labels=["reason"]
+        )
+        for reason, count in sorted(s.refused.items()):
+            refused.add_metric([reason], count)
+        yield refused
+        objects, used, leased = self.store.figures()
+        yield GaugeMetricFamily(f"{PREFIX}_objects", "Node cache: objects kept.", value=objects)
+        yield GaugeMetricFamily(f"{PREFIX}_bytes", "Node cache: bytes kept.", value=used)
+        yield GaugeMetricFamily(
+            f"{PREFIX}_leased_bytes", "Node cache: bytes under a live lease.", value=leased
+        )
+        yield GaugeMetricFamily(
+            f"{PREFIX}_limit_bytes", "Node cache: the size limit.", value=self.store.limit
+        )
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: NodeCacheServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        log.debug("%s " + format, self.client_address[0], *args)
+
+    # ------------------------------------------------------------ routing
+
+    def _object(self) -> tuple[str, str] | None:
+        parts = self.path.split("?", 1)[0].split("/")
+        if len(parts) == 5 and parts[:3] == ["", "v1", "objects"]:
+            return parts[3], parts[4]
+        return None
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._reply(200, generate_latest(self.server.registry), "text/plain; version=0.0.4")
+        elif path == "/healthz":
+            self._reply(200, b"ok\n")
+        elif (obj := self._object()) is not None:
+            self._send_object(*obj, body=True)
+        else:
+            self._reply(404, b"not found\n")
+
+    def do_HEAD(self) -> None:
+        obj = self._object()
+        if obj is None:
+            self._reply(404, b"")
+            return
+        self._send_object(*obj, body=False)
+
+    def do_PUT(self) -> None:
+        obj = self._object()
+        if obj is None:
+            self._refuse(404, "not found")
+            return
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            self._refuse(411, "a Content-Length is required")
+            return
+        store = self.server.store
+        try:
+            upload = store.begin(obj[0], obj[1], int(length))
+        except Refused as refused:
+            self._refuse(refused.status, str(refused))
+            return
+        try:
+            store.write(upload, self.rfile.read)
+        except Refused as refused:
+            self._refuse(refused.status, str(refused))
+            return
+        self._reply(201, b"kept\n")
+
+    def do_POST(self) -> None:
+        if self.path.split("?", 1)[0] != "/v1/leases":
+            self._refuse(404, "not found")
+            return
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit() or int(length) > MAX_LEASE_BODY:
+            self._refuse(411, f"a Content-Length of at most {MAX_LEASE_BODY} is required")
+            return
+        try:
+            body = json.loads(self.rfile.read(int(length)))
+            pod = body["pod"]
+            objects = [(str(k), str(c)) for k, c in body["objects"]]
+            if not isinstance(pod, str) or not pod:
+                raise ValueError("pod")
+        except (ValueError, KeyError, TypeError):
+            self._reply(400, b'{"error": "expected {\\"pod\\": uid, \\"objects\\": [[kind, checksum]]}"}\n')
+            return
+        try:
+            held = self.server.store.lease(pod, objects)
+        except Refused as refused:
+            self._reply(refused.status, json.dumps({"error": str(refused)}).encode())
+            return
+        self._reply(200, json.dumps({"held": held}).encode(), "application/json")
+
+    # ------------------------------------------------------------ answers
+
+    def _send_object(self, kind: str, checksum: str, *, body: bool) -> None:
+        store = self.server.store
+        opened = store.open(kind, checksum)
+        if opened is None:
+            self._reply(404, b"")
+            return
+        f, size = opened
+        with f:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            if not body:
+                return
+            digest = new_digest(kind)
+            sent = 0
+            while chunk := f.read(CHUNK):
+                digest.update(chunk)
+                self.wfile.write(chunk)
+                sent += len(chunk)
+        if sent != size or digest.hexdigest() != checksum:
+            # The client checks what it got too; the cache stops handing it out.
+            store.drop_corrupt(kind, checksum)
+            self.close_connection = True
+            return
+        store.served(size)
+
+    def _refuse(self, status: int, message: str) -> None:
+        self.close_connection = True  # the body, if any, is left unread
+        self._reply(status, (message + "\n").encode())
+
+    def _reply(self, status: int, data: bytes, content_type: str = "text/plain") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+
+class NodeCacheServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], store: ContentStore) -> None:
+        super().__init__(address, Handler)
+        self.store = store
+        self.registry = CollectorRegistry()
+        self.registry.register(StoreCollector(store))
+
+
+def serve(address: tuple[str, int], store: ContentStore) -> NodeCacheServer:
+    """The server, bound and listening (serve_forever on a thread of the caller's choosing)."""
+    return NodeCacheServer(address, store)
+
+
+def start_in_thread(server: NodeCacheServer) -> threading.Thread:
+    thread = threading.Thread(target=server.serve_forever, name="node-cache", daemon=True)
+    thread.start()
+    return thread
