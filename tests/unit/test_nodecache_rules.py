@@ -45,33 +45,33 @@ def objs(*spec: tuple[str, int, float]) -> list[CachedObject]:
 
 
 @pytest.mark.parametrize(
-    ("objects", "leased", "used", "limit", "incoming", "evicted"),
+    ("objects", "leased", "sizes", "evicted"),
     [
         # It fits: nothing goes.
-        (objs(("a", 10, 1.0)), frozenset(), 10, 100, 90, []),
+        (objs(("a", 10, 1.0)), frozenset(), (10, 100, 90), []),
         # The least recently used go first, only as many as needed.
-        (objs(("a", 10, 3.0), ("b", 10, 1.0), ("c", 10, 2.0)), frozenset(), 30, 30, 15, ["b", "c"]),
-        (objs(("a", 10, 3.0), ("b", 10, 1.0), ("c", 10, 2.0)), frozenset(), 30, 30, 10, ["b"]),
+        (objs(("a", 10, 3.0), ("b", 10, 1.0), ("c", 10, 2.0)), frozenset(), (30, 30, 15), ["b", "c"]),
+        (objs(("a", 10, 3.0), ("b", 10, 1.0), ("c", 10, 2.0)), frozenset(), (30, 30, 10), ["b"]),
         # A leased object is passed over, however old.
-        (objs(("a", 10, 3.0), ("b", 10, 1.0), ("c", 10, 2.0)), frozenset({"b"}), 30, 30, 10, ["c"]),
+        (objs(("a", 10, 3.0), ("b", 10, 1.0), ("c", 10, 2.0)), frozenset({"b"}), (30, 30, 10), ["c"]),
         # Writes in progress count as used: here 20 bytes are reserved beyond the kept 20.
-        (objs(("a", 10, 1.0), ("b", 10, 2.0)), frozenset(), 40, 40, 10, ["a"]),
+        (objs(("a", 10, 1.0), ("b", 10, 2.0)), frozenset(), (40, 40, 10), ["a"]),
         # It cannot fit without a leased object: refused, nothing evicted.
-        (objs(("a", 10, 1.0), ("b", 10, 2.0)), frozenset({"a"}), 20, 20, 15, None),
+        (objs(("a", 10, 1.0), ("b", 10, 2.0)), frozenset({"a"}), (20, 20, 15), None),
         # Bigger than the whole cache: refused.
-        (objs(), frozenset(), 0, 100, 101, None),
+        (objs(), frozenset(), (0, 100, 101), None),
         # Same last use: by key, so the choice does not depend on the order given.
-        (objs(("b", 10, 1.0), ("a", 10, 1.0)), frozenset(), 20, 20, 5, ["a"]),
+        (objs(("b", 10, 1.0), ("a", 10, 1.0)), frozenset(), (20, 20, 5), ["a"]),
     ],
 )
 def test_eviction_takes_the_least_recently_used_unleased_objects(
     objects: list[CachedObject],
     leased: frozenset[str],
-    used: int,
-    limit: int,
-    incoming: int,
+    sizes: tuple[int, int, int],
     evicted: list[str] | None,
 ) -> None:
+    """``sizes``: bytes used (kept and being written), the limit, the bytes of the write to fit."""
+    used, limit, incoming = sizes
     assert choose_evictions(objects, leased, used, limit, incoming) == evicted
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from triton_operator.adapters.nodecache.client import HOST_ENV, POD_ENV, PORT_ENV, NodeCacheClient
+from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.redaction import install_log_redaction
 from triton_operator.adapters.storage import open_store
 from triton_operator.adapters.storage.base import ObjectChanged, StoreConfigError, StoreError
@@ -22,6 +22,7 @@ from triton_operator.adapters.sync.results import ChecksumMismatch, NoSpace, Syn
 from triton_operator.core.manifest import Manifest, ManifestError, SelectionFailed, manifest_from_json
 from triton_operator.core.manifestparts import ordered, part_index, unpack
 from triton_operator.core.modelconfig import ModelConfigError
+from triton_operator.core.nodecache import HOST_ENV, POD_ENV, PORT_ENV
 from triton_operator.core.startup import TERMINATION_MESSAGE_MAX, format_summary
 from triton_operator.models import quantity_bytes
 

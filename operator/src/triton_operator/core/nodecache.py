@@ -28,6 +28,13 @@ CACHEABLE_KINDS: Mapping[str, int] = {"sha256": 64, "sha1": 40, "md5": 32}
 
 _HEX = re.compile(r"^[0-9a-f]+$")
 
+HOST_ENV = "TRITON_NODE_CACHE_HOST"
+"""The sync container's variable holding the node's address (the downward API's status.hostIP)."""
+PORT_ENV = "TRITON_NODE_CACHE_PORT"
+"""The sync container's variable holding the node cache's port; set only when the cache is on."""
+POD_ENV = "TRITON_NODE_CACHE_POD"
+"""The sync container's variable holding its pod's uid (metadata.uid): the name of its lease."""
+
 MAX_LEASE_OBJECTS = 200_000
 """The most objects one lease may name (a manifest holds at most 100 000 by default)."""
 

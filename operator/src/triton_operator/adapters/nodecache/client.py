@@ -16,12 +16,6 @@ from triton_operator.core.manifest import ManifestEntry
 from triton_operator.core.nodecache import object_key
 
 CHUNK = 1024 * 1024
-HOST_ENV = "TRITON_NODE_CACHE_HOST"
-"""The node's address (the downward API's status.hostIP) where the node cache listens."""
-PORT_ENV = "TRITON_NODE_CACHE_PORT"
-"""The node cache's port on the node (the operator sets it when the cache is on)."""
-POD_ENV = "TRITON_NODE_CACHE_POD"
-"""The pod's uid (the downward API's metadata.uid): the name of its lease."""
 
 log = logging.getLogger(__name__)
 
