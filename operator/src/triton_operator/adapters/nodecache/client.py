@@ -52,6 +52,24 @@ class NodeCacheClient:
             self._local.conn = conn
         return conn
 
+    def _request(
+        self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> http.client.HTTPResponse:
+        """The response to a request on this thread's kept-alive connection; once more on a new
+        connection when the cache had closed the old one (as it does after an object it dropped)."""
+        reused = getattr(self._local, "conn", None) is not None
+        try:
+            conn = self._conn()
+            conn.request(method, path, body, headers or {})
+            return conn.getresponse()
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            if not reused:
+                raise
+            self._reset()
+            conn = self._conn()
+            conn.request(method, path, body, headers or {})
+            return conn.getresponse()
+
     def _reset(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
@@ -66,9 +84,7 @@ class NodeCacheClient:
         objects = [[e.checksum_kind, e.checksum] for e in entries if key_of(e) is not None]
         body = json.dumps({"pod": self.pod, "objects": objects}).encode()
         try:
-            conn = self._conn()
-            conn.request("POST", "/v1/leases", body, {"Content-Type": "application/json"})
-            response = conn.getresponse()
+            response = self._request("POST", "/v1/leases", body, {"Content-Type": "application/json"})
             data = response.read()
             if response.status != 200:
                 log.warning("node cache: lease refused (%s): %s", response.status, data[:200])
@@ -94,9 +110,7 @@ class NodeCacheClient:
             # failed), the store's copy is uploaded in its place.
             self.held_keys = self.held_keys - {key}
         try:
-            conn = self._conn()
-            conn.request("GET", f"/v1/objects/{key}")
-            response = conn.getresponse()
+            response = self._request("GET", f"/v1/objects/{key}")
             if response.status != 200:
                 response.read()
                 return None
@@ -106,8 +120,10 @@ class NodeCacheClient:
                 count += len(chunk)
             return count
         except (OSError, http.client.HTTPException) as exc:
-            log.warning("node cache: reading %s failed: %s", key, exc)
+            # A cache that fails (or hangs past the timeout) once is not asked again by this sync.
+            log.warning("node cache: reading %s failed: %s; reading the store from now on", key, exc)
             self._reset()
+            self.down = True
             return None
 
     # ------------------------------------------------------------ upload
@@ -134,8 +150,11 @@ class NodeCacheClient:
                     self.kept += 1
             elif response.status != 409:  # present, or another pod's upload of it
                 log.info("node cache: upload of %s not kept (%s)", key, response.status)
-        except (OSError, http.client.HTTPException) as exc:
-            log.info("node cache: upload of %s failed: %s", key, exc)
+        except (ConnectionRefusedError, TimeoutError) as exc:
+            log.info("node cache: upload of %s failed: %s; no more uploads", key, exc)
+            self.down = True
+        except (OSError, http.client.HTTPException) as exc:  # e.g. refused before the body was read
+            log.info("node cache: upload of %s not kept: %s", key, exc)
         finally:
             conn.close()
 

@@ -28,6 +28,9 @@ from triton_operator.adapters.nodecache.store import ContentStore, Refused, new_
 
 PREFIX = "triton_node_cache"
 MAX_LEASE_BODY = 64 * 1024 * 1024
+MAX_DRAINED = 64 * 1024 * 1024
+"""An upload refused before its body is read (present, busy, too big): up to this many bytes are
+read and dropped, so that the client gets the answer; past it the connection is closed."""
 CHUNK = 1024 * 1024
 
 log = logging.getLogger(__name__)
@@ -116,12 +119,18 @@ class Handler(BaseHTTPRequestHandler):
         try:
             upload = store.begin(obj[0], obj[1], int(length))
         except Refused as refused:
+            if int(length) <= MAX_DRAINED:  # read it, so that the client sees the answer
+                self._drain(int(length))
             self._refuse(refused.status, str(refused))
             return
         try:
             store.write(upload, self.rfile.read)
         except Refused as refused:
             self._refuse(refused.status, str(refused))
+            return
+        except OSError as exc:  # the node's disk is full (or failing): nothing was kept
+            log.warning("node cache: writing %s failed: %s", upload.key, exc)
+            self._refuse(507, f"{upload.key}: not kept: {exc.strerror or exc}")
             return
         self._reply(201, b"kept\n")
 
@@ -177,6 +186,10 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         store.served(size)
+
+    def _drain(self, length: int) -> None:
+        while length > 0 and (chunk := self.rfile.read(min(CHUNK, length))):
+            length -= len(chunk)
 
     def _refuse(self, status: int, message: str) -> None:
         self.close_connection = True  # the body, if any, is left unread
