@@ -81,6 +81,17 @@ def test_values_reach_the_daemonset(render: Render) -> None:
     assert env(docs)["TRITON_OPERATOR_NODE_CACHE_PORT"] == "9123"
 
 
+def test_on_the_nodes_network_the_cache_listens_on_the_nodes_address_only(render: Render) -> None:
+    """For a CNI without the portmap plugin (hostPort): the node's network, bound to status.hostIP."""
+    assert "hostNetwork" not in pod_of(render(ON))
+    pod = pod_of(render({"nodeCache": {"enabled": True, "hostNetwork": True}}))
+    assert (pod["hostNetwork"], pod["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+    [cache] = pod["containers"]
+    assert "--address=$(HOST_IP)" in cache["args"]
+    assert cache["env"] == [{"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
+    assert cache["ports"][0]["hostPort"] == cache["ports"][0]["containerPort"] == DEFAULT_PORT
+
+
 def test_the_cache_runs_with_least_privilege(render: Render) -> None:
     pod = pod_of(render(ON))
     assert pod["automountServiceAccountToken"] is False  # it reaches nothing of the cluster
