@@ -338,3 +338,79 @@ def test_a_restarted_cache_keeps_its_objects_and_drops_half_written_ones(
     assert again.request("GET", f"/v1/objects/{md5_key(data)}") == (200, data)
     assert not list((cache.root / "tmp").iterdir())
     assert again.metrics()["triton_node_cache_bytes"] == len(data)
+
+
+# ----------------------------------------------------------------- S3 multipart uploads
+
+PART = 5 * 1024 * 1024
+BIG = os.urandom(2 * PART + 12345)  # three parts: most model files are uploaded so (aws s3 cp, boto3)
+
+
+def multipart_etag(data: bytes, part: int) -> str:
+    digests = [
+        hashlib.md5(data[i : i + part], usedforsecurity=False).digest() for i in range(0, len(data), part)
+    ]
+    return hashlib.md5(b"".join(digests), usedforsecurity=False).hexdigest() + f"-{len(digests)}"
+
+
+def test_multipart_uploads_are_cached_checked_with_their_part_size(
+    s3_backend: Backend, start_cache: Callable[..., NodeCache], tmp_path: Path
+) -> None:
+    bucket = s3_backend.new_bucket()
+    s3_backend.put(bucket, "models/adder/1/weights.bin", BIG, part_size=PART)
+    s3_backend.put(bucket, "models/adder/1/small.bin", FILES["models/adder/1/weights0.bin"])
+    pinned = pin_repository(s3_backend.repository(bucket), MODELS, s3_backend.credentials)
+    kinds = {e.dest.rsplit("/", 1)[1]: (e.checksum_kind, e.checksum) for e in pinned.entries}
+    assert kinds["weights.bin"] == ("s3-multipart", multipart_etag(BIG, PART))
+    key = "s3-multipart/" + multipart_etag(BIG, PART)
+    cache = start_cache()
+    with counting_proxy(s3_backend.endpoint) as proxy:
+        manifest = replace(pinned, repository=replace(pinned.repository, endpoint=proxy.endpoint))
+        first, cold = run_sync(tmp_path / "pod-a", manifest, s3_backend.credentials, cache.url, "pod-a")
+        assert first.returncode == 0, first.stderr
+        assert cold is not None and cold.fetched == len(BIG) + len(FILES["models/adder/1/weights0.bin"])
+        assert key in cache.objects()  # the cache checked it with the part size the pod named
+
+        proxy.reset()
+        second, warm = run_sync(tmp_path / "pod-b", manifest, s3_backend.credentials, cache.url, "pod-b")
+        assert second.returncode == 0, second.stderr
+        assert (tmp_path / "pod-b" / "models" / "adder" / "1" / "weights.bin").read_bytes() == BIG
+        assert warm is not None
+        assert (warm.fetched, warm.node_cache_hits, warm.node_cache_misses) == (0, 2, 0)
+        # No object's bytes from the store: only the HEAD that tells the pod the upload's part size,
+        # which it checks the cache's bytes with.
+        assert proxy.bytes_from_server < 4096
+
+        # A wrong copy on the node: the pod refuses it (it checks with its store's part size), reads
+        # the store, and tells the cache, which checks its own copy and takes the right one.
+        on_disk = cache.root / "objects" / key
+        spoiled = bytearray(on_disk.read_bytes())
+        spoiled[PART + 7] ^= 0x01
+        on_disk.write_bytes(bytes(spoiled))
+        third, healed = run_sync(tmp_path / "pod-c", manifest, s3_backend.credentials, cache.url, "pod-c")
+        assert third.returncode == 0, third.stderr
+        assert (tmp_path / "pod-c" / "models" / "adder" / "1" / "weights.bin").read_bytes() == BIG
+        assert healed is not None and (healed.fetched, healed.node_cache_hits) == (len(BIG), 1)
+        assert on_disk.read_bytes() == BIG
+        assert cache.metrics()["triton_node_cache_corrupt_total"] == 1
+
+
+def test_a_multipart_upload_is_kept_only_with_the_part_size_that_makes_its_etag(
+    start_cache: Callable[..., NodeCache],
+) -> None:
+    cache = start_cache()
+    path = f"/v1/objects/s3-multipart/{multipart_etag(BIG, PART)}"
+
+    def put(headers: dict[str, str]) -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", cache.port, timeout=30)
+        try:
+            conn.request("PUT", path, BIG, headers)
+            return conn.getresponse().status
+        finally:
+            conn.close()
+
+    assert put({}) == 400  # no part size: nothing to check the ETag with
+    assert put({"X-Part-Size": str(PART + 1)}) == 422
+    assert cache.objects() == set()
+    assert put({"X-Part-Size": str(PART)}) == 201
+    assert cache.request("GET", path) == (200, BIG)

@@ -25,8 +25,10 @@ SHA256 = "ab" * 32
         # CRCs are no digests: bytes with any chosen CRC are easy to make.
         ("crc32c", "0a1b2c3d", None),
         ("crc32", "0a1b2c3d", None),
-        # A multipart ETag depends on the upload's part size; "none" has nothing to check.
-        ("s3-multipart", "0" * 32 + "-3", None),
+        # A multipart ETag (checked with the part size the uploader names); "none": nothing to check.
+        ("s3-multipart", "0" * 32 + "-3", f"s3-multipart/{'0' * 32}-3"),
+        ("s3-multipart", "0" * 32 + "-0", None),
+        ("s3-multipart", "0" * 32, None),
         ("none", "", None),
         # Values that are not the kind's digest: wrong length, upper case, a path.
         ("sha256", SHA256[:-1], None),

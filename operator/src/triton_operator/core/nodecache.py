@@ -7,9 +7,12 @@ another pod bytes that the other pod's pinned checksum would accept:
 
 - ``sha256``, ``sha1`` and ``md5`` (S3's single-part ETag, GCS's md5Hash, Azure's Content-MD5): no
   one can make other bytes with the digest of a given object (a second preimage), for any of the three;
+- ``s3-multipart`` (an S3 multipart upload's ETag, the MD5 of its parts' MD5s, and their count): the
+  uploader names the part size it checked with, the cache checks with it too, and a reader checks
+  with the part size its store gives; other bytes with the same ETag, at any part size, would need
+  an MD5 second preimage as well;
 - not ``crc32c``/``crc32``: a CRC is linear, anyone can make bytes with a chosen CRC, so a pod could
   upload its own bytes under another model's CRC and the other pod's check would pass;
-- not ``s3-multipart``: an upload's ETag depends on its part size, which the key does not carry;
 - not ``none``: nothing to check the bytes against.
 
 Leases: a pod that syncs a revision names the objects it holds (POST /v1/leases); an object named by
@@ -23,10 +26,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-CACHEABLE_KINDS: Mapping[str, int] = {"sha256": 64, "sha1": 40, "md5": 32}
-"""The checksum kinds the node cache keeps, with the length of their value in hex digits."""
-
-_HEX = re.compile(r"^[0-9a-f]+$")
+CACHEABLE_KINDS: Mapping[str, re.Pattern[str]] = {
+    "sha256": re.compile(r"^[0-9a-f]{64}$"),
+    "sha1": re.compile(r"^[0-9a-f]{40}$"),
+    "md5": re.compile(r"^[0-9a-f]{32}$"),
+    "s3-multipart": re.compile(r"^[0-9a-f]{32}-[1-9][0-9]{0,4}$"),
+}
+"""The checksum kinds the node cache keeps, with the form of their value."""
+PART_SIZED_KINDS = frozenset({"s3-multipart"})
+"""Kinds whose check needs the upload's part size besides the bytes."""
 
 HOST_ENV = "TRITON_NODE_CACHE_HOST"
 """The sync container's variable holding the node's address (the downward API's status.hostIP)."""
@@ -40,14 +48,14 @@ MAX_LEASE_OBJECTS = 200_000
 
 
 def object_key(kind: str, checksum: str) -> str | None:
-    """``kind/checksum`` for an object the cache may keep, None for any other (a CRC, a multipart
-    ETag, no checksum, a value that is not lower-case hex of the kind's length).
+    """``kind/checksum`` for an object the cache may keep, None for any other (a CRC, no checksum, a
+    value that is not the kind's lower-case hex form).
 
     >>> object_key("md5", "0" * 32), object_key("crc32c", "0" * 8), object_key("sha1", "AB" * 20)
     ('md5/00000000000000000000000000000000', None, None)
     """
-    length = CACHEABLE_KINDS.get(kind)
-    if length is None or len(checksum) != length or not _HEX.match(checksum):
+    form = CACHEABLE_KINDS.get(kind)
+    if form is None or not form.fullmatch(checksum):
         return None
     return f"{kind}/{checksum}"
 

@@ -43,6 +43,7 @@ class NodeCacheClient:
         self._local = threading.local()
         self._uploads = ThreadPoolExecutor(max_workers=uploads, thread_name_prefix="node-cache-put")
         self._pending: list[Future[None]] = []
+        self._read_keys: set[str] = set()
         self._lock = threading.Lock()
 
     def _conn(self) -> http.client.HTTPConnection:
@@ -107,8 +108,9 @@ class NodeCacheClient:
             return None
         with self._lock:
             # Read once: should the sync offer it after all (the bytes did not match, the read
-            # failed), the store's copy is uploaded in its place.
+            # failed), the store's copy is uploaded, and the cache told to check its own.
             self.held_keys = self.held_keys - {key}
+            self._read_keys.add(key)
         try:
             response = self._request("GET", f"/v1/objects/{key}")
             if response.status != 200:
@@ -128,21 +130,27 @@ class NodeCacheClient:
 
     # ------------------------------------------------------------ upload
 
-    def offer(self, entry: ManifestEntry, path: Path) -> None:
-        """Upload ``path`` (its bytes checked against ``entry``) in the background, unless the node
-        holds it already or the cache is down."""
+    def offer(self, entry: ManifestEntry, path: Path, part_size: int | None = None) -> None:
+        """Upload ``path`` (its bytes checked against ``entry``; ``part_size``: the multipart
+        upload's, that its ETag was checked with) in the background, unless the node holds it
+        already or the cache is down."""
         key = key_of(entry)
         if key is None or self.down or key in self.held_keys:
             return
+        headers = {"Content-Length": str(entry.size)}
+        if part_size:
+            headers["X-Part-Size"] = str(part_size)
         with self._lock:
+            if key in self._read_keys:
+                headers["X-Check-Existing"] = "1"
             self.offered += 1
-            self._pending.append(self._uploads.submit(self._put, key, path, entry.size))
+            self._pending.append(self._uploads.submit(self._put, key, path, headers))
 
-    def _put(self, key: str, path: Path, size: int) -> None:
+    def _put(self, key: str, path: Path, headers: dict[str, str]) -> None:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout, blocksize=CHUNK)
         try:
             with path.open("rb") as f:
-                conn.request("PUT", f"/v1/objects/{key}", f, {"Content-Length": str(size)})
+                conn.request("PUT", f"/v1/objects/{key}", f, headers)
                 response = conn.getresponse()
                 response.read()
             if response.status == 201:

@@ -1,11 +1,15 @@
 """The node cache's HTTP server: objects by content (GET, HEAD, PUT), leases, metrics and health.
 
 GET  /v1/objects/<kind>/<checksum>   200 and the bytes (checked as they are sent: an object that
-                                     no longer matches its key is dropped), 404
+                                     no longer matches its key is dropped; a multipart ETag, which
+                                     needs its part size, is checked by the reader), 404
 HEAD /v1/objects/<kind>/<checksum>   200 with its Content-Length, 404
 PUT  /v1/objects/<kind>/<checksum>   201 kept; 400 not a cached kind or short; 409 present or being
                                      written; 411 no Content-Length; 413 over the size limit;
-                                     422 the bytes do not match the key; 507 leases leave no room
+                                     422 the bytes do not match the key; 507 leases leave no room.
+                                     X-Part-Size: a multipart ETag's part size (required for one);
+                                     X-Check-Existing: 1 when the uploader refused the cache's copy
+                                     (the cache checks its copy, and drops it if it is wrong)
 POST /v1/leases                      {"pod": uid, "objects": [[kind, checksum], ...]} ->
                                      {"held": ["kind/checksum", ...]}
 GET  /metrics, /healthz
@@ -24,10 +28,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from triton_operator.adapters.nodecache.store import ContentStore, Refused, new_digest
+from triton_operator.adapters.nodecache.store import ContentStore, Refused
+from triton_operator.adapters.sync.hashing import make_hasher
 
 PREFIX = "triton_node_cache"
 MAX_LEASE_BODY = 64 * 1024 * 1024
+PART_SIZE_HEADER = "X-Part-Size"
+CHECK_EXISTING_HEADER = "X-Check-Existing"
 MAX_DRAINED = 64 * 1024 * 1024
 """An upload refused before its body is read (present, busy, too big): up to this many bytes are
 read and dropped, so that the client gets the answer; past it the connection is closed."""
@@ -116,8 +123,12 @@ class Handler(BaseHTTPRequestHandler):
             self._refuse(411, "a Content-Length is required")
             return
         store = self.server.store
+        part = self.headers.get(PART_SIZE_HEADER, "")
+        check = self.headers.get(CHECK_EXISTING_HEADER, "") == "1"
         try:
-            upload = store.begin(obj[0], obj[1], int(length))
+            upload = store.begin(
+                obj[0], obj[1], int(length), int(part) if part.isdigit() else None, check_existing=check
+            )
         except Refused as refused:
             if int(length) <= MAX_DRAINED:  # read it, so that the client sees the answer
                 self._drain(int(length))
@@ -174,13 +185,16 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             if not body:
                 return
-            digest = new_digest(kind)
+            # A multipart ETag cannot be checked without its part size: the reader checks it (and
+            # says so on its upload, X-Check-Existing).
+            digest = make_hasher(kind)
             sent = 0
             while chunk := f.read(CHUNK):
-                digest.update(chunk)
+                if digest is not None:
+                    digest.update(chunk)
                 self.wfile.write(chunk)
                 sent += len(chunk)
-        if sent != size or digest.hexdigest() != checksum:
+        if sent != size or (digest is not None and digest.hexdigest() != checksum):
             # The client checks what it got too; the cache stops handing it out.
             store.drop_corrupt(kind, checksum)
             self.close_connection = True

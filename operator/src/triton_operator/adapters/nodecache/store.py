@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import secrets
 import threading
@@ -13,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from triton_operator.adapters.sync.hashing import Hasher, hash_file, make_hasher
 from triton_operator.core.nodecache import (
     MAX_LEASE_OBJECTS,
+    PART_SIZED_KINDS,
     CachedObject,
     Lease,
     choose_evictions,
@@ -25,11 +26,6 @@ from triton_operator.core.nodecache import (
 
 OBJECTS = "objects"
 TMP = "tmp"
-
-
-def new_digest(kind: str) -> hashlib._Hash:
-    """A hash of ``kind`` (a key's kind: sha256, sha1, md5)."""
-    return hashlib.new(kind, usedforsecurity=False) if kind != "sha256" else hashlib.sha256()
 
 
 @dataclass
@@ -66,6 +62,7 @@ class Upload:
     checksum: str
     size: int
     tmp: Path
+    part_size: int | None = None  # an S3 multipart upload's part size, to check its ETag with
 
 
 class ContentStore:
@@ -164,15 +161,61 @@ class ContentStore:
 
     # ------------------------------------------------------------ writes
 
-    def begin(self, kind: str, checksum: str, size: int) -> Upload:
-        """Reserve room for a write of ``size`` bytes, evicting what must go; or raise Refused."""
+    def begin(
+        self,
+        kind: str,
+        checksum: str,
+        size: int,
+        part_size: int | None = None,
+        *,
+        check_existing: bool = False,
+    ) -> Upload:
+        """Reserve room for a write of ``size`` bytes, evicting what must go; or raise Refused.
+
+        ``check_existing``: the uploader read this object from the cache and its bytes did not
+        match: the cache checks its own copy (with ``part_size`` for a multipart ETag) and drops it
+        if so, then takes the upload.
+        """
+        try:
+            return self._begin(kind, checksum, size, part_size)
+        except Refused as refused:
+            if (
+                refused.reason != "present"
+                or not check_existing
+                or not self._corrupt(kind, checksum, part_size)
+            ):
+                raise
+        self.drop_corrupt(kind, checksum)
+        return self._begin(kind, checksum, size, part_size)
+
+    def _corrupt(self, kind: str, checksum: str, part_size: int | None) -> bool:
+        hasher = self._hasher(kind, part_size)
+        key = object_key(kind, checksum)
+        if hasher is None or key is None:
+            return False
+        try:
+            return hash_file(self.path(key), hasher) != checksum
+        except FileNotFoundError:
+            return False
+
+    @staticmethod
+    def _hasher(kind: str, part_size: int | None) -> Hasher | None:
+        if kind in PART_SIZED_KINDS and not part_size:
+            return None
+        return make_hasher(kind, part_size)
+
+    def _begin(self, kind: str, checksum: str, size: int, part_size: int | None) -> Upload:
         key = object_key(kind, checksum)
         with self._lock:
             try:
                 if key is None:
                     raise Refused(
-                        "kind", 400, f"{kind}/{checksum}: only sha256, sha1 and md5 digests are cached"
+                        "kind",
+                        400,
+                        f"{kind}/{checksum}: only sha256, sha1, md5 and S3 multipart ETags are cached",
                     )
+                if self._hasher(kind, part_size) is None:
+                    raise Refused("kind", 400, f"{key}: a multipart ETag is checked with its part size")
                 if key in self._objects:
                     raise Refused("present", 409, f"{key}: already cached")
                 if key in self._writing:
@@ -187,12 +230,13 @@ class ContentStore:
             self._writing.add(key)
             self._reserved += size
         tmp = self.root / TMP / f"{kind}-{checksum}-{secrets.token_hex(4)}"
-        return Upload(key, kind, checksum, size, tmp)
+        return Upload(key, kind, checksum, size, tmp, part_size)
 
     def write(self, upload: Upload, read: Callable[[int], bytes]) -> None:
         """Take the upload's bytes from ``read`` (at most n bytes a call, b"" at the end), check them
         against the key, and put them in place; Refused (nothing kept) when they do not match."""
-        digest = new_digest(upload.kind)
+        digest = self._hasher(upload.kind, upload.part_size)
+        assert digest is not None  # begin refuses a kind it cannot check
         count = 0
         try:
             with upload.tmp.open("wb") as f:

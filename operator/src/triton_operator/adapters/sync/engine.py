@@ -65,8 +65,9 @@ class ObjectSource(Protocol):
     def read(self, entry: ManifestEntry, sink: Callable[[bytes], None]) -> int | None:
         """Streams the object to ``sink``: the bytes given, None when it has not got it."""
 
-    def offer(self, entry: ManifestEntry, path: Path) -> None:
-        """A verified download of ``entry`` at ``path``, to keep (best effort, never raises)."""
+    def offer(self, entry: ManifestEntry, path: Path, part_size: int | None = None) -> None:
+        """A verified download of ``entry`` at ``path`` (``part_size``: the multipart upload's,
+        that its ETag was checked with), to keep (best effort, never raises)."""
 
 
 def source_key(entry: ManifestEntry) -> str:
@@ -583,7 +584,7 @@ class Syncer:
             with contextlib.suppress(OSError):
                 link_or_copy(job.path, cached)
         if verified and not job.from_source and self.options.source is not None:
-            self.options.source.offer(entry, job.path)
+            self.options.source.offer(entry, job.path, job.multipart_part_size)
         with self._lock:
             self._state_new[entry.dest] = state_record(entry, st)
             if job.from_source:
