@@ -51,6 +51,13 @@ def test_on_a_daemonset_serves_the_cache_on_a_host_port_and_the_operator_knows_i
     assert pod["volumes"] == [
         {"name": "cache", "hostPath": {"path": "/var/cache/triton-operator", "type": "DirectoryOrCreate"}}
     ]
+    # Its metrics (hits, misses, bytes, evictions) are scraped from the same port.
+    annotations = daemonset["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(DEFAULT_PORT),
+        "prometheus.io/path": "/metrics",
+    }
     # The operator reads the port the chart gives the DaemonSet: the pods' sync finds the cache there.
     port = env(docs)["TRITON_OPERATOR_NODE_CACHE_PORT"]
     assert Settings.from_env({"TRITON_OPERATOR_NODE_CACHE_PORT": port}).node_cache_port == DEFAULT_PORT

@@ -75,13 +75,17 @@ was pinned; 4 a size or checksum did not match; 5 the store refused or failed (a
 missing bucket, unavailable); 6 something unsafe in the destination (a symlink where a file goes);
 7 the files do not fit the destination volume (checked before anything is written: the message
 names the bytes needed and free).
-On success a one-line summary (objects, bytes fetched from the store and already present, seconds),
-on failure the one-line reason, is also written to --termination-log when that file exists, so that
+On success a one-line summary (objects, bytes fetched from the store and already present, seconds;
+with the node cache, its hits and misses: bytes it gave count as already present), on failure the
+one-line reason, is also written to --termination-log when that file exists, so that
 Kubernetes shows it as the container's termination message (the operator reads the summary into
 status.timeToServe, the reason into Degraded).
 Credentials come from the environment: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY[/AWS_SESSION_TOKEN],
 GOOGLE_APPLICATION_CREDENTIALS_JSON, AZURE_STORAGE_CONNECTION_STRING (or AZURE_STORAGE_KEY,
 AZURE_STORAGE_SAS_TOKEN); none of them means the platform identity (IRSA, workload identity).
+The node cache (`triton-operator node-cache` on the pod's node, found through TRITON_NODE_CACHE_HOST
+and TRITON_NODE_CACHE_PORT, which the operator sets when it is on) is read first; every byte it
+gives is checked against the pinned checksum, and what the store gives is offered to it.
 """
 
 
