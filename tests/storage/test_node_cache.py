@@ -410,7 +410,8 @@ def test_a_multipart_upload_is_kept_only_with_the_part_size_that_makes_its_etag(
             conn.close()
 
     assert put({}) == 400  # no part size: nothing to check the ETag with
-    assert put({"X-Part-Size": str(PART + 1)}) == 422
+    assert put({"X-Part-Size": str(PART + 1)}) == 422  # three parts, but not these
+    assert put({"X-Part-Size": "1"}) == 400  # millions of parts, not three: refused before hashing
     assert cache.objects() == set()
     assert put({"X-Part-Size": str(PART)}) == 201
     assert cache.request("GET", path) == (200, BIG)

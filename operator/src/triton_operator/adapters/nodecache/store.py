@@ -43,6 +43,18 @@ class StoreStats:
     refused: dict[str, int] = field(default_factory=dict)
 
 
+def parts_match(kind: str, checksum: str, size: int, part_size: int | None) -> bool:
+    """Whether ``size`` bytes in parts of ``part_size`` make as many parts as a multipart ETag says
+    (``-N``); any other kind matches. Checked before hashing: a tiny part size is refused, not
+    hashed into millions of part digests."""
+    if kind not in PART_SIZED_KINDS:
+        return True
+    if not part_size or part_size < 1:
+        return False
+    parts = int(checksum.rsplit("-", 1)[1])
+    return max(1, -(-size // part_size)) == parts
+
+
 class Refused(Exception):  # noqa: N818 - an answer, not a failure of the cache
     """A write the cache will not take; ``reason`` is one word (the metric's label), ``status`` the
     HTTP status the server answers with."""
@@ -189,9 +201,12 @@ class ContentStore:
         return self._begin(kind, checksum, size, part_size)
 
     def _corrupt(self, kind: str, checksum: str, part_size: int | None) -> bool:
-        hasher = self._hasher(kind, part_size)
         key = object_key(kind, checksum)
-        if hasher is None or key is None:
+        obj = self._objects.get(key) if key is not None else None
+        if key is None or obj is None or not parts_match(kind, checksum, obj.size, part_size):
+            return False
+        hasher = self._hasher(kind, part_size)
+        if hasher is None:
             return False
         try:
             return hash_file(self.path(key), hasher) != checksum
@@ -216,6 +231,10 @@ class ContentStore:
                     )
                 if self._hasher(kind, part_size) is None:
                     raise Refused("kind", 400, f"{key}: a multipart ETag is checked with its part size")
+                if not parts_match(kind, checksum, size, part_size):
+                    raise Refused(
+                        "parts", 400, f"{key}: {size} bytes in parts of {part_size} do not make its parts"
+                    )
                 if key in self._objects:
                     raise Refused("present", 409, f"{key}: already cached")
                 if key in self._writing:
