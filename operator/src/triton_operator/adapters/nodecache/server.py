@@ -82,6 +82,7 @@ class StoreCollector(Collector):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = 300  # a connection idle (or stalled mid-upload) this long is closed, its thread freed
     server: NodeCacheServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
