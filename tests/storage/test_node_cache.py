@@ -301,7 +301,7 @@ def test_eviction_keeps_the_bound_and_never_takes_a_leased_object(
     status, body = cache.request(
         "POST", "/v1/leases", json.dumps({"pod": "p1", "objects": [[kind, checksum]]}).encode()
     )
-    assert (status, json.loads(body)) == (200, {"held": [keys["a"]]})
+    assert (status, json.loads(body)) == (200, {"held": [keys["a"]], "part_sizes": {}})
     assert cache.request("GET", f"/v1/objects/{keys['b']}")[0] == 200
 
     assert cache.request("PUT", f"/v1/objects/{keys['d']}", blobs["d"])[0] == 201
@@ -377,9 +377,9 @@ def test_multipart_uploads_are_cached_checked_with_their_part_size(
         assert (tmp_path / "pod-b" / "models" / "adder" / "1" / "weights.bin").read_bytes() == BIG
         assert warm is not None
         assert (warm.fetched, warm.node_cache_hits, warm.node_cache_misses) == (0, 2, 0)
-        # No object's bytes from the store: only the HEAD that tells the pod the upload's part size,
-        # which it checks the cache's bytes with.
-        assert proxy.bytes_from_server < 4096
+        # Not one request to the store: the cache told the pod the part size it checked the upload
+        # with, and the pod checked the cache's bytes with it.
+        assert proxy.bytes_from_server == 0
 
         # A wrong copy on the node: the pod refuses it (it checks with its store's part size), reads
         # the store, and tells the cache, which checks its own copy and takes the right one.
@@ -393,6 +393,25 @@ def test_multipart_uploads_are_cached_checked_with_their_part_size(
         assert healed is not None and (healed.fetched, healed.node_cache_hits) == (len(BIG), 1)
         assert on_disk.read_bytes() == BIG
         assert cache.metrics()["triton_node_cache_corrupt_total"] == 1
+
+        # The part size the cache tells is only what a pod checks with: a wrong one (a tampered
+        # record, read at the cache's restart) fails the cache's copy, the pod reads the store with
+        # the store's part size, and its upload sets the record right (the copy was right).
+        stop_process(cache.process)
+        record = cache.root / "parts" / key
+        assert record.read_text().strip() == str(PART)
+        record.write_text(f"{PART + 1}\n")  # still three parts, not the upload's
+        again = start_cache(root=cache.root)
+        fourth, wrong = run_sync(tmp_path / "pod-d", manifest, s3_backend.credentials, again.url, "pod-d")
+        assert fourth.returncode == 0, fourth.stderr
+        assert (tmp_path / "pod-d" / "models" / "adder" / "1" / "weights.bin").read_bytes() == BIG
+        assert wrong is not None and (wrong.fetched, wrong.node_cache_hits) == (len(BIG), 1)
+        assert record.read_text().strip() == str(PART)
+        proxy.reset()
+        fifth, right = run_sync(tmp_path / "pod-e", manifest, s3_backend.credentials, again.url, "pod-e")
+        assert fifth.returncode == 0, fifth.stderr
+        assert right is not None and (right.fetched, right.node_cache_hits) == (0, 2)
+        assert proxy.bytes_from_server == 0
 
 
 def test_a_multipart_upload_is_kept_only_with_the_part_size_that_makes_its_etag(

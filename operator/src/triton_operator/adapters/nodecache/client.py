@@ -38,6 +38,7 @@ class NodeCacheClient:
         self.timeout = timeout
         self.down = False
         self.held_keys: frozenset[str] = frozenset()
+        self.part_sizes: dict[str, int] = {}
         self.offered = 0
         self.kept = 0
         self._local = threading.local()
@@ -90,13 +91,21 @@ class NodeCacheClient:
             if response.status != 200:
                 log.warning("node cache: lease refused (%s): %s", response.status, data[:200])
                 return frozenset()
-            self.held_keys = frozenset(str(k) for k in json.loads(data)["held"])
+            answer = json.loads(data)
+            self.held_keys = frozenset(str(k) for k in answer["held"])
+            sizes = answer.get("part_sizes") or {}
+            self.part_sizes = {str(k): int(v) for k, v in sizes.items() if int(v) > 0}
         except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as exc:
             log.warning("node cache at %s:%s not reachable: %s; reading the store", self.host, self.port, exc)
             self._reset()
             self.down = True
             return frozenset()
         return self.held_keys
+
+    def part_size(self, entry: ManifestEntry) -> int | None:
+        """The part size the cache checked a held multipart object with (None: not known)."""
+        key = key_of(entry)
+        return self.part_sizes.get(key) if key is not None else None
 
     # ------------------------------------------------------------ read
 

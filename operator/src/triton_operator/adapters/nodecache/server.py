@@ -11,7 +11,8 @@ PUT  /v1/objects/<kind>/<checksum>   201 kept; 400 not a cached kind or short; 4
                                      X-Check-Existing: 1 when the uploader refused the cache's copy
                                      (the cache checks its copy, and drops it if it is wrong)
 POST /v1/leases                      {"pod": uid, "objects": [[kind, checksum], ...]} ->
-                                     {"held": ["kind/checksum", ...]}
+                                     {"held": ["kind/checksum", ...], "part_sizes": {key: n}}
+                                     (the part size each held multipart object was checked with)
 GET  /metrics, /healthz
 """
 
@@ -168,7 +169,9 @@ class Handler(BaseHTTPRequestHandler):
         except Refused as refused:
             self._reply(refused.status, json.dumps({"error": str(refused)}).encode())
             return
-        self._reply(200, json.dumps({"held": held}).encode(), "application/json")
+        store = self.server.store
+        sizes = {k: size for k in held if (size := store.part_size(k)) is not None}
+        self._reply(200, json.dumps({"held": held, "part_sizes": sizes}).encode(), "application/json")
 
     # ------------------------------------------------------------ answers
 

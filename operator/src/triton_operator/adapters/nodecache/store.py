@@ -26,6 +26,8 @@ from triton_operator.core.nodecache import (
 
 OBJECTS = "objects"
 TMP = "tmp"
+PARTS = "parts"
+"""<root>/parts/<kind>/<checksum>: the part size a multipart object was checked with (decimal)."""
 
 
 @dataclass
@@ -100,6 +102,7 @@ class ContentStore:
         self._reserved = 0
         self._writing: set[str] = set()
         self._leases: dict[str, Lease] = {}
+        self._part_sizes: dict[str, int] = {}
         self._scan()
 
     # ------------------------------------------------------------ start
@@ -124,6 +127,17 @@ class ContentStore:
                     continue
                 self._objects[key] = CachedObject(key, st.st_size, st.st_mtime)
                 self._used += st.st_size
+        parts = self.root / PARTS
+        parts.mkdir(parents=True, exist_ok=True)
+        for kind_dir in parts.iterdir():
+            for path in kind_dir.iterdir() if kind_dir.is_dir() else []:
+                key = f"{kind_dir.name}/{path.name}"
+                text = path.read_text().strip() if path.is_file() and not path.is_symlink() else ""
+                if key in self._objects and text.isdigit() and int(text) > 0:
+                    self._part_sizes[key] = int(text)
+                else:
+                    with contextlib.suppress(OSError):
+                        path.unlink()  # of an object gone, or unreadable
         with self._lock:
             self._evict_locked(0)  # a smaller limit than the last run's
 
@@ -201,6 +215,8 @@ class ContentStore:
         return self._begin(kind, checksum, size, part_size)
 
     def _corrupt(self, kind: str, checksum: str, part_size: int | None) -> bool:
+        """Whether the kept copy does not match its key; one that matches with ``part_size`` (a
+        multipart ETag) has that part size recorded, in place of a wrong one."""
         key = object_key(kind, checksum)
         obj = self._objects.get(key) if key is not None else None
         if key is None or obj is None or not parts_match(kind, checksum, obj.size, part_size):
@@ -209,9 +225,26 @@ class ContentStore:
         if hasher is None:
             return False
         try:
-            return hash_file(self.path(key), hasher) != checksum
+            corrupt = hash_file(self.path(key), hasher) != checksum
         except FileNotFoundError:
             return False
+        if not corrupt and part_size and kind in PART_SIZED_KINDS and self.part_size(key) != part_size:
+            self._record_part_size(key, part_size)
+            with self._lock:
+                self._part_sizes[key] = part_size
+        return corrupt
+
+    def part_size(self, key: str) -> int | None:
+        """The part size a multipart object was checked with (what a reader checks it with)."""
+        with self._lock:
+            return self._part_sizes.get(key)
+
+    def _record_part_size(self, key: str, part_size: int) -> None:
+        path = self.root / PARTS / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / TMP / f"part-{secrets.token_hex(4)}"
+        tmp.write_text(f"{part_size}\n")
+        os.replace(tmp, path)
 
     @staticmethod
     def _hasher(kind: str, part_size: int | None) -> Hasher | None:
@@ -272,6 +305,8 @@ class ContentStore:
                 raise Refused(
                     "checksum", 422, f"{upload.key}: the bytes' {upload.kind} is {digest.hexdigest()}"
                 )
+            if upload.part_size and upload.kind in PART_SIZED_KINDS:
+                self._record_part_size(upload.key, upload.part_size)
             final = self.path(upload.key)
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(upload.tmp, final)
@@ -290,6 +325,8 @@ class ContentStore:
             self._writing.discard(upload.key)
             self._reserved -= upload.size
             if kept:
+                if upload.part_size and upload.kind in PART_SIZED_KINDS:
+                    self._part_sizes[upload.key] = upload.part_size
                 self._objects[upload.key] = CachedObject(upload.key, upload.size, self.clock())
                 self._used += upload.size
                 self.stats.stored += 1
@@ -301,7 +338,8 @@ class ContentStore:
 
     def lease(self, pod: str, objects: Iterable[tuple[str, str]]) -> list[str]:
         """A pod's lease on ``objects`` (kind, checksum) for the lease TTL, replacing its earlier
-        one; the keys of those the cache holds (each counted as used now)."""
+        one; the keys of those the cache holds (each counted as used now). part_sizes tells the
+        multipart ones' part sizes."""
         keys = frozenset(k for kind, checksum in objects if (k := object_key(kind, checksum)))
         if len(keys) > MAX_LEASE_OBJECTS:
             raise Refused("lease", 413, f"a lease may name at most {MAX_LEASE_OBJECTS} objects")
@@ -342,6 +380,9 @@ class ContentStore:
     def _remove_locked(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.path(key).unlink()
+        if self._part_sizes.pop(key, None) is not None:
+            with contextlib.suppress(FileNotFoundError):
+                (self.root / PARTS / key).unlink()
         self._forget_locked(key)
 
     def _forget_locked(self, key: str) -> None:

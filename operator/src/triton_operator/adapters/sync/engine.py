@@ -62,6 +62,10 @@ class ObjectSource(Protocol):
     def held(self, entries: Sequence[ManifestEntry]) -> frozenset[str]:
         """Declares the sync's use of ``entries``; the keys (source_key) of those it holds."""
 
+    def part_size(self, entry: ManifestEntry) -> int | None:
+        """The part size of a held multipart upload, to check the source's bytes with instead of
+        asking the store (None: ask the store). A wrong one only fails the source's copy."""
+
     def read(self, entry: ManifestEntry, sink: Callable[[bytes], None]) -> int | None:
         """Streams the object to ``sink``: the bytes given, None when it has not got it."""
 
@@ -120,6 +124,7 @@ class _Job:
     parts_left: int = 0
     cached: Path | None = None  # the cache holds the pinned content: placed from there, not fetched
     from_source: bool = False  # read from options.source, not the store
+    part_size_from_source: bool = False  # multipart_part_size as options.source told it
 
     def __post_init__(self) -> None:
         self.tmp = tmp_name(self.path)
@@ -151,6 +156,7 @@ class Syncer:
         self._state_old: dict[str, list[Any]] = {}
         self._touched_dirs: set[Path] = set()
         self._jobs: list[_Job] = []
+        self._held: frozenset[str] = frozenset()  # what options.source holds (source_key)
 
     # -------------------------------------------------------- entry point
 
@@ -218,6 +224,8 @@ class Syncer:
 
     def _download(self, unknown: list[ManifestEntry]) -> None:
         workers = max(1, self.options.concurrency)
+        if self.options.source is not None and unknown:
+            self._held = self.options.source.held(self.manifest.entries)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sync") as pool:
             # Phase 1: files whose state is unknown are hashed; the cache is consulted.
             checked = [job for job in self._run_all(pool, [partial(self._check, e) for e in unknown]) if job]
@@ -291,7 +299,9 @@ class Syncer:
         path = self.dest / entry.dest
         job = _Job(entry, path)
         if entry.checksum_kind == "s3-multipart" and self.store is not None:
-            job.multipart_part_size = self.store.part_size(entry.key, entry.etag)
+            job.multipart_part_size = self._source_part_size(job) or self.store.part_size(
+                entry.key, entry.etag
+            )
         hasher = job.new_hasher()
         if hasher is None:
             return job  # nothing to compare a local file with: fetch it under the pinned etag
@@ -440,8 +450,7 @@ class Syncer:
         source = self.options.source
         if source is None or not jobs:
             return jobs
-        held = source.held(self.manifest.entries)
-        tried = [job for job in jobs if source_key(job.entry) in held]
+        tried = [job for job in jobs if source_key(job.entry) in self._held]
         self._jobs.extend(tried)
         got = self._run_all(pool, [partial(self._fetch_source, source, job) for job in tried])
         with self._lock:
@@ -475,7 +484,20 @@ class Syncer:
         job.fd = -1
         with contextlib.suppress(FileNotFoundError):
             os.unlink(job.tmp)
+        if job.part_size_from_source and self.store is not None:
+            # The store's download is checked with the store's own part size.
+            job.multipart_part_size = self.store.part_size(job.entry.key, job.entry.etag)
+            job.part_size_from_source = False
         return False
+
+    def _source_part_size(self, job: _Job) -> int | None:
+        """A held multipart object's part size as the source knows it (no request to the store)."""
+        source = self.options.source
+        if source is None or source_key(job.entry) not in self._held:
+            return None
+        size = source.part_size(job.entry)
+        job.part_size_from_source = size is not None
+        return size
 
     def _open_parts(self, job: _Job) -> None:
         """A big file: size the temp file (sparse) and plan its ranged parts."""
