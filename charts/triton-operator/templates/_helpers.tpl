@@ -111,3 +111,19 @@ ClusterRole (cluster mode) and the per-namespace Roles (watchNamespaces mode).
   resources: [httproutes, grpcroutes]
   verbs: [get, list, watch, patch]
 {{- end }}
+
+{{/* Labels of the node cache's DaemonSet and pods: its own name and component, so that nothing
+selecting the operator's pods (the metrics Service) selects them. */}}
+{{- define "triton-operator.nodeCacheSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "triton-operator.name" . }}-node-cache
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "triton-operator.nodeCacheLabels" -}}
+helm.sh/chart: {{ include "triton-operator.chart" . }}
+{{ include "triton-operator.nodeCacheSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: node-cache
+app.kubernetes.io/part-of: triton-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}

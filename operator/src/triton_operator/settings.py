@@ -40,6 +40,13 @@ def _positive(value: str | None, name: str) -> int | None:
     return number
 
 
+def _port(value: str | None, name: str) -> int | None:
+    number = _positive(value, name)
+    if number is not None and number > 65535:
+        raise ValueError(f"{ENV_PREFIX}{name}: {value!r} is not a port (1 to 65535)")
+    return number
+
+
 def _flag(value: str | None, default: bool) -> bool:
     if value is None or not value.strip():
         return default
@@ -122,6 +129,10 @@ class Settings:
     max_listed_objects: int = DEFAULT_MAX_LISTED_OBJECTS
     """The most objects a repository listing takes: past it the listing stops (never held whole) and
     the TritonService gets RepositoryReady=False/ListingTooLarge naming the cap."""
+    node_cache_port: int | None = None
+    """The port of the node cache (the chart's node-cache DaemonSet) on every node; unset: off. New
+    revisions' sync containers then read the node's cache before their store (recorded per revision:
+    turning it on or off restarts no serving pod, core.observation.recorded_settings)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -162,4 +173,5 @@ class Settings:
             triton_read_cidrs=_split(get("TRITON_READ_CIDRS")),
             max_listed_objects=_positive(get("MAX_LISTED_OBJECTS"), "MAX_LISTED_OBJECTS")
             or DEFAULT_MAX_LISTED_OBJECTS,
+            node_cache_port=_port(get("NODE_CACHE_PORT"), "NODE_CACHE_PORT"),
         )

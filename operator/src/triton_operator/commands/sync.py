@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.redaction import install_log_redaction
 from triton_operator.adapters.storage import open_store
 from triton_operator.adapters.storage.base import ObjectChanged, StoreConfigError, StoreError
@@ -21,6 +22,7 @@ from triton_operator.adapters.sync.results import ChecksumMismatch, NoSpace, Syn
 from triton_operator.core.manifest import Manifest, ManifestError, SelectionFailed, manifest_from_json
 from triton_operator.core.manifestparts import ordered, part_index, unpack
 from triton_operator.core.modelconfig import ModelConfigError
+from triton_operator.core.nodecache import HOST_ENV, POD_ENV, PORT_ENV
 from triton_operator.core.startup import TERMINATION_MESSAGE_MAX, format_summary
 from triton_operator.models import quantity_bytes
 
@@ -73,13 +75,17 @@ was pinned; 4 a size or checksum did not match; 5 the store refused or failed (a
 missing bucket, unavailable); 6 something unsafe in the destination (a symlink where a file goes);
 7 the files do not fit the destination volume (checked before anything is written: the message
 names the bytes needed and free).
-On success a one-line summary (objects, bytes fetched from the store and already present, seconds),
-on failure the one-line reason, is also written to --termination-log when that file exists, so that
+On success a one-line summary (objects, bytes fetched from the store and already present, seconds;
+with the node cache, its hits and misses: bytes it gave count as already present), on failure the
+one-line reason, is also written to --termination-log when that file exists, so that
 Kubernetes shows it as the container's termination message (the operator reads the summary into
 status.timeToServe, the reason into Degraded).
 Credentials come from the environment: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY[/AWS_SESSION_TOKEN],
 GOOGLE_APPLICATION_CREDENTIALS_JSON, AZURE_STORAGE_CONNECTION_STRING (or AZURE_STORAGE_KEY,
 AZURE_STORAGE_SAS_TOKEN); none of them means the platform identity (IRSA, workload identity).
+The node cache (`triton-operator node-cache` on the pod's node, found through TRITON_NODE_CACHE_HOST
+and TRITON_NODE_CACHE_PORT, which the operator sets when it is on) is read first; every byte it
+gives is checked against the pinned checksum, and what the store gives is offered to it.
 """
 
 
@@ -132,6 +138,20 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--dest", required=True, type=Path, help="the model repository to fill (/models)")
     parser.add_argument(
         "--cache", type=Path, default=None, help="content-addressed cache folder: <cache>/<kind>/<checksum>"
+    )
+    parser.add_argument(
+        "--node-cache",
+        default=None,
+        metavar="URL",
+        help="the node cache (http://host:port), read before the store and given what the store gave; "
+        f"default: http://${HOST_ENV}:${PORT_ENV} when both are set. Every byte it gives is checked; "
+        "a cache that is down only means reading the store",
+    )
+    parser.add_argument(
+        "--node-cache-upload-seconds",
+        type=float,
+        default=300.0,
+        help="how long to wait at the end for the uploads to the node cache (default 300)",
     )
     parser.add_argument("--concurrency", type=_positive, default=16, help="parallel reads (default 16)")
     parser.add_argument(
@@ -190,6 +210,17 @@ def credentials_from_env(env: Any = None) -> dict[str, str]:
     return {k: env[k] for k in CREDENTIAL_VARS if env.get(k)}
 
 
+def node_cache_url(arg: str | None, env: Any = None) -> str | None:
+    """--node-cache, else http://$TRITON_NODE_CACHE_HOST:$TRITON_NODE_CACHE_PORT, else None."""
+    env = os.environ if env is None else env
+    if arg:
+        return arg
+    host, port = env.get(HOST_ENV, "").strip(), env.get(PORT_ENV, "").strip()
+    if not host or not port:
+        return None
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def run(args: argparse.Namespace) -> int:
     # The container's log is read by whoever may read the pod's: an SDK's warning (a retried
     # request's URL with its SAS signature) must not show the credentials it was given.
@@ -213,6 +244,13 @@ def run(args: argparse.Namespace) -> int:
         return fail(EXIT_USAGE, f"--manifest {args.manifest}: {exc}")
     if args.configs is not None and not args.configs.is_dir():
         return fail(EXIT_USAGE, f"--configs {args.configs}: not a folder")
+    url = node_cache_url(args.node_cache)
+    node_cache = None
+    if url is not None and manifest.pinned:
+        try:
+            node_cache = NodeCacheClient(url, os.environ.get(POD_ENV) or os.uname().nodename)
+        except ValueError as exc:
+            return fail(EXIT_USAGE, f"--node-cache: {exc}")
     options = SyncOptions(
         dest=args.dest,
         configs=args.configs,
@@ -221,6 +259,7 @@ def run(args: argparse.Namespace) -> int:
         part_size=args.part_size,
         pvc_root=args.pvc_root,
         volume_limit=args.volume_limit,
+        source=node_cache,
     )
     store = None
     try:
@@ -256,8 +295,14 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if store is not None:
             store.close()
+        if node_cache is not None:
+            node_cache.close(args.node_cache_upload_seconds)
     summary = format_summary(
-        stats.files, stats.downloaded_bytes, stats.bytes - stats.downloaded_bytes, time.monotonic() - started
+        stats.files,
+        stats.downloaded_bytes,
+        stats.bytes - stats.downloaded_bytes,
+        time.monotonic() - started,
+        node_cache=(stats.source_hits, stats.source_misses) if node_cache is not None else None,
     )
     write_termination_log(args.termination_log, summary)
     return EXIT_OK

@@ -46,6 +46,7 @@ from triton_operator.core.names import (
     object_name,
     part_configmap_name,
 )
+from triton_operator.core.nodecache import HOST_ENV, POD_ENV, PORT_ENV
 from triton_operator.core.revision import revision_hash
 from triton_operator.core.traffic import service_body
 from triton_operator.models import Strategy, TritonService
@@ -120,6 +121,7 @@ RECORDED_SETTINGS: dict[str, str] = {
     "podSecurityDefaults": "pod_security_defaults",
     "tritonLogOnExit": "triton_log_on_exit",
     "prometheusScrape": "prometheus_scrape",
+    "nodeCachePort": "node_cache_port",
 }
 """The operator settings that shape a revision's pod template (OPERATOR_KEY's keys -> Settings'
 fields): recorded when the revision is created, and what it is re-rendered with ever after."""
@@ -143,6 +145,9 @@ def read_settings_record(text: str | None, settings: Settings) -> Settings | Non
     fields: dict[str, Any] = {f: record[k] for k, f in RECORDED_SETTINGS.items() if k in record}
     # Left out of the record when unset (the cluster's default policy).
     fields["sync_image_pull_policy"] = record.get("syncImagePullPolicy")
+    # A revision recorded before the node cache (or with it off) keeps syncing without it.
+    port = record.get("nodeCachePort")
+    fields["node_cache_port"] = port if isinstance(port, int) and not isinstance(port, bool) else None
     return dataclasses.replace(settings, **fields)
 
 
@@ -545,10 +550,22 @@ def build_sync_container(ts: TritonService, settings: Settings, layout: Manifest
     credentials = ts.spec.repository.credentials_secret
     if credentials and not _is_pvc(ts):
         sync["envFrom"] = [{"secretRef": {"name": credentials}}]
+    if settings.node_cache_port is not None and not _is_pvc(ts):
+        sync["env"] = node_cache_env(settings.node_cache_port)
     if settings.pod_security_defaults:
         # The operator's own image: it writes /models only, so its root filesystem is read-only.
         sync["securityContext"] = {**RESTRICTED_CONTAINER_SECURITY, "readOnlyRootFilesystem": True}
     return sync
+
+
+def node_cache_env(port: int) -> list[dict[str, Any]]:
+    """Where the sync container finds the node cache: the node's address and the cache's hostPort,
+    and its pod's uid to name its lease (the downward API: nothing of the node is mounted)."""
+    return [
+        {"name": HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+        {"name": PORT_ENV, "value": str(port)},
+        {"name": POD_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+    ]
 
 
 def build_scheduling(ts: TritonService) -> dict[str, Any]:

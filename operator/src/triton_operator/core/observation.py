@@ -32,6 +32,7 @@ from triton_operator.core.names import (
     SYNC_CONTAINER,
     TRITON_CONTAINER,
 )
+from triton_operator.core.nodecache import PORT_ENV
 from triton_operator.core.rollout.clock import parse_time
 from triton_operator.core.rollout.state import RevisionState, revision_ready
 from triton_operator.core.startup import PodStart, pod_start
@@ -222,8 +223,21 @@ def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) ->
             # so that applying the same template again changes nothing (not even managedFields).
             if policy == default_pull_policy(image):
                 policy = None
-            return dataclasses.replace(settings, sync_image=image, sync_image_pull_policy=policy)
+            return dataclasses.replace(
+                settings,
+                sync_image=image,
+                sync_image_pull_policy=policy,
+                node_cache_port=_node_cache_port(container),
+            )
     return settings
+
+
+def _node_cache_port(container: Mapping[str, Any]) -> int | None:
+    """The node cache's port a sync container was given (core.builders.node_cache_env), or None."""
+    for env in container.get("env") or []:
+        if env.get("name") == PORT_ENV and str(env.get("value") or "").isdigit():
+            return int(env["value"])
+    return None
 
 
 def kept_pod_security(settings: Settings, deployment: Mapping[str, Any]) -> Settings:

@@ -58,24 +58,40 @@ class SyncSummary:
     """Bytes already there: in the destination from an earlier run, or placed from a cache."""
     seconds: float
     """How long the sync ran, by its own clock (without the Python start-up before it)."""
+    node_cache_hits: int | None = None
+    """Objects read from the node cache (counted in ``present``); None when the cache was off."""
+    node_cache_misses: int | None = None
+    """Objects read from the store while the node cache was on."""
 
 
 _SUMMARY = re.compile(
     r"^synced (?P<objects>\d+) objects?, (?P<fetched>\d+) bytes fetched from the store, "
     r"(?P<present>\d+) bytes already present, in (?P<seconds>\d+(?:\.\d+)?) s\b"
+    r"(?:, node cache: (?P<hits>\d+) hits?, (?P<misses>\d+) miss(?:es)?\b)?"
 )
 
 
-def format_summary(objects: int, fetched: int, present: int, seconds: float) -> str:
-    """The one line `triton-operator sync` writes as its termination message when it exits 0.
+def format_summary(
+    objects: int, fetched: int, present: int, seconds: float, node_cache: tuple[int, int] | None = None
+) -> str:
+    """The one line `triton-operator sync` writes as its termination message when it exits 0;
+    ``node_cache``: (hits, misses) when the node cache was on, appended after the seconds.
 
     >>> format_summary(3, 536870912, 0, 1.234)
     'synced 3 objects, 536870912 bytes fetched from the store, 0 bytes already present, in 1.23 s'
+    >>> format_summary(3, 0, 536870912, 1.234, node_cache=(1, 0)).partition(" s, ")[2]
+    'node cache: 1 hit, 0 misses'
     """
-    return (
+    line = (
         f"synced {objects} object{'' if objects == 1 else 's'}, {fetched} bytes fetched from the store, "
         f"{present} bytes already present, in {max(seconds, 0.0):.2f} s"
     )
+    if node_cache is not None:
+        hits, misses = node_cache
+        line += (
+            f", node cache: {hits} hit{'' if hits == 1 else 's'}, {misses} miss{'' if misses == 1 else 'es'}"
+        )
+    return line
 
 
 def parse_summary(message: Any) -> SyncSummary | None:
@@ -91,6 +107,8 @@ def parse_summary(message: Any) -> SyncSummary | None:
         fetched=int(match["fetched"]),
         present=int(match["present"]),
         seconds=float(match["seconds"]),
+        node_cache_hits=int(match["hits"]) if match["hits"] is not None else None,
+        node_cache_misses=int(match["misses"]) if match["misses"] is not None else None,
     )
 
 

@@ -12,7 +12,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from triton_operator.adapters.storage.base import ObjectStore, StoreUnavailable
 from triton_operator.adapters.storage.pvc import PvcStore
@@ -56,6 +56,30 @@ from triton_operator.core.manifest import (
 )
 
 
+class ObjectSource(Protocol):
+    """Another place that may hold pinned objects' bytes (the node's cache), consulted before the
+    store: whatever it gives is checked against the pinned checksum like the store's bytes, and a
+    failure or a mismatch there only sends the object to the store. Offered each verified download."""
+
+    def held(self, entries: Sequence[ManifestEntry]) -> frozenset[str]:
+        """Declares the sync's use of ``entries``; the keys (source_key) of those it holds."""
+
+    def part_size(self, entry: ManifestEntry) -> int | None:
+        """The part size of a held multipart upload, to check the source's bytes with instead of
+        asking the store (None: ask the store). A wrong one only fails the source's copy."""
+
+    def read(self, entry: ManifestEntry, sink: Callable[[bytes], None]) -> int | None:
+        """Streams the object to ``sink``: the bytes given, None when it has not got it."""
+
+    def offer(self, entry: ManifestEntry, path: Path, part_size: int | None = None) -> None:
+        """A verified download of ``entry`` at ``path`` (``part_size``: the multipart upload's,
+        that its ETag was checked with), to keep (best effort, never raises)."""
+
+
+def source_key(entry: ManifestEntry) -> str:
+    return f"{entry.checksum_kind}/{entry.checksum}"
+
+
 @dataclass(frozen=True)
 class SyncOptions:
     dest: Path
@@ -66,6 +90,7 @@ class SyncOptions:
     retries: int = 3
     pvc_root: Path | None = None  # where a pvc:// claim is mounted (unpinned manifests)
     volume_limit: int | None = None  # the dest volume's size limit (an emptyDir's sizeLimit), bytes
+    source: ObjectSource | None = None  # consulted before the store (the node cache)
 
 
 class _Aborted(Exception):  # noqa: N818 - control flow, not an error
@@ -100,6 +125,8 @@ class _Job:
     aligned: PartDigests | None = None  # parts aligned to the upload's parts, hashed in parallel
     parts_left: int = 0
     cached: Path | None = None  # the cache holds the pinned content: placed from there, not fetched
+    from_source: bool = False  # read from options.source, not the store
+    part_size_from_source: bool = False  # multipart_part_size as options.source told it
 
     def __post_init__(self) -> None:
         self.tmp = tmp_name(self.path)
@@ -131,6 +158,7 @@ class Syncer:
         self._state_old: dict[str, list[Any]] = {}
         self._touched_dirs: set[Path] = set()
         self._jobs: list[_Job] = []
+        self._held: frozenset[str] = frozenset()  # what options.source holds (source_key)
 
     # -------------------------------------------------------- entry point
 
@@ -198,6 +226,8 @@ class Syncer:
 
     def _download(self, unknown: list[ManifestEntry]) -> None:
         workers = max(1, self.options.concurrency)
+        if self.options.source is not None and unknown:
+            self._held = self.options.source.held(self.manifest.entries)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sync") as pool:
             # Phase 1: files whose state is unknown are hashed; the cache is consulted.
             checked = [job for job in self._run_all(pool, [partial(self._check, e) for e in unknown]) if job]
@@ -210,6 +240,7 @@ class Syncer:
             for job in checked:
                 dirs.ensure(job.entry.dest.rpartition("/")[0])
             self._run_all(pool, [partial(self._place_cached, job) for job in hits])
+            to_fetch = self._from_source(pool, to_fetch)
             # Phase 2: downloads; big files in ranged parts first, then whole files, biggest first.
             to_fetch.sort(key=lambda j: -j.entry.size)
             self._jobs.extend(to_fetch)
@@ -274,7 +305,9 @@ class Syncer:
         path = self.dest / entry.dest
         job = _Job(entry, path)
         if entry.checksum_kind == "s3-multipart" and self.store is not None:
-            job.multipart_part_size = self.store.part_size(entry.key, entry.etag)
+            job.multipart_part_size = self._source_part_size(job) or self.store.part_size(
+                entry.key, entry.etag
+            )
         hasher = job.new_hasher()
         if hasher is None:
             return job  # nothing to compare a local file with: fetch it under the pinned etag
@@ -418,6 +451,60 @@ class Syncer:
         count = self._read_with_retries(job, 0, None, make_sink)
         self._finish(job, count)
 
+    def _from_source(self, pool: ThreadPoolExecutor, jobs: list[_Job]) -> list[_Job]:
+        """Read from options.source what it holds; the jobs left for the store."""
+        source = self.options.source
+        if source is None or not jobs:
+            return jobs
+        tried = [job for job in jobs if source_key(job.entry) in self._held]
+        self._jobs.extend(tried)
+        got = self._run_all(pool, [partial(self._fetch_source, source, job) for job in tried])
+        with self._lock:
+            self.stats.source_misses += len(jobs) - sum(1 for ok in got if ok)
+        return [job for job in jobs if not job.finished]
+
+    def _fetch_source(self, source: ObjectSource, job: _Job) -> bool:
+        """One object from the source, checked as it arrives; False (nothing left behind) when the
+        source has not got it or its bytes do not match the pin: the store is read instead."""
+        fd = job.fd = os.open(job.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        hasher = job.hasher = job.new_hasher()
+
+        def write(chunk: bytes) -> None:
+            write_all(fd, chunk)
+            if hasher is not None:
+                hasher.update(chunk)
+
+        count = source.read(job.entry, self._sink(write))
+        if count is not None and hasher is not None:
+            job.from_source = True
+            try:
+                self._finish(job, count)
+                return True
+            except ChecksumMismatch:
+                with self._lock:
+                    self.stats.source_refused += 1
+        self.progress.add_bytes(-(count or 0))
+        job.from_source = False
+        job.hasher = None
+        os.close(fd)
+        job.fd = -1
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(job.tmp)
+        if job.part_size_from_source and self.store is not None:
+            # The store's download is checked with the store's own part size.
+            job.multipart_part_size = self.store.part_size(job.entry.key, job.entry.etag)
+            job.part_size_from_source = False
+        return False
+
+    def _source_part_size(self, job: _Job) -> int | None:
+        """A held multipart object's part size as the source knows it (no request to the store)."""
+        source = self.options.source
+        if source is None or source_key(job.entry) not in self._held:
+            return None
+        size = source.part_size(job.entry)
+        job.part_size_from_source = size is not None
+        return size
+
     def _open_parts(self, job: _Job) -> None:
         """A big file: allocate the temp file's size and plan its ranged parts."""
         job.fd = os.open(job.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -525,10 +612,16 @@ class Syncer:
             cached.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(OSError):
                 link_or_copy(job.path, cached)
+        if verified and not job.from_source and self.options.source is not None:
+            self.options.source.offer(entry, job.path, job.multipart_part_size)
         with self._lock:
             self._state_new[entry.dest] = state_record(entry, st)
-            self.stats.downloaded_files += 1
-            self.stats.downloaded_bytes += entry.size
+            if job.from_source:
+                self.stats.source_hits += 1
+                self.stats.source_bytes += entry.size
+            else:
+                self.stats.downloaded_files += 1
+                self.stats.downloaded_bytes += entry.size
             if not verified:
                 self.stats.unverified_files += 1
             self._touched_dirs.add(job.path.parent)

@@ -63,6 +63,10 @@ class SyncStats:
     downloaded_bytes: int = 0
     present_files: int = 0
     cache_hits: int = 0
+    source_hits: int = 0  # objects read from SyncOptions.source (the node cache), verified
+    source_bytes: int = 0
+    source_misses: int = 0  # objects the source was asked for (or could be) and the store gave
+    source_refused: int = 0  # objects the source gave whose bytes did not match the pin
     ranged_parts: int = 0
     unverified_files: int = 0  # no content checksum: size and etag/generation match only
     retried_reads: int = 0

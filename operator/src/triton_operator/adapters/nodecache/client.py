@@ -1,0 +1,188 @@
+"""Sync's client of the node cache: a lease that says what the node holds, reads, and uploads of
+what the store gave (best effort: a cache that is down or refuses never fails a sync)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from triton_operator.core.manifest import ManifestEntry
+from triton_operator.core.nodecache import object_key
+
+CHUNK = 1024 * 1024
+
+log = logging.getLogger(__name__)
+
+
+class NodeCacheClient:
+    """The node cache at ``url`` (http://host:port), as one sync uses it from its threads.
+
+    ``held`` takes the pod's lease on the manifest's cacheable objects and learns which the node
+    holds; ``read`` streams one to a sink; ``offer`` uploads a verified file in the background;
+    ``close`` waits for the uploads. Any failure to reach the cache makes it a miss, never an error.
+    """
+
+    def __init__(self, url: str, pod: str, *, timeout: float = 30.0, uploads: int = 2) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"{url!r}: the node cache is an http://host:port address")
+        self.host = parts.hostname
+        self.port = parts.port or 80
+        self.pod = pod
+        self.timeout = timeout
+        self.down = False
+        self.held_keys: frozenset[str] = frozenset()
+        self.part_sizes: dict[str, int] = {}
+        self.offered = 0
+        self.kept = 0
+        self._local = threading.local()
+        self._uploads = ThreadPoolExecutor(max_workers=uploads, thread_name_prefix="node-cache-put")
+        self._pending: list[Future[None]] = []
+        self._read_keys: set[str] = set()
+        self._lock = threading.Lock()
+
+    def _conn(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout, blocksize=CHUNK)
+            self._local.conn = conn
+        return conn
+
+    def _request(
+        self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> http.client.HTTPResponse:
+        """The response to a request on this thread's kept-alive connection; once more on a new
+        connection when the cache had closed the old one (as it does after an object it dropped)."""
+        reused = getattr(self._local, "conn", None) is not None
+        try:
+            conn = self._conn()
+            conn.request(method, path, body, headers or {})
+            return conn.getresponse()
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            if not reused:
+                raise
+            self._reset()
+            conn = self._conn()
+            conn.request(method, path, body, headers or {})
+            return conn.getresponse()
+
+    def _reset(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # ------------------------------------------------------------ lease
+
+    def held(self, entries: Sequence[ManifestEntry]) -> frozenset[str]:
+        """Lease the cacheable ``entries`` for this pod; the keys the node holds (none when the
+        cache cannot be reached: then the sync reads the store and offers nothing)."""
+        objects = [[e.checksum_kind, e.checksum] for e in entries if key_of(e) is not None]
+        body = json.dumps({"pod": self.pod, "objects": objects}).encode()
+        try:
+            response = self._request("POST", "/v1/leases", body, {"Content-Type": "application/json"})
+            data = response.read()
+            if response.status != 200:
+                log.warning("node cache: lease refused (%s): %s", response.status, data[:200])
+                return frozenset()
+            answer = json.loads(data)
+            self.held_keys = frozenset(str(k) for k in answer["held"])
+            sizes = answer.get("part_sizes") or {}
+            self.part_sizes = {str(k): int(v) for k, v in sizes.items() if int(v) > 0}
+        except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as exc:
+            log.warning("node cache at %s:%s not reachable: %s; reading the store", self.host, self.port, exc)
+            self._reset()
+            self.down = True
+            return frozenset()
+        return self.held_keys
+
+    def part_size(self, entry: ManifestEntry) -> int | None:
+        """The part size the cache checked a held multipart object with (None: not known)."""
+        key = key_of(entry)
+        return self.part_sizes.get(key) if key is not None else None
+
+    # ------------------------------------------------------------ read
+
+    def read(self, entry: ManifestEntry, sink: Callable[[bytes], None]) -> int | None:
+        """Stream the cached object to ``sink``; the bytes sent, or None when the cache does not
+        hold it or failed (the caller checks the bytes; the sink's own errors go through)."""
+        key = key_of(entry)
+        if key is None or self.down:
+            return None
+        with self._lock:
+            # Read once: should the sync offer it after all (the bytes did not match, the read
+            # failed), the store's copy is uploaded, and the cache told to check its own.
+            self.held_keys = self.held_keys - {key}
+            self._read_keys.add(key)
+        try:
+            response = self._request("GET", f"/v1/objects/{key}")
+            if response.status != 200:
+                response.read()
+                return None
+            count = 0
+            while chunk := response.read(CHUNK):
+                sink(chunk)
+                count += len(chunk)
+            return count
+        except (OSError, http.client.HTTPException) as exc:
+            # A cache that fails (or hangs past the timeout) once is not asked again by this sync.
+            log.warning("node cache: reading %s failed: %s; reading the store from now on", key, exc)
+            self._reset()
+            self.down = True
+            return None
+
+    # ------------------------------------------------------------ upload
+
+    def offer(self, entry: ManifestEntry, path: Path, part_size: int | None = None) -> None:
+        """Upload ``path`` (its bytes checked against ``entry``; ``part_size``: the multipart
+        upload's, that its ETag was checked with) in the background, unless the node holds it
+        already or the cache is down."""
+        key = key_of(entry)
+        if key is None or self.down or key in self.held_keys:
+            return
+        headers = {"Content-Length": str(entry.size)}
+        if part_size:
+            headers["X-Part-Size"] = str(part_size)
+        with self._lock:
+            if key in self._read_keys:
+                headers["X-Check-Existing"] = "1"
+            self.offered += 1
+            self._pending.append(self._uploads.submit(self._put, key, path, headers))
+
+    def _put(self, key: str, path: Path, headers: dict[str, str]) -> None:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout, blocksize=CHUNK)
+        try:
+            with path.open("rb") as f:
+                conn.request("PUT", f"/v1/objects/{key}", f, headers)
+                response = conn.getresponse()
+                response.read()
+            if response.status == 201:
+                with self._lock:
+                    self.kept += 1
+            elif response.status != 409:  # present, or another pod's upload of it
+                log.info("node cache: upload of %s not kept (%s)", key, response.status)
+        except (ConnectionRefusedError, TimeoutError) as exc:
+            log.info("node cache: upload of %s failed: %s; no more uploads", key, exc)
+            self.down = True
+        except (OSError, http.client.HTTPException) as exc:  # e.g. refused before the body was read
+            log.info("node cache: upload of %s not kept: %s", key, exc)
+        finally:
+            conn.close()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Wait up to ``timeout`` seconds for the uploads, then stop."""
+        with self._lock:
+            pending = list(self._pending)
+        wait(pending, timeout=timeout)
+        self._uploads.shutdown(wait=False, cancel_futures=True)
+        self._reset()
+
+
+def key_of(entry: ManifestEntry) -> str | None:
+    return object_key(entry.checksum_kind, entry.checksum)

@@ -1,0 +1,134 @@
+"""The chart's node cache: off by default; on, a DaemonSet in the operator's namespace holds the only
+hostPath and the operator tells new revisions' pods its port (TRITON_OPERATOR_NODE_CACHE_PORT)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from packaging_helpers import Render, env, find, one, render_error
+from triton_operator.commands.node_cache import DEFAULT_PORT
+from triton_operator.settings import Settings
+
+ON = {"nodeCache": {"enabled": True}}
+
+
+def pod_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    return spec
+
+
+def test_off_by_default(render: Render) -> None:
+    docs = render()
+    assert not find(docs, "DaemonSet")
+    assert "TRITON_OPERATOR_NODE_CACHE_PORT" not in env(docs)
+    volumes = [
+        v
+        for d in docs
+        for v in ((d.get("spec") or {}).get("template") or {}).get("spec", {}).get("volumes", [])
+    ]
+    assert volumes and not [v for v in volumes if "hostPath" in v]
+
+
+def test_on_a_daemonset_serves_the_cache_on_a_host_port_and_the_operator_knows_it(render: Render) -> None:
+    docs = render(ON)
+    daemonset = one(docs, "DaemonSet", "triton-operator-node-cache")
+    assert daemonset["metadata"]["namespace"] == "triton-operator"
+    pod = pod_of(docs)
+    [cache] = pod["containers"]
+    assert cache["command"] == ["triton-operator"]
+    assert cache["args"] == [
+        "node-cache",
+        "--root=/cache",
+        "--size-limit=100Gi",
+        f"--port={DEFAULT_PORT}",
+        "--lease-seconds=86400",
+    ]
+    assert cache["ports"] == [
+        {"name": "http", "containerPort": DEFAULT_PORT, "hostPort": DEFAULT_PORT, "protocol": "TCP"}
+    ]
+    assert cache["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert pod["volumes"] == [
+        {"name": "cache", "hostPath": {"path": "/var/cache/triton-operator", "type": "DirectoryOrCreate"}}
+    ]
+    # Its metrics (hits, misses, bytes, evictions) are scraped from the same port.
+    annotations = daemonset["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(DEFAULT_PORT),
+        "prometheus.io/path": "/metrics",
+    }
+    # The operator reads the port the chart gives the DaemonSet: the pods' sync finds the cache there.
+    port = env(docs)["TRITON_OPERATOR_NODE_CACHE_PORT"]
+    assert Settings.from_env({"TRITON_OPERATOR_NODE_CACHE_PORT": port}).node_cache_port == DEFAULT_PORT
+
+
+def test_values_reach_the_daemonset(render: Render) -> None:
+    values = {
+        "nodeCache": {
+            "enabled": True,
+            "port": 9123,
+            "sizeLimit": "500Gi",
+            "hostPath": "/mnt/nvme/triton-cache",
+            "leaseSeconds": 3600,
+            "nodeSelector": {"nvidia.com/gpu.present": "true"},
+            "tolerations": [],
+        }
+    }
+    docs = render(values)
+    pod = pod_of(docs)
+    [cache] = pod["containers"]
+    assert "--size-limit=500Gi" in cache["args"]
+    assert "--port=9123" in cache["args"]
+    assert "--lease-seconds=3600" in cache["args"]
+    assert cache["ports"][0]["hostPort"] == 9123
+    assert pod["volumes"][0]["hostPath"]["path"] == "/mnt/nvme/triton-cache"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert "tolerations" not in pod
+    assert env(docs)["TRITON_OPERATOR_NODE_CACHE_PORT"] == "9123"
+
+
+def test_on_the_nodes_network_the_cache_listens_on_the_nodes_address_only(render: Render) -> None:
+    """For a CNI without the portmap plugin (hostPort): the node's network, bound to status.hostIP."""
+    assert "hostNetwork" not in pod_of(render(ON))
+    pod = pod_of(render({"nodeCache": {"enabled": True, "hostNetwork": True}}))
+    assert (pod["hostNetwork"], pod["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+    [cache] = pod["containers"]
+    assert "--address=$(HOST_IP)" in cache["args"]
+    assert cache["env"] == [{"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
+    assert cache["ports"][0]["hostPort"] == cache["ports"][0]["containerPort"] == DEFAULT_PORT
+
+
+def test_the_cache_runs_with_least_privilege(render: Render) -> None:
+    pod = pod_of(render(ON))
+    assert pod["automountServiceAccountToken"] is False  # it reaches nothing of the cluster
+    [cache] = pod["containers"]
+    sc = cache["securityContext"]
+    assert (sc["runAsNonRoot"], sc["readOnlyRootFilesystem"], sc["allowPrivilegeEscalation"]) == (
+        True,
+        True,
+        False,
+    )
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert "hostNetwork" not in pod and "privileged" not in repr(pod)
+    # Only the one-shot init container runs as root, to hand kubelet's new folder to the cache's user.
+    [init] = pod["initContainers"]
+    assert init["command"] == ["chown", "65532:65532", "/cache"]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert init["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_nothing_that_selects_the_operator_selects_the_cache(render: Render) -> None:
+    docs = render(ON)
+    cache_labels = one(docs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    for selector in (
+        one(docs, "Service", "triton-operator-metrics")["spec"]["selector"],
+        one(docs, "Deployment")["spec"]["selector"]["matchLabels"],
+    ):
+        assert not selector.items() <= cache_labels.items()
+    assert not find(docs, "Role") and not find(docs, "ClusterRole", "triton-operator-node-cache")
+
+
+def test_bad_values_are_refused(helm: Path) -> None:
+    assert "is not a port" in render_error(helm, "nodeCache.enabled=true", "nodeCache.port=70000")
+    assert "absolute path" in render_error(helm, "nodeCache.enabled=true", "nodeCache.hostPath=cache")

@@ -1,0 +1,82 @@
+"""A TCP proxy that counts the bytes a server sends back: what a sync really read from a store.
+
+Not a fake: it forwards every byte both ways to the real server (seaweedfs) and only counts them,
+so a test can say how many bytes came from the store without trusting the sync's own summary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+
+
+class CountingProxy:
+    """Listens on 127.0.0.1 (``port``) and forwards each connection to ``target`` (host, port)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._downstream = 0
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def bytes_from_server(self) -> int:
+        """Bytes the server sent (responses: headers and bodies) since start or the last reset."""
+        with self._lock:
+            return self._downstream
+
+    def reset(self) -> None:
+        with self._lock:
+            self._downstream = 0
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, count: bool) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                if count:
+                    with self._lock:
+                        self._downstream += len(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+
+@contextlib.contextmanager
+def counting_proxy(endpoint: str) -> Iterator[CountingProxy]:
+    """A CountingProxy in front of ``endpoint`` (http://host:port)."""
+    host, _, port = endpoint.removeprefix("http://").rstrip("/").rpartition(":")
+    proxy = CountingProxy((host, int(port)))
+    try:
+        yield proxy
+    finally:
+        proxy.close()

@@ -1,0 +1,80 @@
+"""The node cache in the pods the operator makes: the sync container finds it through the downward API
+(nothing of the node mounted), only in revisions made with it on (recorded, so no pod restarts)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from triton_operator.core.builders import (
+    PLAIN,
+    build_configmaps,
+    build_deployment,
+    build_sync_container,
+    compute_revision,
+)
+from triton_operator.core.nodecache import HOST_ENV, POD_ENV, PORT_ENV
+from triton_operator.core.observation import recorded_revisions, recorded_settings
+from triton_operator.settings import Settings
+from tritonservice_bodies import SETTINGS, configs_of, ts_of
+
+ON = dataclasses.replace(SETTINGS, node_cache_port=8790)
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env") or []}
+
+
+def test_with_the_cache_on_the_sync_container_is_told_the_nodes_address_port_and_its_pod() -> None:
+    sync = build_sync_container(ts_of(), ON, PLAIN)
+    assert env_of(sync) == {
+        HOST_ENV: {"fieldRef": {"fieldPath": "status.hostIP"}},
+        PORT_ENV: "8790",
+        POD_ENV: {"fieldRef": {"fieldPath": "metadata.uid"}},
+    }
+    # Pod Security restricted as before: no hostPath, no host port, nothing of the node mounted.
+    assert "hostPath" not in repr(build_deployment(ts_of(), "r1", ON, 1))
+    assert "hostPort" not in repr(build_deployment(ts_of(), "r1", ON, 1))
+
+
+def test_with_the_cache_off_nothing_changes() -> None:
+    assert "env" not in build_sync_container(ts_of(), SETTINGS, PLAIN)
+
+
+@pytest.mark.parametrize(
+    ("before", "after"), [(SETTINGS, ON), (ON, SETTINGS)], ids=["turned-on", "turned-off"]
+)
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "live-deployment"])
+def test_turning_the_cache_on_or_off_restarts_no_serving_pod(
+    before: Settings, after: Settings, recorded: bool
+) -> None:
+    """An existing revision keeps the sync container it was made with; the next revision gets the
+    operator's setting of the day. The revision's hash does not depend on it."""
+    ts = ts_of()
+    configs = configs_of(ts)
+    revision = compute_revision(ts, before, configs, None)
+    assert compute_revision(ts, after, configs, None) == revision
+    configmaps = build_configmaps(ts, revision, configs, None, settings=before if recorded else None)
+    deployment = build_deployment(ts, revision, before, 2)
+    kept = recorded_settings(after, configmaps, deployment)
+    assert build_deployment(ts, revision, kept, 2) == deployment
+    assert (
+        recorded_revisions(after, [deployment], configmaps)[revision].node_cache_port
+        == before.node_cache_port
+    )
+    # a new revision (nothing stored) gets today's setting
+    assert recorded_settings(after, [], None).node_cache_port == after.node_cache_port
+
+
+@pytest.mark.parametrize(("value", "port"), [(None, None), ("", None), ("8790", 8790)])
+def test_the_operator_reads_the_port_from_its_environment(value: str | None, port: int | None) -> None:
+    env = {} if value is None else {"TRITON_OPERATOR_NODE_CACHE_PORT": value}
+    assert Settings.from_env(env).node_cache_port == port
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "65536", "port"])
+def test_a_port_that_is_no_port_stops_the_operator(value: str) -> None:
+    with pytest.raises(ValueError, match="NODE_CACHE_PORT"):
+        Settings.from_env({"TRITON_OPERATOR_NODE_CACHE_PORT": value})
