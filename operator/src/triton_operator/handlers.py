@@ -11,6 +11,7 @@ import kopf
 
 from triton_operator import GROUP, PLURAL, VERSION
 from triton_operator.adapters.kube import Kube, make_client, retry_delay
+from triton_operator.adapters.owned_watch import OwnedWatch
 from triton_operator.adapters.peering import PeeringMonitor, lightkube_watch, peering_scope
 from triton_operator.adapters.triton_reader import TritonReader
 from triton_operator.core.conditions import (
@@ -20,7 +21,6 @@ from triton_operator.core.conditions import (
     MANIFEST_TOO_LARGE,
     REFUSED_BY_POLICY,
 )
-from triton_operator.core.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 from triton_operator.core.repository_access import RepositoryAccess
 from triton_operator.core.rollout.requests import pending_requests
 from triton_operator.reconcile.analysis import TritonView
@@ -29,7 +29,6 @@ from triton_operator.reconcile.scheduler import Reconciler
 from triton_operator.reconcile.steps import Result
 from triton_operator.settings import Settings
 
-OWNED: dict[str, Any] = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_SERVICE: kopf.PRESENT}
 DIFFBASE_KEY = "last-handled-configuration"
 EVENT_RETRIES = 5
 REPOSITORY_RETRY_SECONDS = 30.0
@@ -47,10 +46,6 @@ def configure(settings: kopf.OperatorSettings, operator: Settings) -> None:
     # kopf posts log records at or above that level as Events only when this is on (off by default).
     settings.posting.loggers = True
     settings.posting.reporting_component = "triton-operator"
-    # Watch only our Deployments and pods: the API server filters, not this process.
-    owned = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_SERVICE}"
-    settings.watching.label_selectors["apps", "v1", "deployments"] = owned
-    settings.watching.label_selectors["", "v1", "pods"] = owned
     # Restart long watches now and then; a stuck TCP connection otherwise stops all events.
     settings.watching.server_timeout = 600
     settings.watching.client_timeout = 660
@@ -80,6 +75,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     reconciler = Reconciler(kube, operator, pinner=pinner, triton=triton, paused=scope is not None)
     memo["reconciler"] = reconciler
     memo["kube"] = kube  # the Reconciler knows it only as KubeAPI, which has no close()
+    # The Deployments and pods a TritonService owns: metadata-only watches of our own (kopf's decoded
+    # and queued every whole object), each event a reconcile of its owner.
+    owned = OwnedWatch(
+        kube.http(),
+        reconciler.trigger,
+        namespaces=operator.namespaces,
+        all_namespaces=operator.all_namespaces,
+    )
+    await owned.start()
+    memo["owned_watch"] = owned
     if scope is not None:
         monitor = PeeringMonitor(
             scope,
@@ -95,6 +100,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if monitor is not None:
         monitor.cancel()
         await asyncio.gather(monitor, return_exceptions=True)
+    owned: OwnedWatch | None = memo.get("owned_watch")
+    if owned is not None:
+        await owned.close()
     reconciler: Reconciler | None = memo.get("reconciler")
     if reconciler is not None:
         await reconciler.close()
@@ -165,17 +173,3 @@ async def control_request(namespace: str | None, name: str | None, memo: Any, lo
     if not namespace or not name:
         return
     await _reconcile_retrying(memo, namespace, name, logger, after="a control request")
-
-
-@kopf.on.event("apps", "v1", "deployments", labels=OWNED)
-@kopf.on.event("", "v1", "pods", labels=OWNED)
-async def owned_object(
-    namespace: str | None, labels: Mapping[str, str], memo: Any, logger: Any, **_: Any
-) -> None:
-    """A Deployment or pod of a TritonService changed: reconcile the owner so its status stays true."""
-    owner = labels.get(LABEL_SERVICE)
-    if not owner or not namespace:
-        return
-    # kopf never retries event handlers, and this event may be the last one for a while
-    # (the pod that turned Ready): retry here so the status does not stay stale.
-    await _reconcile_retrying(memo, namespace, owner, logger, after="an owned-object event")

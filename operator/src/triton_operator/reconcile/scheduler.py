@@ -96,6 +96,9 @@ class Reconciler:
         self._specs: dict[tuple[str, str], TritonService] = {}
         self._pollers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._timers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._starting: set[tuple[str, str]] = set()
+        """TritonServices a ``trigger`` task was made for that has not queued its reconcile yet."""
+        self._triggers: set[asyncio.Task[None]] = set()
 
     def _dequeue(self, key: tuple[str, str]) -> None:
         left = self._queued.get(key, 0) - 1
@@ -190,6 +193,33 @@ class Reconciler:
                 name=f"requeue {key[0]}/{key[1]}",
             )
 
+    def trigger(self, namespace: str, name: str) -> None:
+        """Reconcile now (after any running one) on a task of its own: something a TritonService owns
+        changed. Nothing when one is already queued (it reads everything afresh when it starts) or
+        while paused; a failure the API server may get over is tried again on a timer."""
+        key = (namespace, name)
+        if self._paused or key in self._starting or self._queued.get(key, 0) > 0:
+            return
+        self._starting.add(key)
+        task = asyncio.create_task(self._trigger(key), name=f"trigger {namespace}/{name}")
+        self._triggers.add(task)
+        task.add_done_callback(self._triggers.discard)
+
+    async def _trigger(self, key: tuple[str, str]) -> None:
+        self._starting.discard(key)
+        try:
+            await self(*key, coalesce=True)  # queues itself before its first wait
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            retry = retry_delay(exc)
+            if retry is None:
+                logger.exception("reconcile of %s/%s after a change of what it owns failed", *key)
+                return
+            logger.warning("reconcile of %s/%s after a change of what it owns failed: %s", *key, exc)
+            if key not in self._timers:
+                self.requeue(key, retry)
+
     def pending_timer(self, namespace: str, name: str) -> bool:
         """Whether a timed reconcile is due for a TritonService (for tests and metrics)."""
         timer = self._timers.get((namespace, name))
@@ -273,7 +303,7 @@ class Reconciler:
             self.resume(reason)
 
     async def close(self) -> None:
-        tasks = [*self._pollers.values(), *self._timers.values()]
+        tasks = [*self._pollers.values(), *self._timers.values(), *self._triggers]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
