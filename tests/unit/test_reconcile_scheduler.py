@@ -145,7 +145,9 @@ def trigger_tasks(key: tuple[str, str] = KEY) -> list[asyncio.Task[object]]:
     return [t for t in asyncio.all_tasks() if t.get_name() == name and not t.done()]
 
 
-async def test_a_trigger_reconciles_at_once_and_events_while_one_is_queued_make_no_task(kube: MemKube) -> None:
+async def test_a_trigger_reconciles_at_once_and_events_while_one_is_queued_make_no_task(
+    kube: MemKube,
+) -> None:
     """What an owned object's watch event does (adapters.owned_watch): a reconcile of its owner with
     no timer's slack, one task at most waiting per object however many events come."""
     gate = Gate(kube)

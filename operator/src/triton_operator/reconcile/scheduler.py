@@ -33,6 +33,23 @@ SECRET_RETRY_MAX_SECONDS = 300.0
 allow-list, refused by the store) is reconciled again after 5 s, 10 s, 20 s, ... at most every
 5 minutes while it stays so: one Secret read each time (a refusal comes before any store request).
 The operator may only `get` Secrets: watching them would mean reading every Secret of the cluster."""
+REPOSITORY_RETRY_SECONDS = 30.0
+"""A spec held because its repository could not be read (or is being listed) is reconciled again
+after this long, whatever else asks sooner."""
+HELD_FOR_GOOD = frozenset(
+    {
+        cond.INVALID_SPEC,
+        cond.MANIFEST_TOO_LARGE,
+        cond.REFUSED_BY_POLICY,
+        cond.CREDENTIALS_REQUIRED,
+        cond.ENDPOINT_NOT_ALLOWED,
+    }
+)
+"""Why a spec may be held that no retry can help: the status says why. A manifest too large is tried
+again when the spec changes or the repository poll pins another one; a refusal of the operator's
+policy when the spec changes or the operator restarts with other settings (every TritonService
+is reconciled at start); a refusal for what the credentials Secret holds is looked at again with
+the Secret's backoff (SECRET_RETRY_*), so a fixed Secret is noticed without either."""
 
 
 class Reconciler:
@@ -173,14 +190,18 @@ class Reconciler:
 
     def _due(self, key: tuple[str, str], result: Result) -> float | None:
         """When to reconcile again: the plan's time, or sooner while the spec waits for its
-        credentials Secret to be fixed (with a backoff, reset once it no longer waits)."""
+        credentials Secret to be fixed (with a backoff, reset once it no longer waits), and at
+        most REPOSITORY_RETRY_SECONDS later while its repository could not be read."""
+        due = result.requeue_after
+        if result.invalid and result.reason not in HELD_FOR_GOOD:
+            due = REPOSITORY_RETRY_SECONDS if due is None else min(due, REPOSITORY_RETRY_SECONDS)
         if not (result.invalid and result.secret):
             self._secret_waits.pop(key, None)
-            return result.requeue_after
+            return due
         first, longest = self.secret_retry or (SECRET_RETRY_FIRST_SECONDS, SECRET_RETRY_MAX_SECONDS)
         wait = self._secret_waits.get(key, first)
         self._secret_waits[key] = min(wait * 2, longest)
-        return wait if result.requeue_after is None else min(wait, result.requeue_after)
+        return wait if due is None else min(wait, due)
 
     def requeue(self, key: tuple[str, str], delay: float | None) -> None:
         """Reconcile ``key`` again after ``delay`` seconds (replacing any timer); None: no timer."""
@@ -198,6 +219,7 @@ class Reconciler:
         changed. Nothing when one is already queued (it reads everything afresh when it starts) or
         while paused; a failure the API server may get over is tried again on a timer."""
         key = (namespace, name)
+        self._known.add(key)  # paused: the resume reconciles it
         if self._paused or key in self._starting or self._queued.get(key, 0) > 0:
             return
         self._starting.add(key)
