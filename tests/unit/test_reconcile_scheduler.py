@@ -129,6 +129,24 @@ async def test_reconciles_of_one_object_never_overlap_while_other_objects_run_co
     await r.close()
 
 
+async def test_at_most_max_passes_run_at_once_and_one_waiting_for_its_turn_counts_as_queued() -> None:
+    names = [f"s{i}" for i in range(5)]
+    kube = cluster(*names)
+    gate = Gate(kube)
+    r = Reconciler(kube, SETTINGS, max_passes=2)
+    for name in names:
+        r.trigger(NS, name)
+    await until(lambda: len(gate.entered) == 2)
+    await asyncio.sleep(0.05)  # room for a third pass to start, were it allowed to
+    assert len(gate.entered) == 2
+    waiting = next(name for name in names if name not in gate.entered)
+    assert await asyncio.wait_for(r(NS, waiting, coalesce=True), timeout=0.2) is None  # dropped
+    gate.release()
+    await until(lambda: len(gate.entered) == 5)
+    assert sorted(gate.entered) == names  # each once: nothing was added while they waited
+    await r.close()
+
+
 async def test_a_paused_reconciler_runs_nothing_whoever_asks(kube: MemKube) -> None:
     r = Reconciler(kube, SETTINGS, paused=True)
     assert await r(*KEY) is None

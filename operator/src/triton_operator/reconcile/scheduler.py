@@ -23,6 +23,11 @@ logger = logging.getLogger(__name__)
 
 
 REQUEUE_SLACK_SECONDS = 0.05
+MAX_PASSES = 16
+"""Passes that run at once, over all TritonServices. More would not go faster (one event loop, and
+the API server's own CPU), but each holds what it read and built until it ends: with a thousand
+TritonServices created at once, a pass each at the same time held hundreds of MB. One waiting for
+its turn counts as queued, so the events meanwhile add no pass."""
 SUPERSEDED_PASSES = 3
 """Passes in a row that may find the TritonService changed before their status write (each reads it
 again and decides afresh) before the next one is left to a timer."""
@@ -87,8 +92,10 @@ class Reconciler:
         triton: TritonView | None = None,
         paused: bool = False,
         secret_retry: tuple[float, float] | None = None,
+        max_passes: int = MAX_PASSES,
     ) -> None:
         self.kube = kube
+        self._slots = asyncio.Semaphore(max_passes)
         self.secret_retry = secret_retry
         """The first and the longest delay of the retries while a spec waits for its Secret (None:
         SECRET_RETRY_FIRST_SECONDS and SECRET_RETRY_MAX_SECONDS)."""
@@ -139,7 +146,7 @@ class Reconciler:
         self._queued[key] = self._queued.get(key, 0) + 1
         started = False
         try:
-            async with lock:
+            async with lock, self._slots:
                 started = True
                 self._dequeue(key)
                 result = await self._passes(key)
