@@ -33,6 +33,7 @@ def meta(generation: int = 1, annotations: dict[str, str] | None = None) -> dict
     return {
         "name": "svc",
         "namespace": "ml",
+        "uid": "first",
         "generation": generation,
         "resourceVersion": "7",
         "labels": {"team": "a"},
@@ -54,7 +55,7 @@ async def event(memo: dict[str, Any], kind: str | None, metadata: dict[str, Any]
 
 @pytest.fixture
 def memo() -> dict[str, Any]:
-    return {"reconciler": Triggers(), "seen": {}}
+    return {"reconciler": Triggers()}
 
 
 def triggered(memo: dict[str, Any]) -> int:
@@ -101,7 +102,24 @@ async def test_a_deleted_tritonservice_is_reconciled_once_more_and_its_fingerpri
     await event(memo, "ADDED", meta())
     await event(memo, "DELETED", meta())
     assert triggered(memo) == 2  # that pass finds it gone and forgets everything kept for it
-    assert memo["seen"] == {}
+    assert memo["reconciler"].fingerprints == {}
+
+
+async def test_a_tritonservice_made_again_under_its_name_is_reconciled_though_its_deletion_was_missed(
+    memo: dict[str, Any],
+) -> None:
+    """A DELETED event a paused replica never saw, then the same spec created again: another uid."""
+    await event(memo, None, meta())
+    again = meta()
+    again["uid"] = "second"
+    await event(memo, None, again)  # listed (after a pause): not an ADDED event
+    assert triggered(memo) == 2
+
+
+async def test_the_fingerprint_of_a_tritonservice_a_pass_found_gone_is_dropped(memo: dict[str, Any]) -> None:
+    await event(memo, "ADDED", meta())
+    memo["reconciler"].forget("ml", "svc")
+    assert memo["reconciler"].fingerprints == {}
 
 
 @pytest.mark.parametrize(

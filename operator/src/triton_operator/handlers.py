@@ -62,7 +62,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     )
     reconciler = Reconciler(kube, operator, pinner=pinner, triton=triton, paused=scope is not None)
     memo["reconciler"] = reconciler
-    memo["seen"] = {}  # the fingerprint of each TritonService's metadata a reconcile was asked for
     memo["kube"] = kube  # the Reconciler knows it only as KubeAPI, which has no close()
     # The Deployments and pods a TritonService owns: metadata-only watches of our own (kopf's decoded
     # and queued every whole object), each event a reconcile of its owner.
@@ -101,11 +100,12 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 
 def fingerprint(meta: Mapping[str, Any]) -> int:
-    """What of a TritonService's metadata a reconcile acts on: its generation (bumped by every spec
-    change, never by a status write) and its labels and annotations (control requests among them)."""
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    return hash((meta.get("generation"), tuple(sorted(labels.items())), tuple(sorted(annotations.items()))))
+    """What of a TritonService's metadata a reconcile acts on: which object it is (a TritonService
+    deleted and made again under its name is another), its generation (bumped by every spec change,
+    never by a status write) and its labels and annotations (control requests among them)."""
+    labels = tuple(sorted((meta.get("labels") or {}).items()))
+    annotations = tuple(sorted((meta.get("annotations") or {}).items()))
+    return hash((meta.get("uid"), meta.get("generation"), labels, annotations))
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
@@ -130,7 +130,7 @@ async def tritonservice(
     if not namespace or not name:
         return
     reconciler: Reconciler = memo["reconciler"]
-    seen: dict[tuple[str, str], int] = memo["seen"]
+    seen = reconciler.fingerprints  # dropped when a pass finds the TritonService gone
     key = (namespace, name)
     if type == "DELETED":
         seen.pop(key, None)
@@ -138,6 +138,6 @@ async def tritonservice(
         return
     now = fingerprint(meta)
     # The first event of each (the listing at start: every TritonService is reconciled) differs.
-    if seen.get(key) != now or pending_requests(meta.get("annotations") or {}, status):
+    if type == "ADDED" or seen.get(key) != now or pending_requests(meta.get("annotations") or {}, status):
         seen[key] = now
         reconciler.trigger(namespace, name)

@@ -120,6 +120,9 @@ class Reconciler:
         self._specs: dict[tuple[str, str], TritonService] = {}
         self._pollers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._timers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.fingerprints: dict[tuple[str, str], int] = {}
+        """What the TritonService event handler last asked a pass for, per object (its metadata's
+        fingerprint: handlers.fingerprint); kept here so that ``forget`` drops it."""
         self._starting: set[tuple[str, str]] = set()
         """TritonServices a ``trigger`` task was made for that has not queued its reconcile yet."""
         self._triggers: set[asyncio.Task[None]] = set()
@@ -272,6 +275,7 @@ class Reconciler:
         """Drop everything kept for a TritonService that is gone."""
         key = (namespace, name)
         self._specs.pop(key, None)
+        self.fingerprints.pop(key, None)
         self._secret_waits.pop(key, None)
         self._known.discard(key)
         poller = self._pollers.pop(key, None)
