@@ -129,6 +129,24 @@ async def test_reconciles_of_one_object_never_overlap_while_other_objects_run_co
     await r.close()
 
 
+async def test_at_most_max_passes_run_at_once_and_one_waiting_for_its_turn_counts_as_queued() -> None:
+    names = [f"s{i}" for i in range(5)]
+    kube = cluster(*names)
+    gate = Gate(kube)
+    r = Reconciler(kube, SETTINGS, max_passes=2)
+    for name in names:
+        r.trigger(NS, name)
+    await until(lambda: len(gate.entered) == 2)
+    await asyncio.sleep(0.05)  # room for a third pass to start, were it allowed to
+    assert len(gate.entered) == 2
+    waiting = next(name for name in names if name not in gate.entered)
+    assert await asyncio.wait_for(r(NS, waiting, coalesce=True), timeout=0.2) is None  # dropped
+    gate.release()
+    await until(lambda: len(gate.entered) == 5)
+    assert sorted(gate.entered) == names  # each once: nothing was added while they waited
+    await r.close()
+
+
 async def test_a_paused_reconciler_runs_nothing_whoever_asks(kube: MemKube) -> None:
     r = Reconciler(kube, SETTINGS, paused=True)
     assert await r(*KEY) is None
@@ -136,6 +154,64 @@ async def test_a_paused_reconciler_runs_nothing_whoever_asks(kube: MemKube) -> N
     r.requeue(KEY, 0.0)
     await asyncio.sleep(0.1)
     assert kube.calls == []
+    assert timer_tasks() == []
+    await r.close()
+
+
+def trigger_tasks(key: tuple[str, str] = KEY) -> list[asyncio.Task[object]]:
+    name = f"trigger {key[0]}/{key[1]}"
+    return [t for t in asyncio.all_tasks() if t.get_name() == name and not t.done()]
+
+
+async def test_a_trigger_reconciles_at_once_and_events_while_one_is_queued_make_no_task(
+    kube: MemKube,
+) -> None:
+    """What an owned object's watch event does (adapters.owned_watch): a reconcile of its owner with
+    no timer's slack, one task at most waiting per object however many events come."""
+    gate = Gate(kube)
+    r = Reconciler(kube, SETTINGS)
+    r.trigger(*KEY)
+    await until(lambda: gate.entered == ["svc"])  # runs, holding the object's lock
+    for _ in range(50):  # a burst of pod and Deployment events
+        r.trigger(*KEY)
+    assert len(trigger_tasks()) == 2  # the running one and one queued behind it; 49 dropped
+    await asyncio.sleep(0.01)
+    assert len(trigger_tasks()) == 2
+    gate.release()
+    await until(lambda: not trigger_tasks())
+    assert reconciles(kube) == 2  # the queued one read everything afresh after the running one
+    assert timer_tasks() == []
+    await r.close()
+
+
+async def test_a_trigger_while_paused_does_nothing(kube: MemKube) -> None:
+    r = Reconciler(kube, SETTINGS, paused=True)
+    r.trigger(*KEY)
+    await asyncio.sleep(0.05)
+    assert trigger_tasks() == []
+    assert kube.calls == []
+    await r.close()
+
+
+async def test_a_triggered_reconcile_that_fails_with_a_retryable_error_is_retried_on_a_timer(
+    kube: MemKube,
+) -> None:
+    error = OSError("connection reset by peer")
+    kube.fail_next("get_tritonservice", error)
+    r = Recording(kube)
+    r.trigger(*KEY)
+    await until(lambda: len(r.requeued) == 1)
+    assert r.requeued == [(KEY, retry_delay(error))]
+    assert len(timer_tasks()) == 1
+    await r.close()
+
+
+async def test_a_triggered_reconcile_that_fails_for_a_bug_is_not_retried(kube: MemKube) -> None:
+    kube.fail_next("get_tritonservice", KeyError("a bug, not the API server"))
+    r = Recording(kube)
+    r.trigger(*KEY)
+    await until(lambda: reconciles(kube) == 1 and not trigger_tasks())
+    assert r.requeued == []
     assert timer_tasks() == []
     await r.close()
 

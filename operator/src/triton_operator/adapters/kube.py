@@ -197,6 +197,12 @@ class Kube:
     async def close(self) -> None:
         await self.client.close()
 
+    def http(self) -> httpx2.AsyncClient:
+        """lightkube's own HTTP client (the server, its credentials, the connection pool), for the
+        raw requests lightkube has no call for: metadata-only watches (adapters.owned_watch)."""
+        http: httpx2.AsyncClient = self.client._client._client
+        return http
+
     async def _read(self, resource: Any, namespace: str, name: str) -> Any:
         """The object as lightkube reads it; None when it (or its kind) does not exist."""
         try:

@@ -19,12 +19,12 @@ from triton_operator.settings import Settings
 logger = logging.getLogger(__name__)
 # Loggers whose INFO lines are one per request: HTTP clients, the liveness endpoint.
 CHATTY_LOGGERS = ("httpx", "httpx2", "aiohttp.access")
-# Event handlers run on every pod change; kopf logs each success at INFO.
-QUIET_HANDLERS = ("owned_object",)
+# The event handler runs on every TritonService event; kopf logs each success at INFO.
+QUIET_HANDLERS = ("tritonservice",)
 
 
 class _EventHandlerSuccessFilter(logging.Filter):
-    """Drops kopf's "Handler 'owned_object' succeeded." lines (one per pod event)."""
+    """Drops kopf's "Handler 'tritonservice' succeeded." lines (one per TritonService event)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()

@@ -23,6 +23,11 @@ logger = logging.getLogger(__name__)
 
 
 REQUEUE_SLACK_SECONDS = 0.05
+MAX_PASSES = 16
+"""Passes that run at once, over all TritonServices. More would not go faster (one event loop, and
+the API server's own CPU), but each holds what it read and built until it ends: with a thousand
+TritonServices created at once, a pass each at the same time held hundreds of MB. One waiting for
+its turn counts as queued, so the events meanwhile add no pass."""
 SUPERSEDED_PASSES = 3
 """Passes in a row that may find the TritonService changed before their status write (each reads it
 again and decides afresh) before the next one is left to a timer."""
@@ -33,6 +38,23 @@ SECRET_RETRY_MAX_SECONDS = 300.0
 allow-list, refused by the store) is reconciled again after 5 s, 10 s, 20 s, ... at most every
 5 minutes while it stays so: one Secret read each time (a refusal comes before any store request).
 The operator may only `get` Secrets: watching them would mean reading every Secret of the cluster."""
+REPOSITORY_RETRY_SECONDS = 30.0
+"""A spec held because its repository could not be read (or is being listed) is reconciled again
+after this long, whatever else asks sooner."""
+HELD_FOR_GOOD = frozenset(
+    {
+        cond.INVALID_SPEC,
+        cond.MANIFEST_TOO_LARGE,
+        cond.REFUSED_BY_POLICY,
+        cond.CREDENTIALS_REQUIRED,
+        cond.ENDPOINT_NOT_ALLOWED,
+    }
+)
+"""Why a spec may be held that no retry can help: the status says why. A manifest too large is tried
+again when the spec changes or the repository poll pins another one; a refusal of the operator's
+policy when the spec changes or the operator restarts with other settings (every TritonService
+is reconciled at start); a refusal for what the credentials Secret holds is looked at again with
+the Secret's backoff (SECRET_RETRY_*), so a fixed Secret is noticed without either."""
 
 
 class Reconciler:
@@ -70,8 +92,10 @@ class Reconciler:
         triton: TritonView | None = None,
         paused: bool = False,
         secret_retry: tuple[float, float] | None = None,
+        max_passes: int = MAX_PASSES,
     ) -> None:
         self.kube = kube
+        self._slots = asyncio.Semaphore(max_passes)
         self.secret_retry = secret_retry
         """The first and the longest delay of the retries while a spec waits for its Secret (None:
         SECRET_RETRY_FIRST_SECONDS and SECRET_RETRY_MAX_SECONDS)."""
@@ -96,6 +120,12 @@ class Reconciler:
         self._specs: dict[tuple[str, str], TritonService] = {}
         self._pollers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._timers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.fingerprints: dict[tuple[str, str], int] = {}
+        """What the TritonService event handler last asked a pass for, per object (its metadata's
+        fingerprint: handlers.fingerprint); kept here so that ``forget`` drops it."""
+        self._starting: set[tuple[str, str]] = set()
+        """TritonServices a ``trigger`` task was made for that has not queued its reconcile yet."""
+        self._triggers: set[asyncio.Task[None]] = set()
 
     def _dequeue(self, key: tuple[str, str]) -> None:
         left = self._queued.get(key, 0) - 1
@@ -119,7 +149,7 @@ class Reconciler:
         self._queued[key] = self._queued.get(key, 0) + 1
         started = False
         try:
-            async with lock:
+            async with lock, self._slots:
                 started = True
                 self._dequeue(key)
                 result = await self._passes(key)
@@ -170,14 +200,18 @@ class Reconciler:
 
     def _due(self, key: tuple[str, str], result: Result) -> float | None:
         """When to reconcile again: the plan's time, or sooner while the spec waits for its
-        credentials Secret to be fixed (with a backoff, reset once it no longer waits)."""
+        credentials Secret to be fixed (with a backoff, reset once it no longer waits), and at
+        most REPOSITORY_RETRY_SECONDS later while its repository could not be read."""
+        due = result.requeue_after
+        if result.invalid and result.reason not in HELD_FOR_GOOD:
+            due = REPOSITORY_RETRY_SECONDS if due is None else min(due, REPOSITORY_RETRY_SECONDS)
         if not (result.invalid and result.secret):
             self._secret_waits.pop(key, None)
-            return result.requeue_after
+            return due
         first, longest = self.secret_retry or (SECRET_RETRY_FIRST_SECONDS, SECRET_RETRY_MAX_SECONDS)
         wait = self._secret_waits.get(key, first)
         self._secret_waits[key] = min(wait * 2, longest)
-        return wait if result.requeue_after is None else min(wait, result.requeue_after)
+        return wait if due is None else min(wait, due)
 
     def requeue(self, key: tuple[str, str], delay: float | None) -> None:
         """Reconcile ``key`` again after ``delay`` seconds (replacing any timer); None: no timer."""
@@ -189,6 +223,34 @@ class Reconciler:
                 self._requeue(key, max(delay, 0.0) + REQUEUE_SLACK_SECONDS),
                 name=f"requeue {key[0]}/{key[1]}",
             )
+
+    def trigger(self, namespace: str, name: str) -> None:
+        """Reconcile now (after any running one) on a task of its own: something a TritonService owns
+        changed. Nothing when one is already queued (it reads everything afresh when it starts) or
+        while paused; a failure the API server may get over is tried again on a timer."""
+        key = (namespace, name)
+        self._known.add(key)  # paused: the resume reconciles it
+        if self._paused or key in self._starting or self._queued.get(key, 0) > 0:
+            return
+        self._starting.add(key)
+        task = asyncio.create_task(self._trigger(key), name=f"trigger {namespace}/{name}")
+        self._triggers.add(task)
+        task.add_done_callback(self._triggers.discard)
+
+    async def _trigger(self, key: tuple[str, str]) -> None:
+        self._starting.discard(key)
+        try:
+            await self(*key, coalesce=True)  # queues itself before its first wait
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            retry = retry_delay(exc)
+            if retry is None:
+                logger.exception("reconcile of %s/%s after a change of what it owns failed", *key)
+                return
+            logger.warning("reconcile of %s/%s after a change of what it owns failed: %s", *key, exc)
+            if key not in self._timers:
+                self.requeue(key, retry)
 
     def pending_timer(self, namespace: str, name: str) -> bool:
         """Whether a timed reconcile is due for a TritonService (for tests and metrics)."""
@@ -213,6 +275,7 @@ class Reconciler:
         """Drop everything kept for a TritonService that is gone."""
         key = (namespace, name)
         self._specs.pop(key, None)
+        self.fingerprints.pop(key, None)
         self._secret_waits.pop(key, None)
         self._known.discard(key)
         poller = self._pollers.pop(key, None)
@@ -273,7 +336,7 @@ class Reconciler:
             self.resume(reason)
 
     async def close(self) -> None:
-        tasks = [*self._pollers.values(), *self._timers.values()]
+        tasks = [*self._pollers.values(), *self._timers.values(), *self._triggers]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
