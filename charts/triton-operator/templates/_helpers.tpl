@@ -66,7 +66,7 @@ What the operator does to the objects it serves, in every namespace it watches. 
 ClusterRole (cluster mode) and the per-namespace Roles (watchNamespaces mode).
 */}}
 {{- define "triton-operator.rules" -}}
-# The custom resource: kopf watches it and patches finalizers and its annotations.
+# The custom resource: kopf watches it; patch/update are for its /status.
 - apiGroups: [triton-operator.io]
   resources: [tritonservices]
   verbs: [get, list, watch, patch, update]
