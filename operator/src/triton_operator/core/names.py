@@ -43,6 +43,23 @@ SHM_VOLUME = "dshm"
 CONFIG_VOLUME = "triton-operator-config"
 REPOSITORY_VOLUME = "repository"
 PVC_ROOT = "/repository"
+# In-place model updates (spec.rollout.modelUpdates: InPlace; the contract with the pod's agent).
+AGENT_CONTAINER = "model-agent"
+AGENT_PORT = 8009
+AGENT_STATUS_PATH = "/v1/inplace"
+INPLACE_TARGET_ANNOTATION = f"{GROUP}/inplace-target"
+"""The revision the operator asks one pod to serve (the agent reads it through the podinfo volume)."""
+INPLACE_VOLUME = "inplace"
+INPLACE_DIR = "/etc/triton-operator-inplace"
+PODINFO_VOLUME = "podinfo"
+PODINFO_DIR = "/etc/triton-operator-podinfo"
+PODINFO_TARGET_KEY = "target"
+AGENT_STATE_VOLUME = "agent-state"
+AGENT_STATE_DIR = "/var/run/triton-operator"
+INPLACE_STATE_KEY = "state.json"
+INPLACE_SUFFIX = "-inplace"
+LABEL_INPLACE_HOST = f"{GROUP}/inplace-host"
+"""The in-place ConfigMap's label naming its host revision (it has no revision label of its own)."""
 # ownerReferences of `triton-operator render` output: no object exists, so no uid does either.
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 
@@ -50,6 +67,21 @@ PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 def object_name(ts: TritonService, revision: str) -> str:
     """Name of a revision's Deployment and ConfigMap."""
     return f"{ts.name}-{revision}"
+
+
+def inplace_configmap_name(ts: TritonService, host: str) -> str:
+    """The in-place ConfigMap of a revision's pods: `<deployment>-inplace` (state.json and files)."""
+    return f"{object_name(ts, host)}{INPLACE_SUFFIX}"
+
+
+def inplace_manifest_key(revision: str) -> str:
+    """The in-place ConfigMap's key of a revision's manifest."""
+    return f"{revision}.{MANIFEST_KEY}"
+
+
+def inplace_config_key(revision: str, model: str) -> str:
+    """The in-place ConfigMap's key of a revision's model config.pbtxt."""
+    return f"{revision}.{model}{CONFIG_KEY_SUFFIX}"
 
 
 def config_key(model: str) -> str:

@@ -24,6 +24,7 @@ from triton_operator.core.builders import (
 from triton_operator.core.modelconfig import ModelConfigError, build_config_pbtxt
 from triton_operator.core.names import (
     CONFIG_VOLUME,
+    INPLACE_TARGET_ANNOTATION,
     LABEL_REVISION,
     MANIFEST_DIR,
     MANIFEST_PATH,
@@ -425,6 +426,9 @@ class PodState:
     triton_failures: tuple[ModelVersionState, ...] = ()
     """The model versions Triton says failed to load, read once from the log tail the tritonserver
     container left at its last exit (terminationMessagePolicy FallbackToLogsOnError)."""
+    inplace_target: str | None = None
+    """Its `triton-operator.io/inplace-target` annotation: the revision the operator asked it to
+    load in place (core.rollout.inplace)."""
     sync_failure: str | None = None
     """Why the sync init container last failed, in its own words (its termination message: e.g. the
     model repository needs more bytes than the volume has free), while it has not since succeeded."""
@@ -489,6 +493,7 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
         triton_restarts=int(triton.get("restartCount") or 0),
         triton_failures=load_failures(_termination_message(triton)),
         sync_failure=_failure_message(sync),
+        inplace_target=str((metadata.get("annotations") or {}).get(INPLACE_TARGET_ANNOTATION) or "") or None,
     )
 
 

@@ -317,7 +317,8 @@ async def _carry_out(
         return Result(status=dict(seen.previous), revision=revision, requeue_after=FOREIGN_RETRY_SECONDS)
     # Observe: everything the decision needs is read before it (no read after the decision).
     around = await observe_spec(kube, seen, ts)
-    seen_now = observed(seen, around)
+    agents = await triton.read_agents(seen.previous, seen.pods) if triton is not None else {}
+    seen_now = dataclasses.replace(observed(seen, around), agents=agents)
     owner = (seen.namespace, seen.name)
     before = RolloutStatus.from_status(seen.previous)
     readings = triton.look(owner, ts, before, revision, seen.pods) if triton is not None else {}
