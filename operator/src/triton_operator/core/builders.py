@@ -28,6 +28,7 @@ from triton_operator.core.names import (
     INPLACE_DIR,
     INPLACE_STATE_KEY,
     INPLACE_TARGET_ANNOTATION,
+    INPLACE_TARGET_ITEM,
     INPLACE_VOLUME,
     LABEL_COMPONENT,
     LABEL_INPLACE_HOST,
@@ -46,7 +47,6 @@ from triton_operator.core.names import (
     OPERATOR_KEY,
     PLACEHOLDER_UID,
     PODINFO_DIR,
-    PODINFO_TARGET_KEY,
     PODINFO_VOLUME,
     PVC_ROOT,
     REPOSITORY_VOLUME,
@@ -518,7 +518,7 @@ def agent_volumes(ts: TritonService, revision: str) -> list[dict[str, Any]]:
             "downwardAPI": {
                 "items": [
                     {
-                        "path": PODINFO_TARGET_KEY,
+                        "path": INPLACE_TARGET_ITEM,
                         "fieldRef": {"fieldPath": f"metadata.annotations['{INPLACE_TARGET_ANNOTATION}']"},
                     }
                 ]
@@ -546,7 +546,7 @@ def agent_args(revision: str) -> list[str]:
         "--inplace-dir",
         INPLACE_DIR,
         "--target-file",
-        f"{PODINFO_DIR}/{PODINFO_TARGET_KEY}",
+        f"{PODINFO_DIR}/{INPLACE_TARGET_ITEM}",
         "--state-dir",
         AGENT_STATE_DIR,
         "--base-revision",
