@@ -28,9 +28,11 @@ from triton_operator import KIND
 from triton_operator.adapters.agent_reader import AgentReader
 from triton_operator.adapters.triton_reader import TritonReader
 from triton_operator.core import conditions as cond
+from triton_operator.core import observation
 from triton_operator.core.manifest import ObjectInfo, StoreRef, build_manifest, model_sources, select_objects
 from triton_operator.core.names import INPLACE_TARGET_ANNOTATION, LABEL_REVISION
 from triton_operator.models import TritonService
+from triton_operator.reconcile import observe as observe_module
 from triton_operator.reconcile.analysis import TritonView
 from triton_operator.reconcile.pinning import PinnedManifest, summarize
 from triton_operator.reconcile.steps import Result, reconcile
@@ -520,5 +522,33 @@ async def test_a_pod_change_after_models_moved_in_place_rolls_out_new_pods_of_th
         assert status["stableRevision"] == new
         assert "servedRevision" not in status and "inPlace" not in status
         assert svc.inplace_configmap() is None  # the old host's went with its in-place state
+    finally:
+        await svc.close()
+
+
+async def test_an_invalid_spec_after_an_in_place_move_keeps_the_moved_models(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    """The last valid spec is the one the pods serve in place (servedRevision), not the host's own:
+    a broken spec never loads the host's old models back; and the manifest the pinner reuses until
+    its listing ends (after an operator restart) is the served one too."""
+    svc = Service(agents, kube)
+    try:
+        await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        moved = (await svc.run()).revision
+        for _ in range(3):
+            await svc.run()
+        assert svc.status()["servedRevision"] == moved
+        svc.edit(lambda spec: spec["models"][0]["config"].__setitem__("maxBatchSize", -3))
+        result = await svc.run()
+        assert result.reason == cond.INVALID_SPEC
+        status = svc.status()
+        assert status["servedRevision"] == moved and "next" not in status.get("inPlace", {})
+        assert svc.annotated() == {}
+        seen = await observe_module.observe(kube, NS, "svc", kube.find(KIND, NS, "svc") or {}, T0)
+        assert observe_module.current_manifest(seen.owned, status) == observation.revision_manifest(
+            seen.owned.configmaps, str(moved)
+        )
     finally:
         await svc.close()

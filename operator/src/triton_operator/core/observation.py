@@ -160,11 +160,14 @@ def last_valid(
     """What the last valid spec rendered, read back from its revision's ConfigMap (SPEC_KEY).
 
     The spec's revision is, in this order: the one an undo pin waits for, an aborted one, the
-    canary, the stable one; the first whose ConfigMap holds a spec wins (a revision rendered by an
-    operator that did not store specs has none).
+    canary, the one loading in place (or held after its in-place rollback), the one the stable pods
+    serve in place, the stable one; the first whose ConfigMap holds a spec wins (a revision
+    rendered by an operator that did not store specs has none).
     """
-    for key in ("pinnedFor", "abortedRevision", "canaryRevision", "stableRevision"):
-        revision = status.get(key)
+    in_place = status.get("inPlace") or {}
+    revisions = [status.get(k) for k in ("pinnedFor", "abortedRevision", "canaryRevision")]
+    revisions += [in_place.get("next"), in_place.get("abortedRevision"), status.get("servedRevision")]
+    for revision in [*revisions, status.get("stableRevision")]:
         if not revision:
             continue
         own = revision_configmaps(configmaps, revision)
