@@ -31,6 +31,8 @@ from triton_operator.core import conditions as cond
 from triton_operator.core import observation
 from triton_operator.core.manifest import ObjectInfo, StoreRef, build_manifest, model_sources, select_objects
 from triton_operator.core.names import INPLACE_TARGET_ANNOTATION, LABEL_REVISION
+from triton_operator.core.rollout.requests import request_revision
+from triton_operator.kubectl_plugin import render_status, render_table
 from triton_operator.models import TritonService
 from triton_operator.reconcile import observe as observe_module
 from triton_operator.reconcile.analysis import TritonView
@@ -300,6 +302,13 @@ async def test_a_model_change_moves_in_place_step_by_step_with_no_new_pod(
         assert svc.annotated() == {f"svc-{host}-0": new}  # 25% of 4 pods
         assert any(r == cond.ROLLOUT_STARTED and "in place" in m for _, r, m in svc.events())
 
+        printed = render_status(kube.find(KIND, NS, "svc") or {}, T0)
+        assert f"In place:  {new} loading in the pods of {host} (from {host}; step 0)" in printed
+        assert "Rollout:   InPlace - in place: reload add" in printed
+        assert "->  0  setWeight 25" in printed
+        table = render_table([kube.find(KIND, NS, "svc") or {}], T0)
+        assert f"{new} (in place)" in table and "in place 0/2" in table
+
         await svc.run()  # the pod loaded it: step 0 done, the pause step holds (a canary of one pod)
         progressing = svc.condition(cond.PROGRESSING)
         assert progressing["reason"] == cond.STEP_PAUSED and "until promoted" in progressing["message"]
@@ -317,6 +326,9 @@ async def test_a_model_change_moves_in_place_step_by_step_with_no_new_pod(
         assert svc.annotated() == {}
         assert svc.condition(cond.READY)["status"] == cond.TRUE
         assert svc.condition(cond.PROGRESSING)["reason"] == cond.ROLLOUT_COMPLETED
+        printed = render_status(kube.find(KIND, NS, "svc") or {}, T0)
+        assert f"Serving:   revision {new} in place, in the pods of {host}" in printed
+        assert "Status:    Healthy" in printed
         assert {n: p["metadata"]["uid"] for n, p in svc.pods().items()} == pods_before  # the same pods
         assert svc.deployments() == [f"svc-{host}"]
         writes = len(kube.writes)
@@ -349,6 +361,9 @@ async def test_a_failed_load_rolls_back_in_place(kube: MemKube, agents: FakeAgen
         assert "next" not in status["inPlace"] and status["inPlace"]["abortedRevision"] == new
         assert svc.condition(cond.READY)["reason"] == cond.ROLLOUT_ABORTED
         assert svc.condition(cond.PROGRESSING)["reason"] == cond.ROLLOUT_ABORTED
+        printed = render_status(kube.find(KIND, NS, "svc") or {}, T0)
+        assert f"Aborted:   {new} in place (InPlaceLoadFailed): pod svc-{host}-0: boom" in printed
+        assert request_revision(svc.status()) == new  # kubectl triton retry/abort name it
         assert svc.deployments() == [f"svc-{host}"]  # and no new pods tried instead
         await svc.run()
         assert svc.deployments() == [f"svc-{host}"] and "next" not in svc.status()["inPlace"]
