@@ -18,6 +18,7 @@ the operator). Everything it decides is here, with no I/O:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -229,11 +230,15 @@ class Record:
     """The agent's bookkeeping in its state folder.
 
     ``applied``: the revision whose files /models holds and whose models Triton serves, written only
-    after every step succeeded. ``pending``: a revision the agent started on and has not finished
-    (stopped part way, or ``failed`` with Triton's message): /models may hold part of it."""
+    after every step succeeded. ``pending``: the revision the agent is applying, or whose apply
+    ``failed`` (with the reason: Triton's message for a load). ``partial``: earlier revisions it left
+    part way (stopped, failed, or the target changed before they were applied): /models may hold some
+    of their files and Triton some of their models, until an apply succeeds. ``fetched_bytes``: bytes
+    read from the store for the last change (over every try of it)."""
 
     applied: str | None = None
     pending: str | None = None
+    partial: tuple[str, ...] = ()
     failed: str = ""
     fetched_bytes: int = 0
     updated_at: str = ""
@@ -244,6 +249,7 @@ class Record:
                 "format": RECORD_FORMAT,
                 "applied": self.applied,
                 "pending": self.pending,
+                "partial": list(self.partial),
                 "failed": self.failed,
                 "fetchedBytes": self.fetched_bytes,
                 "updatedAt": self.updated_at,
@@ -266,9 +272,13 @@ class Record:
             return value if isinstance(value, str) and value else None
 
         fetched = data.get("fetchedBytes")
+        partial = data.get("partial")
         return cls(
             applied=text_or_none("applied"),
             pending=text_or_none("pending"),
+            partial=tuple(p for p in partial if isinstance(p, str) and p)
+            if isinstance(partial, list)
+            else (),
             failed=str(data.get("failed") or ""),
             fetched_bytes=fetched if isinstance(fetched, int) and not isinstance(fetched, bool) else 0,
             updated_at=str(data.get("updatedAt") or ""),
@@ -276,13 +286,36 @@ class Record:
 
     def needs(self, target: str) -> bool:
         """Whether the agent has work to reach ``target``: not when it is applied and nothing is
-        pending, and not when it is the target whose load failed (no retry on its own)."""
+        pending, and not when it is the target whose apply failed (no retry on its own)."""
         if self.pending is None:
-            return self.applied != target
+            return self.applied != target or bool(self.partial)
         return not (self.pending == target and self.failed)
 
-    def kept_revisions(self) -> set[str]:
-        return {r for r in (self.applied, self.pending) if r}
+    def start(self, target: str, at: str) -> Record:
+        """The record while ``target`` is applied: what was pending (or failed) joins ``partial``; the
+        bytes fetched so far count on while the target stays the same."""
+        left = [*self.partial, *([self.pending] if self.pending else [])]
+        return Record(
+            applied=self.applied,
+            pending=target,
+            partial=tuple(dict.fromkeys(r for r in left if r != target)),
+            fetched_bytes=self.fetched_bytes if self.pending == target and not self.failed else 0,
+            updated_at=at,
+        )
+
+    def fetched(self, n: int) -> Record:
+        return dataclasses.replace(self, fetched_bytes=self.fetched_bytes + n)
+
+    def fail(self, reason: str, at: str) -> Record:
+        return dataclasses.replace(self, failed=reason or "failed", updated_at=at)
+
+    def done(self, at: str) -> Record:
+        """``pending`` applied: every partial revision undone with it."""
+        return Record(applied=self.pending, fetched_bytes=self.fetched_bytes, updated_at=at)
+
+    def revisions(self) -> set[str]:
+        """Every revision the record names: the state folder keeps their files, and only theirs."""
+        return {r for r in (self.applied, self.pending, *self.partial) if r}
 
 
 # ---------------------------------------------------------------- status
