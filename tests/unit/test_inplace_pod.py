@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from triton_operator.cli import build_parser
 from triton_operator.core.builders import build_deployment, compute_revision, pod_template_inputs, triton_args
 from triton_operator.core.inplace import NewPods, RevisionParts, rollout_kind
 from triton_operator.core.names import (
@@ -161,3 +162,16 @@ def test_the_default_keeps_existing_revision_hashes() -> None:
     assert compute_revision(plain, SETTINGS, configs_of(plain), "d") == compute_revision(
         explicit, SETTINGS, configs_of(explicit), "d"
     )
+
+
+def test_what_the_pod_runs_parses_with_the_agents_own_command_line() -> None:
+    """The init container's and the sidecar's arguments, as `triton-operator agent` reads them."""
+    spec = pod(rollout={"modelUpdates": "InPlace"}, modelVolume={"sizeLimit": "2Gi"})
+    parser = build_parser()
+    for container in (spec["initContainers"][0], by_name(spec["containers"])[AGENT_CONTAINER]):
+        assert container["command"][0] == "triton-operator"
+        args = parser.parse_args([*container["command"][1:], *container["args"]])
+        assert args.base_revision == "rev1" and str(args.dest) == "/models"
+        assert str(args.target_file) == "/etc/triton-operator-podinfo/target"
+        assert args.once is (container is spec["initContainers"][0])
+        assert args.volume_limit is not None
