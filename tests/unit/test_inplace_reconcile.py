@@ -27,9 +27,17 @@ from memkube import MemKube
 from triton_operator import KIND
 from triton_operator.adapters.agent_reader import AgentReader
 from triton_operator.adapters.triton_reader import TritonReader
+from triton_operator.core import agent as agent_core
 from triton_operator.core import conditions as cond
 from triton_operator.core import observation
-from triton_operator.core.manifest import ObjectInfo, StoreRef, build_manifest, model_sources, select_objects
+from triton_operator.core.manifest import (
+    ObjectInfo,
+    StoreRef,
+    build_manifest,
+    manifest_from_json,
+    model_sources,
+    select_objects,
+)
 from triton_operator.core.names import INPLACE_TARGET_ANNOTATION, LABEL_REVISION
 from triton_operator.core.rollout.requests import request_revision
 from triton_operator.kubectl_plugin import render_status, render_table
@@ -300,6 +308,15 @@ async def test_a_model_change_moves_in_place_step_by_step_with_no_new_pod(
         assert "max_batch_size: 16" in cm["data"][f"{new}.add.config.pbtxt"]
         assert kube.find("ConfigMap", NS, f"svc-{new}") is not None
         assert svc.annotated() == {f"svc-{host}-0": new}  # 25% of 4 pods
+        # what the pod's agent makes of it (core.agent: the contract's other side)
+        state = agent_core.parse_inplace_state(cm["data"]["state.json"])
+        present = agent_core.revisions_named(cm["data"])
+        assert present == {host, new}
+        for revision in present:
+            manifest = manifest_from_json(cm["data"][f"{revision}.manifest.json"])
+            assert set(agent_core.revision_keys(revision, manifest)) <= set(cm["data"])
+        assert agent_core.resolve_target(new, state, present, host) == new
+        assert agent_core.resolve_target(None, state, present, host) == host
         assert any(r == cond.ROLLOUT_STARTED and "in place" in m for _, r, m in svc.events())
 
         printed = render_status(kube.find(KIND, NS, "svc") or {}, T0)
