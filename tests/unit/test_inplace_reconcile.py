@@ -411,7 +411,7 @@ async def test_the_progress_deadline_rolls_back_in_place(kube: MemKube, agents: 
         await svc.close()
 
 
-async def test_kubectl_triton_abort_rolls_back_and_promote_full_goes_to_every_pod(
+async def test_kubectl_triton_abort_rolls_back_and_promote_goes_to_every_pod(
     kube: MemKube, agents: FakeAgents
 ) -> None:
     rollout = {
@@ -425,7 +425,7 @@ async def test_kubectl_triton_abort_rolls_back_and_promote_full_goes_to_every_po
         new = (await svc.run()).revision
         assert new is not None
         await svc.run()
-        svc.request("promote-full", new)
+        svc.request("promote", new)
         await svc.run()
         assert len(svc.annotated()) == 4
         svc.request("abort", new)

@@ -180,37 +180,42 @@ def test_a_pod_counts_only_with_its_changed_models_ready() -> None:
 
 
 def test_a_pause_step_is_a_canary_until_promoted_and_a_timed_one_runs_out() -> None:
-    world = World([{"setWeight": 25}, {"pause": {}}, {"setWeight": 50}, {"pause": {"durationSeconds": 60}}])
+    world = World([{"setWeight": 25}, {"pause": {"durationSeconds": 60}}, {"setWeight": 50}, {"pause": {}}])
     world.run()
-    plan = world.run()
-    assert plan.progressing.reason == cond.STEP_PAUSED and plan.progressing.status == cond.FALSE
-    assert world.annotated() == ["p0"]
-    world.now += datetime.timedelta(hours=2)
-    plan = world.run()  # no deadline while paused at a pause step
-    assert plan.state is not None and plan.state.next == N and plan.state.rolling_back is None
-    world.run(InPlaceRequests(promote=True))
-    assert world.annotated() == ["p0", "p1"]
-    plan = world.run()  # the timed pause
+    plan = world.run()  # step 0 done: the timed pause holds one pod as a canary
     assert plan.progressing.reason == cond.STEP_PAUSED and plan.requeue_after == 60
+    assert world.annotated() == ["p0"]
     world.now += datetime.timedelta(seconds=61)
     world.run()
-    assert world.annotated() == list(PODS)
+    assert world.annotated() == ["p0", "p1"]
+    plan = world.run()  # the pause {}: until promoted, for as long as it takes (no deadline)
+    assert plan.progressing.reason == cond.STEP_PAUSED and plan.progressing.status == cond.FALSE
+    world.now += datetime.timedelta(hours=2)
+    plan = world.run()
+    assert plan.state is not None and plan.state.next == N and plan.state.rolling_back is None
+    assert world.annotated() == ["p0", "p1"]
 
 
-def test_promote_full_goes_to_every_pod() -> None:
-    world = World([{"setWeight": 25}, {"pause": {}}])
-    world.run()
-    world.run(InPlaceRequests(promote_full=True))
-    assert world.annotated() == list(PODS)
-
-
-def test_promote_does_not_skip_a_set_weight_whose_pods_have_not_loaded() -> None:
-    world = World([{"setWeight": 25}])
+@pytest.mark.parametrize("request_", [InPlaceRequests(promote=True), InPlaceRequests(promote_full=True)])
+def test_promote_goes_to_every_pod_and_still_waits_for_them(request_: InPlaceRequests) -> None:
+    world = World([{"setWeight": 25}, {"pause": {}}, {"setWeight": 50}])
     world.stuck = {"p0"}
     world.run()
-    plan = world.run(InPlaceRequests(promote=True))
-    assert cond.REQUEST_IGNORED in world.reasons()
-    assert plan.state is not None and plan.state.step_index == 0
+    plan = world.run(request_)
+    assert world.annotated() == list(PODS)
+    assert plan.state is not None and plan.state.step_index == 3 and plan.state.next == N  # not complete
+    world.stuck = set()
+    world.run()
+    plan = world.run()
+    assert plan.state is not None and plan.state.stable == N and plan.state.next is None
+
+
+def test_a_set_weight_step_counts_the_ready_pods() -> None:
+    world = World([{"setWeight": 50}])
+    world.pods["p3"] = dataclasses.replace(world.pods["p3"], ready=False)
+    world.pods["p2"] = dataclasses.replace(world.pods["p2"], ready=False)
+    world.run()
+    assert world.annotated() == ["p0"]  # ceil(50% of 2 Ready pods)
 
 
 def test_paused_holds_and_stops_the_deadline_clock() -> None:

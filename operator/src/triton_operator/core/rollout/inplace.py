@@ -33,7 +33,6 @@ from triton_operator.core.conditions import (
     IN_PLACE_UPDATING,
     NORMAL,
     PROGRESS_DEADLINE_EXCEEDED,
-    REQUEST_IGNORED,
     ROLLOUT_ABORTED,
     ROLLOUT_COMPLETED,
     ROLLOUT_PAUSED,
@@ -297,9 +296,13 @@ class _Call:
                 PROGRESS_DEADLINE_EXCEEDED,
                 f"pods not on revision {self.st.next} within {self.inp.deadline_seconds}s",
             )
-        if promote_full and (self.st.step_index or 0) < len(self.steps):
+        if (promote or promote_full) and (self.st.step_index or 0) < len(self.steps):
+            # An in-place promote goes to the end: every pod is asked at once; the rollout still
+            # completes only once every pod has loaded the revision (no request skips that).
             self.set(step_index=len(self.steps), step_started_at=self.now, waiting_since=None)
-            self.event(STEP_COMPLETED, f"revision {self.st.next}: every pod at once by promote request")
+            self.event(
+                STEP_COMPLETED, f"revision {self.st.next} in place: every pod at once by promote request"
+            )
         for _ in range(len(self.steps) + 2):
             index = self.st.step_index or 0
             if index >= len(self.steps):
@@ -310,26 +313,14 @@ class _Call:
                 return self.updating()
             step = self.steps[index]
             if step.set_weight is not None:
-                wanted = step_pods(step.set_weight, len(self.live))
+                wanted = step_pods(step.set_weight, sum(1 for p in self.live if p.ready))
                 self.ask(wanted)
                 if self.done(wanted):
                     self.advance(index)
                     continue
-                if promote:
-                    self.event(
-                        REQUEST_IGNORED,
-                        f"promote request ignored: step {index}/{len(self.steps)} "
-                        f"({describe_step(step)}) completes once its pods load revision {self.st.next}",
-                        WARNING,
-                    )
-                    promote = False
                 return self.updating()
             if step.pause is not None:
                 duration = step.pause.duration_seconds
-                if promote:
-                    promote = False
-                    self.advance(index, " by promote request")
-                    continue
                 if duration is not None and self.seconds_since(self.st.step_started_at) >= duration:
                     self.advance(index)
                     continue
@@ -360,13 +351,13 @@ class _Call:
             self.set(waiting_since=self.now)
         return ok
 
-    def advance(self, index: int, how: str = "") -> None:
+    def advance(self, index: int) -> None:
         step = self.steps[index]
         self.set(step_index=index + 1, step_started_at=self.now, waiting_since=None)
         self.event(
             STEP_COMPLETED,
             f"revision {self.st.next} in place: step {index}/{len(self.steps)} ({describe_step(step)}) "
-            f"completed{how}",
+            "completed",
         )
 
     def complete(self) -> InPlacePlan:
