@@ -154,6 +154,16 @@ def test_a_model_change_on_cpu_moves_in_place(
     assert decision.plan.annotations == {f"svc-{OLD.name}-0": new.name, f"svc-{OLD.name}-1": new.name}
 
 
+def gpu_model_added(spec: Spec) -> None:
+    config(spec, instanceGroup=[{"kind": "KIND_GPU", "count": 1}])
+    gpu(spec)
+
+
+def unopted_change(spec: Spec) -> None:
+    spec.pop("rollout")
+    config(spec, maxBatchSize=16)
+
+
 def gpu_base() -> Spec:
     spec = base_spec()
     gpu(spec)
@@ -172,7 +182,7 @@ def gpu_base() -> Spec:
         ),
         (
             base_spec,
-            lambda s: config(s, instanceGroup=[{"kind": "KIND_GPU", "count": 1}]) or gpu(s),
+            gpu_model_added,
             "spec.resources changed",
         ),
         (
@@ -236,17 +246,25 @@ def test_no_in_place_decision_while_new_pods_roll_or_an_undo_holds(
 
 def test_without_the_opt_in_nothing_changes() -> None:
     old = Revision(edit(lambda s: s.pop("rollout")), FILES)
-    new = Revision(edit(lambda s: (s.pop("rollout"), config(s, maxBatchSize=16))), FILES)
+    new = Revision(edit(unopted_change), FILES)
     decision = decide(old, new)
     assert decision == InPlaceDecision(engine_revision=new.name, requests=(), handled={})
 
 
 def test_the_first_revision_is_deployed_as_ever() -> None:
+    nothing = InPlaceContext(
+        previous={},
+        configmaps=[],
+        revisions={},
+        pods=(),
+        agents={},
+        requests=(),
+        now=NOW,
+        deadline_seconds=600,
+    )
     decision = decide_in_place(
-        OLD.ts, SETTINGS, OLD.name,
-        InPlaceContext(previous={}, configmaps=[], revisions={}, pods=(), agents={}, requests=(), now=NOW, deadline_seconds=600),
-        configs=OLD.configs, manifest_json=OLD.manifest,
-    )  # fmt: skip
+        OLD.ts, SETTINGS, OLD.name, nothing, configs=OLD.configs, manifest_json=OLD.manifest
+    )
     assert decision.engine_revision == OLD.name and decision.plan is None
 
 
