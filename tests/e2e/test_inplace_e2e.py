@@ -3,7 +3,7 @@
 counting answers through the TritonService's Service.
 
 (a) a new version of one model that also changes its config goes live in the running pods, step by
-    step: no request fails, the answers switch from the old to the new, the pods are the same pods
+    step, in a namespace enforcing Pod Security `restricted`: no request fails, the answers switch from the old to the new, the pods are the same pods
     (names, uids, no restart), no Deployment of the new revision exists, the other model is not
     reloaded (its per-pod inference count goes on from where it was), and status and Events say in place;
 (b) a new version that fails to load is rolled back in place: no request fails, the answers stay old.
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from lightkube import Client
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Pod, Service
+from lightkube.resources.core_v1 import Namespace, Pod, Service
 
 from e2e_helpers import (
     apply,
@@ -174,6 +174,11 @@ def serving(kube: Client, namespace: str, name: str) -> dict[str, Any]:
 def test_a_new_version_with_a_new_config_goes_live_in_place_with_no_failed_request_and_no_new_pod(  # noqa: PLR0917
     kube: Client, namespace: str, operator: Any, store: Any, bucket: str, cluster: Path
 ) -> None:
+    # The API server's PodSecurity admission at `restricted`: the in-place pods (agent init container
+    # and sidecar) pass it as they are.
+    kube.patch(
+        Namespace, namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    )
     apply(kube, service("live", namespace, bucket, store, 1))
     host_revision = serving(kube, namespace, "live")["status"]["stableRevision"]
     host = cluster_ip(kube, namespace, "live")
