@@ -3,9 +3,10 @@
 counting answers through the TritonService's Service.
 
 (a) a new version of one model that also changes its config goes live in the running pods, step by
-    step, in a namespace enforcing Pod Security `restricted`: no request fails, the answers switch from the old to the new, the pods are the same pods
-    (names, uids, no restart), no Deployment of the new revision exists, the other model is not
-    reloaded (its per-pod inference count goes on from where it was), and status and Events say in place;
+    step, in a namespace enforcing Pod Security `restricted`: no request fails, the answers switch from
+    the old to the new, the pods are the same pods (names, uids, no restart), no Deployment of the new
+    revision exists, the other model is not reloaded (its per-pod inference count goes on from where
+    it was), and status and Events say in place;
 (b) a new version that fails to load is rolled back in place: no request fails, the answers stay old.
 
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without
