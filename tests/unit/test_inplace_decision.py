@@ -275,3 +275,26 @@ def test_a_spec_the_pods_already_serve_in_place_keeps_the_host() -> None:
     assert decision.engine_revision == OLD.name
     assert decision.plan is not None and decision.plan.state is not None and decision.plan.state.next is None
     assert decision.served == new.name
+
+
+def test_the_configmap_the_pods_follow_is_never_deleted_for_want_of_a_revisions_files() -> None:
+    new = Revision(edit(lambda s: config(s, maxBatchSize=16)), FILES)
+    started = decide(OLD, new)
+    assert started.configmap is not None and started.plan is not None and started.plan.state is not None
+    stored = copy.deepcopy(started.configmap)
+    status = {"stableRevision": OLD.name, "inPlace": started.plan.state.to_status()}
+    pods = [PodState(name=f"svc-{OLD.name}-{i}", revision=OLD.name, ready=True) for i in range(2)]
+    ctx = InPlaceContext(
+        previous=status,
+        configmaps=[stored, *new.configmaps],  # the served revision's own ConfigMap is gone
+        revisions={OLD.name: RevisionState(spec_replicas=2, replicas=2, ready_replicas=2)},
+        pods=pods,
+        agents={},
+        requests=(),
+        now=NOW,
+        deadline_seconds=600,
+    )
+    decision = decide_in_place(
+        new.ts, SETTINGS, new.name, ctx, configs=new.configs, manifest_json=new.manifest
+    )
+    assert decision.configmap is not None and decision.configmap["data"] == stored["data"]

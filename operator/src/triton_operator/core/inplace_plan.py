@@ -163,6 +163,14 @@ def observed_state_stable(configmaps: Sequence[Mapping[str, Any]], host: str) ->
     return None
 
 
+def _stored_inplace_data(configmaps: Sequence[Mapping[str, Any]], host: str) -> dict[str, str] | None:
+    for configmap in configmaps:
+        labels = (configmap.get("metadata") or {}).get("labels") or {}
+        if labels.get(LABEL_INPLACE_HOST) == host:
+            return {str(k): str(v) for k, v in (configmap.get("data") or {}).items()}
+    return None
+
+
 def _taken(
     requests: Sequence[ControlRequest], handled: Mapping[str, str], revisions: set[str]
 ) -> tuple[list[ControlRequest], list[ControlRequest]]:
@@ -313,7 +321,11 @@ def decide_in_place(
         stored = {r: files(r) for r in (stable, nxt) if r}
         if all(v is not None for v in stored.values()):
             data = inplace_data(stable, nxt, {r: v for r, v in stored.items() if v is not None})
-            configmap = build_inplace_configmap(ts, state.host, data)
+        else:
+            # A revision's own ConfigMap cannot be read back (never expected: they are kept while
+            # served or loading): the ConfigMap the pods follow stays as it is, never deleted.
+            data = _stored_inplace_data(ctx.configmaps, state.host) or {}
+        configmap = build_inplace_configmap(ts, state.host, data) if data else None
         keep = tuple(stored)
     after = plan.state
     if kind is None and after is not None and after.next is not None:
