@@ -584,3 +584,27 @@ async def test_an_invalid_spec_after_an_in_place_move_keeps_the_moved_models(
         )
     finally:
         await svc.close()
+
+
+async def test_pods_added_by_a_scale_mid_update_are_updated_too(kube: MemKube, agents: FakeAgents) -> None:
+    """spec.replicas (an HPA, kubectl scale) grows the host mid-update: its Deployment is scaled, the
+    new pods start on the stable revision (state.json), and the last step asks them as well."""
+    svc = Service(
+        agents, kube, rollout={"modelUpdates": "InPlace", "steps": [{"setWeight": 50}, {"pause": {}}]}
+    )
+    try:
+        host = await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        new = (await svc.run()).revision
+        await svc.run()
+        assert len(svc.annotated()) == 2
+        svc.edit(lambda spec: spec.__setitem__("replicas", 6))
+        await svc.run()  # the host scaled to 6; its new pods serve the stable revision
+        assert len(svc.pods()) == 6 and svc.deployments() == [f"svc-{host}"]
+        svc.request("promote", str(new))
+        for _ in range(3):
+            await svc.run()
+        assert svc.status()["servedRevision"] == new
+        assert all(p.get("applied") == new for p in svc.pods().values())
+    finally:
+        await svc.close()
