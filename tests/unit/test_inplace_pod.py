@@ -76,7 +76,7 @@ def test_the_init_container_runs_agent_once_and_the_sidecar_follows_the_target()
     assert agent["args"] == [*args[:-1], "--triton", "http://127.0.0.1:8000", "--listen", "0.0.0.0:8009"]
     assert agent["ports"] == [{"name": "agent", "containerPort": 8009, "protocol": "TCP"}]
     assert agent["image"] == init["image"] == SETTINGS.sync_image
-    assert agent["resources"] == {"requests": {"cpu": "10m", "memory": "64Mi"}}
+    assert agent["resources"] == {"requests": {"cpu": "10m", "memory": "96Mi"}}  # no limits
     mounts = {m["name"]: m for m in agent["volumeMounts"]}
     assert mounts == {m["name"]: m for m in init["volumeMounts"]}
     assert mounts["inplace"] == {
@@ -108,6 +108,14 @@ def test_the_three_volumes() -> None:
         ]
     }
     assert volumes["agent-state"] == {"name": "agent-state", "emptyDir": {}}
+
+
+def test_tritonserver_reads_models_read_only() -> None:
+    """/models is the agent's: the Python backend's __pycache__ never lands there."""
+    triton = by_name(pod(**IN_PLACE)["containers"])["tritonserver"]
+    assert {"name": "models", "mountPath": "/models", "readOnly": True} in triton["volumeMounts"]
+    before = by_name(pod()["containers"])["tritonserver"]
+    assert {"name": "models", "mountPath": "/models"} in before["volumeMounts"]  # unchanged without
 
 
 def test_tritonserver_loads_what_models_holds() -> None:

@@ -528,8 +528,9 @@ def agent_volumes(ts: TritonService, revision: str) -> list[dict[str, Any]]:
     ]
 
 
-AGENT_RESOURCES: dict[str, Any] = {"requests": {"cpu": "10m", "memory": "64Mi"}}
-"""The model-agent sidecar's requests: it idles between updates (a download streams to disk)."""
+AGENT_RESOURCES: dict[str, Any] = {"requests": {"cpu": "10m", "memory": "96Mi"}}
+"""The model-agent sidecar's requests, no limits: it idles between updates (44 MiB resident), about
+68 MiB once it has applied a change (its store client loaded); a download streams to disk."""
 
 
 def _agent_mounts() -> list[dict[str, Any]]:
@@ -648,7 +649,10 @@ def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, A
             else {}
         ),
         "volumeMounts": [
-            {"name": MODELS_VOLUME, "mountPath": MODELS_DIR},
+            # With in-place updates /models is the agent's alone: read-only here, so that the Python
+            # backend's __pycache__ never makes it differ from what the agent placed (Triton would
+            # count the model as changed and reload it along with an ensemble over it).
+            {"name": MODELS_VOLUME, "mountPath": MODELS_DIR, **({"readOnly": True} if in_place(ts) else {})},
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
             *_repository_mounts(ts),
             *[dict(m) for m in spec.volume_mounts],
