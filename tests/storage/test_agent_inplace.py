@@ -704,3 +704,32 @@ def test_an_ensemble_and_its_new_step_added_together_load_once_each(
     assert reply.status_code == 200 and reply.json()["outputs"][0]["data"] == [501.0], reply.text
     assert sorted(pod.inits()) == ["adder 1", "other 1", "zstep 1"]
     assert tree(pod.models) == tree(pod.fresh_sync(r2))
+
+
+def test_a_change_reads_only_the_changed_objects_and_trusts_the_record_of_the_rest(pod: Pod) -> None:
+    """What the last sync recorded (size, mtime, inode, checksum) is not hashed again: an unchanged
+    file is neither read from the store nor from the disk. Shown with a file changed behind the
+    agent's back, size and mtime kept: it stays as it is (hashing it would have fetched it again)."""
+    pod.put("adder/1/model.py", model_py(100))
+    pod.put("other/1/model.py", model_py(300, pad=4000))
+    r1 = pod.revision("r1", {"adder": config(pod.init_log), "other": config(pod.init_log)})
+    pod.set_base(r1)
+    assert pod.once().returncode == 0
+
+    other = pod.models / "other/1/model.py"
+    before = other.stat()
+    tampered = other.read_bytes().replace(b"BASE = 300", b"BASE = 999")
+    assert len(tampered) == before.st_size
+    with other.open("r+b") as f:  # in place: the same inode
+        f.write(tampered)
+    os.utime(other, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    pod.put("adder/2/model.py", model_py(200))
+    r2 = pod.revision("r2", {"adder": config(pod.init_log), "other": config(pod.init_log)})
+    pod.publish(r1, r2)
+    pod.target("r2")
+    result = pod.once()
+    assert result.returncode == 0, result.stderr
+    record = json.loads((pod.state / "agent.json").read_text())
+    assert (record["applied"], record["fetchedBytes"]) == ("r2", len(model_py(200)))
+    assert other.read_bytes() == tampered
