@@ -542,8 +542,13 @@ def test_a_version_that_fails_to_load_is_failed_and_the_way_back_loads_the_old_o
     sidecar.applied("r1")
     client = Client(server).start()
     try:
+        # Version 2 of adder fails to load; r2 also adds a model, never loaded (adder's load comes first).
         pod.put("adder/2/model.py", model_py(200, fail=True))
-        r2 = pod.revision("r2", {"adder": config(pod.init_log), "other": config(pod.init_log)})
+        pod.put("extra/1/model.py", model_py(400))
+        r2 = pod.revision(
+            "r2",
+            {"adder": config(pod.init_log), "other": config(pod.init_log), "extra": config(pod.init_log)},
+        )
         pod.publish(r1, r2)
         pod.target("r2")
         status = sidecar.wait(lambda s: s["state"] == "Failed", "the load of r2 to fail")
@@ -563,7 +568,7 @@ def test_a_version_that_fails_to_load_is_failed_and_the_way_back_loads_the_old_o
         status = sidecar.applied("r1")
         assert status["message"] == "" and status["models"] == {"adder": "READY", "other": "READY"}
         client.wait_answers(3)
-        assert tree(pod.models) == tree(pod.fresh_sync(r1))
+        assert tree(pod.models) == tree(pod.fresh_sync(r1))  # extra's folder is gone with r2's files
         assert index(server)[("adder", "1")] == "READY"
     finally:
         client.stop()
