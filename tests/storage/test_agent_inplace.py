@@ -94,11 +94,12 @@ class Revision:
 
 def tree(root: Path) -> dict[str, bytes | None]:
     """Every file (bytes) and folder (None) under ``root``, but sync's state file and the __pycache__
-    folders that tritonserver's Python backend writes next to a model.py it loads."""
+    folders that the Python backend writes next to a model.py it loads (its stub's Python ignores
+    PYTHONDONTWRITEBYTECODE; a pod's fresh /models has them as soon as tritonserver loads)."""
     out: dict[str, bytes | None] = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if rel == STATE_FILE or "__pycache__" in rel.split("/"):
+        if rel == STATE_FILE or "__pycache__/" in rel or (rel.endswith("/__pycache__") and path.is_dir()):
             continue
         out[rel] = None if path.is_dir() else path.read_bytes()
     return out
@@ -541,8 +542,13 @@ def test_a_version_that_fails_to_load_is_failed_and_the_way_back_loads_the_old_o
     sidecar.applied("r1")
     client = Client(server).start()
     try:
+        # Version 2 of adder fails to load; r2 also adds a model, never loaded (adder's load comes first).
         pod.put("adder/2/model.py", model_py(200, fail=True))
-        r2 = pod.revision("r2", {"adder": config(pod.init_log), "other": config(pod.init_log)})
+        pod.put("extra/1/model.py", model_py(400))
+        r2 = pod.revision(
+            "r2",
+            {"adder": config(pod.init_log), "other": config(pod.init_log), "extra": config(pod.init_log)},
+        )
         pod.publish(r1, r2)
         pod.target("r2")
         status = sidecar.wait(lambda s: s["state"] == "Failed", "the load of r2 to fail")
@@ -562,7 +568,7 @@ def test_a_version_that_fails_to_load_is_failed_and_the_way_back_loads_the_old_o
         status = sidecar.applied("r1")
         assert status["message"] == "" and status["models"] == {"adder": "READY", "other": "READY"}
         client.wait_answers(3)
-        assert tree(pod.models) == tree(pod.fresh_sync(r1))
+        assert tree(pod.models) == tree(pod.fresh_sync(r1))  # extra's folder is gone with r2's files
         assert index(server)[("adder", "1")] == "READY"
     finally:
         client.stop()
@@ -654,16 +660,22 @@ def test_an_agent_stopped_between_fetch_and_load_comes_back_consistent(
     assert in_order(client.answers, 101.0, 201.0), sorted(set(client.answers))
 
 
-def test_an_ensemble_step_added_with_its_ensemble_loads_the_step_first(
+def test_an_ensemble_and_its_new_step_added_together_load_once_each(
     pod: Pod, served: tuple[Revision, RunningServer], sidecars: list[Sidecar]
 ) -> None:
-    """An ensemble and a new step it needs, added in one change: loaded in the other order, Triton
-    refuses the ensemble (its step is not loaded yet)."""
+    """An ensemble and a new step it needs, added in one change: both load, once each, and answer.
+    (The agent loads the step first; tritonserver 2.51 would also take the other order: it loads an
+    ensemble's steps along with it, and a load of a loaded model whose files did not change does
+    nothing.)"""
     r1, server = served
     sidecar = Sidecar(pod, server.http_url)
     sidecars.append(sidecar)
     sidecar.applied("r1")
     pod.put("zstep/1/model.py", model_py(500))
+    # A file where Python would make its __pycache__ folder: the Python backend then writes nothing
+    # into zstep/1 when it loads it. (Triton loads an ensemble's steps along with it, again when a
+    # step's folder changed since it was loaded: a new __pycache__ would count as a change.)
+    pod.put("zstep/1/__pycache__", b"no bytecode here\n")
     chain = {
         "platform": "ensemble",
         "maxBatchSize": 8,
@@ -695,4 +707,34 @@ def test_an_ensemble_step_added_with_its_ensemble_loads_the_step_first(
     body: dict[str, Any] = {"inputs": [{"name": "X", "shape": [1, 1], "datatype": "FP32", "data": [0.0]}]}
     reply = requests.post(f"{server.http_url}/v2/models/chain/infer", json=body, timeout=TIMEOUT)
     assert reply.status_code == 200 and reply.json()["outputs"][0]["data"] == [501.0], reply.text
+    assert sorted(pod.inits()) == ["adder 1", "other 1", "zstep 1"]
     assert tree(pod.models) == tree(pod.fresh_sync(r2))
+
+
+def test_a_change_reads_only_the_changed_objects_and_trusts_the_record_of_the_rest(pod: Pod) -> None:
+    """What the last sync recorded (size, mtime, inode, checksum) is not hashed again: an unchanged
+    file is neither read from the store nor from the disk. Shown with a file changed behind the
+    agent's back, size and mtime kept: it stays as it is (hashing it would have fetched it again)."""
+    pod.put("adder/1/model.py", model_py(100))
+    pod.put("other/1/model.py", model_py(300, pad=4000))
+    r1 = pod.revision("r1", {"adder": config(pod.init_log), "other": config(pod.init_log)})
+    pod.set_base(r1)
+    assert pod.once().returncode == 0
+
+    other = pod.models / "other/1/model.py"
+    before = other.stat()
+    tampered = other.read_bytes().replace(b"BASE = 300", b"BASE = 999")
+    assert len(tampered) == before.st_size
+    with other.open("r+b") as f:  # in place: the same inode
+        f.write(tampered)
+    os.utime(other, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    pod.put("adder/2/model.py", model_py(200))
+    r2 = pod.revision("r2", {"adder": config(pod.init_log), "other": config(pod.init_log)})
+    pod.publish(r1, r2)
+    pod.target("r2")
+    result = pod.once()
+    assert result.returncode == 0, result.stderr
+    record = json.loads((pod.state / "agent.json").read_text())
+    assert (record["applied"], record["fetchedBytes"]) == ("r2", len(model_py(200)))
+    assert other.read_bytes() == tampered

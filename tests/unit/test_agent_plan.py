@@ -371,3 +371,23 @@ def test_model_states_look_at_the_versions_the_target_pins() -> None:
         "second": "UNAVAILABLE",  # not in the index at all
         "chain": "READY",
     }
+
+
+def test_a_record_started_keeps_what_was_left_part_way_until_done() -> None:
+    applied = Record(applied="r1", updated_at="t0")
+    first = applied.start("r2", "t1")
+    assert first == Record(applied="r1", pending="r2", updated_at="t1")
+    first = first.fetched(100)
+    # Stopped part way and started again on the same target: the bytes of the change count on.
+    assert first.start("r2", "t2") == Record(applied="r1", pending="r2", fetched_bytes=100, updated_at="t2")
+    failed = first.fail("load of model 'adder' failed: boom", "t3")
+    assert not failed.needs("r2") and failed.needs("r1") and failed.needs("r3")
+    # The way back: r2's traces are undone with it, and its bytes are not this change's.
+    back = failed.start("r1", "t4")
+    assert back == Record(applied="r1", pending="r1", partial=("r2",), updated_at="t4")
+    third = back.start("r3", "t5")
+    assert third.partial == ("r2", "r1") and third.revisions() == {"r1", "r2", "r3"}
+    done = third.fetched(7).done("t6")
+    assert done == Record(applied="r3", fetched_bytes=7, updated_at="t6")
+    assert not done.needs("r3") and done.revisions() == {"r3"}
+    assert Record.from_json(third.to_json()) == third

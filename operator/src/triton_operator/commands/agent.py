@@ -53,6 +53,10 @@ base revision (--manifest and --configs, the pod's own).
 """
 
 
+BASE = "base"
+"""The base revision's name when --base-revision is empty (a pod template rendered with no revision)."""
+
+
 def _listen(text: str) -> str:
     try:
         parse_listen(text)
@@ -92,7 +96,11 @@ def register(subparsers: Any) -> None:
         required=True,
         help="the base revision's rendered configs: <model>/config.pbtxt",
     )
-    parser.add_argument("--base-revision", required=True, help="the name of the pod's own (base) revision")
+    parser.add_argument(
+        "--base-revision",
+        required=True,
+        help=f"the name of the pod's own (base) revision (empty: {BASE!r})",
+    )
     parser.add_argument(
         "--dest", type=Path, default=Path(MODELS_DIR), help=f"the model repository ({MODELS_DIR})"
     )
@@ -160,7 +168,7 @@ def base_revision(args: argparse.Namespace) -> RevisionFiles:
         if text is None:
             raise ManifestError("--configs", f"{args.configs / model.name / CONFIG_FILE}: no rendered config")
         configs[model.name] = text
-    return RevisionFiles(args.base_revision, manifest, configs)
+    return RevisionFiles(args.base_revision.strip() or BASE, manifest, configs)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -193,6 +193,12 @@ class Agent:
     # -------------------------------------------------------- helpers
 
     def _begin(self, target: RevisionFiles) -> Record:
+        if (
+            self.record.pending == target.revision
+            and not self.record.failed
+            and self.state.load(target.revision)
+        ):
+            return self.record  # going on with it: its files and record were written when it began
         record = self.record.start(target.revision, now())
         self.state.save(target)
         self._write(record)
