@@ -477,6 +477,28 @@ def test_once_syncs_the_revision_the_pod_is_told_to_serve(pod: Pod) -> None:
     assert json.loads((pod.state / "agent.json").read_text())["applied"] == "r2"
 
 
+def test_once_after_a_rollback_deletes_the_models_the_target_does_not_have(pod: Pod) -> None:
+    """A pod whose sandbox restarts after it served r2 (which added a model) while its target went
+    back to r1: tritonserver loads every model /models holds, so r2's model must not be left there."""
+    pod.put("adder/1/model.py", model_py(100))
+    r1 = pod.revision("r1", {"adder": config(pod.init_log)})
+    pod.put("extra/1/model.py", model_py(400))
+    r2 = pod.revision("r2", {"adder": config(pod.init_log), "extra": config(pod.init_log)})
+    pod.set_base(r1)
+    pod.publish(r1, r2)
+    pod.target("r2")
+    assert pod.once().returncode == 0
+    assert (pod.models / "extra/1/model.py").is_file()
+
+    pod.publish(r1, None)
+    pod.target(None)
+    result = pod.once()
+    assert result.returncode == 0, result.stderr
+    assert tree(pod.models) == tree(pod.fresh_sync(r1))
+    assert json.loads((pod.state / "agent.json").read_text())["applied"] == "r1"
+    assert sorted(p.name for p in (pod.state / "revisions").iterdir()) == ["r1"]
+
+
 # ---------------------------------------------------------------- the sidecar
 
 

@@ -1,8 +1,9 @@
 """The pod's model agent, pure: which revision the pod serves, and the steps from the one it has to it.
 
 ``triton-operator agent`` (commands/agent.py, adapters/agent/) runs in each pod of a TritonService
-whose spec says ``rollout.modelUpdates: InPlace`` (see /work/notes/INPLACE.md, the contract with
-the operator). Everything it decides is here, with no I/O:
+whose spec says ``rollout.modelUpdates: InPlace``: it follows the in-place ConfigMap
+``<deployment>-inplace`` the operator writes and the pod's annotation naming its target revision.
+Everything it decides is here, with no I/O:
 
 * ``resolve_target``: the revision the pod should serve, from its annotation (a downwardAPI file),
   the in-place ConfigMap's state.json and which revisions' files that ConfigMap holds;
@@ -97,7 +98,7 @@ def parse_inplace_state(text: str | None) -> InPlaceState | None:
 def resolve_target(
     annotation: str | None, state: InPlaceState | None, present: Iterable[str], base: str
 ) -> str:
-    """The revision the pod should serve (INPLACE.md, "Which revision a pod should serve").
+    """The revision the pod should serve.
 
     The pod's annotation when it names ``next`` or ``stable`` of state.json and that revision's files
     are ``present``; else ``stable`` (when its files are present or it is the base); else the base
@@ -346,7 +347,7 @@ def model_states(index: Sequence[ModelVersionState], target: RevisionFiles) -> d
 
 @dataclass(frozen=True)
 class Status:
-    """GET :8009/v1/inplace (INPLACE.md, "Agent status")."""
+    """What the agent serves at GET :8009/v1/inplace, read by the operator to gate each step."""
 
     base: str
     revision: str | None

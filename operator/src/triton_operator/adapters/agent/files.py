@@ -111,6 +111,7 @@ class StateDir:
     def save(self, files: RevisionFiles) -> None:
         """Keep ``files`` under revisions/<rev>/ (written unless there already, byte for byte)."""
         folder = self.folder(files.revision)
+        self.configs(files.revision).mkdir(parents=True, exist_ok=True)
         for model, text in files.configs.items():
             (self.configs(files.revision) / model).mkdir(parents=True, exist_ok=True)
             place_bytes(self.configs(files.revision) / model / CONFIG_FILE, text.encode())

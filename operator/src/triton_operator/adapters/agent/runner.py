@@ -86,6 +86,7 @@ class Agent:
         self.message = ""
         self.models: dict[str, str] = {}
         self._synced: str | None = None  # the pending revision this process synced already
+        self._plan: tuple[tuple[str | None, tuple[str, ...], str], Steps] | None = None
         self._status: dict[str, Any] = self._status_now()
 
     # -------------------------------------------------------- the target
@@ -196,7 +197,7 @@ class Agent:
         if (
             self.record.pending == target.revision
             and not self.record.failed
-            and self.state.load(target.revision)
+            and (self._synced == target.revision or self.state.load(target.revision) is not None)
         ):
             return self.record  # going on with it: its files and record were written when it began
         record = self.record.start(target.revision, now())
@@ -205,9 +206,16 @@ class Agent:
         return record
 
     def _steps(self, record: Record, target: RevisionFiles) -> Steps:
+        """core.agent.plan from the saved files of the revisions the record names (read once a
+        change: a pass that waits for tritonserver does not parse the manifests again)."""
+        key = (record.applied, record.partial, target.revision)
+        if self._plan is not None and self._plan[0] == key:
+            return self._plan[1]
         applied = self.state.load(record.applied) if record.applied else None
         partial = [files for r in record.partial if (files := self.state.load(r)) is not None]
-        return plan(applied, target, partial=partial)
+        steps = plan(applied, target, partial=partial)
+        self._plan = (key, steps)
+        return steps
 
     def _sync(self, target: RevisionFiles, progress: Progress | None) -> SyncStats:
         o = self.options
