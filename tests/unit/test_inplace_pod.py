@@ -123,6 +123,9 @@ def test_tritonserver_loads_what_models_holds() -> None:
     assert "--load-model=*" in args
     assert not [a for a in args if a.startswith("--load-model=") and a != "--load-model=*"]
     assert "--model-control-mode=explicit" in args
+    # a failed in-place load leaves the old copy serving, and the pod in the Service
+    assert "--strict-readiness=false" in args
+    assert "--strict-readiness=false" not in triton_args(ts_of())
 
 
 def test_credentials_reach_the_agent_too() -> None:

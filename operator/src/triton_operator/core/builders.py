@@ -402,8 +402,12 @@ def triton_args(ts: TritonService) -> list[str]:
     args = [f"--model-repository={MODELS_DIR}", "--model-control-mode=explicit"]
     if in_place(ts):
         # What /models holds: a tritonserver that restarts after an in-place update loads the
-        # models the agent placed there, not the ones the pod started with.
-        args.append("--load-model=*")
+        # models the agent placed there, not the ones the pod started with. Readiness is the
+        # server's, not every model version's: after a failed in-place load Triton keeps the old
+        # copy serving but, strictly, keeps reporting the failed version and would never be ready
+        # again (every pod at once: no endpoint left). The operator gates each update on the
+        # agent's per-model states instead; a model failing at start-up still exits tritonserver.
+        args += ["--load-model=*", "--strict-readiness=false"]
     else:
         args += [f"--load-model={m.name}" for m in ts.spec.models]
     args += [f"--http-port={HTTP_PORT}", f"--grpc-port={GRPC_PORT}", f"--metrics-port={METRICS_PORT}"]
