@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,7 +62,7 @@ def status(url: str) -> int | str:
         return type(exc).__name__
 
 
-def post(url: str, body: object) -> tuple[int, dict[str, object]]:
+def post(url: str, body: object) -> tuple[int, dict[str, Any]]:
     request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
@@ -83,7 +84,8 @@ def test_non_strict_readiness_still_waits_for_the_start_up_loads(
             start_new_session=True,
         )  # fmt: skip
     try:
-        started, seen = time.monotonic(), []
+        started = time.monotonic()
+        seen: list[tuple[float, int | str, int | str]] = []
         base = f"http://127.0.0.1:{ports[0]}"
         while time.monotonic() - started < 120:
             pair = (status(f"{base}/v2/health/ready"), status(f"{base}/v2/models/slow/ready"))
