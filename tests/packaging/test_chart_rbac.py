@@ -19,7 +19,7 @@ NAMESPACED: Perms = {
     ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "update", "delete"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "pods"): {"get", "list", "watch"},
+    ("", "pods"): {"get", "list", "watch", "patch"},  # patch: the in-place target annotation only
     ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
     ("autoscaling", "horizontalpodautoscalers"): {"list", "create", "patch", "delete"},
     ("", "secrets"): {"get"},
@@ -135,7 +135,9 @@ def test_no_wildcards_no_escalation_secrets_get_only(helm: Path, scenario: str) 
             if resource == "secrets":
                 assert (group, verbs) == ("", {"get"}), f"secrets must be get-only, got {verbs}"
             if resource == "pods":
-                assert verbs <= READ_ONLY
+                # patch: the in-place target annotation (spec.rollout.modelUpdates: InPlace); never
+                # create, delete, exec or attach
+                assert verbs <= READ_ONLY | {"patch"}
         if role["kind"] == "ClusterRole" and scenario != "default" and "namespaced" in scenario:
             assert all(v <= READ_ONLY for v in perms(role).values())
 

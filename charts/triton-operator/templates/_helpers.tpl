@@ -91,10 +91,11 @@ ClusterRole (cluster mode) and the per-namespace Roles (watchNamespaces mode).
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
   verbs: [list, create, patch, delete]
-# Readiness and crash detection of canary pods: read only.
+# Readiness and crash detection of canary pods; patch only to set the in-place target annotation
+# (spec.rollout.modelUpdates: InPlace), never create or delete.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, patch]
 # Object-store credentials, read to list and pin the model repository. Never listed or changed.
 - apiGroups: [""]
   resources: [secrets]

@@ -1,4 +1,4 @@
-"""The `triton-operator` command line: run | render | import | crd | sync | node-cache."""
+"""The `triton-operator` command line: run | render | import | crd | sync | node-cache | agent."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from triton_operator.commands import crd, import_, node_cache, render, run, sync
+from triton_operator.commands import agent, crd, import_, node_cache, render, run, sync
 
 # Each subcommand lives in triton_operator.commands.<module> and exposes
 # ``register(subparsers) -> None`` which adds its parser and sets ``func``.
-_COMMANDS: tuple[ModuleType, ...] = (run, render, import_, crd, sync, node_cache)
+_COMMANDS: tuple[ModuleType, ...] = (run, render, import_, crd, sync, node_cache, agent)
 SUBCOMMANDS: tuple[str, ...] = tuple(module.__name__.rsplit(".", 1)[1] for module in _COMMANDS)
 
 

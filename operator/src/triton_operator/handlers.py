@@ -10,6 +10,7 @@ from typing import Any
 import kopf
 
 from triton_operator import GROUP, PLURAL, VERSION
+from triton_operator.adapters.agent_reader import AgentReader
 from triton_operator.adapters.kube import Kube, make_client
 from triton_operator.adapters.owned_watch import OwnedWatch
 from triton_operator.adapters.peering import PeeringMonitor, lightkube_watch, peering_scope
@@ -56,7 +57,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     )
     # With peering, kopf starts paused until it has looked at the peering object; so does ours.
     triton = (
-        TritonView(TritonReader(period=operator.triton_read_seconds, cidrs=operator.triton_read_cidrs))
+        TritonView(
+            TritonReader(period=operator.triton_read_seconds, cidrs=operator.triton_read_cidrs),
+            AgentReader(cidrs=operator.triton_read_cidrs),
+        )
         if operator.triton_read_seconds > 0
         else None
     )

@@ -90,7 +90,13 @@ def _step_column(obj: Mapping[str, Any]) -> str:
         if status.get("promoting"):
             return "promoting"
         return f"{status.get('currentStepIndex') or 0}/{steps}"
-    if status.get("abortedRevision"):
+    in_place = status.get("inPlace") or {}
+    if in_place.get("next"):
+        if in_place.get("rollingBack"):
+            return "in place: rolling back"
+        index = in_place.get("stepIndex") or 0
+        return f"in place {index}/{steps}" if index < steps else "in place: all pods"
+    if status.get("abortedRevision") or in_place.get("abortedRevision"):
         return "aborted"
     return "-"
 
@@ -114,6 +120,9 @@ def render_table(items: Sequence[Mapping[str, Any]], now: datetime, *, all_names
         status = obj.get("status") or {}
         canary = status.get("canaryRevision")
         weight = status.get("canaryWeight")
+        in_place = status.get("inPlace") or {}
+        if not canary and in_place.get("next"):
+            canary = f"{in_place['next']} (in place)"
         row = [
             str(metadata.get("name", "")),
             f"{status.get('readyReplicas') or 0}/{spec.get('replicas', 1)}",
@@ -139,8 +148,11 @@ def _steps_block(obj: Mapping[str, Any], rollout: Rollout | None) -> list[str]:
         return ["Steps:     (spec.rollout is not valid)"]
     if not rollout.steps:
         return ["Steps:     none (promote once the new revision is fully Ready)"]
-    in_progress = bool(status.get("canaryRevision"))
-    current = int(status.get("currentStepIndex") or 0)
+    in_place = status.get("inPlace") or {}
+    in_progress = bool(status.get("canaryRevision")) or bool(in_place.get("next"))
+    current = int(
+        (in_place.get("stepIndex") if in_place.get("next") else status.get("currentStepIndex")) or 0
+    )
     promoting = bool(status.get("promoting"))
     lines = ["Steps:"]
     for i, step in enumerate(rollout.steps):
@@ -156,6 +168,25 @@ def _steps_block(obj: Mapping[str, Any], rollout: Rollout | None) -> list[str]:
     return lines
 
 
+def _in_place_block(in_place: Mapping[str, Any]) -> list[str]:
+    """An in-place update in progress (or held after its rollback), as status.inPlace records it."""
+    lines: list[str] = []
+    if in_place.get("next"):
+        where = "rolling back" if in_place.get("rollingBack") else f"step {in_place.get('stepIndex') or 0}"
+        pods = ", ".join(in_place.get("pods") or []) or "none yet"
+        lines.append(
+            f"In place:  {in_place['next']} loading in the pods of {in_place.get('host')} "
+            f"(from {in_place.get('stable')}; {where}); pods asked: {pods}"
+        )
+    if in_place.get("abortedRevision"):
+        lines.append(
+            f"Aborted:   {in_place['abortedRevision']} in place "
+            f"({in_place.get('abortedReason') or 'Aborted'}): {in_place.get('abortedDetail') or '-'}; "
+            "kubectl triton retry to try again"
+        )
+    return lines
+
+
 def _summary(obj: Mapping[str, Any], rollout: Rollout | None) -> str:
     status = obj.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
@@ -164,9 +195,10 @@ def _summary(obj: Mapping[str, Any], rollout: Rollout | None) -> str:
     if degraded.get("status") == cond.TRUE:
         return f"Degraded - {degraded.get('reason', '')}: {degraded.get('message', '')}"
     paused = status.get("pausedByUser") or (rollout is not None and rollout.paused)
-    if paused and status.get("canaryRevision"):
+    moving = status.get("canaryRevision") or (status.get("inPlace") or {}).get("next")
+    if paused and moving:
         return "Paused"
-    if progressing.get("status") == cond.TRUE or status.get("canaryRevision"):
+    if progressing.get("status") == cond.TRUE or moving:
         return f"Progressing - {progressing.get('reason', '')}: {progressing.get('message', '')}".rstrip(
             ": -"
         )
@@ -276,10 +308,20 @@ def render_status(obj: Mapping[str, Any], now: datetime) -> str:
             f"           not the operator's default {status['defaultImage']}: a new default applies "
             "to new revisions only, the next change of the spec rolls it out"
         )
+    if status.get("servedRevision"):
+        lines.append(
+            f"Serving:   revision {status['servedRevision']} in place, "
+            f"in the pods of {status.get('stableRevision')}"
+        )
+    if status.get("rolloutKind"):
+        lines.append(
+            f"Rollout:   {status['rolloutKind']} - {status.get('rolloutKindReason') or ''}".rstrip(" -")
+        )
     canary = status.get("canaryRevision")
     if canary:
         weight = status.get("canaryWeight")
         lines.append(f"Canary:    {canary} (weight {weight if weight is not None else 0}%)")
+    lines += _in_place_block(status.get("inPlace") or {})
     if status.get("abortedRevision"):
         lines.append(
             f"Aborted:   {status['abortedRevision']} at step {status.get('abortedStepIndex', '?')} "

@@ -361,6 +361,13 @@ class Strategy(StrEnum):
     RECREATE = "Recreate"
 
 
+class ModelUpdates(StrEnum):
+    """How a change that touches only models reaches the pods (spec.rollout.modelUpdates)."""
+
+    NEW_PODS = "NewPods"
+    IN_PLACE = "InPlace"
+
+
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 1800
 DEFAULT_UNSCHEDULABLE_GRACE_SECONDS = 600
 DOWNLOAD_AND_SCHEDULING_SECONDS = 600
@@ -404,6 +411,15 @@ class Rollout(_Model):
     paused: bool = Field(False, description="Hold the rollout at its current step.")
     analysis: Analysis | None = Field(
         None, description="Judge the canary on Triton's metrics while it takes traffic (Canary strategy)."
+    )
+    model_updates: ModelUpdates = Field(
+        ModelUpdates.NEW_PODS,
+        description=(
+            "NewPods: every change makes new pods. InPlace: a change that only touches model objects or"
+            " configs is loaded into the running tritonservers, pod by pod following the steps, by the"
+            " pods' model-agent (a change Triton cannot reload safely still makes new pods; the status"
+            " says why). Switching it makes new pods."
+        ),
     )
 
     def progress_deadline(self, startup_timeout_seconds: int | None = None) -> int:
@@ -852,6 +868,27 @@ class TimeToServe(_Model):
     )
 
 
+RolloutKindName = Literal["InPlace", "NewPods"]
+
+
+class InPlaceRollout(_Model):
+    """An in-place model update on the stable revision's pods (spec.rollout.modelUpdates: InPlace)."""
+
+    host: str = Field(description="The revision whose pods (Deployment, Services) are updated in place.")
+    stable: str = Field(description="The revision whose models every pod serves until the update completes.")
+    next: str | None = Field(None, description="The revision being loaded into the pods.")
+    step_index: int | None = None
+    step_started_at: str | None = None
+    waiting_since: str | None = None
+    pods: list[str] = Field(default_factory=list, description="The pods asked to load the next revision.")
+    rolling_back: str | None = Field(
+        None, description="Why the update is being rolled back (the pods load the stable revision again)."
+    )
+    aborted_revision: str | None = None
+    aborted_reason: str | None = None
+    aborted_detail: str | None = None
+
+
 class TritonServiceStatus(_Model):
     """Observed state of a TritonService."""
 
@@ -895,6 +932,18 @@ class TritonServiceStatus(_Model):
         default_factory=list,
         description="The serving revisions' time to serve: their first Ready pod's start, phase by phase.",
     )
+    served_revision: str | None = Field(
+        None,
+        description="The revision whose models the stable revision's pods serve after in-place updates "
+        "(unset: the stable revision's own).",
+    )
+    rollout_kind: RolloutKindName | None = Field(
+        None, description="How the current (or last) change rolls out: InPlace or NewPods."
+    )
+    rollout_kind_reason: str | None = Field(
+        None, description="Why: what an in-place update reloads, or what forces new pods."
+    )
+    in_place: InPlaceRollout | None = None
     image: str | None = Field(None, description="The tritonserver image the stable revision runs.")
     default_image: str | None = Field(
         None,

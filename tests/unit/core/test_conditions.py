@@ -13,6 +13,7 @@ from triton_operator.core.actions import RevisionPlan
 from triton_operator.core.analysis import AnalysisResult, ModelResult
 from triton_operator.core.observation import DeploymentState, PodState, pod_state
 from triton_operator.core.rollout.clock import parse_time
+from triton_operator.core.rollout.inplace import InPlaceState
 from triton_operator.core.rollout.state import HistoryEntry, RolloutStatus
 from triton_operator.models import AnalysisRunRecord
 from triton_operator.reconcile.analysis import analysis_status
@@ -379,7 +380,12 @@ def full_rollout() -> dict[str, Any]:
                 revision="b", step_index=1, weight=10, verdict="Passed", message="passed", at=T1
             ),
         ),
-    ).to_status()
+    ).to_status() | {
+        "servedRevision": "d",
+        "rolloutKind": "InPlace",
+        "rolloutKindReason": "in place: reload m (1 objects, 3 bytes to fetch)",
+        "inPlace": InPlaceState(host="a", stable="d", next="e", step_index=0, pods=("p-1",)).to_status(),
+    }
 
 
 def full_observation() -> s.Observation:

@@ -136,6 +136,12 @@ def register(subparsers: Any) -> None:
         "--configs", type=Path, default=None, help="folder of rendered configs: <model>/config.pbtxt"
     )
     parser.add_argument("--dest", required=True, type=Path, help="the model repository to fill (/models)")
+    add_fetch_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the objects are fetched and where failures go: shared by `sync` and `agent`."""
     parser.add_argument(
         "--cache", type=Path, default=None, help="content-addressed cache folder: <cache>/<kind>/<checksum>"
     )
@@ -183,7 +189,6 @@ def register(subparsers: Any) -> None:
         default="auto",
         help="a progress bar on a terminal, JSON lines otherwise (default auto)",
     )
-    parser.set_defaults(func=run)
 
 
 def read_manifest_bytes(path: Path) -> bytes:
@@ -271,27 +276,11 @@ def run(args: argparse.Namespace) -> int:
                 max_connections=args.concurrency,
             )
         stats = sync(manifest, store, options, progress)
-    except ObjectChanged as exc:
-        return fail(EXIT_CHANGED, str(exc))
-    except ChecksumMismatch as exc:
-        return fail(EXIT_MISMATCH, str(exc))
-    except UnsafeDestination as exc:
-        return fail(EXIT_UNSAFE, str(exc))
-    except NoSpace as exc:
-        return fail(EXIT_NO_SPACE, str(exc))
-    except (StoreConfigError, ModelConfigError) as exc:
-        return fail(EXIT_USAGE, str(exc))
-    except StoreError as exc:
-        return fail(EXIT_STORE, str(exc))
-    except (SyncError, SelectionFailed) as exc:
-        return fail(EXIT_FAILED, str(exc))
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            # Something else filled the volume after the space check (or it reported too much free).
-            return fail(
-                EXIT_NO_SPACE, f"{args.dest}: the volume ran out of space while writing: {exc.strerror}"
-            )
-        return fail(EXIT_FAILED, f"{exc.filename or ''}: {exc.strerror or exc}")
+    except Exception as exc:
+        failure = sync_failure(exc, args.dest)
+        if failure is None:
+            raise
+        return fail(*failure)
     finally:
         if store is not None:
             store.close()
@@ -306,6 +295,30 @@ def run(args: argparse.Namespace) -> int:
     )
     write_termination_log(args.termination_log, summary)
     return EXIT_OK
+
+
+def sync_failure(exc: BaseException, dest: Path) -> tuple[int, str] | None:
+    """The exit status and one-line reason of what a sync raised (EPILOG); None for anything else."""
+    if isinstance(exc, ObjectChanged):
+        return EXIT_CHANGED, str(exc)
+    if isinstance(exc, ChecksumMismatch):
+        return EXIT_MISMATCH, str(exc)
+    if isinstance(exc, UnsafeDestination):
+        return EXIT_UNSAFE, str(exc)
+    if isinstance(exc, NoSpace):
+        return EXIT_NO_SPACE, str(exc)
+    if isinstance(exc, StoreConfigError | ModelConfigError):
+        return EXIT_USAGE, str(exc)
+    if isinstance(exc, StoreError):
+        return EXIT_STORE, str(exc)
+    if isinstance(exc, SyncError | SelectionFailed):
+        return EXIT_FAILED, str(exc)
+    if isinstance(exc, OSError):
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # Something else filled the volume after the space check (or it reported too much free).
+            return EXIT_NO_SPACE, f"{dest}: the volume ran out of space while writing: {exc.strerror}"
+        return EXIT_FAILED, f"{exc.filename or ''}: {exc.strerror or exc}"
+    return None
 
 
 def write_termination_log(path: Path | None, message: str) -> None:

@@ -17,7 +17,7 @@ from triton_operator.core.builders import (
     disruption_budget_enabled,
     manifest_layout,
 )
-from triton_operator.core.names import object_name
+from triton_operator.core.names import LABEL_INPLACE_HOST, object_name
 from triton_operator.core.observation import (
     layout_of,
     recorded_settings,
@@ -62,6 +62,23 @@ class Actions:
     delete: tuple[tuple[str, str], ...]
     """(kind, name) to delete: Deployments and ConfigMaps of revisions let go (and manifest parts the
     spec's revision no longer has), unused revision Services."""
+    annotate: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+    """Pod name -> its in-place target annotation (None removes it), written after the objects (the
+    in-place ConfigMap first: a pod never follows an annotation to files it cannot read yet)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InPlaceWrites:
+    """What an in-place model update writes (core.inplace_plan): its ConfigMap and pod annotations."""
+
+    configmap: dict[str, Any] | None = None
+    """The `<deployment>-inplace` ConfigMap wanted (None: any that exists goes)."""
+    keep: tuple[str, ...] = ()
+    """Revisions whose ConfigMaps stay without a Deployment (what the pods serve or load)."""
+    annotations: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+    history: str | None = None
+    """The spec's revision when it moves in place: its own ConfigMaps are written (its record: the
+    spec, the settings, the manifest, for an undo and for the next change), never its Deployment."""
 
 
 def _replicas(deployment: Mapping[str, Any]) -> int:
@@ -110,10 +127,12 @@ def _revision(
     manifest_json: str | None,
     deployments: Sequence[Mapping[str, Any]],
     configmaps: Sequence[Mapping[str, Any]],
+    configmaps_only: bool = False,
 ) -> OwnedKind:
     """The spec's revision: its ConfigMaps not yet stored as built, then its Deployment (when the plan
-    keeps it); manifest parts it no longer has go."""
-    if revision not in plan.replicas:
+    keeps it); manifest parts it no longer has go. ``configmaps_only``: its models move in place
+    (no Deployment of its own)."""
+    if revision not in plan.replicas and not configmaps_only:
         return OwnedKind()
     existing = next((d for d in deployments if revision_of(d) == revision), None)
     stored = revision_configmaps(configmaps, revision)
@@ -133,6 +152,8 @@ def _revision(
     # A revision's ConfigMaps never change (its hash names them): one stored as built is not
     # sent again, which spares the API server megabytes of manifest parts on every reconcile.
     apply = [c for c in built if not _stored_as_built(c, stored)]
+    if revision not in plan.replicas:
+        return OwnedKind(apply=tuple(apply))
     current = _replicas(existing) if existing is not None else 0
     apply.append(
         build_deployment(
@@ -209,6 +230,7 @@ def plan_actions(
     disruption_budget: bool = False,
     autoscaler: bool = False,
     stale_autoscaler: bool = False,
+    in_place: InPlaceWrites | None = None,
 ) -> Actions:
     """The writes that carry out ``plan`` for the spec's ``revision``.
 
@@ -221,13 +243,15 @@ def plan_actions(
     spec no longer routes through Gateway API). ``disruption_budget``: the PodDisruptionBudget
     exists (it is deleted when the spec no longer wants one). ``autoscaler``: write the owned
     HorizontalPodAutoscaler (spec.autoscaling, and no other autoscaler targets the service);
-    ``stale_autoscaler``: the owned one exists and is not wanted (it is deleted).
+    ``stale_autoscaler``: the owned one exists and is not wanted (it is deleted). ``in_place``: what
+    an in-place model update writes (its ConfigMap after the revision's, the pods' annotations).
 
     Traffic moves off a revision before its pods go: the spec's revision is applied at no fewer
     replicas than it has, and a scale-down (an abort, a lower weight) is in ``scale``, which the
     reconcile carries out after the Services' selectors and the routes' weights are written, as
     it does for every other revision.
     """
+    ip = in_place or InPlaceWrites()
     owned = (
         _revision(
             ts,
@@ -238,7 +262,9 @@ def plan_actions(
             manifest_json=manifest_json,
             deployments=deployments,
             configmaps=configmaps,
+            configmaps_only=ip.history == revision,
         ),
+        _inplace_configmap(ip, configmaps),
         _service(ts, plan),
         _disruption_budget(ts, exists=disruption_budget),
         _autoscaler(ts, wanted=autoscaler, exists=stale_autoscaler),
@@ -256,9 +282,33 @@ def plan_actions(
             scale[str(deployment["metadata"]["name"])] = plan.replicas[rev]
     for rev in plan.delete:
         delete += [("Deployment", object_name(ts, rev)), ("ConfigMap", object_name(ts, rev))]
+    kept = set(plan.replicas) | set(ip.keep) | ({ip.history} if ip.history else set())
+    delete = [d for d in delete if not (d[0] == "ConfigMap" and d[1] in _names_of(ts, ip.keep))]
     for configmap in configmaps:
         rev = revision_of(configmap)
         name = str((configmap.get("metadata") or {}).get("name", ""))
-        if rev not in plan.replicas and ("ConfigMap", name) not in delete:
+        if _inplace_host(configmap) is not None:
+            continue  # the in-place ConfigMap: _inplace_configmap's
+        if rev not in kept and ("ConfigMap", name) not in delete:
             delete.append(("ConfigMap", name))
-    return Actions(apply=tuple(apply), scale=scale, delete=tuple(delete))
+    return Actions(apply=tuple(apply), scale=scale, delete=tuple(delete), annotate=dict(ip.annotations))
+
+
+def _inplace_host(configmap: Mapping[str, Any]) -> str | None:
+    host = ((configmap.get("metadata") or {}).get("labels") or {}).get(LABEL_INPLACE_HOST)
+    return str(host) if host else None
+
+
+def _names_of(ts: TritonService, revisions: Sequence[str]) -> set[str]:
+    return {object_name(ts, r) for r in revisions}
+
+
+def _inplace_configmap(ip: InPlaceWrites, configmaps: Sequence[Mapping[str, Any]]) -> OwnedKind:
+    """The `<deployment>-inplace` ConfigMap: applied while an in-place update wants it (unless stored
+    as built), every other one deleted."""
+    wanted = ip.configmap
+    name = wanted["metadata"]["name"] if wanted is not None else None
+    stored = [c for c in configmaps if _inplace_host(c) is not None]
+    apply = () if wanted is None or _stored_as_built(wanted, stored) else (wanted,)
+    gone = tuple(("ConfigMap", n) for n in _names(stored) if n != name)
+    return OwnedKind(apply=apply, delete=gone)

@@ -14,6 +14,10 @@ from triton_operator.core import manifestparts
 from triton_operator.core.manifest import StoreRef, manifest_to_json, model_sources, unpinned_manifest
 from triton_operator.core.manifestparts import MANIFEST_KEY
 from triton_operator.core.names import (
+    AGENT_CONTAINER,
+    AGENT_PORT,
+    AGENT_STATE_DIR,
+    AGENT_STATE_VOLUME,
     APP_NAME,
     COMPONENT,
     CONFIG_DIR,
@@ -21,7 +25,13 @@ from triton_operator.core.names import (
     CONFIGS_DIR,
     GRPC_PORT,
     HTTP_PORT,
+    INPLACE_DIR,
+    INPLACE_STATE_KEY,
+    INPLACE_TARGET_ANNOTATION,
+    INPLACE_TARGET_ITEM,
+    INPLACE_VOLUME,
     LABEL_COMPONENT,
+    LABEL_INPLACE_HOST,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
     LABEL_NAME,
@@ -36,6 +46,8 @@ from triton_operator.core.names import (
     MODELS_VOLUME,
     OPERATOR_KEY,
     PLACEHOLDER_UID,
+    PODINFO_DIR,
+    PODINFO_VOLUME,
     PVC_ROOT,
     REPOSITORY_VOLUME,
     SHM_VOLUME,
@@ -43,13 +55,16 @@ from triton_operator.core.names import (
     SYNC_CONTAINER,
     TRITON_CONTAINER,
     config_key,
+    inplace_config_key,
+    inplace_configmap_name,
+    inplace_manifest_key,
     object_name,
     part_configmap_name,
 )
 from triton_operator.core.nodecache import HOST_ENV, POD_ENV, PORT_ENV
 from triton_operator.core.revision import revision_hash
 from triton_operator.core.traffic import service_body
-from triton_operator.models import Strategy, TritonService
+from triton_operator.models import ModelUpdates, Strategy, TritonService
 from triton_operator.settings import Settings
 
 READINESS_PATH = "/v2/health/ready"
@@ -91,7 +106,16 @@ def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]
     # The startup probe follows the rollout's deadline when startupTimeoutSeconds is unset.
     inputs["startupTimeoutSeconds"] = ts.spec.startup_timeout()
     inputs["prometheusScrape"] = settings.prometheus_scrape
+    if in_place(ts):
+        # The agent and its volumes are part of the pod: switching in-place updates on or off makes
+        # new pods (left out when off, so existing hashes stay).
+        inputs["modelUpdates"] = ModelUpdates.IN_PLACE.value
     return inputs
+
+
+def in_place(ts: TritonService) -> bool:
+    """Whether the spec opts in to in-place model updates (spec.rollout.modelUpdates: InPlace)."""
+    return ts.spec.rollout.model_updates == ModelUpdates.IN_PLACE
 
 
 def compute_revision(
@@ -279,6 +303,48 @@ def build_configmaps(
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class RevisionFiles:
+    """What a pod needs of one revision to serve it: its pinned manifest JSON and rendered configs."""
+
+    manifest_json: str
+    configs: Mapping[str, str]
+
+
+def inplace_state_json(stable: str, next_revision: str | None) -> str:
+    """The in-place ConfigMap's state.json: the revision every pod serves, and the one being loaded."""
+    return json.dumps({"stable": stable, "next": next_revision}, sort_keys=True)
+
+
+def inplace_data(
+    stable: str, next_revision: str | None, files: Mapping[str, RevisionFiles]
+) -> dict[str, str]:
+    """The in-place ConfigMap's data: state.json and, for stable and next, each manifest and config."""
+    data = {INPLACE_STATE_KEY: inplace_state_json(stable, next_revision)}
+    for revision in dict.fromkeys(r for r in (stable, next_revision) if r):
+        held = files[revision]
+        data[inplace_manifest_key(revision)] = held.manifest_json
+        for model, text in sorted(held.configs.items()):
+            data[inplace_config_key(revision, model)] = text
+    return data
+
+
+def inplace_data_bytes(data: Mapping[str, str]) -> int:
+    return sum(len(k.encode("utf-8")) + len(v.encode("utf-8")) for k, v in data.items())
+
+
+def build_inplace_configmap(ts: TritonService, host: str, data: Mapping[str, str]) -> dict[str, Any]:
+    """ConfigMap `<deployment>-inplace` of the host revision's pods (their agents read it; optional
+    in their pod template, so its absence means: serve the pod's own revision)."""
+    labels = {**build_labels(ts), LABEL_INPLACE_HOST: host}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(ts, inplace_configmap_name(ts, host), labels),
+        "data": dict(data),
+    }
+
+
 def stored_spec(ts: TritonService) -> str:
     """The copy of the spec a revision's ConfigMap keeps under SPEC_KEY."""
     return json.dumps(ts.spec.model_dump(mode="json", by_alias=True, exclude_unset=True), sort_keys=True)
@@ -339,7 +405,16 @@ def _resources(ts: TritonService) -> dict[str, Any]:
 def triton_args(ts: TritonService) -> list[str]:
     """tritonserver's arguments: our repository, control mode, models and ports, then serverArgs."""
     args = [f"--model-repository={MODELS_DIR}", "--model-control-mode=explicit"]
-    args += [f"--load-model={m.name}" for m in ts.spec.models]
+    if in_place(ts):
+        # What /models holds: a tritonserver that restarts after an in-place update loads the
+        # models the agent placed there, not the ones the pod started with. Readiness is the
+        # server's, not every model version's: after a failed in-place load Triton keeps the old
+        # copy serving but, strictly, keeps reporting the failed version and would never be ready
+        # again (every pod at once: no endpoint left). The operator gates each update on the
+        # agent's per-model states instead; a model failing at start-up still exits tritonserver.
+        args += ["--load-model=*", "--strict-readiness=false"]
+    else:
+        args += [f"--load-model={m.name}" for m in ts.spec.models]
     args += [f"--http-port={HTTP_PORT}", f"--grpc-port={GRPC_PORT}", f"--metrics-port={METRICS_PORT}"]
     return args + list(ts.spec.server_args)
 
@@ -434,7 +509,83 @@ def build_volumes(ts: TritonService, revision: str, layout: ManifestLayout) -> l
         volumes.append(
             {"name": REPOSITORY_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
         )
+    if in_place(ts):
+        volumes += agent_volumes(ts, revision)
     return volumes + [dict(v) for v in spec.volumes]
+
+
+def agent_volumes(ts: TritonService, revision: str) -> list[dict[str, Any]]:
+    """The in-place agent's volumes: the `<deployment>-inplace` ConfigMap (optional: absent until an
+    update), the pod's own target annotation (downward API), and the agent's bookkeeping."""
+    return [
+        {
+            "name": INPLACE_VOLUME,
+            "configMap": {"name": inplace_configmap_name(ts, revision), "optional": True},
+        },
+        {
+            "name": PODINFO_VOLUME,
+            "downwardAPI": {
+                "items": [
+                    {
+                        "path": INPLACE_TARGET_ITEM,
+                        "fieldRef": {"fieldPath": f"metadata.annotations['{INPLACE_TARGET_ANNOTATION}']"},
+                    }
+                ]
+            },
+        },
+        {"name": AGENT_STATE_VOLUME, "emptyDir": {}},
+    ]
+
+
+AGENT_RESOURCES: dict[str, Any] = {"requests": {"cpu": "10m", "memory": "96Mi"}}
+"""The model-agent sidecar's requests, no limits: it idles between updates (44 MiB resident), about
+68 MiB once it has applied a change (its store client loaded); a download streams to disk."""
+
+
+def _agent_mounts() -> list[dict[str, Any]]:
+    return [
+        {"name": INPLACE_VOLUME, "mountPath": INPLACE_DIR, "readOnly": True},
+        {"name": PODINFO_VOLUME, "mountPath": PODINFO_DIR, "readOnly": True},
+        {"name": AGENT_STATE_VOLUME, "mountPath": AGENT_STATE_DIR},
+    ]
+
+
+def agent_args(revision: str) -> list[str]:
+    """What the agent takes besides sync's own arguments (the contract in the agent's docs)."""
+    return [
+        "--inplace-dir",
+        INPLACE_DIR,
+        "--target-file",
+        f"{PODINFO_DIR}/{INPLACE_TARGET_ITEM}",
+        "--state-dir",
+        AGENT_STATE_DIR,
+        "--base-revision",
+        revision,
+    ]
+
+
+def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[str, Any]) -> dict[str, Any]:
+    """The model-agent sidecar: the sync container's image, arguments, credentials and security, as
+    `triton-operator agent`, which follows the pod's target revision and loads what changed."""
+    agent: dict[str, Any] = {
+        "name": AGENT_CONTAINER,
+        "image": sync["image"],
+        "command": ["triton-operator", "agent"],
+        "args": [
+            *sync["args"][:-1],  # without --once
+            "--triton",
+            f"http://127.0.0.1:{HTTP_PORT}",
+            "--listen",
+            f"0.0.0.0:{AGENT_PORT}",
+        ],
+        "ports": [{"name": "agent", "containerPort": AGENT_PORT, "protocol": "TCP"}],
+        "resources": copy.deepcopy(AGENT_RESOURCES),
+        "volumeMounts": copy.deepcopy(sync["volumeMounts"]),
+    }
+    for key in ("imagePullPolicy", "envFrom", "securityContext"):
+        if key in sync:
+            agent[key] = copy.deepcopy(sync[key])
+    return agent
 
 
 RESTRICTED_POD_SECURITY: dict[str, Any] = {
@@ -507,7 +658,10 @@ def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, A
             else {}
         ),
         "volumeMounts": [
-            {"name": MODELS_VOLUME, "mountPath": MODELS_DIR},
+            # With in-place updates /models is the agent's alone: read-only here, so that the Python
+            # backend's __pycache__ never makes it differ from what the agent placed (Triton would
+            # count the model as changed and reload it along with an ensemble over it).
+            {"name": MODELS_VOLUME, "mountPath": MODELS_DIR, **({"readOnly": True} if in_place(ts) else {})},
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
             *_repository_mounts(ts),
             *[dict(m) for m in spec.volume_mounts],
@@ -526,8 +680,11 @@ def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, A
     return triton
 
 
-def build_sync_container(ts: TritonService, settings: Settings, layout: ManifestLayout) -> dict[str, Any]:
-    """The sync init container: `triton-operator sync` fills /models from the revision's manifest."""
+def build_sync_container(
+    ts: TritonService, settings: Settings, layout: ManifestLayout, revision: str | None = None
+) -> dict[str, Any]:
+    """The sync init container: `triton-operator sync` fills /models from the revision's manifest
+    (with in-place updates, `triton-operator agent --once`, which serves the pod's target revision)."""
     manifest = MANIFEST_PATH if layout.plain else MANIFEST_DIR
     sync_args = ["--manifest", manifest, "--configs", CONFIGS_DIR, "--dest", MODELS_DIR]
     volume = ts.spec.model_volume
@@ -545,6 +702,12 @@ def build_sync_container(ts: TritonService, settings: Settings, layout: Manifest
             *_repository_mounts(ts),
         ],
     }
+    if in_place(ts):
+        # `agent --once`: sync, then record what it placed, so the sidecar starts from there.
+        revision = revision or ""
+        sync["command"] = ["triton-operator", "agent"]
+        sync["args"] = [*sync["args"], *agent_args(revision), "--once"]
+        sync["volumeMounts"] += _agent_mounts()
     if settings.sync_image_pull_policy:
         sync["imagePullPolicy"] = settings.sync_image_pull_policy
     credentials = ts.spec.repository.credentials_secret
@@ -617,13 +780,17 @@ def build_pod_template(
 
     ``layout``: how the revision's ConfigMaps hold the manifest (build_configmaps, manifest_layout).
     """
+    sync = build_sync_container(ts, settings, layout, revision)
+    containers = [build_triton_container(ts, settings)]
+    if in_place(ts):
+        containers.append(build_agent_container(ts, settings, sync))
     pod_spec: dict[str, Any] = {
-        "containers": [build_triton_container(ts, settings)],
+        "containers": containers,
         "volumes": build_volumes(ts, revision, layout),
         # Service links put 7 variables per Service of the namespace into every container.
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": termination_grace_seconds(ts),
-        "initContainers": [build_sync_container(ts, settings, layout)],
+        "initContainers": [sync],
         **build_pod_security(ts, settings),
         **build_scheduling(ts),
     }

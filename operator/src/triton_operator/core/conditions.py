@@ -57,6 +57,8 @@ ROLLOUT_COMPLETED = "RolloutCompleted"  # the stable revision serves at all repl
 WAITING_FOR_STABLE_READY = "WaitingForStableReady"  # the stable revision waits for its Ready replicas
 GPU_BUDGET_TOO_SMALL = "GpuBudgetTooSmall"  # gpuBudget leaves no room for a canary pod (also Degraded)
 WAITING_FOR_ANALYSIS = "WaitingForAnalysis"  # a step raising the canary's traffic waits for its analysis
+IN_PLACE_UPDATING = "InPlaceUpdating"  # the stable revision's pods load a new revision's models in place
+IN_PLACE_ROLLING_BACK = "InPlaceRollingBack"  # an aborted in-place update: the pods load the old models again
 # Degraded (the abort reasons among them, recorded in status.abortedReason)
 AS_EXPECTED = "AsExpected"  # nothing failed
 PODS_FAILING = "PodsFailing"  # serving pods crash-loop or cannot pull their image
@@ -69,6 +71,8 @@ ANALYSIS_INCONCLUSIVE = "AnalysisInconclusive"  # too few requests in time (abor
 # Abort; an Event with Pause)
 ANALYSIS_PASSED = "AnalysisPassed"  # a window's analysis passed and the canary's traffic was raised (Event)
 STABLE_REVISION_MISSING = "StableRevisionMissing"  # the stable revision's Deployment is gone (also an Event)
+IN_PLACE_LOAD_FAILED = "InPlaceLoadFailed"  # a pod's agent could not load the new models (abort reason)
+IN_PLACE_POD_LOST = "InPlacePodLost"  # a pod being updated in place went away (abort reason)
 # RepositoryReady
 MANIFEST_PINNED = "ManifestPinned"  # the repository's object versions are pinned in a manifest
 UNPINNED = "Unpinned"  # no storage adapter configured: pods read the repository as it is
@@ -114,6 +118,8 @@ ROLLOUT_STARTED = "RolloutStarted"  # a rollout over the stable revision starts
 STEP_COMPLETED = "StepCompleted"  # a canary step completed
 ROLLOUT_PROMOTING = "RolloutPromoting"  # the canary scales to full replicas before it becomes stable
 REVISION_SERVED = "RevisionServed"  # a revision's first pod became Ready: its time to serve, phase by phase
+IN_PLACE_ROLLED_BACK = "InPlaceRolledBack"  # every pod serves the old models again after an in-place abort
+NEW_PODS_REQUIRED = "NewPodsRequired"  # modelUpdates is InPlace, but this change needs new pods (reasons)
 
 # ----------------------------------------------------------------- Kubernetes' own (read, never written)
 

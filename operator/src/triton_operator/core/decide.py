@@ -12,13 +12,15 @@ from datetime import datetime
 from typing import Any
 
 from triton_operator.core import conditions as cond
-from triton_operator.core.actions import Actions, RevisionPlan, plan_actions
+from triton_operator.core.actions import Actions, InPlaceWrites, RevisionPlan, plan_actions
 from triton_operator.core.analysis import AnalysisResult
 from triton_operator.core.autoscaling import Autoscalers, scale_replicas, scale_selector, scaled_revisions
 from triton_operator.core.builders import endpoints
+from triton_operator.core.inplace_plan import InPlaceContext, InPlaceDecision, decide_in_place
 from triton_operator.core.observation import DeploymentState, PodState
 from triton_operator.core.rollout.clock import format_time
 from triton_operator.core.rollout.engine import plan_rollout
+from triton_operator.core.rollout.inplace import AgentStatus
 from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
 from triton_operator.core.rollout.requests import parse_control_requests
 from triton_operator.core.rollout.state import RevisionState, RolloutStatus
@@ -50,6 +52,8 @@ class Observed:
     """The HPAs that target the service (None: not listed)."""
     stale_disruption_budget: bool = False
     """The PodDisruptionBudget exists while the spec no longer wants one."""
+    agents: Mapping[str, AgentStatus] = dataclasses.field(default_factory=dict)
+    """The in-place agents' statuses read in this pass, by pod name (core.rollout.inplace)."""
 
     @property
     def now(self) -> str:
@@ -62,6 +66,8 @@ class Decision:
 
     rollout: RolloutPlan
     actions: Actions
+    in_place: InPlaceDecision | None = None
+    """The in-place layer's decision (core.inplace_plan)."""
 
 
 def decide(
@@ -75,23 +81,45 @@ def decide(
     unsyncable: Mapping[str, str] | None = None,
     analysis: AnalysisResult | None = None,
 ) -> Decision:
-    """The rollout toward ``revision`` of ``ts`` (core.rollout), and what to apply, scale and delete
-    for it (core.actions). ManifestTooLarge when the revision's manifest cannot be stored."""
+    """The rollout toward ``revision`` of ``ts`` (core.rollout, and core.inplace_plan for models that
+    move in place), and what to apply, scale and delete for it (core.actions). ManifestTooLarge when
+    the revision's manifest cannot be stored."""
+    status = RolloutStatus.from_status(observed.previous)
+    ip = decide_in_place(
+        ts,
+        settings,
+        revision,
+        InPlaceContext(
+            previous=observed.previous,
+            configmaps=observed.configmaps,
+            revisions=observed.revisions,
+            pods=observed.pods,
+            agents=observed.agents,
+            requests=parse_control_requests(observed.annotations),
+            now=observed.moment,
+            deadline_seconds=ts.spec.progress_deadline(),
+        ),
+        configs=configs,
+        manifest_json=manifest_json,
+    )
+    if ip.handled:
+        status = dataclasses.replace(status, handled_requests={**status.handled_requests, **ip.handled})
     plan = plan_rollout(
         RolloutInput(
             rollout=ts.spec.rollout,
             replicas=ts.spec.replicas,
-            desired_revision=revision,
+            desired_revision=ip.engine_revision,
             now=observed.moment,
-            status=RolloutStatus.from_status(observed.previous),
+            status=status,
             revisions=observed.revisions,
             gpus_per_pod=ts.spec.resources.gpus,
-            requests=parse_control_requests(observed.annotations),
+            requests=ip.requests,
             progress_deadline_seconds=ts.spec.progress_deadline(),
             unsyncable=unsyncable or {},
             analysis=analysis,
         )
     )
+    plan = _with_in_place(plan, ip)
     scalers = observed.autoscalers
     actions = plan_actions(
         ts,
@@ -107,8 +135,34 @@ def decide(
         disruption_budget=observed.stale_disruption_budget,
         autoscaler=scalers.apply_own(ts) if scalers is not None else False,
         stale_autoscaler=scalers.delete_own(ts) if scalers is not None else False,
+        in_place=InPlaceWrites(
+            configmap=ip.configmap,
+            keep=ip.keep,
+            annotations=ip.plan.annotations if ip.plan is not None else {},
+            history=revision if revision != ip.engine_revision else None,
+        ),
     )
-    return Decision(rollout=plan, actions=actions)
+    return Decision(rollout=plan, actions=actions, in_place=ip)
+
+
+def _with_in_place(plan: RolloutPlan, ip: InPlaceDecision) -> RolloutPlan:
+    """The engine's plan with the in-place update's conditions (while it stands for the rollout),
+    Events and requeue."""
+    if ip.plan is None:
+        return dataclasses.replace(plan, events=(*ip.events, *plan.events)) if ip.events else plan
+    conditions = dict(plan.conditions)
+    if ip.governs:
+        conditions[cond.PROGRESSING] = ip.plan.progressing
+        engine_degraded = plan.conditions.get(cond.DEGRADED)
+        if ip.plan.degraded.status == cond.TRUE or engine_degraded is None:
+            conditions[cond.DEGRADED] = ip.plan.degraded
+    requeue = [t for t in (plan.requeue_after, ip.plan.requeue_after) if t is not None]
+    return dataclasses.replace(
+        plan,
+        conditions=conditions,
+        events=(*plan.events, *ip.events),
+        requeue_after=min(requeue) if requeue else None,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +188,18 @@ def decided_status(ts: TritonService, decision: Decision, observed: Observed, sh
     kept = set(plan.replicas)
     scaled = scaled_revisions(ts.spec.rollout.strategy, rs.stable_revision, rs.canary_revision, plan.replicas)
     degraded = plan.condition(cond.DEGRADED)
+    ip = decision.in_place
+    rollout = rs.to_status()
+    in_place_rolling: str | None = None
+    aborted = degraded.message if rs.aborted_revision is not None and degraded is not None else None
+    if ip is not None:
+        rollout.update(ip.status_fields(observed.previous))
+        if ip.governs and ip.plan is not None and ip.plan.state is not None:
+            state = ip.plan.state
+            if state.next is not None and state.rolling_back is None:
+                in_place_rolling = ip.plan.progressing.message
+            elif state.aborted_revision is not None and degraded is not None:
+                aborted = degraded.message
     return build_status(
         observed.previous,
         Observation(
@@ -159,10 +225,11 @@ def decided_status(ts: TritonService, decision: Decision, observed: Observed, sh
             analysis=shown.analysis,
             image=shown.images[0],
             default_image=shown.images[1],
-            rollout=rs.to_status(),
+            rollout=rollout,
             progressing=plan.condition(cond.PROGRESSING),
             rollout_degraded=degraded,
-            aborted=degraded.message if rs.aborted_revision is not None and degraded is not None else None,
+            aborted=aborted,
+            in_place_rolling=in_place_rolling,
             traffic=shown.traffic,
         ),
     )

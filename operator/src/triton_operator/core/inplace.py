@@ -5,7 +5,8 @@ A revision is made of three things (core.revision.revision_hash): the pod-templa
 manifest. ``rollout_kind`` compares what two revisions are made of and answers ``InPlace`` (the
 running tritonservers can take the change through the model control API: the changed objects
 fetched, then ``load`` of the changed models only) or ``NewPods`` (with every reason that forces
-new pods). It decides only; nothing in the operator applies an in-place rollout yet.
+new pods). It decides only; core.agent turns the same difference (model_diff) into the steps
+a pod's model agent takes to apply it.
 
 The Triton behaviour the rules rely on (triton-inference-server/core and server, cited where used):
 
@@ -197,6 +198,62 @@ def _versions(manifest: Manifest) -> dict[str, tuple[str, ...]]:
 # ---------------------------------------------------------------- the decision
 
 
+@dataclass(frozen=True)
+class ModelDiff:
+    """What differs between two revisions' models, from their pinned manifests and rendered configs
+    alone: the models whose objects, versions or config.pbtxt changed, those added and removed, the
+    objects the changed and added models need that the old revision did not have, and the objects of
+    the changed and removed models that the new revision no longer names. rollout_kind judges it;
+    core.agent turns it into the steps a pod's agent takes."""
+
+    changed: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    objects_to_fetch: tuple[ManifestEntry, ...] = ()
+    objects_to_remove: tuple[str, ...] = ()
+
+    @property
+    def bytes(self) -> int:
+        return sum(e.size for e in self.objects_to_fetch)
+
+
+def model_diff(
+    old_manifest: Manifest,
+    old_configs: Mapping[str, str],
+    new_manifest: Manifest,
+    new_configs: Mapping[str, str],
+) -> ModelDiff:
+    """The models' difference between two revisions (see ModelDiff); a model is one of the configs."""
+    old_names, new_names = set(old_configs), set(new_configs)
+    old_entries, new_entries = _entries_by_model(old_manifest), _entries_by_model(new_manifest)
+    old_versions, new_versions = _versions(old_manifest), _versions(new_manifest)
+    changed = [
+        name
+        for name in sorted(old_names & new_names)
+        if old_entries.get(name, set()) != new_entries.get(name, set())
+        or old_versions.get(name) != new_versions.get(name)
+        or old_configs[name] != new_configs[name]
+    ]
+    added = sorted(new_names - old_names)
+    removed = sorted(old_names - new_names)
+    fetch = sorted(
+        (
+            e
+            for name in set(changed) | set(added)
+            for e in new_entries.get(name, set()) - old_entries.get(name, set())
+        ),
+        key=lambda e: e.dest,
+    )
+    keep = {e.dest for e in new_manifest.entries}
+    remove = sorted(
+        e.dest
+        for name in set(changed) | set(removed)
+        for e in old_entries.get(name, set())
+        if e.dest not in keep
+    )
+    return ModelDiff(tuple(changed), tuple(added), tuple(removed), tuple(fetch), tuple(remove))
+
+
 def rollout_kind(old: RevisionParts, new: RevisionParts) -> RolloutKind:
     """InPlace when every difference between ``old`` and ``new`` is one the running tritonservers can
     load through the model control API safely, else NewPods with every reason (see the module)."""
@@ -205,51 +262,27 @@ def rollout_kind(old: RevisionParts, new: RevisionParts) -> RolloutKind:
         # pvc:// (or not listed yet): no list of objects to fetch and verify; the pod links folders.
         reasons.append("the repository is not pinned (pvc:// or not listed yet): no object list to apply")
         return NewPods(tuple(reasons))
-    old_names, new_names = set(old.configs), set(new.configs)
-    added = sorted(new_names - old_names)
-    removed = sorted(old_names - new_names)
-    old_entries, new_entries = _entries_by_model(old.manifest), _entries_by_model(new.manifest)
-    old_versions, new_versions = _versions(old.manifest), _versions(new.manifest)
-    changed: list[str] = []
+    diff = model_diff(old.manifest, old.configs, new.manifest, new.configs)
     pod_gpus = max(_gpus(old.pod), _gpus(new.pod))
-    for name in sorted(old_names & new_names):
-        files_changed = old_entries.get(name, set()) != new_entries.get(name, set()) or old_versions.get(
-            name
-        ) != new_versions.get(name)
-        config_changed = old.configs[name] != new.configs[name]
-        if not (files_changed or config_changed):
-            continue
-        changed.append(name)
+    for name in diff.changed:
         reasons += _model_reasons(
             name, old.model_configs.get(name, {}), new.model_configs.get(name, {}), pod_gpus
         )
-    for name in added:
+    for name in diff.added:
         if _on_gpu(new.model_configs.get(name, {}), pod_gpus):
             # Not a second copy, but memory the running pod was never sized or tested for.
             reasons.append(f"model {name}: added on a GPU the running pods' memory was not planned for")
-    reasons += _ensemble_reasons(old, new, set(changed))
+    reasons += _ensemble_reasons(old, new, set(diff.changed))
     if reasons:
         return NewPods(tuple(reasons))
-    touched = set(changed) | set(added)
-    fetch = sorted(
-        (e for name in touched for e in new_entries.get(name, set()) - old_entries.get(name, set())),
-        key=lambda e: e.dest,
-    )
-    keep = {e.dest for e in new.manifest.entries}
-    remove = sorted(
-        e.dest
-        for name in set(changed) | set(removed)
-        for e in old_entries.get(name, set())
-        if e.dest not in keep
-    )
     return InPlace(
-        models_changed=tuple(changed),
-        models_added=tuple(added),
-        models_removed=tuple(removed),
-        objects_to_fetch=tuple(fetch),
-        objects_to_remove=tuple(remove),
-        bytes=sum(e.size for e in fetch),
-        ensembles_affected=tuple(_ensembles_affected(new, set(changed))),
+        models_changed=diff.changed,
+        models_added=diff.added,
+        models_removed=diff.removed,
+        objects_to_fetch=diff.objects_to_fetch,
+        objects_to_remove=diff.objects_to_remove,
+        bytes=diff.bytes,
+        ensembles_affected=tuple(_ensembles_affected(new, set(diff.changed))),
     )
 
 

@@ -43,6 +43,30 @@ SHM_VOLUME = "dshm"
 CONFIG_VOLUME = "triton-operator-config"
 REPOSITORY_VOLUME = "repository"
 PVC_ROOT = "/repository"
+# In-place model updates (spec.rollout.modelUpdates: InPlace): the pod's model agent, the in-place
+# ConfigMap `<deployment>-inplace` it follows and the pod annotation that names its target revision.
+AGENT_CONTAINER = "model-agent"
+AGENT_PORT = 8009
+AGENT_PORT_NAME = "agent"
+AGENT_STATUS_PATH = "/v1/inplace"
+"""The agent's read-only status: GET http://<podIP>:AGENT_PORT<AGENT_STATUS_PATH> -> JSON."""
+INPLACE_TARGET_ANNOTATION = f"{GROUP}/inplace-target"
+INPLACE_VOLUME = "inplace"
+INPLACE_DIR = "/etc/triton-operator-inplace"
+"""Where the in-place ConfigMap is mounted (optional, read-only)."""
+INPLACE_STATE_KEY = "state.json"
+"""The in-place ConfigMap's key {"stable": rev, "next": rev | null}."""
+INPLACE_MANIFEST_SUFFIX = ".manifest.json"
+PODINFO_VOLUME = "podinfo"
+PODINFO_DIR = "/etc/triton-operator-podinfo"
+"""The downwardAPI volume: item INPLACE_TARGET_ITEM <- the pod's INPLACE_TARGET_ANNOTATION."""
+INPLACE_TARGET_ITEM = "target"
+INPLACE_TARGET_FILE = f"{PODINFO_DIR}/{INPLACE_TARGET_ITEM}"
+AGENT_STATE_VOLUME = "agent-state"
+AGENT_STATE_DIR = "/var/run/triton-operator"
+"""The agent's own bookkeeping (an emptyDir shared by the init container and the sidecar)."""
+LABEL_INPLACE_HOST = f"{GROUP}/inplace-host"
+"""The in-place ConfigMap's label naming its host revision (it has no revision label of its own)."""
 # ownerReferences of `triton-operator render` output: no object exists, so no uid does either.
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 
@@ -66,3 +90,18 @@ def revision_object_names(ts: TritonService, revision: str, names: Sequence[str]
     """Those of ``names`` that a revision's objects would have: `<name>-<rev>` and its manifest parts."""
     main = object_name(ts, revision)
     return [n for n in names if n == main or n.startswith(f"{main}-manifest-")]
+
+
+def inplace_configmap_name(ts: TritonService, revision: str) -> str:
+    """Name of the in-place ConfigMap of the Deployment of ``revision``: `<ts>-<rev>-inplace`."""
+    return f"{object_name(ts, revision)}-inplace"
+
+
+def inplace_manifest_key(revision: str) -> str:
+    """The in-place ConfigMap's key of ``revision``'s plain manifest JSON."""
+    return f"{revision}{INPLACE_MANIFEST_SUFFIX}"
+
+
+def inplace_config_key(revision: str, model: str) -> str:
+    """The in-place ConfigMap's key of ``revision``'s rendered config.pbtxt of ``model``."""
+    return f"{revision}.{config_key(model)}"

@@ -24,6 +24,7 @@ from triton_operator.core.builders import (
 from triton_operator.core.modelconfig import ModelConfigError, build_config_pbtxt
 from triton_operator.core.names import (
     CONFIG_VOLUME,
+    INPLACE_TARGET_ANNOTATION,
     LABEL_REVISION,
     MANIFEST_DIR,
     MANIFEST_PATH,
@@ -161,11 +162,14 @@ def last_valid(
     """What the last valid spec rendered, read back from its revision's ConfigMap (SPEC_KEY).
 
     The spec's revision is, in this order: the one an undo pin waits for, an aborted one, the
-    canary, the stable one; the first whose ConfigMap holds a spec wins (a revision rendered by an
-    operator that did not store specs has none).
+    canary, the one loading in place (or held after its in-place rollback), the one the stable pods
+    serve in place, the stable one; the first whose ConfigMap holds a spec wins (a revision
+    rendered by an operator that did not store specs has none).
     """
-    for key in ("pinnedFor", "abortedRevision", "canaryRevision", "stableRevision"):
-        revision = status.get(key)
+    in_place = status.get("inPlace") or {}
+    revisions = [status.get(k) for k in ("pinnedFor", "abortedRevision", "canaryRevision")]
+    revisions += [in_place.get("next"), in_place.get("abortedRevision"), status.get("servedRevision")]
+    for revision in [*revisions, status.get("stableRevision")]:
         if not revision:
             continue
         own = revision_configmaps(configmaps, revision)
@@ -440,6 +444,9 @@ class PodState:
     triton_failures: tuple[ModelVersionState, ...] = ()
     """The model versions Triton says failed to load, read once from the log tail the tritonserver
     container left at its last exit (terminationMessagePolicy FallbackToLogsOnError)."""
+    inplace_target: str | None = None
+    """Its `triton-operator.io/inplace-target` annotation: the revision the operator asked it to
+    load in place (core.rollout.inplace)."""
     sync_failure: str | None = None
     """Why the sync init container last failed, in its own words (its termination message: e.g. the
     model repository needs more bytes than the volume has free), while it has not since succeeded."""
@@ -507,6 +514,7 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
         triton_failures=load_failures(_termination_message(triton)),
         sync_failure=_failure_message(sync),
         start=pod_start(metadata, status, sync, triton),
+        inplace_target=str((metadata.get("annotations") or {}).get(INPLACE_TARGET_ANNOTATION) or "") or None,
     )
 
 

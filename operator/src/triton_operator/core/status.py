@@ -95,6 +95,7 @@ def summarize_ready(
     deployments: Mapping[str, DeploymentState],
     replicas: int,
     aborted: str | None = None,
+    in_place_rolling: str | None = None,
 ) -> Verdict:
     """The Ready summary: True only when the current spec is served by all its replicas.
 
@@ -107,6 +108,8 @@ def summarize_ready(
         return Verdict(FALSE, scheduled.reason, scheduled.message)
     if aborted is not None:
         return Verdict(FALSE, ROLLOUT_ABORTED, aborted)
+    if in_place_rolling is not None:
+        return Verdict(FALSE, ROLLOUT_IN_PROGRESS, in_place_rolling)
     if plan.rolling is not None:
         return Verdict(
             FALSE,
@@ -189,6 +192,10 @@ ROLLOUT_STATUS_FIELDS = (
     "pinnedFor",
     "replacedRevision",
     "handledRequests",
+    "servedRevision",
+    "rolloutKind",
+    "rolloutKindReason",
+    "inPlace",
 )
 # Status fields this module computes (and the reconcile owns); others are left alone.
 OWNED_STATUS_FIELDS = (
@@ -251,6 +258,8 @@ class Observation:
     """The rollout engine's Degraded: it wins when True, else failing pods make Degraded True."""
     aborted: str | None = None
     """Why the spec's revision was rolled back (Ready=False/RolloutAborted); None when it was not."""
+    in_place_rolling: str | None = None
+    """The spec's revision loads in place in the stable pods (Ready=False/RolloutInProgress): how far."""
     traffic: Verdict | None = None
     """TrafficRouted (Gateway API routes); None removes the condition."""
     analysis: Mapping[str, Any] | None = None
@@ -330,6 +339,7 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
             deployments=by_revision,
             replicas=obs.replicas,
             aborted=obs.aborted,
+            in_place_rolling=obs.in_place_rolling,
         ),
     )
     if plan is None:

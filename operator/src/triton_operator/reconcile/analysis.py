@@ -7,10 +7,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from triton_operator.adapters.agent_reader import AgentReader
 from triton_operator.adapters.triton_reader import Owner, PodReading, PodTarget, TritonReader
 from triton_operator.core.analysis import AnalysisResult, PodCounters, increase, judge, judged_models
 from triton_operator.core.observation import PodState
 from triton_operator.core.rollout.clock import format_time
+from triton_operator.core.rollout.inplace import AgentStatus, InPlaceState
 from triton_operator.core.rollout.state import RolloutStatus, under_analysis
 from triton_operator.core.triton_state import ModelVersionState, merge, model_statuses
 from triton_operator.models import AnalysisWindow, TritonService
@@ -43,8 +45,10 @@ class TritonView:
     is judged on traffic after the restart; nothing is judged twice).
     """
 
-    def __init__(self, reader: TritonReader) -> None:
+    def __init__(self, reader: TritonReader, agents: AgentReader | None = None) -> None:
         self.reader = reader
+        self.agents = agents
+        """The in-place agents' reader (None: in-place updates read no agent and never complete)."""
         self._windows: dict[Owner, _Window] = {}
         self._pods: dict[Owner, list[PodTarget]] = {}
         """The pods handed to the reader in the last pass (also those it may not read)."""
@@ -124,6 +128,17 @@ class TritonView:
                 why = reading.metrics_error
             out.append(f"{target.name or target.uid} ({why})")
         return out
+
+    async def read_agents(
+        self, status: Mapping[str, Any], pods: Sequence[PodState]
+    ) -> dict[str, AgentStatus]:
+        """The agents of the host pods while an in-place update moves (status.inPlace.next), by pod
+        name; nothing otherwise (each read bounded: adapters.agent_reader)."""
+        state = InPlaceState.from_status(status)
+        if self.agents is None or state is None or state.next is None:
+            return {}
+        host = {p.name: p.ip for p in pods if p.revision == state.host and not p.terminating}
+        return await self.agents.read(host)
 
     def window_started(self, owner: Owner) -> datetime | None:
         window = self._windows.get(owner)

@@ -1,8 +1,8 @@
 """What one reconcile writes, after it has decided: a Decision carried out in a fixed order.
 
 1. the objects (core.actions: a revision's ConfigMaps not yet stored as built, then its Deployment,
-   then the Service, the PodDisruptionBudget, the owned HPA, the revision Services), by server-side
-   apply;
+   the in-place ConfigMap, then the Service, the PodDisruptionBudget, the owned HPA, the revision
+   Services), by server-side apply; then the pods' in-place target annotations (merge patches);
 2. the routes' weights (merge patches carrying the resourceVersion each route was read at);
 3. the status, if it changed, on the condition that the TritonService is still the version read
    (SupersededError otherwise: nothing after it is done);
@@ -23,6 +23,7 @@ from triton_operator.core.actions import Actions
 from triton_operator.core.builders import build_event
 from triton_operator.core.decide import Decision
 from triton_operator.core.manifestparts import compress
+from triton_operator.core.names import INPLACE_TARGET_ANNOTATION
 from triton_operator.core.observation import layout_of
 from triton_operator.core.status import served_events, status_changed
 from triton_operator.metrics import METRICS
@@ -75,6 +76,7 @@ async def apply(
     ``status``: the decided status, given how the routes were set (the one outcome the decision
     cannot know before the writes)."""
     await apply_objects(kube, decision.actions, manifest_json)
+    await annotate_pods(kube, seen.namespace, decision.actions)
     traffic = await route_traffic(kube, ts, decision.rollout, routes)
     rs = decision.rollout.status
     METRICS.set_rollout(
@@ -113,6 +115,16 @@ async def apply_objects(kube: KubeAPI, actions: Actions, manifest_json: str | No
         if exc.kind != "ConfigMap":
             raise
         raise NotStoredError(f"{_parts_summary(actions, manifest_json)}{exc}") from exc
+
+
+async def annotate_pods(kube: KubeAPI, namespace: str, actions: Actions) -> None:
+    """The pods' in-place target annotations (after the in-place ConfigMap: core.actions.Actions.annotate);
+    a pod gone meanwhile is skipped (the next pass sees it gone)."""
+    for pod, target in sorted(actions.annotate.items()):
+        logger.info("pod %s/%s: %s=%s", namespace, pod, INPLACE_TARGET_ANNOTATION, target)
+        await kube.merge_patch(
+            "Pod", namespace, pod, {"metadata": {"annotations": {INPLACE_TARGET_ANNOTATION: target}}}
+        )
 
 
 async def scale_and_delete(kube: KubeAPI, namespace: str, actions: Actions) -> None:

@@ -42,8 +42,16 @@ def owned_selector(name: str) -> dict[str, str]:
 
 
 def current_manifest(owned: Owned, previous: Mapping[str, Any]) -> str | None:
-    """The manifest JSON of the newest running revision (the canary's, else the stable one's)."""
-    for revision in (previous.get("canaryRevision"), previous.get("stableRevision")):
+    """The manifest JSON of the newest running revision (the canary's, else the one loading in place,
+    else the one the stable pods serve: in place, or their own)."""
+    in_place = previous.get("inPlace") or {}
+    newest = (
+        previous.get("canaryRevision"),
+        in_place.get("next"),
+        previous.get("servedRevision"),
+        previous.get("stableRevision"),
+    )
+    for revision in newest:
         text = revision_manifest(owned.configmaps, revision) if revision else None
         if text is not None:
             return text

@@ -346,6 +346,8 @@ class Reconciler:
             await self.pinner.close()
         if self.triton is not None:
             await self.triton.reader.close()
+            if self.triton.agents is not None:
+                await self.triton.agents.close()
 
     def _polls(self, ts: TritonService) -> bool:
         return (

@@ -374,8 +374,10 @@ async def _carry_out(
             object_name(ts, revision),
         )
         return Result(status=dict(seen.previous), revision=revision, requeue_after=FOREIGN_RETRY_SECONDS)
-    # Everything the decision needs was read before it (no read after the decision).
-    seen_now = observed(seen, around)
+    # Everything the decision needs was read before it (no read after the decision); the pods'
+    # model agents are read only while an in-place update moves.
+    agents = await triton.read_agents(seen.previous, seen.pods) if triton is not None else {}
+    seen_now = dataclasses.replace(observed(seen, around), agents=agents)
     owner = (seen.namespace, seen.name)
     before = RolloutStatus.from_status(seen.previous)
     readings = triton.look(owner, ts, before, revision, seen.pods) if triton is not None else {}

@@ -86,6 +86,11 @@ def control_annotations(
 
 
 def request_revision(status: Mapping[str, Any] | None) -> str | None:
-    """The revision a promote or abort made now is for: the canary in progress, else the aborted one."""
+    """The revision a promote or abort made now is for: the canary in progress, else the revision
+    loading in place (status.inPlace.next), else the aborted one (a canary's, or an in-place one's)."""
     st = RolloutStatus.from_status(status)
-    return st.canary_revision or st.aborted_revision
+    raw = (status or {}).get("inPlace")
+    in_place: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    moving = str(in_place["next"]) if in_place.get("next") else None
+    held = str(in_place["abortedRevision"]) if in_place.get("abortedRevision") else None
+    return st.canary_revision or moving or st.aborted_revision or held

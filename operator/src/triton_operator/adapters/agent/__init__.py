@@ -1,0 +1,1 @@
+"""The pod's model agent: the in-place files it reads, its state, Triton's model control, its status."""

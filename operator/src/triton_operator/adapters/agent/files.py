@@ -1,0 +1,174 @@
+"""The agent's files: the pod's target (downwardAPI), the in-place ConfigMap's folder, its state folder."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from triton_operator.adapters.sync.files import fsync_dir, place_bytes
+from triton_operator.core.agent import InPlaceState, Record, RevisionFiles, parse_inplace_state
+from triton_operator.core.manifest import CONFIG_FILE, ManifestError, manifest_from_json, manifest_to_json
+from triton_operator.core.names import INPLACE_STATE_KEY, inplace_config_key, inplace_manifest_key
+
+RECORD_FILE = "agent.json"
+REVISIONS = "revisions"
+MANIFEST_FILE = "manifest.json"
+CONFIGS = "configs"
+
+
+def read_text(path: Path) -> str | None:
+    """A small file's text; None when it is not there (yet) or cannot be read."""
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def read_target(path: Path | None) -> str:
+    """The pod's annotation as the downwardAPI volume shows it ('' when it has none)."""
+    return (read_text(path) or "").strip() if path is not None else ""
+
+
+class InPlaceDir:
+    """The in-place ConfigMap as its volume shows it (optional: the folder may be empty or missing).
+
+    A revision's files never change under its name (the name is the hash of what it is made of), so
+    each revision is read once and kept while it is named."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._read: dict[str, RevisionFiles] = {}
+
+    def state(self) -> InPlaceState | None:
+        return (
+            parse_inplace_state(read_text(self.path / INPLACE_STATE_KEY)) if self.path is not None else None
+        )
+
+    def revision(self, revision: str) -> RevisionFiles | None:
+        """``revision``'s manifest and configs, when every one of its keys is there."""
+        if revision in self._read:
+            return self._read[revision]
+        if self.path is None:
+            return None
+        text = read_text(self.path / inplace_manifest_key(revision))
+        if text is None:
+            return None
+        try:
+            manifest = manifest_from_json(text)
+        except ManifestError:
+            return None
+        configs = {}
+        for model in manifest.models:
+            config = read_text(self.path / inplace_config_key(revision, model.name))
+            if config is None:
+                return None
+            configs[model.name] = config
+        found = RevisionFiles(revision, manifest, configs)
+        self._read[revision] = found
+        return found
+
+    def forget_others(self, keep: set[str]) -> None:
+        for name in set(self._read) - keep:
+            del self._read[name]
+
+
+class StateDir:
+    """The agent's own folder (an emptyDir shared by the init container and the sidecar): its record
+    (core.agent.Record) and the files of each revision the record names, as sync reads them:
+    revisions/<rev>/manifest.json and revisions/<rev>/configs/<model>/config.pbtxt. Every write is
+    atomic (a temp file renamed over) and flushed before the record that names it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def record(self) -> Record:
+        return Record.from_json(read_text(self.path / RECORD_FILE))
+
+    def write(self, record: Record) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        tmp = self.path / f".{RECORD_FILE}.tmp"
+        with tmp.open("w") as f:
+            f.write(record.to_json())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path / RECORD_FILE)
+        fsync_dir(self.path)
+
+    def folder(self, revision: str) -> Path:
+        if not revision or "/" in revision or revision in (".", ".."):
+            raise ValueError(f"{revision!r} is no revision name")
+        return self.path / REVISIONS / revision
+
+    def manifest_path(self, revision: str) -> Path:
+        return self.folder(revision) / MANIFEST_FILE
+
+    def configs(self, revision: str) -> Path:
+        return self.folder(revision) / CONFIGS
+
+    def save(self, files: RevisionFiles) -> None:
+        """Keep ``files`` under revisions/<rev>/ (written unless there already, byte for byte)."""
+        folder = self.folder(files.revision)
+        self.configs(files.revision).mkdir(parents=True, exist_ok=True)
+        for model, text in files.configs.items():
+            (self.configs(files.revision) / model).mkdir(parents=True, exist_ok=True)
+            place_bytes(self.configs(files.revision) / model / CONFIG_FILE, text.encode())
+        place_bytes(folder / MANIFEST_FILE, manifest_to_json(files.manifest).encode())
+        for path in (self.configs(files.revision), folder, folder.parent):
+            fsync_dir(path)
+
+    def load(self, revision: str) -> RevisionFiles | None:
+        """A revision saved earlier; None when it is not (fully) there."""
+        text = read_text(self.manifest_path(revision))
+        if text is None:
+            return None
+        try:
+            manifest = manifest_from_json(text)
+        except ManifestError:
+            return None
+        configs = {}
+        for model in manifest.models:
+            config = read_text(self.configs(revision) / model.name / CONFIG_FILE)
+            if config is None:
+                return None
+            configs[model.name] = config
+        return RevisionFiles(revision, manifest, configs)
+
+    def prune(self, keep: set[str]) -> None:
+        """Delete the saved revisions that ``keep`` does not name."""
+        root = self.path / REVISIONS
+        if not root.is_dir():
+            return
+        for child in root.iterdir():
+            if child.name not in keep:
+                shutil.rmtree(child, ignore_errors=True)
+
+
+def present_revisions(inplace: InPlaceDir, names: set[str]) -> set[str]:
+    """Those of ``names`` whose every key the in-place folder holds."""
+    return {name for name in names if inplace.revision(name) is not None}
+
+
+def remove_model_files(dest: Path, paths: tuple[str, ...], folders: tuple[str, ...]) -> int:
+    """Delete files (``paths`` under ``dest``) and whole model folders the target does not serve; the
+    count of what was there. A symlink is removed, never followed. (Sync of the target has pruned the
+    target's own models already: ``paths`` are left only by a sync that did not run to its end.)"""
+    removed = 0
+    for rel in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(dest / rel)
+            removed += 1
+    for rel in folders:
+        path = dest / rel
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+        removed += 1
+    return removed

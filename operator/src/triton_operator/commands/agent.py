@@ -1,0 +1,256 @@
+"""`triton-operator agent`: the pod's model agent, for in-place model updates (init container and sidecar)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from triton_operator.adapters.agent.files import read_text
+from triton_operator.adapters.agent.runner import Agent, AgentOptions
+from triton_operator.adapters.agent.status import StatusServer, parse_listen
+from triton_operator.adapters.agent.triton import ModelControl
+from triton_operator.adapters.redaction import install_log_redaction
+from triton_operator.adapters.sync.progress import Progress
+from triton_operator.commands.sync import (
+    EXIT_OK,
+    EXIT_USAGE,
+    add_fetch_arguments,
+    credentials_from_env,
+    read_manifest_bytes,
+    sync_failure,
+    write_termination_log,
+)
+from triton_operator.core.agent import RevisionFiles
+from triton_operator.core.manifest import CONFIG_FILE, ManifestError, manifest_from_json
+from triton_operator.core.names import (
+    AGENT_PORT,
+    AGENT_STATE_DIR,
+    AGENT_STATUS_PATH,
+    HTTP_PORT,
+    INPLACE_DIR,
+    INPLACE_TARGET_FILE,
+    MODELS_DIR,
+)
+
+EPILOG = f"""\
+With --once (the pod's init container): the target revision is synced into --dest exactly as
+`triton-operator sync` does, recorded in --state-dir, and the exit status and termination message
+are sync's (see `triton-operator sync --help`).
+Without --once (the sidecar): every --interval seconds the target is resolved again; when it differs
+from the revision applied, only the changed objects are fetched (verified, atomic), the changed
+config.pbtxt files written, removed models deleted, then the changed and added models loaded and the
+removed ones unloaded through Triton's model control API (--triton, loopback). A failed load leaves
+the state Failed with Triton's message and is not tried again until the target changes.
+The status is served read-only at GET http://<--listen>{AGENT_STATUS_PATH}.
+The target: the pod's annotation (--target-file) when it names `next` or `stable` of the in-place
+ConfigMap's state.json (--inplace-dir) and that revision's files are there; else `stable`; else the
+base revision (--manifest and --configs, the pod's own).
+"""
+
+
+BASE = "base"
+"""The base revision's name when --base-revision is empty (a pod template rendered with no revision)."""
+
+
+def _listen(text: str) -> str:
+    try:
+        parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0.05 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds from 0.05 to 60")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "agent",
+        help="keep a pod's models at its target revision in place (init container with --once, sidecar)",
+        description="The pod's model agent for in-place model updates: syncs the revision the pod should "
+        "serve into the model repository and loads what changed through Triton's model control API.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--manifest",
+        type=Path,
+        required=True,
+        help="the base revision's pinned manifest: a JSON file, or a folder of its gzipped parts",
+    )
+    parser.add_argument(
+        "--configs",
+        type=Path,
+        required=True,
+        help="the base revision's rendered configs: <model>/config.pbtxt",
+    )
+    parser.add_argument(
+        "--base-revision",
+        required=True,
+        help=f"the name of the pod's own (base) revision (empty: {BASE!r})",
+    )
+    parser.add_argument(
+        "--dest", type=Path, default=Path(MODELS_DIR), help=f"the model repository ({MODELS_DIR})"
+    )
+    parser.add_argument(
+        "--inplace-dir",
+        type=Path,
+        default=Path(INPLACE_DIR),
+        help=f"the in-place ConfigMap's mount ({INPLACE_DIR})",
+    )
+    parser.add_argument(
+        "--target-file",
+        type=Path,
+        default=Path(INPLACE_TARGET_FILE),
+        help=f"the pod's target annotation as a downwardAPI file ({INPLACE_TARGET_FILE})",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(AGENT_STATE_DIR),
+        help=f"the agent's own bookkeeping, shared by the init container and the sidecar ({AGENT_STATE_DIR})",
+    )
+    parser.add_argument(
+        "--triton",
+        default=f"http://127.0.0.1:{HTTP_PORT}",
+        help=f"tritonserver's HTTP endpoint (default http://127.0.0.1:{HTTP_PORT})",
+    )
+    parser.add_argument(
+        "--listen",
+        type=_listen,
+        default=f"0.0.0.0:{AGENT_PORT}",
+        help=f"where the status is served (default 0.0.0.0:{AGENT_PORT})",
+    )
+    parser.add_argument(
+        "--once", action="store_true", help="sync the target, record it and exit (init container)"
+    )
+    parser.add_argument(
+        "--interval", type=_interval, default=1.0, help="seconds between two looks at the target (default 1)"
+    )
+    parser.add_argument(
+        "--load-timeout",
+        type=_interval_or_long,
+        default=900.0,
+        help="seconds one model load or unload may take before it counts as failed (default 900)",
+    )
+    add_fetch_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def _interval_or_long(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 1 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds from 1 to 86400")
+    return value
+
+
+def base_revision(args: argparse.Namespace) -> RevisionFiles:
+    """The pod's own revision from its config volume: the manifest (JSON or parts) and the configs."""
+    manifest = manifest_from_json(read_manifest_bytes(args.manifest))
+    configs = {}
+    for model in manifest.models:
+        text = read_text(args.configs / model.name / CONFIG_FILE)
+        if text is None:
+            raise ManifestError("--configs", f"{args.configs / model.name / CONFIG_FILE}: no rendered config")
+        configs[model.name] = text
+    return RevisionFiles(args.base_revision.strip() or BASE, manifest, configs)
+
+
+def run(args: argparse.Namespace) -> int:
+    install_log_redaction()
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s agent %(levelname)s %(message)s"
+    )
+
+    def fail(code: int, message: str) -> int:
+        print(f"triton-operator agent: error: {message}", file=sys.stderr)
+        write_termination_log(args.termination_log, message)
+        return code
+
+    try:
+        base = base_revision(args)
+    except OSError as exc:
+        return fail(EXIT_USAGE, f"--manifest {args.manifest}: {exc.strerror or exc}")
+    except ManifestError as exc:
+        return fail(EXIT_USAGE, f"--manifest {args.manifest}: {exc}")
+    options = AgentOptions(
+        dest=args.dest,
+        state_dir=args.state_dir,
+        base=base,
+        inplace_dir=args.inplace_dir,
+        target_file=args.target_file,
+        credentials=credentials_from_env(),
+        cache=args.cache,
+        concurrency=args.concurrency,
+        part_size=args.part_size,
+        pvc_root=args.pvc_root,
+        volume_limit=args.volume_limit,
+        triton=ModelControl(args.triton, load_timeout=args.load_timeout),
+    )
+    agent = Agent(options)
+    if args.once:
+        return once(agent, args, fail)
+    return sidecar(agent, args)
+
+
+def once(agent: Agent, args: argparse.Namespace, fail: Any) -> int:
+    tty = {"auto": None, "bar": True, "json": False}[args.progress]
+    stream = sys.stderr if (tty or (tty is None and sys.stderr.isatty())) else sys.stdout
+    progress = Progress(stream, tty=tty if tty is not None else stream.isatty())
+    try:
+        agent.once(progress)
+    except Exception as exc:
+        failure = sync_failure(exc, args.dest)
+        if failure is None:
+            if isinstance(exc, ManifestError):
+                failure = (EXIT_USAGE, str(exc))
+            else:
+                raise
+        progress.error(failure[1])
+        code: int = fail(*failure)
+        return code
+    return EXIT_OK
+
+
+def sidecar(agent: Agent, args: argparse.Namespace) -> int:
+    stop = threading.Event()
+
+    def stopping(signum: int, _frame: Any) -> None:
+        logging.getLogger("triton_operator.agent").info("%s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stopping)
+    server = StatusServer(args.listen, agent.status).start()
+    logging.getLogger("triton_operator.agent").info(
+        "serving the status at http://%s%s; following revision targets every %.3g s",
+        args.listen,
+        AGENT_STATUS_PATH,
+        args.interval,
+    )
+    log = logging.getLogger("triton_operator.agent")
+    try:
+        while not stop.is_set():
+            try:
+                agent.tick()
+            except Exception:  # a bug or an unreadable file: said, and tried again next time
+                log.exception("the agent's pass failed")
+            stop.wait(args.interval)
+    finally:
+        server.stop()
+    return EXIT_OK

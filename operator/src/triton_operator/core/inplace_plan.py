@@ -1,0 +1,377 @@
+"""Where an in-place model update fits in one pass, pure: does a change go in place, and what it writes.
+
+With spec.rollout.modelUpdates: InPlace, a change from the revision the stable pods serve to the
+spec's revision that core.inplace.rollout_kind finds loadable in place (and whose files fit the
+`<deployment>-inplace` ConfigMap) is not rolled out as new pods: the rollout engine keeps the
+stable ("host") revision as it is, and core.rollout.inplace moves the models its pods serve. Any
+other change (or one while a new-pods rollout runs) goes to the engine as before, with the reasons
+that force new pods in status.rolloutKindReason and an Event.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from triton_operator.core.builders import (
+    RevisionFiles,
+    build_inplace_configmap,
+    in_place,
+    inplace_data,
+    inplace_data_bytes,
+    pod_template_inputs,
+)
+from triton_operator.core.conditions import NEW_PODS_REQUIRED, NORMAL, ROLLOUT_RETRIED
+from triton_operator.core.inplace import InPlace, NewPods, RevisionParts, describe, rollout_kind
+from triton_operator.core.manifest import Manifest, manifest_from_json
+from triton_operator.core.manifestparts import CONFIGMAP_BUDGET
+from triton_operator.core.names import (
+    CONFIG_KEY_SUFFIX,
+    INPLACE_STATE_KEY,
+    LABEL_INPLACE_HOST,
+    SPEC_KEY,
+)
+from triton_operator.core.observation import (
+    PodState,
+    recorded_settings,
+    revision_configmaps,
+    revision_manifest,
+)
+from triton_operator.core.rollout.inplace import (
+    AgentStatus,
+    HostPod,
+    InPlaceInput,
+    InPlacePlan,
+    InPlaceRequests,
+    InPlaceState,
+    plan_in_place,
+)
+from triton_operator.core.rollout.plan import RolloutEvent
+from triton_operator.core.rollout.requests import ControlRequest
+from triton_operator.core.rollout.state import RevisionState, RolloutStatus
+from triton_operator.models import TritonService
+from triton_operator.settings import Settings
+
+IN_PLACE = "InPlace"
+NEW_PODS = "NewPods"
+TOO_LARGE = "manifest too large for an in-place update"
+
+
+@dataclasses.dataclass(frozen=True)
+class InPlaceDecision:
+    """What the in-place layer decided for one pass."""
+
+    engine_revision: str
+    """The revision the rollout engine rolls out: the host's while the models move in place."""
+    requests: tuple[ControlRequest, ...]
+    """The control requests left to the engine (those taken here are recorded as handled)."""
+    handled: Mapping[str, str]
+    """The requests taken here: action -> request id (status.handledRequests)."""
+    plan: InPlacePlan | None = None
+    """The in-place update's plan (None: nothing is in place)."""
+    kind: tuple[str, str] | None = None
+    """(InPlace | NewPods, why) of the change in progress, for the status; None keeps the last."""
+    events: tuple[RolloutEvent, ...] = ()
+    configmap: dict[str, Any] | None = None
+    """The `<deployment>-inplace` ConfigMap to apply (None: none wanted)."""
+    keep: tuple[str, ...] = ()
+    """Revisions whose ConfigMaps stay (the ones the pods serve or load), Deployment or not."""
+    served: str | None = None
+    """status.servedRevision: the revision the stable pods serve when it is not their own."""
+
+    def status_fields(self, previous: Mapping[str, Any]) -> dict[str, Any]:
+        """servedRevision, inPlace, rolloutKind and rolloutKindReason as the status writes them."""
+        kind, why = self.kind or (previous.get("rolloutKind"), previous.get("rolloutKindReason"))
+        return {
+            "servedRevision": self.served,
+            "inPlace": self.plan.state.to_status() if self.plan is not None and self.plan.state else None,
+            "rolloutKind": kind,
+            "rolloutKindReason": why,
+        }
+
+    @property
+    def governs(self) -> bool:
+        """The in-place layer's conditions stand for the rollout (the engine keeps the host)."""
+        return self.plan is not None and self.engine_revision == (
+            self.plan.state.host if self.plan.state else None
+        )
+
+
+def revision_files(configmaps: Sequence[Mapping[str, Any]], revision: str) -> RevisionFiles | None:
+    """A revision's manifest and configs, read back from its own ConfigMaps (None: they are gone)."""
+    manifest = revision_manifest(configmaps, revision)
+    if manifest is None:
+        return None
+    configs: dict[str, str] = {}
+    for configmap in revision_configmaps(configmaps, revision):
+        for key, value in (configmap.get("data") or {}).items():
+            if str(key).endswith(CONFIG_KEY_SUFFIX):
+                configs[str(key)[: -len(CONFIG_KEY_SUFFIX)]] = str(value)
+    return RevisionFiles(manifest, configs)
+
+
+def _manifest(text: str | None) -> Manifest | None:
+    try:
+        return manifest_from_json(text) if text else None
+    except ValueError:
+        return None
+
+
+def parts_of(
+    ts: TritonService, settings: Settings, configs: Mapping[str, str], manifest_json: str | None
+) -> RevisionParts:
+    return RevisionParts(
+        pod=pod_template_inputs(ts, settings),
+        configs=dict(configs),
+        model_configs={m.name: m.config for m in ts.spec.models},
+        manifest=_manifest(manifest_json),
+    )
+
+
+def stored_parts(
+    ts: TritonService, settings: Settings, configmaps: Sequence[Mapping[str, Any]], revision: str
+) -> RevisionParts | None:
+    """What a stored revision is made of, from its ConfigMaps (spec.json, configs, manifest)."""
+    own = revision_configmaps(configmaps, revision)
+    files = revision_files(configmaps, revision)
+    text = next(((c.get("data") or {}).get(SPEC_KEY) for c in own if SPEC_KEY in (c.get("data") or {})), None)
+    if files is None or text is None:
+        return None
+    try:
+        spec = json.loads(text)
+        earlier = TritonService.model_validate({"metadata": dict(ts.metadata), "spec": spec})
+    except ValueError:
+        return None
+    return parts_of(earlier, recorded_settings(settings, own, None), files.configs, files.manifest_json)
+
+
+def observed_state_stable(configmaps: Sequence[Mapping[str, Any]], host: str) -> str | None:
+    """state.json's stable in the host's in-place ConfigMap as read (None: none, or unreadable)."""
+    for configmap in configmaps:
+        labels = (configmap.get("metadata") or {}).get("labels") or {}
+        if labels.get(LABEL_INPLACE_HOST) != host:
+            continue
+        try:
+            state = json.loads((configmap.get("data") or {}).get(INPLACE_STATE_KEY) or "")
+        except ValueError:
+            return None
+        stable = state.get("stable") if isinstance(state, dict) else None
+        return str(stable) if stable else None
+    return None
+
+
+def _stored_inplace_data(configmaps: Sequence[Mapping[str, Any]], host: str) -> dict[str, str] | None:
+    for configmap in configmaps:
+        labels = (configmap.get("metadata") or {}).get("labels") or {}
+        if labels.get(LABEL_INPLACE_HOST) == host:
+            return {str(k): str(v) for k, v in (configmap.get("data") or {}).items()}
+    return None
+
+
+def _taken(
+    requests: Sequence[ControlRequest], handled: Mapping[str, str], revisions: set[str]
+) -> tuple[list[ControlRequest], list[ControlRequest]]:
+    """(taken here, left to the engine): promote, promote-full, abort and retry made for the
+    in-place revision (or for none: the rollout in progress), never handled before."""
+    mine: list[ControlRequest] = []
+    rest: list[ControlRequest] = []
+    for req in requests:
+        fresh = handled.get(req.action) != req.request_id
+        ours = req.action in ("promote", "promote-full", "abort", "retry") and (
+            req.revision is None or req.revision in revisions
+        )
+        (mine if fresh and ours else rest).append(req)
+    return mine, rest
+
+
+def changed_models(old: RevisionFiles | None, new: RevisionFiles | None) -> tuple[str, ...]:
+    """The models of ``new`` whose config or pinned files differ from ``old``'s: their readiness gates
+    a pod (an unchanged model is never touched by the agent)."""
+    if new is None:
+        return ()
+    old_manifest = _manifest(old.manifest_json) if old is not None else None
+    new_manifest = _manifest(new.manifest_json)
+    out: list[str] = []
+    for model, text in sorted(new.configs.items()):
+        before = old.configs.get(model) if old is not None else None
+        if before != text or _entries(old_manifest, model) != _entries(new_manifest, model):
+            out.append(model)
+    return tuple(out)
+
+
+def _entries(manifest: Manifest | None, model: str) -> frozenset[Any]:
+    if manifest is None:
+        return frozenset()
+    return frozenset(e for e in manifest.entries if e.dest.split("/", 1)[0] == model)
+
+
+@dataclasses.dataclass(frozen=True)
+class InPlaceContext:
+    """What the in-place layer reads of a pass, beside the spec."""
+
+    previous: Mapping[str, Any]
+    configmaps: Sequence[Mapping[str, Any]]
+    revisions: Mapping[str, RevisionState]
+    pods: Sequence[PodState]
+    agents: Mapping[str, AgentStatus]
+    requests: Sequence[ControlRequest]
+    now: datetime
+    deadline_seconds: int
+
+
+def decide_in_place(
+    ts: TritonService,
+    settings: Settings,
+    revision: str,
+    ctx: InPlaceContext,
+    *,
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+) -> InPlaceDecision:
+    """Which revision the engine rolls out, and the in-place update's plan (see the module)."""
+    previous = ctx.previous
+    rs = RolloutStatus.from_status(previous)
+    host = rs.stable_revision
+    state = InPlaceState.from_status(previous)
+    if state is not None and state.host != host:
+        state = None  # new pods took over: what the old host served in place is history
+    untouched = InPlaceDecision(engine_revision=revision, requests=tuple(ctx.requests), handled={})
+    if host is None or (state is None and not in_place(ts)):
+        return untouched
+
+    def files(rev: str | None) -> RevisionFiles | None:
+        if rev is None:
+            return None
+        if rev == revision and manifest_json is not None:
+            return RevisionFiles(manifest_json, dict(configs))
+        return revision_files(ctx.configmaps, rev)
+
+    served = state.stable if state is not None else host
+    events: list[RolloutEvent] = []
+    kind: tuple[str, str] | None = None
+    described = str(previous.get("rolloutKindReason") or "")
+    ours = {r for r in (state.next, state.aborted_revision) if r} if state is not None else set()
+    taken, rest = _taken(ctx.requests, rs.handled_requests, ours) if ours else ([], list(ctx.requests))
+    actions = {r.action for r in taken}
+    held = state is not None and state.next is None and state.aborted_revision is not None
+    if state is not None and held and (state.aborted_revision != revision or "retry" in actions):
+        if state.aborted_revision == revision:
+            events.append(RolloutEvent(NORMAL, ROLLOUT_RETRIED, f"retrying revision {revision} in place"))
+        state = dataclasses.replace(state, aborted_revision=None, aborted_reason=None, aborted_detail=None)
+    engine = host
+    replaced_by: str | None = None
+    if state is not None and state.next is not None:
+        if state.next != revision and state.rolling_back is None:
+            replaced_by = revision  # a newer spec: the update in progress goes back first
+    elif state is not None and state.aborted_revision is not None:
+        pass  # held: the host serves what it served, the spec's revision waits
+    elif revision != served:
+        change = _change(
+            ts,
+            settings,
+            ctx,
+            change=(served, revision),
+            files=files,
+            configs=configs,
+            manifest_json=manifest_json,
+        )
+        if isinstance(change, InPlace):
+            state = InPlaceState(host=host, stable=served, next=revision)
+            described = describe(change)
+            kind = (IN_PLACE, described)
+        else:
+            if change is not None:
+                kind = (NEW_PODS, describe(change))
+                if previous.get("rolloutKindReason") != kind[1]:
+                    events.append(RolloutEvent(NORMAL, NEW_PODS_REQUIRED, f"revision {revision}: {kind[1]}"))
+            if state is None:
+                return dataclasses.replace(untouched, kind=kind, events=tuple(events))
+            engine = revision  # new pods over a host that serves in place: the engine rolls them out
+    elif state is None:
+        return untouched
+    assert state is not None
+    plan = plan_in_place(
+        InPlaceInput(
+            rollout=ts.spec.rollout,
+            state=state,
+            models=changed_models(files(state.stable), files(state.next)) if state.next else (),
+            pods=[
+                HostPod(p.name, p.ready, p.terminating, p.inplace_target, ctx.agents.get(p.name))
+                for p in ctx.pods
+                if p.revision == state.host
+            ],
+            now=ctx.now,
+            deadline_seconds=ctx.deadline_seconds,
+            paused=ts.spec.rollout.paused or rs.paused_by_user,
+            requests=InPlaceRequests(
+                promote="promote" in actions, promote_full="promote-full" in actions, abort="abort" in actions
+            ),
+            configmap_stable=observed_state_stable(ctx.configmaps, state.host),
+            describe=described,
+            replaced_by=replaced_by,
+        )
+    )
+    configmap: dict[str, Any] | None = None
+    keep: tuple[str, ...] = ()
+    if plan.configmap is not None:
+        stable, nxt = plan.configmap
+        stored = {r: files(r) for r in (stable, nxt) if r}
+        if all(v is not None for v in stored.values()):
+            data = inplace_data(stable, nxt, {r: v for r, v in stored.items() if v is not None})
+        else:
+            # A revision's own ConfigMap cannot be read back (never expected: they are kept while
+            # served or loading): the ConfigMap the pods follow stays as it is, never deleted.
+            data = _stored_inplace_data(ctx.configmaps, state.host) or {}
+        configmap = build_inplace_configmap(ts, state.host, data) if data else None
+        keep = tuple(stored)
+    after = plan.state
+    if kind is None and after is not None and after.next is not None:
+        kind = (IN_PLACE, described)
+    return InPlaceDecision(
+        engine_revision=engine,
+        requests=tuple(rest),
+        handled={r.action: r.request_id for r in taken},
+        plan=plan,
+        kind=kind,
+        events=(*events, *plan.events),
+        configmap=configmap,
+        keep=keep,
+        served=after.stable if after is not None and after.stable != after.host else None,
+    )
+
+
+def _change(
+    ts: TritonService,
+    settings: Settings,
+    ctx: InPlaceContext,
+    *,
+    change: tuple[str, str],
+    files: Callable[[str | None], RevisionFiles | None],
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+) -> InPlace | NewPods | None:
+    """How the change from ``served`` to ``revision`` rolls out: None when in place is not an option
+    (not opted in, new pods already rolling, an undo pin), else rollout_kind's answer, NewPods when
+    the files do not fit the in-place ConfigMap."""
+    served, revision = change
+    rs = RolloutStatus.from_status(ctx.previous)
+    if not in_place(ts) or rs.canary_revision is not None or rs.pinned_revision is not None:
+        return None
+    if rs.aborted_revision == revision or rs.stable_revision not in ctx.revisions:
+        return None
+    old = stored_parts(ts, settings, ctx.configmaps, served)
+    if old is None:
+        return NewPods((f"revision {served}'s ConfigMap cannot be read: nothing to compare with",))
+    kind = rollout_kind(old, parts_of(ts, settings, configs, manifest_json))
+    if isinstance(kind, NewPods):
+        return kind
+    held = {r: files(r) for r in (served, revision)}
+    if any(v is None for v in held.values()):
+        return NewPods(("the pinned manifest is not stored yet",))
+    data = inplace_data(served, revision, {r: v for r, v in held.items() if v is not None})
+    if inplace_data_bytes(data) > CONFIGMAP_BUDGET:
+        return NewPods((TOO_LARGE,))
+    return kind

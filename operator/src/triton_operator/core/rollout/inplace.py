@@ -1,0 +1,531 @@
+"""In-place model updates, pure: the stable revision's pods load the next revision's models step by step.
+
+The pods keep their Kubernetes identity (the "host" revision: its Deployment, its revision label,
+the Services that select it). What they serve moves from ``stable`` to ``next`` through the
+`<deployment>-inplace` ConfigMap (state.json and the files of both) and one annotation per pod
+(`triton-operator.io/inplace-target: <next>`), which the pod's model-agent follows. A step of
+spec.rollout.steps completes when every pod asked reports, through its agent, the next revision
+Applied with the changed models READY; a failed load, a pod gone mid-update, the progress
+deadline or an abort request rolls back: the annotations are removed, the agents load the stable
+revision again, and ``next`` is cleared once every pod reports it. Success: stable := next.
+
+``plan_in_place`` is one call, level-based like core.rollout.engine: the state it wrote last time
+and what it observes now in, the next state, the pod annotations to write, the ConfigMap's
+state.json, the conditions and Events out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from triton_operator.core.conditions import (
+    ABORTED,
+    AS_EXPECTED,
+    FALSE,
+    IN_PLACE_LOAD_FAILED,
+    IN_PLACE_POD_LOST,
+    IN_PLACE_ROLLED_BACK,
+    IN_PLACE_ROLLING_BACK,
+    IN_PLACE_UPDATING,
+    NORMAL,
+    PROGRESS_DEADLINE_EXCEEDED,
+    ROLLOUT_ABORTED,
+    ROLLOUT_COMPLETED,
+    ROLLOUT_PAUSED,
+    ROLLOUT_STARTED,
+    STEP_COMPLETED,
+    STEP_PAUSED,
+    TRUE,
+    WARNING,
+    Verdict,
+)
+from triton_operator.core.rollout.clock import format_time, parse_time, to_utc
+from triton_operator.core.rollout.plan import RolloutEvent
+from triton_operator.core.rollout.texts import describe_step
+from triton_operator.models import CanaryStep, InPlaceRollout, Rollout, Strategy
+
+APPLIED = "Applied"
+APPLYING = "Applying"
+FAILED = "Failed"
+READY_STATE = "READY"
+POLL_SECONDS = 2.0
+"""How soon a pass looks again while pods load: the agents' progress raises no Kubernetes event."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentStatus:
+    """A pod's model-agent as it reports itself (GET :8009/v1/inplace), or why it could not be read."""
+
+    revision: str | None = None
+    """The revision the pod's /models holds and Triton loaded (the agent's last success)."""
+    target: str | None = None
+    state: str | None = None
+    """Applied, Applying or Failed."""
+    message: str = ""
+    models: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Triton's per-model state after the last load (READY, UNAVAILABLE, ...)."""
+    error: str | None = None
+    """Why the agent could not be read (then nothing else is known)."""
+
+
+def parse_agent_status(payload: Any) -> AgentStatus:
+    """The agent's JSON as the contract has it; anything else is an unreadable status."""
+    if not isinstance(payload, Mapping):
+        return AgentStatus(error="not an agent status")
+    models = payload.get("models")
+
+    def text(key: str) -> str | None:
+        value = payload.get(key)
+        return str(value) if isinstance(value, str) and value else None
+
+    return AgentStatus(
+        revision=text("revision"),
+        target=text("target"),
+        state=text("state"),
+        message=str(payload.get("message") or "")[:1024],
+        models={str(k): str(v) for k, v in models.items()} if isinstance(models, Mapping) else {},
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class HostPod:
+    """One pod of the host revision, as the in-place update reads it."""
+
+    name: str
+    ready: bool = False
+    terminating: bool = False
+    target: str | None = None
+    """Its `triton-operator.io/inplace-target` annotation."""
+    agent: AgentStatus | None = None
+    """Its agent's status (None: not read in this pass)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InPlaceState:
+    """status.inPlace: everything a restarted operator needs to resume an in-place update."""
+
+    host: str
+    stable: str
+    next: str | None = None
+    step_index: int | None = None
+    step_started_at: datetime | None = None
+    waiting_since: datetime | None = None
+    pods: tuple[str, ...] = ()
+    rolling_back: str | None = None
+    """The abort reason while the pods load the stable revision again."""
+    aborted_revision: str | None = None
+    aborted_reason: str | None = None
+    aborted_detail: str | None = None
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any] | None) -> InPlaceState | None:
+        raw = (status or {}).get("inPlace")
+        if not isinstance(raw, Mapping) or not raw.get("host") or not raw.get("stable"):
+            return None
+        index = raw.get("stepIndex")
+        pods = raw.get("pods") or []
+        return cls(
+            host=str(raw["host"]),
+            stable=str(raw["stable"]),
+            next=str(raw["next"]) if raw.get("next") else None,
+            step_index=int(index) if isinstance(index, int) and not isinstance(index, bool) else None,
+            step_started_at=parse_time(raw.get("stepStartedAt")),
+            waiting_since=parse_time(raw.get("waitingSince")),
+            pods=tuple(str(p) for p in pods) if isinstance(pods, list) else (),
+            rolling_back=str(raw["rollingBack"]) if raw.get("rollingBack") else None,
+            aborted_revision=str(raw["abortedRevision"]) if raw.get("abortedRevision") else None,
+            aborted_reason=str(raw["abortedReason"]) if raw.get("abortedReason") else None,
+            aborted_detail=str(raw["abortedDetail"]) if raw.get("abortedDetail") else None,
+        )
+
+    def to_status(self) -> dict[str, Any]:
+        def t(moment: datetime | None) -> str | None:
+            return format_time(moment) if moment is not None else None
+
+        return InPlaceRollout(
+            host=self.host,
+            stable=self.stable,
+            next=self.next,
+            step_index=self.step_index,
+            step_started_at=t(self.step_started_at),
+            waiting_since=t(self.waiting_since),
+            pods=list(self.pods),
+            rolling_back=self.rolling_back,
+            aborted_revision=self.aborted_revision,
+            aborted_reason=self.aborted_reason,
+            aborted_detail=self.aborted_detail,
+        ).model_dump(by_alias=True, exclude_none=True, exclude_defaults=True, mode="json") | {
+            "host": self.host,
+            "stable": self.stable,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class InPlaceRequests:
+    """The control requests this call takes (made for the in-place revision, never handled before)."""
+
+    promote: bool = False
+    promote_full: bool = False
+    abort: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class InPlaceInput:
+    rollout: Rollout
+    state: InPlaceState
+    """The state to carry on (a new update: next set, step_index None)."""
+    models: tuple[str, ...]
+    """The models whose readiness gates a pod: those the update reloads or adds."""
+    pods: Sequence[HostPod]
+    now: datetime
+    deadline_seconds: int
+    paused: bool = False
+    """spec.rollout.paused or a pause request."""
+    requests: InPlaceRequests = InPlaceRequests()
+    configmap_stable: str | None = None
+    """state.json's stable as the observed ConfigMap holds it (None: no ConfigMap)."""
+    describe: str = ""
+    """What the update does, in words (core.inplace.describe)."""
+    replaced_by: str | None = None
+    """A newer spec asks for this revision: the update in progress goes back first."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InPlacePlan:
+    state: InPlaceState | None
+    """status.inPlace from now (None: the pods serve their own revision and nothing is in place)."""
+    annotations: Mapping[str, str | None]
+    """Pod name -> the annotation to write (None: remove it); only the pods whose annotation changes."""
+    configmap: tuple[str, str | None] | None
+    """(stable, next) of the ConfigMap's state.json; None: no ConfigMap wanted."""
+    progressing: Verdict
+    degraded: Verdict
+    events: tuple[RolloutEvent, ...]
+    requeue_after: float | None
+    in_flight: bool
+    """An update or its rollback runs (the pods' revision is moving)."""
+
+
+def step_pods(weight: int, pods: int) -> int:
+    """How many of the host's ``pods`` a setWeight step updates: ceil(weight% of them)."""
+    return min(pods, math.ceil(pods * max(weight, 0) / 100))
+
+
+class _Call:
+    def __init__(self, inp: InPlaceInput) -> None:
+        self.inp = inp
+        self.st = inp.state
+        self.now = to_utc(inp.now).replace(microsecond=0)
+        self.steps: tuple[CanaryStep, ...] = (
+            () if inp.rollout.strategy == Strategy.RECREATE else tuple(inp.rollout.steps)
+        )
+        self.events: list[RolloutEvent] = []
+        self.live = sorted((p for p in inp.pods if not p.terminating), key=lambda p: (not p.ready, p.name))
+        self.by_name = {p.name: p for p in self.live}
+        self.requeue: list[float] = []
+
+    def set(self, **changes: Any) -> None:
+        self.st = dataclasses.replace(self.st, **changes)
+
+    def event(self, reason: str, message: str, kind: str = NORMAL) -> None:
+        self.events.append(RolloutEvent(kind, reason, message))
+
+    def seconds_since(self, moment: datetime | None) -> float:
+        return (self.now - moment).total_seconds() if moment is not None else 0.0
+
+    # ------------------------------------------------------------- what a pod reports
+
+    def on(self, pod: HostPod, revision: str, *, gated: bool) -> bool:
+        """The pod's agent reports ``revision`` Applied (``gated``: and the changed models READY)."""
+        agent = pod.agent
+        if agent is None or agent.error or agent.revision != revision or agent.state != APPLIED:
+            return False
+        if gated and not all(agent.models.get(m) == READY_STATE for m in self.inp.models):
+            return False
+        return pod.ready
+
+    def failed(self, pod: HostPod) -> AgentStatus | None:
+        agent = pod.agent
+        if agent is not None and agent.state == FAILED and agent.target == self.st.next:
+            return agent
+        return None
+
+    # ------------------------------------------------------------- the plan
+
+    def plan(self) -> InPlacePlan:
+        st = self.st
+        if st.next is None:
+            return self.idle()
+        if st.rolling_back is not None:
+            return self.rolling_back()
+        if st.step_index is None:
+            self.set(step_index=0, step_started_at=self.now, waiting_since=None, pods=())
+            self.event(
+                ROLLOUT_STARTED,
+                f"rolling out revision {st.next} in place on the pods of revision {st.host} "
+                f"(serving {st.stable}; {len(self.steps)} steps): {self.inp.describe}",
+            )
+        return self.progress()
+
+    def progress(self) -> InPlacePlan:
+        reqs = self.inp.requests
+        if reqs.abort:
+            return self.roll_back(ABORTED, "aborted by request")
+        if self.inp.replaced_by is not None:
+            return self.roll_back(ABORTED, f"replaced by revision {self.inp.replaced_by}")
+        lost = [name for name in self.st.pods if name not in self.by_name]
+        if lost:
+            return self.roll_back(IN_PLACE_POD_LOST, f"pod {', '.join(lost)} gone mid-update")
+        for name in self.st.pods:
+            agent = self.failed(self.by_name[name])
+            if agent is not None:
+                return self.roll_back(IN_PLACE_LOAD_FAILED, f"pod {name}: {agent.message or 'load failed'}")
+        promote, promote_full = reqs.promote, reqs.promote_full
+        if self.inp.paused and not (promote or promote_full):
+            self.set(waiting_since=None)
+            return self.updating(paused=True)
+        if (
+            self.st.waiting_since is not None
+            and self.seconds_since(self.st.waiting_since) >= self.inp.deadline_seconds
+        ):
+            return self.roll_back(
+                PROGRESS_DEADLINE_EXCEEDED,
+                f"pods not on revision {self.st.next} within {self.inp.deadline_seconds}s",
+            )
+        if (promote or promote_full) and (self.st.step_index or 0) < len(self.steps):
+            # An in-place promote goes to the end: every pod is asked at once; the rollout still
+            # completes only once every pod has loaded the revision (no request skips that).
+            self.set(step_index=len(self.steps), step_started_at=self.now, waiting_since=None)
+            self.event(
+                STEP_COMPLETED, f"revision {self.st.next} in place: every pod at once by promote request"
+            )
+        for _ in range(len(self.steps) + 2):
+            index = self.st.step_index or 0
+            if index >= len(self.steps):
+                wanted = len(self.live)
+                self.ask(wanted)
+                if self.done(wanted):
+                    return self.complete()
+                return self.updating()
+            step = self.steps[index]
+            if step.set_weight is not None:
+                wanted = step_pods(step.set_weight, sum(1 for p in self.live if p.ready))
+                self.ask(wanted)
+                if self.done(wanted):
+                    self.advance(index)
+                    continue
+                return self.updating()
+            if step.pause is not None:
+                duration = step.pause.duration_seconds
+                if duration is not None and self.seconds_since(self.st.step_started_at) >= duration:
+                    self.advance(index)
+                    continue
+                if duration is not None:
+                    self.requeue.append(duration - self.seconds_since(self.st.step_started_at))
+                self.set(waiting_since=None)
+                return self.updating()
+            self.advance(index)  # setHeaderRoute: nothing to route, every pod is the same Service
+        return self.updating()
+
+    def ask(self, wanted: int) -> None:
+        """Add pods to the update until ``wanted`` are in it (Ready ones first, then by name)."""
+        pods = list(self.st.pods)
+        for pod in self.live:
+            if len(pods) >= wanted:
+                break
+            if pod.name not in pods:
+                pods.append(pod.name)
+        self.set(pods=tuple(pods))
+
+    def done(self, wanted: int) -> bool:
+        """The pods asked are ``wanted`` and every one serves the next revision, models READY."""
+        assert self.st.next is not None
+        ok = len(self.st.pods) >= wanted and all(
+            self.on(self.by_name[n], self.st.next, gated=True) for n in self.st.pods
+        )
+        if not ok and self.st.waiting_since is None:
+            self.set(waiting_since=self.now)
+        return ok
+
+    def advance(self, index: int) -> None:
+        step = self.steps[index]
+        self.set(step_index=index + 1, step_started_at=self.now, waiting_since=None)
+        self.event(
+            STEP_COMPLETED,
+            f"revision {self.st.next} in place: step {index}/{len(self.steps)} ({describe_step(step)}) "
+            "completed",
+        )
+
+    def complete(self) -> InPlacePlan:
+        new, old = self.st.next, self.st.stable
+        assert new is not None
+        self.set(
+            stable=new,
+            next=None,
+            step_index=None,
+            step_started_at=None,
+            waiting_since=None,
+            pods=(),
+            aborted_revision=None,
+            aborted_reason=None,
+            aborted_detail=None,
+        )
+        self.event(
+            ROLLOUT_COMPLETED,
+            f"revision {new} is served in place by all {len(self.live)} pods of revision "
+            f"{self.st.host} (was {old})",
+        )
+        return self.idle()
+
+    def roll_back(self, reason: str, detail: str) -> InPlacePlan:
+        index = self.st.step_index or 0
+        where = f"step {index}" if index < len(self.steps) else f"step {index} (all pods)"
+        self.set(
+            rolling_back=reason,
+            aborted_revision=self.st.next,
+            aborted_reason=reason,
+            aborted_detail=detail,
+            waiting_since=None,
+        )
+        self.event(
+            ROLLOUT_ABORTED,
+            f"in-place rollout of revision {self.st.next} aborted at {where}: {detail}; the pods of "
+            f"revision {self.st.host} load revision {self.st.stable} again",
+            WARNING,
+        )
+        return self.rolling_back()
+
+    def rolling_back(self) -> InPlacePlan:
+        """The annotations go; once every pod reports the stable revision again, next is cleared."""
+        st = self.st
+        back = [p for p in self.live if self.on(p, st.stable, gated=False)]
+        annotations = {p.name: None for p in self.live if p.target is not None}
+        if len(back) == len(self.live):
+            self.set(next=None, step_index=None, step_started_at=None, pods=(), rolling_back=None)
+            self.event(
+                IN_PLACE_ROLLED_BACK,
+                f"every pod of revision {st.host} serves revision {st.stable} again",
+            )
+            return self.held(annotations)
+        message = (
+            f"rolling back revision {st.next} in place: {len(back)}/{len(self.live)} pods of "
+            f"revision {st.host} serve revision {st.stable} again"
+        )
+        self.requeue.append(POLL_SECONDS)
+        return self.finish(
+            annotations,
+            Verdict(TRUE, IN_PLACE_ROLLING_BACK, message),
+            Verdict(TRUE, st.aborted_reason or ABORTED, self.abort_message()),
+            in_flight=True,
+        )
+
+    def abort_message(self) -> str:
+        st = self.st
+        return (
+            f"in-place rollout of revision {st.aborted_revision} aborted: "
+            f"{st.aborted_detail or st.aborted_reason}; "
+            f"the pods of revision {st.host} serve revision {st.stable}"
+        )
+
+    def held(self, annotations: Mapping[str, str | None]) -> InPlacePlan:
+        progressing = Verdict(
+            FALSE,
+            ROLLOUT_ABORTED,
+            f"{self.abort_message()}; change the spec or request a retry (kubectl triton retry) to try again",
+        )
+        return self.finish(
+            annotations,
+            progressing,
+            Verdict(TRUE, self.st.aborted_reason or ABORTED, self.abort_message()),
+            in_flight=False,
+        )
+
+    def updating(self, paused: bool = False) -> InPlacePlan:
+        st = self.st
+        assert st.next is not None
+        annotations = {p.name: st.next for p in self.live if p.name in st.pods and p.target != st.next}
+        on = sum(1 for n in st.pods if self.on(self.by_name[n], st.next, gated=True))
+        index = st.step_index or 0
+        n = len(self.steps)
+        where = f"step {index}/{n} ({describe_step(self.steps[index])})" if index < n else "every pod"
+        readiness = f"{on}/{len(st.pods)} pods asked serve revision {st.next} ({len(self.live)} pods in all)"
+        if paused:
+            progressing = Verdict(
+                FALSE, ROLLOUT_PAUSED, f"in-place rollout of {st.next} paused at {where}; {readiness}"
+            )
+        elif index < n and self.steps[index].pause is not None:
+            pause = self.steps[index].pause
+            assert pause is not None
+            until = (
+                f"until {format_time(st.step_started_at or self.now)} + {pause.duration_seconds}s"
+                if pause.duration_seconds is not None
+                else "until promoted (kubectl triton promote)"
+            )
+            progressing = Verdict(
+                TRUE if pause.duration_seconds is not None else FALSE,
+                STEP_PAUSED,
+                f"in place, {where}: paused {until}; {readiness}",
+            )
+        else:
+            progressing = Verdict(TRUE, IN_PLACE_UPDATING, f"in place, {where}: {readiness}")
+            self.requeue.append(POLL_SECONDS)
+            if st.waiting_since is not None:
+                self.requeue.append(self.inp.deadline_seconds - self.seconds_since(st.waiting_since))
+        return self.finish(
+            annotations, progressing, Verdict(FALSE, AS_EXPECTED, "no rollout failed"), in_flight=True
+        )
+
+    def idle(self) -> InPlacePlan:
+        """Nothing loads: annotations that are not needed go (one naming the stable revision only
+        once the ConfigMap's state.json says so, so that no pod turns back for a moment)."""
+        st = self.st
+        annotations: dict[str, str | None] = {}
+        for pod in self.live:
+            if pod.target is None:
+                continue
+            if pod.target != st.stable or self.inp.configmap_stable == st.stable:
+                annotations[pod.name] = None
+        if st.aborted_revision is not None:
+            return self.held(annotations)
+        message = f"the pods of revision {st.host} serve revision {st.stable} (in place)"
+        return self.finish(
+            annotations,
+            Verdict(FALSE, ROLLOUT_COMPLETED, message),
+            Verdict(FALSE, AS_EXPECTED, "no rollout failed"),
+            in_flight=False,
+        )
+
+    def finish(
+        self,
+        annotations: Mapping[str, str | None],
+        progressing: Verdict,
+        degraded: Verdict,
+        *,
+        in_flight: bool,
+    ) -> InPlacePlan:
+        st = self.st
+        remaining = any(
+            p.target is not None and annotations.get(p.name, p.target) is not None for p in self.live
+        )
+        # Back on the pods' own revision, with nothing in flight or held: nothing is in place.
+        gone = st.stable == st.host and st.next is None and st.aborted_revision is None and not remaining
+        after = max(min(self.requeue), 1.0) if self.requeue else (POLL_SECONDS if remaining else None)
+        return InPlacePlan(
+            state=None if gone else st,
+            annotations=dict(annotations),
+            configmap=None if gone else (st.stable, st.next),
+            progressing=progressing,
+            degraded=degraded,
+            events=tuple(self.events),
+            requeue_after=after,
+            in_flight=in_flight,
+        )
+
+
+def plan_in_place(inp: InPlaceInput) -> InPlacePlan:
+    """One call of the in-place update (see the module): level-based, pure."""
+    return _Call(inp).plan()

@@ -1,0 +1,298 @@
+"""In-place model updates on the real node (spec.rollout.modelUpdates: InPlace): real pods with the
+`triton-operator agent` init container and model-agent sidecar, a real CPU tritonserver, and a client
+counting answers through the TritonService's Service.
+
+(a) a new version of one model that also changes its config goes live in the running pods, step by
+    step, in a namespace enforcing Pod Security `restricted`: no request fails, the answers switch from
+    the old to the new, the pods are the same pods (names, uids, no restart), no Deployment of the new
+    revision exists, the other model is not reloaded (its per-pod inference count goes on from where
+    it was), and status and Events say in place;
+(b) a new version that fails to load is rolled back in place: no request fails, the answers stay old.
+
+Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without
+them every test here skips, saying why.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Namespace, Pod, Service
+
+from e2e_helpers import (
+    apply,
+    condition,
+    create_store_secret,
+    events,
+    get_ts,
+    kubectl_triton,
+    owned,
+    wait_condition,
+)
+from inference import LoadClient, infer_add_sub, offset_of
+from real_pods import ADD_SUB_CONFIG, adder_source, on_real_node, raising_source, real_node
+from testkit import wait_for
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.operator_env(TRITON_OPERATOR_PIN_REPOSITORIES="true"),
+]
+KEY = "models/{model}/{version}/model.py"
+ANNOTATION = "triton-operator.io/inplace-target"
+
+
+@pytest.fixture(scope="module")
+def node(cluster: Path) -> dict[str, Any]:
+    info, why = real_node()
+    if info is None:
+        pytest.skip(f"no real node: {why}")
+    return info
+
+
+@pytest.fixture(scope="module")
+def store(node: dict[str, Any], seaweedfs_on: Callable[[str], Any]) -> Any:
+    """seaweedfs on the pod bridge's gateway address: the operator and the pods' agents reach it."""
+    import storage_servers  # noqa: PLC0415
+
+    try:
+        server = seaweedfs_on(node["ip"])
+    except storage_servers.ServerStartError as exc:
+        pytest.skip(f"no S3 server on {node['ip']}: {exc}")
+    server.extra["s3"] = storage_servers.s3_client(server.endpoint)
+    return server
+
+
+@pytest.fixture
+def bucket(store: Any, kube: Client, namespace: str) -> str:
+    """A fresh bucket: add_sub version 1 (offset 0) and `other` version 1 (offset 7)."""
+    import storage_servers  # noqa: PLC0415
+
+    name = f"inplace-{uuid.uuid4().hex[:8]}"
+    s3 = store.extra["s3"]
+    s3.create_bucket(Bucket=name)
+    s3.put_object(Bucket=name, Key=KEY.format(model="add_sub", version=1), Body=adder_source(0))
+    s3.put_object(Bucket=name, Key=KEY.format(model="other", version=1), Body=adder_source(7))
+    create_store_secret(kube, namespace, storage_servers.S3_ACCESS_KEY, storage_servers.S3_SECRET_KEY)
+    return name
+
+
+def service(
+    name: str, namespace: str, bucket: str, store: Any, add_sub_version: int, **config: Any
+) -> dict[str, Any]:
+    """Two replicas serving add_sub (the version named, through its version policy) and `other`;
+    in-place updates with a canary of one pod (50%) for 4 s, then every pod."""
+    add_sub = {
+        **copy.deepcopy(ADD_SUB_CONFIG),
+        "versionPolicy": {"specific": {"versions": [str(add_sub_version)]}},
+    }
+    add_sub.update(config)
+    body = on_real_node(
+        name,
+        namespace,
+        bucket=bucket,
+        endpoint=store.endpoint,
+        replicas=2,
+        rollout={
+            "modelUpdates": "InPlace",
+            "steps": [{"setWeight": 50}, {"pause": {"durationSeconds": 4}}],
+            "progressDeadlineSeconds": 240,
+        },
+        startupTimeoutSeconds=120,
+    )
+    body["spec"]["models"] = [
+        {"name": "add_sub", "config": add_sub},
+        {"name": "other", "config": copy.deepcopy(ADD_SUB_CONFIG)},
+    ]
+    return body
+
+
+def cluster_ip(kube: Client, namespace: str, name: str) -> str:
+    svc = kube.get(Service, name, namespace=namespace)
+    assert svc.spec is not None and svc.spec.clusterIP
+    return str(svc.spec.clusterIP)
+
+
+def pods(kube: Client, namespace: str, name: str) -> list[Any]:
+    return list(kube.list(Pod, namespace=namespace, labels={"triton-operator.io/service": name}))
+
+
+def identity(kube: Client, namespace: str, name: str) -> dict[str, tuple[str, int]]:
+    """Each pod's uid and its tritonserver's restarts, by name."""
+    out = {}
+    for pod in pods(kube, namespace, name):
+        triton = next(c for c in pod.status.containerStatuses or [] if c.name == "tritonserver")
+        out[pod.metadata.name] = (pod.metadata.uid, triton.restartCount)
+    return out
+
+
+def answering(host: str, offset: float, timeout: float = 60) -> None:
+    def probe() -> bool:
+        try:
+            return all(offset_of(infer_add_sub(host, timeout=3)) == offset for _ in range(5))
+        except Exception:
+            return False
+
+    wait_for(probe, timeout=timeout, interval=0.5, what=f"answers with offset {offset:g} from {host}")
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def inference_count(ip: str, model: str) -> int:
+    """Triton's own count of the model's inferences in one pod (from 0 again after a reload)."""
+    stats = get_json(f"http://{ip}:8000/v2/models/{model}/stats")
+    return sum(int(s.get("inference_count", 0)) for s in stats.get("model_stats") or [])
+
+
+def agent(ip: str) -> dict[str, Any]:
+    status: dict[str, Any] = get_json(f"http://{ip}:8009/v1/inplace")
+    return status
+
+
+def no_request_failed(client: LoadClient, what: str) -> None:
+    client.stop()
+    print(f"\n{what}: {client.summary()}")
+    assert client.sent > 50, client.summary()
+    assert not client.failures, client.failures[:5]
+
+
+def serving(kube: Client, namespace: str, name: str) -> dict[str, Any]:
+    return wait_condition(kube, namespace, name, "Ready", "True", timeout=180)
+
+
+def test_a_new_version_with_a_new_config_goes_live_in_place_with_no_failed_request_and_no_new_pod(  # noqa: PLR0917
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, cluster: Path
+) -> None:
+    # The API server's PodSecurity admission at `restricted`: the in-place pods (agent init container
+    # and sidecar) pass it as they are.
+    kube.patch(
+        Namespace, namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    )
+    apply(kube, service("live", namespace, bucket, store, 1))
+    host_revision = serving(kube, namespace, "live")["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "live")
+    answering(host, 0)
+    before = identity(kube, namespace, "live")
+    ips = {p.metadata.name: p.status.podIP for p in pods(kube, namespace, "live")}
+    for ip in ips.values():  # `other` has answered in every pod: its count shows a reload
+        for _ in range(3):
+            assert offset_of(infer_add_sub(ip, model="other")) == 7
+    counts = {name: inference_count(ip, "other") for name, ip in ips.items()}
+    assert all(n >= 3 for n in counts.values()), counts
+
+    store.extra["s3"].put_object(
+        Bucket=bucket, Key=KEY.format(model="add_sub", version=2), Body=adder_source(100)
+    )
+    client = LoadClient(host, max_seconds=400).start()
+    started = time.monotonic()
+    try:
+        # version 2 (offset 100) and a config change together: one revision
+        apply(kube, service("live", namespace, bucket, store, 2, parameters={"note": {"stringValue": "v2"}}))
+
+        def moved() -> dict[str, Any] | None:
+            obj = get_ts(kube, namespace, "live")
+            status = obj["status"]
+            done = status.get("servedRevision") and not (status.get("inPlace") or {}).get("next")
+            return obj if done and condition(obj, "Ready").get("status") == "True" else None
+
+        seen_in_place = wait_for(
+            lambda: (get_ts(kube, namespace, "live")["status"].get("inPlace") or {}).get("next"),
+            timeout=60,
+            what="an in-place rollout to start",
+        )
+        obj = wait_for(moved, timeout=300, interval=1, what="the new revision served in place by every pod")
+        took = time.monotonic() - started
+        answering(host, 100, timeout=30)
+        time.sleep(2)
+    finally:
+        client.stop()
+    no_request_failed(client, f"in-place rollout ({took:.1f} s from apply to every pod)")
+    assert client.answers[0.0] > 0 and client.answers[100.0] > 0, client.summary()  # old, then new
+    assert set(client.answers) == {0.0, 100.0}
+    status = obj["status"]
+    new = status["servedRevision"]
+    assert seen_in_place == new and status["stableRevision"] == host_revision and new != host_revision
+    assert status["rolloutKind"] == "InPlace"
+    assert status["rolloutKindReason"].startswith("in place: reload add_sub"), status["rolloutKindReason"]
+    # the same pods, never restarted; no Deployment of the new revision; its ConfigMap kept
+    assert identity(kube, namespace, "live") == before
+    assert {d["metadata"]["name"] for d in owned(kube, Deployment, namespace, "live")} == {
+        f"live-{host_revision}"
+    }
+    wait_for(
+        lambda: (
+            not any((p.metadata.annotations or {}).get(ANNOTATION) for p in pods(kube, namespace, "live"))
+        ),
+        timeout=30,
+        what="the pods' in-place annotations to be removed",
+    )
+    for name, ip in ips.items():
+        reported = agent(ip)
+        assert reported["revision"] == new and reported["state"] == "Applied", reported
+        assert inference_count(ip, "other") >= counts[name]  # `other` was not reloaded
+        assert offset_of(infer_add_sub(ip)) == 100
+    said = events(kube, namespace, "live")
+    assert any(r == "RolloutStarted" and "in place" in m for _, r, m in said), said
+    assert any(r == "RolloutCompleted" and "in place" in m for _, r, m in said), said
+    printed = kubectl_triton(cluster, "status", "live", "-n", namespace)
+    assert f"Serving:   revision {new} in place" in printed and "Rollout:   InPlace" in printed, printed
+    print(f"\nin place: apply -> every pod on revision {new}: {took:.1f} s")
+
+
+def test_a_new_version_that_fails_to_load_is_rolled_back_in_place_with_no_failed_request(  # noqa: PLR0917
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, cluster: Path
+) -> None:
+    apply(kube, service("held", namespace, bucket, store, 1))
+    host_revision = serving(kube, namespace, "held")["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "held")
+    answering(host, 0)
+    before = identity(kube, namespace, "held")
+
+    store.extra["s3"].put_object(
+        Bucket=bucket, Key=KEY.format(model="add_sub", version=3), Body=raising_source()
+    )
+    client = LoadClient(host, max_seconds=400).start()
+    started = time.monotonic()
+    try:
+        apply(kube, service("held", namespace, bucket, store, 3))
+        obj = wait_condition(
+            kube, namespace, "held", "Degraded", "True", reason="InPlaceLoadFailed", timeout=300
+        )
+        failed = obj["status"]["inPlace"]["abortedRevision"]
+
+        def back() -> dict[str, Any] | None:
+            found = get_ts(kube, namespace, "held")
+            in_place = found["status"].get("inPlace") or {}
+            return found if in_place.get("abortedRevision") and not in_place.get("next") else None
+
+        obj = wait_for(back, timeout=300, interval=1, what="every pod back on the stable revision")
+        took = time.monotonic() - started
+        time.sleep(3)
+    finally:
+        client.stop()
+    no_request_failed(client, f"in-place rollback ({took:.1f} s from apply to every pod back)")
+    assert set(client.answers) == {0.0}, client.summary()  # only the old version ever answered
+    assert identity(kube, namespace, "held") == before
+    assert obj["status"]["stableRevision"] == host_revision and failed != host_revision
+    assert condition(obj, "Ready")["reason"] == "RolloutAborted"
+    warnings = [(r, m) for t, r, m in events(kube, namespace, "held") if t == "Warning"]
+    assert any(r == "RolloutAborted" and failed in m and "in-place" in m for r, m in warnings), warnings
+    assert not any((p.metadata.annotations or {}).get(ANNOTATION) for p in pods(kube, namespace, "held"))
+    assert {d["metadata"]["name"] for d in owned(kube, Deployment, namespace, "held")} == {
+        f"held-{host_revision}"
+    }
+    printed = kubectl_triton(cluster, "status", "held", "-n", namespace)
+    assert f"Aborted:   {failed} in place (InPlaceLoadFailed)" in printed, printed
+    print(f"\nin-place rollback: apply -> every pod back: {took:.1f} s")

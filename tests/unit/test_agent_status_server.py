@@ -1,0 +1,98 @@
+"""The agent's status server (GET /v1/inplace on a real loopback socket) and Triton's model control
+when no tritonserver answers."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from triton_operator.adapters.agent.status import StatusServer, parse_listen
+from triton_operator.adapters.agent.triton import ModelControl, TritonUnreachable
+from triton_operator.core.names import AGENT_STATUS_PATH
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[StatusServer, list[dict[str, Any]]]]:
+    states: list[dict[str, Any]] = [{"state": "Applying", "revision": "r1"}]
+    server = StatusServer("127.0.0.1:0", lambda: states[-1]).start()
+    yield server, states
+    server.stop()
+
+
+def get(port: int, path: str) -> tuple[int, dict[str, Any], str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+            return reply.status, json.loads(reply.read()), reply.headers["Content-Type"]
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read()), exc.headers["Content-Type"]
+
+
+def test_the_status_is_the_latest_snapshot_as_json(served: tuple[StatusServer, list[dict[str, Any]]]) -> None:
+    server, states = served
+    assert get(server.port, AGENT_STATUS_PATH) == (
+        200,
+        {"state": "Applying", "revision": "r1"},
+        "application/json",
+    )
+    states.append({"state": "Applied", "revision": "r2"})
+    assert get(server.port, AGENT_STATUS_PATH + "?x=1")[1] == {"state": "Applied", "revision": "r2"}
+
+
+@pytest.mark.parametrize("path", ["/", "/v1/inplace/x", "/v2/health/ready"])
+def test_other_paths_are_not_found(served: tuple[StatusServer, list[dict[str, Any]]], path: str) -> None:
+    code, body, _ = get(served[0].port, path)
+    assert code == 404 and AGENT_STATUS_PATH in body["error"]
+
+
+def test_only_get_is_served(served: tuple[StatusServer, list[dict[str, Any]]]) -> None:
+    request = urllib.request.Request(f"http://127.0.0.1:{served[0].port}{AGENT_STATUS_PATH}", data=b"{}")
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=5)
+    assert caught.value.code == 501
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("0.0.0.0:8009", ("0.0.0.0", 8009)), ("[::]:8009", ("::", 8009)), (":8009", ("", 8009))],
+)
+def test_listen_addresses(text: str, expected: tuple[str, int]) -> None:
+    assert parse_listen(text) == expected
+
+
+@pytest.mark.parametrize("text", ["8009", "host:", "host:port", "host:70000"])
+def test_bad_listen_addresses(text: str) -> None:
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_listen(text)
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_no_tritonserver_is_not_live_and_its_calls_say_so() -> None:
+    control = ModelControl(f"http://127.0.0.1:{closed_port()}", timeout=2, load_timeout=2)
+    assert control.live() is False
+    with pytest.raises(TritonUnreachable):
+        control.load("adder")
+    with pytest.raises(TritonUnreachable):
+        control.index()
+
+
+def test_a_silent_tritonserver_times_out() -> None:
+    """A socket that accepts and never answers (a hung server): every call ends within its timeout."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        control = ModelControl(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout=0.5, load_timeout=0.5)
+        with pytest.raises(TritonUnreachable, match="timed out"):
+            control.load("adder")
+        assert control.live() is False

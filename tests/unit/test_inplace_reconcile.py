@@ -1,0 +1,610 @@
+"""Whole reconcile passes of a TritonService with spec.rollout.modelUpdates: InPlace, over MemKube:
+which changes move in place (no new Deployment, the `<deployment>-inplace` ConfigMap, the pods'
+annotations, status and Events) and which make new pods, with the reasons.
+
+Faked, because no real part can run here: the API server (MemKube; tests/e2e runs the same against a
+real one), the Deployment controller and kubelet (``Kubelet``: pods that stay, with IPs on the
+loopback), and the pods' model-agents (``FakeAgents``: a stdlib HTTP server answering
+GET :port/v1/inplace for every pod IP as the agent contract says, from the pod's annotation and the
+in-place ConfigMap as MemKube holds them). The operator's side is real: the reconcile pass, the
+agent reader's HTTP reads, core.inplace's rules, the engine.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from e2e_helpers import PYTHON_MODEL, tritonservice
+from memkube import MemKube
+from triton_operator import KIND
+from triton_operator.adapters.agent_reader import AgentReader
+from triton_operator.adapters.triton_reader import TritonReader
+from triton_operator.core import agent as agent_core
+from triton_operator.core import conditions as cond
+from triton_operator.core import observation
+from triton_operator.core.manifest import (
+    ObjectInfo,
+    StoreRef,
+    build_manifest,
+    manifest_from_json,
+    model_sources,
+    select_objects,
+)
+from triton_operator.core.names import INPLACE_TARGET_ANNOTATION, LABEL_REVISION
+from triton_operator.core.rollout.requests import request_revision
+from triton_operator.kubectl_plugin import render_status, render_table
+from triton_operator.models import TritonService
+from triton_operator.reconcile import observe as observe_module
+from triton_operator.reconcile.analysis import TritonView
+from triton_operator.reconcile.pinning import PinnedManifest, summarize
+from triton_operator.reconcile.steps import Result, reconcile
+from triton_operator.settings import Settings
+
+NS = "ml"
+SETTINGS = Settings()
+T0 = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
+
+
+class FakeAgents:
+    """Stands in for every pod's model-agent (the real one: `triton-operator agent`, tests/e2e): the
+    pod at the IP a request reached serves its target revision as the contract resolves it."""
+
+    def __init__(self, kube: MemKube) -> None:
+        self.kube = kube
+        self.failing: set[str] = set()
+        """Revisions whose load fails."""
+        self.stuck: set[str] = set()
+        """Revisions that never finish loading."""
+        self.reads = 0
+        agents = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                agents.reads += 1
+                body = json.dumps(agents.status(self.connection.getsockname()[0])).encode()
+                self.send_response(200 if self.path == "/v1/inplace" else 404)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def status(self, ip: str) -> dict[str, Any]:
+        pod = next(p for p in self.kube.of_kind("Pod") if p["status"].get("podIP") == ip)
+        base = pod["metadata"]["labels"][LABEL_REVISION]
+        target = base
+        for cm in self.kube.of_kind("ConfigMap"):
+            if cm["metadata"]["name"] == f"svc-{base}-inplace":
+                state = json.loads(cm["data"]["state.json"])
+                wanted = (pod["metadata"].get("annotations") or {}).get(INPLACE_TARGET_ANNOTATION)
+                target = wanted if wanted and wanted in (state["stable"], state["next"]) else state["stable"]
+        applied = pod.setdefault("applied", base)
+        if target in self.failing:
+            return {"base": base, "revision": applied, "target": target, "state": "Failed", "message": "boom"}
+        if target in self.stuck:
+            return {"base": base, "revision": applied, "target": target, "state": "Applying", "message": ""}
+        pod["applied"] = target
+        models = {"add": "READY", "sub": "READY"}
+        return {"base": base, "revision": target, "target": target, "state": "Applied", "models": models}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def kubelet(kube: MemKube) -> None:
+    """The Deployment controller and the kubelet, faked: each Deployment has its replicas' pods,
+    Ready, each with a loopback IP; a pod once made stays (its annotations with it)."""
+    used = {p["status"]["podIP"] for p in kube.of_kind("Pod")}
+    for deployment in kube.of_kind("Deployment"):
+        name = deployment["metadata"]["name"]
+        replicas = int(deployment["spec"].get("replicas", 1))
+        status = {
+            "replicas": replicas,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+            "updatedReplicas": replicas,
+            "observedGeneration": deployment["metadata"]["generation"],
+        }
+
+        def set_status(d: dict[str, Any], status: dict[str, Any] = status) -> None:
+            d["status"] = status
+
+        kube.edit("Deployment", NS, name, set_status)
+        for i in range(replicas, 20):
+            kube.objects.pop(("Pod", NS, f"{name}-{i}"), None)
+        for i in range(replicas):
+            if kube.find("Pod", NS, f"{name}-{i}") is not None:
+                continue
+            ip = next(f"127.0.0.{n}" for n in range(2, 250) if f"127.0.0.{n}" not in used)
+            used.add(ip)
+            labels = deployment["spec"]["template"]["metadata"]["labels"]
+            kube.put(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"{name}-{i}",
+                        "namespace": NS,
+                        "labels": labels,
+                        "uid": f"uid-{ip}",
+                    },
+                    "status": {
+                        "podIP": ip,
+                        "conditions": [
+                            {"type": "PodScheduled", "status": "True"},
+                            {"type": "Ready", "status": "True"},
+                        ],
+                    },
+                }
+            )
+
+
+class Service:
+    """One TritonService over MemKube, its bucket listing, the fake agents, and the clock."""
+
+    def __init__(self, agents: FakeAgents, kube: MemKube, **spec: Any) -> None:
+        self.kube = kube
+        self.agents = agents
+        self.now = T0
+        self.bucket = {"add/1/model.py": "e1", "sub/1/model.py": "s1"}
+        body = tritonservice(
+            "svc",
+            NS,
+            replicas=4,
+            repository={"uri": "s3://models/repo", "credentialsSecret": "store"},
+            models=[
+                {"name": "add", "config": copy.deepcopy(PYTHON_MODEL)},
+                {"name": "sub", "config": copy.deepcopy(PYTHON_MODEL)},
+            ],
+            rollout={"modelUpdates": "InPlace"},
+        )
+        body["metadata"]["uid"] = "svc-uid"
+        body["spec"].update(spec)
+        kube.put(body)
+        self.view = TritonView(
+            TritonReader(period=3600, ports=(1, 1)), AgentReader(port=agents.port, timeout=5)
+        )
+
+    async def pin(self, ts: TritonService, current: str | None) -> PinnedManifest:
+        listing = [
+            ObjectInfo(key, 10, etag=etag, generation=etag) for key, etag in sorted(self.bucket.items())
+        ]
+        selection = select_objects(model_sources(ts.spec.models), listing)
+        return summarize(
+            build_manifest(StoreRef.from_repository(ts.spec.repository), selection), versioned=True
+        )
+
+    async def run(self) -> Result:
+        result = await reconcile(
+            self.kube, NS, "svc", SETTINGS, pin_manifest=self.pin, triton=self.view, clock=lambda: self.now
+        )
+        kubelet(self.kube)
+        return result
+
+    def status(self) -> dict[str, Any]:
+        found = self.kube.find(KIND, NS, "svc")
+        assert found is not None
+        return dict(found["status"])
+
+    def condition(self, kind: str) -> dict[str, Any]:
+        found = cond.find_condition(self.status()["conditions"], kind)
+        assert found is not None
+        return dict(found)
+
+    def edit(self, change: Any) -> None:
+        self.kube.edit(KIND, NS, "svc", lambda ts: change(ts["spec"]))
+
+    def deployments(self) -> list[str]:
+        return sorted(d["metadata"]["name"] for d in self.kube.of_kind("Deployment"))
+
+    def pods(self) -> dict[str, dict[str, Any]]:
+        return {p["metadata"]["name"]: p for p in self.kube.of_kind("Pod")}
+
+    def annotated(self) -> dict[str, str]:
+        return {
+            name: p["metadata"]["annotations"][INPLACE_TARGET_ANNOTATION]
+            for name, p in self.pods().items()
+            if (p["metadata"].get("annotations") or {}).get(INPLACE_TARGET_ANNOTATION)
+        }
+
+    def inplace_configmap(self) -> dict[str, Any] | None:
+        return next(
+            (c for c in self.kube.of_kind("ConfigMap") if c["metadata"]["name"].endswith("-inplace")), None
+        )
+
+    def events(self) -> list[tuple[str, str, str]]:
+        return [(e["type"], e["reason"], e["message"]) for e in self.kube.events]
+
+    def request(self, action: str, revision: str) -> None:
+        def annotate(ts: dict[str, Any]) -> None:
+            annotations = ts["metadata"].setdefault("annotations", {})
+            annotations[f"triton-operator.io/{action}"] = f"req-{action}-{len(self.kube.events)}"
+            annotations[f"triton-operator.io/{action}-revision"] = revision
+
+        self.kube.edit(KIND, NS, "svc", annotate)
+
+    async def close(self) -> None:
+        await self.view.reader.close()
+        if self.view.agents is not None:
+            await self.view.agents.close()
+
+
+@pytest.fixture
+def kube() -> MemKube:
+    return MemKube()
+
+
+@pytest.fixture
+def agents(kube: MemKube) -> Iterator[FakeAgents]:
+    fake = FakeAgents(kube)
+    yield fake
+    fake.close()
+
+
+async def serving(svc: Service) -> str:
+    """Deploy the service and run passes until its first revision is stable and Ready."""
+    for _ in range(3):
+        await svc.run()
+    stable = svc.status()["stableRevision"]
+    assert svc.condition(cond.READY)["status"] == cond.TRUE
+    return str(stable)
+
+
+def new_model_version(spec: dict[str, Any], svc: Service) -> None:
+    """A new `add` object and a config change of `add` (both in place)."""
+    svc.bucket["add/1/model.py"] = "e2"
+    spec["models"][0]["config"]["maxBatchSize"] = 16
+
+
+# ---------------------------------------------------------------- in place, step by step
+
+
+async def test_a_model_change_moves_in_place_step_by_step_with_no_new_pod(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    svc = Service(
+        agents, kube, rollout={"modelUpdates": "InPlace", "steps": [{"setWeight": 25}, {"pause": {}}]}
+    )
+    try:
+        host = await serving(svc)
+        pods_before = {n: p["metadata"]["uid"] for n, p in svc.pods().items()}
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        result = await svc.run()
+        new = result.revision
+        assert new is not None and new != host
+        status = svc.status()
+        assert svc.deployments() == [f"svc-{host}"]  # no Deployment of the new revision
+        assert status["rolloutKind"] == "InPlace"
+        assert status["rolloutKindReason"].startswith("in place: reload add (1 objects, 10 bytes to fetch)")
+        assert status["inPlace"]["host"] == host and status["inPlace"]["next"] == new
+        assert status["inPlace"]["stable"] == host
+        assert "canaryRevision" not in status
+        assert svc.condition(cond.PROGRESSING)["reason"] == cond.IN_PLACE_UPDATING
+        assert svc.condition(cond.READY)["reason"] == cond.ROLLOUT_IN_PROGRESS
+        # the ConfigMap: state.json and both revisions' files; the new revision's own ConfigMap too
+        cm = svc.inplace_configmap()
+        assert cm is not None and cm["metadata"]["name"] == f"svc-{host}-inplace"
+        assert json.loads(cm["data"]["state.json"]) == {"stable": host, "next": new}
+        assert {
+            f"{host}.manifest.json",
+            f"{new}.manifest.json",
+            f"{new}.add.config.pbtxt",
+            f"{host}.sub.config.pbtxt",
+        } <= set(cm["data"])
+        assert "max_batch_size: 16" in cm["data"][f"{new}.add.config.pbtxt"]
+        assert kube.find("ConfigMap", NS, f"svc-{new}") is not None
+        assert svc.annotated() == {f"svc-{host}-0": new}  # 25% of 4 pods
+        # what the pod's agent makes of it (core.agent: the contract's other side)
+        state = agent_core.parse_inplace_state(cm["data"]["state.json"])
+        present = agent_core.revisions_named(cm["data"])
+        assert present == {host, new}
+        for revision in present:
+            manifest = manifest_from_json(cm["data"][f"{revision}.manifest.json"])
+            assert set(agent_core.revision_keys(revision, manifest)) <= set(cm["data"])
+        assert agent_core.resolve_target(new, state, present, host) == new
+        assert agent_core.resolve_target(None, state, present, host) == host
+        assert any(r == cond.ROLLOUT_STARTED and "in place" in m for _, r, m in svc.events())
+
+        printed = render_status(kube.find(KIND, NS, "svc") or {}, T0)
+        assert f"In place:  {new} loading in the pods of {host} (from {host}; step 0)" in printed
+        assert "Rollout:   InPlace - in place: reload add" in printed
+        assert "->  0  setWeight 25" in printed
+        table = render_table([kube.find(KIND, NS, "svc") or {}], T0)
+        assert f"{new} (in place)" in table and "in place 0/2" in table
+
+        await svc.run()  # the pod loaded it: step 0 done, the pause step holds (a canary of one pod)
+        progressing = svc.condition(cond.PROGRESSING)
+        assert progressing["reason"] == cond.STEP_PAUSED and "until promoted" in progressing["message"]
+        assert len(svc.annotated()) == 1
+
+        svc.request("promote", new)
+        await svc.run()
+        assert set(svc.annotated().values()) == {new} and len(svc.annotated()) == 4
+        await svc.run()  # every pod loaded it
+        status = svc.status()
+        assert status["servedRevision"] == new and "next" not in status["inPlace"]
+        assert json.loads(svc.inplace_configmap()["data"]["state.json"]) == {"stable": new, "next": None}  # type: ignore[index]
+        assert any(r == cond.ROLLOUT_COMPLETED and "in place" in m for _, r, m in svc.events())
+        await svc.run()  # the ConfigMap says stable: new, so the annotations go
+        assert svc.annotated() == {}
+        assert svc.condition(cond.READY)["status"] == cond.TRUE
+        assert svc.condition(cond.PROGRESSING)["reason"] == cond.ROLLOUT_COMPLETED
+        printed = render_status(kube.find(KIND, NS, "svc") or {}, T0)
+        assert f"Serving:   revision {new} in place, in the pods of {host}" in printed
+        assert "Status:    Healthy" in printed
+        assert {n: p["metadata"]["uid"] for n, p in svc.pods().items()} == pods_before  # the same pods
+        assert svc.deployments() == [f"svc-{host}"]
+        writes = len(kube.writes)
+        await svc.run()
+        steady = {(w.method, w.kind) for w in kube.writes[writes:]}
+        assert steady == {("apply", "Service"), ("apply", "PodDisruptionBudget")}, (
+            steady
+        )  # as ever, nothing else
+    finally:
+        await svc.close()
+
+
+async def test_a_failed_load_rolls_back_in_place(kube: MemKube, agents: FakeAgents) -> None:
+    svc = Service(agents, kube, rollout={"modelUpdates": "InPlace", "steps": [{"setWeight": 50}]})
+    try:
+        host = await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        new = (await svc.run()).revision
+        assert new is not None
+        agents.failing.add(new)
+        await svc.run()  # the agents say Failed
+        degraded = svc.condition(cond.DEGRADED)
+        assert degraded["status"] == cond.TRUE and degraded["reason"] == cond.IN_PLACE_LOAD_FAILED
+        assert "boom" in degraded["message"]
+        assert svc.annotated() == {}
+        assert svc.status()["inPlace"]["rollingBack"] == cond.IN_PLACE_LOAD_FAILED
+        assert any(t == cond.WARNING and r == cond.ROLLOUT_ABORTED for t, r, _ in svc.events())
+        await svc.run()  # back on the stable revision: next cleared, the revision held
+        status = svc.status()
+        assert "next" not in status["inPlace"] and status["inPlace"]["abortedRevision"] == new
+        assert svc.condition(cond.READY)["reason"] == cond.ROLLOUT_ABORTED
+        assert svc.condition(cond.PROGRESSING)["reason"] == cond.ROLLOUT_ABORTED
+        printed = render_status(kube.find(KIND, NS, "svc") or {}, T0)
+        assert f"Aborted:   {new} in place (InPlaceLoadFailed): pod svc-{host}-0: boom" in printed
+        assert request_revision(svc.status()) == new  # kubectl triton retry/abort name it
+        assert svc.deployments() == [f"svc-{host}"]  # and no new pods tried instead
+        await svc.run()
+        assert svc.deployments() == [f"svc-{host}"] and "next" not in svc.status()["inPlace"]
+        # a retry tries the same revision in place again
+        agents.failing.clear()
+        svc.request("retry", new)
+        await svc.run()
+        assert svc.status()["inPlace"]["next"] == new
+    finally:
+        await svc.close()
+
+
+async def test_the_progress_deadline_rolls_back_in_place(kube: MemKube, agents: FakeAgents) -> None:
+    rollout = {"modelUpdates": "InPlace", "progressDeadlineSeconds": 120}
+    svc = Service(agents, kube, rollout=rollout, startupTimeoutSeconds=60)
+    try:
+        await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        new = (await svc.run()).revision
+        assert new is not None
+        agents.stuck.add(new)
+        await svc.run()
+        svc.now += datetime.timedelta(seconds=121)
+        await svc.run()
+        assert svc.condition(cond.DEGRADED)["reason"] == cond.PROGRESS_DEADLINE_EXCEEDED
+        assert svc.annotated() == {}
+    finally:
+        await svc.close()
+
+
+async def test_kubectl_triton_abort_rolls_back_and_promote_goes_to_every_pod(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    rollout = {
+        "modelUpdates": "InPlace",
+        "steps": [{"setWeight": 25}, {"pause": {}}, {"setWeight": 50}, {"pause": {}}],
+    }
+    svc = Service(agents, kube, rollout=rollout)
+    try:
+        await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        new = (await svc.run()).revision
+        assert new is not None
+        await svc.run()
+        svc.request("promote", new)
+        await svc.run()
+        assert len(svc.annotated()) == 4
+        svc.request("abort", new)
+        await svc.run()
+        assert svc.condition(cond.DEGRADED)["reason"] == cond.ABORTED
+        assert svc.annotated() == {}
+    finally:
+        await svc.close()
+
+
+async def test_a_pod_gone_mid_update_rolls_back(kube: MemKube, agents: FakeAgents) -> None:
+    svc = Service(
+        agents, kube, rollout={"modelUpdates": "InPlace", "steps": [{"setWeight": 25}, {"pause": {}}]}
+    )
+    try:
+        await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        await svc.run()
+        (updated,) = svc.annotated()
+        del kube.objects[("Pod", NS, updated)]
+        await svc.run()
+        assert svc.condition(cond.DEGRADED)["reason"] == cond.IN_PLACE_POD_LOST
+    finally:
+        await svc.close()
+
+
+# ---------------------------------------------------------------- new pods, and why
+
+
+def gpu_model(spec: dict[str, Any]) -> None:
+    """A config change of a model on the pods' GPU (its instances KIND_AUTO in a pod with a GPU)."""
+    spec["models"][0]["config"]["maxBatchSize"] = 16
+
+
+def backend_change(spec: dict[str, Any]) -> None:
+    spec["models"][0]["config"]["backend"] = "onnxruntime"
+    spec["models"][0]["config"].pop("instanceGroup")
+
+
+def pod_change(spec: dict[str, Any]) -> None:
+    spec["env"] = [{"name": "X", "value": "1"}]
+    spec["models"][0]["config"]["maxBatchSize"] = 16
+
+
+def in_place_off(spec: dict[str, Any]) -> None:
+    spec["rollout"] = {"modelUpdates": "NewPods"}
+    spec["models"][0]["config"]["maxBatchSize"] = 16
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (gpu_model, "model add: on a GPU, a reload holds the old and the new copy in GPU memory at once"),
+        (backend_change, "model add: backend changed (python -> onnxruntime)"),
+        (pod_change, "spec.env changed"),
+        (in_place_off, "modelUpdates changed"),
+    ],
+)
+async def test_what_in_place_cannot_take_makes_new_pods_and_says_why(
+    kube: MemKube, agents: FakeAgents, change: Any, reason: str
+) -> None:
+    gpu = {"resources": {"cpu": "1", "memory": "1Gi", "gpus": 1}} if change is gpu_model else {}
+    svc = Service(agents, kube, **gpu)
+    if change is gpu_model:
+        for model in kube.find(KIND, NS, "svc")["spec"]["models"]:  # type: ignore[index]
+            model["config"]["instanceGroup"] = [{"kind": "KIND_AUTO", "count": 1}]
+    try:
+        host = await serving(svc)
+        svc.edit(change)
+        new = (await svc.run()).revision
+        assert new is not None
+        status = svc.status()
+        assert svc.deployments() == sorted([f"svc-{host}", f"svc-{new}"])  # new pods
+        assert status.get("canaryRevision") == new and "inPlace" not in status
+        if change is not in_place_off:
+            assert status["rolloutKind"] == "NewPods"
+            assert reason in status["rolloutKindReason"]
+            assert any(r == cond.NEW_PODS_REQUIRED and reason in m for _, r, m in svc.events())
+        assert svc.inplace_configmap() is None
+    finally:
+        await svc.close()
+
+
+async def test_a_change_whose_files_do_not_fit_the_configmap_makes_new_pods(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    """Both revisions' manifests of 3,000 objects each (well over CONFIGMAP_BUDGET together; each
+    revision's own ConfigMaps hold it gzipped) cannot go in one in-place ConfigMap."""
+    svc = Service(agents, kube)
+    svc.bucket.update({f"sub/1/part-{i:05d}.bin": f"etag-{i:05d}-{'x' * 40}" for i in range(3000)})
+    try:
+        host = await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        new = (await svc.run()).revision
+        assert svc.status()["rolloutKindReason"] == "new pods: manifest too large for an in-place update"
+        assert svc.deployments() == sorted([f"svc-{host}", f"svc-{new}"])
+    finally:
+        await svc.close()
+
+
+async def test_a_pod_change_after_models_moved_in_place_rolls_out_new_pods_of_their_own(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    svc = Service(agents, kube)
+    try:
+        host = await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        moved = (await svc.run()).revision
+        for _ in range(3):
+            await svc.run()
+        assert svc.status()["servedRevision"] == moved and svc.annotated() == {}
+        svc.edit(lambda spec: spec.__setitem__("env", [{"name": "X", "value": "1"}]))
+        new = (await svc.run()).revision
+        assert new not in (host, moved)
+        status = svc.status()
+        assert status["canaryRevision"] == new and status["rolloutKind"] == "NewPods"
+        assert status["servedRevision"] == moved  # the host's pods still serve the moved models
+        deployment = kube.find("Deployment", NS, f"svc-{new}")
+        assert deployment is not None
+        volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+        assert volumes["triton-operator-config"]["configMap"]["name"] == f"svc-{new}"  # its own manifest
+        assert volumes["inplace"]["configMap"]["name"] == f"svc-{new}-inplace"
+        for _ in range(3):
+            await svc.run()
+        status = svc.status()
+        assert status["stableRevision"] == new
+        assert "servedRevision" not in status and "inPlace" not in status
+        assert svc.inplace_configmap() is None  # the old host's went with its in-place state
+    finally:
+        await svc.close()
+
+
+async def test_an_invalid_spec_after_an_in_place_move_keeps_the_moved_models(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    """The last valid spec is the one the pods serve in place (servedRevision), not the host's own:
+    a broken spec never loads the host's old models back; and the manifest the pinner reuses until
+    its listing ends (after an operator restart) is the served one too."""
+    svc = Service(agents, kube)
+    try:
+        await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        moved = (await svc.run()).revision
+        for _ in range(3):
+            await svc.run()
+        assert svc.status()["servedRevision"] == moved
+        svc.edit(lambda spec: spec["models"][0]["config"].__setitem__("maxBatchSize", -3))
+        result = await svc.run()
+        assert result.reason == cond.INVALID_SPEC
+        status = svc.status()
+        assert status["servedRevision"] == moved and "next" not in status.get("inPlace", {})
+        assert svc.annotated() == {}
+        seen = await observe_module.observe(kube, NS, "svc", kube.find(KIND, NS, "svc") or {}, T0)
+        assert observe_module.current_manifest(seen.owned, status) == observation.revision_manifest(
+            seen.owned.configmaps, str(moved)
+        )
+    finally:
+        await svc.close()
+
+
+async def test_pods_added_by_a_scale_mid_update_are_updated_too(kube: MemKube, agents: FakeAgents) -> None:
+    """spec.replicas (an HPA, kubectl scale) grows the host mid-update: its Deployment is scaled, the
+    new pods start on the stable revision (state.json), and the last step asks them as well."""
+    svc = Service(
+        agents, kube, rollout={"modelUpdates": "InPlace", "steps": [{"setWeight": 50}, {"pause": {}}]}
+    )
+    try:
+        host = await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        new = (await svc.run()).revision
+        await svc.run()
+        assert len(svc.annotated()) == 2
+        svc.edit(lambda spec: spec.__setitem__("replicas", 6))
+        await svc.run()  # the host scaled to 6; its new pods serve the stable revision
+        assert len(svc.pods()) == 6 and svc.deployments() == [f"svc-{host}"]
+        svc.request("promote", str(new))
+        for _ in range(3):
+            await svc.run()
+        assert svc.status()["servedRevision"] == new
+        assert all(p.get("applied") == new for p in svc.pods().values())
+    finally:
+        await svc.close()
