@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import gc
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -213,6 +214,38 @@ async def test_a_triggered_reconcile_that_fails_for_a_bug_is_not_retried(kube: M
     await until(lambda: reconciles(kube) == 1 and not trigger_tasks())
     assert r.requeued == []
     assert timer_tasks() == []
+    await r.close()
+
+
+async def test_a_failed_pass_is_said_once_in_a_warning_event_on_the_tritonservice_and_again_when_it_changes(
+    kube: MemKube, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As kopf did for a failing handler: the refusal is in the log and in a Warning Event that names
+    it; the same failure again (each retry) posts nothing more, another one does."""
+    forbidden = OSError('deployments.apps "svc-abc" is forbidden: User "weak" cannot patch')
+    kube.fail_next("get_tritonservice", forbidden)
+    r = Recording(kube)
+    with caplog.at_level(logging.WARNING, logger="triton_operator.reconcile.scheduler"):
+        r.trigger(*KEY)
+        await until(lambda: len(r.requeued) == 1)
+        await until(lambda: len(kube.events) == 1)
+    (event,) = kube.events
+    assert event["type"] == "Warning" and event["reason"] == "ReconcileFailed"
+    assert event["involvedObject"]["name"] == KEY[1] and event["involvedObject"]["namespace"] == KEY[0]
+    assert "is forbidden" in event["message"]
+    assert any(
+        "failed temporarily" in rec.getMessage() and "is forbidden" in rec.getMessage()
+        for rec in caplog.records
+    )
+    kube.fail_next("get_tritonservice", forbidden)
+    r.trigger(*KEY)
+    await until(lambda: reconciles(kube) == 2 and not trigger_tasks())
+    await asyncio.sleep(0.05)
+    assert len(kube.events) == 1
+    kube.fail_next("get_tritonservice", OSError("connection reset by peer"))
+    r.trigger(*KEY)
+    await until(lambda: len(kube.events) == 2)
+    assert "connection reset" in kube.events[1]["message"]
     await r.close()
 
 

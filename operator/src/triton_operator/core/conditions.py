@@ -117,6 +117,7 @@ ROLLOUT_ROLLBACK = "RolloutRollback"  # a revision from history rolls back witho
 ROLLOUT_STARTED = "RolloutStarted"  # a rollout over the stable revision starts
 STEP_COMPLETED = "StepCompleted"  # a canary step completed
 ROLLOUT_PROMOTING = "RolloutPromoting"  # the canary scales to full replicas before it becomes stable
+RECONCILE_FAILED = "ReconcileFailed"  # a pass raised (the API server refused, or a bug): the Event says what
 REVISION_SERVED = "RevisionServed"  # a revision's first pod became Ready: its time to serve, phase by phase
 IN_PLACE_ROLLED_BACK = "InPlaceRolledBack"  # every pod serves the old models again after an in-place abort
 NEW_PODS_REQUIRED = "NewPodsRequired"  # modelUpdates is InPlace, but this change needs new pods (reasons)

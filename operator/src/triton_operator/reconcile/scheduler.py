@@ -11,6 +11,8 @@ from triton_operator.adapters.kube import (
     retry_delay,
 )
 from triton_operator.core import conditions as cond
+from triton_operator.core.builders import build_event
+from triton_operator.core.rollout.clock import format_time, utcnow
 from triton_operator.metrics import METRICS, SUPERSEDED
 from triton_operator.models import TritonService
 from triton_operator.reconcile.analysis import TritonView
@@ -126,6 +128,8 @@ class Reconciler:
         self._starting: set[tuple[str, str]] = set()
         """TritonServices a ``trigger`` task was made for that has not queued its reconcile yet."""
         self._triggers: set[asyncio.Task[None]] = set()
+        self._failures: dict[tuple[str, str], str] = {}
+        """The last failure of each TritonService's pass said in an Event (until a pass succeeds)."""
 
     def _dequeue(self, key: tuple[str, str]) -> None:
         left = self._queued.get(key, 0) - 1
@@ -244,13 +248,11 @@ class Reconciler:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            retry = retry_delay(exc)
-            if retry is None:
-                logger.exception("reconcile of %s/%s after a change of what it owns failed", *key)
-                return
-            logger.warning("reconcile of %s/%s after a change of what it owns failed: %s", *key, exc)
-            if key not in self._timers:
+            retry = await self._failed(key, exc)
+            if retry is not None and key not in self._timers:
                 self.requeue(key, retry)
+        else:
+            self._failures.pop(key, None)
 
     def pending_timer(self, namespace: str, name: str) -> bool:
         """Whether a timed reconcile is due for a TritonService (for tests and metrics)."""
@@ -266,16 +268,44 @@ class Reconciler:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            retry = retry_delay(exc)
-            logger.warning("timed reconcile of %s/%s failed: %s", *key, exc)
+            retry = await self._failed(key, exc)
             if retry is not None and key not in self._timers:
                 self.requeue(key, retry)
+        else:
+            self._failures.pop(key, None)
+
+    async def _failed(self, key: tuple[str, str], exc: Exception) -> float | None:
+        """A pass that raised: said in the log, and (as kopf says a failing handler) in a Warning
+        Event on the TritonService, once for each new failure (a retry failing the same way posts
+        nothing). The seconds before it is tried again; None: no retry helps (a bug)."""
+        retry = retry_delay(exc)
+        if retry is None:
+            logger.exception("reconcile of %s/%s failed", *key)
+            message = f"reconcile failed: {exc}"
+        else:
+            logger.warning("reconcile of %s/%s failed temporarily (again in %g s): %s", *key, retry, exc)
+            message = f"reconcile failed temporarily (again in {retry:g} s): {exc}"
+        if self._failures.get(key) != message:
+            self._failures[key] = message
+            event = build_event(
+                {"namespace": key[0], "name": key[1]},
+                "Warning",
+                cond.RECONCILE_FAILED,
+                message,
+                now=format_time(utcnow()),
+            )
+            try:
+                await self.kube.post_event(event)
+            except Exception as post_exc:  # best effort, as every Event
+                logger.warning("event for %s/%s not posted: %s", *key, post_exc)
+        return retry
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop everything kept for a TritonService that is gone."""
         key = (namespace, name)
         self._specs.pop(key, None)
         self.fingerprints.pop(key, None)
+        self._failures.pop(key, None)
         self._secret_waits.pop(key, None)
         self._known.discard(key)
         poller = self._pollers.pop(key, None)
