@@ -176,6 +176,11 @@ def start_seaweedfs(data_dir: Path, log_path: Path, *, attempts: int = 3, host: 
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             "-master.telemetry=false",
+            # Each bucket is a collection with volumes of its own; left to itself `weed mini` allows
+            # free disk / volume size of them, which a whole test run's buckets used up ("No
+            # writable volumes and no free volumes left"). Volumes are not preallocated: a limit
+            # this high costs no disk.
+            "-volume.max=1000",
             f"-master.port={master}",
             f"-master.port.grpc={master + 10000}",
             f"-volume.port={volume}",
