@@ -459,7 +459,7 @@ def print_table(runs: list[Run], store: Store, args: argparse.Namespace) -> None
     )
     print(
         "\n| case | apply -> every pod answers version 2, s (median / worst) | bytes read from the store "
-        "(sum over pods, median) | failed / sent requests through the Service | pods |"
+        "(sum over pods, median) | failed / sent requests through the Service (answers old / new) | pods |"
     )
     print("|---|---|---|---|---|")
     for case, mode in CASES.items():
@@ -476,11 +476,13 @@ def print_table(runs: list[Run], store: Store, args: argparse.Namespace) -> None
             if not any(r.same_pods for r in mine)
             else "mixed"
         )
-        kinds = {r.rollout_kind for r in mine}
+        kinds = {r.rollout_kind or "unset" for r in mine}
+        old = sum(r.answers.get(OLD, 0) for r in mine)
+        new = sum(r.answers.get(NEW, 0) for r in mine)
         print(
             f"| {case} ({mode}) | {statistics.median(seconds):.2f} / {max(seconds):.2f} | "
             f"{int(statistics.median(read))}{spread} ({statistics.median(read) / MIB:.2f} MiB) | "
-            f"{sum(r.failed for r in mine)} / {sum(r.sent for r in mine)} | {pods} "
+            f"{sum(r.failed for r in mine)} / {sum(r.sent for r in mine)} ({old} / {new}) | {pods} "
             f"(status.rolloutKind {'/'.join(sorted(kinds))}) |"
         )
     in_place = [r for r in runs if r.case == "in place"]
@@ -493,6 +495,12 @@ def print_table(runs: list[Run], store: Store, args: argparse.Namespace) -> None
             f"{'MET' if ok else 'MISSED'}"
         )
     new_pods = [r for r in runs if r.case == "new pods"]
+    if new_pods:
+        want = REPLICAS * store.revision_bytes
+        print(
+            f"New pods read the whole revision ({REPLICAS} pods x {store.revision_bytes} bytes = {want}): "
+            f"{'yes' if all(r.bytes_read == want for r in new_pods) else 'no'}"
+        )
     if in_place and new_pods:
         faster = statistics.median(r.seconds for r in in_place) < statistics.median(
             r.seconds for r in new_pods
