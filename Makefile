@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 
-.PHONY: run test lint unit bootstrap cluster-up cluster-down crd manifests bench-sync bench-sync-real bench-control-plane bench-manifest
+.PHONY: run test lint unit bootstrap cluster-up cluster-down crd manifests bench-sync bench-sync-real bench-control-plane bench-manifest bench-inplace
 
 bootstrap:
 	@e2e/bootstrap
@@ -51,3 +51,8 @@ bench-control-plane: bootstrap
 
 bench-manifest: bootstrap
 	$(PY) bench/manifest/run.py
+
+## One model of three changes, on the local cluster's real node: in place vs new pods (seconds from
+## the apply until every pod answers the new version, bytes read from the store, failed requests).
+bench-inplace: bootstrap
+	$(PY) bench/real_pods/inplace.py --runs 3
