@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from triton_operator import __version__
 
@@ -175,3 +176,25 @@ class Settings:
             or DEFAULT_MAX_LISTED_OBJECTS,
             node_cache_port=_port(get("NODE_CACHE_PORT"), "NODE_CACHE_PORT"),
         )
+
+
+ReadNetworks = list[ipaddress.IPv4Network | ipaddress.IPv6Network]
+
+
+def read_networks(cidrs: Sequence[str]) -> ReadNetworks:
+    """TRITON_OPERATOR_TRITON_READ_CIDRS parsed: the networks whose pod IPs the operator may read."""
+    return [ipaddress.ip_network(c, strict=False) for c in cidrs]
+
+
+def may_read(ip: str | None, networks: ReadNetworks) -> bool:
+    """Whether the operator may send a read to a pod at ``ip`` (Triton's or the model agent's
+    endpoints): any address when no network is set, else only addresses inside one."""
+    if not ip:
+        return False
+    if not networks:
+        return True
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    return any(address in network for network in networks)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 from collections.abc import Mapping, Sequence
 
@@ -11,6 +10,7 @@ import httpx2
 
 from triton_operator.core.names import AGENT_PORT, AGENT_STATUS_PATH
 from triton_operator.core.rollout.inplace import AgentStatus, parse_agent_status
+from triton_operator.settings import may_read, read_networks
 
 # The bounds: only while an in-place update moves (reconcile.steps asks), one request per pod per
 # pass, all at once but at most `concurrency` in flight, each ended with its body within `timeout`
@@ -35,21 +35,13 @@ class AgentReader:
         self.timeout = timeout
         self.port = port
         self.max_bytes = max_bytes
-        self._networks = [ipaddress.ip_network(c, strict=False) for c in cidrs]
+        self._networks = read_networks(cidrs)
         self._limit = asyncio.Semaphore(concurrency)
         self._client: httpx2.AsyncClient | None = None
         self.requests = 0
 
     def allowed(self, ip: str | None) -> bool:
-        if not ip:
-            return False
-        if not self._networks:
-            return True
-        try:
-            address = ipaddress.ip_address(ip)
-        except ValueError:
-            return False
-        return any(address in network for network in self._networks)
+        return may_read(ip, self._networks)
 
     async def read(self, pods: Mapping[str, str | None]) -> dict[str, AgentStatus]:
         """Pod name -> its agent's status (or why it could not be read), for pods name -> IP."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import ipaddress
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -15,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from triton_operator.core.analysis import Counters
 from triton_operator.core.names import HTTP_PORT, METRICS_PORT
 from triton_operator.core.triton_state import ModelVersionState, index_json, parse_index
+from triton_operator.settings import may_read, read_networks
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class TritonReader:
         self.timeout = timeout
         self.on_change = on_change
         self.clock = clock
-        self._networks = [ipaddress.ip_network(c, strict=False) for c in cidrs]
+        self._networks = read_networks(cidrs)
         self._limit = asyncio.Semaphore(concurrency)
         self._targets: dict[Owner, dict[str, PodTarget]] = {}
         self._metrics: dict[Owner, float] = {}
@@ -154,15 +154,7 @@ class TritonReader:
     # ------------------------------------------------------------- what the reconcile calls
 
     def allowed(self, ip: str | None) -> bool:
-        if not ip:
-            return False
-        if not self._networks:
-            return True
-        try:
-            address = ipaddress.ip_address(ip)
-        except ValueError:
-            return False
-        return any(address in network for network in self._networks)
+        return may_read(ip, self._networks)
 
     def watch(self, owner: Owner, targets: Sequence[PodTarget], metrics_every: float | None = None) -> None:
         """Read these pods of ``owner`` from now on (replacing the ones it had); ``metrics_every``:
