@@ -20,7 +20,6 @@ import json
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ from e2e_helpers import (
     wait_condition,
 )
 from inference import LoadClient, infer_add_sub, offset_of
-from real_pods import ADD_SUB_CONFIG, adder_source, on_real_node, raising_source, real_node
+from real_pods import ADD_SUB_CONFIG, adder_source, on_real_node, raising_source
 from testkit import wait_for
 
 pytestmark = [
@@ -49,27 +48,6 @@ pytestmark = [
 ]
 KEY = "models/{model}/{version}/model.py"
 ANNOTATION = "triton-operator.io/inplace-target"
-
-
-@pytest.fixture(scope="module")
-def node(cluster: Path) -> dict[str, Any]:
-    info, why = real_node()
-    if info is None:
-        pytest.skip(f"no real node: {why}")
-    return info
-
-
-@pytest.fixture(scope="module")
-def store(node: dict[str, Any], seaweedfs_on: Callable[[str], Any]) -> Any:
-    """seaweedfs on the pod bridge's gateway address: the operator and the pods' agents reach it."""
-    import storage_servers  # noqa: PLC0415
-
-    try:
-        server = seaweedfs_on(node["ip"])
-    except storage_servers.ServerStartError as exc:
-        pytest.skip(f"no S3 server on {node['ip']}: {exc}")
-    server.extra["s3"] = storage_servers.s3_client(server.endpoint)
-    return server
 
 
 @pytest.fixture

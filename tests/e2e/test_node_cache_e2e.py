@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod
 
 from e2e_helpers import apply, create_store_secret, get_ts, kubectl_scale, wait_condition
-from real_pods import adder_source, on_real_node, placement, real_node
+from real_pods import adder_source, on_real_node, placement
 from testkit import load_chartlib, wait_for
 from triton_operator.core.startup import parse_summary
 
@@ -30,26 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MODEL_KEY = "models/add_sub/1/model.py"
 
 pytestmark = [pytest.mark.cluster]
-
-
-@pytest.fixture(scope="module")
-def node(cluster: Path) -> dict[str, Any]:
-    info, why = real_node()
-    if info is None:
-        pytest.skip(f"no real node: {why}")
-    return info
-
-
-@pytest.fixture(scope="module")
-def store(node: dict[str, Any], seaweedfs_on: Callable[[str], Any]) -> Any:
-    import storage_servers  # noqa: PLC0415
-
-    try:
-        server = seaweedfs_on(node["ip"])
-    except storage_servers.ServerStartError as exc:
-        pytest.skip(f"no S3 server on {node['ip']}: {exc}")
-    server.extra["s3"] = storage_servers.s3_client(server.endpoint)
-    return server
 
 
 def sync_summary(pod: Any) -> Any:

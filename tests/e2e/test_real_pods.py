@@ -13,7 +13,6 @@ import re
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,6 @@ from real_pods import (
     on_real_node,
     placement,
     raising_source,
-    real_node,
 )
 from testkit import Repeating, wait_for
 from triton_operator.adapters.control import KubeControl
@@ -63,27 +61,6 @@ MODEL_KEY = "models/add_sub/{version}/model.py"
 
 
 # ----------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def node(cluster: Path) -> dict[str, Any]:
-    info, why = real_node()
-    if info is None:
-        pytest.skip(f"no real node: {why}")
-    return info
-
-
-@pytest.fixture(scope="module")
-def store(node: dict[str, Any], seaweedfs_on: Callable[[str], Any]) -> Any:
-    """seaweedfs on the pod bridge's gateway address (this machine): the operator and pods reach it."""
-    import storage_servers  # noqa: PLC0415
-
-    try:
-        server = seaweedfs_on(node["ip"])
-    except storage_servers.ServerStartError as exc:
-        pytest.skip(f"no S3 server on {node['ip']}: {exc}")
-    server.extra["s3"] = storage_servers.s3_client(server.endpoint)
-    return server
 
 
 @pytest.fixture
