@@ -243,16 +243,7 @@ class Reconciler:
 
     async def _trigger(self, key: tuple[str, str]) -> None:
         self._starting.discard(key)
-        try:
-            await self(*key, coalesce=True)  # queues itself before its first wait
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            retry = await self._failed(key, exc)
-            if retry is not None and key not in self._timers:
-                self.requeue(key, retry)
-        else:
-            self._failures.pop(key, None)
+        await self._pass_on_task(key)
 
     def pending_timer(self, namespace: str, name: str) -> bool:
         """Whether a timed reconcile is due for a TritonService (for tests and metrics)."""
@@ -263,8 +254,13 @@ class Reconciler:
         await asyncio.sleep(delay)
         if self._timers.get(key) is asyncio.current_task():
             del self._timers[key]
+        await self._pass_on_task(key)
+
+    async def _pass_on_task(self, key: tuple[str, str]) -> None:
+        """A coalesced pass on a task of its own (a trigger's or a timer's); one that fails is said
+        (``_failed``) and, when a retry may help, tried again on a timer."""
         try:
-            await self(*key, coalesce=True)
+            await self(*key, coalesce=True)  # queues itself before its first wait
         except asyncio.CancelledError:
             raise
         except Exception as exc:

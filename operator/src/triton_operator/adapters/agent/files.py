@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from triton_operator.adapters.sync.files import fsync_dir, place_bytes
@@ -25,6 +26,27 @@ def read_text(path: Path) -> str | None:
         return path.read_text()
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def read_revision(
+    revision: str, manifest_path: Path, config_path: Callable[[str], Path]
+) -> RevisionFiles | None:
+    """A revision's manifest and each of its models' config.pbtxt (at ``config_path(model)``); None
+    unless every one is there and the manifest parses."""
+    text = read_text(manifest_path)
+    if text is None:
+        return None
+    try:
+        manifest = manifest_from_json(text)
+    except ManifestError:
+        return None
+    configs = {}
+    for model in manifest.models:
+        config = read_text(config_path(model.name))
+        if config is None:
+            return None
+        configs[model.name] = config
+    return RevisionFiles(revision, manifest, configs)
 
 
 def read_target(path: Path | None) -> str:
@@ -53,20 +75,14 @@ class InPlaceDir:
             return self._read[revision]
         if self.path is None:
             return None
-        text = read_text(self.path / inplace_manifest_key(revision))
-        if text is None:
+        path = self.path
+        found = read_revision(
+            revision,
+            path / inplace_manifest_key(revision),
+            lambda model: path / inplace_config_key(revision, model),
+        )
+        if found is None:
             return None
-        try:
-            manifest = manifest_from_json(text)
-        except ManifestError:
-            return None
-        configs = {}
-        for model in manifest.models:
-            config = read_text(self.path / inplace_config_key(revision, model.name))
-            if config is None:
-                return None
-            configs[model.name] = config
-        found = RevisionFiles(revision, manifest, configs)
         self._read[revision] = found
         return found
 
@@ -121,20 +137,10 @@ class StateDir:
 
     def load(self, revision: str) -> RevisionFiles | None:
         """A revision saved earlier; None when it is not (fully) there."""
-        text = read_text(self.manifest_path(revision))
-        if text is None:
-            return None
-        try:
-            manifest = manifest_from_json(text)
-        except ManifestError:
-            return None
-        configs = {}
-        for model in manifest.models:
-            config = read_text(self.configs(revision) / model.name / CONFIG_FILE)
-            if config is None:
-                return None
-            configs[model.name] = config
-        return RevisionFiles(revision, manifest, configs)
+        configs = self.configs(revision)
+        return read_revision(
+            revision, self.manifest_path(revision), lambda model: configs / model / CONFIG_FILE
+        )
 
     def prune(self, keep: set[str]) -> None:
         """Delete the saved revisions that ``keep`` does not name."""
