@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,14 +66,19 @@ def _listen(text: str) -> str:
     return text
 
 
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0.05 <= value <= 60:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds from 0.05 to 60")
-    return value
+def _seconds(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a number of seconds from ``low`` to ``high``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = 0.0
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds from {low:g} to {high:g}")
+        return value
+
+    return parse
 
 
 def register(subparsers: Any) -> None:
@@ -137,26 +143,19 @@ def register(subparsers: Any) -> None:
         "--once", action="store_true", help="sync the target, record it and exit (init container)"
     )
     parser.add_argument(
-        "--interval", type=_interval, default=1.0, help="seconds between two looks at the target (default 1)"
+        "--interval",
+        type=_seconds(0.05, 60),
+        default=1.0,
+        help="seconds between two looks at the target (default 1)",
     )
     parser.add_argument(
         "--load-timeout",
-        type=_interval_or_long,
+        type=_seconds(1, 86400),
         default=900.0,
         help="seconds one model load or unload may take before it counts as failed (default 900)",
     )
     add_fetch_arguments(parser)
     parser.set_defaults(func=run)
-
-
-def _interval_or_long(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 1 <= value <= 86400:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds from 1 to 86400")
-    return value
 
 
 def base_revision(args: argparse.Namespace) -> RevisionFiles:
