@@ -24,9 +24,11 @@ class Triggers(Reconciler):
     def __init__(self) -> None:
         super().__init__(MemKube(), Settings())
         self.triggered: list[tuple[str, str]] = []
+        self.first: list[bool] = []
 
-    def trigger(self, namespace: str, name: str) -> None:
+    def trigger(self, namespace: str, name: str, *, first: bool = False) -> None:
         self.triggered.append((namespace, name))
+        self.first.append(first)
 
 
 def meta(generation: int = 1, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -79,6 +81,8 @@ async def test_listed_created_and_changed_specs_wake_a_pass_status_writes_do_not
     assert triggered(memo) == 3
     await event(memo, "MODIFIED", copy.deepcopy(relabelled))
     assert triggered(memo) == 3
+    # Each asked for a change of the TritonService itself: ahead of owned objects' passes for a slot.
+    assert memo["reconciler"].first == [True, True, True]
 
 
 async def test_a_control_request_wakes_a_pass_and_every_event_does_until_the_status_records_it(
@@ -102,6 +106,7 @@ async def test_a_deleted_tritonservice_is_reconciled_once_more_and_its_fingerpri
     await event(memo, "ADDED", meta())
     await event(memo, "DELETED", meta())
     assert triggered(memo) == 2  # that pass finds it gone and forgets everything kept for it
+    assert memo["reconciler"].first == [True, False]  # forgetting waits its turn
     assert memo["reconciler"].fingerprints == {}
 
 

@@ -144,4 +144,4 @@ async def tritonservice(
     # The first event of each (the listing at start: every TritonService is reconciled) differs.
     if type == "ADDED" or seen.get(key) != now or pending_requests(meta.get("annotations") or {}, status):
         seen[key] = now
-        reconciler.trigger(namespace, name)
+        reconciler.trigger(namespace, name, first=True)

@@ -530,3 +530,46 @@ async def test_a_polled_repository_keeps_its_spec_for_the_poller_until_the_objec
     r.forget(*KEY)
     assert live_tritonservices() == before
     await r.close()
+
+
+async def test_a_change_of_the_tritonservice_takes_a_free_slot_before_owned_objects_passes() -> None:
+    """1,000 TritonServices created at once: their first passes must not wait behind the passes their
+    pods' events ask for; nor must a user's spec change."""
+    names = [f"s{i}" for i in range(6)]
+    kube = cluster(*names)
+    gate = Gate(kube)
+    r = Reconciler(kube, SETTINGS, max_passes=1)
+    r.trigger(NS, "s0")  # runs, holding the only slot
+    await until(lambda: gate.entered == ["s0"])
+    for name in ("s1", "s2", "s3"):  # pods' and Deployments' events
+        r.trigger(NS, name)
+    r.trigger(NS, "s4", first=True)  # created
+    await until(lambda: r._slots.waiting == [(NS, "s4"), (NS, "s1"), (NS, "s2"), (NS, "s3")])
+    r.trigger(NS, "s2", first=True)  # queued for its pods, then its spec changed: moves up
+    r.trigger(NS, "s5", first=True)
+    await until(lambda: len(r._slots.waiting) == 5)
+    assert r._slots.waiting == [(NS, "s4"), (NS, "s2"), (NS, "s5"), (NS, "s1"), (NS, "s3")]
+    gate.release()  # one slot: each runs when the one before it ends
+    await until(lambda: len(gate.entered) == 6)
+    assert gate.entered == ["s0", "s4", "s2", "s5", "s1", "s3"]
+    await r.close()
+
+
+async def test_a_pass_cancelled_while_waiting_for_a_slot_gives_back_nothing_it_did_not_take() -> None:
+    names = ["a", "b", "c"]
+    kube = cluster(*names)
+    gate = Gate(kube)
+    r = Reconciler(kube, SETTINGS, max_passes=1)
+    first = asyncio.create_task(r(NS, "a"))
+    await until(lambda: gate.entered == ["a"])
+    waiting = asyncio.create_task(r(NS, "b"))
+    await until(lambda: r._slots.waiting == [(NS, "b")])
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert r._slots.waiting == []
+    gate.release()
+    await first
+    await asyncio.wait_for(r(NS, "c"), timeout=2)  # the one slot was handed back: "c" runs
+    assert gate.entered == ["a", "c"]
+    await r.close()

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
+from collections import OrderedDict
+from collections.abc import AsyncIterator
 
 from triton_operator.adapters.kube import (
     KubeAPI,
@@ -29,7 +32,8 @@ MAX_PASSES = 16
 """Passes that run at once, over all TritonServices. More would not go faster (one event loop, and
 the API server's own CPU), but each holds what it read and built until it ends: with a thousand
 TritonServices created at once, a pass each at the same time held hundreds of MB. One waiting for
-its turn counts as queued, so the events meanwhile add no pass."""
+its turn counts as queued, so the events meanwhile add no pass. A pass for a spec or metadata
+change takes a free slot before passes for owned objects' events and timers (``PassSlots``)."""
 SUPERSEDED_PASSES = 3
 """Passes in a row that may find the TritonService changed before their status write (each reads it
 again and decides afresh) before the next one is left to a timer."""
@@ -57,6 +61,70 @@ again when the spec changes or the repository poll pins another one; a refusal o
 policy when the spec changes or the operator restarts with other settings (every TritonService
 is reconciled at start); a refusal for what the credentials Secret holds is looked at again with
 the Secret's backoff (SECRET_RETRY_*), so a fixed Secret is noticed without either."""
+
+
+Key = tuple[str, str]
+
+
+class PassSlots:
+    """At most ``size`` passes at once, handed out in two queues: a pass asked for by a change of the
+    TritonService itself (created, its spec, labels or annotations changed) gets a free slot before
+    every pass asked for by its pods, Deployments, timers or pollers; first come, first served within
+    each queue. A thousand TritonServices created at once, whose pods then turn Ready, would
+    otherwise reconcile their first time behind the pods' passes of the ones before them, and a
+    user's spec change would wait behind them all.
+
+    One waiter per TritonService at most (the Reconciler takes the object's lock first), so a
+    waiter is named by its key, which ``promote`` moves to the first queue."""
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._first: OrderedDict[Key, asyncio.Future[None]] = OrderedDict()
+        self._rest: OrderedDict[Key, asyncio.Future[None]] = OrderedDict()
+
+    @property
+    def waiting(self) -> list[Key]:
+        """Who waits, in the order they will get a slot."""
+        return [*self._first, *self._rest]
+
+    @contextlib.asynccontextmanager
+    async def slot(self, key: Key, *, first: bool) -> AsyncIterator[None]:
+        await self._acquire(key, first=first)
+        try:
+            yield
+        finally:
+            self._release()
+
+    async def _acquire(self, key: Key, *, first: bool) -> None:
+        if self._free > 0 and not self._first and not self._rest:
+            self._free -= 1
+            return
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        (self._first if first else self._rest)[key] = granted
+        try:
+            await granted
+        except asyncio.CancelledError:
+            for queue in (self._first, self._rest):
+                if queue.get(key) is granted:
+                    del queue[key]
+            if granted.done() and not granted.cancelled():
+                self._release()  # handed a slot in the same tick it was cancelled: pass it on
+            raise
+
+    def promote(self, key: Key) -> None:
+        """A waiter for owned objects' events now also stands for a change of the TritonService."""
+        granted = self._rest.pop(key, None)
+        if granted is not None:
+            self._first[key] = granted
+
+    def _release(self) -> None:
+        for queue in (self._first, self._rest):
+            while queue:
+                _, granted = queue.popitem(last=False)
+                if not granted.done():
+                    granted.set_result(None)
+                    return
+        self._free += 1
 
 
 class Reconciler:
@@ -97,7 +165,10 @@ class Reconciler:
         max_passes: int = MAX_PASSES,
     ) -> None:
         self.kube = kube
-        self._slots = asyncio.Semaphore(max_passes)
+        self._slots = PassSlots(max_passes)
+        self._first: set[Key] = set()
+        """TritonServices whose next pass was asked for by a change of the object itself (``trigger``
+        with ``first``): it takes a free slot before the others."""
         self.secret_retry = secret_retry
         """The first and the longest delay of the retries while a spec waits for its Secret (None:
         SECRET_RETRY_FIRST_SECONDS and SECRET_RETRY_MAX_SECONDS)."""
@@ -153,8 +224,9 @@ class Reconciler:
         self._queued[key] = self._queued.get(key, 0) + 1
         started = False
         try:
-            async with lock, self._slots:
+            async with lock, self._slots.slot(key, first=key in self._first):
                 started = True
+                self._first.discard(key)
                 self._dequeue(key)
                 result = await self._passes(key)
         finally:
@@ -228,13 +300,19 @@ class Reconciler:
                 name=f"requeue {key[0]}/{key[1]}",
             )
 
-    def trigger(self, namespace: str, name: str) -> None:
-        """Reconcile now (after any running one) on a task of its own: something a TritonService owns
-        changed. Nothing when one is already queued (it reads everything afresh when it starts) or
-        while paused; a failure the API server may get over is tried again on a timer."""
+    def trigger(self, namespace: str, name: str, *, first: bool = False) -> None:
+        """Reconcile now (after any running one) on a task of its own: the TritonService (``first``)
+        or something it owns changed. Nothing when one is already queued (it reads everything
+        afresh when it starts; with ``first`` it moves to the first queue for a slot) or while
+        paused; a failure the API server may get over is tried again on a timer."""
         key = (namespace, name)
         self._known.add(key)  # paused: the resume reconciles it
-        if self._paused or key in self._starting or self._queued.get(key, 0) > 0:
+        if self._paused:
+            return
+        if first:
+            self._first.add(key)
+            self._slots.promote(key)
+        if key in self._starting or self._queued.get(key, 0) > 0:
             return
         self._starting.add(key)
         task = asyncio.create_task(self._trigger(key), name=f"trigger {namespace}/{name}")
@@ -300,6 +378,7 @@ class Reconciler:
         """Drop everything kept for a TritonService that is gone."""
         key = (namespace, name)
         self._specs.pop(key, None)
+        self._first.discard(key)
         self.fingerprints.pop(key, None)
         self._failures.pop(key, None)
         self._secret_waits.pop(key, None)
