@@ -249,6 +249,7 @@ class FakeControl:
     requests: list[tuple[str, str, str, str | None]] = dataclasses.field(default_factory=list)
     made_for: list[str | None] = dataclasses.field(default_factory=list)
     namespace: str = "default"
+    tunings: dict[tuple[str, str], list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
 
     def get(self, name: str, namespace: str) -> dict[str, Any]:
         try:
@@ -272,6 +273,9 @@ class FakeControl:
         self.requests.append((namespace, name, action, to_revision))
         self.made_for.append(revision)
         return "rid-1"
+
+    def tuning_results(self, name: str, namespace: str) -> list[dict[str, Any]]:
+        return list(self.tunings.get((namespace, name), []))
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""core.tuning: a sweep's candidates, each validated; tuning pods and Jobs; perf_analyzer's CSV; the choice."""
+"""core.tuning: a sweep's candidates, each validated; tuning pods, Jobs; perf_analyzer's CSV; the choice."""
 
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def test_a_max_batch_size_that_changes_the_input_shapes_is_refused(before: int, 
         (t.Sweep(model="m1", latency_bound_us=0), "--latency-bound-us"),
         (t.Sweep(model="m1", parallel=0), "--parallel"),
         (t.Sweep(model="m1", max_seconds=5), "--max-seconds"),
-        (t.Sweep(model="m1", preferred_batch_sizes=((),)), "--preferred-batch-sizes"),
+        (t.Sweep(model="m1", preferred_batch_sizes=((0,),)), "--preferred-batch-sizes"),
         (t.Sweep(model="m1", max_candidates=65), "--max-candidates"),
     ],
 )

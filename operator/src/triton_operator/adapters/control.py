@@ -1,4 +1,4 @@
-"""kubectl-triton's cluster access: read TritonServices, make control requests by annotation (lightkube)."""
+"""kubectl-triton's cluster access: TritonServices, tuning records, control requests (lightkube)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from typing import Any, Protocol
 
 from lightkube import ALL_NS, Client
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.core_v1 import ConfigMap
 from lightkube.types import PatchType
 
 from triton_operator import GROUP, KIND, PLURAL, VERSION
+from triton_operator.core import tuning
 from triton_operator.core.rollout.clock import utcnow
 from triton_operator.core.rollout.requests import Action, control_annotations
 
@@ -51,6 +53,8 @@ class Control(Protocol):
         revision: str | None = None,
     ) -> str: ...
 
+    def tuning_results(self, name: str, namespace: str) -> list[dict[str, Any]]: ...
+
 
 class KubeControl:
     """Control over lightkube's sync Client; the kubeconfig comes from the environment."""
@@ -90,3 +94,10 @@ class KubeControl:
             patch_type=PatchType.MERGE,
         )
         return request_id
+
+    def tuning_results(self, name: str, namespace: str) -> list[dict[str, Any]]:
+        """The records of a TritonService's sweeps (`kubectl triton tune`), oldest first."""
+        labels = {tuning.LABEL_TUNING: name, tuning.LABEL_RESULTS: "true"}
+        found = self._client.list(ConfigMap, namespace=namespace, labels=labels)
+        records = [tuning.read_record(c.to_dict()) for c in found]
+        return sorted((r for r in records if r is not None), key=lambda r: str(r.get("run")))

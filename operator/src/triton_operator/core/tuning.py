@@ -40,7 +40,7 @@ from triton_operator.core.names import (
     OPERATOR_KEY,
     SPEC_KEY,
 )
-from triton_operator.core.observation import check_body, revision_manifest
+from triton_operator.core.observation import check_body, pod_state, revision_manifest
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 
@@ -105,9 +105,7 @@ def sweep_errors(sweep: Sweep) -> list[str]:
 
     positive("--instances", sweep.instance_counts, 1, 64)
     positive("--max-batch-size", sweep.max_batch_sizes, 1, 1 << 20)
-    for sizes in sweep.preferred_batch_sizes:
-        if not sizes:
-            errors.append("--preferred-batch-sizes: an empty set (write 'none' to leave it unset)")
+    for sizes in sweep.preferred_batch_sizes:  # () is a set too: no preferred sizes
         positive("--preferred-batch-sizes", sizes, 1)
     positive("--queue-delay-us", sweep.queue_delays_us, 0, 10_000_000)
     if not sweep.concurrencies:
@@ -832,3 +830,49 @@ def refused_lines(data: Mapping[str, Any]) -> list[str]:
         f"  {json.dumps(r.get('settings'), sort_keys=True)}: {'; '.join(r.get('problems') or [])}"
         for r in data.get("refused") or []
     ]
+
+
+# ----------------------------------------------------------------- reading the cluster back
+
+
+@dataclasses.dataclass(frozen=True)
+class PodVerdict:
+    """A tuning pod as read: Ready at ``ip``, failed (``failure``: why), or still starting (``detail``)."""
+
+    ip: str | None = None
+    failure: str | None = None
+    detail: str = "no pod yet"
+
+
+def pod_verdict(pods: Sequence[Mapping[str, Any]]) -> PodVerdict:
+    """Whether a candidate's pod serves, will never serve, or is still starting (observation.pod_state)."""
+    states = [pod_state(p) for p in pods]
+    live = [s for s in states if not s.terminating]
+    if not live:
+        return PodVerdict()
+    state = live[0]
+    if state.ready and state.ip:
+        return PodVerdict(ip=state.ip, detail="Ready")
+    if state.sync_failure:
+        return PodVerdict(failure=f"pod {state.name}: sync failed: {state.sync_failure}")
+    if state.crash_looping(threshold=2) or state.waiting_reason:
+        reason = state.waiting_reason or "restarting"
+        message = f": {state.waiting_message}" if state.waiting_message else ""
+        failures = "; ".join(f"{f.model} {f.version}: {f.reason}" for f in state.triton_failures)
+        extra = f" (Triton: {failures})" if failures else ""
+        return PodVerdict(failure=f"pod {state.name}: {reason}{message}{extra}")
+    if state.unschedulable:
+        return PodVerdict(detail=f"pod {state.name} unschedulable: {state.unschedulable}")
+    return PodVerdict(detail=f"pod {state.name} starting")
+
+
+def job_verdict(job: Mapping[str, Any]) -> str | None:
+    """``complete`` or ``failed`` once a Job has finished (its conditions), None while it runs."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            return "complete"
+        if condition.get("type") == "Failed":
+            return "failed"
+    return None
