@@ -487,6 +487,7 @@ def _tune_parser(tune: argparse.ArgumentParser) -> None:
     load.add_argument("--latency-bound-ms", type=float, metavar="MS", help="best throughput within this")
     load.add_argument("--measurement-ms", type=int, default=2000, help="perf_analyzer's window (2000)")
     load.add_argument("--max-trials", type=int, default=5, help="perf_analyzer's windows to stabilise (5)")
+    load.add_argument("--stability-percentage", type=int, default=10, help="perf_analyzer's (10)")
     load.add_argument("--perf-image", help="image with perf_analyzer (default: the serving image's -sdk)")
     load.add_argument("--input-data", metavar="FILE.json", help="perf_analyzer --input-data (default random)")
     bounds = tune.add_argument_group("bounds")
@@ -516,6 +517,7 @@ def sweep_of(args: argparse.Namespace) -> tuning.Sweep:
         candidate_seconds=args.candidate_seconds,
         measurement_ms=args.measurement_ms,
         max_trials=args.max_trials,
+        stability_percentage=args.stability_percentage,
     )
 
 

@@ -179,18 +179,23 @@ def test_a_candidate_whose_pod_fails_is_recorded_and_cleaned_up_and_the_sweep_go
     assert fake.objects == {}
 
 
-def test_ctrl_c_during_a_measurement_deletes_everything_and_records_interrupted() -> None:
+@pytest.mark.parametrize(("at", "parallel"), [("c1", 1), ("c0", 2), ("c1", 2)])
+def test_ctrl_c_during_a_measurement_deletes_everything_and_records_interrupted(
+    at: str, parallel: int
+) -> None:
     def interrupt(name: str) -> None:
-        if name.endswith("-c1-perf"):
+        if name.endswith(f"-{at}-perf"):
+            assert fake.objects  # the candidate's pod (and with parallel, the next one's) exist
             raise KeyboardInterrupt
 
     fake = cluster(on_job=interrupt)
     with pytest.raises(KeyboardInterrupt):
-        run(fake)
+        run(fake, dataclasses.replace(SWEEP, parallel=parallel), input_data="{}")
     assert fake.objects == {}
     assert fake.saved[-1]["state"] == core.INTERRUPTED
     assert fake.saved[-1]["finishedAt"] is not None
-    assert [c["measured"] for c in fake.saved[-1]["candidates"]] == [True, False, False]
+    measured = [c["name"] for c in fake.saved[-1]["candidates"] if c["measured"]]
+    assert measured == ([] if at == "c0" else ["c0"])
 
 
 def test_an_error_of_the_api_deletes_everything_and_records_failed() -> None:

@@ -305,6 +305,21 @@ def test_perf_job_runs_each_concurrency_once_against_the_pod_and_never_retries()
     assert script.count(t.CSV_MARKER) == 2
 
 
+def test_perf_job_runs_where_the_services_pods_run() -> None:
+    spec = {
+        "nodeSelector": {"pool": "gpu"},
+        "tolerations": [{"key": "gpu", "operator": "Exists"}],
+        "imagePullSecrets": ["ngc"],
+        "env": [{"name": "X", "value": "1"}],
+    }
+    job = t.perf_job(body(), "r1", t.Candidate(0, CONFIG), t.Sweep(model="m1"), "10.0.0.7", "img", spec=spec)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "gpu"}
+    assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    assert pod["imagePullSecrets"] == [{"name": "ngc"}]
+    assert "env" not in pod["containers"][0]
+
+
 def test_perf_job_mounts_user_input_data() -> None:
     job = t.perf_job(
         body(), "r1", t.Candidate(0, CONFIG), t.Sweep(model="m1"), "10.0.0.7", "img", input_configmap="in"

@@ -141,7 +141,14 @@ class Sweeper:
                 f"{candidate.name}: pod Ready at {ip}; perf_analyzer at {list(self.sweep.concurrencies)}"
             )
             job = core.perf_job(
-                self.body, self.run, candidate, self.sweep, ip, image, input_configmap=self.input_configmap
+                self.body,
+                self.run,
+                candidate,
+                self.sweep,
+                ip,
+                image,
+                spec=self.spec,
+                input_configmap=self.input_configmap,
             )
             self.cluster.create([job])
             left = min(deadline, self.clock() + self.sweep.candidate_seconds) - self.clock()

@@ -91,6 +91,7 @@ class Sweep:
     candidate_seconds: int = 300
     measurement_ms: int = 2000
     max_trials: int = 5
+    stability_percentage: int = 10
 
 
 def sweep_errors(sweep: Sweep) -> list[str]:
@@ -121,6 +122,7 @@ def sweep_errors(sweep: Sweep) -> list[str]:
     positive("--candidate-seconds", [sweep.candidate_seconds], 20, 3600)
     positive("--measurement-ms", [sweep.measurement_ms], 100, 600_000)
     positive("--max-trials", [sweep.max_trials], 1, 100)
+    positive("--stability-percentage", [sweep.stability_percentage], 1, 1000)
     return errors
 
 
@@ -460,6 +462,8 @@ def perf_script(model: str, address: str, sweep: Sweep, input_data: str | None =
             str(sweep.measurement_ms),
             "--max-trials",
             str(sweep.max_trials),
+            "--stability-percentage",
+            str(sweep.stability_percentage),
             "-f",
             f"/tmp/c{concurrency}.csv",
         ]
@@ -473,6 +477,17 @@ def perf_script(model: str, address: str, sweep: Sweep, input_data: str | None =
     return "\n".join(lines)
 
 
+def job_scheduling(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod fields of a spec that place its pods (and pull their images), for the perf Job."""
+    out: dict[str, Any] = {}
+    for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
+        if spec.get(key):
+            out[key] = copy.deepcopy(spec[key])
+    if spec.get("imagePullSecrets"):
+        out["imagePullSecrets"] = [{"name": name} for name in spec["imagePullSecrets"]]
+    return out
+
+
 def perf_job(  # noqa: PLR0917 - the parts of one Job
     ts_body: Mapping[str, Any],
     run: str,
@@ -481,9 +496,11 @@ def perf_job(  # noqa: PLR0917 - the parts of one Job
     pod_ip: str,
     image: str,
     *,
+    spec: Mapping[str, Any] | None = None,
     input_configmap: str | None = None,
 ) -> dict[str, Any]:
-    """The Job that loads a candidate's pod with perf_analyzer (no retries, bounded by a deadline)."""
+    """The Job that loads a candidate's pod with perf_analyzer (no retries, bounded by a deadline), on
+    the same kind of node as the service's pods (``spec``'s nodeSelector, tolerations, affinity)."""
     metadata = ts_body.get("metadata") or {}
     service = str(metadata.get("name", ""))
     labels = candidate_labels(service, run, candidate)
@@ -500,6 +517,7 @@ def perf_job(  # noqa: PLR0917 - the parts of one Job
         "automountServiceAccountToken": False,
         "securityContext": copy.deepcopy(RESTRICTED_POD_SECURITY),
         "containers": [container],
+        **job_scheduling(spec or {}),
     }
     if input_configmap:
         pod["volumes"] = [{"name": "input", "configMap": {"name": input_configmap}}]
