@@ -7,14 +7,14 @@ request pays it alone; with it, requests queued while one batch runs go together
 
 (a) `kubectl triton tune --queue-delay-us 0,2000 --apply`: each candidate on a tuning pod of its own
     (the TritonService's Service never has a tuning pod among its endpoints), perf_analyzer as a Job
-    from the tritonserver image; the record shows a candidate other than c0 chosen, with more
+    from the perf-analyzer image; the record shows a candidate other than c0 chosen, with more
     throughput than c0 had in the same table (the table's own figures: nothing is timed here);
     nothing of the sweep is left but its record; `kubectl triton status` shows it; --apply made it
     the spec, and the rollout serves it.
 (b) SIGINT while the sweep measures: exit 130, nothing left, the record says Interrupted.
 
-Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py: the
-tritonserver image carries perf_analyzer 2.51.0); without them every test here skips, saying why.
+Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py; the Jobs
+run perf_analyzer 2.51.0 from its perf-analyzer image); without them every test here skips, saying why.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import ConfigMap, Endpoints
 
+import images  # e2e/images.py
 from e2e_helpers import apply, create_store_secret, get_ts, kubectl_triton, wait_condition
 from real_pods import ADD_SUB_CONFIG, behaving_source, on_real_node
 from testkit import wait_for
@@ -51,6 +52,7 @@ SWEEP_FLAGS = [
     *["--model", "add_sub", "--queue-delay-us", "0,2000", "--concurrency", "1,8"],
     *["--measurement-ms", "1500", "--max-trials", "6", "--stability-percentage", "50"],
     *["--candidate-seconds", "240", "--max-seconds", "900"],
+    *["--perf-image", images.IMAGES["perf-analyzer"]["ref"]],
 ]
 
 
