@@ -488,3 +488,84 @@ def test_a_candidate_not_run_shows_why() -> None:
     assert rows[1][-1] == "not run"
     assert data["choice"] is None
     assert "none" in t.summary(data)
+
+
+# ----------------------------------------------------------------- reading pods and Jobs back
+
+
+def pod(ready: bool = False, ip: str | None = None, **status: Any) -> dict[str, Any]:
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    return {
+        "metadata": {"name": "svc-tune-r1-c1-abc"},
+        "status": {"conditions": conditions, **({"podIP": ip} if ip else {}), **status},
+    }
+
+
+def waiting(reason: str, message: str = "", init: bool = False) -> dict[str, Any]:
+    key = "initContainerStatuses" if init else "containerStatuses"
+    name = "sync" if init else "tritonserver"
+    return {
+        key: [{"name": name, "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}]
+    }
+
+
+@pytest.mark.parametrize(
+    ("pods", "ip", "failure", "detail"),
+    [
+        ([], None, None, "no pod yet"),
+        ([pod(True, "10.0.0.9")], "10.0.0.9", None, "Ready"),
+        ([pod(False, "10.0.0.9")], None, None, "starting"),
+        (
+            [pod(**waiting("ImagePullBackOff", "no such image"))],
+            None,
+            "ImagePullBackOff: container tritonserver: no such image",
+            "",
+        ),
+        ([pod(**waiting("CrashLoopBackOff"))], None, "CrashLoopBackOff", ""),
+        (
+            [
+                pod(
+                    conditions=[
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "Unschedulable",
+                            "message": "0/2 nodes",
+                        }
+                    ]
+                )
+            ],
+            None,
+            None,
+            "unschedulable: 0/2 nodes",
+        ),
+    ],
+)
+def test_pod_verdict(pods: list[dict[str, Any]], ip: str | None, failure: str | None, detail: str) -> None:
+    verdict = t.pod_verdict(pods)
+    assert verdict.ip == ip
+    if failure is None:
+        assert verdict.failure is None
+        assert detail in verdict.detail
+    else:
+        assert verdict.failure is not None and failure in verdict.failure
+
+
+def test_a_terminating_pod_is_not_the_candidates_pod() -> None:
+    gone = pod(True, "10.0.0.1")
+    gone["metadata"]["deletionTimestamp"] = "2026-11-27T17:00:00Z"
+    assert t.pod_verdict([gone]).ip is None
+    assert t.pod_verdict([gone, pod(True, "10.0.0.2")]).ip == "10.0.0.2"
+
+
+@pytest.mark.parametrize(
+    ("conditions", "verdict"),
+    [
+        ([], None),
+        ([{"type": "Complete", "status": "True"}], "complete"),
+        ([{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}], "failed"),
+        ([{"type": "Failed", "status": "False"}], None),
+    ],
+)
+def test_job_verdict(conditions: list[dict[str, Any]], verdict: str | None) -> None:
+    assert t.job_verdict({"status": {"conditions": conditions}}) == verdict

@@ -2,8 +2,7 @@
 
 `kubectl triton tune` and Python callers alike:
 
-    from triton_operator.client.tuning import tune
-    from triton_operator.core.tuning import Sweep
+    from triton_operator.client import Sweep, tune
     record = tune("tiny", "demo", Sweep(model="add_sub", queue_delays_us=(0, 500)))
 
 Candidates run one after the other (``Sweep.parallel`` pods start ahead; one is measured at a
