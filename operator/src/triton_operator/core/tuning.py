@@ -835,7 +835,9 @@ def summary(data: Mapping[str, Any]) -> str:
     if not choice:
         return f"{head}; best under {under}: none"
     m = choice.get("measurement") or {}
-    gain = f", x{choice['gain']:.2f} the model's own" if choice.get("gain") else ""
+    gain = (
+        f", x{choice['gain']:.2f} the model's own" if choice.get("gain") and not choice.get("default") else ""
+    )
     own = " (the model's own config)" if choice.get("default") else ""
     return (
         f"{head}; best under {under}: {choice.get('candidate')}{own} [{choice.get('settings')}] at "
