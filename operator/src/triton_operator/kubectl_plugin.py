@@ -496,6 +496,7 @@ def _tune_parser(tune: argparse.ArgumentParser) -> None:
     bounds.add_argument("--max-seconds", type=int, default=1800, help="the whole sweep (1800)")
     bounds.add_argument("--candidate-seconds", type=int, default=300, help="one candidate: start+load (300)")
     tune.add_argument("--apply", action="store_true", help="patch the best into the spec (a normal rollout)")
+    tune.add_argument("--keep", type=int, default=tuning.KEEP_RUNS, help="records of runs kept (5)")
     tune.add_argument("--show", metavar="RUN", help="print a recorded run (`all`: every one) and exit")
 
 
@@ -599,6 +600,7 @@ def tune(args: argparse.Namespace, client: Control, cluster: TuningCluster | Non
         perf_image=args.perf_image,
         input_data=input_data,
         apply=args.apply,
+        keep=max(1, args.keep),
         cluster=cluster,
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )

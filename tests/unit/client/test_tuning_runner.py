@@ -57,6 +57,7 @@ class FakeTuningCluster:
     saved: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     patches: list[Sequence[Mapping[str, Any]]] = dataclasses.field(default_factory=list)
     most_pods: int = 0
+    forgotten: set[str] = dataclasses.field(default_factory=set)
     now: float = 0.0
 
     def clock(self) -> float:
@@ -113,6 +114,12 @@ class FakeTuningCluster:
 
     def patch_spec(self, name: str, namespace: str, patch: Sequence[Mapping[str, Any]]) -> None:
         self.patches.append(patch)
+
+    def runs(self, name: str, namespace: str) -> list[str]:
+        return sorted({r["run"] for r in self.saved} - self.forgotten)
+
+    def forget(self, name: str, namespace: str, run: str) -> None:
+        self.forgotten.add(run)
 
 
 def batching_wins(data: Mapping[str, Any]) -> Mapping[int, float]:
@@ -344,3 +351,12 @@ def test_kubectl_triton_tune_flags_make_the_sweep() -> None:
     assert sweep.preferred_batch_sizes == ((4, 8), ())
     assert sweep.latency_bound_us == 12_500
     assert sweep.percentile == 99
+
+
+def test_a_sweep_keeps_the_records_of_the_latest_runs_only() -> None:
+    fake = cluster()
+    for minute in range(4):
+        moment = NOW.replace(minute=minute)
+        tune("svc", "ml", SWEEP, cluster=fake, now=lambda moment=moment: moment, clock=fake.clock, keep=2)
+    assert fake.runs("svc", "ml") == ["261127-170200", "261127-170300"]
+    assert fake.forgotten == {"261127-170000", "261127-170100"}

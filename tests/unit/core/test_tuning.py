@@ -569,3 +569,16 @@ def test_a_terminating_pod_is_not_the_candidates_pod() -> None:
 )
 def test_job_verdict(conditions: list[dict[str, Any]], verdict: str | None) -> None:
     assert t.job_verdict({"status": {"conditions": conditions}}) == verdict
+
+
+@pytest.mark.parametrize(
+    ("runs", "keep", "expired"),
+    [
+        ([], 5, []),
+        (["b", "a"], 5, []),
+        (["261127-170300", "261127-170000", "261127-170100"], 2, ["261127-170000"]),
+        (["a", "b", "c"], 0, ["a", "b", "c"]),
+    ],
+)
+def test_expired_runs_are_all_but_the_latest(runs: list[str], keep: int, expired: list[str]) -> None:
+    assert t.expired_runs(runs, keep) == expired

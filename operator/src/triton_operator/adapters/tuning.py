@@ -49,6 +49,10 @@ class TuningCluster(Protocol):
 
     def patch_spec(self, name: str, namespace: str, patch: Sequence[Mapping[str, Any]]) -> None: ...
 
+    def runs(self, name: str, namespace: str) -> list[str]: ...
+
+    def forget(self, name: str, namespace: str, run: str) -> None: ...
+
 
 class KubeTuning:
     """TuningCluster over lightkube's sync Client; the kubeconfig comes from the environment."""
@@ -141,3 +145,17 @@ class KubeTuning:
         self._client.patch(
             self._resource, name, [dict(p) for p in patch], namespace=namespace, patch_type=PatchType.JSON
         )
+
+    def runs(self, name: str, namespace: str) -> list[str]:
+        """The runs of a TritonService that have a record."""
+        labels = {core.LABEL_TUNING: name, core.LABEL_RESULTS: "true"}
+        found = self._client.list(ConfigMap, namespace=namespace, labels=labels)
+        return [str((c.metadata.labels or {}).get(core.LABEL_RUN, "")) for c in found]
+
+    def forget(self, name: str, namespace: str, run: str) -> None:
+        """Delete a run's record."""
+        try:
+            self._client.delete(ConfigMap, core.results_name(name, run), namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code != NOT_FOUND:
+                raise

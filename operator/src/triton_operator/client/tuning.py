@@ -195,6 +195,7 @@ def tune(
     perf_image: str | None = None,
     input_data: str | None = None,
     apply: bool = False,
+    keep: int = core.KEEP_RUNS,
     cluster: TuningCluster | None = None,
     now: Callable[[], datetime] = utcnow,
     clock: Callable[[], float] = time.monotonic,
@@ -204,7 +205,8 @@ def tune(
 
     ``input_data``: perf_analyzer's --input-data JSON (default: random data of the model's
     signature, as perf_analyzer makes it). ``apply``: patch the winner into the spec (a normal
-    spec change: the spec's rollout, canary analysis included, carries it out).
+    spec change: the spec's rollout, canary analysis included, carries it out). ``keep``: the
+    records of the latest runs kept (older ones are deleted at the end of this one).
     Raises core.TuningError before anything is created for a sweep that cannot run; KeyboardInterrupt
     goes on up once the sweep's objects are deleted and the record says Interrupted.
     """
@@ -235,6 +237,8 @@ def tune(
     finally:
         kube.delete(namespace, core.run_labels(name, sweeper.run))
         data = sweeper.save(finished=True)
+        for old in core.expired_runs(kube.runs(name, namespace), keep):
+            kube.forget(name, namespace, old)
     choice = data.get("choice") or {}
     patch: Sequence[Mapping[str, Any]] | None = choice.get("patch")
     if apply and patch:

@@ -770,6 +770,16 @@ def results_configmap(ts_body: Mapping[str, Any], run: str, data: Mapping[str, A
     }
 
 
+KEEP_RUNS = 5
+"""Records kept per TritonService: a sweep's end deletes the older ones."""
+
+
+def expired_runs(runs: Iterable[str], keep: int = KEEP_RUNS) -> list[str]:
+    """The runs whose records go: all but the ``keep`` latest (run ids sort in time order)."""
+    ordered = sorted(set(runs))
+    return ordered[: max(0, len(ordered) - keep)]
+
+
 def read_record(configmap: Mapping[str, Any]) -> dict[str, Any] | None:
     try:
         data = json.loads((configmap.get("data") or {}).get(RESULTS_KEY) or "null")
