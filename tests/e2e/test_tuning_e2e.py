@@ -89,7 +89,7 @@ def plugin(cluster: Path, *args: str) -> subprocess.Popen[str]:
 
 
 def records(kube: Client, namespace: str, name: str) -> list[dict[str, Any]]:
-    labels = {tuning.LABEL_TUNING: name, tuning.LABEL_RESULTS: "true"}
+    labels: dict[str, Any] = {tuning.LABEL_TUNING: name, tuning.LABEL_RESULTS: "true"}
     found = [
         tuning.read_record(c.to_dict()) for c in kube.list(ConfigMap, namespace=namespace, labels=labels)
     ]

@@ -257,6 +257,9 @@ class FakeControl:
         except KeyError:
             raise LookupError(f'tritonservices "{name}" not found') from None
 
+    def tuning_results(self, name: str, namespace: str) -> list[dict[str, Any]]:
+        return list(self.tunings.get((namespace, name), []))
+
     def list(self, namespace: str | None) -> list[dict[str, Any]]:
         return [o for (ns, _), o in self.objects.items() if namespace is None or ns == namespace]
 
@@ -273,9 +276,6 @@ class FakeControl:
         self.requests.append((namespace, name, action, to_revision))
         self.made_for.append(revision)
         return "rid-1"
-
-    def tuning_results(self, name: str, namespace: str) -> list[dict[str, Any]]:
-        return list(self.tunings.get((namespace, name), []))
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ real node in tests/e2e/test_tuning_e2e.py.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from triton_operator.client.tuning import tune
 from triton_operator.core import tuning as core
 from triton_operator.core.builders import build_configmaps
 from triton_operator.core.observation import check_body
+from triton_operator.core.rollout.requests import Action
 from tritonservice_bodies import SETTINGS, body
 
 NOW = datetime(2026, 11, 27, 17, 0, 0, tzinfo=UTC)
@@ -278,6 +280,20 @@ class FakeControl:
     def tuning_results(self, name: str, namespace: str) -> list[dict[str, Any]]:
         return []
 
+    def list(self, namespace: str | None) -> list[dict[str, Any]]:
+        raise AssertionError("tune lists no TritonServices")
+
+    def request(
+        self,
+        name: str,
+        namespace: str,
+        action: Action,
+        to_revision: str | None = None,
+        *,
+        revision: str | None = None,
+    ) -> str:
+        raise AssertionError("tune makes no control request")
+
 
 def test_kubectl_triton_tune_prints_the_table_and_the_spec_change(capsys: pytest.CaptureFixture[str]) -> None:
     fake = cluster()
@@ -357,6 +373,14 @@ def test_a_sweep_keeps_the_records_of_the_latest_runs_only() -> None:
     fake = cluster()
     for minute in range(4):
         moment = NOW.replace(minute=minute)
-        tune("svc", "ml", SWEEP, cluster=fake, now=lambda moment=moment: moment, clock=fake.clock, keep=2)
+        tune(
+            "svc",
+            "ml",
+            SWEEP,
+            cluster=fake,
+            now=functools.partial(lambda m: m, moment),
+            clock=fake.clock,
+            keep=2,
+        )
     assert fake.runs("svc", "ml") == ["261127-170200", "261127-170300"]
     assert fake.forgotten == {"261127-170000", "261127-170100"}

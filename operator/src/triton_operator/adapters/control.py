@@ -41,6 +41,8 @@ class Control(Protocol):
 
     def get(self, name: str, namespace: str) -> dict[str, Any]: ...
 
+    def tuning_results(self, name: str, namespace: str) -> list[dict[str, Any]]: ...
+
     def list(self, namespace: str | None) -> list[dict[str, Any]]: ...
 
     def request(
@@ -52,8 +54,6 @@ class Control(Protocol):
         *,
         revision: str | None = None,
     ) -> str: ...
-
-    def tuning_results(self, name: str, namespace: str) -> list[dict[str, Any]]: ...
 
 
 class KubeControl:
@@ -71,6 +71,13 @@ class KubeControl:
         obj = self._client.get(self._resource, name, namespace=namespace)
         result: dict[str, Any] = obj.to_dict()
         return result
+
+    def tuning_results(self, name: str, namespace: str) -> list[dict[str, Any]]:
+        """The records of a TritonService's sweeps (`kubectl triton tune`), oldest first."""
+        labels: dict[str, Any] = {tuning.LABEL_TUNING: name, tuning.LABEL_RESULTS: "true"}
+        found = self._client.list(ConfigMap, namespace=namespace, labels=labels)
+        records = [tuning.read_record(c.to_dict()) for c in found]
+        return sorted((r for r in records if r is not None), key=lambda r: str(r.get("run")))
 
     def list(self, namespace: str | None) -> list[dict[str, Any]]:
         items = self._client.list(self._resource, namespace=ALL_NS if namespace is None else namespace)
@@ -94,10 +101,3 @@ class KubeControl:
             patch_type=PatchType.MERGE,
         )
         return request_id
-
-    def tuning_results(self, name: str, namespace: str) -> list[dict[str, Any]]:
-        """The records of a TritonService's sweeps (`kubectl triton tune`), oldest first."""
-        labels = {tuning.LABEL_TUNING: name, tuning.LABEL_RESULTS: "true"}
-        found = self._client.list(ConfigMap, namespace=namespace, labels=labels)
-        records = [tuning.read_record(c.to_dict()) for c in found]
-        return sorted((r for r in records if r is not None), key=lambda r: str(r.get("run")))

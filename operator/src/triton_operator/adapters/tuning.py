@@ -22,6 +22,12 @@ from triton_operator.core.names import LABEL_REVISION, LABEL_SERVICE
 FIELD_MANAGER = "kubectl-triton"
 POLL_SECONDS = 1.0
 NOT_FOUND = 404
+KINDS: tuple[Any, ...] = (Job, Deployment, Pod, ConfigMap)
+"""What a sweep makes, in the order it is deleted."""
+
+
+def _selector(labels: Mapping[str, str]) -> dict[str, Any]:
+    return dict(labels)
 
 
 class TuningPodError(RuntimeError):
@@ -72,7 +78,7 @@ class KubeTuning:
         return obj
 
     def revision_configmaps(self, name: str, namespace: str, revision: str) -> list[dict[str, Any]]:
-        labels = {LABEL_SERVICE: name, LABEL_REVISION: revision}
+        labels: dict[str, Any] = {LABEL_SERVICE: name, LABEL_REVISION: revision}
         return [c.to_dict() for c in self._client.list(ConfigMap, namespace=namespace, labels=labels)]
 
     def create(self, objects: Sequence[Mapping[str, Any]]) -> None:
@@ -84,7 +90,9 @@ class KubeTuning:
         deadline = self._clock() + timeout
         verdict = core.PodVerdict()
         while self._clock() < deadline:
-            pods = [p.to_dict() for p in self._client.list(Pod, namespace=namespace, labels=dict(labels))]
+            pods = [
+                p.to_dict() for p in self._client.list(Pod, namespace=namespace, labels=_selector(labels))
+            ]
             verdict = core.pod_verdict(pods)
             if verdict.failure:
                 raise TuningPodError(verdict.failure)
@@ -117,9 +125,9 @@ class KubeTuning:
 
     def delete(self, namespace: str, labels: Mapping[str, str]) -> None:
         """Delete every Job, Deployment, pod and ConfigMap of ``labels`` but results ConfigMaps."""
-        for kind in (Job, Deployment, Pod, ConfigMap):
-            for obj in self._client.list(kind, namespace=namespace, labels=dict(labels)):
-                if (obj.metadata.labels or {}).get(core.LABEL_RESULTS) == "true":
+        for kind in KINDS:
+            for obj in self._client.list(kind, namespace=namespace, labels=_selector(labels)):
+                if ((obj.metadata and obj.metadata.labels) or {}).get(core.LABEL_RESULTS) == "true":
                     continue
                 try:
                     self._client.delete(
@@ -132,9 +140,9 @@ class KubeTuning:
     def leftovers(self, namespace: str, labels: Mapping[str, str]) -> list[str]:
         """What of ``labels`` still exists (results ConfigMaps aside), as kind/name."""
         found = []
-        for kind in (Job, Deployment, Pod, ConfigMap):
-            for obj in self._client.list(kind, namespace=namespace, labels=dict(labels)):
-                if (obj.metadata.labels or {}).get(core.LABEL_RESULTS) != "true":
+        for kind in KINDS:
+            for obj in self._client.list(kind, namespace=namespace, labels=_selector(labels)):
+                if ((obj.metadata and obj.metadata.labels) or {}).get(core.LABEL_RESULTS) != "true":
                     found.append(f"{kind.__name__}/{obj.metadata.name}")
         return found
 
@@ -148,9 +156,9 @@ class KubeTuning:
 
     def runs(self, name: str, namespace: str) -> list[str]:
         """The runs of a TritonService that have a record."""
-        labels = {core.LABEL_TUNING: name, core.LABEL_RESULTS: "true"}
+        labels: dict[str, Any] = {core.LABEL_TUNING: name, core.LABEL_RESULTS: "true"}
         found = self._client.list(ConfigMap, namespace=namespace, labels=labels)
-        return [str((c.metadata.labels or {}).get(core.LABEL_RUN, "")) for c in found]
+        return [str(((c.metadata and c.metadata.labels) or {}).get(core.LABEL_RUN, "")) for c in found]
 
     def forget(self, name: str, namespace: str, run: str) -> None:
         """Delete a run's record."""
