@@ -55,7 +55,8 @@ def server(
 
 
 def test_perf_analyzer_is_the_tritonservers_release(binary: Path, server: RunningServer) -> None:
-    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=True).stdout
+    proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=True)
+    out = proc.stdout + proc.stderr  # it prints to stderr
     version = requests.get(f"{server.http_url}/v2", timeout=10).json()["version"]
     assert f"Perf Analyzer Version {version} " in out, (out, version)
     assert version == perf_analyzer.VERSION
