@@ -36,7 +36,7 @@ import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import ConfigMap, Endpoints
 
-import images  # e2e/images.py
+import images  # e2e/images.py: the perf Jobs' image is the perf-analyzer image, by default
 from e2e_helpers import apply, create_store_secret, get_ts, kubectl_triton, wait_condition
 from real_pods import ADD_SUB_CONFIG, behaving_source, on_real_node
 from testkit import wait_for
@@ -52,7 +52,6 @@ SWEEP_FLAGS = [
     *["--model", "add_sub", "--queue-delay-us", "0,2000", "--concurrency", "1,8"],
     *["--measurement-ms", "1500", "--max-trials", "6", "--stability-percentage", "50"],
     *["--candidate-seconds", "240", "--max-seconds", "900"],
-    *["--perf-image", images.IMAGES["perf-analyzer"]["ref"]],
 ]
 
 
@@ -145,6 +144,7 @@ def test_a_sweep_finds_a_better_config_than_the_models_own_applies_it_and_leaves
     seen = watch.stop()
     print(f"\n$ kubectl triton {' '.join(command)}\n{out}\n--- stderr ---\n{err}")
     assert proc.returncode == 0, err
+    assert f"perf_analyzer from {images.IMAGES['perf-analyzer']['ref']}" in err
 
     (data,) = records(kube, namespace, "tuned")
     assert data["state"] == tuning.SUCCEEDED, data["message"]

@@ -281,8 +281,9 @@ def test_tuning_pods_must_fit_the_gpu_budget_beside_stable(
         ("nvcr.io/nvidia/tritonserver:25.01-py3", "nvcr.io/nvidia/tritonserver:25.01-py3-sdk"),
         (
             "localhost/triton-operator/tritonserver-cpu:2.51.0",
-            "localhost/triton-operator/tritonserver-cpu:2.51.0",
+            "localhost/triton-operator/perf-analyzer:2.51.0",
         ),
+        ("registry.example.com/triton:own", "registry.example.com/triton:own"),
     ],
 )
 def test_default_perf_image(image: str, perf: str) -> None:

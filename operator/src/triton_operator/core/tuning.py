@@ -437,9 +437,16 @@ def serving_image(configmaps: Sequence[Mapping[str, Any]]) -> str:
     return str(spec.get("image") or stable_settings(configmaps).default_image)
 
 
+PROJECT_TRITON_IMAGE = "localhost/triton-operator/tritonserver-cpu:"
+PROJECT_PERF_IMAGE = "localhost/triton-operator/perf-analyzer:"
+"""This project's CPU tritonserver image (e2e/images) and the image beside it that carries perf_analyzer."""
+
+
 def default_perf_image(image: str) -> str:
-    """Where perf_analyzer is: NGC ships it in the `-py3-sdk` image beside `-py3`; any other image
-    (such as the CPU tritonserver image of this project's tests) is taken to carry it."""
+    """Where perf_analyzer is: NGC ships it in the `-py3-sdk` image beside `-py3`, this project in its
+    perf-analyzer image beside its CPU tritonserver; any other image is taken to carry it."""
+    if image.startswith(PROJECT_TRITON_IMAGE):
+        return PROJECT_PERF_IMAGE + image.removeprefix(PROJECT_TRITON_IMAGE)
     return f"{image}-sdk" if image.endswith("-py3") else image
 
 
