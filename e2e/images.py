@@ -15,6 +15,8 @@ Images (IMAGES, in build order):
                 the repository's Dockerfile, unchanged, FROM base
   tritonserver  localhost/triton-operator/tritonserver-cpu:2.51.0
                 e2e/images/tritonserver/Containerfile, FROM base: tritonserver from the nvidia-pytriton wheel
+  perf-analyzer localhost/triton-operator/perf-analyzer:2.51.0
+                e2e/images/perf-analyzer/Containerfile, FROM tritonserver: tritonclient's perf_analyzer
 
 Each image has a cache key: sha256 over its inputs (recipe files, build arguments, the key of the image
 it is built FROM). The key is stored as the label LABEL on the image in podman storage and on the image in
@@ -74,6 +76,11 @@ IMAGES: dict[str, dict[str, Any]] = {
     "tritonserver": {
         "ref": "localhost/triton-operator/tritonserver-cpu:2.51.0",
         "parent": "base",
+        "load": True,
+    },
+    "perf-analyzer": {
+        "ref": "localhost/triton-operator/perf-analyzer:2.51.0",
+        "parent": "tritonserver",
         "load": True,
     },
 }
@@ -350,6 +357,8 @@ def _build_args(name: str) -> dict[str, str]:
         return {"PYTHON_IMAGE": BASE_REF, "VERSION": VERSION}
     if name == "tritonserver":
         return {"BASE_IMAGE": BASE_REF}
+    if name == "perf-analyzer":
+        return {"TRITON_IMAGE": IMAGES["tritonserver"]["ref"]}
     return {}
 
 

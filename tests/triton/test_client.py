@@ -403,6 +403,9 @@ class OneService:
         assert (namespace, name) == ("ml", "client")
         return self.obj
 
+    def tuning_results(self, name: str, namespace: str) -> list[dict[str, Any]]:
+        return []
+
     def list(self, namespace: str | None) -> list[dict[str, Any]]:
         return [self.obj]
 

@@ -249,12 +249,16 @@ class FakeControl:
     requests: list[tuple[str, str, str, str | None]] = dataclasses.field(default_factory=list)
     made_for: list[str | None] = dataclasses.field(default_factory=list)
     namespace: str = "default"
+    tunings: dict[tuple[str, str], list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
 
     def get(self, name: str, namespace: str) -> dict[str, Any]:
         try:
             return self.objects[(namespace, name)]
         except KeyError:
             raise LookupError(f'tritonservices "{name}" not found') from None
+
+    def tuning_results(self, name: str, namespace: str) -> list[dict[str, Any]]:
+        return list(self.tunings.get((namespace, name), []))
 
     def list(self, namespace: str | None) -> list[dict[str, Any]]:
         return [o for (ns, _), o in self.objects.items() if namespace is None or ns == namespace]

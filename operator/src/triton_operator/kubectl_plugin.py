@@ -1,9 +1,10 @@
-"""The `kubectl triton` plugin: get | status | promote | abort | pause | resume | retry | undo | infer."""
+"""The `kubectl triton` plugin: get, status, promote, abort, pause, resume, retry, undo, infer, tune."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from triton_operator.core import conditions as cond
+from triton_operator.core import tuning
 from triton_operator.core.rollout.clock import parse_time, utcnow
 from triton_operator.core.rollout.requests import FOR_REVISION, Action, request_revision
 from triton_operator.core.rollout.texts import describe_step
@@ -20,6 +22,7 @@ from triton_operator.models import Rollout
 
 if TYPE_CHECKING:
     from triton_operator.adapters.control import Control
+    from triton_operator.adapters.tuning import TuningCluster
 
 CONTROL_VERBS: tuple[str, ...] = ("promote", "abort", "pause", "resume", "retry", "undo")
 # The display order of `kubectl triton status` (the others, TrafficRouted among them, after by name).
@@ -286,8 +289,31 @@ def _served_block(status: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def render_status(obj: Mapping[str, Any], now: datetime) -> str:
-    """`kubectl triton status NAME`: the rollout, its steps, conditions, models and history."""
+def render_tuning(data: Mapping[str, Any], indent: str = "") -> list[str]:
+    """A sweep's record (core.tuning.record): its summary, its table, what was refused."""
+    lines = [f"{indent}{tuning.summary(data)}"]
+    rows = tuning.result_rows(data)
+    if rows:
+        lines.append(_table(tuning.RESULT_HEADER, rows, indent=indent + "  "))
+    refused = tuning.refused_lines(data)
+    if refused:
+        lines.append(f"{indent}  refused (not run):")
+        lines += [f"{indent}  {line}" for line in refused]
+    return lines
+
+
+def _tuning_block(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The latest sweep in full, the earlier ones a line each (kubectl triton tune NAME --show RUN)."""
+    if not records:
+        return []
+    lines = ["Tuning (kubectl triton tune; latest last):"]
+    lines += [f"  {tuning.summary(r)}" for r in records[:-1]]
+    lines += render_tuning(records[-1], indent="  ")
+    return lines
+
+
+def render_status(obj: Mapping[str, Any], now: datetime, tunings: Sequence[Mapping[str, Any]] = ()) -> str:
+    """`kubectl triton status NAME`: the rollout, its steps, conditions, models, tuning and history."""
     metadata = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -364,6 +390,7 @@ def render_status(obj: Mapping[str, Any], now: datetime) -> str:
     lines += _models_block(status.get("models") or [])
     lines += _analysis_block(status)
     lines += _served_block(status)
+    lines += _tuning_block(tunings)
     history = status.get("history") or []
     if history:
         lines.append("History (oldest first; kubectl triton undo --to-revision REV):")
@@ -418,7 +445,81 @@ def build_parser() -> argparse.ArgumentParser:
         "--host", metavar="HOST[:PORT]", help="reach the endpoint here (outside the cluster: a port-forward)"
     )
     infer.add_argument("--model-version", metavar="VERSION", default="", help="default: the server's choice")
+    _tune_parser(
+        add("tune", "measure candidate configs of a model on tuning pods (perf_analyzer); show the best")
+    )
     return parser
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected whole numbers separated by commas") from exc
+
+
+def _switches(text: str) -> tuple[bool, ...]:
+    values = {"on": True, "off": False}
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    if not words or any(w not in values for w in words):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected on, off or on,off")
+    return tuple(values[w] for w in words)
+
+
+def _sets(text: str) -> tuple[tuple[int, ...], ...]:
+    """`4,8;8;none`: sets of preferred batch sizes, `;` between sets (none: no preferred sizes)."""
+    return tuple(() if part.strip() == "none" else _ints(part) or (0,) for part in text.split(";"))
+
+
+def _tune_parser(tune: argparse.ArgumentParser) -> None:
+    tune.add_argument("--model", required=True, help="the model of the TritonService to tune")
+    knobs = tune.add_argument_group("candidate values (each unset keeps the model's own)")
+    knobs.add_argument("--instances", type=_ints, default=(), metavar="N,N", help="instance count per group")
+    knobs.add_argument("--max-batch-size", type=_ints, default=(), metavar="N,N")
+    knobs.add_argument("--dynamic-batching", type=_switches, default=(), metavar="on,off")
+    knobs.add_argument(
+        "--preferred-batch-sizes", type=_sets, default=(), metavar="4,8;8;none", help="sets, ';' between"
+    )
+    knobs.add_argument("--queue-delay-us", type=_ints, default=(), metavar="US,US", help="max queue delay")
+    load = tune.add_argument_group("load and choice")
+    load.add_argument("--concurrency", type=_ints, default=tuning.DEFAULT_CONCURRENCIES, metavar="N,N")
+    load.add_argument("--percentile", type=int, choices=(95, 99), default=95, help="latency bound on (95)")
+    load.add_argument("--latency-bound-ms", type=float, metavar="MS", help="best throughput within this")
+    load.add_argument("--measurement-ms", type=int, default=2000, help="perf_analyzer's window (2000)")
+    load.add_argument("--max-trials", type=int, default=5, help="perf_analyzer's windows to stabilise (5)")
+    load.add_argument("--stability-percentage", type=int, default=10, help="perf_analyzer's (10)")
+    load.add_argument("--perf-image", help="image with perf_analyzer (default: the serving image's -sdk)")
+    load.add_argument("--input-data", metavar="FILE.json", help="perf_analyzer --input-data (default random)")
+    bounds = tune.add_argument_group("bounds")
+    bounds.add_argument("--max-candidates", type=int, default=8, help="refuse a bigger sweep (8)")
+    bounds.add_argument("--parallel", type=int, default=1, help="tuning pods at once (1)")
+    bounds.add_argument("--max-seconds", type=int, default=1800, help="the whole sweep (1800)")
+    bounds.add_argument("--candidate-seconds", type=int, default=300, help="one candidate: start+load (300)")
+    tune.add_argument("--apply", action="store_true", help="patch the best into the spec (a normal rollout)")
+    tune.add_argument("--keep", type=int, default=tuning.KEEP_RUNS, help="records of runs kept (5)")
+    tune.add_argument("--show", metavar="RUN", help="print a recorded run (`all`: every one) and exit")
+
+
+def sweep_of(args: argparse.Namespace) -> tuning.Sweep:
+    bound = args.latency_bound_ms
+    return tuning.Sweep(
+        model=args.model,
+        instance_counts=args.instances,
+        max_batch_sizes=args.max_batch_size,
+        dynamic_batching=args.dynamic_batching,
+        preferred_batch_sizes=args.preferred_batch_sizes,
+        queue_delays_us=args.queue_delay_us,
+        concurrencies=args.concurrency,
+        percentile=args.percentile,
+        latency_bound_us=round(bound * 1000) if bound is not None else None,
+        max_candidates=args.max_candidates,
+        parallel=args.parallel,
+        max_seconds=args.max_seconds,
+        candidate_seconds=args.candidate_seconds,
+        measurement_ms=args.measurement_ms,
+        max_trials=args.max_trials,
+        stability_percentage=args.stability_percentage,
+    )
 
 
 # ----------------------------------------------------------------- infer
@@ -476,6 +577,44 @@ def infer(args: argparse.Namespace, obj: Mapping[str, Any]) -> str:
         return render_outputs(result, [o.name for o in model.signature().outputs])
 
 
+def tune(args: argparse.Namespace, client: Control, cluster: TuningCluster | None) -> str:
+    """Run a sweep (or --show a recorded one); what to print: the record, the spec change."""
+    from triton_operator.client.tuning import tune as run_sweep  # noqa: PLC0415 - only for tune
+
+    namespace = args.namespace or client.namespace
+    if args.show:
+        records = client.tuning_results(args.name, namespace)
+        shown = [r for r in records if args.show in ("all", r.get("run"))]
+        if not shown:
+            runs = ", ".join(str(r.get("run")) for r in records) or "none"
+            raise ValueError(f"no tuning run {args.show!r} of {namespace}/{args.name} (runs: {runs})")
+        return "\n".join(line for r in shown for line in render_tuning(r))
+    input_data = None
+    if args.input_data:
+        with open(args.input_data, encoding="utf-8") as f:
+            input_data = f.read()
+    data = run_sweep(
+        args.name,
+        namespace,
+        sweep_of(args),
+        perf_image=args.perf_image,
+        input_data=input_data,
+        apply=args.apply,
+        keep=max(1, args.keep),
+        cluster=cluster,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    lines = render_tuning(data)
+    patch = (data.get("choice") or {}).get("patch")
+    if patch and args.apply:
+        lines.append(f"Applied to tritonservice {namespace}/{args.name}; its rollout carries it out.")
+    elif patch:
+        lines.append("The spec change (JSON patch; --apply makes it, or):")
+        lines.append(f"  kubectl patch tsvc {args.name} -n {namespace} --type json -p '{json.dumps(patch)}'")
+        lines.append(tuning.patch_yaml(patch).rstrip())
+    return "\n".join(lines)
+
+
 def _control(client: Control | None) -> Control:
     if client is not None:
         return client
@@ -484,7 +623,9 @@ def _control(client: Control | None) -> Control:
     return KubeControl()
 
 
-def run(args: argparse.Namespace, client: Control, now: datetime) -> str:
+def run(
+    args: argparse.Namespace, client: Control, now: datetime, tuning_cluster: TuningCluster | None = None
+) -> str:
     """Carry out one parsed command; returns what to print."""
     namespace = args.namespace or client.namespace
     if args.verb == "get":
@@ -493,7 +634,11 @@ def run(args: argparse.Namespace, client: Control, now: datetime) -> str:
         all_ns = bool(args.all_namespaces)
         return render_table(client.list(None if all_ns else namespace), now, all_namespaces=all_ns)
     if args.verb == "status":
-        return render_status(client.get(args.name, namespace), now)
+        return render_status(
+            client.get(args.name, namespace), now, client.tuning_results(args.name, namespace)
+        )
+    if args.verb == "tune":
+        return tune(args, client, tuning_cluster)
     if args.verb == "infer":
         return infer(args, client.get(args.name, namespace))
     action: Action
@@ -519,10 +664,25 @@ def run(args: argparse.Namespace, client: Control, now: datetime) -> str:
     return f"tritonservice {namespace}/{args.name}: {requested} (request id {request_id})"
 
 
-def main(argv: Sequence[str] | None = None, client: Control | None = None) -> int:
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    client: Control | None = None,
+    tuning_cluster: TuningCluster | None = None,
+) -> int:
     args = build_parser().parse_args(argv)
+    if args.verb == "tune":
+        # SIGTERM (a closed terminal, `timeout`, a CI cancel) cleans up like Ctrl-C does.
+        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGHUP, _interrupt)
     try:
-        print(run(args, _control(client), utcnow()))
+        print(run(args, _control(client), utcnow(), tuning_cluster))
+    except KeyboardInterrupt:
+        print("interrupted: the sweep's tuning pods were deleted", file=sys.stderr)
+        return 130
     except Exception as exc:  # errors of the API or kubeconfig: one line, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 1

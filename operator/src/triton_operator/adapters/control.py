@@ -1,4 +1,4 @@
-"""kubectl-triton's cluster access: read TritonServices, make control requests by annotation (lightkube)."""
+"""kubectl-triton's cluster access: TritonServices, tuning records, control requests (lightkube)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from typing import Any, Protocol
 
 from lightkube import ALL_NS, Client
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.core_v1 import ConfigMap
 from lightkube.types import PatchType
 
 from triton_operator import GROUP, KIND, PLURAL, VERSION
+from triton_operator.core import tuning
 from triton_operator.core.rollout.clock import utcnow
 from triton_operator.core.rollout.requests import Action, control_annotations
 
@@ -39,6 +41,8 @@ class Control(Protocol):
 
     def get(self, name: str, namespace: str) -> dict[str, Any]: ...
 
+    def tuning_results(self, name: str, namespace: str) -> list[dict[str, Any]]: ...
+
     def list(self, namespace: str | None) -> list[dict[str, Any]]: ...
 
     def request(
@@ -67,6 +71,13 @@ class KubeControl:
         obj = self._client.get(self._resource, name, namespace=namespace)
         result: dict[str, Any] = obj.to_dict()
         return result
+
+    def tuning_results(self, name: str, namespace: str) -> list[dict[str, Any]]:
+        """The records of a TritonService's sweeps (`kubectl triton tune`), oldest first."""
+        labels: dict[str, Any] = {tuning.LABEL_TUNING: name, tuning.LABEL_RESULTS: "true"}
+        found = self._client.list(ConfigMap, namespace=namespace, labels=labels)
+        records = [tuning.read_record(c.to_dict()) for c in found]
+        return sorted((r for r in records if r is not None), key=lambda r: str(r.get("run")))
 
     def list(self, namespace: str | None) -> list[dict[str, Any]]:
         items = self._client.list(self._resource, namespace=ALL_NS if namespace is None else namespace)

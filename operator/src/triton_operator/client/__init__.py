@@ -1,6 +1,17 @@
 """A Python client of a TritonService (or any tritonserver): models as attributes, every Triton API."""
 
 from triton_operator.client.triton import ClientError, Model, TritonClient, UnknownModelError
+from triton_operator.client.tuning import tune
 from triton_operator.core.inputs import InputError
+from triton_operator.core.tuning import Sweep, TuningError
 
-__all__ = ["ClientError", "InputError", "Model", "TritonClient", "UnknownModelError"]
+__all__ = [
+    "ClientError",
+    "InputError",
+    "Model",
+    "Sweep",
+    "TritonClient",
+    "TuningError",
+    "UnknownModelError",
+    "tune",
+]
