@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 
-.PHONY: run test lint unit bootstrap cluster-up cluster-down crd manifests bench-sync bench-sync-real bench-control-plane bench-manifest bench-inplace
+.PHONY: run test lint unit bootstrap cluster-up cluster-down crd manifests bench-sync bench-sync-real bench-control-plane bench-manifest bench-inplace bench-tune
 
 bootstrap:
 	@e2e/bootstrap
@@ -56,3 +56,8 @@ bench-manifest: bootstrap
 ## the apply until every pod answers the new version, bytes read from the store, failed requests).
 bench-inplace: bootstrap
 	$(PY) bench/real_pods/inplace.py --runs 3
+
+## `kubectl triton tune --latency-bound-ms 100 --apply` on the local cluster's real node: the Service
+## measured with perf_analyzer before tuning and after the applied config serves, and the sweep's table.
+bench-tune: bootstrap
+	$(PY) bench/tune/run.py

@@ -172,7 +172,11 @@ def wait(probe: Callable[[], Any], timeout: float, what: str, interval: float = 
 
 
 class Bench:
-    """One cluster session: the store, the operator, one namespace; ``measure`` runs one case once."""
+    """One cluster session: the store, the operator, one namespace; ``measure`` runs one case once.
+
+    bench/tune/run.py uses its session too (``PREFIX`` names the namespace, ``fill`` the store)."""
+
+    PREFIX = "bench-inplace"
 
     def __init__(self, args: argparse.Namespace, node: dict[str, Any], workdir: Path) -> None:
         import httpx2  # noqa: PLC0415
@@ -189,7 +193,7 @@ class Bench:
         self.ts = create_namespaced_resource(
             "triton-operator.io", "v1alpha1", "TritonService", "tritonservices"
         )
-        self.namespace = f"bench-inplace-{uuid.uuid4().hex[:6]}"
+        self.namespace = f"{self.PREFIX}-{uuid.uuid4().hex[:6]}"
         self.server: Any = None
         self.operator: subprocess.Popen[bytes] | None = None
         self.store = Store()
@@ -217,7 +221,7 @@ class Bench:
             check=True,
             capture_output=True,
         )
-        self.store = fill_store(storage_servers.s3_client(self.server.endpoint), self.args)
+        self.store = self.fill(storage_servers.s3_client(self.server.endpoint))
         self.kube.create(Namespace(metadata=ObjectMeta(name=self.namespace)))
         self.kube.create(
             Secret(
@@ -247,6 +251,9 @@ class Bench:
         )
         log.close()
         time.sleep(3)
+
+    def fill(self, s3: Any) -> Store:
+        return fill_store(s3, self.args)
 
     def stop(self) -> None:
         from lightkube.resources.core_v1 import Namespace  # noqa: PLC0415

@@ -5,12 +5,14 @@ model that sets up a GPU call or a remote lookup per batch has): without dynamic
 request pays it alone; with it, requests queued while one batch runs go together. Its own config
 (maxBatchSize 8, one instance, no dynamic batching) is the sweep's candidate c0.
 
-(a) `kubectl triton tune --queue-delay-us 0,2000 --apply`: each candidate on a tuning pod of its own
-    (the TritonService's Service never has a tuning pod among its endpoints), perf_analyzer as a Job
-    from the perf-analyzer image; the record shows a candidate other than c0 chosen, with more
-    throughput than c0 had in the same table (the table's own figures: nothing is timed here);
-    nothing of the sweep is left but its record; `kubectl triton status` shows it; --apply made it
-    the spec, and the rollout serves it.
+(a) `kubectl triton tune --queue-delay-us 0,2000 --latency-bound-ms 100 --apply`: each candidate on a
+    tuning pod of its own (the TritonService's Service never has a tuning pod among its endpoints),
+    perf_analyzer as a Job from the perf-analyzer image; the record shows a candidate other than c0
+    chosen, within the bound and the most throughput of the rows within it, with more throughput
+    than c0 had in the same table, and c0 at concurrency 8 over the bound (the table's own figures:
+    nothing is timed here); nothing of the sweep is left but its record; `kubectl triton status`
+    shows it; --apply made it the spec, the new stable revision was rendered from it, and the
+    Service's Triton serves that config.
 (b) SIGINT while the sweep measures: exit 130, nothing left, the record says Interrupted.
 
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py; the Jobs
@@ -28,13 +30,14 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.resources.core_v1 import ConfigMap, Endpoints
+from lightkube.resources.core_v1 import ConfigMap, Endpoints, Service
 
 import images  # e2e/images.py: the perf Jobs' image is the perf-analyzer image, by default
 from e2e_helpers import apply, create_store_secret, get_ts, kubectl_triton, wait_condition
@@ -53,6 +56,9 @@ SWEEP_FLAGS = [
     *["--measurement-ms", "1500", "--max-trials", "6", "--stability-percentage", "50"],
     *["--candidate-seconds", "240", "--max-seconds", "900"],
 ]
+BOUND_MS = 100
+"""Between c0 at concurrency 8 (no batching: 8 requests take turns on a 20 ms execute(), so its p95 is
+about 8 x 20 ms whatever the machine; 172 ms on the real node) and a batching candidate there (45 ms)."""
 
 
 @pytest.fixture
@@ -93,6 +99,20 @@ def records(kube: Client, namespace: str, name: str) -> list[dict[str, Any]]:
         tuning.read_record(c.to_dict()) for c in kube.list(ConfigMap, namespace=namespace, labels=labels)
     ]
     return [r for r in found if r is not None]
+
+
+def served_config(kube: Client, namespace: str, name: str, model: str, having: str) -> dict[str, Any] | None:
+    """The config Triton serves for ``model`` behind Service ``name`` (its ClusterIP, as clients reach
+    it) once it has the field ``having``; None until then (or while nothing answers)."""
+    spec = kube.get(Service, name, namespace=namespace).spec
+    assert spec is not None and spec.clusterIP
+    url = f"http://{spec.clusterIP}:8000/v2/models/{model}/config"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            config: dict[str, Any] = json.loads(response.read())
+    except (OSError, ValueError):
+        return None
+    return config if having in config else None
 
 
 def nothing_left(kube: Client, namespace: str, name: str) -> None:
@@ -138,7 +158,7 @@ def test_a_sweep_finds_a_better_config_than_the_models_own_applies_it_and_leaves
     before = serve(kube, namespace, bucket, store)
     stable = before["status"]["stableRevision"]
     watch = EndpointWatch(kube, namespace, "tuned")
-    command = ["tune", "tuned", "-n", namespace, *SWEEP_FLAGS, "--apply"]
+    command = ["tune", "tuned", "-n", namespace, *SWEEP_FLAGS, "--latency-bound-ms", str(BOUND_MS), "--apply"]
     proc = plugin(cluster, *command)
     out, err = proc.communicate(timeout=1200)
     seen = watch.stop()
@@ -153,10 +173,19 @@ def test_a_sweep_finds_a_better_config_than_the_models_own_applies_it_and_leaves
     assert all(c["measurements"] and not c["error"] for c in table.values()), data
     choice = data["choice"]
     assert choice["candidate"] != "c0" and not choice["default"]
-    # More throughput than the model's own config had in the same table, at any concurrency.
+    # The bound, from the record's own rows: the choice is within it and the most throughput of the
+    # rows within it; c0 at concurrency 8 (no batching) is over it, so the bound decided something.
+    bound = data["latencyBoundMicroseconds"]
+    assert bound == BOUND_MS * 1000 and data["percentile"] == 95
+    rows = [(c["name"], m) for c in data["candidates"] for m in c["measurements"]]
+    within = [(name, m) for name, m in rows if m["p95_us"] <= bound]
+    assert choice["measurement"]["p95_us"] <= bound, data
+    assert choice["measurement"]["throughput"] == max(m["throughput"] for _, m in within), data
+    assert any(name == "c0" and m["concurrency"] == 8 and m["p95_us"] > bound for name, m in rows), data
+    # More throughput than the model's own config had in the same table, at any concurrency, bound or not.
     own_best = max(m["throughput"] for m in table["c0"]["measurements"])
     assert choice["measurement"]["throughput"] > own_best, data
-    assert choice["baseline"]["throughput"] == own_best
+    assert choice["baseline"]["throughput"] == max(m["throughput"] for name, m in within if name == "c0")
 
     # The Service never had a tuning pod among its endpoints (its own pod was there all along).
     assert len(re.findall(r"pod Ready at ([0-9.]+)", err)) == 3, err
@@ -167,7 +196,7 @@ def test_a_sweep_finds_a_better_config_than_the_models_own_applies_it_and_leaves
     nothing_left(kube, namespace, "tuned")
     status = kubectl_triton(cluster, "status", "tuned", "-n", namespace)
     assert "Tuning (kubectl triton tune; latest last):" in status
-    assert f"best under p95, no bound: {choice['candidate']}" in status
+    assert f"best under p95 <= {BOUND_MS:.1f} ms: {choice['candidate']}" in status
 
     # --apply: a normal spec change; the rollout serves the winner from a new revision.
     config = get_ts(kube, namespace, "tuned")["spec"]["models"][0]["config"]
@@ -180,8 +209,23 @@ def test_a_sweep_finds_a_better_config_than_the_models_own_applies_it_and_leaves
         timeout=240,
         what="the applied config served by a new stable revision",
     )
-    print(f"applied: stable {stable} -> {get_ts(kube, namespace, 'tuned')['status']['stableRevision']}")
+    new_stable = get_ts(kube, namespace, "tuned")["status"]["stableRevision"]
+    print(f"applied: stable {stable} -> {new_stable}")
     assert after["spec"]["models"][0]["config"] == config
+    # The new stable revision was rendered from the chosen config, and the Service's Triton serves it.
+    recorded = tuning.stable_spec(KubeTuning(kube).revision_configmaps("tuned", namespace, new_stable))
+    assert json.dumps(recorded["models"][0]["config"], sort_keys=True) == json.dumps(
+        chosen["config"], sort_keys=True
+    )
+    served = wait_for(
+        lambda: served_config(kube, namespace, "tuned", "add_sub", having="dynamic_batching"),
+        timeout=120,
+        interval=1,
+        what="the Service's Triton serving add_sub with dynamic batching",
+    )
+    delay = int(chosen["config"]["dynamicBatching"].get("maxQueueDelayMicroseconds") or 0)
+    served_delay = (served["dynamic_batching"] or {}).get("max_queue_delay_microseconds") or 0
+    assert int(served_delay) == delay, served
 
 
 def test_ctrl_c_in_the_middle_of_a_sweep_deletes_its_pods_and_records_interrupted(  # noqa: PLR0917

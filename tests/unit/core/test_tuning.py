@@ -330,6 +330,31 @@ def test_perf_job_mounts_user_input_data() -> None:
     assert "--input-data /etc/tuning-input/data.json" in pod["containers"][0]["command"][2]
 
 
+def test_service_perf_job_loads_the_services_address_as_clients_reach_it() -> None:
+    sweep = t.Sweep(model="m1", concurrencies=(1, 8), measurement_ms=500, candidate_seconds=90)
+    spec = {"nodeSelector": {"pool": "gpu"}}
+    job = t.service_perf_job(body(), "bench-before", sweep, "10.96.0.12", "img:1", spec=spec)
+    assert job["metadata"]["name"] == "svc-tune-bench-before-service-perf"
+    labels = job["metadata"]["labels"]
+    assert labels[t.LABEL_TUNING] == "svc" and labels[t.LABEL_RUN] == "bench-before"
+    assert LABEL_SERVICE not in labels and LABEL_REVISION not in labels
+    assert job["spec"]["template"]["metadata"]["labels"] == labels
+    assert job["metadata"]["ownerReferences"][0]["controller"] is False
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] == 90
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "gpu"}
+    script = pod["containers"][0]["command"][2]
+    assert script.count("perf_analyzer -m m1 -u 10.96.0.12:8001 -i grpc") == 2
+    assert script.count(t.CSV_MARKER) == 2
+    # The same load as a candidate's pod gets, only the address and the name differ.
+    candidate = t.perf_job(
+        body(), "bench-before", t.Candidate(0, CONFIG), sweep, "10.0.0.7", "img:1", spec=spec
+    )
+    assert script == candidate["spec"]["template"]["spec"]["containers"][0]["command"][2].replace(
+        "10.0.0.7", "10.96.0.12"
+    )
+
+
 # ----------------------------------------------------------------- perf_analyzer's output
 
 

@@ -508,14 +508,64 @@ def perf_job(  # noqa: PLR0917 - the parts of one Job
 ) -> dict[str, Any]:
     """The Job that loads a candidate's pod with perf_analyzer (no retries, bounded by a deadline), on
     the same kind of node as the service's pods (``spec``'s nodeSelector, tolerations, affinity)."""
+    service = str((ts_body.get("metadata") or {}).get("name", ""))
+    return _load_job(
+        ts_body,
+        f"{object_prefix(service, run)}-{candidate.name}-perf",
+        candidate_labels(service, run, candidate),
+        sweep,
+        f"{pod_ip}:{GRPC_PORT}",
+        image,
+        spec=spec,
+        input_configmap=input_configmap,
+    )
+
+
+def service_perf_job(
+    ts_body: Mapping[str, Any],
+    run: str,
+    sweep: Sweep,
+    host: str,
+    image: str,
+    *,
+    spec: Mapping[str, Any] | None = None,
+    input_configmap: str | None = None,
+) -> dict[str, Any]:
+    """The Job that loads the TritonService's own Service at ``host`` (its ClusterIP or DNS name) with
+    perf_analyzer as ``perf_job`` loads a tuning pod: what clients reach, whichever revision serves.
+
+    Named `<name>-tune-<run>-service-perf` with the run's labels (deleted with the run's objects).
+    """
+    service = str((ts_body.get("metadata") or {}).get("name", ""))
+    return _load_job(
+        ts_body,
+        f"{object_prefix(service, run)}-service-perf",
+        {**run_labels(service, run), LABEL_CANDIDATE: "service"},
+        sweep,
+        f"{host}:{GRPC_PORT}",
+        image,
+        spec=spec,
+        input_configmap=input_configmap,
+    )
+
+
+def _load_job(  # noqa: PLR0917 - the parts of one Job
+    ts_body: Mapping[str, Any],
+    name: str,
+    labels: Mapping[str, str],
+    sweep: Sweep,
+    address: str,
+    image: str,
+    *,
+    spec: Mapping[str, Any] | None,
+    input_configmap: str | None,
+) -> dict[str, Any]:
     metadata = ts_body.get("metadata") or {}
-    service = str(metadata.get("name", ""))
-    labels = candidate_labels(service, run, candidate)
     input_path = "/etc/tuning-input/data.json" if input_configmap else None
     container: dict[str, Any] = {
         "name": "perf-analyzer",
         "image": image,
-        "command": ["sh", "-c", perf_script(sweep.model, f"{pod_ip}:{GRPC_PORT}", sweep, input_path)],
+        "command": ["sh", "-c", perf_script(sweep.model, address, sweep, input_path)],
         "securityContext": {**copy.deepcopy(RESTRICTED_CONTAINER_SECURITY)},
     }
     pod: dict[str, Any] = {
@@ -533,16 +583,16 @@ def perf_job(  # noqa: PLR0917 - the parts of one Job
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": f"{object_prefix(service, run)}-{candidate.name}-perf",
+            "name": name,
             "namespace": metadata.get("namespace", "default"),
-            "labels": labels,
+            "labels": dict(labels),
             "ownerReferences": [owner_reference(ts_body)],
         },
         "spec": {
             "backoffLimit": 0,
             "activeDeadlineSeconds": sweep.candidate_seconds,
             "ttlSecondsAfterFinished": 600,
-            "template": {"metadata": {"labels": labels}, "spec": pod},
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
         },
     }
 
