@@ -26,8 +26,6 @@ from triton_operator.models import TritonService
 if TYPE_CHECKING:
     from triton_operator.adapters.tuning import TuningCluster
 
-INPUT_KEY = "data.json"
-
 
 def _cluster(cluster: TuningCluster | None) -> TuningCluster:
     if cluster is not None:
@@ -40,22 +38,6 @@ def _cluster(cluster: TuningCluster | None) -> TuningCluster:
 def run_id(now: datetime) -> str:
     """A run's id: its start in UTC to the second (sorts in the order runs were made)."""
     return now.strftime("%y%m%d-%H%M%S")
-
-
-def _input_configmap(ts_body: Mapping[str, Any], run: str, data: str) -> dict[str, Any]:
-    metadata = ts_body.get("metadata") or {}
-    service = str(metadata.get("name", ""))
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": f"{core.object_prefix(service, run)}-input",
-            "namespace": metadata.get("namespace", "default"),
-            "labels": core.run_labels(service, run),
-            "ownerReferences": [core.owner_reference(ts_body)],
-        },
-        "data": {INPUT_KEY: data},
-    }
 
 
 class Sweeper:
@@ -220,7 +202,7 @@ def tune(
     sweeper.save()
     try:
         if input_data is not None:
-            configmap = _input_configmap(ts_body, sweeper.run, input_data)
+            configmap = core.input_configmap(ts_body, sweeper.run, input_data)
             kube.create([configmap])
             sweeper.input_configmap = configmap["metadata"]["name"]
         sweeper.measure_all(image)

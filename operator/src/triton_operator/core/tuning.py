@@ -94,6 +94,11 @@ class Sweep:
     stability_percentage: int = 10
 
 
+INPUT_KEY = "data.json"
+INPUT_DIR = "/etc/tuning-input"
+"""Where a perf Job finds the user's ``--input-data`` (the run's input ConfigMap, mounted)."""
+
+
 def sweep_errors(sweep: Sweep) -> list[str]:
     """What is wrong with a sweep, each naming the flag of `kubectl triton tune`."""
     errors: list[str] = []
@@ -561,7 +566,7 @@ def _load_job(  # noqa: PLR0917 - the parts of one Job
     input_configmap: str | None,
 ) -> dict[str, Any]:
     metadata = ts_body.get("metadata") or {}
-    input_path = "/etc/tuning-input/data.json" if input_configmap else None
+    input_path = f"{INPUT_DIR}/{INPUT_KEY}" if input_configmap else None
     container: dict[str, Any] = {
         "name": "perf-analyzer",
         "image": image,
@@ -578,7 +583,7 @@ def _load_job(  # noqa: PLR0917 - the parts of one Job
     }
     if input_configmap:
         pod["volumes"] = [{"name": "input", "configMap": {"name": input_configmap}}]
-        container["volumeMounts"] = [{"name": "input", "mountPath": "/etc/tuning-input", "readOnly": True}]
+        container["volumeMounts"] = [{"name": "input", "mountPath": INPUT_DIR, "readOnly": True}]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -810,21 +815,41 @@ def results_name(service: str, run: str) -> str:
     return f"{object_prefix(service, run)}-results"
 
 
-def results_configmap(ts_body: Mapping[str, Any], run: str, data: Mapping[str, Any]) -> dict[str, Any]:
-    """The ConfigMap that keeps a sweep's record after its pods are gone (owned by the TritonService)."""
+def _run_configmap(
+    ts_body: Mapping[str, Any], run: str, name: str, data: Mapping[str, str], labels: Mapping[str, str]
+) -> dict[str, Any]:
+    """A ConfigMap of a sweep's run, owned by the TritonService (not as its controller)."""
     metadata = ts_body.get("metadata") or {}
     service = str(metadata.get("name", ""))
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": results_name(service, run),
+            "name": name,
             "namespace": metadata.get("namespace", "default"),
-            "labels": {**run_labels(service, run), LABEL_RESULTS: "true"},
+            "labels": {**run_labels(service, run), **labels},
             "ownerReferences": [owner_reference(ts_body)],
         },
-        "data": {RESULTS_KEY: json.dumps(data, sort_keys=True)},
+        "data": dict(data),
     }
+
+
+def results_configmap(ts_body: Mapping[str, Any], run: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The ConfigMap that keeps a sweep's record after its pods are gone (owned by the TritonService)."""
+    service = str((ts_body.get("metadata") or {}).get("name", ""))
+    return _run_configmap(
+        ts_body,
+        run,
+        results_name(service, run),
+        {RESULTS_KEY: json.dumps(data, sort_keys=True)},
+        {LABEL_RESULTS: "true"},
+    )
+
+
+def input_configmap(ts_body: Mapping[str, Any], run: str, data: str) -> dict[str, Any]:
+    """The ConfigMap that hands a user's ``--input-data`` to the run's perf_analyzer Jobs."""
+    service = str((ts_body.get("metadata") or {}).get("name", ""))
+    return _run_configmap(ts_body, run, f"{object_prefix(service, run)}-input", {INPUT_KEY: data}, {})
 
 
 KEEP_RUNS = 5
