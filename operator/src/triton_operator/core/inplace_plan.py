@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from triton_operator.core.analysis import AnalysisResult
 from triton_operator.core.builders import (
     RevisionFiles,
     build_inplace_configmap,
@@ -42,11 +43,13 @@ from triton_operator.core.observation import (
 )
 from triton_operator.core.rollout.inplace import (
     AgentStatus,
+    AnalysisSides,
     HostPod,
     InPlaceInput,
     InPlacePlan,
     InPlaceRequests,
     InPlaceState,
+    analysis_sides,
     plan_in_place,
 )
 from triton_operator.core.rollout.plan import RolloutEvent
@@ -208,6 +211,27 @@ def _entries(manifest: Manifest | None, model: str) -> frozenset[Any]:
     return frozenset(e for e in manifest.entries if e.dest.split("/", 1)[0] == model)
 
 
+def host_pods(host: str, pods: Sequence[PodState], agents: Mapping[str, AgentStatus]) -> list[HostPod]:
+    """The host revision's pods as the in-place update reads them, each with its agent's status."""
+    return [
+        HostPod(p.name, p.ready, p.terminating, p.inplace_target, agents.get(p.name))
+        for p in pods
+        if p.revision == host
+    ]
+
+
+def in_place_sides(
+    previous: Mapping[str, Any], pods: Sequence[PodState], agents: Mapping[str, AgentStatus]
+) -> AnalysisSides | None:
+    """What the analysis of the in-place update in ``previous`` (status.inPlace) judges in this pass:
+    the pods its steps moved to the next revision against the others (core.rollout.inplace.
+    analysis_sides); None while nothing is judged."""
+    state = InPlaceState.from_status(previous)
+    if state is None or state.host != RolloutStatus.from_status(previous).stable_revision:
+        return None
+    return analysis_sides(state, host_pods(state.host, pods, agents))
+
+
 @dataclasses.dataclass(frozen=True)
 class InPlaceContext:
     """What the in-place layer reads of a pass, beside the spec."""
@@ -220,6 +244,8 @@ class InPlaceContext:
     requests: Sequence[ControlRequest]
     now: datetime
     deadline_seconds: int
+    analysis: AnalysisResult | None = None
+    """The analysis verdict of the in-place step's window (reconcile.analysis), if one was judged."""
 
 
 def decide_in_place(
@@ -298,11 +324,7 @@ def decide_in_place(
             rollout=ts.spec.rollout,
             state=state,
             models=changed_models(files(state.stable), files(state.next)) if state.next else (),
-            pods=[
-                HostPod(p.name, p.ready, p.terminating, p.inplace_target, ctx.agents.get(p.name))
-                for p in ctx.pods
-                if p.revision == state.host
-            ],
+            pods=host_pods(state.host, ctx.pods, ctx.agents),
             now=ctx.now,
             deadline_seconds=ctx.deadline_seconds,
             paused=ts.spec.rollout.paused or rs.paused_by_user,
@@ -312,6 +334,7 @@ def decide_in_place(
             configmap_stable=observed_state_stable(ctx.configmaps, state.host),
             describe=described,
             replaced_by=replaced_by,
+            analysis=ctx.analysis,
         )
     )
     configmap: dict[str, Any] | None = None
