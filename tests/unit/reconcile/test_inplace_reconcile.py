@@ -744,3 +744,132 @@ async def test_a_pass_reads_each_pods_agent_once_even_when_the_spec_is_refused(
         assert agents.reads - before == 4
     finally:
         await svc.close()
+
+
+# ---------------------------------------------------------------- undo of revisions served in place
+
+
+def undo(svc: Service, to_revision: str | None = None) -> None:
+    """What `kubectl triton undo [--to-revision REV]` writes (adapters.control.request)."""
+
+    def annotate(ts: dict[str, Any]) -> None:
+        annotations = ts["metadata"].setdefault("annotations", {})
+        annotations["triton-operator.io/undo"] = f"req-undo-{len(svc.kube.events)}"
+        annotations.pop("triton-operator.io/undo-to-revision", None)
+        if to_revision:
+            annotations["triton-operator.io/undo-to-revision"] = to_revision
+
+    svc.kube.edit(KIND, NS, "svc", annotate)
+
+
+async def test_undo_goes_back_in_place_to_a_revision_served_only_in_place(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    """An in-place rollout records the revision the pods served before in status.history (inPlaceHost):
+    `kubectl triton undo` loads it back into the same pods, in place and step by step (gated as any
+    in-place rollout), and an undo of the undo goes forward again; never a Deployment of either."""
+    svc = Service(agents, kube, rollout={"modelUpdates": "InPlace", "steps": [{"setWeight": 50}]})
+    try:
+        host = await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        moved = (await svc.run()).revision
+        for _ in range(3):
+            await svc.run()
+        status = svc.status()
+        assert status["servedRevision"] == moved
+        assert status["history"] == [{"revision": host, "inPlaceHost": host}]
+        printed = render_status(kube.find(KIND, NS, "svc") or {}, T0)
+        assert f"  {host} (in place, in the pods of {host})" in printed
+
+        undo(svc)  # no --to-revision: the last entry of history
+        await svc.run()
+        status = svc.status()
+        assert status["inPlace"]["next"] == host and status["inPlace"]["pinned"] == host
+        assert status["inPlace"]["pinnedFor"] == moved and status["rolloutKind"] == "InPlace"
+        assert len(svc.annotated()) == 2  # setWeight 50: gated step by step as any in-place rollout
+        assert any(r == cond.UNDO_REQUESTED and "in place" in m for _, r, m in svc.events())
+        for _ in range(3):
+            await svc.run()
+        status = svc.status()
+        assert "servedRevision" not in status and "next" not in status["inPlace"]
+        assert all(p.get("applied") == host for p in svc.pods().values())
+        assert status["history"] == [{"revision": moved, "inPlaceHost": host}]
+        assert kube.find("ConfigMap", NS, f"svc-{moved}") is not None  # kept for the next undo
+        await svc.run()  # the spec's revision waits while the undo holds
+        assert "servedRevision" not in svc.status()
+        assert svc.deployments() == [f"svc-{host}"]
+
+        undo(svc, str(moved))  # and forward again, in place
+        for _ in range(4):
+            await svc.run()
+        status = svc.status()
+        assert status["servedRevision"] == moved and status["history"] == [
+            {"revision": host, "inPlaceHost": host}
+        ]
+        assert all(p.get("applied") == moved for p in svc.pods().values())
+        assert svc.deployments() == [f"svc-{host}"]
+        rejected = [m for _, r, m in svc.events() if r == cond.UNDO_REJECTED]
+        assert not rejected, rejected
+    finally:
+        await svc.close()
+
+
+async def test_a_retry_after_an_in_place_undo_rolls_the_spec_forward(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    svc = Service(agents, kube)
+    try:
+        host = await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        moved = (await svc.run()).revision
+        for _ in range(3):
+            await svc.run()
+        undo(svc)
+        for _ in range(4):
+            await svc.run()
+        assert "servedRevision" not in svc.status()
+        svc.request("retry", "")
+        for _ in range(4):
+            await svc.run()
+        status = svc.status()
+        assert status["servedRevision"] == moved and "pinned" not in status["inPlace"]
+        assert status["history"] == [{"revision": host, "inPlaceHost": host}]
+    finally:
+        await svc.close()
+
+
+async def test_an_undo_the_pods_cannot_load_in_place_is_rejected_and_says_why(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    """A revision served only in place whose host no longer serves (new pods took over) cannot be
+    reached: no Deployment of its own to scale up, nor pods of its host to load it into."""
+    svc = Service(agents, kube)
+    try:
+        host = await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        first = (await svc.run()).revision
+        for _ in range(3):
+            await svc.run()
+        svc.edit(lambda spec: spec["models"][1]["config"].__setitem__("maxBatchSize", 4))
+        second = (await svc.run()).revision
+        for _ in range(3):
+            await svc.run()
+        assert svc.status()["servedRevision"] == second
+        assert svc.status()["history"] == [
+            {"revision": host, "inPlaceHost": host},
+            {"revision": first, "inPlaceHost": host},
+        ]
+        svc.edit(lambda spec: spec.__setitem__("env", [{"name": "X", "value": "1"}]))  # new pods
+        for _ in range(4):
+            await svc.run()
+        assert svc.status()["stableRevision"] not in (host, first, second)
+        undo(svc, str(first))
+        await svc.run()
+        rejected = [m for _, r, m in svc.events() if r == cond.UNDO_REJECTED]
+        assert rejected == [
+            f"undo: revision {first} was served only in place, in the pods of revision {host}: it can "
+            "be loaded back only in place, into those pods (spec.rollout.modelUpdates: InPlace, while "
+            "they serve and no rollout of new pods runs)"
+        ]
+    finally:
+        await svc.close()

@@ -101,12 +101,15 @@ def decide(
             now=observed.moment,
             deadline_seconds=ts.spec.progress_deadline(),
             analysis=in_place_analysis,
+            unsyncable=unsyncable or {},
         ),
         configs=configs,
         manifest_json=manifest_json,
     )
     if ip.handled:
         status = dataclasses.replace(status, handled_requests={**status.handled_requests, **ip.handled})
+    if ip.history is not None:
+        status = dataclasses.replace(status, history=ip.history)  # an in-place update completed
     if ip.plan is not None and (ip.plan.analysis_runs or ip.plan.pause):
         # The in-place analysis' records and pause, kept as a canary's (status.analysisRuns, pausedByUser).
         runs = (*status.analysis_runs, *ip.plan.analysis_runs)[-ANALYSIS_RUNS_KEPT:]

@@ -137,6 +137,9 @@ class InPlaceState:
     aborted_revision: str | None = None
     aborted_reason: str | None = None
     aborted_detail: str | None = None
+    pinned: str | None = None
+    """The revision an undo went back to in place: served instead of the spec's ``pinned_for``."""
+    pinned_for: str | None = None
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any] | None) -> InPlaceState | None:
@@ -157,6 +160,8 @@ class InPlaceState:
             aborted_revision=str(raw["abortedRevision"]) if raw.get("abortedRevision") else None,
             aborted_reason=str(raw["abortedReason"]) if raw.get("abortedReason") else None,
             aborted_detail=str(raw["abortedDetail"]) if raw.get("abortedDetail") else None,
+            pinned=str(raw["pinned"]) if raw.get("pinned") else None,
+            pinned_for=str(raw["pinnedFor"]) if raw.get("pinnedFor") else None,
         )
 
     def to_status(self) -> dict[str, Any]:
@@ -175,6 +180,8 @@ class InPlaceState:
             aborted_revision=self.aborted_revision,
             aborted_reason=self.aborted_reason,
             aborted_detail=self.aborted_detail,
+            pinned=self.pinned,
+            pinned_for=self.pinned_for,
         ).model_dump(by_alias=True, exclude_none=True, exclude_defaults=True, mode="json") | {
             "host": self.host,
             "stable": self.stable,
@@ -666,7 +673,13 @@ class _Call:
             p.target is not None and annotations.get(p.name, p.target) is not None for p in self.live
         )
         # Back on the pods' own revision, with nothing in flight or held: nothing is in place.
-        gone = st.stable == st.host and st.next is None and st.aborted_revision is None and not remaining
+        gone = (
+            st.stable == st.host
+            and st.next is None
+            and st.aborted_revision is None
+            and st.pinned is None
+            and not remaining
+        )
         after = max(min(self.requeue), 1.0) if self.requeue else (POLL_SECONDS if remaining else None)
         return InPlacePlan(
             state=None if gone else st,
