@@ -24,6 +24,7 @@ from triton_operator.core.rollout.inplace import (
     plan_in_place,
     step_pods,
 )
+from triton_operator.core.rollout.state import RolloutStatus
 from triton_operator.models import Rollout
 
 T0 = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -492,3 +493,15 @@ def test_the_weight_of_the_sides_is_the_share_of_pods_updated(
 ) -> None:
     sides = AnalysisSides(N, tuple(f"u{i}" for i in range(updated)), tuple(f"b{i}" for i in range(baseline)))
     assert sides.weight == weight
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        [{"revision": "a", "inPlaceHost": "h"}],
+        [{"revision": "h", "created": "2026-01-01T12:00:00Z"}, {"revision": "a", "inPlaceHost": "h"}],
+        [{"revision": "b"}],
+    ],
+)
+def test_history_entries_served_in_place_survive_the_status(history: list[dict[str, Any]]) -> None:
+    assert RolloutStatus.from_status({"history": history}).to_status()["history"] == history
