@@ -361,6 +361,7 @@ class _Call:
             if agent is not None:
                 return self.roll_back(IN_PLACE_LOAD_FAILED, f"pod {name}: {agent.message or 'load failed'}")
         promote, promote_full = reqs.promote, reqs.promote_full
+        self.forced = promote or promote_full  # a promote goes on without the analysis
         if self.inp.paused and not (promote or promote_full):
             self.set(waiting_since=None)
             return self.updating(paused=True)
@@ -382,7 +383,6 @@ class _Call:
             # An in-place promote goes to the end: every pod is asked at once; the rollout still
             # completes only once every pod has loaded the revision (no request skips that).
             self.set(step_index=len(self.steps), step_started_at=self.now, waiting_since=None)
-            self.forced = True
             self.event(
                 STEP_COMPLETED, f"revision {self.st.next} in place: every pod at once by promote request"
             )
