@@ -7,7 +7,12 @@ counting answers through the TritonService's Service.
     the old to the new, the pods are the same pods (names, uids, no restart), no Deployment of the new
     revision exists, the other model is not reloaded (its per-pod inference count goes on from where
     it was), and status and Events say in place;
-(b) a new version that fails to load is rolled back in place: no request fails, the answers stay old.
+(b) a new version that fails to load is rolled back in place: no request fails, the answers stay old;
+(c) a new version three times slower than the old fails spec.rollout.analysis (the updated pod against
+    the pod not asked yet, on Triton's own metrics): rolled back in place, no request fails, the
+    answers go back to the old version, the Events and conditions those of a failed canary analysis;
+(d) `kubectl triton undo` of an in-place rollout loads the revision served before back into the same
+    pods, in place: no request fails, the answers go back to the old version.
 
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without
 them every test here skips, saying why.
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 import urllib.request
 import uuid
@@ -39,7 +45,7 @@ from e2e_helpers import (
     wait_condition,
 )
 from inference import LoadClient, infer_add_sub, offset_of
-from real_pods import ADD_SUB_CONFIG, adder_source, on_real_node, raising_source
+from real_pods import ADD_SUB_CONFIG, adder_source, behaving_source, on_real_node, raising_source
 from testkit import wait_for
 
 pytestmark = [
@@ -65,10 +71,17 @@ def bucket(store: Any, kube: Client, namespace: str) -> str:
 
 
 def service(
-    name: str, namespace: str, bucket: str, store: Any, add_sub_version: int, **config: Any
+    name: str,
+    namespace: str,
+    bucket: str,
+    store: Any,
+    add_sub_version: int,
+    *,
+    analysis: dict[str, Any] | None = None,
+    **config: Any,
 ) -> dict[str, Any]:
     """Two replicas serving add_sub (the version named, through its version policy) and `other`;
-    in-place updates with a canary of one pod (50%) for 4 s, then every pod."""
+    in-place updates with a canary of one pod (50%) for 4 s, then every pod (``analysis``: judged)."""
     add_sub = {
         **copy.deepcopy(ADD_SUB_CONFIG),
         "versionPolicy": {"specific": {"versions": [str(add_sub_version)]}},
@@ -84,6 +97,7 @@ def service(
             "modelUpdates": "InPlace",
             "steps": [{"setWeight": 50}, {"pause": {"durationSeconds": 4}}],
             "progressDeadlineSeconds": 240,
+            **({"analysis": analysis} if analysis is not None else {}),
         },
         startupTimeoutSeconds=120,
     )
@@ -274,3 +288,139 @@ def test_a_new_version_that_fails_to_load_is_rolled_back_in_place_with_no_failed
     printed = kubectl_triton(cluster, "status", "held", "-n", namespace)
     assert f"Aborted:   {failed} in place (InPlaceLoadFailed)" in printed, printed
     print(f"\nin-place rollback: apply -> every pod back: {took:.1f} s")
+
+
+ANALYSIS: dict[str, Any] = {
+    "intervalSeconds": 2,
+    "minRequests": 40,
+    "maxLatencyRatio": 1.5,
+    "models": ["add_sub"],
+}
+DELAY = 0.01
+
+
+def test_a_new_version_that_fails_its_analysis_is_rolled_back_in_place_with_no_failed_request(  # noqa: PLR0917
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, cluster: Path
+) -> None:
+    s3 = store.extra["s3"]
+    s3.put_object(
+        Bucket=bucket, Key=KEY.format(model="add_sub", version=1), Body=behaving_source(0, delay=DELAY)
+    )
+    apply(kube, service("judged", namespace, bucket, store, 1, analysis=ANALYSIS))
+    host_revision = serving(kube, namespace, "judged")["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "judged")
+    answering(host, 0)
+    before = identity(kube, namespace, "judged")
+
+    # version 2: the same adder (offset 100), three times slower
+    s3.put_object(
+        Bucket=bucket, Key=KEY.format(model="add_sub", version=2), Body=behaving_source(100, delay=DELAY * 3)
+    )
+    client = LoadClient(host, max_seconds=400).start()
+    started = time.monotonic()
+    try:
+        apply(kube, service("judged", namespace, bucket, store, 2, analysis=ANALYSIS))
+        obj = wait_condition(
+            kube, namespace, "judged", "Degraded", "True", reason="AnalysisFailed", timeout=300
+        )
+        failed = obj["status"]["inPlace"]["abortedRevision"]
+
+        def back() -> dict[str, Any] | None:
+            found = get_ts(kube, namespace, "judged")
+            in_place = found["status"].get("inPlace") or {}
+            return found if in_place.get("abortedRevision") and not in_place.get("next") else None
+
+        obj = wait_for(back, timeout=300, interval=1, what="every pod back on the stable revision")
+        took = time.monotonic() - started
+        answering(host, 0, timeout=30)
+        after = LoadClient(host, max_seconds=10, max_requests=100).start()
+        time.sleep(3)
+        after.stop()
+    finally:
+        client.stop()
+    no_request_failed(
+        client, f"in-place rollback on a failed analysis ({took:.1f} s from apply to every pod back)"
+    )
+    assert client.answers[100.0] > 0, client.summary()  # the updated pod did answer with version 2
+    assert set(after.answers) == {0.0} and not after.failures, after.summary()
+    assert identity(kube, namespace, "judged") == before
+    status = obj["status"]
+    assert status["stableRevision"] == host_revision and failed != host_revision
+    assert status["inPlace"]["abortedReason"] == "AnalysisFailed"
+    message = condition(obj, "Degraded")["message"]
+    assert "analysis failed" in message and re.search(
+        r"request latency \d+us = [\d.]+ x stable \d+us > 1\.5 x", message
+    ), message
+    run = status["analysisRuns"][-1]
+    assert run["verdict"] == "Failed" and run["revision"] == failed and run["weight"] == 50, run
+    warnings = [(r, m) for t, r, m in events(kube, namespace, "judged") if t == "Warning"]
+    assert any(r == "RolloutAborted" and "analysis failed" in m and "in-place" in m for r, m in warnings), (
+        warnings
+    )
+    assert not any((p.metadata.annotations or {}).get(ANNOTATION) for p in pods(kube, namespace, "judged"))
+    assert {d["metadata"]["name"] for d in owned(kube, Deployment, namespace, "judged")} == {
+        f"judged-{host_revision}"
+    }
+    printed = kubectl_triton(cluster, "status", "judged", "-n", namespace)
+    assert f"Aborted:   {failed} in place (AnalysisFailed)" in printed, printed
+    print(f"\nin-place rollback on a failed analysis: apply -> every pod back: {took:.1f} s; {message}")
+
+
+def test_undo_of_an_in_place_rollout_goes_back_in_place_with_no_failed_request(  # noqa: PLR0917
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, cluster: Path
+) -> None:
+    apply(kube, service("undone", namespace, bucket, store, 1))
+    host_revision = serving(kube, namespace, "undone")["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "undone")
+    answering(host, 0)
+    before = identity(kube, namespace, "undone")
+    store.extra["s3"].put_object(
+        Bucket=bucket, Key=KEY.format(model="add_sub", version=2), Body=adder_source(100)
+    )
+    apply(kube, service("undone", namespace, bucket, store, 2))
+
+    def moved() -> dict[str, Any] | None:
+        obj = get_ts(kube, namespace, "undone")
+        status = obj["status"]
+        done = status.get("servedRevision") and not (status.get("inPlace") or {}).get("next")
+        return obj if done else None
+
+    new = wait_for(moved, timeout=300, interval=1, what="the new revision served in place")["status"][
+        "servedRevision"
+    ]
+    answering(host, 100, timeout=30)
+    client = LoadClient(host, max_seconds=400).start()
+    started = time.monotonic()
+    try:
+        said = kubectl_triton(cluster, "undo", "undone", "-n", namespace)
+        assert "undo requested" in said, said
+
+        def undone() -> dict[str, Any] | None:
+            obj = get_ts(kube, namespace, "undone")
+            status = obj["status"]
+            in_place = status.get("inPlace") or {}
+            back = not status.get("servedRevision") and in_place.get("pinned") == host_revision
+            return obj if back and not in_place.get("next") else None
+
+        obj = wait_for(
+            undone, timeout=300, interval=1, what="the undo to load the old revision back in place"
+        )
+        took = time.monotonic() - started
+        answering(host, 0, timeout=30)
+        time.sleep(2)
+    finally:
+        client.stop()
+    no_request_failed(client, f"in-place undo ({took:.1f} s from the request to every pod back)")
+    assert client.answers[100.0] > 0 and client.answers[0.0] > 0, client.summary()
+    assert set(client.answers) == {0.0, 100.0}
+    assert identity(kube, namespace, "undone") == before  # the same pods, never restarted
+    status = obj["status"]
+    assert status["history"] == [{"revision": new, "inPlaceHost": host_revision}], status["history"]
+    assert {d["metadata"]["name"] for d in owned(kube, Deployment, namespace, "undone")} == {
+        f"undone-{host_revision}"
+    }
+    said_events = events(kube, namespace, "undone")
+    assert any(r == "UndoRequested" and "in place" in m for _, r, m in said_events), said_events
+    printed = kubectl_triton(cluster, "status", "undone", "-n", namespace)
+    assert f"Undo:      serving {host_revision} in place" in printed, printed
+    print(f"\nin-place undo: request -> every pod back: {took:.1f} s")

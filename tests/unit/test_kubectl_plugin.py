@@ -219,6 +219,16 @@ def test_status_promoting_aborted_pinned_paused() -> None:
     assert "done" not in aborted  # no rollout in progress: no markers
     pinned = kp.render_status(ts(pinnedRevision="old", pinnedFor="new"), NOW)
     assert "Undo:      serving old while the spec still asks for new" in pinned
+    undone = {"host": "h", "stable": "old", "pinned": "old", "pinnedFor": "new"}
+    pinned = kp.render_status(
+        ts(inPlace=undone, history=[{"revision": "new", "inPlaceHost": "h"}, {"revision": "h"}]), NOW
+    )
+    assert (
+        "Undo:      serving old in place, in the pods of h, while the spec still asks for new "
+        "(kubectl triton retry to roll forward)"
+    ) in pinned
+    history = pinned.splitlines()[-2:]
+    assert history == ["  new (in place, in the pods of h)", "  h"]
     paused = kp.render_status(ts(pausedByUser=True), NOW)
     assert "Paused:    yes (kubectl triton pause)" in paused
 

@@ -360,6 +360,13 @@ def render_status(obj: Mapping[str, Any], now: datetime, tunings: Sequence[Mappi
             f"Undo:      serving {status['pinnedRevision']} "
             f"while the spec still asks for {status.get('pinnedFor')}"
         )
+    in_place = status.get("inPlace") or {}
+    if in_place.get("pinned"):
+        lines.append(
+            f"Undo:      serving {in_place['pinned']} in place, in the pods of {in_place.get('host')}, "
+            f"while the spec still asks for {in_place.get('pinnedFor')} "
+            "(kubectl triton retry to roll forward)"
+        )
     if status.get("pausedByUser") or (rollout is not None and rollout.paused):
         source = "spec.rollout.paused" if rollout is not None and rollout.paused else "kubectl triton pause"
         lines.append(f"Paused:    yes ({source})")
@@ -396,7 +403,8 @@ def render_status(obj: Mapping[str, Any], now: datetime, tunings: Sequence[Mappi
         lines.append("History (oldest first; kubectl triton undo --to-revision REV):")
         for h in history:
             when = f" (stable since {h['created']})" if h.get("created") else ""
-            lines.append(f"  {h.get('revision', '')}{when}")
+            where = f" (in place, in the pods of {h['inPlaceHost']})" if h.get("inPlaceHost") else ""
+            lines.append(f"  {h.get('revision', '')}{when}{where}")
     endpoints = status.get("endpoints") or {}
     if endpoints:
         lines.append("Endpoints:")

@@ -826,6 +826,11 @@ class RevisionRecord(_Model):
     revision: str
     created: str | None = None
     generation: int | None = None
+    in_place_host: str | None = Field(
+        None,
+        description="Served in place in the pods of this revision (no Deployment of its own): an undo to "
+        "it loads it back into those pods, in place.",
+    )
 
 
 class StartPhases(_Model):
@@ -887,6 +892,12 @@ class InPlaceRollout(_Model):
     aborted_revision: str | None = None
     aborted_reason: str | None = None
     aborted_detail: str | None = None
+    pinned: str | None = Field(
+        None, description="The revision an undo went back to in place (served instead of the spec's)."
+    )
+    pinned_for: str | None = Field(
+        None, description="The spec's revision when the undo was made: a new spec or a retry ends the pin."
+    )
 
 
 class TritonServiceStatus(_Model):

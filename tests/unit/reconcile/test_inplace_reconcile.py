@@ -17,7 +17,7 @@ import datetime
 import http.server
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -26,10 +26,12 @@ from e2e_helpers import PYTHON_MODEL, tritonservice
 from memkube import MemKube
 from triton_operator import KIND
 from triton_operator.adapters.agent_reader import AgentReader
-from triton_operator.adapters.triton_reader import TritonReader
+from triton_operator.adapters.kube import ObjectRejectedError
+from triton_operator.adapters.triton_reader import Owner, PodReading, PodTarget, TritonReader
 from triton_operator.core import agent as agent_core
 from triton_operator.core import conditions as cond
 from triton_operator.core import observation
+from triton_operator.core.analysis import Counters
 from triton_operator.core.manifest import (
     ObjectInfo,
     StoreRef,
@@ -606,5 +608,268 @@ async def test_pods_added_by_a_scale_mid_update_are_updated_too(kube: MemKube, a
             await svc.run()
         assert svc.status()["servedRevision"] == new
         assert all(p.get("applied") == new for p in svc.pods().values())
+    finally:
+        await svc.close()
+
+
+# ---------------------------------------------------------------- spec.rollout.analysis gates in-place steps
+
+
+class Metrics(TritonReader):
+    """The operator's Triton reader with its readings made here (a stand-in for tritonserver's
+    metrics port, which no pod here has; tests/e2e reads real ones): at every pass each pod has
+    answered 20 more requests of `add`, in 2 ms each, or in 10 ms on the pods whose agent serves
+    ``slow`` (the revision loaded in place)."""
+
+    def __init__(self, kube: MemKube) -> None:
+        super().__init__(period=3600, ports=(1, 1))
+        self.kube = kube
+        self.slow: str | None = None
+        self.every: float | None = None
+        self.targets: list[PodTarget] = []
+        self.totals: dict[str, Counters] = {}
+
+    def watch(self, owner: Owner, targets: Sequence[PodTarget], metrics_every: float | None = None) -> None:
+        self.targets, self.every = list(targets), metrics_every
+
+    def readings(self, owner: Owner) -> dict[str, PodReading]:
+        out = {}
+        for target in self.targets:
+            pod = self.kube.find("Pod", NS, target.name) or {}
+            slow = self.slow is not None and pod.get("applied") == self.slow
+            more = Counters(success=20, request_us=20 * (10_000 if slow else 2_000))
+            self.totals[target.uid] = self.totals.get(target.uid, Counters()) + more
+            counters = {"add": self.totals[target.uid]}
+            out[target.uid] = PodReading(
+                target.uid, target.revision, target.restarts, read_at=0.0, index=(), counters=counters
+            )
+        return out
+
+
+def analysed(agents: FakeAgents, kube: MemKube) -> tuple[Service, Metrics]:
+    rollout = {
+        "modelUpdates": "InPlace",
+        "steps": [{"setWeight": 50}, {"pause": {"durationSeconds": 3600}}],
+        "analysis": {"intervalSeconds": 5, "minRequests": 20, "models": ["add"]},
+    }
+    svc = Service(agents, kube, rollout=rollout)
+    metrics = Metrics(kube)
+    svc.view = TritonView(metrics, AgentReader(port=agents.port, timeout=5))
+    return svc, metrics
+
+
+async def test_a_failed_analysis_rolls_the_in_place_step_back_as_a_failed_canary_analysis(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    """The pods a step moved answer 5 x slower than the pods not asked yet (maxLatencyRatio 1.5):
+    rolled back in place on every updated pod, with the Events, conditions, status.analysis and
+    status.analysisRuns a failed canary analysis gives."""
+    svc, metrics = analysed(agents, kube)
+    try:
+        host = await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        new = (await svc.run()).revision
+        assert new is not None and len(svc.annotated()) == 2
+        metrics.slow = new
+        await svc.run()  # the 2 pods asked load it: the window starts (20 of 20 requests not yet)
+        assert metrics.every == 5.0  # the pods' metrics are read at the analysis' interval
+        assert svc.status()["inPlace"]["stepIndex"] == 1 and svc.annotated()
+        window = svc.status()["analysis"]
+        assert window["revision"] == new and window["weight"] == 50 and window["verdict"] == "Inconclusive"
+        await svc.run()  # 20 requests more on each pod: 10 ms against 2 ms
+        degraded = svc.condition(cond.DEGRADED)
+        assert (degraded["status"], degraded["reason"]) == (cond.TRUE, cond.ANALYSIS_FAILED)
+        assert "request latency 10000us = 5.00 x stable 2000us > 1.5 x" in degraded["message"]
+        assert svc.annotated() == {}  # every updated pod goes back, as after a failed load
+        status = svc.status()
+        assert status["inPlace"]["rollingBack"] == cond.ANALYSIS_FAILED
+        assert status["analysis"]["verdict"] == "Failed"
+        assert [(r["revision"], r["verdict"], r["weight"]) for r in status["analysisRuns"]] == [
+            (new, "Failed", 50)
+        ]
+        aborted = [m for t, r, m in svc.events() if (t, r) == (cond.WARNING, cond.ROLLOUT_ABORTED)]
+        assert len(aborted) == 1 and "analysis failed after 0s at weight 50" in aborted[0]
+        await svc.run()  # every pod serves the stable revision again
+        status = svc.status()
+        assert "next" not in status["inPlace"] and status["inPlace"]["abortedReason"] == cond.ANALYSIS_FAILED
+        assert all(p.get("applied") == host for p in svc.pods().values())
+        assert svc.condition(cond.PROGRESSING)["reason"] == cond.ROLLOUT_ABORTED
+        printed = render_status(kube.find(KIND, NS, "svc") or {}, T0)
+        assert f"Aborted:   {new} in place (AnalysisFailed): analysis failed" in printed
+        assert svc.deployments() == [f"svc-{host}"]
+    finally:
+        await svc.close()
+
+
+async def test_a_passing_analysis_lets_the_in_place_update_ask_every_pod(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    svc, _ = analysed(agents, kube)
+    try:
+        await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        new = (await svc.run()).revision
+        await svc.run()
+        svc.now += datetime.timedelta(seconds=3601)  # the pause runs out: the last step would ask every pod
+        await svc.run()  # and does, on a passing analysis of the 2 pods updated against the 2 others
+        assert len(svc.annotated()) == 4
+        assert any(r == cond.ANALYSIS_PASSED and "in place" in m for _, r, m in svc.events())
+        for _ in range(2):
+            await svc.run()
+        assert svc.status()["servedRevision"] == new
+    finally:
+        await svc.close()
+
+
+async def test_a_pass_reads_each_pods_agent_once_even_when_the_spec_is_refused(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    """The agents are read in the observe stage: a pass that falls back to the last valid spec after
+    the API server refused the current one's objects does not read them a second time."""
+    svc = Service(agents, kube, rollout={"modelUpdates": "InPlace", "steps": [{"setWeight": 50}]})
+    try:
+        await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        await svc.run()
+        before = agents.reads
+        await svc.run()
+        assert agents.reads - before == 4  # an in-place update moves: each of the 4 pods once
+        svc.edit(lambda spec: spec["models"][1]["config"].__setitem__("maxBatchSize", 4))
+        kube.fail_next(
+            "apply", ObjectRejectedError("ConfigMap", "svc-x", "data: Invalid value"), kind="ConfigMap"
+        )
+        before = agents.reads
+        result = await svc.run()
+        assert result.invalid is not None and "Invalid value" in result.invalid  # the fallback ran
+        assert agents.reads - before == 4
+    finally:
+        await svc.close()
+
+
+# ---------------------------------------------------------------- undo of revisions served in place
+
+
+def undo(svc: Service, to_revision: str | None = None) -> None:
+    """What `kubectl triton undo [--to-revision REV]` writes (adapters.control.request)."""
+
+    def annotate(ts: dict[str, Any]) -> None:
+        annotations = ts["metadata"].setdefault("annotations", {})
+        annotations["triton-operator.io/undo"] = f"req-undo-{len(svc.kube.events)}"
+        annotations.pop("triton-operator.io/undo-to-revision", None)
+        if to_revision:
+            annotations["triton-operator.io/undo-to-revision"] = to_revision
+
+    svc.kube.edit(KIND, NS, "svc", annotate)
+
+
+async def test_undo_goes_back_in_place_to_a_revision_served_only_in_place(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    """An in-place rollout records the revision the pods served before in status.history (inPlaceHost):
+    `kubectl triton undo` loads it back into the same pods, in place and step by step (gated as any
+    in-place rollout), and an undo of the undo goes forward again; never a Deployment of either."""
+    svc = Service(agents, kube, rollout={"modelUpdates": "InPlace", "steps": [{"setWeight": 50}]})
+    try:
+        host = await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        moved = (await svc.run()).revision
+        for _ in range(3):
+            await svc.run()
+        status = svc.status()
+        assert status["servedRevision"] == moved
+        assert status["history"] == [{"revision": host, "inPlaceHost": host}]
+        printed = render_status(kube.find(KIND, NS, "svc") or {}, T0)
+        assert f"  {host} (in place, in the pods of {host})" in printed
+
+        undo(svc)  # no --to-revision: the last entry of history
+        await svc.run()
+        status = svc.status()
+        assert status["inPlace"]["next"] == host and status["inPlace"]["pinned"] == host
+        assert status["inPlace"]["pinnedFor"] == moved and status["rolloutKind"] == "InPlace"
+        assert len(svc.annotated()) == 2  # setWeight 50: gated step by step as any in-place rollout
+        assert any(r == cond.UNDO_REQUESTED and "in place" in m for _, r, m in svc.events())
+        for _ in range(3):
+            await svc.run()
+        status = svc.status()
+        assert "servedRevision" not in status and "next" not in status["inPlace"]
+        assert all(p.get("applied") == host for p in svc.pods().values())
+        assert status["history"] == [{"revision": moved, "inPlaceHost": host}]
+        assert kube.find("ConfigMap", NS, f"svc-{moved}") is not None  # kept for the next undo
+        await svc.run()  # the spec's revision waits while the undo holds
+        assert "servedRevision" not in svc.status()
+        assert svc.deployments() == [f"svc-{host}"]
+
+        undo(svc, str(moved))  # and forward again, in place
+        for _ in range(4):
+            await svc.run()
+        status = svc.status()
+        assert status["servedRevision"] == moved and status["history"] == [
+            {"revision": host, "inPlaceHost": host}
+        ]
+        assert all(p.get("applied") == moved for p in svc.pods().values())
+        assert svc.deployments() == [f"svc-{host}"]
+        rejected = [m for _, r, m in svc.events() if r == cond.UNDO_REJECTED]
+        assert not rejected, rejected
+    finally:
+        await svc.close()
+
+
+async def test_a_retry_after_an_in_place_undo_rolls_the_spec_forward(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    svc = Service(agents, kube)
+    try:
+        host = await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        moved = (await svc.run()).revision
+        for _ in range(3):
+            await svc.run()
+        undo(svc)
+        for _ in range(4):
+            await svc.run()
+        assert "servedRevision" not in svc.status()
+        svc.request("retry", "")
+        for _ in range(4):
+            await svc.run()
+        status = svc.status()
+        assert status["servedRevision"] == moved and "pinned" not in status["inPlace"]
+        assert status["history"] == [{"revision": host, "inPlaceHost": host}]
+    finally:
+        await svc.close()
+
+
+async def test_an_undo_the_pods_cannot_load_in_place_is_rejected_and_says_why(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    """A revision served only in place whose host no longer serves (new pods took over) cannot be
+    reached: no Deployment of its own to scale up, nor pods of its host to load it into."""
+    svc = Service(agents, kube)
+    try:
+        host = await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        first = (await svc.run()).revision
+        for _ in range(3):
+            await svc.run()
+        svc.edit(lambda spec: spec["models"][1]["config"].__setitem__("maxBatchSize", 4))
+        second = (await svc.run()).revision
+        for _ in range(3):
+            await svc.run()
+        assert svc.status()["servedRevision"] == second
+        assert svc.status()["history"] == [
+            {"revision": host, "inPlaceHost": host},
+            {"revision": first, "inPlaceHost": host},
+        ]
+        svc.edit(lambda spec: spec.__setitem__("env", [{"name": "X", "value": "1"}]))  # new pods
+        for _ in range(4):
+            await svc.run()
+        assert svc.status()["stableRevision"] not in (host, first, second)
+        undo(svc, str(first))
+        await svc.run()
+        rejected = [m for _, r, m in svc.events() if r == cond.UNDO_REJECTED]
+        assert rejected == [
+            f"undo: revision {first} was served only in place, in the pods of revision {host}: it can "
+            "be loaded back only in place, into those pods (spec.rollout.modelUpdates: InPlace, while "
+            "they serve and no rollout of new pods runs)"
+        ]
     finally:
         await svc.close()

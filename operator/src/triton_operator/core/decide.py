@@ -25,7 +25,7 @@ from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
 from triton_operator.core.rollout.requests import parse_control_requests
 from triton_operator.core.rollout.state import RevisionState, RolloutStatus
 from triton_operator.core.status import Observation, build_status
-from triton_operator.models import TritonService
+from triton_operator.models import ANALYSIS_RUNS_KEPT, TritonService
 from triton_operator.settings import Settings
 
 
@@ -80,10 +80,12 @@ def decide(
     manifest_json: str | None,
     unsyncable: Mapping[str, str] | None = None,
     analysis: AnalysisResult | None = None,
+    in_place_analysis: AnalysisResult | None = None,
 ) -> Decision:
     """The rollout toward ``revision`` of ``ts`` (core.rollout, and core.inplace_plan for models that
     move in place), and what to apply, scale and delete for it (core.actions). ManifestTooLarge when
-    the revision's manifest cannot be stored."""
+    the revision's manifest cannot be stored. ``analysis``: the canary's verdict in its window;
+    ``in_place_analysis``: the in-place step's (core.rollout.inplace.AnalysisSides)."""
     status = RolloutStatus.from_status(observed.previous)
     ip = decide_in_place(
         ts,
@@ -98,12 +100,22 @@ def decide(
             requests=parse_control_requests(observed.annotations),
             now=observed.moment,
             deadline_seconds=ts.spec.progress_deadline(),
+            analysis=in_place_analysis,
+            unsyncable=unsyncable or {},
         ),
         configs=configs,
         manifest_json=manifest_json,
     )
     if ip.handled:
         status = dataclasses.replace(status, handled_requests={**status.handled_requests, **ip.handled})
+    if ip.history is not None:
+        status = dataclasses.replace(status, history=ip.history)  # an in-place update completed
+    if ip.plan is not None and (ip.plan.analysis_runs or ip.plan.pause):
+        # The in-place analysis' records and pause, kept as a canary's (status.analysisRuns, pausedByUser).
+        runs = (*status.analysis_runs, *ip.plan.analysis_runs)[-ANALYSIS_RUNS_KEPT:]
+        status = dataclasses.replace(
+            status, analysis_runs=runs, paused_by_user=status.paused_by_user or ip.plan.pause
+        )
     plan = plan_rollout(
         RolloutInput(
             rollout=ts.spec.rollout,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from triton_operator.core.analysis import AnalysisResult
 from triton_operator.core.builders import (
     RevisionFiles,
     build_inplace_configmap,
@@ -24,7 +25,14 @@ from triton_operator.core.builders import (
     inplace_data_bytes,
     pod_template_inputs,
 )
-from triton_operator.core.conditions import NEW_PODS_REQUIRED, NORMAL, ROLLOUT_RETRIED
+from triton_operator.core.conditions import (
+    NEW_PODS_REQUIRED,
+    NORMAL,
+    ROLLOUT_RETRIED,
+    UNDO_REJECTED,
+    UNDO_REQUESTED,
+    WARNING,
+)
 from triton_operator.core.inplace import InPlace, NewPods, RevisionParts, describe, rollout_kind
 from triton_operator.core.manifest import Manifest, manifest_from_json
 from triton_operator.core.manifestparts import CONFIGMAP_BUDGET
@@ -42,16 +50,18 @@ from triton_operator.core.observation import (
 )
 from triton_operator.core.rollout.inplace import (
     AgentStatus,
+    AnalysisSides,
     HostPod,
     InPlaceInput,
     InPlacePlan,
     InPlaceRequests,
     InPlaceState,
+    analysis_sides,
     plan_in_place,
 )
 from triton_operator.core.rollout.plan import RolloutEvent
 from triton_operator.core.rollout.requests import ControlRequest
-from triton_operator.core.rollout.state import RevisionState, RolloutStatus
+from triton_operator.core.rollout.state import HistoryEntry, RevisionState, RolloutStatus
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 
@@ -81,6 +91,8 @@ class InPlaceDecision:
     """Revisions whose ConfigMaps stay (the ones the pods serve or load), Deployment or not."""
     served: str | None = None
     """status.servedRevision: the revision the stable pods serve when it is not their own."""
+    history: tuple[HistoryEntry, ...] | None = None
+    """status.history from now, when an in-place update completed in this pass (None: as it was)."""
 
     def status_fields(self, previous: Mapping[str, Any]) -> dict[str, Any]:
         """servedRevision, inPlace, rolloutKind and rolloutKindReason as the status writes them."""
@@ -208,6 +220,27 @@ def _entries(manifest: Manifest | None, model: str) -> frozenset[Any]:
     return frozenset(e for e in manifest.entries if e.dest.split("/", 1)[0] == model)
 
 
+def host_pods(host: str, pods: Sequence[PodState], agents: Mapping[str, AgentStatus]) -> list[HostPod]:
+    """The host revision's pods as the in-place update reads them, each with its agent's status."""
+    return [
+        HostPod(p.name, p.ready, p.terminating, p.inplace_target, agents.get(p.name))
+        for p in pods
+        if p.revision == host
+    ]
+
+
+def in_place_sides(
+    previous: Mapping[str, Any], pods: Sequence[PodState], agents: Mapping[str, AgentStatus]
+) -> AnalysisSides | None:
+    """What the analysis of the in-place update in ``previous`` (status.inPlace) judges in this pass:
+    the pods its steps moved to the next revision against the others (core.rollout.inplace.
+    analysis_sides); None while nothing is judged."""
+    state = InPlaceState.from_status(previous)
+    if state is None or state.host != RolloutStatus.from_status(previous).stable_revision:
+        return None
+    return analysis_sides(state, host_pods(state.host, pods, agents))
+
+
 @dataclasses.dataclass(frozen=True)
 class InPlaceContext:
     """What the in-place layer reads of a pass, beside the spec."""
@@ -220,6 +253,10 @@ class InPlaceContext:
     requests: Sequence[ControlRequest]
     now: datetime
     deadline_seconds: int
+    analysis: AnalysisResult | None = None
+    """The analysis verdict of the in-place step's window (reconcile.analysis), if one was judged."""
+    unsyncable: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Revisions an undo must not go back to (their pinned objects were overwritten), and why."""
 
 
 def decide_in_place(
@@ -238,7 +275,9 @@ def decide_in_place(
     state = InPlaceState.from_status(previous)
     if state is not None and state.host != host:
         state = None  # new pods took over: what the old host served in place is history
-    untouched = InPlaceDecision(engine_revision=revision, requests=tuple(ctx.requests), handled={})
+    # The revisions served here in place before (status.history): their ConfigMaps stay, for an undo.
+    kept = tuple(h.revision for h in rs.history if host is not None and h.in_place_host == host)
+    untouched = InPlaceDecision(engine_revision=revision, requests=tuple(ctx.requests), handled={}, keep=kept)
     if host is None or (state is None and not in_place(ts)):
         return untouched
 
@@ -253,33 +292,31 @@ def decide_in_place(
     events: list[RolloutEvent] = []
     kind: tuple[str, str] | None = None
     described = str(previous.get("rolloutKindReason") or "")
-    ours = {r for r in (state.next, state.aborted_revision) if r} if state is not None else set()
-    taken, rest = _taken(ctx.requests, rs.handled_requests, ours) if ours else ([], list(ctx.requests))
+    asked = _requests(ts, settings, ctx, state=state, served=served, revision=revision, files=files)
+    state, taken, rest, desired = asked.state, asked.taken, asked.rest, asked.desired
+    events += asked.events
     actions = {r.action for r in taken}
-    held = state is not None and state.next is None and state.aborted_revision is not None
-    if state is not None and held and (state.aborted_revision != revision or "retry" in actions):
-        if state.aborted_revision == revision:
-            events.append(RolloutEvent(NORMAL, ROLLOUT_RETRIED, f"retrying revision {revision} in place"))
-        state = dataclasses.replace(state, aborted_revision=None, aborted_reason=None, aborted_detail=None)
     engine = host
     replaced_by: str | None = None
     if state is not None and state.next is not None:
-        if state.next != revision and state.rolling_back is None:
-            replaced_by = revision  # a newer spec: the update in progress goes back first
+        if state.next != desired and state.rolling_back is None:
+            replaced_by = desired  # a newer spec (or an undo): the update in progress goes back first
     elif state is not None and state.aborted_revision is not None:
         pass  # held: the host serves what it served, the spec's revision waits
-    elif revision != served:
+    elif desired != served:
         change = _change(
             ts,
             settings,
             ctx,
-            change=(served, revision),
+            change=(served, desired),
             files=files,
             configs=configs,
             manifest_json=manifest_json,
+            undo=desired != revision,
         )
         if isinstance(change, InPlace):
-            state = InPlaceState(host=host, stable=served, next=revision)
+            pin = (state.pinned, state.pinned_for) if state is not None else (None, None)
+            state = InPlaceState(host=host, stable=served, next=desired, pinned=pin[0], pinned_for=pin[1])
             described = describe(change)
             kind = (IN_PLACE, described)
         else:
@@ -298,11 +335,7 @@ def decide_in_place(
             rollout=ts.spec.rollout,
             state=state,
             models=changed_models(files(state.stable), files(state.next)) if state.next else (),
-            pods=[
-                HostPod(p.name, p.ready, p.terminating, p.inplace_target, ctx.agents.get(p.name))
-                for p in ctx.pods
-                if p.revision == state.host
-            ],
+            pods=host_pods(state.host, ctx.pods, ctx.agents),
             now=ctx.now,
             deadline_seconds=ctx.deadline_seconds,
             paused=ts.spec.rollout.paused or rs.paused_by_user,
@@ -312,6 +345,7 @@ def decide_in_place(
             configmap_stable=observed_state_stable(ctx.configmaps, state.host),
             describe=described,
             replaced_by=replaced_by,
+            analysis=ctx.analysis,
         )
     )
     configmap: dict[str, Any] | None = None
@@ -330,6 +364,11 @@ def decide_in_place(
     after = plan.state
     if kind is None and after is not None and after.next is not None:
         kind = (IN_PLACE, described)
+    history: tuple[HistoryEntry, ...] | None = None
+    if state.next is not None and after is not None and after.next is None and after.stable == state.next:
+        history = _in_history(rs.history, ts.spec.rollout.revision_history_limit, state.stable, state)
+    entries = history if history is not None else rs.history
+    kept = tuple(h.revision for h in entries if h.in_place_host == state.host)
     return InPlaceDecision(
         engine_revision=engine,
         requests=tuple(rest),
@@ -338,9 +377,139 @@ def decide_in_place(
         kind=kind,
         events=(*events, *plan.events),
         configmap=configmap,
-        keep=keep,
+        keep=tuple(dict.fromkeys((*keep, *kept))),
         served=after.stable if after is not None and after.stable != after.host else None,
+        history=history,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Asked:
+    """The control requests one pass takes here, and what they leave to do."""
+
+    state: InPlaceState | None
+    taken: list[ControlRequest]
+    rest: list[ControlRequest]
+    events: list[RolloutEvent]
+    desired: str
+    """What the pods are to serve: the spec's revision, or the one an undo went back to."""
+
+
+def _requests(
+    ts: TritonService,
+    settings: Settings,
+    ctx: InPlaceContext,
+    *,
+    state: InPlaceState | None,
+    served: str,
+    revision: str,
+    files: Callable[[str | None], RevisionFiles | None],
+) -> _Asked:
+    """The requests for the in-place rollout (promote, promote-full, abort, retry), an undo it can
+    load in place, a retry after one; the pin and the hold they end."""
+    rs = RolloutStatus.from_status(ctx.previous)
+    events: list[RolloutEvent] = []
+    ours = {r for r in (state.next, state.aborted_revision) if r} if state is not None else set()
+    taken, rest = _taken(ctx.requests, rs.handled_requests, ours) if ours else ([], list(ctx.requests))
+    undo = _undo(ts, settings, ctx, rest, state=state, served=served, revision=revision, files=files)
+    if undo is not None:
+        state = undo.state
+        events += undo.events
+        taken += undo.taken
+        rest = [r for r in rest if r not in undo.taken]
+    if state is not None and state.pinned is not None:
+        # A retry rolls the spec forward after an undo made here (as after the engine's pin).
+        retry = [r for r in rest if r.action == "retry" and rs.handled_requests.get("retry") != r.request_id]
+        taken += retry
+        rest = [r for r in rest if r not in retry]
+    actions = {r.action for r in taken}
+    ended = state is not None and (state.pinned_for != revision or "retry" in actions)
+    if state is not None and state.pinned is not None and ended:
+        if state.pinned_for == revision:
+            forward = f"rolling forward to revision {revision}"
+            events.append(RolloutEvent(NORMAL, ROLLOUT_RETRIED, forward))
+        state = dataclasses.replace(state, pinned=None, pinned_for=None)  # a new spec, or a retry
+    desired = state.pinned if state is not None and state.pinned is not None else revision
+    held = state is not None and state.next is None and state.aborted_revision is not None
+    if state is not None and held and (state.aborted_revision != desired or "retry" in actions):
+        if state.aborted_revision == desired:
+            events.append(RolloutEvent(NORMAL, ROLLOUT_RETRIED, f"retrying revision {desired} in place"))
+        state = dataclasses.replace(state, aborted_revision=None, aborted_reason=None, aborted_detail=None)
+    return _Asked(state, taken, rest, events, desired)
+
+
+def _in_history(
+    history: Sequence[HistoryEntry], limit: int, old: str, state: InPlaceState
+) -> tuple[HistoryEntry, ...]:
+    """status.history once the pods of ``state.host`` serve ``state.next`` in place: the revision they
+    served before (``old``) is kept for an undo (in place: no Deployment of its own), the one they
+    serve now is not history; at most ``limit`` entries (spec.rollout.revisionHistoryLimit)."""
+    entries = [h for h in history if h.revision not in (old, state.next)]
+    entries.append(HistoryEntry(old, None, in_place_host=state.host))
+    return tuple(entries[-limit:] if limit > 0 else [])
+
+
+@dataclasses.dataclass(frozen=True)
+class _Undone:
+    state: InPlaceState | None
+    events: tuple[RolloutEvent, ...]
+    taken: tuple[ControlRequest, ...]
+
+
+def _undo(
+    ts: TritonService,
+    settings: Settings,
+    ctx: InPlaceContext,
+    requests: Sequence[ControlRequest],
+    *,
+    state: InPlaceState | None,
+    served: str,
+    revision: str,
+    files: Callable[[str | None], RevisionFiles | None],
+) -> _Undone | None:
+    """An undo request the in-place layer takes: its target (--to-revision, else the last entry of
+    status.history) was served in place in the host's pods (status.history's inPlaceHost), or is the
+    host's own revision while they serve another in place. Pinned (status.inPlace.pinned) until the
+    spec changes or a retry request, as the engine pins an undo; the pods move to it as any in-place
+    update does, step by step, gated. None: not one for in place (the engine takes it)."""
+    rs = RolloutStatus.from_status(ctx.previous)
+    host = rs.stable_revision
+    fresh = [r for r in requests if r.action == "undo" and rs.handled_requests.get("undo") != r.request_id]
+    if not fresh or host is None or rs.canary_revision is not None or not in_place(ts):
+        return None
+    req = fresh[-1]
+    in_place_here = {h.revision for h in rs.history if h.in_place_host == host}
+    target = req.to_revision or (rs.history[-1].revision if rs.history else None)
+    if target is None or not (target in in_place_here or (target == host and served != host)):
+        return None
+
+    def rejected(why: str) -> _Undone:
+        message = f"undo: revision {target} cannot be loaded in place: {why}"
+        return _Undone(state, (RolloutEvent(WARNING, UNDO_REJECTED, message),), (req,))
+
+    if target in ctx.unsyncable:
+        return rejected(f"it cannot sync any more: {ctx.unsyncable[target]}")
+    if target != served:
+        change = _change(
+            ts,
+            settings,
+            ctx,
+            change=(served, target),
+            files=files,
+            configs={},
+            manifest_json=None,
+            undo=True,
+            checks=False,
+        )
+        if not isinstance(change, InPlace):
+            return rejected(describe(change) if change is not None else "its ConfigMap is gone")
+    base = state if state is not None else InPlaceState(host=host, stable=served)
+    pinned = dataclasses.replace(base, pinned=target, pinned_for=revision)
+    message = (
+        f"rolling back to revision {target} in place, in the pods of revision {host} (serving {served}); "
+        f"the spec's revision {revision} waits until the spec changes or a retry request"
+    )
+    return _Undone(pinned, (RolloutEvent(NORMAL, UNDO_REQUESTED, message),), (req,))
 
 
 def _change(
@@ -352,20 +521,31 @@ def _change(
     files: Callable[[str | None], RevisionFiles | None],
     configs: Mapping[str, str],
     manifest_json: str | None,
+    undo: bool = False,
+    checks: bool = True,
 ) -> InPlace | NewPods | None:
     """How the change from ``served`` to ``revision`` rolls out: None when in place is not an option
     (not opted in, new pods already rolling, an undo pin), else rollout_kind's answer, NewPods when
-    the files do not fit the in-place ConfigMap."""
+    the files do not fit the in-place ConfigMap. ``undo``: ``revision`` is an earlier one an undo
+    goes back to (its parts read from its ConfigMaps, not the spec's); ``checks``: whether the
+    rollout in progress is looked at (an undo being decided is checked for that by _undo)."""
     served, revision = change
     rs = RolloutStatus.from_status(ctx.previous)
-    if not in_place(ts) or rs.canary_revision is not None or rs.pinned_revision is not None:
+    if checks and (not in_place(ts) or rs.canary_revision is not None or rs.pinned_revision is not None):
         return None
-    if rs.aborted_revision == revision or rs.stable_revision not in ctx.revisions:
+    if checks and (rs.aborted_revision == revision or rs.stable_revision not in ctx.revisions):
         return None
     old = stored_parts(ts, settings, ctx.configmaps, served)
     if old is None:
         return NewPods((f"revision {served}'s ConfigMap cannot be read: nothing to compare with",))
-    kind = rollout_kind(old, parts_of(ts, settings, configs, manifest_json))
+    new = (
+        stored_parts(ts, settings, ctx.configmaps, revision)
+        if undo
+        else parts_of(ts, settings, configs, manifest_json)
+    )
+    if new is None:
+        return None
+    kind = rollout_kind(old, new)
     if isinstance(kind, NewPods):
         return kind
     held = {r: files(r) for r in (served, revision)}

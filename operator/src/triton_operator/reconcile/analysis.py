@@ -12,7 +12,7 @@ from triton_operator.adapters.triton_reader import Owner, PodReading, PodTarget,
 from triton_operator.core.analysis import AnalysisResult, PodCounters, increase, judge, judged_models
 from triton_operator.core.observation import PodState
 from triton_operator.core.rollout.clock import format_time
-from triton_operator.core.rollout.inplace import AgentStatus, InPlaceState
+from triton_operator.core.rollout.inplace import AgentStatus, AnalysisSides, InPlaceState
 from triton_operator.core.rollout.state import RolloutStatus, under_analysis
 from triton_operator.core.triton_state import ModelVersionState, merge, model_statuses
 from triton_operator.models import AnalysisWindow, TritonService
@@ -50,19 +50,30 @@ class TritonView:
         self.agents = agents
         """The in-place agents' reader (None: in-place updates read no agent and never complete)."""
         self._windows: dict[Owner, _Window] = {}
+        self._in_place: dict[Owner, tuple[tuple[str, ...], _Window]] = {}
+        """The in-place step's window (the pods it judges as updated, and their baselines)."""
         self._pods: dict[Owner, list[PodTarget]] = {}
         """The pods handed to the reader in the last pass (also those it may not read)."""
 
     def forget(self, namespace: str, name: str) -> None:
         self._windows.pop((namespace, name), None)
+        self._in_place.pop((namespace, name), None)
         self._pods.pop((namespace, name), None)
         self.reader.forget((namespace, name))
 
     def look(
-        self, owner: Owner, ts: TritonService, status: RolloutStatus, desired: str, pods: Sequence[PodState]
+        self,
+        owner: Owner,
+        ts: TritonService,
+        status: RolloutStatus,
+        desired: str,
+        pods: Sequence[PodState],
+        *,
+        in_place: bool = False,
     ) -> dict[str, PodReading]:
         """Hand the pods of the stable, the canary and the desired revision to the reader, and take
-        the readings it has (never waiting for one)."""
+        the readings it has (never waiting for one). ``in_place``: an in-place update moves (its
+        pods' metrics are read at the analysis' interval, as a canary's)."""
         revisions = {r for r in (status.stable_revision, status.canary_revision, desired) if r}
         targets = [
             PodTarget(uid=p.uid, ip=p.ip, revision=p.revision, restarts=p.triton_restarts, name=p.name)
@@ -71,7 +82,7 @@ class TritonView:
         ]
         self._pods[owner] = targets
         analysis = ts.spec.rollout.analysis
-        judged = analysis is not None and under_analysis(ts.spec.rollout, status)
+        judged = analysis is not None and (in_place or under_analysis(ts.spec.rollout, status))
         every = float(analysis.interval_seconds) if analysis is not None and judged else None
         self.reader.watch(owner, targets, every)
         return self.reader.readings(owner)
@@ -111,12 +122,68 @@ class TritonView:
             missing=self._missing(owner, canary, readings),
         )
 
+    def judge_in_place(
+        self,
+        owner: Owner,
+        ts: TritonService,
+        sides: AnalysisSides | None,
+        readings: Mapping[str, PodReading],
+        now: datetime,
+    ) -> AnalysisResult | None:
+        """The in-place step's verdict: the pods it moved to the next revision (``sides.updated``, the
+        canary side) against the pods not asked yet (the stable side), in a window that starts when
+        these pods were first judged together, with spec.rollout.analysis' metrics and thresholds
+        as for a canary; None when nothing is judged (the window is dropped)."""
+        spec = ts.spec.rollout.analysis
+        if spec is None or sides is None:
+            self._in_place.pop(owner, None)
+            return None
+        held = self._in_place.get(owner)
+        if held is None or held[0] != sides.updated or held[1].revision != sides.revision:
+            held = (sides.updated, _Window(sides.revision, sides.weight, now, {}, {}))
+            self._in_place[owner] = held
+        window = held[1]
+        by_name = {t.name: t for t in self._pods.get(owner, [])}
+
+        def counters(names: Sequence[str]) -> dict[str, PodCounters]:
+            out: dict[str, PodCounters] = {}
+            for name in names:
+                target = by_name.get(name)
+                reading = readings.get(target.uid) if target is not None else None
+                if reading is not None and reading.counters is not None:
+                    out[reading.key] = reading.counters
+            return out
+
+        updated, baseline = counters(sides.updated), counters(sides.baseline)
+        for kept, current in ((window.canary, updated), (window.stable, baseline)):
+            for key, value in current.items():
+                kept.setdefault(key, value)
+        return judge(
+            spec,
+            judged_models(spec, [m.name for m in ts.spec.models]),
+            increase(window.canary, updated),
+            increase(window.stable, baseline),
+            revision=sides.revision,
+            weight=sides.weight,
+            window_seconds=(now - window.started).total_seconds(),
+            missing=self._missing_of(
+                [by_name.get(n) or PodTarget(uid="", ip="", revision="", name=n) for n in sides.updated],
+                readings,
+            ),
+        )
+
+    def in_place_window_started(self, owner: Owner) -> datetime | None:
+        held = self._in_place.get(owner)
+        return held[1].started if held is not None else None
+
     def _missing(self, owner: Owner, canary: str, readings: Mapping[str, PodReading]) -> list[str]:
         """The canary pods without counters in ``readings``, each as "name (why)"."""
+        return self._missing_of([t for t in self._pods.get(owner, []) if t.revision == canary], readings)
+
+    def _missing_of(self, targets: Sequence[PodTarget], readings: Mapping[str, PodReading]) -> list[str]:
+        """The pods of ``targets`` without counters in ``readings``, each as "name (why)"."""
         out = []
-        for target in self._pods.get(owner, []):
-            if target.revision != canary:
-                continue
+        for target in targets:
             reading = readings.get(target.uid)
             if reading is not None and reading.counters is not None:
                 continue

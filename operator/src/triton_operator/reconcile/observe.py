@@ -1,5 +1,6 @@
-"""What one reconcile reads, all before it decides: the TritonService, the objects it owns, what an undo
-may not reach, and for the spec it carries out the HPAs, the PodDisruptionBudget and the routes."""
+"""What one reconcile reads, all before it decides: the TritonService, the objects it owns, the pods'
+model-agents during an in-place update, what an undo may not reach, and for the spec it carries out
+the HPAs, the PodDisruptionBudget and the routes."""
 
 from __future__ import annotations
 
@@ -29,9 +30,11 @@ from triton_operator.core.observation import (
     split_by_owner,
 )
 from triton_operator.core.rollout.clock import format_time
+from triton_operator.core.rollout.inplace import AgentStatus
 from triton_operator.core.rollout.requests import pending_requests
 from triton_operator.core.rollout.state import RolloutStatus
 from triton_operator.models import TritonService
+from triton_operator.reconcile.analysis import TritonView
 from triton_operator.reconcile.autoscaling import look
 from triton_operator.reconcile.pinning import PinnedManifest, parse_manifest
 from triton_operator.reconcile.routes import Routes, read_routes
@@ -108,6 +111,8 @@ class Seen:
     replicas: int | None = None
     """spec.replicas as stored now (an HPA, KEDA or `kubectl scale` writes it through /scale), even
     while the rest of the spec is blocked; None when it is not a count."""
+    agents: Mapping[str, AgentStatus] = dataclasses.field(default_factory=dict)
+    """The host pods' model-agents, by pod name, while an in-place update moves (observe_agents)."""
 
     @property
     def now(self) -> str:
@@ -139,6 +144,16 @@ async def observe(
         pods=[pod_state(p) for p in owned.pods],
         replicas=live_replicas(body),
     )
+
+
+async def observe_agents(triton: TritonView | None, seen: Seen) -> Seen:
+    """``seen`` with the host pods' model-agents read (only while an in-place update moves,
+    status.inPlace.next; each read bounded: adapters.agent_reader): once a pass, before any
+    decision, whichever spec the pass carries out (the current one, or the last valid one should
+    the API server refuse the first)."""
+    if triton is None:
+        return seen
+    return dataclasses.replace(seen, agents=await triton.read_agents(seen.previous, seen.pods))
 
 
 def live_replicas(body: Mapping[str, Any]) -> int | None:
@@ -193,4 +208,5 @@ def observed(seen: Seen, around: Around | None = None) -> Observed:
         revisions=observe_revisions(seen.deployments, seen.pods),
         autoscalers=around.autoscalers if around is not None else None,
         stale_disruption_budget=around.stale_disruption_budget if around is not None else False,
+        agents=seen.agents,
     )

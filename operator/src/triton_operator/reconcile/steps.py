@@ -14,6 +14,7 @@ from triton_operator.adapters.kube import KubeAPI, ObjectRejectedError
 from triton_operator.core import conditions as cond
 from triton_operator.core.builders import compute_revision, stored_spec, triton_image
 from triton_operator.core.decide import Shown, decide, decided_status, held_status
+from triton_operator.core.inplace_plan import in_place_sides
 from triton_operator.core.manifestparts import ManifestTooLarge
 from triton_operator.core.names import object_name, revision_object_names
 from triton_operator.core.observation import (
@@ -25,6 +26,7 @@ from triton_operator.core.observation import (
 )
 from triton_operator.core.policy import policy_errors
 from triton_operator.core.rollout.clock import utcnow
+from triton_operator.core.rollout.inplace import InPlaceState
 from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.core.rollout.state import RolloutStatus
 from triton_operator.core.validation.errors import format_errors
@@ -39,6 +41,7 @@ from triton_operator.reconcile.observe import (
     Seen,
     current_manifest,
     observe,
+    observe_agents,
     observe_specs,
     observed,
     undo_waits,
@@ -138,7 +141,7 @@ async def reconcile(
         # Gone or going: ownerReferences let the garbage collector remove what it owned.
         METRICS.forget(namespace, name)
         return Result(status=None)
-    seen = await observe(kube, namespace, name, body, clock())
+    seen = await observe_agents(triton, await observe(kube, namespace, name, body, clock()))
     METRICS.record_pod_starts(seen.pods)  # each pod's start once, when first seen Ready
     chosen = await _choose(seen, body, settings, pin_manifest)
     if isinstance(chosen, _Blocked):
@@ -374,14 +377,21 @@ async def _carry_out(
             object_name(ts, revision),
         )
         return Result(status=dict(seen.previous), revision=revision, requeue_after=FOREIGN_RETRY_SECONDS)
-    # Everything the decision needs was read before it (no read after the decision); the pods'
-    # model agents are read only while an in-place update moves.
-    agents = await triton.read_agents(seen.previous, seen.pods) if triton is not None else {}
-    seen_now = dataclasses.replace(observed(seen, around), agents=agents)
+    # Everything the decision needs was read before it (no read after the decision; the pods'
+    # model agents by observe_agents, once a pass).
+    seen_now = observed(seen, around)
     owner = (seen.namespace, seen.name)
     before = RolloutStatus.from_status(seen.previous)
-    readings = triton.look(owner, ts, before, revision, seen.pods) if triton is not None else {}
+    sides = in_place_sides(seen.previous, seen.pods, seen.agents)
+    moving = InPlaceState.from_status(seen.previous)
+    in_place = moving is not None and moving.next is not None
+    readings = (
+        triton.look(owner, ts, before, revision, seen.pods, in_place=in_place) if triton is not None else {}
+    )
     analysis = triton.judge(owner, ts, before, readings, seen.moment) if triton is not None else None
+    in_place_analysis = (
+        triton.judge_in_place(owner, ts, sides, readings, seen.moment) if triton is not None else None
+    )
     # Decide (pure: core.decide): the rollout plan, and the objects to apply, scale and delete.
     try:
         decision = decide(
@@ -393,11 +403,17 @@ async def _carry_out(
             manifest_json=manifest_json,
             unsyncable=unsyncable,
             analysis=analysis,
+            in_place_analysis=in_place_analysis,
         )
     except ManifestTooLarge as exc:
         raise NotStoredError(str(exc)) from exc
     plan = decision.rollout
     shown = analysis if analysis is not None and plan.status.canary_revision == analysis.revision else None
+    started = triton.window_started(owner) if triton is not None else None
+    state = decision.in_place.plan.state if decision.in_place and decision.in_place.plan else None
+    if shown is None and in_place_analysis is not None and state and state.next == in_place_analysis.revision:
+        shown = in_place_analysis  # status.analysis: the in-place step's window, as a canary's
+        started = triton.in_place_window_started(owner) if triton is not None else None
     applied = [o for o in decision.actions.apply if o.get("kind") == "Deployment"]
     image = revision_image([*applied, *seen.owned.deployments], plan.status.stable_revision)
     scalers = around.autoscalers
@@ -413,7 +429,7 @@ async def _carry_out(
                 blocked=(blocked.message, blocked.reason) if blocked else None,
                 traffic=traffic.verdict if traffic is not None else None,
                 models=models_status(ts, plan.status, readings),
-                analysis=analysis_status(shown, triton.window_started(owner) if triton is not None else None),
+                analysis=analysis_status(shown, started),
                 autoscaling=scalers.verdict(ts) if scalers is not None else None,
             ),
         )

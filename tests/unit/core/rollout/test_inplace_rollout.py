@@ -10,17 +10,21 @@ from typing import Any
 import pytest
 
 from triton_operator.core import conditions as cond
+from triton_operator.core.analysis import FAILED, INCONCLUSIVE, PASSED, AnalysisResult, AnalysisVerdict
 from triton_operator.core.rollout.inplace import (
     AgentStatus,
+    AnalysisSides,
     HostPod,
     InPlaceInput,
     InPlacePlan,
     InPlaceRequests,
     InPlaceState,
+    analysis_sides,
     parse_agent_status,
     plan_in_place,
     step_pods,
 )
+from triton_operator.core.rollout.state import RolloutStatus
 from triton_operator.models import Rollout
 
 T0 = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -51,6 +55,8 @@ class World:
         self.configmap_stable: str | None = None
         self.last: InPlacePlan | None = None
         self.events: list[tuple[str, str]] = []
+        self.analysis: AnalysisResult | None = None
+        """The verdict reconcile.analysis hands the next call (None: no reading)."""
 
     def run(self, requests: InPlaceRequests | None = None, replaced_by: str | None = None) -> InPlacePlan:
         requests = requests or InPlaceRequests()
@@ -68,6 +74,7 @@ class World:
                 configmap_stable=self.configmap_stable,
                 describe="reload add",
                 replaced_by=replaced_by,
+                analysis=self.analysis,
             )
         )
         self.last = plan
@@ -341,3 +348,160 @@ def test_the_state_survives_the_status() -> None:
 )
 def test_the_agent_status_is_read_as_the_contract_has_it(payload: Any, expected: AgentStatus) -> None:
     assert parse_agent_status(payload) == expected
+
+
+# ---------------------------------------------------------------- spec.rollout.analysis, as for a canary
+
+ANALYSED = {"intervalSeconds": 5, "minRequests": 10}
+
+
+def verdict(world: World, outcome: AnalysisVerdict, window: float = 30) -> AnalysisResult:
+    """The verdict reconcile.analysis would hand over for the world's current sides."""
+    sides = analysis_sides(world.state, list(world.pods.values()), ("add",))
+    assert sides is not None, "nothing is judged now"
+    return AnalysisResult(
+        revision=sides.revision, weight=sides.weight, verdict=outcome, window_seconds=window
+    )
+
+
+def analysed(*steps: dict[str, Any], **analysis: Any) -> World:
+    return World(steps, analysis={**ANALYSED, **analysis})
+
+
+def test_the_first_step_is_not_judged_and_the_next_waits_for_a_reading() -> None:
+    world = analysed({"setWeight": 25}, {"setWeight": 50})
+    world.run()  # step 0 asks its pod: nothing updated yet, nothing to judge (a canary at weight 0)
+    assert world.annotated() == ["p0"]
+    plan = world.run()  # p0 on next: step 0 done; step 1 would ask more: it waits for the analysis
+    assert world.annotated() == ["p0"]
+    assert plan.progressing.reason == cond.WAITING_FOR_ANALYSIS
+    assert "waiting for the first reading" in plan.progressing.message
+    assert plan.requeue_after == 5.0  # judged at the analysis' interval
+    world.analysis = verdict(world, PASSED)
+    world.run()
+    assert world.annotated() == ["p0", "p1"]
+    assert cond.ANALYSIS_PASSED in world.reasons()
+    assert world.last is not None and [r.verdict for r in world.last.analysis_runs] == ["Passed"]
+
+
+@pytest.mark.parametrize(
+    ("steps", "before"),
+    [
+        # failed while the step's pods are held by a pause step
+        ([{"setWeight": 50}, {"pause": {}}], ["p0", "p1"]),
+        # failed at the gate before the next setWeight
+        ([{"setWeight": 25}, {"setWeight": 75}], ["p0"]),
+        # failed at the gate before the last step (every pod)
+        ([{"setWeight": 50}], ["p0", "p1"]),
+        # no pod left on the stable revision (setWeight 100, then a pause): judged as a canary at 100
+        ([{"setWeight": 100}, {"pause": {}}], list(PODS)),
+    ],
+)
+def test_a_failed_analysis_rolls_back_in_place_on_every_updated_pod(
+    steps: list[dict[str, Any]], before: list[str]
+) -> None:
+    world = analysed(*steps)
+    world.run()
+    world.run()
+    assert world.annotated() == before
+    world.analysis = dataclasses.replace(verdict(world, FAILED), window_seconds=40)
+    world.run()
+    rolled_back(world, cond.ANALYSIS_FAILED)
+    detail = world.last.degraded.message if world.last else ""
+    assert "analysis failed after 40s" in detail
+    aborted = [m for r, m in world.events if r == cond.ROLLOUT_ABORTED]
+    assert aborted and "analysis failed after 40s" in aborted[0]
+
+
+def test_a_verdict_of_other_sides_is_not_this_steps() -> None:
+    world = analysed({"setWeight": 25}, {"setWeight": 50})
+    world.run()
+    world.run()
+    world.analysis = dataclasses.replace(verdict(world, FAILED), weight=50)  # another share of the pods
+    plan = world.run()
+    assert plan.state is not None and plan.state.rolling_back is None
+    assert world.annotated() == ["p0"] and plan.progressing.reason == cond.WAITING_FOR_ANALYSIS
+    world.analysis = dataclasses.replace(verdict(world, PASSED), revision="other")
+    world.run()
+    assert world.annotated() == ["p0"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "reason", "pause"),
+    [("Abort", cond.ANALYSIS_INCONCLUSIVE, False), ("Pause", None, True), ("Wait", None, False)],
+)
+def test_too_little_traffic_follows_on_inconclusive(policy: str, reason: str | None, pause: bool) -> None:
+    world = analysed({"setWeight": 25}, {"setWeight": 50}, onInconclusive=policy, inconclusiveAfterSeconds=60)
+    world.run()
+    world.run()
+    world.analysis = verdict(world, INCONCLUSIVE, window=59)
+    plan = world.run()
+    assert plan.state is not None and plan.state.rolling_back is None and not plan.pause
+    world.analysis = verdict(world, INCONCLUSIVE, window=60)
+    plan = world.run()
+    assert plan.pause is pause
+    assert (cond.ANALYSIS_INCONCLUSIVE in world.reasons()) is pause
+    if reason is not None:
+        rolled_back(world, reason)
+    else:
+        assert plan.state is not None and plan.state.rolling_back is None
+        assert world.annotated() == ["p0"]
+
+
+def test_a_promote_request_goes_on_without_the_analysis() -> None:
+    world = analysed({"setWeight": 25}, {"setWeight": 50})
+    world.run()
+    world.run()
+    world.run(InPlaceRequests(promote=True))
+    assert world.annotated() == list(PODS)
+
+
+def test_at_the_last_step_every_pod_completes_without_a_pass_as_a_canary_at_100() -> None:
+    """No pod is left on the stable revision to compare with: the rollout completes once every pod
+    has loaded it (a canary's promotion at weight 100 does not wait for a pass either); a failed
+    verdict in the meantime still rolls back (the test above)."""
+    world = analysed({"setWeight": 100})
+    world.run()
+    plan = world.run()
+    assert plan.state is not None and plan.state.stable == N and plan.state.next is None
+
+
+@pytest.mark.parametrize(
+    ("asked", "agents", "expected"),
+    [
+        ((), {}, None),  # nothing asked yet
+        (("p0",), {"p0": on(N)}, AnalysisSides(N, ("p0",), ("p1", "p2", "p3"))),
+        (("p0", "p1"), {"p0": on(N), "p1": on(S)}, None),  # p1 still loads: the step's window waits
+        (("p0",), {"p0": on(N, add="UNAVAILABLE")}, None),  # its changed model not READY
+        (PODS, {p: on(N) for p in PODS}, AnalysisSides(N, PODS, ())),
+    ],
+)
+def test_the_sides_an_in_place_analysis_judges(
+    asked: tuple[str, ...], agents: dict[str, AgentStatus], expected: AnalysisSides | None
+) -> None:
+    pods = [HostPod(p, ready=True, agent=agents.get(p, on(S))) for p in PODS]
+    state = InPlaceState(host=H, stable=S, next=N, step_index=0, pods=asked)
+    assert analysis_sides(state, pods, ("add",)) == expected
+    assert analysis_sides(dataclasses.replace(state, rolling_back="x"), pods, ("add",)) is None
+
+
+@pytest.mark.parametrize(
+    ("updated", "baseline", "weight"), [(1, 3, 25), (1, 2, 33), (1, 299, 1), (4, 0, 100)]
+)
+def test_the_weight_of_the_sides_is_the_share_of_pods_updated(
+    updated: int, baseline: int, weight: int
+) -> None:
+    sides = AnalysisSides(N, tuple(f"u{i}" for i in range(updated)), tuple(f"b{i}" for i in range(baseline)))
+    assert sides.weight == weight
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        [{"revision": "a", "inPlaceHost": "h"}],
+        [{"revision": "h", "created": "2026-01-01T12:00:00Z"}, {"revision": "a", "inPlaceHost": "h"}],
+        [{"revision": "b"}],
+    ],
+)
+def test_history_entries_served_in_place_survive_the_status(history: list[dict[str, Any]]) -> None:
+    assert RolloutStatus.from_status({"history": history}).to_status()["history"] == history

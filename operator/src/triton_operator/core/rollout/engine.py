@@ -100,6 +100,16 @@ class _Engine(Steps):
             self.event(UNDO_REJECTED, f"undo: revision {target} is not in history ({known})", WARNING)
             return
         if target not in self.inp.revisions and target != self.inp.desired_revision:
+            entry = next((h for h in self.st.history if h.revision == target), None)
+            if entry is not None and entry.in_place_host is not None:
+                # core.inplace_plan takes the undos it can load in place; this one it could not.
+                why = (
+                    f"undo: revision {target} was served only in place, in the pods of revision "
+                    f"{entry.in_place_host}: it can be loaded back only in place, into those pods "
+                    "(spec.rollout.modelUpdates: InPlace, while they serve and no rollout of new pods runs)"
+                )
+                self.event(UNDO_REJECTED, why, WARNING)
+                return
             self.event(UNDO_REJECTED, f"undo: revision {target} has no Deployment left", WARNING)
             return
         if target in self.inp.unsyncable:

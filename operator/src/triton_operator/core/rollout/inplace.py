@@ -5,9 +5,12 @@ the Services that select it). What they serve moves from ``stable`` to ``next`` 
 `<deployment>-inplace` ConfigMap (state.json and the files of both) and one annotation per pod
 (`triton-operator.io/inplace-target: <next>`), which the pod's model-agent follows. A step of
 spec.rollout.steps completes when every pod asked reports, through its agent, the next revision
-Applied with the changed models READY; a failed load, a pod gone mid-update, the progress
-deadline or an abort request rolls back: the annotations are removed, the agents load the stable
-revision again, and ``next`` is cleared once every pod reports it. Success: stable := next.
+Applied with the changed models READY, and, where spec.rollout.analysis is set, before a step asks
+more pods the analysis of the pods updated so far against the others must pass (as a canary's
+before its traffic rises: ``AnalysisSides``); a failed load, a failed analysis, a pod gone
+mid-update, the progress deadline or an abort request rolls back: the annotations are removed, the
+agents load the stable revision again, and ``next`` is cleared once every pod reports it.
+Success: stable := next.
 
 ``plan_in_place`` is one call, level-based like core.rollout.engine: the state it wrote last time
 and what it observes now in, the next state, the pod annotations to write, the ConfigMap's
@@ -22,8 +25,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from triton_operator.core.analysis import FAILED as ANALYSIS_VERDICT_FAILED
+from triton_operator.core.analysis import INCONCLUSIVE, PASSED, AnalysisResult
 from triton_operator.core.conditions import (
     ABORTED,
+    ANALYSIS_FAILED,
+    ANALYSIS_INCONCLUSIVE,
+    ANALYSIS_PASSED,
     AS_EXPECTED,
     FALSE,
     IN_PLACE_LOAD_FAILED,
@@ -40,13 +48,22 @@ from triton_operator.core.conditions import (
     STEP_COMPLETED,
     STEP_PAUSED,
     TRUE,
+    WAITING_FOR_ANALYSIS,
     WARNING,
     Verdict,
 )
 from triton_operator.core.rollout.clock import format_time, parse_time, to_utc
 from triton_operator.core.rollout.plan import RolloutEvent
 from triton_operator.core.rollout.texts import describe_step
-from triton_operator.models import CanaryStep, InPlaceRollout, Rollout, Strategy
+from triton_operator.models import (
+    ANALYSIS_RUNS_KEPT,
+    AnalysisRunRecord,
+    CanaryStep,
+    Inconclusive,
+    InPlaceRollout,
+    Rollout,
+    Strategy,
+)
 
 APPLIED = "Applied"
 APPLYING = "Applying"
@@ -120,6 +137,9 @@ class InPlaceState:
     aborted_revision: str | None = None
     aborted_reason: str | None = None
     aborted_detail: str | None = None
+    pinned: str | None = None
+    """The revision an undo went back to in place: served instead of the spec's ``pinned_for``."""
+    pinned_for: str | None = None
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any] | None) -> InPlaceState | None:
@@ -140,6 +160,8 @@ class InPlaceState:
             aborted_revision=str(raw["abortedRevision"]) if raw.get("abortedRevision") else None,
             aborted_reason=str(raw["abortedReason"]) if raw.get("abortedReason") else None,
             aborted_detail=str(raw["abortedDetail"]) if raw.get("abortedDetail") else None,
+            pinned=str(raw["pinned"]) if raw.get("pinned") else None,
+            pinned_for=str(raw["pinnedFor"]) if raw.get("pinnedFor") else None,
         )
 
     def to_status(self) -> dict[str, Any]:
@@ -158,10 +180,55 @@ class InPlaceState:
             aborted_revision=self.aborted_revision,
             aborted_reason=self.aborted_reason,
             aborted_detail=self.aborted_detail,
+            pinned=self.pinned,
+            pinned_for=self.pinned_for,
         ).model_dump(by_alias=True, exclude_none=True, exclude_defaults=True, mode="json") | {
             "host": self.host,
             "stable": self.stable,
         }
+
+
+def serves(pod: HostPod, revision: str, models: Sequence[str] = ()) -> bool:
+    """The pod is Ready and its agent reports ``revision`` Applied, with each of ``models`` READY."""
+    agent = pod.agent
+    if agent is None or agent.error or agent.revision != revision or agent.state != APPLIED:
+        return False
+    return pod.ready and all(agent.models.get(m) == READY_STATE for m in models)
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisSides:
+    """What the analysis of an in-place step compares (spec.rollout.analysis, as for a canary): the
+    pods the update moved to ``revision`` (every pod asked so far, each serving it) against the
+    pods not asked yet, which serve the stable revision. The Service spreads requests over the pods
+    alike, so ``weight`` (the share of the pods updated) stands for a canary's traffic weight; with
+    no pod left on the stable revision it is 100, and, as for a canary at 100, the latency is not
+    compared with the stable's then (nothing to compare with): only the absolute checks apply."""
+
+    revision: str
+    updated: tuple[str, ...]
+    baseline: tuple[str, ...]
+
+    @property
+    def weight(self) -> int:
+        if not self.baseline:
+            return 100
+        return max(1, (100 * len(self.updated)) // (len(self.updated) + len(self.baseline)))
+
+
+def analysis_sides(
+    state: InPlaceState | None, pods: Sequence[HostPod], models: Sequence[str] = ()
+) -> AnalysisSides | None:
+    """The sides an in-place analysis judges now; None while nothing is judged: no update moves
+    (or it rolls back), no pod is asked yet, or a pod asked does not serve the next revision with
+    ``models`` READY yet (a step's window starts once its pods all have)."""
+    if state is None or state.next is None or state.rolling_back is not None or not state.pods:
+        return None
+    live = {p.name: p for p in pods if not p.terminating}
+    if any(name not in live or not serves(live[name], state.next, models) for name in state.pods):
+        return None
+    baseline = tuple(sorted(name for name in live if name not in state.pods))
+    return AnalysisSides(state.next, tuple(sorted(state.pods)), baseline)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,6 +259,9 @@ class InPlaceInput:
     """What the update does, in words (core.inplace.describe)."""
     replaced_by: str | None = None
     """A newer spec asks for this revision: the update in progress goes back first."""
+    analysis: AnalysisResult | None = None
+    """The analysis verdict of the current step's window (reconcile.analysis judges the pods of
+    ``analysis_sides``); taken only when it is of this state's sides."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,6 +278,10 @@ class InPlacePlan:
     requeue_after: float | None
     in_flight: bool
     """An update or its rollback runs (the pods' revision is moving)."""
+    analysis_runs: tuple[AnalysisRunRecord, ...] = ()
+    """The analyses that decided something in this call (status.analysisRuns, as a canary's)."""
+    pause: bool = False
+    """An inconclusive analysis pauses the rollout (onInconclusive: Pause): status.pausedByUser."""
 
 
 def step_pods(weight: int, pods: int) -> int:
@@ -227,6 +301,13 @@ class _Call:
         self.live = sorted((p for p in inp.pods if not p.terminating), key=lambda p: (not p.ready, p.name))
         self.by_name = {p.name: p for p in self.live}
         self.requeue: list[float] = []
+        self.sides = analysis_sides(inp.state, inp.pods, inp.models)
+        """What the analysis judged in this pass (the state as it came in)."""
+        self.runs: list[AnalysisRunRecord] = []
+        self.pause = False
+        self.waiting_on_analysis: str | None = None
+        self.forced = False
+        """A promote request asked every pod in this call: no analysis holds that step."""
 
     def set(self, **changes: Any) -> None:
         self.st = dataclasses.replace(self.st, **changes)
@@ -241,12 +322,7 @@ class _Call:
 
     def on(self, pod: HostPod, revision: str, *, gated: bool) -> bool:
         """The pod's agent reports ``revision`` Applied (``gated``: and the changed models READY)."""
-        agent = pod.agent
-        if agent is None or agent.error or agent.revision != revision or agent.state != APPLIED:
-            return False
-        if gated and not all(agent.models.get(m) == READY_STATE for m in self.inp.models):
-            return False
-        return pod.ready
+        return serves(pod, revision, self.inp.models if gated else ())
 
     def failed(self, pod: HostPod) -> AgentStatus | None:
         agent = pod.agent
@@ -285,9 +361,16 @@ class _Call:
             if agent is not None:
                 return self.roll_back(IN_PLACE_LOAD_FAILED, f"pod {name}: {agent.message or 'load failed'}")
         promote, promote_full = reqs.promote, reqs.promote_full
+        self.forced = promote or promote_full  # a promote goes on without the analysis
         if self.inp.paused and not (promote or promote_full):
             self.set(waiting_since=None)
             return self.updating(paused=True)
+        result = self.current_analysis()
+        if result is not None and result.verdict == ANALYSIS_VERDICT_FAILED:
+            # As a canary's: judged while the rollout is not paused, at every step, and a failure
+            # goes back the way a failed load does (every pod asked loads the stable revision).
+            self.record(result)
+            return self.roll_back(ANALYSIS_FAILED, result.message)
         if (
             self.st.waiting_since is not None
             and self.seconds_since(self.st.waiting_since) >= self.inp.deadline_seconds
@@ -307,6 +390,9 @@ class _Call:
             index = self.st.step_index or 0
             if index >= len(self.steps):
                 wanted = len(self.live)
+                held = self.gate(wanted)
+                if held is not None:
+                    return held
                 self.ask(wanted)
                 if self.done(wanted):
                     return self.complete()
@@ -314,6 +400,9 @@ class _Call:
             step = self.steps[index]
             if step.set_weight is not None:
                 wanted = step_pods(step.set_weight, sum(1 for p in self.live if p.ready))
+                held = self.gate(wanted)
+                if held is not None:
+                    return held
                 self.ask(wanted)
                 if self.done(wanted):
                     self.advance(index)
@@ -330,6 +419,70 @@ class _Call:
                 return self.updating()
             self.advance(index)  # setHeaderRoute: nothing to route, every pod is the same Service
         return self.updating()
+
+    # ------------------------------------------------------------- analysis (as a canary's)
+
+    def analysis_active(self) -> bool:
+        """The current step's pods are judged: analysis set and a step's pods all serve the next revision."""
+        return self.inp.rollout.analysis is not None and self.sides is not None
+
+    def current_analysis(self) -> AnalysisResult | None:
+        """The verdict of the current step's window, when the reconcile judged these sides."""
+        result, sides = self.inp.analysis, self.sides
+        if result is None or sides is None or not self.analysis_active():
+            return None
+        if result.revision != sides.revision or result.weight != sides.weight:
+            return None
+        return result
+
+    def record(self, result: AnalysisResult, verdict: str | None = None) -> None:
+        self.runs.append(
+            AnalysisRunRecord(
+                revision=result.revision,
+                step_index=self.st.step_index or 0,
+                weight=result.weight,
+                verdict=verdict or result.verdict,
+                message=result.message,
+                at=format_time(self.now),
+            )
+        )
+
+    def gate(self, wanted: int) -> InPlacePlan | None:
+        """Before more pods are asked (``wanted`` of them), the analysis of the pods updated so far
+        must pass, as a canary's before its traffic rises; None: go on; else the plan that waits
+        (or rolls back: inconclusive past inconclusiveAfterSeconds with onInconclusive Abort).
+        The first step asks with nothing to judge (a canary's first weight is not judged either),
+        and a promote request goes on without it."""
+        spec = self.inp.rollout.analysis
+        if spec is None or self.forced or wanted <= len(self.st.pods) or not self.st.pods:
+            return None
+        result = self.current_analysis()
+        if result is None:
+            sides = self.sides
+            on = f"the {len(sides.updated)} pods updated" if sides is not None else "the pods asked"
+            self.waiting_on_analysis = f"waiting for the first reading of the metrics of {on}"
+            return self.updating()
+        if result.verdict == PASSED:
+            self.record(result)
+            self.event(ANALYSIS_PASSED, f"revision {result.revision} in place: {result.message}")
+            return None
+        self.waiting_on_analysis = result.message
+        if result.verdict == INCONCLUSIVE and result.window_seconds >= spec.inconclusive_after_seconds:
+            if spec.on_inconclusive == Inconclusive.ABORT:
+                self.record(result)
+                return self.roll_back(ANALYSIS_INCONCLUSIVE, result.message)
+            if spec.on_inconclusive == Inconclusive.PAUSE and not self.inp.paused:
+                self.record(result, "Paused")
+                self.pause = True
+                self.event(
+                    ANALYSIS_INCONCLUSIVE,
+                    f"revision {result.revision} in place: {result.message}; rollout paused "
+                    "(kubectl triton resume to wait on, promote to go on without it, abort to roll back)",
+                    WARNING,
+                )
+        return self.updating()
+
+    # ------------------------------------------------------------- pods asked
 
     def ask(self, wanted: int) -> None:
         """Add pods to the update until ``wanted`` are in it (Ready ones first, then by name)."""
@@ -470,11 +623,19 @@ class _Call:
                 STEP_PAUSED,
                 f"in place, {where}: paused {until}; {readiness}",
             )
+        elif self.waiting_on_analysis is not None:
+            waiting = self.waiting_on_analysis
+            progressing = Verdict(TRUE, WAITING_FOR_ANALYSIS, f"in place, {where}: {waiting}")
+            if self.sides is None:
+                self.requeue.append(POLL_SECONDS)  # the pods asked are not all on it: look again soon
         else:
             progressing = Verdict(TRUE, IN_PLACE_UPDATING, f"in place, {where}: {readiness}")
             self.requeue.append(POLL_SECONDS)
             if st.waiting_since is not None:
                 self.requeue.append(self.inp.deadline_seconds - self.seconds_since(st.waiting_since))
+        analysis = self.inp.rollout.analysis
+        if analysis is not None and self.analysis_active() and not paused:
+            self.requeue.append(float(analysis.interval_seconds))
         return self.finish(
             annotations, progressing, Verdict(FALSE, AS_EXPECTED, "no rollout failed"), in_flight=True
         )
@@ -512,7 +673,13 @@ class _Call:
             p.target is not None and annotations.get(p.name, p.target) is not None for p in self.live
         )
         # Back on the pods' own revision, with nothing in flight or held: nothing is in place.
-        gone = st.stable == st.host and st.next is None and st.aborted_revision is None and not remaining
+        gone = (
+            st.stable == st.host
+            and st.next is None
+            and st.aborted_revision is None
+            and st.pinned is None
+            and not remaining
+        )
         after = max(min(self.requeue), 1.0) if self.requeue else (POLL_SECONDS if remaining else None)
         return InPlacePlan(
             state=None if gone else st,
@@ -523,6 +690,8 @@ class _Call:
             events=tuple(self.events),
             requeue_after=after,
             in_flight=in_flight,
+            analysis_runs=tuple(self.runs)[-ANALYSIS_RUNS_KEPT:],
+            pause=self.pause,
         )
 
 

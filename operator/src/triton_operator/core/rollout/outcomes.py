@@ -53,7 +53,8 @@ class Outcomes(Verdicts):
 
     def keep_history(self, replicas: dict[str, int]) -> None:
         for h in self.st.history:
-            replicas.setdefault(h.revision, 0)
+            if h.in_place_host is None:  # one served in place has no Deployment (core.inplace_plan)
+                replicas.setdefault(h.revision, 0)
 
     def finish(
         self,

@@ -65,12 +65,17 @@ class HistoryEntry:
 
     revision: str
     created: str | None = None
+    in_place_host: str | None = None
+    """Served in place in the pods of this revision (core.inplace_plan): no Deployment of its own."""
 
     def record(self) -> RevisionRecord:
-        """status.history's entry (created left out when unknown)."""
+        """status.history's entry (created and inPlaceHost left out when unknown)."""
+        fields: dict[str, Any] = {"revision": self.revision}
         if self.created:
-            return RevisionRecord(revision=self.revision, created=self.created)
-        return RevisionRecord(revision=self.revision)
+            fields["created"] = self.created
+        if self.in_place_host:
+            fields["in_place_host"] = self.in_place_host
+        return RevisionRecord(**fields)
 
 
 def analysis_run(raw: Mapping[str, Any]) -> AnalysisRunRecord | None:
@@ -131,7 +136,11 @@ class RolloutStatus:
 
         handled = s.get("handledRequests") or {}
         history = tuple(
-            HistoryEntry(revision=str(h["revision"]), created=h.get("created"))
+            HistoryEntry(
+                revision=str(h["revision"]),
+                created=h.get("created"),
+                in_place_host=str(h["inPlaceHost"]) if h.get("inPlaceHost") else None,
+            )
             for h in s.get("history") or []
             if isinstance(h, Mapping) and h.get("revision")
         )
