@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -500,3 +501,40 @@ def test_an_in_place_pods_agent_reads_a_warm_node_from_its_cache(
         len(FILES),
         0,
     )
+
+
+def test_the_store_downloads_what_the_node_lacks_while_the_node_cache_gives_the_rest(
+    s3_backend: Backend, start_cache: Callable[..., NodeCache], tmp_path: Path
+) -> None:
+    """A new revision that keeps most files: the node cache gives those and the store the new one at
+    the same time, not one after the other (the sync's time is the longer of the two, not their sum).
+    The cache is behind a slow link here (50 kB/s a connection), so its reads take seconds."""
+    bucket = s3_backend.new_bucket()
+    for key, data in FILES.items():
+        s3_backend.put(bucket, key, data)
+    cache = start_cache()
+    kept = pin_repository(s3_backend.repository(bucket), MODELS, s3_backend.credentials)
+    first, _ = run_sync(tmp_path / "pod-a", kept, s3_backend.credentials, cache.url, "pod-a")
+    assert first.returncode == 0, first.stderr
+    assert cache.objects() == {md5_key(d) for d in FILES.values()}  # the node holds every kept file
+
+    new = os.urandom(200_000)
+    s3_backend.put(bucket, "models/adder/1/new.bin", new)
+    manifest = pin_repository(s3_backend.repository(bucket), MODELS, s3_backend.credentials)
+    with counting_proxy(s3_backend.endpoint) as store, counting_proxy(cache.url, rate=50_000) as slow:
+        via = replace(manifest, repository=replace(manifest.repository, endpoint=store.endpoint))
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(
+                run_sync, tmp_path / "pod-b", via, s3_backend.credentials, slow.endpoint, "pod-b"
+            )
+            while store.bytes_from_server < len(new) and not running.done():
+                time.sleep(0.01)
+            from_cache_meanwhile = slow.bytes_from_server
+            done, summary = running.result(timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "pod-b" / "models" / "adder" / "1" / "new.bin").read_bytes() == new
+    assert summary is not None
+    assert (summary.fetched, summary.node_cache_hits, summary.node_cache_misses) == (len(new), len(FILES), 1)
+    # The store had sent the new file before the cache had sent half of the kept ones.
+    assert store.bytes_from_server >= len(new)
+    assert from_cache_meanwhile < TOTAL / 2, (from_cache_meanwhile, TOTAL)
