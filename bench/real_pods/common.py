@@ -234,7 +234,7 @@ class Session:
         """The namespace's pods (of the TritonService ``name`` when given), being deleted or not."""
         from lightkube.resources.core_v1 import Pod  # noqa: PLC0415
 
-        labels = {LABEL_SERVICE: name} if name else None
+        labels: dict[str, Any] | None = {LABEL_SERVICE: name} if name else None
         return list(self.kube.list(Pod, namespace=self.namespace, labels=labels))
 
     def pods(self, name: str) -> list[Any]:
