@@ -119,6 +119,7 @@ class Session:
         workdir: Path,
         prefix: str,
         operator_env: Mapping[str, str] | None = None,
+        operator_args: tuple[str, ...] = ("--no-metrics",),
     ) -> None:
         import httpx2  # noqa: PLC0415
         from lightkube import Client, KubeConfig  # noqa: PLC0415
@@ -135,6 +136,7 @@ class Session:
         )
         self.namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
         self.operator_env = dict(operator_env or {})
+        self.operator_args = operator_args
         self.server: Any = None
         self.s3: Any = None
         self.operator: subprocess.Popen[bytes] | None = None
@@ -182,7 +184,7 @@ class Session:
         )
         log = (self.workdir / "operator.log").open("wb")
         self.operator = subprocess.Popen(
-            [sys.executable, "-m", "triton_operator.cli", "run", "-n", self.namespace, "--no-metrics"],
+            [sys.executable, "-m", "triton_operator.cli", "run", "-n", self.namespace, *self.operator_args],
             env={
                 **os.environ,
                 "PYTHONPATH": os.pathsep.join(

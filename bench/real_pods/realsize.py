@@ -66,6 +66,7 @@ import realrepo
 from real_pods import on_real_node
 from testkit import free_port
 from triton_operator.core.names import AGENT_CONTAINER, TRITON_CONTAINER
+from triton_operator.core.startup import PHASES as STARTUP_PHASES
 from triton_operator.core.startup import describe_phases
 
 BUCKET = "realsize"
@@ -94,7 +95,9 @@ class Case:
     store_bytes: list[int] = field(default_factory=list)
     cache_hit_bytes: int = 0
     recorded: list[str] = field(default_factory=list)
-    """status.timeToServe of the case's new pods, in words (the operator's own record)."""
+    """status.timeToServe of the case's revision, in words (the operator's record of its first pod)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """The operator's metrics of the case's new pods: mean seconds per phase, bytes fetched (sum)."""
     fetch_load: list[tuple[float, float]] = field(default_factory=list)
     """In place: each pod's (fetch, load) seconds of the changed model, from its agent's log."""
     weights_check: list[float] = field(default_factory=list)
@@ -140,8 +143,13 @@ def added(host: str, model: str, timeout: float = 2.0) -> float | None:
 class RealSize(Session):
     def __init__(self, args: argparse.Namespace, node: dict[str, Any], workdir: Path) -> None:
         self.cache_port = free_port()
+        self.metrics_port = free_port()
         super().__init__(
-            node, workdir, "bench-realsize", {"TRITON_OPERATOR_NODE_CACHE_PORT": str(self.cache_port)}
+            node,
+            workdir,
+            "bench-realsize",
+            {"TRITON_OPERATOR_NODE_CACHE_PORT": str(self.cache_port)},
+            ("--metrics-port", str(self.metrics_port)),
         )
         self.args = args
         self.cache: subprocess.Popen[bytes] | None = None
@@ -258,6 +266,45 @@ class RealSize(Session):
                     out[key] = float(value)
         return out
 
+    def operator_metrics(self) -> dict[str, float]:
+        """The operator's time-to-serve histograms' sums and counts (its /metrics), by series."""
+        out: dict[str, float] = {}
+        with (
+            contextlib.suppress(OSError),
+            contextlib.closing(http.client.HTTPConnection("127.0.0.1", self.metrics_port, timeout=5)) as conn,
+        ):
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+            for line in text.splitlines():
+                if line.startswith("triton_operator_time_to_serve_") and ("_sum" in line or "_count" in line):
+                    key, _, value = line.rpartition(" ")
+                    with contextlib.suppress(ValueError):
+                        out[key] = float(value)
+        return out
+
+    def recorded_starts(self, before: dict[str, float], pods: int) -> dict[str, float]:
+        """Per phase, the mean seconds the operator's metrics recorded for the ``pods`` pods that
+        started since ``before`` (and 'fetched bytes': their sum); {} when it has not seen them."""
+        total = 'triton_operator_time_to_serve_seconds_count{phase="total"}'
+
+        def probe() -> dict[str, float] | None:
+            now = self.operator_metrics()
+            return now if now.get(total, 0) - before.get(total, 0) >= pods else None
+
+        try:
+            after = wait(probe, 30, "the operator's metrics of the new pods", interval=0.5)
+        except TimeoutError:
+            return {}
+        out: dict[str, float] = {}
+        for phase in (*STARTUP_PHASES, "total"):
+            key = f'triton_operator_time_to_serve_seconds_{{}}{{{{phase="{phase}"}}}}'
+            count = after.get(key.format("count"), 0) - before.get(key.format("count"), 0)
+            if count:
+                out[phase] = (after.get(key.format("sum"), 0) - before.get(key.format("sum"), 0)) / count
+        fetched = "triton_operator_time_to_serve_fetched_bytes_sum"
+        out["fetched bytes"] = after.get(fetched, 0) - before.get(fetched, 0)
+        return out
+
     def hit_bytes(self) -> int:
         return int((self.cache_metrics() or {}).get("triton_node_cache_hit_bytes_total", 0))
 
@@ -339,21 +386,23 @@ class RealSize(Session):
                 case.phases[phase] = max(later - earlier, 0.0)
         return pods
 
-    def recorded(self, name: str, pods: list[Any]) -> list[str]:
-        """The status.timeToServe entries of ``pods``, in words (waits a little for the operator)."""
-        wanted = {p.metadata.name for p in pods}
+    def recorded(self, name: str, old_revision: str | None) -> list[str]:
+        """status.timeToServe of the revision that serves now (once it is not ``old_revision``), in
+        words: the operator's record of the revision's first Ready pod."""
 
         def probe() -> list[str] | None:
-            entries = [e for e in self.status(name).get("timeToServe") or [] if e.get("pod") in wanted]
-            return (
-                [f"{e['pod']}: {describe_phases(e)}" for e in entries]
-                if len(entries) >= len(wanted)
-                else None
-            )
+            status = self.status(name)
+            stable = status.get("stableRevision")
+            if not stable or stable == old_revision:
+                return None
+            entries = [e for e in status.get("timeToServe") or [] if e.get("revision") == stable]
+            return [
+                f"revision {e['revision']}, pod {e['pod']}: {describe_phases(e)}" for e in entries
+            ] or None
 
         with contextlib.suppress(TimeoutError):
-            return list(wait(probe, 20, "status.timeToServe"))
-        return [f"(no status.timeToServe entry for {', '.join(sorted(wanted))})"]
+            return list(wait(probe, 30, "status.timeToServe"))
+        return ["(no status.timeToServe entry for the new revision within 30 s)"]
 
     def weights_check(self, pod: str, version: int) -> float | None:
         """Seconds the pod's encoder took to read and check its shards (its own log line)."""
@@ -366,12 +415,26 @@ class RealSize(Session):
 
     # ------------------------------------------------------------------ the cases
     def new_pods_case(
-        self, case: Case, name: str, *, replicas: int, version: int, host: str, old: set[str], t0: float
+        self,
+        case: Case,
+        name: str,
+        *,
+        replicas: int,
+        version: int,
+        host: str,
+        old: set[str],
+        t0: float,
+        new_revision: bool = False,
+        old_revision: str | None = None,
     ) -> list[Any]:
+        """Watch a case that starts pods; ``new_revision``: it starts a revision after
+        ``old_revision`` (the status records the new one's time to serve)."""
         hits = self.hit_bytes()
+        before = self.operator_metrics()
         pods = self.watch(case, name, replicas=replicas, version=version, host=host, old=old, t0=t0)
         case.cache_hit_bytes = self.hit_bytes() - hits
         fresh = [p for p in pods if p.metadata.uid not in old]
+        case.metrics = self.recorded_starts(before, len(fresh))
         for p in fresh:
             summary = sync_summary(p)
             if summary is None:
@@ -380,7 +443,8 @@ class RealSize(Session):
             check = self.weights_check(p.metadata.name, version)
             if check is not None:
                 case.weights_check.append(check)
-        case.recorded = self.recorded(name, fresh)
+        if new_revision:
+            case.recorded = self.recorded(name, old_revision)
         return pods
 
     def run(self, cases: list[Case]) -> None:
@@ -391,7 +455,9 @@ class RealSize(Session):
         t0 = time.monotonic()
         self.apply(self.body(name, 1, "NewPods", 1))
         host = self.cluster_ip(name)
-        pods = self.new_pods_case(case, name, replicas=1, version=1, host=host, old=set(), t0=t0)
+        pods = self.new_pods_case(
+            case, name, replicas=1, version=1, host=host, old=set(), t0=t0, new_revision=True
+        )
         cases.append(case)
         say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
 
@@ -417,9 +483,20 @@ class RealSize(Session):
 
         case = Case(f"new revision, new pods ({CHANGED} 1 -> 2)")
         old = {p.metadata.uid for p in pods}
+        stable = self.status(name).get("stableRevision")
         t0 = time.monotonic()
         self.apply(self.body(name, replicas, "NewPods", 2))
-        self.new_pods_case(case, name, replicas=replicas, version=2, host=host, old=old, t0=t0)
+        self.new_pods_case(
+            case,
+            name,
+            replicas=replicas,
+            version=2,
+            host=host,
+            old=old,
+            t0=t0,
+            new_revision=True,
+            old_revision=stable,
+        )
         cases.append(case)
         say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
         self.gone(name)
@@ -430,7 +507,9 @@ class RealSize(Session):
         t0 = time.monotonic()
         self.apply(self.body(name, replicas, "InPlace", 1))
         host = self.cluster_ip(name)
-        pods = self.new_pods_case(case, name, replicas=replicas, version=1, host=host, old=set(), t0=t0)
+        pods = self.new_pods_case(
+            case, name, replicas=replicas, version=1, host=host, old=set(), t0=t0, new_revision=True
+        )
         cases.append(case)
         say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
 
@@ -500,7 +579,8 @@ def agent_times(log: str) -> tuple[float, float, float] | None:
 
 
 def mib(n: float) -> str:
-    return f"{n / realrepo.MiB:,.1f} MiB"
+    """Bytes for the table: exact below 1 MiB (0 B is the figure to see), else MiB."""
+    return f"{int(n):,} B" if n < realrepo.MiB else f"{n / realrepo.MiB:,.1f} MiB"
 
 
 def report(
@@ -543,16 +623,32 @@ def report(
         "- bytes from the node cache: the cache's own triton_node_cache_hit_bytes_total, "
         "its change over the case"
     )
-    print("\nThe operator's own record (status.timeToServe of each case's new pods, whole seconds):")
-    for c in cases:
-        for line in c.recorded:
-            print(f"- {c.name}: {line}")
+    recorded = [c for c in cases if c.metrics]
+    if recorded:
+        print(
+            "\nThe operator's own record of the same pod starts (its metrics "
+            "triton_operator_time_to_serve_seconds{phase} and _fetched_bytes, their change over the case: "
+            "the mean over the case's new pods; from the pods' status times, whole seconds apart; "
+            "created -> Ready, so without the operator's part and the routing):"
+        )
+        print("\n| case | " + " | ".join(STARTUP_PHASES) + " | created -> Ready | bytes fetched (sum) |")
+        print("|---|" + "---:|" * (len(STARTUP_PHASES) + 2))
+        for c in recorded:
+            cells = [f"{c.metrics[p]:.1f}" if p in c.metrics else "-" for p in (*STARTUP_PHASES, "total")]
+            print(f"| {c.name} | " + " | ".join(cells) + f" | {mib(c.metrics.get('fetched bytes', 0))} |")
+    lines = [(c.name, line) for c in cases for line in c.recorded]
+    if lines:
+        print(
+            "\nstatus.timeToServe of each new revision (its first Ready pod), "
+            "as the RevisionServed Event says it:"
+        )
+        for name, line in lines:
+            print(f"- {name}: {line}")
+    if any(c.weights_check for c in cases):
+        print(f"\n{CHANGED}'s own check of its shards at load (its log line in tritonserver's log):")
     for c in cases:
         if c.weights_check:
-            print(
-                f"- {c.name}: {CHANGED}'s own check of its shards at load: "
-                + ", ".join(f"{s:.2f} s" for s in c.weights_check)
-            )
+            print(f"- {c.name}: " + ", ".join(f"{s:.2f} s" for s in c.weights_check))
     verdicts: dict[str, Any] = {}
     scale = next((c for c in cases if c.name.startswith("scale-up")), None)
     if scale is not None:
@@ -590,6 +686,7 @@ def report(
                     "phases": {k: round(v, 3) for k, v in c.phases.items()},
                     "fetchLoad": c.fetch_load,
                     "recorded": c.recorded,
+                    "operatorMetrics": c.metrics,
                 }
                 for c in cases
             ],
