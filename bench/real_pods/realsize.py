@@ -17,7 +17,7 @@ Cases, in this order:
 6. new revision, in place: encoder 1 -> 3 in its running pods.
 
 For each: seconds from the apply (the delete, for the restart) until every pod (as many as
-spec.replicas, none being deleted, the new ones where the case starts pods) answers the expected
+spec.replicas, none being deleted, the new ones where the case starts pods) is Ready and answers the expected
 constant of encoder and of the big model on its own IP and the Service's ClusterIP answers encoder's
 three times in a row; the phases of the pod that was last to be Ready; the bytes the case read from
 the store (each new pod's `triton-operator sync` summary, or each agent's fetchedBytes); the bytes the
@@ -114,6 +114,12 @@ class Marks:
 
 
 # ---------------------------------------------------------------- inference
+
+
+def is_ready(pod: Any) -> bool:
+    """The pod's Ready condition is True (so it is among its Service's endpoints)."""
+    conditions = (pod.status.conditions or []) if pod.status else []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
 def added(host: str, model: str, timeout: float = 2.0) -> float | None:
@@ -313,13 +319,13 @@ class RealSize(Session):
         self, name: str, replicas: int, version: int, host: str, gone: set[str]
     ) -> list[Any] | None:
         """The pods, when there are ``replicas`` of them not being deleted, none of them in ``gone``
-        (uids), each answers encoder at ``version`` and the big model on its own IP, and the Service
-        answers encoder three times in a row; else None."""
+        (uids), each Ready (an endpoint of the Service) and answering encoder at ``version`` and the
+        big model on its own IP, and the Service answers encoder three times in a row; else None."""
         pods = self.pods(name)
         if len(pods) != replicas or any(p.metadata.uid in gone for p in pods):
             return None
-        if any(not (p.status and p.status.podIP) for p in pods):
-            return None
+        if any(not (p.status and p.status.podIP and is_ready(p)) for p in pods):
+            return None  # a pod that answers on its IP before it is Ready gets no traffic yet
         want = self.constant(CHANGED, version)
         for p in pods:
             if added(p.status.podIP, CHANGED) != want or added(p.status.podIP, realrepo.BIG) != self.constant(
@@ -363,8 +369,7 @@ class RealSize(Session):
                 ip = status.podIP if status else None
                 if m.synced is not None and m.loaded is None and ip and triton_ready(ip):
                     m.loaded = time.monotonic()
-                conditions = (status.conditions or []) if status else []
-                if m.ready is None and any(c.type == "Ready" and c.status == "True" for c in conditions):
+                if m.ready is None and is_ready(pod):
                     m.ready = now
             pods = self.every_pod_answers(name, replicas, version, host, gone)
             if pods is not None:
