@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 
-.PHONY: run test lint unit bootstrap cluster-up cluster-down crd manifests bench-sync bench-sync-real bench-control-plane bench-manifest bench-inplace bench-tune
+.PHONY: run test lint unit bootstrap cluster-up cluster-down crd manifests bench-sync bench-sync-real bench-control-plane bench-manifest bench-inplace bench-tune bench-real-size
 
 bootstrap:
 	@e2e/bootstrap
@@ -61,3 +61,9 @@ bench-inplace: bootstrap
 ## measured with perf_analyzer before tuning and after the applied config serves, and the sweep's table.
 bench-tune: bootstrap
 	$(PY) bench/tune/run.py
+
+## Time to serve the full-size generated repository (2 GiB + 500 MiB + small ones) on the local
+## cluster's real node with the node cache: new service, scale-up, restart, new revision (new pods
+## and in place); phases, bytes from the store, the two targets. About 15 GiB free on / while it runs.
+bench-real-size: bootstrap
+	$(PY) bench/real_pods/realsize.py

@@ -32,34 +32,23 @@ machine (`triton-operator run`), pinning the repository.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import json
-import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-for extra in (ROOT / "e2e", ROOT / "tests" / "support", ROOT / "operator" / "src"):
-    sys.path.insert(0, str(extra))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import cluster  # noqa: E402
-import node as real_node_setup  # noqa: E402
-from inference import InferenceError, LoadClient, infer_add_sub, offset_of  # noqa: E402
-from real_pods import ADD_SUB_CONFIG, adder_source, on_real_node, real_node  # noqa: E402
-from triton_operator.core.names import LABEL_SERVICE  # noqa: E402
-from triton_operator.core.observation import sync_container_status  # noqa: E402
-from triton_operator.core.startup import parse_summary  # noqa: E402
+from bench.real_pods.common import Session, agent_applied, run_with_cluster, say, sync_summary, wait
+
+from inference import InferenceError, LoadClient, infer_add_sub, offset_of
+from real_pods import ADD_SUB_CONFIG, adder_source, on_real_node
 
 CASES = {"in place": "InPlace", "new pods": "NewPods"}
 REPLICAS = 2
@@ -89,10 +78,6 @@ class Store:
     changed_bytes: int = 0
     revision_bytes: int = 0
     objects: dict[str, int] = field(default_factory=dict)
-
-
-def say(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
 def weights(seed: int, size: int) -> bytes:
@@ -155,23 +140,7 @@ def answer(host: str, timeout: float = 1.0) -> float | None:
         return None
 
 
-def get_json(url: str, timeout: float = 2.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
-def wait(probe: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} within {timeout:.0f} s")
-        time.sleep(interval)
-
-
-class Bench:
+class Bench(Session):
     """One cluster session: the store, the operator, one namespace; ``measure`` runs one case once.
 
     bench/tune/run.py uses its session too (``PREFIX`` names the namespace, ``fill`` the store)."""
@@ -179,131 +148,17 @@ class Bench:
     PREFIX = "bench-inplace"
 
     def __init__(self, args: argparse.Namespace, node: dict[str, Any], workdir: Path) -> None:
-        import httpx2  # noqa: PLC0415
-        from lightkube import Client, KubeConfig  # noqa: PLC0415
-        from lightkube.generic_resource import create_namespaced_resource  # noqa: PLC0415
-
+        super().__init__(node, workdir, self.PREFIX)
         self.args = args
-        self.node = node
-        self.workdir = workdir
-        self.kubeconfig = str(cluster.kubeconfig_path())
-        self.kube = Client(
-            config=KubeConfig.from_file(self.kubeconfig), field_manager="bench", timeout=httpx2.Timeout(30)
-        )
-        self.ts = create_namespaced_resource(
-            "triton-operator.io", "v1alpha1", "TritonService", "tritonservices"
-        )
-        self.namespace = f"{self.PREFIX}-{uuid.uuid4().hex[:6]}"
-        self.server: Any = None
-        self.operator: subprocess.Popen[bytes] | None = None
         self.store = Store()
-
-    # ------------------------------------------------------------------ set-up and tear-down
-    def start(self) -> None:
-        from lightkube.models.meta_v1 import ObjectMeta  # noqa: PLC0415
-        from lightkube.resources.core_v1 import Namespace, Secret  # noqa: PLC0415
-
-        import storage_servers  # noqa: PLC0415
-
-        self.server = storage_servers.start_seaweedfs(
-            self.workdir / "weed", self.workdir / "weed.log", host=self.node["ip"]
-        )
-        subprocess.run(
-            [
-                str(cluster.bin_dir() / "kubectl"),
-                f"--kubeconfig={self.kubeconfig}",
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "-f",
-                str(ROOT / "crds" / "tritonservices.yaml"),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        self.store = self.fill(storage_servers.s3_client(self.server.endpoint))
-        self.kube.create(Namespace(metadata=ObjectMeta(name=self.namespace)))
-        self.kube.create(
-            Secret(
-                metadata=ObjectMeta(name="store", namespace=self.namespace),
-                stringData={
-                    "AWS_ACCESS_KEY_ID": storage_servers.S3_ACCESS_KEY,
-                    "AWS_SECRET_ACCESS_KEY": storage_servers.S3_SECRET_KEY,
-                },
-            )
-        )
-        log = (self.workdir / "operator.log").open("wb")
-        self.operator = subprocess.Popen(
-            [sys.executable, "-m", "triton_operator.cli", "run", "-n", self.namespace, "--no-metrics"],
-            env={
-                **os.environ,
-                "PYTHONPATH": os.pathsep.join(
-                    filter(None, [str(ROOT / "operator" / "src"), os.environ.get("PYTHONPATH")])
-                ),
-                "KUBECONFIG": self.kubeconfig,
-                "TRITON_OPERATOR_PIN_REPOSITORIES": "true",
-                "TRITON_OPERATOR_TRITON_READ_CIDRS": real_node_setup.POD_CIDR,
-                "TRITON_OPERATOR_TRITON_READ_SECONDS": "5",
-            },
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
-        time.sleep(3)
 
     def fill(self, s3: Any) -> Store:
         return fill_store(s3, self.args)
 
-    def stop(self) -> None:
-        from lightkube.resources.core_v1 import Namespace  # noqa: PLC0415
-
-        with cluster.signals_deferred():  # each step whatever the one before did
-            if self.operator is not None:
-                cluster.stop_group(self.operator)
-            with contextlib.suppress(Exception):
-                self.kube.delete(Namespace, self.namespace)
-            if self.server is not None:
-                self.server.stop()
-
-    # ------------------------------------------------------------------ the cluster's view
-    def apply(self, doc: dict[str, Any]) -> None:
-        from lightkube.types import PatchType  # noqa: PLC0415
-
-        self.kube.patch(
-            self.ts,
-            doc["metadata"]["name"],
-            doc,
-            namespace=self.namespace,
-            patch_type=PatchType.APPLY,
-            field_manager="bench",
-            force=True,
-        )
-
-    def status(self, name: str) -> dict[str, Any]:
-        obj = self.kube.get(self.ts, name, namespace=self.namespace)
-        return dict(obj.get("status") or {})  # a generic resource is a dict
-
-    def pods(self, name: str) -> list[Any]:
-        """The TritonService's pods not being deleted."""
-        from lightkube.resources.core_v1 import Pod  # noqa: PLC0415
-
-        return [
-            p
-            for p in self.kube.list(Pod, namespace=self.namespace, labels={LABEL_SERVICE: name})
-            if p.metadata is not None and p.metadata.deletionTimestamp is None
-        ]
-
-    def cluster_ip(self, name: str) -> str:
-        from lightkube.resources.core_v1 import Service  # noqa: PLC0415
-
-        def probe() -> str:
-            with contextlib.suppress(Exception):
-                spec = self.kube.get(Service, name, namespace=self.namespace).spec
-                return str(spec.clusterIP or "") if spec else ""
-            return ""
-
-        return str(wait(probe, 60, f"Service {name}"))
+    def start(self) -> None:
+        self.start_store()
+        self.store = self.fill(self.s3)
+        super().start()
 
     def all_answer(self, name: str, host: str, offset: float) -> list[Any] | None:
         """The pods, when there are spec.replicas of them, each answers ``offset`` on its own IP and the
@@ -316,17 +171,6 @@ class Bench:
         if any(answer(host) != offset for _ in range(3)):
             return None
         return pods
-
-    def gone(self, name: str) -> None:
-        from lightkube.resources.core_v1 import Pod  # noqa: PLC0415
-
-        with contextlib.suppress(Exception):
-            self.kube.delete(self.ts, name, namespace=self.namespace)
-        wait(
-            lambda: not list(self.kube.list(Pod, namespace=self.namespace, labels={LABEL_SERVICE: name})),
-            120,
-            f"pods of {name} gone",
-        )
 
     # ------------------------------------------------------------------ one measured run
     def measure(self, case: str, index: int) -> Run:
@@ -372,23 +216,13 @@ class Bench:
 
     def agent_bytes(self, ip: str, old_revision: str | None) -> int:
         """fetchedBytes of the pod's agent once it reports a revision other than ``old_revision`` Applied."""
-
-        def probe() -> dict[str, Any] | None:
-            with contextlib.suppress(OSError, ValueError):
-                got: dict[str, Any] = get_json(f"http://{ip}:8009/v1/inplace")
-                if got.get("state") == "Applied" and got.get("revision") not in (None, old_revision):
-                    return got
-            return None
-
-        return int(wait(probe, 60, f"the agent of {ip} Applied")["fetchedBytes"])
+        return int(agent_applied(ip, old_revision)["fetchedBytes"])
 
     def sync_bytes(self, pod: Any) -> int:
         """Bytes the pod's `triton-operator sync` init container read from the store (its summary)."""
-        status = pod.to_dict().get("status") or {}
-        terminated = (sync_container_status(status).get("state") or {}).get("terminated") or {}
-        summary = parse_summary(terminated.get("message"))
+        summary = sync_summary(pod)
         if summary is None:
-            raise RuntimeError(f"{pod.metadata.name}: no sync summary in {terminated!r}")
+            raise RuntimeError(f"{pod.metadata.name}: no sync summary")
         return summary.fetched
 
 
@@ -399,58 +233,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big-mib", type=float, default=8.0, help="weights of the model that stays (MiB)")
     ap.add_argument("--changed-mib", type=float, default=1.0, help="weights of each version of add_sub (MiB)")
     args = ap.parse_args(argv)
-    # SIGTERM and SIGHUP stop it as Ctrl-C does: the runs measured so far are printed, and a
-    # cluster started here is brought down
-    with cluster.stop_signals_interrupt():
-        return bench(args)
-
-
-def bench(args: argparse.Namespace) -> int:
-    """Start the cluster when it is not up, measure, print the table, then bring down what it started."""
     runs: list[Run] = []
-    started = False
-    rc = 0
-    problems: list[str] = []
     store = Store()
-    try:
-        if not cluster.is_up():
-            started = True  # before up: an interrupted up is brought down too
-            cluster.up()
-        node, why = real_node()
-        if node is None:
-            say(f"no real node: {why}")
-            rc = 2
-        else:
-            session = Bench(args, node, Path(tempfile.mkdtemp(prefix="bench-inplace-")))
-            try:
-                session.start()
-                store = session.store
-                for i in range(args.runs):
-                    order = list(CASES) if i % 2 == 0 else list(reversed(CASES))
-                    for case in order:
-                        runs.append(session.measure(case, i))
-                        r = runs[-1]
-                        say(
-                            f"run {i + 1}/{args.runs} {case}: {r.seconds:.2f} s, {r.bytes_read} bytes "
-                            f"{r.per_pod}, {r.failed}/{r.sent} failed, answers {r.answers}"
-                        )
-            finally:
-                session.stop()
-                say(f"operator log and seaweedfs: {session.workdir}")
-    except KeyboardInterrupt as e:
-        say(f"interrupted ({e or 'Ctrl-C'}) after {len(runs)} measured runs")
-        rc = 130
-    finally:
-        with cluster.signals_deferred():  # a second Ctrl-C does not cut this short
-            if runs:
-                print_table(runs, store, args)
-            if started:
-                problems = cluster.down_reporting()
-        for line in problems:
-            say(line)
-        if problems:
-            say("the figures above stand; bringing the local cluster down FAILED (see above)")
-    return rc or (3 if problems else 0)
+
+    def measure(node: dict[str, Any]) -> None:
+        nonlocal store
+        session = Bench(args, node, Path(tempfile.mkdtemp(prefix="bench-inplace-")))
+        try:
+            session.start()
+            store = session.store
+            for i in range(args.runs):
+                order = list(CASES) if i % 2 == 0 else list(reversed(CASES))
+                for case in order:
+                    runs.append(session.measure(case, i))
+                    r = runs[-1]
+                    say(
+                        f"run {i + 1}/{args.runs} {case}: {r.seconds:.2f} s, {r.bytes_read} bytes "
+                        f"{r.per_pod}, {r.failed}/{r.sent} failed, answers {r.answers}"
+                    )
+        finally:
+            session.stop()
+            say(f"operator log and seaweedfs: {session.workdir}")
+
+    return run_with_cluster(measure, lambda: print_table(runs, store, args), measured=lambda: len(runs))
 
 
 def print_table(runs: list[Run], store: Store, args: argparse.Namespace) -> None:

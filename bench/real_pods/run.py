@@ -28,25 +28,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-for extra in (ROOT / "e2e", ROOT / "tests" / "support"):
-    sys.path.insert(0, str(extra))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import cluster  # noqa: E402
-from inference import InferenceError, infer_add_sub, offset_of  # noqa: E402
-from real_pods import adder_source, on_real_node, real_node  # noqa: E402
+from bench.real_pods.common import Session, run_with_cluster, say, triton_ready
+
+from inference import InferenceError, infer_add_sub, offset_of
+from real_pods import adder_source, on_real_node
 
 PHASES = ("operator", "scheduling", "sync", "tritonserver load", "probe delay", "routing")
 TARGET_REVISION_SECONDS = 8.0
@@ -65,30 +60,14 @@ class Run:
         return self.marks["answered"] - self.marks["apply"]
 
 
-def say(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-def triton_ready(ip: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{ip}:8000/v2/health/ready", timeout=0.5) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
-
-
-def watch_pod(
-    kube: Any, namespace: str, revision_of: Any, run: Run, *, host: str, offset: float, poll: float
-) -> None:
+def watch_pod(session: Session, revision_of: Any, run: Run, *, host: str, offset: float, poll: float) -> None:
     """Poll the new revision's pod and the Service until the first answer with ``offset``."""
-    from lightkube.resources.core_v1 import Pod  # noqa: PLC0415
-
     deadline = time.monotonic() + 180
     while "answered" not in run.marks:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{run.case}: no answer within 180 s; got {sorted(run.marks)}")
         now = time.monotonic()
-        pod = next((p for p in kube.list(Pod, namespace=namespace) if revision_of(p)), None)
+        pod = next((p for p in session.all_pods() if revision_of(p)), None)
         if pod is not None:
             run.marks.setdefault("created", now)
             status = pod.status
@@ -117,136 +96,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--poll", type=float, default=0.05, help="seconds between polls of the pod")
     args = ap.parse_args(argv)
-    # SIGTERM and SIGHUP stop it as Ctrl-C does: the runs measured so far are printed, and a
-    # cluster started here is brought down
-    with cluster.stop_signals_interrupt():
-        return bench(args)
-
-
-def bench(args: argparse.Namespace) -> int:
-    """Start the cluster when it is not up, measure, print the table, then bring down what it started.
-
-    The table comes first, whatever happens after (an interrupt, a failed run, a failed teardown):
-    a teardown failure is reported after the figures, which stand."""
     runs: list[Run] = []
-    started = False
-    rc = 0
-    problems: list[str] = []
-    try:
-        if not cluster.is_up():
-            started = True  # before up: an interrupted up is brought down too
-            cluster.up()
-        node, why = real_node()
-        if node is None:
-            say(f"no real node: {why}")
-            rc = 2
-        else:
-            measure(args, node, runs)
-    except KeyboardInterrupt as e:
-        say(f"interrupted ({e or 'Ctrl-C'}) after {len(runs)} measured runs")
-        rc = 130
-    finally:
-        with cluster.signals_deferred():  # a second Ctrl-C does not cut this short
-            if runs:
-                print_table(runs, args)
-            if started:
-                problems = cluster.down_reporting()
-        for line in problems:
-            say(line)
-        if problems:
-            say("the figures above stand; bringing the local cluster down FAILED (see above)")
-    return rc or (3 if problems else 0)
+    return run_with_cluster(
+        lambda node: measure(args, node, runs), lambda: print_table(runs, args), measured=lambda: len(runs)
+    )
 
 
 def measure(args: argparse.Namespace, node: dict[str, Any], runs: list[Run]) -> None:
     """Measure args.runs runs of each case into runs (each appended when it finished)."""
-    import httpx2  # noqa: PLC0415
-    from lightkube import Client, KubeConfig  # noqa: PLC0415
-    from lightkube.generic_resource import create_namespaced_resource  # noqa: PLC0415
-    from lightkube.models.meta_v1 import ObjectMeta  # noqa: PLC0415
-    from lightkube.resources.core_v1 import Namespace, Secret, Service  # noqa: PLC0415
-    from lightkube.types import PatchType  # noqa: PLC0415
-
-    import storage_servers  # noqa: PLC0415
-
-    workdir = Path(tempfile.mkdtemp(prefix="bench-real-pods-"))
-    server = storage_servers.start_seaweedfs(workdir / "weed", workdir / "weed.log", host=node["ip"])
-    operator = None
-    kubeconfig = str(cluster.kubeconfig_path())
-    kube = Client(config=KubeConfig.from_file(kubeconfig), field_manager="bench", timeout=httpx2.Timeout(30))
-    ts_resource = create_namespaced_resource(
-        "triton-operator.io", "v1alpha1", "TritonService", "tritonservices"
-    )
-    namespace = f"bench-{uuid.uuid4().hex[:6]}"
+    session = Session(node, Path(tempfile.mkdtemp(prefix="bench-real-pods-")), "bench")
     try:
-        subprocess.run(
-            [
-                str(cluster.bin_dir() / "kubectl"),
-                f"--kubeconfig={kubeconfig}",
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "-f",
-                str(ROOT / "crds" / "tritonservices.yaml"),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        s3 = storage_servers.s3_client(server.endpoint)
-        s3.create_bucket(Bucket="bench")
-        s3.put_object(Bucket="bench", Key="models/add_sub/1/model.py", Body=adder_source(0))
-        s3.put_object(Bucket="bench", Key="models/add_sub/2/model.py", Body=adder_source(100))
-        kube.create(Namespace(metadata=ObjectMeta(name=namespace)))
-        kube.create(
-            Secret(
-                metadata=ObjectMeta(name="store", namespace=namespace),
-                stringData={
-                    "AWS_ACCESS_KEY_ID": storage_servers.S3_ACCESS_KEY,
-                    "AWS_SECRET_ACCESS_KEY": storage_servers.S3_SECRET_KEY,
-                },
-            )
-        )
-        log = (workdir / "operator.log").open("wb")
-        operator = subprocess.Popen(
-            [str(Path(sys.executable).parent / "triton-operator"), "run", "-n", namespace, "--no-metrics"],
-            env={**os.environ, "KUBECONFIG": kubeconfig, "TRITON_OPERATOR_PIN_REPOSITORIES": "true"},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        time.sleep(3)
+        session.start_store()
+        session.s3.create_bucket(Bucket="bench")
+        session.s3.put_object(Bucket="bench", Key="models/add_sub/1/model.py", Body=adder_source(0))
+        session.s3.put_object(Bucket="bench", Key="models/add_sub/2/model.py", Body=adder_source(100))
+        session.start()
+        namespace = session.namespace
 
         def body(name: str, version: int) -> dict[str, Any]:
-            b = on_real_node(name, namespace, bucket="bench", endpoint=server.endpoint)
+            b = on_real_node(name, namespace, bucket="bench", endpoint=session.server.endpoint)
             b["spec"]["models"][0]["config"]["versionPolicy"] = {"specific": {"versions": [str(version)]}}
             return b
-
-        def apply(doc: dict[str, Any]) -> None:
-            kube.patch(
-                ts_resource,
-                doc["metadata"]["name"],
-                doc,
-                namespace=namespace,
-                patch_type=PatchType.APPLY,
-                field_manager="bench",
-                force=True,
-            )
 
         for i in range(args.runs):
             name = f"b{i}"
             # new TritonService
             run = Run("new")
             run.marks["apply"] = time.monotonic()
-            apply(body(name, 1))
-            host = ""
-            while not host:
-                with contextlib.suppress(Exception):
-                    spec = kube.get(Service, name, namespace=namespace).spec
-                    host = str(spec.clusterIP or "") if spec else ""
-                time.sleep(0.02)
+            session.apply(body(name, 1))
+            host = session.cluster_ip(name)
             watch_pod(
-                kube,
-                namespace,
+                session,
                 lambda p, n=name: p.metadata.name.startswith(f"{n}-"),
                 run,
                 host=host,
@@ -255,14 +135,12 @@ def measure(args: argparse.Namespace, node: dict[str, Any], runs: list[Run]) -> 
             )
             runs.append(run)
             # a new revision of it
-            obj = kube.get(ts_resource, name, namespace=namespace)
-            old = obj["status"]["stableRevision"]  # a generic resource is a dict
+            old = session.status(name)["stableRevision"]
             run = Run("revision")
             run.marks["apply"] = time.monotonic()
-            apply(body(name, 2))
+            session.apply(body(name, 2))
             watch_pod(
-                kube,
-                namespace,
+                session,
                 lambda p, n=name, o=old: (
                     p.metadata.name.startswith(f"{n}-")
                     and f"{n}-{o}-" not in p.metadata.name
@@ -275,14 +153,9 @@ def measure(args: argparse.Namespace, node: dict[str, Any], runs: list[Run]) -> 
             )
             runs.append(run)
             say(f"run {i + 1}/{args.runs}: new {runs[-2].total():.2f}s, revision {runs[-1].total():.2f}s")
-            kube.delete(ts_resource, name, namespace=namespace)
+            session.kube.delete(session.ts, name, namespace=namespace)
     finally:
-        with cluster.signals_deferred():  # each step whatever the one before did
-            if operator is not None:
-                cluster.stop_group(operator)
-            with contextlib.suppress(Exception):
-                kube.delete(Namespace, namespace)
-            server.stop()
+        session.stop()
 
 
 def print_table(runs: list[Run], args: argparse.Namespace) -> None:

@@ -46,7 +46,8 @@ ROOT = Path(__file__).resolve().parents[2]
 for extra in (ROOT, ROOT / "e2e", ROOT / "tests" / "support", ROOT / "operator" / "src"):
     sys.path.insert(0, str(extra))
 
-from bench.real_pods.inplace import Bench, Store, say, wait  # noqa: E402
+from bench.real_pods.common import say, wait  # noqa: E402
+from bench.real_pods.inplace import Bench, Store  # noqa: E402
 
 import cluster  # noqa: E402
 from real_pods import ADD_SUB_CONFIG, behaving_source, on_real_node, real_node  # noqa: E402

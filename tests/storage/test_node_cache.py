@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -434,3 +435,106 @@ def test_a_multipart_upload_is_kept_only_with_the_part_size_that_makes_its_etag(
     assert cache.objects() == set()
     assert put({"X-Part-Size": str(PART)}) == 201
     assert cache.request("GET", path) == (200, BIG)
+
+
+# ----------------------------------------------------------------- in-place pods: the agent
+
+
+def run_agent_once(
+    work: Path, manifest: Manifest, env: dict[str, str], cache_url: str, pod: str
+) -> tuple[subprocess.CompletedProcess[str], SyncSummary | None]:
+    """`triton-operator agent --once` into work/models, as the init container of a pod with
+    modelUpdates InPlace runs it (its base revision's manifest and configs); its summary."""
+    from triton_operator.core.modelconfig import build_config_pbtxt  # noqa: PLC0415
+
+    for folder in ("configs", "inplace", "state"):
+        (work / folder).mkdir(parents=True, exist_ok=True)
+    for model in MODELS:
+        (work / "configs" / model.name).mkdir(exist_ok=True)
+        (work / "configs" / model.name / "config.pbtxt").write_text(
+            build_config_pbtxt(model.name, model.config)
+        )
+    (work / "manifest.json").write_text(manifest_to_json(manifest))
+    log = work / "termination-log"
+    log.write_text("")
+    args = [sys.executable, "-m", "triton_operator.cli", "agent", "--once", "--base-revision", "r1"]
+    args += ["--manifest", str(work / "manifest.json"), "--configs", str(work / "configs")]
+    args += ["--dest", str(work / "models"), "--inplace-dir", str(work / "inplace")]
+    args += ["--target-file", str(work / "no-target"), "--state-dir", str(work / "state")]
+    args += ["--termination-log", str(log)]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GOOGLE_"))}
+    host, _, port = cache_url.removeprefix("http://").rpartition(":")
+    clean |= {"TRITON_NODE_CACHE_HOST": host, "TRITON_NODE_CACHE_PORT": port, "TRITON_NODE_CACHE_POD": pod}
+    done = subprocess.run(
+        args, env={**clean, **env}, capture_output=True, text=True, timeout=120, check=False
+    )
+    return done, parse_summary(log.read_text())
+
+
+def test_an_in_place_pods_agent_reads_a_warm_node_from_its_cache(
+    s3_backend: Backend,
+    store: tuple[Manifest, CountingProxy],
+    start_cache: Callable[..., NodeCache],
+    tmp_path: Path,
+) -> None:
+    """A pod with modelUpdates InPlace syncs with `agent --once`: it too gives the node what it read,
+    a second pod reads 0 bytes from the store, and both leave sync's summary (status.timeToServe's
+    bytes) as their termination message."""
+    manifest, proxy = store
+    cache = start_cache()
+    first, cold = run_agent_once(tmp_path / "pod-a", manifest, s3_backend.credentials, cache.url, "pod-a")
+    assert first.returncode == 0, first.stderr
+    assert_synced(tmp_path / "pod-a")
+    assert cold is not None
+    assert (cold.fetched, cold.node_cache_hits, cold.node_cache_misses) == (TOTAL, 0, len(FILES))
+    assert cache.objects() == {md5_key(d) for d in FILES.values()}
+
+    proxy.reset()
+    second, warm = run_agent_once(tmp_path / "pod-b", manifest, s3_backend.credentials, cache.url, "pod-b")
+    assert second.returncode == 0, second.stderr
+    assert_synced(tmp_path / "pod-b")
+    assert proxy.bytes_from_server == 0
+    assert warm is not None
+    assert (warm.fetched, warm.present, warm.node_cache_hits, warm.node_cache_misses) == (
+        0,
+        TOTAL,
+        len(FILES),
+        0,
+    )
+
+
+def test_the_store_downloads_what_the_node_lacks_while_the_node_cache_gives_the_rest(
+    s3_backend: Backend, start_cache: Callable[..., NodeCache], tmp_path: Path
+) -> None:
+    """A new revision that keeps most files: the node cache gives those and the store the new one at
+    the same time, not one after the other (the sync's time is the longer of the two, not their sum).
+    The cache is behind a slow link here (50 kB/s a connection), so its reads take seconds."""
+    bucket = s3_backend.new_bucket()
+    for key, data in FILES.items():
+        s3_backend.put(bucket, key, data)
+    cache = start_cache()
+    kept = pin_repository(s3_backend.repository(bucket), MODELS, s3_backend.credentials)
+    first, _ = run_sync(tmp_path / "pod-a", kept, s3_backend.credentials, cache.url, "pod-a")
+    assert first.returncode == 0, first.stderr
+    assert cache.objects() == {md5_key(d) for d in FILES.values()}  # the node holds every kept file
+
+    new = os.urandom(200_000)
+    s3_backend.put(bucket, "models/adder/1/new.bin", new)
+    manifest = pin_repository(s3_backend.repository(bucket), MODELS, s3_backend.credentials)
+    with counting_proxy(s3_backend.endpoint) as store, counting_proxy(cache.url, rate=50_000) as slow:
+        via = replace(manifest, repository=replace(manifest.repository, endpoint=store.endpoint))
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(
+                run_sync, tmp_path / "pod-b", via, s3_backend.credentials, slow.endpoint, "pod-b"
+            )
+            while store.bytes_from_server < len(new) and not running.done():
+                time.sleep(0.01)
+            from_cache_meanwhile = slow.bytes_from_server
+            done, summary = running.result(timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "pod-b" / "models" / "adder" / "1" / "new.bin").read_bytes() == new
+    assert summary is not None
+    assert (summary.fetched, summary.node_cache_hits, summary.node_cache_misses) == (len(new), len(FILES), 1)
+    # The store had sent the new file before the cache had sent half of the kept ones.
+    assert store.bytes_from_server >= len(new)
+    assert from_cache_meanwhile < TOTAL / 2, (from_cache_meanwhile, TOTAL)

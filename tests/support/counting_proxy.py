@@ -2,6 +2,7 @@
 
 Not a fake: it forwards every byte both ways to the real server (seaweedfs) and only counts them,
 so a test can say how many bytes came from the store without trusting the sync's own summary.
+With ``rate`` it is a slow link: each connection's responses go at most ``rate`` bytes a second.
 """
 
 from __future__ import annotations
@@ -9,14 +10,16 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 
 class CountingProxy:
     """Listens on 127.0.0.1 (``port``) and forwards each connection to ``target`` (host, port)."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: tuple[str, int], rate: float | None = None) -> None:
         self.target = target
+        self.rate = rate
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
@@ -57,12 +60,15 @@ class CountingProxy:
             threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket, count: bool) -> None:
+        slow = count and self.rate is not None
         try:
-            while data := src.recv(1 << 16):
+            while data := src.recv(4096 if slow else 1 << 16):
                 if count:
                     with self._lock:
                         self._downstream += len(data)
                 dst.sendall(data)
+                if slow and self.rate:
+                    time.sleep(len(data) / self.rate)
         except OSError:
             pass
         finally:
@@ -72,10 +78,11 @@ class CountingProxy:
 
 
 @contextlib.contextmanager
-def counting_proxy(endpoint: str) -> Iterator[CountingProxy]:
-    """A CountingProxy in front of ``endpoint`` (http://host:port)."""
+def counting_proxy(endpoint: str, rate: float | None = None) -> Iterator[CountingProxy]:
+    """A CountingProxy in front of ``endpoint`` (http://host:port); ``rate``: bytes a second per
+    connection, at most."""
     host, _, port = endpoint.removeprefix("http://").rstrip("/").rpartition(":")
-    proxy = CountingProxy((host, int(port)))
+    proxy = CountingProxy((host, int(port)), rate)
     try:
         yield proxy
     finally:

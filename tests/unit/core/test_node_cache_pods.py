@@ -15,6 +15,7 @@ from triton_operator.core.builders import (
     build_sync_container,
     compute_revision,
 )
+from triton_operator.core.names import AGENT_CONTAINER
 from triton_operator.core.nodecache import HOST_ENV, POD_ENV, PORT_ENV
 from triton_operator.core.observation import recorded_revisions, recorded_settings
 from triton_operator.settings import Settings
@@ -78,3 +79,18 @@ def test_the_operator_reads_the_port_from_its_environment(value: str | None, por
 def test_a_port_that_is_no_port_stops_the_operator(value: str) -> None:
     with pytest.raises(ValueError, match="NODE_CACHE_PORT"):
         Settings.from_env({"TRITON_OPERATOR_NODE_CACHE_PORT": value})
+
+
+def test_an_in_place_pods_agent_uses_the_node_cache_too() -> None:
+    """With modelUpdates InPlace the init container (`agent --once`) and the model-agent sidecar sync
+    the revision: both are told where the node cache is, so a warm node serves both from it."""
+    ts = ts_of(rollout={"modelUpdates": "InPlace"})
+    pod = build_deployment(ts, "r1", ON, 1)["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    agent = next(c for c in pod["containers"] if c["name"] == AGENT_CONTAINER)
+    assert init["command"] == agent["command"] == ["triton-operator", "agent"]
+    assert env_of(init) == env_of(agent) == env_of(build_sync_container(ts_of(), ON, PLAIN))
+    off = build_deployment(ts, "r1", SETTINGS, 1)["spec"]["template"]["spec"]
+    assert all(
+        "env" not in c for c in [*off["initContainers"], *off["containers"]] if c["name"] != "tritonserver"
+    )

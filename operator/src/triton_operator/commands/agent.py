@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from triton_operator.adapters.agent.files import read_text
 from triton_operator.adapters.agent.runner import Agent, AgentOptions
 from triton_operator.adapters.agent.status import StatusServer, parse_listen
 from triton_operator.adapters.agent.triton import ModelControl
+from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.redaction import install_log_redaction
 from triton_operator.adapters.sync.progress import Progress
 from triton_operator.commands.sync import (
@@ -22,6 +25,7 @@ from triton_operator.commands.sync import (
     EXIT_USAGE,
     add_fetch_arguments,
     credentials_from_env,
+    node_cache_url,
     read_manifest_bytes,
     sync_failure,
     write_termination_log,
@@ -37,6 +41,8 @@ from triton_operator.core.names import (
     INPLACE_TARGET_FILE,
     MODELS_DIR,
 )
+from triton_operator.core.nodecache import POD_ENV
+from triton_operator.core.startup import format_summary
 
 EPILOG = f"""\
 With --once (the pod's init container): the target revision is synced into --dest exactly as
@@ -171,6 +177,7 @@ def base_revision(args: argparse.Namespace) -> RevisionFiles:
 
 
 def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
     install_log_redaction()
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s agent %(levelname)s %(message)s"
@@ -187,6 +194,13 @@ def run(args: argparse.Namespace) -> int:
         return fail(EXIT_USAGE, f"--manifest {args.manifest}: {exc.strerror or exc}")
     except ManifestError as exc:
         return fail(EXIT_USAGE, f"--manifest {args.manifest}: {exc}")
+    url = node_cache_url(args.node_cache)
+    pod = os.environ.get(POD_ENV) or os.uname().nodename
+    if url is not None:
+        try:
+            NodeCacheClient(url, pod).close(0)
+        except ValueError as exc:
+            return fail(EXIT_USAGE, f"--node-cache: {exc}")
     options = AgentOptions(
         dest=args.dest,
         state_dir=args.state_dir,
@@ -200,19 +214,24 @@ def run(args: argparse.Namespace) -> int:
         pvc_root=args.pvc_root,
         volume_limit=args.volume_limit,
         triton=ModelControl(args.triton, load_timeout=args.load_timeout),
+        node_cache=url,
+        node_cache_pod=pod,
+        node_cache_upload_seconds=args.node_cache_upload_seconds,
     )
     agent = Agent(options)
     if args.once:
-        return once(agent, args, fail)
+        return once(agent, args, fail, started)
     return sidecar(agent, args)
 
 
-def once(agent: Agent, args: argparse.Namespace, fail: Any) -> int:
+def once(agent: Agent, args: argparse.Namespace, fail: Any, started: float) -> int:
+    """The init container: the target synced and recorded; sync's summary as the termination message
+    (status.timeToServe reads the bytes fetched from it), or the reason it failed."""
     tty = {"auto": None, "bar": True, "json": False}[args.progress]
     stream = sys.stderr if (tty or (tty is None and sys.stderr.isatty())) else sys.stdout
     progress = Progress(stream, tty=tty if tty is not None else stream.isatty())
     try:
-        agent.once(progress)
+        stats = agent.once(progress)
     except Exception as exc:
         failure = sync_failure(exc, args.dest)
         if failure is None:
@@ -223,6 +242,14 @@ def once(agent: Agent, args: argparse.Namespace, fail: Any) -> int:
         progress.error(failure[1])
         code: int = fail(*failure)
         return code
+    summary = format_summary(
+        stats.files,
+        stats.downloaded_bytes,
+        stats.bytes - stats.downloaded_bytes,
+        time.monotonic() - started,
+        node_cache=agent.node_cache_counts,
+    )
+    write_termination_log(args.termination_log, summary)
     return EXIT_OK
 
 

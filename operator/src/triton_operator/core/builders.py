@@ -582,7 +582,7 @@ def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[s
         "resources": copy.deepcopy(AGENT_RESOURCES),
         "volumeMounts": copy.deepcopy(sync["volumeMounts"]),
     }
-    for key in ("imagePullPolicy", "envFrom", "securityContext"):
+    for key in ("imagePullPolicy", "envFrom", "env", "securityContext"):  # env: the node cache
         if key in sync:
             agent[key] = copy.deepcopy(sync[key])
     return agent

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from triton_operator.adapters.agent.files import (
     remove_model_files,
 )
 from triton_operator.adapters.agent.triton import LoadFailed, ModelControl, TritonUnreachable
+from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.storage import open_store
 from triton_operator.adapters.storage.base import StoreError
 from triton_operator.adapters.sync.engine import SyncOptions, sync
@@ -58,6 +60,14 @@ class AgentOptions:
     pvc_root: Path | None = None
     volume_limit: int | None = None
     triton: ModelControl = field(default_factory=ModelControl)
+    node_cache: str | None = None
+    """The node cache's URL (http://host:port), read before the store and given what the store gave,
+    as `triton-operator sync` does; None: the store only."""
+    node_cache_pod: str = ""
+    """The pod's uid, which names its lease on the node cache's objects."""
+    node_cache_upload_seconds: float = 300.0
+    """How long the init container waits at its end for its uploads to the node cache (the sidecar
+    does not wait: its uploads finish while Triton loads)."""
 
 
 def now() -> str:
@@ -86,6 +96,8 @@ class Agent:
         self.message = ""
         self.models: dict[str, str] = {}
         self._synced: str | None = None  # the pending revision this process synced already
+        self.node_cache_counts: tuple[int, int] | None = None
+        """The last sync's node cache (hits, misses); None when it ran without the node cache."""
         self._plan: tuple[tuple[str | None, tuple[str, ...], str], Steps] | None = None
         self._status: dict[str, Any] = self._status_now()
 
@@ -112,7 +124,7 @@ class Agent:
         self.target = target.revision
         record = self._begin(target)
         steps = self._steps(record, target)
-        stats = self._sync(target, progress)
+        stats = self._sync(target, progress, wait_uploads=True)
         remove_model_files(self.options.dest, steps.delete, steps.delete_folders)
         self._write(record.fetched(stats.downloaded_bytes).done(now()))
         logger.info(
@@ -217,9 +229,17 @@ class Agent:
         self._plan = (key, steps)
         return steps
 
-    def _sync(self, target: RevisionFiles, progress: Progress | None) -> SyncStats:
+    def _sync(
+        self, target: RevisionFiles, progress: Progress | None, *, wait_uploads: bool = False
+    ) -> SyncStats:
+        """Sync ``target`` into /models: from the node cache first when there is one, then the store.
+        ``wait_uploads``: wait for the uploads to the node cache (the init container, whose exit would
+        cut them); else they finish in the background."""
         o = self.options
         store = None
+        node_cache = None
+        if target.manifest.pinned and o.node_cache:
+            node_cache = NodeCacheClient(o.node_cache, o.node_cache_pod)
         if target.manifest.pinned:
             store = open_store(
                 target.manifest.repository, o.credentials, pvc_root=o.pvc_root, max_connections=o.concurrency
@@ -233,11 +253,26 @@ class Agent:
                 part_size=o.part_size,
                 pvc_root=o.pvc_root,
                 volume_limit=o.volume_limit,
+                source=node_cache,
             )
-            return sync(target.manifest, store, options, progress or silent())
+            stats = sync(target.manifest, store, options, progress or silent())
+            self.node_cache_counts = (
+                (stats.source_hits, stats.source_misses) if node_cache is not None else None
+            )
+            return stats
         finally:
             if store is not None:
                 store.close()
+            if node_cache is not None:
+                if wait_uploads:
+                    node_cache.close(o.node_cache_upload_seconds)
+                else:
+                    threading.Thread(
+                        target=node_cache.close,
+                        args=(o.node_cache_upload_seconds,),
+                        name="node-cache-uploads",
+                        daemon=True,
+                    ).start()
 
     def _fail(self, record: Record, reason: str) -> None:
         logger.error("revision %s failed: %s", record.pending, reason)

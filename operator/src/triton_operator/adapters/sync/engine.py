@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import stat
 import threading
@@ -240,25 +241,26 @@ class Syncer:
             for job in checked:
                 dirs.ensure(job.entry.dest.rpartition("/")[0])
             self._run_all(pool, [partial(self._place_cached, job) for job in hits])
-            to_fetch = self._from_source(pool, to_fetch)
-            # Phase 2: downloads; big files in ranged parts first, then whole files, biggest first.
-            to_fetch.sort(key=lambda j: -j.entry.size)
-            self._jobs.extend(to_fetch)
-            tasks: list[Callable[[], Any]] = []
+            # Phase 2: what the source (the node cache) holds is read from it while the store's
+            # downloads of the rest run beside it; then whatever the source failed to give, from the
+            # store. Store downloads: big files in ranged parts first, then whole files, biggest first.
+            source = self.options.source
+            tried: list[_Job] = []
+            direct: list[_Job] = []
             for job in to_fetch:
-                if job.entry.size > self.options.part_size:
-                    try:
-                        self._open_parts(job)
-                    except OSError:  # no room for the file (ENOSPC): no temp file is left behind
-                        self._cleanup_jobs()
-                        raise
-                    tasks.extend(partial(self._fetch_part, job, s, e) for s, e in job.parts)
-            tasks.extend(
-                partial(self._fetch_whole, job)
-                for job in to_fetch
-                if job.entry.size <= self.options.part_size
-            )
-            self._run_all(pool, tasks)
+                (tried if source is not None and source_key(job.entry) in self._held else direct).append(job)
+            self._jobs.extend(direct)
+            self._jobs.extend(tried)
+            reads = [partial(self._fetch_source, source, job) for job in tried] if source is not None else []
+            # taken in turns, so that neither waits for the other's queue to drain
+            pairs = itertools.zip_longest(self._store_tasks(direct), reads)
+            self._run_all(pool, [task for pair in pairs for task in pair if task is not None])
+            left = [job for job in tried if not job.finished]
+            if source is not None:
+                with self._lock:
+                    self.stats.source_misses += len(direct) + len(left)
+            if left:
+                self._run_all(pool, self._store_tasks(left))
 
     def _run_all(self, pool: ThreadPoolExecutor, tasks: Iterable[Callable[[], Any]]) -> list[Any]:
         """Run tasks on the pool; on the first failure stop the rest and raise it."""
@@ -451,17 +453,23 @@ class Syncer:
         count = self._read_with_retries(job, 0, None, make_sink)
         self._finish(job, count)
 
-    def _from_source(self, pool: ThreadPoolExecutor, jobs: list[_Job]) -> list[_Job]:
-        """Read from options.source what it holds; the jobs left for the store."""
-        source = self.options.source
-        if source is None or not jobs:
-            return jobs
-        tried = [job for job in jobs if source_key(job.entry) in self._held]
-        self._jobs.extend(tried)
-        got = self._run_all(pool, [partial(self._fetch_source, source, job) for job in tried])
-        with self._lock:
-            self.stats.source_misses += len(jobs) - sum(1 for ok in got if ok)
-        return [job for job in jobs if not job.finished]
+    def _store_tasks(self, jobs: list[_Job]) -> list[Callable[[], Any]]:
+        """The store's downloads of ``jobs``: big files in ranged parts first (their temp files
+        allocated now), then whole files, biggest first. The jobs are in self._jobs already."""
+        jobs = sorted(jobs, key=lambda j: -j.entry.size)
+        tasks: list[Callable[[], Any]] = []
+        for job in jobs:
+            if job.entry.size > self.options.part_size:
+                try:
+                    self._open_parts(job)
+                except OSError:  # no room for the file (ENOSPC): no temp file is left behind
+                    self._cleanup_jobs()
+                    raise
+                tasks.extend(partial(self._fetch_part, job, s, e) for s, e in job.parts)
+        tasks.extend(
+            partial(self._fetch_whole, job) for job in jobs if job.entry.size <= self.options.part_size
+        )
+        return tasks
 
     def _fetch_source(self, source: ObjectSource, job: _Job) -> bool:
         """One object from the source, checked as it arrives; False (nothing left behind) when the

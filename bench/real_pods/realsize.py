@@ -1,0 +1,753 @@
+#!/usr/bin/env python3
+"""Time to serve a repository of a real size on the real node, case by case and phase by phase; one table.
+
+The repository is tests/support/realrepo.py's (``--big`` model in ``--shard`` shards, a ``--medium``
+one, ``--small`` small ones and an ensemble; Python-backend models that read and check every shard at
+load), uploaded to seaweedfs on the pod bridge's gateway, with versions 2 and 3 of the medium model
+(``encoder``) beside the first (version 3 is the in-place case's: not in the node cache yet). The node
+cache runs as `triton-operator node-cache` on the node's address (the real node is this machine; the
+chart's DaemonSet does the same on a real cluster), and the operator points every sync at it.
+Cases, in this order:
+
+1. new service: a TritonService of 1 pod (the node cache cold);
+2. scale-up: replicas 1 -> ``--replicas`` (the node's cache now warm);
+3. pod restart: one pod deleted, its replacement started by the ReplicaSet;
+4. new revision, new pods: encoder's versionPolicy 1 -> 2 (``modelUpdates: NewPods``);
+5. new service, in place: a second TritonService of ``--replicas`` pods with ``modelUpdates: InPlace``;
+6. new revision, in place: encoder 1 -> 3 in its running pods.
+
+For each: seconds from the apply (the delete, for the restart) until every pod (as many as
+spec.replicas, none being deleted, the new ones where the case starts pods) is Ready and answers the expected
+constant of encoder and of the big model on its own IP and the Service's ClusterIP answers encoder's
+three times in a row; the phases of the pod that was last to be Ready; the bytes the case read from
+the store (each new pod's `triton-operator sync` summary, or each agent's fetchedBytes); the bytes the
+node cache handed out (its own counter). Where each phase comes from is printed under the table.
+
+Targets (PASS/MISS): the scale-up pod reads 0 bytes from the store; a new revision changing encoder
+answers within (the download of encoder's new version + its load + 2 s), both measured in this run (each
+in-place pod's agent: its fetch, then Triton's load of encoder).
+
+Needs the local cluster's real node (e2e/cluster.py up; started and stopped here when not up).
+
+  .venv/bin/python bench/real_pods/realsize.py                                   # full size: ~2.6 GiB
+  .venv/bin/python bench/real_pods/realsize.py --big 8MiB --medium 4MiB --shard 2MiB --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import http.client
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.real_pods.common import (
+    Session,
+    agent_applied,
+    run_with_cluster,
+    say,
+    sync_summary,
+    triton_ready,
+    wait,
+)
+
+import realrepo
+from real_pods import on_real_node
+from testkit import free_port
+from triton_operator.core.names import AGENT_CONTAINER, TRITON_CONTAINER
+from triton_operator.core.startup import PHASES as STARTUP_PHASES
+from triton_operator.core.startup import describe_phases
+
+BUCKET = "realsize"
+PREFIX = "models"
+CHANGED = realrepo.MEDIUM
+X = [1.0, 2.0, 3.0, 4.0]
+PHASES = ("to pod", "sync", "load", "probes", "routing")
+SOURCES = {
+    "to pod": "bench poll: apply -> the pod bound to the node (the operator, the ReplicaSet, the scheduler)",
+    "sync": "bench poll: bound -> the sync init container terminated (sandbox, image, `triton-operator "
+    "sync`); in place: the agent's log, 'applying revision' -> 'loading model'",
+    "load": "bench poll: sync done -> Triton's /v2/health/ready on the pod IP (tritonserver start, every "
+    "model's load); in place: the agent's log, 'loading model' -> 'applied revision' (Triton's load API)",
+    "probes": "bench poll: Triton ready -> the pod's Ready condition (startup and readiness probe periods)",
+    "routing": "bench poll: the last pod Ready (in place: applied) -> every pod and the Service answer "
+    "(Endpoints, kube-proxy; for new pods the operator's flip of the Service)",
+}
+
+
+@dataclass
+class Case:
+    name: str
+    seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+    pods: int = 0
+    store_bytes: list[int] = field(default_factory=list)
+    cache_hit_bytes: int = 0
+    recorded: list[str] = field(default_factory=list)
+    """status.timeToServe of the case's revision, in words (the operator's record of its first pod)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """The operator's metrics of the case's new pods: mean seconds per phase, bytes fetched (sum)."""
+    fetch_load: list[tuple[float, float]] = field(default_factory=list)
+    """In place: each pod's (fetch, load) seconds of the changed model, from its agent's log."""
+    weights_check: list[float] = field(default_factory=list)
+    """Each pod's model's own check of encoder's shards at load (its log line), seconds."""
+
+
+@dataclass
+class Marks:
+    created: float | None = None
+    scheduled: float | None = None
+    synced: float | None = None
+    loaded: float | None = None
+    ready: float | None = None
+
+
+# ---------------------------------------------------------------- inference
+
+
+def is_ready(pod: Any) -> bool:
+    """The pod's Ready condition is True (so it is among its Service's endpoints)."""
+    conditions = (pod.status.conditions or []) if pod.status else []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def added(host: str, model: str, timeout: float = 2.0) -> float | None:
+    """What ``model`` adds to its input on ``host`` (OUTPUT0 - INPUT0), or None when it does not answer."""
+    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": X}]})
+    conn = http.client.HTTPConnection(host, 8000, timeout=timeout)
+    try:
+        conn.request(
+            "POST", f"/v2/models/{model}/infer", body=body, headers={"Content-Type": "application/json"}
+        )
+        response = conn.getresponse()
+        raw = response.read()
+        if response.status != 200:
+            return None
+        out = next(o for o in json.loads(raw)["outputs"] if o["name"] == "OUTPUT0")
+        diffs = {round(float(o) - x, 3) for o, x in zip(out["data"], X, strict=True)}
+        return diffs.pop() if len(diffs) == 1 else None
+    except (OSError, http.client.HTTPException, ValueError, KeyError, StopIteration):
+        return None
+    finally:
+        conn.close()
+
+
+# ---------------------------------------------------------------- the session
+
+
+class RealSize(Session):
+    def __init__(self, args: argparse.Namespace, node: dict[str, Any], workdir: Path) -> None:
+        self.cache_port = free_port()
+        self.metrics_port = free_port()
+        super().__init__(
+            node,
+            workdir,
+            "bench-realsize",
+            {"TRITON_OPERATOR_NODE_CACHE_PORT": str(self.cache_port)},
+            ("--metrics-port", str(self.metrics_port)),
+        )
+        self.args = args
+        self.cache: subprocess.Popen[bytes] | None = None
+        self.repo: realrepo.GeneratedRepository | None = None
+        self.v2: realrepo.GeneratedRepository | None = None
+        self.victim = ""
+
+    # ------------------------------------------------------------------ set-up and tear-down
+    def start(self) -> None:
+        self.start_store()
+        shape = realrepo.RepoShape(
+            big_bytes=realrepo.parse_size(self.args.big),
+            medium_bytes=realrepo.parse_size(self.args.medium),
+            small_count=self.args.small,
+            small_bytes=realrepo.parse_size(self.args.small_size),
+            shard_bytes=realrepo.parse_size(self.args.shard),
+        )
+        self.s3.create_bucket(Bucket=BUCKET)
+        began = time.monotonic()
+        self.repo = realrepo.upload_repository(self.s3, BUCKET, PREFIX, shape)
+        only_encoder = realrepo.RepoShape(
+            big_bytes=0,
+            medium_bytes=shape.medium_bytes,
+            small_count=0,
+            shard_bytes=shape.shard_bytes,
+            versions=(2, 3),
+            ensemble=False,
+        )
+        self.v2 = realrepo.upload_repository(self.s3, BUCKET, PREFIX, only_encoder)
+        say(
+            f"uploaded {realrepo.format_size(self.repo.total_bytes + self.v2.total_bytes)} "
+            f"in {time.monotonic() - began:.1f} s"
+        )
+        log = (self.workdir / "node-cache.log").open("wb")
+        self.cache = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "triton_operator.cli",
+                "node-cache",
+                "--root",
+                str(self.workdir / "node-cache"),
+                "--size-limit",
+                self.args.cache_limit,
+                "--address",
+                self.node["ip"],
+                "--port",
+                str(self.cache_port),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        wait(lambda: self.cache_metrics() is not None, 30, "node cache /metrics", interval=0.2)
+        super().start()
+
+    def stop(self) -> None:
+        import cluster  # noqa: PLC0415
+
+        try:
+            super().stop()
+        finally:
+            if self.cache is not None:
+                cluster.stop_group(self.cache)
+
+    # ------------------------------------------------------------------ what to expect
+    def constant(self, model: str, version: int = 1) -> float:
+        assert self.repo is not None and self.v2 is not None
+        if model == CHANGED and version > 1:
+            return self.v2.added(CHANGED, version)
+        return self.repo.added(model, version)
+
+    def pinned_bytes(self, repo: realrepo.GeneratedRepository, folder: str = "") -> int:
+        """Bytes of the files a pod syncs under ``folder`` (the operator renders config.pbtxt itself)."""
+        return sum(
+            f.size for f in repo.files if f.path.startswith(folder) and not f.path.endswith("/config.pbtxt")
+        )
+
+    def body(self, name: str, replicas: int, mode: str, version: int) -> dict[str, Any]:
+        assert self.repo is not None
+        b = on_real_node(
+            name,
+            self.namespace,
+            bucket=BUCKET,
+            endpoint=self.server.endpoint,
+            replicas=replicas,
+            resources={"cpu": "100m", "memory": self.args.pod_memory},
+            shmSize="256Mi",
+            startupTimeoutSeconds=900,
+            rollout={"modelUpdates": mode, "progressDeadlineSeconds": 900},
+        )
+        models = copy.deepcopy(self.repo.spec_models)
+        for m in models:
+            if m["name"] == CHANGED:
+                m["config"]["versionPolicy"] = {"specific": {"versions": [str(version)]}}
+        b["spec"]["models"] = models
+        return b
+
+    def cache_metrics(self) -> dict[str, float] | None:
+        try:
+            with contextlib.closing(
+                http.client.HTTPConnection(self.node["ip"], self.cache_port, timeout=2)
+            ) as conn:
+                conn.request("GET", "/metrics")
+                text = conn.getresponse().read().decode()
+        except OSError:
+            return None
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("triton_node_cache_") and " " in line and "{" not in line:
+                key, value = line.rsplit(" ", 1)
+                with contextlib.suppress(ValueError):
+                    out[key] = float(value)
+        return out
+
+    def operator_metrics(self) -> dict[str, float]:
+        """The operator's time-to-serve histograms' sums and counts (its /metrics), by series."""
+        out: dict[str, float] = {}
+        with (
+            contextlib.suppress(OSError),
+            contextlib.closing(http.client.HTTPConnection("127.0.0.1", self.metrics_port, timeout=5)) as conn,
+        ):
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+            for line in text.splitlines():
+                if line.startswith("triton_operator_time_to_serve_") and ("_sum" in line or "_count" in line):
+                    key, _, value = line.rpartition(" ")
+                    with contextlib.suppress(ValueError):
+                        out[key] = float(value)
+        return out
+
+    def recorded_starts(self, before: dict[str, float], pods: int) -> dict[str, float]:
+        """Per phase, the mean seconds the operator's metrics recorded for the ``pods`` pods that
+        started since ``before`` (and 'fetched bytes': their sum); {} when it has not seen them."""
+        total = 'triton_operator_time_to_serve_seconds_count{phase="total"}'
+
+        def probe() -> dict[str, float] | None:
+            now = self.operator_metrics()
+            return now if now.get(total, 0) - before.get(total, 0) >= pods else None
+
+        try:
+            after = wait(probe, 30, "the operator's metrics of the new pods", interval=0.5)
+        except TimeoutError:
+            return {}
+        out: dict[str, float] = {}
+        for phase in (*STARTUP_PHASES, "total"):
+            key = f'triton_operator_time_to_serve_seconds_{{}}{{{{phase="{phase}"}}}}'
+            count = after.get(key.format("count"), 0) - before.get(key.format("count"), 0)
+            if count:
+                out[phase] = (after.get(key.format("sum"), 0) - before.get(key.format("sum"), 0)) / count
+        fetched = "triton_operator_time_to_serve_fetched_bytes_sum"
+        out["fetched bytes"] = after.get(fetched, 0) - before.get(fetched, 0)
+        return out
+
+    def hit_bytes(self) -> int:
+        return int((self.cache_metrics() or {}).get("triton_node_cache_hit_bytes_total", 0))
+
+    # ------------------------------------------------------------------ watching a case
+    def every_pod_answers(
+        self, name: str, replicas: int, version: int, host: str, gone: set[str]
+    ) -> list[Any] | None:
+        """The pods, when there are ``replicas`` of them not being deleted, none of them in ``gone``
+        (uids), each Ready (an endpoint of the Service) and answering encoder at ``version`` and the
+        big model on its own IP, and the Service answers encoder three times in a row; else None."""
+        pods = self.pods(name)
+        if len(pods) != replicas or any(p.metadata.uid in gone for p in pods):
+            return None
+        if any(not (p.status and p.status.podIP and is_ready(p)) for p in pods):
+            return None  # a pod that answers on its IP before it is Ready gets no traffic yet
+        want = self.constant(CHANGED, version)
+        for p in pods:
+            if added(p.status.podIP, CHANGED) != want or added(p.status.podIP, realrepo.BIG) != self.constant(
+                realrepo.BIG
+            ):
+                return None
+        if any(added(host, CHANGED) != want for _ in range(3)):
+            return None
+        return pods
+
+    def watch(
+        self, case: Case, name: str, *, replicas: int, version: int, host: str, old: set[str], t0: float
+    ) -> list[Any]:
+        """Poll until every pod answers; the new pods' marks (pods not in ``old``) give the case's
+        phases. Pods of ``old`` may answer unless the case replaces them all (a new revision)."""
+        gone = old if case.name.startswith("new revision, new pods") else set()
+        if case.name.startswith("pod restart"):
+            gone = {self.victim}
+        marks: dict[str, Marks] = {}
+        deadline = t0 + self.args.timeout
+        while True:
+            now = time.monotonic()
+            if now > deadline:
+                raise TimeoutError(f"{case.name}: not every pod answered within {self.args.timeout:.0f} s")
+            for pod in self.pods(name):
+                if pod.metadata.uid in old:
+                    continue
+                m = marks.setdefault(pod.metadata.uid, Marks(created=now))
+                status = pod.status
+                if pod.spec.nodeName and m.scheduled is None:
+                    m.scheduled = now
+                init = (status.initContainerStatuses or []) if status else []
+                done = (
+                    init
+                    and init[0].state
+                    and init[0].state.terminated
+                    and init[0].state.terminated.exitCode == 0
+                )
+                if done and m.synced is None:
+                    m.synced = now
+                ip = status.podIP if status else None
+                if m.synced is not None and m.loaded is None and ip and triton_ready(ip):
+                    m.loaded = time.monotonic()
+                if m.ready is None and is_ready(pod):
+                    m.ready = now
+            pods = self.every_pod_answers(name, replicas, version, host, gone)
+            if pods is not None:
+                end = time.monotonic()
+                break
+            time.sleep(self.args.poll)
+        case.seconds = end - t0
+        new = [marks[p.metadata.uid] for p in pods if p.metadata.uid in marks]
+        case.pods = len(new)
+        if new:
+            last = max(new, key=lambda m: m.ready or end)
+            points = [t0, last.scheduled, last.synced, last.loaded, last.ready, end]
+            for i in range(1, len(points)):  # a phase shorter than one poll
+                if points[i] is None:
+                    points[i] = points[i - 1]
+            for i, phase in enumerate(PHASES):
+                later, earlier = points[i + 1], points[i]
+                assert later is not None and earlier is not None
+                case.phases[phase] = max(later - earlier, 0.0)
+        return pods
+
+    def recorded(self, name: str, old_revision: str | None) -> list[str]:
+        """status.timeToServe of the revision that serves now (once it is not ``old_revision``), in
+        words: the operator's record of the revision's first Ready pod."""
+
+        def probe() -> list[str] | None:
+            status = self.status(name)
+            stable = status.get("stableRevision")
+            if not stable or stable == old_revision:
+                return None
+            entries = [e for e in status.get("timeToServe") or [] if e.get("revision") == stable]
+            return [
+                f"revision {e['revision']}, pod {e['pod']}: {describe_phases(e)}" for e in entries
+            ] or None
+
+        with contextlib.suppress(TimeoutError):
+            return list(wait(probe, 30, "status.timeToServe"))
+        return ["(no status.timeToServe entry for the new revision within 30 s)"]
+
+    def weights_check(self, pod: str, version: int) -> float | None:
+        """Seconds the pod's encoder took to read and check its shards (its own log line)."""
+        marker = f"realrepo: {CHANGED} version {version}: checked "
+        for line in self.logs(pod, TRITON_CONTAINER).splitlines():
+            if marker in line:
+                with contextlib.suppress(ValueError, IndexError):
+                    return float(line.split(" bytes in ", 1)[1].split(" s", 1)[0])
+        return None
+
+    # ------------------------------------------------------------------ the cases
+    def new_pods_case(
+        self,
+        case: Case,
+        name: str,
+        *,
+        replicas: int,
+        version: int,
+        host: str,
+        old: set[str],
+        t0: float,
+        new_revision: bool = False,
+        old_revision: str | None = None,
+    ) -> list[Any]:
+        """Watch a case that starts pods; ``new_revision``: it starts a revision after
+        ``old_revision`` (the status records the new one's time to serve)."""
+        hits = self.hit_bytes()
+        before = self.operator_metrics()
+        pods = self.watch(case, name, replicas=replicas, version=version, host=host, old=old, t0=t0)
+        case.cache_hit_bytes = self.hit_bytes() - hits
+        fresh = [p for p in pods if p.metadata.uid not in old]
+        case.metrics = self.recorded_starts(before, len(fresh))
+        for p in fresh:
+            summary = sync_summary(p)
+            if summary is None:
+                raise RuntimeError(f"{case.name}: pod {p.metadata.name} has no sync summary")
+            case.store_bytes.append(summary.fetched)
+            check = self.weights_check(p.metadata.name, version)
+            if check is not None:
+                case.weights_check.append(check)
+        if new_revision:
+            case.recorded = self.recorded(name, old_revision)
+        return pods
+
+    def run(self, cases: list[Case]) -> None:
+        replicas = self.args.replicas
+        # 1-4: one TritonService with new pods
+        name = "newpods"
+        case = Case("new service (cold node cache)")
+        t0 = time.monotonic()
+        self.apply(self.body(name, 1, "NewPods", 1))
+        host = self.cluster_ip(name)
+        pods = self.new_pods_case(
+            case, name, replicas=1, version=1, host=host, old=set(), t0=t0, new_revision=True
+        )
+        cases.append(case)
+        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
+
+        case = Case(f"scale-up 1 -> {replicas} (warm node)")
+        old = {p.metadata.uid for p in pods}
+        t0 = time.monotonic()
+        self.apply(self.body(name, replicas, "NewPods", 1))
+        pods = self.new_pods_case(case, name, replicas=replicas, version=1, host=host, old=old, t0=t0)
+        cases.append(case)
+        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
+
+        case = Case("pod restart (a pod deleted)")
+        victim = pods[0]
+        self.victim = str(victim.metadata.uid)
+        old = {p.metadata.uid for p in pods}
+        from lightkube.resources.core_v1 import Pod  # noqa: PLC0415
+
+        t0 = time.monotonic()
+        self.kube.delete(Pod, victim.metadata.name, namespace=self.namespace)
+        pods = self.new_pods_case(case, name, replicas=replicas, version=1, host=host, old=old, t0=t0)
+        cases.append(case)
+        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
+
+        case = Case(f"new revision, new pods ({CHANGED} 1 -> 2)")
+        old = {p.metadata.uid for p in pods}
+        stable = self.status(name).get("stableRevision")
+        t0 = time.monotonic()
+        self.apply(self.body(name, replicas, "NewPods", 2))
+        self.new_pods_case(
+            case,
+            name,
+            replicas=replicas,
+            version=2,
+            host=host,
+            old=old,
+            t0=t0,
+            new_revision=True,
+            old_revision=stable,
+        )
+        cases.append(case)
+        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
+        self.gone(name)
+
+        # 5-6: a TritonService updated in place
+        name = "inplace"
+        case = Case(f"new service, in place, {replicas} pods (warm node)")
+        t0 = time.monotonic()
+        self.apply(self.body(name, replicas, "InPlace", 1))
+        host = self.cluster_ip(name)
+        pods = self.new_pods_case(
+            case, name, replicas=replicas, version=1, host=host, old=set(), t0=t0, new_revision=True
+        )
+        cases.append(case)
+        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
+
+        case = Case(f"new revision, in place ({CHANGED} 1 -> 3)")
+        old_revision = self.status(name).get("stableRevision")
+        hits = self.hit_bytes()
+        t0, wall0 = time.monotonic(), time.time()
+        self.apply(self.body(name, replicas, "InPlace", 3))
+        pods = self.watch(
+            case, name, replicas=replicas, version=3, host=host, old={p.metadata.uid for p in pods}, t0=t0
+        )
+        case.cache_hit_bytes = self.hit_bytes() - hits
+        case.pods = 0
+        applied_at: list[float] = []
+        starts: list[float] = []
+        for p in pods:
+            case.store_bytes.append(int(agent_applied(p.status.podIP, old_revision)["fetchedBytes"]))
+            times = agent_times(self.logs(p.metadata.name, AGENT_CONTAINER))
+            if times is not None:
+                began, loading, applied = times
+                starts.append(began)
+                applied_at.append(applied)
+                case.fetch_load.append((loading - began, applied - loading))
+            check = self.weights_check(p.metadata.name, 3)
+            if check is not None:
+                case.weights_check.append(check)
+        if starts and applied_at:  # the agents' wall clock (the node is this machine) against the apply's
+            last = applied_at.index(max(applied_at))
+            fetch, load = case.fetch_load[last]
+            case.phases = {
+                "to pod": max(starts[last] - wall0, 0.0),
+                "sync": fetch,
+                "load": load,
+                "probes": 0.0,
+                "routing": max(case.seconds - (max(applied_at) - wall0), 0.0),
+            }
+        cases.append(case)
+        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
+        self.gone(name)
+
+
+def agent_times(log: str) -> tuple[float, float, float] | None:
+    """Wall-clock times of the last change in an agent's log: 'applying revision', the first
+    'loading model' after it and 'applied revision'; None when they are not all there."""
+    began = loading = applied = None
+    for line in log.splitlines():
+        parts = line.split(" agent ", 1)
+        if len(parts) != 2:
+            continue
+        try:
+            at = datetime.strptime(parts[0], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            continue
+        text = parts[1]
+        if "applying revision" in text:
+            began, loading, applied = at, None, None
+        elif "loading model" in text and began is not None and loading is None:
+            loading = at
+        elif "applied revision" in text and began is not None:
+            applied = at
+    if began is None or applied is None:
+        return None
+    return began, loading if loading is not None else applied, applied
+
+
+# ---------------------------------------------------------------- the table
+
+
+def mib(n: float) -> str:
+    """Bytes for the table: exact below 1 MiB (0 B is the figure to see), else MiB."""
+    return f"{int(n):,} B" if n < realrepo.MiB else f"{n / realrepo.MiB:,.1f} MiB"
+
+
+def report(
+    cases: list[Case], session: RealSize | None, args: argparse.Namespace, out: dict[str, Any]
+) -> None:
+    repo = session.repo if session is not None else None
+    v2 = session.v2 if session is not None else None
+    print()
+    if repo is not None and v2 is not None and session is not None:
+        print(
+            f"Repository: {len(repo.models)} models, {mib(repo.total_bytes)} "
+            f"({', '.join(f'{m.name} {mib(m.weight_bytes)}' for m in repo.models if m.weight_bytes)}); "
+            f"{CHANGED} version 2 and 3: {mib(session.pinned_bytes(v2, f'{CHANGED}/2/'))} each. "
+            f"Replicas {args.replicas}, "
+            f"poll {args.poll * 1000:.0f} ms."
+        )
+    print(
+        "\n| case | new pods | bytes from the store | bytes from the node cache | "
+        + " | ".join(PHASES)
+        + " | apply -> every pod answers |"
+    )
+    print("|---|---:|---:|---:|" + "---:|" * (len(PHASES) + 1))
+    for c in cases:
+        cells = [f"{c.phases[p]:.2f}" if p in c.phases else "-" for p in PHASES]
+        store = " + ".join(mib(b) for b in c.store_bytes) if c.store_bytes else "-"
+        print(
+            f"| {c.name} | {c.pods} | {store} | {mib(c.cache_hit_bytes)} | "
+            + " | ".join(cells)
+            + f" | **{c.seconds:.2f}** |"
+        )
+    print("\nSeconds. Where each phase comes from:")
+    for phase, source in SOURCES.items():
+        print(f"- {phase}: {source}")
+    print(
+        "- bytes from the store: each new pod's sync summary (its termination message, what "
+        "status.timeToServe[].bytesFetched shows); in place each pod's agent, "
+        "GET :8009/v1/inplace fetchedBytes"
+    )
+    print(
+        "- bytes from the node cache: the cache's own triton_node_cache_hit_bytes_total, "
+        "its change over the case"
+    )
+    recorded = [c for c in cases if c.metrics]
+    if recorded:
+        print(
+            "\nThe operator's own record of the same pod starts (its metrics "
+            "triton_operator_time_to_serve_seconds{phase} and _fetched_bytes, their change over the case: "
+            "the mean over the case's new pods; from the pods' status times, whole seconds apart; "
+            "created -> Ready, so without the operator's part and the routing):"
+        )
+        print("\n| case | " + " | ".join(STARTUP_PHASES) + " | created -> Ready | bytes fetched (sum) |")
+        print("|---|" + "---:|" * (len(STARTUP_PHASES) + 2))
+        for c in recorded:
+            cells = [f"{c.metrics[p]:.1f}" if p in c.metrics else "-" for p in (*STARTUP_PHASES, "total")]
+            print(f"| {c.name} | " + " | ".join(cells) + f" | {mib(c.metrics.get('fetched bytes', 0))} |")
+    lines = [(c.name, line) for c in cases for line in c.recorded]
+    if lines:
+        print(
+            "\nstatus.timeToServe of each new revision (its first Ready pod), "
+            "as the RevisionServed Event says it:"
+        )
+        for name, line in lines:
+            print(f"- {name}: {line}")
+    if any(c.weights_check for c in cases):
+        print(f"\n{CHANGED}'s own check of its shards at load (its log line in tritonserver's log):")
+    for c in cases:
+        if c.weights_check:
+            print(f"- {c.name}: " + ", ".join(f"{s:.2f} s" for s in c.weights_check))
+    verdicts: dict[str, Any] = {}
+    scale = next((c for c in cases if c.name.startswith("scale-up")), None)
+    if scale is not None:
+        ok = bool(scale.store_bytes) and all(b == 0 for b in scale.store_bytes)
+        verdicts["scaleUpZeroBytes"] = ok
+        print(
+            f"\nTarget: the scale-up pod on a warm node reads 0 bytes from the store: "
+            f"{'PASS' if ok else 'MISS'} ({scale.store_bytes})"
+        )
+    in_place = next((c for c in cases if c.name.startswith("new revision, in place")), None)
+    if in_place is not None and in_place.fetch_load:
+        download = max(f for f, _ in in_place.fetch_load)
+        load = max(ld for _, ld in in_place.fetch_load)
+        bound = max(f + ld for f, ld in in_place.fetch_load) + 2.0
+        verdicts["bound"] = bound
+        print(
+            f"Target: a new revision changing {CHANGED} answers within the download of its new version "
+            f"+ its load + 2 s = {bound:.2f} s (per pod, the slowest; download up to {download:.2f} s and "
+            f"load up to {load:.2f} s, each in-place pod's agent):"
+        )
+        for c in cases:
+            if c.name.startswith("new revision"):
+                ok = c.seconds <= bound
+                verdicts[c.name] = ok
+                print(f"- {c.name}: {c.seconds:.2f} s: {'PASS' if ok else 'MISS'}")
+    out.update(
+        {
+            "cases": [
+                {
+                    "name": c.name,
+                    "seconds": round(c.seconds, 3),
+                    "pods": c.pods,
+                    "storeBytes": c.store_bytes,
+                    "cacheHitBytes": c.cache_hit_bytes,
+                    "phases": {k: round(v, 3) for k, v in c.phases.items()},
+                    "fetchLoad": c.fetch_load,
+                    "recorded": c.recorded,
+                    "operatorMetrics": c.metrics,
+                }
+                for c in cases
+            ],
+            "verdicts": verdicts,
+        }
+    )
+    if repo is not None and v2 is not None and session is not None:
+        out["repository"] = {
+            "pinnedBytes": session.pinned_bytes(repo),
+            "changedBytes": session.pinned_bytes(v2, f"{CHANGED}/2/"),
+            "changedShardBytes": v2.model(CHANGED).weight_bytes // 2,
+        }
+    print(json.dumps(out))
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--big", default="2GiB", help="weights of the big model (llm)")
+    ap.add_argument("--medium", default="500MiB", help="weights of the model that changes (encoder)")
+    ap.add_argument("--small", type=int, default=3, help="small models (the ensemble chains two)")
+    ap.add_argument("--small-size", default="1MiB")
+    ap.add_argument("--shard", default="256MiB", help="largest weight shard")
+    ap.add_argument(
+        "--replicas", type=int, default=2, help="pods after the scale-up, and of the in-place service"
+    )
+    ap.add_argument("--pod-memory", default="3Gi", help="the tritonserver container's memory")
+    ap.add_argument("--cache-limit", default="20Gi", help="the node cache's size limit")
+    ap.add_argument("--poll", type=float, default=0.1, help="seconds between polls")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds a case may take")
+    ap.add_argument("--json", type=Path, help="also write the figures here as JSON")
+    args = ap.parse_args(argv)
+    if args.replicas < 2:
+        ap.error("--replicas must be at least 2 (the scale-up adds pods to one)")
+    cases: list[Case] = []
+    holder: dict[str, RealSize] = {}
+    out: dict[str, Any] = {}
+
+    def measure(node: dict[str, Any]) -> None:
+        workdir = Path(tempfile.mkdtemp(prefix="bench-realsize-"))
+        session = RealSize(args, node, workdir)
+        holder["session"] = session
+        try:
+            session.start()
+            session.run(cases)
+        finally:
+            session.stop()
+            shutil.rmtree(workdir / "weed", ignore_errors=True)
+            shutil.rmtree(workdir / "node-cache", ignore_errors=True)
+            say(f"logs: {workdir} (the store's and the node cache's data removed)")
+
+    return run_with_cluster(
+        measure, lambda: report(cases, holder.get("session"), args, out), measured=lambda: len(cases)
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
