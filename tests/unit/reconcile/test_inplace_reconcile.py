@@ -272,6 +272,18 @@ def new_model_version(spec: dict[str, Any], svc: Service) -> None:
     spec["models"][0]["config"]["maxBatchSize"] = 16
 
 
+async def moved_in_place(svc: Service) -> tuple[str, str]:
+    """Serve the first revision, then move a new model version into its pods in place and let the
+    rollout complete: (the host revision, the revision its pods now serve)."""
+    host = await serving(svc)
+    svc.edit(lambda spec: new_model_version(spec, svc))
+    moved = (await svc.run()).revision
+    assert moved is not None
+    for _ in range(3):
+        await svc.run()
+    return host, moved
+
+
 # ---------------------------------------------------------------- in place, step by step
 
 
@@ -533,11 +545,7 @@ async def test_a_pod_change_after_models_moved_in_place_rolls_out_new_pods_of_th
 ) -> None:
     svc = Service(agents, kube)
     try:
-        host = await serving(svc)
-        svc.edit(lambda spec: new_model_version(spec, svc))
-        moved = (await svc.run()).revision
-        for _ in range(3):
-            await svc.run()
+        host, moved = await moved_in_place(svc)
         assert svc.status()["servedRevision"] == moved and svc.annotated() == {}
         svc.edit(lambda spec: spec.__setitem__("env", [{"name": "X", "value": "1"}]))
         new = (await svc.run()).revision
@@ -568,11 +576,7 @@ async def test_an_invalid_spec_after_an_in_place_move_keeps_the_moved_models(
     its listing ends (after an operator restart) is the served one too."""
     svc = Service(agents, kube)
     try:
-        await serving(svc)
-        svc.edit(lambda spec: new_model_version(spec, svc))
-        moved = (await svc.run()).revision
-        for _ in range(3):
-            await svc.run()
+        _, moved = await moved_in_place(svc)
         assert svc.status()["servedRevision"] == moved
         svc.edit(lambda spec: spec["models"][0]["config"].__setitem__("maxBatchSize", -3))
         result = await svc.run()
@@ -770,11 +774,7 @@ async def test_undo_goes_back_in_place_to_a_revision_served_only_in_place(
     in-place rollout), and an undo of the undo goes forward again; never a Deployment of either."""
     svc = Service(agents, kube, rollout={"modelUpdates": "InPlace", "steps": [{"setWeight": 50}]})
     try:
-        host = await serving(svc)
-        svc.edit(lambda spec: new_model_version(spec, svc))
-        moved = (await svc.run()).revision
-        for _ in range(3):
-            await svc.run()
+        host, moved = await moved_in_place(svc)
         status = svc.status()
         assert status["servedRevision"] == moved
         assert status["history"] == [{"revision": host, "inPlaceHost": host}]
@@ -819,11 +819,7 @@ async def test_a_retry_after_an_in_place_undo_rolls_the_spec_forward(
 ) -> None:
     svc = Service(agents, kube)
     try:
-        host = await serving(svc)
-        svc.edit(lambda spec: new_model_version(spec, svc))
-        moved = (await svc.run()).revision
-        for _ in range(3):
-            await svc.run()
+        host, moved = await moved_in_place(svc)
         undo(svc)
         for _ in range(4):
             await svc.run()
