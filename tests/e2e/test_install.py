@@ -194,6 +194,7 @@ def manifest_objects(text: str) -> list[tuple[str, str, str | None]]:
 
 def test_helm_install_upgrade_and_uninstall(kube: Client, tools: Tools, without_crds: None) -> None:
     release, ns = f"ti-{suffix()}", f"helm-{suffix()}"
+    watched = f"watched-{suffix()}"
     full = f"{release}-triton-operator"
     try:
         out = tools.h(
@@ -238,7 +239,6 @@ def test_helm_install_upgrade_and_uninstall(kube: Client, tools: Tools, without_
         assert json.loads(binding)["subjects"] == [{"kind": "ServiceAccount", "name": full, "namespace": ns}]
 
         # helm upgrade into watchNamespaces mode: Roles there, the cluster-wide role goes away.
-        watched = f"watched-{suffix()}"
         tools.k("create", "namespace", watched)
         tools.h(
             "upgrade",
@@ -274,6 +274,14 @@ def test_helm_install_upgrade_and_uninstall(kube: Client, tools: Tools, without_
     finally:
         tools.h("uninstall", release, "-n", ns, "--ignore-not-found", check=False)
         tools.k("delete", "namespace", ns, "--ignore-not-found", "--wait=false", check=False)
+        # Gone before the next test: the release's operator pod (cluster-wide, a kopf peer) still
+        # ran while its namespace terminated, and the next test, deleting the kopf CRDs again at
+        # once, timed out on them in two runs of three.
+        wait_for(
+            lambda: not any(_exists(tools, "namespace", n) for n in (ns, watched)),
+            timeout=180,
+            what="the release's namespaces gone",
+        )
 
 
 # ----------------------------------------------------------------- (b) kubectl apply -f manifests/
