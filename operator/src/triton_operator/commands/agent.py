@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
@@ -25,6 +24,7 @@ from triton_operator.commands.sync import (
     EXIT_USAGE,
     add_fetch_arguments,
     credentials_from_env,
+    node_cache_pod,
     node_cache_url,
     read_manifest_bytes,
     sync_failure,
@@ -41,7 +41,6 @@ from triton_operator.core.names import (
     INPLACE_TARGET_FILE,
     MODELS_DIR,
 )
-from triton_operator.core.nodecache import POD_ENV
 from triton_operator.core.startup import format_summary
 
 EPILOG = f"""\
@@ -195,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     except ManifestError as exc:
         return fail(EXIT_USAGE, f"--manifest {args.manifest}: {exc}")
     url = node_cache_url(args.node_cache)
-    pod = os.environ.get(POD_ENV) or os.uname().nodename
+    pod = node_cache_pod()
     if url is not None:
         try:
             NodeCacheClient(url, pod).close(0)

@@ -226,6 +226,12 @@ def node_cache_url(arg: str | None, env: Any = None) -> str | None:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def node_cache_pod(env: Any = None) -> str:
+    """Who asks the node cache: the pod's uid ($TRITON_NODE_CACHE_POD), else the host name."""
+    env = os.environ if env is None else env
+    return str(env.get(POD_ENV) or os.uname().nodename)
+
+
 def run(args: argparse.Namespace) -> int:
     # The container's log is read by whoever may read the pod's: an SDK's warning (a retried
     # request's URL with its SAS signature) must not show the credentials it was given.
@@ -253,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
     node_cache = None
     if url is not None and manifest.pinned:
         try:
-            node_cache = NodeCacheClient(url, os.environ.get(POD_ENV) or os.uname().nodename)
+            node_cache = NodeCacheClient(url, node_cache_pod())
         except ValueError as exc:
             return fail(EXIT_USAGE, f"--node-cache: {exc}")
     options = SyncOptions(
