@@ -21,6 +21,7 @@ ROWS = (
     "KServe-style boto3 as shipped",
     "rclone copy",
     "**triton-operator sync** (c=16)",
+    "triton-operator sync --verify digest",
     "checksums dropped (diagnostic)",
 )
 
@@ -53,7 +54,8 @@ def test_the_small_run_prints_every_row_and_says_when_rclone_is_missing(tmp_path
     assert row(cells, "rclone copy")[0].startswith("rclone not installed")
     assert row(cells, "rclone copy")[1:] == ["-"] * 6
     ours = row(cells, "**triton-operator sync**")
-    assert ours[0] == "MD5 of every byte, flushed"
+    assert ours[0].startswith("every byte: S3's CRC32 of the pinned object")
+    assert row(cells, "--verify digest")[0].startswith("MD5 of every byte")
     assert float(ours[1]) > 0 and float(ours[5]) > 0  # seconds and CPU seconds per GiB measured
     assert row(cells, "KServe-style boto3: 4 processes x 4 threads")[3] == "1.00x"  # the baseline
 

@@ -16,7 +16,8 @@ from boto3.s3.transfer import TransferConfig
 
 from realrepo import KiB, RepoShape, upload_repository
 from storage_backends import Backend, CountingStore, S3Backend
-from triton_operator.adapters.storage import ObjectChanged, pin_repository, pin_with_versioning
+from triton_operator.adapters.storage import ObjectChanged, ObjectStore, pin_repository, pin_with_versioning
+from triton_operator.adapters.storage.base import Sink
 from triton_operator.adapters.sync.engine import SyncOptions, sync
 from triton_operator.adapters.sync.files import STATE_FILE
 from triton_operator.adapters.sync.results import ChecksumMismatch, SyncStats, UnsafeDestination
@@ -557,3 +558,90 @@ def test_an_azure_read_of_a_pinned_version_asks_for_that_version(
         assert store.open_range("models/tok/1/model.py", 0, 3, generation=version) == b"x ="
     urls = [r.getMessage() for r in caplog.records if "Request URL" in r.getMessage()]
     assert any("/models/tok/1/model.py?" in u and "versionid=" in u for u in urls), urls
+
+
+class FlippingStore(CountingStore):
+    """A real store whose bytes get one bit flipped at offset ``at`` on the way in (a fault injected
+    in transit; the store and its ETag and checksums are untouched)."""
+
+    def __init__(self, inner: ObjectStore, at: int) -> None:
+        super().__init__(inner)
+        self.at = at
+
+    def read_range(
+        self, key: str, start: int, end: int | None, sink: Sink, *, etag: str = "", generation: str = ""
+    ) -> int:
+        pos = [start]
+
+        def flipping(chunk: bytes) -> None:
+            i = self.at - pos[0]
+            if 0 <= i < len(chunk):
+                chunk = chunk[:i] + bytes([chunk[i] ^ 1]) + chunk[i + 1 :]
+            pos[0] += len(chunk)
+            sink(chunk)
+
+        return super().read_range(key, start, end, flipping, etag=etag, generation=generation)
+
+
+@pytest.mark.parametrize(
+    ("crc", "upload_part", "kind"),
+    [
+        ("CRC32", 2 * MiB, "crc32-composite"),  # boto3's default for a multipart upload
+        ("CRC32", None, "crc32"),  # boto3's default for a whole upload
+        ("CRC32C", None, "crc32c"),
+        ("", None, "md5"),  # the store keeps no CRC: the pinned MD5
+        ("", 2 * MiB, "s3-multipart"),
+    ],
+)
+def test_a_big_file_is_checked_by_the_stores_crc_of_the_pinned_object(
+    s3_backend: S3Backend, tmp_path: Path, crc: str, upload_part: int | None, kind: str
+) -> None:
+    """verify "fast": a file read in ranges is checked by the CRC S3 keeps of the object with the
+    pinned ETag (every byte, far cheaper than MD5), else by the pinned digest; "digest" always by the
+    digest. One flipped bit fails the check that applies, and nothing is left."""
+    bucket = s3_backend.new_bucket()
+    data = random.Random(21).randbytes(9 * MiB + 777)
+    s3_backend.put(bucket, "models/big/1/model.bin", data, part_size=upload_part, crc=crc)
+    manifest = pin_repository(s3_backend.repository(bucket), [ModelSpec(name="big")], s3_backend.credentials)
+    (entry,) = manifest.entries
+    assert entry.checksum == entry.etag  # the pinned digest is the object's ETag
+    store = s3_backend.store(bucket)
+    fast = run(manifest, CountingStore(store), tmp_path / "fast", part_size=3 * MiB)
+    assert (tmp_path / "fast/big/1/model.bin").read_bytes() == data
+    assert fast.unverified_files == 0 and fast.crc_checked_files == (1 if crc else 0)
+    digest = run(manifest, CountingStore(store), tmp_path / "digest", part_size=3 * MiB, verify="digest")
+    assert (tmp_path / "digest/big/1/model.bin").read_bytes() == data
+    assert digest.unverified_files == 0 and digest.crc_checked_files == 0
+    for at in (5, len(data) - 5):  # a bit in the first range, then in the last
+        with pytest.raises(ChecksumMismatch) as info:
+            run(manifest, FlippingStore(store, at), tmp_path / f"bad{at}", part_size=3 * MiB)
+        assert f": {kind} is " in str(info.value)
+        assert ("the store keeps for ETag" in str(info.value)) == bool(crc)
+        assert not [p for p in (tmp_path / f"bad{at}").rglob("*") if p.is_file()]
+
+
+def test_a_pin_whose_digest_is_not_the_objects_etag_is_checked_by_the_digest(
+    s3_backend: S3Backend, tmp_path: Path
+) -> None:
+    """The store's CRC stands in for the pinned digest only when that digest is the pinned ETag: a
+    manifest whose MD5 names other bytes than its ETag's object fails, though the store's CRC of the
+    ETag's object matches what arrives."""
+    bucket = s3_backend.new_bucket()
+    data = random.Random(22).randbytes(9 * MiB)
+    other = random.Random(23).randbytes(9 * MiB)
+    s3_backend.put(bucket, "models/big/1/model.bin", data, crc="CRC32")
+    s3_backend.put(bucket, "models/big/1/other.bin", other, crc="CRC32")
+    manifest = pin_repository(s3_backend.repository(bucket), [ModelSpec(name="big")], s3_backend.credentials)
+    entry = next(e for e in manifest.entries if e.dest == "big/1/model.bin")
+    head = s3_backend.store(bucket).head("models/big/1/other.bin")
+    assert head is not None
+    forged = dataclasses.replace(entry, key="models/big/1/other.bin", etag=head.etag)
+    with pytest.raises(ChecksumMismatch) as info:
+        run(
+            dataclasses.replace(manifest, entries=(forged,)),
+            CountingStore(s3_backend.store(bucket)),
+            tmp_path / "m",
+            part_size=3 * MiB,
+        )
+    assert ": md5 is " in str(info.value) and entry.checksum in str(info.value)
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import uuid
 from collections.abc import Sequence
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+import google_crc32c
 from azure.storage.blob import BlobServiceClient
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
@@ -16,7 +18,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage as gcs
 
 from triton_operator.adapters.storage import ObjectStore, open_store
-from triton_operator.adapters.storage.base import Sink
+from triton_operator.adapters.storage.base import Sink, TransferCheck
 from triton_operator.core.manifest import ObjectInfo
 from triton_operator.models import Repository
 
@@ -82,12 +84,20 @@ class S3Backend(Backend):
     def uri(self, bucket: str, prefix: str = "models") -> str:
         return f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
 
-    def put(self, bucket: str, key: str, data: bytes, *, part_size: int | None = None) -> None:
+    def put(self, bucket: str, key: str, data: bytes, *, part_size: int | None = None, crc: str = "") -> None:
+        """Upload ``data``; ``crc`` "CRC32" asks boto3 for S3's additional checksum (composite for a
+        multipart upload), "CRC32C" sends one computed here (whole-object uploads only)."""
+        extra: dict[str, Any] = {}
+        if crc == "CRC32":
+            extra["ChecksumAlgorithm"] = "CRC32"
+        elif crc == "CRC32C":
+            assert not part_size, "boto3 computes CRC32C only with awscrt"
+            extra["ChecksumCRC32C"] = base64.b64encode(google_crc32c.value(data).to_bytes(4, "big")).decode()
         if part_size:
             config = TransferConfig(multipart_threshold=part_size, multipart_chunksize=part_size)
-            self.client.upload_fileobj(io.BytesIO(data), bucket, key, Config=config)
+            self.client.upload_fileobj(io.BytesIO(data), bucket, key, ExtraArgs=extra, Config=config)
         else:
-            self.client.put_object(Bucket=bucket, Key=key, Body=data)
+            self.client.put_object(Bucket=bucket, Key=key, Body=data, **extra)
 
     def delete(self, bucket: str, key: str) -> None:
         self.client.delete_object(Bucket=bucket, Key=key)
@@ -188,6 +198,11 @@ class CountingStore:
 
     def part_size(self, key: str, etag: str) -> int | None:
         return self.inner.part_size(key, etag)
+
+    def transfer_check(
+        self, key: str, etag: str, generation: str, part_size: int | None
+    ) -> TransferCheck | None:
+        return self.inner.transfer_check(key, etag, generation, part_size)
 
     def trusted(self, objects: Sequence[ObjectInfo]) -> Sequence[ObjectInfo]:
         return self.inner.trusted(objects)

@@ -16,7 +16,7 @@ from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.redaction import install_log_redaction
 from triton_operator.adapters.storage import open_store
 from triton_operator.adapters.storage.base import ObjectChanged, StoreConfigError, StoreError
-from triton_operator.adapters.sync.engine import SyncOptions, sync
+from triton_operator.adapters.sync.engine import VERIFY_MODES, SyncOptions, sync
 from triton_operator.adapters.sync.progress import Progress
 from triton_operator.adapters.sync.results import ChecksumMismatch, NoSpace, SyncError, UnsafeDestination
 from triton_operator.core.manifest import Manifest, ManifestError, SelectionFailed, manifest_from_json
@@ -167,6 +167,15 @@ def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
         help="objects bigger than this are read in ranged parts of this size (default 64MiB)",
     )
     parser.add_argument(
+        "--verify",
+        choices=VERIFY_MODES,
+        default="fast",
+        help="how bytes read from the store are checked: fast (default) checks a file read in ranged parts "
+        "by the store's own CRC32C/CRC32 of the pinned object where it keeps one (read on the condition "
+        "of the pinned ETag/version), else by the pinned digest; digest always checks the pinned "
+        "digest (MD5, SHA-1, SHA-256, S3 multipart ETag)",
+    )
+    parser.add_argument(
         "--pvc-root", type=Path, default=None, help="where the pvc:// claim is mounted (unpinned manifests)"
     )
     parser.add_argument(
@@ -271,6 +280,7 @@ def run(args: argparse.Namespace) -> int:
         pvc_root=args.pvc_root,
         volume_limit=args.volume_limit,
         source=node_cache,
+        verify=args.verify,
     )
     store = None
     try:

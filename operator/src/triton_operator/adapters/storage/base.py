@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Protocol, runtime_checkable
 
 from triton_operator.adapters.redaction import redacted_cause, remember_secrets, scrub
@@ -29,6 +30,16 @@ __all__ = [
 
 # Receives the bytes of a read in order; raising from it aborts the read.
 Sink = Callable[[bytes], None]
+
+
+@dataclass(frozen=True)
+class TransferCheck:
+    """A store's own checksum of one object, verified instead of the pinned digest (kind: crc32,
+    crc32c, or their ``-composite`` forms, which need the upload's ``part_size``)."""
+
+    kind: str
+    value: str
+    part_size: int | None = None
 
 
 class StoreError(Exception):
@@ -138,6 +149,14 @@ class ObjectStore(Protocol):
         """For an S3 multipart object, the size of its first part (to recompute the ETag)."""
         ...
 
+    def transfer_check(
+        self, key: str, etag: str, generation: str, part_size: int | None
+    ) -> TransferCheck | None:
+        """A CRC the store keeps of exactly this object (the read is conditional on its ``etag`` and
+        ``generation``), cheaper to compute than the pinned digest; None when it keeps none or
+        cannot tell. ``part_size``: the upload's part size when the caller knows it already."""
+        ...
+
     def trusted(self, objects: Sequence[ObjectInfo]) -> Sequence[ObjectInfo]:
         """``objects`` (from ``list``) as far as their checksums can be trusted, in the same order.
 
@@ -200,6 +219,11 @@ class StoreBase:
         return self.read_range(key, 0, None, write, etag=etag, generation=generation)
 
     def part_size(self, key: str, etag: str) -> int | None:
+        return None
+
+    def transfer_check(
+        self, key: str, etag: str, generation: str, part_size: int | None
+    ) -> TransferCheck | None:
         return None
 
     def trusted(self, objects: Sequence[ObjectInfo]) -> Sequence[ObjectInfo]:

@@ -35,6 +35,7 @@ from triton_operator.adapters.storage.base import (
     StoreConfigError,
     StoreError,
     StoreUnavailable,
+    TransferCheck,
     redacted_cause,
 )
 from triton_operator.core.manifest import ObjectInfo, hex_from_base64, s3_etag_md5
@@ -407,6 +408,38 @@ class S3Store(StoreBase):
             return None
         size = int(r.get("ContentLength", 0))
         return size or None
+
+    def transfer_check(
+        self, key: str, etag: str, generation: str, part_size: int | None
+    ) -> TransferCheck | None:
+        """The object's CRC32C or CRC32 as S3 keeps it (a HEAD with ChecksumMode=ENABLED, on the
+        condition of the pinned ETag and version): of the whole object, or S3's composite of a
+        multipart upload's parts (then with the part size). Any failure answers None: the pinned
+        digest is checked instead."""
+        params: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "ChecksumMode": "ENABLED"}
+        if etag:
+            params["IfMatch"] = f'"{etag.strip(chr(34))}"'
+        if generation and generation != "null":
+            params["VersionId"] = generation
+        try:
+            r = self.client.head_object(**params)
+        except (ClientError, BotoCoreError, Urllib3HTTPError, OSError):
+            return None
+        if etag and str(r.get("ETag", "")).strip('"') != etag.strip('"'):
+            return None
+        for kind, field_name in (("crc32c", "ChecksumCRC32C"), ("crc32", "ChecksumCRC32")):
+            text = str(r.get(field_name) or "")
+            value, dash, parts = text.partition("-")
+            digest = hex_from_base64(value)
+            if len(digest) != 8:
+                continue
+            if not dash and str(r.get("ChecksumType") or "FULL_OBJECT") == "FULL_OBJECT":
+                return TransferCheck(kind, digest)
+            if dash and parts.isdigit() and int(parts) > 0:
+                size = part_size or self.part_size(key, etag)
+                if size:
+                    return TransferCheck(f"{kind}-composite", f"{digest}-{int(parts)}", size)
+        return None
 
     def close(self) -> None:
         self.client.close()

@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
-from triton_operator.adapters.storage.base import ObjectStore, StoreUnavailable
+from triton_operator.adapters.storage.base import ObjectStore, StoreUnavailable, TransferCheck
 from triton_operator.adapters.storage.pvc import PvcStore
 from triton_operator.adapters.sync.files import (
     Dirs,
@@ -37,9 +37,10 @@ from triton_operator.adapters.sync.hashing import (
     Hasher,
     MiB,
     PartDigests,
-    RangeDigests,
+    RangeCrcs,
     hash_file,
     make_hasher,
+    parallel_digest,
 )
 from triton_operator.adapters.sync.progress import Progress, silent
 from triton_operator.adapters.sync.results import ChecksumMismatch, SyncError, SyncStats, UnsafeDestination
@@ -92,6 +93,15 @@ class SyncOptions:
     pvc_root: Path | None = None  # where a pvc:// claim is mounted (unpinned manifests)
     volume_limit: int | None = None  # the dest volume's size limit (an emptyDir's sizeLimit), bytes
     source: ObjectSource | None = None  # consulted before the store (the node cache)
+    # "fast": a file read from the store in ranges is checked by the store's own CRC of the pinned
+    # object (S3's CRC32C/CRC32, of the whole object or composite of its parts) where it keeps one,
+    # else by the pinned digest; "digest": always by the pinned digest (MD5, SHA-1, SHA-256).
+    verify: str = "fast"
+
+
+VERIFY_MODES = ("fast", "digest")
+# Pinned checksums that a store's CRC may stand in for: those that are the object's ETag itself.
+_ETAG_KINDS = frozenset({"md5", "s3-multipart"})
 
 
 class _Aborted(Exception):  # noqa: N818 - control flow, not an error
@@ -123,17 +133,30 @@ class _Job:
     hash_pos: int = 0
     hashing: bool = False
     finished: bool = False
-    aligned: PartDigests | None = None  # parts aligned to the upload's parts, hashed in parallel
+    aligned: PartDigests | RangeCrcs | None = None  # a checksum that ranges feed in parallel
     parts_left: int = 0
     cached: Path | None = None  # the cache holds the pinned content: placed from there, not fetched
     from_source: bool = False  # read from options.source, not the store
     part_size_from_source: bool = False  # multipart_part_size as options.source told it
+    check: TransferCheck | None = None  # the store's CRC, checked instead of the pinned digest
 
     def __post_init__(self) -> None:
         self.tmp = tmp_name(self.path)
 
+    @property
+    def verify_kind(self) -> str:
+        return self.check.kind if self.check is not None else self.entry.checksum_kind
+
+    @property
+    def verify_value(self) -> str:
+        return self.check.value if self.check is not None else self.entry.checksum
+
+    @property
+    def verify_part_size(self) -> int | None:
+        return self.check.part_size if self.check is not None else self.multipart_part_size
+
     def new_hasher(self) -> Hasher | None:
-        return make_hasher(self.entry.checksum_kind, self.multipart_part_size)
+        return make_hasher(self.verify_kind, self.verify_part_size)
 
 
 class Syncer:
@@ -326,7 +349,28 @@ class Syncer:
             self._mark_present(entry, os.stat(path))
             return None
         job.cached = self._cache_hit(job)
+        if job.cached is None:
+            job.check = self._transfer_check(job)
         return job
+
+    def _transfer_check(self, job: _Job) -> TransferCheck | None:
+        """The store's CRC of a big file it will be asked for, when verify is "fast".
+
+        Only where the pinned digest is the pinned ETag (an S3 upload's MD5, or its multipart ETag):
+        the store answers the HEAD, and serves the ranges, only for the object with that ETag, so
+        its CRC is of the pinned bytes. Any other pin (SHA-256 of an encrypted object, a GCS MD5)
+        is checked by its digest."""
+        entry = job.entry
+        if (
+            self.options.verify != "fast"
+            or self.store is None
+            or entry.size <= self.options.part_size
+            or entry.checksum_kind not in _ETAG_KINDS
+            or entry.checksum != entry.etag.strip('"').lower()
+            or source_key(entry) in self._held
+        ):
+            return None
+        return self.store.transfer_check(entry.key, entry.etag, entry.generation, job.multipart_part_size)
 
     def _cache_hit(self, job: _Job) -> Path | None:
         """The cached file, when the cache holds the pinned content."""
@@ -518,13 +562,13 @@ class Syncer:
         job.fd = os.open(job.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         preallocate(job.fd, job.entry.size)
         size, step = job.entry.size, self.options.part_size
-        upload_part = job.multipart_part_size
-        if job.entry.checksum_kind == "s3-multipart" and upload_part:
-            # Ranges that cover whole upload parts: each part's MD5 is computed as it streams in.
-            job.aligned = PartDigests(upload_part, size)
+        upload_part = job.verify_part_size
+        job.aligned = parallel_digest(job.verify_kind, size, upload_part)
+        if isinstance(job.aligned, PartDigests) and upload_part:
+            # Ranges that cover whole upload parts: each part's digest is computed as it streams in.
             step = upload_part * max(1, step // upload_part)
-        else:
-            job.hasher = job.new_hasher()
+        elif job.aligned is None:
+            job.hasher = job.new_hasher()  # hashed in file order, from the file as written
         job.parts = [(s, min(s + step, size)) for s in range(0, size, step)]
         job.parts_left = len(job.parts)
 
@@ -535,7 +579,7 @@ class Syncer:
 
         def make_sink() -> Callable[[bytes], None]:
             pos[0] = start
-            digests = RangeDigests(aligned, start) if aligned is not None else None
+            digests = aligned.range(start, end) if aligned is not None else None
 
             def write(chunk: bytes) -> None:
                 write_all(fd, chunk, pos[0])
@@ -608,8 +652,11 @@ class Syncer:
         verified = digest is not None
         if digest is not None:
             actual = digest.hexdigest()
-            if actual != entry.checksum:
-                raise ChecksumMismatch(entry.key, entry.dest, entry.checksum_kind, entry.checksum, actual)
+            if actual != job.verify_value:
+                by = "the manifest pins" if job.check is None else f"the store keeps for ETag {entry.etag}"
+                raise ChecksumMismatch(
+                    entry.key, entry.dest, job.verify_kind, job.verify_value, actual, by=by
+                )
         os.close(job.fd)  # flushed once for all files at the end (syncfs), not file by file
         job.fd = -1
         os.replace(job.tmp, job.path)
@@ -632,6 +679,8 @@ class Syncer:
                 self.stats.downloaded_bytes += entry.size
             if not verified:
                 self.stats.unverified_files += 1
+            elif job.check is not None:
+                self.stats.crc_checked_files += 1
             self._touched_dirs.add(job.path.parent)
         self.progress.file_done(entry.size)
 

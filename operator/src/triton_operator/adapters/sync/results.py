@@ -11,8 +11,10 @@ class SyncError(Exception):
 
 
 class ChecksumMismatch(SyncError):  # noqa: N818
-    def __init__(self, key: str, dest: str, what: str, expected: str, actual: str) -> None:
-        super().__init__(f"object {key!r} ({dest}): {what} is {actual}, the manifest pins {expected}")
+    def __init__(
+        self, key: str, dest: str, what: str, expected: str, actual: str, *, by: str = "the manifest pins"
+    ) -> None:
+        super().__init__(f"object {key!r} ({dest}): {what} is {actual}, {by} {expected}")
         self.key = key
         self.dest = dest
         self.expected = expected
@@ -69,6 +71,7 @@ class SyncStats:
     source_refused: int = 0  # objects the source gave whose bytes did not match the pin
     ranged_parts: int = 0
     unverified_files: int = 0  # no content checksum: size and etag/generation match only
+    crc_checked_files: int = 0  # checked by the store's CRC of the pinned object (verify "fast")
     retried_reads: int = 0
     configs_written: int = 0
     pruned_files: int = 0
