@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -19,16 +18,13 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from triton_operator.quantities import quantity_bytes
+
 # Every pattern here is also a CRD pattern, so it must be valid for Go's RE2 as well as Python's re:
 # no lookarounds, no backreferences.
 
 # Kubernetes resource.Quantity, as the API server's own regex accepts it.
 QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
-_BYTES_QUANTITY = re.compile(
-    r"\s*([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:(Ki|Mi|Gi|Ti|Pi|Ei)|(n|u|m|k|M|G|T|P|E)|[eE]([+-]?[0-9]+))?\s*"
-)
-_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 # Triton model names become folder names in the model repository.
 MODEL_NAME_MAX_LENGTH = 128
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$"
@@ -47,26 +43,6 @@ def _quantity_to_str(value: Any) -> Any:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     return value
-
-
-def quantity_bytes(text: str) -> int:
-    """A Kubernetes quantity of bytes -> bytes, rounded up as Kubernetes does.
-
-    >>> quantity_bytes("20Gi"), quantity_bytes("1.5k"), quantity_bytes("1e3"), quantity_bytes("100m")
-    (21474836480, 1500, 1000, 1)
-    """
-    match = _BYTES_QUANTITY.fullmatch(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a quantity of bytes such as 20Gi, 500M or 1048576")
-    sign, number, binary, decimal, exponent = match.groups()
-    if sign == "-":
-        raise ValueError(f"{text!r} is negative")
-    value = Decimal(number)
-    if binary:
-        value *= 2 ** _BINARY[binary]
-    else:
-        value = value.scaleb(_DECIMAL[decimal] if decimal else int(exponent or 0))
-    return int(value.to_integral_value(rounding="ROUND_CEILING"))
 
 
 def _positive_bytes(value: str) -> str:

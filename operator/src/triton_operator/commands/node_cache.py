@@ -12,7 +12,7 @@ from typing import Any
 
 from triton_operator.adapters.nodecache.server import serve
 from triton_operator.adapters.nodecache.store import ContentStore
-from triton_operator.models import quantity_bytes
+from triton_operator.quantities import quantity_bytes
 
 DEFAULT_PORT = 8790
 DEFAULT_LEASE_SECONDS = 24 * 3600.0

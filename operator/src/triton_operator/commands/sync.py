@@ -24,7 +24,7 @@ from triton_operator.core.manifestparts import ordered, part_index, unpack
 from triton_operator.core.modelconfig import ModelConfigError
 from triton_operator.core.nodecache import HOST_ENV, POD_ENV, PORT_ENV
 from triton_operator.core.startup import TERMINATION_MESSAGE_MAX, format_summary
-from triton_operator.models import quantity_bytes
+from triton_operator.quantities import quantity_bytes
 
 EXIT_OK = 0
 EXIT_FAILED = 1

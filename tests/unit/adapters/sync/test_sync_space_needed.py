@@ -12,7 +12,7 @@ from triton_operator import models
 from triton_operator.adapters.sync import results, space
 from triton_operator.adapters.sync.results import NoSpace
 from triton_operator.adapters.sync.space import Need, Room, check, room, usage
-from triton_operator.models import quantity_bytes
+from triton_operator.quantities import quantity_bytes
 
 
 def test_doctests() -> None:
