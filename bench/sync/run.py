@@ -44,6 +44,7 @@ import realrepo  # noqa: E402
 from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY, Server, start_seaweedfs  # noqa: E402
 from triton_operator.adapters.storage import open_store, pin_repository  # noqa: E402
 from triton_operator.adapters.sync.engine import SyncOptions, sync  # noqa: E402
+from triton_operator.adapters.sync.files import syncfs  # noqa: E402
 from triton_operator.adapters.sync.results import SyncStats  # noqa: E402
 from triton_operator.core.manifest import Manifest, manifest_to_json  # noqa: E402
 from triton_operator.models import ModelSpec, Repository  # noqa: E402
@@ -352,10 +353,12 @@ def real_main(args: argparse.Namespace) -> int:
 
         rclone = shutil.which(args.rclone)
 
-        def rclone_run(dest: Path) -> None:
+        def rclone_run(dest: Path, flushed: bool = False) -> None:
             assert rclone is not None
             rclone_copy(rclone, endpoint, "models/real", dest, transfers=4, streams=per_process)
             assert bytes_under(dest) >= total
+            if flushed:  # on disk before it counts as done, as ours is (one syncfs of the volume)
+                syncfs(dest)
 
         rows = [
             Row("raw ranged read, bytes dropped (the machine's limit)", "none", raw),
@@ -373,6 +376,12 @@ def real_main(args: argparse.Namespace) -> int:
                 f"rclone copy --transfers 4 --multi-thread-streams {per_process}",
                 "MD5 of single-part objects only",
                 rclone_run if rclone else None,
+                "" if rclone else RCLONE_MISSING,
+            ),
+            Row(
+                f"rclone copy --transfers 4 --multi-thread-streams {per_process}, then syncfs",
+                "MD5 of single-part objects only; flushed",
+                partial(rclone_run, flushed=True) if rclone else None,
                 "" if rclone else RCLONE_MISSING,
             ),
             Row(
