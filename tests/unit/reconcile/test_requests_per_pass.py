@@ -116,3 +116,22 @@ async def test_a_deployment_edited_by_hand_is_applied_again_in_the_next_pass() -
     stored = kube.find("Deployment", NS, name)
     assert stored is not None and stored["spec"]["template"]["spec"]["containers"][0]["image"] == image
     assert ("apply", "Deployment") not in sent(await one_pass(kube, absences))
+
+
+async def test_the_owned_hpa_stored_as_built_is_not_applied_again_and_a_hand_edit_is() -> None:
+    """The owned HPA is listed with the namespace's HPAs while spec.autoscaling is set: found as
+    built, it is not sent again; its maxReplicas edited by hand, it is."""
+    kube = MemKube()
+    body = tritonservice(
+        "svc", NS, autoscaling={"maxReplicas": 6, "metrics": [{"queueTime": {"averageMicroseconds": 5000}}]}
+    )
+    body["metadata"]["uid"] = "u-1"
+    kube.put(body)
+    absences = Absences()
+    assert ("apply", "HorizontalPodAutoscaler") in sent(await one_pass(kube, absences))
+    run_kubelet(kube, NS)
+    assert ("apply", "HorizontalPodAutoscaler") not in sent(await one_pass(kube, absences))
+    kube.edit("HorizontalPodAutoscaler", NS, "svc", lambda hpa: hpa["spec"].update(maxReplicas=60))
+    assert ("apply", "HorizontalPodAutoscaler") in sent(await one_pass(kube, absences))
+    stored = kube.find("HorizontalPodAutoscaler", NS, "svc")
+    assert stored is not None and stored["spec"]["maxReplicas"] == 6

@@ -250,10 +250,14 @@ def _disruption_budget(ts: TritonService, *, exists: bool) -> OwnedKind:
     return OwnedKind(delete=(("PodDisruptionBudget", ts.name),) if exists else ())
 
 
-def _autoscaler(ts: TritonService, *, wanted: bool, exists: bool) -> OwnedKind:
-    """The owned HorizontalPodAutoscaler when wanted; deleted when the owned one exists and is not."""
+def _autoscaler(
+    ts: TritonService, *, wanted: bool, exists: bool, stored: Mapping[str, Any] | None = None
+) -> OwnedKind:
+    """The owned HorizontalPodAutoscaler when wanted (unless ``stored``, the owned one as observed, is
+    as built); deleted when the owned one exists and is not."""
     if wanted:
-        return OwnedKind(apply=(build_hpa(ts),))
+        hpa = stamped(build_hpa(ts))
+        return OwnedKind(apply=() if applied_as_built(hpa, stored) else (hpa,))
     return OwnedKind(delete=((HPA_KIND, ts.name),) if exists else ())
 
 
@@ -298,6 +302,7 @@ def plan_actions(
     disruption_budget: bool = False,
     autoscaler: bool = False,
     stale_autoscaler: bool = False,
+    stored_autoscaler: Mapping[str, Any] | None = None,
     in_place: InPlaceWrites | None = None,
 ) -> Actions:
     """The writes that carry out ``plan`` for the spec's ``revision``.
@@ -311,7 +316,9 @@ def plan_actions(
     spec no longer routes through Gateway API). ``disruption_budget``: the PodDisruptionBudget
     exists (it is deleted when the spec no longer wants one). ``autoscaler``: write the owned
     HorizontalPodAutoscaler (spec.autoscaling, and no other autoscaler targets the service);
-    ``stale_autoscaler``: the owned one exists and is not wanted (it is deleted). ``in_place``: what
+    ``stale_autoscaler``: the owned one exists and is not wanted (it is deleted);
+    ``stored_autoscaler``: the owned one as observed (not applied again when stored as built: the
+    same rule as the spec's revision's Deployment, applied_as_built). ``in_place``: what
     an in-place model update writes (its ConfigMap after the revision's, the pods' annotations).
 
     Traffic moves off a revision before its pods go: the spec's revision is applied at no fewer
@@ -335,7 +342,7 @@ def plan_actions(
         _inplace_configmap(ip, configmaps),
         _service(ts, plan),
         _disruption_budget(ts, exists=disruption_budget),
-        _autoscaler(ts, wanted=autoscaler, exists=stale_autoscaler),
+        _autoscaler(ts, wanted=autoscaler, exists=stale_autoscaler, stored=stored_autoscaler),
         _revision_services(ts, plan, exist=revision_services),
     )
     apply = [obj for kind in owned for obj in kind.apply]
