@@ -52,8 +52,8 @@ AGENT_STATUS_PATH = "/v1/inplace"
 """The agent's read-only status: GET http://<podIP>:AGENT_PORT<AGENT_STATUS_PATH> -> JSON."""
 INPLACE_TARGET_ANNOTATION = f"{GROUP}/inplace-target"
 APPLIED_ANNOTATION = f"{GROUP}/applied"
-"""On a Deployment (or HPA) the operator applies: a digest of the body it applied (core.actions.stamped), so a
-pass that finds it stored as built sends it no more."""
+"""On a Deployment (or HPA) the operator applies: a digest of the body it applied
+(core.actions.stamped), so a pass that finds it stored as built sends it no more."""
 INPLACE_VOLUME = "inplace"
 INPLACE_DIR = "/etc/triton-operator-inplace"
 """Where the in-place ConfigMap is mounted (optional, read-only)."""
