@@ -3,12 +3,15 @@ logs every call): a new TritonService's passes until Ready, then a pass with not
 
 The API server's CPU is what bounds 5,000 TritonServices created at once (docs/benchmarks.md): a
 Deployment found stored as built is not applied again (core.actions.applied_as_built), and a
-PodDisruptionBudget known absent is not looked up again (reconcile.observe.Absences).
+PodDisruptionBudget known absent (reconcile.observe.Absences), or that cannot exist yet
+(core.observation.nothing_applied_yet), is not looked up.
 """
 
 from __future__ import annotations
 
 import datetime
+
+import pytest
 
 from e2e_helpers import tritonservice
 from memkube import Call, MemKube, run_kubelet
@@ -41,9 +44,9 @@ async def test_a_new_tritonservices_passes_until_ready_and_an_idle_pass() -> Non
     """One replica (no PodDisruptionBudget wanted), as in the 5,000 benchmark. The first pass creates
     (ConfigMap, Deployment, Service, status); the pass after the pods turn Ready sends the Service and
     the status only; a pass with nothing to do writes nothing but the Service, and reads the
-    TritonService and what it owns. Requests (a list_owned is 3): 10, 6, 5; before Absences and
-    core.actions.applied_as_built 10, 8, 7 (a PodDisruptionBudget GET and a Deployment apply in
-    each pass after the first)."""
+    TritonService and what it owns. Requests (a list_owned is 3): 9, 6, 5; before
+    core.observation.nothing_applied_yet, Absences and core.actions.applied_as_built: 10, 8, 7 (a
+    PodDisruptionBudget GET in each pass, a Deployment apply in each after the first)."""
     kube = MemKube()
     kube.put(tritonservice("svc", NS, replicas=1))
     absences = Absences()
@@ -51,7 +54,6 @@ async def test_a_new_tritonservices_passes_until_ready_and_an_idle_pass() -> Non
     assert sent(first) == [
         ("get_tritonservice", "TritonService"),
         ("list_owned", ""),
-        ("get", "PodDisruptionBudget"),
         ("apply", "ConfigMap"),
         ("apply", "Deployment"),
         ("apply", "Service"),
@@ -70,7 +72,7 @@ async def test_a_new_tritonservices_passes_until_ready_and_an_idle_pass() -> Non
     ]
     idle = await one_pass(kube, absences)
     assert sent(idle) == [("get_tritonservice", "TritonService"), ("list_owned", ""), ("apply", "Service")]
-    assert [requests(p) for p in (first, ready, idle)] == [10, 6, 5]  # the first posts an Event
+    assert [requests(p) for p in (first, ready, idle)] == [9, 6, 5]  # the first posts an Event
 
 
 async def test_a_budget_no_longer_wanted_is_looked_up_until_it_is_deleted_then_no_more() -> None:
@@ -79,7 +81,7 @@ async def test_a_budget_no_longer_wanted_is_looked_up_until_it_is_deleted_then_n
     kube = MemKube()
     kube.put(tritonservice("svc", NS, replicas=2))
     absences = Absences()
-    await one_pass(kube, absences)
+    assert ("get", "PodDisruptionBudget") not in sent(await one_pass(kube, absences))
     assert kube.find("PodDisruptionBudget", NS, "svc") is not None
     kube.edit("TritonService", NS, "svc", lambda ts: ts["spec"].update(replicas=1))
     down = await one_pass(kube, absences)
@@ -135,3 +137,20 @@ async def test_the_owned_hpa_stored_as_built_is_not_applied_again_and_a_hand_edi
     assert ("apply", "HorizontalPodAutoscaler") in sent(await one_pass(kube, absences))
     stored = kube.find("HorizontalPodAutoscaler", NS, "svc")
     assert stored is not None and stored["spec"]["maxReplicas"] == 6
+
+
+async def test_a_budget_left_by_a_pass_that_wrote_no_status_is_still_found() -> None:
+    """A first pass that applied its objects (a PodDisruptionBudget among them) but whose status
+    write failed: the next pass, its spec at one replica, finds the ConfigMap and Deployment it
+    left, so it looks the PodDisruptionBudget up and deletes it."""
+    kube = MemKube()
+    kube.put(tritonservice("svc", NS, replicas=2))
+    absences = Absences()
+    kube.fail_next("apply_status", RuntimeError("the API server went away"))
+    with pytest.raises(RuntimeError):
+        await one_pass(kube, absences)
+    assert kube.find("PodDisruptionBudget", NS, "svc") is not None
+    kube.edit("TritonService", NS, "svc", lambda ts: ts["spec"].update(replicas=1))
+    down = await one_pass(kube, absences)
+    assert ("delete", "PodDisruptionBudget") in sent(down)
+    assert kube.find("PodDisruptionBudget", NS, "svc") is None

@@ -24,6 +24,7 @@ from triton_operator.core.observation import (
     DeploymentState,
     PodState,
     deployment_state,
+    nothing_applied_yet,
     observe_revisions,
     pod_state,
     revision_manifest,
@@ -211,10 +212,13 @@ async def observe_specs(
     (None: none is)."""
     scalers = await look(kube, specs, seen.metadata, seen.previous)
     # A PodDisruptionBudget a spec no longer wants is looked up (and deleted) only then, and only
-    # while it may exist.
+    # while it may exist: not before the first pass applied anything, nor once known absent.
     unwanted = [not disruption_budget_enabled(ts) for ts in specs]
     pdb = False
-    if any(unwanted) and (absences is None or absences.may_exist(seen.namespace, seen.name)):
+    new = nothing_applied_yet(seen.previous, seen.owned.deployments, seen.owned.configmaps)
+    if new and absences is not None:
+        absences.absent(seen.namespace, seen.name)  # until a pass applies one (Absences.present)
+    if any(unwanted) and not new and (absences is None or absences.may_exist(seen.namespace, seen.name)):
         pdb = await kube.get("PodDisruptionBudget", seen.namespace, seen.name) is not None
         if not pdb and absences is not None:
             absences.absent(seen.namespace, seen.name)
