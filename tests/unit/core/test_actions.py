@@ -7,9 +7,15 @@ from typing import Any
 
 import pytest
 
-from triton_operator.core.actions import Actions, plan_actions
+from triton_operator.core.actions import (
+    Actions,
+    applied_as_built,
+    applied_digest,
+    plan_actions,
+    stamped,
+)
 from triton_operator.core.builders import disruption_budget_enabled
-from triton_operator.core.names import LABEL_REVISION, LABEL_SERVICE, SYNC_CONTAINER
+from triton_operator.core.names import APPLIED_ANNOTATION, LABEL_REVISION, LABEL_SERVICE, SYNC_CONTAINER
 from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
@@ -280,3 +286,125 @@ def test_reapplying_a_revision_with_a_defaulted_pull_policy_leaves_the_template_
     )
     (dep,) = [x for x in out.apply if x["kind"] == "Deployment"]
     assert dep["spec"]["template"] == written["spec"]["template"]
+
+
+# ----------------------------------------------------------------- a Deployment stored as built
+
+
+def _stored(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as the API server stores it: its defaults filled in, a status, versions."""
+    out = copy.deepcopy(obj)
+    out["metadata"].update(uid="u-1", resourceVersion="7", generation=1)
+    spec = out.get("spec") or {}
+    if out["kind"] == "Deployment":
+        spec.setdefault("progressDeadlineSeconds", 600)
+        for container in spec["template"]["spec"]["containers"]:
+            container.setdefault("terminationMessagePath", "/dev/termination-log")
+        out["status"] = {"replicas": spec["replicas"], "observedGeneration": 1}
+    return out
+
+
+def _first_and_stored(ts: TritonService) -> tuple[Actions, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The first pass's actions, and the Deployments and ConfigMaps they leave stored."""
+    first = actions(ts, "new", rollout_plan({"new": 1}), deployments=[], configmaps=[])
+    stored = [_stored(o) for o in first.apply]
+    return (
+        first,
+        [o for o in stored if o["kind"] == "Deployment"],
+        [o for o in stored if o["kind"] == "ConfigMap"],
+    )
+
+
+def _kinds(out: Actions) -> list[str]:
+    return [str(o["kind"]) for o in out.apply]
+
+
+def test_a_deployment_stored_as_built_is_not_applied_again() -> None:
+    """The next pass sends neither the ConfigMaps nor the Deployment it finds stored as built (the
+    API server's defaults and status beside them): only the Service, which it does not observe."""
+    ts = ts_of(replicas=1)
+    first, deployments, configmaps = _first_and_stored(ts)
+    assert "Deployment" in _kinds(first)
+    again = actions(ts, "new", rollout_plan({"new": 1}), deployments=deployments, configmaps=configmaps)
+    assert _kinds(again) == ["Service"]
+    assert again.scale == {} and again.delete == ()
+
+
+def _image(d: dict[str, Any]) -> None:
+    d["spec"]["template"]["spec"]["containers"][0]["image"] = "nvcr.io/other:1"
+
+
+def _port(d: dict[str, Any]) -> None:
+    ports = d["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert ports
+    ports.append({"name": "extra", "containerPort": 9999})
+
+
+def _label(d: dict[str, Any]) -> None:
+    d["metadata"]["labels"][LABEL_SERVICE] = "other"
+
+
+def _digest(d: dict[str, Any]) -> None:
+    d["metadata"]["annotations"][APPLIED_ANNOTATION] = "an-earlier-body"
+
+
+def _no_digest(d: dict[str, Any]) -> None:
+    del d["metadata"]["annotations"][APPLIED_ANNOTATION]
+
+
+def _scaled_to_zero(d: dict[str, Any]) -> None:
+    d["spec"]["replicas"] = 0
+
+
+def _owner(d: dict[str, Any]) -> None:
+    d["metadata"]["ownerReferences"][0]["uid"] = "another"
+
+
+@pytest.mark.parametrize(
+    "edit", [_image, _port, _label, _digest, _no_digest, _scaled_to_zero, _owner], ids=lambda f: f.__name__
+)
+def test_a_deployment_changed_since_it_was_applied_is_applied_again(edit: Any) -> None:
+    """A hand edit of what the operator sets (an image, replicas, a label, its owner, a port
+    added to the operator's list of ports), or a body applied by an earlier operator (another digest, or
+    none): applied, as server-side apply puts the operator's fields back."""
+    ts = ts_of(replicas=1)
+    _, deployments, configmaps = _first_and_stored(ts)
+    edit(deployments[0])
+    again = actions(ts, "new", rollout_plan({"new": 1}), deployments=deployments, configmaps=configmaps)
+    assert _kinds(again) == ["Deployment", "Service"]
+
+
+def test_what_others_add_beside_the_operators_fields_does_not_make_it_apply() -> None:
+    """`kubectl rollout restart` adds a template annotation the operator never set: its apply would
+    leave it as it is, so it is not sent."""
+    ts = ts_of(replicas=1)
+    _, deployments, configmaps = _first_and_stored(ts)
+    template = deployments[0]["spec"]["template"]["metadata"]
+    template.setdefault("annotations", {})["kubectl.kubernetes.io/restartedAt"] = "2026-11-27T19:00:00Z"
+    again = actions(ts, "new", rollout_plan({"new": 1}), deployments=deployments, configmaps=configmaps)
+    assert _kinds(again) == ["Service"]
+
+
+def test_a_deployment_is_applied_with_a_configmap_of_its_revision_that_is_not_stored() -> None:
+    ts = ts_of(replicas=1)
+    _, deployments, configmaps = _first_and_stored(ts)
+    again = actions(ts, "new", rollout_plan({"new": 1}), deployments=deployments, configmaps=configmaps[1:])
+    assert _kinds(again) == ["ConfigMap", "Deployment", "Service"]
+
+
+def test_a_spec_change_that_removes_a_field_is_applied_though_every_other_value_is_there() -> None:
+    """What the operator no longer sets is removed only by an apply: the digest tells."""
+    ts = ts_of(replicas=1)
+    stamped_body = stamped({"kind": "Deployment", "metadata": {"name": "d"}, "spec": {"a": 1, "b": 2}})
+    stored = _stored_plain(stamped_body)
+    assert applied_as_built(stamped_body, stored)
+    fewer = stamped({"kind": "Deployment", "metadata": {"name": "d"}, "spec": {"a": 1}})
+    assert not applied_as_built(fewer, stored)
+    assert applied_digest(stamped_body) == applied_digest({**stamped_body, "metadata": {"name": "d"}})
+    assert ts.spec.replicas == 1
+
+
+def _stored_plain(obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"]["resourceVersion"] = "3"
+    return out

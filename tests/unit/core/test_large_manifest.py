@@ -186,9 +186,13 @@ def test_a_revision_whose_configmaps_are_stored_as_built_sends_none_of_them_agai
     stored = [copy.deepcopy(x) for x in first.apply if x["kind"] == "ConfigMap"]
     deployment = next(x for x in first.apply if x["kind"] == "Deployment")
     again = actions_for(spec, text, deployments=[deployment], configmaps=stored)
+    assert [x["kind"] for x in again.apply] == ["Service"]  # the Deployment too is stored as built
+    assert again.delete == ()
+    # A Deployment to apply again (here: scaled by hand) reads the manifest parts as before.
+    scaled = {**deployment, "spec": {**deployment["spec"], "replicas": 0}}
+    again = actions_for(spec, text, deployments=[scaled], configmaps=stored)
     assert [x["kind"] for x in again.apply] == ["Deployment", "Service"]
     assert next(x for x in again.apply if x["kind"] == "Deployment") == deployment
-    assert again.delete == ()
 
 
 def test_every_configmap_of_a_revision_let_go_is_deleted_and_stray_parts_of_the_specs_too(

@@ -21,6 +21,7 @@ from triton_operator.core.observation import (
     default_pull_policy,
     deployment_state,
     last_valid,
+    nothing_applied_yet,
     observe_revisions,
     pod_state,
     recorded_revisions,
@@ -421,3 +422,13 @@ def test_an_existing_revision_keeps_the_settings_it_was_made_with(recorded: bool
     )
     # a new revision (nothing stored) gets today's settings
     assert recorded_settings(UPGRADED, [], None) == UPGRADED
+
+
+def test_nothing_is_applied_yet_only_without_a_status_and_without_owned_deployments_or_configmaps() -> None:
+    """What tells a new TritonService's first pass that no PodDisruptionBudget of it can exist."""
+    deployment = {"metadata": {"name": "svc-abc"}}
+    configmap = {"metadata": {"name": "svc-abc"}}
+    assert nothing_applied_yet({}, [], [])
+    assert not nothing_applied_yet({"observedGeneration": 1}, [], [])  # its objects deleted by hand
+    assert not nothing_applied_yet({}, [deployment], [])
+    assert not nothing_applied_yet({}, [], [configmap])  # a pass whose status write failed

@@ -573,3 +573,26 @@ async def test_a_pass_cancelled_while_waiting_for_a_slot_gives_back_nothing_it_d
     await asyncio.wait_for(r(NS, "c"), timeout=2)  # the one slot was handed back: "c" runs
     assert gate.entered == ["a", "c"]
     await r.close()
+
+
+# ----------------------------------------------------------------- what a replica knows absent
+
+
+async def test_the_scheduler_passes_its_absences_on_and_forgets_them_when_paused() -> None:
+    """Passes of one Reconciler share what they found absent (a one-replica service's second pass
+    looks up no PodDisruptionBudget); paused, it knows nothing absent any more (another replica may
+    write one meanwhile), nor for a TritonService gone."""
+    kube = MemKube()
+    kube.put(tritonservice("svc", NS, replicas=1))
+    r = Reconciler(kube, SETTINGS)
+    await r(*KEY)
+    await r(*KEY)
+    assert not [c for c in kube.calls if (c.method, c.kind) == ("get", "PodDisruptionBudget")]
+    assert not r.absences.may_exist(*KEY)
+    r.pause()
+    assert r.absences.may_exist(*KEY)
+    r.resume()
+    r.absences.absent(*KEY)
+    r.forget(*KEY)
+    assert r.absences.may_exist(*KEY)
+    await r.close()

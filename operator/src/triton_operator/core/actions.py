@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,13 +18,14 @@ from triton_operator.core.builders import (
     disruption_budget_enabled,
     manifest_layout,
 )
-from triton_operator.core.names import LABEL_INPLACE_HOST, object_name
+from triton_operator.core.names import APPLIED_ANNOTATION, LABEL_INPLACE_HOST, object_name
 from triton_operator.core.observation import (
     layout_of,
     recorded_settings,
     revision_configmaps,
     revision_of,
 )
+from triton_operator.core.revision import canonical_json
 from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.core.traffic import Role, build_revision_service, revision_service_name
 from triton_operator.models import TritonService
@@ -105,6 +107,68 @@ def _stored_as_built(built: Mapping[str, Any], stored: Sequence[Mapping[str, Any
     )
 
 
+def applied_digest(obj: Mapping[str, Any]) -> str:
+    """A digest of a desired object as the operator applies it, its APPLIED_ANNOTATION left out."""
+    metadata = dict(obj.get("metadata") or {})
+    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k != APPLIED_ANNOTATION}
+    if annotations:
+        metadata["annotations"] = annotations
+    else:
+        metadata.pop("annotations", None)
+    body = {**obj, "metadata": metadata}
+    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()[:16]
+
+
+def stamped(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` with APPLIED_ANNOTATION holding its applied_digest."""
+    metadata = dict(obj.get("metadata") or {})
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), APPLIED_ANNOTATION: applied_digest(obj)}
+    return {**obj, "metadata": metadata}
+
+
+def _holds(built: Any, stored: Any) -> bool:
+    """Whether ``stored`` holds every value of ``built``: maps may have more keys (the API server's
+    defaults, or fields another manager added: applying ``built`` would not remove them), lists have
+    as many items, each holding the built one; an empty map or list is as good as none."""
+    if isinstance(built, Mapping):
+        if not isinstance(stored, Mapping):
+            return not built and stored is None
+        return all(_holds(v, stored.get(k)) for k, v in built.items())
+    if isinstance(built, list):
+        if stored is None:
+            return not built
+        if not isinstance(stored, list) or len(stored) != len(built):
+            return False
+        return all(_holds(b, s) for b, s in zip(built, stored, strict=True))
+    if isinstance(built, bool) or isinstance(stored, bool):
+        return built is stored
+    return bool(built == stored)
+
+
+def applied_as_built(built: Mapping[str, Any], stored: Mapping[str, Any] | None) -> bool:
+    """Whether applying ``built`` (stamped) would change nothing of ``stored`` (the object as this pass
+    observed it), so that the apply can be spared.
+
+    Both must hold: ``stored`` carries the digest of ``built`` (the operator last applied this very
+    body, so there is no field it set before and no longer wants, which only an apply removes),
+    and every value ``built`` sets is still there (spec.replicas after a scale, an image or a label
+    somebody edited by hand: any difference, and the object is applied, as server-side apply then
+    puts back what the operator owns). What others added beside the operator's fields stays either
+    way. A value the API server stores in another form than the operator wrote it (a quantity
+    "1000m" stored as "1") makes the object applied on every pass, as it was before this check.
+    """
+    if stored is None:
+        return False
+    annotations = (built.get("metadata") or {}).get("annotations") or {}
+    digest = annotations.get(APPLIED_ANNOTATION)
+    stored_annotations = (stored.get("metadata") or {}).get("annotations") or {}
+    if digest is None or stored_annotations.get(APPLIED_ANNOTATION) != digest:
+        return False
+    return all(
+        _holds(v, stored.get(k)) for k, v in built.items() if k not in ("apiVersion", "kind", "status")
+    )
+
+
 # ----------------------------------------------------------------- one small reconciler per owned kind
 
 
@@ -155,7 +219,7 @@ def _revision(
     if revision not in plan.replicas:
         return OwnedKind(apply=tuple(apply))
     current = _replicas(existing) if existing is not None else 0
-    apply.append(
+    deployment = stamped(
         build_deployment(
             ts,
             revision,
@@ -164,6 +228,10 @@ def _revision(
             manifest_layout(built),
         )
     )
+    # A Deployment stored as built is not applied again (nor while its ConfigMaps are written: it
+    # follows them, and says how the manifest is stored should they be refused).
+    if apply or not applied_as_built(deployment, existing):
+        apply.append(deployment)
     names = {c["metadata"]["name"] for c in built}
     return OwnedKind(
         apply=tuple(apply), delete=tuple(("ConfigMap", n) for n in _names(stored) if n not in names)
@@ -182,10 +250,14 @@ def _disruption_budget(ts: TritonService, *, exists: bool) -> OwnedKind:
     return OwnedKind(delete=(("PodDisruptionBudget", ts.name),) if exists else ())
 
 
-def _autoscaler(ts: TritonService, *, wanted: bool, exists: bool) -> OwnedKind:
-    """The owned HorizontalPodAutoscaler when wanted; deleted when the owned one exists and is not."""
+def _autoscaler(
+    ts: TritonService, *, wanted: bool, exists: bool, stored: Mapping[str, Any] | None = None
+) -> OwnedKind:
+    """The owned HorizontalPodAutoscaler when wanted (unless ``stored``, the owned one as observed, is
+    as built); deleted when the owned one exists and is not."""
     if wanted:
-        return OwnedKind(apply=(build_hpa(ts),))
+        hpa = stamped(build_hpa(ts))
+        return OwnedKind(apply=() if applied_as_built(hpa, stored) else (hpa,))
     return OwnedKind(delete=((HPA_KIND, ts.name),) if exists else ())
 
 
@@ -230,6 +302,7 @@ def plan_actions(
     disruption_budget: bool = False,
     autoscaler: bool = False,
     stale_autoscaler: bool = False,
+    stored_autoscaler: Mapping[str, Any] | None = None,
     in_place: InPlaceWrites | None = None,
 ) -> Actions:
     """The writes that carry out ``plan`` for the spec's ``revision``.
@@ -243,7 +316,9 @@ def plan_actions(
     spec no longer routes through Gateway API). ``disruption_budget``: the PodDisruptionBudget
     exists (it is deleted when the spec no longer wants one). ``autoscaler``: write the owned
     HorizontalPodAutoscaler (spec.autoscaling, and no other autoscaler targets the service);
-    ``stale_autoscaler``: the owned one exists and is not wanted (it is deleted). ``in_place``: what
+    ``stale_autoscaler``: the owned one exists and is not wanted (it is deleted);
+    ``stored_autoscaler``: the owned one as observed (not applied again when stored as built: the
+    same rule as the spec's revision's Deployment, applied_as_built). ``in_place``: what
     an in-place model update writes (its ConfigMap after the revision's, the pods' annotations).
 
     Traffic moves off a revision before its pods go: the spec's revision is applied at no fewer
@@ -267,7 +342,7 @@ def plan_actions(
         _inplace_configmap(ip, configmaps),
         _service(ts, plan),
         _disruption_budget(ts, exists=disruption_budget),
-        _autoscaler(ts, wanted=autoscaler, exists=stale_autoscaler),
+        _autoscaler(ts, wanted=autoscaler, exists=stale_autoscaler, stored=stored_autoscaler),
         _revision_services(ts, plan, exist=revision_services),
     )
     apply = [obj for kind in owned for obj in kind.apply]

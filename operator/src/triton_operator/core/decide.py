@@ -147,6 +147,7 @@ def decide(
         disruption_budget=observed.stale_disruption_budget,
         autoscaler=scalers.apply_own(ts) if scalers is not None else False,
         stale_autoscaler=scalers.delete_own(ts) if scalers is not None else False,
+        stored_autoscaler=scalers.own if scalers is not None else None,
         in_place=InPlaceWrites(
             configmap=ip.configmap,
             keep=ip.keep,

@@ -382,6 +382,18 @@ def split_by_owner(
     return Adoption(mine, maps, owned_pods, foreign)
 
 
+def nothing_applied_yet(
+    previous: Mapping[str, Any],
+    deployments: Sequence[Mapping[str, Any]],
+    configmaps: Sequence[Mapping[str, Any]],
+) -> bool:
+    """Whether no pass has applied anything for this TritonService yet: no status, and none of its
+    own Deployments or ConfigMaps (split_by_owner). A pass applies its revision's ConfigMaps and
+    Deployment before any other object and writes the status after them, so nothing else of it
+    (a PodDisruptionBudget) can exist either: a new TritonService's first pass looks none up."""
+    return not previous and not deployments and not configmaps
+
+
 # ----------------------------------------------------------------- Deployment and pod states
 
 CRASH_RESTART_THRESHOLD = 3

@@ -24,6 +24,7 @@ from triton_operator.core.observation import (
     DeploymentState,
     PodState,
     deployment_state,
+    nothing_applied_yet,
     observe_revisions,
     pod_state,
     revision_manifest,
@@ -177,15 +178,50 @@ class Around:
     """The Gateway API routes the spec names, as read (none when it names none)."""
 
 
-async def observe_specs(kube: KubeAPI, seen: Seen, specs: Sequence[TritonService]) -> list[Around]:
+class Absences:
+    """The PodDisruptionBudgets this process found absent (or deleted) and has not applied since, by
+    TritonService: a pass whose spec wants none looks one up only when it may exist, not on every
+    pass. Process memory: empty at start (each is looked up once) and emptied when the operator
+    pauses (another replica may write one meanwhile)."""
+
+    def __init__(self) -> None:
+        self._absent: set[tuple[str, str]] = set()
+
+    def may_exist(self, namespace: str, name: str) -> bool:
+        return (namespace, name) not in self._absent
+
+    def absent(self, namespace: str, name: str) -> None:
+        """Found absent, or deleted."""
+        self._absent.add((namespace, name))
+
+    def present(self, namespace: str, name: str) -> None:
+        """About to be applied (or the TritonService is gone: nothing is known of its next one)."""
+        self._absent.discard((namespace, name))
+
+    def clear(self) -> None:
+        self._absent.clear()
+
+
+async def observe_specs(
+    kube: KubeAPI, seen: Seen, specs: Sequence[TritonService], absences: Absences | None = None
+) -> list[Around]:
     """Read what the decision for each of ``specs`` needs beyond ``seen``: HPAs, the PodDisruptionBudget,
     the routes. ``specs``: the spec the pass carries out, and the last valid one it carries out
     instead should the API server refuse the first: read together, each object once, so that a
-    pass reads nothing after its first write."""
+    pass reads nothing after its first write. ``absences``: the PodDisruptionBudgets known absent
+    (None: none is)."""
     scalers = await look(kube, specs, seen.metadata, seen.previous)
-    # A PodDisruptionBudget a spec no longer wants is looked up (and deleted) only then.
+    # A PodDisruptionBudget a spec no longer wants is looked up (and deleted) only then, and only
+    # while it may exist: not before the first pass applied anything, nor once known absent.
     unwanted = [not disruption_budget_enabled(ts) for ts in specs]
-    pdb = any(unwanted) and await kube.get("PodDisruptionBudget", seen.namespace, seen.name) is not None
+    pdb = False
+    new = nothing_applied_yet(seen.previous, seen.owned.deployments, seen.owned.configmaps)
+    if new and absences is not None:
+        absences.absent(seen.namespace, seen.name)  # until a pass applies one (Absences.present)
+    if any(unwanted) and not new and (absences is None or absences.may_exist(seen.namespace, seen.name)):
+        pdb = await kube.get("PodDisruptionBudget", seen.namespace, seen.name) is not None
+        if not pdb and absences is not None:
+            absences.absent(seen.namespace, seen.name)
     routes = await read_routes(kube, specs)
     return [
         Around(autoscalers=s, stale_disruption_budget=pdb and u, routes=r)

@@ -20,6 +20,7 @@ from triton_operator.metrics import METRICS, SUPERSEDED
 from triton_operator.models import TritonService
 from triton_operator.reconcile.analysis import TritonView
 from triton_operator.reconcile.apply import SupersededError
+from triton_operator.reconcile.observe import Absences
 from triton_operator.reconcile.pinning import RepositoryPinner
 from triton_operator.reconcile.steps import Result, reconcile
 from triton_operator.settings import Settings
@@ -184,6 +185,8 @@ class Reconciler:
             # A listing ended outside any reconcile (it never holds the per-object lock): take it.
             pinner.on_listed = lambda key: self.requeue(key, 0.0)
         self._paused = paused
+        self.absences = Absences()
+        """The PodDisruptionBudgets known absent (reconcile.observe.Absences): emptied on pause."""
         self._known: set[tuple[str, str]] = set()
         """Every TritonService a reconcile was asked for (until it is gone): resume reconciles them."""
         self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
@@ -265,6 +268,7 @@ class Reconciler:
                     self.settings,
                     pin_manifest=self.pinner,
                     triton=self.triton,
+                    absences=self.absences,
                 )
             except SupersededError as exc:
                 outcome.outcome = SUPERSEDED
@@ -383,6 +387,7 @@ class Reconciler:
         self._failures.pop(key, None)
         self._secret_waits.pop(key, None)
         self._known.discard(key)
+        self.absences.present(namespace, name)
         poller = self._pollers.pop(key, None)
         if poller is not None:
             poller.cancel()
@@ -404,6 +409,7 @@ class Reconciler:
         if self._paused:
             return
         self._paused = True
+        self.absences.clear()  # another replica may write one meanwhile
         current = asyncio.current_task()
         timers, pollers = self._timers, self._pollers
         self._timers, self._pollers = {}, {}

@@ -37,6 +37,7 @@ from triton_operator.reconcile.analysis import TritonView, analysis_status, mode
 from triton_operator.reconcile.apply import NotStoredError, apply, post_event, write_status
 from triton_operator.reconcile.autoscaling import AUTOSCALER_RETRY_SECONDS
 from triton_operator.reconcile.observe import (
+    Absences,
     Around,
     Seen,
     current_manifest,
@@ -123,6 +124,7 @@ async def reconcile(
     pin_manifest: ManifestPinner | None = None,
     triton: TritonView | None = None,
     clock: Callable[[], datetime.datetime] = utcnow,
+    absences: Absences | None = None,
 ) -> Result:
     """Bring one TritonService's objects and status in line with its spec, as stored right now.
 
@@ -133,7 +135,8 @@ async def reconcile(
     A spec that cannot be applied (invalid, its repository unreadable, refused by the API server)
     changes nothing it asks for: the rollout goes on under the last valid spec (_hold).
     ``triton``: what the operator reads of Triton in the pods (status.models, canary analysis);
-    a pass only takes the readings there are, it never waits for one.
+    a pass only takes the readings there are, it never waits for one. ``absences``: the
+    PodDisruptionBudgets this process knows absent (reconcile.observe.Absences; None: none).
     """
     # Observe: the TritonService, what it owns, and the spec to carry out (its repository pinned).
     body = await kube.get_tritonservice(namespace, name)
@@ -145,13 +148,15 @@ async def reconcile(
     METRICS.record_pod_starts(seen.pods)  # each pod's start once, when first seen Ready
     chosen = await _choose(seen, body, settings, pin_manifest)
     if isinstance(chosen, _Blocked):
-        return await _hold(kube, seen, settings, chosen, triton=triton, pin_manifest=pin_manifest)
+        return await _hold(
+            kube, seen, settings, chosen, triton=triton, pin_manifest=pin_manifest, absences=absences
+        )
     ts, pinned = chosen.ts, chosen.pinned
     await _warn(kube, seen, ts, settings)
     # The last valid spec, when it is another: carried out instead should the API server refuse this
     # one. What it needs is observed with what this one needs, before anything is written.
     kept = await _kept(seen, settings, pin_manifest, instead_of=chosen)
-    around, *others = await observe_specs(kube, seen, [ts, *([kept.ts] if kept else [])])
+    around, *others = await observe_specs(kube, seen, [ts, *([kept.ts] if kept else [])], absences)
     fallback = (kept, others[0]) if kept is not None else None
     try:
         # Decide (core.decide) and apply (reconcile.apply).
@@ -167,6 +172,7 @@ async def reconcile(
             repository=repository_verdict(ts, pinned),
             unsyncable=unsyncable(seen, pinned),
             triton=triton,
+            absences=absences,
         )
     except NotStoredError as exc:
         message = _too_large(pinned, pinned.json if pinned else None, str(exc))
@@ -176,7 +182,9 @@ async def reconcile(
     except ObjectRejectedError as exc:
         # The schema let something through that the API server refuses (e.g. a malformed volume).
         blocked = _Blocked(str(exc))
-    return await _fall_back(kube, seen, settings, blocked, fallback=fallback, triton=triton)
+    return await _fall_back(
+        kube, seen, settings, blocked, fallback=fallback, triton=triton, absences=absences
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,6 +274,7 @@ async def _hold(
     *,
     triton: TritonView | None = None,
     pin_manifest: ManifestPinner | None = None,
+    absences: Absences | None = None,
 ) -> Result:
     """The current spec cannot be applied: go on under the last valid one, else change nothing.
 
@@ -277,8 +286,10 @@ async def _hold(
     deleted; only the status says why.
     """
     kept = await _kept(seen, settings, pin_manifest)
-    fallback = (kept, (await observe_specs(kube, seen, [kept.ts]))[0]) if kept is not None else None
-    return await _fall_back(kube, seen, settings, blocked, fallback=fallback, triton=triton)
+    fallback = (kept, (await observe_specs(kube, seen, [kept.ts], absences))[0]) if kept is not None else None
+    return await _fall_back(
+        kube, seen, settings, blocked, fallback=fallback, triton=triton, absences=absences
+    )
 
 
 async def _fall_back(
@@ -289,6 +300,7 @@ async def _fall_back(
     *,
     fallback: tuple[_Kept, Around] | None,
     triton: TritonView | None = None,
+    absences: Absences | None = None,
 ) -> Result:
     """Carry out the last valid spec (``fallback``: it, and what was observed for it) while the
     current one waits (``blocked``); if there is none, or it is refused too, only write the status
@@ -309,6 +321,7 @@ async def _fall_back(
                 blocked=blocked,
                 unsyncable=kept.unsyncable,
                 triton=triton,
+                absences=absences,
             )
         except (ObjectRejectedError, NotStoredError) as exc:
             logger.warning("%s/%s: the last valid spec is refused too: %s", seen.namespace, seen.name, exc)
@@ -363,6 +376,7 @@ async def _carry_out(
     blocked: _Blocked | None = None,
     unsyncable: Mapping[str, str] | None = None,
     triton: TritonView | None = None,
+    absences: Absences | None = None,
 ) -> Result:
     """Plan the rollout toward ``revision`` of ``ts`` and carry it out: apply, route, status, scale,
     delete, Events. ``around``: what ``ts`` needs observed beside ``seen`` (observe_specs).
@@ -435,9 +449,14 @@ async def _carry_out(
         )
 
     # Apply (reconcile.apply): objects, routes, the status, scale changes and deletions, Events.
+    budget = ("PodDisruptionBudget", seen.name)
+    if absences is not None and any(_key(o) == budget for o in decision.actions.apply):
+        absences.present(seen.namespace, seen.name)
     done = await apply(
         kube, seen, ts, decision, routes=around.routes, manifest_json=manifest_json, status=status
     )
+    if absences is not None and budget in decision.actions.delete:
+        absences.absent(seen.namespace, seen.name)
     traffic = done.traffic
     requeue = [
         t
@@ -460,6 +479,10 @@ async def _carry_out(
         requeue_after=min(requeue) if requeue else None,
         secret=blocked.secret if blocked else None,
     )
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    return str(obj.get("kind")), str((obj.get("metadata") or {}).get("name"))
 
 
 async def _warn(kube: KubeAPI, seen: Seen, ts: TritonService, settings: Settings) -> None:
