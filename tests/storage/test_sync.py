@@ -616,7 +616,7 @@ def test_a_big_file_is_checked_by_the_stores_crc_of_the_pinned_object(
         with pytest.raises(ChecksumMismatch) as info:
             run(manifest, FlippingStore(store, at), tmp_path / f"bad{at}", part_size=3 * MiB)
         assert f": {kind} is " in str(info.value)
-        assert ("the store keeps for ETag" in str(info.value)) == bool(crc)
+        assert ("the store keeps for the pinned object" in str(info.value)) == bool(crc)
         assert not [p for p in (tmp_path / f"bad{at}").rglob("*") if p.is_file()]
 
 
@@ -645,3 +645,38 @@ def test_a_pin_whose_digest_is_not_the_objects_etag_is_checked_by_the_digest(
         )
     assert ": md5 is " in str(info.value) and entry.checksum in str(info.value)
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_a_big_gcs_object_is_checked_by_the_crc32c_of_its_pinned_generation(
+    gcs_backend: Backend, tmp_path: Path
+) -> None:
+    """GCS keeps a CRC32C of every generation: a file read in ranges is checked by it when the pinned
+    generation's MD5 is the pinned digest, by the MD5 with --verify digest or when they differ."""
+    bucket = gcs_backend.new_bucket()
+    data = random.Random(24).randbytes(7 * MiB + 3)
+    gcs_backend.put(bucket, "models/big/1/model.bin", data)
+    manifest = pin_repository(
+        gcs_backend.repository(bucket), [ModelSpec(name="big")], gcs_backend.credentials
+    )
+    (entry,) = manifest.entries
+    assert entry.checksum_kind == "md5" and entry.generation
+    store = gcs_backend.store(bucket)
+    fast = run(manifest, CountingStore(store), tmp_path / "fast", part_size=2 * MiB)
+    assert (tmp_path / "fast/big/1/model.bin").read_bytes() == data
+    assert fast.crc_checked_files == 1 and fast.unverified_files == 0 and fast.ranged_parts == 4
+    digest = run(manifest, CountingStore(store), tmp_path / "digest", part_size=2 * MiB, verify="digest")
+    assert digest.crc_checked_files == 0 and digest.unverified_files == 0
+    with pytest.raises(ChecksumMismatch) as info:
+        run(manifest, FlippingStore(store, len(data) // 2), tmp_path / "bad", part_size=2 * MiB)
+    assert ": crc32c is " in str(info.value) and "the store keeps for the pinned object" in str(info.value)
+    assert not [p for p in (tmp_path / "bad").rglob("*") if p.is_file()]
+    # A manifest whose MD5 is not its generation's: the MD5 is checked, and fails.
+    forged = dataclasses.replace(entry, checksum="0" * 32)
+    with pytest.raises(ChecksumMismatch) as info:
+        run(
+            dataclasses.replace(manifest, entries=(forged,)),
+            CountingStore(store),
+            tmp_path / "m",
+            part_size=2 * MiB,
+        )
+    assert ": md5 is " in str(info.value)

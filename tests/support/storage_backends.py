@@ -200,9 +200,9 @@ class CountingStore:
         return self.inner.part_size(key, etag)
 
     def transfer_check(
-        self, key: str, etag: str, generation: str, part_size: int | None
+        self, key: str, etag: str, generation: str, part_size: int | None, pinned: str
     ) -> TransferCheck | None:
-        return self.inner.transfer_check(key, etag, generation, part_size)
+        return self.inner.transfer_check(key, etag, generation, part_size, pinned)
 
     def trusted(self, objects: Sequence[ObjectInfo]) -> Sequence[ObjectInfo]:
         return self.inner.trusted(objects)

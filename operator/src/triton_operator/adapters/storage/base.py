@@ -150,11 +150,13 @@ class ObjectStore(Protocol):
         ...
 
     def transfer_check(
-        self, key: str, etag: str, generation: str, part_size: int | None
+        self, key: str, etag: str, generation: str, part_size: int | None, pinned: str
     ) -> TransferCheck | None:
         """A CRC the store keeps of exactly this object (the read is conditional on its ``etag`` and
         ``generation``), cheaper to compute than the pinned digest; None when it keeps none or
-        cannot tell. ``part_size``: the upload's part size when the caller knows it already."""
+        cannot tell, or when it cannot bind its CRC to the pinned digest ``pinned`` (S3: the digest is
+        the ETag the read is conditional on; GCS: the pinned generation's MD5 is the digest).
+        ``part_size``: the upload's part size when the caller knows it already."""
         ...
 
     def trusted(self, objects: Sequence[ObjectInfo]) -> Sequence[ObjectInfo]:
@@ -222,7 +224,7 @@ class StoreBase:
         return None
 
     def transfer_check(
-        self, key: str, etag: str, generation: str, part_size: int | None
+        self, key: str, etag: str, generation: str, part_size: int | None, pinned: str
     ) -> TransferCheck | None:
         return None
 

@@ -27,6 +27,7 @@ from triton_operator.adapters.storage.base import (
     StoreConfigError,
     StoreError,
     StoreUnavailable,
+    TransferCheck,
     mount_pool,
     redacted_cause,
 )
@@ -238,6 +239,25 @@ class GCSStore(StoreBase):
         except self._ERRORS as exc:
             raise self._error(exc, f"reading {key!r}") from redacted_cause(exc)
         return out.count
+
+    def transfer_check(
+        self, key: str, etag: str, generation: str, part_size: int | None, pinned: str
+    ) -> TransferCheck | None:
+        """The CRC32C GCS keeps of every object generation, when the read names the pinned
+        generation (whose bytes never change) and that generation's MD5 is the pinned digest. Any
+        failure answers None: the pinned digest is checked instead."""
+        if not generation or not pinned:
+            return None
+        try:
+            blob = self._bucket.get_blob(
+                key, generation=int(generation), retry=self.retry, timeout=self.timeout
+            )
+        except (*self._ERRORS, ValueError):
+            return None
+        if blob is None or hex_from_base64(blob.md5_hash) != pinned:
+            return None
+        crc = hex_from_base64(blob.crc32c)
+        return TransferCheck("crc32c", crc) if len(crc) == 8 else None
 
     def close(self) -> None:
         self.client.close()

@@ -410,12 +410,16 @@ class S3Store(StoreBase):
         return size or None
 
     def transfer_check(
-        self, key: str, etag: str, generation: str, part_size: int | None
+        self, key: str, etag: str, generation: str, part_size: int | None, pinned: str
     ) -> TransferCheck | None:
         """The object's CRC32C or CRC32 as S3 keeps it (a HEAD with ChecksumMode=ENABLED, on the
         condition of the pinned ETag and version): of the whole object, or S3's composite of a
-        multipart upload's parts (then with the part size). Any failure answers None: the pinned
-        digest is checked instead."""
+        multipart upload's parts (then with the part size). Only when the pinned digest is that
+        ETag (an unencrypted upload's MD5 or multipart ETag): the store answers the HEAD, and
+        serves the ranges, only for the object with that ETag, so its CRC is of the pinned bytes.
+        Any failure answers None: the pinned digest is checked instead."""
+        if not etag or pinned != etag.strip('"').lower():
+            return None
         params: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "ChecksumMode": "ENABLED"}
         if etag:
             params["IfMatch"] = f'"{etag.strip(chr(34))}"'

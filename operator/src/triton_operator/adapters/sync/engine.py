@@ -100,8 +100,8 @@ class SyncOptions:
 
 
 VERIFY_MODES = ("fast", "digest")
-# Pinned checksums that a store's CRC may stand in for: those that are the object's ETag itself.
-_ETAG_KINDS = frozenset({"md5", "s3-multipart"})
+# Pinned digests that a store's CRC may stand in for, where the store binds its CRC to them.
+_DIGEST_KINDS = frozenset({"md5", "s3-multipart"})
 
 
 class _Aborted(Exception):  # noqa: N818 - control flow, not an error
@@ -356,21 +356,22 @@ class Syncer:
     def _transfer_check(self, job: _Job) -> TransferCheck | None:
         """The store's CRC of a big file it will be asked for, when verify is "fast".
 
-        Only where the pinned digest is the pinned ETag (an S3 upload's MD5, or its multipart ETag):
-        the store answers the HEAD, and serves the ranges, only for the object with that ETag, so
-        its CRC is of the pinned bytes. Any other pin (SHA-256 of an encrypted object, a GCS MD5)
-        is checked by its digest."""
+        Only where the store can bind its CRC to the pinned digest (S3: the digest is the ETag the
+        reads are conditional on; GCS: the pinned generation's MD5 is the digest), so that the CRC
+        is of the pinned bytes; any other pin (SHA-256 of an encrypted object, Azure) is checked by
+        its digest."""
         entry = job.entry
         if (
             self.options.verify != "fast"
             or self.store is None
             or entry.size <= self.options.part_size
-            or entry.checksum_kind not in _ETAG_KINDS
-            or entry.checksum != entry.etag.strip('"').lower()
+            or entry.checksum_kind not in _DIGEST_KINDS
             or source_key(entry) in self._held
         ):
             return None
-        return self.store.transfer_check(entry.key, entry.etag, entry.generation, job.multipart_part_size)
+        return self.store.transfer_check(
+            entry.key, entry.etag, entry.generation, job.multipart_part_size, entry.checksum
+        )
 
     def _cache_hit(self, job: _Job) -> Path | None:
         """The cached file, when the cache holds the pinned content."""
@@ -653,7 +654,7 @@ class Syncer:
         if digest is not None:
             actual = digest.hexdigest()
             if actual != job.verify_value:
-                by = "the manifest pins" if job.check is None else f"the store keeps for ETag {entry.etag}"
+                by = "the manifest pins" if job.check is None else "the store keeps for the pinned object"
                 raise ChecksumMismatch(
                     entry.key, entry.dest, job.verify_kind, job.verify_value, actual, by=by
                 )
