@@ -27,36 +27,21 @@ class PartHasher(Protocol):
     def digest(self) -> bytes: ...
 
 
-class _Crc32c:
-    """CRC-32C (Castagnoli; GCS's crc32c, S3's ChecksumCRC32C) as big-endian hex."""
+class _Crc:
+    """CRC-32 (zlib's, S3's ChecksumCRC32: ISA-L's carry-less multiply, 4-5 times faster than
+    zlib's here) or CRC-32C (Castagnoli; GCS's crc32c, S3's ChecksumCRC32C), as big-endian hex."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str) -> None:
+        self._crc32c = kind == "crc32c"
         self._value = 0
 
     def update(self, data: bytes | memoryview) -> None:
+        if not self._crc32c:
+            self._value = isal_zlib.crc32(data, self._value)
+            return
         if isinstance(data, memoryview):  # google_crc32c takes bytes only
             data = data.tobytes()
         self._value = google_crc32c.extend(self._value, data)
-
-    def value(self) -> int:
-        return self._value
-
-    def digest(self) -> bytes:
-        return self._value.to_bytes(4, "big")
-
-    def hexdigest(self) -> str:
-        return self.digest().hex()
-
-
-class _Crc32:
-    """CRC-32 (zlib's, S3's ChecksumCRC32) as big-endian hex; ISA-L's (carry-less multiply), 4-5
-    times faster than zlib's here."""
-
-    def __init__(self) -> None:
-        self._value = 0
-
-    def update(self, data: bytes | memoryview) -> None:
-        self._value = isal_zlib.crc32(data, self._value)
 
     def value(self) -> int:
         return self._value
@@ -74,10 +59,6 @@ CRC_POLYNOMIALS = {"crc32": 0xEDB88320, "crc32c": 0x82F63B78}
 COMPOSITE_KINDS = {"crc32-composite": "crc32", "crc32c-composite": "crc32c"}
 PART_SIZED_KINDS = frozenset({"s3-multipart", *COMPOSITE_KINDS})
 """Kinds whose check needs the upload's part size besides the bytes."""
-
-
-def _new_crc(kind: str) -> _Crc32 | _Crc32c:
-    return _Crc32c() if kind == "crc32c" else _Crc32()
 
 
 def _gf2_times(matrix: list[int], vector: int) -> int:
@@ -104,22 +85,16 @@ def crc_combine(kind: str, crc1: int, crc2: int, len2: int) -> int:
     """
     if len2 <= 0:
         return crc1
-    odd = [CRC_POLYNOMIALS[kind]] + [1 << n for n in range(31)]  # one zero bit
-    even = _gf2_square(odd)  # two zero bits
-    odd = _gf2_square(even)  # four zero bits
-    while True:  # apply len2 zero bytes to crc1, a power of two at a time
-        even = _gf2_square(odd)
+    zeros = [CRC_POLYNOMIALS[kind]] + [1 << n for n in range(31)]  # appends one zero bit
+    for _ in range(3):
+        zeros = _gf2_square(zeros)  # then 2, 4, 8 zero bits: one zero byte
+    while True:  # append len2 zero bytes to crc1, a power of two at a time
         if len2 & 1:
-            crc1 = _gf2_times(even, crc1)
+            crc1 = _gf2_times(zeros, crc1)
         len2 >>= 1
         if not len2:
             break
-        odd = _gf2_square(even)
-        if len2 & 1:
-            crc1 = _gf2_times(odd, crc1)
-        len2 >>= 1
-        if not len2:
-            break
+        zeros = _gf2_square(zeros)
     return crc1 ^ crc2
 
 
@@ -131,13 +106,13 @@ class _PartScheme:
 
     def new(self) -> PartHasher:
         if self.crc:
-            return _new_crc(self.crc)
+            return _Crc(self.crc)
         return hashlib.md5(usedforsecurity=False)
 
     def join(self, digests: list[bytes]) -> str:
         joined = b"".join(digests)
         if self.crc:
-            whole = _new_crc(self.crc)
+            whole = _Crc(self.crc)
             whole.update(joined)
             return whole.hexdigest() + f"-{len(digests)}"
         return hashlib.md5(joined, usedforsecurity=False).hexdigest() + f"-{len(digests)}"
@@ -221,7 +196,7 @@ class _RangeCrc:
     def __init__(self, whole: RangeCrcs, start: int, end: int) -> None:
         self.whole, self.start, self.end = whole, start, end
         self.offset = start
-        self._crc = _new_crc(whole.kind)
+        self._crc = _Crc(whole.kind)
 
     def update(self, data: bytes | memoryview) -> None:
         self._crc.update(data)
@@ -265,10 +240,8 @@ def make_hasher(kind: str, multipart_part_size: int | None = None) -> Hasher | N
         return hashlib.md5(usedforsecurity=False)
     if kind == "sha1":
         return hashlib.sha1(usedforsecurity=False)
-    if kind == "crc32c":
-        return _Crc32c()
-    if kind == "crc32":
-        return _Crc32()
+    if kind in ("crc32c", "crc32"):
+        return _Crc(kind)
     if kind in PART_SIZED_KINDS and multipart_part_size:
         return MultipartEtag(multipart_part_size, kind)
     return None
