@@ -418,18 +418,18 @@ class S3Store(StoreBase):
         ETag (an unencrypted upload's MD5 or multipart ETag): the store answers the HEAD, and
         serves the ranges, only for the object with that ETag, so its CRC is of the pinned bytes.
         Any failure answers None: the pinned digest is checked instead."""
-        if not etag or pinned != etag.strip('"').lower():
+        etag = etag.strip('"')
+        if not etag or pinned != etag.lower():
             return None
         params: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "ChecksumMode": "ENABLED"}
-        if etag:
-            params["IfMatch"] = f'"{etag.strip(chr(34))}"'
+        params["IfMatch"] = f'"{etag}"'
         if generation and generation != "null":
             params["VersionId"] = generation
         try:
             r = self.client.head_object(**params)
         except (ClientError, BotoCoreError, Urllib3HTTPError, OSError):
             return None
-        if etag and str(r.get("ETag", "")).strip('"') != etag.strip('"'):
+        if str(r.get("ETag", "")).strip('"') != etag:
             return None
         for kind, field_name in (("crc32c", "ChecksumCRC32C"), ("crc32", "ChecksumCRC32")):
             text = str(r.get(field_name) or "")
