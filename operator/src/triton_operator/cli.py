@@ -11,16 +11,8 @@ from types import ModuleType
 # ``register(subparsers) -> None`` which adds its parser and sets ``func``. A command line that
 # names its subcommand loads that module alone: a pod's `sync` init container starts without the
 # operator's models, the agent or the importer.
-COMMANDS: dict[str, str] = {
-    "run": "run",
-    "render": "render",
-    "import": "import_",
-    "crd": "crd",
-    "sync": "sync",
-    "node-cache": "node_cache",
-    "agent": "agent",
-}
-SUBCOMMANDS: tuple[str, ...] = tuple(COMMANDS.values())
+COMMANDS: tuple[str, ...] = ("run", "render", "import", "crd", "sync", "node-cache", "agent")
+"""The subcommands, in the order the help lists them; _command imports each one's module."""
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
