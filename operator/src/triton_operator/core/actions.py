@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,7 +24,7 @@ from triton_operator.core.observation import (
     revision_configmaps,
     revision_of,
 )
-from triton_operator.core.revision import canonical_json
+from triton_operator.core.revision import canonical_digest
 from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.core.traffic import Role, build_revision_service, revision_service_name
 from triton_operator.models import TritonService
@@ -116,7 +115,7 @@ def applied_digest(obj: Mapping[str, Any]) -> str:
     else:
         metadata.pop("annotations", None)
     body = {**obj, "metadata": metadata}
-    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()[:16]
+    return canonical_digest(body)[:16]
 
 
 def stamped(obj: Mapping[str, Any]) -> dict[str, Any]:

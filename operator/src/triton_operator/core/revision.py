@@ -17,6 +17,11 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+def canonical_digest(value: Any) -> str:
+    """The sha256 (hex) of ``value``'s canonical JSON: equal values give equal digests."""
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
 def revision_hash(
     pod_template_inputs: Mapping[str, Any],
     configs: Mapping[str, str],
@@ -34,4 +39,4 @@ def revision_hash(
         "configs": dict(configs),
         "manifest": manifest_digest,
     }
-    return hashlib.sha256(canonical_json(document).encode("utf-8")).hexdigest()[:HASH_LENGTH]
+    return canonical_digest(document)[:HASH_LENGTH]
