@@ -3,6 +3,8 @@
 Not a fake: it forwards every byte both ways to the real server (seaweedfs) and only counts them,
 so a test can say how many bytes came from the store without trusting the sync's own summary.
 With ``rate`` it is a slow link: each connection's responses go at most ``rate`` bytes a second.
+With ``cut_after`` it is a link that breaks: the first connection whose responses pass that many
+bytes is closed there, in the middle of a body, once.
 """
 
 from __future__ import annotations
@@ -17,9 +19,14 @@ from collections.abc import Iterator
 class CountingProxy:
     """Listens on 127.0.0.1 (``port``) and forwards each connection to ``target`` (host, port)."""
 
-    def __init__(self, target: tuple[str, int], rate: float | None = None) -> None:
+    def __init__(
+        self, target: tuple[str, int], rate: float | None = None, cut_after: int | None = None
+    ) -> None:
         self.target = target
         self.rate = rate
+        self.cut_after = cut_after
+        self.cuts = 0  # connections cut so far (at most one)
+        self.connections = 0  # connections accepted so far
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
@@ -51,6 +58,8 @@ class CountingProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            with self._lock:
+                self.connections += 1
             try:
                 server = socket.create_connection(self.target)
             except OSError:
@@ -61,11 +70,21 @@ class CountingProxy:
 
     def _pump(self, src: socket.socket, dst: socket.socket, count: bool) -> None:
         slow = count and self.rate is not None
+        cut_after = self.cut_after
+        sent = 0
         try:
             while data := src.recv(4096 if slow else 1 << 16):
                 if count:
                     with self._lock:
+                        cut = cut_after is not None and not self.cuts and sent + len(data) > cut_after
+                        if cut and cut_after is not None:
+                            self.cuts += 1
+                            data = data[: cut_after - sent]
                         self._downstream += len(data)
+                    if cut:
+                        dst.sendall(data)
+                        return  # the finally shuts both sockets: the body ends short
+                sent += len(data)
                 dst.sendall(data)
                 if slow and self.rate:
                     time.sleep(len(data) / self.rate)
@@ -78,11 +97,13 @@ class CountingProxy:
 
 
 @contextlib.contextmanager
-def counting_proxy(endpoint: str, rate: float | None = None) -> Iterator[CountingProxy]:
+def counting_proxy(
+    endpoint: str, rate: float | None = None, cut_after: int | None = None
+) -> Iterator[CountingProxy]:
     """A CountingProxy in front of ``endpoint`` (http://host:port); ``rate``: bytes a second per
-    connection, at most."""
+    connection, at most; ``cut_after``: the first connection to pass that many bytes is cut there."""
     host, _, port = endpoint.removeprefix("http://").rstrip("/").rpartition(":")
-    proxy = CountingProxy((host, int(port)), rate)
+    proxy = CountingProxy((host, int(port)), rate, cut_after)
     try:
         yield proxy
     finally:

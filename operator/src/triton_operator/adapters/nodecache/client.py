@@ -7,11 +7,12 @@ import http.client
 import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from triton_operator.adapters.storage.base import Sink, pump
 from triton_operator.core.manifest import ManifestEntry
 from triton_operator.core.nodecache import object_key
 
@@ -109,7 +110,7 @@ class NodeCacheClient:
 
     # ------------------------------------------------------------ read
 
-    def read(self, entry: ManifestEntry, sink: Callable[[bytes], None]) -> int | None:
+    def read(self, entry: ManifestEntry, sink: Sink) -> int | None:
         """Stream the cached object to ``sink``; the bytes sent, or None when the cache does not
         hold it or failed (the caller checks the bytes; the sink's own errors go through)."""
         key = key_of(entry)
@@ -125,11 +126,7 @@ class NodeCacheClient:
             if response.status != 200:
                 response.read()
                 return None
-            count = 0
-            while chunk := response.read(CHUNK):
-                sink(chunk)
-                count += len(chunk)
-            return count
+            return pump(response.readinto, sink, CHUNK)
         except (OSError, http.client.HTTPException) as exc:
             # A cache that fails (or hangs past the timeout) once is not asked again by this sync.
             log.warning("node cache: reading %s failed: %s; reading the store from now on", key, exc)

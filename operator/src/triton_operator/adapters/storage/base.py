@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AccessDenied",
     "BucketNotFound",
+    "Chunk",
     "ListingTooLarge",
     "ObjectChanged",
     "ObjectInfo",
@@ -24,12 +25,28 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "mount_pool",
+    "pump",
     "redacted_cause",
     "remember_secrets",
 ]
 
-# Receives the bytes of a read in order; raising from it aborts the read.
-Sink = Callable[[bytes], None]
+Chunk = bytes | memoryview
+# Receives the bytes of a read in order; raising from it aborts the read. A chunk is valid only
+# during the call: a store may hand a view of one buffer it fills again for the next bytes, so a
+# sink that keeps bytes copies them (``bytes(chunk)``).
+Sink = Callable[[Chunk], None]
+
+
+def pump(readinto: Callable[[memoryview], int], sink: Sink, size: int) -> int:
+    """Fill one buffer of ``size`` bytes with ``readinto`` again and again, handing each filled
+    piece to ``sink``, until ``readinto`` gives 0; the bytes read. Nothing is allocated or copied
+    per chunk: the bytes go from the socket into the buffer, and from there to the sink."""
+    buffer = memoryview(bytearray(size))
+    count = 0
+    while n := readinto(buffer):
+        sink(buffer[:n])
+        count += n
+    return count
 
 
 @dataclass(frozen=True)
@@ -211,11 +228,15 @@ class StoreBase:
 
     def open_range(self, key: str, start: int, end: int, *, etag: str = "", generation: str = "") -> bytes:
         chunks: list[bytes] = []
-        self.read_range(key, start, end, chunks.append, etag=etag, generation=generation)
+
+        def keep(chunk: Chunk) -> None:
+            chunks.append(bytes(chunk))
+
+        self.read_range(key, start, end, keep, etag=etag, generation=generation)
         return b"".join(chunks)
 
     def get(self, key: str, dest: BinaryIO, *, etag: str = "", generation: str = "") -> int:
-        def write(data: bytes) -> None:
+        def write(data: Chunk) -> None:
             dest.write(data)
 
         return self.read_range(key, 0, None, write, etag=etag, generation=generation)

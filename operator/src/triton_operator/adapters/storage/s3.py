@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -36,6 +37,7 @@ from triton_operator.adapters.storage.base import (
     StoreError,
     StoreUnavailable,
     TransferCheck,
+    pump,
     redacted_cause,
 )
 from triton_operator.core.manifest import ObjectInfo, hex_from_base64, s3_etag_md5
@@ -384,12 +386,26 @@ class S3Store(StoreBase):
         except (BotoCoreError, Urllib3HTTPError, OSError) as exc:
             raise self._error(exc, what) from redacted_cause(exc)
         body = response["Body"]
+        raw: Any = getattr(body, "_raw_stream", None)
+        fp = getattr(raw, "_fp", None)
         count = 0
         try:
-            for chunk in body.iter_chunks(CHUNK):
-                sink(chunk)
-                count += len(chunk)
-        except (BotoCoreError, Urllib3HTTPError, OSError) as exc:
+            if isinstance(fp, http.client.HTTPResponse) and hasattr(raw, "release_conn"):
+                # The body straight from the socket into one reused buffer (http.client's readinto):
+                # botocore's and urllib3's reads allocate and copy every chunk on the way.
+                count = pump(fp.readinto, sink, CHUNK)
+                expected = response.get("ContentLength")
+                if fp.isclosed() and (expected is None or count == expected):
+                    raw.release_conn()  # read to its end: the connection serves the next read
+                else:
+                    raise ResponseStreamingError(
+                        error=f"the connection closed after {count} of {expected} bytes"
+                    )
+            else:
+                for chunk in body.iter_chunks(CHUNK):
+                    sink(chunk)
+                    count += len(chunk)
+        except (BotoCoreError, Urllib3HTTPError, http.client.HTTPException, OSError) as exc:
             raise self._error(exc, what) from redacted_cause(exc)
         finally:
             body.close()

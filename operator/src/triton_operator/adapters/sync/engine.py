@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
-from triton_operator.adapters.storage.base import ObjectStore, StoreUnavailable, TransferCheck
+from triton_operator.adapters.storage.base import Chunk, ObjectStore, Sink, StoreUnavailable, TransferCheck
 from triton_operator.adapters.storage.pvc import PvcStore
 from triton_operator.adapters.sync.files import (
     Dirs,
@@ -70,7 +70,7 @@ class ObjectSource(Protocol):
         """The part size of a held multipart upload, to check the source's bytes with instead of
         asking the store (None: ask the store). A wrong one only fails the source's copy."""
 
-    def read(self, entry: ManifestEntry, sink: Callable[[bytes], None]) -> int | None:
+    def read(self, entry: ManifestEntry, sink: Sink) -> int | None:
         """Streams the object to ``sink``: the bytes given, None when it has not got it."""
 
     def offer(self, entry: ManifestEntry, path: Path, part_size: int | None = None) -> None:
@@ -436,11 +436,11 @@ class Syncer:
             return None
         return self.options.cache / entry.checksum_kind / entry.checksum
 
-    def _sink(self, write: Callable[[bytes], None]) -> Callable[[bytes], None]:
+    def _sink(self, write: Sink) -> Sink:
         abort = self._abort
         progress = self.progress
 
-        def sink(chunk: bytes) -> None:
+        def sink(chunk: Chunk) -> None:
             if abort.is_set():
                 raise _Aborted
             try:
@@ -452,7 +452,7 @@ class Syncer:
         return sink
 
     def _read_with_retries(
-        self, job: _Job, start: int, end: int | None, make_sink: Callable[[], Callable[[bytes], None]]
+        self, job: _Job, start: int, end: int | None, make_sink: Callable[[], Sink]
     ) -> int:
         assert self.store is not None
         attempt = 0
@@ -460,9 +460,7 @@ class Syncer:
             counted = [0]
             inner = make_sink()
 
-            def sink(
-                chunk: bytes, inner: Callable[[bytes], None] = inner, counted: list[int] = counted
-            ) -> None:
+            def sink(chunk: Chunk, inner: Sink = inner, counted: list[int] = counted) -> None:
                 inner(chunk)
                 counted[0] += len(chunk)
 
@@ -483,12 +481,12 @@ class Syncer:
         """A small file in one streamed read, hashed as it arrives; a retry starts it over."""
         fd = job.fd = os.open(job.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
 
-        def make_sink() -> Callable[[bytes], None]:
+        def make_sink() -> Sink:
             os.lseek(fd, 0, os.SEEK_SET)
             os.ftruncate(fd, 0)
             hasher = job.hasher = job.new_hasher()
 
-            def write(chunk: bytes) -> None:
+            def write(chunk: Chunk) -> None:
                 write_all(fd, chunk)
                 if hasher is not None:
                     hasher.update(chunk)
@@ -522,7 +520,7 @@ class Syncer:
         fd = job.fd = os.open(job.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         hasher = job.hasher = job.new_hasher()
 
-        def write(chunk: bytes) -> None:
+        def write(chunk: Chunk) -> None:
             write_all(fd, chunk)
             if hasher is not None:
                 hasher.update(chunk)
@@ -578,11 +576,11 @@ class Syncer:
         pos = [start]
         aligned = job.aligned
 
-        def make_sink() -> Callable[[bytes], None]:
+        def make_sink() -> Sink:
             pos[0] = start
             digests = aligned.range(start, end) if aligned is not None else None
 
-            def write(chunk: bytes) -> None:
+            def write(chunk: Chunk) -> None:
                 write_all(fd, chunk, pos[0])
                 if digests is not None:
                     digests.update(chunk)
