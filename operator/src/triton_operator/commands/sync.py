@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import gc
 import os
 import re
 import sys
@@ -291,6 +292,9 @@ def run(args: argparse.Namespace) -> int:
                 pvc_root=args.pvc_root,
                 max_connections=args.concurrency,
             )
+        # What is loaded by now (boto3's models, the manifest) lives until the process ends: the
+        # collector stops walking it in every full collection the download's objects set off.
+        gc.freeze()
         stats = sync(manifest, store, options, progress)
     except Exception as exc:
         failure = sync_failure(exc, args.dest)

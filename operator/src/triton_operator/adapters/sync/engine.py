@@ -498,9 +498,13 @@ class Syncer:
 
     def _store_tasks(self, jobs: list[_Job]) -> list[Callable[[], Any]]:
         """The store's downloads of ``jobs``: big files in ranged parts first (their temp files
-        allocated now), then whole files, biggest first. The jobs are in self._jobs already."""
+        allocated now), then whole files, biggest first. The jobs are in self._jobs already.
+
+        The parts are taken file by file in turns (the first part of each, then the second...):
+        writes into one file wait for each other (the filesystem locks the file for each write), so
+        parts running at once are best of different files."""
         jobs = sorted(jobs, key=lambda j: -j.entry.size)
-        tasks: list[Callable[[], Any]] = []
+        by_file: list[list[Callable[[], Any]]] = []
         for job in jobs:
             if job.entry.size > self.options.part_size:
                 try:
@@ -508,7 +512,8 @@ class Syncer:
                 except OSError:  # no room for the file (ENOSPC): no temp file is left behind
                     self._cleanup_jobs()
                     raise
-                tasks.extend(partial(self._fetch_part, job, s, e) for s, e in job.parts)
+                by_file.append([partial(self._fetch_part, job, s, e) for s, e in job.parts])
+        tasks = [task for turn in itertools.zip_longest(*by_file) for task in turn if task is not None]
         tasks.extend(
             partial(self._fetch_whole, job) for job in jobs if job.entry.size <= self.options.part_size
         )
