@@ -25,6 +25,8 @@ from triton_operator.adapters.storage import (
     pin_with_versioning,
 )
 from triton_operator.adapters.storage.base import Chunk, Sink
+from triton_operator.adapters.sync import engine as sync_engine
+from triton_operator.adapters.sync import files as sync_files
 from triton_operator.adapters.sync.engine import SyncOptions, sync
 from triton_operator.adapters.sync.files import STATE_FILE
 from triton_operator.adapters.sync.results import ChecksumMismatch, SyncStats, UnsafeDestination
@@ -122,6 +124,68 @@ def test_resync_is_a_no_op(repo: tuple[Backend, str, Manifest], tmp_path: Path) 
     (tmp_path / "models" / STATE_FILE).unlink()
     store = CountingStore(backend.store(bucket))
     stats = run(manifest, store, tmp_path / "models", configs=configs)
+    assert store.reads == [] and stats.present_files == 5
+
+
+def _corrupt_keeping_size_and_mtime(path: Path) -> None:
+    """Other bytes in the same inode, with its size and mtime as they were: what a crash can leave
+    of a file whose data was never flushed (zeros in its allocated blocks)."""
+    st = path.stat()
+    with path.open("r+b") as f:
+        f.write(bytes(st.st_size))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_the_state_of_the_last_sync_is_trusted_on_its_boot_only(
+    repo: tuple[Backend, str, Manifest], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing is flushed: the state file names the boot that wrote it. On that boot its files are
+    taken as recorded (the page cache is what every reader gets); after a reboot (another boot id)
+    a crash may have lost unflushed data, so every file is checked by its digest again, and one
+    that lost its bytes is fetched again."""
+    boot = tmp_path / "boot_id"
+    boot.write_text("boot-1\n")
+    monkeypatch.setattr(sync_files, "BOOT_ID", boot)
+    flushes: list[Path] = []
+    monkeypatch.setattr(sync_engine, "syncfs", flushes.append)
+    backend, bucket, manifest = repo
+    dest = tmp_path / "models"
+    run(manifest, CountingStore(backend.store(bucket)), dest)
+    assert flushes == []
+    target = dest / "resnet/2/model.onnx"
+    _corrupt_keeping_size_and_mtime(target)
+
+    store = CountingStore(backend.store(bucket))
+    same_boot = run(manifest, store, dest)  # the record stands: nothing is hashed or fetched
+    assert store.reads == [] and same_boot.present_files == 5
+
+    boot.write_text("boot-2\n")
+    store = CountingStore(backend.store(bucket))
+    rebooted = run(manifest, store, dest)
+    assert [k for k, _, _ in store.reads] == ["models/resnet/2/model.onnx"]
+    assert (rebooted.downloaded_files, rebooted.present_files) == (1, 4)
+    assert target.read_bytes() == EXPECTED["resnet/2/model.onnx"]
+    assert flushes == []
+
+
+def test_without_a_boot_id_the_sync_flushes_and_its_state_holds_on_any_boot(
+    repo: tuple[Backend, str, Manifest], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the kernel gives no boot id, what a sync wrote is flushed before its state file is
+    written, and that state is trusted on a later boot too."""
+    monkeypatch.setattr(sync_files, "BOOT_ID", tmp_path / "no-such-file")
+    flushes: list[Path] = []
+    monkeypatch.setattr(sync_engine, "syncfs", flushes.append)
+    backend, bucket, manifest = repo
+    dest = tmp_path / "models"
+    run(manifest, CountingStore(backend.store(bucket)), dest)
+    assert flushes == [dest]
+    _corrupt_keeping_size_and_mtime(dest / "resnet/2/model.onnx")
+    boot = tmp_path / "boot_id"
+    boot.write_text("boot-2\n")
+    monkeypatch.setattr(sync_files, "BOOT_ID", boot)
+    store = CountingStore(backend.store(bucket))
+    stats = run(manifest, store, dest)
     assert store.reads == [] and stats.present_files == 5
 
 

@@ -19,6 +19,7 @@ from triton_operator.adapters.storage.base import Chunk, ObjectStore, Sink, Stor
 from triton_operator.adapters.storage.pvc import PvcStore
 from triton_operator.adapters.sync.files import (
     Dirs,
+    boot_id,
     fsync_dir,
     link_or_copy,
     load_state,
@@ -183,6 +184,7 @@ class Syncer:
         self._touched_dirs: set[Path] = set()
         self._jobs: list[_Job] = []
         self._held: frozenset[str] = frozenset()  # what options.source holds (source_key)
+        self._boot = boot_id()  # "" where unknown: then what is written is flushed
 
     # -------------------------------------------------------- entry point
 
@@ -195,15 +197,18 @@ class Syncer:
             self._sync_unpinned()
         self._write_configs()
         new_state = self.manifest.pinned and self._state_new != self._state_old
-        if self._touched_dirs or new_state:
-            # One flush for everything written: data, renames and folders. The state file that
-            # lets the next sync skip hashing is written only after it.
+        if not self._boot and (self._touched_dirs or new_state):
+            # This boot has no id to bind the state file to: one flush for everything written
+            # (data, renames and folders), and the state file only after it. With an id nothing is
+            # flushed: within the boot the page cache is what every reader gets, and after a
+            # crash the state file is not trusted (every file is checked by its digest again).
             syncfs(self.dest)
             if self.options.cache is not None and self.options.cache.is_dir():
                 syncfs(self.options.cache)
         if new_state:
-            save_state(self.dest, self._state_new)
-            fsync_dir(self.dest)
+            save_state(self.dest, self._state_new, self._boot)
+            if not self._boot:
+                fsync_dir(self.dest)
         self.stats.seconds = time.monotonic() - started
         self.progress.finish(self.stats)
         return self.stats
@@ -224,7 +229,7 @@ class Syncer:
 
     def _skip_known(self, entries: Sequence[ManifestEntry]) -> list[ManifestEntry]:
         """Mark present the files the last sync recorded unchanged; the rest, whose state is unknown."""
-        state = self._state_old = load_state(self.dest)
+        state = self._state_old = load_state(self.dest, self._boot)
         dirs = Dirs(self.dest)
         unknown: list[ManifestEntry] = []
         for entry in entries:
@@ -598,7 +603,8 @@ class Syncer:
             raise ChecksumMismatch(
                 job.entry.key, job.entry.dest, f"bytes {start}-{end - 1} length", str(end - start), str(count)
             )
-        start_writeback(fd, start, end - start)
+        if not self._boot:
+            start_writeback(fd, start, end - start)  # the flush at the end then finds little left
         with self._lock:
             self.stats.ranged_parts += 1
         self._part_done(job, start, end)
@@ -661,7 +667,7 @@ class Syncer:
                 raise ChecksumMismatch(
                     entry.key, entry.dest, job.verify_kind, job.verify_value, actual, by=by
                 )
-        os.close(job.fd)  # flushed once for all files at the end (syncfs), not file by file
+        os.close(job.fd)  # not flushed file by file (see run)
         job.fd = -1
         os.replace(job.tmp, job.path)
         job.finished = True

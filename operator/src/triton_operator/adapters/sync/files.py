@@ -1,4 +1,4 @@
-"""The destination's files: flushes, temp names, safe folders, atomic placement, and the state file."""
+"""The destination's files: temp names, safe folders, atomic placement, the boot-bound state file."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ from triton_operator.adapters.sync.results import UnsafeDestination
 from triton_operator.core.manifest import ManifestEntry
 
 STATE_FILE = ".triton-sync.json"
-STATE_FORMAT = 1
+STATE_FORMAT = 2
+"""1: written after a flush, trusted on any boot; 2: trusted on the boot it names (none: flushed)."""
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _TMP_MARK = ".tmp-sync-"
 
 WRITE_PIECE = 32 * 1024
@@ -65,6 +67,15 @@ def _libc_function(name: str) -> Any:
 _sync_file_range = _libc_function("sync_file_range")
 if _sync_file_range is not None:
     _sync_file_range.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+
+
+def boot_id() -> str:
+    """This boot's id, "" where the kernel does not tell. The page cache lives as long as the boot:
+    within it, what a sync wrote is what every reader of the files gets, flushed to disk or not."""
+    try:
+        return BOOT_ID.read_text().strip()
+    except OSError:
+        return ""
 
 
 def start_writeback(fd: int, offset: int, length: int) -> None:
@@ -228,25 +239,33 @@ def state_record(entry: ManifestEntry, st: os.stat_result) -> list[Any]:
     ]
 
 
-def load_state(dest: Path) -> dict[str, list[Any]]:
+def load_state(dest: Path, boot: str) -> dict[str, list[Any]]:
+    """What the last sync recorded of the files it placed, where it can be trusted on boot ``boot``:
+    a record of another boot (unflushed data a crash may have lost: a file of zeros keeps its size
+    and mtime) is ignored, and the files are checked by their digests instead."""
     try:
         data = json.loads((dest / STATE_FILE).read_text())
     except (OSError, ValueError):
         return {}
-    if (
-        not isinstance(data, dict)
-        or data.get("format") != STATE_FORMAT
-        or not isinstance(data.get("files"), dict)
-    ):
+    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
+        return {}
+    if data.get("format") == STATE_FORMAT:
+        written_on = data.get("boot")
+        if not isinstance(written_on, str) or (written_on and written_on != boot):
+            return {}
+    elif data.get("format") != 1:  # format 1: written after a flush
         return {}
     return {str(k): v for k, v in data["files"].items() if isinstance(v, list)}
 
 
-def save_state(dest: Path, files: dict[str, list[Any]]) -> None:
+def save_state(dest: Path, files: dict[str, list[Any]], boot: str) -> None:
+    """Record ``files`` for the next sync: trusted on boot ``boot`` only, or (``boot`` "", after a
+    flush) on any boot, then written durably itself."""
     path = dest / STATE_FILE
     tmp = tmp_name(path)
     with tmp.open("w") as f:
-        json.dump({"format": STATE_FORMAT, "files": files}, f, separators=(",", ":"))
-        f.flush()
-        os.fsync(f.fileno())
+        json.dump({"format": STATE_FORMAT, "boot": boot, "files": files}, f, separators=(",", ":"))
+        if not boot:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
