@@ -18,6 +18,7 @@ import http.client
 import json
 import multiprocessing
 import os
+import random
 import resource
 import shutil
 import statistics
@@ -197,6 +198,13 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def settle(seconds: float = 1.0) -> None:
+    """Let the disk finish what earlier rows left it (a flush, then a pause): no row pays for
+    another's writeback."""
+    os.sync()
+    time.sleep(seconds)
+
+
 def fresh(path: Path) -> Path:
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
@@ -259,9 +267,27 @@ def raw_read(endpoint: str, bucket: str, manifest: Manifest, *, connections: int
         return sum(pool.map(get, ranges(manifest, part)))
 
 
-def sync_command(manifest: Path, dest: Path, *, concurrency: int, part: int, verify: str) -> dict[str, Any]:
-    """`triton-operator sync` in its own process, as a pod's init container runs it; its summary."""
-    env = {**os.environ, **CREDS, "PYTHONPATH": str(REPO / "operator" / "src")}
+def source_at(ref: str, work: Path) -> Path:
+    """operator/src as git ref ``ref`` has it, extracted under ``work``."""
+    tar = subprocess.run(
+        ["git", "-C", str(REPO), "archive", ref, "operator/src"], check=True, capture_output=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(work)], input=tar.stdout, check=True)
+    return work / "operator" / "src"
+
+
+def sync_command(
+    manifest: Path,
+    dest: Path,
+    *,
+    concurrency: int,
+    part: int,
+    verify: str,
+    src: Path = REPO / "operator" / "src",
+) -> dict[str, Any]:
+    """`triton-operator sync` (from ``src``) in its own process, as a pod's init container runs it;
+    its summary."""
+    env = {**os.environ, **CREDS, "PYTHONPATH": str(src)}
     args = [sys.executable, "-c", "import sys; from triton_operator.cli import main; sys.exit(main())"]
     args += ["sync", "--manifest", str(manifest), "--dest", str(dest), "--progress", "json"]
     args += ["--concurrency", str(concurrency), "--part-size", str(part), "--verify", verify]
@@ -332,15 +358,17 @@ def real_main(args: argparse.Namespace) -> int:
         pinned.write_text(manifest_to_json(manifest))
         dropped.write_text(manifest_to_json(unchecked(manifest)))
 
-        def ours(path: Path, dest: Path, verify: str = "fast") -> dict[str, Any]:
-            stats = sync_command(path, dest, concurrency=conc, part=part, verify=verify)
+        def ours(
+            path: Path, dest: Path, verify: str = "fast", src: Path = REPO / "operator" / "src"
+        ) -> dict[str, Any]:
+            stats = sync_command(path, dest, concurrency=conc, part=part, verify=verify, src=src)
             assert stats["downloaded_bytes"] == total, stats
             return stats
 
         big_files = sum(1 for e in manifest.entries if e.size > part)
 
-        def verified(dest: Path, verify: str) -> None:
-            stats = ours(pinned, dest, verify)
+        def verified(dest: Path, verify: str, src: Path = REPO / "operator" / "src") -> None:
+            stats = ours(pinned, dest, verify, src)
             assert stats["unverified_files"] == 0, stats
             assert stats["crc_checked_files"] == (big_files if verify == "fast" else 0), stats
 
@@ -357,7 +385,7 @@ def real_main(args: argparse.Namespace) -> int:
             assert rclone is not None
             rclone_copy(rclone, endpoint, "models/real", dest, transfers=4, streams=per_process)
             assert bytes_under(dest) >= total
-            if flushed:  # on disk before it counts as done, as ours is (one syncfs of the volume)
+            if flushed:  # on disk before it counts as done (one syncfs of the volume)
                 syncfs(dest)
 
         rows = [
@@ -386,27 +414,37 @@ def real_main(args: argparse.Namespace) -> int:
             ),
             Row(
                 f"**triton-operator sync** (c={conc})",
-                "every byte: S3's CRC32 of the pinned object for ranged files, MD5 for the rest; flushed",
+                "every byte: S3's CRC32 of the pinned object for ranged files, MD5 for the rest",
                 partial(verified, verify="fast"),
             ),
             Row(
                 "triton-operator sync --verify digest",
-                "MD5 of every byte (multipart ETags recomputed), flushed",
+                "MD5 of every byte (multipart ETags recomputed)",
                 partial(verified, verify="digest"),
             ),
             Row(
                 "triton-operator sync, checksums dropped (diagnostic)",
-                "sizes, flushed",
+                "sizes",
                 partial(ours, dropped),
             ),
         ]
+        if args.ref:
+            rows.append(
+                Row(
+                    f"triton-operator sync at {args.ref} (the same command from that commit)",
+                    "as that commit checks",
+                    partial(verified, verify="fast", src=source_at(args.ref, work)),
+                )
+            )
         runnable = [r for r in rows if r.run is not None]
         raw(work)  # warm-up: the server's first read of each object is not measured
         for rep in range(args.repeat):
-            shift = rep % len(runnable)
-            for row in runnable[shift:] + runnable[:shift]:  # each repeat starts with another row
+            # Each repeat in another order (seeded): no row always follows the same one, whose
+            # leftovers (page cache freed, writeback) it would pay for.
+            for row in random.Random(rep).sample(runnable, len(runnable)):
                 assert row.run is not None
                 dest = fresh(work / "dest")
+                settle()
                 cpu0, server0 = cpu_seconds(), process_cpu(pid)
                 seconds, _ = timed(partial(row.run, dest))
                 row.seconds.append(seconds)
@@ -477,6 +515,7 @@ def main() -> int:
     real.add_argument("--small-size", default="1MiB", help="each small model's weights")
     real.add_argument("--shard", default="256MiB", help="largest weight shard")
     real.add_argument("--rclone", default="rclone", help="the rclone binary (a row says when it is missing)")
+    real.add_argument("--ref", help="a row more: triton-operator sync from this git ref (a before and after)")
     args = parser.parse_args()
     if args.real:
         return real_main(args)
@@ -523,7 +562,7 @@ def main() -> int:
             kserve_download(endpoint, "mixed", "models", dest, processes=4)
             os.sync()
 
-        bench("KServe-style, then sync(2) to flush like ours", kserve_then_flush)
+        bench("KServe-style, then sync(2) (flushed)", kserve_then_flush)
         if not args.no_serial:
             bench(
                 "serial download_file (older KServe)",
@@ -540,7 +579,7 @@ def main() -> int:
             finally:
                 store.close()
 
-        stats: SyncStats = bench(f"triton-operator sync (c={args.concurrency}, MD5-verified, flushed)", ours)
+        stats: SyncStats = bench(f"triton-operator sync (c={args.concurrency}, MD5-verified)", ours)
         assert stats.downloaded_bytes == n_bytes, stats
 
         # No-op resync of a many-object repository.

@@ -1,5 +1,6 @@
 """bench/sync/run.py --real at a small size, as CI runs it: the table has every row, ours checked
-every byte, and a machine without rclone gets a row that says so (no timings are asserted)."""
+every byte, a machine without rclone gets a row that says so, and --ref adds the sync of another
+commit (no timings are asserted)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def row(cells: dict[str, list[str]], start: str) -> list[str]:
 
 
 def test_the_small_run_prints_every_row_and_says_when_rclone_is_missing(tmp_path: Path) -> None:
-    cells = bench(tmp_path, "--rclone", str(tmp_path / "no-rclone-here"))
+    cells = bench(tmp_path, "--rclone", str(tmp_path / "no-rclone-here"), "--ref", "HEAD")
     assert next(iter(cells)) == "download"
     for name in ROWS:
         assert row(cells, name)
@@ -63,6 +64,8 @@ def test_the_small_run_prints_every_row_and_says_when_rclone_is_missing(tmp_path
     assert row(cells, "--verify digest")[0].startswith("MD5 of every byte")
     assert float(ours[1]) > 0 and float(ours[5]) > 0  # seconds and CPU seconds per GiB measured
     assert row(cells, "KServe-style boto3: 4 processes x 4 threads")[3] == "1.00x"  # the baseline
+    before = row(cells, "triton-operator sync at HEAD")  # --ref: the command from that commit
+    assert before[0] == "as that commit checks" and float(before[1]) > 0
 
 
 @pytest.mark.skipif(
