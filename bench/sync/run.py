@@ -52,6 +52,7 @@ from triton_operator.models import ModelSpec, Repository  # noqa: E402
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
+OUR_SOURCE = REPO / "operator" / "src"  # this tree's triton_operator, what ours runs unless --ref
 CREDS = {"AWS_ACCESS_KEY_ID": S3_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY}
 
 
@@ -283,7 +284,7 @@ def sync_command(
     concurrency: int,
     part: int,
     verify: str,
-    src: Path = REPO / "operator" / "src",
+    src: Path = OUR_SOURCE,
 ) -> dict[str, Any]:
     """`triton-operator sync` (from ``src``) in its own process, as a pod's init container runs it;
     its summary."""
@@ -358,16 +359,14 @@ def real_main(args: argparse.Namespace) -> int:
         pinned.write_text(manifest_to_json(manifest))
         dropped.write_text(manifest_to_json(unchecked(manifest)))
 
-        def ours(
-            path: Path, dest: Path, verify: str = "fast", src: Path = REPO / "operator" / "src"
-        ) -> dict[str, Any]:
+        def ours(path: Path, dest: Path, verify: str = "fast", src: Path = OUR_SOURCE) -> dict[str, Any]:
             stats = sync_command(path, dest, concurrency=conc, part=part, verify=verify, src=src)
             assert stats["downloaded_bytes"] == total, stats
             return stats
 
         big_files = sum(1 for e in manifest.entries if e.size > part)
 
-        def verified(dest: Path, verify: str, src: Path = REPO / "operator" / "src") -> None:
+        def verified(dest: Path, verify: str, src: Path = OUR_SOURCE) -> None:
             stats = ours(pinned, dest, verify, src)
             assert stats["unverified_files"] == 0, stats
             assert stats["crc_checked_files"] == (big_files if verify == "fast" else 0), stats
