@@ -8,8 +8,8 @@ import pytest
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
+from triton_operator.core.field_error import ModelConfigError
 from triton_operator.core.modelconfig import (
-    ModelConfigError,
     build_config_pbtxt,
     config_errors,
     config_to_dict,

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from triton_operator.core.crd import DNS_1035_PATTERN, MAX_NAME_LENGTH, dump_yaml
+from triton_operator.core.field_error import ModelConfigError
 from triton_operator.core.manifest import CONFIG_FILE
 from triton_operator.core.modelconfig import (
-    ModelConfigError,
     build_imported_service,
     build_model_entry,
     gpus_needed_why,

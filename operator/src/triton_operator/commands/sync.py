@@ -20,9 +20,9 @@ from triton_operator.adapters.storage.base import ObjectChanged, StoreConfigErro
 from triton_operator.adapters.sync.engine import VERIFY_MODES, SyncOptions, sync
 from triton_operator.adapters.sync.progress import Progress
 from triton_operator.adapters.sync.results import ChecksumMismatch, NoSpace, SyncError, UnsafeDestination
+from triton_operator.core.field_error import ModelConfigError
 from triton_operator.core.manifest import Manifest, ManifestError, SelectionFailed, manifest_from_json
 from triton_operator.core.manifestparts import ordered, part_index, unpack
-from triton_operator.core.modelconfig import ModelConfigError
 from triton_operator.core.nodecache import HOST_ENV, POD_ENV, PORT_ENV
 from triton_operator.core.startup import TERMINATION_MESSAGE_MAX, format_summary
 from triton_operator.quantities import quantity_bytes

@@ -25,9 +25,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from triton_operator.core.field_error import ModelConfigError
 from triton_operator.core.inplace import ModelDiff, model_diff
 from triton_operator.core.manifest import CONFIG_FILE, Manifest, ManifestEntry
-from triton_operator.core.modelconfig import ModelConfigError, parse_config_pbtxt
+from triton_operator.core.modelconfig import parse_config_pbtxt
 from triton_operator.core.names import INPLACE_MANIFEST_SUFFIX, inplace_config_key, inplace_manifest_key
 from triton_operator.core.triton_state import VERSION_READY, VERSION_UNAVAILABLE, ModelVersionState
 

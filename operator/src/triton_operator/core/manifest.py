@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from triton_operator.core.modelconfig import ModelConfigError
+from triton_operator.core.field_error import ModelConfigError
 
 MANIFEST_FORMAT = 1
 CONFIG_FILE = "config.pbtxt"

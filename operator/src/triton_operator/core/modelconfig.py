@@ -18,6 +18,8 @@ from typing import Any
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from triton_operator.core.field_error import ModelConfigError
+
 # Triton's ModelConfig protobuf module: the one generated file tritonclient ships, under its own name.
 MODEL_CONFIG_MODULE = "tritonclient.grpc.model_config_pb2"
 
@@ -74,15 +76,6 @@ INT_TYPE_NAMES: dict[int, str] = {
 }
 FLOAT32_MAX = 3.4028234663852886e38
 _INTEGER_STRING = re.compile(r"^-?[0-9]+$")
-
-
-class ModelConfigError(ValueError):
-    """A model's config is not a valid Triton ModelConfig; ``field`` names where."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
-        self.field = field
-        self.problem = problem
 
 
 # ---------------------------------------------------------------- descriptor helpers

@@ -21,7 +21,8 @@ from triton_operator.core.builders import (
     read_settings_record,
     stored_spec,
 )
-from triton_operator.core.modelconfig import ModelConfigError, build_config_pbtxt
+from triton_operator.core.field_error import ModelConfigError
+from triton_operator.core.modelconfig import build_config_pbtxt
 from triton_operator.core.names import (
     CONFIG_VOLUME,
     INPLACE_TARGET_ANNOTATION,

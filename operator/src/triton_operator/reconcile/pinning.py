@@ -16,6 +16,7 @@ from triton_operator.adapters.redaction import scrub
 from triton_operator.adapters.storage import PinResult, pin_with_versioning
 from triton_operator.adapters.storage.base import AccessDenied, ListingTooLarge, StoreConfigError, StoreError
 from triton_operator.core import conditions as cond
+from triton_operator.core.field_error import ModelConfigError
 from triton_operator.core.manifest import (
     Manifest,
     ManifestError,
@@ -27,7 +28,6 @@ from triton_operator.core.manifest import (
     model_sources,
     unpinned_manifest,
 )
-from triton_operator.core.modelconfig import ModelConfigError
 from triton_operator.core.repository_access import CREDENTIALS_FIELD, RepositoryAccess, access_refusal
 from triton_operator.core.validation.ensemble import ensemble_version_errors
 from triton_operator.core.validation.errors import SpecError

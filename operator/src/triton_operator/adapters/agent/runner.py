@@ -33,8 +33,8 @@ from triton_operator.core.agent import (
     resolve_target,
     status_of,
 )
+from triton_operator.core.field_error import ModelConfigError
 from triton_operator.core.manifest import ManifestError, SelectionFailed
-from triton_operator.core.modelconfig import ModelConfigError
 from triton_operator.core.rollout.clock import format_time
 
 logger = logging.getLogger("triton_operator.agent")

@@ -6,7 +6,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from triton_operator.core.modelconfig import ModelConfigError, config_errors, parse_model_config
+from triton_operator.core.field_error import ModelConfigError
+from triton_operator.core.modelconfig import config_errors, parse_model_config
 from triton_operator.core.validation.backends import backend_errors, is_tensorrt
 from triton_operator.core.validation.batching import batching_errors
 from triton_operator.core.validation.ensemble import ensemble_errors
