@@ -1,6 +1,6 @@
 """bench/sync/run.py --real at a small size, as CI runs it: the table has every row, ours checked
-every byte, a machine without rclone gets a row that says so, and --ref adds the sync of another
-commit (no timings are asserted)."""
+every byte, a machine without rclone gets a row that says so, ours' start-up is shown, and --ref adds
+the sync of another commit (no timings are asserted)."""
 
 from __future__ import annotations
 
@@ -58,11 +58,13 @@ def test_the_small_run_prints_every_row_and_says_when_rclone_is_missing(tmp_path
         assert row(cells, name)
     for rclone in ("rclone copy --transfers 4 --multi-thread-streams 4", "then syncfs"):
         assert row(cells, rclone)[0].startswith("rclone not installed")
-        assert row(cells, rclone)[1:] == ["-"] * 6
+        assert row(cells, rclone)[1:] == ["-"] * 7
     ours = row(cells, "**triton-operator sync**")
     assert ours[0].startswith("every byte: S3's CRC32 of the pinned object")
     assert row(cells, "--verify digest")[0].startswith("MD5 of every byte")
     assert float(ours[1]) > 0 and float(ours[5]) > 0  # seconds and CPU seconds per GiB measured
+    assert 0 < float(ours[7]) < float(ours[1])  # its start-up: part of its seconds
+    assert row(cells, "raw ranged read")[7] == "-"  # measured for ours only
     assert row(cells, "KServe-style boto3: 4 processes x 4 threads")[3] == "1.00x"  # the baseline
     before = row(cells, "triton-operator sync at HEAD")  # --ref: the command from that commit
     assert before[0] == "as that commit checks" and float(before[1]) > 0
