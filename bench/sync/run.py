@@ -501,8 +501,8 @@ def print_real_table(
         )
     print()
     print(
-        "start-up s: ours only, the command's time before its sync began (the interpreter, imports, "
-        "the store's client; the process's wall time less the summary's seconds)."
+        "start-up s: ours only, the process's wall time less the seconds its own summary reports "
+        "(the interpreter, imports, the store's client before the sync; closing it and exiting after)."
     )
 
 
