@@ -222,14 +222,16 @@ def main() -> int:
     print()
     print("| where the API server's CPU went | share |")
     print("|---|---:|")
-    small = 0.0
-    for name, share in table(samples):
-        if share * 100 < args.min_share and not name.startswith("within"):
-            small += share
-            continue
-        print(f"| {name} | {share * 100:.1f} % |")
+    rows = table(samples)
+    kinds = [(name, share) for name, share in rows if not name.startswith("within")]
+    small = sum(share for _, share in kinds if share * 100 < args.min_share)
+    for name, share in kinds:
+        if share * 100 >= args.min_share:
+            print(f"| {name} | {share * 100:.1f} % |")
     if small:
         print(f"| the rest, each under {args.min_share:g} % | {small * 100:.1f} % |")
+    for name, share in rows[len(kinds) :]:
+        print(f"| {name} | {share * 100:.1f} % |")
     print()
     print(
         "A request's resource is named where its registry's code is on the sampled stack (a Service's "
