@@ -731,6 +731,30 @@ def test_a_connection_read_to_the_end_of_a_body_serves_the_next_read(
     assert 1 <= proxy.connections <= 4
 
 
+def test_a_big_files_downloads_do_not_wait_for_another_files_head_requests(
+    s3_backend: S3Backend, tmp_path: Path
+) -> None:
+    """A big file with nothing in dest to compare asks for its part size and CRC (HEADs) as its
+    download starts, not in a round before every download: with the store answering b's HEADs only
+    once a GET of a has come (a proxy holds them), the sync goes on, and both files are still
+    checked by the store's CRC. Before, every HEAD was answered before any GET was sent, so b's
+    waited for the proxy's timeout."""
+    bucket = s3_backend.new_bucket()
+    files = {name: random.Random(name).randbytes(7 * MiB + 3) for name in ("a", "b")}
+    for name, data in files.items():
+        s3_backend.put(bucket, f"models/big/1/{name}.bin", data, crc="CRC32")
+    manifest = pin_repository(s3_backend.repository(bucket), [ModelSpec(name="big")], s3_backend.credentials)
+    held = (f"HEAD /{bucket}/models/big/1/b.bin".encode(), f"GET /{bucket}/models/big/1/a.bin".encode())
+    with counting_proxy(s3_backend.endpoint, hold=held) as proxy:
+        store = open_store(
+            Repository(uri=s3_backend.uri(bucket), endpoint=proxy.endpoint), s3_backend.credentials
+        )
+        stats = run(manifest, CountingStore(store), tmp_path / "m", part_size=3 * MiB)
+    assert proxy.released.is_set() and proxy.hold_timeouts == 0
+    assert stats.crc_checked_files == 2 and stats.unverified_files == 0
+    assert {n: (tmp_path / f"m/big/1/{n}.bin").read_bytes() for n in files} == files
+
+
 def test_a_pin_whose_digest_is_not_the_objects_etag_is_checked_by_the_digest(
     s3_backend: S3Backend, tmp_path: Path
 ) -> None:

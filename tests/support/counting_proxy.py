@@ -4,7 +4,9 @@ Not a fake: it forwards every byte both ways to the real server (seaweedfs) and 
 so a test can say how many bytes came from the store without trusting the sync's own summary.
 With ``rate`` it is a slow link: each connection's responses go at most ``rate`` bytes a second.
 With ``cut_after`` it is a link that breaks: the first connection whose responses pass that many
-bytes is closed there, in the middle of a body, once.
+bytes is closed there, in the middle of a body, once. With ``hold`` = (held, release) it is a store
+that answers some requests late: a request whose bytes hold ``held`` is forwarded only once one
+holding ``release`` has been (or after ``HOLD_SECONDS``, counted in ``hold_timeouts``).
 """
 
 from __future__ import annotations
@@ -15,16 +17,26 @@ import threading
 import time
 from collections.abc import Iterator
 
+HOLD_SECONDS = 10.0
+"""How long a held request waits for its release before it is forwarded anyway."""
+
 
 class CountingProxy:
     """Listens on 127.0.0.1 (``port``) and forwards each connection to ``target`` (host, port)."""
 
     def __init__(
-        self, target: tuple[str, int], rate: float | None = None, cut_after: int | None = None
+        self,
+        target: tuple[str, int],
+        rate: float | None = None,
+        cut_after: int | None = None,
+        hold: tuple[bytes, bytes] | None = None,
     ) -> None:
         self.target = target
         self.rate = rate
         self.cut_after = cut_after
+        self.hold = hold
+        self.released = threading.Event()
+        self.hold_timeouts = 0  # held requests forwarded because their release never came
         self.cuts = 0  # connections cut so far (at most one)
         self.connections = 0  # connections accepted so far
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -74,6 +86,8 @@ class CountingProxy:
         sent = 0
         try:
             while data := src.recv(4096 if slow else 1 << 16):
+                if not count and self.hold is not None:
+                    self._hold_or_release(data, self.hold)
                 if count:
                     with self._lock:
                         cut = cut_after is not None and not self.cuts and sent + len(data) > cut_after
@@ -95,15 +109,27 @@ class CountingProxy:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
 
+    def _hold_or_release(self, request: bytes, hold: tuple[bytes, bytes]) -> None:
+        held, release = hold
+        if release in request:
+            self.released.set()
+        elif held in request and not self.released.wait(HOLD_SECONDS):
+            with self._lock:
+                self.hold_timeouts += 1
+
 
 @contextlib.contextmanager
 def counting_proxy(
-    endpoint: str, rate: float | None = None, cut_after: int | None = None
+    endpoint: str,
+    rate: float | None = None,
+    cut_after: int | None = None,
+    hold: tuple[bytes, bytes] | None = None,
 ) -> Iterator[CountingProxy]:
     """A CountingProxy in front of ``endpoint`` (http://host:port); ``rate``: bytes a second per
-    connection, at most; ``cut_after``: the first connection to pass that many bytes is cut there."""
+    connection, at most; ``cut_after``: the first connection to pass that many bytes is cut there;
+    ``hold``: (held, release), requests holding ``held`` wait for one holding ``release``."""
     host, _, port = endpoint.removeprefix("http://").rstrip("/").rpartition(":")
-    proxy = CountingProxy((host, int(port)), rate, cut_after)
+    proxy = CountingProxy((host, int(port)), rate, cut_after, hold)
     try:
         yield proxy
     finally:

@@ -8,8 +8,9 @@ import os
 import stat
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -118,6 +119,38 @@ class _WriteFailed(Exception):  # noqa: N818 - carries the OSError past the stor
         self.error = error
 
 
+class _Then:
+    """What a task returns to have more tasks run after it (``Syncer._run_all``)."""
+
+    def __init__(self, tasks: Sequence[Callable[[], Any]]) -> None:
+        self.tasks = tasks
+
+
+class _Turns:
+    """Ranged parts of big files, handed out file by file in turns: writes into one file wait for
+    each other (the filesystem locks the file for each write), so parts running at once are best of
+    different files. Each part added is run by one call of ``run_next``, whichever part is next."""
+
+    def __init__(self) -> None:
+        self._files: deque[deque[Callable[[], Any]]] = deque()
+        self._lock = threading.Lock()
+
+    def add(self, parts: Sequence[Callable[[], Any]]) -> list[Callable[[], Any]]:
+        """Queue one file's parts; the calls that run them (as many as the parts)."""
+        if parts:
+            with self._lock:
+                self._files.append(deque(parts))
+        return [self.run_next] * len(parts)
+
+    def run_next(self) -> Any:
+        with self._lock:
+            parts = self._files.popleft()
+            part = parts.popleft()
+            if parts:
+                self._files.append(parts)
+        return part()
+
+
 @dataclass
 class _Job:
     """One file being downloaded: parts are written with pwrite, hashed in order by pread."""
@@ -140,6 +173,7 @@ class _Job:
     from_source: bool = False  # read from options.source, not the store
     part_size_from_source: bool = False  # multipart_part_size as options.source told it
     check: TransferCheck | None = None  # the store's CRC, checked instead of the pinned digest
+    deferred: bool = False  # nothing local to compare: its HEADs are sent as it is fetched (_remote_check)
 
     def __post_init__(self) -> None:
         self.tmp = tmp_name(self.path)
@@ -291,16 +325,26 @@ class Syncer:
                 self._run_all(pool, self._store_tasks(left))
 
     def _run_all(self, pool: ThreadPoolExecutor, tasks: Iterable[Callable[[], Any]]) -> list[Any]:
-        """Run tasks on the pool; on the first failure stop the rest and raise it."""
+        """Run tasks on the pool, and the tasks any of them returns in a ``_Then`` as soon as it
+        does; on the first failure stop the rest and raise it. The first tasks' results, in order."""
         if self._errors:
             raise self._errors[0]
         futures: list[Future[Any]] = [pool.submit(self._guard, t) for t in tasks]
-        wait(futures, return_when=FIRST_EXCEPTION)
-        if self._errors:  # _guard records every failure before its future completes
+        every = list(futures)
+        pending = set(futures)
+        while pending and not self._errors:  # _guard records every failure before its future completes
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                result = None if f.exception() is not None else f.result()
+                if isinstance(result, _Then) and not self._errors:
+                    more = [pool.submit(self._guard, t) for t in result.tasks]
+                    every.extend(more)
+                    pending.update(more)
+        if self._errors:
             self._abort.set()
-            for f in futures:
+            for f in every:
                 f.cancel()
-            wait(futures)
+            wait(every)
             self._cleanup_jobs()
             raise self._errors[0]
         return [f.result() for f in futures]
@@ -334,6 +378,9 @@ class Syncer:
         """Phase 1: a file already present and right, a cache hit, or a job to download."""
         path = self.dest / entry.dest
         job = _Job(entry, path)
+        if self._nothing_to_compare(entry, path):
+            job.deferred = True  # its HEADs wait for its download, which they then start
+            return job
         if entry.checksum_kind == "s3-multipart" and self.store is not None:
             job.multipart_part_size = self._source_part_size(job) or self.store.part_size(
                 entry.key, entry.etag
@@ -357,6 +404,33 @@ class Syncer:
         if job.cached is None:
             job.check = self._transfer_check(job)
         return job
+
+    def _nothing_to_compare(self, entry: ManifestEntry, path: Path) -> bool:
+        """Whether ``entry`` is downloaded from the store whatever it asks: no file of its size at
+        ``path`` to hash, nothing in the cache, and not one the source holds (whose part size comes
+        from the source). Its HEADs can then wait for its download (``_remote_check``), so that other
+        files' downloads start while they are answered."""
+        if self.store is None or source_key(entry) in self._held:
+            return False
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == entry.size:
+            return False
+        cached = self._cache_path(entry)
+        return cached is None or not os.path.lexists(cached)
+
+    def _remote_check(self, job: _Job) -> None:
+        """What ``_check`` left to a deferred job's download: a multipart upload's part size and the
+        store's CRC (each a HEAD), before its hashing and its parts are planned."""
+        if not job.deferred:
+            return
+        entry = job.entry
+        if entry.checksum_kind == "s3-multipart" and self.store is not None:
+            job.multipart_part_size = self.store.part_size(entry.key, entry.etag)
+        job.check = self._transfer_check(job)
+        job.deferred = False
 
     def _transfer_check(self, job: _Job) -> TransferCheck | None:
         """The store's CRC of a big file it will be asked for, when verify is "fast".
@@ -484,6 +558,7 @@ class Syncer:
 
     def _fetch_whole(self, job: _Job) -> None:
         """A small file in one streamed read, hashed as it arrives; a retry starts it over."""
+        self._remote_check(job)
         fd = job.fd = os.open(job.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
 
         def make_sink() -> Sink:
@@ -502,27 +577,37 @@ class Syncer:
         self._finish(job, count)
 
     def _store_tasks(self, jobs: list[_Job]) -> list[Callable[[], Any]]:
-        """The store's downloads of ``jobs``: big files in ranged parts first (their temp files
-        allocated now), then whole files, biggest first. The jobs are in self._jobs already.
-
-        The parts are taken file by file in turns (the first part of each, then the second...):
-        writes into one file wait for each other (the filesystem locks the file for each write), so
-        parts running at once are best of different files."""
+        """The store's downloads of ``jobs``, biggest first: big files in ranged parts (a deferred
+        one's HEADs first, then its temp file allocated and its parts planned; the others' now), then
+        whole files. The jobs are in self._jobs already. The parts are taken file by file in turns
+        (``_Turns``)."""
         jobs = sorted(jobs, key=lambda j: -j.entry.size)
-        by_file: list[list[Callable[[], Any]]] = []
+        turns = _Turns()
+        plans: list[Callable[[], Any]] = []
+        runs: list[Callable[[], Any]] = []
         for job in jobs:
-            if job.entry.size > self.options.part_size:
-                try:
-                    self._open_parts(job)
-                except OSError:  # no room for the file (ENOSPC): no temp file is left behind
-                    self._cleanup_jobs()
-                    raise
-                by_file.append([partial(self._fetch_part, job, s, e) for s, e in job.parts])
-        tasks = [task for turn in itertools.zip_longest(*by_file) for task in turn if task is not None]
-        tasks.extend(
-            partial(self._fetch_whole, job) for job in jobs if job.entry.size <= self.options.part_size
-        )
-        return tasks
+            if job.entry.size <= self.options.part_size:
+                continue
+            if job.deferred:
+                plans.append(partial(self._plan_parts, job, turns))
+                continue
+            try:
+                self._open_parts(job)
+            except OSError:  # no room for the file (ENOSPC): no temp file is left behind
+                self._cleanup_jobs()
+                raise
+            runs.extend(turns.add([partial(self._fetch_part, job, s, e) for s, e in job.parts]))
+        return [
+            *plans,
+            *runs,
+            *(partial(self._fetch_whole, job) for job in jobs if job.entry.size <= self.options.part_size),
+        ]
+
+    def _plan_parts(self, job: _Job, turns: _Turns) -> _Then:
+        """A deferred big file: its HEADs, its temp file and its parts, run in turns with the others'."""
+        self._remote_check(job)
+        self._open_parts(job)  # an OSError (no room) fails the sync; _run_all removes the temp files
+        return _Then(turns.add([partial(self._fetch_part, job, s, e) for s, e in job.parts]))
 
     def _fetch_source(self, source: ObjectSource, job: _Job) -> bool:
         """One object from the source, checked as it arrives; False (nothing left behind) when the
