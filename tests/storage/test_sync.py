@@ -587,7 +587,7 @@ def test_pinning_an_s3_bucket_asks_for_its_versioning_once(s3_backend: Backend, 
     pinning reports is that one, not a second request."""
     bucket = s3_backend.new_bucket(versioned=versioned)
     cast(Any, s3_backend).client.put_object(Bucket=bucket, Key="models/add/1/model.py", Body=b"x")
-    store = s3_backend.store(bucket)
+    store = s3_backend.store(bucket, reads_only=False)  # the operator's, which pins
     asked: list[str] = []
     client: Any = cast(Any, store).client
     client.meta.events.register("before-call.s3.GetBucketVersioning", lambda **_: asked.append("ask"))

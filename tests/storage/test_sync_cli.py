@@ -85,6 +85,26 @@ def test_an_object_changed_since_pinning_exits_3_naming_it(
     assert json.loads(result.stdout.splitlines()[-1])["event"] == "error"
 
 
+@pytest.mark.parametrize(
+    ("env", "botocore"),
+    [({}, False), ({"AWS_MAX_ATTEMPTS": "3"}, True)],
+    ids=["own-http-reads", "boto3-honours-the-environment"],
+)
+def test_sync_reads_s3_without_botocore_unless_the_environment_asks_for_it(
+    s3_backend: Backend, pinned: tuple[str, Manifest], tmp_path: Path, env: dict[str, str], botocore: bool
+) -> None:
+    """Static keys and an endpoint: the pod's sync signs its own GETs (storage.s3_http) and never
+    imports botocore; an AWS_* setting that boto3 would honour sends it through boto3."""
+    _, manifest = pinned
+    result = run_sync(tmp_path, manifest, {**s3_backend.credentials, "PYTHONPROFILEIMPORTTIME": "1", **env})
+    assert result.returncode == 0, result.stderr[-3000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert "triton_operator.adapters.storage.s3_http" in imported
+    assert ("botocore" in imported) is botocore
+    for key, data in FILES.items():
+        assert (tmp_path / "models" / key.removeprefix("models/")).read_bytes() == data
+
+
 def test_wrong_credentials_exit_5(s3_backend: Backend, pinned: tuple[str, Manifest], tmp_path: Path) -> None:
     _, manifest = pinned
     creds = {**s3_backend.credentials, "AWS_SECRET_ACCESS_KEY": "nope"}

@@ -44,6 +44,7 @@ class CountingProxy:
         self._lock = threading.Lock()
         self._downstream = 0
         self._closed = False
+        self._open: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
@@ -64,6 +65,14 @@ class CountingProxy:
         self._closed = True
         self._listener.close()
 
+    def close_connections(self) -> None:
+        """End every connection open now, as a server ends idle keep-alive connections."""
+        with self._lock:
+            sockets, self._open = self._open, []
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
     def _accept(self) -> None:
         while not self._closed:
             try:
@@ -77,6 +86,8 @@ class CountingProxy:
             except OSError:
                 client.close()
                 continue
+            with self._lock:
+                self._open += [client, server]
             threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
 

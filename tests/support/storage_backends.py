@@ -84,6 +84,11 @@ class S3Backend(Backend):
     def uri(self, bucket: str, prefix: str = "models") -> str:
         return f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
 
+    def store(self, bucket: str, prefix: str = "models", **kwargs: Any) -> ObjectStore:
+        """The store as a pod's sync opens it (``reads_only``: its own signed GETs and HEADs, boto3
+        for listing); ``reads_only=False`` gives the operator's (boto3 for everything)."""
+        return super().store(bucket, prefix, **{"reads_only": True, **kwargs})
+
     def put(self, bucket: str, key: str, data: bytes, *, part_size: int | None = None, crc: str = "") -> None:
         """Upload ``data``; ``crc`` "CRC32" asks boto3 for S3's additional checksum (composite for a
         multipart upload), "CRC32C" sends one computed here (whole-object uploads only)."""

@@ -291,6 +291,7 @@ def run(args: argparse.Namespace) -> int:
                 credentials_from_env(),
                 pvc_root=args.pvc_root,
                 max_connections=args.concurrency,
+                reads_only=True,
             )
         # What is loaded by now (boto3's models, the manifest) lives until the process ends: the
         # collector stops walking it in every full collection the download's objects set off.

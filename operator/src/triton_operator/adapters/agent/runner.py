@@ -242,7 +242,11 @@ class Agent:
             node_cache = NodeCacheClient(o.node_cache, o.node_cache_pod)
         if target.manifest.pinned:
             store = open_store(
-                target.manifest.repository, o.credentials, pvc_root=o.pvc_root, max_connections=o.concurrency
+                target.manifest.repository,
+                o.credentials,
+                pvc_root=o.pvc_root,
+                max_connections=o.concurrency,
+                reads_only=True,
             )
         try:
             options = SyncOptions(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,30 +59,57 @@ def open_store(
     max_connections: int = 16,
     timeout: float = 60.0,
     max_attempts: int = 3,
+    reads_only: bool = False,
 ) -> ObjectStore:
     """The store for a ``Repository`` (or a manifest's ``StoreRef``).
 
     ``credentials`` is the credentials Secret's data (or the pod's environment); an empty mapping
     uses the platform's default chain (IRSA, GKE workload identity, Azure identity).
     ``pvc_root`` is where a pvc:// claim is mounted; without it a pvc:// store cannot be opened.
+    ``reads_only``: the caller reads pinned objects (a sync): an S3 store with static keys and an
+    endpoint then reads over its own HTTP connections, without loading botocore
+    (storage.s3_http.http_refusal says when it cannot); listing still goes through boto3.
     """
     ref = _ref(repository)
     loc = parse_repository_uri(ref.uri)
     if loc.scheme == "s3":
-        from triton_operator.adapters.storage.s3 import S3Store  # noqa: PLC0415 - load one SDK only
 
-        return S3Store(
-            ref.uri,
-            loc.bucket,
-            loc.prefix,
-            credentials=credentials,
-            endpoint=ref.endpoint,
-            addressing_style=ref.s3_addressing_style,
-            region=ref.s3_region,
-            max_connections=max_connections,
-            read_timeout=timeout,
-            max_attempts=max_attempts,
-        )
+        def boto3_store() -> ObjectStore:
+            from triton_operator.adapters.storage.s3 import S3Store  # noqa: PLC0415 - load one SDK only
+
+            return S3Store(
+                ref.uri,
+                loc.bucket,
+                loc.prefix,
+                credentials=credentials,
+                endpoint=ref.endpoint,
+                addressing_style=ref.s3_addressing_style,
+                region=ref.s3_region,
+                max_connections=max_connections,
+                read_timeout=timeout,
+                max_attempts=max_attempts,
+            )
+
+        if reads_only:
+            from triton_operator.adapters.storage import s3_http  # noqa: PLC0415 - S3 only
+
+            env_region = credentials.get("AWS_REGION", "") or credentials.get("AWS_DEFAULT_REGION", "")
+            region = ref.s3_region or env_region
+            if not s3_http.http_refusal(credentials, ref.endpoint, region, os.environ):
+                return s3_http.S3HttpReader(
+                    ref.uri,
+                    loc.bucket,
+                    loc.prefix,
+                    credentials=credentials,
+                    endpoint=ref.endpoint,
+                    region=region,
+                    addressing_style=ref.s3_addressing_style,
+                    full=boto3_store,
+                    ca_bundle=os.environ.get(s3_http.CA_BUNDLE_ENV, ""),
+                    read_timeout=timeout,
+                    max_attempts=max_attempts,
+                )
+        return boto3_store()
     if loc.scheme == "gs":
         from triton_operator.adapters.storage.gcs import GCSStore  # noqa: PLC0415 - load one SDK only
 

@@ -40,24 +40,13 @@ from triton_operator.adapters.storage.base import (
     pump,
     redacted_cause,
 )
+from triton_operator.adapters.storage.s3_http import DENIED, UNAVAILABLE, crc_check
 from triton_operator.core.manifest import ObjectInfo, hex_from_base64, s3_etag_md5
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 CHUNK = 1024 * 1024
-_DENIED = {
-    "AccessDenied",
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "ExpiredToken",
-    "InvalidToken",
-    "TokenRefreshRequired",
-    "AllAccessDisabled",
-    "AccountProblem",
-    "InvalidClientTokenId",
-}
-_UNAVAILABLE = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500"}
 
 logger = logging.getLogger(__name__)
 
@@ -176,11 +165,11 @@ class S3Store(StoreBase):
             message = str(err.get("Message", "")) or code
             if code == "NoSuchBucket":
                 return BucketNotFound(self.uri, self.bucket)
-            if code in _DENIED or status in (401, 403):
+            if code in DENIED or status in (401, 403):
                 return AccessDenied(
                     self.uri, f"{code or status} on {what} in bucket {self.bucket!r}: {message}"
                 )
-            if code in _UNAVAILABLE or status >= 500:
+            if code in UNAVAILABLE or status >= 500:
                 return StoreUnavailable(self.uri, f"{code or status} on {what}: {message}")
             return StoreError(f"{self.uri}: {code or status} on {what}: {message}")
         if isinstance(exc, NoCredentialsError | PartialCredentialsError):
@@ -445,21 +434,7 @@ class S3Store(StoreBase):
             r = self.client.head_object(**params)
         except (ClientError, BotoCoreError, Urllib3HTTPError, OSError):
             return None
-        if str(r.get("ETag", "")).strip('"') != etag:
-            return None
-        for kind, field_name in (("crc32c", "ChecksumCRC32C"), ("crc32", "ChecksumCRC32")):
-            text = str(r.get(field_name) or "")
-            value, dash, parts = text.partition("-")
-            digest = hex_from_base64(value)
-            if len(digest) != 8:
-                continue
-            if not dash and str(r.get("ChecksumType") or "FULL_OBJECT") == "FULL_OBJECT":
-                return TransferCheck(kind, digest)
-            if dash and parts.isdigit() and int(parts) > 0:
-                size = part_size or self.part_size(key, etag)
-                if size:
-                    return TransferCheck(f"{kind}-composite", f"{digest}-{int(parts)}", size)
-        return None
+        return crc_check(r, etag, part_size, lambda: self.part_size(key, etag))
 
     def close(self) -> None:
         self.client.close()
