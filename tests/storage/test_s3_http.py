@@ -22,6 +22,7 @@ from triton_operator.adapters.storage import (
     BucketNotFound,
     ObjectChanged,
     ObjectStore,
+    StoreError,
     StoreUnavailable,
     open_store,
 )
@@ -298,3 +299,35 @@ def _no_aws_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     """A home without ~/.aws: the machine's own AWS config must not decide which store a test gets."""
     monkeypatch.setenv("HOME", str(tmp_path))
     yield
+
+
+def test_a_whole_object_answered_to_a_range_is_refused(tmp_path: Path) -> None:
+    """A server that ignores Range (HTTP allows it) answers 200 with every byte: the reader takes that
+    only as the range [0, size). The one fake here: a stdlib HTTP server that answers every GET with
+    the same 10 bytes, since seaweedfs always honours a range."""
+    import http.server  # noqa: PLC0415
+
+    class Whole(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "10")
+            self.end_headers()
+            self.wfile.write(b"0123456789")
+
+        def log_message(self, *args: Any) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Whole)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        ref = StoreRef(uri="s3://b/m", endpoint=f"http://127.0.0.1:{server.server_address[1]}")
+        reader = open_store(ref, {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}, reads_only=True)
+        assert isinstance(reader, S3HttpReader)
+        assert reader.open_range("m/x", 0, 10) == b"0123456789"
+        for start, end in ((0, 5), (3, 10)):
+            with pytest.raises(StoreError, match="ignored the range"):
+                reader.open_range("m/x", start, end)
+        reader.close()
+    finally:
+        server.shutdown()
+        server.server_close()

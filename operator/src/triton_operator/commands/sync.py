@@ -84,6 +84,8 @@ status.timeToServe, the reason into Degraded).
 Credentials come from the environment: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY[/AWS_SESSION_TOKEN],
 GOOGLE_APPLICATION_CREDENTIALS_JSON, AZURE_STORAGE_CONNECTION_STRING (or AZURE_STORAGE_KEY,
 AZURE_STORAGE_SAS_TOKEN); none of them means the platform identity (IRSA, workload identity).
+With S3 keys and an endpoint, the reads are signed and sent by sync itself; boto3 reads instead when
+the environment holds another AWS_* setting, a *_PROXY or an ~/.aws/config (which boto3 honours).
 The node cache (`triton-operator node-cache` on the pod's node, found through TRITON_NODE_CACHE_HOST
 and TRITON_NODE_CACHE_PORT, which the operator sets when it is on) is read first; every byte it
 gives is checked against the pinned checksum, and what the store gives is offered to it.
@@ -293,8 +295,9 @@ def run(args: argparse.Namespace) -> int:
                 max_connections=args.concurrency,
                 reads_only=True,
             )
-        # What is loaded by now (boto3's models, the manifest) lives until the process ends: the
-        # collector stops walking it in every full collection the download's objects set off.
+        # What is loaded by now (the modules, a store's SDK where it has one, the manifest) lives
+        # until the process ends: the collector stops walking it in every full collection the
+        # download's objects set off.
         gc.freeze()
         stats = sync(manifest, store, options, progress)
     except Exception as exc:

@@ -369,10 +369,11 @@ class S3HttpReader(StoreBase):
                 raise ObjectChanged(self.uri, key, f"etag {etag}", current)
             raise self._error(answer, what)
         response = answer.response
-        if "Range" in headers and answer.status != 206 and start:
+        expected = response.length
+        if "Range" in headers and answer.status != 206 and (start or expected != end):
+            # A 200 is the whole object: the range asked for only when it starts at 0 and is all of it.
             self._drop()
             raise StoreError(f"{self.uri}: {what}: the store ignored the range {headers['Range']}")
-        expected = response.length
         try:
             count = pump(response.readinto, sink, CHUNK)
         except (OSError, http.client.HTTPException) as exc:
