@@ -29,7 +29,7 @@ def test_the_defaults_are_the_pods_paths() -> None:
         Path(AGENT_STATE_DIR),
     )
     assert args.listen == f"0.0.0.0:{AGENT_PORT}" and args.triton == "http://127.0.0.1:8000"
-    assert args.once is False and args.interval == 1.0
+    assert args.once is False and args.interval == 0.2
 
 
 @pytest.mark.parametrize("bad", [["--listen", "8009"], ["--interval", "0"], ["--load-timeout", "0"]])

@@ -137,15 +137,18 @@ class Agent:
 
     # -------------------------------------------------------- the sidecar
 
-    def tick(self) -> None:
-        """One pass: resolve the target, apply it if needed, read Triton's per-model state."""
+    def tick(self, *, models: bool = True) -> None:
+        """One pass: resolve the target, apply it if needed; read Triton's per-model state when
+        ``models`` (or after an apply)."""
         target = self.resolve()
         if target.revision != self.target:
             logger.info("target revision %s (was %s)", target.revision, self.target)
         self.target = target.revision
         if self.record.needs(target.revision):
             self.apply(target)
-        self._refresh_models(target)
+            models = True
+        if models:
+            self._refresh_models(target)
         self._status = self._status_now()
 
     def apply(self, target: RevisionFiles) -> None:
