@@ -874,6 +874,10 @@ class InPlaceRollout(_Model):
     pinned_for: str | None = Field(
         None, description="The spec's revision when the undo was made: a new spec or a retry ends the pin."
     )
+    asked_at_step: int | None = Field(
+        None, description="Pods asked when the current step began (its analysis gates its first pods only)."
+    )
+    promoted: bool | None = Field(None, description="A promote request took the update to its end.")
 
 
 class TritonServiceStatus(_Model):

@@ -151,7 +151,8 @@ def test_a_model_change_on_cpu_moves_in_place(
         decision.configmap is not None and decision.configmap["metadata"]["name"] == f"svc-{OLD.name}-inplace"
     )
     assert set(decision.keep) == {OLD.name, new.name}
-    assert decision.plan.annotations == {f"svc-{OLD.name}-0": new.name, f"svc-{OLD.name}-1": new.name}
+    # one of the 2 pods at a time (was: both at once): a pod leaves the Service while it reloads
+    assert decision.plan.annotations == {f"svc-{OLD.name}-0": new.name}
 
 
 def gpu_model_added(spec: Spec) -> None:

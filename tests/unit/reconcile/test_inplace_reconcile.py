@@ -17,7 +17,7 @@ import datetime
 import http.server
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -279,9 +279,20 @@ async def moved_in_place(svc: Service) -> tuple[str, str]:
     svc.edit(lambda spec: new_model_version(spec, svc))
     moved = (await svc.run()).revision
     assert moved is not None
-    for _ in range(3):
-        await svc.run()
+    await until(svc, lambda: svc.status().get("servedRevision") == moved and not svc.annotated())
     return host, moved
+
+
+async def until(svc: Service, done: Callable[[], bool], limit: int = 12) -> int:
+    """Passes until ``done`` (pods reload in batches, a pass at a time): how many it took."""
+    for passes in range(limit):
+        if done():
+            return passes
+        before = set(svc.annotated())
+        await svc.run()
+        asked = set(svc.annotated()) - before
+        assert len(asked) <= max(1, len(svc.pods()) // 4), f"{asked} asked at once"
+    raise AssertionError(f"not done after {limit} passes: {svc.status()}")
 
 
 # ---------------------------------------------------------------- in place, step by step
@@ -347,6 +358,9 @@ async def test_a_model_change_moves_in_place_step_by_step_with_no_new_pod(
 
         svc.request("promote", new)
         await svc.run()
+        # every pod, in batches (was: all 4 in this pass): one of 4 at a time, a pass each
+        assert len(svc.annotated()) == 2
+        assert await until(svc, lambda: len(svc.annotated()) == 4) == 2
         assert set(svc.annotated().values()) == {new} and len(svc.annotated()) == 4
         await svc.run()  # every pod loaded it
         status = svc.status()
@@ -441,11 +455,11 @@ async def test_kubectl_triton_abort_rolls_back_and_promote_goes_to_every_pod(
         await svc.run()
         svc.request("promote", new)
         await svc.run()
-        assert len(svc.annotated()) == 4
+        await until(svc, lambda: len(svc.annotated()) == 4)  # in batches (was: in this pass)
         svc.request("abort", new)
         await svc.run()
         assert svc.condition(cond.DEGRADED)["reason"] == cond.ABORTED
-        assert svc.annotated() == {}
+        await until(svc, lambda: svc.annotated() == {})  # back in batches too (was: in this pass)
     finally:
         await svc.close()
 
@@ -608,9 +622,7 @@ async def test_pods_added_by_a_scale_mid_update_are_updated_too(kube: MemKube, a
         await svc.run()  # the host scaled to 6; its new pods serve the stable revision
         assert len(svc.pods()) == 6 and svc.deployments() == [f"svc-{host}"]
         svc.request("promote", str(new))
-        for _ in range(3):
-            await svc.run()
-        assert svc.status()["servedRevision"] == new
+        await until(svc, lambda: svc.status().get("servedRevision") == new)  # was: 3 passes
         assert all(p.get("applied") == new for p in svc.pods().values())
     finally:
         await svc.close()
@@ -673,6 +685,7 @@ async def test_a_failed_analysis_rolls_the_in_place_step_back_as_a_failed_canary
         host = await serving(svc)
         svc.edit(lambda spec: new_model_version(spec, svc))
         new = (await svc.run()).revision
+        await svc.run()  # the step's 2 pods are asked one at a time (was: both in the first pass)
         assert new is not None and len(svc.annotated()) == 2
         metrics.slow = new
         await svc.run()  # the 2 pods asked load it: the window starts (20 of 20 requests not yet)
@@ -684,8 +697,8 @@ async def test_a_failed_analysis_rolls_the_in_place_step_back_as_a_failed_canary
         degraded = svc.condition(cond.DEGRADED)
         assert (degraded["status"], degraded["reason"]) == (cond.TRUE, cond.ANALYSIS_FAILED)
         assert "request latency 10000us = 5.00 x stable 2000us > 1.5 x" in degraded["message"]
-        assert svc.annotated() == {}  # every updated pod goes back, as after a failed load
-        status = svc.status()
+        assert len(svc.annotated()) == 1  # every updated pod goes back, as after a failed load,
+        status = svc.status()  # one at a time (was: both in this pass)
         assert status["inPlace"]["rollingBack"] == cond.ANALYSIS_FAILED
         assert status["analysis"]["verdict"] == "Failed"
         assert [(r["revision"], r["verdict"], r["weight"]) for r in status["analysisRuns"]] == [
@@ -693,6 +706,8 @@ async def test_a_failed_analysis_rolls_the_in_place_step_back_as_a_failed_canary
         ]
         aborted = [m for t, r, m in svc.events() if (t, r) == (cond.WARNING, cond.ROLLOUT_ABORTED)]
         assert len(aborted) == 1 and "analysis failed after 0s at weight 50" in aborted[0]
+        await svc.run()
+        assert svc.annotated() == {}
         await svc.run()  # every pod serves the stable revision again
         status = svc.status()
         assert "next" not in status["inPlace"] and status["inPlace"]["abortedReason"] == cond.ANALYSIS_FAILED
@@ -714,13 +729,12 @@ async def test_a_passing_analysis_lets_the_in_place_update_ask_every_pod(
         svc.edit(lambda spec: new_model_version(spec, svc))
         new = (await svc.run()).revision
         await svc.run()
+        await svc.run()  # the step's 2 pods one at a time (was: both in the first pass)
         svc.now += datetime.timedelta(seconds=3601)  # the pause runs out: the last step would ask every pod
         await svc.run()  # and does, on a passing analysis of the 2 pods updated against the 2 others
-        assert len(svc.annotated()) == 4
+        assert len(svc.annotated()) == 3  # in batches (was: all 4 in this pass), no analysis in between
         assert any(r == cond.ANALYSIS_PASSED and "in place" in m for _, r, m in svc.events())
-        for _ in range(2):
-            await svc.run()
-        assert svc.status()["servedRevision"] == new
+        await until(svc, lambda: svc.status().get("servedRevision") == new)
     finally:
         await svc.close()
 
@@ -786,10 +800,11 @@ async def test_undo_goes_back_in_place_to_a_revision_served_only_in_place(
         status = svc.status()
         assert status["inPlace"]["next"] == host and status["inPlace"]["pinned"] == host
         assert status["inPlace"]["pinnedFor"] == moved and status["rolloutKind"] == "InPlace"
-        assert len(svc.annotated()) == 2  # setWeight 50: gated step by step as any in-place rollout
+        assert len(svc.annotated()) == 1  # setWeight 50: gated step by step as any in-place rollout,
+        await svc.run()  # its 2 pods one at a time (was: both in the first pass)
+        assert len(svc.annotated()) == 2
         assert any(r == cond.UNDO_REQUESTED and "in place" in m for _, r, m in svc.events())
-        for _ in range(3):
-            await svc.run()
+        await until(svc, lambda: "next" not in svc.status()["inPlace"])  # was: 3 passes
         status = svc.status()
         assert "servedRevision" not in status and "next" not in status["inPlace"]
         assert all(p.get("applied") == host for p in svc.pods().values())
@@ -800,8 +815,7 @@ async def test_undo_goes_back_in_place_to_a_revision_served_only_in_place(
         assert svc.deployments() == [f"svc-{host}"]
 
         undo(svc, str(moved))  # and forward again, in place
-        for _ in range(4):
-            await svc.run()
+        await until(svc, lambda: svc.status().get("servedRevision") == moved)  # was: 4 passes
         status = svc.status()
         assert status["servedRevision"] == moved and status["history"] == [
             {"revision": host, "inPlaceHost": host}
@@ -821,12 +835,10 @@ async def test_a_retry_after_an_in_place_undo_rolls_the_spec_forward(
     try:
         host, moved = await moved_in_place(svc)
         undo(svc)
-        for _ in range(4):
-            await svc.run()
+        await until(svc, lambda: "servedRevision" not in svc.status())  # was: 4 passes
         assert "servedRevision" not in svc.status()
         svc.request("retry", "")
-        for _ in range(4):
-            await svc.run()
+        await until(svc, lambda: svc.status().get("servedRevision") == moved)  # was: 4 passes
         status = svc.status()
         assert status["servedRevision"] == moved and "pinned" not in status["inPlace"]
         assert status["history"] == [{"revision": host, "inPlaceHost": host}]
@@ -844,12 +856,10 @@ async def test_an_undo_the_pods_cannot_load_in_place_is_rejected_and_says_why(
         host = await serving(svc)
         svc.edit(lambda spec: new_model_version(spec, svc))
         first = (await svc.run()).revision
-        for _ in range(3):
-            await svc.run()
+        await until(svc, lambda: svc.status().get("servedRevision") == first)  # was: 3 passes
         svc.edit(lambda spec: spec["models"][1]["config"].__setitem__("maxBatchSize", 4))
         second = (await svc.run()).revision
-        for _ in range(3):
-            await svc.run()
+        await until(svc, lambda: svc.status().get("servedRevision") == second)  # was: 3 passes
         assert svc.status()["servedRevision"] == second
         assert svc.status()["history"] == [
             {"revision": host, "inPlaceHost": host},

@@ -68,6 +68,17 @@ from triton_operator.settings import Settings
 IN_PLACE = "InPlace"
 NEW_PODS = "NewPods"
 TOO_LARGE = "manifest too large for an in-place update"
+MIN_IN_PLACE_PODS = 2
+"""A pod leaves the Service while its models reload: in place needs another pod serving meanwhile."""
+
+
+def too_few_pods(servable: int) -> str:
+    """Why a change with fewer than MIN_IN_PLACE_PODS pods that can serve makes new pods instead."""
+    have = "1 replica" if servable == 1 else f"{servable} pods that can serve"
+    return (
+        f"in place needs at least {MIN_IN_PLACE_PODS} pods: a pod leaves the Service while it reloads; "
+        f"with {have} new pods take over instead"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,11 +232,20 @@ def _entries(manifest: Manifest | None, model: str) -> frozenset[Any]:
 
 
 def host_pods(host: str, pods: Sequence[PodState], agents: Mapping[str, AgentStatus]) -> list[HostPod]:
-    """The host revision's pods as the in-place update reads them, each with its agent's status."""
+    """The host revision's pods as the in-place update reads them, each with its agent's status and
+    why it cannot serve (PodState.cannot_serve); a Failed or Succeeded pod (an evicted one) is not
+    one of them: it never runs again, as a deleted pod."""
     return [
-        HostPod(p.name, p.ready, p.terminating, p.inplace_target, agents.get(p.name))
+        HostPod(
+            p.name,
+            p.ready,
+            p.terminating,
+            p.inplace_target,
+            agents.get(p.name),
+            problem=None if p.terminating else p.cannot_serve(),
+        )
         for p in pods
-        if p.revision == host
+        if p.revision == host and not p.settled
     ]
 
 
@@ -299,8 +319,10 @@ def decide_in_place(
     engine = host
     replaced_by: str | None = None
     if state is not None and state.next is not None:
-        if state.next != desired and state.rolling_back is None:
-            replaced_by = desired  # a newer spec (or an undo): the update in progress goes back first
+        if state.next != desired:
+            # A newer spec (or an undo), also while rolling back: the update in progress goes back,
+            # and the new one starts once no pod is asked for it any more (core.rollout.inplace).
+            replaced_by = desired
     elif state is not None and state.aborted_revision is not None:
         pass  # held: the host serves what it served, the spec's revision waits
     elif desired != served:
@@ -548,6 +570,10 @@ def _change(
     kind = rollout_kind(old, new)
     if isinstance(kind, NewPods):
         return kind
+    pods = host_pods(rs.stable_revision or "", ctx.pods, {})
+    servable = sum(1 for p in pods if not p.terminating and p.problem is None)
+    if servable < MIN_IN_PLACE_PODS:
+        return NewPods((too_few_pods(servable),))
     held = {r: files(r) for r in (served, revision)}
     if any(v is None for v in held.values()):
         return NewPods(("the pinned manifest is not stored yet",))

@@ -400,6 +400,12 @@ def nothing_applied_yet(
 CRASH_RESTART_THRESHOLD = 3
 """Restarts after which a pod counts as crash looping, whether or not it waits in CrashLoopBackOff."""
 
+POD_PENDING = "Pending"
+POD_UNKNOWN = "Unknown"
+SETTLED_PHASES = frozenset({"Failed", "Succeeded"})
+"""Phases a pod never leaves: every container stopped for good (an evicted pod is Failed, reason
+Evicted, with no deletionTimestamp, and stays until deleted). Such a pod is not live."""
+
 
 @dataclasses.dataclass(frozen=True)
 class DeploymentState:
@@ -466,6 +472,48 @@ class PodState:
     start: PodStart = dataclasses.field(default_factory=PodStart)
     """The times of the pod's start (created, scheduled, sync, tritonserver, Ready) and what its
     sync fetched (core.startup: status.timeToServe and the time-to-serve metrics read them)."""
+    phase: str | None = None
+    """status.phase (Pending, Running, Succeeded, Failed, Unknown; None: not reported)."""
+    phase_reason: str | None = None
+    """status.reason (e.g. Evicted) and, below, status.message: why the kubelet set the phase."""
+    phase_message: str | None = None
+    triton_started: bool = False
+    """The tritonserver container runs (started, or state.running), Ready or not."""
+
+    @property
+    def settled(self) -> bool:
+        """Failed or Succeeded: the pod never runs again (an evicted pod); it is not live."""
+        return self.phase in SETTLED_PHASES
+
+    @property
+    def live(self) -> bool:
+        """Neither terminating nor settled: the pod may serve now or later."""
+        return not self.terminating and not self.settled
+
+    def cannot_serve(self) -> str | None:
+        """Why the pod cannot serve now, in words for the status; None when it can, that is when it
+        is live, Running (a pod that reports no phase is judged by the rest), scheduled, not
+        crash looping or failing to start a container, and Ready or with tritonserver running (a
+        pod whose models reload in place is un-Ready for a while, and still one that serves)."""
+        if self.terminating:
+            return "terminating"
+        if self.settled:
+            why = ": ".join(w for w in (self.phase_reason, self.phase_message) if w)
+            return f"{self.phase} ({why})" if why else str(self.phase)
+        if self.phase == POD_PENDING or self.unschedulable:
+            if self.unschedulable:
+                return f"Pending ({cond.POD_UNSCHEDULABLE}: {short_reason(self.unschedulable)})"
+            if self.waiting_reason:
+                return f"Pending ({self.waiting_reason}: {short_reason(self.waiting_message or '')})"
+            return "Pending (starting)"
+        if self.phase == POD_UNKNOWN:
+            return "Unknown (its node does not report it)"
+        if self.crash_loop_back_off or self.waiting_reason:
+            reason = self.waiting_reason or cond.CRASH_LOOP_BACK_OFF
+            return f"{reason} ({short_reason(self.waiting_message or 'restarting')})"
+        if not self.ready and not self.triton_started:
+            return "not started (tritonserver is not running)"
+        return None
 
     def crash_looping(self, threshold: int = CRASH_RESTART_THRESHOLD) -> bool:
         """A container waits in CrashLoopBackOff or restarted ``threshold`` times or more."""
@@ -528,6 +576,10 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
         sync_failure=_failure_message(sync),
         start=pod_start(metadata, status, sync, triton),
         inplace_target=str((metadata.get("annotations") or {}).get(INPLACE_TARGET_ANNOTATION) or "") or None,
+        phase=str(status["phase"]) if status.get("phase") else None,
+        phase_reason=str(status["reason"]) if status.get("reason") else None,
+        phase_message=short_reason(str(status["message"])) if status.get("message") else None,
+        triton_started=bool(triton.get("started")) or "running" in (triton.get("state") or {}),
     )
 
 
@@ -602,7 +654,7 @@ def revision_state(
     """One revision as the rollout engine sees it: its Deployment's and its pods' states (parsed once,
     by deployment_state and pod_state)."""
     states = list(pods)
-    live = [p for p in states if not p.terminating]
+    live = [p for p in states if p.live]
     since = [p.unschedulable_since for p in live if p.unschedulable_since is not None]
     return RevisionState(
         spec_replicas=deployment.replicas if deployment is not None else 0,

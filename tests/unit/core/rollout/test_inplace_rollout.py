@@ -20,6 +20,7 @@ from triton_operator.core.rollout.inplace import (
     InPlaceRequests,
     InPlaceState,
     analysis_sides,
+    batch_size,
     parse_agent_status,
     plan_in_place,
     step_pods,
@@ -57,6 +58,8 @@ class World:
         self.events: list[tuple[str, str]] = []
         self.analysis: AnalysisResult | None = None
         """The verdict reconcile.analysis hands the next call (None: no reading)."""
+        self.slow = False
+        """A pod takes a pass to reload, un-Ready meanwhile (out of the Service, as the agent has it)."""
 
     def run(self, requests: InPlaceRequests | None = None, replaced_by: str | None = None) -> InPlacePlan:
         requests = requests or InPlaceRequests()
@@ -97,12 +100,26 @@ class World:
                 agent = AgentStatus(revision=S, target=N, state="Applying")
             elif name in self.failing and target == N:
                 agent = AgentStatus(revision=S, target=N, state="Failed", message="load of add failed: boom")
+            elif self.slow and pod.agent is not None and pod.agent.revision != target and (
+                pod.agent.target != target or pod.agent.state != "Applying"
+            ):
+                agent = AgentStatus(revision=pod.agent.revision, target=target, state="Applying")
             else:
                 agent = on(target)
-            self.pods[name] = dataclasses.replace(pod, agent=agent)
+            ready = pod.ready if not self.slow else agent.state == "Applied"
+            self.pods[name] = dataclasses.replace(pod, agent=agent, ready=ready)
 
     def annotated(self) -> list[str]:
         return sorted(n for n, p in self.pods.items() if p.target == N)
+
+    def settle(self, limit: int = 12) -> None:
+        """Passes until a pass changes neither the pods asked nor the step (the batches all asked)."""
+        for _ in range(limit):
+            before = (self.annotated(), self.state.step_index if self.state else None)
+            self.run()
+            if (self.annotated(), self.state.step_index if self.state else None) == before:
+                return
+        raise AssertionError("never settled")
 
     def reasons(self) -> list[str]:
         return [r for r, _ in self.events]
@@ -141,7 +158,9 @@ def test_steps_update_pods_a_step_at_a_time_then_all_and_complete() -> None:
     assert plan.in_flight and plan.requeue_after == 2.0
     world.run()  # p0 reports next: step 0 done, step 1 asks a second pod
     assert world.annotated() == ["p0", "p1"]
-    world.run()  # step 1 done: every pod
+    world.run()  # step 1 done: every pod, in batches of max(1, 25% of 4) = 1 (a pod reloading is out of the Service)
+    assert world.annotated() == ["p0", "p1", "p2"]
+    world.run()
     assert world.annotated() == list(PODS)
     plan = world.run()  # all on next: complete
     assert plan.state is not None and plan.state.stable == N and plan.state.next is None
@@ -159,12 +178,19 @@ def test_steps_update_pods_a_step_at_a_time_then_all_and_complete() -> None:
     assert all(p.agent is not None and p.agent.revision == N for p in world.pods.values())
 
 
-def test_no_steps_updates_every_pod_at_once() -> None:
-    world = World()
-    world.run()
-    assert world.annotated() == list(PODS)
-    plan = world.run()
-    assert plan.state is not None and plan.state.stable == N
+def test_no_steps_updates_every_pod_in_batches_never_all_at_once() -> None:
+    """No steps: every pod, but (as before the batches, when every pod was asked at once) in batches
+    of at most max(1, 25%) of the pods that can serve, never all: a pod leaves the Service while its
+    models reload, so one pod at least serves throughout."""
+    world = World(pods=tuple(f"p{i}" for i in range(8)))
+    seen = []
+    while world.state.next is not None:
+        world.run()
+        seen.append(len(world.annotated()))
+        assert len(seen) < 20
+    assert seen == [2, 4, 6, 8, 8]  # 25% of 8 = 2 at a time; the last pass completes
+    plan = world.last
+    assert plan is not None and plan.state is not None and plan.state.stable == N
 
 
 def test_a_pod_counts_only_with_its_changed_models_ready() -> None:
@@ -209,20 +235,33 @@ def test_promote_goes_to_every_pod_and_still_waits_for_them(request_: InPlaceReq
     world.stuck = {"p0"}
     world.run()
     plan = world.run(request_)
-    assert world.annotated() == list(PODS)
+    # every pod is asked, in batches: p0 still loads, so no other pod is asked yet (1 of 4 at a time)
+    assert world.annotated() == ["p0"]
     assert plan.state is not None and plan.state.step_index == 3 and plan.state.next == N  # not complete
+    assert "pod p0: agent reports Applying" in plan.progressing.message
+    assert "3 pods wait their turn (at most 1 reloading at once)" in plan.progressing.message
     world.stuck = set()
-    world.run()
+    for asked in (["p0"], ["p0", "p1"], ["p0", "p1", "p2"], list(PODS)):
+        world.run()
+        assert world.annotated() == asked
     plan = world.run()
     assert plan.state is not None and plan.state.stable == N and plan.state.next is None
 
 
-def test_a_set_weight_step_counts_the_ready_pods() -> None:
+def test_a_set_weight_step_counts_the_pods_that_can_serve() -> None:
+    """Was: the Ready pods. A pod is un-Ready while its models reload (it leaves the Service), so a
+    step counts the pods that can serve, Ready or not; a pod that has not started (or is Pending,
+    crash looping) is not counted, and is never asked."""
     world = World([{"setWeight": 50}])
-    world.pods["p3"] = dataclasses.replace(world.pods["p3"], ready=False)
-    world.pods["p2"] = dataclasses.replace(world.pods["p2"], ready=False)
+    world.pods["p3"] = dataclasses.replace(world.pods["p3"], ready=False, problem="not started (tritonserver is not running)")
+    world.pods["p2"] = dataclasses.replace(world.pods["p2"], ready=False, problem="Pending (Unschedulable: 0/1 nodes)")
     world.run()
-    assert world.annotated() == ["p0"]  # ceil(50% of 2 Ready pods)
+    assert world.annotated() == ["p0"]  # ceil(50% of the 2 pods that can serve)
+    world.pods["p3"] = dataclasses.replace(world.pods["p3"], problem=None)  # running, still un-Ready
+    world.run()
+    # p0 serves next, step 0 done; the last step wants the 3 that can serve; p3 does not serve
+    # anyway (un-Ready) so it is asked at no cost, p1 after it
+    assert world.annotated() == ["p0", "p3"]
 
 
 def test_paused_holds_and_stops_the_deadline_clock() -> None:
@@ -244,6 +283,15 @@ def rolled_back(world: World, reason: str) -> None:
     assert plan.progressing.reason == cond.IN_PLACE_ROLLING_BACK
     assert cond.ROLLOUT_ABORTED in world.reasons()
     assert plan.configmap == (S, N)  # next stays until every pod is back
+    # The annotations go in batches (was: all at once): a pod not serving next at once, the others
+    # at most max(1, 25%) at a time, so that a pod serves throughout
+    for _ in range(len(world.pods)):
+        if not world.annotated():
+            break
+        assert world.last is not None and world.last.progressing.reason == cond.IN_PLACE_ROLLING_BACK
+        before = len(world.annotated())
+        world.run()
+        assert before - len(world.annotated()) <= max(1, len(world.pods) // 4)
     assert all(p.target is None for p in world.pods.values())  # annotations removed
     plan = world.run()  # the agents load stable again
     assert plan.state is not None and plan.state.next is None and plan.state.aborted_revision == N
@@ -281,7 +329,7 @@ def test_an_abort_request_rolls_back() -> None:
 
 
 def test_a_pod_gone_mid_update_rolls_back() -> None:
-    world = World([{"setWeight": 50}])
+    world = World([{"setWeight": 50}], pods=tuple(f"p{i}" for i in range(8)))  # was 4: asks 2 at once
     world.stuck = {"p0"}
     world.run()
     del world.pods["p0"]
@@ -290,12 +338,22 @@ def test_a_pod_gone_mid_update_rolls_back() -> None:
 
 
 def test_a_newer_spec_rolls_the_update_in_progress_back_first() -> None:
-    world = World([{"setWeight": 50}])
-    world.stuck = {"p0"}
+    world = World([{"setWeight": 50}, {"pause": {}}])
     world.run()
+    world.run()  # p0 and p1 serve next; the pause holds
     world.run(replaced_by="newer")
-    rolled_back(world, cond.ABORTED)
-    assert "replaced by revision newer" in world.events[-2][1] or any("newer" in m for _, m in world.events)
+    # Was: rolled back in full before the newer revision started. Now the newer spec wins as soon
+    # as no pod is asked for next any more: the pods go back in batches (1 of 4 at a time)
+    plan = world.last
+    assert plan is not None and plan.state is not None and plan.state.rolling_back == cond.ABORTED
+    assert world.annotated() == ["p1"] and plan.progressing.reason == cond.IN_PLACE_ROLLING_BACK
+    assert "revision newer starts once no pod is asked for next any more" in plan.progressing.message
+    assert any("replaced by revision newer" in m for _, m in world.events)
+    plan = world.run(replaced_by="newer")
+    assert world.annotated() == []
+    plan = world.run(replaced_by="newer")  # no pod asked: the newer revision may start
+    assert plan.state is not None and plan.state.next is None and plan.state.rolling_back is None
+    assert cond.IN_PLACE_ROLLED_BACK in world.reasons()
 
 
 def test_a_pod_whose_agent_cannot_be_read_waits() -> None:
@@ -401,8 +459,7 @@ def test_a_failed_analysis_rolls_back_in_place_on_every_updated_pod(
     steps: list[dict[str, Any]], before: list[str]
 ) -> None:
     world = analysed(*steps)
-    world.run()
-    world.run()
+    world.settle()  # was two passes: pods are asked in batches now
     assert world.annotated() == before
     world.analysis = dataclasses.replace(verdict(world, FAILED), window_seconds=40)
     world.run()
@@ -453,6 +510,9 @@ def test_a_promote_request_goes_on_without_the_analysis() -> None:
     world.run()
     world.run()
     world.run(InPlaceRequests(promote=True))
+    for _ in range(2):  # every pod, in batches (was: at once), none held by the analysis
+        assert world.last is not None and world.last.progressing.reason == cond.IN_PLACE_UPDATING
+        world.run()
     assert world.annotated() == list(PODS)
 
 
@@ -461,7 +521,7 @@ def test_at_the_last_step_every_pod_completes_without_a_pass_as_a_canary_at_100(
     has loaded it (a canary's promotion at weight 100 does not wait for a pass either); a failed
     verdict in the meantime still rolls back (the test above)."""
     world = analysed({"setWeight": 100})
-    world.run()
+    world.settle()  # was one pass: in batches now
     plan = world.run()
     assert plan.state is not None and plan.state.stable == N and plan.state.next is None
 
@@ -505,3 +565,117 @@ def test_the_weight_of_the_sides_is_the_share_of_pods_updated(
 )
 def test_history_entries_served_in_place_survive_the_status(history: list[dict[str, Any]]) -> None:
     assert RolloutStatus.from_status({"history": history}).to_status()["history"] == history
+
+
+# ---------------------------------------------------------------- pods that cannot serve; batches
+
+
+PENDING = "Pending (Unschedulable: 0/3 nodes are available: 3 Insufficient cpu)"
+CRASHING = "CrashLoopBackOff (container tritonserver: back-off 5m0s restarting failed container)"
+
+
+@pytest.mark.parametrize("problem", [PENDING, CRASHING])
+def test_a_pod_that_cannot_serve_is_neither_asked_nor_waited_for_and_is_named(problem: str) -> None:
+    """Before: every live pod was waited for (wanted = all of them), so one Pending or crash-looping
+    pod held the last step for ever, and its rollback too."""
+    world = World()
+    world.pods["p3"] = dataclasses.replace(world.pods["p3"], ready=False, problem=problem, agent=None)
+    world.run()
+    plan = world.run()
+    assert world.annotated() == ["p0", "p1"]
+    assert f"not counted (cannot serve): pod p3: {problem}" in plan.progressing.message
+    assert "(3 pods in all)" in plan.progressing.message
+    world.settle()
+    assert world.state.next is None and world.state.stable == N and "p3" not in world.annotated()
+    assert any(r == cond.ROLLOUT_COMPLETED and "all 3 pods" in m for r, m in world.events)
+
+
+@pytest.mark.parametrize("problem", [PENDING, CRASHING])
+def test_a_rollback_clears_with_a_pod_that_cannot_serve(problem: str) -> None:
+    world = World([{"setWeight": 50}, {"pause": {}}])
+    world.run()
+    world.run()
+    world.pods["p3"] = dataclasses.replace(world.pods["p3"], ready=False, problem=problem, agent=None)
+    world.run(InPlaceRequests(abort=True))
+    assert world.last is not None and f"pod p3: {problem}" in world.last.progressing.message
+    rolled_back(world, cond.ABORTED)
+
+
+def test_an_abort_while_rolling_back_is_acknowledged() -> None:
+    world = World([{"setWeight": 50}, {"pause": {}}])
+    world.run()
+    world.run()
+    world.run(InPlaceRequests(abort=True))
+    plan = world.run(InPlaceRequests(abort=True))
+    assert plan.state is not None and plan.state.rolling_back == cond.ABORTED
+    acknowledged = [m for r, m in world.events if r == cond.ABORTED]
+    assert acknowledged and "already rolling back" in acknowledged[0]
+
+
+def test_a_pod_asked_that_starts_crash_looping_rolls_back_and_is_named() -> None:
+    world = World([{"setWeight": 50}])
+    world.stuck = {"p0"}
+    world.run()
+    world.pods["p0"] = dataclasses.replace(world.pods["p0"], ready=False, problem=CRASHING)
+    world.run()
+    assert world.last is not None and world.last.state is not None
+    # the others serve the stable revision: rolled back at once, p0 not waited for
+    assert world.last.state.next is None and world.last.state.aborted_reason == cond.IN_PLACE_POD_LOST
+    assert f"pod p0: {CRASHING}" in world.last.degraded.message
+    assert world.annotated() == []
+
+
+def test_a_pod_that_starts_serving_mid_update_is_asked_too() -> None:
+    world = World()
+    world.pods["p3"] = dataclasses.replace(world.pods["p3"], ready=False, problem=PENDING, agent=None)
+    world.run()
+    world.pods["p3"] = dataclasses.replace(world.pods["p3"], ready=True, problem=None, agent=on(S))
+    world.settle()
+    assert world.state.stable == N
+    assert any(r == cond.ROLLOUT_COMPLETED and "all 4 pods" in m for r, m in world.events)
+    assert world.pods["p3"].agent is not None and world.pods["p3"].agent.revision == N
+
+
+@pytest.mark.parametrize(
+    ("servable", "batch"), [(0, 0), (1, 0), (2, 1), (3, 1), (4, 1), (7, 1), (8, 2), (12, 3), (100, 25)]
+)
+def test_at_most_a_quarter_of_the_pods_reload_at_once_and_never_all(servable: int, batch: int) -> None:
+    assert batch_size(servable) == batch
+
+
+@pytest.mark.parametrize("pods", [2, 3, 5, 9])
+@pytest.mark.parametrize("steps", [(), ({"setWeight": 50},), ({"setWeight": 100},)])
+def test_reloading_pods_leave_the_service_but_one_always_serves(
+    pods: int, steps: tuple[dict[str, Any], ...]
+) -> None:
+    """Each pod is un-Ready while it reloads: a step's count does not shrink for it, no more than a
+    batch reload at once, and at every pass a pod serves (Ready)."""
+    world = World(steps, pods=tuple(f"p{i}" for i in range(pods)))
+    world.slow = True
+    for _ in range(6 * pods):
+        if world.state.next is None:
+            break
+        world.run()
+        unready = [n for n, p in world.pods.items() if not p.ready]
+        assert len(unready) <= max(1, pods // 4) and len(unready) < pods, unready
+    assert world.state.next is None and world.state.stable == N
+    assert all(p.ready and p.agent is not None and p.agent.revision == N for p in world.pods.values())
+
+
+def test_a_rollback_moves_the_pods_back_in_batches_too() -> None:
+    world = World(pods=tuple(f"p{i}" for i in range(4)))
+    world.slow = True
+    for _ in range(8):  # every pod serves next (the last step), then an abort
+        world.run()
+        if world.annotated() == list(PODS) and all(p.ready for p in world.pods.values()):
+            break
+    world.state = dataclasses.replace(world.state, step_index=0)  # held before completing
+    world.run(InPlaceRequests(abort=True))
+    for _ in range(12):
+        unready = [n for n, p in world.pods.items() if not p.ready]
+        assert len(unready) <= 1, unready
+        if world.state.next is None:
+            break
+        world.run()
+    assert world.state.next is None and world.state.aborted_revision == N
+    assert all(p.agent is not None and p.agent.revision == S for p in world.pods.values())

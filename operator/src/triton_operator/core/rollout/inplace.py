@@ -119,6 +119,9 @@ class HostPod:
     """Its `triton-operator.io/inplace-target` annotation."""
     agent: AgentStatus | None = None
     """Its agent's status (None: not read in this pass)."""
+    problem: str | None = None
+    """Why it cannot serve now (Pending, crash looping, not started: observation.PodState.
+    cannot_serve); None: it can. Only pods that can serve are counted, asked and waited for."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +143,11 @@ class InPlaceState:
     pinned: str | None = None
     """The revision an undo went back to in place: served instead of the spec's ``pinned_for``."""
     pinned_for: str | None = None
+    asked_at_step: int = 0
+    """How many pods were asked when the current step began: the analysis gates a step's first
+    pods, not each batch of them."""
+    promoted: bool = False
+    """A promote request took the update to its end: no analysis holds it any more."""
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any] | None) -> InPlaceState | None:
@@ -162,6 +170,8 @@ class InPlaceState:
             aborted_detail=str(raw["abortedDetail"]) if raw.get("abortedDetail") else None,
             pinned=str(raw["pinned"]) if raw.get("pinned") else None,
             pinned_for=str(raw["pinnedFor"]) if raw.get("pinnedFor") else None,
+            asked_at_step=_count(raw.get("askedAtStep")),
+            promoted=raw.get("promoted") is True,
         )
 
     def to_status(self) -> dict[str, Any]:
@@ -182,10 +192,16 @@ class InPlaceState:
             aborted_detail=self.aborted_detail,
             pinned=self.pinned,
             pinned_for=self.pinned_for,
+            asked_at_step=self.asked_at_step or None,
+            promoted=self.promoted or None,
         ).model_dump(by_alias=True, exclude_none=True, exclude_defaults=True, mode="json") | {
             "host": self.host,
             "stable": self.stable,
         }
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def serves(pod: HostPod, revision: str, models: Sequence[str] = ()) -> bool:
@@ -224,7 +240,7 @@ def analysis_sides(
     ``models`` READY yet (a step's window starts once its pods all have)."""
     if state is None or state.next is None or state.rolling_back is not None or not state.pods:
         return None
-    live = {p.name: p for p in pods if not p.terminating}
+    live = {p.name: p for p in pods if not p.terminating and (p.problem is None or p.name in state.pods)}
     if any(name not in live or not serves(live[name], state.next, models) for name in state.pods):
         return None
     baseline = tuple(sorted(name for name in live if name not in state.pods))
@@ -289,6 +305,47 @@ def step_pods(weight: int, pods: int) -> int:
     return min(pods, math.ceil(pods * max(weight, 0) / 100))
 
 
+RELOADING_SHARE = 25
+"""The share of the pods that can serve that may reload at once (as a Deployment's default
+maxUnavailable): a pod leaves the Service while its models reload."""
+NAMED_PODS = 5
+"""At most this many pods are named in a condition's message (then "and k more")."""
+
+
+def batch_size(servable: int) -> int:
+    """How many of ``servable`` pods may reload at once: max(1, 25% of them, rounded down), and never
+    all of them, so that at least one pod serves throughout (0 with fewer than 2 pods)."""
+    return max(0, min(max(1, servable * RELOADING_SHARE // 100), servable - 1))
+
+
+def _named(items: Sequence[str]) -> str:
+    shown = ", ".join(items[:NAMED_PODS])
+    return shown + (f" and {len(items) - NAMED_PODS} more" if len(items) > NAMED_PODS else "")
+
+
+def why_not_on(pod: HostPod, revision: str, models: Sequence[str] = ()) -> str:
+    """Why ``pod`` does not serve ``revision`` (with ``models`` READY) yet, in words for the status."""
+    if pod.problem is not None:
+        return pod.problem
+    agent = pod.agent
+    if agent is None:
+        return "agent not read yet"
+    if agent.error:
+        return f"agent not readable ({agent.error})"
+    if agent.state != APPLIED or agent.revision != revision:
+        state = agent.state or "no state"
+        said = f"agent reports {state if agent.state != APPLIED else f'{agent.revision} Applied'}"
+        return f"{said}: {agent.message}" if agent.message else said
+    states = {m: agent.models.get(m) or "not reported" for m in models}
+    waiting = [f"model {m} is {state}" for m, state in states.items() if state != READY_STATE]
+    if waiting:
+        return ", ".join(waiting)
+    return "not Ready" if not pod.ready else "serves it"
+
+
+_UNSTEPPED: dict[str, Any] = {"waiting_since": None, "asked_at_step": 0, "promoted": False}
+
+
 class _Call:
     def __init__(self, inp: InPlaceInput) -> None:
         self.inp = inp
@@ -300,6 +357,11 @@ class _Call:
         self.events: list[RolloutEvent] = []
         self.live = sorted((p for p in inp.pods if not p.terminating), key=lambda p: (not p.ready, p.name))
         self.by_name = {p.name: p for p in self.live}
+        self.servable = [p for p in self.live if p.problem is None]
+        """The pods that can serve: the only ones counted, asked and waited for (HostPod.problem)."""
+        self.batch = batch_size(len(self.servable))
+        self.wanted = 0
+        """How many pods the current step wants asked (for the status)."""
         self.requeue: list[float] = []
         self.sides = analysis_sides(inp.state, inp.pods, inp.models)
         """What the analysis judged in this pass (the state as it came in)."""
@@ -337,9 +399,15 @@ class _Call:
         if st.next is None:
             return self.idle()
         if st.rolling_back is not None:
+            if self.inp.requests.abort:
+                self.event(
+                    ABORTED,
+                    f"abort request: the in-place rollout of revision {st.next} is already rolling back "
+                    f"({st.aborted_detail or st.rolling_back}); the pods load revision {st.stable} again",
+                )
             return self.rolling_back()
         if st.step_index is None:
-            self.set(step_index=0, step_started_at=self.now, waiting_since=None, pods=())
+            self.set(step_index=0, step_started_at=self.now, pods=(), **_UNSTEPPED)
             self.event(
                 ROLLOUT_STARTED,
                 f"rolling out revision {st.next} in place on the pods of revision {st.host} "
@@ -356,12 +424,15 @@ class _Call:
         lost = [name for name in self.st.pods if name not in self.by_name]
         if lost:
             return self.roll_back(IN_PLACE_POD_LOST, f"pod {', '.join(lost)} gone mid-update")
+        broken = [f"pod {n}: {self.by_name[n].problem}" for n in self.st.pods if self.by_name[n].problem]
+        if broken:
+            return self.roll_back(IN_PLACE_POD_LOST, f"{'; '.join(broken)} (mid-update: it cannot serve)")
         for name in self.st.pods:
             agent = self.failed(self.by_name[name])
             if agent is not None:
                 return self.roll_back(IN_PLACE_LOAD_FAILED, f"pod {name}: {agent.message or 'load failed'}")
         promote, promote_full = reqs.promote, reqs.promote_full
-        self.forced = promote or promote_full  # a promote goes on without the analysis
+        self.forced = promote or promote_full or self.st.promoted  # a promote goes on without the analysis
         if self.inp.paused and not (promote or promote_full):
             self.set(waiting_since=None)
             return self.updating(paused=True)
@@ -380,16 +451,25 @@ class _Call:
                 f"pods not on revision {self.st.next} within {self.inp.deadline_seconds}s",
             )
         if (promote or promote_full) and (self.st.step_index or 0) < len(self.steps):
-            # An in-place promote goes to the end: every pod is asked at once; the rollout still
-            # completes only once every pod has loaded the revision (no request skips that).
-            self.set(step_index=len(self.steps), step_started_at=self.now, waiting_since=None)
+            # An in-place promote goes to the end: every pod is asked, in batches (a pod leaves the
+            # Service while it reloads); the rollout still completes only once every pod has loaded
+            # the revision (no request skips that).
+            self.set(
+                step_index=len(self.steps),
+                step_started_at=self.now,
+                waiting_since=None,
+                asked_at_step=len(self.st.pods),
+                promoted=True,
+            )
             self.event(
-                STEP_COMPLETED, f"revision {self.st.next} in place: every pod at once by promote request"
+                STEP_COMPLETED,
+                f"revision {self.st.next} in place: every pod by promote request "
+                f"(at most {max(self.batch, 1)} reloading at once)",
             )
         for _ in range(len(self.steps) + 2):
             index = self.st.step_index or 0
             if index >= len(self.steps):
-                wanted = len(self.live)
+                wanted = self.wanted = len(self.servable)
                 held = self.gate(wanted)
                 if held is not None:
                     return held
@@ -399,7 +479,8 @@ class _Call:
                 return self.updating()
             step = self.steps[index]
             if step.set_weight is not None:
-                wanted = step_pods(step.set_weight, sum(1 for p in self.live if p.ready))
+                # The pods that can serve, Ready or not: a pod asked is un-Ready while it reloads.
+                wanted = self.wanted = step_pods(step.set_weight, len(self.servable))
                 held = self.gate(wanted)
                 if held is not None:
                     return held
@@ -456,6 +537,8 @@ class _Call:
         spec = self.inp.rollout.analysis
         if spec is None or self.forced or wanted <= len(self.st.pods) or not self.st.pods:
             return None
+        if len(self.st.pods) > self.st.asked_at_step:
+            return None  # this step asked its first pods already: the rest follow in batches
         result = self.current_analysis()
         if result is None:
             sides = self.sides
@@ -484,14 +567,31 @@ class _Call:
 
     # ------------------------------------------------------------- pods asked
 
+    def moving(self) -> int:
+        """The pods that can serve and do not serve what they should now: asked and not serving the
+        next revision yet, or not asked and not Ready (reloading, e.g. back to the stable one)."""
+        nxt, asked = self.st.next, set(self.st.pods)
+        assert nxt is not None
+        return sum(
+            1 for p in self.servable if (not self.on(p, nxt, gated=True) if p.name in asked else not p.ready)
+        )
+
     def ask(self, wanted: int) -> None:
-        """Add pods to the update until ``wanted`` are in it (Ready ones first, then by name)."""
+        """Add pods to the update until ``wanted`` are in it, in batches: at most ``self.batch`` pods
+        move at once (a pod leaves the Service while it reloads), so at least one always serves. A pod
+        that does not serve anyway (not Ready) is asked first, and at no cost; then by name."""
         pods = list(self.st.pods)
-        for pod in self.live:
+        moving = self.moving()
+        for pod in sorted(self.servable, key=lambda p: (p.ready, p.name)):
             if len(pods) >= wanted:
                 break
-            if pod.name not in pods:
-                pods.append(pod.name)
+            if pod.name in pods:
+                continue
+            if pod.ready:
+                if moving >= self.batch:
+                    break
+                moving += 1
+            pods.append(pod.name)
         self.set(pods=tuple(pods))
 
     def done(self, wanted: int) -> bool:
@@ -506,7 +606,8 @@ class _Call:
 
     def advance(self, index: int) -> None:
         step = self.steps[index]
-        self.set(step_index=index + 1, step_started_at=self.now, waiting_since=None)
+        asked = len(self.st.pods)
+        self.set(step_index=index + 1, step_started_at=self.now, waiting_since=None, asked_at_step=asked)
         self.event(
             STEP_COMPLETED,
             f"revision {self.st.next} in place: step {index}/{len(self.steps)} ({describe_step(step)}) "
@@ -526,10 +627,12 @@ class _Call:
             aborted_revision=None,
             aborted_reason=None,
             aborted_detail=None,
+            asked_at_step=0,
+            promoted=False,
         )
         self.event(
             ROLLOUT_COMPLETED,
-            f"revision {new} is served in place by all {len(self.live)} pods of revision "
+            f"revision {new} is served in place by all {len(self.servable)} pods of revision "
             f"{self.st.host} (was {old})",
         )
         return self.idle()
@@ -553,21 +656,65 @@ class _Call:
         return self.rolling_back()
 
     def rolling_back(self) -> InPlacePlan:
-        """The annotations go; once every pod reports the stable revision again, next is cleared."""
+        """The annotations go, in batches as the update's asks (a pod leaves the Service while it
+        reloads): a pod that does not serve the next revision (failed, still loading, or unable to
+        serve at all) at once, the others while fewer than a batch (at least one) reload; ``next`` is
+        cleared once every pod that can serve reports the stable revision again. A newer spec ends
+        the rollback once no pod is asked any more: the new update starts from the stable revision,
+        the pods still reloading it counted as reloading."""
         st = self.st
-        back = [p for p in self.live if self.on(p, st.stable, gated=False)]
-        annotations = {p.name: None for p in self.live if p.target is not None}
-        if len(back) == len(self.live):
-            self.set(next=None, step_index=None, step_started_at=None, pods=(), rolling_back=None)
+        nxt = st.next
+        assert nxt is not None
+        back = [p for p in self.servable if self.on(p, st.stable, gated=False)]
+        annotations: dict[str, str | None] = {
+            p.name: None for p in self.live if p.target is not None and p.problem is not None
+        }
+        room = max(1, self.batch)  # a rollback always moves: with one pod left it goes back too
+        moving = sum(1 for p in self.servable if p.target is None and p not in back)
+        asked = [p for p in self.servable if p.target is not None]
+        held: list[HostPod] = []
+        for pod in sorted(asked, key=lambda p: (self.on(p, nxt, gated=True), p.name)):
+            if not self.on(pod, nxt, gated=True):
+                annotations[pod.name] = None  # it serves nothing new: back at no cost
+                moving += 1
+            elif moving < room:
+                annotations[pod.name] = None
+                moving += 1
+            else:
+                held.append(pod)
+        if len(back) == len(self.servable):
+            self.set(
+                next=None, step_index=None, step_started_at=None, pods=(), rolling_back=None, **_UNSTEPPED
+            )
             self.event(
                 IN_PLACE_ROLLED_BACK,
                 f"every pod of revision {st.host} serves revision {st.stable} again",
             )
             return self.held(annotations)
+        replaced = self.inp.replaced_by
+        if replaced is not None and not held:
+            self.set(
+                next=None, step_index=None, step_started_at=None, pods=(), rolling_back=None, **_UNSTEPPED
+            )
+            self.event(
+                IN_PLACE_ROLLED_BACK,
+                f"revision {nxt} rolled back in place, replaced by revision {replaced}: it starts from "
+                f"revision {st.stable}, {len(self.servable) - len(back)} pods still reloading it",
+            )
+            self.requeue.append(POLL_SECONDS)
+            return self.held(annotations)
+        late = [p for p in self.servable if p not in back and p not in held]
+        waits = [f"pod {p.name}: {why_not_on(p, st.stable)}" for p in late]
+        parts = [f"waiting for {_named(waits)}"] if waits else []
+        if held:
+            parts.append(f"{len(held)} pods serving {nxt} wait their turn (at most {room} reloading at once)")
+        parts += self.not_counted()
+        if replaced is not None:
+            parts.append(f"revision {replaced} starts once no pod is asked for {nxt} any more")
         message = (
-            f"rolling back revision {st.next} in place: {len(back)}/{len(self.live)} pods of "
+            f"rolling back revision {nxt} in place: {len(back)}/{len(self.servable)} pods of "
             f"revision {st.host} serve revision {st.stable} again"
-        )
+        ) + "".join(f"; {p}" for p in parts)
         self.requeue.append(POLL_SECONDS)
         return self.finish(
             annotations,
@@ -575,6 +722,11 @@ class _Call:
             Verdict(TRUE, st.aborted_reason or ABORTED, self.abort_message()),
             in_flight=True,
         )
+
+    def not_counted(self) -> list[str]:
+        """The pods left out because they cannot serve, named with why (for a message)."""
+        left = [f"pod {p.name}: {p.problem}" for p in self.live if p.problem is not None]
+        return [f"not counted (cannot serve): {_named(left)}"] if left else []
 
     def abort_message(self) -> str:
         st = self.st
@@ -605,7 +757,10 @@ class _Call:
         index = st.step_index or 0
         n = len(self.steps)
         where = f"step {index}/{n} ({describe_step(self.steps[index])})" if index < n else "every pod"
-        readiness = f"{on}/{len(st.pods)} pods asked serve revision {st.next} ({len(self.live)} pods in all)"
+        readiness = (
+            f"{on}/{len(st.pods)} pods asked serve revision {st.next} ({len(self.servable)} pods in all)"
+            + "".join(f"; {p}" for p in self.waiting(st.next))
+        )
         if paused:
             progressing = Verdict(
                 FALSE, ROLLOUT_PAUSED, f"in-place rollout of {st.next} paused at {where}; {readiness}"
@@ -639,6 +794,25 @@ class _Call:
         return self.finish(
             annotations, progressing, Verdict(FALSE, AS_EXPECTED, "no rollout failed"), in_flight=True
         )
+
+    def waiting(self, nxt: str) -> list[str]:
+        """What the update waits for, in words: each pod asked that does not serve ``nxt`` yet and
+        why, the pods that wait their turn (batches), the pods left out because they cannot serve."""
+        st = self.st
+        pods = [self.by_name[n] for n in st.pods if n in self.by_name]
+        late = [p for p in pods if not self.on(p, nxt, gated=True)]
+        waits = [f"pod {p.name}: {why_not_on(p, nxt, self.inp.models)}" for p in late]
+        parts = [f"waiting for {_named(waits)}"] if waits else []
+        turn = self.wanted - len(st.pods)
+        if turn > 0 and not self.inp.paused:
+            if self.batch == 0:
+                parts.append(
+                    f"{turn} pods wait: fewer than 2 pods can serve "
+                    "(a pod leaves the Service while it reloads)"
+                )
+            else:
+                parts.append(f"{turn} pods wait their turn (at most {self.batch} reloading at once)")
+        return parts + self.not_counted()
 
     def idle(self) -> InPlacePlan:
         """Nothing loads: annotations that are not needed go (one naming the stable revision only
