@@ -110,7 +110,7 @@ class FakeAgents:
 def kubelet(kube: MemKube) -> None:
     """The Deployment controller and the kubelet, faked: each Deployment has its replicas' pods,
     Ready, each with a loopback IP; a pod once made stays (its annotations with it)."""
-    used = {p["status"]["podIP"] for p in kube.of_kind("Pod")}
+    used = {p["status"].get("podIP") for p in kube.of_kind("Pod")}
     for deployment in kube.of_kind("Deployment"):
         name = deployment["metadata"]["name"]
         replicas = int(deployment["spec"].get("replicas", 1))
@@ -877,5 +877,165 @@ async def test_an_undo_the_pods_cannot_load_in_place_is_rejected_and_says_why(
             "be loaded back only in place, into those pods (spec.rollout.modelUpdates: InPlace, while "
             "they serve and no rollout of new pods runs)"
         ]
+    finally:
+        await svc.close()
+
+
+# ---------------------------------------------------------------- pods that cannot serve (evicted, Pending)
+
+EVICTED = {
+    "phase": "Failed",
+    "reason": "Evicted",
+    "message": 'Usage of EmptyDir volume "models" exceeds the limit "64Mi". ',
+    "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
+}
+PENDING = {
+    "phase": "Pending",
+    "conditions": [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/3 nodes are available: 3 Insufficient cpu.",
+        }
+    ],
+}
+
+
+def host_pod(svc: Service, host: str, suffix: str, status: dict[str, Any]) -> str:
+    """A pod of the host revision left beside the Deployment's live ones: an evicted one (phase
+    Failed, reason Evicted, no deletionTimestamp: it stays until deleted, while its ReplicaSet
+    starts another), or one the scheduler cannot place."""
+    labels = next(p for p in svc.pods().values() if p["metadata"]["labels"][LABEL_REVISION] == host)
+    name = f"svc-{host}-{suffix}"
+    svc.kube.put(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": NS,
+                "labels": dict(labels["metadata"]["labels"]),
+                "uid": f"uid-{suffix}",
+            },
+            "status": copy.deepcopy(status),
+        }
+    )
+    return name
+
+
+async def test_an_evicted_pod_neither_wedges_an_in_place_rollout_nor_its_rollback(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    """Before: the evicted pod counted as live, the last step waited for it for ever, and so did
+    the rollback after the deadline (InPlaceRollingBack for days, a new spec.image and an abort
+    ignored). Now it is not counted: the rollout completes, and so does a rollback."""
+    svc = Service(
+        agents, kube, rollout={"modelUpdates": "InPlace", "steps": [{"setWeight": 50}, {"pause": {}}]}
+    )
+    try:
+        host = await serving(svc)
+        evicted = host_pod(svc, host, "evicted", EVICTED)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        new = (await svc.run()).revision
+        assert new is not None
+        await until(svc, lambda: svc.condition(cond.PROGRESSING)["reason"] == cond.STEP_PAUSED)
+        assert len(svc.annotated()) == 2 and evicted not in svc.annotated()  # 50% of the 4 live pods
+        svc.request("abort", new)
+        await svc.run()
+        assert svc.status()["inPlace"]["rollingBack"] == cond.ABORTED
+        await until(svc, lambda: "next" not in svc.status()["inPlace"])
+        assert svc.condition(cond.PROGRESSING)["reason"] == cond.ROLLOUT_ABORTED
+        assert any(r == cond.IN_PLACE_ROLLED_BACK for _, r, _ in svc.events())
+        assert svc.annotated() == {}
+
+        svc.request("retry", new)  # and once retried, the rollout completes without it
+        await svc.run()
+        svc.request("promote", new)
+        await until(svc, lambda: svc.status().get("servedRevision") == new)
+        assert "next" not in svc.status()["inPlace"]
+        done = [m for _, r, m in svc.events() if r == cond.ROLLOUT_COMPLETED and "in place" in m]
+        assert done and "by all 4 pods" in done[-1]
+        assert evicted not in svc.annotated()
+    finally:
+        await svc.close()
+
+
+async def test_a_newer_spec_image_and_an_abort_win_over_a_rollback_with_an_evicted_pod(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    """The update passes its deadline (a pod never loads it) and rolls back while an evicted pod
+    is there: an abort during the rollback is acknowledged, and a newer spec.image rolls out new
+    pods instead of waiting behind a rollback that cannot end."""
+    rollout = {"modelUpdates": "InPlace", "progressDeadlineSeconds": 120}
+    svc = Service(agents, kube, rollout=rollout, startupTimeoutSeconds=60)
+    try:
+        host = await serving(svc)
+        host_pod(svc, host, "evicted", EVICTED)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        new = (await svc.run()).revision
+        assert new is not None
+        agents.stuck.add(new)
+        await svc.run()
+        svc.now += datetime.timedelta(seconds=121)
+        await svc.run()
+        assert svc.condition(cond.DEGRADED)["reason"] == cond.PROGRESS_DEADLINE_EXCEEDED
+        agents.stuck.clear()
+        svc.request("abort", new)
+        await svc.run()
+        acknowledged = [m for _, r, m in svc.events() if r == cond.ABORTED]
+        assert acknowledged and "already rolling back" in acknowledged[-1]
+        svc.edit(lambda spec: spec.__setitem__("image", "nvcr.io/nvidia/tritonserver:24.09-py3"))
+        await until(svc, lambda: len(svc.deployments()) == 2)
+        assert svc.status()["rolloutKind"] == "NewPods"
+        assert "next" not in svc.status().get("inPlace", {})
+    finally:
+        await svc.close()
+
+
+async def test_the_status_names_each_pod_an_in_place_step_waits_for_and_why(
+    kube: MemKube, agents: FakeAgents
+) -> None:
+    svc = Service(agents, kube, rollout={"modelUpdates": "InPlace"})
+    try:
+        host = await serving(svc)
+        pending = host_pod(svc, host, "pending", PENDING)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        new = (await svc.run()).revision
+        assert new is not None
+        agents.stuck.add(new)
+        await svc.run()
+        message = svc.condition(cond.PROGRESSING)["message"]
+        (asked,) = svc.annotated()
+        assert f"waiting for pod {asked}: agent reports Applying" in message
+        assert "3 pods wait their turn (at most 1 reloading at once)" in message
+        assert (
+            f"not counted (cannot serve): pod {pending}: Pending (Unschedulable: 0/3 nodes are available: "
+            "3 Insufficient cpu.)" in message
+        )
+        agents.stuck.clear()
+        await until(svc, lambda: svc.status().get("servedRevision") == new)
+        assert pending not in svc.annotated()
+    finally:
+        await svc.close()
+
+
+async def test_one_replica_takes_new_pods_instead_of_a_gap(kube: MemKube, agents: FakeAgents) -> None:
+    """A pod leaves the Service while its models reload: with one replica that is a gap, so a change
+    in-place could take makes new pods (a surge), and says why."""
+    svc = Service(agents, kube, rollout={"modelUpdates": "InPlace"}, replicas=1)
+    try:
+        host = await serving(svc)
+        svc.edit(lambda spec: new_model_version(spec, svc))
+        new = (await svc.run()).revision
+        status = svc.status()
+        assert status["rolloutKind"] == "NewPods"
+        assert status["rolloutKindReason"] == (
+            "new pods: in place needs at least 2 pods: a pod leaves the Service while it reloads; "
+            "with 1 replica new pods take over instead"
+        )
+        assert sorted(svc.deployments()) == sorted([f"svc-{host}", f"svc-{new}"])
+        assert svc.annotated() == {} and "inPlace" not in status
+        assert any(r == cond.NEW_PODS_REQUIRED and "at least 2 pods" in m for _, r, m in svc.events())
     finally:
         await svc.close()

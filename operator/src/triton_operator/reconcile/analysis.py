@@ -204,7 +204,7 @@ class TritonView:
         state = InPlaceState.from_status(status)
         if self.agents is None or state is None or state.next is None:
             return {}
-        host = {p.name: p.ip for p in pods if p.revision == state.host and not p.terminating}
+        host = {p.name: p.ip for p in pods if p.revision == state.host and p.live}
         return await self.agents.read(host)
 
     def window_started(self, owner: Owner) -> datetime | None:

@@ -100,8 +100,11 @@ class World:
                 agent = AgentStatus(revision=S, target=N, state="Applying")
             elif name in self.failing and target == N:
                 agent = AgentStatus(revision=S, target=N, state="Failed", message="load of add failed: boom")
-            elif self.slow and pod.agent is not None and pod.agent.revision != target and (
-                pod.agent.target != target or pod.agent.state != "Applying"
+            elif (
+                self.slow
+                and pod.agent is not None
+                and pod.agent.revision != target
+                and (pod.agent.target != target or pod.agent.state != "Applying")
             ):
                 agent = AgentStatus(revision=pod.agent.revision, target=target, state="Applying")
             else:
@@ -158,7 +161,8 @@ def test_steps_update_pods_a_step_at_a_time_then_all_and_complete() -> None:
     assert plan.in_flight and plan.requeue_after == 2.0
     world.run()  # p0 reports next: step 0 done, step 1 asks a second pod
     assert world.annotated() == ["p0", "p1"]
-    world.run()  # step 1 done: every pod, in batches of max(1, 25% of 4) = 1 (a pod reloading is out of the Service)
+    # step 1 done: every pod, in batches of max(1, 25% of 4) = 1 (a pod reloading is out of the Service)
+    world.run()
     assert world.annotated() == ["p0", "p1", "p2"]
     world.run()
     assert world.annotated() == list(PODS)
@@ -253,8 +257,9 @@ def test_a_set_weight_step_counts_the_pods_that_can_serve() -> None:
     step counts the pods that can serve, Ready or not; a pod that has not started (or is Pending,
     crash looping) is not counted, and is never asked."""
     world = World([{"setWeight": 50}])
-    world.pods["p3"] = dataclasses.replace(world.pods["p3"], ready=False, problem="not started (tritonserver is not running)")
-    world.pods["p2"] = dataclasses.replace(world.pods["p2"], ready=False, problem="Pending (Unschedulable: 0/1 nodes)")
+    not_started = "not started (tritonserver is not running)"
+    world.pods["p3"] = dataclasses.replace(world.pods["p3"], ready=False, problem=not_started)
+    world.pods["p2"] = dataclasses.replace(world.pods["p2"], ready=False, problem=PENDING)
     world.run()
     assert world.annotated() == ["p0"]  # ceil(50% of the 2 pods that can serve)
     world.pods["p3"] = dataclasses.replace(world.pods["p3"], problem=None)  # running, still un-Ready
