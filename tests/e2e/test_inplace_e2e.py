@@ -12,7 +12,10 @@ counting answers through the TritonService's Service.
     the pod not asked yet, on Triton's own metrics): rolled back in place, no request fails, the
     answers go back to the old version, the Events and conditions those of a failed canary analysis;
 (d) `kubectl triton undo` of an in-place rollout loads the revision served before back into the same
-    pods, in place: no request fails, the answers go back to the old version.
+    pods, in place: no request fails, the answers go back to the old version;
+(e) a pod evicted by the kubelet mid-rollout (its /models past modelVolume.sizeLimit: phase Failed,
+    reason Evicted, left in place) neither wedges the rollout nor counts: it completes on the pods
+    that can serve, the ReplicaSet's new pod included, and no request fails outside the eviction.
 
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without
 them every test here skips, saying why.
@@ -23,6 +26,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import subprocess
 import time
 import urllib.request
 import uuid
@@ -33,6 +37,7 @@ import pytest
 from lightkube import Client
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Namespace, Pod, Service
+from lightkube.resources.discovery_v1 import EndpointSlice
 
 from e2e_helpers import (
     apply,
@@ -424,3 +429,112 @@ def test_undo_of_an_in_place_rollout_goes_back_in_place_with_no_failed_request( 
     printed = kubectl_triton(cluster, "status", "undone", "-n", namespace)
     assert f"Undo:      serving {host_revision} in place" in printed, printed
     print(f"\nin-place undo: request -> every pod back: {took:.1f} s")
+
+
+def serving_ips(kube: Client, namespace: str, name: str) -> set[str]:
+    """The addresses the Service sends requests to now (its EndpointSlices' ready endpoints)."""
+    out: set[str] = set()
+    for eps in kube.list(EndpointSlice, namespace=namespace, labels={"kubernetes.io/service-name": name}):
+        for ep in eps.endpoints or []:
+            if ep.conditions is None or ep.conditions.ready is not False:
+                out.update(ep.addresses or [])
+    return out
+
+
+def test_a_pod_evicted_mid_rollout_neither_wedges_it_nor_fails_a_request_outside_the_eviction(  # noqa: PLR0917
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, cluster: Path, kubectl: str | None
+) -> None:
+    """The kubelet evicts the pod not asked yet (a file past its /models sizeLimit, written from its
+    model-agent container): the pod stays, phase Failed, reason Evicted, with no deletionTimestamp.
+    Before, it counted as live: the last step waited for it for ever, then so did the rollback.
+    Now the rollout goes on with the pods that can serve (while one alone serves, it asks none, as a
+    pod leaves the Service while it reloads), the ReplicaSet's new pod included, and completes.
+
+    Requests: the kubelet kills the evicted pod at once (grace period 0), so requests in flight to it,
+    or sent to it before the Service drops its address, can fail; none may fail outside that window
+    (from the write to a few seconds after its address left the endpoints)."""
+    if kubectl is None:
+        pytest.skip("no kubectl")
+    body = service("evict", namespace, bucket, store, 1)
+    body["spec"]["modelVolume"] = {"sizeLimit": "32Mi"}
+    body["spec"]["rollout"]["steps"] = [{"setWeight": 50}, {"pause": {}}]
+    apply(kube, body)
+    host_revision = serving(kube, namespace, "evict")["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "evict")
+    answering(host, 0)
+
+    store.extra["s3"].put_object(
+        Bucket=bucket, Key=KEY.format(model="add_sub", version=2), Body=adder_source(100)
+    )
+    client = LoadClient(host, max_seconds=500).start()
+    window: list[float] = []
+    try:
+        body = service("evict", namespace, bucket, store, 2)
+        body["spec"]["modelVolume"] = {"sizeLimit": "32Mi"}
+        body["spec"]["rollout"]["steps"] = [{"setWeight": 50}, {"pause": {}}]
+        apply(kube, body)
+
+        def paused() -> dict[str, Any] | None:
+            obj = get_ts(kube, namespace, "evict")
+            return obj if condition(obj, "Progressing").get("reason") == "StepPaused" else None
+
+        obj = wait_for(paused, timeout=180, interval=1, what="the first pod to serve the new revision")
+        new = obj["status"]["inPlace"]["next"]
+        (asked,) = obj["status"]["inPlace"]["pods"]
+        victim = next(p for p in pods(kube, namespace, "evict") if p.metadata.name != asked)
+        victim_name, victim_ip = victim.metadata.name, victim.status.podIP
+
+        window.append(time.monotonic() - client._t0)
+        fill = "open('/models/.fill', 'wb').write(bytes(64 << 20))"
+        proc = subprocess.run(
+            [kubectl, f"--kubeconfig={cluster}", "-n", namespace, "exec", victim_name, "-c", "model-agent",
+             "--", "python", "-c", fill],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert proc.returncode in (0, 137, 143) or "terminated" in proc.stderr, proc.stderr
+
+        def evicted() -> Any:
+            pod = kube.get(Pod, victim_name, namespace=namespace)
+            return pod if pod.status is not None and pod.status.phase == "Failed" else None
+
+        gone = wait_for(evicted, timeout=240, interval=1, what=f"the kubelet to evict {victim_name}")
+        assert gone.status.reason == "Evicted" and gone.metadata.deletionTimestamp is None, gone.status
+        wait_for(
+            lambda: victim_ip not in serving_ips(kube, namespace, "evict"),
+            timeout=60,
+            interval=0.5,
+            what="the evicted pod's address to leave the Service",
+        )
+        window.append(time.monotonic() - client._t0 + 5)
+
+        kubectl_triton(cluster, "promote", "evict", "-n", namespace)
+
+        def moved() -> dict[str, Any] | None:
+            got = get_ts(kube, namespace, "evict")
+            status = got["status"]
+            done = status.get("servedRevision") == new and not (status.get("inPlace") or {}).get("next")
+            return got if done else None
+
+        obj = wait_for(moved, timeout=300, interval=1, what="the rollout to complete without the evicted pod")
+        answering(host, 100, timeout=60)
+        time.sleep(2)
+    finally:
+        client.stop()
+    print(f"\nin-place rollout with a pod evicted mid-way: {client.summary()}; eviction window {window}")
+    print("failures:", client.failures[:20])
+    assert client.sent > 50, client.summary()
+    outside = [f for f in client.failures if len(window) < 2 or not window[0] <= f[0] <= window[1]]
+    assert not outside, outside[:5]
+    assert client.answers[0.0] > 0 and client.answers[100.0] > 0, client.summary()
+    status = obj["status"]
+    assert status["stableRevision"] == host_revision and status["rolloutKind"] == "InPlace"
+    live = [p for p in pods(kube, namespace, "evict") if p.status.phase != "Failed"]
+    assert len(live) == 2 and victim_name not in {p.metadata.name for p in live}
+    for pod in live:
+        assert agent(pod.status.podIP)["revision"] == new
+        assert offset_of(infer_add_sub(pod.status.podIP)) == 100
+    left = kube.get(Pod, victim_name, namespace=namespace)  # still there, never counted
+    assert left.status is not None and left.status.phase == "Failed" and left.status.reason == "Evicted"
+    said = events(kube, namespace, "evict")
+    done = [m for _, r, m in said if r == "RolloutCompleted" and "in place" in m]
+    assert done and "by all 2 pods" in done[-1], said
