@@ -12,6 +12,12 @@ mid-update, the progress deadline or an abort request rolls back: the annotation
 agents load the stable revision again, and ``next`` is cleared once every pod reports it.
 Success: stable := next.
 
+Only the pods that can serve count (HostPod.problem: not Pending, crash looping, unstarted; an
+evicted pod is not a host pod at all): they alone are asked and waited for, by a rollout and a
+rollback alike, and the status names the others. A pod leaves the Service while it reloads, so the
+pods move in batches (``batch_size``: at most a quarter of them, never all), forward and back. A
+newer spec and an abort always win, also while rolling back.
+
 ``plan_in_place`` is one call, level-based like core.rollout.engine: the state it wrote last time
 and what it observes now in, the next state, the pod annotations to write, the ConfigMap's
 state.json, the conditions and Events out.
