@@ -684,3 +684,38 @@ def test_a_rollback_moves_the_pods_back_in_batches_too() -> None:
         world.run()
     assert world.state.next is None and world.state.aborted_revision == N
     assert all(p.agent is not None and p.agent.revision == S for p in world.pods.values())
+
+
+def test_the_deadline_counts_from_the_last_batch_asked() -> None:
+    """Batches in a row (one of 4 pods at a time) each taking 400 s of a 600 s deadline: progress
+    each time, no rollback (the deadline of a Deployment's progressDeadlineSeconds, per batch)."""
+    world = World()
+    for _ in range(12):
+        if world.state.next is None:
+            break
+        world.stuck = set(world.annotated()[-1:])
+        world.run()
+        world.now += datetime.timedelta(seconds=400)
+        world.stuck = set()
+        world.run()
+    assert world.state.next is None and world.state.stable == N
+    assert cond.ROLLOUT_ABORTED not in world.reasons()
+
+
+def test_a_pod_never_asked_and_un_ready_holds_no_rollback() -> None:
+    world = World([{"setWeight": 50}, {"pause": {}}])
+    world.settle()
+    assert world.annotated() == ["p0", "p1"]
+    unread = AgentStatus(error="timed out")
+    world.pods["p3"] = dataclasses.replace(world.pods["p3"], ready=False, agent=unread)
+    world.run(InPlaceRequests(abort=True))
+    world.pods["p3"] = dataclasses.replace(world.pods["p3"], agent=AgentStatus(error="timed out"))
+    assert world.last is not None and "pod p3" not in world.last.progressing.message
+    plan = world.run()  # p0 back (p1 serves next, held: at most 1 reloading); p3 no business of it
+    assert plan.progressing.reason == cond.IN_PLACE_ROLLING_BACK and "pod p3" not in plan.progressing.message
+    assert "1/2 pods asked of revision host serve revision host again" in plan.progressing.message
+    world.pods["p3"] = dataclasses.replace(world.pods["p3"], agent=AgentStatus(error="timed out"))
+    world.run()
+    world.pods["p3"] = dataclasses.replace(world.pods["p3"], agent=AgentStatus(error="timed out"))
+    plan = world.run()
+    assert plan.state is not None and plan.state.next is None and world.annotated() == []

@@ -598,7 +598,10 @@ class _Call:
                     break
                 moving += 1
             pods.append(pod.name)
-        self.set(pods=tuple(pods))
+        if len(pods) > len(self.st.pods):
+            # A batch asked is progress: the deadline counts from the last one (as a Deployment's
+            # progressDeadlineSeconds), not from the step's first, so batches in a row never run out.
+            self.set(pods=tuple(pods), waiting_since=None)
 
     def done(self, wanted: int) -> bool:
         """The pods asked are ``wanted`` and every one serves the next revision, models READY."""
@@ -671,12 +674,17 @@ class _Call:
         st = self.st
         nxt = st.next
         assert nxt is not None
-        back = [p for p in self.servable if self.on(p, st.stable, gated=False)]
+        # The pods to bring back: those asked, and any still annotated; a pod never asked never left
+        # the stable revision (un-Ready for its own reasons, it is no business of the rollback).
+        returning = [p for p in self.servable if p.name in st.pods or p.target is not None]
+        back = [p for p in returning if self.on(p, st.stable, gated=False)]
         annotations: dict[str, str | None] = {
             p.name: None for p in self.live if p.target is not None and p.problem is not None
         }
         room = max(1, self.batch)  # a rollback always moves: with one pod left it goes back too
-        moving = sum(1 for p in self.servable if p.target is None and p not in back)
+        # Reloading back: asked, told to go back, not there yet (a pod never asked and un-Ready for
+        # its own reasons holds no rollback: it would wait on it for ever).
+        moving = sum(1 for p in self.servable if p.name in st.pods and p.target is None and p not in back)
         asked = [p for p in self.servable if p.target is not None]
         held: list[HostPod] = []
         for pod in sorted(asked, key=lambda p: (self.on(p, nxt, gated=True), p.name)):
@@ -688,7 +696,7 @@ class _Call:
                 moving += 1
             else:
                 held.append(pod)
-        if len(back) == len(self.servable):
+        if len(back) == len(returning):
             self.set(
                 next=None, step_index=None, step_started_at=None, pods=(), rolling_back=None, **_UNSTEPPED
             )
@@ -705,11 +713,11 @@ class _Call:
             self.event(
                 IN_PLACE_ROLLED_BACK,
                 f"revision {nxt} rolled back in place, replaced by revision {replaced}: it starts from "
-                f"revision {st.stable}, {len(self.servable) - len(back)} pods still reloading it",
+                f"revision {st.stable}, {len(returning) - len(back)} pods still reloading it",
             )
             self.requeue.append(POLL_SECONDS)
             return self.held(annotations)
-        late = [p for p in self.servable if p not in back and p not in held]
+        late = [p for p in returning if p not in back and p not in held]
         waits = [f"pod {p.name}: {why_not_on(p, st.stable)}" for p in late]
         parts = [f"waiting for {_named(waits)}"] if waits else []
         if held:
@@ -718,7 +726,7 @@ class _Call:
         if replaced is not None:
             parts.append(f"revision {replaced} starts once no pod is asked for {nxt} any more")
         message = (
-            f"rolling back revision {nxt} in place: {len(back)}/{len(self.servable)} pods of "
+            f"rolling back revision {nxt} in place: {len(back)}/{len(returning)} pods asked of "
             f"revision {st.host} serve revision {st.stable} again"
         ) + "".join(f"; {p}" for p in parts)
         self.requeue.append(POLL_SECONDS)
