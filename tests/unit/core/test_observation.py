@@ -15,6 +15,7 @@ from triton_operator.core.builders import (
     build_deployment,
     compute_revision,
 )
+from triton_operator.core.inplace_plan import host_pods
 from triton_operator.core.names import LABEL_REVISION
 from triton_operator.core.observation import (
     check_body,
@@ -432,3 +433,92 @@ def test_nothing_is_applied_yet_only_without_a_status_and_without_owned_deployme
     assert not nothing_applied_yet({"observedGeneration": 1}, [], [])  # its objects deleted by hand
     assert not nothing_applied_yet({}, [deployment], [])
     assert not nothing_applied_yet({}, [], [configmap])  # a pass whose status write failed
+
+
+def _pod(status: dict[str, Any], **metadata: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "p", "labels": {LABEL_REVISION: "r1"}, **metadata}, "status": status}
+
+
+RUNNING_TRITON = {"name": "tritonserver", "started": True, "state": {"running": {"startedAt": "x"}}}
+
+
+@pytest.mark.parametrize(
+    ("status", "metadata", "live", "why"),
+    [
+        (  # evicted: Failed, reason Evicted, no deletionTimestamp; stays until deleted
+            {
+                "phase": "Failed",
+                "reason": "Evicted",
+                "message": 'Usage of EmptyDir volume "models" exceeds the limit "32Mi". ',
+            },
+            {},
+            False,
+            'Failed (Evicted: Usage of EmptyDir volume "models" exceeds the limit "32Mi".)',
+        ),
+        ({"phase": "Succeeded"}, {}, False, "Succeeded"),
+        (
+            {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/1 nodes",
+                    }
+                ],
+            },
+            {},
+            True,
+            "Pending (Unschedulable: 0/1 nodes)",
+        ),
+        (
+            {
+                "phase": "Pending",
+                "initContainerStatuses": [
+                    {"name": "sync", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "no"}}}
+                ],
+            },
+            {},
+            True,
+            "Pending (ImagePullBackOff: container sync: no)",
+        ),
+        ({"phase": "Pending"}, {}, True, "Pending (starting)"),
+        ({"phase": "Unknown"}, {}, True, "Unknown (its node does not report it)"),
+        (
+            {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "tritonserver",
+                        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "b"}},
+                    }
+                ],
+            },
+            {},
+            True,
+            "CrashLoopBackOff (container tritonserver: b)",
+        ),
+        ({"phase": "Running", "containerStatuses": [{"name": "tritonserver"}]}, {}, True, "not started"),
+        ({"phase": "Running", "containerStatuses": [RUNNING_TRITON]}, {}, True, None),  # un-Ready: reloading
+        ({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}, {}, True, None),
+        ({"phase": "Running"}, {"deletionTimestamp": "2026-01-01T00:00:00Z"}, False, "terminating"),
+    ],
+)
+def test_whether_a_pod_can_serve_and_why_not(
+    status: dict[str, Any], metadata: dict[str, Any], live: bool, why: str | None
+) -> None:
+    pod = pod_state(_pod(status, **metadata))
+    assert pod.live is live
+    problem = pod.cannot_serve()
+    assert (problem is None) if why is None else (problem is not None and problem.startswith(why)), problem
+
+
+def test_an_evicted_pod_is_no_host_pod_and_no_crash_loop_of_its_revision() -> None:
+    evicted = _pod(
+        {"phase": "Failed", "reason": "Evicted", "containerStatuses": [{"name": "x", "restartCount": 5}]}
+    )
+    state = pod_state(evicted)
+    assert state.settled and not state.live
+    assert not revision_state(None, [state]).crash_looping
+    assert host_pods("r1", [state], {}) == []
