@@ -957,6 +957,8 @@ async def test_an_evicted_pod_neither_wedges_an_in_place_rollout_nor_its_rollbac
         done = [m for _, r, m in svc.events() if r == cond.ROLLOUT_COMPLETED and "in place" in m]
         assert done and "by all 4 pods" in done[-1]
         assert evicted not in svc.annotated()
+        scheduled = svc.condition(cond.PODS_SCHEDULED)  # the evicted pod is none of the pods serving
+        assert scheduled["status"] == cond.TRUE and scheduled["message"] == "4 pod(s) scheduled"
     finally:
         await svc.close()
 

@@ -51,7 +51,7 @@ def _replica_message(revision: str, state: DeploymentState | None, replicas: int
 
 def pods_scheduled(pods: Sequence[PodState], revisions: Sequence[str]) -> Verdict:
     """False/Unschedulable with the scheduler's own message when a serving pod cannot be placed."""
-    serving = [p for p in pods if p.revision in revisions and not p.terminating]
+    serving = [p for p in pods if p.revision in revisions and p.live]
     stuck = [p for p in serving if p.unschedulable is not None]
     if stuck:
         first = stuck[0]
@@ -67,7 +67,7 @@ def degraded(
     pods: Sequence[PodState], deployments: Sequence[DeploymentState], revisions: Sequence[str]
 ) -> Verdict:
     """True when serving pods fail (crash loops, image pulls) or a revision missed its deadline."""
-    failing = [p for p in pods if p.revision in revisions and p.waiting_reason and not p.terminating]
+    failing = [p for p in pods if p.revision in revisions and p.waiting_reason and p.live]
     if failing:
         first = failing[0]
         triton = describe_failures(first.triton_failures)
