@@ -485,7 +485,7 @@ def test_a_pod_evicted_mid_rollout_neither_wedges_it_nor_fails_a_request_outside
         victim_name, victim_ip = victim.metadata.name, victim.status.podIP
 
         window.append(time.monotonic() - client._t0)
-        fill = "open('/models/.fill', 'wb').write(bytes(64 << 20))"
+        fill = "f = open('/models/.fill', 'wb')\nfor _ in range(64): f.write(bytes(1 << 20))\nf.close()"
         proc = subprocess.run(
             [kubectl, f"--kubeconfig={cluster}", "-n", namespace, "exec", victim_name, "-c", "model-agent",
              "--", "python", "-c", fill],
