@@ -668,7 +668,7 @@ class _Call:
         """The annotations go, in batches as the update's asks (a pod leaves the Service while it
         reloads): a pod that does not serve the next revision (failed, still loading, or unable to
         serve at all) at once, the others while fewer than a batch (at least one) reload; ``next`` is
-        cleared once every pod that can serve reports the stable revision again. A newer spec ends
+        cleared once every pod asked that can serve reports the stable revision again. A newer spec ends
         the rollback once no pod is asked any more: the new update starts from the stable revision,
         the pods still reloading it counted as reloading."""
         st = self.st
