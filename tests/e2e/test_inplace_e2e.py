@@ -27,6 +27,7 @@ import copy
 import json
 import re
 import subprocess
+import threading
 import time
 import urllib.request
 import uuid
@@ -431,6 +432,46 @@ def test_undo_of_an_in_place_rollout_goes_back_in_place_with_no_failed_request( 
     print(f"\nin-place undo: request -> every pod back: {took:.1f} s")
 
 
+class PodTimeline:
+    """Every change of the service's pods (phase, Ready, IP) and of the Service's endpoints, on the
+    load client's clock, read every 0.5 s: what a failed request lines up with."""
+
+    def __init__(self, kube: Client, namespace: str, name: str, client: LoadClient) -> None:
+        self.kube, self.namespace, self.name, self.client = kube, namespace, name, client
+        self.lines: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> PodTimeline:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        last = ""
+        while not self._stop.wait(0.5):
+            try:
+                now = []
+                for p in pods(self.kube, self.namespace, self.name):
+                    status = p.status
+                    ready = any(c.type == "Ready" and c.status == "True" for c in (status.conditions or []))
+                    now.append(
+                        f"{p.metadata.name[-5:]} {status.phase} {'R' if ready else '-'} {status.podIP}"
+                    )
+                state = (
+                    "; ".join(sorted(now))
+                    + f" | endpoints {sorted(serving_ips(self.kube, self.namespace, self.name))}"
+                )
+            except Exception as exc:  # a read that fails is a line too
+                state = f"read failed: {exc}"
+            if state != last:
+                self.lines.append(f"{time.monotonic() - self.client._t0:7.2f}  {state}")
+                last = state
+
+
 def serving_ips(kube: Client, namespace: str, name: str) -> set[str]:
     """The addresses the Service sends requests to now (its EndpointSlices' ready endpoints)."""
     out: set[str] = set()
@@ -468,6 +509,7 @@ def test_a_pod_evicted_mid_rollout_neither_wedges_it_nor_fails_a_request_outside
     )
     client = LoadClient(host, max_seconds=500).start()
     window: list[float] = []
+    timeline = PodTimeline(kube, namespace, "evict", client).start()
     try:
         body = service("evict", namespace, bucket, store, 2)
         body["spec"]["modelVolume"] = {"sizeLimit": "32Mi"}
@@ -516,12 +558,34 @@ def test_a_pod_evicted_mid_rollout_neither_wedges_it_nor_fails_a_request_outside
             return got if done else None
 
         obj = wait_for(moved, timeout=300, interval=1, what="the rollout to complete without the evicted pod")
+
+        def converged() -> list[Any] | None:
+            # The ReplicaSet's new pod counts once it can serve; one still starting when the rollout
+            # completed follows the stable revision of the in-place ConfigMap on its own.
+            live = [p for p in pods(kube, namespace, "evict") if p.status and p.status.phase == "Running"]
+            ready = [
+                p for p in live if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions)
+            ]
+            try:
+                on = [p for p in ready if agent(p.status.podIP)["revision"] == new]
+            except OSError:
+                return None
+            return on if len(on) == 2 else None
+
+        wait_for(converged, timeout=180, interval=1, what="both live pods Ready on the new revision")
         answering(host, 100, timeout=60)
         time.sleep(2)
     finally:
         client.stop()
-    print(f"\nin-place rollout with a pod evicted mid-way: {client.summary()}; eviction window {window}")
-    print("failures:", client.failures[:20])
+        timeline.stop()
+    print("\npods (seconds on the client's clock: name, phase, Ready, IP, endpoints):")
+    print("\n".join(timeline.lines))
+    inside = [f for f in client.failures if len(window) == 2 and window[0] <= f[0] <= window[1]]
+    print(
+        f"\nin-place rollout with a pod evicted mid-way: {client.summary()}; eviction window "
+        f"{window[0]:.1f}-{window[1]:.1f} s: {len(inside)} failed in it"
+        + (f" ({inside[0][0]:.2f}-{inside[-1][0]:.2f} s)" if inside else "")
+    )
     assert client.sent > 50, client.summary()
     outside = [f for f in client.failures if len(window) < 2 or not window[0] <= f[0] <= window[1]]
     assert not outside, outside[:5]
