@@ -509,7 +509,8 @@ def test_a_pod_evicted_mid_rollout_neither_wedges_it_nor_fails_a_request_outside
     model-agent container): the pod stays, phase Failed, reason Evicted, with no deletionTimestamp.
     Before, it counted as live: the last step waited for it for ever, then so did the rollback.
     Now the rollout goes on with the pods that can serve (while one alone serves, it asks none, as a
-    pod leaves the Service while it reloads), the ReplicaSet's new pod included, and completes.
+    pod leaves the Service while it reloads) and completes; the ReplicaSet's new pod counts once it
+    can serve, and one still starting then follows the stable revision on its own.
 
     Requests: the kubelet kills the evicted pod at once (grace period 0), so requests in flight to it,
     or sent to it before the Service drops its address, can fail; none may fail outside that window
@@ -635,4 +636,7 @@ def test_a_pod_evicted_mid_rollout_neither_wedges_it_nor_fails_a_request_outside
     assert left.status is not None and left.status.phase == "Failed" and left.status.reason == "Evicted"
     said = events(kube, namespace, "evict")
     done = [m for _, r, m in said if r == "RolloutCompleted" and "in place" in m]
-    assert done and "by all 2 pods" in done[-1], said
+    # the pods that could serve then: the one left, and the ReplicaSet's new pod if it was up by then
+    # (one still starting follows the stable revision of the in-place ConfigMap on its own)
+    counted = re.search(r"by all (\d+) pods", done[-1]) if done else None
+    assert counted is not None and counted.group(1) in ("1", "2"), said
