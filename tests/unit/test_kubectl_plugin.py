@@ -580,3 +580,50 @@ def test_status_shows_each_serving_revisions_time_to_serve() -> None:
         "    pod resnet-9a1b2e-5c4d-q8w7e, Ready at 2026-01-01T11:00:09Z",
     ]
     assert "Time to serve" not in kp.render_status(ts(stableRevision="5d8f7c"), NOW)
+
+
+# ----------------------------------------------------------------- -o json|yaml|name
+
+
+def test_get_and_status_output_the_objects_as_the_api_returns_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    a, b = ts("a", "ml", canaryRevision="c2"), ts("b", "ml")
+    fake = FakeControl(objects={("ml", "a"): a, ("ml", "b"): b, ("x", "c"): ts("c", "x")}, namespace="ml")
+    assert kp.main(["get", "-o", "json"], client=fake) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed == {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [a, b],
+        "metadata": {"resourceVersion": ""},
+    }
+    assert kp.main(["get", "a", "-o", "yaml"], client=fake) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == a
+    assert kp.main(["get", "-A", "-o", "name"], client=fake) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "tritonservice.triton-operator.io/a",
+        "tritonservice.triton-operator.io/b",
+        "tritonservice.triton-operator.io/c",
+    ]
+    assert kp.main(["get", "-n", "empty", "-o", "name"], client=fake) == 0
+    assert capsys.readouterr().out == ""
+    assert kp.main(["status", "a", "-o", "json"], client=fake) == 0
+    assert json.loads(capsys.readouterr().out) == a
+    with pytest.raises(SystemExit):
+        kp.main(["get", "-o", "wide"], client=fake)
+
+
+def test_tune_show_output_json(capsys: pytest.CaptureFixture[str]) -> None:
+    import json  # noqa: PLC0415
+
+    records = [{"run": "r1", "state": "Succeeded"}, {"run": "r2", "state": "Failed"}]
+    fake = FakeControl(objects={("ml", "a"): ts("a", "ml")}, tunings={("ml", "a"): records})
+    assert kp.main(["tune", "a", "-n", "ml", "--model", "m", "--show", "all", "-o", "json"], client=fake) == 0
+    assert json.loads(capsys.readouterr().out) == records
+    assert kp.main(["tune", "a", "-n", "ml", "--model", "m", "--show", "r2", "-o", "json"], client=fake) == 0
+    assert json.loads(capsys.readouterr().out) == records[1:]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from triton_operator.core import conditions as cond
-from triton_operator.core import tuning
+from triton_operator.core import output, tuning
 from triton_operator.core.rollout.clock import parse_time, utcnow
 from triton_operator.core.rollout.requests import FOR_REVISION, Action, request_revision
 from triton_operator.core.rollout.texts import describe_step
@@ -429,7 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     get = add("get", "list TritonServices (or one)", name_required=False)
     get.add_argument("-A", "--all-namespaces", action="store_true", help="list across all namespaces")
-    add("status", "show a TritonService's rollout: steps, conditions, models, history")
+    _output_flag(get, output.FORMATS, "NAME: the object, else a v1 List of them, as the API returns them")
+    status = add("status", "show a TritonService's rollout: steps, conditions, models, history")
+    _output_flag(status, output.FORMATS, "the TritonService as the API returns it")
     promote = add("promote", "complete the current step (a pause{} waits for this)")
     promote.add_argument("--full", action="store_true", help="skip the remaining steps; promote once Ready")
     add("abort", "roll back to the stable revision now")
@@ -457,6 +459,16 @@ def build_parser() -> argparse.ArgumentParser:
         add("tune", "measure candidate configs of a model on tuning pods (perf_analyzer); show the best")
     )
     return parser
+
+
+def _output_flag(parser: argparse.ArgumentParser, formats: Sequence[str], shape: str) -> None:
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=formats,
+        metavar="|".join(formats),
+        help=f"machine-readable output instead of the table: {shape}",
+    )
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -506,6 +518,7 @@ def _tune_parser(tune: argparse.ArgumentParser) -> None:
     tune.add_argument("--apply", action="store_true", help="patch the best into the spec (a normal rollout)")
     tune.add_argument("--keep", type=int, default=tuning.KEEP_RUNS, help="records of runs kept (5)")
     tune.add_argument("--show", metavar="RUN", help="print a recorded run (`all`: every one) and exit")
+    _output_flag(tune, ("json", "yaml"), "the sweep's records: a list, oldest first")
 
 
 def sweep_of(args: argparse.Namespace) -> tuning.Sweep:
@@ -596,6 +609,8 @@ def tune(args: argparse.Namespace, client: Control, cluster: TuningCluster | Non
         if not shown:
             runs = ", ".join(str(r.get("run")) for r in records) or "none"
             raise ValueError(f"no tuning run {args.show!r} of {namespace}/{args.name} (runs: {runs})")
+        if args.output:
+            return output.dump(shown, args.output)
         return "\n".join(line for r in shown for line in render_tuning(r))
     input_data = None
     if args.input_data:
@@ -612,6 +627,8 @@ def tune(args: argparse.Namespace, client: Control, cluster: TuningCluster | Non
         cluster=cluster,
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )
+    if args.output:
+        return output.dump([data], args.output)
     lines = render_tuning(data)
     patch = (data.get("choice") or {}).get("patch")
     if patch and args.apply:
@@ -637,14 +654,18 @@ def run(
     """Carry out one parsed command; returns what to print."""
     namespace = args.namespace or client.namespace
     if args.verb == "get":
-        if args.name:
-            return render_table([client.get(args.name, namespace)], now)
-        all_ns = bool(args.all_namespaces)
-        return render_table(client.list(None if all_ns else namespace), now, all_namespaces=all_ns)
-    if args.verb == "status":
-        return render_status(
-            client.get(args.name, namespace), now, client.tuning_results(args.name, namespace)
+        all_ns = bool(args.all_namespaces) and not args.name
+        items = (
+            [client.get(args.name, namespace)] if args.name else client.list(None if all_ns else namespace)
         )
+        if args.output:
+            return output.render_objects(items, args.output, single=bool(args.name))
+        return render_table(items, now, all_namespaces=all_ns)
+    if args.verb == "status":
+        obj = client.get(args.name, namespace)
+        if args.output:
+            return output.render_objects([obj], args.output, single=True)
+        return render_status(obj, now, client.tuning_results(args.name, namespace))
     if args.verb == "tune":
         return tune(args, client, tuning_cluster)
     if args.verb == "infer":
@@ -687,7 +708,9 @@ def main(
         signal.signal(signal.SIGTERM, _interrupt)
         signal.signal(signal.SIGHUP, _interrupt)
     try:
-        print(run(args, _control(client), utcnow(), tuning_cluster))
+        text = run(args, _control(client), utcnow(), tuning_cluster)
+        if text:  # `-o name` of nothing prints nothing, as kubectl
+            print(text)
     except KeyboardInterrupt:
         print("interrupted: the sweep's tuning pods were deleted", file=sys.stderr)
         return 130
