@@ -627,3 +627,89 @@ def test_tune_show_output_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(capsys.readouterr().out) == records
     assert kp.main(["tune", "a", "-n", "ml", "--model", "m", "--show", "r2", "-o", "json"], client=fake) == 0
     assert json.loads(capsys.readouterr().out) == records[1:]
+
+
+# ----------------------------------------------------------------- --watch
+
+
+class Ticks:
+    """A fake sleep: runs ``changes`` (one a call) between reads, then a Ctrl-C."""
+
+    def __init__(self, *changes: Any) -> None:
+        self.changes = list(changes)
+        self.calls = 0
+
+    def __call__(self, seconds: float) -> None:
+        assert seconds == kp.WATCH_PERIOD
+        self.calls += 1
+        if not self.changes:
+            raise KeyboardInterrupt
+        self.changes.pop(0)()
+
+
+def test_status_watch_redraws_on_a_terminal_and_ends_on_ctrl_c(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading  # noqa: PLC0415
+
+    obj = ts("a", "ml", canaryRevision="c2", stableRevision="s1", canaryWeight=10, currentStepIndex=0)
+    fake = FakeControl(objects={("ml", "a"): obj})
+
+    def move() -> None:
+        obj["status"] = {**obj["status"], "canaryWeight": 50, "currentStepIndex": 2}
+
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    threads = threading.active_count()
+    ticks = Ticks(move)
+    assert kp.main(["status", "a", "-n", "ml", "--watch"], client=fake, sleep=ticks) == 0
+    out = capsys.readouterr().out
+    frames = out.split(kp.CLEAR)[1:]
+    assert len(frames) == 2 and ticks.calls == 2
+    assert "Canary:    c2 (weight 10%)" in frames[0] and "Canary:    c2 (weight 50%)" in frames[1]
+    assert threading.active_count() == threads  # nothing left running
+
+
+def test_get_watch_with_output_prints_each_change_once(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json  # noqa: PLC0415
+
+    fake = FakeControl(objects={("ml", "a"): ts("a", "ml")}, namespace="ml")
+
+    def add() -> None:
+        fake.objects[("ml", "b")] = ts("b", "ml")
+
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    assert (
+        kp.main(["get", "-o", "json", "-w"], client=fake, sleep=Ticks(lambda: None, add, lambda: None)) == 0
+    )
+    out = capsys.readouterr().out
+    assert kp.CLEAR not in out
+    decoder, docs, at = json.JSONDecoder(), [], 0
+    while at < len(out.rstrip()):
+        doc, at = decoder.raw_decode(out, at)
+        docs.append(doc)
+        at += 1
+    assert [[i["metadata"]["name"] for i in d["items"]] for d in docs] == [["a"], ["a", "b"]]
+
+
+def test_watch_retries_a_failed_read_and_a_missing_object_ends_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeControl(objects={("ml", "a"): ts("a", "ml")})
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    saved = fake.objects.pop(("ml", "a"))
+    assert kp.main(["status", "a", "-n", "ml", "-w"], client=fake, sleep=Ticks()) == 1
+    assert capsys.readouterr().err == 'error: tritonservices "a" not found\n'
+    fake.objects[("ml", "a")] = saved
+
+    def lose() -> None:
+        fake.objects.pop(("ml", "a"))
+
+    def back() -> None:
+        fake.objects[("ml", "a")] = saved
+
+    assert kp.main(["status", "a", "-n", "ml", "-w"], client=fake, sleep=Ticks(lose, back)) == 0
+    captured = capsys.readouterr()
+    assert captured.err == f'error: tritonservices "a" not found (retrying every {kp.WATCH_PERIOD:g}s)\n'
+    assert captured.out.count("Name:      a") == 1  # the same object again: not printed twice

@@ -6,9 +6,10 @@ import argparse
 import json
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import ValidationError
 
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
 CONTROL_VERBS: tuple[str, ...] = ("promote", "abort", "pause", "resume", "retry", "undo")
 # The display order of `kubectl triton status` (the others, TrafficRouted among them, after by name).
 CONDITION_ORDER = (cond.READY, cond.REPOSITORY_READY, cond.PODS_SCHEDULED, cond.PROGRESSING, cond.DEGRADED)
+WATCH_PERIOD = 2.0
+"""Seconds between two reads of `--watch` (a read is one GET or LIST: cheap for the API server)."""
+CLEAR = "\x1b[H\x1b[2J"
+"""Cursor home, clear the screen: a terminal's redraw (no alternate screen, nothing to restore)."""
 
 
 # ----------------------------------------------------------------- pure rendering
@@ -432,6 +437,14 @@ def build_parser() -> argparse.ArgumentParser:
     _output_flag(get, output.FORMATS, "NAME: the object, else a v1 List of them, as the API returns them")
     status = add("status", "show a TritonService's rollout: steps, conditions, models, history")
     _output_flag(status, output.FORMATS, "the TritonService as the API returns it")
+    for p in (get, status):
+        p.add_argument(
+            "-w",
+            "--watch",
+            action="store_true",
+            help=f"redraw as it changes (read every {WATCH_PERIOD:g}s) until Ctrl-C; with -o, print "
+            "each change",
+        )
     promote = add("promote", "complete the current step (a pause{} waits for this)")
     promote.add_argument("--full", action="store_true", help="skip the remaining steps; promote once Ready")
     add("abort", "roll back to the stable revision now")
@@ -640,6 +653,61 @@ def tune(args: argparse.Namespace, client: Control, cluster: TuningCluster | Non
     return "\n".join(lines)
 
 
+def watch(
+    frame: Callable[[], tuple[Any, str]],
+    out: TextIO,
+    err: TextIO,
+    *,
+    tty: bool,
+    sleep: Callable[[float], None] = time.sleep,
+    period: float = WATCH_PERIOD,
+) -> int:
+    """Show ``frame()`` (data, text) until Ctrl-C (or SIGTERM): a terminal is redrawn whenever the
+    text changes (ages included); a pipe gets the text again each time the data changes. A read that
+    fails after the first is reported on ``err`` and retried. Returns 0: Ctrl-C is how a watch ends."""
+    data, text = frame()  # the first read's error (not found, no cluster) ends the command
+    shown: tuple[Any, str] | None = None
+    try:
+        while True:
+            if shown is None or (text != shown[1] if tty else data != shown[0]):
+                out.write((CLEAR if tty else "") + text + "\n")
+                out.flush()
+                shown = (data, text)
+            sleep(period)
+            try:
+                data, text = frame()
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:  # a lost connection: say so, keep the last frame, read again
+                err.write(f"error: {exc} (retrying every {period:g}s)\n")
+                err.flush()
+    except KeyboardInterrupt:
+        return 0
+
+
+def _frame(
+    args: argparse.Namespace, client: Control, namespace: str, now: Callable[[], datetime] = utcnow
+) -> Callable[[], tuple[Any, str]]:
+    """`get` and `status`: one read and its text (table or -o); --watch calls it again and again."""
+
+    def read() -> tuple[Any, str]:
+        if args.verb == "status":
+            obj = client.get(args.name, namespace)
+            if args.output:
+                return obj, output.render_objects([obj], args.output, single=True)
+            tunings = client.tuning_results(args.name, namespace)
+            return (obj, tunings), render_status(obj, now(), tunings)
+        all_ns = bool(args.all_namespaces) and not args.name
+        items = (
+            [client.get(args.name, namespace)] if args.name else client.list(None if all_ns else namespace)
+        )
+        if args.output:
+            return items, output.render_objects(items, args.output, single=bool(args.name))
+        return items, render_table(items, now(), all_namespaces=all_ns)
+
+    return read
+
+
 def _control(client: Control | None) -> Control:
     if client is not None:
         return client
@@ -653,19 +721,8 @@ def run(
 ) -> str:
     """Carry out one parsed command; returns what to print."""
     namespace = args.namespace or client.namespace
-    if args.verb == "get":
-        all_ns = bool(args.all_namespaces) and not args.name
-        items = (
-            [client.get(args.name, namespace)] if args.name else client.list(None if all_ns else namespace)
-        )
-        if args.output:
-            return output.render_objects(items, args.output, single=bool(args.name))
-        return render_table(items, now, all_namespaces=all_ns)
-    if args.verb == "status":
-        obj = client.get(args.name, namespace)
-        if args.output:
-            return output.render_objects([obj], args.output, single=True)
-        return render_status(obj, now, client.tuning_results(args.name, namespace))
+    if args.verb in ("get", "status"):
+        return _frame(args, client, namespace, lambda: now)()[1]
     if args.verb == "tune":
         return tune(args, client, tuning_cluster)
     if args.verb == "infer":
@@ -701,8 +758,19 @@ def main(
     argv: Sequence[str] | None = None,
     client: Control | None = None,
     tuning_cluster: TuningCluster | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "watch", False):
+        signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            control = _control(client)
+            namespace = args.namespace or control.namespace
+            frame = _frame(args, control, namespace)
+            return watch(frame, sys.stdout, sys.stderr, tty=sys.stdout.isatty(), sleep=sleep)
+        except Exception as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     if args.verb == "tune":
         # SIGTERM (a closed terminal, `timeout`, a CI cancel) cleans up like Ctrl-C does.
         signal.signal(signal.SIGTERM, _interrupt)
