@@ -424,12 +424,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kubectl triton", description="Inspect and steer TritonService rollouts (triton-operator)."
     )
+    _kube_flags(parser, suppress=False)
     sub = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND")
 
     def add(name: str, help_text: str, *, name_required: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("name", nargs=None if name_required else "?", metavar="NAME")
-        p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
+        _kube_flags(p, suppress=True)
         return p
 
     get = add("get", "list TritonServices (or one)", name_required=False)
@@ -472,6 +473,25 @@ def build_parser() -> argparse.ArgumentParser:
         add("tune", "measure candidate configs of a model on tuning pods (perf_analyzer); show the best")
     )
     return parser
+
+
+def _kube_flags(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """kubectl's flags that reach a plugin only as its own (kubectl passes none of its global flags):
+    before or after the verb, as kubectl allows. On a verb they keep what was given before it."""
+    default = argparse.SUPPRESS if suppress else None
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        default=default,
+        help="namespace (default: the context's, else default)",
+    )
+    parser.add_argument("--context", default=default, help="kubeconfig context (default: current-context)")
+    parser.add_argument(
+        "--kubeconfig",
+        default=default,
+        metavar="FILE",
+        help="the kubeconfig file (default: $KUBECONFIG, several files joined by ':', else ~/.kube/config)",
+    )
 
 
 def _output_flag(parser: argparse.ArgumentParser, formats: Sequence[str], shape: str) -> None:
@@ -708,12 +728,22 @@ def _frame(
     return read
 
 
-def _control(client: Control | None) -> Control:
+def _control(client: Control | None, args: argparse.Namespace) -> Control:
     if client is not None:
         return client
-    from triton_operator.adapters.control import KubeControl  # noqa: PLC0415 - lightkube only when needed
+    from triton_operator.adapters.control import KubeControl, kube_client  # noqa: PLC0415 - lightkube when needed
 
-    return KubeControl()
+    return KubeControl(kube_client(args.kubeconfig, args.context))
+
+
+def _tuning_cluster(control: Control, given: TuningCluster | None) -> TuningCluster | None:
+    """The sweep's cluster: the plugin's own client (its --kubeconfig and --context) unless given."""
+    client = getattr(control, "client", None)
+    if given is not None or client is None:
+        return given
+    from triton_operator.adapters.tuning import KubeTuning  # noqa: PLC0415 - lightkube when needed
+
+    return KubeTuning(client)
 
 
 def run(
@@ -764,7 +794,7 @@ def main(
     if getattr(args, "watch", False):
         signal.signal(signal.SIGTERM, _interrupt)
         try:
-            control = _control(client)
+            control = _control(client, args)
             namespace = args.namespace or control.namespace
             frame = _frame(args, control, namespace)
             return watch(frame, sys.stdout, sys.stderr, tty=sys.stdout.isatty(), sleep=sleep)
@@ -776,7 +806,10 @@ def main(
         signal.signal(signal.SIGTERM, _interrupt)
         signal.signal(signal.SIGHUP, _interrupt)
     try:
-        text = run(args, _control(client), utcnow(), tuning_cluster)
+        control = _control(client, args)
+        if args.verb == "tune":
+            tuning_cluster = _tuning_cluster(control, tuning_cluster)
+        text = run(args, control, utcnow(), tuning_cluster)
         if text:  # `-o name` of nothing prints nothing, as kubectl
             print(text)
     except KeyboardInterrupt:

@@ -1,0 +1,120 @@
+"""kubectl-triton against the shared cluster as a user runs it: kubeconfig files and contexts
+(one live, one dead), $KUBECONFIG with several files, --watch ended by Ctrl-C, --version."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEAD = "https://127.0.0.1:9"
+
+
+def split_kubeconfig(cluster: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """Two files: `dead.yaml` (context dead, current, at a dead address; and the cluster's context
+    again under the name shared) and `live.yaml` (the cluster's kubeconfig as it is)."""
+    live: dict[str, Any] = yaml.safe_load(cluster.read_text())
+    current = live["current-context"]
+    context = next(c for c in live["contexts"] if c["name"] == current)
+    dead = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "dead", "cluster": {"server": DEAD, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "dead", "user": {"token": "none"}}],
+        "contexts": [
+            {"name": "dead", "context": {"cluster": "dead", "user": "dead"}},
+            {"name": "shared", "context": {**context["context"], "namespace": "default"}},
+        ],
+        "current-context": "dead",
+    }
+    (tmp_path / "dead.yaml").write_text(yaml.safe_dump(dead))
+    (tmp_path / "live.yaml").write_text(yaml.safe_dump(live))
+    return tmp_path / "dead.yaml", tmp_path / "live.yaml"
+
+
+def plugin(
+    *argv: str, kubeconfig: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("KUBECONFIG", None)
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = kubeconfig
+    return subprocess.run(
+        [sys.executable, "-m", "triton_operator.kubectl_plugin", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def listed_names(cluster: Path) -> list[str]:
+    """The TritonServices the cluster holds, read directly (what `get -A -o json` must show)."""
+    from lightkube import ALL_NS, Client, KubeConfig  # noqa: PLC0415
+    from lightkube.generic_resource import create_namespaced_resource  # noqa: PLC0415
+
+    from triton_operator import GROUP, KIND, PLURAL, VERSION  # noqa: PLC0415
+
+    client = Client(config=KubeConfig.from_file(str(cluster)))
+    resource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
+    listed = [o.to_dict()["metadata"] for o in client.list(resource, namespace=ALL_NS)]  # type: ignore[no-untyped-call]
+    return sorted(f"{m['namespace']}/{m['name']}" for m in listed)
+
+
+def names_of(listing: dict[str, Any]) -> list[str]:
+    assert listing["apiVersion"] == "v1" and listing["kind"] == "List"
+    return sorted(f"{i['metadata']['namespace']}/{i['metadata']['name']}" for i in listing["items"])
+
+
+def test_contexts_kubeconfig_files_and_their_merge(cluster: Path, tmp_path: Path) -> None:
+    dead, live = split_kubeconfig(cluster, tmp_path)
+    expected = listed_names(cluster)
+    merged = f"{dead}{os.pathsep}{live}"
+    # The first file's current-context (dead) wins: refused, one line, exit 1, quickly.
+    started = time.monotonic()
+    done = plugin("get", "-A", "-o", "json", kubeconfig=merged)
+    assert done.returncode == 1 and done.stderr.startswith("error: ") and done.stdout == ""
+    assert time.monotonic() - started < 30
+    # --context picks the shared cluster's context, named in the first file, its cluster from the second.
+    done = plugin("--context", "shared", "get", "-A", "-o", "json", kubeconfig=merged)
+    assert done.returncode == 0, done.stderr
+    assert names_of(json.loads(done.stdout)) == expected
+    # --kubeconfig wins over $KUBECONFIG; --context after the verb works too.
+    done = plugin("get", "-A", "-o", "json", "--kubeconfig", str(live), kubeconfig=str(dead))
+    assert done.returncode == 0, done.stderr
+    assert names_of(json.loads(done.stdout)) == expected
+    done = plugin("get", "-A", "-o", "json", "--kubeconfig", str(dead), "--context", "nope")
+    assert done.returncode == 1 and "Context 'nope' not found" in done.stderr
+
+
+def test_watch_ends_on_ctrl_c_with_exit_0(cluster: Path, tmp_path: Path) -> None:
+    _, live = split_kubeconfig(cluster, tmp_path)
+    env = {**os.environ, "KUBECONFIG": str(live)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "triton_operator.kubectl_plugin", "get", "-A", "-o", "name", "--watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        time.sleep(5)  # at least two reads
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert sorted(out.split()) == sorted(
+        f"tritonservice.triton-operator.io/{n.split('/')[1]}" for n in listed_names(cluster)
+    )
