@@ -118,3 +118,31 @@ def test_watch_ends_on_ctrl_c_with_exit_0(cluster: Path, tmp_path: Path) -> None
     assert sorted(out.split()) == sorted(
         f"tritonservice.triton-operator.io/{n.split('/')[1]}" for n in listed_names(cluster)
     )
+
+
+def test_version_names_the_operator_running_in_the_cluster_or_why_not(cluster: Path, tmp_path: Path) -> None:
+    from lightkube import ALL_NS, Client, KubeConfig  # noqa: PLC0415
+    from lightkube.resources.apps_v1 import Deployment  # noqa: PLC0415
+
+    from triton_operator import __version__  # noqa: PLC0415
+
+    dead, live = split_kubeconfig(cluster, tmp_path)
+    client = Client(config=KubeConfig.from_file(str(cluster)))
+    labels: dict[str, Any] = {"app.kubernetes.io/part-of": "triton-operator"}
+    labels["app.kubernetes.io/component"] = "operator"
+    found = client.list(Deployment, namespace=ALL_NS, labels=labels)
+    deployments = [d.to_dict()["metadata"] for d in found]
+    done = plugin("--version", kubeconfig=str(live))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == [f"kubectl-triton {__version__}", "API: triton-operator.io/v1alpha1"]
+    if deployments:
+        for meta in deployments:
+            assert f"({meta['namespace']}/{meta['name']}, image " in lines[2]
+    else:
+        assert lines[2].startswith("Operator: unknown (no Deployment labelled")
+    started = time.monotonic()
+    done = plugin("--version", kubeconfig=str(dead))
+    assert done.returncode == 0
+    assert done.stdout.splitlines()[2].startswith("Operator: unknown (cannot read it from the cluster: ")
+    assert time.monotonic() - started < 30

@@ -55,3 +55,30 @@ def test_each_subcommand_parses_with_its_own_parser_alone(name: str) -> None:
     with pytest.raises(SystemExit) as info:
         parser.parse_args([next(n for n in COMMANDS if n != name), "--help"])  # not registered here
     assert info.value.code == 2
+
+
+def test_version_loads_no_subcommand_and_names_the_package_and_api_versions() -> None:
+    from triton_operator import GROUP, VERSION, __version__  # noqa: PLC0415
+
+    loaded = loaded_after(["--version"])
+    assert not {_command(n).__name__ for n in COMMANDS} & loaded
+    assert not [m for m in HEAVY if m in loaded]
+    env = {"PYTHONPATH": str(REPO / "operator" / "src"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-m", "triton_operator.cli", "--version"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout == f"triton-operator {__version__}\nAPI: {GROUP}/{VERSION}\n"
+
+
+def test_the_package_version_is_the_projects() -> None:
+    import tomllib  # noqa: PLC0415
+
+    from triton_operator import __version__  # noqa: PLC0415
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["version"] == __version__

@@ -713,3 +713,90 @@ def test_watch_retries_a_failed_read_and_a_missing_object_ends_it(
     captured = capsys.readouterr()
     assert captured.err == f'error: tritonservices "a" not found (retrying every {kp.WATCH_PERIOD:g}s)\n'
     assert captured.out.count("Name:      a") == 1  # the same object again: not printed twice
+
+
+# ----------------------------------------------------------------- --version
+
+
+@pytest.mark.parametrize(
+    ("found", "operator"),
+    [
+        (["0.1.0 (ops/triton-operator, image r/triton-operator:0.1.0)"], "0.1.0 (ops/triton-operator, image"),
+        ([], "unknown (no Deployment labelled app.kubernetes.io/part-of=triton-operator,"),
+        (PermissionError("deployments.apps is forbidden"), "unknown (cannot read it from the cluster: "),
+    ],
+)
+def test_version_says_the_operators_or_why_it_is_unknown(
+    found: Any, operator: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from triton_operator import __version__  # noqa: PLC0415
+
+    def read() -> list[str]:
+        if isinstance(found, Exception):
+            raise found
+        return list(found)
+
+    assert kp.main(["--version"], operator=read) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == [f"kubectl-triton {__version__}", "API: triton-operator.io/v1alpha1"]
+    assert lines[2].startswith(f"Operator: {operator}")
+
+
+def test_version_from_a_dead_cluster_is_unknown_quickly(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "d", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "contexts": [{"name": "d", "context": {"cluster": "d"}}],
+        "current-context": "d",
+    }
+    (tmp_path / "k").write_text(yaml.safe_dump(config))
+    started = time.monotonic()
+    assert kp.main(["--version", "--kubeconfig", str(tmp_path / "k")]) == 0
+    assert time.monotonic() - started < kp.VERSION_TIMEOUT * 2
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[2]
+        .startswith("Operator: unknown (cannot read it from the cluster")
+    )
+
+
+def test_operator_versions_read_the_labelled_deployments() -> None:
+    from triton_operator.adapters.control import OPERATOR_LABELS, operator_versions  # noqa: PLC0415
+
+    class Dep:
+        def __init__(self, body: dict[str, Any]) -> None:
+            self.body = body
+
+        def to_dict(self) -> dict[str, Any]:
+            return self.body
+
+    def dep(name: str, image: str, labels: dict[str, str]) -> Dep:
+        containers = [{"name": "operator", "image": image}]
+        meta = {"name": name, "namespace": "ops", "labels": labels}
+        return Dep({"metadata": meta, "spec": {"template": {"spec": {"containers": containers}}}})
+
+    class Lister:
+        asked: dict[str, Any] = {}
+
+        def list(self, _kind: Any, **kwargs: Any) -> list[Dep]:
+            self.asked.update(kwargs)
+            return [
+                dep("b", "localhost:5000/op:0.2.0", {}),
+                dep("a", "r/op:x", {"app.kubernetes.io/version": "0.1.0"}),
+                dep("c", "localhost:5000/op", {}),
+            ]
+
+    lister = Lister()
+    assert operator_versions(lister) == [
+        "0.1.0 (ops/a, image r/op:x)",
+        "0.2.0 (ops/b, image localhost:5000/op:0.2.0)",
+        "unknown (ops/c, image localhost:5000/op)",
+    ]
+    assert lister.asked["labels"] == OPERATOR_LABELS

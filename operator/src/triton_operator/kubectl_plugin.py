@@ -425,7 +425,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kubectl triton", description="Inspect and steer TritonService rollouts (triton-operator)."
     )
     _kube_flags(parser, suppress=False)
-    sub = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND")
+    parser.add_argument(
+        "--version",
+        action="store_true",
+        help="print the plugin's version, the CRD's API version and the operator's in the cluster",
+    )
+    sub = parser.add_subparsers(dest="verb", metavar="COMMAND")  # required unless --version
 
     def add(name: str, help_text: str, *, name_required: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -728,6 +733,36 @@ def _frame(
     return read
 
 
+VERSION_TIMEOUT = 5.0
+"""Seconds `--version` waits for the cluster before it says the operator's version is unknown."""
+
+
+def version_text(operator: Callable[[], list[str]]) -> str:
+    """`kubectl triton --version`: this plugin's version, the API version it reads, and the version of
+    each operator Deployment ``operator()`` finds (or `unknown` and why)."""
+    from triton_operator import GROUP, VERSION, __version__  # noqa: PLC0415
+
+    try:
+        found = operator()
+        running = (
+            "; ".join(found)
+            if found
+            else (
+                "unknown (no Deployment labelled app.kubernetes.io/part-of=triton-operator,"
+                "app.kubernetes.io/component=operator in the cluster)"
+            )
+        )
+    except Exception as exc:  # no kubeconfig, a dead or slow cluster, no right to list Deployments
+        running = f"unknown (cannot read it from the cluster: {str(exc) or type(exc).__name__})"
+    return f"kubectl-triton {__version__}\nAPI: {GROUP}/{VERSION}\nOperator: {running}"
+
+
+def _operator_versions(args: argparse.Namespace) -> list[str]:
+    from triton_operator.adapters.control import kube_client, operator_versions  # noqa: PLC0415
+
+    return operator_versions(kube_client(args.kubeconfig, args.context, timeout=VERSION_TIMEOUT))
+
+
 def _control(client: Control | None, args: argparse.Namespace) -> Control:
     if client is not None:
         return client
@@ -789,8 +824,15 @@ def main(
     client: Control | None = None,
     tuning_cluster: TuningCluster | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    operator: Callable[[], list[str]] | None = None,
 ) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        print(version_text(operator or (lambda: _operator_versions(args))))
+        return 0
+    if args.verb is None:
+        parser.error("the following arguments are required: COMMAND")
     if getattr(args, "watch", False):
         signal.signal(signal.SIGTERM, _interrupt)
         try:

@@ -99,7 +99,9 @@ def load_kubeconfig(kubeconfig: str | None = None, env: Mapping[str, str] | None
     return KubeConfig.from_dict(merge_kubeconfigs(documents), fname=documents[0][0])
 
 
-def kube_client(kubeconfig: str | None = None, context: str | None = None) -> Client:
+def kube_client(
+    kubeconfig: str | None = None, context: str | None = None, *, timeout: float | None = None
+) -> Client:
     """A lightkube Client for kubectl's ``--kubeconfig`` and ``--context`` (None: as kubectl's default)."""
     config = load_kubeconfig(kubeconfig)
     try:
@@ -107,7 +109,37 @@ def kube_client(kubeconfig: str | None = None, context: str | None = None) -> Cl
     except Exception as exc:  # lightkube's ConfigError: a context that is not there, no current-context
         where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise ValueError(f"kubeconfig {where}: {exc}") from exc
-    return Client(config=single, field_manager=FIELD_MANAGER)
+    if timeout is None:
+        return Client(config=single, field_manager=FIELD_MANAGER)
+    import httpx2  # noqa: PLC0415 - lightkube's HTTP client, for a short timeout
+
+    return Client(config=single, field_manager=FIELD_MANAGER, timeout=httpx2.Timeout(timeout))
+
+
+OPERATOR_LABELS: dict[str, str] = {
+    "app.kubernetes.io/part-of": "triton-operator",
+    "app.kubernetes.io/component": "operator",
+}
+"""The labels of the operator's Deployment (the chart's and manifests/'), how `--version` finds it."""
+
+
+def operator_versions(client: Any) -> list[str]:
+    """Each operator Deployment in the cluster as `VERSION (NAMESPACE/NAME, image IMAGE)`: the version
+    its app.kubernetes.io/version label says, else its image's tag. Raises what the API raises."""
+    from lightkube.resources.apps_v1 import Deployment  # noqa: PLC0415 - only for --version
+
+    found = []
+    for dep in client.list(Deployment, namespace=ALL_NS, labels=dict(OPERATOR_LABELS)):
+        body = dep.to_dict()
+        metadata = body.get("metadata") or {}
+        containers = ((body.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+        image = next((c.get("image") for c in containers if c.get("name") == "operator"), None) or (
+            containers[0].get("image") if containers else ""
+        )
+        tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
+        version = (metadata.get("labels") or {}).get("app.kubernetes.io/version") or tag or "unknown"
+        found.append(f"{version} ({metadata.get('namespace')}/{metadata.get('name')}, image {image})")
+    return sorted(found)
 
 
 class Control(Protocol):
