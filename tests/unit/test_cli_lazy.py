@@ -13,8 +13,9 @@ from testkit import REPO
 from triton_operator.cli import COMMANDS, _command, build_parser
 
 HEAVY = ("pydantic", "kopf", "lightkube", "triton_operator.models", "triton_operator.handlers")
-SYNC_HEAVY = ("google.protobuf", "triton_operator.core.modelconfig")
-"""What the sync does not need either: it parses manifests, never a ModelConfig (core.field_error)."""
+SYNC_HEAVY = ("google.protobuf", "triton_operator.core.modelconfig", "triton_operator.core.completion")
+"""What the sync does not need either: it parses manifests, never a ModelConfig (core.field_error), and
+builds no completion script."""
 
 
 def loaded_after(argv: list[str]) -> set[str]:

@@ -26,7 +26,23 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     for name in COMMANDS:
         if only is None or name == only:
             _command(name).register(subparsers)
+    if only is None:
+        completion = subparsers.add_parser(
+            "completion",
+            help="print a shell completion script (bash, zsh, fish)",
+            description="Print a completion script for triton-operator: source <(triton-operator completion "
+            "bash), source <(triton-operator completion zsh), triton-operator completion fish | source.",
+        )
+        completion.add_argument("shell", choices=("bash", "zsh", "fish"), metavar="bash|zsh|fish")
+        completion.set_defaults(func=lambda args: _completion(parser, args.shell))
     return parser
+
+
+def _completion(parser: argparse.ArgumentParser, shell: str) -> int:
+    from triton_operator.core.completion import script  # noqa: PLC0415 - only when asked
+
+    sys.stdout.write(script(shell, "triton-operator", parser))
+    return 0
 
 
 class _Version(argparse.Action):

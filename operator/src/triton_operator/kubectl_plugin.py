@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from triton_operator.core import conditions as cond
 from triton_operator.core import output, tuning
+from triton_operator.core.completion import SHELLS
 from triton_operator.core.rollout.clock import parse_time, utcnow
 from triton_operator.core.rollout.requests import FOR_REVISION, Action, request_revision
 from triton_operator.core.rollout.texts import describe_step
@@ -477,6 +478,13 @@ def build_parser() -> argparse.ArgumentParser:
     _tune_parser(
         add("tune", "measure candidate configs of a model on tuning pods (perf_analyzer); show the best")
     )
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script for kubectl-triton",
+        description="Print a completion script for kubectl-triton: source <(kubectl-triton completion bash), "
+        "source <(kubectl-triton completion zsh), kubectl-triton completion fish | source.",
+    )
+    completion.add_argument("shell", choices=SHELLS, metavar="|".join(SHELLS))
     return parser
 
 
@@ -833,6 +841,11 @@ def main(
         return 0
     if args.verb is None:
         parser.error("the following arguments are required: COMMAND")
+    if args.verb == "completion":
+        from triton_operator.core.completion import script  # noqa: PLC0415
+
+        sys.stdout.write(script(args.shell, "kubectl-triton", parser))
+        return 0
     if getattr(args, "watch", False):
         signal.signal(signal.SIGTERM, _interrupt)
         try:
