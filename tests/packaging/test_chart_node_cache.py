@@ -95,7 +95,10 @@ def test_on_the_nodes_network_the_cache_listens_on_the_nodes_address_only(render
     assert (pod["hostNetwork"], pod["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
     [cache] = pod["containers"]
     assert "--address=$(HOST_IP)" in cache["args"]
-    assert cache["env"] == [{"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
+    assert cache["env"] == [
+        {"name": "TRITON_OPERATOR_LOG_FORMAT", "value": "text"},
+        {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+    ]
     assert cache["ports"][0]["hostPort"] == cache["ports"][0]["containerPort"] == DEFAULT_PORT
 
 

@@ -326,3 +326,14 @@ def test_the_listing_cap_as_env(render: Render) -> None:
     )
     e = env(render({"operator": {"maxListedObjects": 5000}}))
     assert Settings.from_env({k: v for k, v in e.items() if isinstance(v, str)}).max_listed_objects == 5000
+
+
+def test_one_log_format_value_reaches_the_operator_and_the_node_cache(render: Render) -> None:
+    from triton_operator import logs  # noqa: PLC0415
+
+    assert env(render())[logs.ENV] == "text"
+    docs = render({"operator": {"logFormat": "json"}, "nodeCache": {"enabled": True}})
+    assert logs.log_format({logs.ENV: env(docs)[logs.ENV]}) == "json"
+    (daemonset,) = find(docs, "DaemonSet")
+    (cache,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert {e["name"]: e.get("value") for e in cache["env"]}[logs.ENV] == "json"

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from triton_operator import logs
 from triton_operator.adapters.agent.files import read_text
 from triton_operator.adapters.agent.runner import Agent, AgentOptions
 from triton_operator.adapters.agent.status import StatusServer, parse_listen
@@ -183,12 +184,16 @@ def base_revision(args: argparse.Namespace) -> RevisionFiles:
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     install_log_redaction()
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s agent %(levelname)s %(message)s"
-    )
+    try:
+        fmt = logs.log_format()
+    except logs.LogFormatError as exc:  # a bad setting stops the process, naming the variable
+        print(f"triton-operator agent: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    logs.configure("agent", fmt, text_format="%(asctime)s agent %(levelname)s %(message)s")
 
     def fail(code: int, message: str) -> int:
-        print(f"triton-operator agent: error: {message}", file=sys.stderr)
+        text = f"triton-operator agent: error: {message}"
+        print(logs.line("agent", fmt, text, exitCode=code), file=sys.stderr)
         write_termination_log(args.termination_log, message)
         return code
 

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from triton_operator import logs
 from triton_operator.adapters.nodecache.server import serve
 from triton_operator.adapters.nodecache.store import ContentStore
 from triton_operator.quantities import quantity_bytes
@@ -61,7 +62,12 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        fmt = logs.log_format()
+    except logs.LogFormatError as exc:  # a bad setting stops the process, naming the variable
+        print(f"triton-operator node-cache: error: {exc}", file=sys.stderr)
+        return 2
+    logs.configure("node-cache", fmt, level=args.log_level.upper())
     try:
         store = ContentStore(args.root, args.size_limit, args.lease_seconds)
         server = serve((args.address, args.port), store)

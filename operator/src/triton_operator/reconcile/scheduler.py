@@ -9,6 +9,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 
+from triton_operator import logs
 from triton_operator.adapters.kube import (
     KubeAPI,
     retry_delay,
@@ -259,7 +260,7 @@ class Reconciler:
 
     async def _pass(self, namespace: str, name: str) -> Result | None:
         """One timed reconcile pass; None when its status write was refused (superseded)."""
-        with METRICS.reconcile_timer() as outcome:
+        with METRICS.reconcile_timer() as outcome, logs.service_context(namespace, name):
             try:
                 result = await reconcile(
                     self.kube,
