@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from triton_operator import __version__
+from triton_operator.logs import log_format
 
 DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.01-py3"
 DEFAULT_SYNC_IMAGE = f"ghcr.io/triton-operator/triton-operator:{__version__}"
@@ -130,6 +131,9 @@ class Settings:
     max_listed_objects: int = DEFAULT_MAX_LISTED_OBJECTS
     """The most objects a repository listing takes: past it the listing stops (never held whole) and
     the TritonService gets RepositoryReady=False/ListingTooLarge naming the cap."""
+    log_format: str = "text"
+    """TRITON_OPERATOR_LOG_FORMAT (logs.log_format): text or json, for the operator and, recorded per
+    revision, the sync and agent containers of new revisions' pods."""
     node_cache_port: int | None = None
     """The port of the node cache (the chart's node-cache DaemonSet) on every node; unset: off. New
     revisions' sync containers then read the node's cache before their store (recorded per revision:
@@ -175,6 +179,7 @@ class Settings:
             max_listed_objects=_positive(get("MAX_LISTED_OBJECTS"), "MAX_LISTED_OBJECTS")
             or DEFAULT_MAX_LISTED_OBJECTS,
             node_cache_port=_port(get("NODE_CACHE_PORT"), "NODE_CACHE_PORT"),
+            log_format=log_format(env),
         )
 
 

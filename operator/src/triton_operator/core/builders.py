@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from triton_operator import GROUP, KIND, VERSION
+from triton_operator import GROUP, KIND, VERSION, logs
 from triton_operator.core import manifestparts
 from triton_operator.core.manifest import StoreRef, manifest_to_json, model_sources, unpinned_manifest
 from triton_operator.core.manifestparts import MANIFEST_KEY
@@ -146,6 +146,7 @@ RECORDED_SETTINGS: dict[str, str] = {
     "tritonLogOnExit": "triton_log_on_exit",
     "prometheusScrape": "prometheus_scrape",
     "nodeCachePort": "node_cache_port",
+    "logFormat": "log_format",
 }
 """The operator settings that shape a revision's pod template (OPERATOR_KEY's keys -> Settings'
 fields): recorded when the revision is created, and what it is re-rendered with ever after."""
@@ -154,6 +155,8 @@ fields): recorded when the revision is created, and what it is re-rendered with 
 def settings_record(settings: Settings) -> str:
     """What a revision's ConfigMap keeps under OPERATOR_KEY: the RECORDED_SETTINGS of ``settings``."""
     record = {key: getattr(settings, field) for key, field in RECORDED_SETTINGS.items()}
+    if record["logFormat"] == "text":
+        record["logFormat"] = None  # the default, left out: revisions recorded before it read the same
     return json.dumps({k: v for k, v in record.items() if v is not None}, sort_keys=True)
 
 
@@ -172,6 +175,8 @@ def read_settings_record(text: str | None, settings: Settings) -> Settings | Non
     # A revision recorded before the node cache (or with it off) keeps syncing without it.
     port = record.get("nodeCachePort")
     fields["node_cache_port"] = port if isinstance(port, int) and not isinstance(port, bool) else None
+    # A revision recorded before the log format was (or with text) keeps its pods' text logs.
+    fields["log_format"] = "json" if record.get("logFormat") == "json" else "text"
     return dataclasses.replace(settings, **fields)
 
 
@@ -715,10 +720,23 @@ def build_sync_container(
         sync["envFrom"] = [{"secretRef": {"name": credentials}}]
     if settings.node_cache_port is not None and not _is_pvc(ts):
         sync["env"] = node_cache_env(settings.node_cache_port)
+    if settings.log_format == "json":  # JSON lines naming the TritonService and the pod's revision
+        sync["env"] = [*sync.get("env", []), *log_env(ts, revision)]
     if settings.pod_security_defaults:
         # The operator's own image: it writes /models only, so its root filesystem is read-only.
         sync["securityContext"] = {**RESTRICTED_CONTAINER_SECURITY, "readOnlyRootFilesystem": True}
     return sync
+
+
+def log_env(ts: TritonService, revision: str | None) -> list[dict[str, Any]]:
+    """The sync's and agent's log format (JSON) and the TritonService and revision their lines name."""
+    env = [
+        {"name": logs.ENV, "value": "json"},
+        {"name": logs.SERVICE_ENV, "value": f"{ts.namespace}/{ts.name}"},
+    ]
+    if revision:
+        env.append({"name": logs.REVISION_ENV, "value": revision})
+    return env
 
 
 def node_cache_env(port: int) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from triton_operator import logs
 from triton_operator.core import conditions as cond
 from triton_operator.core import manifestparts
 from triton_operator.core.builders import (
@@ -233,8 +234,15 @@ def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) ->
                 sync_image=image,
                 sync_image_pull_policy=policy,
                 node_cache_port=_node_cache_port(container),
+                log_format=_log_format(container),
             )
     return settings
+
+
+def _log_format(container: Mapping[str, Any]) -> str:
+    """The log format a sync container was given (core.builders.log_env): json, else text."""
+    env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+    return "json" if env.get(logs.ENV) == "json" else "text"
 
 
 def _node_cache_port(container: Mapping[str, Any]) -> int | None:
