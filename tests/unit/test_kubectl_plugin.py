@@ -800,3 +800,70 @@ def test_operator_versions_read_the_labelled_deployments() -> None:
         "unknown (ops/c, image localhost:5000/op)",
     ]
     assert lister.asked["labels"] == OPERATOR_LABELS
+
+
+# ----------------------------------------------------------------- progress of a rollout
+
+
+def stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize(
+    ("status", "line"),
+    [
+        (
+            {
+                "canaryRevision": "c2",
+                "canaryWeight": 10,
+                "currentStepIndex": 1,
+                "stepStartedAt": stamp(NOW - timedelta(seconds=25)),
+            },
+            "Progress:  step 2 of 4 (pause 60s), canary 10% / stable 90%, this step waiting 25s of 60s "
+            "(35s left)",
+        ),
+        (
+            {
+                "canaryRevision": "c2",
+                "canaryWeight": 50,
+                "currentStepIndex": 3,
+                "stepStartedAt": stamp(NOW - timedelta(minutes=42)),
+            },
+            "Progress:  step 4 of 4 (pause (until promoted)), canary 50% / stable 50%, this step waiting 42m",
+        ),
+        (
+            {
+                "canaryRevision": "c2",
+                "canaryWeight": 10,
+                "currentStepIndex": 1,
+                "stepStartedAt": stamp(NOW - timedelta(seconds=90)),
+            },
+            "Progress:  step 2 of 4 (pause 60s), canary 10% / stable 90%, this step waiting 90s of 60s "
+            "(0s left)",
+        ),
+        (
+            {
+                "stableRevision": "s1",
+                "inPlace": {
+                    "host": "s1",
+                    "stable": "s1",
+                    "next": "n2",
+                    "stepIndex": 0,
+                    "pods": ["p-1"],
+                    "stepStartedAt": stamp(NOW - timedelta(seconds=5)),
+                },
+            },
+            "Progress:  step 1 of 4 (setWeight 10), 1 pod(s) asked to load n2, this step waiting 5s",
+        ),
+    ],
+)
+def test_status_shows_the_step_the_split_and_how_long_the_step_has_waited(
+    status: dict[str, Any], line: str
+) -> None:
+    lines = kp.render_status(ts(**status), NOW).splitlines()
+    assert [ln for ln in lines if ln.startswith("Progress:")] == [line]
+
+
+@pytest.mark.parametrize("status", [{"stableRevision": "s1"}, {"canaryRevision": "c2", "promoting": True}])
+def test_no_progress_line_without_a_step_in_progress(status: dict[str, Any]) -> None:
+    assert "Progress:" not in kp.render_status(ts(**status), NOW)

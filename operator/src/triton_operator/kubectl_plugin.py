@@ -177,6 +177,36 @@ def _steps_block(obj: Mapping[str, Any], rollout: Rollout | None) -> list[str]:
     return lines
 
 
+def _progress_line(obj: Mapping[str, Any], rollout: Rollout | None, now: datetime) -> list[str]:
+    """A rollout in progress in one line: the step (k of N, what it is), the traffic split, and how
+    long the current step has waited (what is left of a timed pause)."""
+    status = obj.get("status") or {}
+    in_place = status.get("inPlace") or {}
+    canary = bool(status.get("canaryRevision"))
+    if rollout is None or not (canary or in_place.get("next")) or status.get("promoting"):
+        return []
+    steps = rollout.steps
+    index = int((status.get("currentStepIndex") if canary else in_place.get("stepIndex")) or 0)
+    where = f"step {index + 1} of {len(steps)}" if index < len(steps) else f"all {len(steps)} steps done"
+    if index < len(steps):
+        where += f" ({describe_step(steps[index])})"
+    if canary:
+        weight = int(status.get("canaryWeight") or 0)
+        split = f"canary {weight}% / stable {100 - weight}%"
+    else:
+        split = f"{len(in_place.get('pods') or [])} pod(s) asked to load {in_place['next']}"
+    started = parse_time((status if canary else in_place).get("stepStartedAt"))
+    waited = ""
+    if started is not None:
+        seconds = (now - started).total_seconds()
+        waited = f", this step waiting {human_age(seconds)}"
+        pause = steps[index].pause if index < len(steps) else None
+        if pause is not None and pause.duration_seconds is not None:
+            left = human_age(max(0.0, pause.duration_seconds - seconds))
+            waited += f" of {human_age(pause.duration_seconds)} ({left} left)"
+    return [f"Progress:  {where}, {split}{waited}"]
+
+
 def _in_place_block(in_place: Mapping[str, Any]) -> list[str]:
     """An in-place update in progress (or held after its rollback), as status.inPlace records it."""
     lines: list[str] = []
@@ -353,6 +383,7 @@ def render_status(obj: Mapping[str, Any], now: datetime, tunings: Sequence[Mappi
     if canary:
         weight = status.get("canaryWeight")
         lines.append(f"Canary:    {canary} (weight {weight if weight is not None else 0}%)")
+    lines += _progress_line(obj, rollout, now)
     lines += _in_place_block(status.get("inPlace") or {})
     if status.get("abortedRevision"):
         lines.append(
