@@ -384,3 +384,19 @@ def test_a_sweep_keeps_the_records_of_the_latest_runs_only() -> None:
         )
     assert fake.runs("svc", "ml") == ["261127-170200", "261127-170300"]
     assert fake.forgotten == {"261127-170000", "261127-170100"}
+
+
+def test_each_candidate_says_k_of_n_the_time_elapsed_and_an_estimate_of_what_is_left() -> None:
+    from triton_operator.client.tuning import duration  # noqa: PLC0415
+
+    fake = cluster(clock_step=20.0)  # 40 s a candidate on the fake's clock: 2 waits of 20 s
+    lines: list[str] = []
+    run(fake, log=lines.append)
+    started = [line for line in lines if "candidate " in line]
+    assert started == [
+        "c0 (candidate 1 of 3, 0s elapsed, no estimate before the first is measured): "
+        + started[0].split(": ", 1)[1],
+        "c1 (candidate 2 of 3, 40s elapsed, about 1m20s left): " + started[1].split(": ", 1)[1],
+        "c2 (candidate 3 of 3, 1m20s elapsed, about 40s left): " + started[2].split(": ", 1)[1],
+    ]
+    assert [duration(s) for s in (0, 59.6, 61, 3725)] == ["0s", "1m00s", "1m01s", "1h02m"]

@@ -142,7 +142,8 @@ class Sweeper:
             self.cluster.delete(self.namespace, labels)
 
     def measure_all(self, image: str) -> None:
-        deadline = self.clock() + self.sweep.max_seconds
+        began = self.clock()
+        deadline = began + self.sweep.max_seconds
         candidates = list(self.plan.candidates)
         for start in range(0, len(candidates), self.sweep.parallel):
             chunk = candidates[start : start + self.sweep.parallel]
@@ -157,7 +158,8 @@ class Sweeper:
                 if self.clock() >= deadline:
                     self.cluster.delete(self.namespace, core.candidate_labels(self.name, self.run, candidate))
                     continue
-                self.log(f"{candidate.name}: {core.describe_knobs(candidate.config)}")
+                done = progress(len(self.results), len(candidates), self.clock() - began)
+                self.log(f"{candidate.name} ({done}): {core.describe_knobs(candidate.config)}")
                 result = self._measure(candidate, image, deadline)
                 self.results.append(result)
                 best = max((m.throughput for m in result.measurements), default=0.0)
@@ -167,6 +169,25 @@ class Sweeper:
                 left = len(candidates) - start - len(chunk)
                 self.message = f"--max-seconds {self.sweep.max_seconds} reached: {left} not run"
                 return
+
+
+def duration(seconds: float) -> str:
+    """A duration for people: 42s, 3m05s, 1h02m."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def progress(done: int, total: int, elapsed: float) -> str:
+    """Where a sweep is as a candidate starts: `candidate k of N, elapsed, about T left` (the mean
+    time of the candidates measured so far, times those left, this one included)."""
+    text = f"candidate {done + 1} of {total}, {duration(elapsed)} elapsed"
+    if done == 0:
+        return f"{text}, no estimate before the first is measured"
+    return f"{text}, about {duration(elapsed / done * (total - done))} left"
 
 
 def tune(
