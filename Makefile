@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 
-.PHONY: run test lint unit bootstrap cluster-up cluster-down crd manifests bench-sync bench-sync-real bench-control-plane bench-manifest bench-inplace bench-tune bench-real-size
+.PHONY: run test lint unit bootstrap cluster-up cluster-down crd manifests plugin bench-sync bench-sync-real bench-control-plane bench-manifest bench-inplace bench-tune bench-real-size
 
 bootstrap:
 	@e2e/bootstrap
@@ -37,6 +37,10 @@ crd: bootstrap
 
 manifests: bootstrap
 	charts/generate-manifests
+
+## The single-file kubectl plugin (a zipapp of what the plugin imports): dist/kubectl-triton.
+plugin: bootstrap
+	PYTHONPATH=operator/src $(PY) e2e/build_plugin.py --output dist/kubectl-triton
 
 bench-sync: bootstrap
 	$(PY) bench/sync/run.py

@@ -146,3 +146,27 @@ def test_version_names_the_operator_running_in_the_cluster_or_why_not(cluster: P
     assert done.returncode == 0
     assert done.stdout.splitlines()[2].startswith("Operator: unknown (cannot read it from the cluster: ")
     assert time.monotonic() - started < 30
+
+
+def test_the_single_file_plugin_reads_the_cluster(cluster: Path, tmp_path: Path) -> None:
+    """`make plugin`'s dist/kubectl-triton on the base interpreter (no venv): the same List as the API."""
+    out = tmp_path / "kubectl-triton"
+    repo = Path(__file__).resolve().parents[2]
+    subprocess.run(
+        [sys.executable, str(repo / "e2e" / "build_plugin.py"), "--output", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    _, live = split_kubeconfig(cluster, tmp_path)
+    base = Path(sys.base_prefix) / "bin" / "python{}.{}".format(*sys.version_info[:2])
+    done = subprocess.run(
+        [str(base), "-I", str(out), "get", "-A", "-o", "json"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(live)},
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert names_of(json.loads(done.stdout)) == listed_names(cluster)
