@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -103,3 +104,20 @@ def test_an_unknown_shell_is_refused() -> None:
 def test_a_file_option_completes_file_names() -> None:
     offered = complete("triton-operator", "triton-operator render -f pyproject.t")
     assert offered == ["pyproject.toml"]
+
+
+def test_kubectl_runs_the_kubectl_complete_program_for_kubectl_triton(tmp_path: Path) -> None:
+    """kubectl (1.26+) completes `kubectl triton ...` by running kubectl_complete-triton with the
+    words after `triton` and reading Cobra's answer: candidates, then `:4`."""
+    program = tmp_path / "kubectl_complete-triton"
+    program.write_text(generated("kubectl-triton", "kubectl"))
+    program.chmod(0o755)
+
+    def answer(*words: str) -> list[str]:
+        done = subprocess.run([str(program), *words], capture_output=True, text=True, timeout=30, check=True)
+        return done.stdout.splitlines()
+
+    assert answer("get", "-o", "") == ["json", "yaml", "name", ":4"]
+    assert answer("sta") == ["status", ":4"]
+    assert {"get", "status", "tune", "completion"} <= set(answer()[:-1]) and answer()[-1] == ":4"
+    assert answer("completion", "")[:4] == ["bash", "zsh", "fish", "kubectl"]

@@ -679,7 +679,7 @@ def test_get_watch_with_output_prints_each_change_once(
     def add() -> None:
         fake.objects[("ml", "b")] = ts("b", "ml")
 
-    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)  # a terminal: -o still streams, never redraws
     assert (
         kp.main(["get", "-o", "json", "-w"], client=fake, sleep=Ticks(lambda: None, add, lambda: None)) == 0
     )

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from triton_operator.core import conditions as cond
 from triton_operator.core import output, tuning
-from triton_operator.core.completion import SHELLS
+from triton_operator.core.completion import KUBECTL, SHELLS
 from triton_operator.core.rollout.clock import parse_time, utcnow
 from triton_operator.core.rollout.requests import FOR_REVISION, Action, request_revision
 from triton_operator.core.rollout.texts import describe_step
@@ -513,9 +513,10 @@ def build_parser() -> argparse.ArgumentParser:
         "completion",
         help="print a shell completion script for kubectl-triton",
         description="Print a completion script for kubectl-triton: source <(kubectl-triton completion bash), "
-        "source <(kubectl-triton completion zsh), kubectl-triton completion fish | source.",
+        "source <(kubectl-triton completion zsh), kubectl-triton completion fish | source; `kubectl` prints "
+        "the kubectl_complete-triton program that completes `kubectl triton ...` (kubectl 1.26+).",
     )
-    completion.add_argument("shell", choices=SHELLS, metavar="|".join(SHELLS))
+    completion.add_argument("shell", choices=(*SHELLS, KUBECTL), metavar="|".join((*SHELLS, KUBECTL)))
     return parser
 
 
@@ -883,7 +884,8 @@ def main(
             control = _control(client, args)
             namespace = args.namespace or control.namespace
             frame = _frame(args, control, namespace)
-            return watch(frame, sys.stdout, sys.stderr, tty=sys.stdout.isatty(), sleep=sleep)
+            tty = sys.stdout.isatty() and not args.output  # -o: a stream of documents, never redrawn
+            return watch(frame, sys.stdout, sys.stderr, tty=tty, sleep=sleep)
         except Exception as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
