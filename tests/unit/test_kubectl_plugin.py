@@ -867,3 +867,14 @@ def test_status_shows_the_step_the_split_and_how_long_the_step_has_waited(
 @pytest.mark.parametrize("status", [{"stableRevision": "s1"}, {"canaryRevision": "c2", "promoting": True}])
 def test_no_progress_line_without_a_step_in_progress(status: dict[str, Any]) -> None:
     assert "Progress:" not in kp.render_status(ts(**status), NOW)
+
+
+def test_ctrl_c_during_the_first_read_of_a_watch_ends_it_quietly(capsys: pytest.CaptureFixture[str]) -> None:
+    class Slow(FakeControl):
+        def get(self, name: str, namespace: str) -> dict[str, Any]:
+            raise KeyboardInterrupt
+
+    assert kp.main(["status", "a", "-w"], client=Slow(), sleep=Ticks()) == 0
+    assert capsys.readouterr() == ("", "")
+    assert kp.main(["status", "a"], client=Slow()) == 130
+    assert capsys.readouterr().err == "interrupted\n"

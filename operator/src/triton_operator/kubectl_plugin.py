@@ -886,6 +886,8 @@ def main(
             frame = _frame(args, control, namespace)
             tty = sys.stdout.isatty() and not args.output  # -o: a stream of documents, never redrawn
             return watch(frame, sys.stdout, sys.stderr, tty=tty, sleep=sleep)
+        except KeyboardInterrupt:  # during the first read: ended like any other moment of a watch
+            return 0
         except Exception as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -901,7 +903,8 @@ def main(
         if text:  # `-o name` of nothing prints nothing, as kubectl
             print(text)
     except KeyboardInterrupt:
-        print("interrupted: the sweep's tuning pods were deleted", file=sys.stderr)
+        done = ": the sweep's tuning pods were deleted" if args.verb == "tune" else ""
+        print(f"interrupted{done}", file=sys.stderr)
         return 130
     except Exception as exc:  # errors of the API or kubeconfig: one line, no traceback
         print(f"error: {exc}", file=sys.stderr)
