@@ -61,7 +61,17 @@ from triton_operator.core.names import (
     object_name,
     part_configmap_name,
 )
-from triton_operator.core.nodecache import HOST_ENV, POD_ENV, PORT_ENV
+from triton_operator.core.nodecache import (
+    AUDIENCE,
+    HOST_ENV,
+    POD_ENV,
+    PORT_ENV,
+    TOKEN_DIR,
+    TOKEN_ENV,
+    TOKEN_PATH,
+    TOKEN_SECONDS,
+    TOKEN_VOLUME,
+)
 from triton_operator.core.revision import revision_hash
 from triton_operator.core.traffic import service_body
 from triton_operator.models import ModelUpdates, Strategy, TritonService
@@ -715,6 +725,7 @@ def build_sync_container(
         sync["envFrom"] = [{"secretRef": {"name": credentials}}]
     if settings.node_cache_port is not None and not _is_pvc(ts):
         sync["env"] = node_cache_env(settings.node_cache_port)
+        sync["volumeMounts"].append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
     if settings.pod_security_defaults:
         # The operator's own image: it writes /models only, so its root filesystem is read-only.
         sync["securityContext"] = {**RESTRICTED_CONTAINER_SECURITY, "readOnlyRootFilesystem": True}
@@ -728,7 +739,15 @@ def node_cache_env(port: int) -> list[dict[str, Any]]:
         {"name": HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
         {"name": PORT_ENV, "value": str(port)},
         {"name": POD_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        {"name": TOKEN_ENV, "value": TOKEN_PATH},
     ]
+
+
+def node_cache_token_volume() -> dict[str, Any]:
+    """The pod's token for the node cache: projected, for the cache's audience only, bound to the
+    pod (allowed under Pod Security `restricted`; the pod's automountServiceAccountToken stays off)."""
+    token = {"audience": AUDIENCE, "expirationSeconds": TOKEN_SECONDS, "path": "token"}
+    return {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}}
 
 
 def build_scheduling(ts: TritonService) -> dict[str, Any]:
@@ -786,7 +805,12 @@ def build_pod_template(
         containers.append(build_agent_container(ts, settings, sync))
     pod_spec: dict[str, Any] = {
         "containers": containers,
-        "volumes": build_volumes(ts, revision, layout),
+        "volumes": build_volumes(ts, revision, layout)
+        + (
+            [node_cache_token_volume()]
+            if any(m["name"] == TOKEN_VOLUME for m in sync["volumeMounts"])
+            else []
+        ),
         # Service links put 7 variables per Service of the namespace into every container.
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": termination_grace_seconds(ts),
