@@ -134,6 +134,9 @@ class Settings:
     """The port of the node cache (the chart's node-cache DaemonSet) on every node; unset: off. New
     revisions' sync containers then read the node's cache before their store (recorded per revision:
     turning it on or off restarts no serving pod, core.observation.recorded_settings)."""
+    node_cache_token: bool = True
+    """Not read from the environment: whether a revision's pods show the node cache their projected
+    token; False only for a revision recorded before the cache asked for one (it keeps its pods)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

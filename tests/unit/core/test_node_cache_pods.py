@@ -137,3 +137,21 @@ def test_an_in_place_pods_agent_uses_the_node_cache_too() -> None:
     assert all(
         "env" not in c for c in [*off["initContainers"], *off["containers"]] if c["name"] != "tritonserver"
     )
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "live-deployment"])
+def test_a_revision_made_before_the_cache_checked_tokens_keeps_its_pods(recorded: bool) -> None:
+    """An operator upgrade gives no token volume to an existing revision (its pods would restart):
+    its sync reads the store when the cache refuses it; the next revision gets the token."""
+    before = dataclasses.replace(ON, node_cache_token=False)
+    ts = ts_of()
+    configs = configs_of(ts)
+    revision = compute_revision(ts, before, configs, None)
+    assert compute_revision(ts, ON, configs, None) == revision
+    deployment = build_deployment(ts, revision, before, 2)
+    assert TOKEN_VOLUME not in repr(deployment)
+    configmaps = build_configmaps(ts, revision, configs, None, settings=before if recorded else None)
+    kept = recorded_settings(ON, configmaps, deployment)
+    assert build_deployment(ts, revision, kept, 2) == deployment
+    # a new revision gets it
+    assert TOKEN_VOLUME in repr(build_deployment(ts, revision, recorded_settings(ON, [], None), 2))

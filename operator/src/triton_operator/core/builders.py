@@ -156,6 +156,7 @@ RECORDED_SETTINGS: dict[str, str] = {
     "tritonLogOnExit": "triton_log_on_exit",
     "prometheusScrape": "prometheus_scrape",
     "nodeCachePort": "node_cache_port",
+    "nodeCacheToken": "node_cache_token",
 }
 """The operator settings that shape a revision's pod template (OPERATOR_KEY's keys -> Settings'
 fields): recorded when the revision is created, and what it is re-rendered with ever after."""
@@ -182,6 +183,8 @@ def read_settings_record(text: str | None, settings: Settings) -> Settings | Non
     # A revision recorded before the node cache (or with it off) keeps syncing without it.
     port = record.get("nodeCachePort")
     fields["node_cache_port"] = port if isinstance(port, int) and not isinstance(port, bool) else None
+    # A revision recorded before the node cache checked tokens keeps its pods without one.
+    fields["node_cache_token"] = record.get("nodeCacheToken") is True
     return dataclasses.replace(settings, **fields)
 
 
@@ -724,22 +727,23 @@ def build_sync_container(
     if credentials and not _is_pvc(ts):
         sync["envFrom"] = [{"secretRef": {"name": credentials}}]
     if settings.node_cache_port is not None and not _is_pvc(ts):
-        sync["env"] = node_cache_env(settings.node_cache_port)
-        sync["volumeMounts"].append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
+        sync["env"] = node_cache_env(settings.node_cache_port, token=settings.node_cache_token)
+        if settings.node_cache_token:
+            sync["volumeMounts"].append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
     if settings.pod_security_defaults:
         # The operator's own image: it writes /models only, so its root filesystem is read-only.
         sync["securityContext"] = {**RESTRICTED_CONTAINER_SECURITY, "readOnlyRootFilesystem": True}
     return sync
 
 
-def node_cache_env(port: int) -> list[dict[str, Any]]:
+def node_cache_env(port: int, *, token: bool = True) -> list[dict[str, Any]]:
     """Where the sync container finds the node cache: the node's address and the cache's hostPort,
     and its pod's uid to name its lease (the downward API: nothing of the node is mounted)."""
     return [
         {"name": HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
         {"name": PORT_ENV, "value": str(port)},
         {"name": POD_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-        {"name": TOKEN_ENV, "value": TOKEN_PATH},
+        *([{"name": TOKEN_ENV, "value": TOKEN_PATH}] if token else []),
     ]
 
 

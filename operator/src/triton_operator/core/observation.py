@@ -34,7 +34,7 @@ from triton_operator.core.names import (
     SYNC_CONTAINER,
     TRITON_CONTAINER,
 )
-from triton_operator.core.nodecache import PORT_ENV
+from triton_operator.core.nodecache import PORT_ENV, TOKEN_ENV
 from triton_operator.core.rollout.clock import parse_time
 from triton_operator.core.rollout.state import RevisionState, revision_ready
 from triton_operator.core.startup import PodStart, pod_start
@@ -233,6 +233,7 @@ def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) ->
                 sync_image=image,
                 sync_image_pull_policy=policy,
                 node_cache_port=_node_cache_port(container),
+                node_cache_token=any(e.get("name") == TOKEN_ENV for e in container.get("env") or []),
             )
     return settings
 
