@@ -383,7 +383,8 @@ class NodeCacheServer:
             digest = hashlib.sha256()
             sent = 0
             while chunk := await self._run(_read_hashed, f, digest):
-                await response.write(chunk)
+                async with asyncio.timeout(self.idle_seconds):  # a reader that stopped reading
+                    await response.write(chunk)
                 sent += len(chunk)
         finally:
             await self._run(f.close)
