@@ -322,6 +322,25 @@ def test_when_the_cache_is_down_the_sync_reads_the_store(
     assert proxy.bytes_from_server >= TOTAL
 
 
+def test_a_pod_without_a_token_reads_the_store_and_asks_the_cache_nothing_more(
+    s3_backend: Backend,
+    store: tuple[Manifest, CountingProxy],
+    start_cache: Callable[..., NodeCache],
+    tmp_path: Path,
+) -> None:
+    """A pod of a revision made before the cache checked tokens (none mounted): its lease is refused
+    (401), it syncs from its store, and makes no further request (no read, no upload)."""
+    manifest, proxy = store
+    cache = start_cache()
+    done, summary = run_sync(tmp_path / "old", manifest, s3_backend.credentials, cache.url, "old")
+    assert done.returncode == 0, done.stderr
+    assert_synced(tmp_path / "old")
+    assert summary is not None and summary.fetched == TOTAL
+    assert proxy.bytes_from_server >= TOTAL
+    assert cache.objects() == set()
+    assert cache.metrics()["triton_node_cache_refused_requests_total{reason=401}"] == 1
+
+
 def test_pods_syncing_at_once_each_get_every_byte_and_the_node_keeps_one_copy(
     s3_backend: Backend,
     store: tuple[Manifest, CountingProxy],

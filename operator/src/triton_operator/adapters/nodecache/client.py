@@ -117,6 +117,8 @@ class NodeCacheClient:
             data = response.read()
             if response.status != 200:
                 log.warning("node cache: lease refused (%s): %s", response.status, data[:200])
+                if response.status in (401, 403):  # not this pod's to use: no reads, no uploads
+                    self.down = True
                 return frozenset()
             answer = json.loads(data)
             self.held_keys = frozenset(str(k) for k in answer["held"])
