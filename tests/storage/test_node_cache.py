@@ -270,6 +270,8 @@ def test_a_second_pod_on_the_node_reads_nothing_from_the_store(
     metrics = cache.metrics()
     assert metrics["triton_node_cache_hits_total"] == len(FILES)
     assert metrics["triton_node_cache_hit_bytes_total"] == TOTAL
+    # Each pod's token was reviewed once, however many requests it made (lease, reads, uploads).
+    assert cache.reviewer.reviews == 2
 
 
 def test_a_corrupted_cache_entry_is_refused_read_from_the_store_and_healed(
