@@ -48,12 +48,12 @@ def test_operator_settings_as_env(render: Render) -> None:
     assert e["TRITON_OPERATOR_LIVENESS_ENDPOINT"] == "http://0.0.0.0:8081/healthz"
     assert e["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert "TRITON_OPERATOR_PEERING_NAME" not in e
-    # The policy: any image, hostPath refused (core.policy); lists joined with commas.
+    # The policy: any image, hostPath and gitRepo refused (core.policy); lists joined with commas.
     # An empty list is left out: an env var of value "" is stored without one, and `kubectl apply`
     # would then find the Deployment changed on every run.
     assert "TRITON_OPERATOR_ALLOWED_IMAGE_PREFIXES" not in e
     assert all(v != "" for v in e.values())
-    assert e["TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES"] == "hostPath"
+    assert e["TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES"] == "hostPath,gitRepo"
     # privileges: none, root refused, NET_BIND_SERVICE only, the namespace's default ServiceAccount
     assert (e["TRITON_OPERATOR_ALLOW_PRIVILEGED"], e["TRITON_OPERATOR_ALLOW_ROOT"]) == ("false", "false")
     assert e["TRITON_OPERATOR_ALLOWED_CAPABILITIES"] == "NET_BIND_SERVICE"

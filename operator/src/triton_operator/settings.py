@@ -15,9 +15,10 @@ ENV_PREFIX = "TRITON_OPERATOR_"
 DEFAULT_MAX_LISTED_OBJECTS = 100_000
 """The most objects one repository listing takes (a manifest of that many pins in well under the
 operator's memory limit); a prefix holding more is refused with RepositoryReady=False/ListingTooLarge."""
-DEFAULT_FORBIDDEN_VOLUME_TYPES = ("hostPath",)
+DEFAULT_FORBIDDEN_VOLUME_TYPES = ("hostPath", "gitRepo")
 """Pod volume types a TritonService may not use unless the operator allows them: hostPath reaches
-the node's own files."""
+the node's own files; gitRepo runs git as root on the node with the spec's arguments
+(CVE-2024-10220; deprecated, an init container cloning into an emptyDir does the same)."""
 DEFAULT_ALLOWED_CAPABILITIES = ("NET_BIND_SERVICE",)
 """Linux capabilities spec.securityContext.capabilities.add may name unless the operator allows more:
 the one Pod Security `restricted` allows."""
