@@ -103,6 +103,10 @@ class Settings:
     FallbackToLogsOnError), where Triton says why a model failed to load. Never read from the
     environment: False only for a revision made before the operator set it
     (core.observation.recorded_settings), so that an upgrade restarts none of its serving pods."""
+    sync_log_on_exit: bool = True
+    """The same for the sync init container (`triton-operator sync` or `agent --once`), whose log
+    says why a sync failed past its termination message. Never read from the environment: False
+    only for a revision made before the operator set it."""
     allowed_image_prefixes: tuple[str, ...] = ()
     """tritonserver images a TritonService may run (core.policy.image_allowed); empty allows any."""
     forbidden_volume_types: tuple[str, ...] = DEFAULT_FORBIDDEN_VOLUME_TYPES

@@ -154,6 +154,7 @@ RECORDED_SETTINGS: dict[str, str] = {
     "syncImagePullPolicy": "sync_image_pull_policy",
     "podSecurityDefaults": "pod_security_defaults",
     "tritonLogOnExit": "triton_log_on_exit",
+    "syncLogOnExit": "sync_log_on_exit",
     "prometheusScrape": "prometheus_scrape",
     "nodeCachePort": "node_cache_port",
     "nodeCacheToken": "node_cache_token",
@@ -180,6 +181,8 @@ def read_settings_record(text: str | None, settings: Settings) -> Settings | Non
     fields: dict[str, Any] = {f: record[k] for k, f in RECORDED_SETTINGS.items() if k in record}
     # Left out of the record when unset (the cluster's default policy).
     fields["sync_image_pull_policy"] = record.get("syncImagePullPolicy")
+    # A revision recorded before the sync container's terminationMessagePolicy keeps going without.
+    fields["sync_log_on_exit"] = record.get("syncLogOnExit") is True
     # A revision recorded before the node cache (or with it off) keeps syncing without it.
     port = record.get("nodeCachePort")
     fields["node_cache_port"] = port if isinstance(port, int) and not isinstance(port, bool) else None
@@ -721,6 +724,10 @@ def build_sync_container(
         sync["command"] = ["triton-operator", "agent"]
         sync["args"] = [*sync["args"], *agent_args(revision), "--once"]
         sync["volumeMounts"] += _agent_mounts()
+    if settings.sync_log_on_exit:
+        # A sync that dies before writing its termination message (killed, out of memory) still
+        # says why: the log's tail.
+        sync["terminationMessagePolicy"] = "FallbackToLogsOnError"
     if settings.sync_image_pull_policy:
         sync["imagePullPolicy"] = settings.sync_image_pull_policy
     credentials = ts.spec.repository.credentials_secret

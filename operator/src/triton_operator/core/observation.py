@@ -260,6 +260,8 @@ def kept_pod_security(settings: Settings, deployment: Mapping[str, Any]) -> Sett
     if sync is not None:
         # The sync container has a securityContext exactly when the defaults are on (not the spec's).
         settings = dataclasses.replace(settings, pod_security_defaults="securityContext" in sync)
+        log_on_exit = sync.get("terminationMessagePolicy", "File") == "FallbackToLogsOnError"
+        settings = dataclasses.replace(settings, sync_log_on_exit=log_on_exit)
     if triton is not None:
         # The API server stores the default policy, File.
         policy = triton.get("terminationMessagePolicy", "File")
