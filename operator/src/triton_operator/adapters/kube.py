@@ -19,6 +19,7 @@ from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import CascadeType, PatchType
 
 from triton_operator import FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
+from triton_operator.core.backoff import parse_retry_after
 
 TritonServiceResource: Any = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
 GATEWAY_GROUP = "gateway.networking.k8s.io"
@@ -87,6 +88,13 @@ def retry_delay(exc: BaseException) -> float | None:
     if isinstance(exc, httpx2.HTTPError | OSError | TimeoutError):
         return 5.0
     return None
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The seconds the API server asked to wait before a retry (Retry-After, sent with a 429 or a
+    503), None when it sent none."""
+    response = getattr(exc, "response", None) if isinstance(exc, httpx2.HTTPStatusError) else None
+    return parse_retry_after(response.headers.get("Retry-After")) if response is not None else None
 
 
 def _to_dict(obj: Any) -> dict[str, Any]:
