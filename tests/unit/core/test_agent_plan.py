@@ -135,17 +135,24 @@ CASES = [
             "delete": ["adder/1/model.py"],
             "configs": ["adder/config.pbtxt"],
             "load": ["adder"],
+            "unload": ["adder"],
         },
         id="a new version of one model",
     ),
     pytest.param(
         _new({"other": {"1/model.py": b"other v1", "labels.txt": b"a\nb\nc\n"}}),
-        {**NONE, "fetch": ["other/labels.txt"], "configs": ["other/config.pbtxt"], "load": ["other"]},
+        {
+            **NONE,
+            "fetch": ["other/labels.txt"],
+            "configs": ["other/config.pbtxt"],
+            "load": ["other"],
+            "unload": ["other"],
+        },
         id="a file rewritten under its name",
     ),
     pytest.param(
         _new(adder=_python(maxBatchSize=4, dynamicBatching={"maxQueueDelayMicroseconds": "100"})),
-        {**NONE, "configs": ["adder/config.pbtxt"], "load": ["adder"]},
+        {**NONE, "configs": ["adder/config.pbtxt"], "load": ["adder"], "unload": ["adder"]},
         id="a config-only change",
     ),
     pytest.param(
@@ -165,8 +172,14 @@ CASES = [
     ),
     pytest.param(
         _new({"first": {"1/model.py": b"first v2"}}),
-        {**NONE, "fetch": ["first/1/model.py"], "configs": ["first/config.pbtxt"], "load": ["first"]},
-        id="a step alone: Triton reloads its ensemble",
+        {
+            **NONE,
+            "fetch": ["first/1/model.py"],
+            "configs": ["first/config.pbtxt"],
+            "load": ["first", "chain"],
+            "unload": ["chain", "first"],
+        },
+        id="a step alone: its ensemble is unloaded before it and loaded after it",
     ),
     pytest.param(
         _new({"zeta": {"1/model.py": b"z"}}, zeta=_python(), chain=_ensemble("first", "zeta")),
@@ -175,6 +188,7 @@ CASES = [
             "fetch": ["zeta/1/model.py"],
             "configs": ["chain/config.pbtxt", "zeta/config.pbtxt"],
             "load": ["zeta", "chain"],
+            "unload": ["chain"],
         },
         id="a new step is loaded before the ensemble that names it",
     ),
@@ -188,7 +202,10 @@ def test_the_steps_from_one_revision_to_another(
     steps = plan(OLD, target)
     assert _summary(steps) == expected
     assert steps.bytes == sum(e.size for e in steps.fetch)
-    assert dict(steps.configs) == {f"{m}/config.pbtxt": target.configs[m] for m in steps.load}
+    # every config written is the target's, of a model loaded (an ensemble over a changed step is
+    # loaded again with its config unchanged)
+    assert {path.split("/")[0] for path, _ in steps.configs} <= set(steps.load)
+    assert dict(steps.configs) == {p: target.configs[p.split("/")[0]] for p, _ in steps.configs}
     assert steps.touches_triton == bool(expected["load"] or expected["unload"])
 
 
@@ -219,7 +236,7 @@ def test_a_failed_revision_is_undone_when_the_target_goes_back() -> None:
         "delete_folders": ["extra"],
         "configs": ["adder/config.pbtxt"],
         "load": ["adder"],
-        "unload": ["extra"],
+        "unload": ["extra", "adder"],
     }
 
 

@@ -16,6 +16,7 @@ from triton_operator.core.manifestparts import MANIFEST_KEY
 from triton_operator.core.names import (
     AGENT_CONTAINER,
     AGENT_PORT,
+    AGENT_READY_PATH,
     AGENT_STATE_DIR,
     AGENT_STATE_VOLUME,
     APP_NAME,
@@ -28,6 +29,7 @@ from triton_operator.core.names import (
     INPLACE_DIR,
     INPLACE_STATE_KEY,
     INPLACE_TARGET_ANNOTATION,
+    INPLACE_TARGET_FILE,
     INPLACE_TARGET_ITEM,
     INPLACE_VOLUME,
     LABEL_COMPONENT,
@@ -46,8 +48,6 @@ from triton_operator.core.names import (
     MODELS_VOLUME,
     OPERATOR_KEY,
     PLACEHOLDER_UID,
-    PODINFO_DIR,
-    PODINFO_VOLUME,
     PVC_ROOT,
     REPOSITORY_VOLUME,
     SHM_VOLUME,
@@ -82,6 +82,7 @@ LIVENESS_PATH = "/v2/health/live"
 STARTUP_PERIOD_SECONDS = 1
 """Startup probes run every second: a pod is Ready within a second of Triton loading its models."""
 READINESS_PERIOD_SECONDS = 2
+READINESS_FAILURES = 2
 TRITON_EXIT_TIMEOUT_SECONDS = 30
 """tritonserver's default --exit-timeout-secs: how long it waits for in-flight requests on SIGTERM."""
 TERMINATION_MARGIN_SECONDS = 5
@@ -423,12 +424,9 @@ def triton_args(ts: TritonService) -> list[str]:
     args = [f"--model-repository={MODELS_DIR}", "--model-control-mode=explicit"]
     if in_place(ts):
         # What /models holds: a tritonserver that restarts after an in-place update loads the
-        # models the agent placed there, not the ones the pod started with. Readiness is the
-        # server's, not every model version's: after a failed in-place load Triton keeps the old
-        # copy serving but, strictly, keeps reporting the failed version and would never be ready
-        # again (every pod at once: no endpoint left). The operator gates each update on the
-        # agent's per-model states instead; a model failing at start-up still exits tritonserver.
-        args += ["--load-model=*", "--strict-readiness=false"]
+        # models the agent placed there, not the ones the pod started with. The pod's readiness is
+        # the agent's (every model of the revision it serves READY); Triton's own stays strict.
+        args += ["--load-model=*"]
     else:
         args += [f"--load-model={m.name}" for m in ts.spec.models]
     args += [f"--http-port={HTTP_PORT}", f"--grpc-port={GRPC_PORT}", f"--metrics-port={METRICS_PORT}"]
@@ -442,6 +440,16 @@ def _probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any
         "failureThreshold": failures,
         "timeoutSeconds": timeout,
     }
+
+
+def readiness_probe(ts: TritonService) -> dict[str, Any]:
+    """tritonserver's readiness (strict: every model loaded READY); with in-place updates the
+    agent's (GET :AGENT_PORT/v1/ready: every model of the revision the pod serves READY, and false
+    while the agent drains the pod for a change)."""
+    probe = _probe(READINESS_PATH, period=READINESS_PERIOD_SECONDS, failures=READINESS_FAILURES, timeout=3)
+    if in_place(ts):
+        probe["httpGet"] = {"path": AGENT_READY_PATH, "port": AGENT_PORT}
+    return probe
 
 
 def exit_timeout_seconds(server_args: Sequence[str]) -> int:
@@ -531,21 +539,29 @@ def build_volumes(ts: TritonService, revision: str, layout: ManifestLayout) -> l
 
 
 def agent_volumes(ts: TritonService, revision: str) -> list[dict[str, Any]]:
-    """The in-place agent's volumes: the `<deployment>-inplace` ConfigMap (optional: absent until an
-    update), the pod's own target annotation (downward API), and the agent's bookkeeping."""
+    """The in-place agent's volumes: one projected volume of the `<deployment>-inplace` ConfigMap
+    (optional: absent until an update) and the pod's own target annotation (downward API), which the
+    kubelet writes as one atomic payload (two volumes it refreshes at different moments let a pod see
+    the annotation gone before the state.json that makes it so: a flip back to the old revision),
+    and the agent's bookkeeping."""
     return [
         {
             "name": INPLACE_VOLUME,
-            "configMap": {"name": inplace_configmap_name(ts, revision), "optional": True},
-        },
-        {
-            "name": PODINFO_VOLUME,
-            "downwardAPI": {
-                "items": [
+            "projected": {
+                "sources": [
+                    {"configMap": {"name": inplace_configmap_name(ts, revision), "optional": True}},
                     {
-                        "path": INPLACE_TARGET_ITEM,
-                        "fieldRef": {"fieldPath": f"metadata.annotations['{INPLACE_TARGET_ANNOTATION}']"},
-                    }
+                        "downwardAPI": {
+                            "items": [
+                                {
+                                    "path": INPLACE_TARGET_ITEM,
+                                    "fieldRef": {
+                                        "fieldPath": f"metadata.annotations['{INPLACE_TARGET_ANNOTATION}']"
+                                    },
+                                }
+                            ]
+                        }
+                    },
                 ]
             },
         },
@@ -561,7 +577,6 @@ AGENT_RESOURCES: dict[str, Any] = {"requests": {"cpu": "10m", "memory": "96Mi"}}
 def _agent_mounts() -> list[dict[str, Any]]:
     return [
         {"name": INPLACE_VOLUME, "mountPath": INPLACE_DIR, "readOnly": True},
-        {"name": PODINFO_VOLUME, "mountPath": PODINFO_DIR, "readOnly": True},
         {"name": AGENT_STATE_VOLUME, "mountPath": AGENT_STATE_DIR},
     ]
 
@@ -572,7 +587,7 @@ def agent_args(revision: str) -> list[str]:
         "--inplace-dir",
         INPLACE_DIR,
         "--target-file",
-        f"{PODINFO_DIR}/{INPLACE_TARGET_ITEM}",
+        INPLACE_TARGET_FILE,
         "--state-dir",
         AGENT_STATE_DIR,
         "--base-revision",
@@ -580,9 +595,17 @@ def agent_args(revision: str) -> list[str]:
     ]
 
 
+def agent_drain_seconds(ts: TritonService) -> int:
+    """How long the agent keeps the pod out of its Service before it unloads or loads a model: the
+    readiness probe fails within period x failureThreshold, then the endpoints, kube-proxy and any
+    router catch up within the spec's drainSeconds (what a terminating pod's preStop waits too)."""
+    return READINESS_PERIOD_SECONDS * READINESS_FAILURES + ts.spec.drain_seconds
+
+
 def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[str, Any]) -> dict[str, Any]:
     """The model-agent sidecar: the sync container's image, arguments, credentials and security, as
-    `triton-operator agent`, which follows the pod's target revision and loads what changed."""
+    `triton-operator agent`, which follows the pod's target revision and loads what changed (and
+    serves the pod's readiness)."""
     agent: dict[str, Any] = {
         "name": AGENT_CONTAINER,
         "image": sync["image"],
@@ -593,6 +616,8 @@ def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[s
             f"http://127.0.0.1:{HTTP_PORT}",
             "--listen",
             f"0.0.0.0:{AGENT_PORT}",
+            "--drain-seconds",
+            str(agent_drain_seconds(ts)),
         ],
         "ports": [{"name": "agent", "containerPort": AGENT_PORT, "protocol": "TCP"}],
         "resources": copy.deepcopy(AGENT_RESOURCES),
@@ -658,7 +683,7 @@ def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, A
         # Kubernetes keeps the log's tail when tritonserver exits with an error: Triton's own reason
         # why a model failed to load, which the status and the rollback Event quote.
         **({"terminationMessagePolicy": "FallbackToLogsOnError"} if settings.triton_log_on_exit else {}),
-        "readinessProbe": _probe(READINESS_PATH, period=READINESS_PERIOD_SECONDS, failures=2, timeout=3),
+        "readinessProbe": readiness_probe(ts),
         "livenessProbe": _probe(LIVENESS_PATH, period=10, failures=3, timeout=5),
         "startupProbe": _probe(
             READINESS_PATH,
@@ -826,6 +851,9 @@ def build_pod_template(
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": termination_grace_seconds(ts),
         "initContainers": [sync],
+        # In-place pods: the agent sees the Python backend's stub processes (a dead one is a model
+        # Triton 2.51 still reports READY) and takes the pod out of its Service.
+        **({"shareProcessNamespace": True} if in_place(ts) else {}),
         **build_pod_security(ts, settings),
         **build_scheduling(ts),
     }
