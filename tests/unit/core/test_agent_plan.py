@@ -21,10 +21,13 @@ from triton_operator.core.agent import (
     model_states,
     parse_inplace_state,
     plan,
+    python_models,
+    readiness,
     resolve_target,
     revision_keys,
     revisions_named,
     status_of,
+    went_back,
 )
 from triton_operator.core.manifest import Manifest, ManifestEntry, ManifestModel, StoreRef, VersionPolicy
 from triton_operator.core.modelconfig import build_config_pbtxt
@@ -408,3 +411,40 @@ def test_a_record_started_keeps_what_was_left_part_way_until_done() -> None:
     assert done == Record(applied="r3", fetched_bytes=7, updated_at="t6")
     assert not done.needs("r3") and done.revisions() == {"r3"}
     assert Record.from_json(third.to_json()) == third
+
+
+def test_readiness_is_every_model_of_the_revision_served_ready_and_nothing_blocking() -> None:
+    every = dict.fromkeys(OLD.models, "READY")
+    assert readiness(OLD, every).ready
+    assert readiness(OLD, every).revision == "r1"
+    dead = {**every, "adder": "dead: 1 of its 1 Python backend stub processes are gone"}
+    not_ready = readiness(OLD, dead)
+    assert not not_ready.ready and "model adder is dead" in not_ready.reason
+    missing = readiness(OLD, {k: v for k, v in every.items() if k != "other"})
+    assert not missing.ready and "model other is UNAVAILABLE" in missing.reason
+    drained = readiness(OLD, every, "draining: out of the Service while revision r2 loads")
+    assert not drained.ready and drained.reason.startswith("draining")
+    assert not readiness(None, every).ready
+    assert readiness(OLD, every).to_json()["models"] == every
+
+
+def test_python_models_are_those_of_the_python_backend() -> None:
+    assert python_models(OLD) == ("adder", "first", "other", "second")  # not the ensemble
+
+
+@pytest.mark.parametrize(
+    ("last", "seen", "back"),
+    [
+        (InPlaceState("n2"), InPlaceState("s1", "n2"), True),  # completed, then an older copy
+        (InPlaceState("s1", "n2"), InPlaceState("n2"), False),  # completing
+        (InPlaceState("s1", "n2"), InPlaceState("s1"), False),  # rolled back
+        (InPlaceState("n2"), InPlaceState("n2", "s1"), False),  # an undo: a new rollout
+        (InPlaceState("n2"), InPlaceState("n2", "m3"), False),
+        (None, InPlaceState("s1", "n2"), False),
+        (InPlaceState("n2"), None, False),
+    ],
+)
+def test_an_older_state_json_is_told_from_a_new_one(
+    last: InPlaceState | None, seen: InPlaceState | None, back: bool
+) -> None:
+    assert went_back(last, seen) is back

@@ -46,6 +46,10 @@ from triton_operator.core.triton_state import VERSION_READY
 
 logger = logging.getLogger("triton_operator.agent")
 
+GOING = frozenset({"READY", "LOADING", "UNLOADING"})
+"""A model version's states in Triton's repository index that are not yet unloaded."""
+UNLOAD_POLL_SECONDS = 0.1
+
 SYNC_FAILURES = (SyncError, StoreError, SelectionFailed, ManifestError, ModelConfigError, OSError)
 """What a sync of a revision can fail with (adapters.sync, the stores); commands.sync names each."""
 
@@ -244,6 +248,21 @@ class Agent:
             logger.info("%s", self.message)
             self.options.wait(left)
 
+    def _unloaded(self, models: set[str]) -> None:
+        """Until Triton lists no version of ``models`` as loaded or unloading: its unload answers at
+        once and finishes in the background (a load sent meanwhile would go over the model still
+        there). Raises LoadFailed when that takes longer than a load may."""
+        triton = self.options.triton
+        deadline = time.monotonic() + triton.load_timeout
+        while models:
+            busy = {e.model: e.state for e in triton.index() if e.model in models and e.state in GOING}
+            if not busy:
+                return
+            if time.monotonic() > deadline:
+                model, state = sorted(busy.items())[0]
+                raise LoadFailed("unload", model, f"still {state} after {triton.load_timeout:g} s")
+            time.sleep(UNLOAD_POLL_SECONDS)
+
     def _triton(self, record: Record, steps: Steps, target: RevisionFiles) -> bool:
         """Out of the Service, the unloads then the loads (never a load over a loaded model); False
         when they did not all succeed (the record says why, or the message says what the agent waits
@@ -260,6 +279,7 @@ class Agent:
                 self.message = f"out of the Service: unloading model {model}"
                 self._status = self._status_now()
                 triton.unload(model)
+            self._unloaded(set(steps.unload))
             for model in steps.load:
                 logger.info("loading model %s", model)
                 self.message = f"out of the Service: loading model {model}"
