@@ -443,7 +443,7 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
         os.kill(int(pid), signal.SIGKILL)
         print(pid)
 """
-"""Run in the model-agent container (the pod shares one process namespace): SIGKILL to add_sub's stub."""
+"""Run in the tritonserver container: SIGKILL to add_sub's Python backend stub."""
 
 
 def ready_endpoints(kube: Client, namespace: str, name: str) -> set[str]:
@@ -488,7 +488,7 @@ def test_a_model_whose_backend_stub_dies_takes_its_pod_out_of_the_service_endpoi
         time.sleep(1)
         killed = subprocess.run(
             [kubectl, f"--kubeconfig={cluster}", "-n", namespace, "exec", victim.metadata.name,
-             "-c", "model-agent", "--", "python3", "-c", KILL_STUB],
+             "-c", "tritonserver", "--", "python3", "-c", KILL_STUB],
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert killed.returncode == 0 and killed.stdout.strip(), killed

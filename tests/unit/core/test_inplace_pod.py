@@ -172,8 +172,12 @@ def test_restricted_posture_for_the_new_containers_and_no_token() -> None:
         "capabilities": {"drop": ["ALL"]},
         "readOnlyRootFilesystem": True,
     }
+    # a user of their own: tritonserver's processes (same process namespace) cannot read theirs
+    restricted["runAsUser"] = 65532
     assert by_name(spec["containers"])[AGENT_CONTAINER]["securityContext"] == restricted
     assert spec["initContainers"][0]["securityContext"] == restricted
+    assert spec["securityContext"]["runAsUser"] == 1000  # tritonserver's
+    assert "runAsUser" not in by_name(spec["containers"])["tritonserver"].get("securityContext", {})
     assert spec["automountServiceAccountToken"] is False
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}

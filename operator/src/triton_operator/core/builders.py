@@ -629,6 +629,9 @@ def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[s
     return agent
 
 
+AGENT_UID = 65532
+"""The agent's user in in-place pods (the operator image's own), not tritonserver's (1000)."""
+
 RESTRICTED_POD_SECURITY: dict[str, Any] = {
     "runAsNonRoot": True,
     # The NGC tritonserver image's own user (triton-server); an image without a numeric USER
@@ -765,6 +768,11 @@ def build_sync_container(
     if settings.pod_security_defaults:
         # The operator's own image: it writes /models only, so its root filesystem is read-only.
         sync["securityContext"] = {**RESTRICTED_CONTAINER_SECURITY, "readOnlyRootFilesystem": True}
+        if in_place(ts):
+            # In-place pods share one process namespace (the agent watches the Python backend's
+            # stubs): the agent runs as a user of its own, so that no process of tritonserver (a
+            # Python model's code) can read its environment (the repository's credentials).
+            sync["securityContext"]["runAsUser"] = AGENT_UID
     return sync
 
 
