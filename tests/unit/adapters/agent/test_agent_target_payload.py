@@ -181,6 +181,7 @@ def test_an_older_state_json_is_not_followed_but_a_rollback_and_an_undo_are(tmp_
     assert agent.resolve().revision == N.revision
     kubelet.refresh(volume, configmap(S, N), {})  # a copy older than one seen: a lag
     assert agent.resolve().revision == N.revision
+    assert kubelet.agent().resolve().revision == N.revision  # a restarted agent too (its state folder)
     kubelet.refresh(volume, configmap(N, None), {})
     assert agent.resolve().revision == N.revision
     # an undo to S is a new rollout with next = S: followed

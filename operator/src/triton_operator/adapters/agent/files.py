@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import stat
@@ -16,6 +17,8 @@ from triton_operator.core.manifest import CONFIG_FILE, ManifestError, manifest_f
 from triton_operator.core.names import INPLACE_STATE_KEY, inplace_config_key, inplace_manifest_key
 
 RECORD_FILE = "agent.json"
+SEEN_FILE = "seen.json"
+"""The last state.json and target the agent followed: a restarted agent does not follow an older one."""
 REVISIONS = "revisions"
 MANIFEST_FILE = "manifest.json"
 CONFIGS = "configs"
@@ -145,14 +148,32 @@ class StateDir:
         return Record.from_json(read_text(self.path / RECORD_FILE))
 
     def write(self, record: Record) -> None:
+        self._write(RECORD_FILE, record.to_json())
+
+    def _write(self, name: str, text: str) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        tmp = self.path / f".{RECORD_FILE}.tmp"
+        tmp = self.path / f".{name}.tmp"
         with tmp.open("w") as f:
-            f.write(record.to_json())
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, self.path / RECORD_FILE)
+        os.replace(tmp, self.path / name)
         fsync_dir(self.path)
+
+    def seen(self) -> tuple[InPlaceState | None, str] | None:
+        """The state.json and target last followed (None: none recorded)."""
+        try:
+            data = json.loads(read_text(self.path / SEEN_FILE) or "")
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        state = parse_inplace_state(json.dumps(data.get("state"))) if data.get("state") else None
+        return state, str(data.get("target") or "")
+
+    def write_seen(self, state: InPlaceState | None, target: str) -> None:
+        body = {"state": None if state is None else {"stable": state.stable, "next": state.next}}
+        self._write(SEEN_FILE, json.dumps({**body, "target": target}, sort_keys=True))
 
     def folder(self, revision: str) -> Path:
         if not revision or "/" in revision or revision in (".", ".."):

@@ -118,7 +118,7 @@ class Agent:
         self.node_cache_counts: tuple[int, int] | None = None
         """The last sync's node cache (hits, misses); None when it ran without the node cache."""
         self._plan: tuple[tuple[str | None, tuple[str, ...], str], Steps] | None = None
-        self._last_view: tuple[InPlaceState | None, str] | None = None
+        self._last_view: tuple[InPlaceState | None, str] | None = self.state.seen()
         # Readiness (GET /v1/ready): ``_serving`` is the revision Triton serves whole (None while a
         # change is part way), ``_blocked`` why the pod is out of its Service whatever its models
         # say, ``_out_since`` since when readiness has been false for that (monotonic).
@@ -147,8 +147,9 @@ class Agent:
                 "state.json shows %s after %s: an older copy, not followed", state, self._last_view[0]
             )
             state, annotation = self._last_view
-        else:
+        elif self._last_view != (state, annotation):
             self._last_view = (state, annotation)
+            self.state.write_seen(state, annotation)
         named = {r for r in ((state.stable, state.next) if state else ()) if r}
         present = present_revisions(self.inplace, named, view.root)
         self.inplace.forget_others(named)
