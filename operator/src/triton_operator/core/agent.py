@@ -13,8 +13,12 @@ Everything it decides is here, with no I/O:
   models to unload (an ensemble before its steps);
 * ``Record``: what the agent keeps in its state folder (the revision applied, the one being applied,
   a failure), written only after the step it records;
+* ``went_back``: a state.json older than one seen (the kubelet showing a lagging copy), not followed;
 * ``model_states`` and ``Status``: Triton's per-model state of the target's versions, and the JSON
-  the agent serves at GET :8009/v1/inplace.
+  the agent serves at GET :8009/v1/inplace;
+* ``readiness``: the pod's readiness the agent serves at GET :8009/v1/ready (the in-place pod's
+  readinessProbe): every model of the revision it serves READY, and not out of its Service for a
+  change.
 """
 
 from __future__ import annotations
@@ -475,7 +479,8 @@ def readiness(serving: RevisionFiles | None, models: Mapping[str, str], blocked:
     ``models``: each of its models' state as the agent checked it (READY or why not); ``blocked``: why
     the pod is out of its Service whatever its models say (draining for a change, a failed load).
 
-    >>> files = RevisionFiles("r1", Manifest("s3://b/m", (), ()), {"a": "", "b": ""})
+    >>> from triton_operator.core.manifest import StoreRef
+    >>> files = RevisionFiles("r1", Manifest(StoreRef("s3://b/m"), (), ()), {"a": "", "b": ""})
     >>> readiness(files, {"a": "READY", "b": "READY"}).ready
     True
     >>> readiness(files, {"a": "READY", "b": "UNAVAILABLE"}).reason
