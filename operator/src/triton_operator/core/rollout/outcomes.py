@@ -175,7 +175,9 @@ class Outcomes(Verdicts):
             return "spec.rollout.paused"
         return "pause request; kubectl triton resume"
 
-    def canary_plan(self, split: Split, budget_blocked: bool = False) -> RolloutPlan:
+    def canary_plan(
+        self, split: Split, budget_blocked: bool = False, tuning_blocked: bool = False
+    ) -> RolloutPlan:
         st = self.st
         stable, canary = st.stable_revision, st.canary_revision
         assert stable is not None and canary is not None
@@ -183,7 +185,8 @@ class Outcomes(Verdicts):
         replicas = {stable: split.stable, canary: split.canary}
         ready_now = state is not None and state.ready_at(split.canary_goal)
         # The deadline clock: when the canary began waiting at this position (paused: no clock).
-        waiting = None if (ready_now or self.paused or budget_blocked) else (st.waiting_since or self.now)
+        held = ready_now or self.paused or budget_blocked or tuning_blocked
+        waiting = None if held else (st.waiting_since or self.now)
         self.set(waiting_since=waiting)
         n = len(self.steps)
         index = self.position()
@@ -200,6 +203,13 @@ class Outcomes(Verdicts):
             progressing = Verdict(FALSE, GPU_BUDGET_TOO_SMALL, message)
             degraded = Verdict(TRUE, GPU_BUDGET_TOO_SMALL, message)
             return self.finish(replicas, progressing, degraded)
+        if tuning_blocked:
+            message = (
+                f"{readiness}: {self.inp.tuning_pods} tuning pod(s) (kubectl triton tune) hold GPUs of "
+                f"gpuBudget {self.inp.rollout.gpu_budget}; the canary grows to {split.canary_goal} "
+                "when they are gone"
+            )
+            return self.finish(replicas, Verdict(TRUE, WAITING_FOR_CANARY_READY, message), degraded)
         if self.paused:
             progressing = Verdict(
                 FALSE,
