@@ -689,7 +689,7 @@ def main(
     try:
         print(run(args, _control(client), utcnow(), tuning_cluster))
     except KeyboardInterrupt:
-        print("interrupted: the sweep's tuning pods were deleted", file=sys.stderr)
+        print("interrupted: the sweep's objects were deleted (but any `cleanup:` above)", file=sys.stderr)
         return 130
     except Exception as exc:  # errors of the API or kubeconfig: one line, no traceback
         print(f"error: {exc}", file=sys.stderr)

@@ -298,6 +298,18 @@ def test_a_refused_delete_is_recorded_and_logged_and_the_record_is_saved_all_the
     ]
 
 
+def test_an_api_server_gone_during_cleanup_still_leaves_a_saved_finished_record() -> None:
+    fake = cluster()
+
+    def gone(namespace: str, labels: Mapping[str, str]) -> list[str]:
+        raise ConnectionError("the API server went away")
+
+    fake.delete = gone  # type: ignore[method-assign]
+    data = run(fake)
+    assert fake.saved[-1] == data and data["state"] == core.SUCCEEDED and data["finishedAt"] is not None
+    assert data["cleanup"] and all("went away" in p for p in data["cleanup"])
+
+
 def test_every_object_of_a_sweep_and_its_record_carry_the_runs_deadline() -> None:
     fake = cluster()
     sweep = dataclasses.replace(SWEEP, max_seconds=100, candidate_seconds=30)

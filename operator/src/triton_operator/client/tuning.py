@@ -118,8 +118,15 @@ class Sweeper:
         self.cluster.create(core.with_deadline(objects, self.deadline))
 
     def delete(self, labels: Mapping[str, str]) -> None:
-        """Delete the objects of ``labels`` (by their owners); what failed is logged and recorded."""
-        for problem in self.cluster.delete(self.namespace, labels):
+        """Delete the objects of ``labels`` (by their owners); what failed is logged and recorded,
+        never raised (the record is saved whatever cleanup does; the run's deadline ends the rest)."""
+        try:
+            problems = self.cluster.delete(self.namespace, labels)
+        except Exception as exc:  # the API server gone: as a refused delete
+            problems = [
+                f"could not delete the objects of {','.join(f'{k}={v}' for k, v in labels.items())}: {exc}"
+            ]
+        for problem in problems:
             if problem not in self.cleanup:  # the run's last cleanup tries its candidates' again
                 self.log(f"cleanup: {problem}")
                 self.cleanup.append(problem)
