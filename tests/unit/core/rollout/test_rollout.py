@@ -1045,6 +1045,7 @@ def test_tuning_pods_count_against_the_gpu_budget_a_canary_waits_for_them_to_go(
         assert p.status.aborted_revision is None
         assert cond(p, "Progressing") == ("True", "WaitingForCanaryReady")
         assert "2 tuning pod(s) (kubectl triton tune) hold GPUs" in p.conditions["Progressing"].message
+        assert p.requeue_after == 10.0  # the tuning pods' end wakes no pass: it looks again
     sim.tuning = 0  # the sweep ended (or the operator removed it at its deadline)
     p = sim.reconcile(1)
     assert p.replicas == {"A": 2, "B": 1}
@@ -1056,7 +1057,7 @@ def test_tuning_pods_hold_the_stable_revision_growing_into_the_budget() -> None:
     sim.reconcile()
     sim.replicas = 4  # an autoscaler asks for more while the sweep holds 2 GPUs
     p = sim.reconcile(1)
-    assert p.replicas == {"A": 2}
+    assert p.replicas == {"A": 2} and p.requeue_after == 10.0
     sim.tuning = 0
     p = sim.reconcile(1)
     assert p.replicas == {"A": 4}

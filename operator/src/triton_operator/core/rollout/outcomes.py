@@ -35,6 +35,9 @@ from triton_operator.core.rollout.verdicts import Verdicts
 from triton_operator.core.traffic import TrafficWeights
 from triton_operator.models import SetHeaderRoute, Strategy
 
+TUNING_RECHECK_SECONDS = 10.0
+"""How soon a pass looks again while tuning pods hold GPUs a revision waits for (their end wakes none)."""
+
 
 class Outcomes(Verdicts):
     """The plan a call ends with, its conditions' texts, the header route and history kept."""
@@ -121,7 +124,10 @@ class Outcomes(Verdicts):
                 f"{progressing.message}"
             )
             degraded = Verdict(TRUE, STABLE_REVISION_MISSING, message)
-        return self.finish(replicas, progressing, degraded)
+        held_by_tuning = self.inp.tuning_pods > 0 and replicas[stable] < self.r
+        return self.finish(
+            replicas, progressing, degraded, TUNING_RECHECK_SECONDS if held_by_tuning else None
+        )
 
     def held_before_start(self) -> RolloutPlan:
         stable = self.st.stable_revision
@@ -209,7 +215,9 @@ class Outcomes(Verdicts):
                 f"gpuBudget {self.inp.rollout.gpu_budget}; the canary grows to {split.canary_goal} "
                 "when they are gone"
             )
-            return self.finish(replicas, Verdict(TRUE, WAITING_FOR_CANARY_READY, message), degraded)
+            # Tuning pods wake no pass when they go (nothing of the TritonService's own): look again.
+            verdict = Verdict(TRUE, WAITING_FOR_CANARY_READY, message)
+            return self.finish(replicas, verdict, degraded, requeue=TUNING_RECHECK_SECONDS)
         if self.paused:
             progressing = Verdict(
                 FALSE,
