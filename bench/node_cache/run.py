@@ -4,8 +4,10 @@ node (the node cache), the same repository, each byte checked: a table.
     .venv/bin/python bench/node_cache/run.py [--shards 8 --shard-mib 64 --part-mib 16]
 
 Each row is a real `triton-operator sync` process (as the init container runs it) into an empty
-folder; the node cache is a real `triton-operator node-cache` process on loopback; the store's bytes
-are counted by a proxy in front of seaweedfs (tests/support/counting_proxy.py), not by the sync.
+folder; the node cache is its real server on loopback in this process, its callers' tokens checked
+by tests/support/fake_token_reviewer.py (no API server here; each sync gets its pod's token in a
+file); the store's bytes are counted by a proxy in front of seaweedfs
+(tests/support/counting_proxy.py), not by the sync.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "support"))
 
 from counting_proxy import counting_proxy  # noqa: E402
+from fake_token_reviewer import FakeTokenReviewer  # noqa: E402
 from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY, free_port, s3_client, start_seaweedfs  # noqa: E402
+from triton_operator.adapters.nodecache.server import NodeCacheServer, ServerThread  # noqa: E402
+from triton_operator.adapters.nodecache.store import ContentStore  # noqa: E402
 from triton_operator.adapters.storage import pin_repository  # noqa: E402
 from triton_operator.core.manifest import manifest_to_json  # noqa: E402
 from triton_operator.core.startup import SyncSummary, parse_summary  # noqa: E402
@@ -39,14 +44,20 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+REVIEWER = FakeTokenReviewer()
+
+
 def sync(work: Path, name: str, manifest_path: Path, cache_port: int | None) -> tuple[float, float, str]:
-    """One sync into work/name: (seconds, CPU seconds, its summary line)."""
+    """One sync into work/name, as pod ``name`` of namespace "bench": (seconds, CPU seconds, its
+    summary line)."""
     log = work / f"{name}.log"
     log.write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | CREDS
     if cache_port is not None:
         env |= {"TRITON_NODE_CACHE_HOST": "127.0.0.1", "TRITON_NODE_CACHE_PORT": str(cache_port)}
         env["TRITON_NODE_CACHE_POD"] = name
+        (work / f"{name}.token").write_text(REVIEWER.issue("bench", name))
+        env["TRITON_NODE_CACHE_TOKEN"] = str(work / f"{name}.token")
     args = [sys.executable, "-m", "triton_operator.cli", "sync", "--manifest", str(manifest_path)]
     args += ["--dest", str(work / name), "--termination-log", str(log), "--progress", "json"]
     cpu, started = children_cpu(), time.monotonic()
@@ -83,12 +94,9 @@ def main() -> int:
             pinned = pin_repository(repository, [ModelSpec(name="big", config={"backend": "python"})], CREDS)
             total = pinned.total_bytes
             kinds = sorted({e.checksum_kind for e in pinned.entries})
-            port = free_port()
-            cache_args = [sys.executable, "-m", "triton_operator.cli", "node-cache", "--root"]
-            cache_args += [str(work / "cache"), "--size-limit", f"{2 * total}", "--port", str(port)]
-            cache_args += ["--address", "127.0.0.1", "--log-level", "WARNING"]
-            cache = subprocess.Popen(cache_args)
-            time.sleep(1.5)
+            store = ContentStore(work / "cache", 4 * total, 3600.0)
+            cache = ServerThread(NodeCacheServer(store, REVIEWER), "127.0.0.1", free_port())
+            port = cache.start()
             rows: list[tuple[str, float, float, int, SyncSummary]] = []
             with counting_proxy(server.endpoint) as proxy:
                 manifest = replace(pinned, repository=replace(pinned.repository, endpoint=proxy.endpoint))
@@ -106,8 +114,7 @@ def main() -> int:
                     rows.append((name, seconds, cpu, proxy.bytes_from_server, summary))
         finally:
             if cache is not None:
-                cache.terminate()
-                cache.wait(timeout=10)
+                cache.stop()
             server.stop()
     shape = f"{args.shards} shards x {args.shard_mib} MiB = {total / MiB:,.0f} MiB"
     print(f"\n{shape}, checksums {', '.join(kinds)}")

@@ -101,7 +101,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         named = ""  # no subcommand's module is needed to print the version
     parser = build_parser(named if named in (*COMMANDS, "") else None)
     args = parser.parse_args(argv)
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except ValueError as exc:
+        from triton_operator.settings import SettingsError  # noqa: PLC0415 - only when one failed
+
+        if not isinstance(exc, SettingsError):
+            raise
+        print(f"triton-operator: {exc}", file=sys.stderr)  # a bad setting stops the process
+        return 2
     return result
 
 

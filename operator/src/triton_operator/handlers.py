@@ -12,7 +12,7 @@ import kopf
 from triton_operator import GROUP, PLURAL, VERSION
 from triton_operator.adapters.agent_reader import AgentReader
 from triton_operator.adapters.kube import Kube, make_client
-from triton_operator.adapters.owned_watch import OwnedWatch
+from triton_operator.adapters.owned_watch import OwnedWatch, scopes
 from triton_operator.adapters.peering import PeeringMonitor, lightkube_watch, peering_scope
 from triton_operator.adapters.triton_reader import TritonReader
 from triton_operator.core.repository_access import RepositoryAccess
@@ -20,6 +20,7 @@ from triton_operator.core.rollout.requests import pending_requests
 from triton_operator.reconcile.analysis import TritonView
 from triton_operator.reconcile.pinning import RepositoryPinner
 from triton_operator.reconcile.scheduler import Reconciler
+from triton_operator.reconcile.tuning_expiry import TuningExpiry
 from triton_operator.settings import Settings
 
 
@@ -77,6 +78,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     )
     await owned.start()
     memo["owned_watch"] = owned
+    # What `kubectl triton tune` left past its deadline (a client killed mid-sweep): deleted.
+    where, counts = scopes(operator.namespaces, operator.all_namespaces)
+    expiry = TuningExpiry(kube, where=where, counts=counts, paused=lambda: reconciler.paused)
+    memo["tuning_expiry"] = expiry.start()
     if scope is not None:
         monitor = PeeringMonitor(
             scope,
@@ -92,6 +97,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if monitor is not None:
         monitor.cancel()
         await asyncio.gather(monitor, return_exceptions=True)
+    await TuningExpiry.stop(memo.get("tuning_expiry"))
     owned: OwnedWatch | None = memo.get("owned_watch")
     if owned is not None:
         await owned.close()

@@ -903,8 +903,10 @@ def main(
         if text:  # `-o name` of nothing prints nothing, as kubectl
             print(text)
     except KeyboardInterrupt:
-        done = ": the sweep's tuning pods were deleted" if args.verb == "tune" else ""
-        print(f"interrupted{done}", file=sys.stderr)
+        if args.verb == "tune":
+            print("interrupted: the sweep's objects were deleted (but any `cleanup:` above)", file=sys.stderr)
+        else:
+            print("interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # errors of the API or kubeconfig: one line, no traceback
         print(f"error: {exc}", file=sys.stderr)

@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx2
 
+from triton_operator.core.backoff import Backoff, Random, parse_retry_after
 from triton_operator.core.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 from triton_operator.core.peering import is_pattern, match_namespace
 
@@ -39,6 +40,10 @@ SERVER_TIMEOUT_SECONDS = 600
 READ_SLACK_SECONDS = 60.0
 """A watch that brought nothing for its server timeout and this long is presumed stuck and restarted."""
 RETRY_SECONDS = 5.0
+"""The ceiling of the first retry's delay after a failed listing or watch; each failure in a row
+doubles it (core.backoff: full jitter, so the operator's streams do not retry together), up to
+RETRY_CAP_SECONDS, and a Retry-After of the API server is waited out."""
+RETRY_CAP_SECONDS = 60.0
 PAGE = 500
 """Objects per page of a listing that names every owner."""
 
@@ -48,6 +53,12 @@ Owner = tuple[str, str]
 
 class GoneError(Exception):
     """The resourceVersion a watch or a listing continued from is too old (410 Gone)."""
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The seconds an API server's answer asked to wait (its Retry-After header), if it sent one."""
+    response = getattr(exc, "response", None) if isinstance(exc, httpx2.HTTPStatusError) else None
+    return parse_retry_after(response.headers.get("Retry-After")) if response is not None else None
 
 
 def collection_path(api_version: str, plural: str, namespace: str | None) -> str:
@@ -100,12 +111,15 @@ class OwnedWatch:
         namespaces: Iterable[str] = (),
         all_namespaces: bool = True,
         retry_seconds: float = RETRY_SECONDS,
+        retry_cap: float = RETRY_CAP_SECONDS,
         server_timeout: int = SERVER_TIMEOUT_SECONDS,
         page: int = PAGE,
+        random: Random | None = None,
     ) -> None:
         self.http = http
         self.on_owner = on_owner
-        self.retry_seconds = retry_seconds
+        self.backoff = Backoff(base=retry_seconds, cap=max(retry_cap, retry_seconds))
+        self.random = random
         self.server_timeout = server_timeout
         self.page = page
         where, self._counts = scopes(namespaces, all_namespaces)
@@ -141,22 +155,24 @@ class OwnedWatch:
             self.on_owner(*owner)
 
     async def _run(self, stream: _Stream) -> None:
+        failures = 0
         while True:
             try:
                 if stream.version is None or stream.missed:
                     stream.version = await self._list(stream.path, name_owners=stream.missed)
                     stream.missed = False
                 stream.version = await self._watch(stream.path, stream.version)
+                failures = 0
             except asyncio.CancelledError:
                 raise
             except GoneError:
                 logger.info("watch of %s: resourceVersion too old, listing again", stream.path)
                 stream.version, stream.missed = None, True
             except Exception as exc:
-                logger.warning(
-                    "watch of %s failed, resuming in %.0f s: %s", stream.path, self.retry_seconds, exc
-                )
-                await asyncio.sleep(self.retry_seconds)
+                delay = self.backoff.delay(failures, retry_after=retry_after(exc), random=self.random)
+                failures += 1
+                logger.warning("watch of %s failed, resuming in %.1f s: %s", stream.path, delay, exc)
+                await asyncio.sleep(delay)
 
     async def _list(self, path: str, *, name_owners: bool) -> str:
         """The collection's resourceVersion; with ``name_owners``, every owner in it is named (read

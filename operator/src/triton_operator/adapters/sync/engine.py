@@ -47,6 +47,7 @@ from triton_operator.adapters.sync.hashing import (
 from triton_operator.adapters.sync.progress import Progress, silent
 from triton_operator.adapters.sync.results import ChecksumMismatch, SyncError, SyncStats, UnsafeDestination
 from triton_operator.adapters.sync.space import Need, check, device_of, room
+from triton_operator.core.backoff import Backoff, Random
 from triton_operator.core.manifest import (
     CONFIG_FILE,
     CONTENT_KINDS,
@@ -102,6 +103,10 @@ class SyncOptions:
 
 
 VERIFY_MODES = ("fast", "digest")
+READ_RETRY_BACKOFF = Backoff(base=0.4, cap=5.0)
+"""Delays before a read the store could not answer (StoreUnavailable) is tried again: up to 0.4 s,
+0.8 s, ... (full jitter: the sync's threads that failed together do not retry together), never more
+than 5 s. The store's own attempts came first (s3_http honours the store's Retry-After)."""
 # Pinned digests that a store's CRC may stand in for, where the store binds its CRC to them.
 _DIGEST_KINDS = frozenset({"md5", "s3-multipart"})
 
@@ -203,10 +208,13 @@ class Syncer:
         store: ObjectStore | None,
         options: SyncOptions,
         progress: Progress | None = None,
+        random: Random | None = None,
     ) -> None:
         self.manifest = manifest
         self.store = store
         self.options = options
+        self.random = random
+        """The jitter of the read retries (core.backoff); None: the system's."""
         self.progress = progress or silent()
         self.stats = SyncStats()
         self.dest = options.dest
@@ -554,7 +562,7 @@ class Syncer:
                     raise
                 with self._lock:
                     self.stats.retried_reads += 1
-                time.sleep(min(2.0, 0.2 * 2**attempt))
+                time.sleep(READ_RETRY_BACKOFF.delay(attempt - 1, random=self.random))
 
     def _fetch_whole(self, job: _Job) -> None:
         """A small file in one streamed read, hashed as it arrives; a retry starts it over."""
