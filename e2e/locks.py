@@ -7,8 +7,9 @@
     python3 e2e/locks.py unlocked LOCK...   the distributions this Python has that no LOCK names
                                             (e2e/bootstrap removes them from .venv), the project's aside
 
-Three locks, for CPython 3.11 on Linux x86_64 with glibc 2.36 (Debian bookworm: this machine and the image), each `name==version` with the
-sha256 of every file PyPI has for it (pip install --require-hashes --no-deps -r LOCK):
+Three locks, for CPython 3.11 on Linux x86_64 with glibc 2.36 (Debian bookworm: this machine and the
+image), each `name==version` with the sha256 of every file PyPI has for that version (pip install
+--require-hashes --no-deps -r LOCK):
   requirements/build.lock    pyproject.toml's [build-system] requires and pip: what builds the package
   requirements/test.lock     the build lock, the dependencies and the `test` extra: e2e/bootstrap's .venv
   requirements/runtime.lock  the dependencies alone, at the test lock's versions: the image (Dockerfile)
@@ -108,11 +109,14 @@ def compile_locks(upgrade: bool) -> None:
         )
         for lock in (LOCKS / "build.lock", LOCKS / "test.lock"):
             lock.write_text(lock.read_text().replace(str(build_in), "pyproject.toml [build-system] requires"))
-    compile_lock(LOCKS / "runtime.lock", ["pyproject.toml"], ["--constraint", "requirements/test.lock"], upgrade)
+    runtime_extra = ["--constraint", "requirements/test.lock"]
+    compile_lock(LOCKS / "runtime.lock", ["pyproject.toml"], runtime_extra, upgrade)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     compile_ = commands.add_parser("compile", help="write requirements/*.lock from pyproject.toml")
     compile_.add_argument("--upgrade", action="store_true", help="newest versions pyproject.toml admits")
@@ -124,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(" ".join(unlocked(args.locks)))
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
