@@ -24,6 +24,7 @@ from triton_operator.core.nodecache import (
     live_leases,
     object_key,
     parse_lease,
+    parse_range,
     token_refusal,
 )
 
@@ -175,3 +176,21 @@ def test_a_lease_is_bounded_in_objects_and_bytes() -> None:
     assert sizes == {f"md5/{'0' * 32}": 60, f"sha1/{'1' * 40}": 40}  # a CRC is not cached, not counted
     with pytest.raises(NotAllowed, match="at most 99"):
         check_lease([("md5", "0" * 32, 60), ("sha1", "1" * 40, 40)], 99)
+
+
+def test_a_range_is_one_span_within_the_object() -> None:
+    assert parse_range(None, 100) is None
+    assert parse_range("bytes=0-99", 100) == (0, 100)
+    assert parse_range("bytes=10-19", 100) == (10, 20)
+    assert parse_range("bytes=90-", 100) == (90, 100)
+    assert parse_range("bytes=90-1000", 100) == (90, 100)  # clipped to the object, as HTTP says
+
+
+@pytest.mark.parametrize(
+    "header", ["bytes=100-", "bytes=5-4", "bytes=-10", "bytes=0-1,3-4", "items=0-1", "bytes=a-b", ""]
+)
+def test_any_other_range_is_refused_with_416(header: str) -> None:
+    with pytest.raises(NotAllowed) as refused:
+        parse_range(header, 100)
+    assert refused.value.status == 416
+    assert "Range" in str(refused.value)

@@ -127,6 +127,26 @@ class NotAllowed(Exception):  # noqa: N818 - an answer to a caller
         self.status = status
 
 
+RANGE_FORM = re.compile(r"bytes=([0-9]{1,19})-([0-9]{0,19})")
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The bytes ``start``..``end`` (end excluded) that a ``Range`` header asks of an object of
+    ``size`` bytes; None without one (the whole object). One range ``bytes=a-b`` or ``bytes=a-``
+    only (what the pod's client sends); anything else, or a range outside the object: NotAllowed
+    416."""
+    if header is None:
+        return None
+    match = RANGE_FORM.fullmatch(header.strip())
+    if match is None:
+        raise NotAllowed(416, "Range: one range 'bytes=START-END' or 'bytes=START-' only")
+    start = int(match[1])
+    end = int(match[2]) + 1 if match[2] else size
+    if start >= size or end <= start:
+        raise NotAllowed(416, f"Range: {header.strip()} is not within the object's {size} bytes")
+    return start, min(end, size)
+
+
 def _first(extra: Mapping[str, Sequence[str]], name: str) -> str:
     values = extra.get(name) or []
     return str(values[0]) if values else ""

@@ -4,8 +4,10 @@ Every request but /healthz and /metrics carries ``Authorization: Bearer <token>`
 projected ServiceAccount token for the node cache's audience (checked by a TokenReview, remembered
 briefly); without one: 401. Objects are looked up in the caller's namespace only.
 
-GET  /v1/objects/<kind>/<checksum>   200 and the bytes (the blob's SHA-256 checked as they are sent:
-                                     a blob that no longer matches is dropped), 404
+GET  /v1/objects/<kind>/<checksum>   200 and the bytes, sent by sendfile(2) from the blob (checked
+                                     when it was taken; the pod checks them against its pin), 404;
+                                     Range: bytes=A-B (one range) 206 and those bytes, 416 a range
+                                     it cannot serve
 HEAD /v1/objects/<kind>/<checksum>   200 with its Content-Length, 404
 PUT  /v1/objects/<kind>/<checksum>   201 kept; 400 not a cached kind, short, long, or not the
                                      leased size; 403 not named by the pod's live lease; 408 stalled;
@@ -51,6 +53,7 @@ from triton_operator.core.nodecache import (
     NotAllowed,
     caller_from_review,
     parse_lease,
+    parse_range,
     token_expiry,
     token_refusal,
 )
@@ -59,6 +62,8 @@ PREFIX = "triton_node_cache"
 PART_SIZE_HEADER = "X-Part-Size"
 CHECK_EXISTING_HEADER = "X-Check-Existing"
 CHUNK = 1024 * 1024
+SENDFILE_PIECE = 16 * 1024 * 1024
+"""An object is sent in pieces of this many bytes, each within the server's idle time."""
 REVIEW_SECONDS = 30.0
 """How long a token's accepted review is remembered (by the token's SHA-256)."""
 REFUSED_SECONDS = 10.0
@@ -73,9 +78,12 @@ T = TypeVar("T")
 class StoreCollector(Collector):
     """The store's and the server's counts as Prometheus metrics, read at each scrape."""
 
-    def __init__(self, store: ContentStore, refused_requests: dict[str, int]) -> None:
+    def __init__(
+        self, store: ContentStore, refused_requests: dict[str, int], sent_bytes: dict[str, int]
+    ) -> None:
         self.store = store
         self.refused_requests = refused_requests
+        self.sent_bytes = sent_bytes
 
     def collect(self) -> Iterator[Any]:
         s = self.store.stats
@@ -105,6 +113,14 @@ class StoreCollector(Collector):
         for reason, count in sorted(self.refused_requests.items()):
             requests.add_metric([reason], count)
         yield requests
+        sent = CounterMetricFamily(
+            f"{PREFIX}_sent_bytes",
+            "Node cache: object bytes sent, by how (sendfile: from the page cache by the kernel).",
+            labels=["how"],
+        )
+        for how in ("sendfile", "copy"):
+            sent.add_metric([how], self.sent_bytes.get(how, 0))
+        yield sent
         objects, used, leased = self.store.figures()
         yield GaugeMetricFamily(f"{PREFIX}_objects", "Node cache: objects (blobs) kept.", value=objects)
         yield GaugeMetricFamily(f"{PREFIX}_bytes", "Node cache: bytes kept.", value=used)
@@ -224,8 +240,9 @@ class NodeCacheServer:
         self.idle_seconds = idle_seconds
         self.audit_seconds = audit_seconds
         self.refused_requests: dict[str, int] = {}
+        self.sent_bytes: dict[str, int] = {}
         self.registry = CollectorRegistry()
-        self.registry.register(StoreCollector(store, self.refused_requests))
+        self.registry.register(StoreCollector(store, self.refused_requests, self.sent_bytes))
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="node-cache-io")
         self._lease_tokens: dict[str, str] = {}
         self._runner: web.ServerRunner | None = None
@@ -370,32 +387,64 @@ class NodeCacheServer:
     async def _send_object(
         self, request: BaseRequest, caller: Caller, kind: str, checksum: str
     ) -> web.StreamResponse:
-        opened = self.store.open(caller.namespace, kind, checksum)
+        asked = request.headers.get("Range")
+        # A ranged read is one of several of the same object: the first counts the hit.
+        first = asked is None or asked.strip().startswith("bytes=0-")
+        opened = self.store.open(caller.namespace, kind, checksum, count_hit=first)
         if opened is None:
             return web.Response(status=404)
-        f, size, blob = opened
+        f, size, _blob = opened
         try:
-            response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
-            response.content_length = size
+            try:
+                span = parse_range(asked, size)
+            except NotAllowed as refused:
+                unserved = _refuse(refused.status, str(refused))
+                unserved.headers["Content-Range"] = f"bytes */{size}"
+                return unserved
+            start, end = span or (0, size)
+            response = web.StreamResponse(
+                status=206 if span is not None else 200,
+                headers={"Content-Type": "application/octet-stream", "Accept-Ranges": "bytes"},
+            )
+            if span is not None:
+                response.headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+            response.content_length = end - start
             await response.prepare(request)
             if request.method == "HEAD":
                 return response
-            digest = hashlib.sha256()
-            sent = 0
-            while chunk := await self._run(_read_hashed, f, digest):
-                async with asyncio.timeout(self.idle_seconds):  # a reader that stopped reading
-                    await response.write(chunk)
-                sent += len(chunk)
+            await self._send_file(request, f, start, end - start)
         finally:
-            await self._run(f.close)
-        if sent != size or digest.hexdigest() != blob:
-            # The client checks what it got too; the cache stops handing it out.
-            self.store.drop_corrupt(blob)
-            response.force_close()
-        else:
-            self.store.served(size)
+            f.close()
+        self.store.served(end - start)
         await response.write_eof()
         return response
+
+    async def _send_file(self, request: BaseRequest, f: BinaryIO, offset: int, count: int) -> None:
+        """``count`` bytes of ``f`` from ``offset`` to the caller: by sendfile(2), from the page cache
+        to the socket, in pieces each given ``idle_seconds`` (a reader that stopped reading is cut
+        off); copied through the event loop only where the transport cannot (counted by ``how``)."""
+        transport = request.transport
+        if transport is None:
+            raise ConnectionResetError("the caller went away")
+        loop = asyncio.get_running_loop()
+        how = "sendfile"
+        end = offset + count
+        while offset < end:
+            piece = min(SENDFILE_PIECE, end - offset)
+            try:
+                async with asyncio.timeout(self.idle_seconds):
+                    try:
+                        sent = await loop.sendfile(transport, f, offset, piece, fallback=False)
+                    except (asyncio.SendfileNotAvailableError, NotImplementedError):
+                        how = "copy"
+                        sent = await loop.sendfile(transport, f, offset, piece, fallback=True)
+            except TimeoutError:
+                transport.abort()
+                raise
+            if sent <= 0:
+                raise ConnectionResetError("the caller went away")
+            self.sent_bytes[how] = self.sent_bytes.get(how, 0) + sent
+            offset += sent
 
     async def _put(
         self, request: BaseRequest, caller: Caller, kind: str, checksum: str
@@ -457,12 +506,6 @@ class NodeCacheServer:
         if buffer:
             self.store.take(upload, len(buffer))
             await self._run(upload.feed, bytes(buffer))
-
-
-def _read_hashed(f: BinaryIO, digest: Any) -> bytes:
-    chunk = f.read(CHUNK)
-    digest.update(chunk)
-    return chunk
 
 
 def _refuse(status: int, message: str) -> web.Response:

@@ -204,9 +204,12 @@ class ContentStore:
     def _entry_path(self, namespace: str, key: str) -> Path:
         return self.root / INDEX / namespace / key
 
-    def open(self, namespace: str, kind: str, checksum: str) -> tuple[BinaryIO, int, str] | None:
-        """The namespace's object: its blob's open file, size and name (counted a hit, its last use
-        now), or None (a miss: no such key in this namespace)."""
+    def open(
+        self, namespace: str, kind: str, checksum: str, *, count_hit: bool = True
+    ) -> tuple[BinaryIO, int, str] | None:
+        """The namespace's object: its blob's open file, size and name (its last use now; counted a
+        hit unless ``count_hit`` is false: another range of one read), or None (a miss: no such key
+        in this namespace)."""
         key = object_key(kind, checksum)
         with self._lock:
             entry = self._index.get((namespace, key)) if key is not None else None
@@ -224,7 +227,8 @@ class ContentStore:
             self._blobs[entry.blob] = CachedObject(entry.blob, obj.size, now)
             with contextlib.suppress(OSError):
                 os.utime(f.fileno(), (now, now))  # the next run's LRU order
-            self.stats.hits += 1
+            if count_hit:
+                self.stats.hits += 1
         return f, obj.size, entry.blob
 
     def served(self, size: int) -> None:
