@@ -189,16 +189,18 @@ def run_sync(
     *,
     namespace: str = NAMESPACE,
     token: str | None = None,
+    extra: tuple[str, ...] = (),
 ) -> tuple[subprocess.CompletedProcess[str], SyncSummary | None]:
     """`triton-operator sync` into work/models as the init container of ``pod`` of ``namespace``
-    runs it, with the pod's token (``token``, else the cache's for the pod); its summary."""
+    runs it, with the pod's token (``token``, else the cache's for the pod) and ``extra``
+    arguments; its summary."""
     work.mkdir(parents=True, exist_ok=True)
     path = work / "manifest.json"
     path.write_text(manifest_to_json(manifest))
     log = work / "termination-log"
     log.write_text("")
     args = [sys.executable, "-m", "triton_operator.cli", "sync", "--manifest", str(path)]
-    args += ["--dest", str(work / "models"), "--termination-log", str(log)]
+    args += ["--dest", str(work / "models"), "--termination-log", str(log), *extra]
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GOOGLE_"))}
     clean |= cache_env(work, cache, pod, namespace, token)
     done = subprocess.run(
@@ -542,6 +544,110 @@ def test_a_multipart_upload_is_kept_only_with_the_part_size_that_makes_its_etag(
     assert cache.objects() == set()
     assert put({"X-Part-Size": str(PART)}) == 201
     assert cache.request("GET", path) == (200, BIG)
+
+
+def test_a_warm_pod_reads_a_big_object_in_ranges_at_once_sent_by_sendfile(
+    s3_backend: Backend, start_cache: Callable[..., NodeCache], tmp_path: Path
+) -> None:
+    """A multipart object bigger than the sync's part size: the pod asks the cache for its ranges
+    (whole upload parts) on several connections at once, each hashed as it arrives, and checks the
+    whole against its pinned ETag; the cache sends every byte with sendfile."""
+    bucket = s3_backend.new_bucket()
+    s3_backend.put(bucket, "models/adder/1/weights.bin", BIG, part_size=PART)
+    pinned = pin_repository(s3_backend.repository(bucket), MODELS, s3_backend.credentials)
+    cache = start_cache()
+    first, _ = run_sync(tmp_path / "pod-a", pinned, s3_backend.credentials, cache, "pod-a")
+    assert first.returncode == 0, first.stderr
+    last = f"Range: bytes={2 * PART}-".encode()
+    # The first range's request is held until the last range's is seen: only reads on several
+    # connections at once get past it without waiting (a read after a read would wait 10 s).
+    with (
+        counting_proxy(cache.url, hold=(b"Range: bytes=0-", last)) as front,
+        counting_proxy(s3_backend.endpoint) as store,
+    ):
+        manifest = replace(pinned, repository=replace(pinned.repository, endpoint=store.endpoint))
+        second, warm = run_sync(
+            tmp_path / "pod-b",
+            manifest,
+            s3_backend.credentials,
+            front.endpoint,
+            "pod-b",
+            token=cache.token("pod-b"),
+            extra=("--part-size", str(PART)),
+        )
+        assert second.returncode == 0, second.stderr
+        assert (tmp_path / "pod-b" / "models" / "adder" / "1" / "weights.bin").read_bytes() == BIG
+        assert warm is not None and (warm.fetched, warm.node_cache_hits) == (0, 1)
+        assert store.bytes_from_server == 0
+        assert front.released.is_set() and front.hold_timeouts == 0
+        assert front.connections >= 3  # the lease's, and the ranges' own
+    metrics = cache.metrics()
+    assert metrics["triton_node_cache_sent_bytes_total{how=sendfile}"] == len(BIG)
+    assert metrics["triton_node_cache_sent_bytes_total{how=copy}"] == 0
+    assert metrics["triton_node_cache_hits_total"] == 1  # one object read, in three ranges
+    assert metrics["triton_node_cache_hit_bytes_total"] == len(BIG)
+
+
+@pytest.mark.parametrize("spoil", ["bytes", "cut"])
+def test_a_big_object_whose_ranges_fail_the_pin_or_break_is_read_from_the_store(
+    spoil: str, s3_backend: Backend, start_cache: Callable[..., NodeCache], tmp_path: Path
+) -> None:
+    """Ranges read at once: one byte off in the cache's copy (the whole fails the pinned ETag), or
+    a connection cut in the middle of a range: the pod drops what the cache gave, reads the store,
+    and uploads it; the cache checks its own copy (dropped only if its bytes changed)."""
+    bucket = s3_backend.new_bucket()
+    s3_backend.put(bucket, "models/adder/1/weights.bin", BIG, part_size=PART)
+    pinned = pin_repository(s3_backend.repository(bucket), MODELS, s3_backend.credentials)
+    key = "s3-multipart/" + multipart_etag(BIG, PART)
+    cache = start_cache()
+    first, _ = run_sync(tmp_path / "pod-a", pinned, s3_backend.credentials, cache, "pod-a")
+    assert first.returncode == 0, first.stderr
+    if spoil == "bytes":
+        on_disk = cache.blob(key)
+        spoiled = bytearray(on_disk.read_bytes())
+        spoiled[2 * PART + 3] ^= 0x01
+        on_disk.write_bytes(bytes(spoiled))
+    with (
+        counting_proxy(cache.url, cut_after=PART // 2 if spoil == "cut" else None) as front,
+        counting_proxy(s3_backend.endpoint) as store,
+    ):
+        manifest = replace(pinned, repository=replace(pinned.repository, endpoint=store.endpoint))
+        second, summary = run_sync(
+            tmp_path / "pod-b",
+            manifest,
+            s3_backend.credentials,
+            front.endpoint,
+            "pod-b",
+            token=cache.token("pod-b"),
+            extra=("--part-size", str(PART)),
+        )
+        assert second.returncode == 0, second.stderr
+        assert (tmp_path / "pod-b" / "models" / "adder" / "1" / "weights.bin").read_bytes() == BIG
+        assert summary is not None and summary.fetched == len(BIG)
+        assert store.bytes_from_server >= len(BIG)
+        assert front.cuts == (1 if spoil == "cut" else 0)
+    assert cache.blob(key).read_bytes() == BIG
+    expected = 1 if spoil == "bytes" else 0
+    assert cache.metrics()["triton_node_cache_corrupt_total"] == expected
+
+
+def test_the_cache_serves_one_range_of_an_object_and_refuses_others(
+    start_cache: Callable[..., NodeCache],
+) -> None:
+    cache = start_cache()
+    data = os.urandom(100_000)
+    key = md5_key(data)
+    assert cache.put(key, data) == 201
+    path = f"/v1/objects/{key}"
+    assert cache.request("GET", path, headers={"Range": "bytes=1000-1999"}) == (206, data[1000:2000])
+    assert cache.request("GET", path, headers={"Range": "bytes=99000-"}) == (206, data[99000:])
+    assert cache.request("GET", path, headers={"Range": "bytes=99000-200000"}) == (206, data[99000:])
+    for bad in ("bytes=100000-", "bytes=5-4", "bytes=0-1,5-6", "bytes=-500", "lines=0-1"):
+        status, _ = cache.request("GET", path, headers={"Range": bad})
+        assert status == 416, bad
+    # A range is no way past the namespace's index.
+    status, _ = cache.request("GET", path, headers={"Range": "bytes=0-99"}, pod="b1", namespace="team-b")
+    assert status == 404
 
 
 # ----------------------------------------------------------------- in-place pods: the agent

@@ -138,9 +138,11 @@ class NodeCacheClient:
 
     # ------------------------------------------------------------ read
 
-    def read(self, entry: ManifestEntry, sink: Sink) -> int | None:
-        """Stream the cached object to ``sink``; the bytes sent, or None when the cache does not
-        hold it or failed (the caller checks the bytes; the sink's own errors go through)."""
+    def read(self, entry: ManifestEntry, sink: Sink, start: int = 0, end: int | None = None) -> int | None:
+        """Stream the cached object (or its bytes ``start``..``end``, end excluded: one of several
+        ranges read at once, each on its thread's own connection) to ``sink``; the bytes sent, or
+        None when the cache does not hold it or failed (the caller checks the bytes; the sink's
+        own errors go through)."""
         key = key_of(entry)
         if key is None or self.down:
             return None
@@ -149,10 +151,15 @@ class NodeCacheClient:
             # failed), the store's copy is uploaded, and the cache told to check its own.
             self.held_keys = self.held_keys - {key}
             self._read_keys.add(key)
+        ranged = start > 0 or (end is not None and end < entry.size)
+        headers = {"Range": f"bytes={start}-{(end or entry.size) - 1}"} if ranged else None
         try:
-            response = self._request("GET", f"/v1/objects/{key}")
-            if response.status != 200:
-                response.read()
+            response = self._request("GET", f"/v1/objects/{key}", headers=headers)
+            if response.status != (206 if ranged else 200):
+                if response.status in (200, 206):  # not the bytes asked for: not read at all
+                    self._reset()
+                else:
+                    response.read()
                 return None
             return pump(response.readinto, sink, CHUNK)
         except (OSError, http.client.HTTPException) as exc:
