@@ -10,7 +10,7 @@ folder; the node cache is its real server on loopback in a process of its own (t
 server here; each sync gets its pod's token in a file); the store's bytes are counted by a proxy in
 front of seaweedfs (tests/support/counting_proxy.py), not by the sync. CPU: the sync process's
 (pod) and the node cache process's (cache) user + system seconds, per GiB synced. A warm row is the
-median of ``--warm-runs`` syncs by seconds.
+median of ``--warm-runs`` syncs by seconds; the trees' warm syncs take turns.
 """
 
 from __future__ import annotations
@@ -192,16 +192,24 @@ def main() -> int:
                     return Row(name, seconds, cpu, cache_cpu, proxy.bytes_from_server, summary)
 
                 rows.append(row("store only (no cache)", OUR_SOURCE, "pod-store", None))
-                for label, src in trees:
-                    tag = "ref" if label.startswith("ref") else "new"
-                    pods = [f"{tag}-cold", *(f"{tag}-warm-{i}" for i in range(args.warm_runs))]
-                    cache = Cache(src, work / f"cache-{tag}", 4 * total, work, pods)
-                    try:
+                caches: list[tuple[str, Path, str, Cache]] = []
+                try:
+                    for label, src in trees:
+                        tag = "ref" if label.startswith("ref") else "new"
+                        pods = [f"{tag}-cold", *(f"{tag}-warm-{i}" for i in range(args.warm_runs))]
+                        cache = Cache(src, work / f"cache-{tag}", 4 * total, work, pods)
+                        caches.append((label, src, tag, cache))
                         rows.append(row(f"{label}: cold node", src, pods[0], cache))
-                        warm = [row(f"{label}: warm node", src, pod, cache) for pod in pods[1:]]
-                        median = statistics.median_low([r.seconds for r in warm])
-                        rows.append(next(r for r in warm if r.seconds == median))
-                    finally:
+                    # The trees' warm syncs take turns, so that the machine's other load falls on each.
+                    warm: dict[str, list[Row]] = {label: [] for label, *_ in caches}
+                    for i in range(args.warm_runs):
+                        for label, src, tag, cache in caches:
+                            warm[label].append(row(f"{label}: warm node", src, f"{tag}-warm-{i}", cache))
+                    for runs in warm.values():
+                        median = statistics.median_low([r.seconds for r in runs])
+                        rows.append(next(r for r in runs if r.seconds == median))
+                finally:
+                    for *_, cache in caches:
                         cache.stop()
         finally:
             server.stop()
