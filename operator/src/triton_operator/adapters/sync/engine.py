@@ -639,11 +639,13 @@ class Syncer:
         source has not got it or its bytes do not match the pin: the store is read instead."""
         fd = job.fd = os.open(job.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         hasher = job.hasher = job.new_hasher()
+        got = [0]
 
         def write(chunk: Chunk) -> None:
             write_all(fd, chunk)
             if hasher is not None:
                 hasher.update(chunk)
+            got[0] += len(chunk)
 
         count = source.read(job.entry, self._sink(write))
         if count is not None and hasher is not None:
@@ -654,7 +656,7 @@ class Syncer:
             except ChecksumMismatch:
                 with self._lock:
                     self.stats.source_refused += 1
-        self._drop_source_copy(job, count or 0)
+        self._drop_source_copy(job, got[0])  # every byte the sink took, a failed read's too
         return False
 
     def _plan_source_parts(self, source: ObjectSource, job: _Job) -> _Then:
@@ -670,6 +672,7 @@ class Syncer:
         one checks the file against the pin, or (a range failed, the bytes do not match) leaves it
         to the store."""
         count: int | None = None
+        got = 0
         if not job.source_failed:
             fd, pos = job.fd, [start]
             assert job.aligned is not None
@@ -681,8 +684,9 @@ class Syncer:
                 pos[0] += len(chunk)
 
             count = source.read(job.entry, self._sink(write), start, end)
+            got = pos[0] - start  # every byte the sink took (the progress counted it), a failed read's too
         with job.lock:
-            job.source_got += count or 0
+            job.source_got += got
             if count != end - start:
                 job.source_failed = True
             job.parts_left -= 1
