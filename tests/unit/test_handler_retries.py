@@ -47,6 +47,7 @@ async def event(memo: dict[str, Any], kind: str | None, metadata: dict[str, Any]
     handler: Any = handlers.tritonservice  # kopf's decorator hides the plain signature from mypy
     await handler(
         type=kind,
+        body={"metadata": metadata, "status": status or {}},
         meta=metadata,
         status=status or {},
         namespace=metadata["namespace"],

@@ -9,6 +9,7 @@ watches' events would, and ``kopf_event`` hands the TritonService over as kopf's
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from memkube import Call, MemKube, run_kubelet
 from triton_operator.adapters.cached_kube import CachedKube
 from triton_operator.adapters.owned_watch import CACHED, OwnedCache
 from triton_operator.core import conditions as cond
+from triton_operator.core.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 from triton_operator.reconcile.apply import SupersededError
 from triton_operator.reconcile.observe import Absences
 from triton_operator.reconcile.steps import reconcile
@@ -59,7 +61,7 @@ def setup(replicas: int = 1) -> tuple[MemKube, CachedKube, Absences]:
     return kube, cached, Absences()
 
 
-async def test_a_new_tritonservice_takes_six_requests_until_ready_and_a_pass_with_nothing_to_do_none() -> None:
+async def test_a_new_tritonservice_takes_six_requests_until_ready_and_an_unchanged_pass_none() -> None:
     """Created: ConfigMap, Deployment, Service, status, RevisionDeployed (5); its pod Ready: the
     status (1). Read from the API server: nothing. A pass that changes nothing sends nothing (over
     the API server directly: get, 3 lists and a Service apply; tests/unit/reconcile/
@@ -145,13 +147,13 @@ async def test_before_the_watches_listed_a_pass_lists_from_the_api_server() -> N
 
 def test_the_cache_never_goes_back_in_time_and_forgets_what_is_no_longer_selected() -> None:
     cache = OwnedCache()
-    labels = {"app.kubernetes.io/managed-by": "triton-operator", "triton-operator.io/service": "svc"}
-    newer = {"kind": "Pod", "metadata": {"name": "p", "namespace": NS, "resourceVersion": "7", "labels": labels}}
-    older = {**newer, "metadata": {**newer["metadata"], "resourceVersion": "5"}, "spec": {"old": True}}
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_SERVICE: "svc"}
+    metadata: dict[str, Any] = {"name": "p", "namespace": NS, "resourceVersion": "7", "labels": labels}
+    newer: dict[str, Any] = {"kind": "Pod", "metadata": metadata}
     cache.put(newer)
-    cache.put(older)  # a late event
+    cache.put({**newer, "metadata": {**metadata, "resourceVersion": "5"}, "spec": {"old": True}})  # late
     kept = cache.get("Pod", NS, "p")
     assert kept is not None and "spec" not in kept
     assert [p["metadata"]["name"] for p in cache.owned(NS, "svc", "Pod")] == ["p"]
-    cache.put({**newer, "metadata": {**newer["metadata"], "resourceVersion": "8", "labels": {}}})
+    cache.put({**newer, "metadata": {**metadata, "resourceVersion": "8", "labels": {}}})
     assert cache.get("Pod", NS, "p") is None and cache.owned(NS, "svc", "Pod") == []
