@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import run as cp  # noqa: E402  (bench/control_plane/run.py: the identity, the operator, the counters)
-
-from triton_operator import GROUP, PLURAL, VERSION  # noqa: E402
+import run as cp
+from triton_operator import GROUP, PLURAL, VERSION
 
 Counts = Counter[tuple[str, str]]
 
@@ -79,7 +78,8 @@ def delta(after: Counts, before: Counts) -> Counts:
 async def ready(api: cp.Api, namespace: str, count: int, timeout: float) -> float:
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        items = (await api.call("GET", f"/apis/apps/v1/namespaces/{namespace}/deployments")).get("items") or []
+        listed = await api.call("GET", f"/apis/apps/v1/namespaces/{namespace}/deployments")
+        items = listed.get("items") or []
         done = sum(1 for d in items if int((d.get("status") or {}).get("readyReplicas") or 0) >= 1)
         if done >= count:
             return time.monotonic() - started
@@ -88,7 +88,7 @@ async def ready(api: cp.Api, namespace: str, count: int, timeout: float) -> floa
 
 
 async def measure(
-    api: cp.Api, kubeconfig: Path, work: Path, source: Path | None, count: int, label: str
+    api: cp.Api, kubeconfig: Path, work: Path, *, source: Path | None, count: int, label: str
 ) -> tuple[Counts, Counts]:
     namespace = f"cp-requests-{uuid.uuid4().hex[:6]}"
     await cp.ensure_namespace(api, namespace, {cp.RUN_LABEL: "true"})
@@ -147,7 +147,9 @@ async def main_async(args: argparse.Namespace, kubeconfig: Path, work: Path) -> 
             trees.append((f"--ref {cp.describe_source(args.ref)}", cp.export_source(args.ref, work)))
         trees.append((cp.describe_source(None), None))
         for label, source in trees:
-            new, unchanged = await measure(api, operator_kubeconfig, work, source, args.count, label)
+            new, unchanged = await measure(
+                api, operator_kubeconfig, work, source=source, count=args.count, label=label
+            )
             cp.log(f"{label}: new {dict(new)}; unchanged {dict(unchanged)}")
             rows.append((label, new, unchanged))
     finally:
@@ -159,8 +161,8 @@ async def main_async(args: argparse.Namespace, kubeconfig: Path, work: Path) -> 
         await api.close()
     n = args.count
     out = [
-        f"| tree | requests per new TritonService (until Ready) | per pass that changes nothing | "
-        f"new: by verb and resource | unchanged: by verb and resource |",
+        "| tree | requests per new TritonService (until Ready) | per pass that changes nothing | "
+        "new: by verb and resource | unchanged: by verb and resource |",
         "|---|---:|---:|---|---|",
     ]
     for label, new, unchanged in rows:
@@ -172,18 +174,20 @@ async def main_async(args: argparse.Namespace, kubeconfig: Path, work: Path) -> 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--count", type=int, default=1000, help="TritonServices created (default 1000)")
     parser.add_argument("--ref", help="also measure this git ref's operator/src, first")
     args = parser.parse_args()
     env: Any = os.environ.get("KUBECONFIG")
     if not env:
-        parser.error("set KUBECONFIG (the shared cluster: eval \"$(python3 e2e/cluster.py env)\")")
+        parser.error('set KUBECONFIG (the shared cluster: eval "$(python3 e2e/cluster.py env)")')
     work = Path(tempfile.mkdtemp(prefix="cp-requests-"))
     cp.log(f"work dir {work}; load average {cp.loadavg()}")
     table = asyncio.run(main_async(args, Path(env), work))
     print()
-    print(f"API requests per TritonService, {args.count:,} TritonServices of one kwok pod, load {cp.loadavg()}")
+    print(f"API requests per TritonService: {args.count:,} of one kwok pod each; load {cp.loadavg()}")
     print()
     print("\n".join(table), flush=True)
     return 0
