@@ -8,7 +8,8 @@ of its own; once it is quiet, ``--count`` TritonServices of one replica (kwok po
 once; when every Deployment is Ready and the operator has sent nothing for 5 s, its requests since
 the creates, divided by ``--count``, are those of a new TritonService. Then an annotation is set on
 every TritonService (a pass each that changes nothing: the spec and its objects are as they were)
-and, once quiet again, the requests since, divided by ``--count``, are those of such a pass. The
+and, once quiet again, the requests since, divided by ``--count``, are those of such a pass; the
+operator's peak RSS (VmHWM) is read before it stops. The
 counts are the API server's own (`apiserver_flowcontrol_dispatched_requests_total` per
 FlowSchema), so nothing but the operator is counted, whatever else uses the cluster.
 
@@ -89,7 +90,7 @@ async def ready(api: cp.Api, namespace: str, count: int, timeout: float) -> floa
 
 async def measure(
     api: cp.Api, kubeconfig: Path, work: Path, *, source: Path | None, count: int, label: str
-) -> tuple[Counts, Counts]:
+) -> tuple[Counts, Counts, int]:
     namespace = f"cp-requests-{uuid.uuid4().hex[:6]}"
     await cp.ensure_namespace(api, namespace, {cp.RUN_LABEL: "true"})
     operator = cp.Operator(kubeconfig, work, source, scope=["--namespace", namespace])
@@ -120,7 +121,7 @@ async def measure(
 
         await asyncio.gather(*(touch(i) for i in range(count)))
         unchanged = delta(await quiet(api), created)
-        return new, unchanged
+        return new, unchanged, operator.memory_kb().get("VmHWM", 0)
     finally:
         operator.stop()
         with contextlib.suppress(cp.ApiError):
@@ -137,7 +138,7 @@ def per(counts: Counts, count: int) -> str:
 async def main_async(args: argparse.Namespace, kubeconfig: Path, work: Path) -> list[str]:
     api = cp.Api(cp.read_kubeconfig(kubeconfig), 32)
     nodes: list[str] = []
-    rows: list[tuple[str, Counts, Counts]] = []
+    rows: list[tuple[str, Counts, Counts, int]] = []
     try:
         await cp.apply_crd(api)
         operator_kubeconfig = await cp.setup_identity(api, work)
@@ -147,11 +148,11 @@ async def main_async(args: argparse.Namespace, kubeconfig: Path, work: Path) -> 
             trees.append((f"--ref {cp.describe_source(args.ref)}", cp.export_source(args.ref, work)))
         trees.append((cp.describe_source(None), None))
         for label, source in trees:
-            new, unchanged = await measure(
+            new, unchanged, peak = await measure(
                 api, operator_kubeconfig, work, source=source, count=args.count, label=label
             )
             cp.log(f"{label}: new {dict(new)}; unchanged {dict(unchanged)}")
-            rows.append((label, new, unchanged))
+            rows.append((label, new, unchanged, peak))
     finally:
         with contextlib.suppress(cp.ApiError):
             await cp.teardown_identity(api)
@@ -162,12 +163,13 @@ async def main_async(args: argparse.Namespace, kubeconfig: Path, work: Path) -> 
     n = args.count
     out = [
         "| tree | requests per new TritonService (until Ready) | per pass that changes nothing | "
-        "new: by verb and resource | unchanged: by verb and resource |",
-        "|---|---:|---:|---|---|",
+        "operator VmHWM | new: by verb and resource | unchanged: by verb and resource |",
+        "|---|---:|---:|---:|---|---|",
     ]
-    for label, new, unchanged in rows:
+    for label, new, unchanged, peak in rows:
         out.append(
             f"| {label} | {sum(new.values()) / n:.2f} | {sum(unchanged.values()) / n:.2f} | "
+            f"{peak * 1024 / 1e6:.0f} MB | "
             f"{per(new, n)} | {per(unchanged, n)} |"
         )
     return out
