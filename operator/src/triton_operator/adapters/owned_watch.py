@@ -144,8 +144,12 @@ class OwnedCache:
         self._expected.add(stream)
 
     def listed(self, stream: str) -> None:
-        """That watch read its whole listing."""
+        """That watch read its whole listing, or is watching again from where it was."""
         self._listed.add(stream)
+
+    def lagging(self, stream: str) -> None:
+        """That watch failed: until it lists or watches again, passes read from the API server."""
+        self._listed.discard(stream)
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -317,7 +321,11 @@ class OwnedWatch:
             except GoneError:
                 logger.info("watch of %s: resourceVersion too old, listing again", stream.path)
                 stream.version, stream.missed = None, True
+                if self.cache is not None:
+                    self.cache.lagging(stream.path)
             except Exception as exc:
+                if self.cache is not None:
+                    self.cache.lagging(stream.path)
                 delay = self.backoff.delay(failures, retry_after=retry_after(exc), random=self.random)
                 failures += 1
                 logger.warning("watch of %s failed, resuming in %.1f s: %s", stream.path, delay, exc)
@@ -378,6 +386,8 @@ class OwnedWatch:
             if response.status_code == 410:
                 raise GoneError(path)
             response.raise_for_status()
+            if whole and stream is not None and self.cache is not None:
+                self.cache.listed(stream.path)  # resumed where it was: nothing missed
             async for line in response.aiter_lines():
                 if not line.strip():
                     continue
