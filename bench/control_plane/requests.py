@@ -31,10 +31,12 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import run as cp
+if TYPE_CHECKING:
+    from bench.control_plane import run as cp
+else:  # run as a script: its folder is on the path
+    import run as cp
 from triton_operator import GROUP, PLURAL, VERSION
 
 Counts = Counter[tuple[str, str]]
