@@ -1,11 +1,11 @@
 """The Deployments and pods TritonServices own, watched: each event names an owner; with an OwnedCache,
 the passes read what they own from these watches instead of listing it.
 
-A pass lists what a TritonService owns afresh (reconcile.observe), so an event of an owned object
-only has to say which TritonService to reconcile: its namespace and its ``LABEL_SERVICE`` label.
-The API server is asked for PartialObjectMetadata (as client-go's metadata informers do): no spec,
-no status, and nothing is kept per object here, neither between events nor while a reconcile runs
-(kopf's own watch decoded every whole object and queued it per object until its handler ran).
+Without a cache (``OwnedWatch(cache=None)``), an event of an owned object only says which
+TritonService to reconcile (its namespace and its ``LABEL_SERVICE`` label) and the pass lists what
+it owns: the API server is asked for PartialObjectMetadata (as client-go's metadata informers do),
+and nothing is kept per object (kopf's own watch decoded every whole object and queued it per
+object until its handler ran).
 
 With an ``OwnedCache`` (the operator's), the Deployments, pods, ConfigMaps and Services carrying the
 operator's labels are watched as whole objects and kept in it, each as compact JSON without its
