@@ -2,10 +2,18 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 
-.PHONY: run test lint unit bootstrap cluster-up cluster-down crd manifests bench-sync bench-sync-real bench-control-plane bench-manifest bench-inplace bench-tune bench-real-size
+.PHONY: run test lint unit bootstrap lock lock-upgrade cluster-up cluster-down crd manifests plugin bench-sync bench-sync-real bench-control-plane bench-manifest bench-inplace bench-tune bench-real-size
 
 bootstrap:
 	@e2e/bootstrap
+
+## The hash-pinned installs, requirements/{build,test,runtime}.lock, from pyproject.toml (uv, pinned in
+## e2e/locks.py): lock keeps every pin that still fits; lock-upgrade takes the newest versions allowed.
+lock:
+	python3 e2e/locks.py compile
+
+lock-upgrade:
+	python3 e2e/locks.py compile --upgrade
 
 ## The main job: local cluster (unless KUBECONFIG is set), CRD, operator, an example TritonService.
 run: bootstrap
@@ -37,6 +45,10 @@ crd: bootstrap
 
 manifests: bootstrap
 	charts/generate-manifests
+
+## The single-file kubectl plugin (a zipapp of what the plugin imports): dist/kubectl-triton.
+plugin: bootstrap
+	PYTHONPATH=operator/src $(PY) e2e/build_plugin.py --output dist/kubectl-triton
 
 bench-sync: bootstrap
 	$(PY) bench/sync/run.py

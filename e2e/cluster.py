@@ -32,6 +32,7 @@ import fcntl
 import hashlib
 import json
 import os
+import random
 import re
 import shlex
 import shutil
@@ -517,11 +518,63 @@ METRICS_WRITE_URL_ENV = "TRITON_E2E_METRICS_WRITE_URL"
 HPA_SYNC_PERIOD = "5s"
 
 
-def _free_port() -> int:
+CLUSTER_PORTS = (
+    "etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok", "metrics_adapter", "metrics_write",
+    "kubelet", "kubelet_healthz", "proxy_healthz", "proxy_metrics",
+)  # fmt: skip
+"""The ports `up` gives the cluster's components (cluster.json's "ports")."""
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's ephemeral port range (Linux's default when unreadable)."""
+    try:
+        low, high = (int(part) for part in path.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
+def _port_is_free(port: int) -> bool:
+    """Whether nothing on this machine holds ``port`` (bound on any address: the API server and the
+    kubelet bind all of them)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def _pick_ports(
+    names: tuple[str, ...] = CLUSTER_PORTS,
+    *,
+    ephemeral: tuple[int, int] | None = None,
+    randint: Callable[[int, int], int] | None = None,
+    is_free: Callable[[int], bool] = _port_is_free,
+) -> dict[str, int]:
+    """A free port for each of ``names``, distinct, and outside the kernel's ephemeral range.
+
+    A port the kernel hands out (bind to port 0), closed again before its component binds it, could
+    meanwhile be handed to anyone else's bind(0) or outgoing connection, or to the next pick: the
+    component then fails to start. A port below the ephemeral range is never handed out by the
+    kernel, so only a program that names that very port could take it; each is checked free.
+    """
+    low, _ = ephemeral or _ephemeral_range()
+    first = max(1024, low // 2)
+    if low - first < 4 * len(names):
+        raise RuntimeError(f"the ephemeral port range starts at {low}: no room below it for the cluster")
+    pick = randint or random.SystemRandom().randint
+    ports: dict[str, int] = {}
+    for name in names:
+        for _ in range(1000):
+            port = pick(first, low - 1)
+            if port not in ports.values() and is_free(port):
+                ports[name] = port
+                break
+        else:
+            raise RuntimeError(f"no free port for {name} in {first}-{low - 1}")
+    return ports
 
 
 def _pid_alive(pid: int) -> bool:
@@ -996,9 +1049,7 @@ def _up(build_if_needed: bool, timeout: float) -> Path:
         (sd / sub).mkdir(parents=True, exist_ok=True)
     sd.chmod(0o700)
     (sd / "etcd").chmod(0o700)
-    ports = {k: _free_port() for k in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok")}
-    ports |= {k: _free_port() for k in ("metrics_adapter", "metrics_write")}
-    ports |= {k: _free_port() for k in ("kubelet", "kubelet_healthz", "proxy_healthz", "proxy_metrics")}
+    ports = _pick_ports()
     token = hashlib.sha256(os.urandom(32)).hexdigest()[:40]
     (sd / ADMIN_TOKEN_FILE).write_text(token + "\n")
     (sd / "tokens.csv").write_text(f'{token},admin,admin-uid,"system:masters"\n')

@@ -34,7 +34,7 @@ def pytriton_libs() -> Path:
     """nvidia_pytriton.libs of the nvidia-pytriton wheel this Python has."""
     spec = importlib.util.find_spec("pytriton")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("nvidia-pytriton is not installed in this Python (pip install -e '.[test]')")
+        raise RuntimeError("nvidia-pytriton is not installed in this Python (e2e/bootstrap installs it)")
     libs = Path(next(iter(spec.submodule_search_locations))).parent / "nvidia_pytriton.libs"
     if not libs.is_dir():
         raise RuntimeError(f"{libs} is missing")

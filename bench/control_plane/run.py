@@ -691,7 +691,10 @@ class Operator:
         extra_args: Iterable[str] = (),
         tracemalloc_frames: int = 0,
         kopf_settings: Mapping[str, Any] | None = None,
+        scope: Iterable[str] = ("-A",),
     ) -> None:
+        self.scope = list(scope)
+        """`run`'s namespace arguments: every namespace by default."""
         self.kubeconfig = kubeconfig
         self.log_path = work / "operator.log"
         self.tracemalloc_path = work / "tracemalloc.txt"
@@ -721,7 +724,7 @@ class Operator:
         cmd = [
             *entry,
             "run",
-            "-A",
+            *self.scope,
             "--standalone",
             "--metrics-port",
             str(self.metrics_port),

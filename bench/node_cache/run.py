@@ -1,11 +1,16 @@
-"""Benchmark the node cache on local seaweedfs: a pod's sync on a cold node (the store) and on a warm
-node (the node cache), the same repository, each byte checked: a table.
+"""Benchmark the node cache on local seaweedfs: a pod's sync on a cold node (the store) and on a
+warm node (the node cache), the same repository, each byte checked: a table, this tree beside
+``--ref`` (a git ref: its node cache and its sync, the same command from that commit).
 
-    .venv/bin/python bench/node_cache/run.py [--shards 8 --shard-mib 64 --part-mib 16]
+    .venv/bin/python bench/node_cache/run.py [--shards 16 --shard-mib 64 --part-mib 16] [--ref REF]
 
 Each row is a real `triton-operator sync` process (as the init container runs it) into an empty
-folder; the node cache is a real `triton-operator node-cache` process on loopback; the store's bytes
-are counted by a proxy in front of seaweedfs (tests/support/counting_proxy.py), not by the sync.
+folder; the node cache is its real server on loopback in a process of its own (the tree's
+``NodeCacheServer``), its callers' tokens checked by tests/support/fake_token_reviewer.py (no API
+server here; each sync gets its pod's token in a file); the store's bytes are counted by a proxy in
+front of seaweedfs (tests/support/counting_proxy.py), not by the sync. CPU: the sync process's
+(pod) and the node cache process's (cache) user + system seconds, per GiB synced. A warm row is the
+median of ``--warm-runs`` syncs by seconds; the trees' warm syncs take turns.
 """
 
 from __future__ import annotations
@@ -13,25 +18,60 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "support"))
+SUPPORT = REPO / "tests" / "support"
+OUR_SOURCE = REPO / "operator" / "src"
+sys.path.insert(0, str(SUPPORT))
 
 from counting_proxy import counting_proxy  # noqa: E402
-from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY, free_port, s3_client, start_seaweedfs  # noqa: E402
+from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY, s3_client, start_seaweedfs  # noqa: E402
 from triton_operator.adapters.storage import pin_repository  # noqa: E402
 from triton_operator.core.manifest import manifest_to_json  # noqa: E402
 from triton_operator.core.startup import SyncSummary, parse_summary  # noqa: E402
 from triton_operator.models import ModelSpec, Repository  # noqa: E402
 
 MiB = 1024 * 1024
+GiB = 1024 * MiB
 CREDS = {"AWS_ACCESS_KEY_ID": S3_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY}
+TICKS = os.sysconf("SC_CLK_TCK")
+
+# The node cache process: a tree's server on loopback, tokens issued for the pods named in argv
+# (written to <work>/<pod>.token); prints its port, serves until its stdin closes.
+SERVE = """
+import sys
+from pathlib import Path
+from fake_token_reviewer import FakeTokenReviewer
+from storage_servers import free_port
+from triton_operator.adapters.nodecache.server import NodeCacheServer, ServerThread
+from triton_operator.adapters.nodecache.store import ContentStore
+root, limit, work = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+reviewer = FakeTokenReviewer()
+for pod in sys.argv[4:]:
+    (work / f"{pod}.token").write_text(reviewer.issue("bench", pod))
+cache = ServerThread(NodeCacheServer(ContentStore(root, limit, 3600.0), reviewer), "127.0.0.1", free_port())
+print(cache.start(), flush=True)
+sys.stdin.read()
+cache.stop()
+"""
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    seconds: float
+    pod_cpu: float
+    cache_cpu: float | None
+    from_store: int
+    summary: SyncSummary
 
 
 def children_cpu() -> float:
@@ -39,33 +79,87 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def sync(work: Path, name: str, manifest_path: Path, cache_port: int | None) -> tuple[float, float, str]:
-    """One sync into work/name: (seconds, CPU seconds, its summary line)."""
-    log = work / f"{name}.log"
-    log.write_text("")
+def process_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def source_at(ref: str, work: Path) -> Path:
+    """operator/src as git ref ``ref`` has it, extracted under ``work``."""
+    tar = subprocess.run(
+        ["git", "-C", str(REPO), "archive", ref, "operator/src"], check=True, capture_output=True
+    )
+    work.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "-x", "-C", str(work)], input=tar.stdout, check=True)
+    return work / "operator" / "src"
+
+
+def tree_env(src: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | CREDS
-    if cache_port is not None:
-        env |= {"TRITON_NODE_CACHE_HOST": "127.0.0.1", "TRITON_NODE_CACHE_PORT": str(cache_port)}
-        env["TRITON_NODE_CACHE_POD"] = name
+    return env | {"PYTHONPATH": os.pathsep.join([str(src), str(SUPPORT)])}
+
+
+class Cache:
+    """A tree's node cache process."""
+
+    def __init__(self, src: Path, root: Path, limit: int, work: Path, pods: list[str]) -> None:
+        args = [sys.executable, "-c", SERVE, str(root), str(limit), str(work), *pods]
+        self.process = subprocess.Popen(
+            args, env=tree_env(src), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.process.stdout is not None
+        self.port = int(self.process.stdout.readline())
+
+    def cpu(self) -> float:
+        return process_cpu(self.process.pid)
+
+    def stop(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(60)
+
+
+def sync(
+    src: Path, work: Path, pod: str, manifest_path: Path, cache: Cache | None
+) -> tuple[float, float, float | None, str]:
+    """One sync into work/pod by tree ``src``, as pod ``pod`` of namespace "bench": (seconds, its
+    CPU seconds, the cache's CPU seconds meanwhile, its summary line)."""
+    log = work / f"{pod}.log"
+    log.write_text("")
+    env = tree_env(src)
+    if cache is not None:
+        env |= {"TRITON_NODE_CACHE_HOST": "127.0.0.1", "TRITON_NODE_CACHE_PORT": str(cache.port)}
+        env |= {"TRITON_NODE_CACHE_POD": pod, "TRITON_NODE_CACHE_TOKEN": str(work / f"{pod}.token")}
+    dest = work / pod
     args = [sys.executable, "-m", "triton_operator.cli", "sync", "--manifest", str(manifest_path)]
-    args += ["--dest", str(work / name), "--termination-log", str(log), "--progress", "json"]
+    args += ["--dest", str(dest), "--termination-log", str(log), "--progress", "json"]
+    cache_cpu = cache.cpu() if cache is not None else 0.0
     cpu, started = children_cpu(), time.monotonic()
     subprocess.run(args, env=env, check=True, stdout=subprocess.DEVNULL, timeout=1800)
-    return time.monotonic() - started, children_cpu() - cpu, log.read_text().strip()
+    seconds, cpu = time.monotonic() - started, children_cpu() - cpu
+    if cache is not None:
+        # the cold node's uploads finish after the sync (close waits for them)
+        cache_cpu = cache.cpu() - cache_cpu
+    shutil.rmtree(dest)
+    return seconds, cpu, cache_cpu if cache is not None else None, log.read_text().strip()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--shards", type=int, default=8, help="weight shards (default 8)")
+    parser.add_argument("--shards", type=int, default=16, help="weight shards (default 16)")
     parser.add_argument("--shard-mib", type=int, default=64, help="MiB a shard (default 64)")
     parser.add_argument("--part-mib", type=int, default=16, help="multipart upload part size (default 16)")
+    parser.add_argument("--warm-runs", type=int, default=3, help="warm syncs a tree, median (default 3)")
+    parser.add_argument("--ref", help="rows more: the node cache and sync of this git ref (before/after)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-node-cache-") as tmp:
         work = Path(tmp)
+        trees = [("this tree", OUR_SOURCE)]
+        if args.ref:
+            trees.insert(0, (f"ref {args.ref}", source_at(args.ref, work / "ref")))
         server = start_seaweedfs(work / "weed", work / "weed.log")
-        cache = None
         try:
             s3 = s3_client(server.endpoint)
             s3.create_bucket(Bucket="models")
@@ -79,45 +173,59 @@ def main() -> int:
                 path.write_bytes(i.to_bytes(8, "big") + block[8:])
                 s3.upload_file(str(path), "models", f"models/big/1/shard-{i:03d}.bin", Config=config)
                 path.unlink()
+            del block
             repository = Repository(uri="s3://models/models", endpoint=server.endpoint)
             pinned = pin_repository(repository, [ModelSpec(name="big", config={"backend": "python"})], CREDS)
             total = pinned.total_bytes
             kinds = sorted({e.checksum_kind for e in pinned.entries})
-            port = free_port()
-            cache_args = [sys.executable, "-m", "triton_operator.cli", "node-cache", "--root"]
-            cache_args += [str(work / "cache"), "--size-limit", f"{2 * total}", "--port", str(port)]
-            cache_args += ["--address", "127.0.0.1", "--log-level", "WARNING"]
-            cache = subprocess.Popen(cache_args)
-            time.sleep(1.5)
-            rows: list[tuple[str, float, float, int, SyncSummary]] = []
+            rows: list[Row] = []
             with counting_proxy(server.endpoint) as proxy:
                 manifest = replace(pinned, repository=replace(pinned.repository, endpoint=proxy.endpoint))
                 manifest_path = work / "manifest.json"
                 manifest_path.write_text(manifest_to_json(manifest))
-                for name, port_or_none in (
-                    ("store only (no cache)", None),
-                    ("cold node (store, then upload)", port),
-                    ("warm node (node cache)", port),
-                ):
+
+                def row(name: str, src: Path, pod: str, cache: Cache | None) -> Row:
                     proxy.reset()
-                    seconds, cpu, line = sync(work, f"pod-{len(rows)}", manifest_path, port_or_none)
+                    seconds, cpu, cache_cpu, line = sync(src, work, pod, manifest_path, cache)
                     summary = parse_summary(line)
                     assert summary is not None, line
-                    rows.append((name, seconds, cpu, proxy.bytes_from_server, summary))
+                    return Row(name, seconds, cpu, cache_cpu, proxy.bytes_from_server, summary)
+
+                rows.append(row("store only (no cache)", OUR_SOURCE, "pod-store", None))
+                caches: list[tuple[str, Path, str, Cache]] = []
+                try:
+                    for label, src in trees:
+                        tag = "ref" if label.startswith("ref") else "new"
+                        pods = [f"{tag}-cold", *(f"{tag}-warm-{i}" for i in range(args.warm_runs))]
+                        cache = Cache(src, work / f"cache-{tag}", 4 * total, work, pods)
+                        caches.append((label, src, tag, cache))
+                        rows.append(row(f"{label}: cold node", src, pods[0], cache))
+                    # The trees' warm syncs take turns, so that the machine's other load falls on each.
+                    warm: dict[str, list[Row]] = {label: [] for label, *_ in caches}
+                    for i in range(args.warm_runs):
+                        for label, src, tag, cache in caches:
+                            warm[label].append(row(f"{label}: warm node", src, f"{tag}-warm-{i}", cache))
+                    for runs in warm.values():
+                        median = statistics.median_low([r.seconds for r in runs])
+                        rows.append(next(r for r in runs if r.seconds == median))
+                finally:
+                    for *_, cache in caches:
+                        cache.stop()
         finally:
-            if cache is not None:
-                cache.terminate()
-                cache.wait(timeout=10)
             server.stop()
     shape = f"{args.shards} shards x {args.shard_mib} MiB = {total / MiB:,.0f} MiB"
-    print(f"\n{shape}, checksums {', '.join(kinds)}")
-    head = f"{'sync':32} {'seconds':>8} {'MiB/s':>8} {'CPU s':>7} {'CPU s/GiB':>9}"
-    print(f"{head} {'from store':>14} {'cache hits':>10}")
-    for name, seconds, cpu, from_store, summary in rows:
-        hits = "-" if summary.node_cache_hits is None else str(summary.node_cache_hits)
-        rate = total / MiB / seconds
-        per_gib = cpu / (total / 1024**3)
-        print(f"{name:32} {seconds:8.2f} {rate:8.0f} {cpu:7.2f} {per_gib:9.2f} {from_store:14,} {hits:>10}")
+    print(f"\n{shape} (parts of {args.part_mib} MiB), checksums {', '.join(kinds)}")
+    head = f"| {'sync':28} | {'seconds':>7} | {'GiB/s':>5} | {'pod CPU s/GiB':>13} | {'cache CPU s/GiB':>15}"
+    print(f"{head} | {'from store':>13} | {'cache hits':>10} |")
+    print(f"|{'-' * 30}|{'-' * 8}:|{'-' * 6}:|{'-' * 14}:|{'-' * 16}:|{'-' * 14}:|{'-' * 11}:|")
+    gib = total / GiB
+    for r in rows:
+        hits = "-" if r.summary.node_cache_hits is None else str(r.summary.node_cache_hits)
+        cache_cpu = "-" if r.cache_cpu is None else f"{r.cache_cpu / gib:.2f}"
+        print(
+            f"| {r.name:28} | {r.seconds:7.2f} | {gib / r.seconds:5.2f} | {r.pod_cpu / gib:13.2f} "
+            f"| {cache_cpu:>15} | {r.from_store:13,} | {hits:>10} |"
+        )
     print("from store: bytes seaweedfs sent, counted by a proxy (object bytes, headers, part-size HEADs)")
     return 0
 

@@ -40,6 +40,7 @@ import contextlib
 import copy
 import http.client
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -208,6 +209,8 @@ class RealSize(Session):
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # The cache checks the pods' tokens with this cluster's TokenReview.
+            env={**os.environ, "KUBECONFIG": self.kubeconfig},
         )
         log.close()
         wait(lambda: self.cache_metrics() is not None, 30, "node cache /metrics", interval=0.2)

@@ -16,6 +16,9 @@ counting answers through the TritonService's Service.
 (e) a pod evicted by the kubelet mid-rollout (its /models past modelVolume.sizeLimit: phase Failed,
     reason Evicted, left in place) neither wedges the rollout nor counts: it completes on the pods
     that can serve, the ReplicaSet's new pod included, and no request fails outside the eviction.
+(f) a model whose Python backend stub is killed (kubectl exec) takes its pod out of the Service's
+    endpoints (the agent's readiness; tritonserver 2.51 still reports it ready), and no request
+    through the Service fails once it is out.
 
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without
 them every test here skips, saying why.
@@ -29,6 +32,7 @@ import re
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
@@ -640,3 +644,87 @@ def test_a_pod_evicted_mid_rollout_neither_wedges_it_nor_fails_a_request_outside
     # (one still starting follows the stable revision of the in-place ConfigMap on its own)
     counted = re.search(r"by all (\d+) pods", done[-1]) if done else None
     assert counted is not None and counted.group(1) in ("1", "2"), said
+
+
+KILL_STUB = """
+import os, signal
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
+    except OSError:
+        continue
+    if argv[0].endswith(b"triton_python_backend_stub") and argv[1].startswith(b"/models/add_sub/"):
+        os.kill(int(pid), signal.SIGKILL)
+        print(pid)
+"""
+"""Run in the tritonserver container: SIGKILL to add_sub's Python backend stub."""
+
+
+def ready_endpoints(kube: Client, namespace: str, name: str) -> set[str]:
+    """The addresses the Service's EndpointSlices hold as ready."""
+    out: set[str] = set()
+    for piece in kube.list(EndpointSlice, namespace=namespace, labels={"kubernetes.io/service-name": name}):
+        for endpoint in piece.endpoints or []:
+            if endpoint.conditions is None or endpoint.conditions.ready is not False:
+                out.update(endpoint.addresses)
+    return out
+
+
+def http_status(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status), json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), json.loads(exc.read() or b"null")
+
+
+def test_a_model_whose_backend_stub_dies_takes_its_pod_out_of_the_service_endpoints(  # noqa: PLR0917
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, kubectl: str | None, cluster: Path
+) -> None:
+    """tritonserver 2.51 keeps reporting a Python model READY once its stub process died, and every
+    request to it fails; the agent's readiness takes the pod out of the Service's endpoints."""
+    if kubectl is None:
+        pytest.skip("no kubectl binary")
+    apply(kube, service("dies", namespace, bucket, store, 1))
+    serving(kube, namespace, "dies")
+    host = cluster_ip(kube, namespace, "dies")
+    answering(host, 0)
+    victim, survivor = sorted(pods(kube, namespace, "dies"), key=lambda p: p.metadata.name)
+    both = {victim.status.podIP, survivor.status.podIP}
+    wait_for(
+        lambda: ready_endpoints(kube, namespace, "dies") == both, timeout=60, what="both pods as endpoints"
+    )
+    code, ready = http_status(f"http://{victim.status.podIP}:8009/v1/ready")
+    assert code == 200 and ready["models"] == {"add_sub": "READY", "other": "READY"}, ready
+
+    client = LoadClient(host, max_seconds=200).start()
+    try:
+        time.sleep(1)
+        killed = subprocess.run(
+            [kubectl, f"--kubeconfig={cluster}", "-n", namespace, "exec", victim.metadata.name,
+             "-c", "tritonserver", "--", "python3", "-c", KILL_STUB],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert killed.returncode == 0 and killed.stdout.strip(), killed
+        started = time.monotonic()
+        wait_for(
+            lambda: ready_endpoints(kube, namespace, "dies") == {survivor.status.podIP},
+            timeout=60,
+            interval=0.2,
+            what=f"pod {victim.metadata.name} out of the Service's endpoints",
+        )
+        out_after = time.monotonic() - started
+        failed, sent = len(client.failures), client.sent
+        time.sleep(8)  # kube-proxy caught up: no request reaches the dead model any more
+        failed_after = client.failures[failed:]
+        sent_after = client.sent - sent
+    finally:
+        client.stop()
+    print(f"\nstub killed: out of the endpoints after {out_after:.1f} s; {client.summary()}")
+    print(f"after that: {sent_after} requests, {len(failed_after)} failed")
+    assert sent_after > 50 and failed_after == [], failed_after[:3]
+    code, ready = http_status(f"http://{victim.status.podIP}:8009/v1/ready")
+    assert code == 503 and "add_sub" in ready["reason"] and "stub" in ready["models"]["add_sub"], ready
+    # what Triton itself says meanwhile: ready (it cannot be what the pod's readiness rests on)
+    assert http_status(f"http://{victim.status.podIP}:8000/v2/models/add_sub/ready")[0] == 200
+    assert identity(kube, namespace, "dies")[victim.metadata.name][1] == 0  # not restarted

@@ -1,6 +1,9 @@
 """The node cache on the real node: `helm install` with nodeCache.enabled runs the cache as a DaemonSet
 in the operator's namespace; a TritonService in a namespace enforcing Pod Security `restricted`
-serves, and a scale-up pod on the now warm node reads 0 bytes from the store.
+serves, and a scale-up pod on the now warm node reads 0 bytes from the store while a client counting
+answers through the Service gets every one. The pods prove who they are with their projected token,
+which the cache checks with the real API server's TokenReview; a caller without one, or with a token
+for the API server or bound to no pod, gets 401.
 
 Needs the real node of e2e/cluster.py and the images built from the project's files; without them
 every test here skips, saying why. The cache runs on the node's network (nodeCache.hostNetwork): the
@@ -9,6 +12,7 @@ e2e node's CNI (bridge, host-local, loopback) has no portmap plugin for a hostPo
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import uuid
@@ -18,9 +22,10 @@ from typing import Any
 import pytest
 from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace, Pod
+from lightkube.resources.core_v1 import Namespace, Pod, Service
 
 from e2e_helpers import apply, create_store_secret, get_ts, kubectl_scale, wait_condition
+from inference import LoadClient, infer_add_sub, offset_of
 from real_pods import adder_source, on_real_node, placement
 from testkit import load_chartlib, wait_for
 from triton_operator.core.startup import parse_summary
@@ -37,6 +42,24 @@ def sync_summary(pod: Any) -> Any:
     summary = parse_summary(sync.state.terminated.message)
     assert summary is not None, sync.state.terminated.message
     return summary
+
+
+def cache_status(host: str, path: str, token: str | None) -> int:
+    """The node cache's answer to a GET of ``path`` with ``token`` (None: no Authorization)."""
+    conn = http.client.HTTPConnection(host, 8790, timeout=10)
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def kubectl_token(kubectl: str, cluster: Path, namespace: str, *audience: str) -> str:
+    args = [kubectl, f"--kubeconfig={cluster}", "create", "token", "default", "-n", namespace]
+    args += [f"--audience={a}" for a in audience]
+    return subprocess.run(args, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
 
 
 def test_a_scale_up_pod_on_a_warm_node_reads_nothing_from_the_store(  # noqa: PLR0917 (fixtures)
@@ -94,8 +117,26 @@ def test_a_scale_up_pod_on_a_warm_node_reads_nothing_from_the_store(  # noqa: PL
         assert not [v for v in first.spec.volumes or [] if v.hostPath is not None]
         cold = sync_summary(first)
         assert (cold.fetched, cold.node_cache_hits, cold.node_cache_misses) == (len(adder_source(0)), 0, 1)
-        assert list((cache_dir / "objects" / "md5").iterdir())  # the first pod gave the node its object
+        # The first pod gave the node its object: kept once (named by its SHA-256), reached by this
+        # namespace's index only.
+        (entry,) = (cache_dir / "index" / namespace / "md5").iterdir()
+        assert list((cache_dir / "blobs").iterdir())
+        assert not [p for p in (cache_dir / "index").iterdir() if p.name != namespace]
 
+        # Callers that are not a pod of a TritonService get 401 (the real API server's TokenReview).
+        node = str(first.status.hostIP)
+        path = f"/v1/objects/md5/{entry.name}"
+        assert cache_status(node, "/healthz", None) == 200
+        assert cache_status(node, path, None) == 401
+        assert cache_status(node, path, kubectl_token(kubectl, cluster, namespace)) == 401
+        unbound = kubectl_token(kubectl, cluster, namespace, "triton-operator-node-cache")
+        assert cache_status(node, path, unbound) == 401
+
+        service = kube.get(Service, "cached", namespace=namespace)
+        assert service.spec is not None and service.spec.clusterIP
+        host = str(service.spec.clusterIP)
+        assert offset_of(infer_add_sub(host)) == 0
+        client = LoadClient(host, max_seconds=300).start()
         kubectl_scale(kubectl, cluster, namespace, "cached", 2)
 
         def synced(pod: Any) -> bool:
@@ -111,8 +152,15 @@ def test_a_scale_up_pod_on_a_warm_node_reads_nothing_from_the_store(  # noqa: PL
             found = [p for p in now if p.metadata.uid != first.metadata.uid and synced(p)]
             return found[0] if found else None
 
-        warm = sync_summary(wait_for(second, timeout=120, what="the scale-up pod's sync to finish"))
+        try:
+            warm = sync_summary(wait_for(second, timeout=120, what="the scale-up pod's sync to finish"))
+            wait_condition(kube, namespace, "cached", "Ready", "True", timeout=180)
+        finally:
+            client.stop()
         assert (warm.fetched, warm.node_cache_hits, warm.node_cache_misses) == (0, 1, 0)
+        # Serving went on all along: every request answered, all by the model it pinned.
+        assert client.sent > 0 and not client.failures, client.summary()
+        assert set(client.answers) == {0.0}, client.summary()
         served = wait_for(
             lambda: [t for t in get_ts(kube, namespace, "cached")["status"].get("timeToServe") or []],
             timeout=30,

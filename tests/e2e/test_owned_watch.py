@@ -1,5 +1,6 @@
 """adapters.owned_watch against a real API server: metadata-only events name the owning TritonService,
-objects without the operator's labels are never named, and a listing names every owner, page by page."""
+objects without the operator's labels are never named, a listing names every owner, page by page, and
+with an OwnedCache the watches keep the owned objects whole and current."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 
 from triton_operator.adapters.kube import Kube, make_client
-from triton_operator.adapters.owned_watch import WATCHED, OwnedWatch, collection_path
+from triton_operator.adapters.owned_watch import WATCHED, OwnedCache, OwnedWatch, collection_path
 from triton_operator.core.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -94,4 +95,45 @@ async def test_a_listing_after_missed_events_names_every_owner_once_reading_page
         assert version.isdigit()
         assert named == [(namespace, "a"), (namespace, "b"), (namespace, "c")]
     finally:
+        await client.close()
+
+
+async def test_the_cache_holds_the_owned_objects_as_stored_and_follows_their_changes(
+    kube: Client, namespace: str, cluster: Path
+) -> None:
+    """With an OwnedCache: the listing at start fills it with whole objects (without managedFields),
+    and the watches' events change and remove them; objects without the operator's labels are
+    not kept. A pass reading it (adapters.cached_kube) gets what a listing would."""
+    before = kube.create(pod(namespace, owned_by("svc")))
+    kube.create(pod(namespace, {"app": "other"}))
+    named: list[tuple[str, str]] = []
+    cache = OwnedCache()
+    client = Kube(make_client(cluster))
+    watch = OwnedWatch(
+        client.http(),
+        lambda ns, name: named.append((ns, name)),
+        namespaces=[namespace],
+        all_namespaces=False,
+        cache=cache,
+    )
+    await watch.start()
+    try:
+        assert cache.synced
+        kept = cache.owned(namespace, "svc", "Pod")
+        assert [p["metadata"]["name"] for p in kept] == [before.metadata.name]
+        assert kept[0]["spec"]["nodeName"] == "no-such-node" and "managedFields" not in kept[0]["metadata"]
+        assert len(cache) == 1
+        name = before.metadata.name
+        kube.patch(Pod, name, {"metadata": {"labels": {"x": "y"}}}, namespace=namespace)
+        await until(
+            lambda: (
+                (cache.get("Pod", namespace, name) or {}).get("metadata", {}).get("labels", {}).get("x")
+                == "y"
+            )
+        )
+        kube.delete(Pod, name, namespace=namespace, grace_period=0)
+        await until(lambda: cache.get("Pod", namespace, name) is None)
+        assert set(named) == {(namespace, "svc")}
+    finally:
+        await watch.close()
         await client.close()

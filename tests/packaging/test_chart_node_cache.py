@@ -95,13 +95,34 @@ def test_on_the_nodes_network_the_cache_listens_on_the_nodes_address_only(render
     assert (pod["hostNetwork"], pod["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
     [cache] = pod["containers"]
     assert "--address=$(HOST_IP)" in cache["args"]
-    assert cache["env"] == [{"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
+    assert cache["env"] == [
+        {"name": "TRITON_OPERATOR_LOG_FORMAT", "value": "text"},
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+    ]
     assert cache["ports"][0]["hostPort"] == cache["ports"][0]["containerPort"] == DEFAULT_PORT
 
 
 def test_the_cache_runs_with_least_privilege(render: Render) -> None:
-    pod = pod_of(render(ON))
-    assert pod["automountServiceAccountToken"] is False  # it reaches nothing of the cluster
+    docs = render(ON)
+    pod = pod_of(docs)
+    # Its own ServiceAccount, whose one right is to review its callers' tokens (TokenReview).
+    assert pod["serviceAccountName"] == "triton-operator-node-cache"
+    assert pod["automountServiceAccountToken"] is True
+    assert one(docs, "ServiceAccount", "triton-operator-node-cache")["metadata"]["namespace"] == (
+        "triton-operator"
+    )
+    role = one(docs, "ClusterRole", "triton-operator-node-cache")
+    assert role["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
+    ]
+    binding = one(docs, "ClusterRoleBinding", "triton-operator-node-cache")
+    assert binding["roleRef"]["name"] == "triton-operator-node-cache"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "triton-operator-node-cache", "namespace": "triton-operator"}
+    ]
+    [cache] = pod["containers"]
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in cache["env"]
     [cache] = pod["containers"]
     sc = cache["securityContext"]
     assert (sc["runAsNonRoot"], sc["readOnlyRootFilesystem"], sc["allowPrivilegeEscalation"]) == (
@@ -126,7 +147,10 @@ def test_nothing_that_selects_the_operator_selects_the_cache(render: Render) -> 
         one(docs, "Deployment")["spec"]["selector"]["matchLabels"],
     ):
         assert not selector.items() <= cache_labels.items()
-    assert not find(docs, "Role") and not find(docs, "ClusterRole", "triton-operator-node-cache")
+    assert not find(docs, "Role")
+    # The operator's ClusterRole is not the cache's, and the cache's names only its own ServiceAccount.
+    binding = one(docs, "ClusterRoleBinding", "triton-operator-node-cache")
+    assert [s["name"] for s in binding["subjects"]] == ["triton-operator-node-cache"]
 
 
 def test_bad_values_are_refused(helm: Path) -> None:

@@ -27,6 +27,7 @@ NAMESPACED: Perms = {
     ("events.k8s.io", "events"): {"create", "patch"},
     ("gateway.networking.k8s.io", "httproutes"): {"get", "list", "watch", "patch"},
     ("gateway.networking.k8s.io", "grpcroutes"): {"get", "list", "watch", "patch"},
+    ("batch", "jobs"): {"list", "delete"},  # perf Jobs of `kubectl triton tune` past their deadline
 }
 CRD_WATCH: Perms = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
 NAMESPACE_WATCH: Perms = {("", "namespaces"): {"list", "watch"}}

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from packaging_helpers import Render, chartlib, container, env, find, one, render_error
-from triton_operator.settings import Settings
+from triton_operator.settings import ENV_SETTINGS, Settings
 
 
 def test_helm_lint_strict_default_and_ci_values(helm: Path) -> None:
@@ -48,12 +48,12 @@ def test_operator_settings_as_env(render: Render) -> None:
     assert e["TRITON_OPERATOR_LIVENESS_ENDPOINT"] == "http://0.0.0.0:8081/healthz"
     assert e["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert "TRITON_OPERATOR_PEERING_NAME" not in e
-    # The policy: any image, hostPath refused (core.policy); lists joined with commas.
+    # The policy: any image, hostPath and gitRepo refused (core.policy); lists joined with commas.
     # An empty list is left out: an env var of value "" is stored without one, and `kubectl apply`
     # would then find the Deployment changed on every run.
     assert "TRITON_OPERATOR_ALLOWED_IMAGE_PREFIXES" not in e
     assert all(v != "" for v in e.values())
-    assert e["TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES"] == "hostPath"
+    assert e["TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES"] == "hostPath,gitRepo"
     # privileges: none, root refused, NET_BIND_SERVICE only, the namespace's default ServiceAccount
     assert (e["TRITON_OPERATOR_ALLOW_PRIVILEGED"], e["TRITON_OPERATOR_ALLOW_ROOT"]) == ("false", "false")
     assert e["TRITON_OPERATOR_ALLOWED_CAPABILITIES"] == "NET_BIND_SERVICE"
@@ -124,7 +124,7 @@ def test_settings_env_names_are_read_by_the_operator(render: Render) -> None:
     """Every TRITON_OPERATOR_* variable the chart sets is one the operator reads."""
     sources = (chartlib.REPO_ROOT / "operator" / "src" / "triton_operator").rglob("*.py")
     text = "\n".join(p.read_text() for p in sources)
-    known = set(re.findall(r'get\("([A-Z_]+)"\)', text))
+    known = set(ENV_SETTINGS)  # what Settings.from_env reads
     known |= {m[len("TRITON_OPERATOR_") :] for m in re.findall(r"TRITON_OPERATOR_[A-Z_]+", text)}
     values = {"peering": {"enabled": True}}
     chart_vars = [k for k in env(render(values)) if k.startswith("TRITON_OPERATOR_")]
@@ -326,3 +326,14 @@ def test_the_listing_cap_as_env(render: Render) -> None:
     )
     e = env(render({"operator": {"maxListedObjects": 5000}}))
     assert Settings.from_env({k: v for k, v in e.items() if isinstance(v, str)}).max_listed_objects == 5000
+
+
+def test_one_log_format_value_reaches_the_operator_and_the_node_cache(render: Render) -> None:
+    from triton_operator import logs  # noqa: PLC0415
+
+    assert env(render())[logs.ENV] == "text"
+    docs = render({"operator": {"logFormat": "json"}, "nodeCache": {"enabled": True}})
+    assert logs.log_format({logs.ENV: env(docs)[logs.ENV]}) == "json"
+    (daemonset,) = find(docs, "DaemonSet")
+    (cache,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert {e["name"]: e.get("value") for e in cache["env"]}[logs.ENV] == "json"

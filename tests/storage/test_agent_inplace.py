@@ -1,12 +1,15 @@
 """`triton-operator agent` on real parts: seaweedfs (S3) as the store, a real tritonserver (explicit model
 control, --load-model=*) over the /models that `agent --once` synced, a client counting answers, and the
-sidecar following the revision the pod is told to serve (the in-place ConfigMap's folder and the
-downwardAPI target file, written here as the operator and the kubelet would write them)."""
+sidecar following the revision the pod is told to serve (the in-place volume: the ConfigMap's keys and
+the target annotation in one projected volume, written here as the operator and the kubelet would
+write them). The client follows the agent's readiness (GET /v1/ready) as a Service's endpoints do: the
+agent takes the pod out before it unloads or loads a model."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,17 +24,24 @@ import pytest
 import requests
 
 from storage_backends import Backend
+from triton_operator.adapters.agent.processes import python_stubs
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.core.agent import ensemble_steps
 from triton_operator.core.manifest import Manifest, manifest_to_json
 from triton_operator.core.modelconfig import build_config_pbtxt
-from triton_operator.core.names import AGENT_STATUS_PATH, inplace_config_key, inplace_manifest_key
+from triton_operator.core.names import (
+    AGENT_READY_PATH,
+    AGENT_STATUS_PATH,
+    inplace_config_key,
+    inplace_manifest_key,
+)
 from triton_operator.models import ModelSpec
 from tritonserver import RunningServer, TritonInstall, free_port, start_server
 
 pytestmark = [pytest.mark.storage, pytest.mark.triton, pytest.mark.timeout(600)]
 
 TIMEOUT = 60.0  # seconds a request or a wait may take before the test gives up (no assertion on speed)
+DRAIN_SECONDS = 1.0  # the pod out of its Service before a model is touched (the client asks each time)
 STATE_FILE = ".triton-sync.json"  # sync's own bookkeeping in /models (inode numbers, mtimes)
 
 # OUTPUT0 = INPUT0 + BASE (this file's constant, one per version) + the config's "offset" parameter.
@@ -117,9 +127,11 @@ class Pod:
     sidecar_log: Path = field(init=False)
 
     def __post_init__(self) -> None:
-        for folder in ("base/configs", "inplace", "podinfo", "state", "models"):
+        for folder in ("base/configs", "inplace", "state", "models"):
             (self.root / folder).mkdir(parents=True, exist_ok=True)
         self.sidecar_log = self.root / "agent.log"
+        self._keys: dict[str, str] = {}
+        self._target = ""
 
     @property
     def models(self) -> Path:
@@ -152,11 +164,7 @@ class Pod:
         self.base = rev.name
 
     def publish(self, stable: Revision, nxt: Revision | None) -> None:
-        """The in-place ConfigMap as the kubelet shows it: every key of the revisions named, swapped in
-        at once (a new ..data folder and one rename of the link, as the kubelet's atomic writer does)."""
-        inplace = self.root / "inplace"
-        data = inplace / f"..{time.monotonic_ns()}"
-        data.mkdir()
+        """The in-place ConfigMap's keys: state.json and every key of the revisions named."""
         keys = {"state.json": json.dumps({"stable": stable.name, "next": nxt.name if nxt else None})}
         for rev in (stable, nxt):
             if rev is None:
@@ -164,23 +172,36 @@ class Pod:
             keys[inplace_manifest_key(rev.name)] = manifest_to_json(rev.manifest)
             for model, text in rev.configs.items():
                 keys[inplace_config_key(rev.name, model)] = text
+        self._keys = keys
+        self._payload()
+
+    def target(self, revision: str | None) -> None:
+        """The pod's annotation."""
+        self._target = revision or ""
+        self._payload()
+
+    def _payload(self) -> None:
+        """The in-place volume as the kubelet shows it: the ConfigMap's keys and the target annotation
+        (one projected volume), swapped in at once (a new ..data folder and one rename of the link, as
+        the kubelet's atomic writer does; the old folder deleted)."""
+        inplace = self.root / "inplace"
+        data = inplace / f"..{time.monotonic_ns()}"
+        data.mkdir()
+        keys = {**self._keys, "target": self._target}
         for key, text in keys.items():
             (data / key).write_text(text)
+        old = os.readlink(inplace / "..data") if (inplace / "..data").is_symlink() else None
         link = inplace / "..data.tmp"
         os.symlink(data.name, link)
         os.replace(link, inplace / "..data")
         for key in keys:
             if not (inplace / key).is_symlink():
                 os.symlink(f"..data/{key}", inplace / key)
-        for old in inplace.iterdir():
-            if old.is_symlink() and not (old.exists()):
-                old.unlink()  # a key no revision holds any more
-
-    def target(self, revision: str | None) -> None:
-        """The pod's annotation, as its downwardAPI file (written atomically, as the kubelet does)."""
-        tmp = self.root / "podinfo/.target.tmp"
-        tmp.write_text(revision or "")
-        os.replace(tmp, self.root / "podinfo/target")
+        if old is not None:
+            shutil.rmtree(inplace / old)
+        for stale in inplace.iterdir():
+            if stale.is_symlink() and not (stale.exists()):
+                stale.unlink()  # a key no revision holds any more
 
     def args(self, triton: str = "http://127.0.0.1:1", listen: str = "127.0.0.1:0") -> list[str]:
         return [
@@ -199,7 +220,7 @@ class Pod:
             "--inplace-dir",
             str(self.root / "inplace"),
             "--target-file",
-            str(self.root / "podinfo/target"),
+            str(self.root / "inplace/target"),
             "--state-dir",
             str(self.state),
             "--triton",
@@ -260,7 +281,7 @@ class Sidecar:
         self.port = free_port()
         with pod.sidecar_log.open("ab") as log:
             self.process = subprocess.Popen(
-                pod.args(triton, f"127.0.0.1:{self.port}"),
+                [*pod.args(triton, f"127.0.0.1:{self.port}"), "--drain-seconds", str(DRAIN_SECONDS)],
                 env=pod.env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -276,6 +297,28 @@ class Sidecar:
         assert reply.status_code == 200, reply.text
         body: dict[str, Any] = reply.json()
         return body
+
+    def readiness(self) -> tuple[int, dict[str, Any]]:
+        """GET /v1/ready: the code (200 or 503) and the body; (0, {}) when the agent does not answer."""
+        try:
+            reply = requests.get(f"http://127.0.0.1:{self.port}{AGENT_READY_PATH}", timeout=5)
+        except requests.RequestException:
+            return 0, {}
+        body: dict[str, Any] = reply.json()
+        return reply.status_code, body
+
+    def is_ready(self) -> bool:
+        return self.readiness()[0] == 200
+
+    def wait_ready(self, code: int, what: str) -> dict[str, Any]:
+        deadline = time.monotonic() + TIMEOUT
+        seen: tuple[int, dict[str, Any]] = (0, {})
+        while time.monotonic() < deadline:
+            seen = self.readiness()
+            if seen[0] == code:
+                return seen[1]
+            time.sleep(0.1)
+        raise AssertionError(f"waited for {what}; last readiness {seen}\n{self.pod.sidecar_log.read_text()}")
 
     def wait(self, done: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
         deadline = time.monotonic() + TIMEOUT * 2
@@ -310,12 +353,16 @@ class Sidecar:
 
 @dataclass
 class Client:
-    """Asks ``model`` for INPUT0 = 0 over and over in a thread until stopped; every answer and failure."""
+    """Asks ``model`` for INPUT0 = 0 over and over in a thread until stopped; every answer and failure.
+    With ``ready``, only while it says the pod is ready, as a Service's endpoints follow the pod's
+    readiness (``held``: how many times it was not)."""
 
     server: RunningServer
     model: str = "adder"
+    ready: Callable[[], bool] | None = None
     answers: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    held: int = 0
     stop_event: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
 
@@ -332,6 +379,10 @@ class Client:
         url = f"{self.server.http_url}/v2/models/{self.model}/infer"
         with requests.Session() as http:
             while not self.stop_event.is_set():
+                if self.ready is not None and not self.ready():
+                    self.held += 1
+                    time.sleep(0.02)
+                    continue
                 try:
                     reply = http.post(url, json=body, timeout=TIMEOUT)
                 except requests.RequestException as exc:
@@ -510,8 +561,10 @@ def test_a_new_version_then_a_config_change_go_live_in_place_without_a_failed_re
     sidecars.append(sidecar)
     status = sidecar.applied("r1")
     assert status["base"] == "r1" and status["models"] == {"adder": "READY", "other": "READY"}
+    ready = sidecar.wait_ready(200, "the pod to be ready")
+    assert ready["revision"] == "r1" and ready["models"] == {"adder": "READY", "other": "READY"}
 
-    client = Client(server).start()
+    client = Client(server, ready=sidecar.is_ready).start()
     try:
         # A new version of adder: only its object is fetched, only adder is loaded.
         new_object = model_py(200, pad=3000)
@@ -519,6 +572,12 @@ def test_a_new_version_then_a_config_change_go_live_in_place_without_a_failed_re
         r2 = pod.revision("r2", {"adder": config(pod.init_log), "other": config(pod.init_log)})
         pod.publish(r1, r2)
         pod.target("r2")
+        # fetched while serving, then out of the Service before adder is touched
+        draining = sidecar.wait(lambda s: s["state"] == "Draining", "the pod to drain")
+        assert draining["revision"] == "r1" and "out of the Service" in draining["message"], draining
+        assert (pod.models / "adder/2/model.py").read_bytes() == new_object  # fetched already
+        code, why = sidecar.readiness()
+        assert code == 503 and why["reason"].startswith("draining"), why
         status = sidecar.applied("r2")
         client.wait_answers(3)
         assert status["fetchedBytes"] == len(new_object)
@@ -553,6 +612,11 @@ def test_a_new_version_then_a_config_change_go_live_in_place_without_a_failed_re
     assert client.failures == [], f"{client.failures[:3]}\n{server.log_tail()}"
     assert in_order(client.answers, 101.0, 201.0, 210.0), sorted(set(client.answers))
     assert sorted(pod.inits()) == ["adder 1", "adder 2", "adder 2", "other 1"]
+    assert client.held > 0  # the pod left the "Service" for each change
+    # never a load over a loaded model: version 1 unloaded before version 2 loaded
+    log = server.log()
+    assert log.index("successfully unloaded 'adder' version 1") < log.index("loading: adder:2"), log
+    assert sidecar.wait_ready(200, "the pod back in")["revision"] == "r3"
 
 
 def test_a_version_that_fails_to_load_is_failed_and_the_way_back_loads_the_old_one(
@@ -562,7 +626,8 @@ def test_a_version_that_fails_to_load_is_failed_and_the_way_back_loads_the_old_o
     sidecar = Sidecar(pod, server.http_url)
     sidecars.append(sidecar)
     sidecar.applied("r1")
-    client = Client(server).start()
+    sidecar.wait_ready(200, "the pod to be ready")
+    client = Client(server, ready=sidecar.is_ready).start()
     try:
         # Version 2 of adder fails to load; r2 also adds a model, never loaded (adder's load comes first).
         pod.put("adder/2/model.py", model_py(200, fail=True))
@@ -577,7 +642,9 @@ def test_a_version_that_fails_to_load_is_failed_and_the_way_back_loads_the_old_o
         assert status["revision"] == "r1" and status["target"] == "r2"
         assert "adder" in status["message"] and "refuses to load" in status["message"], status
         assert status["models"]["adder"] != "READY"  # the target's version 2 is not
-        client.wait_answers(5)
+        # the pod stays out of its Service until a revision loads whole (adder 1 was unloaded)
+        why = sidecar.wait_ready(503, "the pod out of its Service")
+        assert "r2 failed to load" in why["reason"] and "adder" in why["reason"], why
         loads = pod.inits().count("adder 2")
         time.sleep(2)  # ten passes of the agent: it does not try the same target again
         assert pod.inits().count("adder 2") == loads == 1
@@ -589,6 +656,7 @@ def test_a_version_that_fails_to_load_is_failed_and_the_way_back_loads_the_old_o
         pod.target(None)
         status = sidecar.applied("r1")
         assert status["message"] == "" and status["models"] == {"adder": "READY", "other": "READY"}
+        assert sidecar.wait_ready(200, "the pod back in")["revision"] == "r1"
         client.wait_answers(3)
         assert tree(pod.models) == tree(pod.fresh_sync(r1))  # extra's folder is gone with r2's files
         assert index(server)[("adder", "1")] == "READY"
@@ -617,7 +685,8 @@ def test_a_model_added_then_one_removed(
     assert sorted(pod.inits()) == ["adder 1", "extra 4", "other 1"]
     assert tree(pod.models) == tree(pod.fresh_sync(r2))
 
-    client = Client(server, "adder").start()
+    sidecar.wait_ready(200, "the pod to be ready")
+    client = Client(server, "adder", ready=sidecar.is_ready).start()
     try:
         del configs["other"]
         r3 = pod.revision("r3", configs)
@@ -637,11 +706,46 @@ def test_a_model_added_then_one_removed(
     assert sorted(pod.inits()) == ["adder 1", "extra 4", "other 1"]  # nothing reloaded
 
 
+def test_a_model_whose_backend_stub_dies_takes_the_pod_out_of_its_service(
+    pod: Pod, served: tuple[Revision, RunningServer], sidecars: list[Sidecar]
+) -> None:
+    """tritonserver 2.51 still reports a Python model READY once its stub process died
+    (tests/triton/test_inplace_readiness.py); the agent sees the stub gone and the pod leaves."""
+    _, server = served
+    sidecar = Sidecar(pod, server.http_url)
+    sidecars.append(sidecar)
+    sidecar.applied("r1")
+    assert sidecar.wait_ready(200, "the pod to be ready")["models"] == {"adder": "READY", "other": "READY"}
+    stubs = python_stubs(pod.models)
+    assert stubs == {"adder": 1, "other": 1}, stubs
+    (pid,) = [p for p, argv in stub_processes() if argv[1].startswith(f"{pod.models}/adder/")]
+    os.kill(pid, signal.SIGKILL)
+    why = sidecar.wait_ready(503, "the pod out of its Service")
+    assert why["models"]["other"] == "READY" and "stub" in why["models"]["adder"], why
+    assert why["reason"].startswith("revision r1: model adder is dead"), why
+    assert index(server)[("adder", "1")] == "READY"  # what Triton itself says meanwhile
+    time.sleep(2)
+    assert sidecar.readiness()[0] == 503  # and it stays out: the model is dead
+
+
+def stub_processes() -> list[tuple[int, list[str]]]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().decode().split("\0")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if len(argv) > 1 and argv[0].endswith("triton_python_backend_stub"):
+            out.append((int(entry.name), argv))
+    return out
+
+
 def test_an_agent_stopped_between_fetch_and_load_comes_back_consistent(
     pod: Pod, served: tuple[Revision, RunningServer], sidecars: list[Sidecar]
 ) -> None:
     r1, server = served
-    client = Client(server).start()
+    current: list[Sidecar] = []  # the agent of the moment (none: tritonserver as it started)
+    client = Client(server, ready=lambda: not current or current[-1].is_ready()).start()
     try:
         new_object = model_py(200, pad=2000)
         pod.put("adder/2/model.py", new_object)
@@ -652,6 +756,7 @@ def test_an_agent_stopped_between_fetch_and_load_comes_back_consistent(
         # killed there, between fetch and load.
         dead = Sidecar(pod, f"http://127.0.0.1:{free_port()}")
         sidecars.append(dead)
+        current.append(dead)
         status = dead.wait(
             lambda s: "waiting for tritonserver" in s["message"], "the agent to wait for Triton"
         )
@@ -663,6 +768,7 @@ def test_an_agent_stopped_between_fetch_and_load_comes_back_consistent(
         # Back, with tritonserver reachable: it finishes r2 without fetching it again.
         sidecar = Sidecar(pod, server.http_url)
         sidecars.append(sidecar)
+        current.append(sidecar)
         status = sidecar.applied("r2")
         assert status["fetchedBytes"] == len(new_object)  # the bytes of the change, fetched once
         client.wait_answers(3)
@@ -673,6 +779,7 @@ def test_an_agent_stopped_between_fetch_and_load_comes_back_consistent(
         loads = sorted(pod.inits())
         again = Sidecar(pod, server.http_url)
         sidecars.append(again)
+        current.append(again)
         status = again.applied("r2")
         time.sleep(1)
         assert sorted(pod.inits()) == loads == ["adder 1", "adder 2", "other 1"]

@@ -1,6 +1,7 @@
-"""The node cache, all real: `triton-operator node-cache` as its own process on loopback, seaweedfs
-behind a proxy that counts the bytes it sends (what a sync really read from the store), and
-`triton-operator sync` as the init container runs it."""
+"""The node cache, real but for who its callers are: `NodeCacheServer` on loopback (in this process,
+with `FakeTokenReviewer` standing in for the API server's TokenReview), seaweedfs behind a proxy that
+counts the bytes it sends (what a sync really read from the store), and `triton-operator sync` as
+the init container runs it, with its pod's token in a file."""
 
 from __future__ import annotations
 
@@ -13,52 +14,109 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from counting_proxy import CountingProxy, counting_proxy
+from fake_token_reviewer import FakeTokenReviewer
 from storage_backends import Backend
-from testkit import free_port, stop_process, wait_healthy
+from testkit import free_port
+from triton_operator.adapters.nodecache.server import NodeCacheServer, ServerThread
+from triton_operator.adapters.nodecache.store import ContentStore
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.core.manifest import Manifest, manifest_to_json
 from triton_operator.core.startup import SyncSummary, parse_summary
 from triton_operator.models import ModelSpec
+from triton_operator.quantities import quantity_bytes
 
 pytestmark = pytest.mark.storage
 
 MODELS = [ModelSpec(name="adder", config={"backend": "python", "maxBatchSize": 4})]
 FILES = {f"models/adder/1/weights{i}.bin": os.urandom(100_000 + i) for i in range(5)}
 TOTAL = sum(len(d) for d in FILES.values())
+NAMESPACE = "team-a"
 
 
-# ----------------------------------------------------------------- the node cache's process
+# ----------------------------------------------------------------- the node cache
 
 
 @dataclass
 class NodeCache:
-    process: subprocess.Popen[bytes]
-    port: int
+    thread: ServerThread
+    reviewer: FakeTokenReviewer
     root: Path
-    log: Path
+    tokens: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    @property
+    def port(self) -> int:
+        return self.thread.port
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+    @property
+    def store(self) -> ContentStore:
+        return self.thread.server.store
+
+    def token(self, pod: str = "tester", namespace: str = NAMESPACE) -> str:
+        """The pod's token (one per pod, as the kubelet projects it)."""
+        if (namespace, pod) not in self.tokens:
+            self.tokens[(namespace, pod)] = self.reviewer.issue(namespace, pod)
+        return self.tokens[(namespace, pod)]
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        *,
+        pod: str = "tester",
+        namespace: str = NAMESPACE,
+        token: str | None = "",
+    ) -> tuple[int, bytes]:
+        """One request as ``pod`` of ``namespace`` (``token``: None sends none, "" the pod's own)."""
+        sent = dict(headers or {})
+        if token is not None:
+            sent["Authorization"] = f"Bearer {token or self.token(pod, namespace)}"
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
-            conn.request(method, path, body)
+            conn.request(method, path, body, sent)
             response = conn.getresponse()
             return response.status, response.read()
         finally:
             conn.close()
 
+    def lease(
+        self, objects: dict[str, int], pod: str = "tester", namespace: str = NAMESPACE
+    ) -> tuple[int, Any]:
+        """Lease ``objects`` (key -> size) for ``pod``; (status, answer)."""
+        body = {"pod": pod, "objects": [[*k.split("/"), size] for k, size in objects.items()]}
+        status, data = self.request(
+            "POST", "/v1/leases", json.dumps(body).encode(), pod=pod, namespace=namespace
+        )
+        return status, json.loads(data) if status == 200 else data
+
+    def put(
+        self,
+        key: str,
+        data: bytes,
+        pod: str = "tester",
+        namespace: str = NAMESPACE,
+        headers: dict[str, str] | None = None,
+    ) -> int:
+        """Lease ``key`` for ``pod`` (with the size of ``data``) and upload ``data`` under it."""
+        status, _ = self.lease({key: len(data)}, pod, namespace)
+        assert status == 200
+        return self.request("PUT", f"/v1/objects/{key}", data, headers, pod=pod, namespace=namespace)[0]
+
     def metrics(self) -> dict[str, float]:
-        status, text = self.request("GET", "/metrics")
+        status, text = self.request("GET", "/metrics", token=None)
         assert status == 200
         out: dict[str, float] = {}
         for family in text_string_to_metric_families(text.decode()):
@@ -67,32 +125,44 @@ class NodeCache:
                 out[f"{sample.name}{{{label}}}" if label else sample.name] = sample.value
         return out
 
-    def objects(self) -> set[str]:
-        base = self.root / "objects"
+    def objects(self, namespace: str = NAMESPACE) -> set[str]:
+        """The keys the namespace's index holds on disk."""
+        base = self.root / "index" / namespace
         return {f"{p.parent.name}/{p.name}" for p in base.glob("*/*")}
+
+    def blob(self, key: str, namespace: str = NAMESPACE) -> Path:
+        """The blob the namespace's key names (its bytes, named by their SHA-256)."""
+        name = (self.root / "index" / namespace / key).read_text().split()[0]
+        return self.root / "blobs" / name
+
+    def stop(self) -> None:
+        self.thread.stop()
 
 
 @pytest.fixture
 def start_cache(tmp_path: Path) -> Iterator[Callable[..., NodeCache]]:
     started: list[NodeCache] = []
 
-    def start(size_limit: str = "1Gi", lease_seconds: float = 3600.0, root: Path | None = None) -> NodeCache:
-        port = free_port()
+    def start(
+        size_limit: str = "1Gi",
+        lease_seconds: float = 3600.0,
+        root: Path | None = None,
+        reviewer: FakeTokenReviewer | None = None,
+        **options: Any,
+    ) -> NodeCache:
         root = root or tmp_path / f"cache-{len(started)}"
-        log = tmp_path / f"cache-{len(started)}.log"
-        args = [sys.executable, "-m", "triton_operator.cli", "node-cache", "--root", str(root)]
-        args += ["--size-limit", size_limit, "--address", "127.0.0.1", "--port", str(port)]
-        args += ["--lease-seconds", str(lease_seconds)]
-        with log.open("wb") as out:
-            process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
-        cache = NodeCache(process, port, root, log)
+        reviewer = reviewer or FakeTokenReviewer()
+        store = ContentStore(root, quantity_bytes(size_limit), lease_seconds)
+        thread = ServerThread(NodeCacheServer(store, reviewer, **options))
+        thread.start()
+        cache = NodeCache(thread, reviewer, root)
         started.append(cache)
-        wait_healthy(process, port, log.read_text)
         return cache
 
     yield start
     for cache in started:
-        stop_process(cache.process)
+        if not cache.thread.loop.is_closed():
+            cache.stop()
 
 
 # ----------------------------------------------------------------- the store, counted
@@ -111,25 +181,50 @@ def store(s3_backend: Backend) -> Iterator[tuple[Manifest, CountingProxy]]:
 
 
 def run_sync(
-    work: Path, manifest: Manifest, env: dict[str, str], cache_url: str | None, pod: str = "pod-a"
+    work: Path,
+    manifest: Manifest,
+    env: dict[str, str],
+    cache: NodeCache | str | None,
+    pod: str = "pod-a",
+    *,
+    namespace: str = NAMESPACE,
+    token: str | None = None,
+    extra: tuple[str, ...] = (),
 ) -> tuple[subprocess.CompletedProcess[str], SyncSummary | None]:
-    """`triton-operator sync` into work/models as the init container runs it; its summary."""
+    """`triton-operator sync` into work/models as the init container of ``pod`` of ``namespace``
+    runs it, with the pod's token (``token``, else the cache's for the pod) and ``extra``
+    arguments; its summary."""
     work.mkdir(parents=True, exist_ok=True)
     path = work / "manifest.json"
     path.write_text(manifest_to_json(manifest))
     log = work / "termination-log"
     log.write_text("")
     args = [sys.executable, "-m", "triton_operator.cli", "sync", "--manifest", str(path)]
-    args += ["--dest", str(work / "models"), "--termination-log", str(log)]
+    args += ["--dest", str(work / "models"), "--termination-log", str(log), *extra]
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GOOGLE_"))}
-    if cache_url is not None:
-        host, _, port = cache_url.removeprefix("http://").rpartition(":")
-        clean |= {"TRITON_NODE_CACHE_HOST": host, "TRITON_NODE_CACHE_PORT": port}
-    clean["TRITON_NODE_CACHE_POD"] = pod
+    clean |= cache_env(work, cache, pod, namespace, token)
     done = subprocess.run(
         args, env={**clean, **env}, capture_output=True, text=True, timeout=120, check=False
     )
     return done, parse_summary(log.read_text())
+
+
+def cache_env(
+    work: Path, cache: NodeCache | str | None, pod: str, namespace: str, token: str | None
+) -> dict[str, str]:
+    """The node cache's variables of the pod's sync container, its token written to a file."""
+    out = {"TRITON_NODE_CACHE_POD": pod}
+    if cache is None:
+        return out
+    url = cache if isinstance(cache, str) else cache.url
+    if token is None and isinstance(cache, NodeCache):
+        token = cache.token(pod, namespace)
+    host, _, port = url.removeprefix("http://").rpartition(":")
+    out |= {"TRITON_NODE_CACHE_HOST": host, "TRITON_NODE_CACHE_PORT": port}
+    if token is not None:
+        (work / "token").write_text(token)
+        out["TRITON_NODE_CACHE_TOKEN"] = str(work / "token")
+    return out
 
 
 def assert_synced(work: Path) -> None:
@@ -152,7 +247,7 @@ def test_a_second_pod_on_the_node_reads_nothing_from_the_store(
 ) -> None:
     manifest, proxy = store
     cache = start_cache()
-    first, cold = run_sync(tmp_path / "pod-a", manifest, s3_backend.credentials, cache.url, "pod-a")
+    first, cold = run_sync(tmp_path / "pod-a", manifest, s3_backend.credentials, cache, "pod-a")
     assert first.returncode == 0, first.stderr
     assert_synced(tmp_path / "pod-a")
     assert cold is not None
@@ -163,7 +258,7 @@ def test_a_second_pod_on_the_node_reads_nothing_from_the_store(
     assert cache.metrics()["triton_node_cache_stored_total"] == len(FILES)
 
     proxy.reset()
-    second, warm = run_sync(tmp_path / "pod-b", manifest, s3_backend.credentials, cache.url, "pod-b")
+    second, warm = run_sync(tmp_path / "pod-b", manifest, s3_backend.credentials, cache, "pod-b")
     assert second.returncode == 0, second.stderr
     assert_synced(tmp_path / "pod-b")
     assert proxy.bytes_from_server == 0  # not one byte from the store
@@ -177,6 +272,8 @@ def test_a_second_pod_on_the_node_reads_nothing_from_the_store(
     metrics = cache.metrics()
     assert metrics["triton_node_cache_hits_total"] == len(FILES)
     assert metrics["triton_node_cache_hit_bytes_total"] == TOTAL
+    # Each pod's token was reviewed once, however many requests it made (lease, reads, uploads).
+    assert cache.reviewer.reviews == 2
 
 
 def test_a_corrupted_cache_entry_is_refused_read_from_the_store_and_healed(
@@ -187,16 +284,16 @@ def test_a_corrupted_cache_entry_is_refused_read_from_the_store_and_healed(
 ) -> None:
     manifest, proxy = store
     cache = start_cache()
-    first, _ = run_sync(tmp_path / "pod-a", manifest, s3_backend.credentials, cache.url)
+    first, _ = run_sync(tmp_path / "pod-a", manifest, s3_backend.credentials, cache)
     assert first.returncode == 0, first.stderr
     victim = FILES["models/adder/1/weights2.bin"]
-    on_disk = cache.root / "objects" / md5_key(victim)
+    on_disk = cache.blob(md5_key(victim))
     spoiled = bytearray(on_disk.read_bytes())
     spoiled[1000] ^= 0xFF  # same size, one byte off: a bad disk, or someone on the node
     on_disk.write_bytes(bytes(spoiled))
 
     proxy.reset()
-    second, summary = run_sync(tmp_path / "pod-b", manifest, s3_backend.credentials, cache.url, "pod-b")
+    second, summary = run_sync(tmp_path / "pod-b", manifest, s3_backend.credentials, cache, "pod-b")
     assert second.returncode == 0, second.stderr
     assert_synced(tmp_path / "pod-b")  # the pod got the right bytes
     assert summary is not None
@@ -208,10 +305,10 @@ def test_a_corrupted_cache_entry_is_refused_read_from_the_store_and_healed(
     assert len(victim) <= proxy.bytes_from_server < TOTAL
     assert cache.metrics()["triton_node_cache_corrupt_total"] == 1
     # The cache dropped it as it served it; the pod uploaded the store's bytes, which it kept.
-    assert on_disk.read_bytes() == victim
+    assert cache.blob(md5_key(victim)).read_bytes() == victim
 
     proxy.reset()
-    third, _ = run_sync(tmp_path / "pod-c", manifest, s3_backend.credentials, cache.url, "pod-c")
+    third, _ = run_sync(tmp_path / "pod-c", manifest, s3_backend.credentials, cache, "pod-c")
     assert third.returncode == 0, third.stderr
     assert proxy.bytes_from_server == 0
 
@@ -229,6 +326,25 @@ def test_when_the_cache_is_down_the_sync_reads_the_store(
     assert proxy.bytes_from_server >= TOTAL
 
 
+def test_a_pod_without_a_token_reads_the_store_and_asks_the_cache_nothing_more(
+    s3_backend: Backend,
+    store: tuple[Manifest, CountingProxy],
+    start_cache: Callable[..., NodeCache],
+    tmp_path: Path,
+) -> None:
+    """A pod of a revision made before the cache checked tokens (none mounted): its lease is refused
+    (401), it syncs from its store, and makes no further request (no read, no upload)."""
+    manifest, proxy = store
+    cache = start_cache()
+    done, summary = run_sync(tmp_path / "old", manifest, s3_backend.credentials, cache.url, "old")
+    assert done.returncode == 0, done.stderr
+    assert_synced(tmp_path / "old")
+    assert summary is not None and summary.fetched == TOTAL
+    assert proxy.bytes_from_server >= TOTAL
+    assert cache.objects() == set()
+    assert cache.metrics()["triton_node_cache_refused_requests_total{reason=401}"] == 1
+
+
 def test_pods_syncing_at_once_each_get_every_byte_and_the_node_keeps_one_copy(
     s3_backend: Backend,
     store: tuple[Manifest, CountingProxy],
@@ -240,9 +356,7 @@ def test_pods_syncing_at_once_each_get_every_byte_and_the_node_keeps_one_copy(
     pods = [f"pod-{i}" for i in range(4)]
     with ThreadPoolExecutor(len(pods)) as pool:
         results = list(
-            pool.map(
-                lambda pod: run_sync(tmp_path / pod, manifest, s3_backend.credentials, cache.url, pod), pods
-            )
+            pool.map(lambda pod: run_sync(tmp_path / pod, manifest, s3_backend.credentials, cache, pod), pods)
         )
     for pod, (done, summary) in zip(pods, results, strict=True):
         assert done.returncode == 0, done.stderr
@@ -251,14 +365,14 @@ def test_pods_syncing_at_once_each_get_every_byte_and_the_node_keeps_one_copy(
     assert cache.objects() == {md5_key(d) for d in FILES.values()}
     for key in cache.objects():
         assert (
-            hashlib.md5((cache.root / "objects" / key).read_bytes(), usedforsecurity=False).hexdigest()
-            == (key.split("/")[1])
+            hashlib.md5(cache.blob(key).read_bytes(), usedforsecurity=False).hexdigest() == key.split("/")[1]
         )
+        assert hashlib.sha256(cache.blob(key).read_bytes()).hexdigest() == cache.blob(key).name
     assert not list((cache.root / "tmp").iterdir())  # no write left half-done
     assert cache.metrics()["triton_node_cache_stored_total"] == len(FILES)  # each object kept once
 
     proxy.reset()
-    later, _ = run_sync(tmp_path / "later", manifest, s3_backend.credentials, cache.url, "later")
+    later, _ = run_sync(tmp_path / "later", manifest, s3_backend.credentials, cache, "later")
     assert later.returncode == 0, later.stderr
     assert proxy.bytes_from_server == 0
 
@@ -270,9 +384,10 @@ def test_the_cache_keeps_only_bytes_that_match_their_key(start_cache: Callable[.
     cache = start_cache()
     real, forged = os.urandom(5000), os.urandom(5000)
     key = md5_key(real)
-    assert cache.request("PUT", f"/v1/objects/{key}", forged)[0] == 422
+    assert cache.put(key, forged) == 422
     assert cache.request("GET", f"/v1/objects/{key}")[0] == 404
-    assert cache.request("PUT", f"/v1/objects/{key}", real[:-1])[0] == 422  # cut short: other bytes
+    # Cut short: other bytes (leased at their own size: the cache takes only a lease's size).
+    assert cache.put(key, real[:-1]) == 422
     assert cache.request("GET", f"/v1/objects/{key}")[0] == 404
     # A CRC is no digest (anyone can make bytes with a chosen CRC): never cached.
     assert cache.request("PUT", "/v1/objects/crc32c/00000000", real)[0] == 400
@@ -280,9 +395,9 @@ def test_the_cache_keeps_only_bytes_that_match_their_key(start_cache: Callable[.
     assert cache.objects() == set()
     assert not list((cache.root / "tmp").iterdir())
 
-    assert cache.request("PUT", f"/v1/objects/{key}", real)[0] == 201
+    assert cache.put(key, real) == 201
     assert cache.request("GET", f"/v1/objects/{key}") == (200, real)
-    assert cache.request("PUT", f"/v1/objects/{key}", real)[0] == 409  # present
+    assert cache.put(key, real) == 409  # present
     metrics = cache.metrics()
     assert metrics["triton_node_cache_refused_uploads_total{reason=checksum}"] == 2
     assert metrics["triton_node_cache_refused_uploads_total{reason=kind}"] >= 1
@@ -295,29 +410,24 @@ def test_eviction_keeps_the_bound_and_never_takes_a_leased_object(
     blobs = {name: os.urandom(100_000) for name in "abcde"}
     keys = {name: md5_key(data) for name, data in blobs.items()}
     for name in "abc":
-        assert cache.request("PUT", f"/v1/objects/{keys[name]}", blobs[name])[0] == 201
+        assert cache.put(keys[name], blobs[name], pod=f"up-{name}") == 201
+        assert cache.lease({}, pod=f"up-{name}")[0] == 200  # the uploader's lease moves on
     # A pod syncing a revision leases "a" (the oldest); "b" is read again, so "c" is now the least
     # recently used of the objects no lease holds.
-    kind, checksum = keys["a"].split("/")
-    status, body = cache.request(
-        "POST", "/v1/leases", json.dumps({"pod": "p1", "objects": [[kind, checksum]]}).encode()
-    )
-    assert (status, json.loads(body)) == (200, {"held": [keys["a"]], "part_sizes": {}})
+    assert cache.lease({keys["a"]: 100_000}, pod="p1") == (200, {"held": [keys["a"]], "part_sizes": {}})
     assert cache.request("GET", f"/v1/objects/{keys['b']}")[0] == 200
 
-    assert cache.request("PUT", f"/v1/objects/{keys['d']}", blobs["d"])[0] == 201
+    assert cache.put(keys["d"], blobs["d"], pod="up-d") == 201
     assert cache.objects() == {keys["a"], keys["b"], keys["d"]}
     assert cache.request("GET", f"/v1/objects/{keys['c']}")[0] == 404
 
     # Every object leased: no room is made, the upload is refused and nothing is evicted.
-    objects = [k.split("/") for k in (keys["b"], keys["d"])]
-    assert (
-        cache.request("POST", "/v1/leases", json.dumps({"pod": "p2", "objects": objects}).encode())[0] == 200
-    )
-    assert cache.request("PUT", f"/v1/objects/{keys['e']}", blobs["e"])[0] == 507
+    assert cache.lease({keys["b"]: 100_000}, pod="p2")[0] == 200
+    assert cache.put(keys["e"], blobs["e"], pod="up-e") == 507
     assert cache.objects() == {keys["a"], keys["b"], keys["d"]}
-    # An object bigger than the whole cache is refused outright.
-    assert cache.request("PUT", f"/v1/objects/{md5_key(b'x' * 400_000)}", b"x" * 400_000)[0] == 413
+    # An object bigger than the whole cache is refused outright (here: its lease already, since
+    # one pod may lease at most half the cache).
+    assert cache.lease({md5_key(b"x" * 400_000): 400_000})[0] == 413
     metrics = cache.metrics()
     assert metrics["triton_node_cache_evictions_total"] == 1
     assert metrics["triton_node_cache_bytes"] == 300_000 <= metrics["triton_node_cache_limit_bytes"]
@@ -329,12 +439,14 @@ def test_a_restarted_cache_keeps_its_objects_and_drops_half_written_ones(
 ) -> None:
     cache = start_cache()
     data = os.urandom(10_000)
-    assert cache.request("PUT", f"/v1/objects/{md5_key(data)}", data)[0] == 201
-    stop_process(cache.process)
+    assert cache.put(md5_key(data), data) == 201
+    cache.stop()
     (cache.root / "tmp" / "md5-cut-short").write_bytes(b"half")  # an upload the stop cut short
-    (cache.root / "objects" / "md5" / "not-a-digest").write_bytes(b"junk")
+    (cache.root / "blobs" / "not-a-digest").write_bytes(b"junk")
+    (cache.root / "index" / NAMESPACE / "md5" / "not-a-digest").write_bytes(b"junk")
+    (cache.root / "blobs" / ("0" * 64)).write_bytes(b"no index names it")
 
-    again = start_cache(root=cache.root)
+    again = start_cache(root=cache.root, reviewer=cache.reviewer)
     assert again.objects() == {md5_key(data)}
     assert again.request("GET", f"/v1/objects/{md5_key(data)}") == (200, data)
     assert not list((cache.root / "tmp").iterdir())
@@ -367,13 +479,13 @@ def test_multipart_uploads_are_cached_checked_with_their_part_size(
     cache = start_cache()
     with counting_proxy(s3_backend.endpoint) as proxy:
         manifest = replace(pinned, repository=replace(pinned.repository, endpoint=proxy.endpoint))
-        first, cold = run_sync(tmp_path / "pod-a", manifest, s3_backend.credentials, cache.url, "pod-a")
+        first, cold = run_sync(tmp_path / "pod-a", manifest, s3_backend.credentials, cache, "pod-a")
         assert first.returncode == 0, first.stderr
         assert cold is not None and cold.fetched == len(BIG) + len(FILES["models/adder/1/weights0.bin"])
         assert key in cache.objects()  # the cache checked it with the part size the pod named
 
         proxy.reset()
-        second, warm = run_sync(tmp_path / "pod-b", manifest, s3_backend.credentials, cache.url, "pod-b")
+        second, warm = run_sync(tmp_path / "pod-b", manifest, s3_backend.credentials, cache, "pod-b")
         assert second.returncode == 0, second.stderr
         assert (tmp_path / "pod-b" / "models" / "adder" / "1" / "weights.bin").read_bytes() == BIG
         assert warm is not None
@@ -384,32 +496,33 @@ def test_multipart_uploads_are_cached_checked_with_their_part_size(
 
         # A wrong copy on the node: the pod refuses it (it checks with its store's part size), reads
         # the store, and tells the cache, which checks its own copy and takes the right one.
-        on_disk = cache.root / "objects" / key
+        on_disk = cache.blob(key)
         spoiled = bytearray(on_disk.read_bytes())
         spoiled[PART + 7] ^= 0x01
         on_disk.write_bytes(bytes(spoiled))
-        third, healed = run_sync(tmp_path / "pod-c", manifest, s3_backend.credentials, cache.url, "pod-c")
+        third, healed = run_sync(tmp_path / "pod-c", manifest, s3_backend.credentials, cache, "pod-c")
         assert third.returncode == 0, third.stderr
         assert (tmp_path / "pod-c" / "models" / "adder" / "1" / "weights.bin").read_bytes() == BIG
         assert healed is not None and (healed.fetched, healed.node_cache_hits) == (len(BIG), 1)
-        assert on_disk.read_bytes() == BIG
+        assert cache.blob(key).read_bytes() == BIG
         assert cache.metrics()["triton_node_cache_corrupt_total"] == 1
 
         # The part size the cache tells is only what a pod checks with: a wrong one (a tampered
         # record, read at the cache's restart) fails the cache's copy, the pod reads the store with
         # the store's part size, and its upload sets the record right (the copy was right).
-        stop_process(cache.process)
-        record = cache.root / "parts" / key
-        assert record.read_text().strip() == str(PART)
-        record.write_text(f"{PART + 1}\n")  # still three parts, not the upload's
-        again = start_cache(root=cache.root)
-        fourth, wrong = run_sync(tmp_path / "pod-d", manifest, s3_backend.credentials, again.url, "pod-d")
+        cache.stop()
+        record = cache.root / "index" / NAMESPACE / key
+        blob, part = record.read_text().split()
+        assert part == str(PART)
+        record.write_text(f"{blob} {PART + 1}\n")  # still three parts, not the upload's
+        again = start_cache(root=cache.root, reviewer=cache.reviewer)
+        fourth, wrong = run_sync(tmp_path / "pod-d", manifest, s3_backend.credentials, again, "pod-d")
         assert fourth.returncode == 0, fourth.stderr
         assert (tmp_path / "pod-d" / "models" / "adder" / "1" / "weights.bin").read_bytes() == BIG
         assert wrong is not None and (wrong.fetched, wrong.node_cache_hits) == (len(BIG), 1)
-        assert record.read_text().strip() == str(PART)
+        assert record.read_text().split() == [blob, str(PART)]
         proxy.reset()
-        fifth, right = run_sync(tmp_path / "pod-e", manifest, s3_backend.credentials, again.url, "pod-e")
+        fifth, right = run_sync(tmp_path / "pod-e", manifest, s3_backend.credentials, again, "pod-e")
         assert fifth.returncode == 0, fifth.stderr
         assert right is not None and (right.fetched, right.node_cache_hits) == (0, 2)
         assert proxy.bytes_from_server == 0
@@ -419,15 +532,11 @@ def test_a_multipart_upload_is_kept_only_with_the_part_size_that_makes_its_etag(
     start_cache: Callable[..., NodeCache],
 ) -> None:
     cache = start_cache()
-    path = f"/v1/objects/s3-multipart/{multipart_etag(BIG, PART)}"
+    key = f"s3-multipart/{multipart_etag(BIG, PART)}"
+    path = f"/v1/objects/{key}"
 
     def put(headers: dict[str, str]) -> int:
-        conn = http.client.HTTPConnection("127.0.0.1", cache.port, timeout=30)
-        try:
-            conn.request("PUT", path, BIG, headers)
-            return conn.getresponse().status
-        finally:
-            conn.close()
+        return cache.put(key, BIG, headers=headers)
 
     assert put({}) == 400  # no part size: nothing to check the ETag with
     assert put({"X-Part-Size": str(PART + 1)}) == 422  # three parts, but not these
@@ -437,11 +546,115 @@ def test_a_multipart_upload_is_kept_only_with_the_part_size_that_makes_its_etag(
     assert cache.request("GET", path) == (200, BIG)
 
 
+def test_a_warm_pod_reads_a_big_object_in_ranges_at_once_sent_by_sendfile(
+    s3_backend: Backend, start_cache: Callable[..., NodeCache], tmp_path: Path
+) -> None:
+    """A multipart object bigger than the sync's part size: the pod asks the cache for its ranges
+    (whole upload parts) on several connections at once, each hashed as it arrives, and checks the
+    whole against its pinned ETag; the cache sends every byte with sendfile."""
+    bucket = s3_backend.new_bucket()
+    s3_backend.put(bucket, "models/adder/1/weights.bin", BIG, part_size=PART)
+    pinned = pin_repository(s3_backend.repository(bucket), MODELS, s3_backend.credentials)
+    cache = start_cache()
+    first, _ = run_sync(tmp_path / "pod-a", pinned, s3_backend.credentials, cache, "pod-a")
+    assert first.returncode == 0, first.stderr
+    last = f"Range: bytes={2 * PART}-".encode()
+    # The first range's request is held until the last range's is seen: only reads on several
+    # connections at once get past it without waiting (a read after a read would wait 10 s).
+    with (
+        counting_proxy(cache.url, hold=(b"Range: bytes=0-", last)) as front,
+        counting_proxy(s3_backend.endpoint) as store,
+    ):
+        manifest = replace(pinned, repository=replace(pinned.repository, endpoint=store.endpoint))
+        second, warm = run_sync(
+            tmp_path / "pod-b",
+            manifest,
+            s3_backend.credentials,
+            front.endpoint,
+            "pod-b",
+            token=cache.token("pod-b"),
+            extra=("--part-size", str(PART)),
+        )
+        assert second.returncode == 0, second.stderr
+        assert (tmp_path / "pod-b" / "models" / "adder" / "1" / "weights.bin").read_bytes() == BIG
+        assert warm is not None and (warm.fetched, warm.node_cache_hits) == (0, 1)
+        assert store.bytes_from_server == 0
+        assert front.released.is_set() and front.hold_timeouts == 0
+        assert front.connections >= 3  # the lease's, and the ranges' own
+    metrics = cache.metrics()
+    assert metrics["triton_node_cache_sent_bytes_total{how=sendfile}"] == len(BIG)
+    assert metrics["triton_node_cache_sent_bytes_total{how=copy}"] == 0
+    assert metrics["triton_node_cache_hits_total"] == 1  # one object read, in three ranges
+    assert metrics["triton_node_cache_hit_bytes_total"] == len(BIG)
+
+
+@pytest.mark.parametrize("spoil", ["bytes", "cut"])
+def test_a_big_object_whose_ranges_fail_the_pin_or_break_is_read_from_the_store(
+    spoil: str, s3_backend: Backend, start_cache: Callable[..., NodeCache], tmp_path: Path
+) -> None:
+    """Ranges read at once: one byte off in the cache's copy (the whole fails the pinned ETag), or
+    a connection cut in the middle of a range: the pod drops what the cache gave, reads the store,
+    and uploads it; the cache checks its own copy (dropped only if its bytes changed)."""
+    bucket = s3_backend.new_bucket()
+    s3_backend.put(bucket, "models/adder/1/weights.bin", BIG, part_size=PART)
+    pinned = pin_repository(s3_backend.repository(bucket), MODELS, s3_backend.credentials)
+    key = "s3-multipart/" + multipart_etag(BIG, PART)
+    cache = start_cache()
+    first, _ = run_sync(tmp_path / "pod-a", pinned, s3_backend.credentials, cache, "pod-a")
+    assert first.returncode == 0, first.stderr
+    if spoil == "bytes":
+        on_disk = cache.blob(key)
+        spoiled = bytearray(on_disk.read_bytes())
+        spoiled[2 * PART + 3] ^= 0x01
+        on_disk.write_bytes(bytes(spoiled))
+    with (
+        counting_proxy(cache.url, cut_after=PART // 2 if spoil == "cut" else None) as front,
+        counting_proxy(s3_backend.endpoint) as store,
+    ):
+        manifest = replace(pinned, repository=replace(pinned.repository, endpoint=store.endpoint))
+        second, summary = run_sync(
+            tmp_path / "pod-b",
+            manifest,
+            s3_backend.credentials,
+            front.endpoint,
+            "pod-b",
+            token=cache.token("pod-b"),
+            extra=("--part-size", str(PART)),
+        )
+        assert second.returncode == 0, second.stderr
+        assert (tmp_path / "pod-b" / "models" / "adder" / "1" / "weights.bin").read_bytes() == BIG
+        assert summary is not None and summary.fetched == len(BIG)
+        assert store.bytes_from_server >= len(BIG)
+        assert front.cuts == (1 if spoil == "cut" else 0)
+    assert cache.blob(key).read_bytes() == BIG
+    expected = 1 if spoil == "bytes" else 0
+    assert cache.metrics()["triton_node_cache_corrupt_total"] == expected
+
+
+def test_the_cache_serves_one_range_of_an_object_and_refuses_others(
+    start_cache: Callable[..., NodeCache],
+) -> None:
+    cache = start_cache()
+    data = os.urandom(100_000)
+    key = md5_key(data)
+    assert cache.put(key, data) == 201
+    path = f"/v1/objects/{key}"
+    assert cache.request("GET", path, headers={"Range": "bytes=1000-1999"}) == (206, data[1000:2000])
+    assert cache.request("GET", path, headers={"Range": "bytes=99000-"}) == (206, data[99000:])
+    assert cache.request("GET", path, headers={"Range": "bytes=99000-200000"}) == (206, data[99000:])
+    for bad in ("bytes=100000-", "bytes=5-4", "bytes=0-1,5-6", "bytes=-500", "lines=0-1"):
+        status, _ = cache.request("GET", path, headers={"Range": bad})
+        assert status == 416, bad
+    # A range is no way past the namespace's index.
+    status, _ = cache.request("GET", path, headers={"Range": "bytes=0-99"}, pod="b1", namespace="team-b")
+    assert status == 404
+
+
 # ----------------------------------------------------------------- in-place pods: the agent
 
 
 def run_agent_once(
-    work: Path, manifest: Manifest, env: dict[str, str], cache_url: str, pod: str
+    work: Path, manifest: Manifest, env: dict[str, str], cache: NodeCache, pod: str
 ) -> tuple[subprocess.CompletedProcess[str], SyncSummary | None]:
     """`triton-operator agent --once` into work/models, as the init container of a pod with
     modelUpdates InPlace runs it (its base revision's manifest and configs); its summary."""
@@ -463,8 +676,7 @@ def run_agent_once(
     args += ["--target-file", str(work / "no-target"), "--state-dir", str(work / "state")]
     args += ["--termination-log", str(log)]
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "GOOGLE_"))}
-    host, _, port = cache_url.removeprefix("http://").rpartition(":")
-    clean |= {"TRITON_NODE_CACHE_HOST": host, "TRITON_NODE_CACHE_PORT": port, "TRITON_NODE_CACHE_POD": pod}
+    clean |= cache_env(work, cache, pod, NAMESPACE, None)
     done = subprocess.run(
         args, env={**clean, **env}, capture_output=True, text=True, timeout=120, check=False
     )
@@ -482,7 +694,7 @@ def test_an_in_place_pods_agent_reads_a_warm_node_from_its_cache(
     bytes) as their termination message."""
     manifest, proxy = store
     cache = start_cache()
-    first, cold = run_agent_once(tmp_path / "pod-a", manifest, s3_backend.credentials, cache.url, "pod-a")
+    first, cold = run_agent_once(tmp_path / "pod-a", manifest, s3_backend.credentials, cache, "pod-a")
     assert first.returncode == 0, first.stderr
     assert_synced(tmp_path / "pod-a")
     assert cold is not None
@@ -490,7 +702,7 @@ def test_an_in_place_pods_agent_reads_a_warm_node_from_its_cache(
     assert cache.objects() == {md5_key(d) for d in FILES.values()}
 
     proxy.reset()
-    second, warm = run_agent_once(tmp_path / "pod-b", manifest, s3_backend.credentials, cache.url, "pod-b")
+    second, warm = run_agent_once(tmp_path / "pod-b", manifest, s3_backend.credentials, cache, "pod-b")
     assert second.returncode == 0, second.stderr
     assert_synced(tmp_path / "pod-b")
     assert proxy.bytes_from_server == 0
@@ -514,7 +726,7 @@ def test_the_store_downloads_what_the_node_lacks_while_the_node_cache_gives_the_
         s3_backend.put(bucket, key, data)
     cache = start_cache()
     kept = pin_repository(s3_backend.repository(bucket), MODELS, s3_backend.credentials)
-    first, _ = run_sync(tmp_path / "pod-a", kept, s3_backend.credentials, cache.url, "pod-a")
+    first, _ = run_sync(tmp_path / "pod-a", kept, s3_backend.credentials, cache, "pod-a")
     assert first.returncode == 0, first.stderr
     assert cache.objects() == {md5_key(d) for d in FILES.values()}  # the node holds every kept file
 
@@ -525,7 +737,13 @@ def test_the_store_downloads_what_the_node_lacks_while_the_node_cache_gives_the_
         via = replace(manifest, repository=replace(manifest.repository, endpoint=store.endpoint))
         with ThreadPoolExecutor(1) as pool:
             running = pool.submit(
-                run_sync, tmp_path / "pod-b", via, s3_backend.credentials, slow.endpoint, "pod-b"
+                run_sync,
+                tmp_path / "pod-b",
+                via,
+                s3_backend.credentials,
+                slow.endpoint,
+                "pod-b",
+                token=cache.token("pod-b"),
             )
             while store.bytes_from_server < len(new) and not running.done():
                 time.sleep(0.01)
@@ -538,3 +756,258 @@ def test_the_store_downloads_what_the_node_lacks_while_the_node_cache_gives_the_
     # The store had sent the new file before the cache had sent half of the kept ones.
     assert store.bytes_from_server >= len(new)
     assert from_cache_meanwhile < TOTAL / 2, (from_cache_meanwhile, TOTAL)
+
+
+# ----------------------------------------------------------------- tenants and hostile callers
+
+# Two different 128-byte blocks with one MD5 (Wang and Yu's 2005 collision), as an attacker makes
+# one in seconds today: the model file A of namespace "victim", the bytes B of namespace "attacker".
+COLLISION_A = bytes.fromhex(
+    "d131dd02c5e6eec4693d9a0698aff95c2fcab58712467eab4004583eb8fb7f89"
+    "55ad340609f4b30283e488832571415a085125e8f7cdc99fd91dbdf280373c5b"
+    "d8823e3156348f5bae6dacd436c919c6dd53e2b487da03fd02396306d248cda0"
+    "e99f33420f577ee8ce54b67080a80d1ec69821bcb6a8839396f9652b6ff72a70"
+)
+COLLISION_B = bytes.fromhex(
+    "d131dd02c5e6eec4693d9a0698aff95c2fcab50712467eab4004583eb8fb7f89"
+    "55ad340609f4b30283e4888325f1415a085125e8f7cdc99fd91dbd7280373c5b"
+    "d8823e3156348f5bae6dacd436c919c6dd53e23487da03fd02396306d248cda0"
+    "e99f33420f577ee8ce54b67080280d1ec69821bcb6a8839396f965ab6ff72a70"
+)
+
+
+def test_bytes_put_under_a_colliding_md5_never_reach_another_namespace(
+    s3_backend: Backend, start_cache: Callable[..., NodeCache], tmp_path: Path
+) -> None:
+    """The poisoning attack: a pod of namespace "attacker" uploads B under md5(A) (the cache rightly
+    finds md5(B) == md5(A)); the sync of a pod of namespace "victim" whose pinned object is A must
+    not take B: it reads A from its store."""
+    assert COLLISION_A != COLLISION_B and md5_key(COLLISION_A) == md5_key(COLLISION_B)
+    key = md5_key(COLLISION_A)
+    bucket = s3_backend.new_bucket()
+    s3_backend.put(bucket, "models/adder/1/model.bin", COLLISION_A)
+    pinned = pin_repository(s3_backend.repository(bucket), MODELS, s3_backend.credentials)
+    assert [(e.checksum_kind, f"md5/{e.checksum}") for e in pinned.entries if e.size == 128] == [("md5", key)]
+    cache = start_cache()
+    assert cache.put(key, COLLISION_B, pod="mallory", namespace="attacker") == 201
+    assert cache.request("GET", f"/v1/objects/{key}", pod="mallory", namespace="attacker") == (
+        200,
+        COLLISION_B,
+    )
+    # The victim's namespace does not see it, under any name.
+    assert cache.request("GET", f"/v1/objects/{key}", pod="v", namespace="victim")[0] == 404
+
+    with counting_proxy(s3_backend.endpoint) as proxy:
+        manifest = replace(pinned, repository=replace(pinned.repository, endpoint=proxy.endpoint))
+        done, summary = run_sync(
+            tmp_path / "victim", manifest, s3_backend.credentials, cache, "victim-pod", namespace="victim"
+        )
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / "victim" / "models" / "adder" / "1" / "model.bin").read_bytes() == COLLISION_A
+        assert summary is not None and summary.node_cache_hits == 0
+        assert proxy.bytes_from_server >= len(COLLISION_A)  # it read the store
+    # The victim's upload is its namespace's own: each namespace gets its own bytes back, and the
+    # cache named each blob by the SHA-256 it computed.
+    assert cache.blob(key, "victim").read_bytes() == COLLISION_A
+    assert cache.blob(key, "attacker").read_bytes() == COLLISION_B
+    assert cache.blob(key, "victim").name == hashlib.sha256(COLLISION_A).hexdigest()
+
+
+def test_identical_files_of_two_namespaces_share_one_blob_but_not_their_reads(
+    start_cache: Callable[..., NodeCache],
+) -> None:
+    """Knowing a checksum is not enough to read: a namespace reads only what its own pods uploaded;
+    the bytes are kept once."""
+    cache = start_cache()
+    data = os.urandom(50_000)
+    key = f"sha256/{hashlib.sha256(data).hexdigest()}"
+    assert cache.put(key, data, pod="a1", namespace="team-a") == 201
+    assert cache.request("GET", f"/v1/objects/{key}", pod="b1", namespace="team-b")[0] == 404
+    assert cache.request("HEAD", f"/v1/objects/{key}", pod="b1", namespace="team-b")[0] == 404
+    assert cache.put(key, data, pod="b1", namespace="team-b") == 201
+    assert cache.request("GET", f"/v1/objects/{key}", pod="b1", namespace="team-b") == (200, data)
+    assert cache.blob(key, "team-a") == cache.blob(key, "team-b")
+    assert len(list((cache.root / "blobs").iterdir())) == 1
+    assert cache.metrics()["triton_node_cache_bytes"] == len(data)
+
+
+def test_callers_without_a_valid_token_get_401_and_nothing_else(
+    start_cache: Callable[..., NodeCache],
+) -> None:
+    cache = start_cache()
+    data = os.urandom(1000)
+    key = md5_key(data)
+    assert cache.put(key, data) == 201
+    lease = json.dumps({"objects": [[*key.split("/"), 1000]]}).encode()
+    api_server_token = cache.reviewer.issue(NAMESPACE, "tester", audience="https://kubernetes.default.svc")
+    deleted = cache.reviewer.issue(NAMESPACE, "gone")
+    cache.reviewer.delete("gone")
+    for token in (None, "not-a-jwt", api_server_token, deleted, cache.token() + "x"):
+        for method, path, body in (
+            ("GET", f"/v1/objects/{key}", None),
+            ("HEAD", f"/v1/objects/{key}", None),
+            ("PUT", f"/v1/objects/{key}", data),
+            ("POST", "/v1/leases", lease),
+            ("GET", "/v1/anything", None),
+        ):
+            status, answer = cache.request(method, path, body, token=token)
+            assert status == 401, (token, method, path)
+            assert data not in answer
+    # Health and metrics stay open and name no namespace, pod or object.
+    assert cache.request("GET", "/healthz", token=None)[0] == 200
+    status, text = cache.request("GET", "/metrics", token=None)
+    assert status == 200
+    for private in (NAMESPACE, "tester", key.split("/")[1]):
+        assert private.encode() not in text
+    assert cache.metrics()["triton_node_cache_refused_requests_total{reason=401}"] >= 25
+
+
+def test_a_pod_leases_and_uploads_only_for_itself(start_cache: Callable[..., NodeCache]) -> None:
+    cache = start_cache()
+    data = os.urandom(2000)
+    key = md5_key(data)
+    # Another pod's uid in the lease: refused, and nothing leased for either.
+    body = json.dumps({"pod": "someone-else", "objects": [[*key.split("/"), 2000]]}).encode()
+    assert cache.request("POST", "/v1/leases", body, pod="tester")[0] == 403
+    # No lease, or another size than leased: no upload.
+    assert cache.request("PUT", f"/v1/objects/{key}", data, pod="tester")[0] == 403
+    assert cache.lease({key: 1999}, pod="tester")[0] == 200
+    assert cache.request("PUT", f"/v1/objects/{key}", data, pod="tester")[0] == 400
+    assert cache.objects() == set()
+    assert cache.lease({}, pod="tester")[0] == 200
+    # A pod whose token no longer passes (deleted) loses its lease at the next audit.
+    assert cache.put(key, data, pod="short-lived") == 201
+    assert "short-lived" in cache.store.leases()
+    cache.reviewer.delete("short-lived")
+    cache.thread.call(cache.thread.server.audit_once())
+    assert "short-lived" not in cache.store.leases()
+    assert cache.metrics()["triton_node_cache_leased_bytes"] == 0
+
+
+def test_lease_bodies_are_bounded_before_they_are_read(start_cache: Callable[..., NodeCache]) -> None:
+    import socket  # noqa: PLC0415
+
+    cache = start_cache(size_limit="1Mi")
+    # 64 MiB announced, not one byte sent: refused at once from the Content-Length.
+    with socket.create_connection(("127.0.0.1", cache.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/leases HTTP/1.1\r\nHost: x\r\nContent-Length: 67108864\r\n"
+            + f"Authorization: Bearer {cache.token()}\r\n\r\n".encode()
+        )
+        assert sock.recv(100).startswith(b"HTTP/1.1 413")
+    # Many tiny items: refused before they are parsed into Python objects.
+    tiny = b'{"objects": [' + b",".join([b"[]"] * 400_000) + b"]}"
+    assert cache.request("POST", "/v1/leases", tiny)[0] == 413
+    # More bytes than one pod may lease (half the cache).
+    assert cache.lease({md5_key(b"big"): 600_000})[0] == 413
+    assert cache.lease({md5_key(b"ok"): 500_000})[0] == 200
+
+
+def test_a_headers_only_upload_takes_no_room_and_a_stalled_one_ends(
+    start_cache: Callable[..., NodeCache],
+) -> None:
+    import socket  # noqa: PLC0415
+
+    cache = start_cache(size_limit="350k", idle_seconds=1.0)
+    blobs = {name: os.urandom(100_000) for name in "abc"}
+    for name, data in blobs.items():
+        assert cache.put(md5_key(data), data, pod=f"up-{name}") == 201
+        assert cache.lease({}, pod=f"up-{name}")[0] == 200  # nothing of it leased any more
+    big = md5_key(b"never sent")
+    assert cache.lease({big: 150_000}, pod="mallory")[0] == 200
+    with socket.create_connection(("127.0.0.1", cache.port), timeout=10) as sock:
+        sock.sendall(
+            f"PUT /v1/objects/{big} HTTP/1.1\r\nHost: x\r\nContent-Length: 150000\r\n".encode()
+            + f"Authorization: Bearer {cache.token('mallory')}\r\n\r\n".encode()
+        )
+        time.sleep(0.3)
+        # Nothing evicted for bytes that have not arrived.
+        assert cache.objects() == {md5_key(d) for d in blobs.values()}
+        assert cache.metrics()["triton_node_cache_evictions_total"] == 0
+        sock.sendall(b"x" * 1000)
+        assert sock.recv(100).startswith(b"HTTP/1.1 408")  # stalled past --idle-seconds
+    assert cache.objects() == {md5_key(d) for d in blobs.values()}
+    assert not list((cache.root / "tmp").iterdir())
+    assert cache.metrics()["triton_node_cache_refused_uploads_total{reason=stalled}"] == 1
+
+
+def test_a_client_header_cannot_make_the_cache_drop_an_intact_object(
+    start_cache: Callable[..., NodeCache],
+) -> None:
+    """X-Check-Existing with a wrong X-Part-Size (three parts still): the cache hashes its own copy,
+    finds it intact, keeps it and answers 409."""
+    cache = start_cache()
+    key = f"s3-multipart/{multipart_etag(BIG, PART)}"
+    assert cache.put(key, BIG, pod="owner", headers={"X-Part-Size": str(PART)}) == 201
+    headers = {"X-Check-Existing": "1", "X-Part-Size": str(PART + 1), "Content-Length": str(len(BIG))}
+    assert cache.lease({key: len(BIG)}, pod="mallory")[0] == 200
+    assert cache.request("PUT", f"/v1/objects/{key}", None, headers, pod="mallory")[0] == 409
+    assert cache.request("GET", f"/v1/objects/{key}", pod="mallory") == (200, BIG)
+    assert cache.lease({key: len(BIG)}, pod="mallory")[1]["part_sizes"] == {key: PART}
+    assert cache.metrics()["triton_node_cache_corrupt_total"] == 0
+
+
+def test_connections_are_bounded_and_idle_ones_closed(start_cache: Callable[..., NodeCache]) -> None:
+    import socket  # noqa: PLC0415
+
+    cache = start_cache(max_connections=8, idle_seconds=1.0)
+    idle = [socket.create_connection(("127.0.0.1", cache.port), timeout=5) for _ in range(8)]
+    try:
+        time.sleep(0.2)
+        with socket.create_connection(("127.0.0.1", cache.port), timeout=5) as extra:
+            assert extra.recv(10) == b""  # closed at once: the cache holds 8
+        for sock in idle:  # each closed by the cache once idle for a second
+            assert sock.recv(10) == b""
+    finally:
+        for sock in idle:
+            sock.close()
+    assert cache.request("GET", "/healthz", token=None)[0] == 200
+    assert cache.metrics()["triton_node_cache_refused_requests_total{reason=connections}"] >= 1
+
+
+def test_the_command_listens_on_ipv6(tmp_path: Path) -> None:
+    """`triton-operator node-cache --address ::1` serves (the API server it reviews tokens with is
+    never asked here: a request without a token is refused before any review)."""
+    import socket  # noqa: PLC0415
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "unused"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    with socket.socket(socket.AF_INET6) as sock:
+        sock.bind(("::1", 0))
+        port = sock.getsockname()[1]
+    args = [sys.executable, "-m", "triton_operator.cli", "node-cache", "--root", str(tmp_path / "c")]
+    args += ["--size-limit", "1Mi", "--address", "::1", "--port", str(port)]
+    log = tmp_path / "log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "KUBECONFIG": str(kubeconfig)}
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, log.read_text()
+            try:
+                conn = http.client.HTTPConnection("::1", port, timeout=2)
+                conn.request("GET", "/healthz")
+                assert conn.getresponse().status == 200
+                break
+            except OSError:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.2)
+        conn = http.client.HTTPConnection("::1", port, timeout=5)
+        conn.request("GET", f"/v1/objects/{md5_key(b'x')}")
+        assert conn.getresponse().status == 401
+    finally:
+        process.terminate()
+        assert process.wait(timeout=15) == 0

@@ -331,3 +331,106 @@ def test_a_whole_object_answered_to_a_range_is_refused(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _SleepRecorder:
+    """Stands for the module ``time`` where a retry loop sleeps: notes each delay, sleeps none."""
+
+    def __init__(self, slept: list[float]) -> None:
+        import time  # noqa: PLC0415
+
+        self.slept = slept
+        self.monotonic = time.monotonic
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+
+class _Throttling:
+    """A stdlib HTTP server that answers the first ``busy`` HEADs 503 SlowDown (with ``retry_after``
+    as Retry-After when set) and the next ones 200; it notes when each request came."""
+
+    def __init__(self, busy: int, retry_after: str | None) -> None:
+        import http.server  # noqa: PLC0415
+        import time  # noqa: PLC0415
+
+        self.arrivals: list[float] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_HEAD(self) -> None:
+                outer.arrivals.append(time.monotonic())
+                if len(outer.arrivals) <= busy:
+                    self.send_response(503)
+                    if retry_after is not None:
+                        self.send_header("Retry-After", retry_after)
+                    self.send_header("x-amz-error-code", "SlowDown")
+                else:
+                    self.send_response(200)
+                    self.send_header("ETag", '"0123456789abcdef0123456789abcdef"')
+                self.send_header("Content-Length", "10")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def reader(self, **kwargs: Any) -> S3HttpReader:
+        return S3HttpReader(
+            "s3://b/m",
+            "b",
+            "m",
+            credentials={"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"},
+            endpoint=self.endpoint,
+            region="",
+            addressing_style="path",
+            full=lambda: pytest.fail("no call goes through boto3"),
+            **kwargs,
+        )
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_throttled_read_waits_out_the_stores_retry_after() -> None:
+    """On main the reader retried after a fixed 0.1 s and 0.2 s whatever the store asked."""
+    server = _Throttling(busy=2, retry_after="1")
+    try:
+        reader = server.reader(random=lambda: 0.0)
+        info = reader.head("m/x")
+        reader.close()
+    finally:
+        server.close()
+    assert info is not None and info.size == 10
+    gaps = [later - earlier for earlier, later in zip(server.arrivals, server.arrivals[1:], strict=False)]
+    assert len(gaps) == 2 and all(gap >= 1.0 for gap in gaps), gaps
+
+
+def test_throttled_reads_back_off_growing_and_jittered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without Retry-After: delays of up to 0.2 s, 0.4 s, 0.8 s ..., each a random share of it."""
+    import random  # noqa: PLC0415
+
+    from triton_operator.adapters.storage import s3_http  # noqa: PLC0415
+
+    runs = []
+    for jitter in (lambda: 1.0, random.Random(1).random, random.Random(2).random):
+        slept: list[float] = []
+        monkeypatch.setattr(s3_http, "time", _SleepRecorder(slept))
+        server = _Throttling(busy=99, retry_after=None)
+        try:
+            reader = server.reader(random=jitter, max_attempts=5)
+            with pytest.raises(StoreError, match=r"SlowDown|503"):
+                reader.head("m/x")
+            reader.close()
+        finally:
+            server.close()
+        runs.append(slept)
+    assert runs[0] == [0.2, 0.4, 0.8, 1.6]
+    assert all(0.0 <= d <= c for run in runs[1:] for d, c in zip(run, runs[0], strict=True))
+    assert all(a != b for a, b in zip(runs[1], runs[2], strict=True))

@@ -1,12 +1,17 @@
-"""Why in-place pods run tritonserver with --strict-readiness=false, on the real tritonserver 2.51
-(the nvidia-pytriton wheel's): start-up readiness still waits for every model (the HTTP endpoint
-answers only once the start-up loads end), and after a failed reload the strict server never reports
-ready again although the old version keeps serving, while the non-strict one stays ready."""
+"""What tritonserver 2.51 (the nvidia-pytriton wheel's) reports as ready, which decides what a pod's
+readiness can be built on: start-up readiness waits for every model (the HTTP endpoint answers only
+once the start-up loads end); after a failed reload over a loaded model the strict server never
+reports ready again although the old version keeps serving (why the agent never reloads over a
+loaded model, and serves the pod's readiness itself); and a Python model whose backend stub process
+died stays READY everywhere Triton reports (server readiness strict or not, the model's own ready
+endpoint, the repository index) while every request to it fails: the agent watches the stubs."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 import urllib.error
@@ -122,3 +127,56 @@ def test_after_a_failed_reload_the_old_version_serves_and_only_non_strict_stays_
         code, _ = post(f"{server.http_url}/v2/repository/models/add/load", {})
         assert code == 200
         assert status(f"{server.http_url}/v2/health/ready") == ready_after
+
+
+def stub_pids(repo: Path, model: str) -> list[int]:
+    """The Python backend stub processes of ``model`` (argv[1] is its model.py under ``repo``)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        stub = len(argv) > 1 and argv[0].endswith(b"triton_python_backend_stub")
+        if stub and argv[1].decode().startswith(f"{repo}/{model}/"):
+            out.append(int(entry.name))
+    return out
+
+
+@pytest.mark.parametrize("strict", ["true", "false"])
+def test_a_dead_python_stub_is_reported_ready_by_triton_2_51_while_every_request_fails(
+    triton_install: TritonInstall, tmp_path: Path, strict: str
+) -> None:
+    repo = tmp_path / "repo"
+    model(repo, "add", 1)
+    model(repo, "other", 1)
+    with start_server(
+        triton_install, repo, ["add", "other"], tmp_path / "log", extra_args=[f"--strict-readiness={strict}"]
+    ) as server:
+        url = server.http_url
+        (stub,) = stub_pids(repo, "add")
+        os.kill(stub, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while stub_pids(repo, "add") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert stub_pids(repo, "add") == []
+        time.sleep(3)  # Triton had every chance to notice
+        reported = [
+            status(f"{url}/v2/health/ready"),
+            status(f"{url}/v2/models/add/ready"),
+            status(f"{url}/v2/models/add/versions/1/ready"),
+        ]
+        index: Any = post(f"{url}/v2/repository/index", {})[1]  # a list of models
+        infer = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+        code, answer = post(f"{url}/v2/models/add/infer", infer)
+        assert code == 500 and "is not healthy" in answer["error"], answer
+        # Triton 2.51 reports it ready everywhere (later releases check the stub: triton-inference-
+        # server/server#8552; #7230 and #8604 are this report): not a signal a pod can rely on.
+        assert reported == [200, 200, 200], reported
+        assert {(m["name"], m["state"]) for m in index} == {("add", "READY"), ("other", "READY")}
+        time.sleep(2)
+        assert stub_pids(repo, "add") == []  # and it does not start the stub again
+        code, answer = post(f"{url}/v2/models/add/infer", infer)
+        assert code == 500, answer

@@ -13,8 +13,9 @@ from testkit import REPO
 from triton_operator.cli import COMMANDS, _command, build_parser
 
 HEAVY = ("pydantic", "kopf", "lightkube", "triton_operator.models", "triton_operator.handlers")
-SYNC_HEAVY = ("google.protobuf", "triton_operator.core.modelconfig")
-"""What the sync does not need either: it parses manifests, never a ModelConfig (core.field_error)."""
+SYNC_HEAVY = ("google.protobuf", "triton_operator.core.modelconfig", "triton_operator.core.completion")
+"""What the sync does not need either: it parses manifests, never a ModelConfig (core.field_error), and
+builds no completion script."""
 
 
 def loaded_after(argv: list[str]) -> set[str]:
@@ -55,3 +56,30 @@ def test_each_subcommand_parses_with_its_own_parser_alone(name: str) -> None:
     with pytest.raises(SystemExit) as info:
         parser.parse_args([next(n for n in COMMANDS if n != name), "--help"])  # not registered here
     assert info.value.code == 2
+
+
+def test_version_loads_no_subcommand_and_names_the_package_and_api_versions() -> None:
+    from triton_operator import GROUP, VERSION, __version__  # noqa: PLC0415
+
+    loaded = loaded_after(["--version"])
+    assert not {_command(n).__name__ for n in COMMANDS} & loaded
+    assert not [m for m in HEAVY if m in loaded]
+    env = {"PYTHONPATH": str(REPO / "operator" / "src"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-m", "triton_operator.cli", "--version"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout == f"triton-operator {__version__}\nAPI: {GROUP}/{VERSION}\n"
+
+
+def test_the_package_version_is_the_projects() -> None:
+    import tomllib  # noqa: PLC0415
+
+    from triton_operator import __version__  # noqa: PLC0415
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["version"] == __version__

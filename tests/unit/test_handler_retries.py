@@ -11,6 +11,8 @@ import pytest
 
 from memkube import MemKube
 from triton_operator import handlers
+from triton_operator.adapters.cached_kube import CachedKube
+from triton_operator.adapters.owned_watch import OwnedCache
 from triton_operator.core import conditions as cond
 from triton_operator.core.rollout.requests import control_annotations
 from triton_operator.reconcile.scheduler import REPOSITORY_RETRY_SECONDS, Reconciler
@@ -47,6 +49,7 @@ async def event(memo: dict[str, Any], kind: str | None, metadata: dict[str, Any]
     handler: Any = handlers.tritonservice  # kopf's decorator hides the plain signature from mypy
     await handler(
         type=kind,
+        body={"metadata": metadata, "status": status or {}},
         meta=metadata,
         status=status or {},
         namespace=metadata["namespace"],
@@ -125,6 +128,28 @@ async def test_the_fingerprint_of_a_tritonservice_a_pass_found_gone_is_dropped(m
     await event(memo, "ADDED", meta())
     memo["reconciler"].forget("ml", "svc")
     assert memo["reconciler"].fingerprints == {}
+
+
+async def test_every_event_hands_its_body_to_the_passes_and_a_deletion_takes_it_back(
+    memo: dict[str, Any],
+) -> None:
+    """The passes read the TritonService kopf handed over (adapters.cached_kube), a status write's
+    event included, and not an older one; once deleted, from the API server."""
+    kube = MemKube()
+    cached = CachedKube(kube, OwnedCache())
+    memo["cached_kube"] = cached
+    await event(memo, None, meta())
+    written = meta()
+    written["resourceVersion"] = "8"
+    await event(memo, "MODIFIED", written, status={"observedGeneration": 1})
+    await event(memo, "MODIFIED", meta(), status={})  # a late event of version 7
+    body = await cached.get_tritonservice("ml", "svc")
+    assert body is not None and body["metadata"]["resourceVersion"] == "8"
+    assert body["status"] == {"observedGeneration": 1}
+    assert kube.calls == []
+    await event(memo, "DELETED", written)
+    assert await cached.get_tritonservice("ml", "svc") is None
+    assert [c.method for c in kube.calls] == ["get_tritonservice"]
 
 
 @pytest.mark.parametrize(

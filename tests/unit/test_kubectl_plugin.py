@@ -580,3 +580,301 @@ def test_status_shows_each_serving_revisions_time_to_serve() -> None:
         "    pod resnet-9a1b2e-5c4d-q8w7e, Ready at 2026-01-01T11:00:09Z",
     ]
     assert "Time to serve" not in kp.render_status(ts(stableRevision="5d8f7c"), NOW)
+
+
+# ----------------------------------------------------------------- -o json|yaml|name
+
+
+def test_get_and_status_output_the_objects_as_the_api_returns_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    a, b = ts("a", "ml", canaryRevision="c2"), ts("b", "ml")
+    fake = FakeControl(objects={("ml", "a"): a, ("ml", "b"): b, ("x", "c"): ts("c", "x")}, namespace="ml")
+    assert kp.main(["get", "-o", "json"], client=fake) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed == {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [a, b],
+        "metadata": {"resourceVersion": ""},
+    }
+    assert kp.main(["get", "a", "-o", "yaml"], client=fake) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == a
+    assert kp.main(["get", "-A", "-o", "name"], client=fake) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "tritonservice.triton-operator.io/a",
+        "tritonservice.triton-operator.io/b",
+        "tritonservice.triton-operator.io/c",
+    ]
+    assert kp.main(["get", "-n", "empty", "-o", "name"], client=fake) == 0
+    assert capsys.readouterr().out == ""
+    assert kp.main(["status", "a", "-o", "json"], client=fake) == 0
+    assert json.loads(capsys.readouterr().out) == a
+    with pytest.raises(SystemExit):
+        kp.main(["get", "-o", "wide"], client=fake)
+
+
+def test_tune_show_output_json(capsys: pytest.CaptureFixture[str]) -> None:
+    import json  # noqa: PLC0415
+
+    records = [{"run": "r1", "state": "Succeeded"}, {"run": "r2", "state": "Failed"}]
+    fake = FakeControl(objects={("ml", "a"): ts("a", "ml")}, tunings={("ml", "a"): records})
+    assert kp.main(["tune", "a", "-n", "ml", "--model", "m", "--show", "all", "-o", "json"], client=fake) == 0
+    assert json.loads(capsys.readouterr().out) == records
+    assert kp.main(["tune", "a", "-n", "ml", "--model", "m", "--show", "r2", "-o", "json"], client=fake) == 0
+    assert json.loads(capsys.readouterr().out) == records[1:]
+
+
+# ----------------------------------------------------------------- --watch
+
+
+class Ticks:
+    """A fake sleep: runs ``changes`` (one a call) between reads, then a Ctrl-C."""
+
+    def __init__(self, *changes: Any) -> None:
+        self.changes = list(changes)
+        self.calls = 0
+
+    def __call__(self, seconds: float) -> None:
+        assert seconds == kp.WATCH_PERIOD
+        self.calls += 1
+        if not self.changes:
+            raise KeyboardInterrupt
+        self.changes.pop(0)()
+
+
+def test_status_watch_redraws_on_a_terminal_and_ends_on_ctrl_c(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading  # noqa: PLC0415
+
+    obj = ts("a", "ml", canaryRevision="c2", stableRevision="s1", canaryWeight=10, currentStepIndex=0)
+    fake = FakeControl(objects={("ml", "a"): obj})
+
+    def move() -> None:
+        obj["status"] = {**obj["status"], "canaryWeight": 50, "currentStepIndex": 2}
+
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    threads = threading.active_count()
+    ticks = Ticks(move)
+    assert kp.main(["status", "a", "-n", "ml", "--watch"], client=fake, sleep=ticks) == 0
+    out = capsys.readouterr().out
+    frames = out.split(kp.CLEAR)[1:]
+    assert len(frames) == 2 and ticks.calls == 2
+    assert "Canary:    c2 (weight 10%)" in frames[0] and "Canary:    c2 (weight 50%)" in frames[1]
+    assert threading.active_count() == threads  # nothing left running
+
+
+def test_get_watch_with_output_prints_each_change_once(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json  # noqa: PLC0415
+
+    fake = FakeControl(objects={("ml", "a"): ts("a", "ml")}, namespace="ml")
+
+    def add() -> None:
+        fake.objects[("ml", "b")] = ts("b", "ml")
+
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)  # a terminal: -o still streams, never redraws
+    assert (
+        kp.main(["get", "-o", "json", "-w"], client=fake, sleep=Ticks(lambda: None, add, lambda: None)) == 0
+    )
+    out = capsys.readouterr().out
+    assert kp.CLEAR not in out
+    decoder, docs, at = json.JSONDecoder(), [], 0
+    while at < len(out.rstrip()):
+        doc, at = decoder.raw_decode(out, at)
+        docs.append(doc)
+        at += 1
+    assert [[i["metadata"]["name"] for i in d["items"]] for d in docs] == [["a"], ["a", "b"]]
+
+
+def test_watch_retries_a_failed_read_and_a_missing_object_ends_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeControl(objects={("ml", "a"): ts("a", "ml")})
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    saved = fake.objects.pop(("ml", "a"))
+    assert kp.main(["status", "a", "-n", "ml", "-w"], client=fake, sleep=Ticks()) == 1
+    assert capsys.readouterr().err == 'error: tritonservices "a" not found\n'
+    fake.objects[("ml", "a")] = saved
+
+    def lose() -> None:
+        fake.objects.pop(("ml", "a"))
+
+    def back() -> None:
+        fake.objects[("ml", "a")] = saved
+
+    assert kp.main(["status", "a", "-n", "ml", "-w"], client=fake, sleep=Ticks(lose, back)) == 0
+    captured = capsys.readouterr()
+    assert captured.err == f'error: tritonservices "a" not found (retrying every {kp.WATCH_PERIOD:g}s)\n'
+    assert captured.out.count("Name:      a") == 1  # the same object again: not printed twice
+
+
+# ----------------------------------------------------------------- --version
+
+
+@pytest.mark.parametrize(
+    ("found", "operator"),
+    [
+        (["0.1.0 (ops/triton-operator, image r/triton-operator:0.1.0)"], "0.1.0 (ops/triton-operator, image"),
+        ([], "unknown (no Deployment labelled app.kubernetes.io/part-of=triton-operator,"),
+        (PermissionError("deployments.apps is forbidden"), "unknown (cannot read it from the cluster: "),
+    ],
+)
+def test_version_says_the_operators_or_why_it_is_unknown(
+    found: Any, operator: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from triton_operator import __version__  # noqa: PLC0415
+
+    def read() -> list[str]:
+        if isinstance(found, Exception):
+            raise found
+        return list(found)
+
+    assert kp.main(["--version"], operator=read) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == [f"kubectl-triton {__version__}", "API: triton-operator.io/v1alpha1"]
+    assert lines[2].startswith(f"Operator: {operator}")
+
+
+def test_version_from_a_dead_cluster_is_unknown_quickly(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "d", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "contexts": [{"name": "d", "context": {"cluster": "d"}}],
+        "current-context": "d",
+    }
+    (tmp_path / "k").write_text(yaml.safe_dump(config))
+    started = time.monotonic()
+    assert kp.main(["--version", "--kubeconfig", str(tmp_path / "k")]) == 0
+    assert time.monotonic() - started < kp.VERSION_TIMEOUT * 2
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[2]
+        .startswith("Operator: unknown (cannot read it from the cluster")
+    )
+
+
+def test_operator_versions_read_the_labelled_deployments() -> None:
+    from triton_operator.adapters.control import OPERATOR_LABELS, operator_versions  # noqa: PLC0415
+
+    class Dep:
+        def __init__(self, body: dict[str, Any]) -> None:
+            self.body = body
+
+        def to_dict(self) -> dict[str, Any]:
+            return self.body
+
+    def dep(name: str, image: str, labels: dict[str, str]) -> Dep:
+        containers = [{"name": "operator", "image": image}]
+        meta = {"name": name, "namespace": "ops", "labels": labels}
+        return Dep({"metadata": meta, "spec": {"template": {"spec": {"containers": containers}}}})
+
+    class Lister:
+        asked: dict[str, Any] = {}
+
+        def list(self, _kind: Any, **kwargs: Any) -> list[Dep]:
+            self.asked.update(kwargs)
+            return [
+                dep("b", "localhost:5000/op:0.2.0", {}),
+                dep("a", "r/op:x", {"app.kubernetes.io/version": "0.1.0"}),
+                dep("c", "localhost:5000/op", {}),
+            ]
+
+    lister = Lister()
+    assert operator_versions(lister) == [
+        "0.1.0 (ops/a, image r/op:x)",
+        "0.2.0 (ops/b, image localhost:5000/op:0.2.0)",
+        "unknown (ops/c, image localhost:5000/op)",
+    ]
+    assert lister.asked["labels"] == OPERATOR_LABELS
+
+
+# ----------------------------------------------------------------- progress of a rollout
+
+
+def stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize(
+    ("status", "line"),
+    [
+        (
+            {
+                "canaryRevision": "c2",
+                "canaryWeight": 10,
+                "currentStepIndex": 1,
+                "stepStartedAt": stamp(NOW - timedelta(seconds=25)),
+            },
+            "Progress:  step 2 of 4 (pause 60s), canary 10% / stable 90%, this step waiting 25s of 60s "
+            "(35s left)",
+        ),
+        (
+            {
+                "canaryRevision": "c2",
+                "canaryWeight": 50,
+                "currentStepIndex": 3,
+                "stepStartedAt": stamp(NOW - timedelta(minutes=42)),
+            },
+            "Progress:  step 4 of 4 (pause (until promoted)), canary 50% / stable 50%, this step waiting 42m",
+        ),
+        (
+            {
+                "canaryRevision": "c2",
+                "canaryWeight": 10,
+                "currentStepIndex": 1,
+                "stepStartedAt": stamp(NOW - timedelta(seconds=90)),
+            },
+            "Progress:  step 2 of 4 (pause 60s), canary 10% / stable 90%, this step waiting 90s of 60s "
+            "(0s left)",
+        ),
+        (
+            {
+                "stableRevision": "s1",
+                "inPlace": {
+                    "host": "s1",
+                    "stable": "s1",
+                    "next": "n2",
+                    "stepIndex": 0,
+                    "pods": ["p-1"],
+                    "stepStartedAt": stamp(NOW - timedelta(seconds=5)),
+                },
+            },
+            "Progress:  step 1 of 4 (setWeight 10), 1 pod(s) asked to load n2, this step waiting 5s",
+        ),
+    ],
+)
+def test_status_shows_the_step_the_split_and_how_long_the_step_has_waited(
+    status: dict[str, Any], line: str
+) -> None:
+    lines = kp.render_status(ts(**status), NOW).splitlines()
+    assert [ln for ln in lines if ln.startswith("Progress:")] == [line]
+
+
+@pytest.mark.parametrize("status", [{"stableRevision": "s1"}, {"canaryRevision": "c2", "promoting": True}])
+def test_no_progress_line_without_a_step_in_progress(status: dict[str, Any]) -> None:
+    assert "Progress:" not in kp.render_status(ts(**status), NOW)
+
+
+def test_ctrl_c_during_the_first_read_of_a_watch_ends_it_quietly(capsys: pytest.CaptureFixture[str]) -> None:
+    class Slow(FakeControl):
+        def get(self, name: str, namespace: str) -> dict[str, Any]:
+            raise KeyboardInterrupt
+
+    assert kp.main(["status", "a", "-w"], client=Slow(), sleep=Ticks()) == 0
+    assert capsys.readouterr() == ("", "")
+    assert kp.main(["status", "a"], client=Slow()) == 130
+    assert capsys.readouterr().err == "interrupted\n"

@@ -89,6 +89,88 @@ def test_namespace_patterns_match_as_in_kopf(name: str, pattern: str, matches: b
     assert match_namespace(name, pattern) is matches
 
 
+# ----------------------------------------------------------------- against kopf's own code
+# core.peering copies kopf's rule; these compare it with kopf's own functions on the same inputs, so
+# a kopf release that changes the rule fails here (pyproject.toml bounds kopf to the tested minor).
+
+SECONDS = datetime.timedelta(seconds=1)
+
+
+def _kopf_cases() -> list[tuple[dict[str, Any], int]]:
+    now = datetime.datetime.now(datetime.UTC)
+
+    def seen(ago: int, priority: int, lifetime: int = 60) -> dict[str, Any]:
+        return {"priority": priority, "lifetime": lifetime, "lastseen": (now - ago * SECONDS).isoformat()}
+
+    return [
+        ({}, 10),
+        ({ME: seen(1, 10)}, 10),
+        ({ME: seen(1, 10), "low": seen(1, 5)}, 10),
+        ({ME: seen(1, 10), "high": seen(20, 20)}, 10),
+        ({ME: seen(1, 10), "twin": seen(5, 10)}, 10),
+        ({"twin": seen(5, 10)}, 10),
+        ({"high": seen(120, 20)}, 10),  # dead: past lastseen + lifetime
+        ({"high": seen(1, 20, lifetime=0)}, 10),  # kopf's own clean exit
+        ({"high": seen(50, 20, lifetime=30)}, 10),
+        ({"high": seen(10, 20, lifetime=30)}, 10),
+        ({"old": {}}, 0),  # missing fields: priority 0, seen now, lifetime 60
+        ({"old": {}}, 1),
+        ({"old": {"priority": 3}}, 3),
+        ({"low": seen(1, -5)}, -10),
+        ({ME: seen(1, 0), "a": seen(1, 0), "b": seen(200, 99)}, 0),
+    ]
+
+
+async def _kopf_pauses(status: dict[str, Any], priority: int) -> bool:
+    from kopf._cogs.aiokits.aiotoggles import Toggle  # noqa: PLC0415 - kopf's internals, for the comparison
+    from kopf._cogs.configs.configuration import OperatorSettings  # noqa: PLC0415
+    from kopf._core.engines.peering import Identity, process_peering_event  # noqa: PLC0415
+
+    settings = OperatorSettings()
+    settings.peering.name = "tp"
+    settings.peering.priority = priority
+    paused = Toggle(False)
+    woken = asyncio.Event()
+    woken.set()  # no sleep until a blocker's keep-alive runs out, no touch
+    await process_peering_event(
+        raw_event={"type": "MODIFIED", "object": {"metadata": {"name": "tp"}, "status": status}},
+        namespace=None,
+        resource=None,  # type: ignore[arg-type]
+        identity=Identity(ME),
+        settings=settings,
+        autoclean=False,
+        stream_pressure=woken,
+        conflicts_found=paused,
+    )
+    return paused.is_on()
+
+
+async def test_the_pause_rule_is_kopfs_own_on_the_same_inputs() -> None:
+    cases = _kopf_cases()
+    now = datetime.datetime.now
+    ours = [
+        peering_verdict([status], identity=ME, priority=priority, now=now(datetime.UTC)).paused
+        for status, priority in cases
+    ]
+    kopfs = [await _kopf_pauses(status, priority) for status, priority in cases]
+    assert ours == kopfs
+    assert True in ours and False in ours  # both verdicts are compared
+
+
+@pytest.mark.parametrize(
+    ("name", "pattern"),
+    [
+        (name, pattern)
+        for name in ("ml", "ml-prod", "other", "myapp-pr-123", "myapp-pr-456", "kube-system", "x")
+        for pattern in ("ml", "ml-*", "myapp-*, !*-pr-*, *pr-123", "!kube-*", "*", "ml,other", "!ml, x")
+    ],
+)
+def test_namespace_patterns_match_as_kopfs_own_function(name: str, pattern: str) -> None:
+    from kopf._cogs.structs.references import match_namespace as kopfs  # noqa: PLC0415
+
+    assert match_namespace(name, pattern) is kopfs(name, pattern)  # type: ignore[arg-type]
+
+
 def test_the_scope_follows_what_kopf_follows() -> None:
     class Peering:
         name, priority, clusterwide, standalone, mandatory = "tp", 7, False, False, True

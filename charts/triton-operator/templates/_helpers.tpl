@@ -107,6 +107,11 @@ ClusterRole (cluster mode) and the per-namespace Roles (watchNamespaces mode).
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+# What `kubectl triton tune` left past its deadline (a client killed mid-sweep): its perf Jobs,
+# listed and deleted (their pods go by cascade); its Deployments, ConfigMaps and Services are above.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [list, delete]
 # Gateway API traffic splitting: the operator owns the weights of existing routes.
 - apiGroups: [gateway.networking.k8s.io]
   resources: [httproutes, grpcroutes]

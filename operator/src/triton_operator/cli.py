@@ -21,11 +21,46 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="triton-operator",
         description="Run NVIDIA Triton Inference Server on Kubernetes from one TritonService resource.",
     )
+    parser.add_argument("--version", action=_Version, help="print the version and the CRD's API version")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         if only is None or name == only:
             _command(name).register(subparsers)
+    if only is None:
+        completion = subparsers.add_parser(
+            "completion",
+            help="print a shell completion script (bash, zsh, fish)",
+            description="Print a completion script for triton-operator: source <(triton-operator completion "
+            "bash), source <(triton-operator completion zsh), triton-operator completion fish | source.",
+        )
+        completion.add_argument("shell", choices=("bash", "zsh", "fish"), metavar="bash|zsh|fish")
+        completion.set_defaults(func=lambda args: _completion(parser, args.shell))
     return parser
+
+
+def _completion(parser: argparse.ArgumentParser, shell: str) -> int:
+    from triton_operator.core.completion import script  # noqa: PLC0415 - only when asked
+
+    sys.stdout.write(script(shell, "triton-operator", parser))
+    return 0
+
+
+class _Version(argparse.Action):
+    """argparse's version action, without re-wrapping the lines."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:  # noqa: A002
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        sys.stdout.write(version_text() + "\n")
+        parser.exit()
+
+
+def version_text() -> str:
+    """`triton-operator --version`: the package's version and the CRD's API version it serves."""
+    from triton_operator import GROUP, VERSION, __version__  # noqa: PLC0415 - constants only
+
+    return f"triton-operator {__version__}\nAPI: {GROUP}/{VERSION}"
 
 
 def _command(name: str) -> ModuleType:
@@ -62,9 +97,19 @@ def _command(name: str) -> ModuleType:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     named = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(named if named in COMMANDS else None)
+    if named is None and "--version" in argv:
+        named = ""  # no subcommand's module is needed to print the version
+    parser = build_parser(named if named in (*COMMANDS, "") else None)
     args = parser.parse_args(argv)
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except ValueError as exc:
+        from triton_operator.settings import SettingsError  # noqa: PLC0415 - only when one failed
+
+        if not isinstance(exc, SettingsError):
+            raise
+        print(f"triton-operator: {exc}", file=sys.stderr)  # a bad setting stops the process
+        return 2
     return result
 
 

@@ -11,8 +11,9 @@ import kopf
 
 from triton_operator import GROUP, PLURAL, VERSION
 from triton_operator.adapters.agent_reader import AgentReader
+from triton_operator.adapters.cached_kube import CachedKube
 from triton_operator.adapters.kube import Kube, make_client
-from triton_operator.adapters.owned_watch import OwnedWatch
+from triton_operator.adapters.owned_watch import OwnedCache, OwnedWatch, scopes
 from triton_operator.adapters.peering import PeeringMonitor, lightkube_watch, peering_scope
 from triton_operator.adapters.triton_reader import TritonReader
 from triton_operator.core.repository_access import RepositoryAccess
@@ -20,6 +21,7 @@ from triton_operator.core.rollout.requests import pending_requests
 from triton_operator.reconcile.analysis import TritonView
 from triton_operator.reconcile.pinning import RepositoryPinner
 from triton_operator.reconcile.scheduler import Reconciler
+from triton_operator.reconcile.tuning_expiry import TuningExpiry
 from triton_operator.settings import Settings
 
 
@@ -64,26 +66,43 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         if operator.triton_read_seconds > 0
         else None
     )
-    reconciler = Reconciler(kube, operator, pinner=pinner, triton=triton, paused=scope is not None)
+    # A pass reads the TritonService as kopf's watch handed it and what it owns from our own
+    # watches (adapters.cached_kube): no request for what is already known.
+    cache = OwnedCache()
+    cached = CachedKube(kube, cache)
+    reconciler = Reconciler(cached, operator, pinner=pinner, triton=triton, paused=scope is not None)
     memo["reconciler"] = reconciler
+    memo["cached_kube"] = cached
     memo["kube"] = kube  # the Reconciler knows it only as KubeAPI, which has no close()
-    # The Deployments and pods a TritonService owns: metadata-only watches of our own (kopf's decoded
-    # and queued every whole object), each event a reconcile of its owner.
+    # The Deployments, pods, ConfigMaps and Services the TritonServices own: watches of our own
+    # (kopf's decoded and queued every whole object per object) that keep them in the cache;
+    # each event of a Deployment or pod is a reconcile of its owner.
     owned = OwnedWatch(
         kube.http(),
         reconciler.trigger,
         namespaces=operator.namespaces,
         all_namespaces=operator.all_namespaces,
+        cache=cache,
     )
     await owned.start()
     memo["owned_watch"] = owned
+    # What `kubectl triton tune` left past its deadline (a client killed mid-sweep): deleted.
+    where, counts = scopes(operator.namespaces, operator.all_namespaces)
+    expiry = TuningExpiry(kube, where=where, counts=counts, paused=lambda: reconciler.paused)
+    memo["tuning_expiry"] = expiry.start()
     if scope is not None:
         monitor = PeeringMonitor(
             scope,
             lightkube_watch(kube.client, scope),
-            lambda verdict: reconciler.set_paused(verdict.paused, verdict.message),
+            lambda verdict: _set_paused(reconciler, cached, verdict.paused, verdict.message),
         )
         memo["peering"] = monitor.start()
+
+
+def _set_paused(reconciler: Reconciler, cached: CachedKube, paused: bool, message: str) -> None:
+    """kopf's watch of TritonServices stops while paused: what it handed over may go stale."""
+    cached.forget_all()
+    reconciler.set_paused(paused, message)
 
 
 @kopf.on.cleanup()
@@ -92,6 +111,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if monitor is not None:
         monitor.cancel()
         await asyncio.gather(monitor, return_exceptions=True)
+    await TuningExpiry.stop(memo.get("tuning_expiry"))
     owned: OwnedWatch | None = memo.get("owned_watch")
     if owned is not None:
         await owned.close()
@@ -116,6 +136,7 @@ def fingerprint(meta: Mapping[str, Any]) -> int:
 async def tritonservice(
     *,
     type: str | None,  # noqa: A002  (kopf's name)
+    body: Mapping[str, Any],
     meta: Mapping[str, Any],
     status: Mapping[str, Any],
     namespace: str | None,
@@ -124,7 +145,9 @@ async def tritonservice(
     **_: Any,
 ) -> None:
     """A TritonService was listed (the operator started, or its watch began again), appeared,
-    changed, or is gone: reconcile it, on a task of its own (the pass reads it afresh).
+    changed, or is gone: reconcile it, on a task of its own. Every event's body is kept for the
+    passes (adapters.cached_kube: they read it instead of the API server), whether it asks for a
+    pass or not (our own status writes).
 
     Level-based: kopf keeps no copy of the last handled spec and writes nothing to the object. A
     status write (ours) changes neither the generation nor the labels and annotations, so it wakes
@@ -134,6 +157,12 @@ async def tritonservice(
     if not namespace or not name:
         return
     reconciler: Reconciler = memo["reconciler"]
+    cached: CachedKube | None = memo.get("cached_kube")
+    if cached is not None:
+        if type == "DELETED":
+            cached.forget(namespace, name)
+        else:
+            cached.remember(dict(body))
     seen = reconciler.fingerprints  # dropped when a pass finds the TritonService gone
     key = (namespace, name)
     if type == "DELETED":

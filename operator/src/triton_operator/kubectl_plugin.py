@@ -6,14 +6,16 @@ import argparse
 import json
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import ValidationError
 
 from triton_operator.core import conditions as cond
-from triton_operator.core import tuning
+from triton_operator.core import output, tuning
+from triton_operator.core.completion import KUBECTL, SHELLS
 from triton_operator.core.rollout.clock import parse_time, utcnow
 from triton_operator.core.rollout.requests import FOR_REVISION, Action, request_revision
 from triton_operator.core.rollout.texts import describe_step
@@ -27,6 +29,10 @@ if TYPE_CHECKING:
 CONTROL_VERBS: tuple[str, ...] = ("promote", "abort", "pause", "resume", "retry", "undo")
 # The display order of `kubectl triton status` (the others, TrafficRouted among them, after by name).
 CONDITION_ORDER = (cond.READY, cond.REPOSITORY_READY, cond.PODS_SCHEDULED, cond.PROGRESSING, cond.DEGRADED)
+WATCH_PERIOD = 2.0
+"""Seconds between two reads of `--watch` (a read is one GET or LIST: cheap for the API server)."""
+CLEAR = "\x1b[H\x1b[2J"
+"""Cursor home, clear the screen: a terminal's redraw (no alternate screen, nothing to restore)."""
 
 
 # ----------------------------------------------------------------- pure rendering
@@ -169,6 +175,36 @@ def _steps_block(obj: Mapping[str, Any], rollout: Rollout | None) -> list[str]:
     if in_progress and promoting:
         lines.append("  ->     promotion: scaling the canary to full replicas")
     return lines
+
+
+def _progress_line(obj: Mapping[str, Any], rollout: Rollout | None, now: datetime) -> list[str]:
+    """A rollout in progress in one line: the step (k of N, what it is), the traffic split, and how
+    long the current step has waited (what is left of a timed pause)."""
+    status = obj.get("status") or {}
+    in_place = status.get("inPlace") or {}
+    canary = bool(status.get("canaryRevision"))
+    if rollout is None or not (canary or in_place.get("next")) or status.get("promoting"):
+        return []
+    steps = rollout.steps
+    index = int((status.get("currentStepIndex") if canary else in_place.get("stepIndex")) or 0)
+    where = f"step {index + 1} of {len(steps)}" if index < len(steps) else f"all {len(steps)} steps done"
+    if index < len(steps):
+        where += f" ({describe_step(steps[index])})"
+    if canary:
+        weight = int(status.get("canaryWeight") or 0)
+        split = f"canary {weight}% / stable {100 - weight}%"
+    else:
+        split = f"{len(in_place.get('pods') or [])} pod(s) asked to load {in_place['next']}"
+    started = parse_time((status if canary else in_place).get("stepStartedAt"))
+    waited = ""
+    if started is not None:
+        seconds = (now - started).total_seconds()
+        waited = f", this step waiting {human_age(seconds)}"
+        pause = steps[index].pause if index < len(steps) else None
+        if pause is not None and pause.duration_seconds is not None:
+            left = human_age(max(0.0, pause.duration_seconds - seconds))
+            waited += f" of {human_age(pause.duration_seconds)} ({left} left)"
+    return [f"Progress:  {where}, {split}{waited}"]
 
 
 def _in_place_block(in_place: Mapping[str, Any]) -> list[str]:
@@ -347,6 +383,7 @@ def render_status(obj: Mapping[str, Any], now: datetime, tunings: Sequence[Mappi
     if canary:
         weight = status.get("canaryWeight")
         lines.append(f"Canary:    {canary} (weight {weight if weight is not None else 0}%)")
+    lines += _progress_line(obj, rollout, now)
     lines += _in_place_block(status.get("inPlace") or {})
     if status.get("abortedRevision"):
         lines.append(
@@ -419,17 +456,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kubectl triton", description="Inspect and steer TritonService rollouts (triton-operator)."
     )
-    sub = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND")
+    _kube_flags(parser, suppress=False)
+    parser.add_argument(
+        "--version",
+        action="store_true",
+        help="print the plugin's version, the CRD's API version and the operator's in the cluster",
+    )
+    sub = parser.add_subparsers(dest="verb", metavar="COMMAND")  # required unless --version
 
     def add(name: str, help_text: str, *, name_required: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("name", nargs=None if name_required else "?", metavar="NAME")
-        p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
+        _kube_flags(p, suppress=True)
         return p
 
     get = add("get", "list TritonServices (or one)", name_required=False)
     get.add_argument("-A", "--all-namespaces", action="store_true", help="list across all namespaces")
-    add("status", "show a TritonService's rollout: steps, conditions, models, history")
+    _output_flag(get, output.FORMATS, "NAME: the object, else a v1 List of them, as the API returns them")
+    status = add("status", "show a TritonService's rollout: steps, conditions, models, history")
+    _output_flag(status, output.FORMATS, "the TritonService as the API returns it")
+    for p in (get, status):
+        p.add_argument(
+            "-w",
+            "--watch",
+            action="store_true",
+            help=f"redraw as it changes (read every {WATCH_PERIOD:g}s) until Ctrl-C; with -o, print "
+            "each change",
+        )
     promote = add("promote", "complete the current step (a pause{} waits for this)")
     promote.add_argument("--full", action="store_true", help="skip the remaining steps; promote once Ready")
     add("abort", "roll back to the stable revision now")
@@ -456,7 +509,44 @@ def build_parser() -> argparse.ArgumentParser:
     _tune_parser(
         add("tune", "measure candidate configs of a model on tuning pods (perf_analyzer); show the best")
     )
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script for kubectl-triton",
+        description="Print a completion script for kubectl-triton: source <(kubectl-triton completion bash), "
+        "source <(kubectl-triton completion zsh), kubectl-triton completion fish | source; `kubectl` prints "
+        "the kubectl_complete-triton program that completes `kubectl triton ...` (kubectl 1.26+).",
+    )
+    completion.add_argument("shell", choices=(*SHELLS, KUBECTL), metavar="|".join((*SHELLS, KUBECTL)))
     return parser
+
+
+def _kube_flags(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """kubectl's flags that reach a plugin only as its own (kubectl passes none of its global flags):
+    before or after the verb, as kubectl allows. On a verb they keep what was given before it."""
+    default = argparse.SUPPRESS if suppress else None
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        default=default,
+        help="namespace (default: the context's, else default)",
+    )
+    parser.add_argument("--context", default=default, help="kubeconfig context (default: current-context)")
+    parser.add_argument(
+        "--kubeconfig",
+        default=default,
+        metavar="FILE",
+        help="the kubeconfig file (default: $KUBECONFIG, several files joined by ':', else ~/.kube/config)",
+    )
+
+
+def _output_flag(parser: argparse.ArgumentParser, formats: Sequence[str], shape: str) -> None:
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=formats,
+        metavar="|".join(formats),
+        help=f"machine-readable output instead of the table: {shape}",
+    )
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -506,6 +596,7 @@ def _tune_parser(tune: argparse.ArgumentParser) -> None:
     tune.add_argument("--apply", action="store_true", help="patch the best into the spec (a normal rollout)")
     tune.add_argument("--keep", type=int, default=tuning.KEEP_RUNS, help="records of runs kept (5)")
     tune.add_argument("--show", metavar="RUN", help="print a recorded run (`all`: every one) and exit")
+    _output_flag(tune, ("json", "yaml"), "the sweep's records: a list, oldest first")
 
 
 def sweep_of(args: argparse.Namespace) -> tuning.Sweep:
@@ -596,6 +687,8 @@ def tune(args: argparse.Namespace, client: Control, cluster: TuningCluster | Non
         if not shown:
             runs = ", ".join(str(r.get("run")) for r in records) or "none"
             raise ValueError(f"no tuning run {args.show!r} of {namespace}/{args.name} (runs: {runs})")
+        if args.output:
+            return output.dump(shown, args.output)
         return "\n".join(line for r in shown for line in render_tuning(r))
     input_data = None
     if args.input_data:
@@ -612,6 +705,8 @@ def tune(args: argparse.Namespace, client: Control, cluster: TuningCluster | Non
         cluster=cluster,
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )
+    if args.output:
+        return output.dump([data], args.output)
     lines = render_tuning(data)
     patch = (data.get("choice") or {}).get("patch")
     if patch and args.apply:
@@ -623,12 +718,107 @@ def tune(args: argparse.Namespace, client: Control, cluster: TuningCluster | Non
     return "\n".join(lines)
 
 
-def _control(client: Control | None) -> Control:
+def watch(
+    frame: Callable[[], tuple[Any, str]],
+    out: TextIO,
+    err: TextIO,
+    *,
+    tty: bool,
+    sleep: Callable[[float], None] = time.sleep,
+    period: float = WATCH_PERIOD,
+) -> int:
+    """Show ``frame()`` (data, text) until Ctrl-C (or SIGTERM): a terminal is redrawn whenever the
+    text changes (ages included); a pipe gets the text again each time the data changes. A read that
+    fails after the first is reported on ``err`` and retried. Returns 0: Ctrl-C is how a watch ends."""
+    data, text = frame()  # the first read's error (not found, no cluster) ends the command
+    shown: tuple[Any, str] | None = None
+    try:
+        while True:
+            if shown is None or (text != shown[1] if tty else data != shown[0]):
+                out.write((CLEAR if tty else "") + text + "\n")
+                out.flush()
+                shown = (data, text)
+            sleep(period)
+            try:
+                data, text = frame()
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:  # a lost connection: say so, keep the last frame, read again
+                err.write(f"error: {exc} (retrying every {period:g}s)\n")
+                err.flush()
+    except KeyboardInterrupt:
+        return 0
+
+
+def _frame(
+    args: argparse.Namespace, client: Control, namespace: str, now: Callable[[], datetime] = utcnow
+) -> Callable[[], tuple[Any, str]]:
+    """`get` and `status`: one read and its text (table or -o); --watch calls it again and again."""
+
+    def read() -> tuple[Any, str]:
+        if args.verb == "status":
+            obj = client.get(args.name, namespace)
+            if args.output:
+                return obj, output.render_objects([obj], args.output, single=True)
+            tunings = client.tuning_results(args.name, namespace)
+            return (obj, tunings), render_status(obj, now(), tunings)
+        all_ns = bool(args.all_namespaces) and not args.name
+        items = (
+            [client.get(args.name, namespace)] if args.name else client.list(None if all_ns else namespace)
+        )
+        if args.output:
+            return items, output.render_objects(items, args.output, single=bool(args.name))
+        return items, render_table(items, now(), all_namespaces=all_ns)
+
+    return read
+
+
+VERSION_TIMEOUT = 5.0
+"""Seconds `--version` waits for the cluster before it says the operator's version is unknown."""
+
+
+def version_text(operator: Callable[[], list[str]]) -> str:
+    """`kubectl triton --version`: this plugin's version, the API version it reads, and the version of
+    each operator Deployment ``operator()`` finds (or `unknown` and why)."""
+    from triton_operator import GROUP, VERSION, __version__  # noqa: PLC0415
+
+    try:
+        found = operator()
+        running = (
+            "; ".join(found)
+            if found
+            else (
+                "unknown (no Deployment labelled app.kubernetes.io/part-of=triton-operator,"
+                "app.kubernetes.io/component=operator in the cluster)"
+            )
+        )
+    except Exception as exc:  # no kubeconfig, a dead or slow cluster, no right to list Deployments
+        running = f"unknown (cannot read it from the cluster: {str(exc) or type(exc).__name__})"
+    return f"kubectl-triton {__version__}\nAPI: {GROUP}/{VERSION}\nOperator: {running}"
+
+
+def _operator_versions(args: argparse.Namespace) -> list[str]:
+    from triton_operator.adapters.control import kube_client, operator_versions  # noqa: PLC0415
+
+    return operator_versions(kube_client(args.kubeconfig, args.context, timeout=VERSION_TIMEOUT))
+
+
+def _control(client: Control | None, args: argparse.Namespace) -> Control:
     if client is not None:
         return client
-    from triton_operator.adapters.control import KubeControl  # noqa: PLC0415 - lightkube only when needed
+    from triton_operator.adapters.control import KubeControl, kube_client  # noqa: PLC0415 - lightkube when needed
 
-    return KubeControl()
+    return KubeControl(kube_client(args.kubeconfig, args.context))
+
+
+def _tuning_cluster(control: Control, given: TuningCluster | None) -> TuningCluster | None:
+    """The sweep's cluster: the plugin's own client (its --kubeconfig and --context) unless given."""
+    client = getattr(control, "client", None)
+    if given is not None or client is None:
+        return given
+    from triton_operator.adapters.tuning import KubeTuning  # noqa: PLC0415 - lightkube when needed
+
+    return KubeTuning(client)
 
 
 def run(
@@ -636,15 +826,8 @@ def run(
 ) -> str:
     """Carry out one parsed command; returns what to print."""
     namespace = args.namespace or client.namespace
-    if args.verb == "get":
-        if args.name:
-            return render_table([client.get(args.name, namespace)], now)
-        all_ns = bool(args.all_namespaces)
-        return render_table(client.list(None if all_ns else namespace), now, all_namespaces=all_ns)
-    if args.verb == "status":
-        return render_status(
-            client.get(args.name, namespace), now, client.tuning_results(args.name, namespace)
-        )
+    if args.verb in ("get", "status"):
+        return _frame(args, client, namespace, lambda: now)()[1]
     if args.verb == "tune":
         return tune(args, client, tuning_cluster)
     if args.verb == "infer":
@@ -680,16 +863,50 @@ def main(
     argv: Sequence[str] | None = None,
     client: Control | None = None,
     tuning_cluster: TuningCluster | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    operator: Callable[[], list[str]] | None = None,
 ) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        print(version_text(operator or (lambda: _operator_versions(args))))
+        return 0
+    if args.verb is None:
+        parser.error("the following arguments are required: COMMAND")
+    if args.verb == "completion":
+        from triton_operator.core.completion import script  # noqa: PLC0415
+
+        sys.stdout.write(script(args.shell, "kubectl-triton", parser))
+        return 0
+    if getattr(args, "watch", False):
+        signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            control = _control(client, args)
+            namespace = args.namespace or control.namespace
+            frame = _frame(args, control, namespace)
+            tty = sys.stdout.isatty() and not args.output  # -o: a stream of documents, never redrawn
+            return watch(frame, sys.stdout, sys.stderr, tty=tty, sleep=sleep)
+        except KeyboardInterrupt:  # during the first read: ended like any other moment of a watch
+            return 0
+        except Exception as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     if args.verb == "tune":
         # SIGTERM (a closed terminal, `timeout`, a CI cancel) cleans up like Ctrl-C does.
         signal.signal(signal.SIGTERM, _interrupt)
         signal.signal(signal.SIGHUP, _interrupt)
     try:
-        print(run(args, _control(client), utcnow(), tuning_cluster))
+        control = _control(client, args)
+        if args.verb == "tune":
+            tuning_cluster = _tuning_cluster(control, tuning_cluster)
+        text = run(args, control, utcnow(), tuning_cluster)
+        if text:  # `-o name` of nothing prints nothing, as kubectl
+            print(text)
     except KeyboardInterrupt:
-        print("interrupted: the sweep's tuning pods were deleted", file=sys.stderr)
+        if args.verb == "tune":
+            print("interrupted: the sweep's objects were deleted (but any `cleanup:` above)", file=sys.stderr)
+        else:
+            print("interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # errors of the API or kubeconfig: one line, no traceback
         print(f"error: {exc}", file=sys.stderr)

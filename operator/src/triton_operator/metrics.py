@@ -27,6 +27,7 @@ from prometheus_client import (
 from triton_operator import __version__
 from triton_operator.core.observation import PodState
 from triton_operator.core.startup import PHASES
+from triton_operator.settings import SettingsError
 
 PREFIX = "triton_operator"
 DEFAULT_PORT = 8080
@@ -227,9 +228,9 @@ def port_from_env(environ: Mapping[str, str] | None = None) -> int:
     value = env.get(PORT_ENV, "").strip()
     if not value:
         return DEFAULT_PORT
-    port = int(value)
+    port = int(value) if value.isdigit() else -1
     if not 0 <= port <= 65535:
-        raise ValueError(f"{PORT_ENV}={value!r} is not a TCP port")
+        raise SettingsError(f"{PORT_ENV}={value!r}: accepts a port, 0 to 65535 (0 picks a free one)")
     return port
 
 

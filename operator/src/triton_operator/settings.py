@@ -4,54 +4,73 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import math
 import os
+import urllib.parse
 from collections.abc import Mapping, Sequence
 
 from triton_operator import __version__
+from triton_operator.logs import FORMATS as LOG_FORMATS
 
 DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.01-py3"
 DEFAULT_SYNC_IMAGE = f"ghcr.io/triton-operator/triton-operator:{__version__}"
 ENV_PREFIX = "TRITON_OPERATOR_"
+DEFAULT_TRITON_READ_SECONDS = 30.0
 DEFAULT_MAX_LISTED_OBJECTS = 100_000
 """The most objects one repository listing takes (a manifest of that many pins in well under the
 operator's memory limit); a prefix holding more is refused with RepositoryReady=False/ListingTooLarge."""
-DEFAULT_FORBIDDEN_VOLUME_TYPES = ("hostPath",)
+DEFAULT_FORBIDDEN_VOLUME_TYPES = ("hostPath", "gitRepo")
 """Pod volume types a TritonService may not use unless the operator allows them: hostPath reaches
-the node's own files."""
+the node's own files; gitRepo runs git as root on the node with the spec's arguments
+(CVE-2024-10220; deprecated, an init container cloning into an emptyDir does the same)."""
 DEFAULT_ALLOWED_CAPABILITIES = ("NET_BIND_SERVICE",)
 """Linux capabilities spec.securityContext.capabilities.add may name unless the operator allows more:
 the one Pod Security `restricted` allows."""
 
 
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+BOOLEAN = "true or false (also 1/0, yes/no, on/off; any case)"
+
+ENV_SETTINGS: dict[str, str] = {
+    "DEFAULT_IMAGE": "an image reference",
+    "SYNC_IMAGE": "an image reference",
+    "SYNC_IMAGE_PULL_POLICY": " or ".join(PULL_POLICIES),
+    "NAMESPACES": "namespaces or kopf patterns, comma-separated",
+    "ALL_NAMESPACES": BOOLEAN,
+    "PEERING_NAME": "a peering object's name",
+    "PEERING_PRIORITY": "a whole number",
+    "LIVENESS_ENDPOINT": "an http:// URL with a port, e.g. http://0.0.0.0:8081/healthz",
+    "LOG_LEVEL": ", ".join(LOG_LEVELS) + " (any case)",
+    "EVENT_LEVEL": ", ".join(LOG_LEVELS) + " (any case)",
+    "PROMETHEUS_SCRAPE": BOOLEAN,
+    "PIN_REPOSITORIES": BOOLEAN,
+    "ALLOWED_IMAGE_PREFIXES": "image prefixes, comma-separated",
+    "FORBIDDEN_VOLUME_TYPES": 'volume types, comma-separated ("none" or empty: none)',
+    "ALLOW_PRIVILEGED": BOOLEAN,
+    "ALLOWED_CAPABILITIES": 'capability names, comma-separated ("none" or empty: none)',
+    "ALLOW_ROOT": BOOLEAN,
+    "ALLOWED_SERVICE_ACCOUNTS": "name, namespace/name or *, comma-separated",
+    "AMBIENT_CREDENTIALS_NAMESPACES": "namespaces or *, comma-separated",
+    "ALLOWED_ENDPOINTS": "hosts, host:port or *.domain, comma-separated",
+    "TRITON_READ_SECONDS": "a number of seconds above 0",
+    "TRITON_READ_CIDRS": "IP networks (CIDR), comma-separated",
+    "MAX_LISTED_OBJECTS": "a whole number above 0",
+    "NODE_CACHE_PORT": "a port, 1 to 65535",
+    "LOG_FORMAT": " or ".join(LOG_FORMATS),
+}
+"""Every variable Settings.from_env reads (without the prefix), with what it accepts."""
+
+
+class SettingsError(ValueError):
+    """TRITON_OPERATOR_* variables the operator cannot read, each named with what it accepts: the
+    operator stops rather than run on a default nobody chose."""
+
+
 def _split(value: str | None) -> tuple[str, ...]:
     return tuple(part.strip() for part in (value or "").split(",") if part.strip())
-
-
-def _int(value: str | None) -> int | None:
-    return int(value) if value is not None and value.strip() else None
-
-
-def _positive(value: str | None, name: str) -> int | None:
-    """A whole number above 0, or None when unset; anything else stops the operator at start."""
-    if value is None:
-        return None
-    number = int(value) if value.strip().isdigit() else 0
-    if number < 1:
-        raise ValueError(f"{ENV_PREFIX}{name}: {value!r} is not a whole number above 0")
-    return number
-
-
-def _port(value: str | None, name: str) -> int | None:
-    number = _positive(value, name)
-    if number is not None and number > 65535:
-        raise ValueError(f"{ENV_PREFIX}{name}: {value!r} is not a port (1 to 65535)")
-    return number
-
-
-def _flag(value: str | None, default: bool) -> bool:
-    if value is None or not value.strip():
-        return default
-    return value.strip().lower() in ("1", "true", "yes", "on")
 
 
 def _list_or_none(value: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -61,6 +80,103 @@ def _list_or_none(value: str | None, default: tuple[str, ...]) -> tuple[str, ...
     if value.strip().lower() == "none":
         return ()
     return _split(value)
+
+
+class _Reader:
+    """Reads TRITON_OPERATOR_* variables strictly, noting every one it cannot read."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        self.errors: list[str] = []
+
+    def get(self, name: str) -> str | None:
+        """The variable's value stripped; None when unset or blank (the default applies)."""
+        assert name in ENV_SETTINGS, name
+        value = self.env.get(ENV_PREFIX + name)
+        return value.strip() if value and value.strip() else None
+
+    def refuse(self, name: str, value: str) -> None:
+        self.errors.append(f"{ENV_PREFIX}{name}={value!r}: accepts {ENV_SETTINGS[name]}")
+
+    def flag(self, name: str, default: bool) -> bool:
+        value = self.get(name)
+        if value is None:
+            return default
+        if value.lower() in TRUE_WORDS:
+            return True
+        if value.lower() not in FALSE_WORDS:
+            self.refuse(name, value)
+            return default
+        return False
+
+    def level(self, name: str, default: str) -> str:
+        value = self.get(name)
+        if value is None:
+            return default
+        if value.upper() not in LOG_LEVELS:
+            self.refuse(name, value)
+            return default
+        return value.upper()
+
+    def choice(self, name: str, choices: Sequence[str]) -> str | None:
+        value = self.get(name)
+        if value is not None and value not in choices:
+            self.refuse(name, value)
+            return None
+        return value
+
+    def whole(self, name: str, lowest: int | None = None, highest: int | None = None) -> int | None:
+        value = self.get(name)
+        if value is None:
+            return None
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if (
+            number is None
+            or (lowest is not None and number < lowest)
+            or (highest is not None and number > highest)
+        ):
+            self.refuse(name, value)
+            return None
+        return number
+
+    def seconds(self, name: str, default: float) -> float:
+        value = self.get(name)
+        if value is None:
+            return default
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not (math.isfinite(number) and number > 0):
+            self.refuse(name, value)
+            return default
+        return number
+
+    def networks(self, name: str) -> tuple[str, ...]:
+        cidrs = _split(self.get(name))
+        try:
+            read_networks(cidrs)
+        except ValueError:
+            self.refuse(name, ",".join(cidrs))
+            return ()
+        return cidrs
+
+    def url(self, name: str) -> str | None:
+        value = self.get(name)
+        if value is None:
+            return None
+        parsed = urllib.parse.urlsplit(value)
+        try:
+            port = parsed.port
+        except ValueError:
+            port = None
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or port is None:
+            self.refuse(name, value)
+            return None
+        return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +218,10 @@ class Settings:
     FallbackToLogsOnError), where Triton says why a model failed to load. Never read from the
     environment: False only for a revision made before the operator set it
     (core.observation.recorded_settings), so that an upgrade restarts none of its serving pods."""
+    sync_log_on_exit: bool = True
+    """The same for the sync init container (`triton-operator sync` or `agent --once`), whose log
+    says why a sync failed past its termination message. Never read from the environment: False
+    only for a revision made before the operator set it."""
     allowed_image_prefixes: tuple[str, ...] = ()
     """tritonserver images a TritonService may run (core.policy.image_allowed); empty allows any."""
     forbidden_volume_types: tuple[str, ...] = DEFAULT_FORBIDDEN_VOLUME_TYPES
@@ -122,60 +242,73 @@ class Settings:
     allowed_endpoints: tuple[str, ...] = ()
     """Endpoints a repository may be listed at (hosts, host:port, with or without a scheme,
     *.domain); empty: any. The cloud's own service (no endpoint) always may."""
-    triton_read_seconds: float = 30.0
+    triton_read_seconds: float = DEFAULT_TRITON_READ_SECONDS
     """How often each serving and canary pod's repository index is read for status.models
-    (adapters.triton_reader); 0: never (no per-model state from Triton, no canary analysis)."""
+    (adapters.triton_reader): above 0. Canary analysis and in-place updates wait on these reads;
+    0 once turned them off and left a rollout with analysis waiting for ever, so it is refused."""
     triton_read_cidrs: tuple[str, ...] = ()
     """Pod IP ranges the operator may read Triton from; empty: any pod IP."""
     max_listed_objects: int = DEFAULT_MAX_LISTED_OBJECTS
     """The most objects a repository listing takes: past it the listing stops (never held whole) and
     the TritonService gets RepositoryReady=False/ListingTooLarge naming the cap."""
+    log_format: str = "text"
+    """TRITON_OPERATOR_LOG_FORMAT (logs.log_format): text or json, for the operator and, recorded per
+    revision, the sync and agent containers of new revisions' pods."""
     node_cache_port: int | None = None
     """The port of the node cache (the chart's node-cache DaemonSet) on every node; unset: off. New
     revisions' sync containers then read the node's cache before their store (recorded per revision:
     turning it on or off restarts no serving pod, core.observation.recorded_settings)."""
+    node_cache_token: bool = True
+    """Not read from the environment: whether a revision's pods show the node cache their projected
+    token; False only for a revision recorded before the cache asked for one (it keeps its pods)."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.triton_read_seconds) and self.triton_read_seconds > 0):
+            raise SettingsError(
+                f"{ENV_PREFIX}TRITON_READ_SECONDS={self.triton_read_seconds!r}: accepts "
+                f"{ENV_SETTINGS['TRITON_READ_SECONDS']}"
+            )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read TRITON_OPERATOR_* variables; ``environ`` defaults to the process environment."""
         env = os.environ if environ is None else environ
-
-        def get(name: str) -> str | None:
-            value = env.get(ENV_PREFIX + name)
-            return value.strip() if value and value.strip() else None
-
-        forbidden = env.get("TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES")
-        capabilities = env.get("TRITON_OPERATOR_ALLOWED_CAPABILITIES")
-        return cls(
-            default_image=get("DEFAULT_IMAGE") or DEFAULT_TRITON_IMAGE,
-            sync_image=get("SYNC_IMAGE") or DEFAULT_SYNC_IMAGE,
-            sync_image_pull_policy=get("SYNC_IMAGE_PULL_POLICY"),
-            namespaces=_split(get("NAMESPACES")),
-            all_namespaces=_flag(get("ALL_NAMESPACES"), False),
-            peering_name=get("PEERING_NAME"),
-            peering_priority=_int(get("PEERING_PRIORITY")),
-            liveness_endpoint=get("LIVENESS_ENDPOINT"),
-            log_level=(get("LOG_LEVEL") or "INFO").upper(),
-            event_level=(get("EVENT_LEVEL") or "WARNING").upper(),
-            prometheus_scrape=_flag(get("PROMETHEUS_SCRAPE"), True),
-            pin_repositories=_flag(get("PIN_REPOSITORIES"), True),
-            allowed_image_prefixes=_split(get("ALLOWED_IMAGE_PREFIXES")),
-            # Set but empty forbids nothing; unset keeps the default.
+        read = _Reader(env)
+        # Set but empty forbids (allows) nothing; unset keeps the default.
+        forbidden = env.get(ENV_PREFIX + "FORBIDDEN_VOLUME_TYPES")
+        capabilities = env.get(ENV_PREFIX + "ALLOWED_CAPABILITIES")
+        settings = cls(
+            default_image=read.get("DEFAULT_IMAGE") or DEFAULT_TRITON_IMAGE,
+            sync_image=read.get("SYNC_IMAGE") or DEFAULT_SYNC_IMAGE,
+            sync_image_pull_policy=read.choice("SYNC_IMAGE_PULL_POLICY", PULL_POLICIES),
+            namespaces=_split(read.get("NAMESPACES")),
+            all_namespaces=read.flag("ALL_NAMESPACES", False),
+            peering_name=read.get("PEERING_NAME"),
+            peering_priority=read.whole("PEERING_PRIORITY"),
+            liveness_endpoint=read.url("LIVENESS_ENDPOINT"),
+            log_level=read.level("LOG_LEVEL", "INFO"),
+            event_level=read.level("EVENT_LEVEL", "WARNING"),
+            prometheus_scrape=read.flag("PROMETHEUS_SCRAPE", True),
+            pin_repositories=read.flag("PIN_REPOSITORIES", True),
+            allowed_image_prefixes=_split(read.get("ALLOWED_IMAGE_PREFIXES")),
             forbidden_volume_types=_list_or_none(forbidden, DEFAULT_FORBIDDEN_VOLUME_TYPES),
-            allow_privileged=_flag(get("ALLOW_PRIVILEGED"), False),
+            allow_privileged=read.flag("ALLOW_PRIVILEGED", False),
             allowed_capabilities=tuple(
                 c.upper() for c in _list_or_none(capabilities, DEFAULT_ALLOWED_CAPABILITIES)
             ),
-            allow_root=_flag(get("ALLOW_ROOT"), False),
-            allowed_service_accounts=_split(get("ALLOWED_SERVICE_ACCOUNTS")),
-            ambient_credentials_namespaces=_split(get("AMBIENT_CREDENTIALS_NAMESPACES")),
-            allowed_endpoints=_split(get("ALLOWED_ENDPOINTS")),
-            triton_read_seconds=float(get("TRITON_READ_SECONDS") or 30.0),
-            triton_read_cidrs=_split(get("TRITON_READ_CIDRS")),
-            max_listed_objects=_positive(get("MAX_LISTED_OBJECTS"), "MAX_LISTED_OBJECTS")
-            or DEFAULT_MAX_LISTED_OBJECTS,
-            node_cache_port=_port(get("NODE_CACHE_PORT"), "NODE_CACHE_PORT"),
+            allow_root=read.flag("ALLOW_ROOT", False),
+            allowed_service_accounts=_split(read.get("ALLOWED_SERVICE_ACCOUNTS")),
+            ambient_credentials_namespaces=_split(read.get("AMBIENT_CREDENTIALS_NAMESPACES")),
+            allowed_endpoints=_split(read.get("ALLOWED_ENDPOINTS")),
+            triton_read_seconds=read.seconds("TRITON_READ_SECONDS", DEFAULT_TRITON_READ_SECONDS),
+            triton_read_cidrs=read.networks("TRITON_READ_CIDRS"),
+            max_listed_objects=read.whole("MAX_LISTED_OBJECTS", lowest=1) or DEFAULT_MAX_LISTED_OBJECTS,
+            node_cache_port=read.whole("NODE_CACHE_PORT", lowest=1, highest=65535),
+            log_format=read.choice("LOG_FORMAT", LOG_FORMATS) or "text",
         )
+        if read.errors:
+            raise SettingsError("the operator's settings cannot be read:\n  " + "\n  ".join(read.errors))
+        return settings
 
 
 ReadNetworks = list[ipaddress.IPv4Network | ipaddress.IPv6Network]

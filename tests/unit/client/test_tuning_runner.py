@@ -61,6 +61,10 @@ class FakeTuningCluster:
     most_pods: int = 0
     forgotten: set[str] = dataclasses.field(default_factory=set)
     now: float = 0.0
+    refuse_delete: set[str] = dataclasses.field(default_factory=set)
+    """Kinds whose deletes the API server refuses (403), as for a user without that right."""
+    created: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    holders: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
 
     def clock(self) -> float:
         return self.now
@@ -74,6 +78,7 @@ class FakeTuningCluster:
     def create(self, objects: Sequence[Mapping[str, Any]]) -> None:
         for obj in objects:
             self.objects[f"{obj['kind']}/{obj['metadata']['name']}"] = dict(obj)
+            self.created.append(dict(obj))
         pods = sum(1 for key in self.objects if key.startswith("Deployment/"))
         self.most_pods = max(self.most_pods, pods)
 
@@ -104,15 +109,24 @@ class FakeTuningCluster:
         )
         return "perf_analyzer says things\n" + csv_for(self.throughput(configmap["data"]))
 
-    def delete(self, namespace: str, labels: Mapping[str, str]) -> None:
+    def delete(self, namespace: str, labels: Mapping[str, str]) -> list[str]:
+        problems = []
         for key in [k for k, o in self.objects.items() if core.selects(labels, o["metadata"]["labels"])]:
+            if key.split("/")[0] in self.refuse_delete:
+                problems.append(f"could not delete {key}: forbidden")
+                continue
             del self.objects[key]
+        return problems
+
+    def gpu_holders(self, name: str, namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return self.holders
 
     def leftovers(self, namespace: str, labels: Mapping[str, str]) -> list[str]:
         return [k for k, o in self.objects.items() if core.selects(labels, o["metadata"]["labels"])]
 
     def save(self, configmap: Mapping[str, Any]) -> None:
         self.saved.append(json.loads(configmap["data"][core.RESULTS_KEY]))
+        self.created.append(dict(configmap))
 
     def patch_spec(self, name: str, namespace: str, patch: Sequence[Mapping[str, Any]]) -> None:
         self.patches.append(patch)
@@ -260,7 +274,71 @@ def test_a_sweep_beyond_the_gpu_budget_is_refused() -> None:
     fake.ts_body["spec"]["resources"] = {"gpus": 1}
     fake.ts_body["spec"]["replicas"] = 2
     fake.ts_body["spec"]["rollout"] = {"gpuBudget": 2}
+    fake.holders = (
+        [{"metadata": {"name": "svc-abc"}, "spec": {"replicas": 2}, "status": {"replicas": 2}}],
+        [],
+    )
     with pytest.raises(core.TuningError, match="gpuBudget"):
+        run(fake)
+
+
+def test_a_refused_delete_is_recorded_and_logged_and_the_record_is_saved_all_the_same() -> None:
+    fake = cluster(refuse_delete={"Deployment"})
+    lines: list[str] = []
+    data = run(fake, log=lines.append)
+    assert data["state"] == core.SUCCEEDED
+    assert fake.saved[-1] == data and data["finishedAt"] is not None
+    assert set(fake.objects) == {f"Deployment/svc-tune-261127-170000-c{i}" for i in range(3)}
+    assert data["cleanup"] == [
+        f"could not delete Deployment/svc-tune-261127-170000-c{i}: forbidden" for i in range(3)
+    ]
+    assert "cleanup incomplete: 3 delete(s) failed" in data["message"]
+    assert [line for line in lines if line.startswith("cleanup: ")] == [
+        f"cleanup: {p}" for p in data["cleanup"]
+    ]
+
+
+def test_an_api_server_gone_during_cleanup_still_leaves_a_saved_finished_record() -> None:
+    fake = cluster()
+
+    def gone(namespace: str, labels: Mapping[str, str]) -> list[str]:
+        raise ConnectionError("the API server went away")
+
+    fake.delete = gone  # type: ignore[method-assign]
+    data = run(fake)
+    assert fake.saved[-1] == data and data["state"] == core.SUCCEEDED and data["finishedAt"] is not None
+    assert data["cleanup"] and all("went away" in p for p in data["cleanup"])
+
+
+def test_every_object_of_a_sweep_and_its_record_carry_the_runs_deadline() -> None:
+    fake = cluster()
+    sweep = dataclasses.replace(SWEEP, max_seconds=100, candidate_seconds=30)
+    run(fake, sweep, input_data="{}")
+    kinds = {o["kind"] for o in fake.created}
+    assert kinds == {"ConfigMap", "Deployment", "Job"}
+    deadline = "2026-11-27T17:03:40Z"  # 100 + 2 x 30 + 60 s after the start
+    assert {o["metadata"]["annotations"][core.ANNOTATION_DEADLINE] for o in fake.created} == {deadline}
+    results = [o for o in fake.created if o["metadata"]["labels"].get(core.LABEL_RESULTS) == "true"]
+    assert results and all(
+        o["metadata"]["annotations"][core.ANNOTATION_DEADLINE] == deadline for o in results
+    )
+
+
+def test_tuning_pods_count_against_the_gpu_budget_with_the_pods_of_every_revision() -> None:
+    fake = cluster()
+    fake.ts_body["spec"]["resources"] = {"gpus": 1}
+    fake.ts_body["spec"]["replicas"] = 1
+    fake.ts_body["spec"]["rollout"] = {"gpuBudget": 3}
+    stable = {"metadata": {"name": "svc-abc"}, "spec": {"replicas": 1}, "status": {"replicas": 1}}
+    canary = {"metadata": {"name": "svc-def"}, "spec": {"replicas": 1}, "status": {"replicas": 0}}
+    fake.holders = ([stable, canary], [])
+    run(fake)  # 1 + 1 + 1 tuning pod = 3
+    fake.holders = ([stable, canary, {**stable, "metadata": {"name": "svc-tune-x-c0"}}], [])
+    with pytest.raises(core.TuningError, match="hold 3 and 1 tuning pod"):
+        run(fake)
+    fake.holders = ([stable], [])
+    fake.ts_body["status"]["canaryRevision"] = "def"
+    with pytest.raises(core.TuningError, match="rollout is under way"):
         run(fake)
 
 
@@ -384,3 +462,19 @@ def test_a_sweep_keeps_the_records_of_the_latest_runs_only() -> None:
         )
     assert fake.runs("svc", "ml") == ["261127-170200", "261127-170300"]
     assert fake.forgotten == {"261127-170000", "261127-170100"}
+
+
+def test_each_candidate_says_k_of_n_the_time_elapsed_and_an_estimate_of_what_is_left() -> None:
+    from triton_operator.client.tuning import duration  # noqa: PLC0415
+
+    fake = cluster(clock_step=20.0)  # 40 s a candidate on the fake's clock: 2 waits of 20 s
+    lines: list[str] = []
+    run(fake, log=lines.append)
+    started = [line for line in lines if "candidate " in line]
+    assert started == [
+        "c0 (candidate 1 of 3, 0s elapsed, no estimate before the first is measured): "
+        + started[0].split(": ", 1)[1],
+        "c1 (candidate 2 of 3, 40s elapsed, about 1m20s left): " + started[1].split(": ", 1)[1],
+        "c2 (candidate 3 of 3, 1m20s elapsed, about 40s left): " + started[2].split(": ", 1)[1],
+    ]
+    assert [duration(s) for s in (0, 59.6, 61, 3725)] == ["0s", "1m00s", "1m01s", "1h02m"]

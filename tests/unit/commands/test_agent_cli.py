@@ -32,7 +32,10 @@ def test_the_defaults_are_the_pods_paths() -> None:
     assert args.once is False and args.interval == 0.2
 
 
-@pytest.mark.parametrize("bad", [["--listen", "8009"], ["--interval", "0"], ["--load-timeout", "0"]])
+@pytest.mark.parametrize(
+    "bad",
+    [["--listen", "8009"], ["--interval", "0"], ["--load-timeout", "0"], ["--drain-seconds", "-1"]],
+)
 def test_bad_values_are_refused(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(

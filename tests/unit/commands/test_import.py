@@ -164,7 +164,9 @@ def test_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> No
 
 def test_output_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "svc.yaml"
-    code, out, _ = run_import([str(REPOS / "vision"), "--uri", "s3://b/v", "--output", str(target)], capsys)
+    code, out, _ = run_import(
+        [str(REPOS / "vision"), "--uri", "s3://b/v", "--output-file", str(target)], capsys
+    )
     assert (code, out) == (0, "")
     assert yaml.safe_load(target.read_text())["spec"]["repository"]["uri"] == "s3://b/v"
 
@@ -233,3 +235,21 @@ def test_the_gpu_count_is_explained_and_a_bad_gpu_id_is_reported_on_its_group(
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert errors == [line for line in errors if "instanceGroup[0].gpus[0]" in line]
     assert errors and "spec.resources.gpus >" not in err
+
+
+def test_output_json_and_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json  # noqa: PLC0415
+
+    code, out, _ = run_import([str(REPOS / "vision"), "--uri", "s3://b/v", "-o", "json"], capsys)
+    assert code == 0
+    code_yaml, out_yaml, _ = run_import([str(REPOS / "vision"), "--uri", "s3://b/v"], capsys)
+    assert code_yaml == 0
+    assert json.loads(out) == yaml.safe_load(out_yaml)
+    code, out, _ = run_import([str(REPOS / "vision"), "--uri", "s3://b/v", "-o", "name"], capsys)
+    assert (code, out) == (0, "tritonservice.triton-operator.io/vision\n")
+    target = tmp_path / "ts.json"
+    code, out, _ = run_import(
+        [str(REPOS / "vision"), "--uri", "s3://b/v", "-o", "json", "--output-file", str(target)], capsys
+    )
+    assert (code, out) == (0, "")
+    assert json.loads(target.read_text())["metadata"] == {"name": "vision"}

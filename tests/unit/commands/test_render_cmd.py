@@ -213,3 +213,25 @@ def test_render_writes_yaml_as_dump_yaml_does(tmp_path: Path, capsys: pytest.Cap
     cm, dep = docs(out)[:2]
     assert dep["spec"]["template"]["spec"]["nodeSelector"]["fast"] == "y"
     assert "\n" in cm["data"]["add_sub.config.pbtxt"]
+
+
+def test_output_json_is_one_list_of_every_object_and_name_one_line_each(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json  # noqa: PLC0415
+
+    code, yaml_out, _ = run_render("-f", str(EXAMPLES / "tiny.yaml"), capsys=capsys)
+    assert code == 0
+    code, out, _ = run_render("-f", str(EXAMPLES / "tiny.yaml"), "-o", "json", capsys=capsys)
+    assert code == 0
+    listed = json.loads(out)
+    assert listed["apiVersion"] == "v1" and listed["kind"] == "List"
+    assert listed["items"] == docs(yaml_out)  # the same objects as the YAML, without the header comments
+    code, out, _ = run_render("-f", str(EXAMPLES / "tiny.yaml"), "-o", "name", capsys=capsys)
+    assert code == 0
+    name = yaml.safe_load((EXAMPLES / "tiny.yaml").read_text())["metadata"]["name"]
+    lines = out.splitlines()
+    assert lines[0].startswith(f"configmap/{name}-") and lines[1].startswith(f"deployment.apps/{name}-")
+    assert lines[2] == f"service/{name}"
+    with pytest.raises(SystemExit):
+        run_render("-f", str(EXAMPLES / "tiny.yaml"), "-o", "xml", capsys=capsys)

@@ -21,10 +21,13 @@ from triton_operator.core.agent import (
     model_states,
     parse_inplace_state,
     plan,
+    python_models,
+    readiness,
     resolve_target,
     revision_keys,
     revisions_named,
     status_of,
+    went_back,
 )
 from triton_operator.core.manifest import Manifest, ManifestEntry, ManifestModel, StoreRef, VersionPolicy
 from triton_operator.core.modelconfig import build_config_pbtxt
@@ -135,17 +138,24 @@ CASES = [
             "delete": ["adder/1/model.py"],
             "configs": ["adder/config.pbtxt"],
             "load": ["adder"],
+            "unload": ["adder"],
         },
         id="a new version of one model",
     ),
     pytest.param(
         _new({"other": {"1/model.py": b"other v1", "labels.txt": b"a\nb\nc\n"}}),
-        {**NONE, "fetch": ["other/labels.txt"], "configs": ["other/config.pbtxt"], "load": ["other"]},
+        {
+            **NONE,
+            "fetch": ["other/labels.txt"],
+            "configs": ["other/config.pbtxt"],
+            "load": ["other"],
+            "unload": ["other"],
+        },
         id="a file rewritten under its name",
     ),
     pytest.param(
         _new(adder=_python(maxBatchSize=4, dynamicBatching={"maxQueueDelayMicroseconds": "100"})),
-        {**NONE, "configs": ["adder/config.pbtxt"], "load": ["adder"]},
+        {**NONE, "configs": ["adder/config.pbtxt"], "load": ["adder"], "unload": ["adder"]},
         id="a config-only change",
     ),
     pytest.param(
@@ -165,8 +175,14 @@ CASES = [
     ),
     pytest.param(
         _new({"first": {"1/model.py": b"first v2"}}),
-        {**NONE, "fetch": ["first/1/model.py"], "configs": ["first/config.pbtxt"], "load": ["first"]},
-        id="a step alone: Triton reloads its ensemble",
+        {
+            **NONE,
+            "fetch": ["first/1/model.py"],
+            "configs": ["first/config.pbtxt"],
+            "load": ["first", "chain"],
+            "unload": ["chain", "first"],
+        },
+        id="a step alone: its ensemble is unloaded before it and loaded after it",
     ),
     pytest.param(
         _new({"zeta": {"1/model.py": b"z"}}, zeta=_python(), chain=_ensemble("first", "zeta")),
@@ -175,6 +191,7 @@ CASES = [
             "fetch": ["zeta/1/model.py"],
             "configs": ["chain/config.pbtxt", "zeta/config.pbtxt"],
             "load": ["zeta", "chain"],
+            "unload": ["chain"],
         },
         id="a new step is loaded before the ensemble that names it",
     ),
@@ -188,7 +205,10 @@ def test_the_steps_from_one_revision_to_another(
     steps = plan(OLD, target)
     assert _summary(steps) == expected
     assert steps.bytes == sum(e.size for e in steps.fetch)
-    assert dict(steps.configs) == {f"{m}/config.pbtxt": target.configs[m] for m in steps.load}
+    # every config written is the target's, of a model loaded (an ensemble over a changed step is
+    # loaded again with its config unchanged)
+    assert {path.split("/")[0] for path, _ in steps.configs} <= set(steps.load)
+    assert dict(steps.configs) == {p: target.configs[p.split("/")[0]] for p, _ in steps.configs}
     assert steps.touches_triton == bool(expected["load"] or expected["unload"])
 
 
@@ -219,7 +239,7 @@ def test_a_failed_revision_is_undone_when_the_target_goes_back() -> None:
         "delete_folders": ["extra"],
         "configs": ["adder/config.pbtxt"],
         "load": ["adder"],
-        "unload": ["extra"],
+        "unload": ["extra", "adder"],
     }
 
 
@@ -391,3 +411,40 @@ def test_a_record_started_keeps_what_was_left_part_way_until_done() -> None:
     assert done == Record(applied="r3", fetched_bytes=7, updated_at="t6")
     assert not done.needs("r3") and done.revisions() == {"r3"}
     assert Record.from_json(third.to_json()) == third
+
+
+def test_readiness_is_every_model_of_the_revision_served_ready_and_nothing_blocking() -> None:
+    every = dict.fromkeys(OLD.models, "READY")
+    assert readiness(OLD, every).ready
+    assert readiness(OLD, every).revision == "r1"
+    dead = {**every, "adder": "dead: 1 of its 1 Python backend stub processes are gone"}
+    not_ready = readiness(OLD, dead)
+    assert not not_ready.ready and "model adder is dead" in not_ready.reason
+    missing = readiness(OLD, {k: v for k, v in every.items() if k != "other"})
+    assert not missing.ready and "model other is UNAVAILABLE" in missing.reason
+    drained = readiness(OLD, every, "draining: out of the Service while revision r2 loads")
+    assert not drained.ready and drained.reason.startswith("draining")
+    assert not readiness(None, every).ready
+    assert readiness(OLD, every).to_json()["models"] == every
+
+
+def test_python_models_are_those_of_the_python_backend() -> None:
+    assert python_models(OLD) == ("adder", "first", "other", "second")  # not the ensemble
+
+
+@pytest.mark.parametrize(
+    ("last", "seen", "back"),
+    [
+        (InPlaceState("n2"), InPlaceState("s1", "n2"), True),  # completed, then an older copy
+        (InPlaceState("s1", "n2"), InPlaceState("n2"), False),  # completing
+        (InPlaceState("s1", "n2"), InPlaceState("s1"), False),  # rolled back
+        (InPlaceState("n2"), InPlaceState("n2", "s1"), False),  # an undo: a new rollout
+        (InPlaceState("n2"), InPlaceState("n2", "m3"), False),
+        (None, InPlaceState("s1", "n2"), False),
+        (InPlaceState("n2"), None, False),
+    ],
+)
+def test_an_older_state_json_is_told_from_a_new_one(
+    last: InPlaceState | None, seen: InPlaceState | None, back: bool
+) -> None:
+    assert went_back(last, seen) is back

@@ -26,6 +26,8 @@ from triton_operator.core.builders import (
     build_triton_container,
     build_volumes,
     compute_revision,
+    read_settings_record,
+    settings_record,
     termination_grace_seconds,
 )
 from triton_operator.core.manifest import manifest_from_json
@@ -692,3 +694,17 @@ def test_the_sync_image_is_not_part_of_the_revision() -> None:
     # what a pod serves still makes a new revision
     other_triton = Settings(default_image="nvcr.io/nvidia/tritonserver:25.02-py3")
     assert compute_revision(ts, old, configs, None) != compute_revision(ts, other_triton, configs, None)
+
+
+def test_the_sync_container_keeps_its_log_tail_when_it_dies_without_a_message() -> None:
+    """A sync killed before writing /dev/termination-log (OOM, SIGKILL) still says why, as
+    tritonserver does; a revision recorded before the operator set it renders without (no restart)."""
+    ts = ts_of()
+    sync = build_sync_container(ts, SETTINGS, PLAIN)
+    assert sync["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    record = json.loads(settings_record(SETTINGS))
+    assert record["syncLogOnExit"] is True
+    del record["syncLogOnExit"]  # a record written before the operator set it
+    older = read_settings_record(json.dumps(record), SETTINGS)
+    assert older is not None
+    assert "terminationMessagePolicy" not in build_sync_container(ts, older, PLAIN)

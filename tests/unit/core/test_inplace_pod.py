@@ -62,7 +62,7 @@ def test_the_init_container_runs_agent_once_and_the_sidecar_follows_the_target()
         "--inplace-dir",
         "/etc/triton-operator-inplace",
         "--target-file",
-        "/etc/triton-operator-podinfo/target",
+        "/etc/triton-operator-inplace/target",
         "--state-dir",
         "/var/run/triton-operator",
         "--base-revision",
@@ -73,7 +73,15 @@ def test_the_init_container_runs_agent_once_and_the_sidecar_follows_the_target()
     assert list(containers) == ["tritonserver", AGENT_CONTAINER]
     agent = containers[AGENT_CONTAINER]
     assert agent["command"] == ["triton-operator", "agent"]
-    assert agent["args"] == [*args[:-1], "--triton", "http://127.0.0.1:8000", "--listen", "0.0.0.0:8009"]
+    assert agent["args"] == [
+        *args[:-1],
+        "--triton",
+        "http://127.0.0.1:8000",
+        "--listen",
+        "0.0.0.0:8009",
+        "--drain-seconds",
+        "9",  # the readiness probe's 2 s x 2 failures, then drainSeconds (5)
+    ]
     assert agent["ports"] == [{"name": "agent", "containerPort": 8009, "protocol": "TCP"}]
     assert agent["image"] == init["image"] == SETTINGS.sync_image
     assert agent["resources"] == {"requests": {"cpu": "10m", "memory": "96Mi"}}  # no limits
@@ -84,30 +92,50 @@ def test_the_init_container_runs_agent_once_and_the_sidecar_follows_the_target()
         "mountPath": "/etc/triton-operator-inplace",
         "readOnly": True,
     }
-    assert mounts["podinfo"] == {
-        "name": "podinfo",
-        "mountPath": "/etc/triton-operator-podinfo",
-        "readOnly": True,
-    }
+    assert "podinfo" not in mounts  # the target annotation is in the in-place volume
     assert mounts["agent-state"] == {"name": "agent-state", "mountPath": "/var/run/triton-operator"}
     assert mounts["models"] == {"name": "models", "mountPath": "/models"}
 
 
-def test_the_three_volumes() -> None:
+def test_the_two_volumes() -> None:
+    """The in-place ConfigMap and the pod's target annotation in ONE projected volume (one atomic
+    payload of the kubelet), and the agent's bookkeeping."""
     volumes = by_name(pod(**IN_PLACE)["volumes"])
     assert volumes["inplace"] == {
         "name": "inplace",
-        "configMap": {"name": "svc-rev1-inplace", "optional": True},
+        "projected": {
+            "sources": [
+                {"configMap": {"name": "svc-rev1-inplace", "optional": True}},
+                {
+                    "downwardAPI": {
+                        "items": [
+                            {
+                                "path": "target",
+                                "fieldRef": {
+                                    "fieldPath": "metadata.annotations['triton-operator.io/inplace-target']"
+                                },
+                            }
+                        ]
+                    }
+                },
+            ]
+        },
     }
-    assert volumes["podinfo"]["downwardAPI"] == {
-        "items": [
-            {
-                "path": "target",
-                "fieldRef": {"fieldPath": "metadata.annotations['triton-operator.io/inplace-target']"},
-            }
-        ]
-    }
+    assert "podinfo" not in volumes
     assert volumes["agent-state"] == {"name": "agent-state", "emptyDir": {}}
+
+
+def test_the_pods_readiness_is_the_agents_and_it_sees_the_stub_processes() -> None:
+    spec = pod(**IN_PLACE)
+    probe = by_name(spec["containers"])["tritonserver"]["readinessProbe"]
+    assert probe["httpGet"] == {"path": "/v1/ready", "port": 8009}
+    assert (probe["periodSeconds"], probe["failureThreshold"]) == (2, 2)
+    assert spec["shareProcessNamespace"] is True
+    before = pod()
+    assert by_name(before["containers"])["tritonserver"]["readinessProbe"]["httpGet"]["path"] == (
+        "/v2/health/ready"
+    )
+    assert "shareProcessNamespace" not in before
 
 
 def test_tritonserver_reads_models_read_only() -> None:
@@ -123,8 +151,9 @@ def test_tritonserver_loads_what_models_holds() -> None:
     assert "--load-model=*" in args
     assert not [a for a in args if a.startswith("--load-model=") and a != "--load-model=*"]
     assert "--model-control-mode=explicit" in args
-    # a failed in-place load leaves the old copy serving, and the pod in the Service
-    assert "--strict-readiness=false" in args
+    # Triton's own readiness stays strict (the pod's readiness is the agent's): no in-place load
+    # goes over a loaded model, so a failed one never leaves Triton unready for good
+    assert not [a for a in args if a.startswith("--strict-readiness")]
     assert "--strict-readiness=false" not in triton_args(ts_of())
 
 
@@ -143,8 +172,12 @@ def test_restricted_posture_for_the_new_containers_and_no_token() -> None:
         "capabilities": {"drop": ["ALL"]},
         "readOnlyRootFilesystem": True,
     }
+    # a user of their own: tritonserver's processes (same process namespace) cannot read theirs
+    restricted["runAsUser"] = 65532
     assert by_name(spec["containers"])[AGENT_CONTAINER]["securityContext"] == restricted
     assert spec["initContainers"][0]["securityContext"] == restricted
+    assert spec["securityContext"]["runAsUser"] == 1000  # tritonserver's
+    assert "runAsUser" not in by_name(spec["containers"])["tritonserver"].get("securityContext", {})
     assert spec["automountServiceAccountToken"] is False
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -183,6 +216,7 @@ def test_what_the_pod_runs_parses_with_the_agents_own_command_line() -> None:
         assert container["command"][0] == "triton-operator"
         args = parser.parse_args([*container["command"][1:], *container["args"]])
         assert args.base_revision == "rev1" and str(args.dest) == "/models"
-        assert str(args.target_file) == "/etc/triton-operator-podinfo/target"
+        assert str(args.target_file) == "/etc/triton-operator-inplace/target"
+        assert args.target_file.parent == args.inplace_dir  # one payload: read together
         assert args.once is (container is spec["initContainers"][0])
         assert args.volume_limit is not None

@@ -16,7 +16,16 @@ from triton_operator.core.builders import (
     compute_revision,
 )
 from triton_operator.core.names import AGENT_CONTAINER
-from triton_operator.core.nodecache import HOST_ENV, POD_ENV, PORT_ENV
+from triton_operator.core.nodecache import (
+    AUDIENCE,
+    HOST_ENV,
+    POD_ENV,
+    PORT_ENV,
+    TOKEN_DIR,
+    TOKEN_ENV,
+    TOKEN_PATH,
+    TOKEN_VOLUME,
+)
 from triton_operator.core.observation import recorded_revisions, recorded_settings
 from triton_operator.settings import Settings
 from tritonservice_bodies import SETTINGS, configs_of, ts_of
@@ -34,14 +43,48 @@ def test_with_the_cache_on_the_sync_container_is_told_the_nodes_address_port_and
         HOST_ENV: {"fieldRef": {"fieldPath": "status.hostIP"}},
         PORT_ENV: "8790",
         POD_ENV: {"fieldRef": {"fieldPath": "metadata.uid"}},
+        TOKEN_ENV: TOKEN_PATH,
     }
     # Pod Security restricted as before: no hostPath, no host port, nothing of the node mounted.
     assert "hostPath" not in repr(build_deployment(ts_of(), "r1", ON, 1))
     assert "hostPort" not in repr(build_deployment(ts_of(), "r1", ON, 1))
 
 
+def test_with_the_cache_on_the_pod_proves_who_it_is_with_a_projected_token_for_the_cache_only() -> None:
+    """The sync container (and an in-place pod's agent, which copies its mounts) reads a projected
+    ServiceAccount token for the node cache's audience; the pod still mounts no API token."""
+    for ts in (ts_of(), ts_of(rollout={"modelUpdates": "InPlace"})):
+        pod = build_deployment(ts, "r1", ON, 1)["spec"]["template"]["spec"]
+        volumes = [v for v in pod["volumes"] if v["name"] == TOKEN_VOLUME]
+        assert volumes == [
+            {
+                "name": TOKEN_VOLUME,
+                "projected": {
+                    "sources": [
+                        {
+                            "serviceAccountToken": {
+                                "audience": AUDIENCE,
+                                "expirationSeconds": 86400,
+                                "path": "token",
+                            }
+                        }
+                    ]
+                },
+            }
+        ]
+        assert pod["automountServiceAccountToken"] is False
+        mounted = [*pod["initContainers"], *(c for c in pod["containers"] if c["name"] == AGENT_CONTAINER)]
+        assert len(mounted) == (2 if ts.spec.rollout.model_updates == "InPlace" else 1)
+        for container in mounted:
+            assert {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True} in container[
+                "volumeMounts"
+            ]
+
+
 def test_with_the_cache_off_nothing_changes() -> None:
     assert "env" not in build_sync_container(ts_of(), SETTINGS, PLAIN)
+    pod = build_deployment(ts_of(), "r1", SETTINGS, 1)["spec"]["template"]["spec"]
+    assert TOKEN_VOLUME not in repr(pod)
 
 
 @pytest.mark.parametrize(
@@ -94,3 +137,21 @@ def test_an_in_place_pods_agent_uses_the_node_cache_too() -> None:
     assert all(
         "env" not in c for c in [*off["initContainers"], *off["containers"]] if c["name"] != "tritonserver"
     )
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "live-deployment"])
+def test_a_revision_made_before_the_cache_checked_tokens_keeps_its_pods(recorded: bool) -> None:
+    """An operator upgrade gives no token volume to an existing revision (its pods would restart):
+    its sync reads the store when the cache refuses it; the next revision gets the token."""
+    before = dataclasses.replace(ON, node_cache_token=False)
+    ts = ts_of()
+    configs = configs_of(ts)
+    revision = compute_revision(ts, before, configs, None)
+    assert compute_revision(ts, ON, configs, None) == revision
+    deployment = build_deployment(ts, revision, before, 2)
+    assert TOKEN_VOLUME not in repr(deployment)
+    configmaps = build_configmaps(ts, revision, configs, None, settings=before if recorded else None)
+    kept = recorded_settings(ON, configmaps, deployment)
+    assert build_deployment(ts, revision, kept, 2) == deployment
+    # a new revision gets it
+    assert TOKEN_VOLUME in repr(build_deployment(ts, revision, recorded_settings(ON, [], None), 2))

@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import base64
+import json
+
 import pytest
 
 from triton_operator.core.nodecache import (
+    AUDIENCE,
+    MAX_LEASE_OBJECTS,
+    NODE_NAME_EXTRA,
+    POD_NAME_EXTRA,
+    POD_UID_EXTRA,
     CachedObject,
+    Caller,
     Lease,
+    NotAllowed,
+    caller_from_review,
+    check_lease,
     choose_evictions,
     leased_keys,
     live_leases,
     object_key,
+    parse_lease,
+    parse_range,
+    token_refusal,
 )
 
 SHA256 = "ab" * 32
@@ -83,3 +98,99 @@ def test_a_lease_holds_its_objects_until_it_expires() -> None:
     assert leased_keys(leases.values(), 50.0) == {"a", "b"}  # p2 expired at 50
     assert leased_keys(leases.values(), 100.0) == frozenset()
     assert set(live_leases(leases, 60.0)) == {"p1"}
+
+
+# ----------------------------------------------------------------- callers and leases
+
+REVIEWED_EXTRA = {POD_NAME_EXTRA: ["web-0"], POD_UID_EXTRA: ["uid-1"], NODE_NAME_EXTRA: ["node-a"]}
+
+
+def test_a_caller_is_a_pod_of_a_namespace_as_the_review_says() -> None:
+    caller = caller_from_review("system:serviceaccount:team-a:default", REVIEWED_EXTRA, "node-a")
+    assert caller == Caller("team-a", "uid-1", "web-0")
+    # A cluster that does not name the node in the review: accepted on its namespace and pod.
+    no_node = {k: v for k, v in REVIEWED_EXTRA.items() if k != NODE_NAME_EXTRA}
+    assert caller_from_review("system:serviceaccount:team-a:default", no_node, "node-a").pod == "uid-1"
+
+
+@pytest.mark.parametrize(
+    ("username", "extra", "status"),
+    [
+        ("kubernetes-admin", REVIEWED_EXTRA, 401),  # not a ServiceAccount
+        ("system:serviceaccount:team-a:default", {}, 401),  # a token bound to no pod
+        ("system:serviceaccount:Team_A:default", REVIEWED_EXTRA, 401),  # no namespace name
+        ("system:serviceaccount:team-a:default", {**REVIEWED_EXTRA, NODE_NAME_EXTRA: ["node-b"]}, 403),
+    ],
+)
+def test_anything_but_a_pod_of_this_node_is_refused(
+    username: str, extra: dict[str, list[str]], status: int
+) -> None:
+    with pytest.raises(NotAllowed) as refused:
+        caller_from_review(username, extra, "node-a")
+    assert refused.value.status == status
+
+
+def jwt(claims: dict[str, object]) -> str:
+    payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+    return f"e30.{payload}.sig"
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        ("opaque", "not a JWT"),
+        (
+            jwt({"aud": ["https://kubernetes.default.svc"], "exp": 2e9}),
+            f"not a token for audience {AUDIENCE}",
+        ),
+        (jwt({"aud": AUDIENCE, "exp": 10}), "expired"),
+        (jwt({"aud": [AUDIENCE], "exp": 2e9}), None),  # only the TokenReview can tell
+    ],
+)
+def test_obviously_wrong_tokens_are_refused_before_any_review(token: str, reason: str | None) -> None:
+    assert token_refusal(token, AUDIENCE, now=1000.0) == reason
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        {"objects": "all"},
+        {"objects": [["md5", "0" * 32]]},  # no size
+        {"objects": [["md5", "0" * 32, -1]]},
+        {"objects": [["md5", "0" * 32, True]]},
+        {"objects": [[1, 2, 3]]},
+    ],
+)
+def test_a_lease_names_kind_checksum_and_size_or_is_refused(body: object) -> None:
+    with pytest.raises(NotAllowed) as refused:
+        parse_lease(body)
+    assert refused.value.status == 400
+
+
+def test_a_lease_is_bounded_in_objects_and_bytes() -> None:
+    with pytest.raises(NotAllowed) as refused:
+        parse_lease({"objects": [["md5", "0" * 32, 1]] * (MAX_LEASE_OBJECTS + 1)})
+    assert refused.value.status == 413
+    sizes = check_lease([("md5", "0" * 32, 60), ("sha1", "1" * 40, 40), ("crc32c", "0" * 8, 10**9)], 100)
+    assert sizes == {f"md5/{'0' * 32}": 60, f"sha1/{'1' * 40}": 40}  # a CRC is not cached, not counted
+    with pytest.raises(NotAllowed, match="at most 99"):
+        check_lease([("md5", "0" * 32, 60), ("sha1", "1" * 40, 40)], 99)
+
+
+def test_a_range_is_one_span_within_the_object() -> None:
+    assert parse_range(None, 100) is None
+    assert parse_range("bytes=0-99", 100) == (0, 100)
+    assert parse_range("bytes=10-19", 100) == (10, 20)
+    assert parse_range("bytes=90-", 100) == (90, 100)
+    assert parse_range("bytes=90-1000", 100) == (90, 100)  # clipped to the object, as HTTP says
+
+
+@pytest.mark.parametrize(
+    "header", ["bytes=100-", "bytes=5-4", "bytes=-10", "bytes=0-1,3-4", "items=0-1", "bytes=a-b", ""]
+)
+def test_any_other_range_is_refused_with_416(header: str) -> None:
+    with pytest.raises(NotAllowed) as refused:
+        parse_range(header, 100)
+    assert refused.value.status == 416
+    assert "Range" in str(refused.value)

@@ -398,6 +398,7 @@ UPGRADED = Settings(
     sync_image_pull_policy="Always",
     pod_security_defaults=False,
     triton_log_on_exit=False,
+    sync_log_on_exit=False,
     prometheus_scrape=False,
 )
 

@@ -251,6 +251,126 @@ def test_privilege_settings_from_the_environment() -> None:
     assert Settings.from_env({"TRITON_OPERATOR_ALLOWED_CAPABILITIES": "none"}).allowed_capabilities == ()
 
 
+# Pod Security "baseline": one rule a case, each refused by default naming its field and the setting
+# that allows it (TRITON_OPERATOR_ALLOW_PRIVILEGED, chart value policy.allowPrivileged), each passed
+# by that setting. On main, each of these specs passed the default policy.
+BASELINE_REFUSED = [
+    pytest.param(
+        {"podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "Unconfined"}}},
+        "spec.podSecurityContext.seccompProfile.type",
+        id="pod-seccomp-unconfined",
+    ),
+    pytest.param(
+        {"securityContext": {"seccompProfile": {"type": "Unconfined"}}},
+        "spec.securityContext.seccompProfile.type",
+        id="container-seccomp-unconfined",
+    ),
+    pytest.param(
+        {"podSecurityContext": {"runAsNonRoot": True, "appArmorProfile": {"type": "Unconfined"}}},
+        "spec.podSecurityContext.appArmorProfile.type",
+        id="pod-apparmor-unconfined",
+    ),
+    pytest.param(
+        {"securityContext": {"appArmorProfile": {"type": "Unconfined"}}},
+        "spec.securityContext.appArmorProfile.type",
+        id="container-apparmor-unconfined",
+    ),
+    pytest.param(
+        {"podAnnotations": {"container.apparmor.security.beta.kubernetes.io/triton": "unconfined"}},
+        "spec.podAnnotations['container.apparmor.security.beta.kubernetes.io/triton']",
+        id="apparmor-annotation-unconfined",
+    ),
+    pytest.param(
+        {"securityContext": {"seLinuxOptions": {"type": "spc_t"}}},
+        "spec.securityContext.seLinuxOptions.type",
+        id="selinux-spc_t",
+    ),
+    pytest.param(
+        {"podSecurityContext": {"runAsNonRoot": True, "seLinuxOptions": {"type": "unconfined_t"}}},
+        "spec.podSecurityContext.seLinuxOptions.type",
+        id="pod-selinux-unconfined_t",
+    ),
+    pytest.param(
+        {"securityContext": {"seLinuxOptions": {"user": "system_u"}}},
+        "spec.securityContext.seLinuxOptions.user",
+        id="selinux-user",
+    ),
+    pytest.param(
+        {"securityContext": {"seLinuxOptions": {"role": "system_r"}}},
+        "spec.securityContext.seLinuxOptions.role",
+        id="selinux-role",
+    ),
+    pytest.param(
+        {"securityContext": {"procMount": "Unmasked"}},
+        "spec.securityContext.procMount",
+        id="procmount-unmasked",
+    ),
+    pytest.param(
+        {"podSecurityContext": {"runAsNonRoot": True, "sysctls": [{"name": "kernel.msgmax", "value": "1"}]}},
+        "spec.podSecurityContext.sysctls[0].name",
+        id="unsafe-sysctl",
+    ),
+    pytest.param(
+        {"podSecurityContext": {"runAsNonRoot": True, "windowsOptions": {"hostProcess": True}}},
+        "spec.podSecurityContext.windowsOptions.hostProcess",
+        id="pod-host-process",
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "field"), BASELINE_REFUSED)
+def test_what_pod_security_baseline_refuses_is_refused_by_default(spec: dict[str, Any], field: str) -> None:
+    errors = policy.policy_errors(parsed(**spec), Settings())
+    assert [e.field for e in errors] == [field]
+    assert "TRITON_OPERATOR_ALLOW_PRIVILEGED" in errors[0].message
+    assert "policy.allowPrivileged" in errors[0].message
+    assert policy.policy_errors(parsed(**spec), Settings(allow_privileged=True)) == []
+
+
+def test_a_git_repo_volume_is_refused_by_default() -> None:
+    """CVE-2024-10220: a gitRepo volume runs git on the node with the spec's arguments."""
+    git = {"name": "code", "gitRepo": {"repository": "https://example.com/x.git"}}
+    errors = policy.policy_errors(parsed(volumes=[git]), Settings())
+    assert [e.field for e in errors] == ["spec.volumes[0].gitRepo"]
+    assert "TRITON_OPERATOR_FORBIDDEN_VOLUME_TYPES" in errors[0].message
+    assert policy.policy_errors(parsed(volumes=[git]), Settings(forbidden_volume_types=("hostPath",))) == []
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {
+            "podSecurityContext": {
+                "runAsNonRoot": True,
+                "seccompProfile": {"type": "Localhost", "localhostProfile": "triton.json"},
+            }
+        },
+        {
+            "securityContext": {
+                "seccompProfile": {"type": "RuntimeDefault"},
+                "appArmorProfile": {"type": "RuntimeDefault"},
+            }
+        },
+        {"securityContext": {"seLinuxOptions": {"type": "container_t", "level": "s0:c123,c456"}}},
+        {"securityContext": {"seLinuxOptions": {"type": "container_init_t"}, "procMount": "Default"}},
+        {
+            "podSecurityContext": {
+                "runAsNonRoot": True,
+                "sysctls": [{"name": "net.ipv4.ip_local_port_range", "value": "1024 65000"}],
+            }
+        },
+        {
+            "podAnnotations": {
+                "container.apparmor.security.beta.kubernetes.io/triton": "localhost/triton",
+                "other": "unconfined",
+            }
+        },
+    ],
+)
+def test_what_pod_security_baseline_allows_passes(spec: dict[str, Any]) -> None:
+    assert policy.policy_errors(parsed(**spec), Settings()) == []
+
+
 async def test_a_privileged_spec_is_held_and_the_serving_revision_stays() -> None:
     """Through the reconcile: a serving TritonService whose spec turns privileged and names another
     ServiceAccount keeps its Deployment; Ready names both fields."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -269,7 +270,7 @@ def test_tuning_pods_must_fit_the_gpu_budget_beside_stable(
     gpus: int, budget: int | None, replicas: int, parallel: int, refused: bool
 ) -> None:
     spec = spec_of(resources={"gpus": gpus}, rollout={"gpuBudget": budget} if budget is not None else {})
-    problem = t.gpu_budget_problem(spec, replicas, parallel)
+    problem = t.gpu_budget_problem(spec, {}, replicas, parallel)
     assert (problem is not None) == refused
     if problem:
         assert problem.startswith("spec.rollout.gpuBudget")
@@ -608,3 +609,91 @@ def test_job_verdict(conditions: list[dict[str, Any]], verdict: str | None) -> N
 )
 def test_expired_runs_are_all_but_the_latest(runs: list[str], keep: int, expired: list[str]) -> None:
     assert t.expired_runs(runs, keep) == expired
+
+
+# ----------------------------------------------------------------- GPU holders and the operator's end of runs
+
+
+def _pod(name: str, owner: tuple[str, str] | None, **extra: Any) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, **extra.pop("metadata", {})}
+    if owner is not None:
+        metadata["ownerReferences"] = [{"kind": owner[0], "name": owner[1]}]
+    return {"metadata": metadata, **extra}
+
+
+def test_held_pods_count_deployments_terminating_and_orphaned_pods_but_no_job_or_finished_pod() -> None:
+    deployments = [
+        {"metadata": {"name": "svc-a"}, "spec": {"replicas": 2}, "status": {"replicas": 3}},  # surge
+        {"metadata": {"name": "svc-b"}, "spec": {"replicas": 1}, "status": {}},  # pod not made yet
+        {"metadata": {"name": "svc-tune-r-c0"}, "spec": {"replicas": 1}, "status": {"replicas": 1}},
+    ]
+    pods = [
+        _pod("svc-a-1-x", ("ReplicaSet", "svc-a-1")),  # counted in its Deployment's status.replicas
+        _pod("svc-a-1-y", ("ReplicaSet", "svc-a-1"), metadata={"deletionTimestamp": "2026-01-01T00:00:00Z"}),
+        _pod("svc-tune-q-c0-5-z", ("ReplicaSet", "svc-tune-q-c0-5")),  # its Deployment deleted: still there
+        _pod("svc-tune-q-c0-5-w", ("ReplicaSet", "svc-tune-q-c0-5"), status={"phase": "Failed"}),
+        _pod("svc-tune-r-c0-perf-k", ("Job", "svc-tune-r-c0-perf")),  # perf_analyzer: no GPU
+    ]
+    assert t.held_pods(deployments, pods) == 3 + 1 + 1 + 1 + 1
+
+
+def test_a_sweep_may_not_start_during_a_rollout_under_a_gpu_budget() -> None:
+    spec = spec_of(resources={"gpus": 1}, rollout={"gpuBudget": 8})
+    assert t.gpu_budget_problem(spec, {"canaryRevision": "b"}, 1, 1) is not None
+    assert t.gpu_budget_problem(spec, {"stableRevision": "a"}, 1, 1) is None
+    assert t.gpu_budget_problem(spec_of(), {"canaryRevision": "b"}, 1, 1) is None  # no budget: no limit
+
+
+def _tuning(kind: str, name: str, deadline: str | None, **labels: str) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": "ml",
+        "resourceVersion": "7",
+        "creationTimestamp": "2026-11-27T10:00:00Z",
+        "labels": {**t.run_labels("svc", "r"), **labels},
+    }
+    if deadline is not None:
+        metadata["annotations"] = {t.ANNOTATION_DEADLINE: deadline}
+    return {"kind": kind, "metadata": metadata}
+
+
+def test_expire_deletes_owners_past_their_deadline_and_marks_running_records_abandoned() -> None:
+    past, future = "2026-11-27T16:59:00Z", "2026-11-27T17:01:00Z"
+    record = _tuning("ConfigMap", "svc-tune-r-results", past, **{t.LABEL_RESULTS: "true"})
+    record["data"] = {t.RESULTS_KEY: json.dumps({"run": "r", "state": t.RUNNING, "message": ""})}
+    done = _tuning("ConfigMap", "svc-tune-q-results", past, **{t.LABEL_RESULTS: "true"})
+    done["data"] = {t.RESULTS_KEY: json.dumps({"run": "q", "state": t.SUCCEEDED})}
+    objects = [
+        _tuning("Deployment", "svc-tune-r-c0", past),
+        _tuning("Job", "svc-tune-r-c0-perf", past),
+        _tuning("ConfigMap", "svc-tune-r-c0", past),
+        _tuning("Pod", "svc-tune-r-c0-1-x", past),  # its Deployment's deletion takes it
+        _tuning("Deployment", "svc-tune-s-c0", future),
+        _tuning("Deployment", "svc-tune-o-c0", None),  # no deadline: creation + the longest run
+        record,
+        done,
+    ]
+    now = datetime(2026, 11, 27, 17, 0, 0, tzinfo=UTC)
+    expiry = t.expire(objects, now)
+    assert expiry.delete == (
+        ("ConfigMap", "ml", "svc-tune-r-c0"),
+        ("Deployment", "ml", "svc-tune-r-c0"),
+        ("Job", "ml", "svc-tune-r-c0-perf"),
+    )
+    ((namespace, name, version, data),) = expiry.abandon
+    assert (namespace, name, version) == ("ml", "svc-tune-r-results", "7")
+    assert data["state"] == t.ABANDONED and data["finishedAt"] == "2026-11-27T17:00:00Z"
+    assert "deadline 2026-11-27T16:59:00Z passed" in data["message"]
+    later = now + timedelta(seconds=t.LONGEST_RUN_SECONDS)
+    assert ("Deployment", "ml", "svc-tune-o-c0") in t.expire(objects, later).delete
+    patch = t.record_patch(data, version)
+    assert patch["metadata"]["resourceVersion"] == "7"
+    assert json.loads(patch["data"][t.RESULTS_KEY]) == data
+
+
+def test_run_deadline_covers_the_sweep_and_a_last_candidate() -> None:
+    start = datetime(2026, 11, 27, 17, 0, 0, tzinfo=UTC)
+    sweep = t.Sweep(model="m1", max_seconds=600, candidate_seconds=100)
+    assert t.run_deadline(start, sweep) == start + timedelta(seconds=600 + 200 + t.DEADLINE_GRACE_SECONDS)
+    (stamped,) = t.with_deadline([{"metadata": {"name": "x", "annotations": {"a": "b"}}}], start)
+    assert stamped["metadata"]["annotations"] == {"a": "b", t.ANNOTATION_DEADLINE: "2026-11-27T17:00:00Z"}

@@ -571,7 +571,8 @@ async def test_a_pod_change_after_models_moved_in_place_rolls_out_new_pods_of_th
         assert deployment is not None
         volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
         assert volumes["triton-operator-config"]["configMap"]["name"] == f"svc-{new}"  # its own manifest
-        assert volumes["inplace"]["configMap"]["name"] == f"svc-{new}-inplace"
+        inplace = volumes["inplace"]["projected"]["sources"][0]  # with the target annotation
+        assert inplace["configMap"]["name"] == f"svc-{new}-inplace"
         for _ in range(3):
             await svc.run()
         status = svc.status()

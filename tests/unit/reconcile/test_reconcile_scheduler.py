@@ -11,9 +11,11 @@ import asyncio
 import base64
 import gc
 import logging
+import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import httpx2
 import pytest
 
 from e2e_helpers import tritonservice
@@ -199,7 +201,7 @@ async def test_a_triggered_reconcile_that_fails_with_a_retryable_error_is_retrie
 ) -> None:
     error = OSError("connection reset by peer")
     kube.fail_next("get_tritonservice", error)
-    r = Recording(kube)
+    r = Recording(kube, random=lambda: 1.0)  # the jitter's top: the first retry's ceiling
     r.trigger(*KEY)
     await until(lambda: len(r.requeued) == 1)
     assert r.requeued == [(KEY, retry_delay(error))]
@@ -301,7 +303,7 @@ async def test_a_timed_reconcile_that_fails_with_a_retryable_error_requeues_afte
 ) -> None:
     error = OSError("connection reset by peer")
     kube.fail_next("get_tritonservice", error)
-    r = Recording(kube)
+    r = Recording(kube, random=lambda: 1.0)  # the jitter's top: the first retry's ceiling
     r.requeue(KEY, 0.0)
     await until(lambda: len(r.requeued) == 2)
     assert r.requeued == [(KEY, 0.0), (KEY, retry_delay(error))]
@@ -595,4 +597,40 @@ async def test_the_scheduler_passes_its_absences_on_and_forgets_them_when_paused
     r.absences.absent(*KEY)
     r.forget(*KEY)
     assert r.absences.may_exist(*KEY)
+    await r.close()
+
+
+# ----------------------------------------------------------------- retries back off, jittered
+
+
+async def test_failures_in_a_row_back_off_and_a_success_starts_again(kube: MemKube) -> None:
+    """On main every retry of a failing pass came after the same 5 s: a thousand TritonServices that
+    failed together (an API server restart) came back together, every 5 s, for ever."""
+    error = OSError("connection reset by peer")
+    r = Reconciler(kube, SETTINGS, random=lambda: 1.0)
+    delays = [await r._failed(KEY, error) for _ in range(9)]
+    assert delays == [5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0, 300.0]  # doubling, capped
+    await r._pass_on_task(KEY)  # a pass that succeeds resets the count
+    assert await r._failed(KEY, error) == 5.0
+    await r.close()
+
+
+async def test_two_services_that_fail_together_do_not_retry_together(kube: MemKube) -> None:
+    error = OSError("connection reset by peer")
+    delays = set()
+    for seed in range(20):
+        r = Reconciler(kube, SETTINGS, random=random.Random(seed).random)
+        delay = await r._failed(KEY, error)
+        assert delay is not None and 0.0 <= delay <= 5.0
+        delays.add(delay)
+        await r.close()
+    assert len(delays) == 20
+
+
+async def test_the_api_servers_retry_after_is_waited_out(kube: MemKube) -> None:
+    request = httpx2.Request("GET", "https://api/apis/triton-operator.io/v1alpha1")
+    response = httpx2.Response(429, headers={"Retry-After": "42"}, request=request)
+    throttled = httpx2.HTTPStatusError("too many requests", request=request, response=response)
+    r = Reconciler(kube, SETTINGS, random=lambda: 0.0)
+    assert await r._failed(KEY, throttled) == 42.0
     await r.close()

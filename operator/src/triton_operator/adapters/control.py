@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
-from lightkube import ALL_NS, Client
+import yaml
+from lightkube import ALL_NS, Client, KubeConfig
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import ConfigMap
 from lightkube.types import PatchType
@@ -33,6 +37,111 @@ def request_patch(
     return {"metadata": {"annotations": annotations}}
 
 
+# The kubeconfig fields that name a file: kubectl reads a relative one from the file's own folder.
+_CLUSTER_FILES = ("certificate-authority",)
+_USER_FILES = ("client-certificate", "client-key", "tokenFile")
+
+
+def _absolute(entry: Mapping[str, Any], keys: Sequence[str], folder: Path) -> dict[str, Any]:
+    body = dict(entry)
+    for key in keys:
+        if body.get(key) and not Path(str(body[key])).expanduser().is_absolute():
+            body[key] = str(folder / str(body[key]))
+    return body
+
+
+def merge_kubeconfigs(documents: Sequence[tuple[Path, Mapping[str, Any]]]) -> dict[str, Any]:
+    """Several kubeconfig files as kubectl merges $KUBECONFIG's: the first file to name a cluster, user
+    or context wins it, the first current-context set wins, and each relative file path is made
+    absolute against the folder of the file it came from."""
+    merged: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [],
+        "users": [],
+        "contexts": [],
+    }
+    seen: dict[str, set[str]] = {"clusters": set(), "users": set(), "contexts": set()}
+    for path, doc in documents:
+        folder = path.expanduser().resolve().parent
+        for section, inner, keys in (
+            ("clusters", "cluster", _CLUSTER_FILES),
+            ("users", "user", _USER_FILES),
+            ("contexts", "context", ()),
+        ):
+            for entry in doc.get(section) or []:
+                name = str(entry.get("name"))
+                if name in seen[section]:
+                    continue
+                seen[section].add(name)
+                merged[section].append({"name": name, inner: _absolute(entry.get(inner) or {}, keys, folder)})
+        if doc.get("current-context") and "current-context" not in merged:
+            merged["current-context"] = doc["current-context"]
+    return merged
+
+
+def load_kubeconfig(kubeconfig: str | None = None, env: Mapping[str, str] | None = None) -> KubeConfig:
+    """The kubeconfig as kubectl finds it: ``--kubeconfig`` alone when given; else every file of
+    $KUBECONFIG (``:``-separated, missing ones skipped, merged); else in a pod its service account,
+    else ~/.kube/config."""
+    if kubeconfig:
+        return KubeConfig.from_file(kubeconfig)
+    listed = [p for p in (os.environ if env is None else env).get("KUBECONFIG", "").split(os.pathsep) if p]
+    if not listed:
+        return KubeConfig.from_env()
+    documents = []
+    for name in listed:
+        path = Path(name).expanduser()
+        if path.is_file():
+            documents.append((path, yaml.safe_load(path.read_text()) or {}))
+    if not documents:
+        raise ValueError(f"KUBECONFIG={os.pathsep.join(listed)}: none of its files exists")
+    return KubeConfig.from_dict(merge_kubeconfigs(documents), fname=documents[0][0])
+
+
+def kube_client(
+    kubeconfig: str | None = None, context: str | None = None, *, timeout: float | None = None
+) -> Client:
+    """A lightkube Client for kubectl's ``--kubeconfig`` and ``--context`` (None: as kubectl's default)."""
+    config = load_kubeconfig(kubeconfig)
+    try:
+        single = config.get(context)
+    except Exception as exc:  # lightkube's ConfigError: a context that is not there, no current-context
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise ValueError(f"kubeconfig {where}: {exc}") from exc
+    if timeout is None:
+        return Client(config=single, field_manager=FIELD_MANAGER)
+    import httpx2  # noqa: PLC0415 - lightkube's HTTP client, for a short timeout
+
+    return Client(config=single, field_manager=FIELD_MANAGER, timeout=httpx2.Timeout(timeout))
+
+
+OPERATOR_LABELS: dict[str, str] = {
+    "app.kubernetes.io/part-of": "triton-operator",
+    "app.kubernetes.io/component": "operator",
+}
+"""The labels of the operator's Deployment (the chart's and manifests/'), how `--version` finds it."""
+
+
+def operator_versions(client: Any) -> list[str]:
+    """Each operator Deployment in the cluster as `VERSION (NAMESPACE/NAME, image IMAGE)`: the version
+    its app.kubernetes.io/version label says, else its image's tag. Raises what the API raises."""
+    from lightkube.resources.apps_v1 import Deployment  # noqa: PLC0415 - only for --version
+
+    found = []
+    for dep in client.list(Deployment, namespace=ALL_NS, labels=dict(OPERATOR_LABELS)):
+        body = dep.to_dict()
+        metadata = body.get("metadata") or {}
+        containers = ((body.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+        image = next((c.get("image") for c in containers if c.get("name") == "operator"), None) or (
+            containers[0].get("image") if containers else ""
+        )
+        tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
+        version = (metadata.get("labels") or {}).get("app.kubernetes.io/version") or tag or "unknown"
+        found.append(f"{version} ({metadata.get('namespace')}/{metadata.get('name')}, image {image})")
+    return sorted(found)
+
+
 class Control(Protocol):
     """What kubectl-triton needs from the cluster (a fake in unit tests, lightkube for real)."""
 
@@ -57,11 +166,16 @@ class Control(Protocol):
 
 
 class KubeControl:
-    """Control over lightkube's sync Client; the kubeconfig comes from the environment."""
+    """Control over lightkube's sync Client (default: kube_client(), the kubeconfig as kubectl finds it)."""
 
     def __init__(self, client: Any = None) -> None:
-        self._client = client if client is not None else Client(field_manager=FIELD_MANAGER)
+        self._client = client if client is not None else kube_client()
         self._resource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
+
+    @property
+    def client(self) -> Any:
+        """The lightkube Client (the tuning sweep uses the same cluster and credentials)."""
+        return self._client
 
     @property
     def namespace(self) -> str:

@@ -10,15 +10,18 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx2
-from lightkube import ApiError, AsyncClient, KubeConfig
+from lightkube import ALL_NS, ApiError, AsyncClient, KubeConfig
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.operators import exists
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.autoscaling_v2 import HorizontalPodAutoscaler
+from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import ConfigMap, Event, Pod, Secret, Service
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import CascadeType, PatchType
 
 from triton_operator import FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
+from triton_operator.core.backoff import parse_retry_after
 
 TritonServiceResource: Any = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
 GATEWAY_GROUP = "gateway.networking.k8s.io"
@@ -35,6 +38,7 @@ RESOURCES: dict[str, Any] = {
     KIND: TritonServiceResource,
     "HTTPRoute": HTTPRouteResource,
     "GRPCRoute": GRPCRouteResource,
+    "Job": Job,
 }
 
 
@@ -87,6 +91,13 @@ def retry_delay(exc: BaseException) -> float | None:
     if isinstance(exc, httpx2.HTTPError | OSError | TimeoutError):
         return 5.0
     return None
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The seconds the API server asked to wait before a retry (Retry-After, sent with a 429 or a
+    503), None when it sent none."""
+    response = getattr(exc, "response", None) if isinstance(exc, httpx2.HTTPStatusError) else None
+    return parse_retry_after(response.headers.get("Retry-After")) if response is not None else None
 
 
 def _to_dict(obj: Any) -> dict[str, Any]:
@@ -245,6 +256,12 @@ class Kube:
     async def list_kind(self, kind: str, namespace: str) -> list[dict[str, Any]]:
         """Every object of ``kind`` in ``namespace``."""
         return [_to_dict(o) async for o in self.client.list(RESOURCES[kind], namespace=namespace)]
+
+    async def list_labelled(self, kind: str, namespace: str | None, label: str) -> list[dict[str, Any]]:
+        """Every object of ``kind`` that has label ``label`` (any value), in ``namespace`` (None: every
+        namespace), each with its ``kind``."""
+        found = self.client.list(RESOURCES[kind], namespace=namespace or ALL_NS, labels={label: exists()})
+        return [{**_to_dict(o), "kind": kind} async for o in found]
 
     async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply ``obj`` (a full desired object) under our field manager, forcing conflicts.

@@ -24,6 +24,7 @@ from typing import Any
 from lightkube import ALL_NS, AsyncClient
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
+from triton_operator.core.backoff import Backoff, Random
 from triton_operator.core.peering import PeeringVerdict, is_pattern, match_namespace, peering_verdict
 from triton_operator.core.rollout.clock import utcnow
 
@@ -46,6 +47,9 @@ IDLE_SECONDS = 300.0
 """A watch that brings nothing for this long is presumed dead and restarted: every live replica,
 this one included, renews its keep-alive every lifetime (60 s), so a healthy one never idles."""
 RETRY_SECONDS = 5.0
+"""The ceiling of the first delay before a failed (or ended) watch is started again; each failure in
+a row doubles it (core.backoff, full jitter), up to RETRY_CAP_SECONDS."""
+RETRY_CAP_SECONDS = 30.0
 RECHECK_SLACK_SECONDS = 0.1
 
 WatchEvent = tuple[str, Mapping[str, Any]]
@@ -120,12 +124,14 @@ class PeeringMonitor:
         clock: Callable[[], datetime.datetime] = utcnow,
         retry_seconds: float = RETRY_SECONDS,
         idle_seconds: float = IDLE_SECONDS,
+        random: Random | None = None,
     ) -> None:
         self.scope = scope
         self.watch = watch
         self.on_change = on_change
         self.clock = clock
-        self.retry_seconds = retry_seconds
+        self.backoff = Backoff(base=retry_seconds, cap=max(RETRY_CAP_SECONDS, retry_seconds))
+        self.random = random
         self.idle_seconds = idle_seconds
         self.verdict: PeeringVerdict | None = None
         self._statuses: dict[tuple[str | None, str], Mapping[str, Any]] = {}
@@ -199,16 +205,16 @@ class PeeringMonitor:
                 failures += 1
                 if failures == 1 or failures % 60 == 0:
                     logger.warning(
-                        "watching %s failed (%s: %s); retrying every %.0f s",
+                        "watching %s failed (%s: %s); retrying with a backoff up to %.0f s",
                         self.scope.describe(),
                         type(exc).__name__,
                         exc,
-                        self.retry_seconds,
+                        self.backoff.cap,
                     )
             finally:
                 with contextlib.suppress(Exception):
                     await stream.aclose()
-            await asyncio.sleep(self.retry_seconds)
+            await asyncio.sleep(self.backoff.delay(max(failures - 1, 0), random=self.random))
 
 
 def lightkube_watch(client: AsyncClient, scope: PeeringScope) -> Watch:

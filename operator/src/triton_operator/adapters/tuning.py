@@ -12,7 +12,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import ConfigMap, Pod
+from lightkube.resources.core_v1 import ConfigMap, Pod, Service
 from lightkube.types import CascadeType, PatchType
 
 from triton_operator import GROUP, KIND, PLURAL, VERSION
@@ -22,12 +22,19 @@ from triton_operator.core.names import LABEL_REVISION, LABEL_SERVICE
 FIELD_MANAGER = "kubectl-triton"
 POLL_SECONDS = 1.0
 NOT_FOUND = 404
-KINDS: tuple[Any, ...] = (Job, Deployment, Pod, ConfigMap)
-"""What a sweep makes, in the order it is deleted."""
+KINDS: tuple[Any, ...] = (Job, Deployment, Service, ConfigMap)
+"""What a sweep makes, in the order it is deleted: owners only. Their pods go with them (the garbage
+collector's cascade), so cleanup needs no right on pods."""
+LEFT: tuple[Any, ...] = (*KINDS, Pod)
+"""What may be left of a sweep: its objects, and their pods until the cascade has removed them."""
 
 
 def _selector(labels: Mapping[str, str]) -> dict[str, Any]:
     return dict(labels)
+
+
+def _describe(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in labels.items())
 
 
 class TuningPodError(RuntimeError):
@@ -47,7 +54,9 @@ class TuningCluster(Protocol):
 
     def job_log(self, namespace: str, name: str, timeout: float) -> str: ...
 
-    def delete(self, namespace: str, labels: Mapping[str, str]) -> None: ...
+    def delete(self, namespace: str, labels: Mapping[str, str]) -> list[str]: ...
+
+    def gpu_holders(self, name: str, namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]: ...
 
     def leftovers(self, namespace: str, labels: Mapping[str, str]) -> list[str]: ...
 
@@ -123,10 +132,21 @@ class KubeTuning:
         what = "failed" if verdict == "failed" else f"did not finish within {timeout:.0f} s"
         raise TuningPodError(f"perf_analyzer {what}: {tail}".rstrip(": "))
 
-    def delete(self, namespace: str, labels: Mapping[str, str]) -> None:
-        """Delete every Job, Deployment, pod and ConfigMap of ``labels`` but results ConfigMaps."""
+    def delete(self, namespace: str, labels: Mapping[str, str]) -> list[str]:
+        """Delete every Job, Deployment, Service and ConfigMap of ``labels`` but results ConfigMaps, each
+        with its dependents (the Deployment's ReplicaSet and pods, the Job's pod) in the background;
+        never a pod directly. What could not be listed or deleted, one line each (nothing raised: the
+        caller records it and goes on)."""
+        problems: list[str] = []
         for kind in KINDS:
-            for obj in self._client.list(kind, namespace=namespace, labels=_selector(labels)):
+            try:
+                found = list(self._client.list(kind, namespace=namespace, labels=_selector(labels)))
+            except ApiError as exc:
+                problems.append(
+                    f"could not list {kind.__name__}s of {_describe(labels)}: {exc.status.message}"
+                )
+                continue
+            for obj in found:
                 if ((obj.metadata and obj.metadata.labels) or {}).get(core.LABEL_RESULTS) == "true":
                     continue
                 try:
@@ -135,16 +155,31 @@ class KubeTuning:
                     )
                 except ApiError as exc:
                     if exc.status.code != NOT_FOUND:
-                        raise
+                        problems.append(
+                            f"could not delete {kind.__name__}/{obj.metadata.name}: {exc.status.message}"
+                        )
+        return problems
 
     def leftovers(self, namespace: str, labels: Mapping[str, str]) -> list[str]:
-        """What of ``labels`` still exists (results ConfigMaps aside), as kind/name."""
+        """What of ``labels`` still exists (results ConfigMaps aside), as kind/name; pods included."""
         found = []
-        for kind in KINDS:
+        for kind in LEFT:
             for obj in self._client.list(kind, namespace=namespace, labels=_selector(labels)):
                 if ((obj.metadata and obj.metadata.labels) or {}).get(core.LABEL_RESULTS) != "true":
                     found.append(f"{kind.__name__}/{obj.metadata.name}")
         return found
+
+    def gpu_holders(self, name: str, namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The Deployments and pods of TritonService ``name``: every revision's and every sweep's."""
+        deployments: list[dict[str, Any]] = []
+        pods: list[dict[str, Any]] = []
+        for key in (LABEL_SERVICE, core.LABEL_TUNING):
+            selector: dict[str, Any] = {key: name}
+            deployments += [
+                d.to_dict() for d in self._client.list(Deployment, namespace=namespace, labels=selector)
+            ]
+            pods += [p.to_dict() for p in self._client.list(Pod, namespace=namespace, labels=selector)]
+        return deployments, pods
 
     def save(self, configmap: Mapping[str, Any]) -> None:
         self._client.apply(from_dict(dict(configmap)), field_manager=FIELD_MANAGER, force=True)

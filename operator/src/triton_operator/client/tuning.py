@@ -8,8 +8,12 @@
 Candidates run one after the other (``Sweep.parallel`` pods start ahead; one is measured at a
 time, so that candidates do not share the node's CPUs while measured). Every object a sweep makes
 carries its run's labels and is deleted when the sweep ends, however it ends: finished, failed,
-out of time, Ctrl-C or SIGTERM (the CLI turns SIGTERM into KeyboardInterrupt). The record stays, in
-ConfigMap `<name>-tune-<run>-results`, owned by the TritonService.
+out of time, Ctrl-C or SIGTERM (the CLI turns SIGTERM into KeyboardInterrupt): by deleting their
+owners (Deployments, Jobs, ConfigMaps), whose pods the garbage collector takes. A delete that fails is
+reported (on the log and in the record), never stops the cleanup or the record's last save. The record
+stays, in ConfigMap `<name>-tune-<run>-results`, owned by the TritonService. Every object carries the
+run's deadline (core.tuning.run_deadline): should the client die (SIGKILL, its machine gone), the
+operator deletes what it left once that has passed and marks the record Abandoned.
 """
 
 from __future__ import annotations
@@ -74,12 +78,16 @@ class Sweeper:
         self.spec = core.stable_spec(self.configmaps)
         self.settings = core.stable_settings(self.configmaps)
         live_spec = ts_body.get("spec") or {}
-        problem = core.gpu_budget_problem(live_spec, int(live_spec.get("replicas", 1)), sweep.parallel)
+        held = core.held_pods(*cluster.gpu_holders(self.name, self.namespace))
+        problem = core.gpu_budget_problem(live_spec, status, held, sweep.parallel)
         if problem:
             raise core.TuningError(problem)
         self.plan = core.plan_sweep(ts_body, self.spec, sweep)
         self.results: list[core.CandidateResult] = []
-        self.started = format_time(now())
+        start = now()
+        self.started = format_time(start)
+        self.deadline = core.run_deadline(start, sweep)
+        self.cleanup: list[str] = []
         self.state = core.RUNNING
         self.message = ""
         self.input_configmap: str | None = None
@@ -96,12 +104,32 @@ class Sweeper:
             started_at=self.started,
             finished_at=format_time(self.now()) if finished else None,
             spec=self.body.get("spec") or {},
+            cleanup=self.cleanup,
         )
 
     def save(self, finished: bool = False) -> dict[str, Any]:
         data = self.record(finished)
-        self.cluster.save(core.results_configmap(self.body, self.run, data))
+        (configmap,) = core.with_deadline([core.results_configmap(self.body, self.run, data)], self.deadline)
+        self.cluster.save(configmap)
         return data
+
+    def create(self, objects: list[dict[str, Any]]) -> None:
+        """Create ``objects``, each carrying the run's deadline."""
+        self.cluster.create(core.with_deadline(objects, self.deadline))
+
+    def delete(self, labels: Mapping[str, str]) -> None:
+        """Delete the objects of ``labels`` (by their owners); what failed is logged and recorded,
+        never raised (the record is saved whatever cleanup does; the run's deadline ends the rest)."""
+        try:
+            problems = self.cluster.delete(self.namespace, labels)
+        except Exception as exc:  # the API server gone: as a refused delete
+            problems = [
+                f"could not delete the objects of {','.join(f'{k}={v}' for k, v in labels.items())}: {exc}"
+            ]
+        for problem in problems:
+            if problem not in self.cleanup:  # the run's last cleanup tries its candidates' again
+                self.log(f"cleanup: {problem}")
+                self.cleanup.append(problem)
 
     def _start(self, candidate: core.Candidate) -> None:
         objects = core.tuning_objects(
@@ -109,7 +137,7 @@ class Sweeper:
         )
         if core.service_selects_tuning_pods(TritonService.model_validate(dict(self.body)), objects):
             raise core.TuningError("a tuning pod would be selected by the service's Service")  # never
-        self.cluster.create(objects)
+        self.create(objects)
 
     def _measure(self, candidate: core.Candidate, image: str, deadline: float) -> core.CandidateResult:
         from triton_operator.adapters.tuning import TuningPodError  # noqa: PLC0415 - lightkube only when needed
@@ -131,7 +159,7 @@ class Sweeper:
                 spec=self.spec,
                 input_configmap=self.input_configmap,
             )
-            self.cluster.create([job])
+            self.create([job])
             left = min(deadline, self.clock() + self.sweep.candidate_seconds) - self.clock()
             text = self.cluster.job_log(self.namespace, job["metadata"]["name"], max(left, 1.0))
             rows = core.parse_perf_csv(core.job_output_csv(text))
@@ -139,10 +167,11 @@ class Sweeper:
         except (TuningPodError, ValueError) as exc:
             return core.CandidateResult(candidate, (), str(exc))
         finally:
-            self.cluster.delete(self.namespace, labels)
+            self.delete(labels)
 
     def measure_all(self, image: str) -> None:
-        deadline = self.clock() + self.sweep.max_seconds
+        began = self.clock()
+        deadline = began + self.sweep.max_seconds
         candidates = list(self.plan.candidates)
         for start in range(0, len(candidates), self.sweep.parallel):
             chunk = candidates[start : start + self.sweep.parallel]
@@ -155,9 +184,10 @@ class Sweeper:
                 self._start(candidate)
             for candidate in chunk:
                 if self.clock() >= deadline:
-                    self.cluster.delete(self.namespace, core.candidate_labels(self.name, self.run, candidate))
+                    self.delete(core.candidate_labels(self.name, self.run, candidate))
                     continue
-                self.log(f"{candidate.name}: {core.describe_knobs(candidate.config)}")
+                done = progress(len(self.results), len(candidates), self.clock() - began)
+                self.log(f"{candidate.name} ({done}): {core.describe_knobs(candidate.config)}")
                 result = self._measure(candidate, image, deadline)
                 self.results.append(result)
                 best = max((m.throughput for m in result.measurements), default=0.0)
@@ -167,6 +197,25 @@ class Sweeper:
                 left = len(candidates) - start - len(chunk)
                 self.message = f"--max-seconds {self.sweep.max_seconds} reached: {left} not run"
                 return
+
+
+def duration(seconds: float) -> str:
+    """A duration for people: 42s, 3m05s, 1h02m."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def progress(done: int, total: int, elapsed: float) -> str:
+    """Where a sweep is as a candidate starts: `candidate k of N, elapsed, about T left` (the mean
+    time of the candidates measured so far, times those left, this one included)."""
+    text = f"candidate {done + 1} of {total}, {duration(elapsed)} elapsed"
+    if done == 0:
+        return f"{text}, no estimate before the first is measured"
+    return f"{text}, about {duration(elapsed / done * (total - done))} left"
 
 
 def tune(
@@ -203,7 +252,7 @@ def tune(
     try:
         if input_data is not None:
             configmap = core.input_configmap(ts_body, sweeper.run, input_data)
-            kube.create([configmap])
+            sweeper.create([configmap])
             sweeper.input_configmap = configmap["metadata"]["name"]
         sweeper.measure_all(image)
         measured = any(r.error is None for r in sweeper.results)
@@ -211,16 +260,19 @@ def tune(
         if not measured:
             sweeper.message = sweeper.message or "no candidate could be measured"
     except KeyboardInterrupt:
-        sweeper.state, sweeper.message = core.INTERRUPTED, "interrupted; tuning pods deleted"
+        sweeper.state, sweeper.message = core.INTERRUPTED, "interrupted"
         raise
     except Exception as exc:
         sweeper.state, sweeper.message = core.FAILED, str(exc)
         raise
     finally:
-        kube.delete(namespace, core.run_labels(name, sweeper.run))
+        sweeper.delete(core.run_labels(name, sweeper.run))
         data = sweeper.save(finished=True)
-        for old in core.expired_runs(kube.runs(name, namespace), keep):
-            kube.forget(name, namespace, old)
+        try:
+            for old in core.expired_runs(kube.runs(name, namespace), keep):
+                kube.forget(name, namespace, old)
+        except Exception as exc:  # older records stay; this run's is saved
+            log(f"cleanup: could not delete older records: {exc}")
     choice = data.get("choice") or {}
     patch: Sequence[Mapping[str, Any]] | None = choice.get("patch")
     if apply and patch:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import signal
 import sys
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from triton_operator import logs
 from triton_operator.adapters.agent.files import read_text
 from triton_operator.adapters.agent.runner import Agent, AgentOptions
 from triton_operator.adapters.agent.status import StatusServer, parse_listen
@@ -34,6 +36,7 @@ from triton_operator.core.agent import RevisionFiles
 from triton_operator.core.manifest import CONFIG_FILE, ManifestError, manifest_from_json
 from triton_operator.core.names import (
     AGENT_PORT,
+    AGENT_READY_PATH,
     AGENT_STATE_DIR,
     AGENT_STATUS_PATH,
     HTTP_PORT,
@@ -48,20 +51,28 @@ With --once (the pod's init container): the target revision is synced into --des
 `triton-operator sync` does, recorded in --state-dir, and the exit status and termination message
 are sync's (see `triton-operator sync --help`).
 Without --once (the sidecar): every --interval seconds the target is resolved again; when it differs
-from the revision applied, only the changed objects are fetched (verified, atomic), the changed
-config.pbtxt files written, removed models deleted, then the changed and added models loaded and the
-removed ones unloaded through Triton's model control API (--triton, loopback). A failed load leaves
-the state Failed with Triton's message and is not tried again until the target changes.
-The status is served read-only at GET http://<--listen>{AGENT_STATUS_PATH}.
+from the revision applied, only the changed objects are fetched (verified, atomic) while the pod still
+serves, the changed config.pbtxt files written, removed models deleted; then the pod leaves its
+Service (readiness false, state Draining) for --drain-seconds, the changed and removed models are
+unloaded and the changed and added ones loaded through Triton's model control API (--triton,
+loopback), and readiness comes back once every model of the target is READY. A failed load leaves
+the state Failed with Triton's message, the pod out of its Service, and is not tried again until the
+target changes.
+The status is served read-only at GET http://<--listen>{AGENT_STATUS_PATH}; the pod's readiness at
+GET http://<--listen>{AGENT_READY_PATH} (200 only when every model of the revision it serves is READY
+by Triton's repository index and its per-model ready endpoint, with no Python backend stub process of
+it gone; 503 with the reason otherwise), checked every {{models}} s.
 The target: the pod's annotation (--target-file) when it names `next` or `stable` of the in-place
 ConfigMap's state.json (--inplace-dir) and that revision's files are there; else `stable`; else the
-base revision (--manifest and --configs, the pod's own).
+base revision (--manifest and --configs, the pod's own). With --target-file in --inplace-dir (one
+projected volume) both are read from one payload of the volume.
 """
 
 
 MODELS_SECONDS = 1.0
-"""How often the sidecar asks Triton for its models' states (the status); the target, a file, is
-looked at every --interval."""
+"""How often the sidecar asks Triton for its models' states (the status and the readiness); the
+target, a file, is looked at every --interval."""
+EPILOG = EPILOG.replace("{models}", f"{MODELS_SECONDS:g}")
 
 BASE = "base"
 """The base revision's name when --base-revision is empty (a pod template rendered with no revision)."""
@@ -129,7 +140,15 @@ def register(subparsers: Any) -> None:
         "--target-file",
         type=Path,
         default=Path(INPLACE_TARGET_FILE),
-        help=f"the pod's target annotation as a downwardAPI file ({INPLACE_TARGET_FILE})",
+        help=f"the pod's target annotation as a downwardAPI file ({INPLACE_TARGET_FILE}: in the "
+        "in-place volume, read from the same payload as state.json)",
+    )
+    parser.add_argument(
+        "--drain-seconds",
+        type=_seconds(0, 3600),
+        default=0.0,
+        help="seconds the pod stays out of its Service (readiness false) before a model is unloaded or "
+        "loaded: the readiness probe's period x failureThreshold plus a margin (the operator passes it)",
     )
     parser.add_argument(
         "--state-dir",
@@ -183,12 +202,16 @@ def base_revision(args: argparse.Namespace) -> RevisionFiles:
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     install_log_redaction()
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s agent %(levelname)s %(message)s"
-    )
+    try:
+        fmt = logs.log_format()
+    except logs.LogFormatError as exc:  # a bad setting stops the process, naming the variable
+        print(f"triton-operator agent: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    logs.configure("agent", fmt, text_format="%(asctime)s agent %(levelname)s %(message)s")
 
     def fail(code: int, message: str) -> int:
-        print(f"triton-operator agent: error: {message}", file=sys.stderr)
+        text = f"triton-operator agent: error: {message}"
+        print(logs.line("agent", fmt, text, exitCode=code), file=sys.stderr)
         write_termination_log(args.termination_log, message)
         return code
 
@@ -221,6 +244,7 @@ def run(args: argparse.Namespace) -> int:
         node_cache=url,
         node_cache_pod=pod,
         node_cache_upload_seconds=args.node_cache_upload_seconds,
+        drain_seconds=args.drain_seconds,
     )
     agent = Agent(options)
     if args.once:
@@ -266,7 +290,22 @@ def sidecar(agent: Agent, args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stopping)
-    server = StatusServer(args.listen, agent.status).start()
+    agent.options = dataclasses.replace(agent.options, wait=stop.wait)
+
+    def ready() -> tuple[bool, dict[str, Any]]:
+        result = agent.ready(stale_seconds=MODELS_SECONDS * 5)
+        return result.ready, result.to_json()
+
+    def checking() -> None:
+        while not stop.is_set():
+            try:
+                agent.check()
+            except Exception:  # a bug: said, and tried again (readiness goes stale meanwhile)
+                logging.getLogger("triton_operator.agent").exception("the readiness check failed")
+            stop.wait(MODELS_SECONDS)
+
+    threading.Thread(target=checking, name="agent-readiness", daemon=True).start()
+    server = StatusServer(args.listen, agent.status, ready).start()
     logging.getLogger("triton_operator.agent").info(
         "serving the status at http://%s%s; following revision targets every %.3g s",
         args.listen,

@@ -16,6 +16,7 @@ from triton_operator.core.modelconfig import (
     build_model_entry,
     gpus_needed_why,
 )
+from triton_operator.core.output import FORMATS, render_objects
 from triton_operator.core.validation.spec import check_spec, spec_warnings
 from triton_operator.settings import Settings
 
@@ -36,7 +37,15 @@ def register(subparsers: Any) -> None:
         "--uri",
         help="spec.repository.uri where DIR is uploaded: s3://bucket/prefix, gs://..., as://..., pvc://claim/path",
     )
-    parser.add_argument("--output", "-o", metavar="FILE", help="write the YAML to FILE instead of stdout")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=FORMATS,
+        default="yaml",
+        metavar="yaml|json|name",
+        help="the TritonService as YAML (default), JSON, or its name (tritonservice.triton-operator.io/NAME)",
+    )
+    parser.add_argument("--output-file", metavar="FILE", help="write to FILE instead of stdout")
     parser.set_defaults(func=run)
 
 
@@ -122,9 +131,13 @@ def run(args: argparse.Namespace) -> int:
         return 1
     for warning in spec_warnings(parsed, Settings.from_env().default_image):
         print(f"warning: {warning}", file=sys.stderr)
-    text = dump_yaml(service)
-    if args.output:
-        Path(args.output).write_text(text)
+    text = (
+        dump_yaml(service)
+        if args.output == "yaml"
+        else render_objects([service], args.output, single=True) + "\n"
+    )
+    if args.output_file:
+        Path(args.output_file).write_text(text)
     else:
         sys.stdout.write(text)
     return 0

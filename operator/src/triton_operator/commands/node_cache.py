@@ -3,27 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import os
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
-from triton_operator.adapters.nodecache.server import serve
+from triton_operator import logs
+from triton_operator.adapters.nodecache.review import KubeTokenReviewer
+from triton_operator.adapters.nodecache.server import NodeCacheServer
 from triton_operator.adapters.nodecache.store import ContentStore
+from triton_operator.core.nodecache import AUDIENCE
 from triton_operator.quantities import quantity_bytes
 
 DEFAULT_PORT = 8790
 DEFAULT_LEASE_SECONDS = 24 * 3600.0
 
 EPILOG = """\
-The cache keeps objects by content (sha256, sha1 or md5 of their bytes) under --root, at most
---size-limit bytes of them. Pods syncing on the node read from it first, and upload what they read
-from their store; the cache checks each upload against its digest before it keeps it, and each
-object again as it serves it. It holds no store credentials. A pod's lease keeps the objects it
-named for --lease-seconds; the least recently used of the rest are evicted to make room.
-Metrics (hits, misses, bytes, evictions, refused uploads) at /metrics on the same port.
+The cache keeps each object's bytes once under --root, named by the SHA-256 it computed over them,
+at most --size-limit bytes of them, and each namespace reaches them only through its own index
+(kind/checksum -> SHA-256) written when one of its pods uploaded them. Every caller but /healthz and
+/metrics presents its pod's projected ServiceAccount token for --audience, checked by a TokenReview
+(the cache's ServiceAccount may create tokenreviews); the API server is found in-cluster or by
+$KUBECONFIG. A pod's lease keeps the objects it named for --lease-seconds (at most its token's
+life); the least recently used of the rest are evicted to make room. It holds no store credentials.
+Metrics (hits, misses, bytes, evictions, refusals) at /metrics on the same port.
 """
 
 
@@ -33,8 +39,24 @@ def _size(text: str) -> int:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: the size limit must be above 0")
+        raise argparse.ArgumentTypeError(f"{text!r}: the size must be above 0")
     return value
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be above 0")
+    return value
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number above 0")
+    return int(text)
 
 
 def register(subparsers: Any) -> None:
@@ -48,43 +70,105 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--root", required=True, type=Path, help="the cache's folder (a hostPath)")
     parser.add_argument("--size-limit", required=True, type=_size, help="the most bytes kept, e.g. 100Gi")
-    parser.add_argument("--address", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    parser.add_argument(
+        "--address",
+        default=None,
+        help="address to listen on, IPv4 or IPv6 (default: every address of both families)",
+    )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     parser.add_argument(
         "--lease-seconds",
-        type=float,
+        type=_positive,
         default=DEFAULT_LEASE_SECONDS,
-        help="how long a pod's lease keeps its objects from eviction (default 86400)",
+        help="how long a pod's lease keeps its objects from eviction, at most its token's life "
+        "(default 86400)",
+    )
+    parser.add_argument(
+        "--pod-lease-bytes",
+        type=_size,
+        default=None,
+        help="the most bytes one pod's lease may name (default: half of --size-limit)",
+    )
+    parser.add_argument(
+        "--max-connections", type=_count, default=256, help="connections at once (default 256)"
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=_positive,
+        default=15.0,
+        help="a connection idle, or stalled in a body, this long is closed (default 15)",
+    )
+    parser.add_argument(
+        "--audit-seconds",
+        type=_positive,
+        default=60.0,
+        help="how often each lease's token is reviewed again (default 60)",
+    )
+    parser.add_argument("--audience", default=AUDIENCE, help=f"the tokens' audience (default {AUDIENCE})")
+    parser.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME", ""),
+        help="this node's name: a token of a pod on another node is refused (default $NODE_NAME)",
     )
     parser.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     try:
-        store = ContentStore(args.root, args.size_limit, args.lease_seconds)
-        server = serve((args.address, args.port), store)
+        fmt = logs.log_format()
+    except logs.LogFormatError as exc:  # a bad setting stops the process, naming the variable
+        print(f"triton-operator node-cache: error: {exc}", file=sys.stderr)
+        return 2
+    logs.configure("node-cache", fmt, level=args.log_level.upper())
+    try:
+        reviewer = KubeTokenReviewer()
+    except Exception as exc:  # lightkube's ConfigError: no in-cluster config, no $KUBECONFIG
+        print(
+            f"triton-operator node-cache: error: no API server to review tokens with ({exc}); "
+            "run it in the cluster or set KUBECONFIG",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        store = ContentStore(
+            args.root, args.size_limit, args.lease_seconds, pod_lease_bytes=args.pod_lease_bytes
+        )
     except OSError as exc:
         print(f"triton-operator node-cache: error: {exc}", file=sys.stderr)
         return 1
-    objects, used, _ = store.figures()
+    server = NodeCacheServer(
+        store,
+        reviewer,
+        audience=args.audience,
+        node=args.node_name,
+        max_connections=args.max_connections,
+        idle_seconds=args.idle_seconds,
+        audit_seconds=args.audit_seconds,
+    )
+    return asyncio.run(_serve(server, args))
+
+
+async def _serve(server: NodeCacheServer, args: argparse.Namespace) -> int:
+    try:
+        port = await server.start(args.address, args.port)
+    except OSError as exc:
+        print(f"triton-operator node-cache: error: {exc}", file=sys.stderr)
+        await server.stop()
+        return 1
+    objects, used, _ = server.store.figures()
     logging.info(
-        "node cache at %s:%s: %s objects, %s of %s bytes",
-        args.address,
-        server.server_address[1],
+        "node cache at %s port %s: %s objects, %s of %s bytes",
+        args.address or "every address",
+        port,
         objects,
         used,
         args.size_limit,
     )
-
-    def on_signal(signum: int, frame: Any) -> None:
-        threading.Thread(target=server.shutdown, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    try:
-        server.serve_forever()
-    finally:
-        server.server_close()
+    stopped = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopped.set)
+    await stopped.wait()
+    await server.stop()
     return 0

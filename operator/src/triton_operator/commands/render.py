@@ -17,6 +17,7 @@ from triton_operator.core.decide import Observed, decide
 from triton_operator.core.manifest import manifest_digest, manifest_to_json
 from triton_operator.core.names import PLACEHOLDER_UID
 from triton_operator.core.observation import check_body
+from triton_operator.core.output import FORMATS, render_objects
 from triton_operator.core.policy import policy_errors
 from triton_operator.core.rollout.clock import utcnow
 from triton_operator.core.validation.spec import spec_warnings
@@ -43,6 +44,15 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "-n", "--namespace", help="namespace for objects whose metadata names none (default: default)"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=FORMATS,
+        default="yaml",
+        metavar="yaml|json|name",
+        help="YAML documents with a header per TritonService (default); JSON: one v1 List of every object; "
+        "name: kind.group/name lines",
     )
     parser.add_argument(
         "--pin",
@@ -80,11 +90,14 @@ def render(
     *,
     namespace: str | None = None,
     pin: bool = False,
+    fmt: str = "yaml",
     out: TextIO,
     err: TextIO,
 ) -> int:
-    """Write the desired objects of every TritonService in ``documents`` to ``out``; 1 on any invalid one."""
+    """Write the desired objects of every TritonService in ``documents`` to ``out`` (``fmt``: yaml, json
+    or name); 1 on any invalid one."""
     failed = False
+    rendered: list[dict[str, Any]] = []
     first = True
     for index, doc in enumerate(documents):
         if doc.get("kind") != KIND:
@@ -135,11 +148,16 @@ def render(
             ts, settings, revision, first_meeting, configs=checked.configs, manifest_json=manifest_json
         )
         objects = list(decision.actions.apply)
+        if fmt != "yaml":
+            rendered += objects
+            continue
         if not first:
             out.write("---\n")
         first = False
         out.write(HEADER.format(ref=ref, revision=revision, manifest=manifest_note))
         out.write(dump_yaml_all(objects))
+    if fmt != "yaml" and (rendered or fmt == "json"):
+        out.write(render_objects(rendered, fmt) + "\n")
     return 1 if failed else 0
 
 
@@ -150,5 +168,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"render: cannot read {args.filename}: {exc}\n")
         return 2
     return render(
-        documents, Settings.from_env(), namespace=args.namespace, pin=args.pin, out=sys.stdout, err=sys.stderr
+        documents,
+        Settings.from_env(),
+        namespace=args.namespace,
+        pin=args.pin,
+        fmt=args.output,
+        out=sys.stdout,
+        err=sys.stderr,
     )

@@ -10,9 +10,11 @@ import os
 import random
 import socket
 import string
+import sys
 from collections.abc import Mapping
 from typing import Any, cast
 
+from triton_operator import logs
 from triton_operator.core.rollout.clock import utcnow
 from triton_operator.settings import Settings
 
@@ -31,14 +33,19 @@ class _EventHandlerSuccessFilter(logging.Filter):
         return not any(message == f"Handler {name!r} succeeded." for name in QUIET_HANDLERS)
 
 
-def configure_logging(verbose: bool, quiet: bool) -> None:
+def configure_logging(verbose: bool, quiet: bool, fmt: str = "text") -> None:
     import kopf  # noqa: PLC0415
 
     from triton_operator.adapters.redaction import install_log_redaction  # noqa: PLC0415
 
     # First: no line of this process (ours, kopf's, an SDK's at DEBUG) shows a store's secret.
     install_log_redaction()
-    kopf.configure(verbose=verbose, quiet=quiet)
+    # kopf's JSON lines (timestamp, severity, message, object: the TritonService's reference) with
+    # namespace, name and revision added to every record of a reconcile pass (logs.service_context).
+    log_format = kopf.LogFormat.JSON if fmt == "json" else kopf.LogFormat.FULL
+    kopf.configure(verbose=verbose, quiet=quiet, log_format=log_format)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(logs.ServiceFilter(component="operator"))
     if not verbose:
         for name in CHATTY_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
@@ -101,6 +108,11 @@ def run(args: argparse.Namespace) -> int:
     from triton_operator import handlers  # noqa: PLC0415  (registers the kopf handlers)
     from triton_operator.metrics import port_from_env, start_metrics_server  # noqa: PLC0415
 
+    try:
+        fmt = logs.log_format()
+    except logs.LogFormatError as exc:  # a bad setting stops the process, naming the variable
+        print(f"triton-operator run: error: {exc}", file=sys.stderr)
+        return 2
     settings = Settings.from_env()
     if args.namespaces:
         settings = dataclasses.replace(settings, namespaces=tuple(args.namespaces), all_namespaces=False)
@@ -122,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         identity = peering_identity()
         settings = dataclasses.replace(settings, peering_priority=priority, peering_identity=identity)
 
-    configure_logging(args.verbose or settings.log_level == "DEBUG", args.quiet)
+    configure_logging(args.verbose or settings.log_level == "DEBUG", args.quiet, fmt)
     if not args.no_metrics:
         port = args.metrics_port if args.metrics_port is not None else port_from_env()
         server, _ = start_metrics_server(port)

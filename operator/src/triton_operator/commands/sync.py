@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import errno
 import gc
+import logging
 import os
 import re
 import sys
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from triton_operator import logs
 from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.redaction import install_log_redaction
 from triton_operator.adapters.storage import open_store
@@ -249,13 +251,22 @@ def run(args: argparse.Namespace) -> int:
     # request's URL with its SAS signature) must not show the credentials it was given.
     install_log_redaction()
     started = time.monotonic()
+    try:
+        fmt = logs.log_format()
+    except logs.LogFormatError as exc:  # a bad setting stops the process, naming the variable
+        print(f"triton-operator sync: error: {exc}", file=sys.stderr)
+        write_termination_log(args.termination_log, str(exc))
+        return EXIT_USAGE
+    if fmt == "json":  # an SDK's warnings as JSON lines too (text: Python's default, as before)
+        logs.configure("sync", fmt, level=logging.WARNING)
     tty = {"auto": None, "bar": True, "json": False}[args.progress]
     stream = sys.stderr if (tty or (tty is None and sys.stderr.isatty())) else sys.stdout
     progress = Progress(stream, tty=tty if tty is not None else stream.isatty())
 
     def fail(code: int, message: str) -> int:
         progress.error(message)
-        print(f"triton-operator sync: error: {message}", file=sys.stderr)
+        text = f"triton-operator sync: error: {message}"
+        print(logs.line("sync", fmt, text, exitCode=code), file=sys.stderr)
         write_termination_log(args.termination_log, message)
         return code
 

@@ -239,7 +239,7 @@ def _revision(
 
 def _service(ts: TritonService, plan: RolloutPlan) -> OwnedKind:
     """The Service `<name>`, selecting the revision the plan serves from."""
-    return OwnedKind(apply=(build_service(ts, plan.stable_service_revision),))
+    return OwnedKind(apply=(stamped(build_service(ts, plan.stable_service_revision)),))
 
 
 def _disruption_budget(ts: TritonService, *, exists: bool) -> OwnedKind:
@@ -275,8 +275,10 @@ def _revision_services(ts: TritonService, plan: RolloutPlan, *, exist: bool) -> 
     )
     return OwnedKind(
         apply=tuple(
-            build_revision_service(
-                ts.name, ts.namespace, role, selected, owner_ref=owner, labels=build_labels(ts)
+            stamped(
+                build_revision_service(
+                    ts.name, ts.namespace, role, selected, owner_ref=owner, labels=build_labels(ts)
+                )
             )
             for role, selected in roles
             if selected

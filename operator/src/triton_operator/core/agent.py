@@ -13,8 +13,12 @@ Everything it decides is here, with no I/O:
   models to unload (an ensemble before its steps);
 * ``Record``: what the agent keeps in its state folder (the revision applied, the one being applied,
   a failure), written only after the step it records;
+* ``went_back``: a state.json older than one seen (the kubelet showing a lagging copy), not followed;
 * ``model_states`` and ``Status``: Triton's per-model state of the target's versions, and the JSON
-  the agent serves at GET :8009/v1/inplace.
+  the agent serves at GET :8009/v1/inplace;
+* ``readiness``: the pod's readiness the agent serves at GET :8009/v1/ready (the in-place pod's
+  readinessProbe): every model of the revision it serves READY, and not out of its Service for a
+  change.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from triton_operator.core.triton_state import VERSION_READY, VERSION_UNAVAILABLE
 
 APPLIED = "Applied"
 APPLYING = "Applying"
+DRAINING = "Draining"
 FAILED = "Failed"
 
 RECORD_FORMAT = 1
@@ -122,6 +127,28 @@ def resolve_target(
     return base
 
 
+def went_back(last: InPlaceState | None, seen: InPlaceState | None) -> bool:
+    """Whether ``seen`` is an older state.json than ``last``, shown late by the kubelet: the operator
+    only ever makes ``next`` the new ``stable`` (a rollout completed) and never names the old stable
+    again with that revision as ``next`` (an undo is a new rollout: ``next`` is the older one), so
+    ``{stable: S, next: N}`` after ``{stable: N}`` is a lag, never an instruction.
+
+    >>> went_back(InPlaceState("n2"), InPlaceState("s1", "n2"))
+    True
+    >>> went_back(InPlaceState("s1", "n2"), InPlaceState("n2"))
+    False
+    >>> went_back(InPlaceState("n2"), InPlaceState("n2", "s1"))
+    False
+    """
+    return (
+        last is not None
+        and seen is not None
+        and seen.next is not None
+        and seen.next == last.stable
+        and seen.stable != last.stable
+    )
+
+
 # ---------------------------------------------------------------- the steps
 
 
@@ -129,8 +156,11 @@ def resolve_target(
 class Steps:
     """From the revision a pod has to its target, in the order the agent takes them: fetch
     ``fetch`` (``bytes`` in all) and write ``configs``, delete ``delete`` (files) and
-    ``delete_folders`` (removed models), then ``load`` each model in that order (steps before their
-    ensembles) and ``unload`` each in that order (ensembles before their steps)."""
+    ``delete_folders`` (removed models), then, the pod out of its Service, ``unload`` each model in
+    that order (ensembles before their steps: every model changed or removed, and the ensembles over
+    a changed step) and ``load`` each in that order (steps before their ensembles: every model
+    changed or added, and those ensembles again). A model is never loaded over its loaded self:
+    Triton documents what that keeps serving for POLL mode only."""
 
     fetch: tuple[ManifestEntry, ...] = ()
     delete: tuple[str, ...] = ()
@@ -210,17 +240,20 @@ def plan(
         [model_diff(r.manifest, r.configs, target.manifest, target.configs) for r in (start, *partial)]
     )
     keep = {e.dest for e in target.manifest.entries}
-    loaded = set(diff.changed) | set(diff.added)
+    written = set(diff.changed) | set(diff.added)
     every_config: dict[str, str] = {}
     for r in (*partial, start):
         every_config.update(r.configs)
+    every_config.update(target.configs)
+    gone = set(diff.changed) | set(diff.removed)
+    over = {m for m in target.configs if m not in written and set(ensemble_steps(target.configs[m])) & gone}
     return Steps(
         fetch=diff.objects_to_fetch,
         delete=tuple(p for p in diff.objects_to_remove if p not in keep),
         delete_folders=diff.removed,
-        configs=tuple((f"{m}/{CONFIG_FILE}", target.configs[m]) for m in sorted(loaded)),
-        load=load_order(loaded, target.configs),
-        unload=tuple(reversed(load_order(diff.removed, every_config))),
+        configs=tuple((f"{m}/{CONFIG_FILE}", target.configs[m]) for m in sorted(written)),
+        load=load_order(written | over, target.configs),
+        unload=tuple(reversed(load_order(gone | over, every_config))),
     )
 
 
@@ -372,13 +405,24 @@ class Status:
         }
 
 
-def status_of(record: Record, base: str, target: str, models: Mapping[str, str], message: str = "") -> Status:
+def status_of(
+    record: Record,
+    base: str,
+    target: str,
+    models: Mapping[str, str],
+    message: str = "",
+    *,
+    draining: bool = False,
+) -> Status:
     """The status from the record: Failed with Triton's message while the failed revision is the
-    target, Applied once the target is applied and nothing is pending, else Applying."""
+    target, Applied once the target is applied and nothing is pending, Draining while the pod is out
+    of its Service for the loads (``draining``), else Applying."""
     if record.failed and record.pending == target:
         state, message = FAILED, record.failed
     elif record.pending is None and record.applied == target:
         state = APPLIED
+    elif draining:
+        state = DRAINING
     else:
         state = APPLYING
     return Status(
@@ -391,3 +435,68 @@ def status_of(record: Record, base: str, target: str, models: Mapping[str, str],
         fetched_bytes=record.fetched_bytes,
         updated_at=record.updated_at,
     )
+
+
+# ---------------------------------------------------------------- readiness
+
+PYTHON_BACKEND = "python"
+
+
+def python_models(files: RevisionFiles) -> tuple[str, ...]:
+    """The models of ``files`` that Triton's Python backend serves (each instance a stub process)."""
+    out = []
+    for name, text in files.configs.items():
+        try:
+            message = parse_config_pbtxt(text)
+        except ModelConfigError:
+            continue
+        if message.backend == PYTHON_BACKEND:
+            out.append(name)
+    return tuple(sorted(out))
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """What the agent serves at GET :8009/v1/ready (the pod's readinessProbe): ready only when every
+    model of the revision the pod serves is READY, and the pod is not out of its Service for a change."""
+
+    ready: bool
+    reason: str
+    revision: str | None = None
+    models: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ready": self.ready,
+            "reason": self.reason,
+            "revision": self.revision,
+            "models": dict(sorted(self.models.items())),
+        }
+
+
+def readiness(serving: RevisionFiles | None, models: Mapping[str, str], blocked: str = "") -> Readiness:
+    """``serving``: the revision whose models Triton should serve now (None: none is whole);
+    ``models``: each of its models' state as the agent checked it (READY or why not); ``blocked``: why
+    the pod is out of its Service whatever its models say (draining for a change, a failed load).
+
+    >>> from triton_operator.core.manifest import StoreRef
+    >>> files = RevisionFiles("r1", Manifest(StoreRef("s3://b/m"), (), ()), {"a": "", "b": ""})
+    >>> readiness(files, {"a": "READY", "b": "READY"}).ready
+    True
+    >>> readiness(files, {"a": "READY", "b": "UNAVAILABLE"}).reason
+    'revision r1: model b is UNAVAILABLE'
+    >>> readiness(files, {"a": "READY", "b": "READY"}, "draining").reason
+    'draining'
+    """
+    if blocked:
+        return Readiness(False, blocked, serving.revision if serving else None, models)
+    if serving is None:
+        return Readiness(False, "no revision is applied whole yet", None, models)
+    bad = [
+        f"model {m} is {models.get(m) or VERSION_UNAVAILABLE}"
+        for m in serving.models
+        if models.get(m) != VERSION_READY
+    ]
+    if bad:
+        return Readiness(False, f"revision {serving.revision}: {'; '.join(bad)}", serving.revision, models)
+    return Readiness(True, f"every model of revision {serving.revision} is READY", serving.revision, models)

@@ -9,13 +9,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from triton_operator import GROUP, KIND, VERSION
+from triton_operator import GROUP, KIND, VERSION, logs
 from triton_operator.core import manifestparts
 from triton_operator.core.manifest import StoreRef, manifest_to_json, model_sources, unpinned_manifest
 from triton_operator.core.manifestparts import MANIFEST_KEY
 from triton_operator.core.names import (
     AGENT_CONTAINER,
     AGENT_PORT,
+    AGENT_READY_PATH,
     AGENT_STATE_DIR,
     AGENT_STATE_VOLUME,
     APP_NAME,
@@ -28,6 +29,7 @@ from triton_operator.core.names import (
     INPLACE_DIR,
     INPLACE_STATE_KEY,
     INPLACE_TARGET_ANNOTATION,
+    INPLACE_TARGET_FILE,
     INPLACE_TARGET_ITEM,
     INPLACE_VOLUME,
     LABEL_COMPONENT,
@@ -46,8 +48,6 @@ from triton_operator.core.names import (
     MODELS_VOLUME,
     OPERATOR_KEY,
     PLACEHOLDER_UID,
-    PODINFO_DIR,
-    PODINFO_VOLUME,
     PVC_ROOT,
     REPOSITORY_VOLUME,
     SHM_VOLUME,
@@ -61,7 +61,17 @@ from triton_operator.core.names import (
     object_name,
     part_configmap_name,
 )
-from triton_operator.core.nodecache import HOST_ENV, POD_ENV, PORT_ENV
+from triton_operator.core.nodecache import (
+    AUDIENCE,
+    HOST_ENV,
+    POD_ENV,
+    PORT_ENV,
+    TOKEN_DIR,
+    TOKEN_ENV,
+    TOKEN_PATH,
+    TOKEN_SECONDS,
+    TOKEN_VOLUME,
+)
 from triton_operator.core.revision import revision_hash
 from triton_operator.core.traffic import service_body
 from triton_operator.models import ModelUpdates, Strategy, TritonService
@@ -72,6 +82,7 @@ LIVENESS_PATH = "/v2/health/live"
 STARTUP_PERIOD_SECONDS = 1
 """Startup probes run every second: a pod is Ready within a second of Triton loading its models."""
 READINESS_PERIOD_SECONDS = 2
+READINESS_FAILURES = 2
 TRITON_EXIT_TIMEOUT_SECONDS = 30
 """tritonserver's default --exit-timeout-secs: how long it waits for in-flight requests on SIGTERM."""
 TERMINATION_MARGIN_SECONDS = 5
@@ -144,8 +155,11 @@ RECORDED_SETTINGS: dict[str, str] = {
     "syncImagePullPolicy": "sync_image_pull_policy",
     "podSecurityDefaults": "pod_security_defaults",
     "tritonLogOnExit": "triton_log_on_exit",
+    "syncLogOnExit": "sync_log_on_exit",
     "prometheusScrape": "prometheus_scrape",
     "nodeCachePort": "node_cache_port",
+    "logFormat": "log_format",
+    "nodeCacheToken": "node_cache_token",
 }
 """The operator settings that shape a revision's pod template (OPERATOR_KEY's keys -> Settings'
 fields): recorded when the revision is created, and what it is re-rendered with ever after."""
@@ -154,6 +168,8 @@ fields): recorded when the revision is created, and what it is re-rendered with 
 def settings_record(settings: Settings) -> str:
     """What a revision's ConfigMap keeps under OPERATOR_KEY: the RECORDED_SETTINGS of ``settings``."""
     record = {key: getattr(settings, field) for key, field in RECORDED_SETTINGS.items()}
+    if record["logFormat"] == "text":
+        record["logFormat"] = None  # the default, left out: revisions recorded before it read the same
     return json.dumps({k: v for k, v in record.items() if v is not None}, sort_keys=True)
 
 
@@ -169,9 +185,15 @@ def read_settings_record(text: str | None, settings: Settings) -> Settings | Non
     fields: dict[str, Any] = {f: record[k] for k, f in RECORDED_SETTINGS.items() if k in record}
     # Left out of the record when unset (the cluster's default policy).
     fields["sync_image_pull_policy"] = record.get("syncImagePullPolicy")
+    # A revision recorded before the sync container's terminationMessagePolicy keeps going without.
+    fields["sync_log_on_exit"] = record.get("syncLogOnExit") is True
     # A revision recorded before the node cache (or with it off) keeps syncing without it.
     port = record.get("nodeCachePort")
     fields["node_cache_port"] = port if isinstance(port, int) and not isinstance(port, bool) else None
+    # A revision recorded before the log format was (or with text) keeps its pods' text logs.
+    fields["log_format"] = "json" if record.get("logFormat") == "json" else "text"
+    # A revision recorded before the node cache checked tokens keeps its pods without one.
+    fields["node_cache_token"] = record.get("nodeCacheToken") is True
     return dataclasses.replace(settings, **fields)
 
 
@@ -407,12 +429,9 @@ def triton_args(ts: TritonService) -> list[str]:
     args = [f"--model-repository={MODELS_DIR}", "--model-control-mode=explicit"]
     if in_place(ts):
         # What /models holds: a tritonserver that restarts after an in-place update loads the
-        # models the agent placed there, not the ones the pod started with. Readiness is the
-        # server's, not every model version's: after a failed in-place load Triton keeps the old
-        # copy serving but, strictly, keeps reporting the failed version and would never be ready
-        # again (every pod at once: no endpoint left). The operator gates each update on the
-        # agent's per-model states instead; a model failing at start-up still exits tritonserver.
-        args += ["--load-model=*", "--strict-readiness=false"]
+        # models the agent placed there, not the ones the pod started with. The pod's readiness is
+        # the agent's (every model of the revision it serves READY); Triton's own stays strict.
+        args += ["--load-model=*"]
     else:
         args += [f"--load-model={m.name}" for m in ts.spec.models]
     args += [f"--http-port={HTTP_PORT}", f"--grpc-port={GRPC_PORT}", f"--metrics-port={METRICS_PORT}"]
@@ -426,6 +445,16 @@ def _probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any
         "failureThreshold": failures,
         "timeoutSeconds": timeout,
     }
+
+
+def readiness_probe(ts: TritonService) -> dict[str, Any]:
+    """tritonserver's readiness (strict: every model loaded READY); with in-place updates the
+    agent's (GET :AGENT_PORT/v1/ready: every model of the revision the pod serves READY, and false
+    while the agent drains the pod for a change)."""
+    probe = _probe(READINESS_PATH, period=READINESS_PERIOD_SECONDS, failures=READINESS_FAILURES, timeout=3)
+    if in_place(ts):
+        probe["httpGet"] = {"path": AGENT_READY_PATH, "port": AGENT_PORT}
+    return probe
 
 
 def exit_timeout_seconds(server_args: Sequence[str]) -> int:
@@ -515,21 +544,29 @@ def build_volumes(ts: TritonService, revision: str, layout: ManifestLayout) -> l
 
 
 def agent_volumes(ts: TritonService, revision: str) -> list[dict[str, Any]]:
-    """The in-place agent's volumes: the `<deployment>-inplace` ConfigMap (optional: absent until an
-    update), the pod's own target annotation (downward API), and the agent's bookkeeping."""
+    """The in-place agent's volumes: one projected volume of the `<deployment>-inplace` ConfigMap
+    (optional: absent until an update) and the pod's own target annotation (downward API), which the
+    kubelet writes as one atomic payload (two volumes it refreshes at different moments let a pod see
+    the annotation gone before the state.json that makes it so: a flip back to the old revision),
+    and the agent's bookkeeping."""
     return [
         {
             "name": INPLACE_VOLUME,
-            "configMap": {"name": inplace_configmap_name(ts, revision), "optional": True},
-        },
-        {
-            "name": PODINFO_VOLUME,
-            "downwardAPI": {
-                "items": [
+            "projected": {
+                "sources": [
+                    {"configMap": {"name": inplace_configmap_name(ts, revision), "optional": True}},
                     {
-                        "path": INPLACE_TARGET_ITEM,
-                        "fieldRef": {"fieldPath": f"metadata.annotations['{INPLACE_TARGET_ANNOTATION}']"},
-                    }
+                        "downwardAPI": {
+                            "items": [
+                                {
+                                    "path": INPLACE_TARGET_ITEM,
+                                    "fieldRef": {
+                                        "fieldPath": f"metadata.annotations['{INPLACE_TARGET_ANNOTATION}']"
+                                    },
+                                }
+                            ]
+                        }
+                    },
                 ]
             },
         },
@@ -545,7 +582,6 @@ AGENT_RESOURCES: dict[str, Any] = {"requests": {"cpu": "10m", "memory": "96Mi"}}
 def _agent_mounts() -> list[dict[str, Any]]:
     return [
         {"name": INPLACE_VOLUME, "mountPath": INPLACE_DIR, "readOnly": True},
-        {"name": PODINFO_VOLUME, "mountPath": PODINFO_DIR, "readOnly": True},
         {"name": AGENT_STATE_VOLUME, "mountPath": AGENT_STATE_DIR},
     ]
 
@@ -556,7 +592,7 @@ def agent_args(revision: str) -> list[str]:
         "--inplace-dir",
         INPLACE_DIR,
         "--target-file",
-        f"{PODINFO_DIR}/{INPLACE_TARGET_ITEM}",
+        INPLACE_TARGET_FILE,
         "--state-dir",
         AGENT_STATE_DIR,
         "--base-revision",
@@ -564,9 +600,17 @@ def agent_args(revision: str) -> list[str]:
     ]
 
 
+def agent_drain_seconds(ts: TritonService) -> int:
+    """How long the agent keeps the pod out of its Service before it unloads or loads a model: the
+    readiness probe fails within period x failureThreshold, then the endpoints, kube-proxy and any
+    router catch up within the spec's drainSeconds (what a terminating pod's preStop waits too)."""
+    return READINESS_PERIOD_SECONDS * READINESS_FAILURES + ts.spec.drain_seconds
+
+
 def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[str, Any]) -> dict[str, Any]:
     """The model-agent sidecar: the sync container's image, arguments, credentials and security, as
-    `triton-operator agent`, which follows the pod's target revision and loads what changed."""
+    `triton-operator agent`, which follows the pod's target revision and loads what changed (and
+    serves the pod's readiness)."""
     agent: dict[str, Any] = {
         "name": AGENT_CONTAINER,
         "image": sync["image"],
@@ -577,6 +621,8 @@ def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[s
             f"http://127.0.0.1:{HTTP_PORT}",
             "--listen",
             f"0.0.0.0:{AGENT_PORT}",
+            "--drain-seconds",
+            str(agent_drain_seconds(ts)),
         ],
         "ports": [{"name": "agent", "containerPort": AGENT_PORT, "protocol": "TCP"}],
         "resources": copy.deepcopy(AGENT_RESOURCES),
@@ -587,6 +633,9 @@ def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[s
             agent[key] = copy.deepcopy(sync[key])
     return agent
 
+
+AGENT_UID = 65532
+"""The agent's user in in-place pods (the operator image's own), not tritonserver's (1000)."""
 
 RESTRICTED_POD_SECURITY: dict[str, Any] = {
     "runAsNonRoot": True,
@@ -642,7 +691,7 @@ def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, A
         # Kubernetes keeps the log's tail when tritonserver exits with an error: Triton's own reason
         # why a model failed to load, which the status and the rollback Event quote.
         **({"terminationMessagePolicy": "FallbackToLogsOnError"} if settings.triton_log_on_exit else {}),
-        "readinessProbe": _probe(READINESS_PATH, period=READINESS_PERIOD_SECONDS, failures=2, timeout=3),
+        "readinessProbe": readiness_probe(ts),
         "livenessProbe": _probe(LIVENESS_PATH, period=10, failures=3, timeout=5),
         "startupProbe": _probe(
             READINESS_PATH,
@@ -708,27 +757,59 @@ def build_sync_container(
         sync["command"] = ["triton-operator", "agent"]
         sync["args"] = [*sync["args"], *agent_args(revision), "--once"]
         sync["volumeMounts"] += _agent_mounts()
+    if settings.sync_log_on_exit:
+        # A sync that dies before writing its termination message (killed, out of memory) still
+        # says why: the log's tail.
+        sync["terminationMessagePolicy"] = "FallbackToLogsOnError"
     if settings.sync_image_pull_policy:
         sync["imagePullPolicy"] = settings.sync_image_pull_policy
     credentials = ts.spec.repository.credentials_secret
     if credentials and not _is_pvc(ts):
         sync["envFrom"] = [{"secretRef": {"name": credentials}}]
     if settings.node_cache_port is not None and not _is_pvc(ts):
-        sync["env"] = node_cache_env(settings.node_cache_port)
+        sync["env"] = node_cache_env(settings.node_cache_port, token=settings.node_cache_token)
+        if settings.node_cache_token:
+            sync["volumeMounts"].append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
+    if settings.log_format == "json":  # JSON lines naming the TritonService and the pod's revision
+        sync["env"] = [*sync.get("env", []), *log_env(ts, revision)]
     if settings.pod_security_defaults:
         # The operator's own image: it writes /models only, so its root filesystem is read-only.
         sync["securityContext"] = {**RESTRICTED_CONTAINER_SECURITY, "readOnlyRootFilesystem": True}
+        if in_place(ts):
+            # In-place pods share one process namespace (the agent watches the Python backend's
+            # stubs): the agent runs as a user of its own, so that no process of tritonserver (a
+            # Python model's code) can read its environment (the repository's credentials).
+            sync["securityContext"]["runAsUser"] = AGENT_UID
     return sync
 
 
-def node_cache_env(port: int) -> list[dict[str, Any]]:
+def log_env(ts: TritonService, revision: str | None) -> list[dict[str, Any]]:
+    """The sync's and agent's log format (JSON) and the TritonService and revision their lines name."""
+    env = [
+        {"name": logs.ENV, "value": "json"},
+        {"name": logs.SERVICE_ENV, "value": f"{ts.namespace}/{ts.name}"},
+    ]
+    if revision:
+        env.append({"name": logs.REVISION_ENV, "value": revision})
+    return env
+
+
+def node_cache_env(port: int, *, token: bool = True) -> list[dict[str, Any]]:
     """Where the sync container finds the node cache: the node's address and the cache's hostPort,
     and its pod's uid to name its lease (the downward API: nothing of the node is mounted)."""
     return [
         {"name": HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
         {"name": PORT_ENV, "value": str(port)},
         {"name": POD_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        *([{"name": TOKEN_ENV, "value": TOKEN_PATH}] if token else []),
     ]
+
+
+def node_cache_token_volume() -> dict[str, Any]:
+    """The pod's token for the node cache: projected, for the cache's audience only, bound to the
+    pod (allowed under Pod Security `restricted`; the pod's automountServiceAccountToken stays off)."""
+    token = {"audience": AUDIENCE, "expirationSeconds": TOKEN_SECONDS, "path": "token"}
+    return {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}}
 
 
 def build_scheduling(ts: TritonService) -> dict[str, Any]:
@@ -786,11 +867,19 @@ def build_pod_template(
         containers.append(build_agent_container(ts, settings, sync))
     pod_spec: dict[str, Any] = {
         "containers": containers,
-        "volumes": build_volumes(ts, revision, layout),
+        "volumes": build_volumes(ts, revision, layout)
+        + (
+            [node_cache_token_volume()]
+            if any(m["name"] == TOKEN_VOLUME for m in sync["volumeMounts"])
+            else []
+        ),
         # Service links put 7 variables per Service of the namespace into every container.
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": termination_grace_seconds(ts),
         "initContainers": [sync],
+        # In-place pods: the agent sees the Python backend's stub processes (a dead one is a model
+        # Triton 2.51 still reports READY) and takes the pod out of its Service.
+        **({"shareProcessNamespace": True} if in_place(ts) else {}),
         **build_pod_security(ts, settings),
         **build_scheduling(ts),
     }

@@ -54,6 +54,8 @@ class Observed:
     """The PodDisruptionBudget exists while the spec no longer wants one."""
     agents: Mapping[str, AgentStatus] = dataclasses.field(default_factory=dict)
     """The in-place agents' statuses read in this pass, by pod name (core.rollout.inplace)."""
+    tuning_pods: int = 0
+    """Pods of the service's tuning sweeps that hold GPUs (read only under a GPU budget)."""
 
     @property
     def now(self) -> str:
@@ -129,6 +131,7 @@ def decide(
             progress_deadline_seconds=ts.spec.progress_deadline(),
             unsyncable=unsyncable or {},
             analysis=analysis,
+            tuning_pods=observed.tuning_pods,
         )
     )
     plan = _with_in_place(plan, ip)

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from triton_operator import logs
 from triton_operator.core import conditions as cond
 from triton_operator.core import manifestparts
 from triton_operator.core.builders import (
@@ -34,7 +35,7 @@ from triton_operator.core.names import (
     SYNC_CONTAINER,
     TRITON_CONTAINER,
 )
-from triton_operator.core.nodecache import PORT_ENV
+from triton_operator.core.nodecache import PORT_ENV, TOKEN_ENV
 from triton_operator.core.rollout.clock import parse_time
 from triton_operator.core.rollout.state import RevisionState, revision_ready
 from triton_operator.core.startup import PodStart, pod_start
@@ -233,8 +234,16 @@ def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) ->
                 sync_image=image,
                 sync_image_pull_policy=policy,
                 node_cache_port=_node_cache_port(container),
+                log_format=_log_format(container),
+                node_cache_token=any(e.get("name") == TOKEN_ENV for e in container.get("env") or []),
             )
     return settings
+
+
+def _log_format(container: Mapping[str, Any]) -> str:
+    """The log format a sync container was given (core.builders.log_env): json, else text."""
+    env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+    return "json" if env.get(logs.ENV) == "json" else "text"
 
 
 def _node_cache_port(container: Mapping[str, Any]) -> int | None:
@@ -259,6 +268,8 @@ def kept_pod_security(settings: Settings, deployment: Mapping[str, Any]) -> Sett
     if sync is not None:
         # The sync container has a securityContext exactly when the defaults are on (not the spec's).
         settings = dataclasses.replace(settings, pod_security_defaults="securityContext" in sync)
+        log_on_exit = sync.get("terminationMessagePolicy", "File") == "FallbackToLogsOnError"
+        settings = dataclasses.replace(settings, sync_log_on_exit=log_on_exit)
     if triton is not None:
         # The API server stores the default policy, File.
         policy = triton.get("terminationMessagePolicy", "File")

@@ -22,6 +22,28 @@ DEFAULT_SERVICE_ACCOUNT = "default"
 ANY_SERVICE_ACCOUNT = "*"
 ALL_CAPABILITIES = "ALL"
 
+# What Pod Security "baseline" allows (https://kubernetes.io/docs/concepts/security/pod-security-standards/);
+# anything else in a spec's securityContext is refused unless TRITON_OPERATOR_ALLOW_PRIVILEGED.
+CONFINED_PROFILE_TYPES = ("RuntimeDefault", "Localhost")
+"""seccompProfile.type and appArmorProfile.type baseline allows (unset too): never Unconfined."""
+BASELINE_SELINUX_TYPES = ("", "container_t", "container_init_t", "container_kvm_t", "container_engine_t")
+"""seLinuxOptions.type baseline allows (unset too); seLinuxOptions.user and .role must be unset."""
+SAFE_SYSCTLS = (
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+)
+"""The sysctls baseline allows in securityContext.sysctls (the kubelet's safe set)."""
+APPARMOR_ANNOTATION_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
+"""The older AppArmor pod annotation (one a container): baseline allows runtime/default and localhost/*."""
+
 
 def image_allowed(image: str, prefixes: Sequence[str]) -> bool:
     """Whether ``image`` starts with one of ``prefixes`` (no prefixes: every image is allowed).
@@ -90,6 +112,63 @@ def _privilege_errors(context: Mapping[str, Any], settings: Settings) -> list[Sp
                 )
             )
     return errors
+
+
+def _privileged(field: str, what: str) -> SpecError:
+    return _refused(field, what, "ALLOW_PRIVILEGED", "allowPrivileged")
+
+
+def _confinement_errors(context: Mapping[str, Any], field: str) -> list[SpecError]:
+    """What Pod Security baseline refuses in a pod's or a container's securityContext besides
+    privileges: unconfined seccomp or AppArmor, an SELinux type/user/role that escapes the container
+    domain (spc_t), an unmasked /proc, unsafe sysctls and a Windows host-process pod."""
+    errors: list[SpecError] = []
+    for key, what in (("seccompProfile", "seccomp"), ("appArmorProfile", "AppArmor")):
+        profile = context.get(key)
+        kind = profile.get("type") if isinstance(profile, Mapping) else None
+        if profile is not None and kind not in CONFINED_PROFILE_TYPES:
+            errors.append(
+                _privileged(
+                    f"{field}.{key}.type",
+                    f"{what} profile type {kind!r} (allowed: {', '.join(CONFINED_PROFILE_TYPES)})",
+                )
+            )
+    selinux = context.get("seLinuxOptions")
+    if isinstance(selinux, Mapping):
+        kind = selinux.get("type") or ""
+        if kind not in BASELINE_SELINUX_TYPES:
+            allowed = ", ".join(t for t in BASELINE_SELINUX_TYPES if t)
+            errors.append(
+                _privileged(f"{field}.seLinuxOptions.type", f"SELinux type {kind!r} (allowed: {allowed})")
+            )
+        for key in ("user", "role"):
+            if selinux.get(key):
+                errors.append(
+                    _privileged(f"{field}.seLinuxOptions.{key}", f"a custom SELinux {key} {selinux[key]!r}")
+                )
+    proc_mount = context.get("procMount")
+    if proc_mount is not None and proc_mount != "Default":
+        errors.append(_privileged(f"{field}.procMount", f"procMount {proc_mount!r} (an unmasked /proc)"))
+    sysctls = context.get("sysctls")
+    for index, sysctl in enumerate(sysctls if isinstance(sysctls, list) else []):
+        name = sysctl.get("name") if isinstance(sysctl, Mapping) else sysctl
+        if name not in SAFE_SYSCTLS:
+            errors.append(
+                _privileged(f"{field}.sysctls[{index}].name", f"the unsafe sysctl {name!r} (not namespaced)")
+            )
+    return errors
+
+
+def _apparmor_annotation_errors(annotations: Mapping[str, str]) -> list[SpecError]:
+    """The AppArmor annotations of spec.podAnnotations that baseline refuses (anything but
+    runtime/default and localhost/<profile>, e.g. unconfined)."""
+    return [
+        _privileged(f"spec.podAnnotations[{key!r}]", f"AppArmor profile {value!r}")
+        for key, value in sorted(annotations.items())
+        if key.startswith(APPARMOR_ANNOTATION_PREFIX)
+        and value != "runtime/default"
+        and not value.startswith("localhost/")
+    ]
 
 
 def _escalation_errors(context: Mapping[str, Any], field: str) -> list[SpecError]:
@@ -202,6 +281,16 @@ def policy_errors(ts: TritonService, settings: Settings) -> list[SpecError]:
                     )
                 )
     errors.extend(_privilege_errors(ts.spec.security_context or {}, settings))
+    if not settings.allow_privileged:
+        pod = ts.spec.pod_security_context or {}
+        errors.extend(_confinement_errors(pod, "spec.podSecurityContext"))
+        windows = pod.get("windowsOptions")
+        if isinstance(windows, Mapping) and windows.get("hostProcess") is True:
+            errors.append(
+                _privileged("spec.podSecurityContext.windowsOptions.hostProcess", "a host-process pod")
+            )
+        errors.extend(_confinement_errors(ts.spec.security_context or {}, "spec.securityContext"))
+        errors.extend(_apparmor_annotation_errors(ts.spec.pod_annotations))
     root = None if settings.allow_root else _root_error(ts)
     if root is not None:
         errors.append(root)

@@ -19,6 +19,7 @@ import itertools
 import json
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import yaml
@@ -41,6 +42,7 @@ from triton_operator.core.names import (
     SPEC_KEY,
 )
 from triton_operator.core.observation import check_body, pod_state, revision_manifest
+from triton_operator.core.rollout.clock import format_time, parse_time
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 
@@ -63,6 +65,17 @@ RUNNING = "Running"
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
 INTERRUPTED = "Interrupted"
+ABANDONED = "Abandoned"
+"""The client went away before the run's end (killed, its machine gone): the operator removed what it
+left once its deadline passed (ANNOTATION_DEADLINE)."""
+
+ANNOTATION_DEADLINE = f"{GROUP}/tuning-deadline"
+"""On every object a sweep makes (its record included): the absolute time (RFC 3339, UTC) after which
+the operator deletes it (the record: marks it Abandoned when it still says Running)."""
+DEADLINE_GRACE_SECONDS = 60
+LONGEST_RUN_SECONDS = 24 * 3600 + 2 * 3600 + DEADLINE_GRACE_SECONDS
+"""The longest any sweep may run (--max-seconds and --candidate-seconds at their maxima): the deadline
+of a tuning object that carries none (made by an older kubectl-triton) counts from its creation."""
 
 
 class TuningError(ValueError):
@@ -322,17 +335,57 @@ def plan_sweep(ts_body: Mapping[str, Any], spec: Mapping[str, Any], sweep: Sweep
 # ----------------------------------------------------------------- the tuning pods
 
 
-def gpu_budget_problem(spec: Mapping[str, Any], stable_replicas: int, parallel: int) -> str | None:
-    """Whether ``parallel`` tuning pods fit spec.rollout.gpuBudget beside the stable revision's pods."""
+def held_pods(deployments: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> int:
+    """Pods that hold GPUs or are about to: each Deployment's spec.replicas or status.replicas, whichever
+    is more, and the pods of ``pods`` that terminate (status.replicas leaves them out; their GPUs are not
+    free until they are gone) or whose Deployment is gone, unless they have finished."""
+    counted = 0
+    names = set()
+    for deployment in deployments:
+        metadata = deployment.get("metadata") or {}
+        names.add(str(metadata.get("name", "")))
+        spec_replicas = int((deployment.get("spec") or {}).get("replicas", 1) or 0)
+        counted += max(spec_replicas, int((deployment.get("status") or {}).get("replicas") or 0))
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        owner = _deployment_of(pod)  # a perf Job's pod has none: it holds no GPU
+        if owner is not None and (metadata.get("deletionTimestamp") is not None or owner not in names):
+            counted += 1
+    return counted
+
+
+def _deployment_of(pod: Mapping[str, Any]) -> str | None:
+    """The Deployment a pod's ReplicaSet belongs to, by the ReplicaSet's name (`<deployment>-<hash>`)."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "ReplicaSet":
+            return str(ref.get("name", "")).rsplit("-", 1)[0]
+    return None
+
+
+def gpu_budget_problem(
+    spec: Mapping[str, Any], status: Mapping[str, Any], held: int, parallel: int
+) -> str | None:
+    """Whether ``parallel`` tuning pods fit spec.rollout.gpuBudget beside the ``held`` pods of the
+    service (every revision's and any other sweep's: held_pods), and no rollout is under way whose
+    canary the budget must make room for (the operator counts tuning pods against the budget too,
+    so a canary started after the sweep waits for its pods to go)."""
     gpus = int(((spec.get("resources") or {}).get("gpus")) or 0)
     budget = (spec.get("rollout") or {}).get("gpuBudget")
     if budget is None or gpus == 0:
         return None
-    held = stable_replicas * gpus
-    if held + parallel * gpus > int(budget):
+    canary = status.get("canaryRevision")
+    if canary:
         return (
-            f"spec.rollout.gpuBudget: {budget} GPUs; the stable revision holds {held} and {parallel} tuning "
-            f"pod(s) need {parallel * gpus} more (lower --parallel, or wait for fewer replicas)"
+            f"spec.rollout.gpuBudget: {budget} GPUs and a rollout is under way (canary revision {canary}):"
+            " its canary may need the budget's GPUs; tune once the rollout has completed"
+        )
+    if (held + parallel) * gpus > int(budget):
+        return (
+            f"spec.rollout.gpuBudget: {budget} GPUs; the service's pods (every revision's and other"
+            f" sweeps') hold {held * gpus} and {parallel} tuning pod(s) need {parallel * gpus} more"
+            " (lower --parallel, or wait for fewer pods)"
         )
     return None
 
@@ -361,6 +414,28 @@ def owner_reference(ts_body: Mapping[str, Any]) -> dict[str, Any]:
 
 def object_prefix(service: str, run: str) -> str:
     return f"{service}-tune-{run}"
+
+
+def run_deadline(started: datetime, sweep: Sweep) -> datetime:
+    """When the operator removes what a run left (its record it marks Abandoned): --max-seconds after
+    its start, then the longest a candidate started just before may take (its pod's start and its perf
+    Job, each bounded by --candidate-seconds), and DEADLINE_GRACE_SECONDS."""
+    seconds = sweep.max_seconds + 2 * sweep.candidate_seconds + DEADLINE_GRACE_SECONDS
+    return started + timedelta(seconds=seconds)
+
+
+def with_deadline(objects: Iterable[Mapping[str, Any]], deadline: datetime) -> list[dict[str, Any]]:
+    """Copies of ``objects`` annotated with the run's deadline (ANNOTATION_DEADLINE)."""
+    out = []
+    for obj in objects:
+        copied = copy.deepcopy(dict(obj))
+        metadata = copied.setdefault("metadata", {})
+        metadata["annotations"] = {
+            **(metadata.get("annotations") or {}),
+            ANNOTATION_DEADLINE: format_time(deadline),
+        }
+        out.append(copied)
+    return out
 
 
 def tuning_objects(  # noqa: PLR0917 - the seven parts of one candidate's objects
@@ -764,16 +839,27 @@ def record(
     started_at: str,
     finished_at: str | None,
     spec: Mapping[str, Any] | None,
+    cleanup: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """What the results ConfigMap keeps (and `kubectl triton status` shows): JSON-able data."""
+    """What the results ConfigMap keeps (and `kubectl triton status` shows): JSON-able data.
+
+    ``cleanup``: the deletes that failed (the message says how many; the objects' deadline still
+    ends them, core.tuning.expire)."""
     measured = {r.candidate.index: r for r in results}
     choice = choose(results, sweep.percentile, sweep.latency_bound_us)
+    if cleanup:
+        note = (
+            f"cleanup incomplete: {len(cleanup)} delete(s) failed (see cleanup); the operator deletes what "
+            "is left after the run's deadline"
+        )
+        message = f"{message}; {note}" if message else note
     out: dict[str, Any] = {
         "service": service,
         "model": sweep.model,
         "run": run,
         "state": state,
         "message": message,
+        "cleanup": list(cleanup),
         "startedAt": started_at,
         "finishedAt": finished_at,
         "percentile": sweep.percentile,
@@ -988,3 +1074,89 @@ def job_verdict(job: Mapping[str, Any]) -> str | None:
         if condition.get("type") == "Failed":
             return "failed"
     return None
+
+
+# ----------------------------------------------------------------- the operator's end of runs left behind
+
+
+@dataclasses.dataclass(frozen=True)
+class Expiry:
+    """What the operator does with what sweeps left past their deadline (expire)."""
+
+    delete: tuple[tuple[str, str, str], ...] = ()
+    """(kind, namespace, name) of the tuning objects to delete (their pods go with them)."""
+    abandon: tuple[tuple[str, str, str, dict[str, Any]], ...] = ()
+    """(namespace, name, resourceVersion, record) of the records that still say Running: marked Abandoned."""
+
+
+def deadline_of(obj: Mapping[str, Any]) -> datetime | None:
+    """A tuning object's deadline: its ANNOTATION_DEADLINE; without a readable one, its creation plus
+    LONGEST_RUN_SECONDS (no sweep runs longer); None when it has neither."""
+    metadata = obj.get("metadata") or {}
+    deadline = parse_time((metadata.get("annotations") or {}).get(ANNOTATION_DEADLINE))
+    if deadline is not None:
+        return deadline
+    created = parse_time(metadata.get("creationTimestamp"))
+    return created + timedelta(seconds=LONGEST_RUN_SECONDS) if created is not None else None
+
+
+def abandoned_record(data: Mapping[str, Any], deadline: datetime, now: datetime) -> dict[str, Any]:
+    """A record that still said Running at its deadline, as the operator leaves it."""
+    return {
+        **data,
+        "state": ABANDONED,
+        "message": (
+            f"the sweep's client stopped before the run ended (deadline {format_time(deadline)} passed with "
+            f"the record still Running{': ' + str(data['message']) if data.get('message') else ''}); "
+            "the operator deleted the objects it left"
+        ),
+        "finishedAt": format_time(now),
+    }
+
+
+def expire(objects: Sequence[Mapping[str, Any]], now: datetime) -> Expiry:
+    """What to do with the tuning objects (``objects``: every object with LABEL_TUNING, any kind, each
+    with its ``kind``) at ``now``: each past its deadline is deleted (Deployments, Jobs, Services, input
+    ConfigMaps; never pods, which their owners' deletion takes), and each record past its deadline that
+    still says Running is marked Abandoned (records stay: the sweep's end keeps the latest)."""
+    delete: list[tuple[str, str, str]] = []
+    abandon: list[tuple[str, str, str, dict[str, Any]]] = []
+    for obj in objects:
+        metadata = obj.get("metadata") or {}
+        labels = metadata.get("labels") or {}
+        kind = str(obj.get("kind", ""))
+        if LABEL_TUNING not in labels or kind == "Pod" or metadata.get("deletionTimestamp"):
+            continue
+        deadline = deadline_of(obj)
+        if deadline is None or now < deadline:
+            continue
+        where = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+        if labels.get(LABEL_RESULTS) != "true":
+            delete.append((kind, *where))
+            continue
+        data = read_record(obj)
+        if data is not None and data.get("state") == RUNNING:
+            abandon.append(
+                (*where, str(metadata.get("resourceVersion", "")), abandoned_record(data, deadline, now))
+            )
+    return Expiry(tuple(sorted(delete)), tuple(sorted(abandon, key=lambda a: a[:2])))
+
+
+def next_deadline(objects: Sequence[Mapping[str, Any]], now: datetime) -> datetime | None:
+    """The earliest deadline after ``now`` among tuning objects (pods aside): when expire has work next."""
+    upcoming = [
+        d
+        for o in objects
+        if o.get("kind") != "Pod" and LABEL_TUNING in ((o.get("metadata") or {}).get("labels") or {})
+        for d in [deadline_of(o)]
+        if d is not None and d > now
+    ]
+    return min(upcoming, default=None)
+
+
+def record_patch(data: Mapping[str, Any], resource_version: str) -> dict[str, Any]:
+    """The merge patch that writes ``data`` into a record unless it changed since ``resource_version``."""
+    return {
+        "metadata": {"resourceVersion": resource_version},
+        "data": {RESULTS_KEY: json.dumps(data, sort_keys=True)},
+    }

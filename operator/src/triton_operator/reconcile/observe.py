@@ -13,6 +13,7 @@ from triton_operator.adapters.kube import (
     KubeAPI,
     Owned,
 )
+from triton_operator.core import tuning
 from triton_operator.core.autoscaling import Autoscalers
 from triton_operator.core.builders import disruption_budget_enabled
 from triton_operator.core.decide import Observed
@@ -114,6 +115,8 @@ class Seen:
     while the rest of the spec is blocked; None when it is not a count."""
     agents: Mapping[str, AgentStatus] = dataclasses.field(default_factory=dict)
     """The host pods' model-agents, by pod name, while an in-place update moves (observe_agents)."""
+    tuning_pods: int = 0
+    """Pods of the service's tuning sweeps (core.tuning.held_pods), read only under a GPU budget."""
 
     @property
     def now(self) -> str:
@@ -144,7 +147,19 @@ async def observe(
         deployments=[deployment_state(d) for d in owned.deployments],
         pods=[pod_state(p) for p in owned.pods],
         replicas=live_replicas(body),
+        tuning_pods=await tuning_pods(kube, namespace, name, body),
     )
+
+
+async def tuning_pods(kube: KubeAPI, namespace: str, name: str, body: Mapping[str, Any]) -> int:
+    """The pods of the service's tuning sweeps (`kubectl triton tune`), which count against
+    spec.rollout.gpuBudget; listed only when the spec has a budget and asks for GPUs."""
+    spec = body.get("spec") or {}
+    gpus = (spec.get("resources") or {}).get("gpus")
+    if (spec.get("rollout") or {}).get("gpuBudget") is None or not gpus:
+        return 0
+    found = await kube.list_owned(namespace, {tuning.LABEL_TUNING: name})
+    return tuning.held_pods(found.deployments, found.pods)
 
 
 async def observe_agents(triton: TritonView | None, seen: Seen) -> Seen:
@@ -245,4 +260,5 @@ def observed(seen: Seen, around: Around | None = None) -> Observed:
         autoscalers=around.autoscalers if around is not None else None,
         stale_disruption_budget=around.stale_disruption_budget if around is not None else False,
         agents=seen.agents,
+        tuning_pods=seen.tuning_pods,
     )

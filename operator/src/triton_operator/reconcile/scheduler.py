@@ -9,11 +9,14 @@ import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 
+from triton_operator import logs
 from triton_operator.adapters.kube import (
     KubeAPI,
+    retry_after,
     retry_delay,
 )
 from triton_operator.core import conditions as cond
+from triton_operator.core.backoff import Backoff, Random
 from triton_operator.core.builders import build_event
 from triton_operator.core.rollout.clock import format_time, utcnow
 from triton_operator.metrics import METRICS, SUPERSEDED
@@ -45,6 +48,11 @@ SECRET_RETRY_MAX_SECONDS = 300.0
 allow-list, refused by the store) is reconciled again after 5 s, 10 s, 20 s, ... at most every
 5 minutes while it stays so: one Secret read each time (a refusal comes before any store request).
 The operator may only `get` Secrets: watching them would mean reading every Secret of the cluster."""
+RETRY_CAP_SECONDS = 300.0
+"""A pass that failed for the API server or the network (adapters.kube.retry_delay) is tried again
+after a random delay up to retry_delay's (5 s, 10 s, or 30 s for RBAC), doubling with each failure in
+a row up to 5 minutes (core.backoff: full jitter, so a thousand TritonServices that failed together
+do not come back together), and at least the API server's Retry-After."""
 REPOSITORY_RETRY_SECONDS = 30.0
 """A spec held because its repository could not be read (or is being listed) is reconciled again
 after this long, whatever else asks sooner."""
@@ -164,8 +172,11 @@ class Reconciler:
         paused: bool = False,
         secret_retry: tuple[float, float] | None = None,
         max_passes: int = MAX_PASSES,
+        random: Random | None = None,
     ) -> None:
         self.kube = kube
+        self.random = random
+        """The jitter of the retries of failed passes (core.backoff); None: the system's."""
         self._slots = PassSlots(max_passes)
         self._first: set[Key] = set()
         """TritonServices whose next pass was asked for by a change of the object itself (``trigger``
@@ -204,6 +215,8 @@ class Reconciler:
         self._triggers: set[asyncio.Task[None]] = set()
         self._failures: dict[tuple[str, str], str] = {}
         """The last failure of each TritonService's pass said in an Event (until a pass succeeds)."""
+        self._retries: dict[tuple[str, str], int] = {}
+        """How many passes of each TritonService failed in a row (until one succeeds)."""
 
     def _dequeue(self, key: tuple[str, str]) -> None:
         left = self._queued.get(key, 0) - 1
@@ -259,7 +272,7 @@ class Reconciler:
 
     async def _pass(self, namespace: str, name: str) -> Result | None:
         """One timed reconcile pass; None when its status write was refused (superseded)."""
-        with METRICS.reconcile_timer() as outcome:
+        with METRICS.reconcile_timer() as outcome, logs.service_context(namespace, name):
             try:
                 result = await reconcile(
                     self.kube,
@@ -351,20 +364,27 @@ class Reconciler:
                 self.requeue(key, retry)
         else:
             self._failures.pop(key, None)
+            self._retries.pop(key, None)
 
     async def _failed(self, key: tuple[str, str], exc: Exception) -> float | None:
         """A pass that raised: said in the log, and (as kopf says a failing handler) in a Warning
         Event on the TritonService, once for each new failure (a retry failing the same way posts
         nothing). The seconds before it is tried again; None: no retry helps (a bug)."""
-        retry = retry_delay(exc)
-        if retry is None:
+        first = retry_delay(exc)
+        retry = None
+        if first is None:
             logger.exception("reconcile of %s/%s failed", *key)
-            message = f"reconcile failed: {exc}"
+            said = message = f"reconcile failed: {exc}"
         else:
-            logger.warning("reconcile of %s/%s failed temporarily (again in %g s): %s", *key, retry, exc)
-            message = f"reconcile failed temporarily (again in {retry:g} s): {exc}"
-        if self._failures.get(key) != message:
-            self._failures[key] = message
+            attempt = self._retries.get(key, 0)
+            self._retries[key] = attempt + 1
+            backoff = Backoff(base=first, cap=max(first, RETRY_CAP_SECONDS))
+            retry = backoff.delay(attempt, retry_after=retry_after(exc), random=self.random)
+            logger.warning("reconcile of %s/%s failed temporarily (again in %.1f s): %s", *key, retry, exc)
+            message = f"reconcile failed temporarily (again in {retry:.1f} s): {exc}"
+            said = f"reconcile failed temporarily: {exc}"  # the same failure, whatever its delay
+        if self._failures.get(key) != said:
+            self._failures[key] = said
             event = build_event(
                 {"namespace": key[0], "name": key[1]},
                 "Warning",
@@ -385,6 +405,7 @@ class Reconciler:
         self._first.discard(key)
         self.fingerprints.pop(key, None)
         self._failures.pop(key, None)
+        self._retries.pop(key, None)
         self._secret_waits.pop(key, None)
         self._known.discard(key)
         self.absences.present(namespace, name)

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from triton_operator import logs
 from triton_operator.adapters.kube import KubeAPI, ObjectRejectedError
 from triton_operator.core import conditions as cond
 from triton_operator.core.builders import compute_revision, stored_spec, triton_image
@@ -224,6 +225,7 @@ async def _choose(
     # created with: a new operator default (image, scrape) applies to new revisions only.
     recorded = recorded_revisions(settings, seen.owned.deployments, seen.owned.configmaps)
     revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None, recorded)
+    logs.set_revision(revision)  # every later record of this pass names it (TRITON_OPERATOR_LOG_FORMAT=json)
     return _Chosen(ts=ts, configs=checked.configs, pinned=pinned, revision=revision)
 
 

@@ -8,13 +8,15 @@ import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from triton_operator.adapters.agent.processes import python_stubs
 from triton_operator.adapters.agent.status import StatusServer, parse_listen
 from triton_operator.adapters.agent.triton import ModelControl, TritonUnreachable
-from triton_operator.core.names import AGENT_STATUS_PATH
+from triton_operator.core.names import AGENT_READY_PATH, AGENT_STATUS_PATH
 
 
 @pytest.fixture
@@ -96,3 +98,39 @@ def test_a_silent_tritonserver_times_out() -> None:
         with pytest.raises(TritonUnreachable, match="timed out"):
             control.load("adder")
         assert control.live() is False
+
+
+def test_the_readiness_is_200_only_when_ready_and_503_with_the_reason() -> None:
+    answers: list[tuple[bool, dict[str, Any]]] = [(False, {"ready": False, "reason": "draining"})]
+    server = StatusServer("127.0.0.1:0", lambda: {}, lambda: answers[-1]).start()
+    try:
+        assert get(server.port, AGENT_READY_PATH)[:2] == (503, {"ready": False, "reason": "draining"})
+        answers.append((True, {"ready": True, "reason": "every model of revision r1 is READY"}))
+        assert get(server.port, AGENT_READY_PATH)[0] == 200
+    finally:
+        server.stop()
+
+
+def test_the_stub_processes_of_each_model_from_proc(tmp_path: Path) -> None:
+    """Live stubs by model (argv[1]: its model.py under the repository); zombies, other processes and
+    other repositories are not counted."""
+
+    def process(pid: int, argv: list[str], state: str = "S") -> None:
+        folder = tmp_path / "proc" / str(pid)
+        folder.mkdir(parents=True)
+        (folder / "cmdline").write_bytes("\0".join(argv).encode() + b"\0")
+        (folder / "stat").write_text(f"{pid} (triton_python_b) {state} 1 2 3")
+
+    stub = "/opt/tritonserver/backends/python/triton_python_backend_stub"
+    process(
+        10, [stub, "/models/adder/1/model.py", "shm", "1048576", "1048576", "7", "/b", "336", "adder_0_0"]
+    )
+    process(
+        11, [stub, "/models/adder/1/model.py", "shm", "1048576", "1048576", "7", "/b", "336", "adder_0_1"]
+    )
+    process(12, [stub, "/models/other/1/model.py"], state="Z")
+    process(13, [stub, "/elsewhere/x/1/model.py"])
+    process(14, ["tritonserver", "--model-repository=/models"])
+    (tmp_path / "proc" / "self").mkdir()
+    assert python_stubs(Path("/models"), tmp_path / "proc") == {"adder": 2}
+    assert python_stubs(Path("/models"), tmp_path / "nothing") == {}

@@ -61,6 +61,8 @@ class Sim:
     annotations: dict[str, str] = dataclasses.field(default_factory=dict)
     lag: bool = False
     """Scaled-down pods terminate one reconcile later (they still hold GPUs meanwhile)."""
+    tuning: int = 0
+    """Pods of a tuning sweep (kubectl triton tune) that hold GPUs of the budget."""
     plans: list[RolloutPlan] = dataclasses.field(default_factory=list)
 
     def input(self) -> RolloutInput:
@@ -73,6 +75,7 @@ class Sim:
             revisions=dict(self.cluster),
             gpus_per_pod=self.gpus,
             requests=parse_control_requests(self.annotations),
+            tuning_pods=self.tuning,
         )
 
     def plan(self) -> RolloutPlan:
@@ -113,7 +116,7 @@ class Sim:
             )
         budget = self.rollout.gpu_budget
         if budget is not None and self.gpus > 0:
-            held = sum(state.gpu_pods for state in self.cluster.values())
+            held = sum(state.gpu_pods for state in self.cluster.values()) + self.tuning
             assert held * self.gpus <= budget, f"{held} pods of {self.gpus} GPUs over a budget of {budget}"
 
     def terminate(self) -> None:
@@ -1031,6 +1034,33 @@ def test_gpu_budget_abort_brings_stable_back_as_canary_pods_go() -> None:
     assert p.replicas == {"A": 2, "B": 0}  # its pods are still terminating
     p = sim.reconcile(1)
     assert p.replicas == {"A": 4, "B": 0}
+
+
+def test_tuning_pods_count_against_the_gpu_budget_a_canary_waits_for_them_to_go() -> None:
+    sim = deployed(make_rollout(steps=[{"setWeight": 50}, {"pause": {}}], gpuBudget=4), replicas=2, gpus=1)
+    sim.tuning = 2  # a sweep's two tuning pods hold the rest of the budget (Sim.apply checks the sum)
+    for after in (1, 1000, 5000):  # beyond the progress deadline: a sweep's pods are no canary failure
+        p = sim.reconcile(after)
+        assert p.replicas == {"A": 2, "B": 0}  # no GPU is free for the canary
+        assert p.status.aborted_revision is None
+        assert cond(p, "Progressing") == ("True", "WaitingForCanaryReady")
+        assert "2 tuning pod(s) (kubectl triton tune) hold GPUs" in p.conditions["Progressing"].message
+        assert p.requeue_after == 10.0  # the tuning pods' end wakes no pass: it looks again
+    sim.tuning = 0  # the sweep ended (or the operator removed it at its deadline)
+    p = sim.reconcile(1)
+    assert p.replicas == {"A": 2, "B": 1}
+
+
+def test_tuning_pods_hold_the_stable_revision_growing_into_the_budget() -> None:
+    sim = Sim(rollout=make_rollout(steps=CHAIN, gpuBudget=4), replicas=2, gpus=1, tuning=2)
+    sim.reconcile()
+    sim.reconcile()
+    sim.replicas = 4  # an autoscaler asks for more while the sweep holds 2 GPUs
+    p = sim.reconcile(1)
+    assert p.replicas == {"A": 2} and p.requeue_after == 10.0
+    sim.tuning = 0
+    p = sim.reconcile(1)
+    assert p.replicas == {"A": 4}
 
 
 # ----------------------------------------------------------------- spec.replicas moved by an autoscaler

@@ -1,12 +1,14 @@
-"""The agent's files: the pod's target (downwardAPI), the in-place ConfigMap's folder, its state folder."""
+"""The agent's files: the in-place volume (ConfigMap and the pod's target annotation), its state folder."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from triton_operator.adapters.sync.files import fsync_dir, place_bytes
@@ -15,9 +17,14 @@ from triton_operator.core.manifest import CONFIG_FILE, ManifestError, manifest_f
 from triton_operator.core.names import INPLACE_STATE_KEY, inplace_config_key, inplace_manifest_key
 
 RECORD_FILE = "agent.json"
+SEEN_FILE = "seen.json"
+"""The last state.json and target the agent followed: a restarted agent does not follow an older one."""
 REVISIONS = "revisions"
 MANIFEST_FILE = "manifest.json"
 CONFIGS = "configs"
+DATA_LINK = "..data"
+"""The kubelet's atomic writer: a volume's files live in a timestamped folder that this link names;
+a new payload is a new folder and one rename of the link (every file of a volume changes at once)."""
 
 
 def read_text(path: Path) -> str | None:
@@ -54,8 +61,29 @@ def read_target(path: Path | None) -> str:
     return (read_text(path) or "").strip() if path is not None else ""
 
 
+def payload(path: Path) -> Path:
+    """The folder of the payload the kubelet shows now (``..data`` resolved once), so that files read
+    from it are of one payload; ``path`` itself when it is a plain folder."""
+    try:
+        name = os.readlink(path / DATA_LINK)
+    except OSError:
+        return path
+    return path / name
+
+
+@dataclass(frozen=True)
+class View:
+    """One look at the in-place volume: state.json and the pod's target annotation from one payload
+    (``root``: the folder they were read from, None without an in-place folder)."""
+
+    state: InPlaceState | None
+    target: str
+    root: Path | None
+
+
 class InPlaceDir:
-    """The in-place ConfigMap as its volume shows it (optional: the folder may be empty or missing).
+    """The in-place volume as the kubelet shows it: the in-place ConfigMap's keys (optional: none
+    until an update) and, in the same projected volume, the pod's target annotation (downward API).
 
     A revision's files never change under its name (the name is the hash of what it is made of), so
     each revision is read once and kept while it is named."""
@@ -65,17 +93,33 @@ class InPlaceDir:
         self._read: dict[str, RevisionFiles] = {}
 
     def state(self) -> InPlaceState | None:
-        return (
-            parse_inplace_state(read_text(self.path / INPLACE_STATE_KEY)) if self.path is not None else None
-        )
+        return self.view().state
 
-    def revision(self, revision: str) -> RevisionFiles | None:
-        """``revision``'s manifest and configs, when every one of its keys is there."""
+    def view(self, target_file: Path | None = None) -> View:
+        """state.json and the target annotation as one payload shows them. ``target_file`` in this
+        folder (one projected volume) is read from the same payload; elsewhere (a volume of its own,
+        which the kubelet refreshes at other moments) on its own."""
+        if self.path is None:
+            return View(None, read_target(target_file), None)
+        together = target_file is not None and target_file.parent == self.path
+        for _ in range(3):
+            root = payload(self.path)
+            state = parse_inplace_state(read_text(root / INPLACE_STATE_KEY))
+            target = read_target(root / target_file.name) if together and target_file else None
+            if root == self.path or root.is_dir():  # not swapped away (and deleted) while read
+                break
+        if target is None:
+            target = read_target(target_file)
+        return View(state, target, root)
+
+    def revision(self, revision: str, root: Path | None = None) -> RevisionFiles | None:
+        """``revision``'s manifest and configs, when every one of its keys is there (in ``root``, a
+        payload's folder, when given)."""
         if revision in self._read:
             return self._read[revision]
         if self.path is None:
             return None
-        path = self.path
+        path = root or payload(self.path)
         found = read_revision(
             revision,
             path / inplace_manifest_key(revision),
@@ -104,14 +148,32 @@ class StateDir:
         return Record.from_json(read_text(self.path / RECORD_FILE))
 
     def write(self, record: Record) -> None:
+        self._write(RECORD_FILE, record.to_json())
+
+    def _write(self, name: str, text: str) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        tmp = self.path / f".{RECORD_FILE}.tmp"
+        tmp = self.path / f".{name}.tmp"
         with tmp.open("w") as f:
-            f.write(record.to_json())
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, self.path / RECORD_FILE)
+        os.replace(tmp, self.path / name)
         fsync_dir(self.path)
+
+    def seen(self) -> tuple[InPlaceState | None, str] | None:
+        """The state.json and target last followed (None: none recorded)."""
+        try:
+            data = json.loads(read_text(self.path / SEEN_FILE) or "")
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        state = parse_inplace_state(json.dumps(data.get("state"))) if data.get("state") else None
+        return state, str(data.get("target") or "")
+
+    def write_seen(self, state: InPlaceState | None, target: str) -> None:
+        body = {"state": None if state is None else {"stable": state.stable, "next": state.next}}
+        self._write(SEEN_FILE, json.dumps({**body, "target": target}, sort_keys=True))
 
     def folder(self, revision: str) -> Path:
         if not revision or "/" in revision or revision in (".", ".."):
@@ -152,9 +214,9 @@ class StateDir:
                 shutil.rmtree(child, ignore_errors=True)
 
 
-def present_revisions(inplace: InPlaceDir, names: set[str]) -> set[str]:
-    """Those of ``names`` whose every key the in-place folder holds."""
-    return {name for name in names if inplace.revision(name) is not None}
+def present_revisions(inplace: InPlaceDir, names: set[str], root: Path | None = None) -> set[str]:
+    """Those of ``names`` whose every key the in-place folder (the payload at ``root``) holds."""
+    return {name for name in names if inplace.revision(name, root) is not None}
 
 
 def remove_model_files(dest: Path, paths: tuple[str, ...], folders: tuple[str, ...]) -> int:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,9 +15,9 @@ from triton_operator.adapters.agent.files import (
     InPlaceDir,
     StateDir,
     present_revisions,
-    read_target,
     remove_model_files,
 )
+from triton_operator.adapters.agent.processes import python_stubs
 from triton_operator.adapters.agent.triton import LoadFailed, ModelControl, TritonUnreachable
 from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.storage import open_store
@@ -25,19 +26,29 @@ from triton_operator.adapters.sync.engine import SyncOptions, sync
 from triton_operator.adapters.sync.progress import Progress, silent
 from triton_operator.adapters.sync.results import SyncError, SyncStats, human
 from triton_operator.core.agent import (
+    InPlaceState,
+    Readiness,
     Record,
     RevisionFiles,
     Steps,
     model_states,
     plan,
+    python_models,
+    readiness,
     resolve_target,
     status_of,
+    went_back,
 )
 from triton_operator.core.field_error import ModelConfigError
 from triton_operator.core.manifest import ManifestError, SelectionFailed
 from triton_operator.core.rollout.clock import format_time
+from triton_operator.core.triton_state import VERSION_READY
 
 logger = logging.getLogger("triton_operator.agent")
+
+GOING = frozenset({"READY", "LOADING", "UNLOADING"})
+"""A model version's states in Triton's repository index that are not yet unloaded."""
+UNLOAD_POLL_SECONDS = 0.1
 
 SYNC_FAILURES = (SyncError, StoreError, SelectionFailed, ManifestError, ModelConfigError, OSError)
 """What a sync of a revision can fail with (adapters.sync, the stores); commands.sync names each."""
@@ -68,6 +79,14 @@ class AgentOptions:
     node_cache_upload_seconds: float = 300.0
     """How long the init container waits at its end for its uploads to the node cache (the sidecar
     does not wait: its uploads finish while Triton loads)."""
+    drain_seconds: float = 0.0
+    """How long the pod is out of its Service (readiness false) before the agent unloads or loads a
+    model: the kubelet's probe must fail and the endpoints drop the pod (the operator passes the
+    readiness probe's period x failureThreshold plus the spec's drainSeconds)."""
+    wait: Callable[[float], object] = time.sleep
+    """How the agent waits out the drain (the sidecar passes its stop event's wait)."""
+    proc: Path = Path("/proc")
+    """Where the Python backend's stub processes are looked for (the pod shares its process namespace)."""
 
 
 def now() -> str:
@@ -99,19 +118,44 @@ class Agent:
         self.node_cache_counts: tuple[int, int] | None = None
         """The last sync's node cache (hits, misses); None when it ran without the node cache."""
         self._plan: tuple[tuple[str | None, tuple[str, ...], str], Steps] | None = None
+        self._last_view: tuple[InPlaceState | None, str] | None = self.state.seen()
+        # Readiness (GET /v1/ready): ``_serving`` is the revision Triton serves whole (None while a
+        # change is part way), ``_blocked`` why the pod is out of its Service whatever its models
+        # say, ``_out_since`` since when readiness has been false for that (monotonic).
+        self._serving: RevisionFiles | None = None
+        self._blocked = ""
+        self._out_since = time.monotonic()
+        self._draining = False
+        self._stub_peak: dict[str, int] = {}
+        self._readiness: tuple[Readiness, float] = (readiness(None, {}, "not checked yet"), 0.0)
+        if self.record.pending is None and self.record.applied is not None:
+            self._serving = self._files(self.record.applied)
+        elif self.record.pending is not None:
+            self._blocked = f"revision {self.record.pending} was left part way: applying it again"
         self._status: dict[str, Any] = self._status_now()
 
     # -------------------------------------------------------- the target
 
     def resolve(self) -> RevisionFiles:
-        """The files of the revision the pod should serve now (core.agent.resolve_target)."""
-        state = self.inplace.state()
+        """The files of the revision the pod should serve now (core.agent.resolve_target), from one
+        payload of the in-place volume; a state.json older than one already seen (core.agent.went_back:
+        the kubelet showing a lagging copy) is not followed: the last look stands."""
+        view = self.inplace.view(self.options.target_file)
+        state, annotation = view.state, view.target
+        if self._last_view is not None and went_back(self._last_view[0], state):
+            logger.warning(
+                "state.json shows %s after %s: an older copy, not followed", state, self._last_view[0]
+            )
+            state, annotation = self._last_view
+        elif self._last_view != (state, annotation):
+            self._last_view = (state, annotation)
+            self.state.write_seen(state, annotation)
         named = {r for r in ((state.stable, state.next) if state else ()) if r}
-        present = present_revisions(self.inplace, named)
+        present = present_revisions(self.inplace, named, view.root)
         self.inplace.forget_others(named)
         base = self.options.base
-        target = resolve_target(read_target(self.options.target_file), state, present, base.revision)
-        files = self.inplace.revision(target) if target in present else None
+        target = resolve_target(annotation, state, present, base.revision)
+        files = self.inplace.revision(target, view.root) if target in present else None
         return files if files is not None else base
 
     # -------------------------------------------------------- the init container
@@ -127,6 +171,7 @@ class Agent:
         stats = self._sync(target, progress, wait_uploads=True)
         remove_model_files(self.options.dest, steps.delete, steps.delete_folders)
         self._write(record.fetched(stats.downloaded_bytes).done(now()))
+        self._serving, self._blocked = target, ""
         logger.info(
             "synced revision %s into %s (%s fetched)",
             target.revision,
@@ -178,27 +223,75 @@ class Agent:
             return
         self.message = ""
         self._refresh_models(target)  # the status says Applied with Triton's state after the loads
+        for model in (*steps.load, *steps.unload):
+            self._stub_peak.pop(model, None)
+        self._serving, self._blocked, self._draining = target, "", False
         self._write(record.done(now()))
         self._synced = None
         logger.info("applied revision %s (%s fetched)", target.revision, human(record.fetched_bytes))
 
+    def drain(self, target: RevisionFiles, steps: Steps) -> None:
+        """Out of the Service before any model is touched: readiness false, then wait until the
+        kubelet's probe has failed and the endpoints dropped the pod (--drain-seconds after readiness
+        went false; no wait when it has been false that long already, as after a failed load)."""
+        if not self._blocked:
+            self._out_since = time.monotonic()
+        self._serving = None
+        self._draining = True
+        self._blocked = f"draining: out of the Service while revision {target.revision} loads"
+        left = self._out_since + self.options.drain_seconds - time.monotonic()
+        if left > 0:
+            self.message = (
+                f"out of the Service: waiting {left:.3g} s for the endpoints to drop the pod before "
+                f"unloading {', '.join(steps.unload) or '-'} and loading {', '.join(steps.load) or '-'}"
+            )
+            self._status = self._status_now()
+            logger.info("%s", self.message)
+            self.options.wait(left)
+
+    def _unloaded(self, models: set[str]) -> None:
+        """Until Triton lists no version of ``models`` as loaded or unloading: its unload answers at
+        once and finishes in the background (a load sent meanwhile would go over the model still
+        there). Raises LoadFailed when that takes longer than a load may."""
+        triton = self.options.triton
+        deadline = time.monotonic() + triton.load_timeout
+        while models:
+            busy = {e.model: e.state for e in triton.index() if e.model in models and e.state in GOING}
+            if not busy:
+                return
+            if time.monotonic() > deadline:
+                model, state = sorted(busy.items())[0]
+                raise LoadFailed("unload", model, f"still {state} after {triton.load_timeout:g} s")
+            time.sleep(UNLOAD_POLL_SECONDS)
+
     def _triton(self, record: Record, steps: Steps, target: RevisionFiles) -> bool:
-        """The loads and unloads; False when they did not all succeed (the record says why, or the
-        message says what the agent waits for)."""
+        """Out of the Service, the unloads then the loads (never a load over a loaded model); False
+        when they did not all succeed (the record says why, or the message says what the agent waits
+        for)."""
         triton = self.options.triton
         if not triton.live():
             self.message = f"waiting for tritonserver at {triton.url} to load {', '.join(steps.load)}"
             self._status = self._status_now()
             return False
+        self.drain(target, steps)
         try:
-            for model in steps.load:
-                logger.info("loading model %s", model)
-                triton.load(model)
             for model in steps.unload:
                 logger.info("unloading model %s", model)
+                self.message = f"out of the Service: unloading model {model}"
+                self._status = self._status_now()
                 triton.unload(model)
+            self._unloaded(set(steps.unload))
+            for model in steps.load:
+                logger.info("loading model %s", model)
+                self.message = f"out of the Service: loading model {model}"
+                self._status = self._status_now()
+                triton.load(model)
         except LoadFailed as exc:
             self._refresh_models(target)
+            self._blocked = (
+                f"revision {target.revision} failed to load: {exc}; out of the Service until a revision loads"
+            )
+            self._draining = False
             self._fail(record, str(exc))
             return False
         except TritonUnreachable as exc:
@@ -302,8 +395,67 @@ class Agent:
 
     def _status_now(self) -> dict[str, Any]:
         return status_of(
-            self.record, self.options.base.revision, self.target, self.models, self.message
+            self.record,
+            self.options.base.revision,
+            self.target,
+            self.models,
+            self.message,
+            draining=self._draining,
         ).to_json()
+
+    def _files(self, revision: str) -> RevisionFiles | None:
+        if revision == self.options.base.revision:
+            return self.state.load(revision) or self.options.base
+        return self.state.load(revision)
+
+    # -------------------------------------------------------- readiness
+
+    def check(self) -> Readiness:
+        """Readiness now (the sidecar's checker thread, every second): every model of the revision
+        Triton serves whole READY in its repository index, READY by its own ready endpoint, and, for a
+        Python model, none of its backend stub processes gone (Triton 2.51 reports neither of the
+        first two when a stub dies: tests/triton/test_inplace_readiness.py)."""
+        serving, blocked = self._serving, self._blocked
+        if blocked or serving is None:
+            result = readiness(serving, {}, blocked)
+        else:
+            result = readiness(serving, self._health(serving))
+        self._readiness = (result, time.monotonic())
+        return result
+
+    def _health(self, serving: RevisionFiles) -> dict[str, str]:
+        triton = self.options.triton
+        try:
+            states = model_states(triton.index(), serving)
+            versions = {m.name: m.versions for m in serving.manifest.models}
+            for model, state in states.items():
+                if state != VERSION_READY:
+                    continue
+                for version in versions.get(model) or ("",):
+                    if not triton.ready(model, version):
+                        where = f"{model}/versions/{version}" if version else model
+                        states[model] = f"not ready (GET /v2/models/{where}/ready)"
+                        break
+        except TritonUnreachable as exc:
+            return dict.fromkeys(serving.models, f"unknown: tritonserver does not answer ({exc})")
+        stubs = python_stubs(self.options.dest, self.options.proc)
+        for model in python_models(serving):
+            live = stubs.get(model, 0)
+            peak = self._stub_peak.get(model, 0)
+            if states.get(model) == VERSION_READY:
+                self._stub_peak[model] = peak = max(peak, live)
+            if live < peak:
+                states[model] = f"dead: {peak - live} of its {peak} Python backend stub processes are gone"
+        return states
+
+    def ready(self, stale_seconds: float = 5.0) -> Readiness:
+        """The last check, unless the pod left its Service since, or it is older than ``stale_seconds``."""
+        result, at = self._readiness
+        if self._blocked:
+            return readiness(self._serving, result.models, self._blocked)
+        if time.monotonic() - at > stale_seconds:
+            return readiness(self._serving, result.models, f"no check for {stale_seconds:g} s")
+        return result
 
     def status(self) -> dict[str, Any]:
         """The last status (GET /v1/inplace): a snapshot the loop replaces, never one being built."""

@@ -1,4 +1,4 @@
-"""The agent's read-only status over HTTP: GET /v1/inplace -> JSON, from a small stdlib server in a thread."""
+"""The agent's read-only HTTP: GET /v1/inplace (status), /v1/ready (readiness); stdlib, in a thread."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from triton_operator.core.names import AGENT_STATUS_PATH
+from triton_operator.core.names import AGENT_READY_PATH, AGENT_STATUS_PATH
+
+Ready = Callable[[], tuple[bool, dict[str, Any]]]
+"""Whether the pod is ready, and why (the body of GET AGENT_READY_PATH)."""
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -33,13 +36,17 @@ class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
-def _handler(status: Callable[[], dict[str, Any]]) -> type[BaseHTTPRequestHandler]:
+def _handler(status: Callable[[], dict[str, Any]], ready: Ready | None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "triton-operator-agent"
         timeout = 10  # a client that sends nothing is let go
 
         def do_GET(self) -> None:  # http.server's name
             path = self.path.split("?", 1)[0]
+            if path == AGENT_READY_PATH and ready is not None:
+                ok, body = ready()
+                self._send(200 if ok else 503, body)
+                return
             if path != AGENT_STATUS_PATH:
                 self._send(404, {"error": f"not found; the status is at {AGENT_STATUS_PATH}"})
                 return
@@ -61,12 +68,13 @@ def _handler(status: Callable[[], dict[str, Any]]) -> type[BaseHTTPRequestHandle
 
 
 class StatusServer:
-    """Serves ``status()`` (a JSON-able dict, built fresh on each request) at GET AGENT_STATUS_PATH."""
+    """Serves ``status()`` (a JSON-able dict, built fresh on each request) at GET AGENT_STATUS_PATH
+    and, when given, ``ready()`` at GET AGENT_READY_PATH (200 when ready, else 503)."""
 
-    def __init__(self, listen: str, status: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, listen: str, status: Callable[[], dict[str, Any]], ready: Ready | None = None) -> None:
         host, port = parse_listen(listen)
         server = _Server6 if ":" in host else _Server
-        self._server = server((host, port), _handler(status))
+        self._server = server((host, port), _handler(status, ready))
         self._thread = threading.Thread(target=self._server.serve_forever, name="agent-status", daemon=True)
 
     @property

@@ -83,6 +83,16 @@ class ModelControl:
     def unload(self, model: str) -> None:
         self._control("unload", model)
 
+    def ready(self, model: str, version: str = "") -> bool:
+        """Triton's own readiness of a model version (GET /v2/models/<m>[/versions/<v>]/ready): raises
+        TritonUnreachable when it does not answer. (Triton 2.51 still answers 200 for a Python model
+        whose backend stub died; later releases check the stub here: both are read.)"""
+        path = f"/v2/models/{quote(model, safe='')}"
+        if version:
+            path += f"/versions/{quote(version, safe='')}"
+        status, _ = self._request("GET", f"{path}/ready", None, self.timeout)
+        return status == 200
+
     def index(self) -> tuple[ModelVersionState, ...]:
         """Triton's repository index: every model version it knows, with its state."""
         status, payload = self._request("POST", "/v2/repository/index", {}, self.timeout)

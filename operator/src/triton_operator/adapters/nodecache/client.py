@@ -3,9 +3,11 @@ what the store gave (best effort: a cache that is down or refuses never fails a 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -14,7 +16,7 @@ from urllib.parse import urlsplit
 
 from triton_operator.adapters.storage.base import Sink, pump
 from triton_operator.core.manifest import ManifestEntry
-from triton_operator.core.nodecache import object_key
+from triton_operator.core.nodecache import MAX_LEASE_BODY, TOKEN_ENV, TOKEN_PATH, object_key
 
 CHUNK = 1024 * 1024
 
@@ -27,15 +29,27 @@ class NodeCacheClient:
     ``held`` takes the pod's lease on the manifest's cacheable objects and learns which the node
     holds; ``read`` streams one to a sink; ``offer`` uploads a verified file in the background;
     ``close`` waits for the uploads. Any failure to reach the cache makes it a miss, never an error.
+    Each request carries the pod's projected token for the cache (``token_path``, else
+    $TRITON_NODE_CACHE_TOKEN, else the path the operator mounts it at), read again each time (the
+    kubelet renews it).
     """
 
-    def __init__(self, url: str, pod: str, *, timeout: float = 30.0, uploads: int = 2) -> None:
+    def __init__(
+        self,
+        url: str,
+        pod: str,
+        *,
+        timeout: float = 30.0,
+        uploads: int = 2,
+        token_path: str | Path | None = None,
+    ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"{url!r}: the node cache is an http://host:port address")
         self.host = parts.hostname
         self.port = parts.port or 80
         self.pod = pod
+        self.token_path = Path(token_path or os.environ.get(TOKEN_ENV) or TOKEN_PATH)
         self.timeout = timeout
         self.down = False
         self.held_keys: frozenset[str] = frozenset()
@@ -47,6 +61,13 @@ class NodeCacheClient:
         self._pending: list[Future[None]] = []
         self._read_keys: set[str] = set()
         self._lock = threading.Lock()
+
+    def _auth(self, headers: dict[str, str] | None = None) -> dict[str, str]:
+        """``headers`` with the pod's token (none when it cannot be read: the cache answers 401)."""
+        out = dict(headers or {})
+        with contextlib.suppress(OSError):
+            out["Authorization"] = "Bearer " + self.token_path.read_text().strip()
+        return out
 
     def _conn(self) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
@@ -63,14 +84,14 @@ class NodeCacheClient:
         reused = getattr(self._local, "conn", None) is not None
         try:
             conn = self._conn()
-            conn.request(method, path, body, headers or {})
+            conn.request(method, path, body, self._auth(headers))
             return conn.getresponse()
         except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
             if not reused:
                 raise
             self._reset()
             conn = self._conn()
-            conn.request(method, path, body, headers or {})
+            conn.request(method, path, body, self._auth(headers))
             return conn.getresponse()
 
     def _reset(self) -> None:
@@ -84,13 +105,20 @@ class NodeCacheClient:
     def held(self, entries: Sequence[ManifestEntry]) -> frozenset[str]:
         """Lease the cacheable ``entries`` for this pod; the keys the node holds (none when the
         cache cannot be reached: then the sync reads the store and offers nothing)."""
-        objects = [[e.checksum_kind, e.checksum] for e in entries if key_of(e) is not None]
-        body = json.dumps({"pod": self.pod, "objects": objects}).encode()
+        objects = [[e.checksum_kind, e.checksum, e.size] for e in entries if key_of(e) is not None]
+        body = json.dumps({"pod": self.pod, "objects": objects}, separators=(",", ":")).encode()
+        if len(body) > MAX_LEASE_BODY:
+            log.warning(
+                "node cache: %s objects are more than one lease may name; reading the store", len(objects)
+            )
+            return frozenset()
         try:
             response = self._request("POST", "/v1/leases", body, {"Content-Type": "application/json"})
             data = response.read()
             if response.status != 200:
                 log.warning("node cache: lease refused (%s): %s", response.status, data[:200])
+                if response.status in (401, 403):  # not this pod's to use: no reads, no uploads
+                    self.down = True
                 return frozenset()
             answer = json.loads(data)
             self.held_keys = frozenset(str(k) for k in answer["held"])
@@ -110,9 +138,11 @@ class NodeCacheClient:
 
     # ------------------------------------------------------------ read
 
-    def read(self, entry: ManifestEntry, sink: Sink) -> int | None:
-        """Stream the cached object to ``sink``; the bytes sent, or None when the cache does not
-        hold it or failed (the caller checks the bytes; the sink's own errors go through)."""
+    def read(self, entry: ManifestEntry, sink: Sink, start: int = 0, end: int | None = None) -> int | None:
+        """Stream the cached object (or its bytes ``start``..``end``, end excluded: one of several
+        ranges read at once, each on its thread's own connection) to ``sink``; the bytes sent, or
+        None when the cache does not hold it or failed (the caller checks the bytes; the sink's
+        own errors go through)."""
         key = key_of(entry)
         if key is None or self.down:
             return None
@@ -121,10 +151,15 @@ class NodeCacheClient:
             # failed), the store's copy is uploaded, and the cache told to check its own.
             self.held_keys = self.held_keys - {key}
             self._read_keys.add(key)
+        ranged = start > 0 or (end is not None and end < entry.size)
+        headers = {"Range": f"bytes={start}-{(end or entry.size) - 1}"} if ranged else None
         try:
-            response = self._request("GET", f"/v1/objects/{key}")
-            if response.status != 200:
-                response.read()
+            response = self._request("GET", f"/v1/objects/{key}", headers=headers)
+            if response.status != (206 if ranged else 200):
+                if response.status in (200, 206):  # not the bytes asked for: not read at all
+                    self._reset()
+                else:
+                    response.read()
                 return None
             return pump(response.readinto, sink, CHUNK)
         except (OSError, http.client.HTTPException) as exc:
@@ -143,7 +178,7 @@ class NodeCacheClient:
         key = key_of(entry)
         if key is None or self.down or key in self.held_keys:
             return
-        headers = {"Content-Length": str(entry.size)}
+        headers = self._auth({"Content-Length": str(entry.size)})
         if part_size:
             headers["X-Part-Size"] = str(part_size)
         with self._lock:
@@ -162,6 +197,8 @@ class NodeCacheClient:
             if response.status == 201:
                 with self._lock:
                     self.kept += 1
+            elif response.status == 401:
+                log.warning("node cache: upload of %s refused: the pod's token was not accepted", key)
             elif response.status != 409:  # present, or another pod's upload of it
                 log.info("node cache: upload of %s not kept (%s)", key, response.status)
         except (ConnectionRefusedError, TimeoutError) as exc:

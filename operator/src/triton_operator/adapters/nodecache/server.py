@@ -1,54 +1,91 @@
-"""The node cache's HTTP server: objects by content (GET, HEAD, PUT), leases, metrics and health.
+"""The node cache's HTTP server (aiohttp): objects by content (GET, HEAD, PUT), leases, metrics and health.
 
-GET  /v1/objects/<kind>/<checksum>   200 and the bytes (checked as they are sent: an object that
-                                     no longer matches its key is dropped; a multipart ETag, which
-                                     needs its part size, is checked by the reader), 404
+Every request but /healthz and /metrics carries ``Authorization: Bearer <token>``, the caller pod's
+projected ServiceAccount token for the node cache's audience (checked by a TokenReview, remembered
+briefly); without one: 401. Objects are looked up in the caller's namespace only.
+
+GET  /v1/objects/<kind>/<checksum>   200 and the bytes, sent by sendfile(2) from the blob (checked
+                                     when it was taken; the pod checks them against its pin), 404;
+                                     Range: bytes=A-B (one range) 206 and those bytes, 416 a range
+                                     it cannot serve
 HEAD /v1/objects/<kind>/<checksum>   200 with its Content-Length, 404
-PUT  /v1/objects/<kind>/<checksum>   201 kept; 400 not a cached kind or short; 409 present or being
-                                     written; 411 no Content-Length; 413 over the size limit;
-                                     422 the bytes do not match the key; 507 leases leave no room.
-                                     X-Part-Size: a multipart ETag's part size (required for one);
-                                     X-Check-Existing: 1 when the uploader refused the cache's copy
-                                     (the cache checks its copy, and drops it if it is wrong)
-POST /v1/leases                      {"pod": uid, "objects": [[kind, checksum], ...]} ->
-                                     {"held": ["kind/checksum", ...], "part_sizes": {key: n}}
-                                     (the part size each held multipart object was checked with)
-GET  /metrics, /healthz
+PUT  /v1/objects/<kind>/<checksum>   201 kept; 400 not a cached kind, short, long, or not the
+                                     leased size; 403 not named by the pod's live lease; 408 stalled;
+                                     409 present or being written; 411 no Content-Length; 413 over the
+                                     size limit; 422 the bytes do not match the key; 507 leases leave
+                                     no room. X-Part-Size: a multipart ETag's part size (required for
+                                     one). X-Check-Existing: 1 when the uploader refused the cache's
+                                     copy: the cache hashes its own copy again and drops it only if
+                                     that hash differs
+POST /v1/leases                      {"pod": uid, "objects": [[kind, checksum, size], ...]} ->
+                                     {"held": ["kind/checksum", ...], "part_sizes": {key: n}};
+                                     403 when pod is not the caller's own uid; 413 over the bounds
+GET  /metrics, /healthz              open: totals only, nothing of a namespace, pod or object
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextlib
+import hashlib
 import json
 import logging
+import os
 import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, BinaryIO, TypeVar
 
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from triton_operator.adapters.nodecache.store import ContentStore, Refused
-from triton_operator.adapters.sync.hashing import make_hasher
+from triton_operator.adapters.nodecache.review import TokenReviewer
+from triton_operator.adapters.nodecache.store import ContentStore, Refused, Upload
+from triton_operator.core.nodecache import (
+    AUDIENCE,
+    MAX_LEASE_BODY,
+    MAX_LEASE_OBJECTS,
+    Caller,
+    NotAllowed,
+    caller_from_review,
+    parse_lease,
+    parse_range,
+    token_expiry,
+    token_refusal,
+)
 
 PREFIX = "triton_node_cache"
-MAX_LEASE_BODY = 64 * 1024 * 1024
 PART_SIZE_HEADER = "X-Part-Size"
 CHECK_EXISTING_HEADER = "X-Check-Existing"
-MAX_DRAINED = 64 * 1024 * 1024
-"""An upload refused before its body is read (present, busy, too big): up to this many bytes are
-read and dropped, so that the client gets the answer; past it the connection is closed."""
 CHUNK = 1024 * 1024
+SENDFILE_PIECE = 16 * 1024 * 1024
+"""An object is sent in pieces of this many bytes, each within the server's idle time."""
+REVIEW_SECONDS = 30.0
+"""How long a token's accepted review is remembered (by the token's SHA-256)."""
+REFUSED_SECONDS = 10.0
+"""How long a refused token is remembered (no second TokenReview for it meanwhile)."""
+REVIEWS_KEPT = 4096
+REVIEWS_AT_ONCE = 4
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class StoreCollector(Collector):
-    """The store's counts as Prometheus metrics, read at each scrape."""
+    """The store's and the server's counts as Prometheus metrics, read at each scrape."""
 
-    def __init__(self, store: ContentStore) -> None:
+    def __init__(
+        self, store: ContentStore, refused_requests: dict[str, int], sent_bytes: dict[str, int]
+    ) -> None:
         self.store = store
+        self.refused_requests = refused_requests
+        self.sent_bytes = sent_bytes
 
     def collect(self) -> Iterator[Any]:
         s = self.store.stats
@@ -70,8 +107,24 @@ class StoreCollector(Collector):
         for reason, count in sorted(s.refused.items()):
             refused.add_metric([reason], count)
         yield refused
+        requests = CounterMetricFamily(
+            f"{PREFIX}_refused_requests",
+            "Node cache: requests refused before any object was touched, by reason.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(self.refused_requests.items()):
+            requests.add_metric([reason], count)
+        yield requests
+        sent = CounterMetricFamily(
+            f"{PREFIX}_sent_bytes",
+            "Node cache: object bytes sent, by how (sendfile: from the page cache by the kernel).",
+            labels=["how"],
+        )
+        for how in ("sendfile", "copy"):
+            sent.add_metric([how], self.sent_bytes.get(how, 0))
+        yield sent
         objects, used, leased = self.store.figures()
-        yield GaugeMetricFamily(f"{PREFIX}_objects", "Node cache: objects kept.", value=objects)
+        yield GaugeMetricFamily(f"{PREFIX}_objects", "Node cache: objects (blobs) kept.", value=objects)
         yield GaugeMetricFamily(f"{PREFIX}_bytes", "Node cache: bytes kept.", value=used)
         yield GaugeMetricFamily(
             f"{PREFIX}_leased_bytes", "Node cache: bytes under a live lease.", value=leased
@@ -81,165 +134,427 @@ class StoreCollector(Collector):
         )
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    timeout = 300  # a connection idle (or stalled mid-upload) this long is closed, its thread freed
-    server: NodeCacheServer
+class Authenticator:
+    """Who a request comes from: its bearer token, reviewed by the API server (``reviewer``) for
+    ``audience``, remembered for a short time in a bounded table."""
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        log.debug("%s " + format, self.client_address[0], *args)
+    def __init__(
+        self,
+        reviewer: TokenReviewer,
+        audience: str = AUDIENCE,
+        node: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.reviewer = reviewer
+        self.audience = audience
+        self.node = node
+        self.clock = clock
+        self._seen: collections.OrderedDict[str, tuple[float, Caller | NotAllowed]] = (
+            collections.OrderedDict()
+        )
+        self._reviews = asyncio.Semaphore(REVIEWS_AT_ONCE)
+
+    @staticmethod
+    def token(header: str | None) -> str:
+        if not header or not header.startswith("Bearer ") or not header[7:].strip():
+            raise NotAllowed(401, "the node cache needs the pod's token (Authorization: Bearer)")
+        return header[7:].strip()
+
+    async def caller(self, token: str) -> Caller:
+        now = self.clock()
+        reason = token_refusal(token, self.audience, now)
+        if reason is not None:
+            raise NotAllowed(401, f"token refused: {reason}")
+        key = hashlib.sha256(token.encode()).hexdigest()
+        seen = self._seen.get(key)
+        if seen is not None and seen[0] > now:
+            if isinstance(seen[1], NotAllowed):
+                raise seen[1]
+            return seen[1]
+        answer: Caller | NotAllowed
+        try:
+            answer = await self.review(token)
+        except NotAllowed as refused:
+            if refused.status == 503:
+                raise
+            answer = refused
+        until = now + (REFUSED_SECONDS if isinstance(answer, NotAllowed) else REVIEW_SECONDS)
+        expiry = token_expiry(token)
+        self._seen[key] = (min(until, expiry) if expiry is not None else until, answer)
+        self._seen.move_to_end(key)
+        while len(self._seen) > REVIEWS_KEPT:
+            self._seen.popitem(last=False)
+        if isinstance(answer, NotAllowed):
+            raise answer
+        return answer
+
+    async def review(self, token: str) -> Caller:
+        """The API server's answer for ``token`` now (not remembered); NotAllowed 401/403, or 503
+        when the API server could not be asked."""
+        async with self._reviews:
+            try:
+                review = await self.reviewer.review(token, self.audience)
+            except Exception as exc:
+                log.warning("node cache: TokenReview failed: %s", exc)
+                raise NotAllowed(503, "the token could not be reviewed now; try again") from None
+        if not review.authenticated:
+            raise NotAllowed(401, "token refused by the API server")
+        return caller_from_review(review.username, review.extra, self.node)
+
+
+class BoundedServer(web.Server):
+    """aiohttp's low-level server with at most ``max_connections`` connections: one past it is
+    closed as soon as it is accepted."""
+
+    def __init__(self, handler: Any, *, max_connections: int, on_refused: Callable[[], None], **kwargs: Any):
+        super().__init__(handler, **kwargs)
+        self.max_connections = max_connections
+        self.on_refused = on_refused
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        if len(self._connections) > self.max_connections:
+            self.on_refused()
+            transport.abort()
+
+
+class NodeCacheServer:
+    """The node cache's server on ``store``: start() binds, stop() ends; the lease audit runs while
+    it serves (each lease's token reviewed again every ``audit_seconds``)."""
+
+    def __init__(
+        self,
+        store: ContentStore,
+        reviewer: TokenReviewer,
+        *,
+        audience: str = AUDIENCE,
+        node: str = "",
+        max_connections: int = 256,
+        idle_seconds: float = 15.0,
+        audit_seconds: float = 60.0,
+        threads: int = 8,
+    ) -> None:
+        self.store = store
+        self.reviewer = reviewer
+        self.audience = audience
+        self.node = node
+        self.max_connections = max_connections
+        self.idle_seconds = idle_seconds
+        self.audit_seconds = audit_seconds
+        self.refused_requests: dict[str, int] = {}
+        self.sent_bytes: dict[str, int] = {}
+        self.registry = CollectorRegistry()
+        self.registry.register(StoreCollector(store, self.refused_requests, self.sent_bytes))
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="node-cache-io")
+        self._lease_tokens: dict[str, str] = {}
+        self._runner: web.ServerRunner | None = None
+        self._leasing: asyncio.Lock | None = None
+        self._audit: asyncio.Task[None] | None = None
+        self.auth: Authenticator | None = None
+        self.port = 0
+
+    async def start(self, host: str | None, port: int) -> int:
+        """Bind ``host`` (None: every address, IPv4 and IPv6) and ``port`` (0: any); the port."""
+        self.auth = Authenticator(self.reviewer, self.audience, self.node, self.store.clock)
+        server = BoundedServer(
+            self._handle,
+            max_connections=self.max_connections,
+            on_refused=lambda: self._count("connections"),
+            keepalive_timeout=self.idle_seconds,
+            max_line_size=8190,
+            max_field_size=8190,
+            # A body the answer leaves unread (a refused upload) is read and dropped for up to
+            # this long after the answer, so that the client sees the answer; then it is closed.
+            lingering_time=min(5.0, self.idle_seconds),
+            access_log=None,
+        )
+        self._leasing = asyncio.Lock()
+        self._runner = web.ServerRunner(server, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        await site.start()
+        addresses = self._runner.addresses
+        self.port = int(addresses[0][1]) if addresses else port
+        self._audit = asyncio.create_task(self._audit_leases())
+        return self.port
+
+    async def stop(self) -> None:
+        if self._audit is not None:
+            self._audit.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _count(self, reason: str) -> None:
+        self.refused_requests[reason] = self.refused_requests.get(reason, 0) + 1
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     # ------------------------------------------------------------ routing
 
-    def _object(self) -> tuple[str, str] | None:
-        parts = self.path.split("?", 1)[0].split("/")
-        if len(parts) == 5 and parts[:3] == ["", "v1", "objects"]:
-            return parts[3], parts[4]
-        return None
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            self._reply(200, generate_latest(self.server.registry), "text/plain; version=0.0.4")
-        elif path == "/healthz":
-            self._reply(200, b"ok\n")
-        elif (obj := self._object()) is not None:
-            self._send_object(*obj, body=True)
-        else:
-            self._reply(404, b"not found\n")
-
-    def do_HEAD(self) -> None:
-        obj = self._object()
-        if obj is None:
-            self._reply(404, b"")
-            return
-        self._send_object(*obj, body=False)
-
-    def do_PUT(self) -> None:
-        obj = self._object()
-        if obj is None:
-            self._refuse(404, "not found")
-            return
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-            self._refuse(411, "a Content-Length is required")
-            return
-        store = self.server.store
-        part = self.headers.get(PART_SIZE_HEADER, "")
-        check = self.headers.get(CHECK_EXISTING_HEADER, "") == "1"
+    async def _handle(self, request: BaseRequest) -> web.StreamResponse:
+        path = request.path
+        if request.method == "GET" and path == "/healthz":
+            return web.Response(text="ok\n")
+        if request.method == "GET" and path == "/metrics":
+            body = await self._run(generate_latest, self.registry)
+            return web.Response(body=body, content_type="text/plain", charset="utf-8")
+        assert self.auth is not None
         try:
-            upload = store.begin(
-                obj[0], obj[1], int(length), int(part) if part.isdigit() else None, check_existing=check
+            token = self.auth.token(request.headers.get("Authorization"))
+            caller = await self.auth.caller(token)
+        except NotAllowed as refused:
+            self._count(str(refused.status))
+            return _refuse(refused.status, str(refused))
+        parts = path.split("/")
+        if len(parts) == 5 and parts[:3] == ["", "v1", "objects"]:
+            if request.method in ("GET", "HEAD"):
+                return await self._send_object(request, caller, parts[3], parts[4])
+            if request.method == "PUT":
+                return await self._put(request, caller, parts[3], parts[4])
+            return _refuse(405, "method not allowed")
+        if path == "/v1/leases" and request.method == "POST":
+            return await self._lease(request, caller, token)
+        return _refuse(404, "not found")
+
+    # ------------------------------------------------------------ leases
+
+    async def _lease(self, request: BaseRequest, caller: Caller, token: str) -> web.StreamResponse:
+        length = request.content_length
+        if length is None:
+            return _refuse(411, "a Content-Length is required")
+        if length > MAX_LEASE_BODY:
+            self._count("lease-size")
+            return _refuse(413, f"a lease body is at most {MAX_LEASE_BODY} bytes")
+        assert self._leasing is not None
+        async with self._leasing:  # one lease body in memory at a time
+            return await self._lease_body(request, caller, token, length)
+
+    async def _lease_body(
+        self, request: BaseRequest, caller: Caller, token: str, length: int
+    ) -> web.StreamResponse:
+        try:
+            async with asyncio.timeout(self.idle_seconds):
+                body = await request.content.readexactly(length)
+        except (TimeoutError, asyncio.IncompleteReadError):
+            return _refuse(408, "the lease body did not arrive")
+        # Each [kind, checksum, size] has 3 commas with the one after it: a body with many more
+        # cannot be a valid lease, and is refused before it is parsed into Python objects.
+        if body.count(b",") > 3 * MAX_LEASE_OBJECTS + 8:
+            return _refuse(413, f"objects: a lease names at most {MAX_LEASE_OBJECTS} objects")
+        try:
+            data = await self._run(json.loads, body)
+            if isinstance(data, dict) and data.get("pod") not in (None, caller.pod):
+                raise NotAllowed(403, f"pod: a pod leases for itself only ({caller.pod_name})")
+            objects = parse_lease(data)
+            held, parts = self.store.lease(caller.pod, caller.namespace, objects, token_expiry(token))
+        except ValueError:
+            return _refuse(400, "a lease is JSON")
+        except NotAllowed as refused:
+            return _refuse(refused.status, str(refused))
+        self._lease_tokens[caller.pod] = token
+        return web.json_response({"held": held, "part_sizes": parts})
+
+    async def _audit_leases(self) -> None:
+        """Every ``audit_seconds``: review each live lease's token again; a lease whose token no
+        longer passes (its pod was deleted, or the token expired) ends."""
+        assert self.auth is not None
+        while True:
+            await asyncio.sleep(self.audit_seconds)
+            try:
+                await self.audit_once()
+            except Exception:  # the audit goes on
+                log.exception("node cache: lease audit failed")
+
+    async def audit_once(self) -> None:
+        assert self.auth is not None
+        live = self.store.leases()
+        for pod in [p for p in self._lease_tokens if p not in live]:
+            self._lease_tokens.pop(pod, None)
+        for pod, token in list(self._lease_tokens.items()):
+            try:
+                caller = await self.auth.review(token)
+            except NotAllowed as refused:
+                if refused.status == 503:
+                    continue  # the API server is away: keep the lease until it answers
+                caller = None
+            if caller is None or caller.pod != pod:
+                log.info("node cache: the lease of pod %s ends: its token no longer passes", pod)
+                self.store.drop_lease(pod)
+                self._lease_tokens.pop(pod, None)
+
+    # ------------------------------------------------------------ objects
+
+    async def _send_object(
+        self, request: BaseRequest, caller: Caller, kind: str, checksum: str
+    ) -> web.StreamResponse:
+        asked = request.headers.get("Range")
+        # A ranged read is one of several of the same object: the first counts the hit.
+        first = asked is None or asked.strip().startswith("bytes=0-")
+        opened = self.store.open(caller.namespace, kind, checksum, count_hit=first)
+        if opened is None:
+            return web.Response(status=404)
+        f, size, _blob = opened
+        try:
+            try:
+                span = parse_range(asked, size)
+            except NotAllowed as refused:
+                unserved = _refuse(refused.status, str(refused))
+                unserved.headers["Content-Range"] = f"bytes */{size}"
+                return unserved
+            start, end = span or (0, size)
+            response = web.StreamResponse(
+                status=206 if span is not None else 200,
+                headers={"Content-Type": "application/octet-stream", "Accept-Ranges": "bytes"},
+            )
+            if span is not None:
+                response.headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+            response.content_length = end - start
+            await response.prepare(request)
+            if request.method == "HEAD":
+                return response
+            await self._send_file(request, f, start, end - start)
+        finally:
+            f.close()
+        self.store.served(end - start)
+        await response.write_eof()
+        return response
+
+    async def _send_file(self, request: BaseRequest, f: BinaryIO, offset: int, count: int) -> None:
+        """``count`` bytes of ``f`` from ``offset`` to the caller: by sendfile(2), from the page cache
+        to the socket, in pieces each given ``idle_seconds`` (a reader that stopped reading is cut
+        off); copied through the event loop only where the transport cannot (counted by ``how``)."""
+        transport = request.transport
+        if transport is None:
+            raise ConnectionResetError("the caller went away")
+        loop = asyncio.get_running_loop()
+        how = "sendfile"
+        end = offset + count
+        while offset < end:
+            piece = min(SENDFILE_PIECE, end - offset)
+            # The piece is asked of the disk ahead, from the pool: sendfile on the event loop then
+            # finds it in the page cache rather than waiting for the disk there.
+            await self._run(_will_need, f.fileno(), offset, piece)
+            try:
+                async with asyncio.timeout(self.idle_seconds):
+                    try:
+                        sent = await loop.sendfile(transport, f, offset, piece, fallback=False)
+                    except (asyncio.SendfileNotAvailableError, NotImplementedError):
+                        how = "copy"
+                        sent = await loop.sendfile(transport, f, offset, piece, fallback=True)
+            except TimeoutError:
+                transport.abort()
+                raise
+            if sent <= 0:
+                raise ConnectionResetError("the caller went away")
+            self.sent_bytes[how] = self.sent_bytes.get(how, 0) + sent
+            offset += sent
+
+    async def _put(
+        self, request: BaseRequest, caller: Caller, kind: str, checksum: str
+    ) -> web.StreamResponse:
+        length = request.content_length
+        if length is None:
+            return _refuse(411, "a Content-Length is required")
+        part = request.headers.get(PART_SIZE_HEADER, "")
+        if request.headers.get(CHECK_EXISTING_HEADER, "") == "1" and self.store.leased(
+            caller.pod, kind, checksum
+        ):
+            # The uploader's check of the cache's copy failed: the cache hashes its own copy again.
+            await self._run(
+                self.store.recheck, caller.namespace, kind, checksum, int(part) if part.isdigit() else None
+            )
+        try:
+            upload = self.store.begin(
+                caller.namespace,
+                caller.pod,
+                kind,
+                checksum,
+                size=length,
+                part_size=int(part) if part.isdigit() else None,
             )
         except Refused as refused:
-            if int(length) <= MAX_DRAINED:  # read it, so that the client sees the answer
-                self._drain(int(length))
-            self._refuse(refused.status, str(refused))
-            return
+            return _refuse(refused.status, str(refused))
         try:
-            store.write(upload, self.rfile.read)
+            await self._receive(request, upload)
+            await self._run(self.store.finish, upload)
         except Refused as refused:
-            self._refuse(refused.status, str(refused))
-            return
+            self.store.end(upload, refused.reason)
+            return _refuse(refused.status, str(refused))
+        except TimeoutError:
+            self.store.end(upload, "stalled")
+            return _refuse(408, f"{upload.key}: the upload stalled")
         except OSError as exc:  # the node's disk is full (or failing): nothing was kept
             log.warning("node cache: writing %s failed: %s", upload.key, exc)
-            self._refuse(507, f"{upload.key}: not kept: {exc.strerror or exc}")
-            return
-        self._reply(201, b"kept\n")
+            self.store.end(upload, "failed")
+            return _refuse(507, f"{upload.key}: not kept: {exc.strerror or exc}")
+        except BaseException:
+            self.store.end(upload, "failed")
+            raise
+        self.store.end(upload)
+        return web.Response(status=201, text="kept\n")
 
-    def do_POST(self) -> None:
-        if self.path.split("?", 1)[0] != "/v1/leases":
-            self._refuse(404, "not found")
-            return
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit() or int(length) > MAX_LEASE_BODY:
-            self._refuse(411, f"a Content-Length of at most {MAX_LEASE_BODY} is required")
-            return
-        try:
-            body = json.loads(self.rfile.read(int(length)))
-            pod = body["pod"]
-            objects = [(str(k), str(c)) for k, c in body["objects"]]
-            if not isinstance(pod, str) or not pod:
-                raise ValueError("pod")
-        except (ValueError, KeyError, TypeError):
-            self._reply(400, b'{"error": "expected {\\"pod\\": uid, \\"objects\\": [[kind, checksum]]}"}\n')
-            return
-        try:
-            held = self.server.store.lease(pod, objects)
-        except Refused as refused:
-            self._reply(refused.status, json.dumps({"error": str(refused)}).encode())
-            return
-        store = self.server.store
-        sizes = {k: size for k in held if (size := store.part_size(k)) is not None}
-        self._reply(200, json.dumps({"held": held, "part_sizes": sizes}).encode(), "application/json")
-
-    # ------------------------------------------------------------ answers
-
-    def _send_object(self, kind: str, checksum: str, *, body: bool) -> None:
-        store = self.server.store
-        opened = store.open(kind, checksum)
-        if opened is None:
-            self._reply(404, b"")
-            return
-        f, size = opened
-        with f:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(size))
-            self.end_headers()
-            if not body:
-                return
-            # A multipart ETag cannot be checked without its part size: the reader checks it (and
-            # says so on its upload, X-Check-Existing).
-            digest = make_hasher(kind)
-            sent = 0
-            while chunk := f.read(CHUNK):
-                if digest is not None:
-                    digest.update(chunk)
-                self.wfile.write(chunk)
-                sent += len(chunk)
-        if sent != size or (digest is not None and digest.hexdigest() != checksum):
-            # The client checks what it got too; the cache stops handing it out.
-            store.drop_corrupt(kind, checksum)
-            self.close_connection = True
-            return
-        store.served(size)
-
-    def _drain(self, length: int) -> None:
-        while length > 0 and (chunk := self.rfile.read(min(CHUNK, length))):
-            length -= len(chunk)
-
-    def _refuse(self, status: int, message: str) -> None:
-        self.close_connection = True  # the body, if any, is left unread
-        self._reply(status, (message + "\n").encode())
-
-    def _reply(self, status: int, data: bytes, content_type: str = "text/plain") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
+    async def _receive(self, request: BaseRequest, upload: Upload) -> None:
+        """The body, in pieces of up to 1 MiB, each given room (store.take) as it arrives."""
+        buffer = bytearray()
+        while upload.received + len(buffer) < upload.size:
+            async with asyncio.timeout(self.idle_seconds):
+                chunk = await request.content.read(CHUNK - len(buffer))
+            if not chunk:
+                break
+            buffer += chunk
+            if len(buffer) >= CHUNK or upload.received + len(buffer) >= upload.size:
+                self.store.take(upload, len(buffer))
+                await self._run(upload.feed, bytes(buffer))
+                buffer.clear()
+        if buffer:
+            self.store.take(upload, len(buffer))
+            await self._run(upload.feed, bytes(buffer))
 
 
-class NodeCacheServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], store: ContentStore) -> None:
-        super().__init__(address, Handler)
-        self.store = store
-        self.registry = CollectorRegistry()
-        self.registry.register(StoreCollector(store))
+def _will_need(fd: int, offset: int, count: int) -> None:
+    with contextlib.suppress(OSError):
+        os.posix_fadvise(fd, offset, count, os.POSIX_FADV_WILLNEED)
 
 
-def serve(address: tuple[str, int], store: ContentStore) -> NodeCacheServer:
-    """The server, bound and listening (serve_forever on a thread of the caller's choosing)."""
-    return NodeCacheServer(address, store)
+def _refuse(status: int, message: str) -> web.Response:
+    response = web.Response(status=status, text=message + "\n")
+    if status == 401:
+        response.headers["WWW-Authenticate"] = "Bearer"
+    return response
 
 
-def start_in_thread(server: NodeCacheServer) -> threading.Thread:
-    thread = threading.Thread(target=server.serve_forever, name="node-cache", daemon=True)
-    thread.start()
-    return thread
+class ServerThread:
+    """The server on its own event loop in a thread (for tests and embedders): ``start`` returns
+    once it listens."""
+
+    def __init__(self, server: NodeCacheServer, host: str | None = "127.0.0.1", port: int = 0) -> None:
+        self.server = server
+        self.host = host
+        self.port = port
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="node-cache", daemon=True)
+
+    def start(self) -> int:
+        self._thread.start()
+        self.port = asyncio.run_coroutine_threadsafe(
+            self.server.start(self.host, self.port), self.loop
+        ).result(30)
+        return self.port
+
+    def call(self, coro: Any, timeout: float = 30.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(30)
+        self.loop.close()
+
+    async def _shutdown(self) -> None:
+        await self.server.stop()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

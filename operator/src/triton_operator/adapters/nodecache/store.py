@@ -1,33 +1,40 @@
-"""The node cache's objects on disk: verified writes, atomic placement, leases, LRU eviction."""
+"""The node cache's objects on disk: blobs by the cache's own SHA-256, per-namespace index, leases, LRU."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
+import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from triton_operator.adapters.sync.hashing import Hasher, hash_file, make_hasher
+from triton_operator.adapters.sync.hashing import Hasher, make_hasher
 from triton_operator.core.nodecache import (
-    MAX_LEASE_OBJECTS,
+    BLOB_FORM,
+    NAMESPACE_FORM,
     PART_SIZED_KINDS,
     CachedObject,
     Lease,
+    check_lease,
     choose_evictions,
-    leased_keys,
     live_leases,
     object_key,
 )
 
-OBJECTS = "objects"
+BLOBS = "blobs"
+"""<root>/blobs/<sha256>: the bytes, named by the SHA-256 the cache computed as it took them."""
+INDEX = "index"
+"""<root>/index/<namespace>/<kind>/<checksum>: ``<sha256> [<part size>]``, one namespace's key."""
 TMP = "tmp"
-PARTS = "parts"
-"""<root>/parts/<kind>/<checksum>: the part size a multipart object was checked with (decimal)."""
+OLD_LAYOUT = ("objects", "parts")
+"""Folders of the layout before blobs (keys shared by every namespace): removed at start."""
+CHUNK = 1024 * 1024
 
 
 @dataclass
@@ -58,8 +65,8 @@ def parts_match(kind: str, checksum: str, size: int, part_size: int | None) -> b
 
 
 class Refused(Exception):  # noqa: N818 - an answer, not a failure of the cache
-    """A write the cache will not take; ``reason`` is one word (the metric's label), ``status`` the
-    HTTP status the server answers with."""
+    """A request the cache will not take; ``reason`` is one word (the metric's label), ``status``
+    the HTTP status the server answers with."""
 
     def __init__(self, reason: str, status: int, message: str) -> None:
         super().__init__(message)
@@ -67,192 +74,239 @@ class Refused(Exception):  # noqa: N818 - an answer, not a failure of the cache
         self.status = status
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One namespace's key: the blob that holds its bytes, and a multipart ETag's part size."""
+
+    blob: str
+    part_size: int | None = None
+
+
 @dataclass
 class Upload:
-    """A write in progress: bytes go to ``tmp``, hashed, then into place by ``commit``."""
+    """A write in progress: bytes go to ``tmp``, hashed twice (the key's kind, and SHA-256 for the
+    blob's name), room taken as they arrive (``taken``), then into place by ``ContentStore.finish``."""
 
+    namespace: str
     key: str
     kind: str
     checksum: str
     size: int
     tmp: Path
-    part_size: int | None = None  # an S3 multipart upload's part size, to check its ETag with
+    digest: Hasher
+    part_size: int | None = None
+    blob_digest: hashlib._Hash = field(default_factory=hashlib.sha256)
+    taken: int = 0
+    received: int = 0
+    file: BinaryIO | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        """Hash and write one piece (blocking: the server runs it on its thread pool)."""
+        if self.file is None:
+            self.file = self.tmp.open("wb")
+        self.digest.update(chunk)
+        self.blob_digest.update(chunk)
+        self.file.write(chunk)
+        self.received += len(chunk)
 
 
 class ContentStore:
-    """Objects under ``root``/objects/<kind>/<checksum>, at most ``limit`` bytes of them.
+    """Blobs under ``root``/blobs, at most ``limit`` bytes of them, reached through each namespace's
+    index under ``root``/index.
 
-    Thread-safe: the server answers each request on its own thread. One write per key at a time
-    (a second one is refused as busy), space is reserved before a write starts, every write is
-    checked against its key before it is renamed into place, and a reader keeps reading an object
-    evicted under it (its open file).
+    Thread-safe. One write per namespace and key at a time (a second one is refused as busy), room
+    is taken as bytes arrive, every write is checked against its key and named by its SHA-256
+    before it is renamed into place, and a reader keeps reading a blob evicted under it (its open
+    file).
     """
 
     def __init__(
-        self, root: Path, limit: int, lease_ttl: float, clock: Callable[[], float] = time.time
+        self,
+        root: Path,
+        limit: int,
+        lease_ttl: float,
+        clock: Callable[[], float] = time.time,
+        *,
+        pod_lease_bytes: int | None = None,
     ) -> None:
         self.root = root
         self.limit = limit
         self.lease_ttl = lease_ttl
+        self.pod_lease_bytes = pod_lease_bytes if pod_lease_bytes is not None else max(1, limit // 2)
         self.clock = clock
         self.stats = StoreStats()
         self._lock = threading.Lock()
-        self._objects: dict[str, CachedObject] = {}
+        self._blobs: dict[str, CachedObject] = {}
+        self._index: dict[tuple[str, str], Entry] = {}
+        self._refs: dict[str, set[tuple[str, str]]] = {}
         self._used = 0
         self._reserved = 0
-        self._writing: set[str] = set()
+        self._writing: set[tuple[str, str]] = set()
         self._leases: dict[str, Lease] = {}
-        self._part_sizes: dict[str, int] = {}
         self._scan()
 
     # ------------------------------------------------------------ start
 
     def _scan(self) -> None:
-        """Load what an earlier run kept: every well-named object (its last use is its mtime); temp
-        files of writes cut short, and anything else, are removed."""
+        """Load what an earlier run kept: well-named blobs (last use: their mtime) and the index
+        entries whose blob is there; temp files, the old layout, a blob no index names, and
+        anything else are removed."""
+        for old in OLD_LAYOUT:
+            shutil.rmtree(self.root / old, ignore_errors=True)
         tmp = self.root / TMP
         tmp.mkdir(parents=True, exist_ok=True)
         for leftover in tmp.iterdir():
             with contextlib.suppress(OSError):
                 leftover.unlink()
-        objects = self.root / OBJECTS
-        objects.mkdir(parents=True, exist_ok=True)
-        for kind_dir in objects.iterdir():
-            for path in kind_dir.iterdir() if kind_dir.is_dir() else []:
-                key = object_key(kind_dir.name, path.name)
-                st = path.lstat()
-                if key is None or not path.is_file() or path.is_symlink():
-                    with contextlib.suppress(OSError):
-                        path.unlink()
-                    continue
-                self._objects[key] = CachedObject(key, st.st_size, st.st_mtime)
+        blobs = self.root / BLOBS
+        blobs.mkdir(parents=True, exist_ok=True)
+        for path in blobs.iterdir():
+            if BLOB_FORM.fullmatch(path.name) and path.is_file() and not path.is_symlink():
+                st = path.stat()
+                self._blobs[path.name] = CachedObject(path.name, st.st_size, st.st_mtime)
                 self._used += st.st_size
-        parts = self.root / PARTS
-        parts.mkdir(parents=True, exist_ok=True)
-        for kind_dir in parts.iterdir():
-            for path in kind_dir.iterdir() if kind_dir.is_dir() else []:
-                key = f"{kind_dir.name}/{path.name}"
-                text = path.read_text().strip() if path.is_file() and not path.is_symlink() else ""
-                if key in self._objects and text.isdigit() and int(text) > 0:
-                    self._part_sizes[key] = int(text)
-                else:
-                    with contextlib.suppress(OSError):
-                        path.unlink()  # of an object gone, or unreadable
+            else:
+                _remove(path)
+        index = self.root / INDEX
+        index.mkdir(parents=True, exist_ok=True)
+        for ns_dir in index.iterdir():
+            if not NAMESPACE_FORM.fullmatch(ns_dir.name) or not ns_dir.is_dir() or ns_dir.is_symlink():
+                _remove(ns_dir)
+                continue
+            for kind_dir in ns_dir.iterdir():
+                for path in kind_dir.iterdir() if kind_dir.is_dir() and not kind_dir.is_symlink() else []:
+                    entry = self._read_entry(kind_dir.name, path)
+                    if entry is None:
+                        _remove(path)
+                        continue
+                    self._link_locked(ns_dir.name, f"{kind_dir.name}/{path.name}", entry)
+        for blob in [b for b in self._blobs if not self._refs.get(b)]:
+            self._remove_blob_locked(blob)
         with self._lock:
             self._evict_locked(0)  # a smaller limit than the last run's
 
+    def _read_entry(self, kind: str, path: Path) -> Entry | None:
+        if object_key(kind, path.name) is None or not path.is_file() or path.is_symlink():
+            return None
+        words = path.read_text().split()
+        if not words or words[0] not in self._blobs:
+            return None
+        part = int(words[1]) if len(words) > 1 and words[1].isdigit() and int(words[1]) > 0 else None
+        if kind in PART_SIZED_KINDS and part is None:
+            return None
+        return Entry(words[0], part)
+
     # ------------------------------------------------------------ reads
 
-    def path(self, key: str) -> Path:
-        return self.root / OBJECTS / key
+    def blob_path(self, blob: str) -> Path:
+        return self.root / BLOBS / blob
 
-    def open(self, kind: str, checksum: str) -> tuple[BinaryIO, int] | None:
-        """The object's open file and size (counted a hit, its last use now), or None (a miss)."""
+    def _entry_path(self, namespace: str, key: str) -> Path:
+        return self.root / INDEX / namespace / key
+
+    def open(
+        self, namespace: str, kind: str, checksum: str, *, count_hit: bool = True
+    ) -> tuple[BinaryIO, int, str] | None:
+        """The namespace's object: its blob's open file, size and name (its last use now; counted a
+        hit unless ``count_hit`` is false: another range of one read), or None (a miss: no such key
+        in this namespace)."""
         key = object_key(kind, checksum)
         with self._lock:
-            obj = self._objects.get(key) if key is not None else None
-            if obj is None or key is None:
+            entry = self._index.get((namespace, key)) if key is not None else None
+            obj = self._blobs.get(entry.blob) if entry is not None else None
+            if entry is None or obj is None:
                 self.stats.misses += 1
                 return None
             try:
-                f = self.path(key).open("rb")
+                f = self.blob_path(entry.blob).open("rb")
             except FileNotFoundError:  # removed behind the cache's back
-                self._forget_locked(key)
+                self._forget_blob_locked(entry.blob)
                 self.stats.misses += 1
                 return None
             now = self.clock()
-            self._objects[key] = CachedObject(key, obj.size, now)
+            self._blobs[entry.blob] = CachedObject(entry.blob, obj.size, now)
             with contextlib.suppress(OSError):
                 os.utime(f.fileno(), (now, now))  # the next run's LRU order
-            self.stats.hits += 1
-        return f, obj.size
+            if count_hit:
+                self.stats.hits += 1
+        return f, obj.size, entry.blob
 
     def served(self, size: int) -> None:
         with self._lock:
             self.stats.hit_bytes += size
 
-    def drop_corrupt(self, kind: str, checksum: str) -> None:
-        """An object whose bytes no longer match its key (the disk, or someone on the node): gone."""
-        key = object_key(kind, checksum)
-        if key is None:
-            return
+    def drop_corrupt(self, blob: str) -> None:
+        """A blob whose bytes no longer have its SHA-256 (the disk, or someone on the node): gone,
+        with every index entry naming it. Only the cache's own hash of the blob calls this."""
         with self._lock:
-            if key in self._objects:
-                self._remove_locked(key)
+            if blob in self._blobs:
+                self._remove_blob_locked(blob)
                 self.stats.corrupt += 1
 
-    def holds(self, key: str) -> bool:
+    def recheck(self, namespace: str, kind: str, checksum: str, part_size: int | None = None) -> bool:
+        """Hash the blob behind the namespace's key again (blocking): drop it if its bytes no longer
+        have its SHA-256 (whether it was dropped). An intact multipart blob whose ETag ``part_size``
+        also gives (the cache's own hash says so) has that part size recorded in place of the old
+        one. What the caller says decides nothing by itself."""
+        key = object_key(kind, checksum)
         with self._lock:
-            return key in self._objects
+            entry = self._index.get((namespace, key)) if key is not None else None
+            size = self._blobs[entry.blob].size if entry is not None and entry.blob in self._blobs else 0
+        if entry is None or key is None:
+            return False
+        digest = hashlib.sha256()
+        other = part_size and part_size != entry.part_size and parts_match(kind, checksum, size, part_size)
+        etag = make_hasher(kind, part_size) if other else None
+        try:
+            with self.blob_path(entry.blob).open("rb") as f:
+                while chunk := f.read(CHUNK):
+                    digest.update(chunk)
+                    if etag is not None:
+                        etag.update(chunk)
+        except FileNotFoundError:
+            return False
+        if digest.hexdigest() != entry.blob:
+            self.drop_corrupt(entry.blob)
+            return True
+        if etag is not None and etag.hexdigest() == checksum:
+            fixed = Entry(entry.blob, part_size)
+            with self._lock:
+                if self._index.get((namespace, key)) == entry:
+                    self._write_entry(namespace, key, fixed)
+                    self._link_locked(namespace, key, fixed)
+        return False
+
+    def leased(self, pod: str, kind: str, checksum: str) -> bool:
+        """Whether ``pod``'s live lease names the key."""
+        key = object_key(kind, checksum)
+        with self._lock:
+            lease = self._leases.get(pod)
+            return lease is not None and lease.expires > self.clock() and key in lease.keys
+
+    def holds(self, namespace: str, key: str) -> bool:
+        with self._lock:
+            return (namespace, key) in self._index
+
+    def part_size(self, namespace: str, key: str) -> int | None:
+        """The part size a multipart object was checked with (what a reader checks it with)."""
+        with self._lock:
+            entry = self._index.get((namespace, key))
+            return entry.part_size if entry is not None else None
 
     # ------------------------------------------------------------ writes
 
     def begin(
         self,
+        namespace: str,
+        pod: str,
         kind: str,
         checksum: str,
+        *,
         size: int,
         part_size: int | None = None,
-        *,
-        check_existing: bool = False,
     ) -> Upload:
-        """Reserve room for a write of ``size`` bytes, evicting what must go; or raise Refused.
-
-        ``check_existing``: the uploader read this object from the cache and its bytes did not
-        match: the cache checks its own copy (with ``part_size`` for a multipart ETag) and drops it
-        if so, then takes the upload.
-        """
-        try:
-            return self._begin(kind, checksum, size, part_size)
-        except Refused as refused:
-            if (
-                refused.reason != "present"
-                or not check_existing
-                or not self._corrupt(kind, checksum, part_size)
-            ):
-                raise
-        self.drop_corrupt(kind, checksum)
-        return self._begin(kind, checksum, size, part_size)
-
-    def _corrupt(self, kind: str, checksum: str, part_size: int | None) -> bool:
-        """Whether the kept copy does not match its key; one that matches with ``part_size`` (a
-        multipart ETag) has that part size recorded, in place of a wrong one."""
-        key = object_key(kind, checksum)
-        obj = self._objects.get(key) if key is not None else None
-        if key is None or obj is None or not parts_match(kind, checksum, obj.size, part_size):
-            return False
-        hasher = self._hasher(kind, part_size)
-        if hasher is None:
-            return False
-        try:
-            corrupt = hash_file(self.path(key), hasher) != checksum
-        except FileNotFoundError:
-            return False
-        if not corrupt and part_size and kind in PART_SIZED_KINDS and self.part_size(key) != part_size:
-            self._record_part_size(key, part_size)
-            with self._lock:
-                self._part_sizes[key] = part_size
-        return corrupt
-
-    def part_size(self, key: str) -> int | None:
-        """The part size a multipart object was checked with (what a reader checks it with)."""
-        with self._lock:
-            return self._part_sizes.get(key)
-
-    def _record_part_size(self, key: str, part_size: int) -> None:
-        path = self.root / PARTS / key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / TMP / f"part-{secrets.token_hex(4)}"
-        tmp.write_text(f"{part_size}\n")
-        os.replace(tmp, path)
-
-    @staticmethod
-    def _hasher(kind: str, part_size: int | None) -> Hasher | None:
-        if kind in PART_SIZED_KINDS and not part_size:
-            return None
-        return make_hasher(kind, part_size)
-
-    def _begin(self, kind: str, checksum: str, size: int, part_size: int | None) -> Upload:
+        """Admit a write of ``size`` bytes by ``pod`` of ``namespace`` (its live lease must name the
+        key with that size), taking no room yet; or raise Refused."""
         key = object_key(kind, checksum)
         with self._lock:
             try:
@@ -262,130 +316,198 @@ class ContentStore:
                         400,
                         f"{kind}/{checksum}: only sha256, sha1, md5 and S3 multipart ETags are cached",
                     )
-                if self._hasher(kind, part_size) is None:
+                if kind in PART_SIZED_KINDS and not part_size:
                     raise Refused("kind", 400, f"{key}: a multipart ETag is checked with its part size")
                 if not parts_match(kind, checksum, size, part_size):
                     raise Refused(
                         "parts", 400, f"{key}: {size} bytes in parts of {part_size} do not make its parts"
                     )
-                if key in self._objects:
-                    raise Refused("present", 409, f"{key}: already cached")
-                if key in self._writing:
-                    raise Refused("busy", 409, f"{key}: being written by another upload")
+                lease = self._leases.get(pod)
+                if lease is None or lease.expires <= self.clock() or key not in lease.keys:
+                    raise Refused("unleased", 403, f"{key}: not named by this pod's live lease")
+                if lease.sizes.get(key) != size:
+                    raise Refused(
+                        "size", 400, f"{key}: {size} bytes, the lease declared {lease.sizes.get(key)}"
+                    )
                 if size > self.limit:
                     raise Refused("size", 413, f"{key}: {size} bytes is over the cache's {self.limit}")
-                if not self._evict_locked(size):
-                    raise Refused("full", 507, f"{key}: leased objects leave no room for {size} bytes")
+                if (namespace, key) in self._index:
+                    raise Refused("present", 409, f"{key}: already cached")
+                if (namespace, key) in self._writing:
+                    raise Refused("busy", 409, f"{key}: being written by another upload")
             except Refused as refused:
-                self.stats.refused[refused.reason] = self.stats.refused.get(refused.reason, 0) + 1
+                self._count_refused(refused.reason)
                 raise
-            self._writing.add(key)
-            self._reserved += size
-        tmp = self.root / TMP / f"{kind}-{checksum}-{secrets.token_hex(4)}"
-        return Upload(key, kind, checksum, size, tmp, part_size)
+            self._writing.add((namespace, key))
+        digest = make_hasher(kind, part_size)
+        assert digest is not None  # a cacheable kind, with its part size
+        tmp = self.root / TMP / f"{secrets.token_hex(8)}"
+        return Upload(namespace, key, kind, checksum, size, tmp, digest, part_size)
 
-    def write(self, upload: Upload, read: Callable[[int], bytes]) -> None:
-        """Take the upload's bytes from ``read`` (at most n bytes a call, b"" at the end), check them
-        against the key, and put them in place; Refused (nothing kept) when they do not match."""
-        digest = self._hasher(upload.kind, upload.part_size)
-        assert digest is not None  # begin refuses a kind it cannot check
-        count = 0
-        try:
-            with upload.tmp.open("wb") as f:
-                while count < upload.size:
-                    chunk = read(min(1024 * 1024, upload.size - count))
-                    if not chunk:
-                        break
-                    digest.update(chunk)
-                    f.write(chunk)
-                    count += len(chunk)
-            if count != upload.size:
-                raise Refused("short", 400, f"{upload.key}: {count} of {upload.size} bytes arrived")
-            if digest.hexdigest() != upload.checksum:
-                raise Refused(
-                    "checksum", 422, f"{upload.key}: the bytes' {upload.kind} is {digest.hexdigest()}"
-                )
-            if upload.part_size and upload.kind in PART_SIZED_KINDS:
-                self._record_part_size(upload.key, upload.part_size)
-            final = self.path(upload.key)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(upload.tmp, final)
-        except Refused as refused:
-            self._end(upload, kept=False, reason=refused.reason)
-            raise
-        except BaseException:
-            self._end(upload, kept=False, reason="failed")
-            raise
-        self._end(upload, kept=True)
+    def take(self, upload: Upload, count: int) -> None:
+        """Room for ``count`` more bytes of the upload (evicting what must go), as they arrive; or
+        Refused (507) when leased blobs leave none, or (400) past the declared size."""
+        with self._lock:
+            if upload.taken + count > upload.size:
+                raise Refused("long", 400, f"{upload.key}: more than the {upload.size} bytes declared")
+            if not self._evict_locked(count):
+                raise Refused("full", 507, f"{upload.key}: leased objects leave no room")
+            self._reserved += count
+            upload.taken += count
 
-    def _end(self, upload: Upload, *, kept: bool, reason: str = "") -> None:
+    def finish(self, upload: Upload) -> None:
+        """Check the upload against its key and put it in place (blocking); Refused (nothing kept)
+        when it is short or does not match. Bytes already held as a blob are not kept twice."""
+        if upload.file is not None:
+            upload.file.close()
+        if upload.received != upload.size:
+            raise Refused("short", 400, f"{upload.key}: {upload.received} of {upload.size} bytes arrived")
+        if upload.digest.hexdigest() != upload.checksum:
+            raise Refused(
+                "checksum", 422, f"{upload.key}: the bytes' {upload.kind} is {upload.digest.hexdigest()}"
+            )
+        if upload.file is None:
+            upload.tmp.write_bytes(b"")
+        blob = upload.blob_digest.hexdigest()
+        entry = Entry(blob, upload.part_size if upload.kind in PART_SIZED_KINDS else None)
+        with self._lock:
+            new = blob not in self._blobs
+            if new:
+                os.replace(upload.tmp, self.blob_path(blob))
+                self._blobs[blob] = CachedObject(blob, upload.size, self.clock())
+                self._used += upload.size
+            self._write_entry(upload.namespace, upload.key, entry)
+            self._link_locked(upload.namespace, upload.key, entry)
+            self.stats.stored += 1
+            self.stats.stored_bytes += upload.size
+
+    def end(self, upload: Upload, refused: str | None = None) -> None:
+        """Release the upload's room and name (always, after finish or a failure)."""
+        if upload.file is not None and not upload.file.closed:
+            upload.file.close()
         with contextlib.suppress(FileNotFoundError):
             upload.tmp.unlink()
         with self._lock:
-            self._writing.discard(upload.key)
-            self._reserved -= upload.size
-            if kept:
-                if upload.part_size and upload.kind in PART_SIZED_KINDS:
-                    self._part_sizes[upload.key] = upload.part_size
-                self._objects[upload.key] = CachedObject(upload.key, upload.size, self.clock())
-                self._used += upload.size
-                self.stats.stored += 1
-                self.stats.stored_bytes += upload.size
-            else:
-                self.stats.refused[reason] = self.stats.refused.get(reason, 0) + 1
+            self._writing.discard((upload.namespace, upload.key))
+            self._reserved -= upload.taken
+            upload.taken = 0
+            if refused is not None:
+                self.stats.refused[refused] = self.stats.refused.get(refused, 0) + 1
+
+    def _count_refused(self, reason: str) -> None:
+        self.stats.refused[reason] = self.stats.refused.get(reason, 0) + 1
+
+    def _write_entry(self, namespace: str, key: str, entry: Entry) -> None:
+        path = self._entry_path(namespace, key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / TMP / f"entry-{secrets.token_hex(8)}"
+        tmp.write_text(f"{entry.blob} {entry.part_size}\n" if entry.part_size else f"{entry.blob}\n")
+        os.replace(tmp, path)
+
+    def _link_locked(self, namespace: str, key: str, entry: Entry) -> None:
+        old = self._index.get((namespace, key))
+        if old is not None and old.blob != entry.blob:
+            self._refs.get(old.blob, set()).discard((namespace, key))
+        self._index[(namespace, key)] = entry
+        self._refs.setdefault(entry.blob, set()).add((namespace, key))
 
     # ------------------------------------------------------------ leases
 
-    def lease(self, pod: str, objects: Iterable[tuple[str, str]]) -> list[str]:
-        """A pod's lease on ``objects`` (kind, checksum) for the lease TTL, replacing its earlier
-        one; the keys of those the cache holds (each counted as used now). part_sizes tells the
-        multipart ones' part sizes."""
-        keys = frozenset(k for kind, checksum in objects if (k := object_key(kind, checksum)))
-        if len(keys) > MAX_LEASE_OBJECTS:
-            raise Refused("lease", 413, f"a lease may name at most {MAX_LEASE_OBJECTS} objects")
+    def lease(
+        self,
+        pod: str,
+        namespace: str,
+        objects: Iterable[tuple[str, str, int]],
+        expires: float | None = None,
+    ) -> tuple[list[str], dict[str, int]]:
+        """A pod's lease on ``objects`` (kind, checksum, size) until the lease TTL or ``expires``
+        (its token's expiry), whichever is first, replacing its earlier one; the keys the namespace
+        holds (their blobs counted as used now) and the part sizes of the multipart ones."""
+        try:
+            sizes = check_lease(list(objects), self.pod_lease_bytes)
+        except Exception:
+            self._count_refused("lease")
+            raise
         with self._lock:
             now = self.clock()
             self._leases = live_leases(self._leases, now)
-            self._leases[pod] = Lease(pod, keys, now + self.lease_ttl)
-            held = sorted(k for k in keys if k in self._objects)
+            end = now + self.lease_ttl if expires is None else min(now + self.lease_ttl, expires)
+            self._leases[pod] = Lease(pod, frozenset(sizes), end, namespace, sizes)
+            held = sorted(k for k in sizes if (namespace, k) in self._index)
+            parts: dict[str, int] = {}
             for key in held:
-                self._objects[key] = CachedObject(key, self._objects[key].size, now)
-        return held
+                entry = self._index[(namespace, key)]
+                obj = self._blobs[entry.blob]
+                self._blobs[entry.blob] = CachedObject(entry.blob, obj.size, now)
+                if entry.part_size:
+                    parts[key] = entry.part_size
+        return held, parts
+
+    def drop_lease(self, pod: str) -> None:
+        with self._lock:
+            self._leases.pop(pod, None)
+
+    def leases(self) -> Mapping[str, Lease]:
+        with self._lock:
+            return dict(live_leases(self._leases, self.clock()))
+
+    def _leased_blobs_locked(self) -> frozenset[str]:
+        now = self.clock()
+        out: set[str] = set()
+        for lease in self._leases.values():
+            if lease.expires <= now:
+                continue
+            for key in lease.keys:
+                entry = self._index.get((lease.namespace, key))
+                if entry is not None:
+                    out.add(entry.blob)
+        return frozenset(out)
 
     # ------------------------------------------------------------ figures
 
     def figures(self) -> tuple[int, int, int]:
-        """(objects, bytes kept, bytes under a live lease)."""
+        """(blobs, bytes kept, bytes under a live lease)."""
         with self._lock:
-            leased = leased_keys(self._leases.values(), self.clock())
-            leased_bytes = sum(o.size for k, o in self._objects.items() if k in leased)
-            return len(self._objects), self._used, leased_bytes
+            leased = self._leased_blobs_locked()
+            leased_bytes = sum(o.size for k, o in self._blobs.items() if k in leased)
+            return len(self._blobs), self._used, leased_bytes
 
     # ------------------------------------------------------------ eviction
 
     def _evict_locked(self, incoming: int) -> bool:
-        leased = leased_keys(self._leases.values(), self.clock())
         chosen = choose_evictions(
-            list(self._objects.values()), leased, self._used + self._reserved, self.limit, incoming
+            list(self._blobs.values()),
+            self._leased_blobs_locked(),
+            self._used + self._reserved,
+            self.limit,
+            incoming,
         )
         if chosen is None:
             return False
-        for key in chosen:
-            size = self._objects[key].size
-            self._remove_locked(key)
+        for blob in chosen:
+            size = self._blobs[blob].size
+            self._remove_blob_locked(blob)
             self.stats.evictions += 1
             self.stats.evicted_bytes += size
         return True
 
-    def _remove_locked(self, key: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.path(key).unlink()
-        if self._part_sizes.pop(key, None) is not None:
-            with contextlib.suppress(FileNotFoundError):
-                (self.root / PARTS / key).unlink()
-        self._forget_locked(key)
+    def _remove_blob_locked(self, blob: str) -> None:
+        _remove(self.blob_path(blob))
+        self._forget_blob_locked(blob)
 
-    def _forget_locked(self, key: str) -> None:
-        obj = self._objects.pop(key, None)
+    def _forget_blob_locked(self, blob: str) -> None:
+        for namespace, key in self._refs.pop(blob, set()):
+            if (entry := self._index.get((namespace, key))) is not None and entry.blob == blob:
+                del self._index[(namespace, key)]
+                _remove(self._entry_path(namespace, key))
+        obj = self._blobs.pop(blob, None)
         if obj is not None:
             self._used -= obj.size
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()

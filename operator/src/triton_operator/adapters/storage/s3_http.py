@@ -38,9 +38,14 @@ from triton_operator.adapters.storage.base import (
     pump,
 )
 from triton_operator.adapters.storage.sigv4 import Keys, encode_path, encode_query, sign
+from triton_operator.core.backoff import Backoff, Random, parse_retry_after
 from triton_operator.core.manifest import ObjectInfo, hex_from_base64, s3_etag_md5
 
 CHUNK = 1024 * 1024
+RETRY_BACKOFF = Backoff(base=0.2, cap=5.0)
+"""Delays between the attempts of one request while the store is unreachable or throttles (5xx,
+429, SlowDown): up to 0.2 s, 0.4 s, ... (full jitter, so a pod's threads do not come back
+together), never more than 5 s, and at least a Retry-After the store sends (up to that cap)."""
 DENIED = frozenset(
     {
         "AccessDenied",
@@ -185,6 +190,8 @@ class S3HttpReader(StoreBase):
         connect_timeout: float = 10.0,
         read_timeout: float = 60.0,
         max_attempts: int = 3,
+        backoff: Backoff = RETRY_BACKOFF,
+        random: Random | None = None,
     ) -> None:
         super().__init__(uri, bucket, prefix, credentials)
         self.endpoint = endpoint
@@ -206,6 +213,8 @@ class S3HttpReader(StoreBase):
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._attempts = max(1, max_attempts)
+        self._backoff = backoff
+        self._random = random
         self._context = _tls_context(ca_bundle) if self._https else None
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -299,6 +308,7 @@ class S3HttpReader(StoreBase):
         or answers 5xx/SlowDown; its last answer, or StoreUnavailable."""
         for attempt in range(self._attempts):
             last = attempt == self._attempts - 1
+            wait: float | None = None
             try:
                 answer = self._send(method, key, query, headers)
             except (OSError, http.client.HTTPException) as exc:
@@ -307,7 +317,8 @@ class S3HttpReader(StoreBase):
             else:
                 if not self._transient(answer) or last:
                     return answer
-            time.sleep(min(1.0, 0.1 * 2**attempt))
+                wait = parse_retry_after(answer.header("Retry-After"))
+            time.sleep(self._backoff.delay(attempt, retry_after=wait, random=self._random))
         raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod

@@ -47,6 +47,7 @@ from triton_operator.adapters.sync.hashing import (
 from triton_operator.adapters.sync.progress import Progress, silent
 from triton_operator.adapters.sync.results import ChecksumMismatch, SyncError, SyncStats, UnsafeDestination
 from triton_operator.adapters.sync.space import Need, check, device_of, room
+from triton_operator.core.backoff import Backoff, Random
 from triton_operator.core.manifest import (
     CONFIG_FILE,
     CONTENT_KINDS,
@@ -72,8 +73,10 @@ class ObjectSource(Protocol):
         """The part size of a held multipart upload, to check the source's bytes with instead of
         asking the store (None: ask the store). A wrong one only fails the source's copy."""
 
-    def read(self, entry: ManifestEntry, sink: Sink) -> int | None:
-        """Streams the object to ``sink``: the bytes given, None when it has not got it."""
+    def read(self, entry: ManifestEntry, sink: Sink, start: int = 0, end: int | None = None) -> int | None:
+        """Streams the object (its bytes ``start``..``end``, end excluded; called from several
+        threads at once for one object's ranges) to ``sink``: the bytes given, None when it has
+        not got it."""
 
     def offer(self, entry: ManifestEntry, path: Path, part_size: int | None = None) -> None:
         """A verified download of ``entry`` at ``path`` (``part_size``: the multipart upload's,
@@ -102,6 +105,10 @@ class SyncOptions:
 
 
 VERIFY_MODES = ("fast", "digest")
+READ_RETRY_BACKOFF = Backoff(base=0.4, cap=5.0)
+"""Delays before a read the store could not answer (StoreUnavailable) is tried again: up to 0.4 s,
+0.8 s, ... (full jitter: the sync's threads that failed together do not retry together), never more
+than 5 s. The store's own attempts came first (s3_http honours the store's Retry-After)."""
 # Pinned digests that a store's CRC may stand in for, where the store binds its CRC to them.
 _DIGEST_KINDS = frozenset({"md5", "s3-multipart"})
 
@@ -174,6 +181,8 @@ class _Job:
     part_size_from_source: bool = False  # multipart_part_size as options.source told it
     check: TransferCheck | None = None  # the store's CRC, checked instead of the pinned digest
     deferred: bool = False  # nothing local to compare: its HEADs are sent as it is fetched (_remote_check)
+    source_failed: bool = False  # a range read from options.source failed: the store is read
+    source_got: int = 0  # bytes options.source gave for the job's ranges so far
 
     def __post_init__(self) -> None:
         self.tmp = tmp_name(self.path)
@@ -203,10 +212,13 @@ class Syncer:
         store: ObjectStore | None,
         options: SyncOptions,
         progress: Progress | None = None,
+        random: Random | None = None,
     ) -> None:
         self.manifest = manifest
         self.store = store
         self.options = options
+        self.random = random
+        """The jitter of the read retries (core.backoff); None: the system's."""
         self.progress = progress or silent()
         self.stats = SyncStats()
         self.dest = options.dest
@@ -313,7 +325,7 @@ class Syncer:
                 (tried if source is not None and source_key(job.entry) in self._held else direct).append(job)
             self._jobs.extend(direct)
             self._jobs.extend(tried)
-            reads = [partial(self._fetch_source, source, job) for job in tried] if source is not None else []
+            reads = self._source_tasks(source, tried) if source is not None else []
             # taken in turns, so that neither waits for the other's queue to drain
             pairs = itertools.zip_longest(self._store_tasks(direct), reads)
             self._run_all(pool, [task for pair in pairs for task in pair if task is not None])
@@ -554,7 +566,7 @@ class Syncer:
                     raise
                 with self._lock:
                     self.stats.retried_reads += 1
-                time.sleep(min(2.0, 0.2 * 2**attempt))
+                time.sleep(READ_RETRY_BACKOFF.delay(attempt - 1, random=self.random))
 
     def _fetch_whole(self, job: _Job) -> None:
         """A small file in one streamed read, hashed as it arrives; a retry starts it over."""
@@ -609,16 +621,31 @@ class Syncer:
         self._open_parts(job)  # an OSError (no room) fails the sync; _run_all removes the temp files
         return _Then(turns.add([partial(self._fetch_part, job, s, e) for s, e in job.parts]))
 
+    def _source_tasks(self, source: ObjectSource, jobs: list[_Job]) -> list[Callable[[], Any]]:
+        """The source's reads of ``jobs``: a big file whose checksum ranges can feed in any order
+        (an S3 multipart ETag) in ranges of whole upload parts, read at once on several connections
+        and hashed in parallel; any other file in one read (several files at once)."""
+        tasks: list[Callable[[], Any]] = []
+        for job in sorted(jobs, key=lambda j: -j.entry.size):
+            size = job.entry.size
+            if size > self.options.part_size and parallel_digest(job.verify_kind, size, job.verify_part_size):
+                tasks.append(partial(self._plan_source_parts, source, job))
+            else:
+                tasks.append(partial(self._fetch_source, source, job))
+        return tasks
+
     def _fetch_source(self, source: ObjectSource, job: _Job) -> bool:
         """One object from the source, checked as it arrives; False (nothing left behind) when the
         source has not got it or its bytes do not match the pin: the store is read instead."""
         fd = job.fd = os.open(job.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         hasher = job.hasher = job.new_hasher()
+        got = [0]
 
         def write(chunk: Chunk) -> None:
             write_all(fd, chunk)
             if hasher is not None:
                 hasher.update(chunk)
+            got[0] += len(chunk)
 
         count = source.read(job.entry, self._sink(write))
         if count is not None and hasher is not None:
@@ -629,10 +656,59 @@ class Syncer:
             except ChecksumMismatch:
                 with self._lock:
                     self.stats.source_refused += 1
-        self.progress.add_bytes(-(count or 0))
+        self._drop_source_copy(job, got[0])  # every byte the sink took, a failed read's too
+        return False
+
+    def _plan_source_parts(self, source: ObjectSource, job: _Job) -> _Then:
+        """A big file from the source: its temp file allocated, its ranges read in turns."""
+        self._open_parts(job)
+        job.from_source = True
+        job.source_failed = False
+        job.source_got = 0
+        return _Then([partial(self._fetch_source_part, source, job, s, e) for s, e in job.parts])
+
+    def _fetch_source_part(self, source: ObjectSource, job: _Job, start: int, end: int) -> None:
+        """One range of a big file from the source, hashed as it arrives; whoever reads the last
+        one checks the file against the pin, or (a range failed, the bytes do not match) leaves it
+        to the store."""
+        count: int | None = None
+        got = 0
+        if not job.source_failed:
+            fd, pos = job.fd, [start]
+            assert job.aligned is not None
+            digests = job.aligned.range(start, end)
+
+            def write(chunk: Chunk) -> None:
+                write_all(fd, chunk, pos[0])
+                digests.update(chunk)
+                pos[0] += len(chunk)
+
+            count = source.read(job.entry, self._sink(write), start, end)
+            got = pos[0] - start  # every byte the sink took (the progress counted it), a failed read's too
+        with job.lock:
+            job.source_got += got
+            if count != end - start:
+                job.source_failed = True
+            job.parts_left -= 1
+            if job.parts_left > 0:
+                return
+        if not job.source_failed:
+            try:
+                self._finish(job, job.entry.size)
+                return
+            except ChecksumMismatch:
+                with self._lock:
+                    self.stats.source_refused += 1
+        self._drop_source_copy(job, job.source_got)
+
+    def _drop_source_copy(self, job: _Job, count: int) -> None:
+        """What the source gave for ``job`` (``count`` bytes) is dropped: the store is read."""
+        self.progress.add_bytes(-count)
         job.from_source = False
         job.hasher = None
-        os.close(fd)
+        job.aligned = None
+        if job.fd >= 0:
+            os.close(job.fd)
         job.fd = -1
         with contextlib.suppress(FileNotFoundError):
             os.unlink(job.tmp)
@@ -640,7 +716,6 @@ class Syncer:
             # The store's download is checked with the store's own part size.
             job.multipart_part_size = self.store.part_size(job.entry.key, job.entry.etag)
             job.part_size_from_source = False
-        return False
 
     def _source_part_size(self, job: _Job) -> int | None:
         """A held multipart object's part size as the source knows it (no request to the store)."""

@@ -35,6 +35,9 @@ from triton_operator.core.rollout.verdicts import Verdicts
 from triton_operator.core.traffic import TrafficWeights
 from triton_operator.models import SetHeaderRoute, Strategy
 
+TUNING_RECHECK_SECONDS = 10.0
+"""How soon a pass looks again while tuning pods hold GPUs a revision waits for (their end wakes none)."""
+
 
 class Outcomes(Verdicts):
     """The plan a call ends with, its conditions' texts, the header route and history kept."""
@@ -121,7 +124,10 @@ class Outcomes(Verdicts):
                 f"{progressing.message}"
             )
             degraded = Verdict(TRUE, STABLE_REVISION_MISSING, message)
-        return self.finish(replicas, progressing, degraded)
+        held_by_tuning = self.inp.tuning_pods > 0 and replicas[stable] < self.r
+        return self.finish(
+            replicas, progressing, degraded, TUNING_RECHECK_SECONDS if held_by_tuning else None
+        )
 
     def held_before_start(self) -> RolloutPlan:
         stable = self.st.stable_revision
@@ -175,7 +181,9 @@ class Outcomes(Verdicts):
             return "spec.rollout.paused"
         return "pause request; kubectl triton resume"
 
-    def canary_plan(self, split: Split, budget_blocked: bool = False) -> RolloutPlan:
+    def canary_plan(
+        self, split: Split, budget_blocked: bool = False, tuning_blocked: bool = False
+    ) -> RolloutPlan:
         st = self.st
         stable, canary = st.stable_revision, st.canary_revision
         assert stable is not None and canary is not None
@@ -183,7 +191,8 @@ class Outcomes(Verdicts):
         replicas = {stable: split.stable, canary: split.canary}
         ready_now = state is not None and state.ready_at(split.canary_goal)
         # The deadline clock: when the canary began waiting at this position (paused: no clock).
-        waiting = None if (ready_now or self.paused or budget_blocked) else (st.waiting_since or self.now)
+        held = ready_now or self.paused or budget_blocked or tuning_blocked
+        waiting = None if held else (st.waiting_since or self.now)
         self.set(waiting_since=waiting)
         n = len(self.steps)
         index = self.position()
@@ -200,6 +209,15 @@ class Outcomes(Verdicts):
             progressing = Verdict(FALSE, GPU_BUDGET_TOO_SMALL, message)
             degraded = Verdict(TRUE, GPU_BUDGET_TOO_SMALL, message)
             return self.finish(replicas, progressing, degraded)
+        if tuning_blocked:
+            message = (
+                f"{readiness}: {self.inp.tuning_pods} tuning pod(s) (kubectl triton tune) hold GPUs of "
+                f"gpuBudget {self.inp.rollout.gpu_budget}; the canary grows to {split.canary_goal} "
+                "when they are gone"
+            )
+            # Tuning pods wake no pass when they go (nothing of the TritonService's own): look again.
+            verdict = Verdict(TRUE, WAITING_FOR_CANARY_READY, message)
+            return self.finish(replicas, verdict, degraded, requeue=TUNING_RECHECK_SECONDS)
         if self.paused:
             progressing = Verdict(
                 FALSE,

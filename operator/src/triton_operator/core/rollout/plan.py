@@ -38,6 +38,9 @@ class RolloutInput:
     """Revisions whose pods could not sync any more (objects overwritten in an unversioned bucket): why."""
     analysis: AnalysisResult | None = None
     """The canary's verdict in the window of its current weight (reconcile.analysis); None: no reading."""
+    tuning_pods: int = 0
+    """Pods of the service's tuning sweeps (`kubectl triton tune`, core.tuning.held_pods): they count
+    against spec.rollout.gpuBudget as another revision's pods do."""
 
 
 # ----------------------------------------------------------------- outputs

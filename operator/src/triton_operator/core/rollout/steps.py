@@ -34,6 +34,10 @@ class Steps(Aborts):
             split = self.split()
             if split.too_small:
                 return self.canary_plan(split, budget_blocked=True)
+            if self.inp.tuning_pods and split.canary < split.canary_goal and not self.abort_requested:
+                # A sweep's tuning pods hold the GPUs the canary needs: it waits, with no deadline
+                # clock (they go when the sweep ends, or at its deadline: reconcile.tuning_expiry).
+                return self.canary_plan(split, tuning_blocked=True)
             if not self.paused:
                 failure = self.failure(split)
                 if failure is not None:

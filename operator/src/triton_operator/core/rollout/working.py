@@ -76,7 +76,9 @@ class Call:
         return min(max(index, 0), len(self.steps))
 
     def other_pods(self, *exclude: str | None) -> int:
-        return sum(s.gpu_pods for rev, s in self.inp.revisions.items() if rev not in exclude)
+        """GPU pods beside those of ``exclude``: other revisions' and tuning pods."""
+        others = sum(s.gpu_pods for rev, s in self.inp.revisions.items() if rev not in exclude)
+        return others + self.inp.tuning_pods
 
     def clear_canary(self) -> None:
         self.set(
