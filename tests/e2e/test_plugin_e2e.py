@@ -1,5 +1,6 @@
 """kubectl-triton against the shared cluster as a user runs it: kubeconfig files and contexts
-(one live, one dead), $KUBECONFIG with several files, --watch ended by Ctrl-C, --version."""
+(one live, one dead), $KUBECONFIG with several files, --watch ended by Ctrl-C, --version. Each test reads
+TritonServices of its own namespace (other tests' namespaces come and go while it runs)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from e2e_helpers import apply
+from tritonservice_bodies import body
 
 DEAD = "https://127.0.0.1:9"
 
@@ -56,16 +60,26 @@ def plugin(
     )
 
 
-def listed_names(cluster: Path) -> list[str]:
-    """The TritonServices the cluster holds, read directly (what `get -A -o json` must show)."""
-    from lightkube import ALL_NS, Client, KubeConfig  # noqa: PLC0415
+def two_services(kube: Any, namespace: str) -> list[str]:
+    """Two TritonServices of this test's own namespace (objects only: nothing needs to serve them).
+    The tests read this namespace, not every one (-A): other tests' namespaces come and go meanwhile."""
+    for name in ("alpha", "beta"):
+        obj = body()
+        obj["metadata"] = {"name": name, "namespace": namespace}
+        apply(kube, obj)
+    return sorted(f"{namespace}/{name}" for name in ("alpha", "beta"))
+
+
+def listed_names(cluster: Path, namespace: str) -> list[str]:
+    """The TritonServices of ``namespace``, read directly (what `get -n NS -o json` must show)."""
+    from lightkube import Client, KubeConfig  # noqa: PLC0415
     from lightkube.generic_resource import create_namespaced_resource  # noqa: PLC0415
 
     from triton_operator import GROUP, KIND, PLURAL, VERSION  # noqa: PLC0415
 
     client = Client(config=KubeConfig.from_file(str(cluster)))
     resource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
-    listed = [o.to_dict()["metadata"] for o in client.list(resource, namespace=ALL_NS)]  # type: ignore[no-untyped-call]
+    listed = [o.to_dict()["metadata"] for o in client.list(resource, namespace=namespace)]  # type: ignore[no-untyped-call]
     return sorted(f"{m['namespace']}/{m['name']}" for m in listed)
 
 
@@ -74,32 +88,46 @@ def names_of(listing: dict[str, Any]) -> list[str]:
     return sorted(f"{i['metadata']['namespace']}/{i['metadata']['name']}" for i in listing["items"])
 
 
-def test_contexts_kubeconfig_files_and_their_merge(cluster: Path, tmp_path: Path) -> None:
+def test_contexts_kubeconfig_files_and_their_merge(
+    cluster: Path, tmp_path: Path, kube: Any, namespace: str
+) -> None:
     dead, live = split_kubeconfig(cluster, tmp_path)
-    expected = listed_names(cluster)
+    expected = two_services(kube, namespace)
+    assert listed_names(cluster, namespace) == expected
     merged = f"{dead}{os.pathsep}{live}"
     # The first file's current-context (dead) wins: refused, one line, exit 1, quickly.
     started = time.monotonic()
-    done = plugin("get", "-A", "-o", "json", kubeconfig=merged)
+    done = plugin("get", "-n", namespace, "-o", "json", kubeconfig=merged)
     assert done.returncode == 1 and done.stderr.startswith("error: ") and done.stdout == ""
     assert time.monotonic() - started < 30
     # --context picks the shared cluster's context, named in the first file, its cluster from the second.
-    done = plugin("--context", "shared", "get", "-A", "-o", "json", kubeconfig=merged)
+    done = plugin("--context", "shared", "get", "-n", namespace, "-o", "json", kubeconfig=merged)
     assert done.returncode == 0, done.stderr
     assert names_of(json.loads(done.stdout)) == expected
     # --kubeconfig wins over $KUBECONFIG; --context after the verb works too.
-    done = plugin("get", "-A", "-o", "json", "--kubeconfig", str(live), kubeconfig=str(dead))
+    done = plugin("get", "-n", namespace, "-o", "json", "--kubeconfig", str(live), kubeconfig=str(dead))
     assert done.returncode == 0, done.stderr
     assert names_of(json.loads(done.stdout)) == expected
-    done = plugin("get", "-A", "-o", "json", "--kubeconfig", str(dead), "--context", "nope")
+    done = plugin("get", "-n", namespace, "-o", "json", "--kubeconfig", str(dead), "--context", "nope")
     assert done.returncode == 1 and "Context 'nope' not found" in done.stderr
 
 
-def test_watch_ends_on_ctrl_c_with_exit_0(cluster: Path, tmp_path: Path) -> None:
+def test_watch_ends_on_ctrl_c_with_exit_0(cluster: Path, tmp_path: Path, kube: Any, namespace: str) -> None:
     _, live = split_kubeconfig(cluster, tmp_path)
+    expected = two_services(kube, namespace)
     env = {**os.environ, "KUBECONFIG": str(live)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "triton_operator.kubectl_plugin", "get", "-A", "-o", "name", "--watch"],
+        [
+            sys.executable,
+            "-m",
+            "triton_operator.kubectl_plugin",
+            "get",
+            "-n",
+            namespace,
+            "-o",
+            "name",
+            "--watch",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -115,9 +143,8 @@ def test_watch_ends_on_ctrl_c_with_exit_0(cluster: Path, tmp_path: Path) -> None
             proc.kill()
     assert proc.returncode == 0, err
     assert "Traceback" not in err
-    assert sorted(out.split()) == sorted(
-        f"tritonservice.triton-operator.io/{n.split('/')[1]}" for n in listed_names(cluster)
-    )
+    # each object once: nothing changed while it watched
+    assert sorted(out.split()) == [f"tritonservice.triton-operator.io/{n.split('/')[1]}" for n in expected]
 
 
 def test_version_names_the_operator_running_in_the_cluster_or_why_not(cluster: Path, tmp_path: Path) -> None:
@@ -148,7 +175,9 @@ def test_version_names_the_operator_running_in_the_cluster_or_why_not(cluster: P
     assert time.monotonic() - started < 30
 
 
-def test_the_single_file_plugin_reads_the_cluster(cluster: Path, tmp_path: Path) -> None:
+def test_the_single_file_plugin_reads_the_cluster(
+    cluster: Path, tmp_path: Path, kube: Any, namespace: str
+) -> None:
     """`make plugin`'s dist/kubectl-triton on the base interpreter (no venv): the same List as the API."""
     out = tmp_path / "kubectl-triton"
     repo = Path(__file__).resolve().parents[2]
@@ -159,9 +188,10 @@ def test_the_single_file_plugin_reads_the_cluster(cluster: Path, tmp_path: Path)
         timeout=300,
     )
     _, live = split_kubeconfig(cluster, tmp_path)
+    expected = two_services(kube, namespace)
     base = Path(sys.base_prefix) / "bin" / "python{}.{}".format(*sys.version_info[:2])
     done = subprocess.run(
-        [str(base), "-I", str(out), "get", "-A", "-o", "json"],
+        [str(base), "-I", str(out), "get", "-n", namespace, "-o", "json"],
         capture_output=True,
         text=True,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(live)},
@@ -169,4 +199,4 @@ def test_the_single_file_plugin_reads_the_cluster(cluster: Path, tmp_path: Path)
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert names_of(json.loads(done.stdout)) == listed_names(cluster)
+    assert names_of(json.loads(done.stdout)) == expected == listed_names(cluster, namespace)
