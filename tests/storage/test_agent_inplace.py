@@ -36,7 +36,7 @@ from triton_operator.core.names import (
     inplace_manifest_key,
 )
 from triton_operator.models import ModelSpec
-from tritonserver import RunningServer, TritonInstall, free_port, start_server
+from tritonserver import RunningServer, TritonInstall, free_port, server_command, start_server
 
 pytestmark = [pytest.mark.storage, pytest.mark.triton, pytest.mark.timeout(600)]
 
@@ -867,3 +867,66 @@ def test_a_change_reads_only_the_changed_objects_and_trusts_the_record_of_the_re
     record = json.loads((pod.state / "agent.json").read_text())
     assert (record["applied"], record["fetchedBytes"]) == ("r2", len(model_py(200)))
     assert other.read_bytes() == tampered
+
+
+def test_a_new_pod_whose_target_moves_while_tritonserver_starts_still_starts(
+    pod: Pod, triton_install: TritonInstall, sidecars: list[Sidecar]
+) -> None:
+    """A pod the ReplicaSet creates during a rollout (no annotation: its init container syncs stable,
+    r1) while the rollout completes (state.json becomes {stable: r2}): the sidecar starts beside a
+    tritonserver that is still loading /models (--load-model=*; its HTTP port opens only after).
+    Before, the sidecar placed r2 at once: adder/1/model.py was deleted under the load in progress,
+    the Python stub failed to start and tritonserver hung, never listening, until the kubelet's
+    startup probe restarted it. Now the sidecar leaves /models alone until tritonserver answers, then
+    drains, unloads and loads r2 as for any change."""
+    pod.put("adder/1/model.py", model_py(100))
+    r1 = pod.revision("r1", {"adder": config(pod.init_log)})
+    pod.put("adder/2/model.py", model_py(200))
+    r2 = pod.revision("r2", {"adder": config(pod.init_log)})
+    pod.set_base(r1)
+    pod.publish(r1, r2)
+    result = pod.once()
+    assert result.returncode == 0, result.stderr
+    assert json.loads((pod.state / "agent.json").read_text())["applied"] == "r1"
+
+    ports = (free_port(), free_port(), free_port())
+    log_path = pod.root / "tritonserver.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            server_command(triton_install, pod.models, ["*"], ports),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=triton_install.env,
+            cwd=triton_install.root,
+            start_new_session=True,
+        )
+    server = RunningServer(process, *ports, log_path=log_path)
+    try:
+        sidecar = Sidecar(pod, server.http_url)
+        sidecars.append(sidecar)
+        pod.publish(r2, None)  # the rollout completes while tritonserver loads r1
+
+        deadline = time.monotonic() + TIMEOUT
+        ready = False
+        while not ready and process.poll() is None and time.monotonic() < deadline:
+            try:
+                ready = requests.get(f"{server.http_url}/v2/health/ready", timeout=5).status_code == 200
+            except requests.RequestException:
+                time.sleep(0.1)
+        assert ready, (
+            f"tritonserver (exit status {process.poll()}) never answered ready within {TIMEOUT:g} s:\n"
+            f"{server.log_tail()}\n{pod.sidecar_log.read_text()}"
+        )
+
+        status = sidecar.applied("r2")
+        assert status["models"] == {"adder": "READY"}, status
+        assert tree(pod.models) == tree(pod.fresh_sync(r2))
+        assert pod.inits() == ["adder 1", "adder 2"]
+        sidecar.wait_ready(200, "the pod back in its Service with r2")
+        client = Client(server)
+        client.start()
+        client.stop()
+        assert client.failures == [] and client.answers and set(client.answers) == {201.0}, client
+    finally:
+        server.stop()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from triton_operator.adapters.agent.processes import python_stubs
+from triton_operator.adapters.agent.processes import python_stubs, tritonserver_running
 from triton_operator.adapters.agent.status import StatusServer, parse_listen
 from triton_operator.adapters.agent.triton import ModelControl, TritonUnreachable
 from triton_operator.core.names import AGENT_READY_PATH, AGENT_STATUS_PATH
@@ -134,3 +134,35 @@ def test_the_stub_processes_of_each_model_from_proc(tmp_path: Path) -> None:
     (tmp_path / "proc" / "self").mkdir()
     assert python_stubs(Path("/models"), tmp_path / "proc") == {"adder": 2}
     assert python_stubs(Path("/models"), tmp_path / "nothing") == {}
+
+
+def test_a_tritonserver_process_over_the_models_folder_from_proc(tmp_path: Path) -> None:
+    """tritonserver's own process over /models (either spelling of its repository flag, a trailing
+    slash); a zombie, another repository, another program or an unreadable /proc is none."""
+
+    def proc(name: str, processes: dict[int, tuple[list[str], str]]) -> Path:
+        root = tmp_path / name
+        for pid, (argv, state) in processes.items():
+            (root / str(pid)).mkdir(parents=True)
+            (root / str(pid) / "cmdline").write_bytes("\0".join(argv).encode() + b"\0")
+            (root / str(pid) / "stat").write_text(f"{pid} (tritonserver) {state} 1 2 3")
+        root.mkdir(exist_ok=True)
+        return root
+
+    server = "/opt/tritonserver/bin/tritonserver"
+    running = {
+        "equals": proc("a", {5: ([server, "--load-model=*", "--model-repository=/models"], "S")}),
+        "apart": proc("b", {5: ([server, "--model-repository", "/models/"], "R")}),
+        "store": proc("c", {5: (["tritonserver", "--model-store=/models"], "S")}),
+    }
+    for name, root in running.items():
+        assert tritonserver_running(Path("/models"), root), name
+    idle = {
+        "zombie": proc("d", {5: ([server, "--model-repository=/models"], "Z")}),
+        "elsewhere": proc("e", {5: ([server, "--model-repository=/other"], "S")}),
+        "other program": proc("f", {5: (["python", "tritonserver", "--model-repository=/models"], "S")}),
+        "no flag": proc("g", {5: ([server], "S")}),
+        "none": tmp_path / "nothing",
+    }
+    for name, root in idle.items():
+        assert not tritonserver_running(Path("/models"), root), name

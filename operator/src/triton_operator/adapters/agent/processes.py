@@ -7,18 +7,18 @@ from pathlib import Path
 
 STUB = b"triton_python_backend_stub"
 """The Python backend's per-instance process: argv[0] ends with it, argv[1] is the model's model.py."""
+SERVER = b"tritonserver"
+"""tritonserver's own process: argv[0]'s last part."""
+REPOSITORY_FLAGS = ("--model-repository", "--model-store")
 
 
-def python_stubs(models_dir: Path, proc: Path = Path("/proc")) -> Counter[str]:
-    """The live stub processes of each model under ``models_dir`` (by the folder their model.py is
-    in); a zombie or a process gone while read is not counted. Empty when none is visible (a pod
-    that does not share its process namespace sees none: the check then finds nothing missing)."""
-    counts: Counter[str] = Counter()
-    prefix = str(models_dir).rstrip("/") + "/"
+def _processes(proc: Path) -> list[list[bytes]]:
+    """Each live process's argv; a zombie or one gone while read is left out."""
+    out: list[list[bytes]] = []
     try:
         entries = list(proc.iterdir())
     except OSError:
-        return counts
+        return out
     for entry in entries:
         if not entry.name.isdigit():
             continue
@@ -27,10 +27,45 @@ def python_stubs(models_dir: Path, proc: Path = Path("/proc")) -> Counter[str]:
             stat = (entry / "stat").read_text()
         except (OSError, UnicodeDecodeError):
             continue
-        if len(argv) < 2 or not argv[0].endswith(STUB):
+        if stat.rpartition(")")[2].split()[:1] in (["Z"], ["X"]):
             continue
-        state = stat.rpartition(")")[2].split()[:1]
-        if state in (["Z"], ["X"]):
+        out.append(argv)
+    return out
+
+
+def repository_of(argv: list[bytes]) -> str | None:
+    """The model repository a tritonserver command line names (``--model-repository=X`` or
+    ``--model-repository X``, or the older ``--model-store``); None when ``argv`` is no tritonserver's."""
+    if not argv or argv[0].rsplit(b"/", 1)[-1] != SERVER:
+        return None
+    args = [a.decode(errors="replace") for a in argv[1:]]
+    for index, arg in enumerate(args):
+        name, has_value, value = arg.partition("=")
+        if name in REPOSITORY_FLAGS:
+            if has_value:
+                return value
+            if index + 1 < len(args):
+                return args[index + 1]
+    return None
+
+
+def tritonserver_running(models_dir: Path, proc: Path = Path("/proc")) -> bool:
+    """Whether a tritonserver process serving ``models_dir`` is alive (the pod shares its process
+    namespace; False when none is visible)."""
+    want = str(models_dir).rstrip("/")
+    return any(
+        (repo := repository_of(argv)) is not None and repo.rstrip("/") == want for argv in _processes(proc)
+    )
+
+
+def python_stubs(models_dir: Path, proc: Path = Path("/proc")) -> Counter[str]:
+    """The live stub processes of each model under ``models_dir`` (by the folder their model.py is
+    in); a zombie or a process gone while read is not counted. Empty when none is visible (a pod
+    that does not share its process namespace sees none: the check then finds nothing missing)."""
+    counts: Counter[str] = Counter()
+    prefix = str(models_dir).rstrip("/") + "/"
+    for argv in _processes(proc):
+        if len(argv) < 2 or not argv[0].endswith(STUB):
             continue
         path = argv[1].decode(errors="replace")
         if path.startswith(prefix):

@@ -17,7 +17,7 @@ from triton_operator.adapters.agent.files import (
     present_revisions,
     remove_model_files,
 )
-from triton_operator.adapters.agent.processes import python_stubs
+from triton_operator.adapters.agent.processes import python_stubs, tritonserver_running
 from triton_operator.adapters.agent.triton import LoadFailed, ModelControl, TritonUnreachable
 from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.storage import open_store
@@ -197,6 +197,8 @@ class Agent:
         self._status = self._status_now()
 
     def apply(self, target: RevisionFiles) -> None:
+        if self._synced != target.revision and self._starting():
+            return
         self.message = ""
         record = self._begin(target)
         steps = self._steps(record, target)
@@ -229,6 +231,23 @@ class Agent:
         self._write(record.done(now()))
         self._synced = None
         logger.info("applied revision %s (%s fetched)", target.revision, human(record.fetched_bytes))
+
+    def _starting(self) -> bool:
+        """Whether tritonserver is running over /models but does not answer yet: it is loading what
+        /models holds (--load-model=*; its HTTP port opens once those loads are done). /models is left
+        alone until then: a file swapped or deleted under a load in progress fails it, and a Python
+        model whose model.py is gone leaves tritonserver hanging, never listening, until the kubelet's
+        startup probe restarts it. (With no tritonserver process, as between two starts of a crashing
+        one, the target is placed: the next start loads it.)"""
+        triton = self.options.triton
+        if triton.live() or not tritonserver_running(self.options.dest, self.options.proc):
+            return False
+        self.message = (
+            f"waiting for tritonserver to finish loading what {self.options.dest} holds before "
+            f"placing revision {self.target}"
+        )
+        self._status = self._status_now()
+        return True
 
     def drain(self, target: RevisionFiles, steps: Steps) -> None:
         """Out of the Service before any model is touched: readiness false, then wait until the
