@@ -276,12 +276,12 @@ class Pod:
 class Sidecar:
     """`triton-operator agent` (no --once) as the pod's model-agent container."""
 
-    def __init__(self, pod: Pod, triton: str) -> None:
+    def __init__(self, pod: Pod, triton: str, drain: float = DRAIN_SECONDS) -> None:
         self.pod = pod
         self.port = free_port()
         with pod.sidecar_log.open("ab") as log:
             self.process = subprocess.Popen(
-                [*pod.args(triton, f"127.0.0.1:{self.port}"), "--drain-seconds", str(DRAIN_SECONDS)],
+                [*pod.args(triton, f"127.0.0.1:{self.port}"), "--drain-seconds", str(drain)],
                 env=pod.env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -752,15 +752,18 @@ def test_an_agent_stopped_between_fetch_and_load_comes_back_consistent(
         r2 = pod.revision("r2", {"adder": config(pod.init_log), "other": config(pod.init_log)})
         pod.publish(r1, r2)
         pod.target("r2")
-        # A sidecar that cannot reach tritonserver (it is restarting, say) fetches, then waits to load:
-        # killed there, between fetch and load.
-        dead = Sidecar(pod, f"http://127.0.0.1:{free_port()}")
+        # A sidecar that fetched, then waits out its drain before the loads: killed there, between
+        # fetch and load. (It used to be one that could not reach tritonserver; a tritonserver
+        # process over /models that does not answer is now one still starting, and the agent leaves
+        # /models alone until it answers: test_a_new_pod_whose_target_moves_while_...)
+        dead = Sidecar(pod, server.http_url, drain=TIMEOUT * 10)
         sidecars.append(dead)
         current.append(dead)
         status = dead.wait(
-            lambda s: "waiting for tritonserver" in s["message"], "the agent to wait for Triton"
+            lambda s: "waiting" in s["message"] and "before unloading" in s["message"],
+            "the agent to drain before it loads",
         )
-        assert status["state"] == "Applying" and status["revision"] == "r1" and status["target"] == "r2"
+        assert status["state"] == "Draining" and status["revision"] == "r1" and status["target"] == "r2"
         assert (pod.models / "adder/2/model.py").read_bytes() == new_object
         dead.kill()
         assert json.loads((pod.state / "agent.json").read_text())["pending"] == "r2"
