@@ -42,29 +42,14 @@ from triton_operator import GROUP, PLURAL, VERSION
 Counts = Counter[tuple[str, str]]
 
 
-async def operator_requests(api: cp.Api) -> Counts:
-    text = await api.text("/metrics")
-    schemas = cp.flow_schemas()
-    counts: Counts = Counter()
-    for line in text.splitlines():
-        if not line.startswith("apiserver_flowcontrol_dispatched_requests_total{"):
-            continue
-        labels = line.split("{", 1)[1].split("}", 1)[0]
-        fields = dict(part.split("=", 1) for part in labels.split(",") if "=" in part)
-        schema = fields.get("flow_schema", "").strip('"')
-        if schema in schemas:
-            counts[schemas[schema]] += int(float(line.rsplit(" ", 1)[1]))
-    return counts
-
-
 async def quiet(api: cp.Api, window: float = 5.0, timeout: float = 900.0) -> Counts:
     """The counts once the operator has sent nothing for ``window`` seconds."""
     deadline = time.monotonic() + timeout
-    last = await operator_requests(api)
+    last = await cp.operator_requests(api)
     since = time.monotonic()
     while time.monotonic() < deadline:
         await asyncio.sleep(1.0)
-        now = await operator_requests(api)
+        now = await cp.operator_requests(api)
         if now != last:
             last, since = now, time.monotonic()
         elif time.monotonic() - since >= window:

@@ -513,6 +513,23 @@ def flow_schemas() -> dict[str, tuple[str, str]]:
     return out
 
 
+async def operator_requests(api: Api) -> Counter[tuple[str, str]]:
+    """The requests the API server dispatched for the operator so far, by (verb, resource), from its
+    per-FlowSchema counters (apiserver_flowcontrol_dispatched_requests_total; see flow_schemas)."""
+    text = await api.text("/metrics")
+    schemas = flow_schemas()
+    counts: Counter[tuple[str, str]] = Counter()
+    for line in text.splitlines():
+        if not line.startswith("apiserver_flowcontrol_dispatched_requests_total{"):
+            continue
+        labels = line.split("{", 1)[1].split("}", 1)[0]
+        fields = dict(part.split("=", 1) for part in labels.split(",") if "=" in part)
+        schema = fields.get("flow_schema", "").strip('"')
+        if schema in schemas:
+            counts[schemas[schema]] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
 async def setup_identity(api: Api, work: Path) -> Path:
     """The operator's ServiceAccount (cluster-admin), FlowSchemas counting its requests, its kubeconfig."""
     await ensure_namespace(api, SYSTEM_NAMESPACE)
@@ -1263,18 +1280,7 @@ class Bench:
     # ------------------------------------------------------------------ idle requests
 
     async def operator_requests(self) -> Counter[tuple[str, str]]:
-        text = await self.api.text("/metrics")
-        schemas = flow_schemas()
-        counts: Counter[tuple[str, str]] = Counter()
-        for line in text.splitlines():
-            if not line.startswith("apiserver_flowcontrol_dispatched_requests_total{"):
-                continue
-            labels = line.split("{", 1)[1].split("}", 1)[0]
-            fields = dict(part.split("=", 1) for part in labels.split(",") if "=" in part)
-            schema = fields.get("flow_schema", "").strip('"')
-            if schema in schemas:
-                counts[schemas[schema]] += int(float(line.rsplit(" ", 1)[1]))
-        return counts
+        return await operator_requests(self.api)
 
     async def wait_quiet(self, window: float = 5.0, timeout: float = 900.0) -> bool:
         """Until the operator has sent no request for ``window`` seconds."""
