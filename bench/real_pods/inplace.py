@@ -9,7 +9,7 @@ version 2 (offset 100), whose folder is in the store from the start (not pinned 
 
 Two cases, each ``--runs`` times, each run on a fresh TritonService serving version 1:
 
-* in place: ``spec.rollout.modelUpdates: InPlace`` (no steps: every pod at once);
+* in place: ``spec.rollout.modelUpdates: InPlace`` (no steps: every pod, in batches, never all at once);
 * new pods: ``modelUpdates: NewPods`` (the default; no steps: a canary at full replicas, then the flip).
 
 For each run: the seconds from the apply returning until every pod of the TritonService (the pods
