@@ -34,7 +34,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO, TypeVar
 
@@ -77,6 +77,14 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def _labelled(name: str, text: str, label: str, values: Iterable[tuple[str, int]]) -> CounterMetricFamily:
+    """A node-cache counter with one label: each (label value, count) of ``values``."""
+    family = CounterMetricFamily(f"{PREFIX}_{name}", f"Node cache: {text}.", labels=[label])
+    for value, count in values:
+        family.add_metric([value], count)
+    return family
+
+
 class StoreCollector(Collector):
     """The store's and the server's counts as Prometheus metrics, read at each scrape."""
 
@@ -101,28 +109,19 @@ class StoreCollector(Collector):
         }
         for name, (text, value) in counters.items():
             yield CounterMetricFamily(f"{PREFIX}_{name}", f"Node cache: {text}.", value=value)
-        refused = CounterMetricFamily(
-            f"{PREFIX}_refused_uploads", "Node cache: uploads not kept, by reason.", labels=["reason"]
+        yield _labelled("refused_uploads", "uploads not kept, by reason", "reason", sorted(s.refused.items()))
+        yield _labelled(
+            "refused_requests",
+            "requests refused before any object was touched, by reason",
+            "reason",
+            sorted(self.refused_requests.items()),
         )
-        for reason, count in sorted(s.refused.items()):
-            refused.add_metric([reason], count)
-        yield refused
-        requests = CounterMetricFamily(
-            f"{PREFIX}_refused_requests",
-            "Node cache: requests refused before any object was touched, by reason.",
-            labels=["reason"],
+        yield _labelled(
+            "sent_bytes",
+            "object bytes sent, by how (sendfile: from the page cache by the kernel)",
+            "how",
+            [(how, self.sent_bytes.get(how, 0)) for how in ("sendfile", "copy")],
         )
-        for reason, count in sorted(self.refused_requests.items()):
-            requests.add_metric([reason], count)
-        yield requests
-        sent = CounterMetricFamily(
-            f"{PREFIX}_sent_bytes",
-            "Node cache: object bytes sent, by how (sendfile: from the page cache by the kernel).",
-            labels=["how"],
-        )
-        for how in ("sendfile", "copy"):
-            sent.add_metric([how], self.sent_bytes.get(how, 0))
-        yield sent
         objects, used, leased = self.store.figures()
         yield GaugeMetricFamily(f"{PREFIX}_objects", "Node cache: objects (blobs) kept.", value=objects)
         yield GaugeMetricFamily(f"{PREFIX}_bytes", "Node cache: bytes kept.", value=used)
