@@ -30,8 +30,8 @@ SOURCE = REPO / "operator" / "src"
 ENTRY = (
     "triton_operator.kubectl_plugin",
     "triton_operator.adapters.control",
-    "triton_operator.adapters.tuning",
-    "triton_operator.client.tuning",
+    "triton_operator.adapters.tuning_cluster",
+    "triton_operator.client.tuning_runner",
     "triton_operator.client.triton",
     "lightkube.resources.apps_v1",
     "lightkube.resources.core_v1",

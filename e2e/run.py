@@ -39,7 +39,7 @@ import cluster  # noqa: E402
 import images  # noqa: E402
 import node  # noqa: E402
 from inference import INPUT0, INPUT1, InferenceError, infer_add_sub  # noqa: E402
-from triton_operator.core.manifestparts import stored_manifest  # noqa: E402
+from triton_operator.core.repository.manifestparts import stored_manifest  # noqa: E402
 
 MODEL_FILE = ROOT / "tests" / "data" / "triton_models" / "adder" / "1" / "model.py"
 # The CPU tritonserver image built from the project's own files (e2e/images/tritonserver).

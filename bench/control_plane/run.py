@@ -60,7 +60,7 @@ import httpx2
 import yaml
 
 from triton_operator import GROUP, PLURAL, VERSION
-from triton_operator.core.names import LABEL_MANAGED_BY, LABEL_REVISION, LABEL_SERVICE, MANAGED_BY
+from triton_operator.core.objects.names import LABEL_MANAGED_BY, LABEL_REVISION, LABEL_SERVICE, MANAGED_BY
 
 REPO = Path(__file__).resolve().parents[2]
 E2E_DIR = REPO / "e2e"

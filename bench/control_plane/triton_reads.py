@@ -37,9 +37,9 @@ sys.path[:0] = [str(ROOT / "operator" / "src"), str(ROOT / "tests" / "support"),
 
 from real_pods import ADD_SUB_CONFIG, behaving_source  # noqa: E402
 from triton_operator.adapters.triton_reader import PodTarget, TritonReader  # noqa: E402
-from triton_operator.core.modelconfig import build_config_pbtxt  # noqa: E402
-from triton_operator.core.observation import PodState  # noqa: E402
+from triton_operator.core.observed.observation import PodState  # noqa: E402
 from triton_operator.core.rollout.state import RolloutStatus  # noqa: E402
+from triton_operator.core.spec.modelconfig import build_config_pbtxt  # noqa: E402
 from triton_operator.models import TritonService  # noqa: E402
 from triton_operator.reconcile.analysis import TritonView, models_status  # noqa: E402
 from tritonserver import prepare_server, start_server  # noqa: E402

@@ -1,7 +1,7 @@
 """How large repositories are stored: manifest sizes, ConfigMaps per revision, and the time each side takes.
 
 For each object count (and with and without S3 version ids) it builds a realistic manifest
-(tests/bigmanifest.py), lets the operator build the revision's objects (core.actions.plan_actions)
+(tests/bigmanifest.py), lets the operator build the revision's objects (core.decision.actions.plan_actions)
 and prints one markdown table: JSON and gzipped bytes, bytes an object, ConfigMaps, the largest
 ConfigMap against the API server's 1 MiB and its request body against 3 MiB, the time to pack a
 new revision, to re-plan a stored one (what every reconcile does), and for the pod to read the
@@ -44,12 +44,12 @@ from fakeapi import FakeClient  # noqa: E402
 from triton_operator.adapters.kube import Kube  # noqa: E402
 from triton_operator.adapters.storage import PinResult  # noqa: E402
 from triton_operator.commands.sync import load_manifest  # noqa: E402
-from triton_operator.core import manifestparts  # noqa: E402
-from triton_operator.core.actions import Actions, plan_actions  # noqa: E402
-from triton_operator.core.builders import compute_revision  # noqa: E402
-from triton_operator.core.manifest import Manifest, manifest_digest, manifest_to_json  # noqa: E402
-from triton_operator.core.names import SYNC_CONTAINER  # noqa: E402
-from triton_operator.core.observation import check_body  # noqa: E402
+from triton_operator.core.decision.actions import Actions, plan_actions  # noqa: E402
+from triton_operator.core.objects.builders import compute_revision  # noqa: E402
+from triton_operator.core.objects.names import SYNC_CONTAINER  # noqa: E402
+from triton_operator.core.observed.observation import check_body  # noqa: E402
+from triton_operator.core.repository import manifestparts  # noqa: E402
+from triton_operator.core.repository.manifest import Manifest, manifest_digest, manifest_to_json  # noqa: E402
 from triton_operator.models import TritonService  # noqa: E402
 from triton_operator.reconcile.pinning import RepositoryPinner  # noqa: E402
 from triton_operator.reconcile.steps import reconcile  # noqa: E402

@@ -35,8 +35,8 @@ sys.path.insert(0, str(SUPPORT))
 from counting_proxy import counting_proxy  # noqa: E402
 from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY, s3_client, start_seaweedfs  # noqa: E402
 from triton_operator.adapters.storage import pin_repository  # noqa: E402
-from triton_operator.core.manifest import manifest_to_json  # noqa: E402
-from triton_operator.core.startup import SyncSummary, parse_summary  # noqa: E402
+from triton_operator.core.pod.startup import SyncSummary, parse_summary  # noqa: E402
+from triton_operator.core.repository.manifest import manifest_to_json  # noqa: E402
 from triton_operator.models import ModelSpec, Repository  # noqa: E402
 
 MiB = 1024 * 1024

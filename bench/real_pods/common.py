@@ -28,9 +28,9 @@ for extra in (ROOT / "e2e", ROOT / "tests" / "support", ROOT / "operator" / "src
 import cluster  # noqa: E402
 import node as real_node_setup  # noqa: E402
 from real_pods import real_node  # noqa: E402
-from triton_operator.core.names import LABEL_SERVICE  # noqa: E402
-from triton_operator.core.observation import sync_container_status  # noqa: E402
-from triton_operator.core.startup import SyncSummary, parse_summary  # noqa: E402
+from triton_operator.core.objects.names import LABEL_SERVICE  # noqa: E402
+from triton_operator.core.observed.observation import sync_container_status  # noqa: E402
+from triton_operator.core.pod.startup import SyncSummary, parse_summary  # noqa: E402
 
 
 def say(msg: str) -> None:

@@ -66,9 +66,9 @@ from bench.real_pods.common import (
 import realrepo
 from real_pods import on_real_node
 from testkit import free_port
-from triton_operator.core.names import AGENT_CONTAINER, TRITON_CONTAINER
-from triton_operator.core.startup import PHASES as STARTUP_PHASES
-from triton_operator.core.startup import describe_phases
+from triton_operator.core.objects.names import AGENT_CONTAINER, TRITON_CONTAINER
+from triton_operator.core.pod.startup import PHASES as STARTUP_PHASES
+from triton_operator.core.pod.startup import describe_phases
 
 BUCKET = "realsize"
 PREFIX = "models"

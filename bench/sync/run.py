@@ -44,10 +44,10 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 import realrepo  # noqa: E402
 from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY, Server, start_seaweedfs  # noqa: E402
 from triton_operator.adapters.storage import open_store, pin_repository  # noqa: E402
-from triton_operator.adapters.sync.engine import SyncOptions, sync  # noqa: E402
-from triton_operator.adapters.sync.files import syncfs  # noqa: E402
+from triton_operator.adapters.sync.destination import syncfs  # noqa: E402
+from triton_operator.adapters.sync.download import SyncOptions, sync  # noqa: E402
 from triton_operator.adapters.sync.results import SyncStats  # noqa: E402
-from triton_operator.core.manifest import Manifest, manifest_to_json  # noqa: E402
+from triton_operator.core.repository.manifest import Manifest, manifest_to_json  # noqa: E402
 from triton_operator.models import ModelSpec, Repository  # noqa: E402
 
 MiB = 1024 * 1024

@@ -52,7 +52,7 @@ from bench.real_pods.inplace import Bench, Store  # noqa: E402
 import cluster  # noqa: E402
 from real_pods import ADD_SUB_CONFIG, behaving_source, on_real_node, real_node  # noqa: E402
 from triton_operator.core import tuning  # noqa: E402
-from triton_operator.core.names import LABEL_REVISION  # noqa: E402
+from triton_operator.core.objects.names import LABEL_REVISION  # noqa: E402
 
 NAME = "tuned"
 MODEL = "add_sub"
@@ -115,7 +115,7 @@ class TuneBench(Bench):
 
     def measure_service(self, label: str, host: str) -> list[tuning.Measurement]:
         """perf_analyzer through the Service's ClusterIP, at each concurrency (a Job, deleted after)."""
-        from triton_operator.adapters.tuning import KubeTuning  # noqa: PLC0415
+        from triton_operator.adapters.tuning_cluster import KubeTuning  # noqa: PLC0415
 
         tuner = KubeTuning(self.kube)
         ts_body = tuner.service(NAME, self.namespace)

@@ -24,7 +24,7 @@ import e2e_helpers
 from e2e_helpers import REVISION_LABEL, SERVICE_LABEL, apply, get_ts, kubectl_scale
 from e2e_helpers import small_tritonservice as tritonservice
 from testkit import Repeating, wait_for
-from triton_operator.core.autoscaling import scale_selector
+from triton_operator.core.decision.scaling import scale_selector
 from triton_operator.models import QUEUE_TIME_METRIC
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]

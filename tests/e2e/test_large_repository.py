@@ -25,8 +25,8 @@ from e2e_helpers import REVISION_LABEL, apply, as_dict, condition, get_ts, trito
 from real_pods import placement, real_node
 from testkit import wait_for
 from triton_operator.adapters.kube import Kube, make_client
-from triton_operator.core import manifestparts
-from triton_operator.core.manifest import Manifest, json_digest, manifest_to_json
+from triton_operator.core.repository import manifestparts
+from triton_operator.core.repository.manifest import Manifest, json_digest, manifest_to_json
 from triton_operator.reconcile import pinning, steps
 from triton_operator.settings import Settings
 

@@ -28,7 +28,7 @@ from e2e_helpers import apply, create_store_secret, get_ts, kubectl_scale, wait_
 from inference import LoadClient, infer_add_sub, offset_of
 from real_pods import adder_source, on_real_node, placement
 from testkit import load_chartlib, wait_for
-from triton_operator.core.startup import parse_summary
+from triton_operator.core.pod.startup import parse_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_KEY = "models/add_sub/1/model.py"

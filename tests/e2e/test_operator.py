@@ -373,7 +373,7 @@ def test_status_is_not_rewritten_when_nothing_changed(
 
     # a restarted operator resumes: it reconciles everything again, reading the TritonService and
     # what it owns from its watches, and finds the Deployment and the Service stored as built
-    # (core.actions.applied_as_built, adapters.cached_kube): neither they, nor the status, nor
+    # (core.decision.actions.applied_as_built, adapters.cached_kube): neither they, nor the status, nor
     # kopf's annotations get a write request
     operator.restart()
     time.sleep(4)

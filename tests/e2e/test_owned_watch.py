@@ -15,7 +15,7 @@ from lightkube.resources.core_v1 import Pod
 
 from triton_operator.adapters.kube import Kube, make_client
 from triton_operator.adapters.owned_watch import WATCHED, OwnedCache, OwnedWatch, collection_path
-from triton_operator.core.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
+from triton_operator.core.objects.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 

@@ -48,7 +48,7 @@ from real_pods import (
 from testkit import Repeating, wait_for
 from triton_operator.adapters.control import KubeControl
 from triton_operator.client import InputError, TritonClient
-from triton_operator.core.startup import describe_phases, parse_summary
+from triton_operator.core.pod.startup import describe_phases, parse_summary
 from triton_operator.models import INFERENCE_RATE_METRIC
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,7 +157,7 @@ def test_apply_serves_an_inference_through_the_service_and_delete_removes_the_po
     assert served["revision"] == obj["status"]["stableRevision"] and served["pod"] == pod.metadata.name
     # One object of 1 KiB syncs in milliseconds, within one of the container's whole seconds: the
     # sync phase is then at least what the summary says the sync ran, in the status's tenths
-    # (core.startup: PodStart.phases, served_entry).
+    # (core.pod.startup: PodStart.phases, served_entry).
     summary = parse_summary(sync.state.terminated.message)
     assert summary is not None, sync.state.terminated.message
     assert served["phases"]["sync"] >= round(summary.seconds, 1), (served, summary)
@@ -696,7 +696,7 @@ def test_a_namespace_enforcing_pod_security_restricted_serves_and_refuses_a_root
     """The API server's own PodSecurity admission, level `restricted`, on the test's namespace: the
     operator's default pods pass it, become Ready on the real node and answer; a spec whose pod
     securityContext drops runAsNonRoot and the seccomp profile (a non-root uid, so the operator's own
-    policy lets it through: it refuses root itself, tests/unit/core/test_policy.py) is refused by the
+    policy lets it through: it refuses root itself, tests/unit/core/pod/test_policy.py) is refused by the
     same admission (so the label is really enforced)."""
     kube.patch(
         Namespace,

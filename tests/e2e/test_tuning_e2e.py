@@ -43,7 +43,7 @@ import images  # e2e/images.py: the perf Jobs' image is the perf-analyzer image,
 from e2e_helpers import apply, create_store_secret, get_ts, kubectl_triton, wait_condition
 from real_pods import ADD_SUB_CONFIG, behaving_source, on_real_node
 from testkit import wait_for
-from triton_operator.adapters.tuning import KubeTuning
+from triton_operator.adapters.tuning_cluster import KubeTuning
 from triton_operator.core import tuning
 
 pytestmark = [

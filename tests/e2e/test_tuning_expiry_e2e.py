@@ -38,8 +38,8 @@ from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 
 from e2e_helpers import apply, get_ts, small_tritonservice, wait_condition, write_token_kubeconfig
 from testkit import wait_for
-from triton_operator.adapters.tuning import KubeTuning
-from triton_operator.client.tuning import tune
+from triton_operator.adapters.tuning_cluster import KubeTuning
+from triton_operator.client.tuning_runner import tune
 from triton_operator.core import tuning
 from triton_operator.core.rollout.clock import parse_time, utcnow
 
@@ -141,7 +141,7 @@ def test_a_user_who_may_not_delete_pods_gets_a_complete_cleanup_and_a_saved_reco
 SWEEP_SCRIPT = """
 import sys
 from datetime import timedelta
-from triton_operator.client.tuning import tune
+from triton_operator.client.tuning_runner import tune
 from triton_operator.core import tuning
 from triton_operator.core.rollout.clock import utcnow
 sweep = tuning.Sweep(model="add", concurrencies=(1,), max_seconds=30, candidate_seconds=int(sys.argv[4]))

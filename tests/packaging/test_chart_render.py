@@ -48,7 +48,7 @@ def test_operator_settings_as_env(render: Render) -> None:
     assert e["TRITON_OPERATOR_LIVENESS_ENDPOINT"] == "http://0.0.0.0:8081/healthz"
     assert e["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert "TRITON_OPERATOR_PEERING_NAME" not in e
-    # The policy: any image, hostPath and gitRepo refused (core.policy); lists joined with commas.
+    # The policy: any image, hostPath and gitRepo refused (core.pod.policy); lists joined with commas.
     # An empty list is left out: an env var of value "" is stored without one, and `kubectl apply`
     # would then find the Deployment changed on every run.
     assert "TRITON_OPERATOR_ALLOWED_IMAGE_PREFIXES" not in e
@@ -257,7 +257,7 @@ def test_pod_monitor_selects_triton_pods(render: Render) -> None:
 def test_triton_pods_carry_the_label_and_port_the_pod_monitor_selects() -> None:
     """The reconcile side: Triton pods carry managed-by=triton-operator and a port named `metrics`."""
     core = chartlib.REPO_ROOT / "operator" / "src" / "triton_operator" / "core"
-    objects = (core / "names.py").read_text() + (core / "builders.py").read_text()
+    objects = (core / "objects" / "names.py").read_text() + (core / "objects" / "builders.py").read_text()
     assert 'LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"' in objects
     assert '{"name": "metrics", "containerPort": METRICS_PORT' in objects
     assert (

@@ -144,8 +144,8 @@ def test_lightkube_is_bounded_to_the_releases_on_httpx2() -> None:
 
 
 def test_kopf_is_bounded_to_the_tested_minor_release() -> None:
-    """core.peering copies kopf's pause rule (tests/unit/test_peering.py compares it with kopf's own
-    function): a kopf outside the tested range could change the rule unseen."""
+    """core.edges.peering_rules copies kopf's pause rule (tests/unit/test_peering.py compares it with kopf's
+    own function): a kopf outside the tested range could change the rule unseen."""
     spec = _requirement("kopf")
     upper = re.search(r"<(\d+)\.(\d+)", spec)
     assert upper, f"kopf has no upper bound: {spec}"

@@ -26,15 +26,15 @@ import requests
 from storage_backends import Backend
 from triton_operator.adapters.agent.processes import python_stubs
 from triton_operator.adapters.storage import pin_repository
-from triton_operator.core.agent import ensemble_steps
-from triton_operator.core.manifest import Manifest, manifest_to_json
-from triton_operator.core.modelconfig import build_config_pbtxt
-from triton_operator.core.names import (
+from triton_operator.core.objects.names import (
     AGENT_READY_PATH,
     AGENT_STATUS_PATH,
     inplace_config_key,
     inplace_manifest_key,
 )
+from triton_operator.core.pod.agent_plan import ensemble_steps
+from triton_operator.core.repository.manifest import Manifest, manifest_to_json
+from triton_operator.core.spec.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec
 from tritonserver import RunningServer, TritonInstall, free_port, server_command, start_server
 

@@ -24,8 +24,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from fakeapi import FakeClient, KubeWithSecrets
 from storage_servers import Server
 from triton_operator.adapters.storage import StoreError, open_store
-from triton_operator.core import conditions as cond
-from triton_operator.core.repository_access import RepositoryAccess
+from triton_operator.core.repository.repository_access import RepositoryAccess
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.models import Repository
 from triton_operator.reconcile.pinning import RepositoryPinner
 from triton_operator.reconcile.steps import reconcile

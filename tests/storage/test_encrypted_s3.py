@@ -31,11 +31,11 @@ from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY
 from testkit import run_init_sync
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.adapters.storage.s3 import is_aws_endpoint
-from triton_operator.adapters.sync.engine import SyncOptions, sync
-from triton_operator.adapters.sync.files import STATE_FILE
+from triton_operator.adapters.sync.destination import STATE_FILE
+from triton_operator.adapters.sync.download import SyncOptions, sync
 from triton_operator.adapters.sync.results import ChecksumMismatch
-from triton_operator.core.manifest import Manifest, manifest_to_json
-from triton_operator.core.modelconfig import build_config_pbtxt
+from triton_operator.core.repository.manifest import Manifest, manifest_to_json
+from triton_operator.core.spec.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec, Repository
 
 pytestmark = pytest.mark.storage

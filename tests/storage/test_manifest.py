@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from triton_operator.adapters.sync.hashing import make_hasher
-from triton_operator.core.field_error import ModelConfigError
-from triton_operator.core.manifest import (
+from triton_operator.core.repository.manifest import (
     Location,
     Manifest,
     ManifestError,
@@ -38,6 +37,7 @@ from triton_operator.core.manifest import (
     stale_pins,
     unpinned_manifest,
 )
+from triton_operator.core.spec.field_error import ModelConfigError
 from triton_operator.models import ModelSpec
 
 REF = StoreRef("s3://bucket/repo", endpoint="http://127.0.0.1:8333")

@@ -28,8 +28,8 @@ from testkit import free_port
 from triton_operator.adapters.nodecache.server import NodeCacheServer, ServerThread
 from triton_operator.adapters.nodecache.store import ContentStore
 from triton_operator.adapters.storage import pin_repository
-from triton_operator.core.manifest import Manifest, manifest_to_json
-from triton_operator.core.startup import SyncSummary, parse_summary
+from triton_operator.core.pod.startup import SyncSummary, parse_summary
+from triton_operator.core.repository.manifest import Manifest, manifest_to_json
 from triton_operator.models import ModelSpec
 from triton_operator.quantities import quantity_bytes
 
@@ -658,7 +658,7 @@ def run_agent_once(
 ) -> tuple[subprocess.CompletedProcess[str], SyncSummary | None]:
     """`triton-operator agent --once` into work/models, as the init container of a pod with
     modelUpdates InPlace runs it (its base revision's manifest and configs); its summary."""
-    from triton_operator.core.modelconfig import build_config_pbtxt  # noqa: PLC0415
+    from triton_operator.core.spec.modelconfig import build_config_pbtxt  # noqa: PLC0415
 
     for folder in ("configs", "inplace", "state"):
         (work / folder).mkdir(parents=True, exist_ok=True)

@@ -17,8 +17,8 @@ import pytest
 from fakeapi import FakeClient, KubeWithSecrets
 from storage_backends import Backend
 from triton_operator.adapters import storage
-from triton_operator.core import conditions as cond
-from triton_operator.core.repository_access import RepositoryAccess
+from triton_operator.core.repository.repository_access import RepositoryAccess
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.reconcile.pinning import RepositoryPinner
 from triton_operator.reconcile.steps import reconcile
 from triton_operator.settings import Settings

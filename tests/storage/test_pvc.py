@@ -9,9 +9,9 @@ import pytest
 
 from triton_operator.adapters.storage import ObjectChanged, StoreConfigError, open_store, pin_repository
 from triton_operator.adapters.storage.pvc import PvcStore, file_sha256
-from triton_operator.adapters.sync.engine import SyncOptions, sync
-from triton_operator.core.manifest import StoreRef, manifest_from_json, manifest_to_json
-from triton_operator.core.modelconfig import build_config_pbtxt
+from triton_operator.adapters.sync.download import SyncOptions, sync
+from triton_operator.core.repository.manifest import StoreRef, manifest_from_json, manifest_to_json
+from triton_operator.core.spec.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec, Repository
 
 URI = "pvc://model-claim/repo"

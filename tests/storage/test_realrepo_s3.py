@@ -18,8 +18,8 @@ from realrepo import ENSEMBLE, KiB, MiB, RepoShape, upload_repository
 from storage_backends import S3Backend
 from testkit import run_init_sync
 from triton_operator.adapters.storage import pin_repository
-from triton_operator.core.manifest import manifest_to_json
-from triton_operator.core.modelconfig import build_config_pbtxt
+from triton_operator.core.repository.manifest import manifest_to_json
+from triton_operator.core.spec.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec
 from tritonserver import TritonInstall, start_server
 

@@ -28,7 +28,7 @@ from triton_operator.adapters.storage import (
 )
 from triton_operator.adapters.storage.s3 import S3Store
 from triton_operator.adapters.storage.s3_http import S3HttpReader, http_refusal
-from triton_operator.core.manifest import StoreRef
+from triton_operator.core.repository.manifest import StoreRef
 
 MiB = 1024 * 1024
 ODD_KEY = "m/1/a b+c=d&e?f%g ü.bin"

@@ -31,9 +31,9 @@ from storage_backends import Backend
 from storage_servers import AZURITE_ACCOUNT, AZURITE_KEY, S3_ACCESS_KEY, S3_SECRET_KEY, Server, free_port
 from triton_operator.adapters.redaction import install_log_redaction
 from triton_operator.adapters.storage import StoreError, open_store, pin_repository
-from triton_operator.core import conditions as cond
-from triton_operator.core.manifest import manifest_to_dict
-from triton_operator.core.modelconfig import build_config_pbtxt
+from triton_operator.core.repository.manifest import manifest_to_dict
+from triton_operator.core.spec.modelconfig import build_config_pbtxt
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.models import ModelSpec, Repository
 from triton_operator.reconcile.pinning import RepositoryPinner
 from triton_operator.reconcile.steps import reconcile

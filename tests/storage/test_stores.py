@@ -16,7 +16,7 @@ from triton_operator.adapters.storage import (
     open_store,
     pin_repository,
 )
-from triton_operator.core.manifest import (
+from triton_operator.core.repository.manifest import (
     ModelFolderMissing,
     SelectionFailed,
     UnsafeKey,

@@ -25,14 +25,19 @@ from triton_operator.adapters.storage import (
     pin_with_versioning,
 )
 from triton_operator.adapters.storage.base import Chunk, Sink
-from triton_operator.adapters.sync import engine as sync_engine
-from triton_operator.adapters.sync import files as sync_files
-from triton_operator.adapters.sync.engine import SyncOptions, sync
-from triton_operator.adapters.sync.files import STATE_FILE
+from triton_operator.adapters.sync import destination as sync_files
+from triton_operator.adapters.sync import download as sync_engine
+from triton_operator.adapters.sync.destination import STATE_FILE
+from triton_operator.adapters.sync.download import SyncOptions, sync
 from triton_operator.adapters.sync.results import ChecksumMismatch, SyncStats, UnsafeDestination
-from triton_operator.core.manifest import Manifest, manifest_digest, manifest_from_json, manifest_to_json
-from triton_operator.core.modelconfig import build_config_pbtxt
-from triton_operator.core.repository_access import RepositoryAccess
+from triton_operator.core.repository.manifest import (
+    Manifest,
+    manifest_digest,
+    manifest_from_json,
+    manifest_to_json,
+)
+from triton_operator.core.repository.repository_access import RepositoryAccess
+from triton_operator.core.spec.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec, Repository, TritonService
 from triton_operator.reconcile.pinning import PinnedManifest, RepositoryPinner, repository_verdict, summarize
 

@@ -12,9 +12,9 @@ import pytest
 
 from storage_backends import Backend
 from triton_operator.adapters.storage import pin_repository
-from triton_operator.core import manifestparts
-from triton_operator.core.manifest import Manifest, manifest_to_dict, manifest_to_json
-from triton_operator.core.modelconfig import build_config_pbtxt
+from triton_operator.core.repository import manifestparts
+from triton_operator.core.repository.manifest import Manifest, manifest_to_dict, manifest_to_json
+from triton_operator.core.spec.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec
 
 pytestmark = pytest.mark.storage

@@ -13,10 +13,10 @@ import pytest
 
 from storage_backends import Backend
 from triton_operator.adapters.storage import open_store, pin_repository
-from triton_operator.adapters.sync import engine
-from triton_operator.adapters.sync.engine import SyncOptions, sync
-from triton_operator.core.manifest import Manifest, manifest_to_json
-from triton_operator.core.modelconfig import build_config_pbtxt
+from triton_operator.adapters.sync import download as engine
+from triton_operator.adapters.sync.download import SyncOptions, sync
+from triton_operator.core.repository.manifest import Manifest, manifest_to_json
+from triton_operator.core.spec.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec
 
 pytestmark = pytest.mark.storage

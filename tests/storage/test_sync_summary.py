@@ -1,5 +1,5 @@
 """`triton-operator sync`'s success summary: written to its termination log on exit 0, read back by the
-core (core.startup.parse_summary) into the bytes a pod's start fetched from the store."""
+core (core.pod.startup.parse_summary) into the bytes a pod's start fetched from the store."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 
 from storage_backends import Backend
 from triton_operator.adapters.storage import pin_repository
-from triton_operator.core.manifest import Manifest, manifest_to_json
-from triton_operator.core.observation import pod_state
-from triton_operator.core.startup import SyncSummary, parse_summary
+from triton_operator.core.observed.observation import pod_state
+from triton_operator.core.pod.startup import SyncSummary, parse_summary
+from triton_operator.core.repository.manifest import Manifest, manifest_to_json
 from triton_operator.models import ModelSpec
 
 pytestmark = pytest.mark.storage

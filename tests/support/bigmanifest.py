@@ -17,10 +17,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from triton_operator.core.manifest import Manifest, ManifestEntry, ManifestModel, StoreRef, VersionPolicy
+from triton_operator.core.objects.traffic import TrafficWeights
+from triton_operator.core.repository.manifest import (
+    Manifest,
+    ManifestEntry,
+    ManifestModel,
+    StoreRef,
+    VersionPolicy,
+)
 from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.core.rollout.state import RolloutStatus
-from triton_operator.core.traffic import TrafficWeights
 
 CONFIGMAP_LIMIT = 1024 * 1024
 """kube-apiserver: data + binaryData of a ConfigMap (422 FieldValueTooLong above it)."""

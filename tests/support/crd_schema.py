@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from triton_operator.core.crd import build_schema
+from triton_operator.core.spec.crd_schema import build_schema
 
 SCHEMA = build_schema()
 # As the API server sees the root: ObjectMeta fields other than name are checked by the server itself.

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 
 from triton_operator.adapters.nodecache.review import Review
-from triton_operator.core.nodecache import AUDIENCE, POD_NAME_EXTRA, POD_UID_EXTRA
+from triton_operator.core.repository.cache_rules import AUDIENCE, POD_NAME_EXTRA, POD_UID_EXTRA
 
 
 def _b64(data: dict[str, object]) -> str:

@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 
 try:
-    from triton_operator.core.modelconfig import build_config_pbtxt
+    from triton_operator.core.spec.modelconfig import build_config_pbtxt
 except ImportError:  # run as a script by a Python without the operator installed: its source beside this
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator" / "src"))
-    from triton_operator.core.modelconfig import build_config_pbtxt
+    from triton_operator.core.spec.modelconfig import build_config_pbtxt
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -19,7 +19,7 @@ from google.cloud import storage as gcs
 
 from triton_operator.adapters.storage import ObjectStore, open_store
 from triton_operator.adapters.storage.base import Sink, TransferCheck
-from triton_operator.core.manifest import ObjectInfo
+from triton_operator.core.repository.manifest import ObjectInfo
 from triton_operator.models import Repository
 
 

@@ -156,7 +156,7 @@ def crd_document() -> dict[str, Any]:
     if CRD_FILE.is_file():
         doc: dict[str, Any] = yaml.safe_load(CRD_FILE.read_text())
         return doc
-    from triton_operator.core.crd import build_crd  # noqa: PLC0415  (protobuf only when the file is missing)
+    from triton_operator.core.spec.crd_schema import build_crd  # noqa: PLC0415  (protobuf only when the file is missing)
 
     return build_crd()
 

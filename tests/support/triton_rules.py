@@ -1,9 +1,9 @@
 """Model configs Triton refuses from the config alone, one per check the operator mirrors, and configs
 both accept.
 
-tests/unit/core/validation/test_triton_checks.py asserts the operator refuses each case, naming the field;
-tests/triton/test_real_triton_checks.py asserts a real tritonserver refuses the same config, with the text
-of the Triton check the operator's rule mirrors, and loads each accepted one.
+tests/unit/core/spec/validation/test_triton_checks.py asserts the operator refuses each case, naming the
+field; tests/triton/test_real_triton_checks.py asserts a real tritonserver refuses the same config, with the
+text of the Triton check the operator's rule mirrors, and loads each accepted one.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from triton_operator.core.modelconfig import build_config_pbtxt
+from triton_operator.core.spec.modelconfig import build_config_pbtxt
 from triton_specs import MODEL_CODE
 
 Config = dict[str, Any]

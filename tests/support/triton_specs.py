@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from triton_operator.core.modelconfig import build_config_pbtxt
+from triton_operator.core.spec.modelconfig import build_config_pbtxt
 from triton_operator.models import TritonServiceSpec
 
 MODEL_CODE = Path(__file__).resolve().parent.parent / "data" / "triton_models"

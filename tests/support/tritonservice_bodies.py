@@ -5,12 +5,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from triton_operator.core.builders import build_deployment
-from triton_operator.core.names import LABEL_REVISION, TRITON_CONTAINER
-from triton_operator.core.observation import check_body
+from triton_operator.core.objects.builders import build_deployment
+from triton_operator.core.objects.names import LABEL_REVISION, TRITON_CONTAINER
+from triton_operator.core.objects.traffic import TrafficWeights
+from triton_operator.core.observed.observation import check_body
 from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.core.rollout.state import RolloutStatus
-from triton_operator.core.traffic import TrafficWeights
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 

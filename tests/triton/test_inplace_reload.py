@@ -1,5 +1,5 @@
-"""What core.inplace relies on, shown on a real tritonserver over a repository `triton-operator sync` wrote:
-in explicit model-control mode, a `load` of one changed model (a new version folder, or a new
+"""What core.rollout.rollout_kind relies on, shown on a real tritonserver over a repository `triton-operator
+sync` wrote: in explicit model-control mode, a `load` of one changed model (a new version folder, or a new
 config.pbtxt) swaps it in while it keeps answering, no request fails, the other model is not
 reloaded, and a change Triton cannot load leaves the old model serving."""
 
@@ -15,10 +15,10 @@ import pytest
 import requests
 
 from triton_operator.adapters.storage import open_store, pin_repository
-from triton_operator.adapters.sync.engine import SyncOptions, sync
-from triton_operator.core.inplace import InPlace, NewPods, RevisionParts, rollout_kind
-from triton_operator.core.manifest import Manifest
-from triton_operator.core.modelconfig import build_config_pbtxt
+from triton_operator.adapters.sync.download import SyncOptions, sync
+from triton_operator.core.repository.manifest import Manifest
+from triton_operator.core.rollout.rollout_kind import InPlace, NewPods, RevisionParts, rollout_kind
+from triton_operator.core.spec.modelconfig import build_config_pbtxt
 from triton_operator.models import ModelSpec, Repository
 from tritonserver import RunningServer, TritonInstall, start_server
 
@@ -289,7 +289,8 @@ def test_an_instance_count_change_reloads_the_whole_model(
     assert client.failures == [] and set(client.answers) == {101.0}
     # Triton documents an instance-count change as an update that adds the missing instance (one more
     # initialize); tritonserver 2.51 reloads the model: both instances of a new copy initialize, then
-    # the old copy unloads. So core.inplace counts it as a reload (and on a GPU, two copies at once).
+    # the old copy unloads. So core.rollout.rollout_kind counts it as a reload (and on a GPU, two copies at
+    # once).
     assert sorted(inits(log)) == ["adder 1", "adder 1", "adder 1", "other 1"]
     served_config = requests.get(f"{server.http_url}/v2/models/adder/config", timeout=TIMEOUT).json()
     assert served_config["instance_group"][0]["count"] == 2

@@ -18,7 +18,7 @@ import requests
 import perf_analyzer  # e2e/perf_analyzer.py
 from real_pods import ADD_SUB_CONFIG, behaving_source
 from triton_operator.core import tuning
-from triton_operator.core.modelconfig import build_config_pbtxt
+from triton_operator.core.spec.modelconfig import build_config_pbtxt
 from tritonserver import RunningServer, TritonInstall, start_server
 
 pytestmark = [pytest.mark.triton, pytest.mark.timeout(300)]

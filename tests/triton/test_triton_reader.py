@@ -14,8 +14,8 @@ import pytest
 
 from real_pods import behaving_source
 from triton_operator.adapters.triton_reader import PodReading, PodTarget, TritonReader
-from triton_operator.core.analysis import AnalysisResult, Counters
-from triton_operator.core.observation import PodState
+from triton_operator.core.observed.observation import PodState
+from triton_operator.core.rollout.canary_analysis import AnalysisResult, Counters
 from triton_operator.core.rollout.engine import plan_rollout
 from triton_operator.core.rollout.plan import RolloutInput
 from triton_operator.core.rollout.state import RevisionState, RolloutStatus

@@ -13,8 +13,12 @@ from testkit import REPO
 from triton_operator.cli import COMMANDS, _command, build_parser
 
 HEAVY = ("pydantic", "kopf", "lightkube", "triton_operator.models", "triton_operator.handlers")
-SYNC_HEAVY = ("google.protobuf", "triton_operator.core.modelconfig", "triton_operator.core.completion")
-"""What the sync does not need either: it parses manifests, never a ModelConfig (core.field_error), and
+SYNC_HEAVY = (
+    "google.protobuf",
+    "triton_operator.core.spec.modelconfig",
+    "triton_operator.core.commandline.completion",
+)
+"""What the sync does not need either: it parses manifests, never a ModelConfig (core.spec.field_error), and
 builds no completion script."""
 
 

@@ -17,7 +17,7 @@ from tritonclient.grpc import model_config_pb2
 from crd_schema import ROOT, SCHEMA, validate
 from testkit import REPO
 from triton_operator.commands import crd as crd_command
-from triton_operator.core.crd import (
+from triton_operator.core.spec.crd_schema import (
     MAX_NAME_LENGTH,
     build_crd,
     dump_yaml,

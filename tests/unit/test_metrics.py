@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pod_bodies import CREATED, started_pod
 from triton_operator import metrics
-from triton_operator.core.observation import pod_state
-from triton_operator.core.startup import format_summary
+from triton_operator.core.observed.observation import pod_state
+from triton_operator.core.pod.startup import format_summary
 from triton_operator.metrics import OperatorMetrics
 
 

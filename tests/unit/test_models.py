@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from triton_operator.core.validation.errors import SpecError, format_errors
-from triton_operator.core.validation.server_args import (
+from triton_operator.core.spec.validation.errors import SpecError, format_errors
+from triton_operator.core.spec.validation.server_args import (
     ALLOWED_SERVER_FLAGS,
     OPERATOR_OWNED_FLAGS,
     server_args_errors,
 )
-from triton_operator.core.validation.spec import check_spec
+from triton_operator.core.spec.validation.spec import check_spec
 from triton_operator.models import MODEL_PATH_PATTERN, Resources, TritonService, TritonServiceSpec, field_path
 
 Spec = dict[str, Any]

@@ -41,7 +41,7 @@ def operator_modules() -> list[str]:
 
 def test_the_operator_process_imports_no_grpc_numpy_or_cloud_sdk() -> None:
     modules = operator_modules()
-    assert "triton_operator.core.modelconfig" in modules
+    assert "triton_operator.core.spec.modelconfig" in modules
     assert "tritonclient.grpc.model_config_pb2" in modules  # the one file, loaded on its own
     loaded = [
         m
@@ -53,7 +53,7 @@ def test_the_operator_process_imports_no_grpc_numpy_or_cloud_sdk() -> None:
 
 def test_the_client_loaded_after_the_operator_shares_its_model_config_module() -> None:
     code = (
-        "from triton_operator.core import modelconfig\n"
+        "from triton_operator.core.spec import modelconfig\n"
         "import tritonclient.grpc\n"
         "print(tritonclient.grpc.model_config_pb2 is modelconfig.model_config_pb2,"
         " tritonclient.grpc.model_config_pb2.ModelConfig is modelconfig.ModelConfig)\n"

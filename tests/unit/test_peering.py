@@ -1,5 +1,5 @@
-"""A paused replica does nothing: kopf's peering rule (core.peering), the monitor that applies it to
-the peering objects (adapters.peering), and the Reconciler's pause gate (no kopf, no cluster)."""
+"""A paused replica does nothing: kopf's peering rule (core.edges.peering_rules), the monitor that applies it
+to the peering objects (adapters.peering), and the Reconciler's pause gate (no kopf, no cluster)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ import pytest
 
 from triton_operator.adapters.peering import EVERY_NAMESPACE, PeeringMonitor, PeeringScope, peering_scope
 from triton_operator.commands.run import peering_identity
-from triton_operator.core.peering import PeeringVerdict, match_namespace, parse_peers, peering_verdict
+from triton_operator.core.edges.peering_rules import (
+    PeeringVerdict,
+    match_namespace,
+    parse_peers,
+    peering_verdict,
+)
 from triton_operator.models import TritonService
 from triton_operator.reconcile import scheduler
 from triton_operator.reconcile.scheduler import Reconciler
@@ -90,8 +95,8 @@ def test_namespace_patterns_match_as_in_kopf(name: str, pattern: str, matches: b
 
 
 # ----------------------------------------------------------------- against kopf's own code
-# core.peering copies kopf's rule; these compare it with kopf's own functions on the same inputs, so
-# a kopf release that changes the rule fails here (pyproject.toml bounds kopf to the tested minor).
+# core.edges.peering_rules copies kopf's rule; these compare it with kopf's own functions on the same inputs,
+# so a kopf release that changes the rule fails here (pyproject.toml bounds kopf to the tested minor).
 
 SECONDS = datetime.timedelta(seconds=1)
 

@@ -16,7 +16,7 @@ EXCEPTIONS = {
     # a plain import runs tritonclient.grpc's package init (grpc, numpy, the gRPC client: about 38 MiB
     # of the operator's start-up memory). What it loads is checked by tests/unit/test_purity.py and
     # tests/unit/test_operator_imports.py instead of import-linter.
-    "core/modelconfig.py",
+    "core/spec/modelconfig.py",
 }
 
 

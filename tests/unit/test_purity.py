@@ -1,6 +1,6 @@
 """The core imports no I/O library: the import-linter exceptions are checked to the submodule here.
 
-core/modelconfig.py loads tritonclient's model_config_pb2.py by its path (not through the
+core/spec/modelconfig.py loads tritonclient's model_config_pb2.py by its path (not through the
 tritonclient.grpc package, which imports grpc and numpy): import-linter cannot see that load, so the
 runtime test below imports every core module and checks what of google and tritonclient got loaded.
 """
@@ -34,7 +34,7 @@ def imported_modules(path: Path) -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("path", sorted(CORE.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(CORE.rglob("*.py")), ids=lambda p: str(p.relative_to(CORE)))
 def test_core_uses_only_protobuf_data_of_google_and_tritonclient(path: Path) -> None:
     offending = [
         name
@@ -52,7 +52,8 @@ def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
 
 
 def test_every_core_module_loads_only_protobuf_data_of_google_and_tritonclient() -> None:
-    modules = sorted(p.stem for p in CORE.glob("*.py") if p.stem != "__init__")
+    paths = [p.relative_to(CORE).with_suffix("") for p in CORE.rglob("*.py") if p.stem != "__init__"]
+    modules = sorted(".".join(p.parts) for p in paths)
     code = (
         "import importlib, json, sys\n"
         f"for m in {modules!r}: importlib.import_module('triton_operator.core.' + m)\n"

@@ -9,7 +9,7 @@ import pytest
 
 from crd_schema import ROOT, validate
 from realrepo import ENSEMBLE, GiB, KiB, MiB, RepoShape, parse_size, spec_models
-from triton_operator.core.validation.spec import check_spec, spec_warnings
+from triton_operator.core.spec.validation.spec import check_spec, spec_warnings
 from triton_operator.settings import DEFAULT_TRITON_IMAGE
 
 SHAPES = {

@@ -39,7 +39,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def _completion(parser: argparse.ArgumentParser, shell: str) -> int:
-    from triton_operator.core.completion import script  # noqa: PLC0415 - only when asked
+    from triton_operator.core.commandline.completion import script  # noqa: PLC0415 - only when asked
 
     sys.stdout.write(script(shell, "triton-operator", parser))
     return 0

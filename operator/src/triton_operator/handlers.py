@@ -16,7 +16,7 @@ from triton_operator.adapters.kube import Kube, make_client
 from triton_operator.adapters.owned_watch import OwnedCache, OwnedWatch, scopes
 from triton_operator.adapters.peering import PeeringMonitor, lightkube_watch, peering_scope
 from triton_operator.adapters.triton_reader import TritonReader
-from triton_operator.core.repository_access import RepositoryAccess
+from triton_operator.core.repository.repository_access import RepositoryAccess
 from triton_operator.core.rollout.requests import pending_requests
 from triton_operator.reconcile.analysis import TritonView
 from triton_operator.reconcile.pinning import RepositoryPinner

@@ -13,18 +13,19 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import ValidationError
 
-from triton_operator.core import conditions as cond
-from triton_operator.core import output, tuning
-from triton_operator.core.completion import KUBECTL, SHELLS
+from triton_operator.core import tuning
+from triton_operator.core.commandline import output
+from triton_operator.core.commandline.completion import KUBECTL, SHELLS
+from triton_operator.core.pod.startup import describe_phases
 from triton_operator.core.rollout.clock import parse_time, utcnow
 from triton_operator.core.rollout.requests import FOR_REVISION, Action, request_revision
 from triton_operator.core.rollout.texts import describe_step
-from triton_operator.core.startup import describe_phases
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.models import Rollout
 
 if TYPE_CHECKING:
     from triton_operator.adapters.control import Control
-    from triton_operator.adapters.tuning import TuningCluster
+    from triton_operator.adapters.tuning_cluster import TuningCluster
 
 CONTROL_VERBS: tuple[str, ...] = ("promote", "abort", "pause", "resume", "retry", "undo")
 # The display order of `kubectl triton status` (the others, TrafficRouted among them, after by name).
@@ -678,7 +679,7 @@ def infer(args: argparse.Namespace, obj: Mapping[str, Any]) -> str:
 
 def tune(args: argparse.Namespace, client: Control, cluster: TuningCluster | None) -> str:
     """Run a sweep (or --show a recorded one); what to print: the record, the spec change."""
-    from triton_operator.client.tuning import tune as run_sweep  # noqa: PLC0415 - only for tune
+    from triton_operator.client.tuning_runner import tune as run_sweep  # noqa: PLC0415 - only for tune
 
     namespace = args.namespace or client.namespace
     if args.show:
@@ -816,7 +817,7 @@ def _tuning_cluster(control: Control, given: TuningCluster | None) -> TuningClus
     client = getattr(control, "client", None)
     if given is not None or client is None:
         return given
-    from triton_operator.adapters.tuning import KubeTuning  # noqa: PLC0415 - lightkube when needed
+    from triton_operator.adapters.tuning_cluster import KubeTuning  # noqa: PLC0415 - lightkube when needed
 
     return KubeTuning(client)
 
@@ -874,7 +875,7 @@ def main(
     if args.verb is None:
         parser.error("the following arguments are required: COMMAND")
     if args.verb == "completion":
-        from triton_operator.core.completion import script  # noqa: PLC0415
+        from triton_operator.core.commandline.completion import script  # noqa: PLC0415
 
         sys.stdout.write(script(args.shell, "kubectl-triton", parser))
         return 0

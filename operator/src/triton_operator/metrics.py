@@ -25,8 +25,8 @@ from prometheus_client import (
 )
 
 from triton_operator import __version__
-from triton_operator.core.observation import PodState
-from triton_operator.core.startup import PHASES
+from triton_operator.core.observed.observation import PodState
+from triton_operator.core.pod.startup import PHASES
 from triton_operator.settings import SettingsError
 
 PREFIX = "triton_operator"
@@ -129,9 +129,9 @@ class OperatorMetrics:
 
         self.time_to_serve = Histogram(
             f"{PREFIX}_time_to_serve_seconds",
-            "A pod's start, by phase (core.startup: scheduling, imageAndSandbox, sync, tritonserverStart, "
-            "tritonserverLoad; total: created -> Ready), read from its status; once per pod, when it is "
-            "first seen Ready.",
+            "A pod's start, by phase (core.pod.startup: scheduling, imageAndSandbox, sync, "
+            "tritonserverStart, tritonserverLoad; total: created -> Ready), read from its status; once per "
+            "pod, when it is first seen Ready.",
             ["phase"],
             buckets=START_BUCKETS,
             registry=reg,

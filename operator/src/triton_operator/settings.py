@@ -210,25 +210,25 @@ class Settings:
     pin_repositories: bool = True
     """List object stores and pin each revision's manifest (off: pods sync unpinned, pvc:// only)."""
     pod_security_defaults: bool = True
-    """Give pods the restricted securityContext defaults (core.builders). Never read from the
+    """Give pods the restricted securityContext defaults (core.objects.builders). Never read from the
     environment: False only for a revision made before the operator set them, so that an operator
-    upgrade restarts none of its serving pods (core.observation.recorded_settings)."""
+    upgrade restarts none of its serving pods (core.observed.observation.recorded_settings)."""
     triton_log_on_exit: bool = True
     """Let Kubernetes keep the log tail of an exited tritonserver (terminationMessagePolicy
     FallbackToLogsOnError), where Triton says why a model failed to load. Never read from the
     environment: False only for a revision made before the operator set it
-    (core.observation.recorded_settings), so that an upgrade restarts none of its serving pods."""
+    (core.observed.observation.recorded_settings), so that an upgrade restarts none of its serving pods."""
     sync_log_on_exit: bool = True
     """The same for the sync init container (`triton-operator sync` or `agent --once`), whose log
     says why a sync failed past its termination message. Never read from the environment: False
     only for a revision made before the operator set it."""
     allowed_image_prefixes: tuple[str, ...] = ()
-    """tritonserver images a TritonService may run (core.policy.image_allowed); empty allows any."""
+    """tritonserver images a TritonService may run (core.pod.policy.image_allowed); empty allows any."""
     forbidden_volume_types: tuple[str, ...] = DEFAULT_FORBIDDEN_VOLUME_TYPES
     """Pod volume types (spec.volumes) a TritonService may not use."""
     allow_privileged: bool = False
     """Let spec.securityContext ask for privileged: true, allowPrivilegeEscalation: true or a Windows
-    hostProcess container (core.policy)."""
+    hostProcess container (core.pod.policy)."""
     allowed_capabilities: tuple[str, ...] = DEFAULT_ALLOWED_CAPABILITIES
     """Capabilities spec.securityContext.capabilities.add may name ("ALL" among them: any)."""
     allow_root: bool = False
@@ -257,7 +257,7 @@ class Settings:
     node_cache_port: int | None = None
     """The port of the node cache (the chart's node-cache DaemonSet) on every node; unset: off. New
     revisions' sync containers then read the node's cache before their store (recorded per revision:
-    turning it on or off restarts no serving pod, core.observation.recorded_settings)."""
+    turning it on or off restarts no serving pod, core.observed.observation.recorded_settings)."""
     node_cache_token: bool = True
     """Not read from the environment: whether a revision's pods show the node cache their projected
     token; False only for a revision recorded before the cache asked for one (it keeps its pods)."""

@@ -13,7 +13,7 @@ import httpx2
 import pytest
 
 from triton_operator.adapters.owned_watch import CACHED, OwnedCache, OwnedWatch, collection_path
-from triton_operator.core.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
+from triton_operator.core.objects.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 
 NS = "ml"
 

@@ -1,4 +1,5 @@
-"""adapters.tuning.KubeTuning.delete: owners only, by cascade; a refused delete is reported, not raised.
+"""adapters.tuning_cluster.KubeTuning.delete: owners only, by cascade; a refused delete is reported, not
+raised.
 
 The lightkube client is a fake that answers lists and refuses deletes as an RBAC-limited user's API
 server does; tests/e2e/test_tuning_expiry_e2e.py runs the same cleanup as a real ServiceAccount.
@@ -17,7 +18,7 @@ from lightkube.resources.core_v1 import ConfigMap, Pod
 from lightkube.types import CascadeType
 
 from fakeapi import api_error
-from triton_operator.adapters.tuning import KubeTuning
+from triton_operator.adapters.tuning_cluster import KubeTuning
 from triton_operator.core import tuning as core
 
 LABELS = core.run_labels("svc", "r")

@@ -1,5 +1,5 @@
 """The operator's own watches (adapters.owned_watch, adapters.peering) retry a failing stream with
-core.backoff: growing, jittered, capped delays that wait out the API server's Retry-After (on main:
+core.edges.backoff: growing, jittered, capped delays that wait out the API server's Retry-After (on main:
 a fixed 5 s, every stream of every replica in lockstep)."""
 
 from __future__ import annotations

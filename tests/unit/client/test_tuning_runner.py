@@ -1,4 +1,5 @@
-"""client.tuning: the sweep's order, its record, its bounds, and cleanup on success, failure and Ctrl-C.
+"""client.tuning_runner: the sweep's order, its record, its bounds, and cleanup on success, failure and
+Ctrl-C.
 
 The cluster is a fake (FakeTuningCluster, named so) that keeps what was created as a real API
 server would, so that what is left after a sweep can be asserted; the same sweep runs against the
@@ -17,11 +18,11 @@ from typing import Any
 import pytest
 
 from triton_operator import kubectl_plugin as kp
-from triton_operator.adapters.tuning import TuningPodError
-from triton_operator.client.tuning import tune
+from triton_operator.adapters.tuning_cluster import TuningPodError
+from triton_operator.client.tuning_runner import tune
 from triton_operator.core import tuning as core
-from triton_operator.core.builders import build_configmaps
-from triton_operator.core.observation import check_body
+from triton_operator.core.objects.builders import build_configmaps
+from triton_operator.core.observed.observation import check_body
 from triton_operator.core.rollout.requests import Action
 from tritonservice_bodies import SETTINGS, body
 
@@ -47,7 +48,7 @@ def csv_for(throughputs: Mapping[int, float]) -> str:
 
 @dataclasses.dataclass
 class FakeTuningCluster:
-    """A fake of the cluster (the real one: adapters.tuning.KubeTuning, in the e2e test)."""
+    """A fake of the cluster (the real one: adapters.tuning_cluster.KubeTuning, in the e2e test)."""
 
     ts_body: dict[str, Any]
     configmaps: list[dict[str, Any]]
@@ -465,7 +466,7 @@ def test_a_sweep_keeps_the_records_of_the_latest_runs_only() -> None:
 
 
 def test_each_candidate_says_k_of_n_the_time_elapsed_and_an_estimate_of_what_is_left() -> None:
-    from triton_operator.client.tuning import duration  # noqa: PLC0415
+    from triton_operator.client.tuning_runner import duration  # noqa: PLC0415
 
     fake = cluster(clock_step=20.0)  # 40 s a candidate on the fake's clock: 2 waits of 20 s
     lines: list[str] = []

@@ -8,13 +8,19 @@ import pytest
 
 from triton_operator.cli import build_parser
 from triton_operator.commands.agent import BASE, base_revision
-from triton_operator.core.manifest import Manifest, ManifestModel, StoreRef, VersionPolicy, manifest_to_json
-from triton_operator.core.names import (
+from triton_operator.core.objects.names import (
     AGENT_PORT,
     AGENT_STATE_DIR,
     INPLACE_DIR,
     INPLACE_TARGET_FILE,
     MODELS_DIR,
+)
+from triton_operator.core.repository.manifest import (
+    Manifest,
+    ManifestModel,
+    StoreRef,
+    VersionPolicy,
+    manifest_to_json,
 )
 
 

@@ -13,14 +13,14 @@ import yaml
 from crd_schema import ROOT, validate  # the strict structural validator of the CRD tests
 from testkit import REPO
 from triton_operator.commands import import_ as import_command
-from triton_operator.core.crd import dump_yaml
-from triton_operator.core.modelconfig import (
+from triton_operator.core.spec.crd_schema import dump_yaml
+from triton_operator.core.spec.modelconfig import (
     build_config_pbtxt,
     build_imported_service,
     gpus_needed,
     parse_config_pbtxt,
 )
-from triton_operator.core.validation.spec import check_spec
+from triton_operator.core.spec.validation.spec import check_spec
 
 REPOS = REPO / "tests" / "data" / "repos"
 CONFIG_FILES = sorted(REPOS.glob("*/*/config.pbtxt"))

@@ -15,8 +15,8 @@ import yaml
 from memkube import MemKube
 from testkit import REPO
 from triton_operator.commands import render
-from triton_operator.core.actions import stamped
-from triton_operator.core.names import APPLIED_ANNOTATION, PLACEHOLDER_UID
+from triton_operator.core.decision.actions import stamped
+from triton_operator.core.objects.names import APPLIED_ANNOTATION, PLACEHOLDER_UID
 from triton_operator.reconcile.steps import reconcile
 from triton_operator.settings import Settings
 
@@ -173,7 +173,7 @@ def test_the_autoscaled_example_renders_its_owned_hpa(capsys: pytest.CaptureFixt
 
 @pytest.mark.parametrize("example", ["tiny.yaml", "canary-gateway.yaml", "autoscaled.yaml"])
 async def test_render_prints_what_a_first_reconcile_pass_applies(example: str) -> None:
-    """render and the reconcile share one decision (core.decide): the objects render prints are the
+    """render and the reconcile share one decision (core.decision.decide): the objects render prints are the
     ones a first pass over the same TritonService applies, in the same order, with the same content
     (the real uid in ownerReferences, and so in the digest of a Deployment, aside)."""
     source = next(d for d in docs((EXAMPLES / example).read_text()) if d["kind"] == "TritonService")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from triton_operator.commands.sync import write_termination_log
-from triton_operator.core.startup import format_summary, parse_summary
+from triton_operator.core.pod.startup import format_summary, parse_summary
 
 
 def test_a_failure_line_is_written_as_it_was(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ from e2e_helpers import tritonservice
 from memkube import Call, MemKube, run_kubelet
 from triton_operator.adapters.cached_kube import CachedKube
 from triton_operator.adapters.owned_watch import CACHED, OwnedCache
-from triton_operator.core import conditions as cond
-from triton_operator.core.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
+from triton_operator.core.objects.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.reconcile.apply import SupersededError
 from triton_operator.reconcile.observe import Absences
 from triton_operator.reconcile.steps import reconcile

@@ -7,7 +7,7 @@ real one), the Deployment controller and kubelet (``Kubelet``: pods that stay, w
 loopback), and the pods' model-agents (``FakeAgents``: a stdlib HTTP server answering
 GET :port/v1/inplace for every pod IP as the agent contract says, from the pod's annotation and the
 in-place ConfigMap as MemKube holds them). The operator's side is real: the reconcile pass, the
-agent reader's HTTP reads, core.inplace's rules, the engine.
+agent reader's HTTP reads, core.rollout.rollout_kind's rules, the engine.
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ from triton_operator import KIND
 from triton_operator.adapters.agent_reader import AgentReader
 from triton_operator.adapters.kube import ObjectRejectedError
 from triton_operator.adapters.triton_reader import Owner, PodReading, PodTarget, TritonReader
-from triton_operator.core import agent as agent_core
-from triton_operator.core import conditions as cond
-from triton_operator.core import observation
-from triton_operator.core.analysis import Counters
-from triton_operator.core.manifest import (
+from triton_operator.core.objects.names import INPLACE_TARGET_ANNOTATION, LABEL_REVISION
+from triton_operator.core.observed import observation
+from triton_operator.core.pod import agent_plan as agent_core
+from triton_operator.core.repository.manifest import (
     ObjectInfo,
     StoreRef,
     build_manifest,
@@ -40,8 +39,9 @@ from triton_operator.core.manifest import (
     model_sources,
     select_objects,
 )
-from triton_operator.core.names import INPLACE_TARGET_ANNOTATION, LABEL_REVISION
+from triton_operator.core.rollout.canary_analysis import Counters
 from triton_operator.core.rollout.requests import request_revision
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.kubectl_plugin import render_status, render_table
 from triton_operator.models import TritonService
 from triton_operator.reconcile import observe as observe_module
@@ -333,7 +333,7 @@ async def test_a_model_change_moves_in_place_step_by_step_with_no_new_pod(
         assert "max_batch_size: 16" in cm["data"][f"{new}.add.config.pbtxt"]
         assert kube.find("ConfigMap", NS, f"svc-{new}") is not None
         assert svc.annotated() == {f"svc-{host}-0": new}  # 25% of 4 pods
-        # what the pod's agent makes of it (core.agent: the contract's other side)
+        # what the pod's agent makes of it (core.pod.agent_plan: the contract's other side)
         state = agent_core.parse_inplace_state(cm["data"]["state.json"])
         present = agent_core.revisions_named(cm["data"])
         assert present == {host, new}

@@ -22,8 +22,7 @@ from triton_operator import KIND
 from triton_operator.adapters import storage
 from triton_operator.adapters.storage import PinResult
 from triton_operator.adapters.storage.base import AccessDenied, StoreConfigError, StoreError, StoreUnavailable
-from triton_operator.core import conditions as cond
-from triton_operator.core.manifest import (
+from triton_operator.core.repository.manifest import (
     ObjectInfo,
     StoreRef,
     build_manifest,
@@ -31,7 +30,8 @@ from triton_operator.core.manifest import (
     model_sources,
     select_objects,
 )
-from triton_operator.core.repository_access import RepositoryAccess
+from triton_operator.core.repository.repository_access import RepositoryAccess
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.models import ModelSpec, Repository, TritonService
 from triton_operator.reconcile.pinning import RepositoryError, RepositoryPinner, repository_verdict
 from triton_operator.reconcile.scheduler import Reconciler
@@ -40,7 +40,7 @@ from triton_operator.settings import Settings
 NS = "ml"
 AMBIENT = RepositoryAccess(ambient_namespaces=(NS,))
 """These tests are about caching and fallbacks, so the test namespace may list without a Secret;
-the credentials policy itself: tests/unit/core/test_repository_access.py, tests/storage/."""
+the credentials policy itself: tests/unit/core/repository/test_repository_access.py, tests/storage/."""
 
 
 def make_ts(poll: int = 60, *, secret: str | None = None, uri: str = "s3://models/prod") -> TritonService:

@@ -15,9 +15,9 @@ import pytest
 from bigmanifest import plan_for
 from memkube import Call, MemKube
 from triton_operator.adapters.kube import ConflictError
-from triton_operator.core import conditions as cond
+from triton_operator.core.objects.traffic import TrafficWeights
 from triton_operator.core.rollout.plan import RolloutPlan
-from triton_operator.core.traffic import TrafficWeights
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.models import TritonService
 from triton_operator.reconcile.routes import (
     ROUTE_RETRY_SECONDS,

@@ -23,8 +23,14 @@ from memkube import Call, MemKube
 from triton_operator import KIND
 from triton_operator.adapters.kube import retry_delay
 from triton_operator.adapters.storage import PinResult
-from triton_operator.core import conditions as cond
-from triton_operator.core.manifest import ObjectInfo, StoreRef, build_manifest, model_sources, select_objects
+from triton_operator.core.repository.manifest import (
+    ObjectInfo,
+    StoreRef,
+    build_manifest,
+    model_sources,
+    select_objects,
+)
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.models import ModelSpec, Repository, TritonService
 from triton_operator.reconcile import scheduler
 from triton_operator.reconcile.pinning import RepositoryPinner

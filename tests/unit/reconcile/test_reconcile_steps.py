@@ -20,15 +20,15 @@ from pod_bodies import CREATED, started_pod
 from triton_operator import GROUP as KIND_GROUP
 from triton_operator import KIND
 from triton_operator.adapters.kube import ObjectRejectedError
-from triton_operator.core import conditions as cond
-from triton_operator.core import observation
-from triton_operator.core.manifest import (
+from triton_operator.core.observed import observation
+from triton_operator.core.repository.manifest import (
     ObjectInfo,
     StoreRef,
     build_manifest,
     model_sources,
     select_objects,
 )
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile import observe as observe_module
@@ -215,7 +215,7 @@ async def test_a_tritonservice_gone_writes_nothing(kube: MemKube) -> None:
 
 
 async def test_a_spec_warning_is_a_warning_event_once_a_generation(kube: MemKube) -> None:
-    """An unknown backend (core.validation.spec_warnings) does not hold the spec: the revision is
+    """An unknown backend (core.spec.validation.spec_warnings) does not hold the spec: the revision is
     applied, and one Warning Event names the field, on the first pass of each generation only."""
     kube.edit(KIND, NS, "svc", lambda ts: ts["spec"].update(image="nvcr.io/nvidia/tritonserver:25.01-py3"))
     change_model(kube, backend="vllm")
@@ -313,7 +313,7 @@ async def test_an_ensemble_step_asking_for_a_version_the_pinned_repository_lacks
     assert kube.of_kind("Deployment") == []
 
 
-# ----------------------------------------------------------------- autoscaling (core/autoscaling.py)
+# ----------------------------------------------------------------- autoscaling (core/decision/scaling.py)
 
 
 @pytest.fixture
@@ -554,7 +554,7 @@ UPGRADED = Settings(
 )
 """The operator after a `helm upgrade` that changed its default tritonserver image (and more)."""
 OPERATOR_KEY = "operator.json"
-"""core.names.OPERATOR_KEY (spelled out: these tests also run against an operator without it)."""
+"""core.objects.names.OPERATOR_KEY (spelled out: these tests also run against an operator without it)."""
 
 
 def templates(kube: MemKube) -> dict[str, Any]:
@@ -818,7 +818,7 @@ async def test_a_spec_the_api_server_refuses_is_held_in_the_same_pass_without_re
 
 
 async def test_a_pass_parses_each_pod_once(kube: MemKube, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The status and the rollout engine read the same parsed pods (core.observation.PodState)."""
+    """The status and the rollout engine read the same parsed pods (core.observed.observation.PodState)."""
     await run(kube)
     kubelet(kube)
     parsed: list[str] = []

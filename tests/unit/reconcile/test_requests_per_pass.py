@@ -2,9 +2,9 @@
 logs every call): a new TritonService's passes until Ready, then a pass with nothing to do.
 
 The API server's CPU is what bounds 5,000 TritonServices created at once (docs/benchmarks.md): a
-Deployment found stored as built is not applied again (core.actions.applied_as_built), and a
+Deployment found stored as built is not applied again (core.decision.actions.applied_as_built), and a
 PodDisruptionBudget known absent (reconcile.observe.Absences), or that cannot exist yet
-(core.observation.nothing_applied_yet), is not looked up.
+(core.observed.observation.nothing_applied_yet), is not looked up.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from e2e_helpers import tritonservice
 from memkube import Call, MemKube, run_kubelet
-from triton_operator.core import conditions as cond
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.reconcile.observe import Absences
 from triton_operator.reconcile.steps import reconcile
 from triton_operator.settings import Settings
@@ -45,8 +45,8 @@ async def test_a_new_tritonservices_passes_until_ready_and_an_idle_pass() -> Non
     (ConfigMap, Deployment, Service, status); the pass after the pods turn Ready sends the Service and
     the status only; a pass with nothing to do writes nothing but the Service, and reads the
     TritonService and what it owns. Requests (a list_owned is 3): 9, 6, 5; before
-    core.observation.nothing_applied_yet, Absences and core.actions.applied_as_built: 10, 8, 7 (a
-    PodDisruptionBudget GET in each pass, a Deployment apply in each after the first)."""
+    core.observed.observation.nothing_applied_yet, Absences and core.decision.actions.applied_as_built: 10, 8,
+    7 (a PodDisruptionBudget GET in each pass, a Deployment apply in each after the first)."""
     kube = MemKube()
     kube.put(tritonservice("svc", NS, replicas=1))
     absences = Absences()

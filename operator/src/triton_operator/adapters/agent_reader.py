@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import httpx2
 
-from triton_operator.core.names import AGENT_PORT, AGENT_STATUS_PATH
+from triton_operator.core.objects.names import AGENT_PORT, AGENT_STATUS_PATH
 from triton_operator.core.rollout.inplace import AgentStatus, parse_agent_status
 from triton_operator.settings import may_read, read_networks
 

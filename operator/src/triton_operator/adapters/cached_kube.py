@@ -9,8 +9,8 @@ pods before it decides: over the API server, four requests a pass. Here:
   status write was refused as superseded (``forget``), is read from the API server;
 - ``list_owned`` answers from the owned watches' cache once each of them has read its listing (before
   that, from the API server);
-- ``apply`` of an object that carries the operator's applied digest (core.actions.stamped) and is
-  stored as built (core.actions.applied_as_built, against the cache) sends nothing: applying it would
+- ``apply`` of an object that carries the operator's applied digest (core.decision.actions.stamped) and is
+  stored as built (core.decision.actions.applied_as_built, against the cache) sends nothing: applying it would
   change nothing the operator owns;
 - every write's result goes into the cache (a pass right after it sees its own write even before
   the watch event arrives); nothing older than what is kept replaces it.
@@ -31,8 +31,8 @@ from typing import Any
 
 from triton_operator.adapters.kube import ConflictError, KubeAPI, Owned
 from triton_operator.adapters.owned_watch import CACHED, OwnedCache
-from triton_operator.core.actions import applied_as_built
-from triton_operator.core.names import APPLIED_ANNOTATION, LABEL_SERVICE
+from triton_operator.core.decision.actions import applied_as_built
+from triton_operator.core.objects.names import APPLIED_ANNOTATION, LABEL_SERVICE
 
 
 def _version(obj: Mapping[str, Any]) -> int | None:

@@ -21,7 +21,7 @@ from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import CascadeType, PatchType
 
 from triton_operator import FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
-from triton_operator.core.backoff import parse_retry_after
+from triton_operator.core.edges.backoff import parse_retry_after
 
 TritonServiceResource: Any = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
 GATEWAY_GROUP = "gateway.networking.k8s.io"
@@ -178,7 +178,7 @@ class KubeAPI(Protocol):
         ...
 
     async def post_event(self, event: Mapping[str, Any]) -> None:
-        """Create a core/v1 Event (built by core.builders.build_event)."""
+        """Create a core/v1 Event (built by core.objects.builders.build_event)."""
         ...
 
     async def delete(self, kind: str, namespace: str, name: str) -> bool:
@@ -334,7 +334,7 @@ class Kube:
             raise
 
     async def post_event(self, event: Mapping[str, Any]) -> None:
-        """Create a core/v1 Event (built by core.builders.build_event)."""
+        """Create a core/v1 Event (built by core.objects.builders.build_event)."""
         obj: Any = Event.from_dict(dict(event))
         await self.client.create(obj)
 

@@ -31,9 +31,9 @@ from typing import Any
 
 import httpx2
 
-from triton_operator.core.backoff import Backoff, Random, parse_retry_after
-from triton_operator.core.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
-from triton_operator.core.peering import is_pattern, match_namespace
+from triton_operator.core.edges.backoff import Backoff, Random, parse_retry_after
+from triton_operator.core.edges.peering_rules import is_pattern, match_namespace
+from triton_operator.core.objects.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ READ_SLACK_SECONDS = 60.0
 """A watch that brought nothing for its server timeout and this long is presumed stuck and restarted."""
 RETRY_SECONDS = 5.0
 """The ceiling of the first retry's delay after a failed listing or watch; each failure in a row
-doubles it (core.backoff: full jitter, so the operator's streams do not retry together), up to
+doubles it (core.edges.backoff: full jitter, so the operator's streams do not retry together), up to
 RETRY_CAP_SECONDS, and a Retry-After of the API server is waited out."""
 RETRY_CAP_SECONDS = 60.0
 PAGE = 500

@@ -4,7 +4,7 @@ kopf pauses a replica (closes its watch streams, so no handler runs) while a pee
 the same priority is alive, but it knows nothing of the tasks the operator runs itself: the
 Reconciler's requeue timers and repository pollers. kopf exposes no pause state to an operator,
 so this watches the same (Cluster)KopfPeering objects and applies kopf's rule
-(core.peering.peering_verdict) to them: the verdict drives the Reconciler's pause gate.
+(core.edges.peering_rules.peering_verdict) to them: the verdict drives the Reconciler's pause gate.
 
 Until every object kopf follows has been seen, the verdict is paused (kopf starts paused too,
 until its first look at the peering object), and a missing object keeps it paused (as it does
@@ -24,8 +24,13 @@ from typing import Any
 from lightkube import ALL_NS, AsyncClient
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
-from triton_operator.core.backoff import Backoff, Random
-from triton_operator.core.peering import PeeringVerdict, is_pattern, match_namespace, peering_verdict
+from triton_operator.core.edges.backoff import Backoff, Random
+from triton_operator.core.edges.peering_rules import (
+    PeeringVerdict,
+    is_pattern,
+    match_namespace,
+    peering_verdict,
+)
 from triton_operator.core.rollout.clock import utcnow
 
 logger = logging.getLogger(__name__)
@@ -48,7 +53,7 @@ IDLE_SECONDS = 300.0
 this one included, renews its keep-alive every lifetime (60 s), so a healthy one never idles."""
 RETRY_SECONDS = 5.0
 """The ceiling of the first delay before a failed (or ended) watch is started again; each failure in
-a row doubles it (core.backoff, full jitter), up to RETRY_CAP_SECONDS."""
+a row doubles it (core.edges.backoff, full jitter), up to RETRY_CAP_SECONDS."""
 RETRY_CAP_SECONDS = 30.0
 RECHECK_SLACK_SECONDS = 0.1
 

@@ -8,7 +8,7 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
-from triton_operator.core.redact import redact, secret_values
+from triton_operator.core.edges.redact import redact, secret_values
 
 __all__ = ["RedactedError", "install_log_redaction", "redacted_cause", "remember_secrets", "scrub"]
 
@@ -24,7 +24,7 @@ _factory_installed = False
 
 
 def remember_secrets(credentials: Mapping[str, str]) -> None:
-    """Note the secret values of ``credentials`` (see core.redact.secret_values) so that no store
+    """Note the secret values of ``credentials`` (see core.edges.redact.secret_values) so that no store
     error, cause or log line of this process shows them. Every store calls it before it uses them."""
     global _known  # noqa: PLW0603 - one registry per process: log records come from every thread
     forms = secret_values(credentials)

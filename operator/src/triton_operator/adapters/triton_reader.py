@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping, Sequence
 import httpx2
 from prometheus_client.parser import text_string_to_metric_families
 
-from triton_operator.core.analysis import Counters
-from triton_operator.core.names import HTTP_PORT, METRICS_PORT
-from triton_operator.core.triton_state import ModelVersionState, index_json, parse_index
+from triton_operator.core.objects.names import HTTP_PORT, METRICS_PORT
+from triton_operator.core.rollout.canary_analysis import Counters
+from triton_operator.core.vocabulary.triton_state import ModelVersionState, index_json, parse_index
 from triton_operator.settings import may_read, read_networks
 
 logger = logging.getLogger(__name__)

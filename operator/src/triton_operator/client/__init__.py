@@ -1,8 +1,8 @@
 """A Python client of a TritonService (or any tritonserver): models as attributes, every Triton API."""
 
 from triton_operator.client.triton import ClientError, Model, TritonClient, UnknownModelError
-from triton_operator.client.tuning import tune
-from triton_operator.core.inputs import InputError
+from triton_operator.client.tuning_runner import tune
+from triton_operator.core.commandline.inputs import InputError
 from triton_operator.core.tuning import Sweep, TuningError
 
 __all__ = [

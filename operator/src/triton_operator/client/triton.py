@@ -1,7 +1,7 @@
 """TritonClient: a tritonserver (or a TritonService's endpoints) over HTTP or gRPC, models as attributes.
 
 ``client.<model>.run(*inputs)`` or ``run(**inputs)`` checks the inputs against the model's config
-(core/inputs.py) before anything is sent and answers tritonclient's own result object, for both
+(core/commandline/inputs.py) before anything is sent and answers tritonclient's own result object, for both
 protocols. Every other Triton API is passed through under tritonclient's method names.
 """
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tritonclient.utils import InferenceServerException
 
-from triton_operator.core.inputs import CheckedInput, Signature, check_inputs
+from triton_operator.core.commandline.inputs import CheckedInput, Signature, check_inputs
 
 if TYPE_CHECKING:
     from triton_operator.adapters.control import Control

@@ -15,9 +15,9 @@ from typing import Any
 
 from triton_operator import logs
 from triton_operator.adapters.agent.files import read_text
+from triton_operator.adapters.agent.model_control import ModelControl
 from triton_operator.adapters.agent.runner import Agent, AgentOptions
 from triton_operator.adapters.agent.status import StatusServer, parse_listen
-from triton_operator.adapters.agent.triton import ModelControl
 from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.redaction import install_log_redaction
 from triton_operator.adapters.sync.progress import Progress
@@ -32,9 +32,7 @@ from triton_operator.commands.sync import (
     sync_failure,
     write_termination_log,
 )
-from triton_operator.core.agent import RevisionFiles
-from triton_operator.core.manifest import CONFIG_FILE, ManifestError, manifest_from_json
-from triton_operator.core.names import (
+from triton_operator.core.objects.names import (
     AGENT_PORT,
     AGENT_READY_PATH,
     AGENT_STATE_DIR,
@@ -44,7 +42,9 @@ from triton_operator.core.names import (
     INPLACE_TARGET_FILE,
     MODELS_DIR,
 )
-from triton_operator.core.startup import format_summary
+from triton_operator.core.pod.agent_plan import RevisionFiles
+from triton_operator.core.pod.startup import format_summary
+from triton_operator.core.repository.manifest import CONFIG_FILE, ManifestError, manifest_from_json
 
 EPILOG = f"""\
 With --once (the pod's init container): the target revision is synced into --dest exactly as

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from triton_operator.core.crd import render_crd_yaml
+from triton_operator.core.spec.crd_schema import render_crd_yaml
 
 
 def register(subparsers: Any) -> None:

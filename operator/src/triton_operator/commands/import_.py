@@ -8,16 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from triton_operator.core.crd import DNS_1035_PATTERN, MAX_NAME_LENGTH, dump_yaml
-from triton_operator.core.field_error import ModelConfigError
-from triton_operator.core.manifest import CONFIG_FILE
-from triton_operator.core.modelconfig import (
+from triton_operator.core.commandline.output import FORMATS, render_objects
+from triton_operator.core.repository.manifest import CONFIG_FILE
+from triton_operator.core.spec.crd_schema import DNS_1035_PATTERN, MAX_NAME_LENGTH, dump_yaml
+from triton_operator.core.spec.field_error import ModelConfigError
+from triton_operator.core.spec.modelconfig import (
     build_imported_service,
     build_model_entry,
     gpus_needed_why,
 )
-from triton_operator.core.output import FORMATS, render_objects
-from triton_operator.core.validation.spec import check_spec, spec_warnings
+from triton_operator.core.spec.validation.spec import check_spec, spec_warnings
 from triton_operator.settings import Settings
 
 PLACEHOLDER_URI = "s3://BUCKET/PREFIX"

@@ -15,7 +15,7 @@ from triton_operator import logs
 from triton_operator.adapters.nodecache.review import KubeTokenReviewer
 from triton_operator.adapters.nodecache.server import NodeCacheServer
 from triton_operator.adapters.nodecache.store import ContentStore
-from triton_operator.core.nodecache import AUDIENCE
+from triton_operator.core.repository.cache_rules import AUDIENCE
 from triton_operator.quantities import quantity_bytes
 
 DEFAULT_PORT = 8790

@@ -10,17 +10,17 @@ from typing import Any, TextIO
 import yaml
 
 from triton_operator import KIND
-from triton_operator.core.autoscaling import Autoscalers
-from triton_operator.core.builders import compute_revision, triton_image
-from triton_operator.core.crd import dump_yaml_all
-from triton_operator.core.decide import Observed, decide
-from triton_operator.core.manifest import manifest_digest, manifest_to_json
-from triton_operator.core.names import PLACEHOLDER_UID
-from triton_operator.core.observation import check_body
-from triton_operator.core.output import FORMATS, render_objects
-from triton_operator.core.policy import policy_errors
+from triton_operator.core.commandline.output import FORMATS, render_objects
+from triton_operator.core.decision.decide import Observed, decide
+from triton_operator.core.decision.scaling import Autoscalers
+from triton_operator.core.objects.builders import compute_revision, triton_image
+from triton_operator.core.objects.names import PLACEHOLDER_UID
+from triton_operator.core.observed.observation import check_body
+from triton_operator.core.pod.policy import policy_errors
+from triton_operator.core.repository.manifest import manifest_digest, manifest_to_json
 from triton_operator.core.rollout.clock import utcnow
-from triton_operator.core.validation.spec import spec_warnings
+from triton_operator.core.spec.crd_schema import dump_yaml_all
+from triton_operator.core.spec.validation.spec import spec_warnings
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 
@@ -141,7 +141,7 @@ def render(
                 manifest_note = f"pinned, digest {digest}"
         revision = compute_revision(ts, settings, checked.configs, digest)
         # What the operator applies when it first meets this TritonService: the reconcile's own
-        # decision (core.decide), from an observation of nothing (no status, no owned objects). No
+        # decision (core.decision.decide), from an observation of nothing (no status, no owned objects). No
         # other autoscaler can be seen without a cluster: the owned HPA, as first applied.
         first_meeting = Observed(moment=utcnow(), autoscalers=Autoscalers.of((), ts.name, None))
         decision = decide(

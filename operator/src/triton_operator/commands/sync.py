@@ -19,14 +19,19 @@ from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.redaction import install_log_redaction
 from triton_operator.adapters.storage import open_store
 from triton_operator.adapters.storage.base import ObjectChanged, StoreConfigError, StoreError
-from triton_operator.adapters.sync.engine import VERIFY_MODES, SyncOptions, sync
+from triton_operator.adapters.sync.download import VERIFY_MODES, SyncOptions, sync
 from triton_operator.adapters.sync.progress import Progress
 from triton_operator.adapters.sync.results import ChecksumMismatch, NoSpace, SyncError, UnsafeDestination
-from triton_operator.core.field_error import ModelConfigError
-from triton_operator.core.manifest import Manifest, ManifestError, SelectionFailed, manifest_from_json
-from triton_operator.core.manifestparts import ordered, part_index, unpack
-from triton_operator.core.nodecache import HOST_ENV, POD_ENV, PORT_ENV
-from triton_operator.core.startup import TERMINATION_MESSAGE_MAX, format_summary
+from triton_operator.core.pod.startup import TERMINATION_MESSAGE_MAX, format_summary
+from triton_operator.core.repository.cache_rules import HOST_ENV, POD_ENV, PORT_ENV
+from triton_operator.core.repository.manifest import (
+    Manifest,
+    ManifestError,
+    SelectionFailed,
+    manifest_from_json,
+)
+from triton_operator.core.repository.manifestparts import ordered, part_index, unpack
+from triton_operator.core.spec.field_error import ModelConfigError
 from triton_operator.quantities import quantity_bytes
 
 EXIT_OK = 0

@@ -9,12 +9,18 @@ from typing import Any
 
 from triton_operator.adapters.agent_reader import AgentReader
 from triton_operator.adapters.triton_reader import Owner, PodReading, PodTarget, TritonReader
-from triton_operator.core.analysis import AnalysisResult, PodCounters, increase, judge, judged_models
-from triton_operator.core.observation import PodState
+from triton_operator.core.observed.observation import PodState
+from triton_operator.core.rollout.canary_analysis import (
+    AnalysisResult,
+    PodCounters,
+    increase,
+    judge,
+    judged_models,
+)
 from triton_operator.core.rollout.clock import format_time
 from triton_operator.core.rollout.inplace import AgentStatus, AnalysisSides, InPlaceState
 from triton_operator.core.rollout.state import RolloutStatus, under_analysis
-from triton_operator.core.triton_state import ModelVersionState, merge, model_statuses
+from triton_operator.core.vocabulary.triton_state import ModelVersionState, merge, model_statuses
 from triton_operator.models import AnalysisWindow, TritonService
 
 
@@ -217,7 +223,7 @@ def _counters(readings: Mapping[str, PodReading], revision: str) -> dict[str, Po
 
 
 def views(readings: Mapping[str, PodReading]) -> dict[str, dict[str, list[ModelVersionState]]]:
-    """Triton's index per revision, the pods' views merged (core.triton_state.merge)."""
+    """Triton's index per revision, the pods' views merged (core.vocabulary.triton_state.merge)."""
     by_revision: dict[str, list[tuple[ModelVersionState, ...]]] = {}
     for reading in readings.values():
         if reading.index is not None:

@@ -1,6 +1,6 @@
 """What one reconcile writes, after it has decided: a Decision carried out in a fixed order.
 
-1. the objects (core.actions: a revision's ConfigMaps not yet stored as built, then its Deployment,
+1. the objects (core.decision.actions: a revision's ConfigMaps not yet stored as built, then its Deployment,
    the in-place ConfigMap, then the Service, the PodDisruptionBudget, the owned HPA, the revision
    Services), by server-side apply; then the pods' in-place target annotations (merge patches);
 2. the routes' weights (merge patches carrying the resourceVersion each route was read at);
@@ -19,13 +19,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from triton_operator.adapters.kube import ConflictError, KubeAPI, ObjectTooLargeError, retry_delay
-from triton_operator.core.actions import Actions
-from triton_operator.core.builders import build_event
-from triton_operator.core.decide import Decision
-from triton_operator.core.manifestparts import compress
-from triton_operator.core.names import INPLACE_TARGET_ANNOTATION
-from triton_operator.core.observation import layout_of
-from triton_operator.core.status import served_events, status_changed
+from triton_operator.core.decision.actions import Actions
+from triton_operator.core.decision.decide import Decision
+from triton_operator.core.decision.service_status import served_events, status_changed
+from triton_operator.core.objects.builders import build_event
+from triton_operator.core.objects.names import INPLACE_TARGET_ANNOTATION
+from triton_operator.core.observed.observation import layout_of
+from triton_operator.core.repository.manifestparts import compress
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile.observe import Seen
@@ -118,8 +118,8 @@ async def apply_objects(kube: KubeAPI, actions: Actions, manifest_json: str | No
 
 
 async def annotate_pods(kube: KubeAPI, namespace: str, actions: Actions) -> None:
-    """The pods' in-place target annotations (after the in-place ConfigMap: core.actions.Actions.annotate);
-    a pod gone meanwhile is skipped (the next pass sees it gone)."""
+    """The pods' in-place target annotations (after the in-place ConfigMap:
+    core.decision.actions.Actions.annotate); a pod gone meanwhile is skipped (the next pass sees it gone)."""
     for pod, target in sorted(actions.annotate.items()):
         logger.info("pod %s/%s: %s=%s", namespace, pod, INPLACE_TARGET_ANNOTATION, target)
         await kube.merge_patch(

@@ -1,4 +1,4 @@
-"""Autoscaling reads: the namespace's HPAs, sorted into the owned one and others (core.autoscaling)."""
+"""Autoscaling reads: the namespace's HPAs, sorted into the owned one and others (core.decision.scaling)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from triton_operator.adapters.kube import KubeAPI
-from triton_operator.core.autoscaling import HPA_KIND, Autoscalers, autoscalers_wanted
+from triton_operator.core.decision.scaling import HPA_KIND, Autoscalers, autoscalers_wanted
 from triton_operator.models import TritonService
 
 AUTOSCALER_RETRY_SECONDS = 60.0

@@ -14,14 +14,11 @@ from triton_operator.adapters.kube import (
     Owned,
 )
 from triton_operator.core import tuning
-from triton_operator.core.autoscaling import Autoscalers
-from triton_operator.core.builders import disruption_budget_enabled
-from triton_operator.core.decide import Observed
-from triton_operator.core.manifest import (
-    stale_pins,
-)
-from triton_operator.core.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
-from triton_operator.core.observation import (
+from triton_operator.core.decision.decide import Observed
+from triton_operator.core.decision.scaling import Autoscalers
+from triton_operator.core.objects.builders import disruption_budget_enabled
+from triton_operator.core.objects.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
+from triton_operator.core.observed.observation import (
     DeploymentState,
     PodState,
     deployment_state,
@@ -30,6 +27,9 @@ from triton_operator.core.observation import (
     pod_state,
     revision_manifest,
     split_by_owner,
+)
+from triton_operator.core.repository.manifest import (
+    stale_pins,
 )
 from triton_operator.core.rollout.clock import format_time
 from triton_operator.core.rollout.inplace import AgentStatus
@@ -245,7 +245,7 @@ async def observe_specs(
 
 
 def observed(seen: Seen, around: Around | None = None) -> Observed:
-    """What the decision (core.decide) reads of this pass's observations (``around``: for the spec it
+    """What the decision (core.decision.decide) reads of this pass's observations (``around``: for the spec it
     carries out; None when it carries out none)."""
     return Observed(
         moment=seen.moment,

@@ -15,9 +15,7 @@ from triton_operator.adapters.kube import (
 from triton_operator.adapters.redaction import scrub
 from triton_operator.adapters.storage import PinResult, pin_with_versioning
 from triton_operator.adapters.storage.base import AccessDenied, ListingTooLarge, StoreConfigError, StoreError
-from triton_operator.core import conditions as cond
-from triton_operator.core.field_error import ModelConfigError
-from triton_operator.core.manifest import (
+from triton_operator.core.repository.manifest import (
     Manifest,
     ManifestError,
     SelectionFailed,
@@ -28,9 +26,15 @@ from triton_operator.core.manifest import (
     model_sources,
     unpinned_manifest,
 )
-from triton_operator.core.repository_access import CREDENTIALS_FIELD, RepositoryAccess, access_refusal
-from triton_operator.core.validation.ensemble import ensemble_version_errors
-from triton_operator.core.validation.errors import SpecError
+from triton_operator.core.repository.repository_access import (
+    CREDENTIALS_FIELD,
+    RepositoryAccess,
+    access_refusal,
+)
+from triton_operator.core.spec.field_error import ModelConfigError
+from triton_operator.core.spec.validation.ensemble import ensemble_version_errors
+from triton_operator.core.spec.validation.errors import SpecError
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.metrics import METRICS
 from triton_operator.models import ModelSpec, Repository, TritonService
 from triton_operator.settings import DEFAULT_MAX_LISTED_OBJECTS
@@ -152,7 +156,7 @@ thread). Raises SelectionFailed, a StoreError or ModelConfigError; pin_with_vers
 
 
 class RepositoryPinner:
-    """Lists a TritonService's object store and pins what its models select (core.manifest).
+    """Lists a TritonService's object store and pins what its models select (core.repository.manifest).
 
     Listings are cached per object for repository.pollIntervalSeconds, so reconciles driven by
     pod events do not list the store; ``refresh`` lists now and tells whether the pin changed.
@@ -350,7 +354,7 @@ class RepositoryPinner:
                 )
             credentials = secret
         # The operator's policy before any request: its own identity and network position are not
-        # lent to a namespace its settings do not name (core.repository_access). Redacted like any
+        # lent to a namespace its settings do not name (core.repository.repository_access). Redacted like any
         # store error: the message may quote an endpoint taken from the Secret.
         ref = StoreRef.from_repository(repository)
         refusal = access_refusal(

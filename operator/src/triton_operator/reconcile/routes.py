@@ -12,9 +12,7 @@ from triton_operator.adapters.kube import (
     KubeAPI,
     ObjectRejectedError,
 )
-from triton_operator.core import conditions as cond
-from triton_operator.core.rollout.plan import RolloutPlan
-from triton_operator.core.traffic import (
+from triton_operator.core.objects.traffic import (
     RouteKind,
     TrafficError,
     build_route_patch,
@@ -22,6 +20,8 @@ from triton_operator.core.traffic import (
     revision_service_name,
     route_merge_patch,
 )
+from triton_operator.core.rollout.plan import RolloutPlan
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.models import TritonService
 
 

@@ -15,10 +15,10 @@ from triton_operator.adapters.kube import (
     retry_after,
     retry_delay,
 )
-from triton_operator.core import conditions as cond
-from triton_operator.core.backoff import Backoff, Random
-from triton_operator.core.builders import build_event
+from triton_operator.core.edges.backoff import Backoff, Random
+from triton_operator.core.objects.builders import build_event
 from triton_operator.core.rollout.clock import format_time, utcnow
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.metrics import METRICS, SUPERSEDED
 from triton_operator.models import TritonService
 from triton_operator.reconcile.analysis import TritonView
@@ -51,7 +51,7 @@ The operator may only `get` Secrets: watching them would mean reading every Secr
 RETRY_CAP_SECONDS = 300.0
 """A pass that failed for the API server or the network (adapters.kube.retry_delay) is tried again
 after a random delay up to retry_delay's (5 s, 10 s, or 30 s for RBAC), doubling with each failure in
-a row up to 5 minutes (core.backoff: full jitter, so a thousand TritonServices that failed together
+a row up to 5 minutes (core.edges.backoff: full jitter, so a thousand TritonServices that failed together
 do not come back together), and at least the API server's Retry-After."""
 REPOSITORY_RETRY_SECONDS = 30.0
 """A spec held because its repository could not be read (or is being listed) is reconciled again
@@ -176,7 +176,7 @@ class Reconciler:
     ) -> None:
         self.kube = kube
         self.random = random
-        """The jitter of the retries of failed passes (core.backoff); None: the system's."""
+        """The jitter of the retries of failed passes (core.edges.backoff); None: the system's."""
         self._slots = PassSlots(max_passes)
         self._first: set[Key] = set()
         """TritonServices whose next pass was asked for by a change of the object itself (``trigger``

@@ -1,5 +1,5 @@
-"""One reconcile pass of a TritonService: observe (reconcile.observe) -> decide (core.decide) -> apply
-(reconcile.apply)."""
+"""One reconcile pass of a TritonService: observe (reconcile.observe) -> decide (core.decision.decide) ->
+apply (reconcile.apply)."""
 
 from __future__ import annotations
 
@@ -12,26 +12,26 @@ from typing import Any
 
 from triton_operator import logs
 from triton_operator.adapters.kube import KubeAPI, ObjectRejectedError
-from triton_operator.core import conditions as cond
-from triton_operator.core.builders import compute_revision, stored_spec, triton_image
-from triton_operator.core.decide import Shown, decide, decided_status, held_status
-from triton_operator.core.inplace_plan import in_place_sides
-from triton_operator.core.manifestparts import ManifestTooLarge
-from triton_operator.core.names import object_name, revision_object_names
-from triton_operator.core.observation import (
+from triton_operator.core.decision.decide import Shown, decide, decided_status, held_status
+from triton_operator.core.decision.inplace_plan import in_place_sides
+from triton_operator.core.objects.builders import compute_revision, stored_spec, triton_image
+from triton_operator.core.objects.names import object_name, revision_object_names
+from triton_operator.core.observed.observation import (
     behind_default,
     check_body,
     last_valid,
     recorded_revisions,
     revision_image,
 )
-from triton_operator.core.policy import policy_errors
+from triton_operator.core.pod.policy import policy_errors
+from triton_operator.core.repository.manifestparts import ManifestTooLarge
 from triton_operator.core.rollout.clock import utcnow
 from triton_operator.core.rollout.inplace import InPlaceState
 from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.core.rollout.state import RolloutStatus
-from triton_operator.core.validation.errors import format_errors
-from triton_operator.core.validation.spec import spec_warnings
+from triton_operator.core.spec.validation.errors import format_errors
+from triton_operator.core.spec.validation.spec import spec_warnings
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile.analysis import TritonView, analysis_status, models_status
@@ -160,7 +160,7 @@ async def reconcile(
     around, *others = await observe_specs(kube, seen, [ts, *([kept.ts] if kept else [])], absences)
     fallback = (kept, others[0]) if kept is not None else None
     try:
-        # Decide (core.decide) and apply (reconcile.apply).
+        # Decide (core.decision.decide) and apply (reconcile.apply).
         return await _carry_out(
             kube,
             seen,
@@ -284,8 +284,8 @@ async def _hold(
     its revision's ConfigMap) still drives aborts, deadlines, timed steps and control requests,
     and Ready=False says why the new spec waits. Its replicas are the live spec.replicas (an
     autoscaler's, or `kubectl scale`'s), and its revision is rendered with the operator settings it
-    was created with (core.observation.recorded_settings). With no last valid spec, nothing is applied or
-    deleted; only the status says why.
+    was created with (core.observed.observation.recorded_settings). With no last valid spec, nothing is
+    applied or deleted; only the status says why.
     """
     kept = await _kept(seen, settings, pin_manifest)
     fallback = (kept, (await observe_specs(kube, seen, [kept.ts], absences))[0]) if kept is not None else None
@@ -408,7 +408,7 @@ async def _carry_out(
     in_place_analysis = (
         triton.judge_in_place(owner, ts, sides, readings, seen.moment) if triton is not None else None
     )
-    # Decide (pure: core.decide): the rollout plan, and the objects to apply, scale and delete.
+    # Decide (pure: core.decision.decide): the rollout plan, and the objects to apply, scale and delete.
     try:
         decision = decide(
             ts,
@@ -488,7 +488,7 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 
 async def _warn(kube: KubeAPI, seen: Seen, ts: TritonService, settings: Settings) -> None:
-    """What is likely wrong without being certain (core.validation.spec_warnings): a Warning Event,
+    """What is likely wrong without being certain (core.spec.validation.spec_warnings): a Warning Event,
     once per generation (the first pass that sees it, before its status records observedGeneration).
     Judged only then: most passes come from pod events and change no spec."""
     if seen.previous.get("observedGeneration") == seen.generation:

@@ -9,11 +9,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from triton_operator.adapters.agent.model_control import LoadFailed
 from triton_operator.adapters.agent.runner import Agent, AgentOptions
-from triton_operator.adapters.agent.triton import LoadFailed
-from triton_operator.core.agent import RevisionFiles
-from triton_operator.core.manifest import Manifest, ManifestModel, StoreRef, VersionPolicy
-from triton_operator.core.triton_state import ModelVersionState
+from triton_operator.core.pod.agent_plan import RevisionFiles
+from triton_operator.core.repository.manifest import Manifest, ManifestModel, StoreRef, VersionPolicy
+from triton_operator.core.vocabulary.triton_state import ModelVersionState
 
 PY = 'name: "{m}"\nbackend: "python"\nparameters {{ key: "offset" value {{ string_value: "{o}" }} }}\n'
 

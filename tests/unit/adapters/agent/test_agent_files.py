@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 
 from triton_operator.adapters.agent.files import InPlaceDir, StateDir, present_revisions, read_target
-from triton_operator.core.agent import InPlaceState, Record, RevisionFiles
-from triton_operator.core.manifest import (
+from triton_operator.core.objects.names import inplace_config_key, inplace_manifest_key
+from triton_operator.core.pod.agent_plan import InPlaceState, Record, RevisionFiles
+from triton_operator.core.repository.manifest import (
     Manifest,
     ManifestEntry,
     ManifestModel,
@@ -16,7 +17,6 @@ from triton_operator.core.manifest import (
     VersionPolicy,
     manifest_to_json,
 )
-from triton_operator.core.names import inplace_config_key, inplace_manifest_key
 
 
 def revision(name: str, *models: str) -> RevisionFiles:

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from triton_operator.adapters.agent.model_control import ModelControl, TritonUnreachable
 from triton_operator.adapters.agent.processes import python_stubs, tritonserver_running
 from triton_operator.adapters.agent.status import StatusServer, parse_listen
-from triton_operator.adapters.agent.triton import ModelControl, TritonUnreachable
-from triton_operator.core.names import AGENT_READY_PATH, AGENT_STATUS_PATH
+from triton_operator.core.objects.names import AGENT_READY_PATH, AGENT_STATUS_PATH
 
 
 @pytest.fixture

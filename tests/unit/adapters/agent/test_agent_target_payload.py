@@ -21,14 +21,20 @@ import pytest
 from triton_operator.adapters.agent import files as agent_files
 from triton_operator.adapters.agent.runner import Agent, AgentOptions
 from triton_operator.cli import build_parser
-from triton_operator.core.agent import RevisionFiles
-from triton_operator.core.builders import build_deployment
-from triton_operator.core.manifest import Manifest, ManifestModel, StoreRef, VersionPolicy, manifest_to_json
-from triton_operator.core.names import (
+from triton_operator.core.objects.builders import build_deployment
+from triton_operator.core.objects.names import (
     AGENT_CONTAINER,
     INPLACE_TARGET_ANNOTATION,
     inplace_config_key,
     inplace_manifest_key,
+)
+from triton_operator.core.pod.agent_plan import RevisionFiles
+from triton_operator.core.repository.manifest import (
+    Manifest,
+    ManifestModel,
+    StoreRef,
+    VersionPolicy,
+    manifest_to_json,
 )
 from tritonservice_bodies import SETTINGS, ts_of
 

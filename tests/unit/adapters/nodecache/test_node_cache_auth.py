@@ -9,7 +9,7 @@ from fake_token_reviewer import FakeTokenReviewer
 from triton_operator.adapters.nodecache import server
 from triton_operator.adapters.nodecache.review import Review
 from triton_operator.adapters.nodecache.server import Authenticator
-from triton_operator.core.nodecache import Caller, NotAllowed
+from triton_operator.core.repository.cache_rules import Caller, NotAllowed
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""The sync engine retries a read the store could not answer with core.backoff's delays: growing,
+"""The sync engine retries a read the store could not answer with core.edges.backoff's delays: growing,
 jittered, capped (on main: a fixed 0.4, 0.8, 1.6 s, the same for every thread)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 
 from triton_operator.adapters.storage.base import Sink, StoreUnavailable
-from triton_operator.adapters.sync import engine
-from triton_operator.adapters.sync.engine import Syncer, SyncOptions, _Job
-from triton_operator.core.backoff import Random
-from triton_operator.core.manifest import Manifest, ManifestEntry, StoreRef
+from triton_operator.adapters.sync import download as engine
+from triton_operator.adapters.sync.download import Syncer, SyncOptions, _Job
+from triton_operator.core.edges.backoff import Random
+from triton_operator.core.repository.manifest import Manifest, ManifestEntry, StoreRef
 
 ENTRY = ManifestEntry(
     key="m/1/model.bin", dest="m/1/model.bin", size=3, checksum_kind="md5", checksum="0" * 32

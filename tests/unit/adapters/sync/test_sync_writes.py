@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from triton_operator.adapters.sync.files import WRITE_PIECE, preallocate, write_all
+from triton_operator.adapters.sync.destination import WRITE_PIECE, preallocate, write_all
 
 MiB = 1024 * 1024
 

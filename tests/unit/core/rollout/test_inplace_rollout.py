@@ -9,8 +9,13 @@ from typing import Any
 
 import pytest
 
-from triton_operator.core import conditions as cond
-from triton_operator.core.analysis import FAILED, INCONCLUSIVE, PASSED, AnalysisResult, AnalysisVerdict
+from triton_operator.core.rollout.canary_analysis import (
+    FAILED,
+    INCONCLUSIVE,
+    PASSED,
+    AnalysisResult,
+    AnalysisVerdict,
+)
 from triton_operator.core.rollout.inplace import (
     AgentStatus,
     AnalysisSides,
@@ -26,6 +31,7 @@ from triton_operator.core.rollout.inplace import (
     step_pods,
 )
 from triton_operator.core.rollout.state import RolloutStatus
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.models import Rollout
 
 T0 = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from testkit import REPO
-from triton_operator.core.conditions import Verdict
+from triton_operator.core.objects.traffic import TrafficWeights
 from triton_operator.core.rollout.clock import format_time, parse_time
 from triton_operator.core.rollout.engine import plan_rollout
 from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
@@ -27,7 +27,7 @@ from triton_operator.core.rollout.requests import (
 )
 from triton_operator.core.rollout.state import HistoryEntry, RevisionState, RolloutStatus
 from triton_operator.core.rollout.texts import describe_step
-from triton_operator.core.traffic import TrafficWeights
+from triton_operator.core.vocabulary.conditions import Verdict
 from triton_operator.models import Rollout
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)

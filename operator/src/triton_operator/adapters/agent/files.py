@@ -11,10 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from triton_operator.adapters.sync.files import fsync_dir, place_bytes
-from triton_operator.core.agent import InPlaceState, Record, RevisionFiles, parse_inplace_state
-from triton_operator.core.manifest import CONFIG_FILE, ManifestError, manifest_from_json, manifest_to_json
-from triton_operator.core.names import INPLACE_STATE_KEY, inplace_config_key, inplace_manifest_key
+from triton_operator.adapters.sync.destination import fsync_dir, place_bytes
+from triton_operator.core.objects.names import INPLACE_STATE_KEY, inplace_config_key, inplace_manifest_key
+from triton_operator.core.pod.agent_plan import InPlaceState, Record, RevisionFiles, parse_inplace_state
+from triton_operator.core.repository.manifest import (
+    CONFIG_FILE,
+    ManifestError,
+    manifest_from_json,
+    manifest_to_json,
+)
 
 RECORD_FILE = "agent.json"
 SEEN_FILE = "seen.json"
@@ -137,7 +142,7 @@ class InPlaceDir:
 
 class StateDir:
     """The agent's own folder (an emptyDir shared by the init container and the sidecar): its record
-    (core.agent.Record) and the files of each revision the record names, as sync reads them:
+    (core.pod.agent_plan.Record) and the files of each revision the record names, as sync reads them:
     revisions/<rev>/manifest.json and revisions/<rev>/configs/<model>/config.pbtxt. Every write is
     atomic (a temp file renamed over) and flushed before the record that names it."""
 

@@ -17,15 +17,15 @@ from triton_operator.adapters.agent.files import (
     present_revisions,
     remove_model_files,
 )
+from triton_operator.adapters.agent.model_control import LoadFailed, ModelControl, TritonUnreachable
 from triton_operator.adapters.agent.processes import python_stubs, tritonserver_running
-from triton_operator.adapters.agent.triton import LoadFailed, ModelControl, TritonUnreachable
 from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.storage import open_store
 from triton_operator.adapters.storage.base import StoreError
-from triton_operator.adapters.sync.engine import SyncOptions, sync
+from triton_operator.adapters.sync.download import SyncOptions, sync
 from triton_operator.adapters.sync.progress import Progress, silent
 from triton_operator.adapters.sync.results import SyncError, SyncStats, human
-from triton_operator.core.agent import (
+from triton_operator.core.pod.agent_plan import (
     InPlaceState,
     Readiness,
     Record,
@@ -39,10 +39,10 @@ from triton_operator.core.agent import (
     status_of,
     went_back,
 )
-from triton_operator.core.field_error import ModelConfigError
-from triton_operator.core.manifest import ManifestError, SelectionFailed
+from triton_operator.core.repository.manifest import ManifestError, SelectionFailed
 from triton_operator.core.rollout.clock import format_time
-from triton_operator.core.triton_state import VERSION_READY
+from triton_operator.core.spec.field_error import ModelConfigError
+from triton_operator.core.vocabulary.triton_state import VERSION_READY
 
 logger = logging.getLogger("triton_operator.agent")
 
@@ -102,8 +102,8 @@ def failure_text(exc: BaseException) -> str:
 class Agent:
     """One pod's agent. ``once`` is the init container: the target synced into /models as
     `triton-operator sync` would, and recorded. ``tick`` is one pass of the sidecar: when the target
-    differs from what is applied, the steps of core.agent.plan (sync of the target, which fetches only
-    what changed and skips what its state file knows unchanged; removed models deleted; loads and
+    differs from what is applied, the steps of core.pod.agent_plan.plan (sync of the target, which fetches
+    only what changed and skips what its state file knows unchanged; removed models deleted; loads and
     unloads through Triton), recorded only once they all succeeded."""
 
     def __init__(self, options: AgentOptions) -> None:
@@ -137,9 +137,10 @@ class Agent:
     # -------------------------------------------------------- the target
 
     def resolve(self) -> RevisionFiles:
-        """The files of the revision the pod should serve now (core.agent.resolve_target), from one
-        payload of the in-place volume; a state.json older than one already seen (core.agent.went_back:
-        the kubelet showing a lagging copy) is not followed: the last look stands."""
+        """The files of the revision the pod should serve now (core.pod.agent_plan.resolve_target), from one
+        payload of the in-place volume; a state.json older than one already seen
+        (core.pod.agent_plan.went_back: the kubelet showing a lagging copy) is not followed: the last look
+        stands."""
         view = self.inplace.view(self.options.target_file)
         state, annotation = view.state, view.target
         if self._last_view is not None and went_back(self._last_view[0], state):
@@ -333,7 +334,7 @@ class Agent:
         return record
 
     def _steps(self, record: Record, target: RevisionFiles) -> Steps:
-        """core.agent.plan from the saved files of the revisions the record names (read once a
+        """core.pod.agent_plan.plan from the saved files of the revisions the record names (read once a
         change: a pass that waits for tritonserver does not parse the manifests again)."""
         key = (record.applied, record.partial, target.revision)
         if self._plan is not None and self._plan[0] == key:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from triton_operator.core.names import AGENT_READY_PATH, AGENT_STATUS_PATH
+from triton_operator.core.objects.names import AGENT_READY_PATH, AGENT_STATUS_PATH
 
 Ready = Callable[[], tuple[bool, dict[str, Any]]]
 """Whether the pod is ready, and why (the body of GET AGENT_READY_PATH)."""

@@ -15,8 +15,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from triton_operator.adapters.storage.base import Sink, pump
-from triton_operator.core.manifest import ManifestEntry
-from triton_operator.core.nodecache import MAX_LEASE_BODY, TOKEN_ENV, TOKEN_PATH, object_key
+from triton_operator.core.repository.cache_rules import MAX_LEASE_BODY, TOKEN_ENV, TOKEN_PATH, object_key
+from triton_operator.core.repository.manifest import ManifestEntry
 
 CHUNK = 1024 * 1024
 

@@ -47,7 +47,7 @@ from prometheus_client.registry import Collector
 
 from triton_operator.adapters.nodecache.review import TokenReviewer
 from triton_operator.adapters.nodecache.store import ContentStore, Refused, Upload
-from triton_operator.core.nodecache import (
+from triton_operator.core.repository.cache_rules import (
     AUDIENCE,
     MAX_LEASE_BODY,
     MAX_LEASE_OBJECTS,

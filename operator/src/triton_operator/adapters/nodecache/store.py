@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from triton_operator.adapters.sync.hashing import Hasher, make_hasher
-from triton_operator.core.nodecache import (
+from triton_operator.core.repository.cache_rules import (
     BLOB_FORM,
     NAMESPACE_FORM,
     PART_SIZED_KINDS,

@@ -19,7 +19,7 @@ from triton_operator.adapters.storage.base import (
     StoreError,
     StoreUnavailable,
 )
-from triton_operator.core.manifest import (
+from triton_operator.core.repository.manifest import (
     Manifest,
     ModelSource,
     ObjectInfo,
@@ -172,7 +172,7 @@ def pin_with_versioning(
     """``pin_repository``, and whether the bucket keeps object versions (one more request).
 
     An unpinned pvc:// manifest reads nothing: ``versioned`` is None. The operator's policy on
-    whose identity may list (core.repository_access) is the caller's: the operator's pinner
+    whose identity may list (core.repository.repository_access) is the caller's: the operator's pinner
     applies it before it calls this; the CLI lists with the caller's own identity.
     """
     return _pin(repository, models, credentials, store, pvc_root, versioning=True, max_objects=max_objects)

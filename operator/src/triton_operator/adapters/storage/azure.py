@@ -23,7 +23,7 @@ from triton_operator.adapters.storage.base import (
     mount_pool,
     redacted_cause,
 )
-from triton_operator.core.manifest import ObjectInfo
+from triton_operator.core.repository.manifest import ObjectInfo
 
 CONNECTION_STRING = "AZURE_STORAGE_CONNECTION_STRING"
 ACCOUNT_KEY = "AZURE_STORAGE_KEY"

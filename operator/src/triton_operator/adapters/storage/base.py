@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Protocol, runtime_checkable
 
 from triton_operator.adapters.redaction import redacted_cause, remember_secrets, scrub
-from triton_operator.core.manifest import ObjectInfo
+from triton_operator.core.repository.manifest import ObjectInfo
 
 if TYPE_CHECKING:
     import requests

@@ -31,7 +31,7 @@ from triton_operator.adapters.storage.base import (
     mount_pool,
     redacted_cause,
 )
-from triton_operator.core.manifest import ObjectInfo, hex_from_base64
+from triton_operator.core.repository.manifest import ObjectInfo, hex_from_base64
 
 CREDENTIALS_KEY = "GOOGLE_APPLICATION_CREDENTIALS_JSON"
 READ_SCOPE = "https://www.googleapis.com/auth/devstorage.read_only"

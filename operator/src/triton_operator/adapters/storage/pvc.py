@@ -15,7 +15,7 @@ from triton_operator.adapters.storage.base import (
     StoreBase,
     StoreError,
 )
-from triton_operator.core.manifest import ObjectInfo
+from triton_operator.core.repository.manifest import ObjectInfo
 
 CHUNK = 1024 * 1024
 
@@ -32,7 +32,7 @@ class PvcStore(StoreBase):
     """Files under ``root`` (the claim's mount point); keys are paths relative to it.
 
     The operator cannot mount a claim itself, so it pins nothing for pvc:// (see
-    ``core.manifest.unpinned_manifest``); this store serves the pod, which has the claim mounted,
+    ``core.repository.manifest.unpinned_manifest``); this store serves the pod, which has the claim mounted,
     and anyone who can mount it and wants sizes and sha256 pinned. The etag of a file is its
     mtime and size, so a file rewritten after pinning fails a conditional read.
     Symlinks are followed only when they stay inside the claim.

@@ -41,7 +41,7 @@ from triton_operator.adapters.storage.base import (
     redacted_cause,
 )
 from triton_operator.adapters.storage.s3_http import DENIED, UNAVAILABLE, crc_check
-from triton_operator.core.manifest import ObjectInfo, hex_from_base64, s3_etag_md5
+from triton_operator.core.repository.manifest import ObjectInfo, hex_from_base64, s3_etag_md5
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -38,8 +38,8 @@ from triton_operator.adapters.storage.base import (
     pump,
 )
 from triton_operator.adapters.storage.sigv4 import Keys, encode_path, encode_query, sign
-from triton_operator.core.backoff import Backoff, Random, parse_retry_after
-from triton_operator.core.manifest import ObjectInfo, hex_from_base64, s3_etag_md5
+from triton_operator.core.edges.backoff import Backoff, Random, parse_retry_after
+from triton_operator.core.repository.manifest import ObjectInfo, hex_from_base64, s3_etag_md5
 
 CHUNK = 1024 * 1024
 RETRY_BACKOFF = Backoff(base=0.2, cap=5.0)

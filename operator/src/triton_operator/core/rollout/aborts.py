@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from triton_operator.core.analysis import FAILED
-from triton_operator.core.conditions import (
+from triton_operator.core.rollout.canary_analysis import FAILED
+from triton_operator.core.rollout.outcomes import Outcomes
+from triton_operator.core.rollout.plan import RolloutPlan
+from triton_operator.core.rollout.replicas import Split
+from triton_operator.core.vocabulary.conditions import (
     ANALYSIS_FAILED,
     ANALYSIS_INCONCLUSIVE,
     CANARY_CRASH_LOOPING,
@@ -12,9 +15,6 @@ from triton_operator.core.conditions import (
     ROLLOUT_ABORTED,
     WARNING,
 )
-from triton_operator.core.rollout.outcomes import Outcomes
-from triton_operator.core.rollout.plan import RolloutPlan
-from triton_operator.core.rollout.replicas import Split
 
 
 class Aborts(Outcomes):

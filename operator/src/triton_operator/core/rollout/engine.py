@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from triton_operator.core.conditions import (
+from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
+from triton_operator.core.rollout.requests import ACTIONS, FOR_REVISION, ControlRequest
+from triton_operator.core.rollout.steps import Steps
+from triton_operator.core.vocabulary.conditions import (
     CANARY_REPLACED,
     REQUEST_IGNORED,
     REVISION_DEPLOYED,
@@ -18,9 +21,6 @@ from triton_operator.core.conditions import (
     UNDO_REQUESTED,
     WARNING,
 )
-from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
-from triton_operator.core.rollout.requests import ACTIONS, FOR_REVISION, ControlRequest
-from triton_operator.core.rollout.steps import Steps
 from triton_operator.models import Strategy
 
 # How the engine works (states, replica maths, traffic, step completion, analysis, automatic
@@ -102,7 +102,7 @@ class _Engine(Steps):
         if target not in self.inp.revisions and target != self.inp.desired_revision:
             entry = next((h for h in self.st.history if h.revision == target), None)
             if entry is not None and entry.in_place_host is not None:
-                # core.inplace_plan takes the undos it can load in place; this one it could not.
+                # core.decision.inplace_plan takes the undos it can load in place; this one it could not.
                 why = (
                     f"undo: revision {target} was served only in place, in the pods of revision "
                     f"{entry.in_place_host}: it can be loaded back only in place, into those pods "

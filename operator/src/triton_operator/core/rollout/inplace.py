@@ -31,9 +31,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from triton_operator.core.analysis import FAILED as ANALYSIS_VERDICT_FAILED
-from triton_operator.core.analysis import INCONCLUSIVE, PASSED, AnalysisResult
-from triton_operator.core.conditions import (
+from triton_operator.core.rollout.canary_analysis import FAILED as ANALYSIS_VERDICT_FAILED
+from triton_operator.core.rollout.canary_analysis import INCONCLUSIVE, PASSED, AnalysisResult
+from triton_operator.core.rollout.clock import format_time, parse_time, to_utc
+from triton_operator.core.rollout.plan import RolloutEvent
+from triton_operator.core.rollout.texts import describe_step
+from triton_operator.core.vocabulary.conditions import (
     ABORTED,
     ANALYSIS_FAILED,
     ANALYSIS_INCONCLUSIVE,
@@ -58,9 +61,6 @@ from triton_operator.core.conditions import (
     WARNING,
     Verdict,
 )
-from triton_operator.core.rollout.clock import format_time, parse_time, to_utc
-from triton_operator.core.rollout.plan import RolloutEvent
-from triton_operator.core.rollout.texts import describe_step
 from triton_operator.models import (
     ANALYSIS_RUNS_KEPT,
     AnalysisRunRecord,
@@ -278,7 +278,7 @@ class InPlaceInput:
     configmap_stable: str | None = None
     """state.json's stable as the observed ConfigMap holds it (None: no ConfigMap)."""
     describe: str = ""
-    """What the update does, in words (core.inplace.describe)."""
+    """What the update does, in words (core.rollout.rollout_kind.describe)."""
     replaced_by: str | None = None
     """A newer spec asks for this revision: the update in progress goes back first."""
     analysis: AnalysisResult | None = None

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from triton_operator.core.conditions import (
+from triton_operator.core.objects.traffic import TrafficWeights
+from triton_operator.core.rollout.clock import format_time, later
+from triton_operator.core.rollout.plan import RolloutPlan
+from triton_operator.core.rollout.replicas import Split, gpu_split
+from triton_operator.core.rollout.texts import describe_step
+from triton_operator.core.rollout.verdicts import Verdicts
+from triton_operator.core.vocabulary.conditions import (
     ABORTED,
     ANALYSIS_FAILED,
     ANALYSIS_INCONCLUSIVE,
@@ -27,12 +33,6 @@ from triton_operator.core.conditions import (
     WAITING_FOR_STABLE_READY,
     Verdict,
 )
-from triton_operator.core.rollout.clock import format_time, later
-from triton_operator.core.rollout.plan import RolloutPlan
-from triton_operator.core.rollout.replicas import Split, gpu_split
-from triton_operator.core.rollout.texts import describe_step
-from triton_operator.core.rollout.verdicts import Verdicts
-from triton_operator.core.traffic import TrafficWeights
 from triton_operator.models import SetHeaderRoute, Strategy
 
 TUNING_RECHECK_SECONDS = 10.0
@@ -56,7 +56,7 @@ class Outcomes(Verdicts):
 
     def keep_history(self, replicas: dict[str, int]) -> None:
         for h in self.st.history:
-            if h.in_place_host is None:  # one served in place has no Deployment (core.inplace_plan)
+            if h.in_place_host is None:  # one served in place has no Deployment (core.decision.inplace_plan)
                 replicas.setdefault(h.revision, 0)
 
     def finish(

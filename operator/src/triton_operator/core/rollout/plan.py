@@ -6,11 +6,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from triton_operator.core.analysis import AnalysisResult
-from triton_operator.core.conditions import Verdict
+from triton_operator.core.objects.traffic import TrafficWeights
+from triton_operator.core.rollout.canary_analysis import AnalysisResult
 from triton_operator.core.rollout.requests import ControlRequest
 from triton_operator.core.rollout.state import RevisionState, RolloutStatus
-from triton_operator.core.traffic import TrafficWeights
+from triton_operator.core.vocabulary.conditions import Verdict
 from triton_operator.models import Rollout, SetHeaderRoute
 
 

@@ -20,7 +20,8 @@ def revision_ready(replicas: int, *, observed: bool, spec_replicas: int, ready_r
 
 @dataclasses.dataclass(frozen=True)
 class RevisionState:
-    """What is observed of one revision's Deployment and pods (core.observation.revision_state reads it)."""
+    """What is observed of one revision's Deployment and pods (core.observed.observation.revision_state reads
+    it)."""
 
     spec_replicas: int = 0
     """Deployment spec.replicas."""
@@ -66,7 +67,7 @@ class HistoryEntry:
     revision: str
     created: str | None = None
     in_place_host: str | None = None
-    """Served in place in the pods of this revision (core.inplace_plan): no Deployment of its own."""
+    """Served in place in the pods of this revision (core.decision.inplace_plan): no Deployment of its own."""
 
     def record(self) -> RevisionRecord:
         """status.history's entry (created and inPlaceHost left out when unknown)."""

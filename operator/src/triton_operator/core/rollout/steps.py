@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from triton_operator.core.conditions import (
+from triton_operator.core.rollout.aborts import Aborts
+from triton_operator.core.rollout.clock import format_time
+from triton_operator.core.rollout.plan import RolloutPlan
+from triton_operator.core.rollout.replicas import Split, canary_replicas, gpu_split
+from triton_operator.core.rollout.state import HistoryEntry
+from triton_operator.core.rollout.texts import describe_step
+from triton_operator.core.vocabulary.conditions import (
     ABORTED,
     ANALYSIS_INCONCLUSIVE,
     REQUEST_IGNORED,
@@ -13,12 +19,6 @@ from triton_operator.core.conditions import (
     STEP_COMPLETED,
     WARNING,
 )
-from triton_operator.core.rollout.aborts import Aborts
-from triton_operator.core.rollout.clock import format_time
-from triton_operator.core.rollout.plan import RolloutPlan
-from triton_operator.core.rollout.replicas import Split, canary_replicas, gpu_split
-from triton_operator.core.rollout.state import HistoryEntry
-from triton_operator.core.rollout.texts import describe_step
 from triton_operator.models import Strategy
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from triton_operator.core.analysis import INCONCLUSIVE, PASSED, AnalysisResult
-from triton_operator.core.conditions import ANALYSIS_INCONCLUSIVE, ANALYSIS_PASSED, WARNING
+from triton_operator.core.rollout.canary_analysis import INCONCLUSIVE, PASSED, AnalysisResult
 from triton_operator.core.rollout.clock import format_time
 from triton_operator.core.rollout.state import under_analysis
 from triton_operator.core.rollout.working import Call
+from triton_operator.core.vocabulary.conditions import ANALYSIS_INCONCLUSIVE, ANALYSIS_PASSED, WARNING
 from triton_operator.models import ANALYSIS_RUNS_KEPT, AnalysisRunRecord, Inconclusive
 
 

@@ -6,11 +6,11 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
-from triton_operator.core.conditions import NORMAL
 from triton_operator.core.rollout.clock import to_utc
 from triton_operator.core.rollout.plan import RolloutEvent, RolloutInput
 from triton_operator.core.rollout.requests import Action
 from triton_operator.core.rollout.state import RevisionState
+from triton_operator.core.vocabulary.conditions import NORMAL
 from triton_operator.models import CanaryStep, Strategy
 
 

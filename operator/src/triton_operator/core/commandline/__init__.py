@@ -1,0 +1,1 @@
+"""The command lines' pure helpers: shell completion, machine-readable output, a request's inputs."""

@@ -1,0 +1,276 @@
+"""One pass's decision, pure: what the pass observed in; the rollout plan, the writes and the status out.
+
+reconcile.observe gathers an ``Observed`` from the cluster (`triton-operator render` builds an empty
+one from a file); ``decide`` turns it into a ``Decision``; reconcile.apply carries that out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from triton_operator.core.decision.actions import Actions, InPlaceWrites, RevisionPlan, plan_actions
+from triton_operator.core.decision.inplace_plan import InPlaceContext, InPlaceDecision, decide_in_place
+from triton_operator.core.decision.scaling import (
+    Autoscalers,
+    scale_replicas,
+    scale_selector,
+    scaled_revisions,
+)
+from triton_operator.core.decision.service_status import Observation, build_status
+from triton_operator.core.objects.builders import endpoints
+from triton_operator.core.observed.observation import DeploymentState, PodState
+from triton_operator.core.rollout.canary_analysis import AnalysisResult
+from triton_operator.core.rollout.clock import format_time
+from triton_operator.core.rollout.engine import plan_rollout
+from triton_operator.core.rollout.inplace import AgentStatus
+from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
+from triton_operator.core.rollout.requests import parse_control_requests
+from triton_operator.core.rollout.state import RevisionState, RolloutStatus
+from triton_operator.core.vocabulary import conditions as cond
+from triton_operator.models import ANALYSIS_RUNS_KEPT, TritonService
+from triton_operator.settings import Settings
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """What a pass read that its decision needs, parsed once (reconcile.observe gathers it)."""
+
+    moment: datetime
+    previous: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """The status as read (the base of the next one)."""
+    annotations: Mapping[str, str] | None = None
+    """The TritonService's annotations (control requests)."""
+    generation: int = 0
+    deployments: Sequence[Mapping[str, Any]] = ()
+    """The owned revision Deployments as read."""
+    configmaps: Sequence[Mapping[str, Any]] = ()
+    """The owned ConfigMaps as read."""
+    deployment_states: Sequence[DeploymentState] = ()
+    pods: Sequence[PodState] = ()
+    """The owned pods, parsed once."""
+    revisions: Mapping[str, RevisionState] = dataclasses.field(default_factory=dict)
+    """Every revision Deployment with its pods, as the rollout engine reads them."""
+    autoscalers: Autoscalers | None = None
+    """The HPAs that target the service (None: not listed)."""
+    stale_disruption_budget: bool = False
+    """The PodDisruptionBudget exists while the spec no longer wants one."""
+    agents: Mapping[str, AgentStatus] = dataclasses.field(default_factory=dict)
+    """The in-place agents' statuses read in this pass, by pod name (core.rollout.inplace)."""
+    tuning_pods: int = 0
+    """Pods of the service's tuning sweeps that hold GPUs (read only under a GPU budget)."""
+
+    @property
+    def now(self) -> str:
+        return format_time(self.moment)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What one pass does: the rollout engine's plan, and the writes that carry it out."""
+
+    rollout: RolloutPlan
+    actions: Actions
+    in_place: InPlaceDecision | None = None
+    """The in-place layer's decision (core.decision.inplace_plan)."""
+
+
+def decide(
+    ts: TritonService,
+    settings: Settings,
+    revision: str,
+    observed: Observed,
+    *,
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+    unsyncable: Mapping[str, str] | None = None,
+    analysis: AnalysisResult | None = None,
+    in_place_analysis: AnalysisResult | None = None,
+) -> Decision:
+    """The rollout toward ``revision`` of ``ts`` (core.rollout, and core.decision.inplace_plan for models that
+    move in place), and what to apply, scale and delete for it (core.decision.actions). ManifestTooLarge when
+    the revision's manifest cannot be stored. ``analysis``: the canary's verdict in its window;
+    ``in_place_analysis``: the in-place step's (core.rollout.inplace.AnalysisSides)."""
+    status = RolloutStatus.from_status(observed.previous)
+    ip = decide_in_place(
+        ts,
+        settings,
+        revision,
+        InPlaceContext(
+            previous=observed.previous,
+            configmaps=observed.configmaps,
+            revisions=observed.revisions,
+            pods=observed.pods,
+            agents=observed.agents,
+            requests=parse_control_requests(observed.annotations),
+            now=observed.moment,
+            deadline_seconds=ts.spec.progress_deadline(),
+            analysis=in_place_analysis,
+            unsyncable=unsyncable or {},
+        ),
+        configs=configs,
+        manifest_json=manifest_json,
+    )
+    if ip.handled:
+        status = dataclasses.replace(status, handled_requests={**status.handled_requests, **ip.handled})
+    if ip.history is not None:
+        status = dataclasses.replace(status, history=ip.history)  # an in-place update completed
+    if ip.plan is not None and (ip.plan.analysis_runs or ip.plan.pause):
+        # The in-place analysis' records and pause, kept as a canary's (status.analysisRuns, pausedByUser).
+        runs = (*status.analysis_runs, *ip.plan.analysis_runs)[-ANALYSIS_RUNS_KEPT:]
+        status = dataclasses.replace(
+            status, analysis_runs=runs, paused_by_user=status.paused_by_user or ip.plan.pause
+        )
+    plan = plan_rollout(
+        RolloutInput(
+            rollout=ts.spec.rollout,
+            replicas=ts.spec.replicas,
+            desired_revision=ip.engine_revision,
+            now=observed.moment,
+            status=status,
+            revisions=observed.revisions,
+            gpus_per_pod=ts.spec.resources.gpus,
+            requests=ip.requests,
+            progress_deadline_seconds=ts.spec.progress_deadline(),
+            unsyncable=unsyncable or {},
+            analysis=analysis,
+            tuning_pods=observed.tuning_pods,
+        )
+    )
+    plan = _with_in_place(plan, ip)
+    scalers = observed.autoscalers
+    actions = plan_actions(
+        ts,
+        settings,
+        revision,
+        plan,
+        configs=configs,
+        manifest_json=manifest_json,
+        deployments=observed.deployments,
+        configmaps=observed.configmaps,
+        revision_services=cond.find_condition(observed.previous.get("conditions") or [], cond.TRAFFIC_ROUTED)
+        is not None,
+        disruption_budget=observed.stale_disruption_budget,
+        autoscaler=scalers.apply_own(ts) if scalers is not None else False,
+        stale_autoscaler=scalers.delete_own(ts) if scalers is not None else False,
+        stored_autoscaler=scalers.own if scalers is not None else None,
+        in_place=InPlaceWrites(
+            configmap=ip.configmap,
+            keep=ip.keep,
+            annotations=ip.plan.annotations if ip.plan is not None else {},
+            history=revision if revision != ip.engine_revision else None,
+        ),
+    )
+    return Decision(rollout=plan, actions=actions, in_place=ip)
+
+
+def _with_in_place(plan: RolloutPlan, ip: InPlaceDecision) -> RolloutPlan:
+    """The engine's plan with the in-place update's conditions (while it stands for the rollout),
+    Events and requeue."""
+    if ip.plan is None:
+        return dataclasses.replace(plan, events=(*ip.events, *plan.events)) if ip.events else plan
+    conditions = dict(plan.conditions)
+    if ip.governs:
+        conditions[cond.PROGRESSING] = ip.plan.progressing
+        engine_degraded = plan.conditions.get(cond.DEGRADED)
+        if ip.plan.degraded.status == cond.TRUE or engine_degraded is None:
+            conditions[cond.DEGRADED] = ip.plan.degraded
+    requeue = [t for t in (plan.requeue_after, ip.plan.requeue_after) if t is not None]
+    return dataclasses.replace(
+        plan,
+        conditions=conditions,
+        events=(*plan.events, *ip.events),
+        requeue_after=min(requeue) if requeue else None,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """What the status shows beside the decision: read (Triton, images) or learnt while applying (routes)."""
+
+    images: tuple[str | None, str | None] = (None, None)
+    """The tritonserver image the stable revision runs, and the operator's default when the spec names
+    none and that image is another (status.image, status.defaultImage)."""
+    repository: cond.Verdict | None = None
+    blocked: tuple[str, str] | None = None
+    """(message, Ready reason) when ``ts`` is the last valid spec and the current one waits."""
+    traffic: cond.Verdict | None = None
+    models: Sequence[Mapping[str, Any]] = ()
+    analysis: Mapping[str, Any] | None = None
+    autoscaling: cond.Verdict | None = None
+
+
+def decided_status(ts: TritonService, decision: Decision, observed: Observed, shown: Shown) -> dict[str, Any]:
+    """The status a pass writes once it carried out ``decision``
+    (core.decision.service_status.build_status)."""
+    plan = decision.rollout
+    rs = plan.status
+    kept = set(plan.replicas)
+    scaled = scaled_revisions(ts.spec.rollout.strategy, rs.stable_revision, rs.canary_revision, plan.replicas)
+    degraded = plan.condition(cond.DEGRADED)
+    ip = decision.in_place
+    rollout = rs.to_status()
+    in_place_rolling: str | None = None
+    aborted = degraded.message if rs.aborted_revision is not None and degraded is not None else None
+    if ip is not None:
+        rollout.update(ip.status_fields(observed.previous))
+        if ip.governs and ip.plan is not None and ip.plan.state is not None:
+            state = ip.plan.state
+            if state.next is not None and state.rolling_back is None:
+                in_place_rolling = ip.plan.progressing.message
+            elif state.aborted_revision is not None and degraded is not None:
+                aborted = degraded.message
+    return build_status(
+        observed.previous,
+        Observation(
+            generation=observed.generation,
+            now=observed.now,
+            deployments=[d for d in observed.deployment_states if d.revision in kept],
+            pods=[p for p in observed.pods if p.revision in kept],
+            invalid=shown.blocked[0] if shown.blocked else None,
+            blocked_reason=shown.blocked[1] if shown.blocked else cond.INVALID_SPEC,
+            plan=RevisionPlan(
+                replicas=plan.replicas,
+                delete=plan.delete,
+                stable=rs.stable_revision,
+                rolling=rs.canary_revision,
+            ),
+            replicas=ts.spec.replicas,
+            scale_replicas=scale_replicas(scaled, observed.deployment_states),
+            scale_selector=scale_selector(ts.name, scaled),
+            autoscaling=shown.autoscaling,
+            repository=shown.repository,
+            endpoints=endpoints(ts),
+            models=shown.models,
+            analysis=shown.analysis,
+            image=shown.images[0],
+            default_image=shown.images[1],
+            rollout=rollout,
+            progressing=plan.condition(cond.PROGRESSING),
+            rollout_degraded=degraded,
+            aborted=aborted,
+            in_place_rolling=in_place_rolling,
+            traffic=shown.traffic,
+        ),
+    )
+
+
+def held_status(
+    observed: Observed, message: str, reason: str, repository: cond.Verdict | None
+) -> dict[str, Any]:
+    """The status while the current spec cannot be applied and no last valid spec can be carried out:
+    only Ready (and RepositoryReady) say why; nothing is applied."""
+    return build_status(
+        observed.previous,
+        Observation(
+            generation=observed.generation,
+            now=observed.now,
+            deployments=observed.deployment_states,
+            pods=observed.pods,
+            invalid=message,
+            blocked_reason=reason,
+            repository=repository,
+        ),
+    )

@@ -1,0 +1,1 @@
+"""The Kubernetes objects a TritonService owns, as dicts: ConfigMaps, Deployment, Services, names."""

@@ -1,0 +1,1023 @@
+"""Desired Kubernetes objects of a TritonService (ConfigMaps, Deployment, Services, PDB, Event) as dicts."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from triton_operator import GROUP, KIND, VERSION, logs
+from triton_operator.core.objects.names import (
+    AGENT_CONTAINER,
+    AGENT_PORT,
+    AGENT_READY_PATH,
+    AGENT_STATE_DIR,
+    AGENT_STATE_VOLUME,
+    APP_NAME,
+    COMPONENT,
+    CONFIG_DIR,
+    CONFIG_VOLUME,
+    CONFIGS_DIR,
+    GRPC_PORT,
+    HTTP_PORT,
+    INPLACE_DIR,
+    INPLACE_STATE_KEY,
+    INPLACE_TARGET_ANNOTATION,
+    INPLACE_TARGET_FILE,
+    INPLACE_TARGET_ITEM,
+    INPLACE_VOLUME,
+    LABEL_COMPONENT,
+    LABEL_INPLACE_HOST,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_REVISION,
+    LABEL_SERVICE,
+    MANAGED_BY,
+    MANIFEST_DIR,
+    MANIFEST_PATH,
+    MANIFEST_SUBDIR,
+    METRICS_PORT,
+    MODELS_DIR,
+    MODELS_VOLUME,
+    OPERATOR_KEY,
+    PLACEHOLDER_UID,
+    PVC_ROOT,
+    REPOSITORY_VOLUME,
+    SHM_VOLUME,
+    SPEC_KEY,
+    SYNC_CONTAINER,
+    TRITON_CONTAINER,
+    config_key,
+    inplace_config_key,
+    inplace_configmap_name,
+    inplace_manifest_key,
+    object_name,
+    part_configmap_name,
+)
+from triton_operator.core.objects.traffic import service_body
+from triton_operator.core.repository import manifestparts
+from triton_operator.core.repository.cache_rules import (
+    AUDIENCE,
+    HOST_ENV,
+    POD_ENV,
+    PORT_ENV,
+    TOKEN_DIR,
+    TOKEN_ENV,
+    TOKEN_PATH,
+    TOKEN_SECONDS,
+    TOKEN_VOLUME,
+)
+from triton_operator.core.repository.manifest import (
+    StoreRef,
+    manifest_to_json,
+    model_sources,
+    unpinned_manifest,
+)
+from triton_operator.core.repository.manifestparts import MANIFEST_KEY
+from triton_operator.core.repository.revision import revision_hash
+from triton_operator.models import ModelUpdates, Strategy, TritonService
+from triton_operator.settings import Settings
+
+READINESS_PATH = "/v2/health/ready"
+LIVENESS_PATH = "/v2/health/live"
+STARTUP_PERIOD_SECONDS = 1
+"""Startup probes run every second: a pod is Ready within a second of Triton loading its models."""
+READINESS_PERIOD_SECONDS = 2
+READINESS_FAILURES = 2
+TRITON_EXIT_TIMEOUT_SECONDS = 30
+"""tritonserver's default --exit-timeout-secs: how long it waits for in-flight requests on SIGTERM."""
+TERMINATION_MARGIN_SECONDS = 5
+
+# ----------------------------------------------------------------- revision inputs
+
+
+def triton_image(ts: TritonService, settings: Settings) -> str:
+    return ts.spec.image or settings.default_image
+
+
+def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]:
+    """Everything in the spec and settings that shapes a pod, minus replicas, rollout and Service.
+
+    Model configs are left out here: they enter the revision hash as rendered config.pbtxt text.
+    Defaults are left out too, so adding a field with a default to the API keeps existing hashes.
+    """
+    spec: dict[str, Any] = ts.spec.model_dump(
+        by_alias=True, exclude_none=True, exclude_defaults=True, mode="json"
+    )
+    for served_elsewhere in ("replicas", "rollout", "service", "image"):
+        spec.pop(served_elsewhere, None)
+    if not spec.get("modelVolume"):
+        spec.pop("modelVolume", None)  # `modelVolume: {}` renders the pod that no modelVolume does
+    repository = dict(spec.get("repository", {}))
+    repository.pop("pollIntervalSeconds", None)
+    spec["repository"] = repository
+    spec["models"] = [{k: v for k, v in m.items() if k != "config"} for m in spec.get("models", [])]
+    # The sync image and its pull policy are the operator's plumbing, not what a pod serves: an
+    # operator upgrade must not make a new revision of every TritonService (see kept_sync_image).
+    inputs: dict[str, Any] = {"spec": spec, "image": triton_image(ts, settings)}
+    # The startup probe follows the rollout's deadline when startupTimeoutSeconds is unset.
+    inputs["startupTimeoutSeconds"] = ts.spec.startup_timeout()
+    inputs["prometheusScrape"] = settings.prometheus_scrape
+    if in_place(ts):
+        # The agent and its volumes are part of the pod: switching in-place updates on or off makes
+        # new pods (left out when off, so existing hashes stay).
+        inputs["modelUpdates"] = ModelUpdates.IN_PLACE.value
+    return inputs
+
+
+def in_place(ts: TritonService) -> bool:
+    """Whether the spec opts in to in-place model updates (spec.rollout.modelUpdates: InPlace)."""
+    return ts.spec.rollout.model_updates == ModelUpdates.IN_PLACE
+
+
+def compute_revision(
+    ts: TritonService,
+    settings: Settings,
+    configs: Mapping[str, str],
+    manifest_digest: str | None,
+    recorded: Mapping[str, Settings] | None = None,
+) -> str:
+    """The revision a valid spec asks for (see core.repository.revision.revision_hash).
+
+    ``recorded``: the service's existing revisions with the operator settings each was created
+    with (core.observed.observation.recorded_revisions). A spec that one of them rendered under its own
+    settings asks for that revision, whatever today's settings: a new default tritonserver image
+    (or scrape setting) applies to new revisions only, never re-hashing a spec that did not change.
+    """
+    for revision, earlier in sorted((recorded or {}).items()):
+        if revision_hash(pod_template_inputs(ts, earlier), configs, manifest_digest) == revision:
+            return revision
+    return revision_hash(pod_template_inputs(ts, settings), configs, manifest_digest)
+
+
+RECORDED_SETTINGS: dict[str, str] = {
+    "defaultImage": "default_image",
+    "syncImage": "sync_image",
+    "syncImagePullPolicy": "sync_image_pull_policy",
+    "podSecurityDefaults": "pod_security_defaults",
+    "tritonLogOnExit": "triton_log_on_exit",
+    "syncLogOnExit": "sync_log_on_exit",
+    "prometheusScrape": "prometheus_scrape",
+    "nodeCachePort": "node_cache_port",
+    "logFormat": "log_format",
+    "nodeCacheToken": "node_cache_token",
+}
+"""The operator settings that shape a revision's pod template (OPERATOR_KEY's keys -> Settings'
+fields): recorded when the revision is created, and what it is re-rendered with ever after."""
+
+
+def settings_record(settings: Settings) -> str:
+    """What a revision's ConfigMap keeps under OPERATOR_KEY: the RECORDED_SETTINGS of ``settings``."""
+    record = {key: getattr(settings, field) for key, field in RECORDED_SETTINGS.items()}
+    if record["logFormat"] == "text":
+        record["logFormat"] = None  # the default, left out: revisions recorded before it read the same
+    return json.dumps({k: v for k, v in record.items() if v is not None}, sort_keys=True)
+
+
+def read_settings_record(text: str | None, settings: Settings) -> Settings | None:
+    """``settings`` with the recorded fields of an OPERATOR_KEY text; None when there is none (or
+    it is unreadable: then the revision's live Deployment says,
+    core.observed.observation.recorded_settings)."""
+    try:
+        record = json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("defaultImage"), str):
+        return None
+    fields: dict[str, Any] = {f: record[k] for k, f in RECORDED_SETTINGS.items() if k in record}
+    # Left out of the record when unset (the cluster's default policy).
+    fields["sync_image_pull_policy"] = record.get("syncImagePullPolicy")
+    # A revision recorded before the sync container's terminationMessagePolicy keeps going without.
+    fields["sync_log_on_exit"] = record.get("syncLogOnExit") is True
+    # A revision recorded before the node cache (or with it off) keeps syncing without it.
+    port = record.get("nodeCachePort")
+    fields["node_cache_port"] = port if isinstance(port, int) and not isinstance(port, bool) else None
+    # A revision recorded before the log format was (or with text) keeps its pods' text logs.
+    fields["log_format"] = "json" if record.get("logFormat") == "json" else "text"
+    # A revision recorded before the node cache checked tokens keeps its pods without one.
+    fields["node_cache_token"] = record.get("nodeCacheToken") is True
+    return dataclasses.replace(settings, **fields)
+
+
+# ----------------------------------------------------------------- metadata
+
+
+def build_labels(ts: TritonService, revision: str | None = None) -> dict[str, str]:
+    """Labels of every object; ``revision`` adds the revision label (Deployments, ConfigMaps, pods)."""
+    labels = {
+        LABEL_NAME: APP_NAME,
+        LABEL_INSTANCE: ts.name,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_COMPONENT: COMPONENT,
+        LABEL_SERVICE: ts.name,
+    }
+    if revision is not None:
+        labels[LABEL_REVISION] = revision
+    return labels
+
+
+def selector_labels(ts: TritonService, revision: str | None = None) -> dict[str, str]:
+    """Labels selecting a service's pods: all revisions, or one."""
+    selector = {LABEL_SERVICE: ts.name}
+    if revision is not None:
+        selector[LABEL_REVISION] = revision
+    return selector
+
+
+def build_owner_reference(ts_body: Mapping[str, Any]) -> dict[str, Any]:
+    """The controller ownerReference to a TritonService body (garbage collection on delete)."""
+    metadata = ts_body.get("metadata") or {}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": metadata.get("name", ""),
+        "uid": metadata.get("uid") or PLACEHOLDER_UID,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(ts: TritonService, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": ts.namespace,
+        "labels": labels,
+        "ownerReferences": [build_owner_reference({"metadata": ts.metadata})],
+    }
+
+
+# ----------------------------------------------------------------- ConfigMaps
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestLayout:
+    """How a revision stores its manifest: plain JSON beside the configs (``parts`` 0), or gzipped
+    in ``parts`` parts, part 0 beside the configs and the others in ConfigMaps of their own."""
+
+    parts: int = 0
+
+    @property
+    def plain(self) -> bool:
+        return self.parts == 0
+
+
+PLAIN = ManifestLayout()
+
+
+def configs_bytes(configs: Mapping[str, str]) -> int:
+    return sum(len(text.encode("utf-8")) for text in configs.values())
+
+
+def build_configmaps(
+    ts: TritonService,
+    revision: str,
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+    *,
+    layout: ManifestLayout | None = None,
+    existing: Sequence[Mapping[str, Any]] = (),
+    settings: Settings | None = None,
+) -> list[dict[str, Any]]:
+    """The revision's ConfigMaps: `<name>-<rev>` with `<model>.config.pbtxt` per model and the
+    manifest (unpinned if None), then one ConfigMap per further part of a manifest in parts.
+
+    The manifest is plain JSON under MANIFEST_KEY when ``layout`` says so, or (``layout`` None, a
+    new revision) when it fits beside the configs in CONFIGMAP_BUDGET; else gzipped parts, part 0
+    beside the configs. ``existing``: the revision's ConfigMaps as stored, whose parts are kept
+    when they give back the same manifest. ``settings``: the operator settings the revision's pod
+    template is rendered with, recorded under OPERATOR_KEY (core.observed.observation.recorded_settings).
+    Raises manifestparts.ManifestTooLarge when the manifest needs more than MAX_PARTS parts.
+    """
+    text = manifest_json if manifest_json is not None else unpinned_manifest_json(ts)
+    data = {config_key(model): body for model, body in sorted(configs.items())}
+    # The spec it was rendered from (never mounted; updated while it is the spec's revision).
+    data[SPEC_KEY] = stored_spec(ts)
+    if settings is not None:
+        data[OPERATOR_KEY] = settings_record(settings)
+    main: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(ts, object_name(ts, revision), build_labels(ts, revision)),
+        "data": data,
+    }
+    # What is left for the manifest (core.observed.observation.configmap_problem keeps the rest within the
+    # budget): a manifest with no room here goes entirely to parts of their own.
+    room = max(0, manifestparts.CONFIGMAP_BUDGET - sum(len(v.encode("utf-8")) for v in data.values()))
+    if (layout is None and len(text.encode("utf-8")) <= room) or (layout is not None and layout.plain):
+        data[MANIFEST_KEY] = text
+        return [main]
+    kept = manifestparts.stored_parts(existing)
+    contiguous = sorted(kept) == list(range(len(kept)))
+    packed = manifestparts.pack(text, room, kept=[kept[i] for i in sorted(kept)] if contiguous else None)
+    out = [main]
+    for index, part in enumerate(packed.parts):
+        binary = {manifestparts.part_key(index): manifestparts.encode_part(part)}
+        if index == 0:
+            main["binaryData"] = binary
+            continue
+        name = part_configmap_name(ts, revision, index)
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": _metadata(ts, name, build_labels(ts, revision)),
+                "binaryData": binary,
+            }
+        )
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RevisionFiles:
+    """What a pod needs of one revision to serve it: its pinned manifest JSON and rendered configs."""
+
+    manifest_json: str
+    configs: Mapping[str, str]
+
+
+def inplace_state_json(stable: str, next_revision: str | None) -> str:
+    """The in-place ConfigMap's state.json: the revision every pod serves, and the one being loaded."""
+    return json.dumps({"stable": stable, "next": next_revision}, sort_keys=True)
+
+
+def inplace_data(
+    stable: str, next_revision: str | None, files: Mapping[str, RevisionFiles]
+) -> dict[str, str]:
+    """The in-place ConfigMap's data: state.json and, for stable and next, each manifest and config."""
+    data = {INPLACE_STATE_KEY: inplace_state_json(stable, next_revision)}
+    for revision in dict.fromkeys(r for r in (stable, next_revision) if r):
+        held = files[revision]
+        data[inplace_manifest_key(revision)] = held.manifest_json
+        for model, text in sorted(held.configs.items()):
+            data[inplace_config_key(revision, model)] = text
+    return data
+
+
+def inplace_data_bytes(data: Mapping[str, str]) -> int:
+    return sum(len(k.encode("utf-8")) + len(v.encode("utf-8")) for k, v in data.items())
+
+
+def build_inplace_configmap(ts: TritonService, host: str, data: Mapping[str, str]) -> dict[str, Any]:
+    """ConfigMap `<deployment>-inplace` of the host revision's pods (their agents read it; optional
+    in their pod template, so its absence means: serve the pod's own revision)."""
+    labels = {**build_labels(ts), LABEL_INPLACE_HOST: host}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(ts, inplace_configmap_name(ts, host), labels),
+        "data": dict(data),
+    }
+
+
+def stored_spec(ts: TritonService) -> str:
+    """The copy of the spec a revision's ConfigMap keeps under SPEC_KEY."""
+    return json.dumps(ts.spec.model_dump(mode="json", by_alias=True, exclude_unset=True), sort_keys=True)
+
+
+def build_configmap(
+    ts: TritonService, revision: str, configs: Mapping[str, str], manifest_json: str | None
+) -> dict[str, Any]:
+    """The revision's own ConfigMap `<name>-<rev>` (build_configmaps' first)."""
+    return build_configmaps(ts, revision, configs, manifest_json)[0]
+
+
+def manifest_layout(configmaps: Sequence[Mapping[str, Any]]) -> ManifestLayout:
+    """The layout of ConfigMaps build_configmaps made (what the Deployment must mount)."""
+    if any(MANIFEST_KEY in (c.get("data") or {}) for c in configmaps):
+        return PLAIN
+    keys = [k for c in configmaps for k in c.get("binaryData") or {}]
+    return ManifestLayout(sum(1 for k in keys if manifestparts.part_index(str(k)) is not None))
+
+
+def unpinned_manifest_json(ts: TritonService) -> str:
+    """A manifest that pins nothing (pvc://, or a store not listed yet): models and policies only."""
+    manifest = unpinned_manifest(StoreRef.from_repository(ts.spec.repository), model_sources(ts.spec.models))
+    return manifest_to_json(manifest)
+
+
+# ----------------------------------------------------------------- Deployment
+
+
+def pvc_claim(uri: str) -> str:
+    """pvc://CLAIM/sub/path -> CLAIM."""
+    return uri.split("://", 1)[1].partition("/")[0]
+
+
+def _resources(ts: TritonService) -> dict[str, Any]:
+    res = ts.spec.resources
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if res.cpu is not None:
+        requests["cpu"] = res.cpu
+    if res.cpu_limit is not None:
+        limits["cpu"] = res.cpu_limit
+    if res.memory is not None:
+        requests["memory"] = res.memory
+        limits["memory"] = res.memory
+    if res.gpus > 0:
+        # Extended resources must be requested and limited alike.
+        requests[res.gpu_resource_name] = str(res.gpus)
+        limits[res.gpu_resource_name] = str(res.gpus)
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def triton_args(ts: TritonService) -> list[str]:
+    """tritonserver's arguments: our repository, control mode, models and ports, then serverArgs."""
+    args = [f"--model-repository={MODELS_DIR}", "--model-control-mode=explicit"]
+    if in_place(ts):
+        # What /models holds: a tritonserver that restarts after an in-place update loads the
+        # models the agent placed there, not the ones the pod started with. The pod's readiness is
+        # the agent's (every model of the revision it serves READY); Triton's own stays strict.
+        args += ["--load-model=*"]
+    else:
+        args += [f"--load-model={m.name}" for m in ts.spec.models]
+    args += [f"--http-port={HTTP_PORT}", f"--grpc-port={GRPC_PORT}", f"--metrics-port={METRICS_PORT}"]
+    return args + list(ts.spec.server_args)
+
+
+def _probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": timeout,
+    }
+
+
+def readiness_probe(ts: TritonService) -> dict[str, Any]:
+    """tritonserver's readiness (strict: every model loaded READY); with in-place updates the
+    agent's (GET :AGENT_PORT/v1/ready: every model of the revision the pod serves READY, and false
+    while the agent drains the pod for a change)."""
+    probe = _probe(READINESS_PATH, period=READINESS_PERIOD_SECONDS, failures=READINESS_FAILURES, timeout=3)
+    if in_place(ts):
+        probe["httpGet"] = {"path": AGENT_READY_PATH, "port": AGENT_PORT}
+    return probe
+
+
+def exit_timeout_seconds(server_args: Sequence[str]) -> int:
+    """tritonserver's --exit-timeout-secs from serverArgs (``--flag=N`` or ``--flag N``), else its default."""
+    value: str | None = None
+    for index, arg in enumerate(server_args):
+        name, has_value, rest = arg.partition("=")
+        if name == "--exit-timeout-secs":
+            if has_value:
+                value = rest
+            elif index + 1 < len(server_args):
+                value = server_args[index + 1]
+    if value is not None and value.strip().isdigit():
+        return int(value)
+    return TRITON_EXIT_TIMEOUT_SECONDS
+
+
+def termination_grace_seconds(ts: TritonService) -> int:
+    """The drain (preStop sleep), then Triton's exit timeout for in-flight requests, then a margin."""
+    return ts.spec.drain_seconds + exit_timeout_seconds(ts.spec.server_args) + TERMINATION_MARGIN_SECONDS
+
+
+def startup_failure_threshold(startup_timeout_seconds: int) -> int:
+    """failureThreshold so that failureThreshold * STARTUP_PERIOD_SECONDS >= the timeout."""
+    return max(1, math.ceil(startup_timeout_seconds / STARTUP_PERIOD_SECONDS))
+
+
+def config_volume(ts: TritonService, revision: str, layout: ManifestLayout) -> dict[str, Any]:
+    """The configs and the manifest at CONFIG_DIR: one ConfigMap's items (plain), or a projected
+    volume of the revision's ConfigMaps that puts every part under MANIFEST_SUBDIR (parts)."""
+    items = [{"key": config_key(m.name), "path": f"configs/{m.name}/config.pbtxt"} for m in ts.spec.models]
+    if layout.plain:
+        items.append({"key": MANIFEST_KEY, "path": MANIFEST_KEY})
+        return {"name": CONFIG_VOLUME, "configMap": {"name": object_name(ts, revision), "items": items}}
+    sources: list[dict[str, Any]] = []
+    for index in range(layout.parts):
+        key = manifestparts.part_key(index)
+        part = {"key": key, "path": f"{MANIFEST_SUBDIR}/{key}"}
+        name = part_configmap_name(ts, revision, index)
+        sources.append({"configMap": {"name": name, "items": [*items, part] if index == 0 else [part]}})
+    return {"name": CONFIG_VOLUME, "projected": {"sources": sources}}
+
+
+def _is_pvc(ts: TritonService) -> bool:
+    return ts.spec.repository.scheme == "pvc"
+
+
+def _repository_mounts(ts: TritonService) -> list[dict[str, Any]]:
+    """The claim of a pvc:// repository, as both containers mount it (none for an object store).
+
+    A claim is mounted read-only at the same path in both containers: sync links its version
+    folders into /models (no copy), and tritonserver follows the links.
+    """
+    if not _is_pvc(ts):
+        return []
+    return [{"name": REPOSITORY_VOLUME, "mountPath": PVC_ROOT, "readOnly": True}]
+
+
+def models_empty_dir(ts: TritonService) -> dict[str, Any]:
+    """The /models emptyDir as spec.modelVolume sizes it (``{}``: the node's disk, unbounded)."""
+    volume = ts.spec.model_volume
+    if volume is None:
+        return {}
+    return {
+        **({"medium": volume.medium} if volume.medium else {}),
+        **({"sizeLimit": volume.size_limit} if volume.size_limit else {}),
+    }
+
+
+def build_volumes(ts: TritonService, revision: str, layout: ManifestLayout) -> list[dict[str, Any]]:
+    """The pod's volumes: /models (filled by sync), shared memory, the revision's configs and
+    manifest, the repository's claim (pvc://), then the spec's own volumes."""
+    spec = ts.spec
+    volumes: list[dict[str, Any]] = [
+        {"name": MODELS_VOLUME, "emptyDir": models_empty_dir(ts)},
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
+        config_volume(ts, revision, layout),
+    ]
+    if _is_pvc(ts):
+        claim = pvc_claim(spec.repository.uri)
+        volumes.append(
+            {"name": REPOSITORY_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+        )
+    if in_place(ts):
+        volumes += agent_volumes(ts, revision)
+    return volumes + [dict(v) for v in spec.volumes]
+
+
+def agent_volumes(ts: TritonService, revision: str) -> list[dict[str, Any]]:
+    """The in-place agent's volumes: one projected volume of the `<deployment>-inplace` ConfigMap
+    (optional: absent until an update) and the pod's own target annotation (downward API), which the
+    kubelet writes as one atomic payload (two volumes it refreshes at different moments let a pod see
+    the annotation gone before the state.json that makes it so: a flip back to the old revision),
+    and the agent's bookkeeping."""
+    return [
+        {
+            "name": INPLACE_VOLUME,
+            "projected": {
+                "sources": [
+                    {"configMap": {"name": inplace_configmap_name(ts, revision), "optional": True}},
+                    {
+                        "downwardAPI": {
+                            "items": [
+                                {
+                                    "path": INPLACE_TARGET_ITEM,
+                                    "fieldRef": {
+                                        "fieldPath": f"metadata.annotations['{INPLACE_TARGET_ANNOTATION}']"
+                                    },
+                                }
+                            ]
+                        }
+                    },
+                ]
+            },
+        },
+        {"name": AGENT_STATE_VOLUME, "emptyDir": {}},
+    ]
+
+
+AGENT_RESOURCES: dict[str, Any] = {"requests": {"cpu": "10m", "memory": "96Mi"}}
+"""The model-agent sidecar's requests, no limits: it idles between updates (44 MiB resident), about
+68 MiB once it has applied a change (its store client loaded); a download streams to disk."""
+
+
+def _agent_mounts() -> list[dict[str, Any]]:
+    return [
+        {"name": INPLACE_VOLUME, "mountPath": INPLACE_DIR, "readOnly": True},
+        {"name": AGENT_STATE_VOLUME, "mountPath": AGENT_STATE_DIR},
+    ]
+
+
+def agent_args(revision: str) -> list[str]:
+    """What the agent takes besides sync's own arguments (the contract in the agent's docs)."""
+    return [
+        "--inplace-dir",
+        INPLACE_DIR,
+        "--target-file",
+        INPLACE_TARGET_FILE,
+        "--state-dir",
+        AGENT_STATE_DIR,
+        "--base-revision",
+        revision,
+    ]
+
+
+def agent_drain_seconds(ts: TritonService) -> int:
+    """How long the agent keeps the pod out of its Service before it unloads or loads a model: the
+    readiness probe fails within period x failureThreshold, then the endpoints, kube-proxy and any
+    router catch up within the spec's drainSeconds (what a terminating pod's preStop waits too)."""
+    return READINESS_PERIOD_SECONDS * READINESS_FAILURES + ts.spec.drain_seconds
+
+
+def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[str, Any]) -> dict[str, Any]:
+    """The model-agent sidecar: the sync container's image, arguments, credentials and security, as
+    `triton-operator agent`, which follows the pod's target revision and loads what changed (and
+    serves the pod's readiness)."""
+    agent: dict[str, Any] = {
+        "name": AGENT_CONTAINER,
+        "image": sync["image"],
+        "command": ["triton-operator", "agent"],
+        "args": [
+            *sync["args"][:-1],  # without --once
+            "--triton",
+            f"http://127.0.0.1:{HTTP_PORT}",
+            "--listen",
+            f"0.0.0.0:{AGENT_PORT}",
+            "--drain-seconds",
+            str(agent_drain_seconds(ts)),
+        ],
+        "ports": [{"name": "agent", "containerPort": AGENT_PORT, "protocol": "TCP"}],
+        "resources": copy.deepcopy(AGENT_RESOURCES),
+        "volumeMounts": copy.deepcopy(sync["volumeMounts"]),
+    }
+    for key in ("imagePullPolicy", "envFrom", "env", "securityContext"):  # env: the node cache
+        if key in sync:
+            agent[key] = copy.deepcopy(sync[key])
+    return agent
+
+
+AGENT_UID = 65532
+"""The agent's user in in-place pods (the operator image's own), not tritonserver's (1000)."""
+
+RESTRICTED_POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    # The NGC tritonserver image's own user (triton-server); an image without a numeric USER
+    # could not pass runAsNonRoot otherwise. emptyDir volumes are world-writable: no fsGroup (it
+    # would chown a whole model PVC on every mount).
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+"""The pods' securityContext unless the spec sets one: Pod Security Standard `restricted`."""
+
+RESTRICTED_CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+"""Each container's securityContext (tritonserver's unless the spec sets one): `restricted`."""
+
+
+def build_pod_security(ts: TritonService, settings: Settings) -> dict[str, Any]:
+    """The pod spec's securityContext and service-account token mount (none for an older revision)."""
+    if ts.spec.pod_security_context is not None:
+        context: dict[str, Any] | None = dict(ts.spec.pod_security_context)
+    else:
+        context = copy.deepcopy(RESTRICTED_POD_SECURITY) if settings.pod_security_defaults else None
+    out: dict[str, Any] = {}
+    if context is not None:
+        out["securityContext"] = context
+    if settings.pod_security_defaults or ts.spec.automount_service_account_token:
+        out["automountServiceAccountToken"] = ts.spec.automount_service_account_token
+    return out
+
+
+def _container_security(ts: TritonService, settings: Settings) -> dict[str, Any] | None:
+    if ts.spec.security_context is not None:
+        return dict(ts.spec.security_context)
+    return copy.deepcopy(RESTRICTED_CONTAINER_SECURITY) if settings.pod_security_defaults else None
+
+
+def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, Any]:
+    """The tritonserver container: serves /models on the three ports, probed on Triton's health API."""
+    spec = ts.spec
+    triton: dict[str, Any] = {
+        "name": TRITON_CONTAINER,
+        "image": triton_image(ts, settings),
+        "command": ["tritonserver"],
+        "args": triton_args(ts),
+        "ports": [
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        # Kubernetes keeps the log's tail when tritonserver exits with an error: Triton's own reason
+        # why a model failed to load, which the status and the rollback Event quote.
+        **({"terminationMessagePolicy": "FallbackToLogsOnError"} if settings.triton_log_on_exit else {}),
+        "readinessProbe": readiness_probe(ts),
+        "livenessProbe": _probe(LIVENESS_PATH, period=10, failures=3, timeout=5),
+        "startupProbe": _probe(
+            READINESS_PATH,
+            period=STARTUP_PERIOD_SECONDS,
+            failures=startup_failure_threshold(spec.startup_timeout()),
+            timeout=5,
+        ),
+        # Endpoints drop a terminating pod at once, but kube-proxy, load balancers and routers catch
+        # up later: keep serving for drainSeconds before tritonserver gets SIGTERM.
+        **(
+            {"lifecycle": {"preStop": {"exec": {"command": ["sleep", str(spec.drain_seconds)]}}}}
+            if spec.drain_seconds
+            else {}
+        ),
+        "volumeMounts": [
+            # With in-place updates /models is the agent's alone: read-only here, so that the Python
+            # backend's __pycache__ never makes it differ from what the agent placed (Triton would
+            # count the model as changed and reload it along with an ensemble over it).
+            {"name": MODELS_VOLUME, "mountPath": MODELS_DIR, **({"readOnly": True} if in_place(ts) else {})},
+            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+            *_repository_mounts(ts),
+            *[dict(m) for m in spec.volume_mounts],
+        ],
+    }
+    if spec.image_pull_policy:
+        triton["imagePullPolicy"] = spec.image_pull_policy
+    resources = _resources(ts)
+    if resources:
+        triton["resources"] = resources
+    if spec.env:
+        triton["env"] = [dict(e) for e in spec.env]
+    security = _container_security(ts, settings)
+    if security is not None:
+        triton["securityContext"] = security
+    return triton
+
+
+def build_sync_container(
+    ts: TritonService, settings: Settings, layout: ManifestLayout, revision: str | None = None
+) -> dict[str, Any]:
+    """The sync init container: `triton-operator sync` fills /models from the revision's manifest
+    (with in-place updates, `triton-operator agent --once`, which serves the pod's target revision)."""
+    manifest = MANIFEST_PATH if layout.plain else MANIFEST_DIR
+    sync_args = ["--manifest", manifest, "--configs", CONFIGS_DIR, "--dest", MODELS_DIR]
+    volume = ts.spec.model_volume
+    if volume is not None and volume.size_limit:
+        # kubelet evicts a pod past its emptyDir's sizeLimit, which statvfs does not show sync.
+        sync_args += ["--volume-limit", volume.size_limit]
+    sync: dict[str, Any] = {
+        "name": SYNC_CONTAINER,
+        "image": settings.sync_image,
+        "command": ["triton-operator", "sync"],
+        "args": [*sync_args, "--pvc-root", PVC_ROOT] if _is_pvc(ts) else sync_args,
+        "volumeMounts": [
+            {"name": MODELS_VOLUME, "mountPath": MODELS_DIR},
+            {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
+            *_repository_mounts(ts),
+        ],
+    }
+    if in_place(ts):
+        # `agent --once`: sync, then record what it placed, so the sidecar starts from there.
+        revision = revision or ""
+        sync["command"] = ["triton-operator", "agent"]
+        sync["args"] = [*sync["args"], *agent_args(revision), "--once"]
+        sync["volumeMounts"] += _agent_mounts()
+    if settings.sync_log_on_exit:
+        # A sync that dies before writing its termination message (killed, out of memory) still
+        # says why: the log's tail.
+        sync["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    if settings.sync_image_pull_policy:
+        sync["imagePullPolicy"] = settings.sync_image_pull_policy
+    credentials = ts.spec.repository.credentials_secret
+    if credentials and not _is_pvc(ts):
+        sync["envFrom"] = [{"secretRef": {"name": credentials}}]
+    if settings.node_cache_port is not None and not _is_pvc(ts):
+        sync["env"] = node_cache_env(settings.node_cache_port, token=settings.node_cache_token)
+        if settings.node_cache_token:
+            sync["volumeMounts"].append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
+    if settings.log_format == "json":  # JSON lines naming the TritonService and the pod's revision
+        sync["env"] = [*sync.get("env", []), *log_env(ts, revision)]
+    if settings.pod_security_defaults:
+        # The operator's own image: it writes /models only, so its root filesystem is read-only.
+        sync["securityContext"] = {**RESTRICTED_CONTAINER_SECURITY, "readOnlyRootFilesystem": True}
+        if in_place(ts):
+            # In-place pods share one process namespace (the agent watches the Python backend's
+            # stubs): the agent runs as a user of its own, so that no process of tritonserver (a
+            # Python model's code) can read its environment (the repository's credentials).
+            sync["securityContext"]["runAsUser"] = AGENT_UID
+    return sync
+
+
+def log_env(ts: TritonService, revision: str | None) -> list[dict[str, Any]]:
+    """The sync's and agent's log format (JSON) and the TritonService and revision their lines name."""
+    env = [
+        {"name": logs.ENV, "value": "json"},
+        {"name": logs.SERVICE_ENV, "value": f"{ts.namespace}/{ts.name}"},
+    ]
+    if revision:
+        env.append({"name": logs.REVISION_ENV, "value": revision})
+    return env
+
+
+def node_cache_env(port: int, *, token: bool = True) -> list[dict[str, Any]]:
+    """Where the sync container finds the node cache: the node's address and the cache's hostPort,
+    and its pod's uid to name its lease (the downward API: nothing of the node is mounted)."""
+    return [
+        {"name": HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+        {"name": PORT_ENV, "value": str(port)},
+        {"name": POD_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        *([{"name": TOKEN_ENV, "value": TOKEN_PATH}] if token else []),
+    ]
+
+
+def node_cache_token_volume() -> dict[str, Any]:
+    """The pod's token for the node cache: projected, for the cache's audience only, bound to the
+    pod (allowed under Pod Security `restricted`; the pod's automountServiceAccountToken stays off)."""
+    token = {"audience": AUDIENCE, "expirationSeconds": TOKEN_SECONDS, "path": "token"}
+    return {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}}
+
+
+def build_scheduling(ts: TritonService) -> dict[str, Any]:
+    """The pod spec fields the spec passes through, only those it sets: who the pod runs as and
+    pulls images with, and where it may be scheduled (priority, node selector, tolerations, affinity)."""
+    spec = ts.spec
+    out: dict[str, Any] = {}
+    if spec.service_account_name:
+        out["serviceAccountName"] = spec.service_account_name
+    if spec.priority_class_name:
+        out["priorityClassName"] = spec.priority_class_name
+    if spec.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": s} for s in spec.image_pull_secrets]
+    if spec.node_selector:
+        out["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        out["tolerations"] = [dict(t) for t in spec.tolerations]
+    if spec.affinity:
+        out["affinity"] = dict(spec.affinity)
+    return out
+
+
+SCRAPE_ANNOTATIONS = {
+    "prometheus.io/scrape": "true",
+    "prometheus.io/port": str(METRICS_PORT),
+    "prometheus.io/path": "/metrics",
+}
+"""The pods' annotations when Settings.prometheus_scrape is on (before the spec's podAnnotations)."""
+
+
+def build_pod_metadata(ts: TritonService, revision: str, settings: Settings) -> dict[str, Any]:
+    """The pod's labels (the spec's, then the operator's) and annotations (scrape hints, then the spec's)."""
+    annotations: dict[str, str] = {}
+    if settings.prometheus_scrape:
+        annotations.update(SCRAPE_ANNOTATIONS)
+    annotations.update(ts.spec.pod_annotations)
+    # The operator's labels win: selectors and revision bookkeeping depend on them.
+    labels = {**ts.spec.pod_labels, **build_labels(ts, revision)}
+    metadata: dict[str, Any] = {"labels": labels}
+    if annotations:
+        metadata["annotations"] = annotations
+    return metadata
+
+
+def build_pod_template(
+    ts: TritonService, revision: str, settings: Settings, layout: ManifestLayout = PLAIN
+) -> dict[str, Any]:
+    """The pod template of a revision: the sync init container fills /models, tritonserver serves it.
+
+    ``layout``: how the revision's ConfigMaps hold the manifest (build_configmaps, manifest_layout).
+    """
+    sync = build_sync_container(ts, settings, layout, revision)
+    containers = [build_triton_container(ts, settings)]
+    if in_place(ts):
+        containers.append(build_agent_container(ts, settings, sync))
+    pod_spec: dict[str, Any] = {
+        "containers": containers,
+        "volumes": build_volumes(ts, revision, layout)
+        + (
+            [node_cache_token_volume()]
+            if any(m["name"] == TOKEN_VOLUME for m in sync["volumeMounts"])
+            else []
+        ),
+        # Service links put 7 variables per Service of the namespace into every container.
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": termination_grace_seconds(ts),
+        "initContainers": [sync],
+        # In-place pods: the agent sees the Python backend's stub processes (a dead one is a model
+        # Triton 2.51 still reports READY) and takes the pod out of its Service.
+        **({"shareProcessNamespace": True} if in_place(ts) else {}),
+        **build_pod_security(ts, settings),
+        **build_scheduling(ts),
+    }
+    return {"metadata": build_pod_metadata(ts, revision, settings), "spec": pod_spec}
+
+
+def build_deployment(
+    ts: TritonService, revision: str, settings: Settings, replicas: int, layout: ManifestLayout = PLAIN
+) -> dict[str, Any]:
+    """The revision's Deployment `<name>-<revision>` with ``replicas`` (the rollout decides them)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(ts, object_name(ts, revision), build_labels(ts, revision)),
+        "spec": {
+            "replicas": replicas,
+            # A revision's template never changes (its hash names it): no ReplicaSet history to keep.
+            "revisionHistoryLimit": 0,
+            "progressDeadlineSeconds": ts.spec.progress_deadline(),
+            "selector": {"matchLabels": selector_labels(ts, revision)},
+            "template": build_pod_template(ts, revision, settings, layout),
+        },
+    }
+
+
+# ----------------------------------------------------------------- Service
+
+
+def serving_only_stable(ts: TritonService) -> bool:
+    """Whether Service `<name>` reaches the stable revision alone.
+
+    BlueGreen: the green revision gets nothing before promotion. Gateway API: the routes' weights
+    send the canary its share; in-cluster clients of `<name>` get the stable revision, never a
+    replica-ratio share that would bypass the weights. Canary without a router: the replica ratio
+    is the router, so `<name>` reaches every revision (a canary's pods only once Ready).
+    """
+    rollout = ts.spec.rollout
+    routed = rollout.traffic_routing is not None and rollout.traffic_routing.gateway_api is not None
+    return rollout.strategy == Strategy.BLUE_GREEN or routed
+
+
+def build_service(ts: TritonService, stable_revision: str | None = None) -> dict[str, Any]:
+    """Service `<name>`: every revision's pods (the replica ratio splits traffic), or only
+    ``stable_revision``'s where `serving_only_stable` says so and a stable revision exists."""
+    selector = selector_labels(ts)
+    if stable_revision is not None and serving_only_stable(ts):
+        selector = selector_labels(ts, stable_revision)
+    return service_body(
+        ts.name,
+        ts.namespace,
+        labels=build_labels(ts),
+        owner_ref=build_owner_reference({"metadata": ts.metadata}),
+        selector=selector,
+        service_type=ts.spec.service.type,
+        annotations=ts.spec.service.annotations,
+    )
+
+
+def disruption_budget_enabled(ts: TritonService) -> bool:
+    """Explicit ``disruptionBudget.enabled``, else on when more than one replica serves."""
+    enabled = ts.spec.disruption_budget.enabled
+    return ts.spec.replicas > 1 if enabled is None else enabled
+
+
+def build_pdb(ts: TritonService) -> dict[str, Any]:
+    """PodDisruptionBudget `<name>`: a node drain evicts at most maxUnavailable serving pods at once.
+
+    It selects every revision's pods, like Service `<name>`. Pods that are not Ready (a canary
+    still loading, a crash loop) may always be evicted: they serve nothing, and a drain must not
+    wait on them.
+    """
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(ts, ts.name, build_labels(ts)),
+        "spec": {
+            "maxUnavailable": ts.spec.disruption_budget.max_unavailable,
+            "selector": {"matchLabels": selector_labels(ts)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
+def endpoints(ts: TritonService) -> dict[str, str]:
+    host = f"{ts.name}.{ts.namespace}.svc"
+    return {"http": f"{host}:{HTTP_PORT}", "grpc": f"{host}:{GRPC_PORT}", "metrics": f"{host}:{METRICS_PORT}"}
+
+
+# ----------------------------------------------------------------- status
+
+
+# ----------------------------------------------------------------- events
+
+
+EVENT_MESSAGE_MAX = 1024
+
+
+def build_event(
+    ts_metadata: Mapping[str, Any],
+    event_type: str,
+    reason: str,
+    message: str,
+    *,
+    now: str,
+    component: str = MANAGED_BY,
+) -> dict[str, Any]:
+    """A core/v1 Event about a TritonService (``kubectl describe`` and ``kubectl get events`` show it)."""
+    name = str(ts_metadata.get("name", ""))
+    namespace = str(ts_metadata.get("namespace", "default"))
+    involved: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": name,
+        "namespace": namespace,
+    }
+    for key in ("uid", "resourceVersion"):
+        if ts_metadata.get(key):
+            involved[key] = str(ts_metadata[key])
+    if len(message) > EVENT_MESSAGE_MAX:
+        message = message[: EVENT_MESSAGE_MAX - 3] + "..."
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name}.", "namespace": namespace},
+        "involvedObject": involved,
+        "type": event_type,
+        "reason": reason,
+        "message": message,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": component,
+    }

@@ -1,0 +1,1 @@
+"""What the operator reads back, pure: checked specs, owned objects, revisions, Deployment and pod states."""

@@ -1,0 +1,1 @@
+"""The TritonService spec, pure: its checks, Triton's ModelConfig, and the CRD schema derived from them."""

@@ -1,0 +1,1 @@
+"""What status and Events say: condition types, reasons and helpers, and Triton's per-model states."""

@@ -1,0 +1,157 @@
+"""The node cache in the pods the operator makes: the sync container finds it through the downward API
+(nothing of the node mounted), only in revisions made with it on (recorded, so no pod restarts)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from triton_operator.core.objects.builders import (
+    PLAIN,
+    build_configmaps,
+    build_deployment,
+    build_sync_container,
+    compute_revision,
+)
+from triton_operator.core.objects.names import AGENT_CONTAINER
+from triton_operator.core.observed.observation import recorded_revisions, recorded_settings
+from triton_operator.core.repository.cache_rules import (
+    AUDIENCE,
+    HOST_ENV,
+    POD_ENV,
+    PORT_ENV,
+    TOKEN_DIR,
+    TOKEN_ENV,
+    TOKEN_PATH,
+    TOKEN_VOLUME,
+)
+from triton_operator.settings import Settings
+from tritonservice_bodies import SETTINGS, configs_of, ts_of
+
+ON = dataclasses.replace(SETTINGS, node_cache_port=8790)
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env") or []}
+
+
+def test_with_the_cache_on_the_sync_container_is_told_the_nodes_address_port_and_its_pod() -> None:
+    sync = build_sync_container(ts_of(), ON, PLAIN)
+    assert env_of(sync) == {
+        HOST_ENV: {"fieldRef": {"fieldPath": "status.hostIP"}},
+        PORT_ENV: "8790",
+        POD_ENV: {"fieldRef": {"fieldPath": "metadata.uid"}},
+        TOKEN_ENV: TOKEN_PATH,
+    }
+    # Pod Security restricted as before: no hostPath, no host port, nothing of the node mounted.
+    assert "hostPath" not in repr(build_deployment(ts_of(), "r1", ON, 1))
+    assert "hostPort" not in repr(build_deployment(ts_of(), "r1", ON, 1))
+
+
+def test_with_the_cache_on_the_pod_proves_who_it_is_with_a_projected_token_for_the_cache_only() -> None:
+    """The sync container (and an in-place pod's agent, which copies its mounts) reads a projected
+    ServiceAccount token for the node cache's audience; the pod still mounts no API token."""
+    for ts in (ts_of(), ts_of(rollout={"modelUpdates": "InPlace"})):
+        pod = build_deployment(ts, "r1", ON, 1)["spec"]["template"]["spec"]
+        volumes = [v for v in pod["volumes"] if v["name"] == TOKEN_VOLUME]
+        assert volumes == [
+            {
+                "name": TOKEN_VOLUME,
+                "projected": {
+                    "sources": [
+                        {
+                            "serviceAccountToken": {
+                                "audience": AUDIENCE,
+                                "expirationSeconds": 86400,
+                                "path": "token",
+                            }
+                        }
+                    ]
+                },
+            }
+        ]
+        assert pod["automountServiceAccountToken"] is False
+        mounted = [*pod["initContainers"], *(c for c in pod["containers"] if c["name"] == AGENT_CONTAINER)]
+        assert len(mounted) == (2 if ts.spec.rollout.model_updates == "InPlace" else 1)
+        for container in mounted:
+            assert {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True} in container[
+                "volumeMounts"
+            ]
+
+
+def test_with_the_cache_off_nothing_changes() -> None:
+    assert "env" not in build_sync_container(ts_of(), SETTINGS, PLAIN)
+    pod = build_deployment(ts_of(), "r1", SETTINGS, 1)["spec"]["template"]["spec"]
+    assert TOKEN_VOLUME not in repr(pod)
+
+
+@pytest.mark.parametrize(
+    ("before", "after"), [(SETTINGS, ON), (ON, SETTINGS)], ids=["turned-on", "turned-off"]
+)
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "live-deployment"])
+def test_turning_the_cache_on_or_off_restarts_no_serving_pod(
+    before: Settings, after: Settings, recorded: bool
+) -> None:
+    """An existing revision keeps the sync container it was made with; the next revision gets the
+    operator's setting of the day. The revision's hash does not depend on it."""
+    ts = ts_of()
+    configs = configs_of(ts)
+    revision = compute_revision(ts, before, configs, None)
+    assert compute_revision(ts, after, configs, None) == revision
+    configmaps = build_configmaps(ts, revision, configs, None, settings=before if recorded else None)
+    deployment = build_deployment(ts, revision, before, 2)
+    kept = recorded_settings(after, configmaps, deployment)
+    assert build_deployment(ts, revision, kept, 2) == deployment
+    assert (
+        recorded_revisions(after, [deployment], configmaps)[revision].node_cache_port
+        == before.node_cache_port
+    )
+    # a new revision (nothing stored) gets today's setting
+    assert recorded_settings(after, [], None).node_cache_port == after.node_cache_port
+
+
+@pytest.mark.parametrize(("value", "port"), [(None, None), ("", None), ("8790", 8790)])
+def test_the_operator_reads_the_port_from_its_environment(value: str | None, port: int | None) -> None:
+    env = {} if value is None else {"TRITON_OPERATOR_NODE_CACHE_PORT": value}
+    assert Settings.from_env(env).node_cache_port == port
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "65536", "port"])
+def test_a_port_that_is_no_port_stops_the_operator(value: str) -> None:
+    with pytest.raises(ValueError, match="NODE_CACHE_PORT"):
+        Settings.from_env({"TRITON_OPERATOR_NODE_CACHE_PORT": value})
+
+
+def test_an_in_place_pods_agent_uses_the_node_cache_too() -> None:
+    """With modelUpdates InPlace the init container (`agent --once`) and the model-agent sidecar sync
+    the revision: both are told where the node cache is, so a warm node serves both from it."""
+    ts = ts_of(rollout={"modelUpdates": "InPlace"})
+    pod = build_deployment(ts, "r1", ON, 1)["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    agent = next(c for c in pod["containers"] if c["name"] == AGENT_CONTAINER)
+    assert init["command"] == agent["command"] == ["triton-operator", "agent"]
+    assert env_of(init) == env_of(agent) == env_of(build_sync_container(ts_of(), ON, PLAIN))
+    off = build_deployment(ts, "r1", SETTINGS, 1)["spec"]["template"]["spec"]
+    assert all(
+        "env" not in c for c in [*off["initContainers"], *off["containers"]] if c["name"] != "tritonserver"
+    )
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "live-deployment"])
+def test_a_revision_made_before_the_cache_checked_tokens_keeps_its_pods(recorded: bool) -> None:
+    """An operator upgrade gives no token volume to an existing revision (its pods would restart):
+    its sync reads the store when the cache refuses it; the next revision gets the token."""
+    before = dataclasses.replace(ON, node_cache_token=False)
+    ts = ts_of()
+    configs = configs_of(ts)
+    revision = compute_revision(ts, before, configs, None)
+    assert compute_revision(ts, ON, configs, None) == revision
+    deployment = build_deployment(ts, revision, before, 2)
+    assert TOKEN_VOLUME not in repr(deployment)
+    configmaps = build_configmaps(ts, revision, configs, None, settings=before if recorded else None)
+    kept = recorded_settings(ON, configmaps, deployment)
+    assert build_deployment(ts, revision, kept, 2) == deployment
+    # a new revision gets it
+    assert TOKEN_VOLUME in repr(build_deployment(ts, revision, recorded_settings(ON, [], None), 2))
