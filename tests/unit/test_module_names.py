@@ -1,4 +1,5 @@
-"""No two modules of triton_operator share a basename: each is named once, by what it does."""
+"""No two modules of triton_operator share a basename: each is named once, by what it does; the same of
+the test modules, which pytest imports by basename (tests/ has no __init__.py)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,13 @@ def test_the_check_sees_the_whole_package() -> None:
     assert "decide" in modules
     assert modules["decide"] == [str(Path("core", "decision", "decide.py"))]
     assert len(modules) > 100
+
+
+def test_no_two_test_modules_share_a_basename() -> None:
+    found: dict[str, list[str]] = defaultdict(list)
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        rel = path.relative_to(REPO / "tests")
+        if rel.parts[0] != "data" and path.name not in {"__init__.py", "conftest.py"}:
+            found[path.stem].append(str(rel))
+    assert {name: paths for name, paths in found.items() if len(paths) > 1} == {}
+    assert "test_module_names" in found
