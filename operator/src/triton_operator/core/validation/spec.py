@@ -16,6 +16,7 @@ from triton_operator.core.validation.ensemble import (
 )
 from triton_operator.core.validation.errors import SpecError, errors_from_validation
 from triton_operator.core.validation.model import model_config_errors
+from triton_operator.core.validation.pool_fit import pool_errors
 from triton_operator.core.validation.server_args import server_args_errors
 from triton_operator.models import Strategy, TritonServiceSpec
 
@@ -164,4 +165,5 @@ def validate_spec(spec: TritonServiceSpec) -> list[SpecError]:
         errors.extend(ensemble_cycle_errors(spec))
     errors.extend(_rollout_errors(spec))
     errors.extend(_autoscaling_errors(spec))
+    errors.extend(pool_errors(spec))
     return errors
