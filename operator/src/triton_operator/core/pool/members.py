@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from triton_operator.core.pool.copies import Thresholds, rate
 from triton_operator.core.pool.placement import PoolModel
 from triton_operator.models import TritonServiceSpec
 from triton_operator.quantities import quantity_bytes
@@ -14,6 +15,18 @@ def pool_budget(spec: TritonServiceSpec) -> int:
     if spec.pool is None:
         raise ValueError("spec.pool is not set")
     return quantity_bytes(spec.pool.memory_per_pod)
+
+
+def thresholds(spec: TritonServiceSpec) -> Thresholds:
+    """spec.pool.scaling as the copies decision's numbers; ValueError without spec.pool."""
+    if spec.pool is None:
+        raise ValueError("spec.pool is not set")
+    scaling = spec.pool.scaling
+    return Thresholds(
+        busy_queue_us=float(scaling.busy_queue_microseconds),
+        idle_rate=float(rate(scaling.idle_inferences_per_second)),
+        stabilization_s=float(scaling.scale_down_stabilization_seconds),
+    )
 
 
 def most_pods(spec: TritonServiceSpec) -> int:
