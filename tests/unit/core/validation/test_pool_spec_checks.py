@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from triton_operator.core.pool.members import pool_models, thresholds
-from triton_operator.core.validation.spec import check_spec
+from triton_operator.core.validation.spec import check_spec, spec_warnings
 from triton_operator.models import TritonServiceSpec
 from tritonservice_bodies import CONFIG
 
@@ -126,3 +126,10 @@ def test_the_scaling_thresholds_come_from_spec_pool_scaling() -> None:
     )
     found = thresholds(spec)
     assert (found.busy_queue_us, found.idle_rate, found.stabilization_s) == (5000, 0.5, 300)
+
+
+def test_a_pool_is_said_not_carried_out_yet_until_the_pods_load_by_placement() -> None:
+    spec = TritonServiceSpec.model_validate(_spec(_forty(), replicas=4, pool={"memoryPerPod": "1200Mi"}))
+    assert [w.field for w in spec_warnings(spec, "nvcr.io/nvidia/tritonserver:25.01-py3")] == ["spec.pool"]
+    plain = TritonServiceSpec.model_validate(_spec([{"name": "a"}]))
+    assert spec_warnings(plain, "nvcr.io/nvidia/tritonserver:25.01-py3") == []

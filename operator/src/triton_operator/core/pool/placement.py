@@ -174,37 +174,27 @@ def _make_room(bins: _Bins, model: str) -> str | None:
 
 
 def _fill(bins: _Bins, order: Sequence[PoolModel]) -> None:
-    """Place the rest: every model's least copies first, then its copies up to its target, in rounds of
-    one copy of each model (largest first) until each has them or nothing more fits. A least copy that
-    finds no room takes it from copies beyond other models' least; as that frees and fills room, both
-    phases run again until no least copy is placed: the result is a fixpoint, so placing again from it
-    moves nothing."""
+    """Place the rest in rounds of one copy of each model (in ``order``) until each has its target or
+    nothing more fits. A least copy that finds no room takes it from copies beyond other models' least
+    (_make_room); as that frees room, the rounds run again, until a run changes nothing: the result is a
+    fixpoint, so placing again from it moves nothing."""
     while True:
-        placed_least = False
-        lacking = [m for m in order if len(bins.where[m.name]) < m.min_copies]
-        while lacking:  # one copy of each model a round, so that copies land on different pods
+        changed = False
+        lacking = [m for m in order if len(bins.where[m.name]) < m.target]
+        while lacking:
             still = []
             for model in lacking:
-                pod = bins.best_pod(model.name) or _make_room(bins, model.name)
-                if pod is None:
-                    continue
-                bins.add(pod, model.name)
-                placed_least = True
-                if len(bins.where[model.name]) < model.min_copies:
-                    still.append(model)
-            lacking = still
-        growing = [m for m in order if len(bins.where[m.name]) < m.target]
-        while growing:
-            still = []
-            for model in growing:
                 pod = bins.best_pod(model.name)
+                if pod is None and len(bins.where[model.name]) < model.min_copies:
+                    pod = _make_room(bins, model.name)
                 if pod is None:
                     continue
                 bins.add(pod, model.name)
+                changed = True
                 if len(bins.where[model.name]) < model.target:
                     still.append(model)
-            growing = still
-        if not placed_least:
+            lacking = still
+        if not changed:
             return
 
 
@@ -235,14 +225,17 @@ def place(
 ) -> Placement:
     """Place ``models`` on ``pods``, starting from ``current`` (pod name -> its models).
 
-    Stable: what is still valid stays where it is, then the rest is placed (first fit decreasing by
-    memory, best fit, copies spread over nodes); only when least copies would stay unplaced although a
-    placement from nothing places them all is everything placed again. Deterministic: the same input
-    gives the same output."""
+    Stable: what is still valid stays where it is, then the rest is placed in rounds of one copy of each
+    model (the models with most copies first, then the largest: first fit decreasing), each on the pod
+    that fits it tightest, on the node with fewest copies of it; a least copy without room takes it from
+    copies beyond other models' least, the least recently used first. Only when least copies would stay
+    unplaced although a placement from nothing places them all is everything placed again.
+    Deterministic: the same input gives the same output."""
     by_name = {m.name: m for m in models}
     if len(by_name) != len(models):
         raise ValueError("model names must be unique")
-    order = sorted(models, key=lambda m: (-m.memory, m.name))
+    # The models with the most copies first (their copies spread before the pods fill), then the largest.
+    order = sorted(models, key=lambda m: (-m.target, -m.memory, m.name))
     bins = _Bins(pods, by_name)
     _keep(bins, current or {})
     _fill(bins, order)

@@ -75,7 +75,7 @@ def pool_errors(spec: TritonServiceSpec) -> list[SpecError]:
                     SpecError(
                         f"spec.models[{index}].minCopies",
                         f"{placed.models[model.name].copies} of its {model.min_copies or 1} least copies fit:"
-                        f" the models' least copies need {need} bytes, and {pods} pods ({where}) of"
+                        f" the models' least copies need {-(-need // 2**20)}Mi, and {pods} pods ({where}) of"
                         f" {spec.pool.memory_per_pod} (spec.pool.memoryPerPod) cannot hold them all;"
                         " raise the pods or memoryPerPod, or lower minCopies",
                     )
