@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
+from triton_operator.core.pool.explain import as_quantity, measured_memory, pool_status
 from triton_operator.core.pool.placement import (
     BUDGET_FULL,
     MAX_COPIES,
@@ -18,6 +19,7 @@ from triton_operator.core.pool.placement import (
     place,
     pods_needed,
 )
+from triton_operator.models import PoolModelStatus, PoolStatus
 
 MiB = 1024 * 1024
 SEEDS = range(60)
@@ -207,3 +209,35 @@ def test_pods_needed_is_enough_for_place_to_put_every_target_copy(seed: int) -> 
     placed = place([PoolPod(f"p{i}", None, 1024 * MiB) for i in range(count)], models)
     assert all(placed.models[m.name].copies == m.target for m in models)
     assert sum(_pods_of(placed).values()) == sum(m.target for m in models)
+
+
+def test_status_pool_says_per_model_where_how_many_and_why_and_keeps_the_measured_memory() -> None:
+    pods = [PoolPod(f"p{i}", f"n{i}", 250 * MiB) for i in range(2)]
+    declared = [PoolModel("a", 100 * MiB, wanted=2), PoolModel("b", 200 * MiB, wanted=2)]
+    status = PoolStatus(
+        models=[
+            PoolModelStatus(name="b", measured_memory="120Mi"),
+            PoolModelStatus(name="x", measured_memory="?"),
+        ]
+    )
+    measured = measured_memory(status)
+    assert measured == {"b": 120 * MiB}
+    models = [PoolModel(m.name, measured.get(m.name, m.memory), wanted=m.wanted) for m in declared]
+    placed = place(pods, models)
+    report = pool_status(placed, models, measured, pods_needed=pods_needed(models, 250 * MiB))
+    rows = {m.name: m for m in report.models}
+    assert (rows["a"].pods, rows["a"].copies, rows["a"].reason) == (["p0", "p1"], 2, WANTED)
+    # Measured, b takes 120 MiB and two copies fit beside a's; declared (200 MiB), they would not.
+    assert (rows["b"].memory, rows["b"].measured_memory, rows["b"].copies) == ("120Mi", "120Mi", 2)
+    assert place(pods, declared).models["b"].reason == BUDGET_FULL and rows["a"].measured_memory is None
+    assert report.pods_needed == 2
+    assert report.to_api()["models"][0] == {
+        "name": "a",
+        "pods": ["p0", "p1"],
+        "copies": 2,
+        "wantedCopies": 2,
+        "memory": "100Mi",
+        "reason": "Wanted",
+        "message": "2 copies, as its load asks",
+    }
+    assert as_quantity(1000) == "1000" and as_quantity(3 * 1024**3) == "3Gi"
