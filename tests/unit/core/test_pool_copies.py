@@ -13,6 +13,7 @@ from triton_operator.core.pool.copies import (
     HOLD,
     IDLE_WAITING,
     LEAST,
+    LOADING,
     MOST,
     ModelLoad,
     Thresholds,
@@ -31,6 +32,14 @@ def test_a_busy_model_gets_one_more_copy_up_to_its_most() -> None:
     decided = decide_copies(loads, {"a": (1, None), "b": (1, 3)}, T, now=0, idle_since={})
     assert decided.wanted == {"a": 3, "b": 3}
     assert decided.reasons == {"a": ADD, "b": MOST}
+
+
+def test_a_busy_model_gets_no_other_copy_while_its_new_one_is_loading() -> None:
+    loading = [ModelLoad("a", 2, 50_000, 200.0, loading=1)]
+    decided = decide_copies(loading, {"a": (1, None)}, T, now=0, idle_since={})
+    assert (decided.wanted, decided.reasons) == ({"a": 3}, {"a": LOADING})
+    served = decide_copies([ModelLoad("a", 3, 50_000, 200.0)], {"a": (1, None)}, T, now=5, idle_since={})
+    assert served.wanted == {"a": 4}
 
 
 def test_an_idle_model_loses_a_copy_only_after_the_stabilization_window_and_then_waits_again() -> None:

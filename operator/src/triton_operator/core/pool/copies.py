@@ -18,6 +18,8 @@ HOLD = "Steady"
 """Neither busy nor idle."""
 LEAST = "MinCopies"
 """Raised to its least copies, or it cannot drop below them."""
+LOADING = "CopyLoading"
+"""Busy, but a copy placed for it is not READY yet: no other is added until it serves."""
 MOST = "MaxCopies"
 """Busy, but at its most copies."""
 MEMORY_SHORT = "MemoryShort"
@@ -60,6 +62,8 @@ class ModelLoad:
     """Average queue time per request (Triton's nv_inference_queue_duration_us over its request count);
     None: no request in the window."""
     inferences_per_second: float
+    loading: int = 0
+    """Copies placed for it that are not READY yet (not counted in ``copies``)."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,8 @@ def decide_copies(
     """One more copy for a busy model, one fewer for a model idle for long enough, within its
     (least, most) of ``limits``. ``idle_since`` is what the previous call returned: a model counts as
     idle from the first call that found it idle, and a drop starts its wait again. A model neither busy
-    nor idle keeps its copies, so a load between the two thresholds moves nothing (the hysteresis)."""
+    nor idle keeps its copies, so a load between the two thresholds moves nothing (the hysteresis); a
+    busy model whose new copy is still loading gets no other until that one serves."""
     wanted: dict[str, int] = {}
     reasons: dict[str, str] = {}
     since: dict[str, float] = {}
@@ -94,6 +99,8 @@ def decide_copies(
         )
         if copies < least:
             wanted[load.name], reasons[load.name] = least, LEAST
+        elif busy and load.loading > 0:
+            wanted[load.name], reasons[load.name] = copies + load.loading, LOADING
         elif busy:
             if most is not None and copies >= most:
                 wanted[load.name], reasons[load.name] = most, MOST
