@@ -1,4 +1,4 @@
-"""Whole reconcile passes (reconcile.steps.reconcile) over MemKube, an in-memory fake of KubeAPI: the
+"""Whole reconcile passes (reconcile.reconcile_pass.reconcile) over MemKube, an in-memory fake of KubeAPI: the
 order of the writes, the status written only when it changed, an invalid spec held.
 
 The API server is faked (tests/e2e runs these passes against a real one); so are the Deployment
@@ -34,7 +34,7 @@ from triton_operator.models import TritonService
 from triton_operator.reconcile import observe as observe_module
 from triton_operator.reconcile.apply import SupersededError
 from triton_operator.reconcile.pinning import PinnedManifest, summarize
-from triton_operator.reconcile.steps import Result, reconcile
+from triton_operator.reconcile.reconcile_pass import Result, reconcile
 from triton_operator.settings import Settings
 
 NS = "ml"
