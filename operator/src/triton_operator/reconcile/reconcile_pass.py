@@ -157,7 +157,7 @@ async def reconcile(
     current = chosen.target if isinstance(chosen, _Chosen) else None
     kept = await _kept(seen, settings, pin_manifest, instead_of=current)
     targets = [t for t in (current, kept) if t is not None]
-    around = await observe_specs(kube, seen, targets, absences, triton)
+    around = await observe_specs(kube, seen, targets, absences, triton) if targets else []
     fallback = around[-1] if kept is not None else None
     # Decide (core.decide) and write (reconcile.apply): nothing is read from here on.
     p = _Pass(kube, seen, settings, triton, absences)
