@@ -927,6 +927,45 @@ async def test_a_pass_reads_nothing_after_it_has_decided(
     assert window is not None and window.started == NOW  # the window the pass judged is kept
 
 
+async def test_a_refused_spec_leaves_the_analysis_window_of_the_spec_carried_out(routed: MemKube) -> None:
+    """A new spec without analysis that the API server refuses is only read, never kept: the last
+    valid spec carried out in its place goes on judging the canary in the window it started."""
+    kube = routed
+    kube.edit(KIND, NS, "svc", lambda obj: obj["spec"]["rollout"].update(analysis={"intervalSeconds": 5}))
+    view = TritonView(Holding(period=3600, ports=(1, 1)))
+    now = NOW
+
+    async def step() -> Result:
+        return await reconcile(kube, NS, "svc", SETTINGS, triton=view, clock=lambda: now)
+
+    await step()
+    kubelet(kube)
+    await step()
+    change_model(kube, maxBatchSize=4)
+    await step()
+    kubelet(kube)
+    await step()  # canary B Ready at weight 50
+    canary = await step()  # judged at its weight: its window starts now
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None and stored["status"]["analysis"]["windowStartedAt"] == "2026-01-01T12:00:00Z"
+
+    def refused_spec(obj: dict[str, Any]) -> None:
+        obj["spec"]["models"][0]["config"]["maxBatchSize"] = 8
+        obj["spec"]["rollout"].pop("analysis")
+
+    kube.edit(KIND, NS, "svc", refused_spec)
+    field = 'spec.template.spec.volumes[0].name: Invalid value: "Not_A_DNS_Label"'
+    kube.fail_next("apply", ObjectRejectedError("Deployment", "svc-new", field), kind="Deployment")
+    now = NOW + datetime.timedelta(seconds=30)
+    held = await step()
+    assert held.invalid is not None and held.revision == canary.revision
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None and stored["status"]["canaryRevision"] == canary.revision
+    assert stored["status"]["analysis"]["windowStartedAt"] == "2026-01-01T12:00:00Z"
+    window = view._windows.get((NS, "svc"))
+    assert window is not None and window.started == NOW
+
+
 async def test_a_pass_parses_each_pod_once(kube: MemKube, monkeypatch: pytest.MonkeyPatch) -> None:
     """The status and the rollout engine read the same parsed pods (core.observation.PodState)."""
     await run(kube)
