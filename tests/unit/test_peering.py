@@ -15,8 +15,8 @@ from triton_operator.commands.run import peering_identity
 from triton_operator.core.peering import PeeringVerdict, match_namespace, parse_peers, peering_verdict
 from triton_operator.models import TritonService
 from triton_operator.reconcile import scheduler
+from triton_operator.reconcile.reconcile_pass import Result
 from triton_operator.reconcile.scheduler import Reconciler
-from triton_operator.reconcile.steps import Result
 from triton_operator.settings import Settings
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
