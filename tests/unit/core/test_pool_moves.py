@@ -36,6 +36,8 @@ class Pool:
     def __init__(self, pods: dict[str, Pod], rng: random.Random, fail: float) -> None:
         self.pods, self.rng, self.fail, self.now = pods, rng, fail, 1000.0
         self.unloaded_while_labelled: list[tuple[str, str]] = []
+        self.unloaded_undrained: list[tuple[str, str, float]] = []
+        self.label_off_at: dict[tuple[str, str], float] = {}
 
     def plan(self, placement: dict[str, list[str]], versions: dict[str, str]) -> Moves:
         states = {name: pod.state() for name, pod in self.pods.items()}
@@ -48,6 +50,7 @@ class Pool:
             pod = self.pods[name]
             pod.routed |= set(step.label)
             pod.routed -= set(step.unlabel)
+            self.label_off_at.update({(name, m): self.now for m in step.unlabel})
             pod.assignment = step.assignment
 
     def agents(self) -> None:
@@ -74,6 +77,9 @@ class Pool:
             for model in [m for m in pod.copies if m not in pod.assignment.models]:
                 if model in pod.routed:
                     self.unloaded_while_labelled.append((name, model))
+                off_at = self.label_off_at.pop((name, model), None)
+                if off_at is not None and self.now - off_at < DRAIN:
+                    self.unloaded_undrained.append((name, model, self.now - off_at))
                 del pod.copies[model]
                 pod.acted.pop(model, None)
                 pod.pending.pop(model, None)
@@ -127,7 +133,7 @@ def test_every_model_that_answered_keeps_answering_and_the_moves_end_where_place
         assert [m for m in answered if not pool.answering(m)] == []
         pool.agents()
         assert [m for m in answered if not pool.answering(m)] == []
-        assert pool.unloaded_while_labelled == []
+        assert pool.unloaded_while_labelled == [] and pool.unloaded_undrained == []
         pool.now += pool.rng.uniform(0.5, 4.0)
     else:
         pytest.fail(f"no end after 400 steps: {moves.waiting}")
