@@ -955,6 +955,16 @@ class PoolModelStatus(_Model):
         "", description="Why it has no more copies: Wanted, MaxCopies, BudgetFull, TooFewPods."
     )
     message: str = ""
+    ready_copies: int | None = Field(
+        None,
+        description="How many of its pods have it READY and on its routes (labelled ready); unset: not "
+        "observed yet.",
+    )
+    endpoints: Endpoints | None = Field(
+        None,
+        description="The model's own Service (<name>-m-<model>) in the cluster: clients send the model's "
+        "requests there (gRPC cannot be routed by model otherwise).",
+    )
 
 
 class PoolStatus(_Model):

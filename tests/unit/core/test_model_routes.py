@@ -10,6 +10,7 @@ from triton_operator.core.model_routes import (
     MODEL_ANNOTATION,
     build_model_http_routes,
     build_model_service,
+    model_endpoints,
     model_route_rule,
     pod_model_labels,
 )
@@ -69,3 +70,12 @@ def test_forty_models_take_three_routes_of_at_most_sixteen_rules() -> None:
 def test_a_pod_label_patch_adds_ready_models_and_removes_the_others() -> None:
     patch = pod_model_labels(["a", "b"], loaded_before=["b", "c"])
     assert patch == {model_label_key("a"): READY, model_label_key("b"): READY, model_label_key("c"): None}
+
+
+@pytest.mark.parametrize("model", AWKWARD)
+def test_a_model_s_endpoints_are_its_own_service_s_ports_for_any_model_name(model: str) -> None:
+    service = build_model_service("svc", "ml", model, owner_ref=OWNER, labels={})
+    endpoints = model_endpoints("svc", "ml", model)
+    host = f"{service['metadata']['name']}.ml.svc"
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    assert endpoints.model_dump() == {k: f"{host}:{ports[k]}" for k in ("http", "grpc", "metrics")}

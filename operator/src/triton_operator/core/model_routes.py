@@ -6,9 +6,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from triton_operator import GROUP
-from triton_operator.core.names import HTTP_PORT, LABEL_SERVICE
+from triton_operator.core.names import GRPC_PORT, HTTP_PORT, LABEL_SERVICE, METRICS_PORT
 from triton_operator.core.pool.labels import READY, model_label_key, model_object_name
 from triton_operator.core.traffic import GATEWAY_API_VERSION, MAX_RULES, service_body
+from triton_operator.models import Endpoints
 
 LABEL_MODEL_ROUTE = f"{GROUP}/model-route"
 """On the per-model Services and routes: marks them as the pool's, for listing and cleanup."""
@@ -40,6 +41,13 @@ def build_model_service(
         selector=model_selector(ts_name, model),
         annotations={MODEL_ANNOTATION: model},
     )
+
+
+def model_endpoints(ts_name: str, namespace: str, model: str) -> Endpoints:
+    """The in-cluster addresses of ``model``'s own Service, as status.pool.models[].endpoints gives them
+    to clients (the Service ``build_model_service`` makes)."""
+    host = f"{model_object_name(ts_name, model)}.{namespace}.svc"
+    return Endpoints(http=f"{host}:{HTTP_PORT}", grpc=f"{host}:{GRPC_PORT}", metrics=f"{host}:{METRICS_PORT}")
 
 
 def model_route_rule(ts_name: str, model: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from triton_operator.core.pool.placement import Placement, PoolModel
-from triton_operator.models import PoolModelStatus, PoolStatus
+from triton_operator.models import Endpoints, PoolModelStatus, PoolStatus
 from triton_operator.quantities import quantity_bytes
 
 _BINARY = (("Gi", 30), ("Mi", 20), ("Ki", 10))
@@ -37,9 +37,14 @@ def pool_status(
     models: Sequence[PoolModel],
     measured: Mapping[str, int],
     pods_needed: int | None = None,
+    *,
+    ready: Mapping[str, int] | None = None,
+    endpoints: Mapping[str, Endpoints] | None = None,
 ) -> PoolStatus:
     """status.pool: per model (in the spec's order) its pods, copies, the copies it aims at, the memory
-    placement counted and the measured one, and why it has no more copies, in a word and a sentence."""
+    placement counted and the measured one, and why it has no more copies, in a word and a sentence;
+    with ``ready`` the copies READY and on its routes, with ``endpoints`` its own Service's addresses
+    (``core/model_routes.py``'s ``model_endpoints``), which clients read."""
     return PoolStatus(
         pods_needed=pods_needed,
         models=[
@@ -52,6 +57,8 @@ def pool_status(
                 measured_memory=as_quantity(measured[model.name]) if model.name in measured else None,
                 reason=placed.models[model.name].reason,
                 message=placed.models[model.name].message,
+                ready_copies=ready.get(model.name, 0) if ready is not None else None,
+                endpoints=(endpoints or {}).get(model.name),
             )
             for model in models
         ],
