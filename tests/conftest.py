@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import node  # e2e/node.py (e2e/ is on pytest's pythonpath)
+from module_costs import Phase, costs_table, module_costs
 from testkit import TEST_FIELD_MANAGER, apply_crds, crd_document, free_port, stop_process, wait_healthy
 from tritonserver import TritonInstall, TritonNotInstalledError, prepare_server
 
@@ -63,6 +64,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+_phases: list[Phase] = []
+
+
+@pytest.hookimpl
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Remember each phase's duration, for the per-module costs at the end."""
+    _phases.append(Phase(report.nodeid, report.when, report.duration))
+
+
+@pytest.hookimpl
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """What each real-node module cost in this run (docs/testing.md quotes the table)."""
+    rows = module_costs(_phases, "tests/e2e/")
+    if rows:
+        terminalreporter.write_sep("=", "real-node modules: wall seconds each (setup + call + teardown)")
+        for line in costs_table(rows):
+            terminalreporter.write_line(line)
 
 
 def _failed(request: pytest.FixtureRequest) -> bool:

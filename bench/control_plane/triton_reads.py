@@ -118,9 +118,9 @@ async def measure(args: argparse.Namespace, ports: tuple[int, int]) -> list[tupl
     def one_pass() -> None:
         for owner, ts, status, pods in services:
             started = time.perf_counter()
-            readings = view.look(owner, ts, status, "stable", pods)
-            view.judge(owner, ts, status, readings, datetime.now(UTC))
-            models_status(ts, status, readings)
+            seen = view.read(owner, ts, status, "stable", pods, now=datetime.now(UTC))
+            view.keep(owner, seen)
+            models_status(ts, status, seen.readings)
             step_ms.append((time.perf_counter() - started) * 1000)
 
     one_pass()  # hands every pod to the reader, as the first reconciles do

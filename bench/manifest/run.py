@@ -52,7 +52,7 @@ from triton_operator.core.repository import manifestparts  # noqa: E402
 from triton_operator.core.repository.manifest import Manifest, manifest_digest, manifest_to_json  # noqa: E402
 from triton_operator.models import TritonService  # noqa: E402
 from triton_operator.reconcile.pinning import RepositoryPinner  # noqa: E402
-from triton_operator.reconcile.steps import reconcile  # noqa: E402
+from triton_operator.reconcile.reconcile_pass import reconcile  # noqa: E402
 from triton_operator.settings import Settings  # noqa: E402
 
 T = TypeVar("T")

@@ -27,7 +27,7 @@ from testkit import wait_for
 from triton_operator.adapters.kube import Kube, make_client
 from triton_operator.core.repository import manifestparts
 from triton_operator.core.repository.manifest import Manifest, json_digest, manifest_to_json
-from triton_operator.reconcile import pinning, steps
+from triton_operator.reconcile import pinning, reconcile_pass
 from triton_operator.settings import Settings
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -74,11 +74,11 @@ class RecordingKube(Kube):
         return await super().apply(obj)
 
 
-async def reconcile_once(cluster: Path, namespace: str, name: str, pinner: Pinner) -> steps.Result:
+async def reconcile_once(cluster: Path, namespace: str, name: str, pinner: Pinner) -> reconcile_pass.Result:
     kube = RecordingKube(make_client(cluster))
     RecordingKube.applied = []
     try:
-        return await steps.reconcile(kube, namespace, name, SETTINGS, pin_manifest=pinner)
+        return await reconcile_pass.reconcile(kube, namespace, name, SETTINGS, pin_manifest=pinner)
     finally:
         await kube.close()
 

@@ -20,7 +20,7 @@ from triton_operator.adapters import storage
 from triton_operator.core.repository.repository_access import RepositoryAccess
 from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.reconcile.pinning import RepositoryPinner
-from triton_operator.reconcile.steps import reconcile
+from triton_operator.reconcile.reconcile_pass import reconcile
 from triton_operator.settings import Settings
 
 pytestmark = pytest.mark.storage

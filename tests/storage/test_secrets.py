@@ -36,7 +36,7 @@ from triton_operator.core.spec.modelconfig import build_config_pbtxt
 from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.models import ModelSpec, Repository
 from triton_operator.reconcile.pinning import RepositoryPinner
-from triton_operator.reconcile.steps import reconcile
+from triton_operator.reconcile.reconcile_pass import reconcile
 from triton_operator.settings import Settings
 
 pytestmark = pytest.mark.storage

@@ -246,13 +246,15 @@ def test_a_canary_whose_pods_answer_without_end_is_judged_inconclusive_and_abort
         async with Pod("endless") as pod:
             view = TritonView(TritonReader(ports=(pod.port, pod.port)))
             try:
-                view.look(OWNER, ts, status, "B", pods)  # a pass hands the pods over
+                view.keep(
+                    OWNER, view.read(OWNER, ts, status, "B", pods, now=T0)
+                )  # a pass hands the pods over
                 view.reader.tick()  # the reader's loop starts their reads (its first tick, now)
                 await view.reader.wait_reads()
-                readings = view.look(OWNER, ts, status, "B", pods)
-                first = view.judge(OWNER, ts, status, readings, T0)
-                later = view.judge(OWNER, ts, status, readings, T0 + timedelta(seconds=60))
-                return first, later, view.reader
+                seen = view.read(OWNER, ts, status, "B", pods, now=T0)
+                view.keep(OWNER, seen)
+                later = view.read(OWNER, ts, status, "B", pods, now=T0 + timedelta(seconds=60))
+                return seen.analysis, later.analysis, view.reader
             finally:
                 await view.reader.close()
 

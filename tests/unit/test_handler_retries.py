@@ -15,8 +15,8 @@ from triton_operator.adapters.cached_kube import CachedKube
 from triton_operator.adapters.owned_watch import OwnedCache
 from triton_operator.core.rollout.requests import control_annotations
 from triton_operator.core.vocabulary import conditions as cond
+from triton_operator.reconcile.reconcile_pass import Result
 from triton_operator.reconcile.scheduler import REPOSITORY_RETRY_SECONDS, Reconciler
-from triton_operator.reconcile.steps import Result
 from triton_operator.settings import Settings
 
 

@@ -10,9 +10,7 @@ from testkit import REPO
 
 PACKAGE = REPO / "operator" / "src" / "triton_operator"
 
-PENDING: dict[str, str] = {
-    "steps": "reconcile/steps.py becomes reconcile/reconcile_pass.py on its own branch; drop this on merge",
-}
+PENDING: dict[str, str] = {}
 """Basenames still shared, each with the change that ends it; the test fails once one is no longer shared."""
 
 

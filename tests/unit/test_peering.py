@@ -20,8 +20,8 @@ from triton_operator.core.edges.peering_rules import (
 )
 from triton_operator.models import TritonService
 from triton_operator.reconcile import scheduler
+from triton_operator.reconcile.reconcile_pass import Result
 from triton_operator.reconcile.scheduler import Reconciler
-from triton_operator.reconcile.steps import Result
 from triton_operator.settings import Settings
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)

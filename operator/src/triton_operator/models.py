@@ -162,6 +162,25 @@ class ModelSpec(_Model):
         json_schema_extra={MODEL_CONFIG_MARKER: True},
     )
 
+    memory: Annotated[Quantity, AfterValidator(_positive_bytes)] | None = Field(
+        None,
+        description="Memory one copy of the model holds once loaded (GPU or host, whichever it runs on), "
+        "e.g. 100Mi; under spec.pool it is required and placement packs by it, until the memory measured "
+        "at its first load (status.pool.models[].measuredMemory) takes its place.",
+    )
+    min_copies: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="Under spec.pool: the least pods that hold the model, each on its own pod (default 1).",
+    )
+    max_copies: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="Under spec.pool: the most pods that hold the model (default: every pod of the pool).",
+    )
+
     @property
     def folder(self) -> str:
         return (self.path or self.name).strip("/")
@@ -589,6 +608,42 @@ class ModelVolume(_Model):
     )
 
 
+class PoolScaling(_Model):
+    """How a pooled model's copies follow its load, from Triton's own per-model figures."""
+
+    busy_queue_microseconds: int = Field(
+        10_000,
+        ge=1,
+        description="A model whose requests wait longer than this in Triton's queue (average over the "
+        "window) gets one more copy, up to its maxCopies.",
+    )
+    idle_inferences_per_second: Quantity = Field(
+        "1",
+        description="A model loses a copy, down to its minCopies, while one copy fewer would each still "
+        'see fewer inferences per second than this, e.g. "1" or "500m".',
+    )
+    scale_down_stabilization_seconds: int = Field(
+        300,
+        ge=0,
+        le=3600,
+        description="How long a model must have been idle before a copy of it is dropped (and busy "
+        "models are never dropped below their copies in that time): the hysteresis.",
+    )
+
+
+class PoolSpec(_Model):
+    """Pack the models into a pool of pods, each model on as many pods as its load needs, instead of
+    loading every model in every pod (the default when spec.pool is unset)."""
+
+    memory_per_pod: Annotated[Quantity, AfterValidator(_positive_bytes)] = Field(
+        description="Memory each pod gives to its models (GPU or host), e.g. 1200Mi: placement never "
+        "puts models whose spec.models[].memory add up to more on one pod.",
+    )
+    scaling: PoolScaling = Field(
+        default_factory=PoolScaling, description="How each model's copies follow its load."
+    )
+
+
 class TritonServiceSpec(_Model):
     """Desired state of a TritonService."""
 
@@ -623,6 +678,11 @@ class TritonServiceSpec(_Model):
                 }
             ]
         },
+    )
+    pool: PoolSpec | None = Field(
+        None,
+        description="Pack the models into a pool: each pod holds some of them, within memoryPerPod, and "
+        "each model has between its minCopies and maxCopies; unset, every pod loads every model.",
     )
     rollout: Rollout = Field(default_factory=Rollout)
     autoscaling: Autoscaling | None = Field(
@@ -880,6 +940,40 @@ class InPlaceRollout(_Model):
     promoted: bool | None = Field(None, description="A promote request took the update to its end.")
 
 
+class PoolModelStatus(_Model):
+    """One model of the pool: where it is, how many copies, and why not more."""
+
+    name: str
+    pods: list[str] = Field(default_factory=list, description="The pods placement gives the model.")
+    copies: int = Field(0, description="How many pods hold it (the length of pods).")
+    wanted_copies: int = Field(0, description="How many its load asks for, within minCopies and maxCopies.")
+    memory: str | None = Field(None, description="The memory placement counts for one copy.")
+    measured_memory: str | None = Field(
+        None, description="The memory measured at its first load; used from then on instead of the declared."
+    )
+    reason: str = Field(
+        "", description="Why it has no more copies: Wanted, MaxCopies, BudgetFull, TooFewPods."
+    )
+    message: str = ""
+    ready_copies: int | None = Field(
+        None,
+        description="How many of its pods have it READY and on its routes (labelled ready); unset: not "
+        "observed yet.",
+    )
+    endpoints: Endpoints | None = Field(
+        None,
+        description="The model's own Service (<name>-m-<model>) in the cluster: clients send the model's "
+        "requests there (gRPC cannot be routed by model otherwise).",
+    )
+
+
+class PoolStatus(_Model):
+    """The pool's placement (spec.pool): each model's pods and why."""
+
+    pods_needed: int | None = Field(None, description="Pods the models' wanted copies need.")
+    models: list[PoolModelStatus] = Field(default_factory=list)
+
+
 class TritonServiceStatus(_Model):
     """Observed state of a TritonService."""
 
@@ -935,6 +1029,7 @@ class TritonServiceStatus(_Model):
         None, description="Why: what an in-place update reloads, or what forces new pods."
     )
     in_place: InPlaceRollout | None = None
+    pool: PoolStatus | None = Field(None, description="Where each model of the pool is (spec.pool).")
     image: str | None = Field(None, description="The tritonserver image the stable revision runs.")
     default_image: str | None = Field(
         None,

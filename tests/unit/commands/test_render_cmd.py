@@ -17,7 +17,7 @@ from testkit import REPO
 from triton_operator.commands import render
 from triton_operator.core.decision.actions import stamped
 from triton_operator.core.objects.names import APPLIED_ANNOTATION, PLACEHOLDER_UID
-from triton_operator.reconcile.steps import reconcile
+from triton_operator.reconcile.reconcile_pass import reconcile
 from triton_operator.settings import Settings
 
 EXAMPLES = REPO / "examples"

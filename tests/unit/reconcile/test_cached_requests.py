@@ -21,7 +21,7 @@ from triton_operator.core.objects.names import LABEL_MANAGED_BY, LABEL_SERVICE, 
 from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.reconcile.apply import SupersededError
 from triton_operator.reconcile.observe import Absences
-from triton_operator.reconcile.steps import reconcile
+from triton_operator.reconcile.reconcile_pass import reconcile
 from triton_operator.settings import Settings
 
 NS = "ml"

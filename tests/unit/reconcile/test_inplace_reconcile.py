@@ -47,7 +47,7 @@ from triton_operator.models import TritonService
 from triton_operator.reconcile import observe as observe_module
 from triton_operator.reconcile.analysis import TritonView
 from triton_operator.reconcile.pinning import PinnedManifest, summarize
-from triton_operator.reconcile.steps import Result, reconcile
+from triton_operator.reconcile.reconcile_pass import Result, reconcile
 from triton_operator.settings import Settings
 
 NS = "ml"

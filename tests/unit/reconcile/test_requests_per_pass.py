@@ -1,4 +1,4 @@
-"""How many API requests a reconcile pass sends (reconcile.steps over MemKube, a fake of KubeAPI that
+"""How many API requests a reconcile pass sends (reconcile.reconcile_pass over MemKube, a fake of KubeAPI that
 logs every call): a new TritonService's passes until Ready, then a pass with nothing to do.
 
 The API server's CPU is what bounds 5,000 TritonServices created at once (docs/benchmarks.md): a
@@ -17,7 +17,7 @@ from e2e_helpers import tritonservice
 from memkube import Call, MemKube, run_kubelet
 from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.reconcile.observe import Absences
-from triton_operator.reconcile.steps import reconcile
+from triton_operator.reconcile.reconcile_pass import reconcile
 from triton_operator.settings import Settings
 
 NS = "ml"

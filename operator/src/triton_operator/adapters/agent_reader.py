@@ -12,7 +12,7 @@ from triton_operator.core.objects.names import AGENT_PORT, AGENT_STATUS_PATH
 from triton_operator.core.rollout.inplace import AgentStatus, parse_agent_status
 from triton_operator.settings import may_read, read_networks
 
-# The bounds: only while an in-place update moves (reconcile.steps asks), one request per pod per
+# The bounds: only while an in-place update moves (reconcile.reconcile_pass asks), one request per pod per
 # pass, all at once but at most `concurrency` in flight, each ended with its body within `timeout`
 # seconds and `max_bytes` of body, only to pod IPs in `cidrs` (when set). A pod not answering in
 # time is an unreadable status: its step waits (the progress deadline bounds the wait).

@@ -1,7 +1,7 @@
 """KubeAPI that reads what the operator's watches already hold: TritonServices as kopf last handed them,
 owned objects from adapters.owned_watch.OwnedCache; and sends no apply that would store nothing new.
 
-A reconcile pass (reconcile.steps) reads the TritonService and lists its Deployments, ConfigMaps and
+A reconcile pass (reconcile.reconcile_pass) reads the TritonService and lists its Deployments, ConfigMaps and
 pods before it decides: over the API server, four requests a pass. Here:
 
 - ``get_tritonservice`` answers from the body kopf's watch last handed over (``remember``), or the

@@ -40,6 +40,10 @@ class UnknownModelError(AttributeError):
     """A model the TritonService (or the server's repository) does not have."""
 
 
+class ModelNotServedError(ClientError):
+    """A model of a pooled TritonService with no endpoint to send it to yet: not placed, no copy READY."""
+
+
 def parse_url(url: str) -> tuple[Protocol, str, bool]:
     """``http://host:port``, ``grpc://host:port`` (``https``/``grpcs`` for TLS) or a bare ``host:port``
     (gRPC) as (protocol, host:port, ssl); a missing port is Triton's default for the protocol."""
@@ -248,9 +252,13 @@ class TritonClient:
         configs: Mapping[str, Mapping[str, Any]] | None = None,
         service: str | None = None,
         verbose: bool = False,
+        model_urls: Mapping[str, str] | None = None,
+        unserved: Mapping[str, str] | None = None,
     ) -> None:
         """``configs`` (model name -> ModelConfig dict, as a TritonService's spec holds them) are
-        the models this client knows and checks inputs against; without, the server's are read."""
+        the models this client knows and checks inputs against; without, the server's are read.
+        ``model_urls`` sends a model's requests to its own URL (a pool's per-model Service) instead
+        of ``url``; using a model of ``unserved`` raises ModelNotServedError with its message."""
         self.protocol, self.address, self.ssl = parse_url(url)
         scheme = {("http", False): "http", ("http", True): "https", ("grpc", False): "grpc"}.get(
             (self.protocol, self.ssl), "grpcs"
@@ -261,6 +269,9 @@ class TritonClient:
         self._configs = {name: dict(config) for name, config in (configs or {}).items()}
         self._signatures: dict[tuple[str, str], Signature] = {}
         self._index: list[str] | None = None
+        self._model_urls = dict(model_urls or {})
+        self._unserved = dict(unserved or {})
+        self._model_clients: dict[str, TritonClient] = {}
         self._sync = self._new_sync()
         self._aio_client: Any = None
         self._aio_loop: asyncio.AbstractEventLoop | None = None
@@ -274,13 +285,19 @@ class TritonClient:
         namespace: str | None = None,
         *,
         protocol: Protocol = "grpc",
-        host: str | None = None,
+        host: str | Mapping[str, str] | None = None,
         control: Control | None = None,
     ) -> TritonClient:
         """The client of TritonService ``namespace/name`` (the kubeconfig's namespace by default):
         its status.endpoints and its spec's model configs. ``host`` (``HOST`` or ``HOST:PORT``)
         replaces the endpoint's host from outside the cluster (a port-forward, an ingress, the
-        Service's IP where it is reachable)."""
+        Service's IP where it is reachable).
+
+        In a pool (spec.pool) each model's requests go to the model's own Service, as
+        status.pool.models[].endpoints names it; from outside the cluster ``host`` is then either
+        one host (HTTP only: a Gateway whose routes by model send each model's paths on) or a mapping
+        from model name to ``HOST[:PORT]`` (e.g. a port-forward to each model's Service), its ``""``
+        entry for the server-wide endpoint."""
         if control is None:
             from triton_operator.adapters.control import KubeControl  # noqa: PLC0415 - lightkube when needed
 
@@ -290,35 +307,39 @@ class TritonClient:
 
     @classmethod
     def from_tritonservice(
-        cls, obj: Mapping[str, Any], *, protocol: Protocol = "grpc", host: str | None = None
+        cls,
+        obj: Mapping[str, Any],
+        *,
+        protocol: Protocol = "grpc",
+        host: str | Mapping[str, str] | None = None,
     ) -> TritonClient:
         """The client of a TritonService object as the API server returns it."""
         if protocol not in DEFAULT_PORTS:
             raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
         metadata = obj.get("metadata") or {}
         where = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
-        endpoint = ((obj.get("status") or {}).get("endpoints") or {}).get(protocol)
+        status = obj.get("status") or {}
+        endpoint = (status.get("endpoints") or {}).get(protocol)
         if not endpoint:
             raise ClientError(
                 f"TritonService {where} has no status.endpoints.{protocol} yet "
                 "(the operator writes it on its first reconcile)"
             )
-        if host:
-            address = host if ":" in host.rsplit("]", 1)[-1] else f"{host}:{endpoint.rsplit(':', 1)[1]}"
-        else:
-            address = str(endpoint)
-            hostname = address.rsplit(":", 1)[0]
-            try:
-                socket.getaddrinfo(hostname, None)
-            except OSError:
-                raise ClientError(
-                    f"{address} (status.endpoints.{protocol} of TritonService {where}) does not resolve "
-                    "here; from outside the cluster pass host= (a port-forward, an ingress, or the "
-                    "Service's IP where it is reachable)"
-                ) from None
-        models = (obj.get("spec") or {}).get("models") or []
+        server_host = host.get("") if isinstance(host, Mapping) else host
+        address = _address(str(endpoint), server_host, f"status.endpoints.{protocol}", where)
+        spec = obj.get("spec") or {}
+        models = spec.get("models") or []
         configs = {str(m["name"]): dict(m.get("config") or {}) for m in models}
-        return cls(f"{protocol}://{address}", configs=configs, service=where)
+        if not spec.get("pool"):
+            return cls(f"{protocol}://{address}", configs=configs, service=where)
+        model_urls, unserved = _pool_routes(configs, status.get("pool") or {}, protocol, host, where)
+        return cls(
+            f"{protocol}://{address}",
+            configs=configs,
+            service=where,
+            model_urls=model_urls,
+            unserved=unserved,
+        )
 
     def _module(self) -> Any:
         if self.protocol == "http":
@@ -350,10 +371,15 @@ class TritonClient:
     # ------------------------------------------------------------ lifetime
 
     def close(self) -> None:
+        for child in self._model_clients.values():
+            child.close()
         self._sync.close()
 
     async def aclose(self) -> None:
         """Close the asyncio client (made by the first async call) and the synchronous one."""
+        for child in self._model_clients.values():
+            await child.aclose()
+        self._model_clients = {}
         if self._aio_client is not None:
             await self._aio_client.close()
             self._aio_client = None
@@ -398,7 +424,25 @@ class TritonClient:
             raise UnknownModelError(
                 f"no model {name!r} in {source} (its models: {', '.join(known) or 'none'})"
             )
-        return Model(self, name, version)
+        return Model(self._for_model(name), name, version)
+
+    def _for_model(self, name: str) -> TritonClient:
+        """The client that reaches ``name``: this one, or in a pool the one of the model's own endpoint."""
+        if name in self._unserved:
+            raise ModelNotServedError(self._unserved[name])
+        url = self._model_urls.get(name)
+        if url is None:
+            return self
+        if name not in self._model_clients:
+            configs = {name: self._configs[name]} if name in self._configs else None
+            self._model_clients[name] = TritonClient(
+                url, configs=configs, service=self.service, verbose=self._verbose
+            )
+        return self._model_clients[name]
+
+    def model_url(self, name: str) -> str:
+        """The URL ``name``'s requests go to (in a pool its own Service's; else this client's)."""
+        return self._for_model(name).url
 
     def __getattr__(self, name: str) -> Model:
         if name.startswith("_"):
@@ -483,17 +527,21 @@ class TritonClient:
         return bool(self._call("is_server_ready"))
 
     def is_model_ready(self, model_name: str, model_version: str = "") -> bool:
-        return bool(self._call("is_model_ready", model_name, str(model_version)))
+        if model_name in self._unserved:
+            return False
+        target = self._for_model(model_name)
+        return bool(target._call("is_model_ready", model_name, str(model_version)))
 
     def get_server_metadata(self) -> dict[str, Any]:
         return dict(self._call("get_server_metadata"))
 
     def get_model_metadata(self, model_name: str, model_version: str = "") -> dict[str, Any]:
-        return dict(self._call("get_model_metadata", model_name, str(model_version)))
+        return dict(self._for_model(model_name)._call("get_model_metadata", model_name, str(model_version)))
 
     def get_model_config(self, model_name: str, model_version: str = "") -> dict[str, Any]:
         """The config Triton serves (snake_case; over gRPC 64-bit integers are strings)."""
-        return _unwrap_config(self._call("get_model_config", model_name, str(model_version)))
+        target = self._for_model(model_name)
+        return _unwrap_config(target._call("get_model_config", model_name, str(model_version)))
 
     def get_model_repository_index(self) -> list[dict[str, Any]]:
         """Every model of the repository: name, version, state, reason (a list for both protocols)."""
@@ -512,7 +560,9 @@ class TritonClient:
         self._signatures = {k: v for k, v in self._signatures.items() if k[0] != model_name}
 
     def get_inference_statistics(self, model_name: str = "", model_version: str = "") -> dict[str, Any]:
-        return dict(self._call("get_inference_statistics", model_name, str(model_version)))
+        """One model's statistics (in a pool, from one pod of its own endpoint), or every model's."""
+        target = self._for_model(model_name) if model_name else self
+        return dict(target._call("get_inference_statistics", model_name, str(model_version)))
 
     def register_system_shared_memory(self, name: str, key: str, byte_size: int, offset: int = 0) -> None:
         self._sync.register_system_shared_memory(name, key, byte_size, offset=offset)
@@ -550,6 +600,69 @@ class TritonClient:
         return _settings(
             self._call("update_trace_settings", model_name=model_name, settings=dict(settings or {}))
         )
+
+
+def _address(endpoint: str, host: str | None, field: str, where: str) -> str:
+    """``endpoint``'s HOST:PORT with ``host`` (``HOST`` or ``HOST:PORT``) in place of its host, or the
+    endpoint itself where its host resolves here."""
+    if host:
+        return host if ":" in host.rsplit("]", 1)[-1] else f"{host}:{endpoint.rsplit(':', 1)[1]}"
+    hostname = endpoint.rsplit(":", 1)[0]
+    try:
+        socket.getaddrinfo(hostname, None)
+    except OSError:
+        raise ClientError(
+            f"{endpoint} ({field} of TritonService {where}) does not resolve "
+            "here; from outside the cluster pass host= (a port-forward, an ingress, or the "
+            "Service's IP where it is reachable)"
+        ) from None
+    return endpoint
+
+
+def _pool_routes(
+    configs: Mapping[str, Any],
+    pool: Mapping[str, Any],
+    protocol: Protocol,
+    host: str | Mapping[str, str] | None,
+    where: str,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Each model of a pooled TritonService: the URL of its own endpoint (status.pool.models[].endpoints,
+    its host replaced as ``host`` says), or why it has none yet (not placed, no copy READY, no endpoint
+    written, no host to reach it by)."""
+    placed = {str(m.get("name")): m for m in pool.get("models") or [] if isinstance(m, Mapping)}
+    urls: dict[str, str] = {}
+    unserved: dict[str, str] = {}
+    for name in configs:
+        what = f"model {name!r} of TritonService {where}"
+        entry = placed.get(name)
+        ready = entry.get("readyCopies") if entry else None
+        copies = ready if ready is not None else (entry or {}).get("copies") or 0
+        endpoint = ((entry or {}).get("endpoints") or {}).get(protocol)
+        if entry is None:
+            unserved[name] = f"{what} is not placed yet (status.pool.models has no entry for it)"
+        elif not copies:
+            reason = f"{entry.get('reason') or 'no reason yet'}: {entry.get('message') or ''}".rstrip(": ")
+            state = "has no copy READY on its routes" if ready is not None else "is on no pod"
+            unserved[name] = f"{what} {state} yet (status.pool reason {reason})"
+        elif not endpoint:
+            unserved[name] = f"{what} has no status.pool.models[].endpoints.{protocol} yet"
+        elif isinstance(host, Mapping) and name in host:
+            urls[name] = f"{protocol}://{_address(str(endpoint), host[name], '', where)}"
+        elif isinstance(host, str) and host and protocol == "grpc":
+            unserved[name] = (
+                f"{what}: gRPC cannot be routed by model through one host ({host}); pass "
+                f"host={{{name!r}: 'HOST[:PORT]'}} (e.g. a port-forward to {endpoint.split('.')[0]}), or "
+                "use HTTP through a Gateway whose routes send each model's paths to its Service"
+            )
+        elif isinstance(host, str) and host:
+            urls[name] = f"{protocol}://{_address(str(endpoint), host, '', where)}"
+        else:
+            try:
+                field = f"status.pool.models[].endpoints.{protocol} of model {name!r}"
+                urls[name] = f"{protocol}://{_address(str(endpoint), None, field, where)}"
+            except ClientError as exc:
+                unserved[name] = str(exc)
+    return urls, unserved
 
 
 def _unwrap_config(served: Mapping[str, Any]) -> dict[str, Any]:

@@ -40,9 +40,48 @@ class _Window:
     stable: dict[str, PodCounters]
 
 
+@dataclasses.dataclass(frozen=True)
+class Judged:
+    """A verdict in its analysis window, and the window as it stands after it (TritonView.keep records it)."""
+
+    result: AnalysisResult
+    window: _Window
+    pods: tuple[str, ...] = ()
+    """The in-place step's window: the pods it judges as updated (a new set starts a new window)."""
+
+    @property
+    def started(self) -> datetime:
+        return self.window.started
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonSeen:
+    """What a pass read of Triton for one spec it may carry out (TritonView.read): the readings of its
+    pods, the verdicts of the canary's and the in-place step's windows (None: nothing judged, the
+    window goes), and the pods to read from now on (TritonView.keep hands them to the reader)."""
+
+    targets: tuple[PodTarget, ...] = ()
+    metrics_every: float | None = None
+    """How often the pods' metrics are read (None: not read, nothing is analysed)."""
+    readings: Mapping[str, PodReading] = dataclasses.field(default_factory=dict)
+    canary: Judged | None = None
+    in_place: Judged | None = None
+
+    @property
+    def analysis(self) -> AnalysisResult | None:
+        return self.canary.result if self.canary is not None else None
+
+    @property
+    def in_place_analysis(self) -> AnalysisResult | None:
+        return self.in_place.result if self.in_place is not None else None
+
+
 class TritonView:
     """What one operator knows of Triton in its pods: the reader's readings, and the analysis windows.
 
+    A pass reads (``read``: the readings there are and each window's verdict, changing nothing) before
+    it decides, and records what it carries out after (``keep``: the pods to read, the windows), so
+    a spec refused by the API server leaves no trace and the last valid one goes on from the same read.
     A window starts at the first pass that judges the canary at its weight, whether a reading is
     there yet or not: a canary pod whose metrics stay missing (never read, or its reads fail)
     keeps the verdict Inconclusive, and onInconclusive applies once the window has run
@@ -58,16 +97,13 @@ class TritonView:
         self._windows: dict[Owner, _Window] = {}
         self._in_place: dict[Owner, tuple[tuple[str, ...], _Window]] = {}
         """The in-place step's window (the pods it judges as updated, and their baselines)."""
-        self._pods: dict[Owner, list[PodTarget]] = {}
-        """The pods handed to the reader in the last pass (also those it may not read)."""
 
     def forget(self, namespace: str, name: str) -> None:
         self._windows.pop((namespace, name), None)
         self._in_place.pop((namespace, name), None)
-        self._pods.pop((namespace, name), None)
         self.reader.forget((namespace, name))
 
-    def look(
+    def read(
         self,
         owner: Owner,
         ts: TritonService,
@@ -75,37 +111,69 @@ class TritonView:
         desired: str,
         pods: Sequence[PodState],
         *,
+        now: datetime,
         in_place: bool = False,
-    ) -> dict[str, PodReading]:
-        """Hand the pods of the stable, the canary and the desired revision to the reader, and take
-        the readings it has (never waiting for one). ``in_place``: an in-place update moves (its
-        pods' metrics are read at the analysis' interval, as a canary's)."""
+        sides: AnalysisSides | None = None,
+    ) -> TritonSeen:
+        """The readings of the pods of the stable, the canary and the ``desired`` revision (those the
+        reader has: never waiting for one), and the verdicts of the canary's window and of the
+        in-place step's (``sides``: the pods it moved, and the others) at ``now``. ``in_place``: an
+        in-place update moves (its pods' metrics are read at the analysis' interval, as a canary's).
+        Changes nothing: ``keep`` records what the pass carries out."""
         revisions = {r for r in (status.stable_revision, status.canary_revision, desired) if r}
-        targets = [
+        targets = tuple(
             PodTarget(uid=p.uid, ip=p.ip, revision=p.revision, restarts=p.triton_restarts, name=p.name)
             for p in pods
             if p.revision in revisions and p.ip and p.uid and not p.terminating
-        ]
-        self._pods[owner] = targets
+        )
         analysis = ts.spec.rollout.analysis
         judged = analysis is not None and (in_place or under_analysis(ts.spec.rollout, status))
         every = float(analysis.interval_seconds) if analysis is not None and judged else None
-        self.reader.watch(owner, targets, every)
-        return self.reader.readings(owner)
+        readings = self._held(owner, targets)
+        return TritonSeen(
+            targets=targets,
+            metrics_every=every,
+            readings=readings,
+            canary=self._judge(owner, ts, status, readings, targets=targets, now=now),
+            in_place=self._judge_in_place(owner, ts, sides, readings, targets=targets, now=now),
+        )
 
-    def judge(
+    def keep(self, owner: Owner, seen: TritonSeen) -> None:
+        """Record what the pass carries out: its pods are read from now on (metrics too while
+        analysed), and its windows stand (a window not judged goes)."""
+        self.reader.watch(owner, seen.targets, seen.metrics_every)
+        if seen.canary is None:
+            self._windows.pop(owner, None)
+        else:
+            self._windows[owner] = seen.canary.window
+        if seen.in_place is None:
+            self._in_place.pop(owner, None)
+        else:
+            self._in_place[owner] = (seen.in_place.pods, seen.in_place.window)
+
+    def _held(self, owner: Owner, targets: Sequence[PodTarget]) -> dict[str, PodReading]:
+        """The reader's last reading of each of ``targets`` (of its current process), by uid."""
+        wanted = {t.uid: t for t in targets if self.reader.allowed(t.ip)}
+        return {
+            uid: reading
+            for uid, reading in self.reader.readings(owner).items()
+            if uid in wanted and reading.restarts == wanted[uid].restarts
+        }
+
+    def _judge(
         self,
         owner: Owner,
         ts: TritonService,
         status: RolloutStatus,
         readings: Mapping[str, PodReading],
+        *,
+        targets: Sequence[PodTarget],
         now: datetime,
-    ) -> AnalysisResult | None:
+    ) -> Judged | None:
         """The canary's verdict in the window of its current weight (Inconclusive while a canary
-        pod's metrics are missing); None when nothing is analysed (the window is dropped)."""
+        pod's metrics are missing); None when nothing is analysed (the window goes)."""
         spec = ts.spec.rollout.analysis
         if spec is None or not under_analysis(ts.spec.rollout, status):
-            self._windows.pop(owner, None)
             return None
         canary, stable = status.canary_revision or "", status.stable_revision or ""
         weight = status.canary_weight or 0
@@ -113,11 +181,11 @@ class TritonView:
         window = self._windows.get(owner)
         if window is None or (window.revision, window.weight) != (canary, weight):
             window = _Window(canary, weight, now, {}, {})
-            self._windows[owner] = window
-        for baseline, current in ((window.canary, sides[canary]), (window.stable, sides[stable])):
-            for key, counters in current.items():
-                baseline.setdefault(key, counters)
-        return judge(
+        # Each pod's baseline is its first reading in the window.
+        window = dataclasses.replace(
+            window, canary={**sides[canary], **window.canary}, stable={**sides[stable], **window.stable}
+        )
+        result = judge(
             spec,
             judged_models(spec, [m.name for m in ts.spec.models]),
             increase(window.canary, sides[canary]),
@@ -125,31 +193,33 @@ class TritonView:
             revision=canary,
             weight=weight,
             window_seconds=(now - window.started).total_seconds(),
-            missing=self._missing(owner, canary, readings),
+            missing=self._missing_of([t for t in targets if t.revision == canary], readings),
         )
+        return Judged(result, window)
 
-    def judge_in_place(
+    def _judge_in_place(
         self,
         owner: Owner,
         ts: TritonService,
         sides: AnalysisSides | None,
         readings: Mapping[str, PodReading],
+        *,
+        targets: Sequence[PodTarget],
         now: datetime,
-    ) -> AnalysisResult | None:
+    ) -> Judged | None:
         """The in-place step's verdict: the pods it moved to the next revision (``sides.updated``, the
         canary side) against the pods not asked yet (the stable side), in a window that starts when
         these pods were first judged together, with spec.rollout.analysis' metrics and thresholds
-        as for a canary; None when nothing is judged (the window is dropped)."""
+        as for a canary; None when nothing is judged (the window goes)."""
         spec = ts.spec.rollout.analysis
         if spec is None or sides is None:
-            self._in_place.pop(owner, None)
             return None
         held = self._in_place.get(owner)
         if held is None or held[0] != sides.updated or held[1].revision != sides.revision:
-            held = (sides.updated, _Window(sides.revision, sides.weight, now, {}, {}))
-            self._in_place[owner] = held
-        window = held[1]
-        by_name = {t.name: t for t in self._pods.get(owner, [])}
+            window = _Window(sides.revision, sides.weight, now, {}, {})
+        else:
+            window = held[1]
+        by_name = {t.name: t for t in targets}
 
         def counters(names: Sequence[str]) -> dict[str, PodCounters]:
             out: dict[str, PodCounters] = {}
@@ -161,10 +231,10 @@ class TritonView:
             return out
 
         updated, baseline = counters(sides.updated), counters(sides.baseline)
-        for kept, current in ((window.canary, updated), (window.stable, baseline)):
-            for key, value in current.items():
-                kept.setdefault(key, value)
-        return judge(
+        window = dataclasses.replace(
+            window, canary={**updated, **window.canary}, stable={**baseline, **window.stable}
+        )
+        result = judge(
             spec,
             judged_models(spec, [m.name for m in ts.spec.models]),
             increase(window.canary, updated),
@@ -177,14 +247,7 @@ class TritonView:
                 readings,
             ),
         )
-
-    def in_place_window_started(self, owner: Owner) -> datetime | None:
-        held = self._in_place.get(owner)
-        return held[1].started if held is not None else None
-
-    def _missing(self, owner: Owner, canary: str, readings: Mapping[str, PodReading]) -> list[str]:
-        """The canary pods without counters in ``readings``, each as "name (why)"."""
-        return self._missing_of([t for t in self._pods.get(owner, []) if t.revision == canary], readings)
+        return Judged(result, window, sides.updated)
 
     def _missing_of(self, targets: Sequence[PodTarget], readings: Mapping[str, PodReading]) -> list[str]:
         """The pods of ``targets`` without counters in ``readings``, each as "name (why)"."""
@@ -212,10 +275,6 @@ class TritonView:
             return {}
         host = {p.name: p.ip for p in pods if p.revision == state.host and p.live}
         return await self.agents.read(host)
-
-    def window_started(self, owner: Owner) -> datetime | None:
-        window = self._windows.get(owner)
-        return window.started if window is not None else None
 
 
 def _counters(readings: Mapping[str, PodReading], revision: str) -> dict[str, PodCounters]:

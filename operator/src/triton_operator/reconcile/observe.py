@@ -1,6 +1,6 @@
 """What one reconcile reads, all before it decides: the TritonService, the objects it owns, the pods'
-model-agents during an in-place update, what an undo may not reach, and for the spec it carries out
-the HPAs, the PodDisruptionBudget and the routes."""
+model-agents during an in-place update, what an undo may not reach, and for each spec it may carry
+out the HPAs, the PodDisruptionBudget, the routes, Triton's readings and the analysis windows."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from triton_operator.adapters.kube import (
     Owned,
 )
 from triton_operator.core import tuning
-from triton_operator.core.decision.decide import Observed
+from triton_operator.core.decision.decide import Observed, Target
+from triton_operator.core.decision.inplace_plan import in_place_sides
 from triton_operator.core.decision.scaling import Autoscalers
 from triton_operator.core.objects.builders import disruption_budget_enabled
 from triton_operator.core.objects.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
@@ -32,11 +33,10 @@ from triton_operator.core.repository.manifest import (
     stale_pins,
 )
 from triton_operator.core.rollout.clock import format_time
-from triton_operator.core.rollout.inplace import AgentStatus
+from triton_operator.core.rollout.inplace import AgentStatus, InPlaceState
 from triton_operator.core.rollout.requests import pending_requests
 from triton_operator.core.rollout.state import RolloutStatus
-from triton_operator.models import TritonService
-from triton_operator.reconcile.analysis import TritonView
+from triton_operator.reconcile.analysis import TritonSeen, TritonView
 from triton_operator.reconcile.autoscaling import look
 from triton_operator.reconcile.pinning import PinnedManifest, parse_manifest
 from triton_operator.reconcile.routes import Routes, read_routes
@@ -182,15 +182,19 @@ def live_replicas(body: Mapping[str, Any]) -> int | None:
 
 @dataclasses.dataclass(frozen=True)
 class Around:
-    """What a pass reads for the spec it carries out (the current one, or the last valid one while
-    the current one is blocked), beside the objects it owns: read before the decision, never after."""
+    """A spec the pass may carry out (the current one, or the last valid one while the current one is
+    blocked or refused), and what was read for it beside the objects it owns: read before the
+    decision, never after."""
 
+    target: Target
     autoscalers: Autoscalers | None
     """The namespace's HPAs that target the service (None: not listed, see reconcile.autoscaling.look)."""
     stale_disruption_budget: bool
     """The PodDisruptionBudget exists while the spec no longer wants one (looked up only then)."""
     routes: Routes
     """The Gateway API routes the spec names, as read (none when it names none)."""
+    triton: TritonSeen | None = None
+    """Triton's readings of its pods and the analysis windows' verdicts (None: Triton is not read)."""
 
 
 class Absences:
@@ -218,13 +222,19 @@ class Absences:
 
 
 async def observe_specs(
-    kube: KubeAPI, seen: Seen, specs: Sequence[TritonService], absences: Absences | None = None
+    kube: KubeAPI,
+    seen: Seen,
+    targets: Sequence[Target],
+    absences: Absences | None = None,
+    triton: TritonView | None = None,
 ) -> list[Around]:
-    """Read what the decision for each of ``specs`` needs beyond ``seen``: HPAs, the PodDisruptionBudget,
-    the routes. ``specs``: the spec the pass carries out, and the last valid one it carries out
+    """Read what the decision for each of ``targets`` needs beyond ``seen``: HPAs, the
+    PodDisruptionBudget, the routes, and Triton's readings and analysis verdicts (``triton``; None:
+    not read). ``targets``: the spec the pass carries out, and the last valid one it carries out
     instead should the API server refuse the first: read together, each object once, so that a
-    pass reads nothing after its first write. ``absences``: the PodDisruptionBudgets known absent
+    pass reads nothing after it has decided. ``absences``: the PodDisruptionBudgets known absent
     (None: none is)."""
+    specs = [t.ts for t in targets]
     scalers = await look(kube, specs, seen.metadata, seen.previous)
     # A PodDisruptionBudget a spec no longer wants is looked up (and deleted) only then, and only
     # while it may exist: not before the first pass applied anything, nor once known absent.
@@ -239,9 +249,32 @@ async def observe_specs(
             absences.absent(seen.namespace, seen.name)
     routes = await read_routes(kube, specs)
     return [
-        Around(autoscalers=s, stale_disruption_budget=pdb and u, routes=r)
-        for s, u, r in zip(scalers, unwanted, routes, strict=True)
+        Around(
+            target=t,
+            autoscalers=s,
+            stale_disruption_budget=pdb and u,
+            routes=r,
+            triton=observe_triton(triton, seen, t) if triton is not None else None,
+        )
+        for t, s, u, r in zip(targets, scalers, unwanted, routes, strict=True)
     ]
+
+
+def observe_triton(triton: TritonView, seen: Seen, target: Target) -> TritonSeen:
+    """What the operator holds of Triton for ``target``: its pods' readings, and the verdicts of the
+    canary's and the in-place step's analysis windows at this pass's moment (reconcile.analysis;
+    nothing is waited for, nothing recorded: the pass keeps what it carries out)."""
+    moving = InPlaceState.from_status(seen.previous)
+    return triton.read(
+        (seen.namespace, seen.name),
+        target.ts,
+        RolloutStatus.from_status(seen.previous),
+        target.revision,
+        seen.pods,
+        now=seen.moment,
+        in_place=moving is not None and moving.next is not None,
+        sides=in_place_sides(seen.previous, seen.pods, seen.agents),
+    )
 
 
 def observed(seen: Seen, around: Around | None = None) -> Observed:

@@ -25,7 +25,7 @@ from triton_operator.reconcile.analysis import TritonView
 from triton_operator.reconcile.apply import SupersededError
 from triton_operator.reconcile.observe import Absences
 from triton_operator.reconcile.pinning import RepositoryPinner
-from triton_operator.reconcile.steps import Result, reconcile
+from triton_operator.reconcile.reconcile_pass import Result, reconcile
 from triton_operator.settings import Settings
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Autoscaling, pure: spec.autoscaling validated and rendered as an owned HPA, the /scale subresource's
 status, and a user's or KEDA's HPA told apart from the operator's. Whole passes over MemKube are in
-test_reconcile_steps.py; tests/e2e/test_autoscaling_e2e.py runs the real HPA controller."""
+test_reconcile_pass.py; tests/e2e/test_autoscaling_e2e.py runs the real HPA controller."""
 
 from __future__ import annotations
 

@@ -550,6 +550,14 @@ def revision_of(doc: dict[str, Any], settings: Settings = SETTINGS, digest: str 
     return compute_revision(checked.ts, settings, checked.configs, digest)
 
 
+def _pooled(spec: dict[str, Any]) -> None:
+    """Where the pool places models is decided per pass and carried out by the agents, not by the
+    pod template: packing a service's models makes no new pods."""
+    spec["pool"] = {"memoryPerPod": "4Gi"}
+    for model in spec["models"]:
+        model.update(memory="100Mi", minCopies=1, maxCopies=1)
+
+
 SAME_REVISION = [
     ("replicas", lambda s: s.update(replicas=7)),
     ("rollout steps", lambda s: s.update(rollout={"steps": [{"setWeight": 10}, {"pause": {}}]})),
@@ -558,7 +566,9 @@ SAME_REVISION = [
     ("default spelled out", lambda s: s.update(shmSize="1Gi")),
     ("model volume unset", lambda s: s.update(modelVolume=None)),
     ("model volume empty", lambda s: s.update(modelVolume={})),
+    ("pool", _pooled),
 ]
+
 NEW_REVISION = [
     ("image", lambda s: s.update(image="my/triton:2")),
     ("server args", lambda s: s.update(serverArgs=["--log-verbose=1"])),

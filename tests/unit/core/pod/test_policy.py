@@ -17,7 +17,7 @@ from triton_operator.commands import render
 from triton_operator.core.observed.observation import check_body
 from triton_operator.core.pod import policy
 from triton_operator.core.vocabulary import conditions as cond
-from triton_operator.reconcile import steps
+from triton_operator.reconcile import reconcile_pass
 from triton_operator.settings import DEFAULT_FORBIDDEN_VOLUME_TYPES, Settings
 
 EXAMPLES = REPO / "examples"
@@ -138,7 +138,7 @@ async def test_a_refused_spec_is_held_and_the_serving_revision_stays() -> None:
     api = FakeClient()
     api.put(tritonservice())
     kube = Kube(api)  # type: ignore[arg-type]
-    first = await steps.reconcile(kube, "ml", "svc", Settings())
+    first = await reconcile_pass.reconcile(kube, "ml", "svc", Settings())
     assert first.invalid is None, first.invalid
     deployments = api.of_kind("Deployment")
     assert [d["metadata"]["name"] for d in deployments] == [f"svc-{first.revision}"]
@@ -148,7 +148,7 @@ async def test_a_refused_spec_is_held_and_the_serving_revision_stays() -> None:
     assert body is not None
     body["spec"]["volumes"] = [HOST_PATH]
     body["metadata"]["generation"] = 2
-    held = await steps.reconcile(kube, "ml", "svc", Settings())
+    held = await reconcile_pass.reconcile(kube, "ml", "svc", Settings())
 
     assert held.reason == cond.REFUSED_BY_POLICY
     assert held.invalid is not None and "spec.volumes[0].hostPath" in held.invalid
@@ -377,7 +377,7 @@ async def test_a_privileged_spec_is_held_and_the_serving_revision_stays() -> Non
     api = FakeClient()
     api.put(tritonservice())
     kube = Kube(api)  # type: ignore[arg-type]
-    first = await steps.reconcile(kube, "ml", "svc", Settings())
+    first = await reconcile_pass.reconcile(kube, "ml", "svc", Settings())
     assert first.invalid is None, first.invalid
     before = [dict(d["spec"]) for d in api.of_kind("Deployment")]
 
@@ -386,7 +386,7 @@ async def test_a_privileged_spec_is_held_and_the_serving_revision_stays() -> Non
     body["spec"]["securityContext"] = {"privileged": True}
     body["spec"]["serviceAccountName"] = "node-admin"
     body["metadata"]["generation"] = 2
-    held = await steps.reconcile(kube, "ml", "svc", Settings())
+    held = await reconcile_pass.reconcile(kube, "ml", "svc", Settings())
 
     assert held.reason == cond.REFUSED_BY_POLICY
     assert [dict(d["spec"]) for d in api.of_kind("Deployment")] == before

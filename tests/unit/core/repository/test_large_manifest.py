@@ -63,7 +63,7 @@ from triton_operator.core.repository.manifest import (
 )
 from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.core.vocabulary import conditions as cond
-from triton_operator.reconcile import pinning, steps
+from triton_operator.reconcile import pinning, reconcile_pass
 from triton_operator.settings import Settings
 
 SETTINGS = Settings()
@@ -290,7 +290,7 @@ async def test_configs_that_fit_only_without_the_spec_copy_are_an_invalid_spec_n
     assert ts is not None
     ts["spec"]["models"] = [big]
     ts["metadata"]["generation"] = 2
-    result = await steps.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
+    result = await reconcile_pass.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
     assert not api.refused
     assert result.reason == cond.INVALID_SPEC and result.invalid is not None
     assert "copy of the spec" in result.invalid and "Pin fewer objects" not in result.invalid
@@ -482,13 +482,13 @@ async def serving(api: FakeClient, pinner: Pinner) -> str:
     """Reconcile a new TritonService to a stable revision whose pods are Ready; its revision."""
     api.put(tritonservice())
     kube = Kube(api)  # type: ignore[arg-type]
-    await steps.reconcile(kube, "ml", "big", SETTINGS, pin_manifest=pinner)
+    await reconcile_pass.reconcile(kube, "ml", "big", SETTINGS, pin_manifest=pinner)
     for deployment in api.of_kind("Deployment"):
         replicas = deployment["spec"]["replicas"]
         deployment["status"] = {
             k: replicas for k in ("replicas", "readyReplicas", "updatedReplicas", "availableReplicas")
         }
-    result = await steps.reconcile(kube, "ml", "big", SETTINGS, pin_manifest=pinner)
+    result = await reconcile_pass.reconcile(kube, "ml", "big", SETTINGS, pin_manifest=pinner)
     assert result.status is not None and result.status.get("stableRevision"), result.status
     return str(result.status["stableRevision"])
 
@@ -507,7 +507,7 @@ async def test_a_repository_grown_to_50000_objects_rolls_out_through_the_api_ser
     pinner = Pinner(small_manifest())
     stable = await serving(api, pinner)
     pinner.manifest = manifest
-    result = await steps.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
+    result = await reconcile_pass.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
     assert result.invalid is None, result.invalid
     assert api.refused == []
     assert result.revision != stable
@@ -520,7 +520,7 @@ async def test_a_repository_grown_to_50000_objects_rolls_out_through_the_api_ser
     assert (ready["status"], ready["reason"]) == ("True", cond.MANIFEST_PINNED)
     assert "50000 objects" in ready["message"]
     # the next reconcile gets the new revision's manifest back from its parts
-    await steps.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
+    await reconcile_pass.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
     assert pinner.current[-1] == text
 
 
@@ -539,7 +539,7 @@ async def test_a_manifest_the_api_server_refuses_for_its_size_is_a_condition_and
     writes = len(api.writes)
     monkeypatch.setattr(manifestparts, "CONFIGMAP_BUDGET", budget)
     pinner.manifest = manifest
-    result = await steps.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
+    result = await reconcile_pass.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
     assert [c for c, _, _ in api.refused] == [code]
     assert result.reason == cond.MANIFEST_TOO_LARGE
     assert result.ts is not None  # the repository poll goes on
@@ -572,7 +572,7 @@ async def test_more_parts_than_a_revision_gets_is_refused_before_anything_is_wri
     monkeypatch.setattr(manifestparts, "MAX_PARTS", 2)
     pinner.manifest = manifest
     before = copy.deepcopy(api.objects)
-    result = await steps.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
+    result = await reconcile_pass.reconcile(Kube(api), "ml", "big", SETTINGS, pin_manifest=pinner)  # type: ignore[arg-type]
     assert result.reason == cond.MANIFEST_TOO_LARGE
     # no part of the new manifest written; the serving revision's objects applied again unchanged
     assert not [kind for _, kind, _ in api.writes[writes:] if kind == "ConfigMap"]

@@ -68,6 +68,20 @@ class Observed:
 
 
 @dataclasses.dataclass(frozen=True)
+class Target:
+    """What a pass carries out (reconcile.observe reads what it needs): a spec, the revision it renders,
+    its models' configs and its pinned manifest, and the revisions an undo may not go back to."""
+
+    ts: TritonService
+    revision: str
+    configs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    manifest_json: str | None = None
+    """The pinned manifest's JSON (None: pinning is off)."""
+    unsyncable: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Revisions an undo must not go back to (their pinned objects were overwritten), and why."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Decision:
     """What one pass does: the rollout engine's plan, and the writes that carry it out."""
 

@@ -108,14 +108,16 @@ def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]
     spec: dict[str, Any] = ts.spec.model_dump(
         by_alias=True, exclude_none=True, exclude_defaults=True, mode="json"
     )
-    for served_elsewhere in ("replicas", "rollout", "service", "image"):
+    # The pool is placed per pass and carried out by the pods' agents, not by the template.
+    for served_elsewhere in ("replicas", "rollout", "service", "image", "pool"):
         spec.pop(served_elsewhere, None)
     if not spec.get("modelVolume"):
         spec.pop("modelVolume", None)  # `modelVolume: {}` renders the pod that no modelVolume does
     repository = dict(spec.get("repository", {}))
     repository.pop("pollIntervalSeconds", None)
     spec["repository"] = repository
-    spec["models"] = [{k: v for k, v in m.items() if k != "config"} for m in spec.get("models", [])]
+    models = spec.get("models", [])
+    spec["models"] = [{k: v for k, v in m.items() if k not in _NOT_IN_TEMPLATE} for m in models]
     # The sync image and its pull policy are the operator's plumbing, not what a pod serves: an
     # operator upgrade must not make a new revision of every TritonService (see kept_sync_image).
     inputs: dict[str, Any] = {"spec": spec, "image": triton_image(ts, settings)}
@@ -127,6 +129,11 @@ def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]
         # new pods (left out when off, so existing hashes stay).
         inputs["modelUpdates"] = ModelUpdates.IN_PLACE.value
     return inputs
+
+
+_NOT_IN_TEMPLATE = frozenset({"config", "memory", "minCopies", "maxCopies"})
+"""A model's fields that are not pod template inputs: its config enters the hash as rendered text,
+and its pool fields (memory, least and most copies) are the pool's placement."""
 
 
 def in_place(ts: TritonService) -> bool:

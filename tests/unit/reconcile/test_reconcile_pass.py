@@ -1,4 +1,4 @@
-"""Whole reconcile passes (reconcile.steps.reconcile) over MemKube, an in-memory fake of KubeAPI: the
+"""Whole reconcile passes (reconcile.reconcile_pass.reconcile) over MemKube, an in-memory fake of KubeAPI: the
 order of the writes, the status written only when it changed, an invalid spec held.
 
 The API server is faked (tests/e2e runs these passes against a real one); so are the Deployment
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -20,6 +20,8 @@ from pod_bodies import CREATED, started_pod
 from triton_operator import GROUP as KIND_GROUP
 from triton_operator import KIND
 from triton_operator.adapters.kube import ObjectRejectedError
+from triton_operator.adapters.triton_reader import Owner, PodTarget, TritonReader
+from triton_operator.core.decision import decide as decide_module
 from triton_operator.core.observed import observation
 from triton_operator.core.repository.manifest import (
     ObjectInfo,
@@ -32,9 +34,11 @@ from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile import observe as observe_module
+from triton_operator.reconcile import reconcile_pass
+from triton_operator.reconcile.analysis import TritonView
 from triton_operator.reconcile.apply import SupersededError
 from triton_operator.reconcile.pinning import PinnedManifest, summarize
-from triton_operator.reconcile.steps import Result, reconcile
+from triton_operator.reconcile.reconcile_pass import Result, reconcile
 from triton_operator.settings import Settings
 
 NS = "ml"
@@ -815,6 +819,151 @@ async def test_a_spec_the_api_server_refuses_is_held_in_the_same_pass_without_re
         ("get", "PodDisruptionBudget"),
         ("get", "HTTPRoute"),
     } <= {(m, k) for m, k, _ in reads}
+
+
+class Timeline:
+    """One pass's reads and writes in order: MemKube's calls, each call to the TritonView (``keep``
+    records what the pass carries out: a write; anything else reads), and each call to decide."""
+
+    def __init__(self, kube: MemKube) -> None:
+        self.kube = kube
+        self.events: list[tuple[str, str, int]] = []
+        """(read | write | decide, what, how many API calls were made before it)."""
+
+    def note(self, what: str, label: str) -> None:
+        self.events.append((what, label, len(self.kube.calls)))
+
+    def merged(self, since: int) -> list[tuple[str, str]]:
+        """Every event from API call ``since`` on, the API calls among them, in the order they came."""
+        out: list[tuple[str, str]] = []
+        done = since
+        for what, label, at in self.events:
+            for call in self.kube.calls[done:at]:
+                out.append(("read" if call.method in READS else "write", f"{call.method} {call.kind}"))
+            done = max(done, at)
+            out.append((what, label))
+        for call in self.kube.calls[done:]:
+            out.append(("read" if call.method in READS else "write", f"{call.method} {call.kind}"))
+        return out
+
+
+class Recorded:
+    """A TritonView whose every call is put on the timeline."""
+
+    def __init__(self, view: TritonView, timeline: Timeline) -> None:
+        self.view = view
+        self.timeline = timeline
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.view, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.timeline.note("write" if name == "keep" else "read", f"triton.{name}")
+            return attr(*args, **kwargs)
+
+        return call
+
+
+class Holding(TritonReader):
+    """The operator's Triton reader, reading nothing: a pass takes the readings it holds (none)."""
+
+    def watch(self, owner: Owner, targets: Sequence[PodTarget], metrics_every: float | None = None) -> None:
+        self.watched = (owner, tuple(targets), metrics_every)
+
+
+@pytest.mark.parametrize("refused", [False, True])
+async def test_a_pass_reads_nothing_after_it_has_decided(
+    routed: MemKube, monkeypatch: pytest.MonkeyPatch, refused: bool
+) -> None:
+    """Read -> decide -> write: the API server, Triton's readings and the analysis windows are all read
+    before decide is first called and before the first write (a Warning Event included), also when
+    the API server refuses the new spec and the pass carries out the last valid one instead."""
+    kube = routed
+    kube.edit(KIND, NS, "svc", lambda obj: obj["spec"]["rollout"].update(analysis={"intervalSeconds": 5}))
+    view = TritonView(Holding(period=3600, ports=(1, 1)))
+    timeline = Timeline(kube)
+    triton: Any = Recorded(view, timeline)
+
+    async def step() -> Result:
+        return await reconcile(kube, NS, "svc", SETTINGS, triton=triton, clock=lambda: NOW)
+
+    await step()
+    kubelet(kube)
+    await step()
+    change_model(kube, maxBatchSize=4)
+    await step()
+    kubelet(kube)
+    await step()  # canary B Ready at weight 50, under analysis
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None and stored["status"].get("canaryWeight") == 50
+    # A new spec with a warning (an unknown backend: a Warning Event), the canary still judged.
+    kube.edit(KIND, NS, "svc", lambda ts: ts["spec"].update(image="nvcr.io/nvidia/tritonserver:25.01-py3"))
+    change_model(kube, backend="vllm")
+    if refused:
+        field = 'spec.template.spec.volumes[0].name: Invalid value: "Not_A_DNS_Label"'
+        kube.fail_next("apply", ObjectRejectedError("Deployment", "svc-new", field), kind="Deployment")
+    real_decide = decide_module.decide
+
+    def decide(*args: Any, **kwargs: Any) -> Any:
+        timeline.note("decide", "decide")
+        return real_decide(*args, **kwargs)
+
+    monkeypatch.setattr(reconcile_pass, "decide", decide)
+    mark, timeline.events = len(kube.calls), []
+    result = await step()
+    assert (result.invalid is not None) is refused
+    events = timeline.merged(mark)
+    kinds = [what for what, _ in events]
+    assert kinds.count("decide") == (2 if refused else 1), events
+    first_decide = kinds.index("decide")
+    first_write = kinds.index("write")
+    late = [e for e in events[min(first_decide, first_write) :] if e[0] == "read"]
+    assert not late, events
+    assert ("read", "triton.read") in events and ("write", "triton.keep") in events
+    assert ("write", "post_event Event") in events  # the spec warning
+    window = view._windows.get((NS, "svc"))
+    assert window is not None and window.started == NOW  # the window the pass judged is kept
+
+
+async def test_a_refused_spec_leaves_the_analysis_window_of_the_spec_carried_out(routed: MemKube) -> None:
+    """A new spec without analysis that the API server refuses is only read, never kept: the last
+    valid spec carried out in its place goes on judging the canary in the window it started."""
+    kube = routed
+    kube.edit(KIND, NS, "svc", lambda obj: obj["spec"]["rollout"].update(analysis={"intervalSeconds": 5}))
+    view = TritonView(Holding(period=3600, ports=(1, 1)))
+    now = NOW
+
+    async def step() -> Result:
+        return await reconcile(kube, NS, "svc", SETTINGS, triton=view, clock=lambda: now)
+
+    await step()
+    kubelet(kube)
+    await step()
+    change_model(kube, maxBatchSize=4)
+    await step()
+    kubelet(kube)
+    await step()  # canary B Ready at weight 50
+    canary = await step()  # judged at its weight: its window starts now
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None and stored["status"]["analysis"]["windowStartedAt"] == "2026-01-01T12:00:00Z"
+
+    def refused_spec(obj: dict[str, Any]) -> None:
+        obj["spec"]["models"][0]["config"]["maxBatchSize"] = 8
+        obj["spec"]["rollout"].pop("analysis")
+
+    kube.edit(KIND, NS, "svc", refused_spec)
+    field = 'spec.template.spec.volumes[0].name: Invalid value: "Not_A_DNS_Label"'
+    kube.fail_next("apply", ObjectRejectedError("Deployment", "svc-new", field), kind="Deployment")
+    now = NOW + datetime.timedelta(seconds=30)
+    held = await step()
+    assert held.invalid is not None and held.revision == canary.revision
+    stored = kube.find(KIND, NS, "svc")
+    assert stored is not None and stored["status"]["canaryRevision"] == canary.revision
+    assert stored["status"]["analysis"]["windowStartedAt"] == "2026-01-01T12:00:00Z"
+    window = view._windows.get((NS, "svc"))
+    assert window is not None and window.started == NOW
 
 
 async def test_a_pass_parses_each_pod_once(kube: MemKube, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,5 @@
-"""One reconcile pass of a TritonService: observe (reconcile.observe) -> decide (core.decision.decide) ->
-apply (reconcile.apply)."""
+"""One reconcile pass of a TritonService: observe (reconcile.observe: every read) -> decide
+(core.decision.decide) -> write (reconcile.apply)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,15 @@ from typing import Any
 
 from triton_operator import logs
 from triton_operator.adapters.kube import KubeAPI, ObjectRejectedError
-from triton_operator.core.decision.decide import Shown, decide, decided_status, held_status
-from triton_operator.core.decision.inplace_plan import in_place_sides
+from triton_operator.core.decision.decide import (
+    Decision,
+    Observed,
+    Shown,
+    Target,
+    decide,
+    decided_status,
+    held_status,
+)
 from triton_operator.core.objects.builders import compute_revision, stored_spec, triton_image
 from triton_operator.core.objects.names import object_name, revision_object_names
 from triton_operator.core.observed.observation import (
@@ -26,15 +33,13 @@ from triton_operator.core.observed.observation import (
 from triton_operator.core.pod.policy import policy_errors
 from triton_operator.core.repository.manifestparts import ManifestTooLarge
 from triton_operator.core.rollout.clock import utcnow
-from triton_operator.core.rollout.inplace import InPlaceState
 from triton_operator.core.rollout.plan import RolloutPlan
-from triton_operator.core.rollout.state import RolloutStatus
 from triton_operator.core.spec.validation.errors import format_errors
 from triton_operator.core.spec.validation.spec import spec_warnings
 from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
-from triton_operator.reconcile.analysis import TritonView, analysis_status, models_status
+from triton_operator.reconcile.analysis import Judged, TritonSeen, TritonView, analysis_status, models_status
 from triton_operator.reconcile.apply import NotStoredError, apply, post_event, write_status
 from triton_operator.reconcile.autoscaling import AUTOSCALER_RETRY_SECONDS
 from triton_operator.reconcile.observe import (
@@ -134,12 +139,13 @@ async def reconcile(
     engine (core.rollout) decides the replicas of every revision, the traffic and the status;
     this function carries out its plan and says when to come back (Result.requeue_after).
     A spec that cannot be applied (invalid, its repository unreadable, refused by the API server)
-    changes nothing it asks for: the rollout goes on under the last valid spec (_hold).
+    changes nothing it asks for: the rollout goes on under the last valid spec (_fall_back).
     ``triton``: what the operator reads of Triton in the pods (status.models, canary analysis);
     a pass only takes the readings there are, it never waits for one. ``absences``: the
     PodDisruptionBudgets this process knows absent (reconcile.observe.Absences; None: none).
     """
-    # Observe: the TritonService, what it owns, and the spec to carry out (its repository pinned).
+    # Observe: every read of the pass. The TritonService, what it owns, the spec to carry out (its
+    # repository pinned), the last valid one to carry out instead, and what each of them needs.
     body = await kube.get_tritonservice(namespace, name)
     if body is None or body.get("metadata", {}).get("deletionTimestamp"):
         # Gone or going: ownerReferences let the garbage collector remove what it owned.
@@ -148,33 +154,19 @@ async def reconcile(
     seen = await observe_agents(triton, await observe(kube, namespace, name, body, clock()))
     METRICS.record_pod_starts(seen.pods)  # each pod's start once, when first seen Ready
     chosen = await _choose(seen, body, settings, pin_manifest)
-    if isinstance(chosen, _Blocked):
-        return await _hold(
-            kube, seen, settings, chosen, triton=triton, pin_manifest=pin_manifest, absences=absences
-        )
-    ts, pinned = chosen.ts, chosen.pinned
+    current = chosen.target if isinstance(chosen, _Chosen) else None
+    kept = await _kept(seen, settings, pin_manifest, instead_of=current)
+    targets = [t for t in (current, kept) if t is not None]
+    around = await observe_specs(kube, seen, targets, absences, triton) if targets else []
+    fallback = around[-1] if kept is not None else None
+    # Decide (core.decision.decide) and write (reconcile.apply): nothing is read from here on.
+    p = _Pass(kube, seen, settings, triton, absences)
+    if not isinstance(chosen, _Chosen):
+        return await _fall_back(p, chosen, fallback)
+    ts, pinned = chosen.target.ts, chosen.pinned
     await _warn(kube, seen, ts, settings)
-    # The last valid spec, when it is another: carried out instead should the API server refuse this
-    # one. What it needs is observed with what this one needs, before anything is written.
-    kept = await _kept(seen, settings, pin_manifest, instead_of=chosen)
-    around, *others = await observe_specs(kube, seen, [ts, *([kept.ts] if kept else [])], absences)
-    fallback = (kept, others[0]) if kept is not None else None
     try:
-        # Decide (core.decision.decide) and apply (reconcile.apply).
-        return await _carry_out(
-            kube,
-            seen,
-            settings,
-            ts,
-            chosen.revision,
-            around=around,
-            configs=chosen.configs,
-            manifest_json=pinned.json if pinned else None,
-            repository=repository_verdict(ts, pinned),
-            unsyncable=unsyncable(seen, pinned),
-            triton=triton,
-            absences=absences,
-        )
+        return await _carry_out(p, around[0], repository=repository_verdict(ts, pinned))
     except NotStoredError as exc:
         message = _too_large(pinned, pinned.json if pinned else None, str(exc))
         logger.warning("%s/%s: %s", namespace, name, message)
@@ -183,19 +175,27 @@ async def reconcile(
     except ObjectRejectedError as exc:
         # The schema let something through that the API server refuses (e.g. a malformed volume).
         blocked = _Blocked(str(exc))
-    return await _fall_back(
-        kube, seen, settings, blocked, fallback=fallback, triton=triton, absences=absences
-    )
+    return await _fall_back(p, blocked, fallback)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pass:
+    """One pass, once it has read everything: where it writes, what it read, the operator's settings,
+    and what the process remembers across passes (Triton's windows, absent PodDisruptionBudgets)."""
+
+    kube: KubeAPI
+    seen: Seen
+    settings: Settings
+    triton: TritonView | None
+    absences: Absences | None
 
 
 @dataclasses.dataclass(frozen=True)
 class _Chosen:
-    """The current spec, valid and allowed, with its repository pinned and its revision."""
+    """The current spec, valid and allowed, with its repository pinned: what the pass carries out."""
 
-    ts: TritonService
-    configs: Mapping[str, str]
+    target: Target
     pinned: PinnedManifest | None
-    revision: str
 
 
 async def _choose(
@@ -226,27 +226,29 @@ async def _choose(
     recorded = recorded_revisions(settings, seen.owned.deployments, seen.owned.configmaps)
     revision = compute_revision(ts, settings, checked.configs, pinned.digest if pinned else None, recorded)
     logs.set_revision(revision)  # every later record of this pass names it (TRITON_OPERATOR_LOG_FORMAT=json)
-    return _Chosen(ts=ts, configs=checked.configs, pinned=pinned, revision=revision)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Kept:
-    """The last valid spec, to carry out while the current one cannot be: with the live spec.replicas,
-    and what an undo may not go back to."""
-
-    ts: TritonService
-    revision: str
-    configs: Mapping[str, str]
-    manifest_json: str | None
-    unsyncable: Mapping[str, str]
+    target = Target(
+        ts=ts,
+        revision=revision,
+        configs=checked.configs,
+        manifest_json=pinned.json if pinned else None,
+        unsyncable=unsyncable(seen, pinned),
+    )
+    return _Chosen(target=target, pinned=pinned)
 
 
 async def _kept(
-    seen: Seen, settings: Settings, pin_manifest: ManifestPinner | None, *, instead_of: _Chosen | None = None
-) -> _Kept | None:
-    """The last valid spec (kept in its revision's ConfigMap), when there is one that parses; with
-    ``instead_of``, only when it is another spec or revision than that one (the same one refused
-    would only be refused again). Reads the repository only to judge an undo (_unsyncable_kept)."""
+    seen: Seen, settings: Settings, pin_manifest: ManifestPinner | None, *, instead_of: Target | None = None
+) -> Target | None:
+    """The last valid spec (kept in its revision's ConfigMap), when there is one that parses: to carry
+    out while the current one cannot be, with the live spec.replicas and what an undo may not go back
+    to. With ``instead_of``, only when it is another spec or revision than that one (the same one
+    refused would only be refused again). Reads the repository only to judge an undo (_unsyncable_kept).
+
+    A bad spec pushed mid-rollout must not switch off rollout safety: the last valid spec still
+    drives aborts, deadlines, timed steps and control requests, and Ready=False says why the new
+    spec waits. Its replicas are the live spec.replicas (an autoscaler's, or `kubectl scale`'s),
+    and its revision is rendered with the operator settings it was created with
+    (core.observed.observation.recorded_settings)."""
     last = last_valid(seen.metadata, seen.previous, seen.owned.configmaps)
     if last is None:
         return None
@@ -259,7 +261,7 @@ async def _kept(
     kept = check_body(last.body)
     if kept.ts is None or kept.problems:
         return None
-    return _Kept(
+    return Target(
         ts=_scaled(kept.ts, seen.replicas),
         revision=last.revision,
         configs=kept.configs,
@@ -268,67 +270,19 @@ async def _kept(
     )
 
 
-async def _hold(
-    kube: KubeAPI,
-    seen: Seen,
-    settings: Settings,
-    blocked: _Blocked,
-    *,
-    triton: TritonView | None = None,
-    pin_manifest: ManifestPinner | None = None,
-    absences: Absences | None = None,
-) -> Result:
-    """The current spec cannot be applied: go on under the last valid one, else change nothing.
-
-    A bad spec pushed mid-rollout must not switch off rollout safety: the last valid spec (kept in
-    its revision's ConfigMap) still drives aborts, deadlines, timed steps and control requests,
-    and Ready=False says why the new spec waits. Its replicas are the live spec.replicas (an
-    autoscaler's, or `kubectl scale`'s), and its revision is rendered with the operator settings it
-    was created with (core.observed.observation.recorded_settings). With no last valid spec, nothing is
-    applied or deleted; only the status says why.
-    """
-    kept = await _kept(seen, settings, pin_manifest)
-    fallback = (kept, (await observe_specs(kube, seen, [kept.ts], absences))[0]) if kept is not None else None
-    return await _fall_back(
-        kube, seen, settings, blocked, fallback=fallback, triton=triton, absences=absences
-    )
-
-
-async def _fall_back(
-    kube: KubeAPI,
-    seen: Seen,
-    settings: Settings,
-    blocked: _Blocked,
-    *,
-    fallback: tuple[_Kept, Around] | None,
-    triton: TritonView | None = None,
-    absences: Absences | None = None,
-) -> Result:
+async def _fall_back(p: _Pass, blocked: _Blocked, fallback: Around | None) -> Result:
     """Carry out the last valid spec (``fallback``: it, and what was observed for it) while the
     current one waits (``blocked``); if there is none, or it is refused too, only write the status
-    that says why."""
+    that says why (nothing is applied or deleted)."""
     if fallback is not None:
-        kept, around = fallback
         try:
-            return await _carry_out(
-                kube,
-                seen,
-                settings,
-                kept.ts,
-                kept.revision,
-                around=around,
-                configs=kept.configs,
-                manifest_json=kept.manifest_json,
-                repository=blocked.repository,
-                blocked=blocked,
-                unsyncable=kept.unsyncable,
-                triton=triton,
-                absences=absences,
-            )
+            return await _carry_out(p, fallback, repository=blocked.repository, blocked=blocked)
         except (ObjectRejectedError, NotStoredError) as exc:
-            logger.warning("%s/%s: the last valid spec is refused too: %s", seen.namespace, seen.name, exc)
-    status = held_status(observed(seen), blocked.message, blocked.reason, blocked.repository)
-    written = await write_status(kube, seen, status)
+            logger.warning(
+                "%s/%s: the last valid spec is refused too: %s", p.seen.namespace, p.seen.name, exc
+            )
+    status = held_status(observed(p.seen), blocked.message, blocked.reason, blocked.repository)
+    written = await write_status(p.kube, p.seen, status)
     return Result(
         status=status,
         written=written,
@@ -365,100 +319,95 @@ def _scaled(ts: TritonService, replicas: int | None) -> TritonService:
 
 
 async def _carry_out(
-    kube: KubeAPI,
-    seen: Seen,
-    settings: Settings,
-    ts: TritonService,
-    revision: str,
-    *,
-    around: Around,
-    configs: Mapping[str, str],
-    manifest_json: str | None,
-    repository: cond.Verdict | None,
-    blocked: _Blocked | None = None,
-    unsyncable: Mapping[str, str] | None = None,
-    triton: TritonView | None = None,
-    absences: Absences | None = None,
+    p: _Pass, around: Around, *, repository: cond.Verdict | None, blocked: _Blocked | None = None
 ) -> Result:
-    """Plan the rollout toward ``revision`` of ``ts`` and carry it out: apply, route, status, scale,
-    delete, Events. ``around``: what ``ts`` needs observed beside ``seen`` (observe_specs).
-    ``blocked``: ``ts`` is the last valid spec and the current one waits (why)."""
-    if revision_object_names(ts, revision, sorted(seen.foreign)):
+    """Decide the rollout toward ``around.target`` from what was read (``p.seen``, ``around``) and
+    write it: apply, route, status, scale, delete, Events. ``repository``: the RepositoryReady
+    verdict shown; ``blocked``: the target is the last valid spec and the current one waits (why)."""
+    seen, target = p.seen, around.target
+    if revision_object_names(target.ts, target.revision, sorted(seen.foreign)):
         # The same name is still held by an earlier TritonService's object that the garbage
         # collector has yet to remove: applying ours now would give it two controllers.
         logger.info(
             "%s/%s: waiting for the garbage collector to remove %s of an earlier TritonService",
             seen.namespace,
             seen.name,
-            object_name(ts, revision),
+            object_name(target.ts, target.revision),
         )
-        return Result(status=dict(seen.previous), revision=revision, requeue_after=FOREIGN_RETRY_SECONDS)
-    # Everything the decision needs was read before it (no read after the decision; the pods'
-    # model agents by observe_agents, once a pass).
-    seen_now = observed(seen, around)
-    owner = (seen.namespace, seen.name)
-    before = RolloutStatus.from_status(seen.previous)
-    sides = in_place_sides(seen.previous, seen.pods, seen.agents)
-    moving = InPlaceState.from_status(seen.previous)
-    in_place = moving is not None and moving.next is not None
-    readings = (
-        triton.look(owner, ts, before, revision, seen.pods, in_place=in_place) if triton is not None else {}
-    )
-    analysis = triton.judge(owner, ts, before, readings, seen.moment) if triton is not None else None
-    in_place_analysis = (
-        triton.judge_in_place(owner, ts, sides, readings, seen.moment) if triton is not None else None
-    )
-    # Decide (pure: core.decision.decide): the rollout plan, and the objects to apply, scale and delete.
+        return Result(
+            status=dict(seen.previous), revision=target.revision, requeue_after=FOREIGN_RETRY_SECONDS
+        )
+    facts = observed(seen, around)
+    decision = _decide(p, around, facts)
+    return await _write(p, around, decision, facts, repository=repository, blocked=blocked)
+
+
+def _decide(p: _Pass, around: Around, facts: Observed) -> Decision:
+    """The decision (pure: core.decision.decide) for ``around.target`` from ``facts`` (what was read, as the
+    decision reads it): the rollout plan, and the objects to apply, scale and delete.
+    NotStoredError when its manifest cannot be stored."""
+    target, triton = around.target, around.triton or TritonSeen()
     try:
-        decision = decide(
-            ts,
-            settings,
-            revision,
-            seen_now,
-            configs=configs,
-            manifest_json=manifest_json,
-            unsyncable=unsyncable,
-            analysis=analysis,
-            in_place_analysis=in_place_analysis,
+        return decide(
+            target.ts,
+            p.settings,
+            target.revision,
+            facts,
+            configs=target.configs,
+            manifest_json=target.manifest_json,
+            unsyncable=target.unsyncable,
+            analysis=triton.analysis,
+            in_place_analysis=triton.in_place_analysis,
         )
     except ManifestTooLarge as exc:
         raise NotStoredError(str(exc)) from exc
-    plan = decision.rollout
-    shown = analysis if analysis is not None and plan.status.canary_revision == analysis.revision else None
-    started = triton.window_started(owner) if triton is not None else None
-    state = decision.in_place.plan.state if decision.in_place and decision.in_place.plan else None
-    if shown is None and in_place_analysis is not None and state and state.next == in_place_analysis.revision:
-        shown = in_place_analysis  # status.analysis: the in-place step's window, as a canary's
-        started = triton.in_place_window_started(owner) if triton is not None else None
+
+
+async def _write(
+    p: _Pass,
+    around: Around,
+    decision: Decision,
+    facts: Observed,
+    *,
+    repository: cond.Verdict | None,
+    blocked: _Blocked | None,
+) -> Result:
+    """Carry out ``decision``: Triton's pods to read and the analysis windows of the spec carried out
+    (this process's memory), then (reconcile.apply) objects, routes, the status, scale changes and
+    deletions, Events. Reads nothing (a route's write that conflicts reads that route again)."""
+    seen, target, plan = p.seen, around.target, decision.rollout
+    ts, triton = target.ts, around.triton or TritonSeen()
+    if p.triton is not None and around.triton is not None:
+        p.triton.keep((seen.namespace, seen.name), around.triton)
     applied = [o for o in decision.actions.apply if o.get("kind") == "Deployment"]
     image = revision_image([*applied, *seen.owned.deployments], plan.status.stable_revision)
     scalers = around.autoscalers
+    shown = _shown_window(decision, triton)
 
     def status(traffic: Traffic | None) -> dict[str, Any]:
         return decided_status(
             ts,
             decision,
-            seen_now,
+            facts,
             Shown(
-                images=(image, behind_default(ts, settings, image)),
+                images=(image, behind_default(ts, p.settings, image)),
                 repository=repository,
                 blocked=(blocked.message, blocked.reason) if blocked else None,
                 traffic=traffic.verdict if traffic is not None else None,
-                models=models_status(ts, plan.status, readings),
-                analysis=analysis_status(shown, started),
+                models=models_status(ts, plan.status, triton.readings),
+                analysis=analysis_status(shown.result, shown.started) if shown else None,
                 autoscaling=scalers.verdict(ts) if scalers is not None else None,
             ),
         )
 
-    # Apply (reconcile.apply): objects, routes, the status, scale changes and deletions, Events.
     budget = ("PodDisruptionBudget", seen.name)
-    if absences is not None and any(_key(o) == budget for o in decision.actions.apply):
-        absences.present(seen.namespace, seen.name)
+    if p.absences is not None and any(_key(o) == budget for o in decision.actions.apply):
+        p.absences.present(seen.namespace, seen.name)
     done = await apply(
-        kube, seen, ts, decision, routes=around.routes, manifest_json=manifest_json, status=status
+        p.kube, seen, ts, decision, routes=around.routes, manifest_json=target.manifest_json, status=status
     )
-    if absences is not None and budget in decision.actions.delete:
-        absences.absent(seen.namespace, seen.name)
+    if p.absences is not None and budget in decision.actions.delete:
+        p.absences.absent(seen.namespace, seen.name)
     traffic = done.traffic
     requeue = [
         t
@@ -472,7 +421,7 @@ async def _carry_out(
     return Result(
         status=done.status,
         written=done.written,
-        revision=revision,
+        revision=target.revision,
         invalid=blocked.message if blocked else None,
         reason=blocked.reason if blocked else None,
         plan=plan,
@@ -481,6 +430,19 @@ async def _carry_out(
         requeue_after=min(requeue) if requeue else None,
         secret=blocked.secret if blocked else None,
     )
+
+
+def _shown_window(decision: Decision, tri: TritonSeen) -> Judged | None:
+    """status.analysis: the canary's window while the plan keeps that canary, else the in-place
+    step's while the plan moves to its revision."""
+    canary = tri.canary
+    if canary is not None and decision.rollout.status.canary_revision == canary.result.revision:
+        return canary
+    state = decision.in_place.plan.state if decision.in_place and decision.in_place.plan else None
+    moving = tri.in_place
+    if moving is not None and state is not None and state.next == moving.result.revision:
+        return moving
+    return None
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:

@@ -1,0 +1,185 @@
+"""The pod side of a pool, pure: the annotation naming a pod's models, and what its agent reports back.
+
+The operator writes, on each pod of a pool, the annotation ``pool.triton-operator.io/models`` (JSON):
+
+    {"models": {"<model>": {"version": "<version>", "attempt": <n>}, ...},
+     "draining": {"<model>": <unix seconds its label came off>, ...},
+     "failed": {"<model>": {"version": "...", "attempt": <n>, "retryAt": <unix seconds>,
+                            "reason": "...", "message": "..."}, ...}}
+
+``models`` is the agent's: the models the pod holds and, per model, the version (an opaque token: the
+model's files and config as the operator names them) and the load attempt. The agent loads a model
+when its entry appears or its version or attempt changes, unloads one when its entry goes, and never
+retries a failed load by itself: the operator asks again by raising ``attempt``. ``draining`` and
+``failed`` are the operator's own bookkeeping (kept on the pod so a restarted operator resumes); the
+agent ignores them.
+
+The agent reports each model it holds, loads or failed to load (GET :8009/v1/pool), as
+``parse_report`` reads it:
+
+    {"models": {"<model>": {"state": "READY|LOADING|UNAVAILABLE", "version": "<version>",
+                            "attempt": <n>, "error": "<why attempt n failed, else empty>"}, ...}}
+
+``state`` and ``version`` are what Triton's repository index says (the version READY, or the one
+loading or unavailable); a failed reload of a model that was READY leaves it READY at its old version
+(Triton keeps serving it) with ``error`` set for the attempt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from triton_operator import GROUP
+
+ASSIGNMENT_ANNOTATION = f"pool.{GROUP}/models"
+"""On each pod of a pool: which models it holds, at which version and attempt (the agent reads it)."""
+
+
+class AssignmentError(ValueError):
+    """An annotation or an agent's report that is not what this contract says; names the field."""
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """A model the pod is to hold: its version and the load attempt (raised to ask for a retry)."""
+
+    version: str
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class FailedLoad:
+    """A load that failed: the version and attempt, when to try again, and Triton's reason."""
+
+    version: str
+    attempt: int
+    retry_at: float
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class PodAssignment:
+    """The annotation's content: the agent's ``models``, and the operator's ``draining`` and ``failed``."""
+
+    models: Mapping[str, Wanted] = field(default_factory=dict)
+    draining: Mapping[str, float] = field(default_factory=dict)
+    failed: Mapping[str, FailedLoad] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One model on one pod as its agent reports it (Triton's state and version, the last attempt)."""
+
+    state: str
+    version: str
+    attempt: int = 1
+    error: str = ""
+
+
+def build_assignment(assignment: PodAssignment) -> str:
+    """The annotation's value: compact JSON with sorted keys (an unchanged assignment is an unchanged
+    string, so writing it again patches nothing)."""
+    body: dict[str, Any] = {
+        "models": {m: {"version": w.version, "attempt": w.attempt} for m, w in assignment.models.items()}
+    }
+    if assignment.draining:
+        body["draining"] = dict(assignment.draining)
+    if assignment.failed:
+        body["failed"] = {
+            m: {"version": f.version, "attempt": f.attempt, "retryAt": f.retry_at, "reason": f.reason}
+            | ({"message": f.message} if f.message else {})
+            for m, f in assignment.failed.items()
+        }
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise AssignmentError(f"{where}: expected an object, not {type(value).__name__}")
+    return value
+
+
+def _field(entry: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = entry.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise AssignmentError(
+            f"{where}.{key}: expected {getattr(kind, '__name__', 'a number')}, not {value!r}"
+        )
+    return value
+
+
+def _attempt(entry: Mapping[str, Any], where: str) -> int:
+    attempt = _field(entry, "attempt", int, where)
+    if attempt < 1:
+        raise AssignmentError(f"{where}.attempt: must be 1 or more, not {attempt}")
+    return int(attempt)
+
+
+def _json(text: str | None, where: str) -> Mapping[str, Any]:
+    if not text:
+        return {}
+    try:
+        return _object(json.loads(text), where)
+    except json.JSONDecodeError as exc:
+        raise AssignmentError(f"{where}: not JSON ({exc.msg} at {exc.pos})") from None
+
+
+def parse_assignment(text: str | None) -> PodAssignment:
+    """The annotation read back (None or empty: a pod that holds nothing yet); AssignmentError names the
+    field that is wrong."""
+    where = ASSIGNMENT_ANNOTATION
+    body = _json(text, where)
+    models = {
+        str(name): Wanted(
+            version=_field(_object(e, f"{where}.models.{name}"), "version", str, f"{where}.models.{name}"),
+            attempt=_attempt(e, f"{where}.models.{name}"),
+        )
+        for name, e in _object(body.get("models", {}), f"{where}.models").items()
+    }
+    draining = {
+        str(name): float(_field({"at": at}, "at", (int, float), f"{where}.draining.{name}"))
+        for name, at in _object(body.get("draining", {}), f"{where}.draining").items()
+    }
+    failed = {}
+    for name, value in _object(body.get("failed", {}), f"{where}.failed").items():
+        at = f"{where}.failed.{name}"
+        entry = _object(value, at)
+        failed[str(name)] = FailedLoad(
+            version=_field(entry, "version", str, at),
+            attempt=_attempt(entry, at),
+            retry_at=float(_field(entry, "retryAt", (int, float), at)),
+            reason=_field(entry, "reason", str, at),
+            message=str(entry.get("message") or ""),
+        )
+    return PodAssignment(models=models, draining=draining, failed=failed)
+
+
+def build_report(copies: Mapping[str, Copy]) -> dict[str, Any]:
+    """The agent's report (what it serves at GET :8009/v1/pool) from its models' copies."""
+    return {
+        "models": {
+            m: {"state": c.state, "version": c.version, "attempt": c.attempt, "error": c.error}
+            for m, c in copies.items()
+        }
+    }
+
+
+def parse_report(payload: Any) -> dict[str, Copy]:
+    """An agent's report read by the operator; AssignmentError names the field that is wrong."""
+    where = "the agent's /v1/pool report"
+    models = _object(_object(payload, where).get("models", {}), f"{where}: models")
+    copies = {}
+    for name, value in models.items():
+        at = f"{where}: models.{name}"
+        entry = _object(value, at)
+        copies[str(name)] = Copy(
+            state=_field(entry, "state", str, at),
+            version=_field(entry, "version", str, at),
+            attempt=_attempt(entry, at),
+            error=str(entry.get("error") or ""),
+        )
+    return copies

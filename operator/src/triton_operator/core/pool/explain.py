@@ -1,0 +1,65 @@
+"""status.pool from a placement, and the memory measured at each model's first load read back from it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from triton_operator.core.pool.placement import Placement, PoolModel
+from triton_operator.models import Endpoints, PoolModelStatus, PoolStatus
+from triton_operator.quantities import quantity_bytes
+
+_BINARY = (("Gi", 30), ("Mi", 20), ("Ki", 10))
+
+
+def as_quantity(size: int) -> str:
+    """Bytes as the shortest exact Kubernetes quantity: 104857600 -> "100Mi", 1000 -> "1000"."""
+    for suffix, shift in _BINARY:
+        if size and size % (1 << shift) == 0:
+            return f"{size >> shift}{suffix}"
+    return str(size)
+
+
+def measured_memory(status: PoolStatus | None) -> dict[str, int]:
+    """Each model's memory measured at its first load, as status.pool keeps it (bytes); a value that is
+    not a quantity of bytes is left out (the declared memory is used then)."""
+    found: dict[str, int] = {}
+    for model in status.models if status is not None else []:
+        if model.measured_memory:
+            try:
+                found[model.name] = quantity_bytes(model.measured_memory)
+            except ValueError:
+                continue
+    return found
+
+
+def pool_status(
+    placed: Placement,
+    models: Sequence[PoolModel],
+    measured: Mapping[str, int],
+    pods_needed: int | None = None,
+    *,
+    ready: Mapping[str, int] | None = None,
+    endpoints: Mapping[str, Endpoints] | None = None,
+) -> PoolStatus:
+    """status.pool: per model (in the spec's order) its pods, copies, the copies it aims at, the memory
+    placement counted and the measured one, and why it has no more copies, in a word and a sentence;
+    with ``ready`` the copies READY and on its routes, with ``endpoints`` its own Service's addresses
+    (``core/objects/model_routes.py``'s ``model_endpoints``), which clients read."""
+    return PoolStatus(
+        pods_needed=pods_needed,
+        models=[
+            PoolModelStatus(
+                name=model.name,
+                pods=list(placed.models[model.name].pods),
+                copies=placed.models[model.name].copies,
+                wanted_copies=placed.models[model.name].target,
+                memory=as_quantity(model.memory),
+                measured_memory=as_quantity(measured[model.name]) if model.name in measured else None,
+                reason=placed.models[model.name].reason,
+                message=placed.models[model.name].message,
+                ready_copies=ready.get(model.name, 0) if ready is not None else None,
+                endpoints=(endpoints or {}).get(model.name),
+            )
+            for model in models
+        ],
+    )

@@ -1,0 +1,312 @@
+"""The pool's moves, pure: per pod the next safe label, load and unload steps, so no request fails.
+
+From the placement the pool wants (each pod's models), each model's version, and what each pod has
+(its assignment annotation, what its agent reports and which models it is labelled ready for),
+``plan_moves`` gives each pod its next assignment and its label changes. A model moves as:
+
+1. load on the new pod (its entry in the pod's assignment; the agent loads it);
+2. wait until the agent reports it READY at the wanted version;
+3. label the pod ready for it (the model's Service and routes take it in);
+4. only then take the label off the copy placement no longer wants, once every copy it wants answers;
+5. wait a drain (the readiness probe's period x failures + drainSeconds, as an in-place update does);
+6. unload it (its entry leaves the assignment).
+
+The last READY copy of a model the spec still has is never taken off its routes, and a model is never
+unloaded while labelled. A new version moves the same way on the pods that hold the model, one pod at a
+time (taken off, drained, reloaded, READY, labelled again) while another copy answers; a model with one
+copy is reloaded in place, Triton serving the old version until the new one is READY. Other models are
+not touched. A failed load is reported per model (reason, message) and asked again by a higher
+``attempt`` after core/edges/backoff.py's delay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from triton_operator.core.edges.backoff import Backoff, Random
+from triton_operator.core.pool.assignment import Copy, FailedLoad, PodAssignment, Wanted
+from triton_operator.core.vocabulary.triton_state import VERSION_READY, short_reason
+
+LOADING = "LOADING"
+
+
+@dataclass(frozen=True)
+class PodState:
+    """What one pod has: its assignment annotation, its agent's report, the models labelled ready on it."""
+
+    assignment: PodAssignment = field(default_factory=PodAssignment)
+    copies: Mapping[str, Copy] = field(default_factory=dict)
+    routed: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class PodMoves:
+    """One pod's next step: the assignment to write and the model labels to set and take off."""
+
+    assignment: PodAssignment
+    label: tuple[str, ...] = ()
+    unlabel: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelFailure:
+    """A model whose load failed: the version, the pods it failed on, the reason, when it is tried again."""
+
+    model: str
+    version: str
+    pods: tuple[str, ...]
+    reason: str
+    message: str
+    retry_at: float
+
+
+@dataclass(frozen=True)
+class Moves:
+    """The next step of every pod; the failed loads per model; what waits, in sentences; the earliest
+    time a wait ends (a drain, a retry); and whether everything is where the placement wants it."""
+
+    pods: dict[str, PodMoves]
+    failures: dict[str, ModelFailure]
+    waiting: tuple[str, ...]
+    next_at: float | None
+    settled: bool
+
+
+def drain_seconds(probe_period: float, probe_failures: int, drain: float) -> float:
+    """How long a copy stays loaded once its label is off: the readiness probe's period x failures (the
+    endpoints' lag) and the spec's drainSeconds (in-flight requests and routers catching up)."""
+    return probe_period * probe_failures + drain
+
+
+class _Model:
+    """One model across the pods: which pods answer for it, which are wanted, and who stays routed."""
+
+    def __init__(self, name: str, version: str | None, wanted: set[str], pods: Mapping[str, PodState]):
+        self.name, self.version, self.wanted = name, version, wanted
+        self.serving = {
+            p
+            for p, s in pods.items()
+            if name in s.routed and name in s.copies and s.copies[name].state == VERSION_READY
+        }
+        self.staying = set(self.serving)
+        self.unlabel: set[str] = set()
+
+    def take_off(self, pod: str) -> None:
+        self.staying.discard(pod)
+        self.unlabel.add(pod)
+
+
+def _labels_off(model: _Model, pods: Mapping[str, PodState]) -> None:
+    """Which copies of ``model`` leave its routes now: those not READY; those placement no longer wants
+    once every wanted copy answers (any removed model's); one copy of an old version while another
+    answers and no other pod of it is changing."""
+    name = model.name
+    for pod, state in pods.items():
+        copy = state.copies.get(name)
+        if name in state.routed and (copy is None or copy.state not in (VERSION_READY, LOADING)):
+            model.take_off(pod)
+    unwanted = sorted(model.serving - model.wanted)
+    every_wanted_answers = bool(model.wanted) and model.wanted <= model.serving
+    if model.version is None or every_wanted_answers:
+        for pod in unwanted:
+            model.take_off(pod)
+    if model.version is None:
+        return
+    changing = [p for p in model.wanted if p not in model.serving and name in pods[p].assignment.models] + [
+        p for p in model.unlabel if p in model.wanted
+    ]
+    for pod in sorted(model.wanted & model.staying):
+        held = pods[pod].assignment.models.get(name)
+        if pods[pod].copies[name].version == model.version or (held and held.version == model.version):
+            continue
+        if changing or not (model.staying - {pod}):
+            break
+        model.take_off(pod)
+        changing.append(pod)
+
+
+def plan_moves(
+    placement: Mapping[str, Sequence[str]],
+    versions: Mapping[str, str],
+    pods: Mapping[str, PodState],
+    *,
+    now: float,
+    drain: float,
+    backoff: Backoff,
+    random: Random | None = None,
+) -> Moves:
+    """The next safe step of each pod of ``pods`` towards ``placement`` (pod -> its models), each model at
+    its version of ``versions`` (every model of the spec; a model not in it is being removed). Pods of
+    the placement that are not in ``pods`` (gone, not started) are left out."""
+    names = sorted({*versions, *(m for s in pods.values() for m in (*s.assignment.models, *s.routed))})
+    models = {
+        name: _Model(
+            name,
+            versions.get(name),
+            {p for p, held in placement.items() if name in held and p in pods},
+            pods,
+        )
+        for name in names
+    }
+    for model in models.values():
+        _labels_off(model, pods)
+
+    out: dict[str, PodMoves] = {}
+    steps: list[_PodStep] = []
+    for pod, state in sorted(pods.items()):
+        wanted = {m: versions[m] for m in placement.get(pod, ()) if m in versions}
+        step = _PodStep(
+            pod, state, models, wanted=wanted, now=now, drain=drain, backoff=backoff, random=random
+        )
+        step.run()
+        steps.append(step)
+        unlabel = tuple(sorted(m for m in names if pod in models[m].unlabel))
+        out[pod] = PodMoves(step.assignment(), tuple(step.label), unlabel)
+    failed_on: dict[str, list[tuple[str, FailedLoad]]] = {}
+    for step in steps:
+        for name, record in step.failed_now:
+            failed_on.setdefault(name, []).append((step.pod, record))
+    waits = [t for step in steps for t in step.waits]
+    waiting = tuple(w for step in steps for w in step.waiting)
+    settled = all(step.settled for step in steps)
+    failures = {
+        name: ModelFailure(
+            name,
+            found[0][1].version,
+            tuple(p for p, _ in found),
+            found[0][1].reason,
+            found[0][1].message,
+            min(r.retry_at for _, r in found),
+        )
+        for name, found in failed_on.items()
+    }
+    future = [t for t in waits if t > now]
+    return Moves(out, failures, waiting, min(future) if future else None, settled)
+
+
+class _PodStep:
+    """One pod's next step, model by model: what it holds, drains and failed, what to label."""
+
+    def __init__(
+        self,
+        pod: str,
+        state: PodState,
+        models: Mapping[str, _Model],
+        *,
+        wanted: Mapping[str, str],
+        now: float,
+        drain: float,
+        backoff: Backoff,
+        random: Random | None,
+    ) -> None:
+        self.pod, self.state, self.models, self.wanted = pod, state, models, wanted
+        self.now, self.drain, self.backoff, self.random = now, drain, backoff, random
+        self.held = dict(state.assignment.models)
+        self.draining = dict(state.assignment.draining)
+        self.failed = dict(state.assignment.failed)
+        self.label: list[str] = []
+        self.failed_now: list[tuple[str, FailedLoad]] = []
+        self.waits: list[float] = []
+        self.waiting: list[str] = []
+        self.settled = True
+
+    def run(self) -> None:
+        for name in sorted({*self.held, *self.state.routed, *self.wanted}):
+            model = self.models[name]
+            if self.pod in model.unlabel:
+                self.draining[name] = self.now
+                self.settled = False
+            routed = name in self.state.routed and self.pod not in model.unlabel
+            if name in self.wanted:
+                self._wanted(model, self.wanted[name], routed)
+            else:
+                self.settled = False
+                self._unwanted(model, routed)
+        if self.assignment() != self.state.assignment:
+            self.settled = False  # a record to drop or write: written before anything is settled
+
+    def assignment(self) -> PodAssignment:
+        draining = {m: t for m, t in self.draining.items() if m in self.held}
+        failed = {m: f for m, f in self.failed.items() if m in self.held}
+        return replace(self.state.assignment, models=self.held, draining=draining, failed=failed)
+
+    def _wait(self, until: float | None, why: str) -> None:
+        if until is not None:
+            self.waits.append(until)
+        self.waiting.append(f"{self.pod}: {why}")
+
+    def _wanted(self, model: _Model, version: str, routed: bool) -> None:
+        name = model.name
+        entry = self.held.get(name)
+        copy = self.state.copies.get(name)
+        if entry is None:
+            self.held[name] = Wanted(version)
+            self.settled = False
+        elif entry.version != version:
+            self._new_version(model, version, routed)
+        elif copy is not None and copy.attempt == entry.attempt and copy.error:
+            self._failed(name, version, entry, copy)
+        elif copy is not None and copy.state == VERSION_READY and copy.version == version:
+            self.failed.pop(name, None)
+            self.draining.pop(name, None)
+            if not routed and self.pod not in model.unlabel:
+                self.label.append(name)
+                self.settled = False
+        else:
+            self.settled = False
+            self._wait(None, f"{name} {version} is loading")
+
+    def _new_version(self, model: _Model, version: str, routed: bool) -> None:
+        """Reload at ``version``: once off the routes and drained, or in place when it is the only copy."""
+        name = model.name
+        self.settled = False
+        if not routed:
+            copy = self.state.copies.get(name)
+            if name not in self.draining and copy is not None and copy.state == VERSION_READY:
+                self.draining[name] = self.now  # it may have answered: drain before it reloads
+            drained_at = self.draining.get(name, self.now) + self.drain if name in self.draining else self.now
+            if self.now >= drained_at and self.pod not in model.unlabel:
+                self.held[name] = Wanted(version)
+                self.draining.pop(name, None)
+            else:
+                self._wait(drained_at, f"{name} drains before its version {version} loads")
+        elif model.staying == {self.pod}:
+            self.held[name] = Wanted(version)  # the only copy: Triton serves the old until the new is READY
+        else:
+            self._wait(None, f"{name} waits for its other copies to change version")
+
+    def _failed(self, name: str, version: str, entry: Wanted, copy: Copy) -> None:
+        """A failed load: recorded once per attempt with the backoff's delay, asked again once it is over."""
+        self.settled = False
+        record = self.failed.get(name)
+        if record is None or (record.version, record.attempt) != (version, entry.attempt):
+            delay = self.backoff.delay(entry.attempt - 1, random=self.random)
+            record = FailedLoad(
+                version, entry.attempt, self.now + delay, short_reason(copy.error), copy.error
+            )
+            self.failed[name] = record
+        self.failed_now.append((name, record))
+        if self.now >= record.retry_at:
+            self.held[name] = Wanted(version, entry.attempt + 1)
+        else:
+            self._wait(record.retry_at, f"{name} {version} failed to load; tried again later")
+
+    def _unwanted(self, model: _Model, routed: bool) -> None:
+        """A copy placement no longer wants here: off its routes (decided per model), drained, unloaded."""
+        name = model.name
+        copy = self.state.copies.get(name)
+        if routed:
+            self._wait(None, f"{name} stays on its routes until its wanted copies answer")
+        elif name not in self.held or self.pod in model.unlabel:
+            return
+        elif name in self.draining:
+            if self.now >= self.draining[name] + self.drain:
+                del self.held[name]
+            else:
+                self._wait(self.draining[name] + self.drain, f"{name} drains before it unloads")
+        elif copy is not None and copy.state == VERSION_READY:
+            self.draining[name] = self.now  # it may have answered: drain before it unloads
+            self.waits.append(self.now + self.drain)
+        else:
+            del self.held[name]  # never READY here: nothing to drain

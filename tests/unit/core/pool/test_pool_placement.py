@@ -1,0 +1,243 @@
+"""Pool placement on random instances: budgets held, least copies placed when they can be, stable, spread."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from triton_operator.core.pool.explain import as_quantity, measured_memory, pool_status
+from triton_operator.core.pool.placement import (
+    BUDGET_FULL,
+    MAX_COPIES,
+    TOO_FEW_PODS,
+    WANTED,
+    Placement,
+    PoolModel,
+    PoolPod,
+    place,
+    pods_needed,
+)
+from triton_operator.models import PoolModelStatus, PoolStatus
+
+MiB = 1024 * 1024
+SEEDS = range(60)
+
+
+def _instance(seed: int) -> tuple[list[PoolPod], list[PoolModel]]:
+    """Pods of 1-3 GiB on a few nodes, models of 10-900 MiB wanting 1-4 copies."""
+    rng = random.Random(seed)
+    nodes = [f"node-{i}" for i in range(rng.randint(1, 4))]
+    pods = [
+        PoolPod(f"pod-{i:02d}", rng.choice(nodes), rng.choice([1024, 1200, 2048, 3072]) * MiB)
+        for i in range(rng.randint(1, 10))
+    ]
+    models = []
+    for i in range(rng.randint(1, 40)):
+        least = rng.randint(1, 3)
+        most = rng.choice([None, least, least + 2])
+        models.append(
+            PoolModel(
+                f"model-{i:02d}",
+                rng.randint(10, 900) * MiB,
+                min_copies=least,
+                max_copies=most,
+                wanted=rng.randint(1, 5),
+                last_used=rng.choice([None, float(rng.randint(0, 1000))]),
+            )
+        )
+    return pods, models
+
+
+def _check_budgets(pods: Sequence[PoolPod], models: Sequence[PoolModel], placed: Placement) -> None:
+    memory = {m.name: m.memory for m in models}
+    for pod in pods:
+        held = placed.pods[pod.name]
+        assert sum(memory[m] for m in held) <= pod.budget, (pod, held)
+        assert len(set(held)) == len(held)
+
+
+def _as_current(placed: Placement) -> dict[str, tuple[str, ...]]:
+    return {pod: models for pod, models in placed.pods.items() if models}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_no_pod_is_given_more_than_its_budget_and_no_model_more_than_its_target(seed: int) -> None:
+    pods, models = _instance(seed)
+    placed = place(pods, models)
+    _check_budgets(pods, models, placed)
+    for model in models:
+        where = placed.models[model.name]
+        assert where.copies <= model.target
+        assert where.copies == sum(model.name in held for held in placed.pods.values())
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_least_copies_placed_from_a_placement_of_least_copies_alone_are_placed_whatever_the_start(
+    seed: int,
+) -> None:
+    pods, models = _instance(seed)
+    least_only = [PoolModel(m.name, m.memory, m.min_copies, m.max_copies, m.min_copies) for m in models]
+    feasible = not place(pods, least_only).least_unmet(least_only)
+    rng = random.Random(seed + 1000)
+    # A start from an unrelated placement (another seed's wanted copies) must reach them too.
+    shuffled = [PoolModel(m.name, m.memory, m.min_copies, m.max_copies, rng.randint(1, 6)) for m in models]
+    start = _as_current(place(list(reversed(pods)), shuffled))
+    placed = place(pods, models, start)
+    _check_budgets(pods, models, placed)
+    if feasible:
+        assert placed.least_unmet(models) == []
+        assert not placed.least_unmet(models) and place(pods, models).least_unmet(models) == []
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_second_run_with_the_same_input_moves_nothing(seed: int) -> None:
+    pods, models = _instance(seed)
+    first = place(pods, models)
+    second = place(pods, models, _as_current(first))
+    assert second.loads == () and second.unloads == ()
+    assert second.pods == first.pods
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_adding_a_model_never_unloads_a_least_copy_and_with_room_unloads_nothing(seed: int) -> None:
+    pods, models = _instance(seed)
+    first = place(pods, models)
+    if first.least_unmet(models):
+        return  # only a placement whose least copies all stand is a start to keep
+    new = PoolModel("model-new", 50 * MiB, min_copies=1, wanted=2)
+    second = place(pods, [*models, new], _as_current(first))
+    _check_budgets(pods, [*models, new], second)
+    assert all(load[1] == "model-new" for load in second.loads) or second.least_unmet([*models, new])
+    least = {m.name: m.min_copies for m in models}
+    for model in models:
+        assert second.models[model.name].copies >= min(least[model.name], first.models[model.name].copies)
+    roomy = [PoolPod(p.name, p.node, 64 * 1024 * MiB) for p in pods]
+    before = place(roomy, models)
+    after = place(roomy, [*models, new], _as_current(before))
+    assert after.unloads == ()
+    assert {load[1] for load in after.loads} == {"model-new"}
+
+
+def test_copies_spread_over_nodes_before_doubling_up_on_one() -> None:
+    pods = [PoolPod(f"p{i}", f"n{i % 3}", 1024 * MiB) for i in range(6)]
+    placed = place(pods, [PoolModel("m", 100 * MiB, min_copies=3, wanted=3)])
+    nodes = {f"p{i}": f"n{i % 3}" for i in range(6)}
+    assert sorted(nodes[p] for p in placed.models["m"].pods) == ["n0", "n1", "n2"]
+
+
+def test_a_pod_that_is_gone_has_its_models_placed_again_and_the_rest_stays() -> None:
+    pods = [PoolPod(f"p{i}", f"n{i}", 300 * MiB) for i in range(3)]
+    models = [PoolModel(f"m{i}", 100 * MiB, wanted=1) for i in range(6)]
+    first = place(pods, models)
+    survivors = [*pods[:2], PoolPod("p3", "n3", 300 * MiB)]
+    second = place(survivors, models, _as_current(first))
+    lost = set(first.pods["p2"])
+    assert {model for _, model in second.loads} == lost
+    for pod in ("p0", "p1"):
+        assert set(first.pods[pod]) <= set(second.pods[pod])
+    assert second.least_unmet(models) == []
+
+
+def test_a_pod_over_its_budget_sheds_the_least_recently_used_copy_beyond_its_least_first() -> None:
+    models = [
+        PoolModel("old", 100 * MiB, min_copies=1, wanted=2, last_used=1.0),
+        PoolModel("new", 100 * MiB, min_copies=1, wanted=2, last_used=9.0),
+        PoolModel("one", 100 * MiB, min_copies=1, wanted=1, last_used=0.0),
+    ]
+    current = {"a": ["old", "new", "one"], "b": ["old", "new"]}
+    shrunk = [PoolPod("a", "n", 200 * MiB), PoolPod("b", "n2", 300 * MiB)]
+    placed = place(shrunk, models, current)
+    assert placed.unloads == (("a", "old"),)
+    assert placed.models["old"].reason == BUDGET_FULL
+
+
+def test_least_copies_make_room_by_unloading_extra_copies_least_recently_used_first() -> None:
+    pods = [PoolPod("a", "n1", 200 * MiB), PoolPod("b", "n2", 200 * MiB)]
+    models = [
+        PoolModel("busy", 100 * MiB, min_copies=1, wanted=2, last_used=50.0),
+        PoolModel("stale", 100 * MiB, min_copies=1, wanted=2, last_used=5.0),
+    ]
+    first = place(pods, models)
+    assert all(len(held) == 2 for held in first.pods.values())
+    added = PoolModel("fresh", 100 * MiB, min_copies=1, wanted=1)
+    placed = place(pods, [*models, added], _as_current(first))
+    assert placed.models["fresh"].copies == 1
+    assert [model for _, model in placed.unloads] == ["stale"]
+    assert placed.models["busy"].copies == 2
+
+
+def test_each_model_says_why_it_has_no_more_copies() -> None:
+    pods = [PoolPod(f"p{i}", f"n{i}", 250 * MiB) for i in range(3)]
+    models = [
+        PoolModel("enough", 10 * MiB, min_copies=1, wanted=2),
+        PoolModel("capped", 10 * MiB, min_copies=1, max_copies=2, wanted=3),
+        PoolModel("everywhere", 10 * MiB, min_copies=1, wanted=5),
+    ]
+    placed = place(pods, models)
+    reasons = {name: (where.reason, where.copies) for name, where in placed.models.items()}
+    assert reasons["enough"] == (WANTED, 2)
+    assert reasons["capped"] == (MAX_COPIES, 2)
+    assert reasons["everywhere"] == (TOO_FEW_PODS, 3)
+    assert "3 pods" in placed.models["everywhere"].message
+    crowded = place(
+        pods, [PoolModel("big", 200 * MiB, min_copies=1, wanted=3), PoolModel("other", 100 * MiB)]
+    )
+    assert (crowded.models["big"].reason, crowded.models["big"].copies) == (BUDGET_FULL, 2)
+    assert crowded.models["other"].reason == WANTED
+
+
+def _pods_of(placed: Placement) -> Mapping[str, int]:
+    return {pod: len(held) for pod, held in placed.pods.items()}
+
+
+def test_pods_needed_packs_forty_models_of_100_mib_into_pods_of_1200_mib() -> None:
+    models = [PoolModel(f"m{i}", 100 * MiB) for i in range(40)]
+    assert pods_needed(models, 1200 * MiB) == 4  # 12 a pod: ceil(40 / 12)
+    two = [PoolModel(f"m{i}", 100 * MiB, min_copies=2, wanted=2) for i in range(40)]
+    assert pods_needed(two, 1200 * MiB) == 7  # 80 copies, 12 a pod
+    with pytest.raises(ValueError, match="more than a pod"):
+        pods_needed([PoolModel("huge", 2000 * MiB)], 1200 * MiB)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_pods_needed_is_enough_for_place_to_put_every_target_copy(seed: int) -> None:
+    _, models = _instance(seed)
+    models = [m for m in models if m.memory <= 1024 * MiB]
+    count = pods_needed(models, 1024 * MiB)
+    placed = place([PoolPod(f"p{i}", None, 1024 * MiB) for i in range(count)], models)
+    assert all(placed.models[m.name].copies == m.target for m in models)
+    assert sum(_pods_of(placed).values()) == sum(m.target for m in models)
+
+
+def test_status_pool_says_per_model_where_how_many_and_why_and_keeps_the_measured_memory() -> None:
+    pods = [PoolPod(f"p{i}", f"n{i}", 250 * MiB) for i in range(2)]
+    declared = [PoolModel("a", 100 * MiB, wanted=2), PoolModel("b", 200 * MiB, wanted=2)]
+    status = PoolStatus(
+        models=[
+            PoolModelStatus(name="b", measured_memory="120Mi"),
+            PoolModelStatus(name="x", measured_memory="?"),
+        ]
+    )
+    measured = measured_memory(status)
+    assert measured == {"b": 120 * MiB}
+    models = [PoolModel(m.name, measured.get(m.name, m.memory), wanted=m.wanted) for m in declared]
+    placed = place(pods, models)
+    report = pool_status(placed, models, measured, pods_needed=pods_needed(models, 250 * MiB))
+    rows = {m.name: m for m in report.models}
+    assert (rows["a"].pods, rows["a"].copies, rows["a"].reason) == (["p0", "p1"], 2, WANTED)
+    # Measured, b takes 120 MiB and two copies fit beside a's; declared (200 MiB), they would not.
+    assert (rows["b"].memory, rows["b"].measured_memory, rows["b"].copies) == ("120Mi", "120Mi", 2)
+    assert place(pods, declared).models["b"].reason == BUDGET_FULL and rows["a"].measured_memory is None
+    assert report.pods_needed == 2
+    assert report.to_api()["models"][0] == {
+        "name": "a",
+        "pods": ["p0", "p1"],
+        "copies": 2,
+        "wantedCopies": 2,
+        "memory": "100Mi",
+        "reason": "Wanted",
+        "message": "2 copies, as its load asks",
+    }
+    assert as_quantity(1000) == "1000" and as_quantity(3 * 1024**3) == "3Gi"
