@@ -129,7 +129,10 @@ def summarize_ready(
 
 
 def time_to_serve(
-    previous: Sequence[Mapping[str, Any]], pods: Sequence[PodState], revisions: Sequence[str]
+    previous: Sequence[Mapping[str, Any]],
+    pods: Sequence[PodState],
+    revisions: Sequence[str],
+    deployments: Mapping[str, DeploymentState] | None = None,
 ) -> list[dict[str, Any]]:
     """status.timeToServe: for each serving revision, its first Ready pod's start (core.startup).
 
@@ -137,11 +140,18 @@ def time_to_serve(
     restart or a scale-up changes nothing: the status is written only when it changes); a revision
     that no longer serves drops out. The first Ready pod is, among those the pass sees Ready, the
     one Ready first.
+
+    A revision whose Deployment (in ``deployments``, by revision) counts no ready replica yet is
+    recorded once it does: the pod's Ready event comes a moment before its Deployment's, and the
+    status that records the time to serve then also says the replicas are ready, in one write rather
+    than two that disagree in between. The figures are the pod's own times, so waiting changes none.
     """
     kept = {str(e.get("revision")): dict(e) for e in previous if e.get("revision") in revisions}
     out = []
     for revision in revisions:
-        if revision not in kept:
+        state = (deployments or {}).get(revision)
+        counted = state is None or state.ready_replicas > 0
+        if revision not in kept and counted:
             ready = sorted(
                 (p for p in pods if p.revision == revision and p.ready and not p.terminating),
                 key=lambda p: (p.start.ready is None, p.start.ready, p.name),
@@ -371,7 +381,7 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
         status["endpoints"] = dict(obs.endpoints)
     if obs.analysis:
         status["analysis"] = dict(obs.analysis)
-    served = time_to_serve(previous.get("timeToServe") or [], obs.pods, revisions)
+    served = time_to_serve(previous.get("timeToServe") or [], obs.pods, revisions, by_revision)
     if served:
         status["timeToServe"] = served
     if obs.image:
