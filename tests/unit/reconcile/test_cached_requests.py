@@ -138,6 +138,33 @@ async def test_a_pod_ready_before_its_deployment_counts_it_is_one_status_write_w
     assert event["message"].startswith(f"revision {revision} served in 9 s: ")
 
 
+async def test_a_new_pod_before_its_deployment_counts_it_is_one_status_write() -> None:
+    """The new pod's event comes a moment before its Deployment's status.replicas: the pass that sees
+    the pod first writes nothing (on main it wrote PodsScheduled "1 pod(s) scheduled" while
+    status.replicas still said 0), the next writes both together."""
+    kube, cached, absences = setup()
+    await one_pass(kube, cached, absences)
+    (deployment,) = kube.of_kind("Deployment")
+    revision = deployment["metadata"]["labels"]["triton-operator.io/revision"]
+    kube.put(started_pod(revision, "a", ready=None))
+    deployment_counts(kube, replicas=0, ready=0)
+    watched(kube, cached.cache)
+    kopf_event(kube, cached)
+    assert sent(await one_pass(kube, cached, absences)) == []
+    deployment_counts(kube, replicas=1, ready=0)
+    watched(kube, cached.cache)
+    assert sent(await one_pass(kube, cached, absences)) == [("apply_status", "TritonService")]
+    stored = kube.find("TritonService", NS, "svc")
+    assert stored is not None and stored["status"]["replicas"] == 1
+    scheduled = cond.find_condition(stored["status"]["conditions"], cond.PODS_SCHEDULED)
+    assert scheduled is not None
+    assert (scheduled["status"], scheduled["reason"], scheduled["message"]) == (
+        cond.TRUE,
+        cond.SCHEDULED,
+        "1 pod(s) scheduled",
+    )
+
+
 async def test_after_a_restart_a_pass_that_changes_nothing_sends_one_request_then_none() -> None:
     """A new process: its watches list what exists and kopf lists the TritonServices; each pass
     finds everything as built and the status as decided. The first looks up once whether a
