@@ -13,7 +13,9 @@ operator's peak RSS (VmHWM) is read before it stops. The
 counts are the API server's own (`apiserver_flowcontrol_dispatched_requests_total` per
 FlowSchema), so nothing but the operator is counted, whatever else uses the cluster. A watch of the
 TritonServices says what each status write of a new one changed (the conditions by type, the other
-fields by name; the first write of each sets them all), per TritonService: where the status writes go.
+fields by name; the first write of each sets them all), per TritonService: where the status writes go;
+and the operator's own metrics its passes by outcome (a superseded one sent a status write that was
+refused: the TritonService had changed since the pass read it).
 
 Cluster: $KUBECONFIG (required; the shared local cluster: `eval "$(python3 e2e/cluster.py env)"`).
 What it creates (namespaces, FlowSchemas, the ServiceAccount, kwok nodes) is deleted at the end.
@@ -31,6 +33,8 @@ import os
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -115,6 +119,24 @@ class StatusChanges:
         return f"{self.writes / count:.2f} writes = {parts}"
 
 
+def passes(operator: cp.Operator) -> Counter[str]:
+    """The operator's reconcile passes so far, by outcome (success, superseded, ...), from its /metrics."""
+    out: Counter[str] = Counter()
+    try:
+        url = f"http://127.0.0.1:{operator.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text = resp.read().decode()
+    except (OSError, urllib.error.URLError):
+        return out
+    prefix = "triton_operator_reconcile_duration_seconds_count{"
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            labels = line[len(prefix) :].split("}", 1)[0]
+            outcome = dict(p.split("=", 1) for p in labels.split(",") if "=" in p).get("outcome", "")
+            out[outcome.strip('"')] += int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
 def delta(after: Counts, before: Counts) -> Counts:
     out = Counter(after)
     out.subtract(before)
@@ -142,6 +164,7 @@ async def measure(
     try:
         operator.start()
         base = await quiet(api)
+        passes_before = passes(operator)
         watcher = StatusChanges(api, namespace)
         watching = asyncio.create_task(watcher.run())
         await asyncio.wait_for(watcher.started.wait(), 30.0)
@@ -160,7 +183,13 @@ async def measure(
         watching.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watching
-        statuses = watcher.summary(count)
+        ran = passes(operator)
+        ran.subtract(passes_before)
+        statuses = (
+            watcher.summary(count)
+            + " | passes: "
+            + ", ".join(f"{k} {n / count:.2f}" for k, n in sorted(ran.items()) if n)
+        )
         cp.log(f"{label}: status changes per new TritonService: {statuses}")
 
         async def touch(i: int) -> None:
@@ -225,7 +254,11 @@ async def main_async(args: argparse.Namespace, kubeconfig: Path, work: Path) -> 
             f"{peak * 1024 / 1e6:.0f} MB | "
             f"{per(new, n)} | {per(unchanged, n)} |"
         )
-    out += ["", "| tree | status writes of a new TritonService, by what they changed |", "|---|---|"]
+    out += [
+        "",
+        "| tree | status writes of a new TritonService, by what they changed | its passes, by outcome |",
+        "|---|---|---|",
+    ]
     out += [f"| {label} | {statuses} |" for label, _, _, _, statuses in rows]
     return out
 
