@@ -15,6 +15,7 @@ import pytest
 
 from e2e_helpers import tritonservice
 from memkube import Call, MemKube, run_kubelet
+from pod_bodies import started_pod
 from triton_operator.adapters.cached_kube import CachedKube
 from triton_operator.adapters.owned_watch import CACHED, OwnedCache
 from triton_operator.core.objects.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
@@ -89,6 +90,79 @@ async def test_a_new_tritonservice_takes_six_requests_until_ready_and_an_unchang
     for _ in range(3):
         assert sent(await one_pass(kube, cached, absences)) == []
     assert cached.spared >= 3  # the Service, found as built
+
+
+def deployment_counts(kube: MemKube, replicas: int, ready: int) -> None:
+    """The Deployment controller's status of the one Deployment: ``ready`` of ``replicas`` pods."""
+    (deployment,) = kube.of_kind("Deployment")
+    status = {"observedGeneration": deployment["metadata"]["generation"], "replicas": replicas}
+    kube.edit(
+        "Deployment",
+        NS,
+        deployment["metadata"]["name"],
+        lambda d: d.update(status=status | {"readyReplicas": ready}),
+    )
+
+
+async def test_a_pod_ready_before_its_deployment_counts_it_is_one_status_write_with_ready() -> None:
+    """Created, then its pod starting (status.replicas 1: a write), then Ready: the pod's Ready event
+    comes a moment before its Deployment's readyReplicas, and the pass that sees the pod Ready first
+    writes nothing (on main it wrote status.timeToServe alone, Ready still False),
+    the next writes timeToServe and Ready True together and posts RevisionServed: one status write for
+    the pod turning Ready, where there were two."""
+    kube, cached, absences = setup()
+    first = await one_pass(kube, cached, absences)
+    assert ("apply_status", "TritonService") in sent(first)
+    (deployment,) = kube.of_kind("Deployment")
+    revision = deployment["metadata"]["labels"]["triton-operator.io/revision"]
+    kube.put(started_pod(revision, "a", ready=None))  # its pod, starting
+    deployment_counts(kube, replicas=1, ready=0)
+    watched(kube, cached.cache)
+    kopf_event(kube, cached)
+    assert sent(await one_pass(kube, cached, absences)) == [("apply_status", "TritonService")]
+    kube.put(started_pod(revision, "a", ready=9))
+    watched(kube, cached.cache)
+    kopf_event(kube, cached)
+    pod_ready = await one_pass(kube, cached, absences)
+    assert sent(pod_ready) == []
+    deployment_counts(kube, replicas=1, ready=1)
+    watched(kube, cached.cache)
+    counted = await one_pass(kube, cached, absences)
+    assert sent(counted) == [("apply_status", "TritonService"), ("post_event", "Event")]
+    stored = kube.find("TritonService", NS, "svc")
+    assert stored is not None
+    assert cond.find_condition(stored["status"]["conditions"], cond.READY)["status"] == cond.TRUE  # type: ignore[index]
+    (entry,) = stored["status"]["timeToServe"]
+    assert (entry["revision"], entry["seconds"]) == (revision, 9)
+    (event,) = [e for e in kube.events if e["reason"] == cond.REVISION_SERVED]
+    assert event["message"].startswith(f"revision {revision} served in 9 s: ")
+
+
+async def test_a_new_pod_before_its_deployment_counts_it_is_one_status_write() -> None:
+    """The new pod's event comes a moment before its Deployment's status.replicas: the pass that sees
+    the pod first writes nothing (on main it wrote PodsScheduled "1 pod(s) scheduled" while
+    status.replicas still said 0), the next writes both together."""
+    kube, cached, absences = setup()
+    await one_pass(kube, cached, absences)
+    (deployment,) = kube.of_kind("Deployment")
+    revision = deployment["metadata"]["labels"]["triton-operator.io/revision"]
+    kube.put(started_pod(revision, "a", ready=None))
+    deployment_counts(kube, replicas=0, ready=0)
+    watched(kube, cached.cache)
+    kopf_event(kube, cached)
+    assert sent(await one_pass(kube, cached, absences)) == []
+    deployment_counts(kube, replicas=1, ready=0)
+    watched(kube, cached.cache)
+    assert sent(await one_pass(kube, cached, absences)) == [("apply_status", "TritonService")]
+    stored = kube.find("TritonService", NS, "svc")
+    assert stored is not None and stored["status"]["replicas"] == 1
+    scheduled = cond.find_condition(stored["status"]["conditions"], cond.PODS_SCHEDULED)
+    assert scheduled is not None
+    assert (scheduled["status"], scheduled["reason"], scheduled["message"]) == (
+        cond.TRUE,
+        cond.SCHEDULED,
+        "1 pod(s) scheduled",
+    )
 
 
 async def test_after_a_restart_a_pass_that_changes_nothing_sends_one_request_then_none() -> None:

@@ -96,6 +96,19 @@ def test_pods_scheduled_reports_scheduler_message() -> None:
     assert s.pods_scheduled([], ["r1"]).reason == c.NO_PODS
 
 
+def test_pods_scheduled_counts_the_pods_as_their_deployment_does() -> None:
+    """As status.replicas: a pod its Deployment does not count yet is not counted either, so the two
+    change together; an unschedulable pod is said at once."""
+    starting = [PodState(name="p1", revision="r1"), PodState(name="p2", revision="r1")]
+    counted = {"r1": dep("r1", status_replicas=1)}
+    verdict = s.pods_scheduled(starting, ["r1"], counted)
+    assert (verdict.status, verdict.reason, verdict.message) == ("True", c.SCHEDULED, "1 pod(s) scheduled")
+    assert s.pods_scheduled(starting, ["r1"], {"r1": dep("r1", status_replicas=0)}).reason == c.NO_PODS
+    assert s.pods_scheduled(starting, ["r1"], {}).message == "2 pod(s) scheduled"
+    stuck = [PodState(name="p3", revision="r1", unschedulable="0/1 nodes are available")]
+    assert s.pods_scheduled(stuck, ["r1"], {"r1": dep("r1", status_replicas=0)}).reason == c.UNSCHEDULABLE
+
+
 def test_degraded_on_failing_pods_and_deadline() -> None:
     crash = PodState(name="p", revision="r1", waiting_reason="CrashLoopBackOff", waiting_message="boom")
     assert s.degraded([crash], [], ["r1"]).reason == c.PODS_FAILING

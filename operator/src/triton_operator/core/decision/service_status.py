@@ -49,8 +49,17 @@ def _replica_message(revision: str, state: DeploymentState | None, replicas: int
     return f"revision {revision}: {ready}/{replicas} replicas ready"
 
 
-def pods_scheduled(pods: Sequence[PodState], revisions: Sequence[str]) -> Verdict:
-    """False/Unschedulable with the scheduler's own message when a serving pod cannot be placed."""
+def pods_scheduled(
+    pods: Sequence[PodState],
+    revisions: Sequence[str],
+    deployments: Mapping[str, DeploymentState] | None = None,
+) -> Verdict:
+    """False/Unschedulable with the scheduler's own message when a serving pod cannot be placed.
+
+    Otherwise True, counting each revision's pods as its Deployment (in ``deployments``, by revision)
+    counts them, as status.replicas does: a new pod's event comes a moment before its Deployment's,
+    and the condition and status.replicas then change in one status write rather than two.
+    A revision without a Deployment in ``deployments`` counts the live pods seen."""
     serving = [p for p in pods if p.revision in revisions and p.live]
     stuck = [p for p in serving if p.unschedulable is not None]
     if stuck:
@@ -58,9 +67,14 @@ def pods_scheduled(pods: Sequence[PodState], revisions: Sequence[str]) -> Verdic
         return Verdict(
             FALSE, UNSCHEDULABLE, f"{len(stuck)} pod(s) unschedulable; {first.name}: {first.unschedulable}"
         )
-    if not serving:
+    counted = deployments or {}
+    count = sum(
+        counted[r].status_replicas if r in counted else sum(1 for p in serving if p.revision == r)
+        for r in dict.fromkeys(revisions)
+    )
+    if not count:
         return Verdict(TRUE, NO_PODS, "no pods to schedule")
-    return Verdict(TRUE, SCHEDULED, f"{len(serving)} pod(s) scheduled")
+    return Verdict(TRUE, SCHEDULED, f"{count} pod(s) scheduled")
 
 
 def degraded(
@@ -129,7 +143,10 @@ def summarize_ready(
 
 
 def time_to_serve(
-    previous: Sequence[Mapping[str, Any]], pods: Sequence[PodState], revisions: Sequence[str]
+    previous: Sequence[Mapping[str, Any]],
+    pods: Sequence[PodState],
+    revisions: Sequence[str],
+    deployments: Mapping[str, DeploymentState] | None = None,
 ) -> list[dict[str, Any]]:
     """status.timeToServe: for each serving revision, its first Ready pod's start (core.pod.startup).
 
@@ -137,11 +154,18 @@ def time_to_serve(
     restart or a scale-up changes nothing: the status is written only when it changes); a revision
     that no longer serves drops out. The first Ready pod is, among those the pass sees Ready, the
     one Ready first.
+
+    A revision whose Deployment (in ``deployments``, by revision) counts no ready replica yet is
+    recorded once it does: the pod's Ready event comes a moment before its Deployment's, and the
+    status that records the time to serve then also says the replicas are ready, in one write rather
+    than two that disagree in between. The figures are the pod's own times, so waiting changes none.
     """
     kept = {str(e.get("revision")): dict(e) for e in previous if e.get("revision") in revisions}
     out = []
     for revision in revisions:
-        if revision not in kept:
+        state = (deployments or {}).get(revision)
+        counted = state is None or state.ready_replicas > 0
+        if revision not in kept and counted:
             ready = sorted(
                 (p for p in pods if p.revision == revision and p.ready and not p.terminating),
                 key=lambda p: (p.start.ready is None, p.start.ready, p.name),
@@ -312,7 +336,7 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
         revisions = [r for r in (previous.get("stableRevision"), previous.get("canaryRevision")) if r]
     else:
         revisions = [r for r in (plan.stable, plan.rolling) if r]
-    scheduled = pods_scheduled(obs.pods, revisions)
+    scheduled = pods_scheduled(obs.pods, revisions, by_revision)
     if obs.repository is not None:
         put(REPOSITORY_READY, obs.repository)
     put(PODS_SCHEDULED, scheduled)
@@ -371,7 +395,7 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
         status["endpoints"] = dict(obs.endpoints)
     if obs.analysis:
         status["analysis"] = dict(obs.analysis)
-    served = time_to_serve(previous.get("timeToServe") or [], obs.pods, revisions)
+    served = time_to_serve(previous.get("timeToServe") or [], obs.pods, revisions, by_revision)
     if served:
         status["timeToServe"] = served
     if obs.image:
