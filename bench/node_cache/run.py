@@ -3,6 +3,11 @@ warm node (the node cache), the same repository, each byte checked: a table, thi
 ``--ref`` (a git ref: its node cache and its sync, the same command from that commit).
 
     .venv/bin/python bench/node_cache/run.py [--shards 16 --shard-mib 64 --part-mib 16] [--ref REF]
+    .venv/bin/python bench/node_cache/run.py --real [--ref REF]   # the real-size repository
+
+``--real`` uploads the repository tests/support/realrepo.py generates at full size (2.5 GiB: a 2 GiB
+model in 256 MiB shards, a 500 MiB one, small ones; boto3 uploads in 8 MiB parts with a CRC32, as
+bench/sync ``--real`` and the real-size e2e do) instead of the shards.
 
 Each row is a real `triton-operator sync` process (as the init container runs it) into an empty
 folder; the node cache is its real server on loopback in a process of its own (the tree's
@@ -32,6 +37,7 @@ SUPPORT = REPO / "tests" / "support"
 OUR_SOURCE = REPO / "operator" / "src"
 sys.path.insert(0, str(SUPPORT))
 
+import realrepo  # noqa: E402
 from counting_proxy import counting_proxy  # noqa: E402
 from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY, s3_client, start_seaweedfs  # noqa: E402
 from triton_operator.adapters.storage import pin_repository  # noqa: E402
@@ -47,18 +53,26 @@ TICKS = os.sysconf("SC_CLK_TCK")
 # The node cache process: a tree's server on loopback, tokens issued for the pods named in argv
 # (written to <work>/<pod>.token); prints its port, serves until its stdin closes.
 SERVE = """
-import sys
+import base64, os, sys
 from pathlib import Path
 from fake_token_reviewer import FakeTokenReviewer
 from storage_servers import free_port
 from triton_operator.adapters.nodecache.server import NodeCacheServer, ServerThread
 from triton_operator.adapters.nodecache.store import ContentStore
-root, limit, work = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+root, limit, work, sign = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4] == "sign"
 reviewer = FakeTokenReviewer()
-for pod in sys.argv[4:]:
+for pod in sys.argv[5:]:
     (work / f"{pod}.token").write_text(reviewer.issue("bench", pod))
-cache = ServerThread(NodeCacheServer(ContentStore(root, limit, 3600.0), reviewer), "127.0.0.1", free_port())
-print(cache.start(), flush=True)
+options, public = {}, ""
+if sign:  # a tree that signs statements: a new key, its public half to the pods
+    from triton_operator.adapters.nodecache.statements import Signer
+    key = work / f"signing-{os.getpid()}.key"
+    key.write_text(base64.b64encode(os.urandom(32)).decode())
+    options["signer"] = Signer.from_file(key)
+    public = options["signer"].public_key()
+server = NodeCacheServer(ContentStore(root, limit, 3600.0), reviewer, **options)
+cache = ServerThread(server, "127.0.0.1", free_port())
+print(cache.start(), public, flush=True)
 sys.stdin.read()
 cache.stop()
 """
@@ -102,13 +116,14 @@ def tree_env(src: Path) -> dict[str, str]:
 class Cache:
     """A tree's node cache process."""
 
-    def __init__(self, src: Path, root: Path, limit: int, work: Path, pods: list[str]) -> None:
-        args = [sys.executable, "-c", SERVE, str(root), str(limit), str(work), *pods]
+    def __init__(self, src: Path, root: Path, limit: int, work: Path, pods: list[str], *, sign: bool) -> None:
+        args = [sys.executable, "-c", SERVE, str(root), str(limit), str(work), "sign" if sign else "-", *pods]
         self.process = subprocess.Popen(
             args, env=tree_env(src), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
         assert self.process.stdout is not None
-        self.port = int(self.process.stdout.readline())
+        port, _, public = self.process.stdout.readline().partition(" ")
+        self.port, self.public_key = int(port), public.strip()
 
     def cpu(self) -> float:
         return process_cpu(self.process.pid)
@@ -120,16 +135,19 @@ class Cache:
 
 
 def sync(
-    src: Path, work: Path, pod: str, manifest_path: Path, cache: Cache | None
+    src: Path, work: Path, pod: str, manifest_path: Path, cache: Cache | None, *, signed: bool = False
 ) -> tuple[float, float, float | None, str]:
-    """One sync into work/pod by tree ``src``, as pod ``pod`` of namespace "bench": (seconds, its
-    CPU seconds, the cache's CPU seconds meanwhile, its summary line)."""
+    """One sync into work/pod by tree ``src``, as pod ``pod`` of namespace "bench" (``signed``: given
+    the cache's public key): (seconds, its CPU seconds, the cache's CPU seconds meanwhile, its
+    summary line)."""
     log = work / f"{pod}.log"
     log.write_text("")
     env = tree_env(src)
     if cache is not None:
         env |= {"TRITON_NODE_CACHE_HOST": "127.0.0.1", "TRITON_NODE_CACHE_PORT": str(cache.port)}
         env |= {"TRITON_NODE_CACHE_POD": pod, "TRITON_NODE_CACHE_TOKEN": str(work / f"{pod}.token")}
+        if signed:
+            env["TRITON_NODE_CACHE_PUBLIC_KEY"] = cache.public_key
     dest = work / pod
     args = [sys.executable, "-m", "triton_operator.cli", "sync", "--manifest", str(manifest_path)]
     args += ["--dest", str(dest), "--termination-log", str(log), "--progress", "json"]
@@ -144,6 +162,20 @@ def sync(
     return seconds, cpu, cache_cpu if cache is not None else None, log.read_text().strip()
 
 
+def upload_shards(s3: object, work: Path, args: argparse.Namespace) -> None:
+    """``--shards`` shards of ``--shard-mib`` under models/big/1/, multipart in ``--part-mib`` parts."""
+    from boto3.s3.transfer import TransferConfig  # noqa: PLC0415
+
+    part = args.part_mib * MiB
+    config = TransferConfig(multipart_threshold=part, multipart_chunksize=part)
+    block = os.urandom(args.shard_mib * MiB)
+    for i in range(args.shards):
+        path = work / "shard"
+        path.write_bytes(i.to_bytes(8, "big") + block[8:])
+        s3.upload_file(str(path), "models", f"models/big/1/shard-{i:03d}.bin", Config=config)  # type: ignore[attr-defined]
+        path.unlink()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -153,6 +185,7 @@ def main() -> int:
     parser.add_argument("--part-mib", type=int, default=16, help="multipart upload part size (default 16)")
     parser.add_argument("--warm-runs", type=int, default=3, help="warm syncs a tree, median (default 3)")
     parser.add_argument("--ref", help="rows more: the node cache and sync of this git ref (before/after)")
+    parser.add_argument("--real", action="store_true", help="the full-size generated repository instead")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-node-cache-") as tmp:
         work = Path(tmp)
@@ -163,19 +196,14 @@ def main() -> int:
         try:
             s3 = s3_client(server.endpoint)
             s3.create_bucket(Bucket="models")
-            from boto3.s3.transfer import TransferConfig  # noqa: PLC0415
-
-            part = args.part_mib * MiB
-            config = TransferConfig(multipart_threshold=part, multipart_chunksize=part)
-            block = os.urandom(args.shard_mib * MiB)
-            for i in range(args.shards):
-                path = work / "shard"
-                path.write_bytes(i.to_bytes(8, "big") + block[8:])
-                s3.upload_file(str(path), "models", f"models/big/1/shard-{i:03d}.bin", Config=config)
-                path.unlink()
-            del block
+            if args.real:
+                generated = realrepo.upload_repository(s3, "models", "models", realrepo.RepoShape())
+                models = [ModelSpec.model_validate(m) for m in generated.spec_models]
+            else:
+                upload_shards(s3, work, args)
+                models = [ModelSpec(name="big", config={"backend": "python"})]
             repository = Repository(uri="s3://models/models", endpoint=server.endpoint)
-            pinned = pin_repository(repository, [ModelSpec(name="big", config={"backend": "python"})], CREDS)
+            pinned = pin_repository(repository, models, CREDS)
             total = pinned.total_bytes
             kinds = sorted({e.checksum_kind for e in pinned.entries})
             rows: list[Row] = []
@@ -184,27 +212,35 @@ def main() -> int:
                 manifest_path = work / "manifest.json"
                 manifest_path.write_text(manifest_to_json(manifest))
 
-                def row(name: str, src: Path, pod: str, cache: Cache | None) -> Row:
+                def row(name: str, src: Path, pod: str, cache: Cache | None, signed: bool = False) -> Row:
                     proxy.reset()
-                    seconds, cpu, cache_cpu, line = sync(src, work, pod, manifest_path, cache)
+                    seconds, cpu, cache_cpu, line = sync(src, work, pod, manifest_path, cache, signed=signed)
                     summary = parse_summary(line)
                     assert summary is not None, line
                     return Row(name, seconds, cpu, cache_cpu, proxy.bytes_from_server, summary)
 
                 rows.append(row("store only (no cache)", OUR_SOURCE, "pod-store", None))
                 caches: list[tuple[str, Path, str, Cache]] = []
+                # Warm syncs: each tree's, and this tree's again given the cache's public key (the
+                # SHA-256 the cache signed checked instead of the pin).
+                kinds_of = {"ref": [("", False)], "new": [("", False), (", signed", True)]}
                 try:
                     for label, src in trees:
                         tag = "ref" if label.startswith("ref") else "new"
-                        pods = [f"{tag}-cold", *(f"{tag}-warm-{i}" for i in range(args.warm_runs))]
-                        cache = Cache(src, work / f"cache-{tag}", 4 * total, work, pods)
+                        pods = [f"{tag}-cold"]
+                        for suffix, _ in kinds_of[tag]:
+                            pods += [f"{tag}{suffix.strip(', ')}-warm-{i}" for i in range(args.warm_runs)]
+                        cache = Cache(src, work / f"cache-{tag}", 4 * total, work, pods, sign=tag == "new")
                         caches.append((label, src, tag, cache))
                         rows.append(row(f"{label}: cold node", src, pods[0], cache))
-                    # The trees' warm syncs take turns, so that the machine's other load falls on each.
-                    warm: dict[str, list[Row]] = {label: [] for label, *_ in caches}
+                    # The warm syncs take turns, so that the machine's other load falls on each.
+                    warm: dict[str, list[Row]] = {}
                     for i in range(args.warm_runs):
                         for label, src, tag, cache in caches:
-                            warm[label].append(row(f"{label}: warm node", src, f"{tag}-warm-{i}", cache))
+                            for suffix, signed in kinds_of[tag]:
+                                name = f"{label}: warm node{suffix}"
+                                pod = f"{tag}{suffix.strip(', ')}-warm-{i}"
+                                warm.setdefault(name, []).append(row(name, src, pod, cache, signed))
                     for runs in warm.values():
                         median = statistics.median_low([r.seconds for r in runs])
                         rows.append(next(r for r in runs if r.seconds == median))
@@ -213,8 +249,13 @@ def main() -> int:
                         cache.stop()
         finally:
             server.stop()
-    shape = f"{args.shards} shards x {args.shard_mib} MiB = {total / MiB:,.0f} MiB"
-    print(f"\n{shape} (parts of {args.part_mib} MiB), checksums {', '.join(kinds)}")
+    if args.real:
+        shape = f"the real-size repository (tests/support/realrepo.py), {len(pinned.entries)} objects"
+        shape += f", {total / MiB:,.0f} MiB (boto3 uploads: 8 MiB parts, a CRC32)"
+    else:
+        shape = f"{args.shards} shards x {args.shard_mib} MiB = {total / MiB:,.0f} MiB"
+        shape += f" (parts of {args.part_mib} MiB)"
+    print(f"\n{shape}, checksums {', '.join(kinds)}")
     head = f"| {'sync':28} | {'seconds':>7} | {'GiB/s':>5} | {'pod CPU s/GiB':>13} | {'cache CPU s/GiB':>15}"
     print(f"{head} | {'from store':>13} | {'cache hits':>10} |")
     print(f"|{'-' * 30}|{'-' * 8}:|{'-' * 6}:|{'-' * 14}:|{'-' * 16}:|{'-' * 14}:|{'-' * 11}:|")

@@ -46,6 +46,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from triton_operator.adapters.nodecache.review import TokenReviewer
+from triton_operator.adapters.nodecache.statements import Signer
 from triton_operator.adapters.nodecache.store import ContentStore, Refused, Upload
 from triton_operator.core.nodecache import (
     AUDIENCE,
@@ -54,6 +55,7 @@ from triton_operator.core.nodecache import (
     Caller,
     NotAllowed,
     caller_from_review,
+    object_key,
     parse_lease,
     parse_range,
     token_expiry,
@@ -63,6 +65,12 @@ from triton_operator.core.nodecache import (
 PREFIX = "triton_node_cache"
 PART_SIZE_HEADER = "X-Part-Size"
 CHECK_EXISTING_HEADER = "X-Check-Existing"
+SETTLE_SECONDS = 10.0
+"""The longest a lease waits for the checks of its objects' uploads received a moment before."""
+PREFER_ASYNC = "respond-async"
+"""``Prefer: respond-async`` on an upload: answer 202 once its bytes are on the cache's disk, and
+check them (against the key, and the SHA-256 that names them) after; nothing is placed unless they
+match. The pod that uploads then waits for the transfer only, not for the node's hashing."""
 CHUNK = 1024 * 1024
 SENDFILE_PIECE = 16 * 1024 * 1024
 """An object is sent in pieces of this many bytes, each within the server's idle time."""
@@ -232,8 +240,10 @@ class NodeCacheServer:
         idle_seconds: float = 15.0,
         audit_seconds: float = 60.0,
         threads: int = 8,
+        signer: Signer | None = None,
     ) -> None:
         self.store = store
+        self.signer = signer
         self.reviewer = reviewer
         self.audience = audience
         self.node = node
@@ -245,10 +255,14 @@ class NodeCacheServer:
         self.registry = CollectorRegistry()
         self.registry.register(StoreCollector(store, self.refused_requests, self.sent_bytes))
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="node-cache-io")
+        # The checks of uploads answered before them (202) run apart, at most two at once: they
+        # never hold up the writes of the uploads still arriving, which share _pool.
+        self._checker = ThreadPoolExecutor(max_workers=2, thread_name_prefix="node-cache-check")
         self._lease_tokens: dict[str, str] = {}
         self._runner: web.ServerRunner | None = None
         self._leasing: asyncio.Lock | None = None
         self._audit: asyncio.Task[None] | None = None
+        self._checks: set[asyncio.Task[None]] = set()
         self.auth: Authenticator | None = None
         self.port = 0
 
@@ -283,6 +297,7 @@ class NodeCacheServer:
         if self._runner is not None:
             await self._runner.cleanup()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._checker.shutdown(wait=False, cancel_futures=True)
 
     def _count(self, reason: str) -> None:
         self.refused_requests[reason] = self.refused_requests.get(reason, 0) + 1
@@ -347,13 +362,32 @@ class NodeCacheServer:
             if isinstance(data, dict) and data.get("pod") not in (None, caller.pod):
                 raise NotAllowed(403, f"pod: a pod leases for itself only ({caller.pod_name})")
             objects = parse_lease(data)
+            # Bytes another pod of the namespace sent a moment ago may still be checked: the
+            # lease waits for those checks (a bounded while), so that it finds what they place.
+            keys = {k for kind, checksum, _ in objects if (k := object_key(kind, checksum)) is not None}
+            await self._run(self.store.settle, caller.namespace, keys, min(self.idle_seconds, SETTLE_SECONDS))
             held, parts = self.store.lease(caller.pod, caller.namespace, objects, token_expiry(token))
         except ValueError:
             return _refuse(400, "a lease is JSON")
         except NotAllowed as refused:
             return _refuse(refused.status, str(refused))
         self._lease_tokens[caller.pod] = token
-        return web.json_response({"held": held, "part_sizes": parts})
+        answer: dict[str, Any] = {"held": held, "part_sizes": parts}
+        if self.signer is not None:
+            answer["statements"] = await self._run(self._statements, caller, held)
+        return web.json_response(answer)
+
+    def _statements(self, caller: Caller, held: Iterable[str]) -> dict[str, list[str]]:
+        """For each held key of the caller's namespace: [its blob's SHA-256, the signature of the
+        statement that those are the key's bytes, for the caller's pod] (blocking: signatures)."""
+        assert self.signer is not None
+        out: dict[str, list[str]] = {}
+        for key in held:
+            found = self.store.blob_of(caller.namespace, key)
+            if found is not None:
+                blob, size = found
+                out[key] = [blob, self.signer.sign(caller.pod, key, size, blob)]
+        return out
 
     async def _audit_leases(self) -> None:
         """Every ``audit_seconds``: review each live lease's token again; a lease whose token no
@@ -464,6 +498,7 @@ class NodeCacheServer:
             await self._run(
                 self.store.recheck, caller.namespace, kind, checksum, int(part) if part.isdigit() else None
             )
+        deferred = request.headers.get("Prefer", "").strip().lower() == PREFER_ASYNC
         try:
             upload = self.store.begin(
                 caller.namespace,
@@ -472,11 +507,22 @@ class NodeCacheServer:
                 checksum,
                 size=length,
                 part_size=int(part) if part.isdigit() else None,
+                deferred=deferred,
             )
         except Refused as refused:
             return _refuse(refused.status, str(refused))
         try:
             await self._receive(request, upload)
+            if deferred:
+                if upload.received != upload.size:
+                    raise Refused(
+                        "short", 400, f"{upload.key}: {upload.received} of {upload.size} bytes arrived"
+                    )
+                self.store.checking(upload)
+                task = asyncio.create_task(self._check(upload))
+                self._checks.add(task)
+                task.add_done_callback(self._checks.discard)
+                return web.Response(status=202, text="received; checked before it is kept\n")
             await self._run(self.store.finish, upload)
         except Refused as refused:
             self.store.end(upload, refused.reason)
@@ -493,6 +539,23 @@ class NodeCacheServer:
             raise
         self.store.end(upload)
         return web.Response(status=201, text="kept\n")
+
+    async def _check(self, upload: Upload) -> None:
+        """A deferred upload, received whole: checked and placed (or refused) on the pool."""
+        refused: str | None = None
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._checker, self.store.finish, upload)
+        except Refused as exc:
+            refused = exc.reason
+            log.info("node cache: upload of %s not kept: %s", upload.key, exc)
+        except OSError as exc:
+            refused = "failed"
+            log.warning("node cache: writing %s failed: %s", upload.key, exc)
+        except BaseException:
+            refused = "failed"
+            raise
+        finally:
+            self.store.end(upload, refused)
 
     async def _receive(self, request: BaseRequest, upload: Upload) -> None:
         """The body, in pieces of up to 1 MiB, each given room (store.take) as it arrives."""
