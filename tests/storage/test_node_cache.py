@@ -416,7 +416,7 @@ def test_an_impostor_on_the_port_cannot_make_a_pod_take_its_bytes(
     stats = sync_stats(done)
     assert (stats["vouched_files"], stats["source_refused"]) == (0, len(FILES))
     assert summary is not None and summary.fetched == TOTAL
-    assert "statements refused" in done.stderr
+    assert "statements were refused" in done.stderr
 
 
 def test_when_the_cache_is_down_the_sync_reads_the_store(

@@ -79,11 +79,13 @@ NAMESPACE_FORM = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 BLOB_FORM = re.compile(r"^[0-9a-f]{64}$")
 
 
-def statement(pod: str, key: str, size: int, blob: str) -> bytes:
-    """What the cache signs for pod ``pod`` (its lease's uid): the bytes whose SHA-256 is ``blob``
-    are the ``size`` bytes of ``key`` (``<kind>/<pin>``), as the cache checked them when it took them.
-    Bound to the pod, so that no pod of another namespace takes it; the fields cannot hold spaces."""
-    return f"{STATEMENT_TAG} {pod} {key} {size} {blob}".encode()
+def statement(pod: str, objects: Iterable[tuple[str, int, str]]) -> bytes:
+    """What the cache signs for pod ``pod`` (its lease's uid) in one lease answer: for each
+    ``(key, size, blob)``, the bytes whose SHA-256 is ``blob`` are the ``size`` bytes of ``key``
+    (``<kind>/<pin>``), as the cache checked them when it took them. Bound to the pod, so that no pod
+    of another namespace takes it; one line an object, in key order (no field holds a space)."""
+    lines = "".join(f"{key} {size} {blob}\n" for key, size, blob in sorted(objects))
+    return f"{STATEMENT_TAG} {pod}\n{lines}".encode()
 
 
 def object_key(kind: str, checksum: str) -> str | None:

@@ -18,6 +18,7 @@ from triton_operator.core.manifest import ManifestEntry
 BLOB = hashlib.sha256(b"the bytes").hexdigest()
 OTHER = hashlib.sha256(b"other bytes").hexdigest()
 KEY = "md5/" + hashlib.md5(b"the bytes", usedforsecurity=False).hexdigest()
+OTHER_KEY = "md5/" + hashlib.md5(b"other bytes", usedforsecurity=False).hexdigest()
 
 
 def signer() -> Signer:
@@ -27,17 +28,21 @@ def signer() -> Signer:
 def test_a_statement_verifies_only_as_signed() -> None:
     cache = signer()
     pod = Verifier.from_text(cache.public_key(), "test")
-    sig = cache.sign("uid-1", KEY, 9, BLOB)
-    assert pod.verify("uid-1", KEY, 9, BLOB, sig)
-    # Another pod (of any namespace), pin, size or SHA-256: refused.
-    assert not pod.verify("uid-2", KEY, 9, BLOB, sig)
-    assert not pod.verify("uid-1", "md5/" + "0" * 32, 9, BLOB, sig)
-    assert not pod.verify("uid-1", KEY, 10, BLOB, sig)
-    assert not pod.verify("uid-1", KEY, 9, OTHER, sig)
+    said = [(KEY, 9, BLOB), (OTHER_KEY, 11, OTHER)]
+    sig = cache.sign("uid-1", said)
+    assert pod.verify("uid-1", said, sig)
+    assert pod.verify("uid-1", list(reversed(said)), sig)  # one statement, whatever the order
+    # Another pod (of any namespace), pin, size or SHA-256, one object more or less: refused.
+    assert not pod.verify("uid-2", said, sig)
+    assert not pod.verify("uid-1", [("md5/" + "0" * 32, 9, BLOB), said[1]], sig)
+    assert not pod.verify("uid-1", [(KEY, 10, BLOB), said[1]], sig)
+    assert not pod.verify("uid-1", [(KEY, 9, OTHER), said[1]], sig)
+    assert not pod.verify("uid-1", said[:1], sig)
+    assert not pod.verify("uid-1", [*said, ("md5/" + "e" * 32, 1, BLOB)], sig)
     # Another key's signature (an impostor's), or no signature at all.
-    assert not pod.verify("uid-1", KEY, 9, BLOB, signer().sign("uid-1", KEY, 9, BLOB))
-    assert not pod.verify("uid-1", KEY, 9, BLOB, "not base64!")
-    assert not pod.verify("uid-1", KEY, 9, BLOB, base64.b64encode(b"x" * 64).decode())
+    assert not pod.verify("uid-1", said, signer().sign("uid-1", said))
+    assert not pod.verify("uid-1", said, "not base64!")
+    assert not pod.verify("uid-1", said, base64.b64encode(b"x" * 64).decode())
 
 
 def test_keys_are_read_from_pem_or_base64_and_bad_ones_named(tmp_path: Path) -> None:
@@ -67,27 +72,28 @@ def test_keys_are_read_from_pem_or_base64_and_bad_ones_named(tmp_path: Path) -> 
         Verifier.from_text("***", "TRITON_NODE_CACHE_PUBLIC_KEY")
 
 
-def test_the_client_takes_only_statements_for_its_pod_pin_and_size() -> None:
+def test_the_client_takes_statements_only_for_its_pod_held_pins_and_sizes() -> None:
     cache = signer()
+    b, c = "md5/" + "b" * 32, "md5/" + "c" * 32
     entries = [
         ManifestEntry("m/1/a", "m/1/a", 9, "md5", KEY.removeprefix("md5/")),
         ManifestEntry("m/1/b", "m/1/b", 5, "md5", "b" * 32),
         ManifestEntry("m/1/c", "m/1/c", 7, "md5", "c" * 32),
-        ManifestEntry("m/1/d", "m/1/d", 4, "md5", "d" * 32),
     ]
-    client = NodeCacheClient("http://127.0.0.1:1", "uid-1", public_key=cache.public_key())
-    client.held_keys = frozenset({KEY, "md5/" + "b" * 32, "md5/" + "c" * 32})
-    statements = {
-        KEY: [BLOB, cache.sign("uid-1", KEY, 9, BLOB)],  # good
-        "md5/" + "b" * 32: [OTHER, cache.sign("uid-2", "md5/" + "b" * 32, 5, OTHER)],  # another pod's
-        "md5/" + "c" * 32: [OTHER, cache.sign("uid-1", "md5/" + "c" * 32, 8, OTHER)],  # another size
-        "md5/" + "d" * 32: [OTHER, cache.sign("uid-1", "md5/" + "d" * 32, 4, OTHER)],  # not held
-    }
-    assert client._vouched(entries, statements) == {KEY: BLOB}
-    assert client.statements_refused == 3
-    client.vouched_keys = client._vouched(entries, statements)
-    assert client.vouched(entries[0]) == BLOB
-    assert client.vouched(entries[1]) is None
+
+    def vouched(pod: str, objects: list[tuple[str, int, str]], held: set[str]) -> dict[str, str]:
+        client = NodeCacheClient("http://127.0.0.1:1", "uid-1", public_key=cache.public_key())
+        client.held_keys = frozenset(held)
+        answer = {"objects": {k: blob for k, _, blob in objects}, "signature": cache.sign(pod, objects)}
+        client.vouched_keys = client._vouched(entries, answer)
+        assert client.statements_refused == (0 if client.vouched_keys else 1)
+        return {e.key: v for e in entries if (v := client.vouched(e)) is not None}
+
+    good = [(KEY, 9, BLOB), (b, 5, OTHER)]
+    assert vouched("uid-1", good, {KEY, b, c}) == {"m/1/a": BLOB, "m/1/b": OTHER}
+    assert vouched("uid-2", good, {KEY, b, c}) == {}  # signed for another pod
+    assert vouched("uid-1", [(KEY, 9, BLOB), (c, 8, OTHER)], {KEY, b, c}) == {}  # c is 7 bytes pinned
+    assert vouched("uid-1", good, {KEY}) == {}  # b is not held
     # Without the public key, nothing is vouched: every byte is checked against its pin.
     assert NodeCacheClient("http://127.0.0.1:1", "uid-1", public_key="").verifier is None
 

@@ -149,32 +149,32 @@ class NodeCacheClient:
         return self.held_keys
 
     def _vouched(self, entries: Sequence[ManifestEntry], statements: object) -> dict[str, str]:
-        """The held keys whose statement the public key verifies for this pod, the pinned key and
-        the pinned size: key -> the SHA-256 the cache signed. Any other statement is ignored (the
-        pin is checked), and counted."""
+        """The held keys the cache signed for: key -> the SHA-256 it names, when the public key
+        verifies the one signature over them all for this pod, these pinned keys and sizes; else
+        none (every pin is checked), the refusal counted and logged."""
         assert self.verifier is not None
         if not isinstance(statements, dict):
             return {}
+        objects, signature = statements.get("objects"), statements.get("signature")
         sizes = {k: e.size for e in entries if (k := key_of(e)) is not None}
-        out: dict[str, str] = {}
-        for key, said in statements.items():
-            size = sizes.get(key)
-            ok = (
-                size is not None
-                and key in self.held_keys
-                and isinstance(said, list)
-                and len(said) == 2
-                and all(isinstance(x, str) for x in said)
-                and BLOB_FORM.match(said[0]) is not None
-                and self.verifier.verify(self.pod, key, size, said[0], said[1])
-            )
-            if ok:
-                out[key] = said[0]
-            else:
-                self.statements_refused += 1
-        if self.statements_refused:
-            log.warning("node cache: %s statements refused (their pins are checked)", self.statements_refused)
-        return out
+        signed: list[tuple[str, int, str]] = []
+        ok = isinstance(objects, dict) and isinstance(signature, str)
+        if ok:
+            assert isinstance(objects, dict) and isinstance(signature, str)
+            for key, blob in objects.items():
+                if key not in self.held_keys or key not in sizes or not isinstance(blob, str):
+                    ok = False
+                    break
+                if BLOB_FORM.match(blob) is None:
+                    ok = False
+                    break
+                signed.append((key, sizes[key], blob))
+            ok = ok and self.verifier.verify(self.pod, signed, signature)
+        if not ok:
+            self.statements_refused += 1
+            log.warning("node cache: its statements were refused (each file is checked by its pin)")
+            return {}
+        return {key: blob for key, _, blob in signed}
 
     def vouched(self, entry: ManifestEntry) -> str | None:
         """The SHA-256 the cache signed for the held ``entry`` (None: check the pin)."""

@@ -377,17 +377,19 @@ class NodeCacheServer:
             answer["statements"] = await self._run(self._statements, caller, held)
         return web.json_response(answer)
 
-    def _statements(self, caller: Caller, held: Iterable[str]) -> dict[str, list[str]]:
-        """For each held key of the caller's namespace: [its blob's SHA-256, the signature of the
-        statement that those are the key's bytes, for the caller's pod] (blocking: signatures)."""
+    def _statements(self, caller: Caller, held: Iterable[str]) -> dict[str, Any]:
+        """For the held keys of the caller's namespace: each one's blob (the SHA-256 the cache
+        computed as it took the bytes) and one signature of the statement that those are the keys'
+        bytes, for the caller's pod (blocking)."""
         assert self.signer is not None
-        out: dict[str, list[str]] = {}
+        objects: dict[str, str] = {}
+        signed: list[tuple[str, int, str]] = []
         for key in held:
             found = self.store.blob_of(caller.namespace, key)
             if found is not None:
-                blob, size = found
-                out[key] = [blob, self.signer.sign(caller.pod, key, size, blob)]
-        return out
+                objects[key] = found[0]
+                signed.append((key, found[1], found[0]))
+        return {"objects": objects, "signature": self.signer.sign(caller.pod, signed)}
 
     async def _audit_leases(self) -> None:
         """Every ``audit_seconds``: review each live lease's token again; a lease whose token no

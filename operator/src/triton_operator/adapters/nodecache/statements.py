@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,9 +53,10 @@ class Signer:
         raw = self._key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         return base64.b64encode(raw).decode()
 
-    def sign(self, pod: str, key: str, size: int, blob: str) -> str:
-        """The base64 signature of the statement that ``blob`` (a SHA-256) is ``key``'s bytes."""
-        return base64.b64encode(self._key.sign(statement(pod, key, size, blob))).decode()
+    def sign(self, pod: str, objects: Iterable[tuple[str, int, str]]) -> str:
+        """The base64 signature of the statement for ``pod`` that each (key, size, blob) holds: one
+        signature a lease answer, whatever its number of objects."""
+        return base64.b64encode(self._key.sign(statement(pod, objects))).decode()
 
 
 class Verifier:
@@ -70,13 +72,13 @@ class Verifier:
 
         return cls(Ed25519PublicKey.from_public_bytes(_raw_key(text.strip(), where)))
 
-    def verify(self, pod: str, key: str, size: int, blob: str, signature: str) -> bool:
+    def verify(self, pod: str, objects: Iterable[tuple[str, int, str]], signature: str) -> bool:
         """Whether ``signature`` is this key's over the statement (anything malformed: False)."""
         from cryptography.exceptions import InvalidSignature  # noqa: PLC0415
 
         try:
             sig = base64.b64decode(signature, validate=True)
-            self._key.verify(sig, statement(pod, key, size, blob))
+            self._key.verify(sig, statement(pod, objects))
         except (InvalidSignature, binascii.Error, ValueError):
             return False
         return True
