@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -86,6 +87,9 @@ class Row:
     cache_cpu: float | None
     from_store: int
     summary: SyncSummary
+    node_warm: float | None = (
+        None  # a cold row: seconds from the sync's start until the node kept every object
+    )
 
 
 def children_cpu() -> float:
@@ -127,6 +131,14 @@ class Cache:
 
     def cpu(self) -> float:
         return process_cpu(self.process.pid)
+
+    def stored(self) -> int:
+        """Objects the cache has kept so far (its own counter)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as answer:
+            for line in answer.read().decode().splitlines():
+                if line.startswith("triton_node_cache_stored_total "):
+                    return int(float(line.split()[1]))
+        return 0
 
     def stop(self) -> None:
         assert self.process.stdin is not None
@@ -184,9 +196,11 @@ def main() -> int:
     parser.add_argument("--shard-mib", type=int, default=64, help="MiB a shard (default 64)")
     parser.add_argument("--part-mib", type=int, default=16, help="multipart upload part size (default 16)")
     parser.add_argument("--warm-runs", type=int, default=3, help="warm syncs a tree, median (default 3)")
+    parser.add_argument("--cold-runs", type=int, default=1, help="cold syncs a tree, median (default 1)")
     parser.add_argument("--ref", help="rows more: the node cache and sync of this git ref (before/after)")
     parser.add_argument("--real", action="store_true", help="the full-size generated repository instead")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-node-cache-") as tmp:
         work = Path(tmp)
         trees = [("this tree", OUR_SOURCE)]
@@ -213,26 +227,54 @@ def main() -> int:
                 manifest_path.write_text(manifest_to_json(manifest))
 
                 def row(name: str, src: Path, pod: str, cache: Cache | None, signed: bool = False) -> Row:
+                    # No row pays for another's leftovers: dirty pages written back, a pause.
+                    os.sync()
+                    time.sleep(1)
                     proxy.reset()
+                    started = time.monotonic()
                     seconds, cpu, cache_cpu, line = sync(src, work, pod, manifest_path, cache, signed=signed)
                     summary = parse_summary(line)
                     assert summary is not None, line
-                    return Row(name, seconds, cpu, cache_cpu, proxy.bytes_from_server, summary)
+                    warm_after = None
+                    if cache is not None and summary.node_cache_hits == 0:
+                        # A cold row: until the node keeps every object (checks after the sync too).
+                        before = cache.cpu()
+                        while cache.stored() < len(pinned.entries) and time.monotonic() - started < 600:
+                            time.sleep(0.05)
+                        warm_after = time.monotonic() - started
+                        assert cache_cpu is not None
+                        cache_cpu += cache.cpu() - before
+                    return Row(name, seconds, cpu, cache_cpu, proxy.bytes_from_server, summary, warm_after)
 
                 rows.append(row("store only (no cache)", OUR_SOURCE, "pod-store", None))
                 caches: list[tuple[str, Path, str, Cache]] = []
                 # Warm syncs: each tree's, and this tree's again given the cache's public key (the
                 # SHA-256 the cache signed checked instead of the pin).
                 kinds_of = {"ref": [("", False)], "new": [("", False), (", signed", True)]}
+                cold: dict[str, list[Row]] = {}
                 try:
-                    for label, src in trees:
-                        tag = "ref" if label.startswith("ref") else "new"
-                        pods = [f"{tag}-cold"]
-                        for suffix, _ in kinds_of[tag]:
-                            pods += [f"{tag}{suffix.strip(', ')}-warm-{i}" for i in range(args.warm_runs)]
-                        cache = Cache(src, work / f"cache-{tag}", 4 * total, work, pods, sign=tag == "new")
-                        caches.append((label, src, tag, cache))
-                        rows.append(row(f"{label}: cold node", src, pods[0], cache))
+                    # Cold nodes: --cold-runs of each tree, taking turns (the order flipped each
+                    # run), each on a new cache; the last ones stay for the warm rows.
+                    for run in range(args.cold_runs):
+                        if caches:
+                            for *_, old in caches:
+                                old.stop()
+                            caches.clear()
+                        order = trees if run % 2 == 0 else list(reversed(trees))
+                        for label, src in order:
+                            tag = "ref" if label.startswith("ref") else "new"
+                            pods = [f"{tag}-cold-{run}"]
+                            for suffix, _ in kinds_of[tag]:
+                                pods += [f"{tag}{suffix.strip(', ')}-warm-{i}" for i in range(args.warm_runs)]
+                            root = work / f"cache-{tag}"
+                            shutil.rmtree(root, ignore_errors=True)
+                            cache = Cache(src, root, 4 * total, work, pods, sign=tag == "new")
+                            caches.append((label, src, tag, cache))
+                            name = f"{label}: cold node"
+                            cold.setdefault(name, []).append(row(name, src, pods[0], cache))
+                    for runs in cold.values():
+                        median = statistics.median_low([r.seconds for r in runs])
+                        rows.append(next(r for r in runs if r.seconds == median))
                     # The warm syncs take turns, so that the machine's other load falls on each.
                     warm: dict[str, list[Row]] = {}
                     for i in range(args.warm_runs):
@@ -257,17 +299,20 @@ def main() -> int:
         shape += f" (parts of {args.part_mib} MiB)"
     print(f"\n{shape}, checksums {', '.join(kinds)}")
     head = f"| {'sync':28} | {'seconds':>7} | {'GiB/s':>5} | {'pod CPU s/GiB':>13} | {'cache CPU s/GiB':>15}"
-    print(f"{head} | {'from store':>13} | {'cache hits':>10} |")
-    print(f"|{'-' * 30}|{'-' * 8}:|{'-' * 6}:|{'-' * 14}:|{'-' * 16}:|{'-' * 14}:|{'-' * 11}:|")
+    print(f"{head} | {'from store':>13} | {'cache hits':>10} | {'node warm after s':>17} |")
+    print(f"|{'-' * 30}|{'-' * 8}:|{'-' * 6}:|{'-' * 14}:|{'-' * 16}:|{'-' * 14}:|{'-' * 11}:|{'-' * 18}:|")
     gib = total / GiB
     for r in rows:
         hits = "-" if r.summary.node_cache_hits is None else str(r.summary.node_cache_hits)
         cache_cpu = "-" if r.cache_cpu is None else f"{r.cache_cpu / gib:.2f}"
+        node_warm = "-" if r.node_warm is None else f"{r.node_warm:.2f}"
         print(
             f"| {r.name:28} | {r.seconds:7.2f} | {gib / r.seconds:5.2f} | {r.pod_cpu / gib:13.2f} "
-            f"| {cache_cpu:>15} | {r.from_store:13,} | {hits:>10} |"
+            f"| {cache_cpu:>15} | {r.from_store:13,} | {hits:>10} | {node_warm:>17} |"
         )
     print("from store: bytes seaweedfs sent, counted by a proxy (object bytes, headers, part-size HEADs)")
+    print("node warm after: a cold row's seconds from the sync's start until the cache had kept every object")
+    print(f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     return 0
 
 
