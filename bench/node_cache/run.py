@@ -43,6 +43,7 @@ from counting_proxy import counting_proxy  # noqa: E402
 from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY, s3_client, start_seaweedfs  # noqa: E402
 from triton_operator.adapters.storage import pin_repository  # noqa: E402
 from triton_operator.core.manifest import manifest_to_json  # noqa: E402
+from triton_operator.core.nodecache import object_key  # noqa: E402
 from triton_operator.core.startup import SyncSummary, parse_summary  # noqa: E402
 from triton_operator.models import ModelSpec, Repository  # noqa: E402
 
@@ -220,6 +221,8 @@ def main() -> int:
             pinned = pin_repository(repository, models, CREDS)
             total = pinned.total_bytes
             kinds = sorted({e.checksum_kind for e in pinned.entries})
+            # What a cold node ends up keeping: one object a distinct cacheable checksum.
+            keys = {k for e in pinned.entries if (k := object_key(e.checksum_kind, e.checksum)) is not None}
             rows: list[Row] = []
             with counting_proxy(server.endpoint) as proxy:
                 manifest = replace(pinned, repository=replace(pinned.repository, endpoint=proxy.endpoint))
@@ -239,7 +242,7 @@ def main() -> int:
                     if cache is not None and summary.node_cache_hits == 0:
                         # A cold row: until the node keeps every object (checks after the sync too).
                         before = cache.cpu()
-                        while cache.stored() < len(pinned.entries) and time.monotonic() - started < 600:
+                        while cache.stored() < len(keys) and time.monotonic() - started < 600:
                             time.sleep(0.05)
                         warm_after = time.monotonic() - started
                         assert cache_cpu is not None

@@ -243,7 +243,13 @@ class NodeCacheClient:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout, blocksize=CHUNK)
         try:
             with path.open("rb") as f:
-                conn.request("PUT", f"/v1/objects/{key}", f, headers)
+                conn.putrequest("PUT", f"/v1/objects/{key}", skip_accept_encoding=True)
+                for name, value in headers.items():
+                    conn.putheader(name, value)
+                conn.endheaders()
+                # The body from the page cache to the socket by sendfile(2): no copy through Python.
+                assert conn.sock is not None
+                conn.sock.sendfile(f)
                 response = conn.getresponse()
                 response.read()
             if response.status in (201, 202):  # kept, or received to be checked and kept
