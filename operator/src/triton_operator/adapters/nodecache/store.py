@@ -103,16 +103,17 @@ class Upload:
     file: BinaryIO | None = None
     deferred: bool = False
 
-    def feed(self, chunk: bytes) -> None:
-        """Write one piece, hashed now unless ``deferred`` (blocking: the server runs it on its
-        thread pool)."""
+    def feed(self, *chunks: bytes) -> None:
+        """Write pieces as they came off the socket (no joining), hashed now unless ``deferred``
+        (blocking: the server runs it on its thread pool)."""
         if self.file is None:
             self.file = self.tmp.open("wb")
-        if not self.deferred:
-            self.digest.update(chunk)
-            self.blob_digest.update(chunk)
-        self.file.write(chunk)
-        self.received += len(chunk)
+        for chunk in chunks:
+            if not self.deferred:
+                self.digest.update(chunk)
+                self.blob_digest.update(chunk)
+            self.file.write(chunk)
+            self.received += len(chunk)
 
     def hash_written(self) -> None:
         """A deferred upload's two hashes, over the file as written (blocking)."""
