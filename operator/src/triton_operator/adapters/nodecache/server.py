@@ -55,7 +55,6 @@ from triton_operator.core.nodecache import (
     Caller,
     NotAllowed,
     caller_from_review,
-    object_key,
     parse_lease,
     parse_range,
     token_expiry,
@@ -342,6 +341,10 @@ class NodeCacheServer:
             self._count("lease-size")
             return _refuse(413, f"a lease body is at most {MAX_LEASE_BODY} bytes")
         assert self._leasing is not None
+        # Bytes another pod of the namespace sent a moment ago may still be checked: the lease
+        # waits for its namespace's checks (a bounded while) so that it finds what they place;
+        # before the lock, so that no namespace's checks hold up another's leases.
+        await self._run(self.store.settle, caller.namespace, None, min(self.idle_seconds, SETTLE_SECONDS))
         async with self._leasing:  # one lease body in memory at a time
             return await self._lease_body(request, caller, token, length)
 
@@ -362,10 +365,6 @@ class NodeCacheServer:
             if isinstance(data, dict) and data.get("pod") not in (None, caller.pod):
                 raise NotAllowed(403, f"pod: a pod leases for itself only ({caller.pod_name})")
             objects = parse_lease(data)
-            # Bytes another pod of the namespace sent a moment ago may still be checked: the
-            # lease waits for those checks (a bounded while), so that it finds what they place.
-            keys = {k for kind, checksum, _ in objects if (k := object_key(kind, checksum)) is not None}
-            await self._run(self.store.settle, caller.namespace, keys, min(self.idle_seconds, SETTLE_SECONDS))
             held, parts = self.store.lease(caller.pod, caller.namespace, objects, token_expiry(token))
         except ValueError:
             return _refuse(400, "a lease is JSON")
