@@ -533,6 +533,32 @@ def test_an_upload_answered_before_its_check_is_kept_only_if_it_matches(
     assert cache.metrics()["triton_node_cache_stored_total"] == 1
 
 
+def test_a_namespaces_checks_in_flight_never_hold_up_another_namespaces_lease(
+    start_cache: Callable[..., NodeCache],
+) -> None:
+    """A lease waits (a bounded while) for the checks of its own namespace's uploads, and only
+    those: a pod of another namespace leases at once, also while the first one waits."""
+    cache = start_cache(idle_seconds=2.0)
+    data = os.urandom(1000)
+    key = md5_key(data)
+    assert cache.lease({key: len(data)}, pod="uploader", namespace="team-x")[0] == 200
+    kind, checksum = key.split("/")
+    upload = cache.store.begin("team-x", "uploader", kind, checksum, size=len(data), deferred=True)
+    cache.store.checking(upload)  # received whole, its check not done
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            started = time.monotonic()
+            waiting = pool.submit(cache.lease, {key: len(data)}, "x-reader", "team-x")
+            time.sleep(0.3)
+            assert cache.lease({key: len(data)}, pod="y-reader", namespace="team-y")[0] == 200
+            other = time.monotonic() - started
+            assert waiting.result()[0] == 200
+            same = time.monotonic() - started
+        assert other < 1.0 < same  # team-y at once; team-x until its check's bounded wait ends
+    finally:
+        cache.store.end(upload)
+
+
 def test_eviction_keeps_the_bound_and_never_takes_a_leased_object(
     start_cache: Callable[..., NodeCache],
 ) -> None:
