@@ -3,6 +3,11 @@ warm node (the node cache), the same repository, each byte checked: a table, thi
 ``--ref`` (a git ref: its node cache and its sync, the same command from that commit).
 
     .venv/bin/python bench/node_cache/run.py [--shards 16 --shard-mib 64 --part-mib 16] [--ref REF]
+    .venv/bin/python bench/node_cache/run.py --real [--ref REF]   # the real-size repository
+
+``--real`` uploads the repository tests/support/realrepo.py generates at full size (2.5 GiB: a 2 GiB
+model in 256 MiB shards, a 500 MiB one, small ones; boto3 uploads in 8 MiB parts with a CRC32, as
+bench/sync ``--real`` and the real-size e2e do) instead of the shards.
 
 Each row is a real `triton-operator sync` process (as the init container runs it) into an empty
 folder; the node cache is its real server on loopback in a process of its own (the tree's
@@ -24,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,10 +38,12 @@ SUPPORT = REPO / "tests" / "support"
 OUR_SOURCE = REPO / "operator" / "src"
 sys.path.insert(0, str(SUPPORT))
 
+import realrepo  # noqa: E402
 from counting_proxy import counting_proxy  # noqa: E402
 from storage_servers import S3_ACCESS_KEY, S3_SECRET_KEY, s3_client, start_seaweedfs  # noqa: E402
 from triton_operator.adapters.storage import pin_repository  # noqa: E402
 from triton_operator.core.pod.startup import SyncSummary, parse_summary  # noqa: E402
+from triton_operator.core.repository.cache_rules import object_key  # noqa: E402
 from triton_operator.core.repository.manifest import manifest_to_json  # noqa: E402
 from triton_operator.models import ModelSpec, Repository  # noqa: E402
 
@@ -47,18 +55,26 @@ TICKS = os.sysconf("SC_CLK_TCK")
 # The node cache process: a tree's server on loopback, tokens issued for the pods named in argv
 # (written to <work>/<pod>.token); prints its port, serves until its stdin closes.
 SERVE = """
-import sys
+import base64, os, sys
 from pathlib import Path
 from fake_token_reviewer import FakeTokenReviewer
 from storage_servers import free_port
 from triton_operator.adapters.nodecache.server import NodeCacheServer, ServerThread
 from triton_operator.adapters.nodecache.store import ContentStore
-root, limit, work = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+root, limit, work, sign = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4] == "sign"
 reviewer = FakeTokenReviewer()
-for pod in sys.argv[4:]:
+for pod in sys.argv[5:]:
     (work / f"{pod}.token").write_text(reviewer.issue("bench", pod))
-cache = ServerThread(NodeCacheServer(ContentStore(root, limit, 3600.0), reviewer), "127.0.0.1", free_port())
-print(cache.start(), flush=True)
+options, public = {}, ""
+if sign:  # a tree that signs statements: a new key, its public half to the pods
+    from triton_operator.adapters.nodecache.statements import Signer
+    key = work / f"signing-{os.getpid()}.key"
+    key.write_text(base64.b64encode(os.urandom(32)).decode())
+    options["signer"] = Signer.from_file(key)
+    public = options["signer"].public_key()
+server = NodeCacheServer(ContentStore(root, limit, 3600.0), reviewer, **options)
+cache = ServerThread(server, "127.0.0.1", free_port())
+print(cache.start(), public, flush=True)
 sys.stdin.read()
 cache.stop()
 """
@@ -72,6 +88,9 @@ class Row:
     cache_cpu: float | None
     from_store: int
     summary: SyncSummary
+    node_warm: float | None = (
+        None  # a cold row: seconds from the sync's start until the node kept every object
+    )
 
 
 def children_cpu() -> float:
@@ -102,16 +121,25 @@ def tree_env(src: Path) -> dict[str, str]:
 class Cache:
     """A tree's node cache process."""
 
-    def __init__(self, src: Path, root: Path, limit: int, work: Path, pods: list[str]) -> None:
-        args = [sys.executable, "-c", SERVE, str(root), str(limit), str(work), *pods]
+    def __init__(self, src: Path, root: Path, limit: int, work: Path, pods: list[str], *, sign: bool) -> None:
+        args = [sys.executable, "-c", SERVE, str(root), str(limit), str(work), "sign" if sign else "-", *pods]
         self.process = subprocess.Popen(
             args, env=tree_env(src), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
         assert self.process.stdout is not None
-        self.port = int(self.process.stdout.readline())
+        port, _, public = self.process.stdout.readline().partition(" ")
+        self.port, self.public_key = int(port), public.strip()
 
     def cpu(self) -> float:
         return process_cpu(self.process.pid)
+
+    def stored(self) -> int:
+        """Objects the cache has kept so far (its own counter)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as answer:
+            for line in answer.read().decode().splitlines():
+                if line.startswith("triton_node_cache_stored_total "):
+                    return int(float(line.split()[1]))
+        return 0
 
     def stop(self) -> None:
         assert self.process.stdin is not None
@@ -120,16 +148,19 @@ class Cache:
 
 
 def sync(
-    src: Path, work: Path, pod: str, manifest_path: Path, cache: Cache | None
+    src: Path, work: Path, pod: str, manifest_path: Path, cache: Cache | None, *, signed: bool = False
 ) -> tuple[float, float, float | None, str]:
-    """One sync into work/pod by tree ``src``, as pod ``pod`` of namespace "bench": (seconds, its
-    CPU seconds, the cache's CPU seconds meanwhile, its summary line)."""
+    """One sync into work/pod by tree ``src``, as pod ``pod`` of namespace "bench" (``signed``: given
+    the cache's public key): (seconds, its CPU seconds, the cache's CPU seconds meanwhile, its
+    summary line)."""
     log = work / f"{pod}.log"
     log.write_text("")
     env = tree_env(src)
     if cache is not None:
         env |= {"TRITON_NODE_CACHE_HOST": "127.0.0.1", "TRITON_NODE_CACHE_PORT": str(cache.port)}
         env |= {"TRITON_NODE_CACHE_POD": pod, "TRITON_NODE_CACHE_TOKEN": str(work / f"{pod}.token")}
+        if signed:
+            env["TRITON_NODE_CACHE_PUBLIC_KEY"] = cache.public_key
     dest = work / pod
     args = [sys.executable, "-m", "triton_operator.cli", "sync", "--manifest", str(manifest_path)]
     args += ["--dest", str(dest), "--termination-log", str(log), "--progress", "json"]
@@ -144,6 +175,20 @@ def sync(
     return seconds, cpu, cache_cpu if cache is not None else None, log.read_text().strip()
 
 
+def upload_shards(s3: object, work: Path, args: argparse.Namespace) -> None:
+    """``--shards`` shards of ``--shard-mib`` under models/big/1/, multipart in ``--part-mib`` parts."""
+    from boto3.s3.transfer import TransferConfig  # noqa: PLC0415
+
+    part = args.part_mib * MiB
+    config = TransferConfig(multipart_threshold=part, multipart_chunksize=part)
+    block = os.urandom(args.shard_mib * MiB)
+    for i in range(args.shards):
+        path = work / "shard"
+        path.write_bytes(i.to_bytes(8, "big") + block[8:])
+        s3.upload_file(str(path), "models", f"models/big/1/shard-{i:03d}.bin", Config=config)  # type: ignore[attr-defined]
+        path.unlink()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -152,8 +197,11 @@ def main() -> int:
     parser.add_argument("--shard-mib", type=int, default=64, help="MiB a shard (default 64)")
     parser.add_argument("--part-mib", type=int, default=16, help="multipart upload part size (default 16)")
     parser.add_argument("--warm-runs", type=int, default=3, help="warm syncs a tree, median (default 3)")
+    parser.add_argument("--cold-runs", type=int, default=1, help="cold syncs a tree, median (default 1)")
     parser.add_argument("--ref", help="rows more: the node cache and sync of this git ref (before/after)")
+    parser.add_argument("--real", action="store_true", help="the full-size generated repository instead")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-node-cache-") as tmp:
         work = Path(tmp)
         trees = [("this tree", OUR_SOURCE)]
@@ -163,48 +211,81 @@ def main() -> int:
         try:
             s3 = s3_client(server.endpoint)
             s3.create_bucket(Bucket="models")
-            from boto3.s3.transfer import TransferConfig  # noqa: PLC0415
-
-            part = args.part_mib * MiB
-            config = TransferConfig(multipart_threshold=part, multipart_chunksize=part)
-            block = os.urandom(args.shard_mib * MiB)
-            for i in range(args.shards):
-                path = work / "shard"
-                path.write_bytes(i.to_bytes(8, "big") + block[8:])
-                s3.upload_file(str(path), "models", f"models/big/1/shard-{i:03d}.bin", Config=config)
-                path.unlink()
-            del block
+            if args.real:
+                generated = realrepo.upload_repository(s3, "models", "models", realrepo.RepoShape())
+                models = [ModelSpec.model_validate(m) for m in generated.spec_models]
+            else:
+                upload_shards(s3, work, args)
+                models = [ModelSpec(name="big", config={"backend": "python"})]
             repository = Repository(uri="s3://models/models", endpoint=server.endpoint)
-            pinned = pin_repository(repository, [ModelSpec(name="big", config={"backend": "python"})], CREDS)
+            pinned = pin_repository(repository, models, CREDS)
             total = pinned.total_bytes
             kinds = sorted({e.checksum_kind for e in pinned.entries})
+            # What a cold node ends up keeping: one object a distinct cacheable checksum.
+            keys = {k for e in pinned.entries if (k := object_key(e.checksum_kind, e.checksum)) is not None}
             rows: list[Row] = []
             with counting_proxy(server.endpoint) as proxy:
                 manifest = replace(pinned, repository=replace(pinned.repository, endpoint=proxy.endpoint))
                 manifest_path = work / "manifest.json"
                 manifest_path.write_text(manifest_to_json(manifest))
 
-                def row(name: str, src: Path, pod: str, cache: Cache | None) -> Row:
+                def row(name: str, src: Path, pod: str, cache: Cache | None, signed: bool = False) -> Row:
+                    # No row pays for another's leftovers: dirty pages written back, a pause.
+                    os.sync()
+                    time.sleep(1)
                     proxy.reset()
-                    seconds, cpu, cache_cpu, line = sync(src, work, pod, manifest_path, cache)
+                    started = time.monotonic()
+                    seconds, cpu, cache_cpu, line = sync(src, work, pod, manifest_path, cache, signed=signed)
                     summary = parse_summary(line)
                     assert summary is not None, line
-                    return Row(name, seconds, cpu, cache_cpu, proxy.bytes_from_server, summary)
+                    warm_after = None
+                    if cache is not None and summary.node_cache_hits == 0:
+                        # A cold row: until the node keeps every object (checks after the sync too).
+                        before = cache.cpu()
+                        while cache.stored() < len(keys) and time.monotonic() - started < 600:
+                            time.sleep(0.05)
+                        warm_after = time.monotonic() - started
+                        assert cache_cpu is not None
+                        cache_cpu += cache.cpu() - before
+                    return Row(name, seconds, cpu, cache_cpu, proxy.bytes_from_server, summary, warm_after)
 
                 rows.append(row("store only (no cache)", OUR_SOURCE, "pod-store", None))
                 caches: list[tuple[str, Path, str, Cache]] = []
+                # Warm syncs: each tree's, and this tree's again given the cache's public key (the
+                # SHA-256 the cache signed checked instead of the pin).
+                kinds_of = {"ref": [("", False)], "new": [("", False), (", signed", True)]}
+                cold: dict[str, list[Row]] = {}
                 try:
-                    for label, src in trees:
-                        tag = "ref" if label.startswith("ref") else "new"
-                        pods = [f"{tag}-cold", *(f"{tag}-warm-{i}" for i in range(args.warm_runs))]
-                        cache = Cache(src, work / f"cache-{tag}", 4 * total, work, pods)
-                        caches.append((label, src, tag, cache))
-                        rows.append(row(f"{label}: cold node", src, pods[0], cache))
-                    # The trees' warm syncs take turns, so that the machine's other load falls on each.
-                    warm: dict[str, list[Row]] = {label: [] for label, *_ in caches}
+                    # Cold nodes: --cold-runs of each tree, taking turns (the order flipped each
+                    # run), each on a new cache; the last ones stay for the warm rows.
+                    for run in range(args.cold_runs):
+                        if caches:
+                            for *_, old in caches:
+                                old.stop()
+                            caches.clear()
+                        order = trees if run % 2 == 0 else list(reversed(trees))
+                        for label, src in order:
+                            tag = "ref" if label.startswith("ref") else "new"
+                            pods = [f"{tag}-cold-{run}"]
+                            for suffix, _ in kinds_of[tag]:
+                                pods += [f"{tag}{suffix.strip(', ')}-warm-{i}" for i in range(args.warm_runs)]
+                            root = work / f"cache-{tag}"
+                            shutil.rmtree(root, ignore_errors=True)
+                            cache = Cache(src, root, 4 * total, work, pods, sign=tag == "new")
+                            caches.append((label, src, tag, cache))
+                            name = f"{label}: cold node"
+                            cold.setdefault(name, []).append(row(name, src, pods[0], cache))
+                    for runs in cold.values():
+                        median = statistics.median_low([r.seconds for r in runs])
+                        rows.append(next(r for r in runs if r.seconds == median))
+                    # The warm syncs take turns, so that the machine's other load falls on each.
+                    warm: dict[str, list[Row]] = {}
                     for i in range(args.warm_runs):
                         for label, src, tag, cache in caches:
-                            warm[label].append(row(f"{label}: warm node", src, f"{tag}-warm-{i}", cache))
+                            for suffix, signed in kinds_of[tag]:
+                                name = f"{label}: warm node{suffix}"
+                                pod = f"{tag}{suffix.strip(', ')}-warm-{i}"
+                                warm.setdefault(name, []).append(row(name, src, pod, cache, signed))
                     for runs in warm.values():
                         median = statistics.median_low([r.seconds for r in runs])
                         rows.append(next(r for r in runs if r.seconds == median))
@@ -213,20 +294,28 @@ def main() -> int:
                         cache.stop()
         finally:
             server.stop()
-    shape = f"{args.shards} shards x {args.shard_mib} MiB = {total / MiB:,.0f} MiB"
-    print(f"\n{shape} (parts of {args.part_mib} MiB), checksums {', '.join(kinds)}")
+    if args.real:
+        shape = f"the real-size repository (tests/support/realrepo.py), {len(pinned.entries)} objects"
+        shape += f", {total / MiB:,.0f} MiB (boto3 uploads: 8 MiB parts, a CRC32)"
+    else:
+        shape = f"{args.shards} shards x {args.shard_mib} MiB = {total / MiB:,.0f} MiB"
+        shape += f" (parts of {args.part_mib} MiB)"
+    print(f"\n{shape}, checksums {', '.join(kinds)}")
     head = f"| {'sync':28} | {'seconds':>7} | {'GiB/s':>5} | {'pod CPU s/GiB':>13} | {'cache CPU s/GiB':>15}"
-    print(f"{head} | {'from store':>13} | {'cache hits':>10} |")
-    print(f"|{'-' * 30}|{'-' * 8}:|{'-' * 6}:|{'-' * 14}:|{'-' * 16}:|{'-' * 14}:|{'-' * 11}:|")
+    print(f"{head} | {'from store':>13} | {'cache hits':>10} | {'node warm after s':>17} |")
+    print(f"|{'-' * 30}|{'-' * 8}:|{'-' * 6}:|{'-' * 14}:|{'-' * 16}:|{'-' * 14}:|{'-' * 11}:|{'-' * 18}:|")
     gib = total / GiB
     for r in rows:
         hits = "-" if r.summary.node_cache_hits is None else str(r.summary.node_cache_hits)
         cache_cpu = "-" if r.cache_cpu is None else f"{r.cache_cpu / gib:.2f}"
+        node_warm = "-" if r.node_warm is None else f"{r.node_warm:.2f}"
         print(
             f"| {r.name:28} | {r.seconds:7.2f} | {gib / r.seconds:5.2f} | {r.pod_cpu / gib:13.2f} "
-            f"| {cache_cpu:>15} | {r.from_store:13,} | {hits:>10} |"
+            f"| {cache_cpu:>15} | {r.from_store:13,} | {hits:>10} | {node_warm:>17} |"
         )
     print("from store: bytes seaweedfs sent, counted by a proxy (object bytes, headers, part-size HEADs)")
+    print("node warm after: a cold row's seconds from the sync's start until the cache had kept every object")
+    print(f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     return 0
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from prometheus_client.parser import text_string_to_metric_families
 
 from counting_proxy import CountingProxy, counting_proxy
@@ -26,6 +27,7 @@ from fake_token_reviewer import FakeTokenReviewer
 from storage_backends import Backend
 from testkit import free_port
 from triton_operator.adapters.nodecache.server import NodeCacheServer, ServerThread
+from triton_operator.adapters.nodecache.statements import Signer
 from triton_operator.adapters.nodecache.store import ContentStore
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.core.pod.startup import SyncSummary, parse_summary
@@ -116,6 +118,8 @@ class NodeCache:
         return self.request("PUT", f"/v1/objects/{key}", data, headers, pod=pod, namespace=namespace)[0]
 
     def metrics(self) -> dict[str, float]:
+        """The cache's metrics, once the checks of uploads it answered 202 to are done."""
+        assert self.store.settle()
         status, text = self.request("GET", "/metrics", token=None)
         assert status == 200
         out: dict[str, float] = {}
@@ -126,12 +130,14 @@ class NodeCache:
         return out
 
     def objects(self, namespace: str = NAMESPACE) -> set[str]:
-        """The keys the namespace's index holds on disk."""
+        """The keys the namespace's index holds on disk (the deferred checks done)."""
+        assert self.store.settle()
         base = self.root / "index" / namespace
         return {f"{p.parent.name}/{p.name}" for p in base.glob("*/*")}
 
     def blob(self, key: str, namespace: str = NAMESPACE) -> Path:
         """The blob the namespace's key names (its bytes, named by their SHA-256)."""
+        assert self.store.settle()
         name = (self.root / "index" / namespace / key).read_text().split()[0]
         return self.root / "blobs" / name
 
@@ -313,6 +319,106 @@ def test_a_corrupted_cache_entry_is_refused_read_from_the_store_and_healed(
     assert proxy.bytes_from_server == 0
 
 
+# ----------------------------------------------------------------- signed statements
+
+
+def new_signer() -> Signer:
+    return Signer(Ed25519PrivateKey.generate())
+
+
+def sync_stats(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The sync's own figures (the last line of ``--progress json``)."""
+    summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["event"] == "summary", summary
+    return summary
+
+
+def test_a_pod_given_the_key_checks_the_sha256_the_cache_signed_and_refuses_spoiled_bytes(
+    s3_backend: Backend,
+    store: tuple[Manifest, CountingProxy],
+    start_cache: Callable[..., NodeCache],
+    tmp_path: Path,
+) -> None:
+    """With the cache's public key, a warm pod checks each file by the SHA-256 the cache signed for
+    it (not its MD5 pin), and still every byte: a blob spoiled on the node fails that check and the
+    file comes from the store."""
+    manifest, proxy = store
+    signer = new_signer()
+    cache = start_cache(signer=signer)
+    keyed = {"TRITON_NODE_CACHE_PUBLIC_KEY": signer.public_key()}
+    first, _ = run_sync(tmp_path / "pod-a", manifest, s3_backend.credentials, cache)
+    assert first.returncode == 0, first.stderr
+
+    proxy.reset()
+    warm, summary = run_sync(
+        tmp_path / "pod-b",
+        manifest,
+        s3_backend.credentials | keyed,
+        cache,
+        "pod-b",
+        extra=("--progress", "json"),
+    )
+    assert warm.returncode == 0, warm.stderr
+    assert_synced(tmp_path / "pod-b")
+    assert summary is not None and (summary.fetched, summary.node_cache_hits) == (0, len(FILES))
+    assert proxy.bytes_from_server == 0
+    assert sync_stats(warm)["vouched_files"] == len(FILES)
+
+    victim = FILES["models/adder/1/weights2.bin"]
+    on_disk = cache.blob(md5_key(victim))
+    spoiled = bytearray(on_disk.read_bytes())
+    spoiled[1000] ^= 0xFF  # same size, one byte off; the statement still names the blob's SHA-256
+    on_disk.write_bytes(bytes(spoiled))
+    proxy.reset()
+    third, summary = run_sync(
+        tmp_path / "pod-c",
+        manifest,
+        s3_backend.credentials | keyed,
+        cache,
+        "pod-c",
+        extra=("--progress", "json"),
+    )
+    assert third.returncode == 0, third.stderr
+    assert_synced(tmp_path / "pod-c")  # the spoiled bytes were refused
+    assert summary is not None and (summary.fetched, summary.node_cache_hits) == (len(victim), len(FILES) - 1)
+    stats = sync_stats(third)
+    assert (stats["vouched_files"], stats["source_refused"]) == (len(FILES) - 1, 1)
+
+
+def test_an_impostor_on_the_port_cannot_make_a_pod_take_its_bytes(
+    s3_backend: Backend,
+    store: tuple[Manifest, CountingProxy],
+    start_cache: Callable[..., NodeCache],
+    tmp_path: Path,
+) -> None:
+    """Whoever holds the cache's port without its key: its own signatures over forged bytes (whose
+    SHA-256 it names truly) are refused, the pod checks its pin, which the forged bytes fail, and
+    reads the store. A pod that took any statement, or none at all, would place the forged bytes."""
+    manifest, _proxy = store
+    real_key = new_signer()
+    root = tmp_path / "impostor"
+    for data in FILES.values():
+        forged = os.urandom(len(data))
+        blob = hashlib.sha256(forged).hexdigest()
+        (root / "blobs").mkdir(parents=True, exist_ok=True)
+        (root / "blobs" / blob).write_bytes(forged)
+        index = root / "index" / NAMESPACE / md5_key(data)
+        index.parent.mkdir(parents=True, exist_ok=True)
+        index.write_text(f"{blob}\n")
+    impostor = start_cache(root=root, signer=new_signer())
+    assert len(impostor.objects()) == len(FILES)  # it says it holds every file
+    keyed = {"TRITON_NODE_CACHE_PUBLIC_KEY": real_key.public_key()}
+    done, summary = run_sync(
+        tmp_path / "pod-a", manifest, s3_backend.credentials | keyed, impostor, extra=("--progress", "json")
+    )
+    assert done.returncode == 0, done.stderr
+    assert_synced(tmp_path / "pod-a")
+    stats = sync_stats(done)
+    assert (stats["vouched_files"], stats["source_refused"]) == (0, len(FILES))
+    assert summary is not None and summary.fetched == TOTAL
+    assert "statements were refused" in done.stderr
+
+
 def test_when_the_cache_is_down_the_sync_reads_the_store(
     s3_backend: Backend, store: tuple[Manifest, CountingProxy], tmp_path: Path
 ) -> None:
@@ -401,6 +507,56 @@ def test_the_cache_keeps_only_bytes_that_match_their_key(start_cache: Callable[.
     metrics = cache.metrics()
     assert metrics["triton_node_cache_refused_uploads_total{reason=checksum}"] == 2
     assert metrics["triton_node_cache_refused_uploads_total{reason=kind}"] >= 1
+
+
+def test_an_upload_answered_before_its_check_is_kept_only_if_it_matches(
+    start_cache: Callable[..., NodeCache],
+) -> None:
+    """``Prefer: respond-async``: 202 once the bytes are on the cache's disk, the check after; a
+    lease made meanwhile waits for the check and finds what it placed, and bytes that do not match
+    their key are never placed (the 202 promised nothing)."""
+    cache = start_cache()
+    real, forged = os.urandom(3 * 1024 * 1024), os.urandom(3 * 1024 * 1024)
+    key = md5_key(real)
+    async_put = {"Prefer": "respond-async"}
+    assert cache.put(key, forged, pod="forger", headers=async_put) == 202
+    assert cache.store.settle()
+    assert cache.request("GET", f"/v1/objects/{key}")[0] == 404
+    assert cache.objects() == set()
+    assert cache.metrics()["triton_node_cache_refused_uploads_total{reason=checksum}"] == 1
+    assert not list((cache.root / "tmp").iterdir())
+
+    assert cache.put(key, real, pod="uploader", headers=async_put) == 202
+    # At once, without waiting on the store: the next pod's lease finds the object held.
+    assert cache.lease({key: len(real)}, pod="next") == (200, {"held": [key], "part_sizes": {}})
+    assert cache.request("GET", f"/v1/objects/{key}", pod="next") == (200, real)
+    assert cache.metrics()["triton_node_cache_stored_total"] == 1
+
+
+def test_a_namespaces_checks_in_flight_never_hold_up_another_namespaces_lease(
+    start_cache: Callable[..., NodeCache],
+) -> None:
+    """A lease waits (a bounded while) for the checks of its own namespace's uploads, and only
+    those: a pod of another namespace leases at once, also while the first one waits."""
+    cache = start_cache(idle_seconds=2.0)
+    data = os.urandom(1000)
+    key = md5_key(data)
+    assert cache.lease({key: len(data)}, pod="uploader", namespace="team-x")[0] == 200
+    kind, checksum = key.split("/")
+    upload = cache.store.begin("team-x", "uploader", kind, checksum, size=len(data), deferred=True)
+    cache.store.checking(upload)  # received whole, its check not done
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            started = time.monotonic()
+            waiting = pool.submit(cache.lease, {key: len(data)}, "x-reader", "team-x")
+            time.sleep(0.3)
+            assert cache.lease({key: len(data)}, pod="y-reader", namespace="team-y")[0] == 200
+            other = time.monotonic() - started
+            assert waiting.result()[0] == 200
+            same = time.monotonic() - started
+        assert other < 1.0 < same  # team-y at once; team-x until its check's bounded wait ends
+    finally:
+        cache.store.end(upload)
 
 
 def test_eviction_keeps_the_bound_and_never_takes_a_leased_object(

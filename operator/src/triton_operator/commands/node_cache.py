@@ -14,6 +14,7 @@ from typing import Any
 from triton_operator import logs
 from triton_operator.adapters.nodecache.review import KubeTokenReviewer
 from triton_operator.adapters.nodecache.server import NodeCacheServer
+from triton_operator.adapters.nodecache.statements import BadKeyError, Signer
 from triton_operator.adapters.nodecache.store import ContentStore
 from triton_operator.core.repository.cache_rules import AUDIENCE
 from triton_operator.quantities import quantity_bytes
@@ -110,6 +111,14 @@ def register(subparsers: Any) -> None:
         default=os.environ.get("NODE_NAME", ""),
         help="this node's name: a token of a pod on another node is refused (default $NODE_NAME)",
     )
+    parser.add_argument(
+        "--signing-key",
+        type=Path,
+        default=os.environ.get("TRITON_NODE_CACHE_SIGNING_KEY") or None,
+        help="an Ed25519 private key (PEM, or base64 of its 32 bytes): each lease answer then carries, "
+        "for every held object, its SHA-256 signed for the pod, which a pod given the public key "
+        "checks instead of its pin (default $TRITON_NODE_CACHE_SIGNING_KEY; none: no statements)",
+    )
     parser.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
     parser.set_defaults(func=run)
 
@@ -121,6 +130,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"triton-operator node-cache: error: {exc}", file=sys.stderr)
         return 2
     logs.configure("node-cache", fmt, level=args.log_level.upper())
+    signer = None
+    if args.signing_key is not None:
+        try:
+            signer = Signer.from_file(args.signing_key)
+        except BadKeyError as exc:  # a bad setting stops the process, naming it
+            print(f"triton-operator node-cache: error: --signing-key {exc}", file=sys.stderr)
+            return 2
     try:
         reviewer = KubeTokenReviewer()
     except Exception as exc:  # lightkube's ConfigError: no in-cluster config, no $KUBECONFIG
@@ -145,7 +161,10 @@ def run(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         idle_seconds=args.idle_seconds,
         audit_seconds=args.audit_seconds,
+        signer=signer,
     )
+    if signer is not None:
+        logging.info("node cache: signing statements; its public key is %s", signer.public_key())
     return asyncio.run(_serve(server, args))
 
 

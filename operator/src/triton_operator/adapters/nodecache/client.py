@@ -14,8 +14,16 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from triton_operator.adapters.nodecache.statements import Verifier
 from triton_operator.adapters.storage.base import Sink, pump
-from triton_operator.core.repository.cache_rules import MAX_LEASE_BODY, TOKEN_ENV, TOKEN_PATH, object_key
+from triton_operator.core.repository.cache_rules import (
+    BLOB_FORM,
+    MAX_LEASE_BODY,
+    PUBLIC_KEY_ENV,
+    TOKEN_ENV,
+    TOKEN_PATH,
+    object_key,
+)
 from triton_operator.core.repository.manifest import ManifestEntry
 
 CHUNK = 1024 * 1024
@@ -31,7 +39,9 @@ class NodeCacheClient:
     ``close`` waits for the uploads. Any failure to reach the cache makes it a miss, never an error.
     Each request carries the pod's projected token for the cache (``token_path``, else
     $TRITON_NODE_CACHE_TOKEN, else the path the operator mounts it at), read again each time (the
-    kubelet renews it).
+    kubelet renews it). With the cache's public key (``public_key``, else $TRITON_NODE_CACHE_PUBLIC_KEY),
+    ``vouched`` names the SHA-256 the cache signed for a held object: the sync checks its bytes
+    against that instead of the pin.
     """
 
     def __init__(
@@ -42,6 +52,7 @@ class NodeCacheClient:
         timeout: float = 30.0,
         uploads: int = 2,
         token_path: str | Path | None = None,
+        public_key: str | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
@@ -54,6 +65,10 @@ class NodeCacheClient:
         self.down = False
         self.held_keys: frozenset[str] = frozenset()
         self.part_sizes: dict[str, int] = {}
+        self.vouched_keys: dict[str, str] = {}
+        self.statements_refused = 0
+        key_text = public_key if public_key is not None else os.environ.get(PUBLIC_KEY_ENV, "")
+        self.verifier = Verifier.from_text(key_text, PUBLIC_KEY_ENV) if key_text.strip() else None
         self.offered = 0
         self.kept = 0
         self._local = threading.local()
@@ -124,12 +139,47 @@ class NodeCacheClient:
             self.held_keys = frozenset(str(k) for k in answer["held"])
             sizes = answer.get("part_sizes") or {}
             self.part_sizes = {str(k): int(v) for k, v in sizes.items() if int(v) > 0}
+            if self.verifier is not None:
+                self.vouched_keys = self._vouched(entries, answer.get("statements") or {})
         except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as exc:
             log.warning("node cache at %s:%s not reachable: %s; reading the store", self.host, self.port, exc)
             self._reset()
             self.down = True
             return frozenset()
         return self.held_keys
+
+    def _vouched(self, entries: Sequence[ManifestEntry], statements: object) -> dict[str, str]:
+        """The held keys the cache signed for: key -> the SHA-256 it names, when the public key
+        verifies the one signature over them all for this pod, these pinned keys and sizes; else
+        none (every pin is checked), the refusal counted and logged."""
+        assert self.verifier is not None
+        if not isinstance(statements, dict):
+            return {}
+        objects, signature = statements.get("objects"), statements.get("signature")
+        sizes = {k: e.size for e in entries if (k := key_of(e)) is not None}
+        signed: list[tuple[str, int, str]] = []
+        ok = isinstance(objects, dict) and isinstance(signature, str)
+        if ok:
+            assert isinstance(objects, dict) and isinstance(signature, str)
+            for key, blob in objects.items():
+                if key not in self.held_keys or key not in sizes or not isinstance(blob, str):
+                    ok = False
+                    break
+                if BLOB_FORM.match(blob) is None:
+                    ok = False
+                    break
+                signed.append((key, sizes[key], blob))
+            ok = ok and self.verifier.verify(self.pod, signed, signature)
+        if not ok:
+            self.statements_refused += 1
+            log.warning("node cache: its statements were refused (each file is checked by its pin)")
+            return {}
+        return {key: blob for key, _, blob in signed}
+
+    def vouched(self, entry: ManifestEntry) -> str | None:
+        """The SHA-256 the cache signed for the held ``entry`` (None: check the pin)."""
+        key = key_of(entry)
+        return self.vouched_keys.get(key) if key is not None else None
 
     def part_size(self, entry: ManifestEntry) -> int | None:
         """The part size the cache checked a held multipart object with (None: not known)."""
@@ -178,7 +228,9 @@ class NodeCacheClient:
         key = key_of(entry)
         if key is None or self.down or key in self.held_keys:
             return
-        headers = self._auth({"Content-Length": str(entry.size)})
+        # The cache answers once the bytes are on its disk and checks them after (202): the sync
+        # waits for the transfer, not for the node's hashing.
+        headers = self._auth({"Content-Length": str(entry.size), "Prefer": "respond-async"})
         if part_size:
             headers["X-Part-Size"] = str(part_size)
         with self._lock:
@@ -191,10 +243,16 @@ class NodeCacheClient:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout, blocksize=CHUNK)
         try:
             with path.open("rb") as f:
-                conn.request("PUT", f"/v1/objects/{key}", f, headers)
+                conn.putrequest("PUT", f"/v1/objects/{key}", skip_accept_encoding=True)
+                for name, value in headers.items():
+                    conn.putheader(name, value)
+                conn.endheaders()
+                # The body from the page cache to the socket by sendfile(2): no copy through Python.
+                assert conn.sock is not None
+                conn.sock.sendfile(f)
                 response = conn.getresponse()
                 response.read()
-            if response.status == 201:
+            if response.status in (201, 202):  # kept, or received to be checked and kept
                 with self._lock:
                     self.kept += 1
             elif response.status == 401:

@@ -46,6 +46,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from triton_operator.adapters.nodecache.review import TokenReviewer
+from triton_operator.adapters.nodecache.statements import Signer
 from triton_operator.adapters.nodecache.store import ContentStore, Refused, Upload
 from triton_operator.core.repository.cache_rules import (
     AUDIENCE,
@@ -63,6 +64,12 @@ from triton_operator.core.repository.cache_rules import (
 PREFIX = "triton_node_cache"
 PART_SIZE_HEADER = "X-Part-Size"
 CHECK_EXISTING_HEADER = "X-Check-Existing"
+SETTLE_SECONDS = 10.0
+"""The longest a lease waits for the checks of its objects' uploads received a moment before."""
+PREFER_ASYNC = "respond-async"
+"""``Prefer: respond-async`` on an upload: answer 202 once its bytes are on the cache's disk, and
+check them (against the key, and the SHA-256 that names them) after; nothing is placed unless they
+match. The pod that uploads then waits for the transfer only, not for the node's hashing."""
 CHUNK = 1024 * 1024
 SENDFILE_PIECE = 16 * 1024 * 1024
 """An object is sent in pieces of this many bytes, each within the server's idle time."""
@@ -232,8 +239,10 @@ class NodeCacheServer:
         idle_seconds: float = 15.0,
         audit_seconds: float = 60.0,
         threads: int = 8,
+        signer: Signer | None = None,
     ) -> None:
         self.store = store
+        self.signer = signer
         self.reviewer = reviewer
         self.audience = audience
         self.node = node
@@ -245,10 +254,14 @@ class NodeCacheServer:
         self.registry = CollectorRegistry()
         self.registry.register(StoreCollector(store, self.refused_requests, self.sent_bytes))
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="node-cache-io")
+        # The checks of uploads answered before them (202) run apart, at most two at once: they
+        # never hold up the writes of the uploads still arriving, which share _pool.
+        self._checker = ThreadPoolExecutor(max_workers=2, thread_name_prefix="node-cache-check")
         self._lease_tokens: dict[str, str] = {}
         self._runner: web.ServerRunner | None = None
         self._leasing: asyncio.Lock | None = None
         self._audit: asyncio.Task[None] | None = None
+        self._checks: set[asyncio.Task[None]] = set()
         self.auth: Authenticator | None = None
         self.port = 0
 
@@ -283,6 +296,7 @@ class NodeCacheServer:
         if self._runner is not None:
             await self._runner.cleanup()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._checker.shutdown(wait=False, cancel_futures=True)
 
     def _count(self, reason: str) -> None:
         self.refused_requests[reason] = self.refused_requests.get(reason, 0) + 1
@@ -327,6 +341,10 @@ class NodeCacheServer:
             self._count("lease-size")
             return _refuse(413, f"a lease body is at most {MAX_LEASE_BODY} bytes")
         assert self._leasing is not None
+        # Bytes another pod of the namespace sent a moment ago may still be checked: the lease
+        # waits for its namespace's checks (a bounded while) so that it finds what they place;
+        # before the lock, so that no namespace's checks hold up another's leases.
+        await self._run(self.store.settle, caller.namespace, None, min(self.idle_seconds, SETTLE_SECONDS))
         async with self._leasing:  # one lease body in memory at a time
             return await self._lease_body(request, caller, token, length)
 
@@ -353,7 +371,24 @@ class NodeCacheServer:
         except NotAllowed as refused:
             return _refuse(refused.status, str(refused))
         self._lease_tokens[caller.pod] = token
-        return web.json_response({"held": held, "part_sizes": parts})
+        answer: dict[str, Any] = {"held": held, "part_sizes": parts}
+        if self.signer is not None:
+            answer["statements"] = await self._run(self._statements, caller, held)
+        return web.json_response(answer)
+
+    def _statements(self, caller: Caller, held: Iterable[str]) -> dict[str, Any]:
+        """For the held keys of the caller's namespace: each one's blob (the SHA-256 the cache
+        computed as it took the bytes) and one signature of the statement that those are the keys'
+        bytes, for the caller's pod (blocking)."""
+        assert self.signer is not None
+        objects: dict[str, str] = {}
+        signed: list[tuple[str, int, str]] = []
+        for key in held:
+            found = self.store.blob_of(caller.namespace, key)
+            if found is not None:
+                objects[key] = found[0]
+                signed.append((key, found[1], found[0]))
+        return {"objects": objects, "signature": self.signer.sign(caller.pod, signed)}
 
     async def _audit_leases(self) -> None:
         """Every ``audit_seconds``: review each live lease's token again; a lease whose token no
@@ -464,6 +499,7 @@ class NodeCacheServer:
             await self._run(
                 self.store.recheck, caller.namespace, kind, checksum, int(part) if part.isdigit() else None
             )
+        deferred = request.headers.get("Prefer", "").strip().lower() == PREFER_ASYNC
         try:
             upload = self.store.begin(
                 caller.namespace,
@@ -472,11 +508,22 @@ class NodeCacheServer:
                 checksum,
                 size=length,
                 part_size=int(part) if part.isdigit() else None,
+                deferred=deferred,
             )
         except Refused as refused:
             return _refuse(refused.status, str(refused))
         try:
             await self._receive(request, upload)
+            if deferred:
+                if upload.received != upload.size:
+                    raise Refused(
+                        "short", 400, f"{upload.key}: {upload.received} of {upload.size} bytes arrived"
+                    )
+                self.store.checking(upload)
+                task = asyncio.create_task(self._check(upload))
+                self._checks.add(task)
+                task.add_done_callback(self._checks.discard)
+                return web.Response(status=202, text="received; checked before it is kept\n")
             await self._run(self.store.finish, upload)
         except Refused as refused:
             self.store.end(upload, refused.reason)
@@ -494,22 +541,44 @@ class NodeCacheServer:
         self.store.end(upload)
         return web.Response(status=201, text="kept\n")
 
+    async def _check(self, upload: Upload) -> None:
+        """A deferred upload, received whole: checked and placed (or refused) on the pool."""
+        refused: str | None = None
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._checker, self.store.finish, upload)
+        except Refused as exc:
+            refused = exc.reason
+            log.info("node cache: upload of %s not kept: %s", upload.key, exc)
+        except OSError as exc:
+            refused = "failed"
+            log.warning("node cache: writing %s failed: %s", upload.key, exc)
+        except BaseException:
+            refused = "failed"
+            raise
+        finally:
+            self.store.end(upload, refused)
+
     async def _receive(self, request: BaseRequest, upload: Upload) -> None:
-        """The body, in pieces of up to 1 MiB, each given room (store.take) as it arrives."""
-        buffer = bytearray()
-        while upload.received + len(buffer) < upload.size:
+        """The body, as the socket gives it (each piece as it was read, never joined or copied
+        again), handed to the pool about 1 MiB at a time, each given room (store.take) first."""
+        pending: list[bytes] = []
+        count = 0
+        while upload.received + count < upload.size:
             async with asyncio.timeout(self.idle_seconds):
-                chunk = await request.content.read(CHUNK - len(buffer))
+                chunk, chunk_end = await request.content.readchunk()
             if not chunk:
+                if chunk_end:  # the end of an HTTP chunk (a chunked body): more may follow
+                    continue
                 break
-            buffer += chunk
-            if len(buffer) >= CHUNK or upload.received + len(buffer) >= upload.size:
-                self.store.take(upload, len(buffer))
-                await self._run(upload.feed, bytes(buffer))
-                buffer.clear()
-        if buffer:
-            self.store.take(upload, len(buffer))
-            await self._run(upload.feed, bytes(buffer))
+            pending.append(chunk)
+            count += len(chunk)
+            if count >= CHUNK or upload.received + count >= upload.size:
+                self.store.take(upload, count)
+                await self._run(upload.feed, *pending)
+                pending, count = [], 0
+        if pending:
+            self.store.take(upload, count)
+            await self._run(upload.feed, *pending)
 
 
 def _will_need(fd: int, offset: int, count: int) -> None:

@@ -85,7 +85,9 @@ class Entry:
 @dataclass
 class Upload:
     """A write in progress: bytes go to ``tmp``, hashed twice (the key's kind, and SHA-256 for the
-    blob's name), room taken as they arrive (``taken``), then into place by ``ContentStore.finish``."""
+    blob's name), room taken as they arrive (``taken``), then into place by ``ContentStore.finish``.
+    A ``deferred`` upload is only written as it arrives (its uploader does not wait for the check):
+    ``finish`` hashes the whole file then, before anything is placed."""
 
     namespace: str
     key: str
@@ -99,15 +101,26 @@ class Upload:
     taken: int = 0
     received: int = 0
     file: BinaryIO | None = None
+    deferred: bool = False
 
-    def feed(self, chunk: bytes) -> None:
-        """Hash and write one piece (blocking: the server runs it on its thread pool)."""
+    def feed(self, *chunks: bytes) -> None:
+        """Write pieces as they came off the socket (no joining), hashed now unless ``deferred``
+        (blocking: the server runs it on its thread pool)."""
         if self.file is None:
             self.file = self.tmp.open("wb")
-        self.digest.update(chunk)
-        self.blob_digest.update(chunk)
-        self.file.write(chunk)
-        self.received += len(chunk)
+        for chunk in chunks:
+            if not self.deferred:
+                self.digest.update(chunk)
+                self.blob_digest.update(chunk)
+            self.file.write(chunk)
+            self.received += len(chunk)
+
+    def hash_written(self) -> None:
+        """A deferred upload's two hashes, over the file as written (blocking)."""
+        with self.tmp.open("rb") as f:
+            while chunk := f.read(CHUNK):
+                self.digest.update(chunk)
+                self.blob_digest.update(chunk)
 
 
 class ContentStore:
@@ -142,6 +155,8 @@ class ContentStore:
         self._used = 0
         self._reserved = 0
         self._writing: set[tuple[str, str]] = set()
+        self._checking: set[tuple[str, str]] = set()
+        self._settled = threading.Condition(self._lock)
         self._leases: dict[str, Lease] = {}
         self._scan()
 
@@ -287,6 +302,13 @@ class ContentStore:
         with self._lock:
             return (namespace, key) in self._index
 
+    def blob_of(self, namespace: str, key: str) -> tuple[str, int] | None:
+        """The SHA-256 (the blob's name) and size of the namespace's key, or None."""
+        with self._lock:
+            entry = self._index.get((namespace, key))
+            obj = self._blobs.get(entry.blob) if entry is not None else None
+            return (obj.key, obj.size) if obj is not None else None
+
     def part_size(self, namespace: str, key: str) -> int | None:
         """The part size a multipart object was checked with (what a reader checks it with)."""
         with self._lock:
@@ -304,9 +326,11 @@ class ContentStore:
         *,
         size: int,
         part_size: int | None = None,
+        deferred: bool = False,
     ) -> Upload:
         """Admit a write of ``size`` bytes by ``pod`` of ``namespace`` (its live lease must name the
-        key with that size), taking no room yet; or raise Refused."""
+        key with that size), taking no room yet; or raise Refused. ``deferred``: hashed once written
+        (``Upload``)."""
         key = object_key(kind, checksum)
         with self._lock:
             try:
@@ -342,7 +366,7 @@ class ContentStore:
         digest = make_hasher(kind, part_size)
         assert digest is not None  # a cacheable kind, with its part size
         tmp = self.root / TMP / f"{secrets.token_hex(8)}"
-        return Upload(namespace, key, kind, checksum, size, tmp, digest, part_size)
+        return Upload(namespace, key, kind, checksum, size, tmp, digest, part_size, deferred=deferred)
 
     def take(self, upload: Upload, count: int) -> None:
         """Room for ``count`` more bytes of the upload (evicting what must go), as they arrive; or
@@ -362,6 +386,8 @@ class ContentStore:
             upload.file.close()
         if upload.received != upload.size:
             raise Refused("short", 400, f"{upload.key}: {upload.received} of {upload.size} bytes arrived")
+        if upload.deferred and upload.file is not None:
+            upload.hash_written()
         if upload.digest.hexdigest() != upload.checksum:
             raise Refused(
                 "checksum", 422, f"{upload.key}: the bytes' {upload.kind} is {upload.digest.hexdigest()}"
@@ -389,10 +415,33 @@ class ContentStore:
             upload.tmp.unlink()
         with self._lock:
             self._writing.discard((upload.namespace, upload.key))
+            self._checking.discard((upload.namespace, upload.key))
             self._reserved -= upload.taken
             upload.taken = 0
             if refused is not None:
                 self.stats.refused[refused] = self.stats.refused.get(refused, 0) + 1
+            self._settled.notify_all()
+
+    def checking(self, upload: Upload) -> None:
+        """A deferred upload, received whole, waits for its check (``settle`` waits for it)."""
+        with self._lock:
+            self._checking.add((upload.namespace, upload.key))
+
+    def settle(
+        self, namespace: str | None = None, keys: Iterable[str] | None = None, timeout: float = 30.0
+    ) -> bool:
+        """Wait (blocking) up to ``timeout`` seconds until no deferred check of ``keys`` of
+        ``namespace`` (default: any) is in progress; whether none is."""
+        wanted = None if keys is None else frozenset(keys)
+
+        def quiet() -> bool:
+            return not any(
+                (namespace is None or ns == namespace) and (wanted is None or key in wanted)
+                for ns, key in self._checking
+            )
+
+        with self._lock:
+            return self._settled.wait_for(quiet, timeout)
 
     def _count_refused(self, reason: str) -> None:
         self.stats.refused[reason] = self.stats.refused.get(reason, 0) + 1

@@ -179,7 +179,8 @@ class _Job:
     cached: Path | None = None  # the cache holds the pinned content: placed from there, not fetched
     from_source: bool = False  # read from options.source, not the store
     part_size_from_source: bool = False  # multipart_part_size as options.source told it
-    check: TransferCheck | None = None  # the store's CRC, checked instead of the pinned digest
+    # the store's CRC (or the node cache's signed SHA-256), checked instead of the pinned digest
+    check: TransferCheck | None = None
     deferred: bool = False  # nothing local to compare: its HEADs are sent as it is fetched (_remote_check)
     source_failed: bool = False  # a range read from options.source failed: the store is read
     source_got: int = 0  # bytes options.source gave for the job's ranges so far
@@ -626,8 +627,14 @@ class Syncer:
         (an S3 multipart ETag) in ranges of whole upload parts, read at once on several connections
         and hashed in parallel; any other file in one read (several files at once)."""
         tasks: list[Callable[[], Any]] = []
+        vouched = getattr(source, "vouched", None)  # a source that signs what it holds (optional)
         for job in sorted(jobs, key=lambda j: -j.entry.size):
             size = job.entry.size
+            digest = vouched(job.entry) if vouched is not None else None
+            if digest is not None:
+                # The SHA-256 the node cache signed for the pinned bytes (its key checked): its
+                # bytes are checked against that instead of the pin, in one stream.
+                job.check = TransferCheck("sha256", digest)
             if size > self.options.part_size and parallel_digest(job.verify_kind, size, job.verify_part_size):
                 tasks.append(partial(self._plan_source_parts, source, job))
             else:
@@ -705,6 +712,7 @@ class Syncer:
         """What the source gave for ``job`` (``count`` bytes) is dropped: the store is read."""
         self.progress.add_bytes(-count)
         job.from_source = False
+        job.check = None  # the store's bytes are checked against the pin
         job.hasher = None
         job.aligned = None
         if job.fd >= 0:
@@ -849,6 +857,8 @@ class Syncer:
                 self.stats.downloaded_bytes += entry.size
             if not verified:
                 self.stats.unverified_files += 1
+            elif job.check is not None and job.from_source:
+                self.stats.vouched_files += 1
             elif job.check is not None:
                 self.stats.crc_checked_files += 1
             self._touched_dirs.add(job.path.parent)

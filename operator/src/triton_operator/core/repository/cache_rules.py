@@ -53,6 +53,10 @@ POD_ENV = "TRITON_NODE_CACHE_POD"
 """The sync container's variable holding its pod's uid (metadata.uid): the name of its lease."""
 TOKEN_ENV = "TRITON_NODE_CACHE_TOKEN"
 """The sync container's variable holding the path of its projected token for the node cache."""
+PUBLIC_KEY_ENV = "TRITON_NODE_CACHE_PUBLIC_KEY"
+"""The sync container's variable holding the node cache's public key (base64 of its 32 Ed25519
+bytes): with it, a sync checks the cache's bytes against a SHA-256 the cache signed (``statement``)."""
+STATEMENT_TAG = "triton-node-cache-statement/1"
 AUDIENCE = "triton-operator-node-cache"
 """The audience of the pods' projected token: the node cache's TokenReview asks for it, so a token
 made for the API server (or anything else) is refused."""
@@ -73,6 +77,15 @@ NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 NAMESPACE_FORM = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 BLOB_FORM = re.compile(r"^[0-9a-f]{64}$")
+
+
+def statement(pod: str, objects: Iterable[tuple[str, int, str]]) -> bytes:
+    """What the cache signs for pod ``pod`` (its lease's uid) in one lease answer: for each
+    ``(key, size, blob)``, the bytes whose SHA-256 is ``blob`` are the ``size`` bytes of ``key``
+    (``<kind>/<pin>``), as the cache checked them when it took them. Bound to the pod, so that no pod
+    of another namespace takes it; one line an object, in key order (no field holds a space)."""
+    lines = "".join(f"{key} {size} {blob}\n" for key, size, blob in sorted(objects))
+    return f"{STATEMENT_TAG} {pod}\n{lines}".encode()
 
 
 def object_key(kind: str, checksum: str) -> str | None:
