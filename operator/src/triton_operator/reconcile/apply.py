@@ -21,6 +21,7 @@ from typing import Any
 from triton_operator.adapters.kube import ConflictError, KubeAPI, ObjectTooLargeError, retry_delay
 from triton_operator.core.decision.actions import Actions
 from triton_operator.core.decision.decide import Decision
+from triton_operator.core.decision.pool_plan import PoolPlan
 from triton_operator.core.decision.service_status import served_events, status_changed
 from triton_operator.core.objects.builders import build_event
 from triton_operator.core.objects.names import INPLACE_TARGET_ANNOTATION
@@ -77,6 +78,7 @@ async def apply(
     cannot know before the writes)."""
     await apply_objects(kube, decision.actions, manifest_json)
     await annotate_pods(kube, seen.namespace, decision.actions)
+    await carry_out_pool(kube, seen.namespace, decision.pool)
     traffic = await route_traffic(kube, ts, decision.rollout, routes)
     rs = decision.rollout.status
     METRICS.set_rollout(
@@ -125,6 +127,24 @@ async def annotate_pods(kube: KubeAPI, namespace: str, actions: Actions) -> None
         await kube.merge_patch(
             "Pod", namespace, pod, {"metadata": {"annotations": {INPLACE_TARGET_ANNOTATION: target}}}
         )
+
+
+async def carry_out_pool(kube: KubeAPI, namespace: str, pool: PoolPlan | None) -> None:
+    """spec.pool's writes: the per-model Services (server-side apply, spared when stored as built),
+    then each pod's assignment annotation and model labels (merge patches on the resourceVersion read:
+    a pod changed or gone meanwhile waits for the next pass, which reads it again)."""
+    if pool is None:
+        return
+    for service in pool.services:
+        await kube.apply(service)
+    for patch in pool.patches:
+        try:
+            done = await kube.merge_patch("Pod", namespace, patch.pod, patch.body())
+        except ConflictError:
+            logger.info("pod %s/%s changed since it was read: its pool patch waits", namespace, patch.pod)
+            continue
+        if done is not None:
+            logger.info("pod %s/%s: pool %s", namespace, patch.pod, patch.body()["metadata"])
 
 
 async def scale_and_delete(kube: KubeAPI, namespace: str, actions: Actions) -> None:

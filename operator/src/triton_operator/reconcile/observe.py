@@ -29,6 +29,7 @@ from triton_operator.core.observed.observation import (
     revision_manifest,
     split_by_owner,
 )
+from triton_operator.core.pool.assignment import Copy
 from triton_operator.core.repository.manifest import (
     stale_pins,
 )
@@ -117,6 +118,8 @@ class Seen:
     """The host pods' model-agents, by pod name, while an in-place update moves (observe_agents)."""
     tuning_pods: int = 0
     """Pods of the service's tuning sweeps (core.tuning.held_pods), read only under a GPU budget."""
+    pool_reports: Mapping[str, Mapping[str, Copy]] = dataclasses.field(default_factory=dict)
+    """The pool agents' latest reports by pod name (GET :8009/v1/pool), as last read in the background."""
 
     @property
     def now(self) -> str:
@@ -294,4 +297,6 @@ def observed(seen: Seen, around: Around | None = None) -> Observed:
         stale_disruption_budget=around.stale_disruption_budget if around is not None else False,
         agents=seen.agents,
         tuning_pods=seen.tuning_pods,
+        pod_bodies=seen.owned.pods,
+        pool_reports=seen.pool_reports,
     )

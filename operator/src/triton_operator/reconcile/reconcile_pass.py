@@ -31,6 +31,7 @@ from triton_operator.core.observed.observation import (
     revision_image,
 )
 from triton_operator.core.pod.policy import policy_errors
+from triton_operator.core.pool.assignment import Copy
 from triton_operator.core.repository.manifestparts import ManifestTooLarge
 from triton_operator.core.rollout.clock import utcnow
 from triton_operator.core.rollout.plan import RolloutPlan
@@ -65,6 +66,9 @@ from triton_operator.reconcile.routes import Traffic
 from triton_operator.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+PoolReports = Callable[[str, str], Mapping[str, Mapping[str, Copy]]]
+"""(namespace, name) -> the pool agents' latest reports of that TritonService's pods, by pod name."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +135,7 @@ async def reconcile(
     triton: TritonView | None = None,
     clock: Callable[[], datetime.datetime] = utcnow,
     absences: Absences | None = None,
+    pool_reports: PoolReports | None = None,
 ) -> Result:
     """Bring one TritonService's objects and status in line with its spec, as stored right now.
 
@@ -143,6 +148,8 @@ async def reconcile(
     ``triton``: what the operator reads of Triton in the pods (status.models, canary analysis);
     a pass only takes the readings there are, it never waits for one. ``absences``: the
     PodDisruptionBudgets this process knows absent (reconcile.observe.Absences; None: none).
+    ``pool_reports``: the pool agents' latest reports (GET :8009/v1/pool) by pod name, as read in the
+    background (never in the middle of a pass; None: none read).
     """
     # Observe: every read of the pass. The TritonService, what it owns, the spec to carry out (its
     # repository pinned), the last valid one to carry out instead, and what each of them needs.
@@ -152,6 +159,8 @@ async def reconcile(
         METRICS.forget(namespace, name)
         return Result(status=None)
     seen = await observe_agents(triton, await observe(kube, namespace, name, body, clock()))
+    if pool_reports is not None:
+        seen = dataclasses.replace(seen, pool_reports=pool_reports(namespace, name))
     METRICS.record_pod_starts(seen.pods)  # each pod's start once, when first seen Ready
     chosen = await _choose(seen, body, settings, pin_manifest)
     current = chosen.target if isinstance(chosen, _Chosen) else None
@@ -415,6 +424,7 @@ async def _write(
             plan.requeue_after,
             traffic.retry_after if traffic else None,
             AUTOSCALER_RETRY_SECONDS if ts.spec.autoscaling is not None else None,
+            _pool_requeue(decision, facts),
         )
         if t is not None
     ]
@@ -430,6 +440,20 @@ async def _write(
         requeue_after=min(requeue) if requeue else None,
         secret=blocked.secret if blocked else None,
     )
+
+
+POOL_RETRY_SECONDS = 5.0
+"""How soon a pass looks again while the pool's moves wait on its pods' agents (a load, READY)."""
+
+
+def _pool_requeue(decision: Decision, facts: Observed) -> float | None:
+    """Seconds until the pool's next move is due: a drain or a retry ending, or its agents reporting."""
+    pool = decision.pool
+    if pool is None:
+        return None
+    if pool.next_at is not None:
+        return max(0.0, pool.next_at - facts.moment.timestamp())
+    return POOL_RETRY_SECONDS if pool.waiting or pool.patches else None
 
 
 def _shown_window(decision: Decision, tri: TritonSeen) -> Judged | None:

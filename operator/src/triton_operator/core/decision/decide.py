@@ -13,6 +13,7 @@ from typing import Any
 
 from triton_operator.core.decision.actions import Actions, InPlaceWrites, RevisionPlan, plan_actions
 from triton_operator.core.decision.inplace_plan import InPlaceContext, InPlaceDecision, decide_in_place
+from triton_operator.core.decision.pool_plan import PoolPlan, decide_pool
 from triton_operator.core.decision.scaling import (
     Autoscalers,
     scale_replicas,
@@ -22,6 +23,7 @@ from triton_operator.core.decision.scaling import (
 from triton_operator.core.decision.service_status import Observation, build_status
 from triton_operator.core.objects.builders import endpoints
 from triton_operator.core.observed.observation import DeploymentState, PodState
+from triton_operator.core.pool.assignment import Copy
 from triton_operator.core.rollout.canary_analysis import AnalysisResult
 from triton_operator.core.rollout.clock import format_time
 from triton_operator.core.rollout.engine import plan_rollout
@@ -61,6 +63,10 @@ class Observed:
     """The in-place agents' statuses read in this pass, by pod name (core.rollout.inplace)."""
     tuning_pods: int = 0
     """Pods of the service's tuning sweeps that hold GPUs (read only under a GPU budget)."""
+    pod_bodies: Sequence[Mapping[str, Any]] = ()
+    """The owned pods as read (a pool reads their assignment annotations and model labels)."""
+    pool_reports: Mapping[str, Mapping[str, Copy]] = dataclasses.field(default_factory=dict)
+    """The pool agents' latest reports, by pod name (GET :8009/v1/pool, read in the background)."""
 
     @property
     def now(self) -> str:
@@ -89,6 +95,8 @@ class Decision:
     actions: Actions
     in_place: InPlaceDecision | None = None
     """The in-place layer's decision (core.decision.inplace_plan)."""
+    pool: PoolPlan | None = None
+    """spec.pool's writes (core.decision.pool_plan; None without spec.pool)."""
 
 
 def decide(
@@ -177,7 +185,16 @@ def decide(
             history=revision if revision != ip.engine_revision else None,
         ),
     )
-    return Decision(rollout=plan, actions=actions, in_place=ip)
+    pool_plan = decide_pool(
+        ts,
+        observed.pod_bodies,
+        observed.pool_reports,
+        revisions=sorted(plan.replicas),
+        configs=configs,
+        previous=observed.previous,
+        now=observed.moment.timestamp(),
+    )
+    return Decision(rollout=plan, actions=actions, in_place=ip, pool=pool_plan)
 
 
 def _with_in_place(plan: RolloutPlan, ip: InPlaceDecision) -> RolloutPlan:
@@ -236,7 +253,7 @@ def decided_status(ts: TritonService, decision: Decision, observed: Observed, sh
                 in_place_rolling = ip.plan.progressing.message
             elif state.aborted_revision is not None and degraded is not None:
                 aborted = degraded.message
-    return build_status(
+    status = build_status(
         observed.previous,
         Observation(
             generation=observed.generation,
@@ -269,6 +286,9 @@ def decided_status(ts: TritonService, decision: Decision, observed: Observed, sh
             traffic=shown.traffic,
         ),
     )
+    if decision.pool is not None:
+        status["pool"] = decision.pool.status
+    return status
 
 
 def held_status(
@@ -276,7 +296,7 @@ def held_status(
 ) -> dict[str, Any]:
     """The status while the current spec cannot be applied and no last valid spec can be carried out:
     only Ready (and RepositoryReady) say why; nothing is applied."""
-    return build_status(
+    status = build_status(
         observed.previous,
         Observation(
             generation=observed.generation,
@@ -288,3 +308,6 @@ def held_status(
             repository=repository,
         ),
     )
+    if observed.previous.get("pool"):
+        status["pool"] = observed.previous["pool"]  # the pool stays as it was placed and routed
+    return status

@@ -241,6 +241,10 @@ OWNED_STATUS_FIELDS = (
 )
 
 
+POOL_STATUS_FIELD = "pool"
+"""status.pool: written beside the owned fields by a pooled pass (core.decision.pool_plan)."""
+
+
 def compact(fields: Mapping[str, Any]) -> dict[str, Any]:
     """Fields without unset values (None, false, empty maps and lists): left out is how SSA clears them.
 
@@ -409,4 +413,4 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
 
 def status_changed(previous: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     """Whether writing ``desired`` would change any owned field of ``previous``."""
-    return any(previous.get(key) != desired.get(key) for key in OWNED_STATUS_FIELDS)
+    return any(previous.get(key) != desired.get(key) for key in (*OWNED_STATUS_FIELDS, POOL_STATUS_FIELD))

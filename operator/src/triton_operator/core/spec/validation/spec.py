@@ -49,8 +49,9 @@ def spec_warnings(spec: TritonServiceSpec, image: str) -> list[SpecError]:
         warnings.append(
             SpecError(
                 "spec.pool",
-                "checked, but not carried out yet by this version of the operator: every pod still loads"
-                " every model (docs/pool.md)",
+                "placed and routed (each pod's assignment annotation, per-model Services, status.pool), but"
+                " the pods' agents load by the assignment only once they implement docs/pool.md's contract:"
+                " until then every pod still loads every model",
             )
         )
     return warnings

@@ -1,0 +1,164 @@
+"""The pool in a pass, pure: placement over live pods, moves, per-model Services, pod patches, status.pool."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from triton_operator.core.edges.backoff import Backoff
+from triton_operator.core.objects.builders import agent_drain_seconds, build_labels, build_owner_reference
+from triton_operator.core.objects.model_routes import build_model_service, model_endpoints
+from triton_operator.core.objects.names import LABEL_REVISION
+from triton_operator.core.pool.assignment import (
+    ASSIGNMENT_ANNOTATION,
+    AssignmentError,
+    Copy,
+    build_assignment,
+    parse_assignment,
+)
+from triton_operator.core.pool.explain import measured_memory, pool_status
+from triton_operator.core.pool.labels import READY, model_label_key
+from triton_operator.core.pool.members import pool_budget, pool_models
+from triton_operator.core.pool.moves import PodState, plan_moves
+from triton_operator.core.pool.placement import PoolPod, place
+from triton_operator.core.vocabulary.triton_state import VERSION_READY
+from triton_operator.models import PoolStatus, TritonService
+
+LOAD_BACKOFF = Backoff(base=5.0, cap=300.0)
+"""Delays before a failed model load is asked again (a higher attempt in the assignment)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PodPatch:
+    """A merge patch of one pool pod: its assignment annotation and model labels (None removes one),
+    conditional on the resourceVersion the pass read (a conflict waits for the next pass)."""
+
+    pod: str
+    resource_version: str | None
+    annotations: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+    labels: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        metadata: dict[str, Any] = {}
+        if self.annotations:
+            metadata["annotations"] = dict(self.annotations)
+        if self.labels:
+            metadata["labels"] = dict(self.labels)
+        if self.resource_version:
+            metadata["resourceVersion"] = self.resource_version
+        return {"metadata": metadata}
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolPlan:
+    """What a pass writes for spec.pool: per-model Services (server-side applied), pod patches (after
+    the Services: a pod is labelled only once its model's Service exists), status.pool, the next wait."""
+
+    services: tuple[dict[str, Any], ...]
+    patches: tuple[PodPatch, ...]
+    status: dict[str, Any]
+    next_at: float | None = None
+    waiting: tuple[str, ...] = ()
+
+
+def model_version(ts: TritonService, model: str, configs: Mapping[str, str]) -> str:
+    """The version token of ``model``: a digest of its spec entry and its config (a change reloads it)."""
+    entry = next(m for m in ts.spec.models if m.name == model)
+    body = {
+        "spec": entry.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "config": configs.get(model),
+    }
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _live(pod: Mapping[str, Any]) -> bool:
+    metadata = pod.get("metadata") or {}
+    return metadata.get("deletionTimestamp") is None and bool((pod.get("status") or {}).get("podIP"))
+
+
+def decide_pool(
+    ts: TritonService,
+    pods: Sequence[Mapping[str, Any]],
+    reports: Mapping[str, Mapping[str, Copy]],
+    *,
+    revisions: Sequence[str],
+    configs: Mapping[str, str],
+    previous: Mapping[str, Any],
+    now: float,
+) -> PoolPlan | None:
+    """The pool's writes for ``ts`` (None without spec.pool): its models placed over the live pods
+    (``pods``: the owned pods as read, of the ``revisions`` the plan keeps), starting from each pod's
+    assignment annotation; ``reports``: each pod's agent report (the latest reading); ``previous``:
+    the status as read (the measured memory)."""
+    if ts.spec.pool is None:
+        return None
+    wanted_revisions = set(revisions)
+    live = [
+        p
+        for p in pods
+        if _live(p)
+        and ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION) in wanted_revisions
+    ]
+    budget = pool_budget(ts.spec)
+    stored = previous.get("pool")
+    measured = measured_memory(PoolStatus.model_validate(stored) if isinstance(stored, Mapping) else None)
+    models = pool_models(ts.spec, measured)
+    states: dict[str, PodState] = {}
+    for p in live:
+        metadata = p.get("metadata") or {}
+        name = str(metadata.get("name"))
+        try:
+            assignment = parse_assignment((metadata.get("annotations") or {}).get(ASSIGNMENT_ANNOTATION))
+        except AssignmentError:
+            assignment = parse_assignment(None)  # written again from the placement
+        labels = metadata.get("labels") or {}
+        names = {m.name for m in models} | set(assignment.models)
+        routed = frozenset(m for m in names if labels.get(model_label_key(m)) == READY)
+        states[name] = PodState(assignment=assignment, copies=dict(reports.get(name, {})), routed=routed)
+    current = {pod: tuple(s.assignment.models) for pod, s in states.items()}
+    pool_pods = [
+        PoolPod(str((p.get("metadata") or {}).get("name")), (p.get("spec") or {}).get("nodeName"), budget)
+        for p in live
+    ]
+    placed = place(pool_pods, models, current)
+    versions = {m.name: model_version(ts, m.name, configs) for m in models}
+    moves = plan_moves(
+        placed.pods, versions, states, now=now, drain=float(agent_drain_seconds(ts)), backoff=LOAD_BACKOFF
+    )
+    by_name = {str((p.get("metadata") or {}).get("name")): p for p in live}
+    patches: list[PodPatch] = []
+    ready: dict[str, int] = {}
+    for pod, step in sorted(moves.pods.items()):
+        metadata = by_name[pod].get("metadata") or {}
+        label_patch: dict[str, str | None] = {model_label_key(m): None for m in step.unlabel}
+        label_patch.update({model_label_key(m): READY for m in step.label})
+        text = build_assignment(step.assignment)
+        annotations = (
+            {}
+            if text == (metadata.get("annotations") or {}).get(ASSIGNMENT_ANNOTATION)
+            else {ASSIGNMENT_ANNOTATION: text}
+        )
+        routed_after = (states[pod].routed | set(step.label)) - set(step.unlabel)
+        for model in routed_after:
+            copy = states[pod].copies.get(model)
+            if copy is not None and copy.state == VERSION_READY:
+                ready[model] = ready.get(model, 0) + 1
+        if label_patch or annotations:
+            patches.append(PodPatch(pod, metadata.get("resourceVersion"), annotations, label_patch))
+    owner = build_owner_reference({"metadata": ts.metadata})
+    services = tuple(
+        build_model_service(ts.name, ts.namespace, m.name, owner_ref=owner, labels=build_labels(ts))
+        for m in models
+    )
+    endpoints = {m.name: model_endpoints(ts.name, ts.namespace, m.name) for m in models}
+    status = pool_status(placed, models, measured, ready=ready, endpoints=endpoints)
+    return PoolPlan(
+        services=services,
+        patches=tuple(patches),
+        status=status.model_dump(mode="json", by_alias=True, exclude_none=True),
+        next_at=moves.next_at,
+        waiting=moves.waiting,
+    )

@@ -1,0 +1,184 @@
+"""Whole reconcile passes of a pooled TritonService (spec.pool) over MemKube: per-model Services, each
+pod's assignment annotation as placement says, model labels following the agents' reports, status.pool,
+a pod deleted re-placing its models; and nothing of it for a service without spec.pool.
+
+Faked: the API server (MemKube), the Deployment controller and kubelet (run_kubelet once, then pods
+given an IP and a node), and the pods' model agents (``agents_from``: each pod reports READY what its
+assignment annotation asks, as docs/pool.md's contract says, or nothing for a pod told to lag).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from e2e_helpers import PYTHON_MODEL, tritonservice
+from memkube import MemKube, run_kubelet
+from triton_operator.core.pool.assignment import ASSIGNMENT_ANNOTATION, Copy, parse_assignment
+from triton_operator.core.pool.labels import MODEL_LABEL_PREFIX, READY, model_label_key, model_object_name
+from triton_operator.reconcile.reconcile_pass import reconcile
+from triton_operator.settings import Settings
+
+NS = "ml"
+SETTINGS = Settings()
+T0 = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
+MODELS = ("a", "b", "c")
+
+
+def pooled(name: str = "pool", replicas: int = 3) -> dict[str, Any]:
+    """Three models of 400Mi, two copies each at least, on pods of 1000Mi: two models a pod."""
+    return tritonservice(
+        name,
+        NS,
+        replicas=replicas,
+        pool={"memoryPerPod": "1000Mi"},
+        models=[
+            {"name": m, "config": copy.deepcopy(PYTHON_MODEL), "memory": "400Mi", "minCopies": 2}
+            for m in MODELS
+        ],
+    )
+
+
+def pods(kube: MemKube) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in kube.of_kind("Pod")}
+
+
+def start_pods(kube: MemKube) -> None:
+    """The Deployment's pods, Ready, each with an IP and on its own node."""
+    run_kubelet(kube, NS)
+    for i, name in enumerate(sorted(pods(kube))):
+
+        def place(obj: dict[str, Any], i: int = i) -> None:
+            obj["status"]["podIP"] = f"10.0.0.{i + 1}"
+            obj.setdefault("spec", {})["nodeName"] = f"node-{i}"
+
+        kube.edit("Pod", NS, name, place)
+
+
+def assigned(pod: Mapping[str, Any]) -> dict[str, str]:
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(ASSIGNMENT_ANNOTATION)
+    return {m: w.version for m, w in parse_assignment(text).models.items()} if text else {}
+
+
+def ready_labels(pod: Mapping[str, Any]) -> set[str]:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return {
+        k.removeprefix(MODEL_LABEL_PREFIX)
+        for k, v in labels.items()
+        if k.startswith(MODEL_LABEL_PREFIX) and v == READY
+    }
+
+
+def agents_from(kube: MemKube, lagging: frozenset[str] = frozenset()) -> dict[str, dict[str, Copy]]:
+    """What each pod's agent reports: READY at the assigned version for every model its annotation
+    asks (the pods in ``lagging`` report nothing loaded yet)."""
+    out: dict[str, dict[str, Copy]] = {}
+    for name, pod in pods(kube).items():
+        text = (pod["metadata"].get("annotations") or {}).get(ASSIGNMENT_ANNOTATION)
+        wanted = parse_assignment(text).models if text and name not in lagging else {}
+        out[name] = {m: Copy(state="READY", version=w.version, attempt=w.attempt) for m, w in wanted.items()}
+    return out
+
+
+async def run(
+    kube: MemKube, reports: Mapping[str, Mapping[str, Copy]] | None = None, name: str = "pool"
+) -> Any:
+    return await reconcile(
+        kube, NS, name, SETTINGS, clock=lambda: T0, pool_reports=lambda _ns, _n: dict(reports or {})
+    )
+
+
+async def test_a_pool_gets_model_services_assignments_labels_and_status() -> None:
+    kube = MemKube()
+    kube.put(pooled())
+    await run(kube)
+    start_pods(kube)
+    await run(kube)  # placement: each pod's assignment annotation
+    held = {name: assigned(p) for name, p in pods(kube).items()}
+    assert len(held) == 3
+    for model in MODELS:
+        assert sum(model in h for h in held.values()) == 2, held  # minCopies, each on its own pod
+    assert all(len(h) <= 2 for h in held.values())  # 1000Mi holds two of 400Mi
+    for model in MODELS:
+        service = kube.find("Service", NS, model_object_name("pool", model))
+        assert service is not None
+        assert service["spec"]["selector"][model_label_key(model)] == READY
+    assert not any(ready_labels(p) for p in pods(kube).values())  # nothing READY yet: no label
+
+    await run(kube, agents_from(kube))  # the agents report READY: labels follow
+    for name, pod in pods(kube).items():
+        assert ready_labels(pod) == set(assigned(pod)), name
+    await run(kube, agents_from(kube))
+    status = kube.find("TritonService", NS, "pool")["status"]["pool"]  # type: ignore[index]
+    by_model = {m["name"]: m for m in status["models"]}
+    assert set(by_model) == set(MODELS)
+    for model in MODELS:
+        assert by_model[model]["readyCopies"] == 2
+        assert by_model[model]["endpoints"]["http"].startswith(
+            f"{model_object_name('pool', model)}.{NS}.svc:"
+        )
+        assert sorted(by_model[model]["pods"]) == sorted(
+            n for n, p in pods(kube).items() if model in assigned(p)
+        )
+
+
+async def test_labels_wait_for_the_pods_agent() -> None:
+    kube = MemKube()
+    kube.put(pooled())
+    await run(kube)
+    start_pods(kube)
+    await run(kube)
+    lagging = sorted(pods(kube))[0]
+    await run(kube, agents_from(kube, frozenset({lagging})))
+    assert ready_labels(pods(kube)[lagging]) == set()
+    assert all(ready_labels(p) for n, p in pods(kube).items() if n != lagging)
+
+
+async def test_a_deleted_pod_has_its_models_placed_again() -> None:
+    kube = MemKube()
+    kube.put(pooled(replicas=4))
+    await run(kube)
+    start_pods(kube)
+    await run(kube)
+    await run(kube, agents_from(kube))
+    gone = next(n for n, p in sorted(pods(kube).items()) if assigned(p))
+    lost = set(assigned(pods(kube)[gone]))
+    del kube.objects[("Pod", NS, gone)]
+    await run(kube, agents_from(kube))
+    for model in lost:
+        holders = [n for n, p in pods(kube).items() if model in assigned(p)]
+        assert len(holders) == 2, (model, holders)  # back to its least copies on the pods left
+    status = kube.find("TritonService", NS, "pool")["status"]["pool"]  # type: ignore[index]
+    assert all(gone not in m["pods"] for m in status["models"])
+
+
+async def test_a_pod_changed_since_read_waits_for_the_next_pass() -> None:
+    kube = MemKube()
+    kube.put(pooled())
+    await run(kube)
+    start_pods(kube)
+    victim = sorted(pods(kube))[0]
+
+    def touch(*_args: Any) -> None:
+        kube.edit("Pod", NS, victim, lambda obj: obj["metadata"].setdefault("annotations", {}).update(x="1"))
+
+    kube.before("merge_patch", touch, kind="Pod")
+    await run(kube)  # the first pod changed between the read and its patch: a conflict, skipped
+    assert assigned(pods(kube)[victim]) == {}
+    await run(kube)
+    assert assigned(pods(kube)[victim]) != {}
+
+
+async def test_no_pool_no_pool_writes() -> None:
+    kube = MemKube()
+    kube.put(tritonservice("plain", NS))
+    await run(kube, name="plain")
+    run_kubelet(kube, NS)
+    await run(kube, name="plain")
+    assert not any(p["kind"] == "Service" and "-m-" in p["metadata"]["name"] for p in kube.of_kind("Service"))
+    assert all(
+        ASSIGNMENT_ANNOTATION not in (p["metadata"].get("annotations") or {}) for p in pods(kube).values()
+    )
+    assert "pool" not in kube.find("TritonService", NS, "plain")["status"]  # type: ignore[index]
