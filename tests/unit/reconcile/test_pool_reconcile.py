@@ -182,3 +182,72 @@ async def test_no_pool_no_pool_writes() -> None:
         ASSIGNMENT_ANNOTATION not in (p["metadata"].get("annotations") or {}) for p in pods(kube).values()
     )
     assert "pool" not in kube.find("TritonService", NS, "plain")["status"]  # type: ignore[index]
+
+
+def model_services(kube: MemKube) -> set[str]:
+    return {s["metadata"]["name"] for s in kube.of_kind("Service") if "-m-" in s["metadata"]["name"]}
+
+
+async def test_model_services_are_spared_once_stored_and_go_with_their_model() -> None:
+    kube = MemKube()
+    kube.put(pooled())
+    await run(kube)
+    start_pods(kube)
+    await run(kube)
+    key = ("Service", NS, model_object_name("pool", "a"))
+    applied = kube.applied.count(key)
+    await run(kube)
+    assert kube.applied.count(key) == applied  # stored as built: not applied again
+
+    def drop_c(obj: dict[str, Any]) -> None:
+        obj["spec"]["models"] = [m for m in obj["spec"]["models"] if m["name"] != "c"]
+
+    kube.edit("TritonService", NS, "pool", drop_c)
+    await run(kube)
+    assert model_services(kube) == {model_object_name("pool", m) for m in ("a", "b")}
+
+
+async def test_a_pool_removed_leaves_no_model_services_nor_status() -> None:
+    kube = MemKube()
+    kube.put(pooled())
+    await run(kube)
+    start_pods(kube)
+    await run(kube)
+    assert len(model_services(kube)) == 3
+
+    def unpool(obj: dict[str, Any]) -> None:
+        del obj["spec"]["pool"]
+        for model in obj["spec"]["models"]:
+            del model["minCopies"]
+
+    kube.edit("TritonService", NS, "pool", unpool)
+    await run(kube)
+    assert model_services(kube) == set()
+    assert "pool" not in kube.find("TritonService", NS, "pool")["status"]  # type: ignore[index]
+
+
+async def test_model_routes_attach_to_the_users_gateway() -> None:
+    kube = MemKube()
+    parent = {"name": "gw", "sectionName": "http"}
+    kube.put(
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "HTTPRoute",
+            "metadata": {"name": "users", "namespace": NS},
+            "spec": {
+                "parentRefs": [parent],
+                "rules": [{"backendRefs": [{"name": "pool-stable", "port": 8000}]}],
+            },
+        }
+    )
+    body = pooled()
+    body["spec"]["rollout"] = {"strategy": "Canary", "trafficRouting": {"gatewayAPI": {"httpRoute": "users"}}}
+    kube.put(body)
+    await run(kube)
+    start_pods(kube)
+    await run(kube)
+    route = kube.find("HTTPRoute", NS, "pool-models-0")
+    assert route is not None
+    assert route["spec"]["parentRefs"] == [parent]
+    backends = {r["backendRefs"][0]["name"] for r in route["spec"]["rules"]}
+    assert backends == {model_object_name("pool", m) for m in MODELS}

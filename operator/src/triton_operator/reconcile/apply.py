@@ -130,13 +130,17 @@ async def annotate_pods(kube: KubeAPI, namespace: str, actions: Actions) -> None
 
 
 async def carry_out_pool(kube: KubeAPI, namespace: str, pool: PoolPlan | None) -> None:
-    """spec.pool's writes: the per-model Services (server-side apply, spared when stored as built),
-    then each pod's assignment annotation and model labels (merge patches on the resourceVersion read:
-    a pod changed or gone meanwhile waits for the next pass, which reads it again)."""
+    """spec.pool's writes: the per-model Services and routes (server-side apply, spared when stored as
+    built), those no longer wanted deleted, then each pod's assignment annotation and model labels
+    (merge patches on the resourceVersion read: a pod changed or gone meanwhile waits for the next
+    pass, which reads it again)."""
     if pool is None:
         return
     for service in pool.services:
         await kube.apply(service)
+    for kind, gone in pool.delete:
+        if await kube.delete(kind, namespace, gone):
+            logger.info("deleted %s %s/%s (no longer in the pool)", kind, namespace, gone)
     for patch in pool.patches:
         try:
             done = await kube.merge_patch("Pod", namespace, patch.pod, patch.body())

@@ -16,6 +16,7 @@ from triton_operator.adapters.kube import (
 from triton_operator.core import tuning
 from triton_operator.core.decision.decide import Observed, Target
 from triton_operator.core.decision.inplace_plan import in_place_sides
+from triton_operator.core.decision.pool_plan import pool_objects
 from triton_operator.core.decision.scaling import Autoscalers
 from triton_operator.core.objects.builders import disruption_budget_enabled
 from triton_operator.core.objects.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
@@ -120,6 +121,8 @@ class Seen:
     """Pods of the service's tuning sweeps (core.tuning.held_pods), read only under a GPU budget."""
     pool_reports: Mapping[str, Mapping[str, Copy]] = dataclasses.field(default_factory=dict)
     """The pool agents' latest reports by pod name (GET :8009/v1/pool), as last read in the background."""
+    pool_objects: Sequence[Mapping[str, Any]] = ()
+    """The pool's per-model Services and HTTPRoutes as read (pool_objects_of)."""
 
     @property
     def now(self) -> str:
@@ -151,7 +154,24 @@ async def observe(
         pods=[pod_state(p) for p in owned.pods],
         replicas=live_replicas(body),
         tuning_pods=await tuning_pods(kube, namespace, name, body),
+        pool_objects=await pool_objects_of(kube, namespace, name, body),
     )
+
+
+async def pool_objects_of(
+    kube: KubeAPI, namespace: str, name: str, body: Mapping[str, Any]
+) -> list[Mapping[str, Any]]:
+    """The per-model Services and HTTPRoutes of a pool (core.decision.pool_plan.pool_objects): listed
+    only while the spec has spec.pool or the status a status.pool (what a former pool left goes); the
+    HTTPRoutes only while the spec names an HTTPRoute (Gateway API is installed then)."""
+    spec = body.get("spec") or {}
+    if not spec.get("pool") and not (body.get("status") or {}).get("pool"):
+        return []
+    found = await kube.list_kind("Service", namespace)
+    gateway = ((spec.get("rollout") or {}).get("trafficRouting") or {}).get("gatewayAPI") or {}
+    if gateway.get("httpRoute"):
+        found += await kube.list_kind("HTTPRoute", namespace)
+    return pool_objects(name, found)
 
 
 async def tuning_pods(kube: KubeAPI, namespace: str, name: str, body: Mapping[str, Any]) -> int:
@@ -280,6 +300,16 @@ def observe_triton(triton: TritonView, seen: Seen, target: Target) -> TritonSeen
     )
 
 
+def _parent_refs(around: Around | None) -> list[Mapping[str, Any]]:
+    """The parentRefs of the user's HTTPRoute as read (where a pool's per-model routes attach)."""
+    if around is None:
+        return []
+    for (kind, _name), route in around.routes.items():
+        if kind == "HTTPRoute" and route is not None:
+            return list((route.get("spec") or {}).get("parentRefs") or [])
+    return []
+
+
 def observed(seen: Seen, around: Around | None = None) -> Observed:
     """What the decision (core.decision.decide) reads of this pass's observations (``around``: for the spec it
     carries out; None when it carries out none)."""
@@ -299,4 +329,6 @@ def observed(seen: Seen, around: Around | None = None) -> Observed:
         tuning_pods=seen.tuning_pods,
         pod_bodies=seen.owned.pods,
         pool_reports=seen.pool_reports,
+        pool_objects=seen.pool_objects,
+        pool_parent_refs=_parent_refs(around),
     )

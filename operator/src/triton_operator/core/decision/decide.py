@@ -67,6 +67,10 @@ class Observed:
     """The owned pods as read (a pool reads their assignment annotations and model labels)."""
     pool_reports: Mapping[str, Mapping[str, Copy]] = dataclasses.field(default_factory=dict)
     """The pool agents' latest reports, by pod name (GET :8009/v1/pool, read in the background)."""
+    pool_objects: Sequence[Mapping[str, Any]] = ()
+    """The per-model Services and HTTPRoutes as read (listed only while a pool is or was set)."""
+    pool_parent_refs: Sequence[Mapping[str, Any]] = ()
+    """The parentRefs of the user's HTTPRoute: where the per-model routes attach (none: no routes)."""
 
     @property
     def now(self) -> str:
@@ -193,6 +197,8 @@ def decide(
         configs=configs,
         previous=observed.previous,
         now=observed.moment.timestamp(),
+        stored=observed.pool_objects,
+        parent_refs=observed.pool_parent_refs,
     )
     return Decision(rollout=plan, actions=actions, in_place=ip, pool=pool_plan)
 
@@ -286,7 +292,7 @@ def decided_status(ts: TritonService, decision: Decision, observed: Observed, sh
             traffic=shown.traffic,
         ),
     )
-    if decision.pool is not None:
+    if decision.pool is not None and decision.pool.status is not None:
         status["pool"] = decision.pool.status
     return status
 

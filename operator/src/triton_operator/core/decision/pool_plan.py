@@ -8,10 +8,16 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from triton_operator.core.decision.actions import applied_as_built, stamped
 from triton_operator.core.edges.backoff import Backoff
 from triton_operator.core.objects.builders import agent_drain_seconds, build_labels, build_owner_reference
-from triton_operator.core.objects.model_routes import build_model_service, model_endpoints
-from triton_operator.core.objects.names import LABEL_REVISION
+from triton_operator.core.objects.model_routes import (
+    LABEL_MODEL_ROUTE,
+    build_model_http_routes,
+    build_model_service,
+    model_endpoints,
+)
+from triton_operator.core.objects.names import LABEL_REVISION, LABEL_SERVICE
 from triton_operator.core.pool.assignment import (
     ASSIGNMENT_ANNOTATION,
     AssignmentError,
@@ -58,10 +64,37 @@ class PoolPlan:
     the Services: a pod is labelled only once its model's Service exists), status.pool, the next wait."""
 
     services: tuple[dict[str, Any], ...]
+    """Per-model Services and HTTPRoutes to apply (those not stored as built)."""
     patches: tuple[PodPatch, ...]
-    status: dict[str, Any]
+    status: dict[str, Any] | None
+    """status.pool (None: the service has no pool, and status.pool goes)."""
     next_at: float | None = None
     waiting: tuple[str, ...] = ()
+    delete: tuple[tuple[str, str], ...] = ()
+    """(kind, name) of per-model Services and routes no longer wanted (a model gone, the pool gone)."""
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def _unwanted(
+    stored: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, Any]]
+) -> tuple[tuple[str, str], ...]:
+    keep = {(str(o.get("kind")), _name(o)) for o in wanted}
+    return tuple(
+        sorted((str(o.get("kind")), _name(o)) for o in stored if (str(o.get("kind")), _name(o)) not in keep)
+    )
+
+
+def pool_objects(ts_name: str, objects: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The per-model Services and routes of TritonService ``ts_name`` among ``objects`` (by their labels)."""
+    out = []
+    for obj in objects:
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if labels.get(LABEL_MODEL_ROUTE) == "true" and labels.get(LABEL_SERVICE) == ts_name:
+            out.append(obj)
+    return out
 
 
 def model_version(ts: TritonService, model: str, configs: Mapping[str, str]) -> str:
@@ -88,13 +121,20 @@ def decide_pool(
     configs: Mapping[str, str],
     previous: Mapping[str, Any],
     now: float,
+    stored: Sequence[Mapping[str, Any]] = (),
+    parent_refs: Sequence[Mapping[str, Any]] = (),
 ) -> PoolPlan | None:
     """The pool's writes for ``ts`` (None without spec.pool): its models placed over the live pods
     (``pods``: the owned pods as read, of the ``revisions`` the plan keeps), starting from each pod's
     assignment annotation; ``reports``: each pod's agent report (the latest reading); ``previous``:
-    the status as read (the measured memory)."""
+    the status as read (the measured memory); ``stored``: its per-model Services and routes as read
+    (pool_objects); ``parent_refs``: the parentRefs of the user's HTTPRoute (spec.rollout.trafficRouting
+    .gatewayAPI.httpRoute, as read): the per-model HTTPRoutes attach there (none: no per-model routes).
+    Without spec.pool, only what a former pool left goes (None when it left nothing)."""
     if ts.spec.pool is None:
-        return None
+        if not stored and not previous.get("pool"):
+            return None
+        return PoolPlan(services=(), patches=(), status=None, delete=_unwanted(stored, ()))
     wanted_revisions = set(revisions)
     live = [
         p
@@ -103,8 +143,8 @@ def decide_pool(
         and ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION) in wanted_revisions
     ]
     budget = pool_budget(ts.spec)
-    stored = previous.get("pool")
-    measured = measured_memory(PoolStatus.model_validate(stored) if isinstance(stored, Mapping) else None)
+    recorded = previous.get("pool")
+    measured = measured_memory(PoolStatus.model_validate(recorded) if isinstance(recorded, Mapping) else None)
     models = pool_models(ts.spec, measured)
     states: dict[str, PodState] = {}
     for p in live:
@@ -149,10 +189,24 @@ def decide_pool(
         if label_patch or annotations:
             patches.append(PodPatch(pod, metadata.get("resourceVersion"), annotations, label_patch))
     owner = build_owner_reference({"metadata": ts.metadata})
-    services = tuple(
-        build_model_service(ts.name, ts.namespace, m.name, owner_ref=owner, labels=build_labels(ts))
+    wanted: list[dict[str, Any]] = [
+        stamped(build_model_service(ts.name, ts.namespace, m.name, owner_ref=owner, labels=build_labels(ts)))
         for m in models
-    )
+    ]
+    if parent_refs:
+        wanted += [
+            stamped(route)
+            for route in build_model_http_routes(
+                ts.name,
+                ts.namespace,
+                [m.name for m in models],
+                parent_refs=parent_refs,
+                owner_ref=owner,
+                labels=build_labels(ts),
+            )
+        ]
+    by_key = {(str(o.get("kind")), _name(o)): o for o in stored}
+    services = tuple(o for o in wanted if not applied_as_built(o, by_key.get((str(o.get("kind")), _name(o)))))
     endpoints = {m.name: model_endpoints(ts.name, ts.namespace, m.name) for m in models}
     status = pool_status(placed, models, measured, ready=ready, endpoints=endpoints)
     return PoolPlan(
@@ -161,4 +215,5 @@ def decide_pool(
         status=status.model_dump(mode="json", by_alias=True, exclude_none=True),
         next_at=moves.next_at,
         waiting=moves.waiting,
+        delete=_unwanted(stored, wanted),
     )
