@@ -15,6 +15,7 @@ from triton_operator.adapters.cached_kube import CachedKube
 from triton_operator.adapters.kube import Kube, make_client
 from triton_operator.adapters.owned_watch import OwnedCache, OwnedWatch, scopes
 from triton_operator.adapters.peering import PeeringMonitor, lightkube_watch, peering_scope
+from triton_operator.adapters.pool_reader import PoolReader
 from triton_operator.adapters.triton_reader import TritonReader
 from triton_operator.core.repository.repository_access import RepositoryAccess
 from triton_operator.core.rollout.requests import pending_requests
@@ -70,7 +71,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # watches (adapters.cached_kube): no request for what is already known.
     cache = OwnedCache()
     cached = CachedKube(kube, cache)
-    reconciler = Reconciler(cached, operator, pinner=pinner, triton=triton, paused=scope is not None)
+    pool = PoolReader(cidrs=operator.triton_read_cidrs)  # the pool agents' reports (spec.pool)
+    reconciler = Reconciler(
+        cached, operator, pinner=pinner, triton=triton, pool=pool, paused=scope is not None
+    )
     memo["reconciler"] = reconciler
     memo["cached_kube"] = cached
     memo["kube"] = kube  # the Reconciler knows it only as KubeAPI, which has no close()

@@ -82,12 +82,26 @@ def agents_from(kube: MemKube, lagging: frozenset[str] = frozenset()) -> dict[st
     return out
 
 
+class Reports:
+    """The pool reader's side a pass sees: the latest reports, and the pods it asks to read next."""
+
+    def __init__(self, reports: Mapping[str, Mapping[str, Copy]] | None) -> None:
+        self.reports = dict(reports or {})
+        self.wanted: dict[str, str | None] = {}
+
+    def latest(self, namespace: str, name: str) -> Mapping[str, Mapping[str, Copy]]:
+        return self.reports
+
+    def want(self, namespace: str, name: str, pods: Mapping[str, str | None]) -> None:
+        self.wanted = dict(pods)
+
+
 async def run(
     kube: MemKube, reports: Mapping[str, Mapping[str, Copy]] | None = None, name: str = "pool"
-) -> Any:
-    return await reconcile(
-        kube, NS, name, SETTINGS, clock=lambda: T0, pool_reports=lambda _ns, _n: dict(reports or {})
-    )
+) -> Reports:
+    seen = Reports(reports)
+    await reconcile(kube, NS, name, SETTINGS, clock=lambda: T0, pool_reports=seen)
+    return seen
 
 
 async def test_a_pool_gets_model_services_assignments_labels_and_status() -> None:
@@ -95,7 +109,8 @@ async def test_a_pool_gets_model_services_assignments_labels_and_status() -> Non
     kube.put(pooled())
     await run(kube)
     start_pods(kube)
-    await run(kube)  # placement: each pod's assignment annotation
+    asked = await run(kube)  # placement: each pod's assignment annotation
+    assert asked.wanted == {n: p["status"]["podIP"] for n, p in pods(kube).items()}  # reports read next
     held = {name: assigned(p) for name, p in pods(kube).items()}
     assert len(held) == 3
     for model in MODELS:
@@ -176,7 +191,8 @@ async def test_no_pool_no_pool_writes() -> None:
     kube.put(tritonservice("plain", NS))
     await run(kube, name="plain")
     run_kubelet(kube, NS)
-    await run(kube, name="plain")
+    asked = await run(kube, name="plain")
+    assert asked.wanted == {}
     assert not any(p["kind"] == "Service" and "-m-" in p["metadata"]["name"] for p in kube.of_kind("Service"))
     assert all(
         ASSIGNMENT_ANNOTATION not in (p["metadata"].get("annotations") or {}) for p in pods(kube).values()

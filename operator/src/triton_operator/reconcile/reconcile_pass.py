@@ -8,7 +8,7 @@ import datetime
 import json
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from triton_operator import logs
 from triton_operator.adapters.kube import KubeAPI, ObjectRejectedError
@@ -67,8 +67,17 @@ from triton_operator.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-PoolReports = Callable[[str, str], Mapping[str, Mapping[str, Copy]]]
-"""(namespace, name) -> the pool agents' latest reports of that TritonService's pods, by pod name."""
+
+class PoolReports(Protocol):
+    """The pool agents' reports, read in the background (adapters.pool_reader.PoolReader)."""
+
+    def latest(self, namespace: str, name: str) -> Mapping[str, Mapping[str, Copy]]:
+        """The latest report of each pod of the TritonService, by pod name."""
+        ...
+
+    def want(self, namespace: str, name: str, pods: Mapping[str, str | None]) -> None:
+        """Read the agents of ``pods`` (name -> IP) on a task of its own (none: forget the service)."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +169,11 @@ async def reconcile(
         return Result(status=None)
     seen = await observe_agents(triton, await observe(kube, namespace, name, body, clock()))
     if pool_reports is not None:
-        seen = dataclasses.replace(seen, pool_reports=pool_reports(namespace, name))
+        # The latest reports, and fresh ones asked for the next pass (read on a task of their own).
+        seen = dataclasses.replace(seen, pool_reports=pool_reports.latest(namespace, name))
+        pooled = (body.get("spec") or {}).get("pool") is not None
+        live = {p.name: p.ip for p in seen.pods if not p.terminating and p.ip} if pooled else {}
+        pool_reports.want(namespace, name, live)
     METRICS.record_pod_starts(seen.pods)  # each pod's start once, when first seen Ready
     chosen = await _choose(seen, body, settings, pin_manifest)
     current = chosen.target if isinstance(chosen, _Chosen) else None

@@ -15,6 +15,7 @@ from triton_operator.adapters.kube import (
     retry_after,
     retry_delay,
 )
+from triton_operator.adapters.pool_reader import PoolReader
 from triton_operator.core.edges.backoff import Backoff, Random
 from triton_operator.core.objects.builders import build_event
 from triton_operator.core.rollout.clock import format_time, utcnow
@@ -169,6 +170,7 @@ class Reconciler:
         *,
         pinner: RepositoryPinner | None = None,
         triton: TritonView | None = None,
+        pool: PoolReader | None = None,
         paused: bool = False,
         secret_retry: tuple[float, float] | None = None,
         max_passes: int = MAX_PASSES,
@@ -192,6 +194,10 @@ class Reconciler:
         if triton is not None:
             # Triton's view of a pod changed (a model loaded, failed, unloaded): reconcile its owner.
             triton.reader.on_change = lambda key: self.requeue(key, 0.0)
+        self.pool = pool
+        if pool is not None:
+            # A pool agent's report changed (a model READY, a load failed): the pool's next move.
+            pool.on_change = lambda key: self.requeue(key, 0.0)
         if pinner is not None:
             # A listing ended outside any reconcile (it never holds the per-object lock): take it.
             pinner.on_listed = lambda key: self.requeue(key, 0.0)
@@ -282,6 +288,7 @@ class Reconciler:
                     pin_manifest=self.pinner,
                     triton=self.triton,
                     absences=self.absences,
+                    pool_reports=self.pool,
                 )
             except SupersededError as exc:
                 outcome.outcome = SUPERSEDED
@@ -476,6 +483,8 @@ class Reconciler:
         self._timers.clear()
         if self.pinner is not None:
             await self.pinner.close()
+        if self.pool is not None:
+            await self.pool.close()
         if self.triton is not None:
             await self.triton.reader.close()
             if self.triton.agents is not None:
