@@ -97,10 +97,13 @@ class Reports:
 
 
 async def run(
-    kube: MemKube, reports: Mapping[str, Mapping[str, Copy]] | None = None, name: str = "pool"
+    kube: MemKube,
+    reports: Mapping[str, Mapping[str, Copy]] | None = None,
+    name: str = "pool",
+    at: datetime.datetime = T0,
 ) -> Reports:
     seen = Reports(reports)
-    await reconcile(kube, NS, name, SETTINGS, clock=lambda: T0, pool_reports=seen)
+    await reconcile(kube, NS, name, SETTINGS, clock=lambda: at, pool_reports=seen)
     return seen
 
 
@@ -267,3 +270,27 @@ async def test_model_routes_attach_to_the_users_gateway() -> None:
     assert route["spec"]["parentRefs"] == [parent]
     backends = {r["backendRefs"][0]["name"] for r in route["spec"]["rules"]}
     assert backends == {model_object_name("pool", m) for m in MODELS}
+
+
+async def test_a_model_removed_loses_its_labels_before_it_is_unloaded() -> None:
+    kube = MemKube()
+    kube.put(pooled())
+    await run(kube)
+    start_pods(kube)
+    await run(kube)
+    await run(kube, agents_from(kube))
+    holders = {n for n, p in pods(kube).items() if "c" in ready_labels(p)}
+    assert len(holders) == 2
+
+    def drop_c(obj: dict[str, Any]) -> None:
+        obj["spec"]["models"] = [m for m in obj["spec"]["models"] if m["name"] != "c"]
+
+    kube.edit("TritonService", NS, "pool", drop_c)
+    await run(kube, agents_from(kube))
+    assert not any("c" in ready_labels(p) for p in pods(kube).values())  # off its routes at once
+    assert all("c" in assigned(pods(kube)[n]) for n in holders)  # still loaded while it drains
+    later = T0 + datetime.timedelta(seconds=600)  # past the drain
+    await run(kube, agents_from(kube), at=later)
+    assert not any("c" in assigned(p) for p in pods(kube).values())  # unloaded after the drain
+    status = kube.find("TritonService", NS, "pool")["status"]["pool"]  # type: ignore[index]
+    assert {m["name"] for m in status["models"]} == {"a", "b"}

@@ -112,6 +112,17 @@ def _live(pod: Mapping[str, Any]) -> bool:
     return metadata.get("deletionTimestamp") is None and bool((pod.get("status") or {}).get("podIP"))
 
 
+def _recorded(previous: Mapping[str, Any]) -> PoolStatus | None:
+    """status.pool as read; None when there is none or it does not parse (placed afresh then)."""
+    recorded = previous.get("pool")
+    if not isinstance(recorded, Mapping):
+        return None
+    try:
+        return PoolStatus.model_validate(recorded)
+    except ValueError:
+        return None
+
+
 def decide_pool(
     ts: TritonService,
     pods: Sequence[Mapping[str, Any]],
@@ -143,9 +154,10 @@ def decide_pool(
         and ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION) in wanted_revisions
     ]
     budget = pool_budget(ts.spec)
-    recorded = previous.get("pool")
-    measured = measured_memory(PoolStatus.model_validate(recorded) if isinstance(recorded, Mapping) else None)
+    recorded = _recorded(previous)
+    measured = measured_memory(recorded)
     models = pool_models(ts.spec, measured)
+    known = {m.name for m in recorded.models} if recorded is not None else set()
     states: dict[str, PodState] = {}
     for p in live:
         metadata = p.get("metadata") or {}
@@ -155,7 +167,8 @@ def decide_pool(
         except AssignmentError:
             assignment = parse_assignment(None)  # written again from the placement
         labels = metadata.get("labels") or {}
-        names = {m.name for m in models} | set(assignment.models)
+        # Every model that may still carry a label: the spec's, the pod's assignment's, the pool's last.
+        names = {m.name for m in models} | set(assignment.models) | known
         routed = frozenset(m for m in names if labels.get(model_label_key(m)) == READY)
         states[name] = PodState(assignment=assignment, copies=dict(reports.get(name, {})), routed=routed)
     current = {pod: tuple(s.assignment.models) for pod, s in states.items()}
