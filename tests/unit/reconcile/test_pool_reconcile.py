@@ -294,3 +294,26 @@ async def test_a_model_removed_loses_its_labels_before_it_is_unloaded() -> None:
     assert not any("c" in assigned(p) for p in pods(kube).values())  # unloaded after the drain
     status = kube.find("TritonService", NS, "pool")["status"]["pool"]  # type: ignore[index]
     assert {m["name"] for m in status["models"]} == {"a", "b"}
+
+
+async def test_a_failed_load_is_an_event_once_and_asked_again_after_its_backoff() -> None:
+    kube = MemKube()
+    kube.put(pooled())
+    await run(kube)
+    start_pods(kube)
+    await run(kube)
+    reports = agents_from(kube)
+    pod = next(n for n, copies in sorted(reports.items()) if "a" in copies)
+    failed = reports[pod]["a"]
+    reports[pod]["a"] = Copy(state="UNAVAILABLE", version=failed.version, attempt=1, error="out of memory")
+    await run(kube, reports)
+    await run(kube, reports)
+    warnings = [e for e in kube.events if e.get("reason") == "PoolLoadFailed"]
+    assert len(warnings) == 1, warnings  # once per attempt, not once per pass
+    assert "model a" in warnings[0]["message"] and pod in warnings[0]["message"]
+    assert "a" not in ready_labels(pods(kube)[pod])
+    text = pods(kube)[pod]["metadata"]["annotations"][ASSIGNMENT_ANNOTATION]
+    assert parse_assignment(text).models["a"].attempt == 1
+    await run(kube, reports, at=T0 + datetime.timedelta(seconds=600))  # past the backoff's cap
+    text = pods(kube)[pod]["metadata"]["annotations"][ASSIGNMENT_ANNOTATION]
+    assert parse_assignment(text).models["a"].attempt == 2  # asked again

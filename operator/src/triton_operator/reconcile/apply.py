@@ -91,7 +91,8 @@ async def apply(
     written = await write_status(kube, seen, written_status)
     await scale_and_delete(kube, seen.namespace, decision.actions)
     # A revision's time to serve is posted once: in the pass whose status first records it.
-    for event in [*decision.rollout.events, *served_events(seen.previous, written_status)]:
+    pool_events = decision.pool.events if decision.pool is not None else ()
+    for event in [*decision.rollout.events, *pool_events, *served_events(seen.previous, written_status)]:
         logger.info("%s/%s: %s %s: %s", seen.namespace, seen.name, event.type, event.reason, event.message)
         await post_event(kube, seen, event.type, event.reason, event.message)
     return Applied(status=written_status, written=written, traffic=traffic)

@@ -30,6 +30,8 @@ from triton_operator.core.pool.labels import READY, model_label_key
 from triton_operator.core.pool.members import pool_budget, pool_models
 from triton_operator.core.pool.moves import PodState, plan_moves
 from triton_operator.core.pool.placement import PoolPod, place
+from triton_operator.core.rollout.plan import RolloutEvent
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.core.vocabulary.triton_state import VERSION_READY
 from triton_operator.models import PoolStatus, TritonService
 
@@ -72,6 +74,8 @@ class PoolPlan:
     waiting: tuple[str, ...] = ()
     delete: tuple[tuple[str, str], ...] = ()
     """(kind, name) of per-model Services and routes no longer wanted (a model gone, the pool gone)."""
+    events: tuple[RolloutEvent, ...] = ()
+    """A Warning per model load that failed since the last pass (each attempt once)."""
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -181,6 +185,19 @@ def decide_pool(
     moves = plan_moves(
         placed.pods, versions, states, now=now, drain=float(agent_drain_seconds(ts)), backoff=LOAD_BACKOFF
     )
+    events = tuple(
+        RolloutEvent(
+            cond.WARNING,
+            cond.POOL_LOAD_FAILED,
+            f"model {f.model} (version {f.version}) failed to load on {', '.join(f.pods)}: "
+            f"{f.message or f.reason}; tried again later",
+        )
+        for f in moves.failures.values()
+        if any(
+            moves.pods[p].assignment.failed.get(f.model) != states[p].assignment.failed.get(f.model)
+            for p in f.pods
+        )
+    )
     by_name = {str((p.get("metadata") or {}).get("name")): p for p in live}
     patches: list[PodPatch] = []
     ready: dict[str, int] = {}
@@ -229,4 +246,5 @@ def decide_pool(
         next_at=moves.next_at,
         waiting=moves.waiting,
         delete=_unwanted(stored, wanted),
+        events=events,
     )

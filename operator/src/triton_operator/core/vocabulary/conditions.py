@@ -72,6 +72,7 @@ ANALYSIS_INCONCLUSIVE = "AnalysisInconclusive"  # too few requests in time (abor
 ANALYSIS_PASSED = "AnalysisPassed"  # a window's analysis passed and the canary's traffic was raised (Event)
 STABLE_REVISION_MISSING = "StableRevisionMissing"  # the stable revision's Deployment is gone (also an Event)
 IN_PLACE_LOAD_FAILED = "InPlaceLoadFailed"  # a pod's agent could not load the new models (abort reason)
+POOL_LOAD_FAILED = "PoolLoadFailed"  # a pool pod's agent could not load a model placed on it (an Event)
 IN_PLACE_POD_LOST = "InPlacePodLost"  # a pod being updated in place went away (abort reason)
 # RepositoryReady
 MANIFEST_PINNED = "ManifestPinned"  # the repository's object versions are pinned in a manifest
