@@ -19,13 +19,14 @@ NAMESPACED: Perms = {
     ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "update", "delete"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "pods"): {"get", "list", "watch", "patch"},  # patch: the in-place target annotation only
+    ("", "pods"): {"get", "list", "watch", "patch"},  # patch: the in-place target, the pool assignment and labels
     ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
     ("autoscaling", "horizontalpodautoscalers"): {"list", "create", "patch", "delete"},
     ("", "secrets"): {"get"},
     ("", "events"): {"create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
-    ("gateway.networking.k8s.io", "httproutes"): {"get", "list", "watch", "patch"},
+    # patch: the canary weights of the user's route; create, delete: spec.pool's per-model routes
+    ("gateway.networking.k8s.io", "httproutes"): {"get", "list", "watch", "create", "patch", "delete"},
     ("gateway.networking.k8s.io", "grpcroutes"): {"get", "list", "watch", "patch"},
     ("batch", "jobs"): {"list", "delete"},  # perf Jobs of `kubectl triton tune` past their deadline
 }

@@ -91,8 +91,9 @@ ClusterRole (cluster mode) and the per-namespace Roles (watchNamespaces mode).
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
   verbs: [list, create, patch, delete]
-# Readiness and crash detection of canary pods; patch only to set the in-place target annotation
-# (spec.rollout.modelUpdates: InPlace), never create or delete.
+# Readiness and crash detection of canary pods; patch only to set the in-place target annotation,
+# (spec.rollout.modelUpdates: InPlace) and a pool pod's assignment annotation and model labels
+# (spec.pool); never create or delete.
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, patch]
@@ -114,8 +115,12 @@ ClusterRole (cluster mode) and the per-namespace Roles (watchNamespaces mode).
   verbs: [list, delete]
 # Gateway API traffic splitting: the operator owns the weights of existing routes.
 - apiGroups: [gateway.networking.k8s.io]
-  resources: [httproutes, grpcroutes]
+  resources: [grpcroutes]
   verbs: [get, list, watch, patch]
+# ...and, for spec.pool, the per-model HTTPRoutes <name>-models-<i> it makes and removes.
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [httproutes]
+  verbs: [get, list, watch, create, patch, delete]
 {{- end }}
 
 {{/* Labels of the node cache's DaemonSet and pods: its own name and component, so that nothing
