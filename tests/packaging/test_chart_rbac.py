@@ -19,7 +19,7 @@ NAMESPACED: Perms = {
     ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "update", "delete"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "pods"): {"get", "list", "watch", "patch"},  # patch: the in-place target, the pool assignment and labels
+    ("", "pods"): {"get", "list", "watch", "patch"},  # patch: in-place target, pool assignment, labels
     ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
     ("autoscaling", "horizontalpodautoscalers"): {"list", "create", "patch", "delete"},
     ("", "secrets"): {"get"},
