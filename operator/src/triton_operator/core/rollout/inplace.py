@@ -32,12 +32,11 @@ from datetime import datetime
 from typing import Any
 
 from triton_operator.core.analysis import FAILED as ANALYSIS_VERDICT_FAILED
-from triton_operator.core.analysis import INCONCLUSIVE, PASSED, AnalysisResult
+from triton_operator.core.analysis import AnalysisResult
 from triton_operator.core.conditions import (
     ABORTED,
     ANALYSIS_FAILED,
     ANALYSIS_INCONCLUSIVE,
-    ANALYSIS_PASSED,
     AS_EXPECTED,
     FALSE,
     IN_PLACE_LOAD_FAILED,
@@ -59,13 +58,13 @@ from triton_operator.core.conditions import (
     Verdict,
 )
 from triton_operator.core.rollout.clock import format_time, parse_time, to_utc
+from triton_operator.core.rollout.gate import analysis_gate, analysis_record
 from triton_operator.core.rollout.plan import RolloutEvent
 from triton_operator.core.rollout.texts import describe_step
 from triton_operator.models import (
     ANALYSIS_RUNS_KEPT,
     AnalysisRunRecord,
     CanaryStep,
-    Inconclusive,
     InPlaceRollout,
     Rollout,
     Strategy,
@@ -523,52 +522,33 @@ class _Call:
         return result
 
     def record(self, result: AnalysisResult, verdict: str | None = None) -> None:
-        self.runs.append(
-            AnalysisRunRecord(
-                revision=result.revision,
-                step_index=self.st.step_index or 0,
-                weight=result.weight,
-                verdict=verdict or result.verdict,
-                message=result.message,
-                at=format_time(self.now),
-            )
-        )
+        self.runs.append(analysis_record(result, self.st.step_index or 0, self.now, verdict))
 
     def gate(self, wanted: int) -> InPlacePlan | None:
         """Before more pods are asked (``wanted`` of them), the analysis of the pods updated so far
-        must pass, as a canary's before its traffic rises; None: go on; else the plan that waits
-        (or rolls back: inconclusive past inconclusiveAfterSeconds with onInconclusive Abort).
-        The first step asks with nothing to judge (a canary's first weight is not judged either),
-        and a promote request goes on without it."""
+        must pass, as a canary's before its traffic rises (rollout.gate); None: go on; else the plan
+        that waits (or rolls back). The first step asks with nothing to judge (a canary's first
+        weight is not judged either), and a promote request goes on without it."""
         spec = self.inp.rollout.analysis
         if spec is None or self.forced or wanted <= len(self.st.pods) or not self.st.pods:
             return None
         if len(self.st.pods) > self.st.asked_at_step:
             return None  # this step asked its first pods already: the rest follow in batches
+        sides = self.sides
+        on = f"the {len(sides.updated)} pods updated" if sides is not None else "the pods asked"
         result = self.current_analysis()
-        if result is None:
-            sides = self.sides
-            on = f"the {len(sides.updated)} pods updated" if sides is not None else "the pods asked"
-            self.waiting_on_analysis = f"waiting for the first reading of the metrics of {on}"
-            return self.updating()
-        if result.verdict == PASSED:
-            self.record(result)
-            self.event(ANALYSIS_PASSED, f"revision {result.revision} in place: {result.message}")
+        first = f"waiting for the first reading of the metrics of {on}"
+        gate = analysis_gate(spec, result, first=first, in_place=True, paused=self.inp.paused)
+        if gate.record is not None and result is not None:
+            self.record(result, gate.record or None)
+        if gate.event is not None:
+            self.events.append(gate.event)
+        self.pause = self.pause or gate.pause
+        if gate.outcome == "pass":
             return None
-        self.waiting_on_analysis = result.message
-        if result.verdict == INCONCLUSIVE and result.window_seconds >= spec.inconclusive_after_seconds:
-            if spec.on_inconclusive == Inconclusive.ABORT:
-                self.record(result)
-                return self.roll_back(ANALYSIS_INCONCLUSIVE, result.message)
-            if spec.on_inconclusive == Inconclusive.PAUSE and not self.inp.paused:
-                self.record(result, "Paused")
-                self.pause = True
-                self.event(
-                    ANALYSIS_INCONCLUSIVE,
-                    f"revision {result.revision} in place: {result.message}; rollout paused "
-                    "(kubectl triton resume to wait on, promote to go on without it, abort to roll back)",
-                    WARNING,
-                )
+        self.waiting_on_analysis = gate.waiting
+        if gate.outcome == "abort" and result is not None:
+            return self.roll_back(ANALYSIS_INCONCLUSIVE, result.message)
         return self.updating()
 
     # ------------------------------------------------------------- pods asked
