@@ -18,22 +18,48 @@ from triton_operator.core.conditions import (
     UNDO_REQUESTED,
     WARNING,
 )
+from triton_operator.core.rollout.inplace import history_after, plan_in_place
 from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
 from triton_operator.core.rollout.requests import ACTIONS, FOR_REVISION, ControlRequest
 from triton_operator.core.rollout.steps import Steps
-from triton_operator.models import Strategy
+from triton_operator.models import ANALYSIS_RUNS_KEPT, Strategy
 
 # How the engine works (states, replica maths, traffic, step completion, analysis, automatic
 # rollback, control requests, history), with worked examples: docs/rollouts.md, "How the engine works".
 
 
 def plan_rollout(inp: RolloutInput) -> RolloutPlan:
-    """The whole rollout decision for one reconcile (docs/rollouts.md, "How the engine works")."""
-    return _Engine(inp).run()
+    """The whole rollout decision for one reconcile (docs/rollouts.md, "How the engine works"):
+    the in-place mode's host pods first (when one is chosen), then the revisions' Deployments."""
+    call = _Engine(inp)
+    call.move_in_place()
+    return call.run()
 
 
 class _Engine(Steps):
     """The whole call: control requests, the revision to serve, and which chain runs."""
+
+    # ------------------------------------------------------------- in place
+
+    def move_in_place(self) -> None:
+        """The in-place mode's step mover: the host pods' agents load the next revision, step by
+        step (core.rollout.inplace). It reads the status as it came in; its requests were taken when
+        the mode was chosen. What it decided joins the call's status: the requests handled, the
+        analyses recorded, a pause, and, once the update completed, the history (as a flip's)."""
+        mode = self.inp.in_place
+        if mode is None:
+            return
+        self.handled.update(mode.handled)
+        if mode.update is None:
+            return
+        moved = self.moved = plan_in_place(mode.update)
+        limit = self.inp.rollout.revision_history_limit
+        history = history_after(self.st.history, limit, mode.update.state, moved.state)
+        if history is not None:
+            self.set(history=history)
+        if moved.analysis_runs or moved.pause:
+            runs = (*self.st.analysis_runs, *moved.analysis_runs)[-ANALYSIS_RUNS_KEPT:]
+            self.set(analysis_runs=runs, paused_by_user=self.st.paused_by_user or moved.pause)
 
     # ------------------------------------------------------------- requests
 

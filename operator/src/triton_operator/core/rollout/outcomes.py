@@ -72,6 +72,18 @@ class Outcomes(Verdicts):
         st = self.st
         canary = st.canary_revision
         weights = TrafficWeights.canary_percent(st.canary_weight or 0) if canary else TrafficWeights()
+        mode, moved = self.inp.in_place, self.moved
+        chosen = mode.events if mode is not None else ()
+        events = (*chosen, *self.events)
+        if moved is not None:
+            # The in-place mode moves the host's pods: while the host is the revision the engine
+            # serves, the update's verdicts are the rollout's (a failure beats the host's steadiness).
+            if moved.state is not None and moved.state.host == self.inp.desired_revision:
+                progressing = moved.progressing
+                degraded = moved.degraded if moved.degraded.status == TRUE else degraded
+            events = (*self.events, *chosen, *moved.events)
+            timed = [t for t in (requeue, moved.requeue_after) if t is not None]
+            requeue = min(timed) if timed else None
         return RolloutPlan(
             replicas=replicas,
             delete=delete,
@@ -81,8 +93,9 @@ class Outcomes(Verdicts):
             canary_service_revision=canary or st.stable_revision,
             status=st,
             conditions={PROGRESSING: progressing, DEGRADED: degraded},
-            events=tuple(self.events),
+            events=events,
             requeue_after=requeue,
+            in_place=moved,
         )
 
     def stable_replicas_alone(self) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 
 from triton_operator.core.conditions import NORMAL
 from triton_operator.core.rollout.clock import to_utc
-from triton_operator.core.rollout.plan import RolloutEvent, RolloutInput
+from triton_operator.core.rollout.plan import InPlacePlan, RolloutEvent, RolloutInput
 from triton_operator.core.rollout.requests import Action
 from triton_operator.core.rollout.state import RevisionState
 from triton_operator.models import CanaryStep, Strategy
@@ -40,6 +40,8 @@ class Call:
         """A promote request completed a step in this call: the promotion after it skips the analysis."""
         self.waiting_on_analysis: str | None = None
         """Why the current step waits for the analysis (the Progressing message), when it does."""
+        self.moved: InPlacePlan | None = None
+        """The host pods' update as the in-place mode moved it in this call (None: none runs)."""
 
     # ------------------------------------------------------------- small helpers
 
