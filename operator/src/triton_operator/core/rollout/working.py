@@ -1,4 +1,4 @@
-"""One call of the engine: its working state (input, status being built, Events) and small helpers."""
+"""One call of the engine: its one context (input, status being built, Events), what its functions take."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from triton_operator.models import CanaryStep, Strategy
 
 
 class Call:
-    """One call's working state; pure: reads the input, builds the plan, touches nothing else."""
+    """One call's context (as Argo Rollouts' rolloutContext): the engine's modules are functions of it,
+    none a subclass; the status is a frozen value replaced (``set``), never edited. Pure: reads the
+    input, builds the plan, touches nothing else."""
 
     def __init__(self, inp: RolloutInput) -> None:
         self.inp = inp
