@@ -41,3 +41,9 @@ def to_utc(moment: datetime) -> datetime:
 def utcnow() -> datetime:
     """The wall clock, in UTC (the default clock of a pass and of the peering monitor)."""
     return datetime.now(UTC)
+
+
+def elapsed(since: datetime | None, seconds: float, now: datetime) -> bool:
+    """``seconds`` have passed since ``since`` (never when there is no ``since``): the deadline's rule,
+    for either step mover."""
+    return since is not None and (now - since).total_seconds() >= seconds

@@ -56,7 +56,7 @@ from triton_operator.core.conditions import (
     WARNING,
     Verdict,
 )
-from triton_operator.core.rollout.clock import format_time, to_utc
+from triton_operator.core.rollout.clock import elapsed, format_time, to_utc
 from triton_operator.core.rollout.gate import analysis_gate, analysis_record
 from triton_operator.core.rollout.hostpods import (
     FAILED,
@@ -76,7 +76,7 @@ from triton_operator.core.rollout.hostpods import (
 )
 from triton_operator.core.rollout.plan import InPlaceInput, InPlacePlan, RolloutEvent
 from triton_operator.core.rollout.state import HistoryEntry
-from triton_operator.core.rollout.texts import describe_step
+from triton_operator.core.rollout.texts import step_at, step_completed
 from triton_operator.models import ANALYSIS_RUNS_KEPT, AnalysisRunRecord, CanaryStep, Strategy
 
 __all__ = [
@@ -196,10 +196,7 @@ class _Call:
             # goes back the way a failed load does (every pod asked loads the stable revision).
             self.record(result)
             return self.roll_back(ANALYSIS_FAILED, result.message)
-        if (
-            self.st.waiting_since is not None
-            and self.seconds_since(self.st.waiting_since) >= self.inp.deadline_seconds
-        ):
+        if elapsed(self.st.waiting_since, self.inp.deadline_seconds, self.now):
             return self.roll_back(
                 PROGRESS_DEADLINE_EXCEEDED,
                 f"pods not on revision {self.st.next} within {self.inp.deadline_seconds}s",
@@ -343,14 +340,9 @@ class _Call:
         return ok
 
     def advance(self, index: int) -> None:
-        step = self.steps[index]
         asked = len(self.st.pods)
         self.set(step_index=index + 1, step_started_at=self.now, waiting_since=None, asked_at_step=asked)
-        self.event(
-            STEP_COMPLETED,
-            f"revision {self.st.next} in place: step {index}/{len(self.steps)} ({describe_step(step)}) "
-            "completed",
-        )
+        self.event(STEP_COMPLETED, step_completed(f"revision {self.st.next} in place", index, self.steps))
 
     def complete(self) -> InPlacePlan:
         new, old = self.st.next, self.st.stable
@@ -499,7 +491,7 @@ class _Call:
         on = sum(1 for n in st.pods if self.on(self.by_name[n], st.next, gated=True))
         index = st.step_index or 0
         n = len(self.steps)
-        where = f"step {index}/{n} ({describe_step(self.steps[index])})" if index < n else "every pod"
+        where = step_at(index, self.steps) if index < n else "every pod"
         readiness = (
             f"{on}/{len(st.pods)} pods asked serve revision {st.next} ({len(self.servable)} pods in all)"
             + "".join(f"; {p}" for p in self.waiting(st.next))

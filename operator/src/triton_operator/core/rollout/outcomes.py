@@ -30,7 +30,7 @@ from triton_operator.core.conditions import (
 from triton_operator.core.rollout.clock import format_time, later
 from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.core.rollout.replicas import Split, gpu_split
-from triton_operator.core.rollout.texts import describe_step
+from triton_operator.core.rollout.texts import step_at
 from triton_operator.core.rollout.verdicts import analysis_active
 from triton_operator.core.rollout.working import Call
 from triton_operator.core.traffic import TrafficWeights
@@ -251,7 +251,7 @@ def canary_plan(
         progressing = Verdict(TRUE, WAITING_FOR_ANALYSIS, f"promotion of {canary}: {why}")
     else:
         step = c.steps[index]
-        where = f"step {index}/{n} ({describe_step(step)})"
+        where = step_at(index, c.steps)
         if step.pause is not None and step.pause.duration_seconds is not None:
             left = step.pause.duration_seconds - c.seconds_since(st.step_started_at)
             requeue.append(left)

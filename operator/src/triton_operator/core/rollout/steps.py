@@ -19,7 +19,7 @@ from triton_operator.core.rollout.outcomes import canary_plan, steady
 from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.core.rollout.replicas import Split, canary_replicas, gpu_split
 from triton_operator.core.rollout.state import HistoryEntry
-from triton_operator.core.rollout.texts import describe_step
+from triton_operator.core.rollout.texts import step_at, step_completed
 from triton_operator.core.rollout.verdicts import gate_step
 from triton_operator.core.rollout.working import Call
 from triton_operator.models import Strategy
@@ -109,7 +109,7 @@ def step_done(c: Call, index: int, split: Split) -> bool:
 def promote_waits(c: Call, index: int, split: Split) -> str:
     state = c.observed(c.st.canary_revision)
     ready = state.ready_replicas if state is not None else 0
-    where = f"step {index}/{len(c.steps)} ({describe_step(c.steps[index])})"
+    where = step_at(index, c.steps)
     return (
         f"promote request ignored: {where} of revision {c.st.canary_revision} gives the canary "
         f"traffic only once {split.canary_goal} of its pods are Ready ({ready} now); it completes "
@@ -132,11 +132,7 @@ def advance(c: Call, index: int, forced: bool) -> None:
         changes["canary_weight"] = min(current, nxt.set_weight)
     c.set(**changes)
     how = " by promote request" if forced else ""
-    c.event(
-        STEP_COMPLETED,
-        f"revision {c.st.canary_revision}: step {index}/{len(c.steps)} ({describe_step(step)}) "
-        f"completed{how}",
-    )
+    c.event(STEP_COMPLETED, step_completed(f"revision {c.st.canary_revision}", index, c.steps, how))
 
 
 def enter_promotion(c: Call, why: str) -> None:

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from triton_operator.core.conditions import NORMAL
-from triton_operator.core.rollout.clock import to_utc
+from triton_operator.core.rollout.clock import elapsed, to_utc
 from triton_operator.core.rollout.plan import InPlacePlan, RolloutEvent, RolloutInput
 from triton_operator.core.rollout.requests import Action
 from triton_operator.core.rollout.state import RevisionState
@@ -73,7 +73,7 @@ class Call:
         return self.inp.rollout.progress_deadline()
 
     def elapsed(self, since: datetime | None, seconds: int) -> bool:
-        return since is not None and self.seconds_since(since) >= seconds
+        return elapsed(since, seconds, self.now)
 
     def position(self) -> int:
         index = self.st.current_step_index or 0
