@@ -56,7 +56,7 @@ from triton_operator.core.conditions import (
     WARNING,
     Verdict,
 )
-from triton_operator.core.rollout.clock import elapsed, format_time, to_utc
+from triton_operator.core.rollout.clock import elapsed, format_time, pause_left, to_utc
 from triton_operator.core.rollout.gate import analysis_gate, analysis_record
 from triton_operator.core.rollout.hostpods import (
     FAILED,
@@ -241,12 +241,12 @@ class _Call:
                     continue
                 return self.updating()
             if step.pause is not None:
-                duration = step.pause.duration_seconds
-                if duration is not None and self.seconds_since(self.st.step_started_at) >= duration:
+                left = pause_left(step.pause.duration_seconds, self.st.step_started_at, self.now)
+                if left is not None and left <= 0:
                     self.advance(index)
                     continue
-                if duration is not None:
-                    self.requeue.append(duration - self.seconds_since(self.st.step_started_at))
+                if left is not None:
+                    self.requeue.append(left)
                 self.set(waiting_since=None)
                 return self.updating()
             self.advance(index)  # setHeaderRoute: nothing to route, every pod is the same Service

@@ -27,7 +27,7 @@ from triton_operator.core.conditions import (
     WAITING_FOR_STABLE_READY,
     Verdict,
 )
-from triton_operator.core.rollout.clock import format_time, later
+from triton_operator.core.rollout.clock import format_time, later, pause_left
 from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.core.rollout.replicas import Split, gpu_split
 from triton_operator.core.rollout.texts import step_at
@@ -253,7 +253,7 @@ def canary_plan(
         step = c.steps[index]
         where = step_at(index, c.steps)
         if step.pause is not None and step.pause.duration_seconds is not None:
-            left = step.pause.duration_seconds - c.seconds_since(st.step_started_at)
+            left = pause_left(step.pause.duration_seconds, st.step_started_at, c.now) or 0.0
             requeue.append(left)
             until = later(st.step_started_at or c.now, step.pause.duration_seconds)
             when = f"until {format_time(until)}" if until is not None else "past any calendar date"

@@ -14,7 +14,7 @@ from triton_operator.core.conditions import (
     WARNING,
 )
 from triton_operator.core.rollout.aborts import abort, failure_of
-from triton_operator.core.rollout.clock import format_time
+from triton_operator.core.rollout.clock import format_time, pause_left
 from triton_operator.core.rollout.outcomes import canary_plan, steady
 from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.core.rollout.replicas import Split, canary_replicas, gpu_split
@@ -99,10 +99,8 @@ def step_done(c: Call, index: int, split: Split) -> bool:
         state = c.observed(c.st.canary_revision)
         return state is not None and state.ready_at(split.canary_goal)
     if step.pause is not None:
-        duration = step.pause.duration_seconds
-        if duration is None:
-            return False
-        return c.seconds_since(c.st.step_started_at) >= duration
+        left = pause_left(step.pause.duration_seconds, c.st.step_started_at, c.now)
+        return left is not None and left <= 0
     return True  # setHeaderRoute
 
 
