@@ -59,7 +59,7 @@ from triton_operator.core.rollout.inplace import (
 )
 from triton_operator.core.rollout.plan import InPlaceInput, InPlaceMode, InPlacePlan, RolloutEvent
 from triton_operator.core.rollout.requests import ControlRequest
-from triton_operator.core.rollout.state import HistoryEntry, RevisionState, RolloutStatus
+from triton_operator.core.rollout.state import HistoryEntry, RevisionState, RolloutStatus, paused
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 
@@ -385,7 +385,7 @@ def choose_in_place(
         pods=host_pods(state.host, ctx.pods, ctx.agents),
         now=ctx.now,
         deadline_seconds=ctx.deadline_seconds,
-        paused=ts.spec.rollout.paused or rs.paused_by_user,
+        paused=paused(ts.spec.rollout, rs),
         requests=InPlaceRequests(
             promote="promote" in actions, promote_full="promote-full" in actions, abort="abort" in actions
         ),

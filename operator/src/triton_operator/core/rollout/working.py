@@ -10,7 +10,7 @@ from triton_operator.core.conditions import NORMAL
 from triton_operator.core.rollout.clock import elapsed, to_utc
 from triton_operator.core.rollout.plan import InPlacePlan, RolloutEvent, RolloutInput
 from triton_operator.core.rollout.requests import Action
-from triton_operator.core.rollout.state import RevisionState
+from triton_operator.core.rollout.state import RevisionState, paused
 from triton_operator.models import CanaryStep, Strategy
 
 
@@ -55,7 +55,7 @@ class Call:
 
     @property
     def paused(self) -> bool:
-        return self.inp.rollout.paused or self.st.paused_by_user
+        return paused(self.inp.rollout, self.st)
 
     def observed(self, revision: str | None) -> RevisionState | None:
         return self.inp.revisions.get(revision) if revision else None
