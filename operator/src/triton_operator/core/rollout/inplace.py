@@ -1,4 +1,4 @@
-"""In-place model updates, pure: the stable revision's pods load the next revision's models step by step.
+"""The engine's in-place step mover, pure: the stable revision's pods load the next revision step by step.
 
 The pods keep their Kubernetes identity (the "host" revision: its Deployment, its revision label,
 the Services that select it). What they serve moves from ``stable`` to ``next`` through the
@@ -18,9 +18,12 @@ rollback alike, and the status names the others. A pod leaves the Service while 
 pods move in batches (``batch_size``: at most a quarter of them, never all), forward and back. A
 newer spec and an abort always win, also while rolling back.
 
-``plan_in_place`` is one call, level-based like core.rollout.engine: the state it wrote last time
-and what it observes now in, the next state, the pod annotations to write, the ConfigMap's
-state.json, the conditions and Events out.
+``plan_in_place`` moves one call's step: core.rollout.engine.plan_rollout runs it in its in-place
+mode (RolloutInput.in_place), level-based: the state it wrote last time and what it observes now
+in; the next state, the pod annotations to write, the ConfigMap's state.json, the conditions, the
+analyses recorded and the Events out, which the engine makes part of its one plan. It shares the
+engine's analysis gate (rollout.gate), step texts, pause and deadline rules; only how a step moves
+(asking pods, not scaling a canary Deployment) and how it goes back are its own.
 """
 
 from __future__ import annotations
