@@ -187,8 +187,9 @@ def decided_status(ts: TritonService, decision: Decision, observed: Observed, sh
         rollout.update(ip.status_fields(observed.previous))
         if ip.governs and ip.plan is not None and ip.plan.state is not None:
             state = ip.plan.state
-            if state.next is not None and state.rolling_back is None:
-                in_place_rolling = ip.plan.progressing.message
+            progressing = plan.condition(cond.PROGRESSING)  # the in-place update's: the mode governs
+            if state.next is not None and state.rolling_back is None and progressing is not None:
+                in_place_rolling = progressing.message
             elif state.aborted_revision is not None and degraded is not None:
                 aborted = degraded.message
     return build_status(
