@@ -103,7 +103,10 @@ __all__ = [
 _UNSTEPPED: dict[str, Any] = {"waiting_since": None, "asked_at_step": 0, "promoted": False}
 
 
-class _Call:
+class Move:
+    """One call of the in-place step mover: its context (the input, the state being built, the pods
+    as read, the Events), which the mover's functions take."""
+
     def __init__(self, inp: InPlaceInput) -> None:
         self.inp = inp
         self.st = inp.state
@@ -137,8 +140,6 @@ class _Call:
     def seconds_since(self, moment: datetime | None) -> float:
         return (self.now - moment).total_seconds() if moment is not None else 0.0
 
-    # ------------------------------------------------------------- what a pod reports
-
     def on(self, pod: HostPod, revision: str, *, gated: bool) -> bool:
         """The pod's agent reports ``revision`` Applied (``gated``: and the changed models READY)."""
         return serves(pod, revision, self.inp.models if gated else ())
@@ -149,467 +150,483 @@ class _Call:
             return agent
         return None
 
-    # ------------------------------------------------------------- the plan
 
-    def plan(self) -> InPlacePlan:
-        st = self.st
-        if st.next is None:
-            return self.idle()
-        if st.rolling_back is not None:
-            if self.inp.requests.abort:
-                self.event(
-                    ABORTED,
-                    f"abort request: the in-place rollout of revision {st.next} is already rolling back "
-                    f"({st.aborted_detail or st.rolling_back}); the pods load revision {st.stable} again",
-                )
-            return self.rolling_back()
-        if st.step_index is None:
-            self.set(step_index=0, step_started_at=self.now, pods=(), **_UNSTEPPED)
-            self.event(
-                ROLLOUT_STARTED,
-                f"rolling out revision {st.next} in place on the pods of revision {st.host} "
-                f"(serving {st.stable}; {len(self.steps)} steps): {self.inp.describe}",
+# ------------------------------------------------------------- the plan
+
+
+def plan(m: Move) -> InPlacePlan:
+    st = m.st
+    if st.next is None:
+        return idle(m)
+    if st.rolling_back is not None:
+        if m.inp.requests.abort:
+            m.event(
+                ABORTED,
+                f"abort request: the in-place rollout of revision {st.next} is already rolling back "
+                f"({st.aborted_detail or st.rolling_back}); the pods load revision {st.stable} again",
             )
-        return self.progress()
-
-    def progress(self) -> InPlacePlan:
-        reqs = self.inp.requests
-        if reqs.abort:
-            return self.roll_back(ABORTED, "aborted by request")
-        if self.inp.replaced_by is not None:
-            return self.roll_back(ABORTED, f"replaced by revision {self.inp.replaced_by}")
-        lost = [name for name in self.st.pods if name not in self.by_name]
-        if lost:
-            return self.roll_back(IN_PLACE_POD_LOST, f"pod {', '.join(lost)} gone mid-update")
-        broken = [f"pod {n}: {self.by_name[n].problem}" for n in self.st.pods if self.by_name[n].problem]
-        if broken:
-            return self.roll_back(IN_PLACE_POD_LOST, f"{'; '.join(broken)} (mid-update: it cannot serve)")
-        for name in self.st.pods:
-            agent = self.failed(self.by_name[name])
-            if agent is not None:
-                return self.roll_back(IN_PLACE_LOAD_FAILED, f"pod {name}: {agent.message or 'load failed'}")
-        promote, promote_full = reqs.promote, reqs.promote_full
-        self.forced = promote or promote_full or self.st.promoted  # a promote goes on without the analysis
-        if self.inp.paused and not (promote or promote_full):
-            self.set(waiting_since=None)
-            return self.updating(paused=True)
-        result = self.current_analysis()
-        if result is not None and result.verdict == ANALYSIS_VERDICT_FAILED:
-            # As a canary's: judged while the rollout is not paused, at every step, and a failure
-            # goes back the way a failed load does (every pod asked loads the stable revision).
-            self.record(result)
-            return self.roll_back(ANALYSIS_FAILED, result.message)
-        if elapsed(self.st.waiting_since, self.inp.deadline_seconds, self.now):
-            return self.roll_back(
-                PROGRESS_DEADLINE_EXCEEDED,
-                f"pods not on revision {self.st.next} within {self.inp.deadline_seconds}s",
-            )
-        if (promote or promote_full) and (self.st.step_index or 0) < len(self.steps):
-            # An in-place promote goes to the end: every pod is asked, in batches (a pod leaves the
-            # Service while it reloads); the rollout still completes only once every pod has loaded
-            # the revision (no request skips that).
-            self.set(
-                step_index=len(self.steps),
-                step_started_at=self.now,
-                waiting_since=None,
-                asked_at_step=len(self.st.pods),
-                promoted=True,
-            )
-            self.event(
-                STEP_COMPLETED,
-                f"revision {self.st.next} in place: every pod by promote request "
-                f"(at most {max(self.batch, 1)} reloading at once)",
-            )
-        for _ in range(len(self.steps) + 2):
-            index = self.st.step_index or 0
-            if index >= len(self.steps):
-                wanted = self.wanted = len(self.servable)
-                held = self.gate(wanted)
-                if held is not None:
-                    return held
-                self.ask(wanted)
-                if self.done(wanted):
-                    return self.complete()
-                return self.updating()
-            step = self.steps[index]
-            if step.set_weight is not None:
-                # The pods that can serve, Ready or not: a pod asked is un-Ready while it reloads.
-                wanted = self.wanted = step_pods(step.set_weight, len(self.servable))
-                held = self.gate(wanted)
-                if held is not None:
-                    return held
-                self.ask(wanted)
-                if self.done(wanted):
-                    self.advance(index)
-                    continue
-                return self.updating()
-            if step.pause is not None:
-                left = pause_left(step.pause.duration_seconds, self.st.step_started_at, self.now)
-                if left is not None and left <= 0:
-                    self.advance(index)
-                    continue
-                if left is not None:
-                    self.requeue.append(left)
-                self.set(waiting_since=None)
-                return self.updating()
-            self.advance(index)  # setHeaderRoute: nothing to route, every pod is the same Service
-        return self.updating()
-
-    # ------------------------------------------------------------- analysis (as a canary's)
-
-    def analysis_active(self) -> bool:
-        """The current step's pods are judged: analysis set and a step's pods all serve the next revision."""
-        return self.inp.rollout.analysis is not None and self.sides is not None
-
-    def current_analysis(self) -> AnalysisResult | None:
-        """The verdict of the current step's window, when the reconcile judged these sides."""
-        result, sides = self.inp.analysis, self.sides
-        if result is None or sides is None or not self.analysis_active():
-            return None
-        if result.revision != sides.revision or result.weight != sides.weight:
-            return None
-        return result
-
-    def record(self, result: AnalysisResult, verdict: str | None = None) -> None:
-        self.runs.append(analysis_record(result, self.st.step_index or 0, self.now, verdict))
-
-    def gate(self, wanted: int) -> InPlacePlan | None:
-        """Before more pods are asked (``wanted`` of them), the analysis of the pods updated so far
-        must pass, as a canary's before its traffic rises (rollout.gate); None: go on; else the plan
-        that waits (or rolls back). The first step asks with nothing to judge (a canary's first
-        weight is not judged either), and a promote request goes on without it."""
-        spec = self.inp.rollout.analysis
-        if spec is None or self.forced or wanted <= len(self.st.pods) or not self.st.pods:
-            return None
-        if len(self.st.pods) > self.st.asked_at_step:
-            return None  # this step asked its first pods already: the rest follow in batches
-        sides = self.sides
-        on = f"the {len(sides.updated)} pods updated" if sides is not None else "the pods asked"
-        result = self.current_analysis()
-        first = f"waiting for the first reading of the metrics of {on}"
-        gate = analysis_gate(spec, result, first=first, in_place=True, paused=self.inp.paused)
-        if gate.record is not None and result is not None:
-            self.record(result, gate.record or None)
-        if gate.event is not None:
-            self.events.append(gate.event)
-        self.pause = self.pause or gate.pause
-        if gate.outcome == "pass":
-            return None
-        self.waiting_on_analysis = gate.waiting
-        if gate.outcome == "abort" and result is not None:
-            return self.roll_back(ANALYSIS_INCONCLUSIVE, result.message)
-        return self.updating()
-
-    # ------------------------------------------------------------- pods asked
-
-    def moving(self) -> int:
-        """The pods that can serve and do not serve what they should now: asked and not serving the
-        next revision yet, or not asked and not Ready (reloading, e.g. back to the stable one)."""
-        nxt, asked = self.st.next, set(self.st.pods)
-        assert nxt is not None
-        return sum(
-            1 for p in self.servable if (not self.on(p, nxt, gated=True) if p.name in asked else not p.ready)
+        return rolling_back(m)
+    if st.step_index is None:
+        m.set(step_index=0, step_started_at=m.now, pods=(), **_UNSTEPPED)
+        m.event(
+            ROLLOUT_STARTED,
+            f"rolling out revision {st.next} in place on the pods of revision {st.host} "
+            f"(serving {st.stable}; {len(m.steps)} steps): {m.inp.describe}",
         )
+    return progress(m)
 
-    def ask(self, wanted: int) -> None:
-        """Add pods to the update until ``wanted`` are in it, in batches: at most ``self.batch`` pods
-        move at once (a pod leaves the Service while it reloads), so at least one always serves. A pod
-        that does not serve anyway (not Ready) is asked first, and at no cost; then by name."""
-        pods = list(self.st.pods)
-        moving = self.moving()
-        for pod in sorted(self.servable, key=lambda p: (p.ready, p.name)):
-            if len(pods) >= wanted:
+
+def progress(m: Move) -> InPlacePlan:
+    reqs = m.inp.requests
+    if reqs.abort:
+        return roll_back(m, ABORTED, "aborted by request")
+    if m.inp.replaced_by is not None:
+        return roll_back(m, ABORTED, f"replaced by revision {m.inp.replaced_by}")
+    lost = [name for name in m.st.pods if name not in m.by_name]
+    if lost:
+        return roll_back(m, IN_PLACE_POD_LOST, f"pod {', '.join(lost)} gone mid-update")
+    broken = [f"pod {n}: {m.by_name[n].problem}" for n in m.st.pods if m.by_name[n].problem]
+    if broken:
+        return roll_back(m, IN_PLACE_POD_LOST, f"{'; '.join(broken)} (mid-update: it cannot serve)")
+    for name in m.st.pods:
+        agent = m.failed(m.by_name[name])
+        if agent is not None:
+            return roll_back(m, IN_PLACE_LOAD_FAILED, f"pod {name}: {agent.message or 'load failed'}")
+    promote, promote_full = reqs.promote, reqs.promote_full
+    m.forced = promote or promote_full or m.st.promoted  # a promote goes on without the analysis
+    if m.inp.paused and not (promote or promote_full):
+        m.set(waiting_since=None)
+        return updating(m, paused=True)
+    result = current_analysis(m)
+    if result is not None and result.verdict == ANALYSIS_VERDICT_FAILED:
+        # As a canary's: judged while the rollout is not paused, at every step, and a failure
+        # goes back the way a failed load does (every pod asked loads the stable revision).
+        record(m, result)
+        return roll_back(m, ANALYSIS_FAILED, result.message)
+    if elapsed(m.st.waiting_since, m.inp.deadline_seconds, m.now):
+        return roll_back(
+            m,
+            PROGRESS_DEADLINE_EXCEEDED,
+            f"pods not on revision {m.st.next} within {m.inp.deadline_seconds}s",
+        )
+    if (promote or promote_full) and (m.st.step_index or 0) < len(m.steps):
+        # An in-place promote goes to the end: every pod is asked, in batches (a pod leaves the
+        # Service while it reloads); the rollout still completes only once every pod has loaded
+        # the revision (no request skips that).
+        m.set(
+            step_index=len(m.steps),
+            step_started_at=m.now,
+            waiting_since=None,
+            asked_at_step=len(m.st.pods),
+            promoted=True,
+        )
+        m.event(
+            STEP_COMPLETED,
+            f"revision {m.st.next} in place: every pod by promote request "
+            f"(at most {max(m.batch, 1)} reloading at once)",
+        )
+    for _ in range(len(m.steps) + 2):
+        index = m.st.step_index or 0
+        if index >= len(m.steps):
+            wanted = m.wanted = len(m.servable)
+            held = gate(m, wanted)
+            if held is not None:
+                return held
+            ask(m, wanted)
+            if done(m, wanted):
+                return complete(m)
+            return updating(m)
+        step = m.steps[index]
+        if step.set_weight is not None:
+            # The pods that can serve, Ready or not: a pod asked is un-Ready while it reloads.
+            wanted = m.wanted = step_pods(step.set_weight, len(m.servable))
+            held = gate(m, wanted)
+            if held is not None:
+                return held
+            ask(m, wanted)
+            if done(m, wanted):
+                advance(m, index)
+                continue
+            return updating(m)
+        if step.pause is not None:
+            left = pause_left(step.pause.duration_seconds, m.st.step_started_at, m.now)
+            if left is not None and left <= 0:
+                advance(m, index)
+                continue
+            if left is not None:
+                m.requeue.append(left)
+            m.set(waiting_since=None)
+            return updating(m)
+        advance(m, index)  # setHeaderRoute: nothing to route, every pod is the same Service
+    return updating(m)
+
+
+# ------------------------------------------------------------- analysis (as a canary's)
+
+
+def analysis_active(m: Move) -> bool:
+    """The current step's pods are judged: analysis set and a step's pods all serve the next revision."""
+    return m.inp.rollout.analysis is not None and m.sides is not None
+
+
+def current_analysis(m: Move) -> AnalysisResult | None:
+    """The verdict of the current step's window, when the reconcile judged these sides."""
+    result, sides = m.inp.analysis, m.sides
+    if result is None or sides is None or not analysis_active(m):
+        return None
+    if result.revision != sides.revision or result.weight != sides.weight:
+        return None
+    return result
+
+
+def record(m: Move, result: AnalysisResult, verdict: str | None = None) -> None:
+    m.runs.append(analysis_record(result, m.st.step_index or 0, m.now, verdict))
+
+
+def gate(m: Move, wanted: int) -> InPlacePlan | None:
+    """Before more pods are asked (``wanted`` of them), the analysis of the pods updated so far
+    must pass, as a canary's before its traffic rises (rollout.gate); None: go on; else the plan
+    that waits (or rolls back). The first step asks with nothing to judge (a canary's first
+    weight is not judged either), and a promote request goes on without it."""
+    spec = m.inp.rollout.analysis
+    if spec is None or m.forced or wanted <= len(m.st.pods) or not m.st.pods:
+        return None
+    if len(m.st.pods) > m.st.asked_at_step:
+        return None  # this step asked its first pods already: the rest follow in batches
+    sides = m.sides
+    on = f"the {len(sides.updated)} pods updated" if sides is not None else "the pods asked"
+    result = current_analysis(m)
+    first = f"waiting for the first reading of the metrics of {on}"
+    gate = analysis_gate(spec, result, first=first, in_place=True, paused=m.inp.paused)
+    if gate.record is not None and result is not None:
+        record(m, result, gate.record or None)
+    if gate.event is not None:
+        m.events.append(gate.event)
+    m.pause = m.pause or gate.pause
+    if gate.outcome == "pass":
+        return None
+    m.waiting_on_analysis = gate.waiting
+    if gate.outcome == "abort" and result is not None:
+        return roll_back(m, ANALYSIS_INCONCLUSIVE, result.message)
+    return updating(m)
+
+
+# ------------------------------------------------------------- pods asked
+
+
+def count_moving(m: Move) -> int:
+    """The pods that can serve and do not serve what they should now: asked and not serving the
+    next revision yet, or not asked and not Ready (reloading, e.g. back to the stable one)."""
+    nxt, asked = m.st.next, set(m.st.pods)
+    assert nxt is not None
+    return sum(1 for p in m.servable if (not m.on(p, nxt, gated=True) if p.name in asked else not p.ready))
+
+
+def ask(m: Move, wanted: int) -> None:
+    """Add pods to the update until ``wanted`` are in it, in batches: at most ``m.batch`` pods
+    move at once (a pod leaves the Service while it reloads), so at least one always serves. A pod
+    that does not serve anyway (not Ready) is asked first, and at no cost; then by name."""
+    pods = list(m.st.pods)
+    moving = count_moving(m)
+    for pod in sorted(m.servable, key=lambda p: (p.ready, p.name)):
+        if len(pods) >= wanted:
+            break
+        if pod.name in pods:
+            continue
+        if pod.ready:
+            if moving >= m.batch:
                 break
-            if pod.name in pods:
-                continue
-            if pod.ready:
-                if moving >= self.batch:
-                    break
-                moving += 1
-            pods.append(pod.name)
-        if len(pods) > len(self.st.pods):
-            # A batch asked is progress: the deadline counts from the last one (as a Deployment's
-            # progressDeadlineSeconds), not from the step's first, so batches in a row never run out.
-            self.set(pods=tuple(pods), waiting_since=None)
+            moving += 1
+        pods.append(pod.name)
+    if len(pods) > len(m.st.pods):
+        # A batch asked is progress: the deadline counts from the last one (as a Deployment's
+        # progressDeadlineSeconds), not from the step's first, so batches in a row never run out.
+        m.set(pods=tuple(pods), waiting_since=None)
 
-    def done(self, wanted: int) -> bool:
-        """The pods asked are ``wanted`` and every one serves the next revision, models READY."""
-        assert self.st.next is not None
-        ok = len(self.st.pods) >= wanted and all(
-            self.on(self.by_name[n], self.st.next, gated=True) for n in self.st.pods
-        )
-        if not ok and self.st.waiting_since is None:
-            self.set(waiting_since=self.now)
-        return ok
 
-    def advance(self, index: int) -> None:
-        asked = len(self.st.pods)
-        self.set(step_index=index + 1, step_started_at=self.now, waiting_since=None, asked_at_step=asked)
-        self.event(STEP_COMPLETED, step_completed(f"revision {self.st.next} in place", index, self.steps))
+def done(m: Move, wanted: int) -> bool:
+    """The pods asked are ``wanted`` and every one serves the next revision, models READY."""
+    assert m.st.next is not None
+    ok = len(m.st.pods) >= wanted and all(m.on(m.by_name[n], m.st.next, gated=True) for n in m.st.pods)
+    if not ok and m.st.waiting_since is None:
+        m.set(waiting_since=m.now)
+    return ok
 
-    def complete(self) -> InPlacePlan:
-        new, old = self.st.next, self.st.stable
-        assert new is not None
-        self.set(
-            stable=new,
-            next=None,
-            step_index=None,
-            step_started_at=None,
-            waiting_since=None,
-            pods=(),
-            aborted_revision=None,
-            aborted_reason=None,
-            aborted_detail=None,
-            asked_at_step=0,
-            promoted=False,
-        )
-        self.event(
-            ROLLOUT_COMPLETED,
-            f"revision {new} is served in place by all {len(self.servable)} pods of revision "
-            f"{self.st.host} (was {old})",
-        )
-        return self.idle()
 
-    def roll_back(self, reason: str, detail: str) -> InPlacePlan:
-        index = self.st.step_index or 0
-        where = f"step {index}" if index < len(self.steps) else f"step {index} (all pods)"
-        self.set(
-            rolling_back=reason,
-            aborted_revision=self.st.next,
-            aborted_reason=reason,
-            aborted_detail=detail,
-            waiting_since=None,
-        )
-        self.event(
-            ROLLOUT_ABORTED,
-            f"in-place rollout of revision {self.st.next} aborted at {where}: {detail}; the pods of "
-            f"revision {self.st.host} load revision {self.st.stable} again",
-            WARNING,
-        )
-        return self.rolling_back()
+def advance(m: Move, index: int) -> None:
+    asked = len(m.st.pods)
+    m.set(step_index=index + 1, step_started_at=m.now, waiting_since=None, asked_at_step=asked)
+    m.event(STEP_COMPLETED, step_completed(f"revision {m.st.next} in place", index, m.steps))
 
-    def rolling_back(self) -> InPlacePlan:
-        """The annotations go, in batches as the update's asks (a pod leaves the Service while it
-        reloads): a pod that does not serve the next revision (failed, still loading, or unable to
-        serve at all) at once, the others while fewer than a batch (at least one) reload; ``next`` is
-        cleared once every pod asked that can serve reports the stable revision again. A newer spec ends
-        the rollback once no pod is asked any more: the new update starts from the stable revision,
-        the pods still reloading it counted as reloading."""
-        st = self.st
-        nxt = st.next
-        assert nxt is not None
-        # The pods to bring back: those asked, and any still annotated; a pod never asked never left
-        # the stable revision (un-Ready for its own reasons, it is no business of the rollback).
-        returning = [p for p in self.servable if p.name in st.pods or p.target is not None]
-        back = [p for p in returning if self.on(p, st.stable, gated=False)]
-        annotations: dict[str, str | None] = {
-            p.name: None for p in self.live if p.target is not None and p.problem is not None
-        }
-        room = max(1, self.batch)  # a rollback always moves: with one pod left it goes back too
-        # Reloading back: asked, told to go back, not there yet (a pod never asked and un-Ready for
-        # its own reasons holds no rollback: it would wait on it for ever).
-        moving = sum(1 for p in self.servable if p.name in st.pods and p.target is None and p not in back)
-        asked = [p for p in self.servable if p.target is not None]
-        held: list[HostPod] = []
-        for pod in sorted(asked, key=lambda p: (self.on(p, nxt, gated=True), p.name)):
-            if not self.on(pod, nxt, gated=True):
-                annotations[pod.name] = None  # it serves nothing new: back at no cost
-                moving += 1
-            elif moving < room:
-                annotations[pod.name] = None
-                moving += 1
-            else:
-                held.append(pod)
-        if len(back) == len(returning):
-            self.set(
-                next=None, step_index=None, step_started_at=None, pods=(), rolling_back=None, **_UNSTEPPED
-            )
-            self.event(
-                IN_PLACE_ROLLED_BACK,
-                f"every pod of revision {st.host} serves revision {st.stable} again",
-            )
-            return self.held(annotations)
-        replaced = self.inp.replaced_by
-        if replaced is not None and not held:
-            self.set(
-                next=None, step_index=None, step_started_at=None, pods=(), rolling_back=None, **_UNSTEPPED
-            )
-            self.event(
-                IN_PLACE_ROLLED_BACK,
-                f"revision {nxt} rolled back in place, replaced by revision {replaced}: it starts from "
-                f"revision {st.stable}, {len(returning) - len(back)} pods still reloading it",
-            )
-            self.requeue.append(POLL_SECONDS)
-            return self.held(annotations)
-        late = [p for p in returning if p not in back and p not in held]
-        waits = [f"pod {p.name}: {why_not_on(p, st.stable)}" for p in late]
-        parts = [f"waiting for {named(waits)}"] if waits else []
-        if held:
-            parts.append(f"{len(held)} pods serving {nxt} wait their turn (at most {room} reloading at once)")
-        parts += self.not_counted()
-        if replaced is not None:
-            parts.append(f"revision {replaced} starts once no pod is asked for {nxt} any more")
-        message = (
-            f"rolling back revision {nxt} in place: {len(back)}/{len(returning)} pods asked of "
-            f"revision {st.host} serve revision {st.stable} again"
-        ) + "".join(f"; {p}" for p in parts)
-        self.requeue.append(POLL_SECONDS)
-        return self.finish(
-            annotations,
-            Verdict(TRUE, IN_PLACE_ROLLING_BACK, message),
-            Verdict(TRUE, st.aborted_reason or ABORTED, self.abort_message()),
-            in_flight=True,
-        )
 
-    def not_counted(self) -> list[str]:
-        """The pods left out because they cannot serve, named with why (for a message)."""
-        left = [f"pod {p.name}: {p.problem}" for p in self.live if p.problem is not None]
-        return [f"not counted (cannot serve): {named(left)}"] if left else []
+def complete(m: Move) -> InPlacePlan:
+    new, old = m.st.next, m.st.stable
+    assert new is not None
+    m.set(
+        stable=new,
+        next=None,
+        step_index=None,
+        step_started_at=None,
+        waiting_since=None,
+        pods=(),
+        aborted_revision=None,
+        aborted_reason=None,
+        aborted_detail=None,
+        asked_at_step=0,
+        promoted=False,
+    )
+    m.event(
+        ROLLOUT_COMPLETED,
+        f"revision {new} is served in place by all {len(m.servable)} pods of revision "
+        f"{m.st.host} (was {old})",
+    )
+    return idle(m)
 
-    def abort_message(self) -> str:
-        st = self.st
-        return (
-            f"in-place rollout of revision {st.aborted_revision} aborted: "
-            f"{st.aborted_detail or st.aborted_reason}; "
-            f"the pods of revision {st.host} serve revision {st.stable}"
-        )
 
-    def held(self, annotations: Mapping[str, str | None]) -> InPlacePlan:
-        progressing = Verdict(
-            FALSE,
-            ROLLOUT_ABORTED,
-            f"{self.abort_message()}; change the spec or request a retry (kubectl triton retry) to try again",
-        )
-        return self.finish(
-            annotations,
-            progressing,
-            Verdict(TRUE, self.st.aborted_reason or ABORTED, self.abort_message()),
-            in_flight=False,
-        )
+def roll_back(m: Move, reason: str, detail: str) -> InPlacePlan:
+    index = m.st.step_index or 0
+    where = f"step {index}" if index < len(m.steps) else f"step {index} (all pods)"
+    m.set(
+        rolling_back=reason,
+        aborted_revision=m.st.next,
+        aborted_reason=reason,
+        aborted_detail=detail,
+        waiting_since=None,
+    )
+    m.event(
+        ROLLOUT_ABORTED,
+        f"in-place rollout of revision {m.st.next} aborted at {where}: {detail}; the pods of "
+        f"revision {m.st.host} load revision {m.st.stable} again",
+        WARNING,
+    )
+    return rolling_back(m)
 
-    def updating(self, paused: bool = False) -> InPlacePlan:
-        st = self.st
-        assert st.next is not None
-        annotations = {p.name: st.next for p in self.live if p.name in st.pods and p.target != st.next}
-        on = sum(1 for n in st.pods if self.on(self.by_name[n], st.next, gated=True))
-        index = st.step_index or 0
-        n = len(self.steps)
-        where = step_at(index, self.steps) if index < n else "every pod"
-        readiness = (
-            f"{on}/{len(st.pods)} pods asked serve revision {st.next} ({len(self.servable)} pods in all)"
-            + "".join(f"; {p}" for p in self.waiting(st.next))
-        )
-        if paused:
-            progressing = Verdict(
-                FALSE, ROLLOUT_PAUSED, f"in-place rollout of {st.next} paused at {where}; {readiness}"
-            )
-        elif index < n and self.steps[index].pause is not None:
-            pause = self.steps[index].pause
-            assert pause is not None
-            until = (
-                f"until {format_time(st.step_started_at or self.now)} + {pause.duration_seconds}s"
-                if pause.duration_seconds is not None
-                else "until promoted (kubectl triton promote)"
-            )
-            progressing = Verdict(
-                TRUE if pause.duration_seconds is not None else FALSE,
-                STEP_PAUSED,
-                f"in place, {where}: paused {until}; {readiness}",
-            )
-        elif self.waiting_on_analysis is not None:
-            waiting = self.waiting_on_analysis
-            progressing = Verdict(TRUE, WAITING_FOR_ANALYSIS, f"in place, {where}: {waiting}")
-            if self.sides is None:
-                self.requeue.append(POLL_SECONDS)  # the pods asked are not all on it: look again soon
+
+def rolling_back(m: Move) -> InPlacePlan:
+    """The annotations go, in batches as the update's asks (a pod leaves the Service while it
+    reloads): a pod that does not serve the next revision (failed, still loading, or unable to
+    serve at all) at once, the others while fewer than a batch (at least one) reload; ``next`` is
+    cleared once every pod asked that can serve reports the stable revision again. A newer spec ends
+    the rollback once no pod is asked any more: the new update starts from the stable revision,
+    the pods still reloading it counted as reloading."""
+    st = m.st
+    nxt = st.next
+    assert nxt is not None
+    # The pods to bring back: those asked, and any still annotated; a pod never asked never left
+    # the stable revision (un-Ready for its own reasons, it is no business of the rollback).
+    returning = [p for p in m.servable if p.name in st.pods or p.target is not None]
+    back = [p for p in returning if m.on(p, st.stable, gated=False)]
+    annotations: dict[str, str | None] = {
+        p.name: None for p in m.live if p.target is not None and p.problem is not None
+    }
+    room = max(1, m.batch)  # a rollback always moves: with one pod left it goes back too
+    # Reloading back: asked, told to go back, not there yet (a pod never asked and un-Ready for
+    # its own reasons holds no rollback: it would wait on it for ever).
+    moving = sum(1 for p in m.servable if p.name in st.pods and p.target is None and p not in back)
+    asked = [p for p in m.servable if p.target is not None]
+    held: list[HostPod] = []
+    for pod in sorted(asked, key=lambda p: (m.on(p, nxt, gated=True), p.name)):
+        if not m.on(pod, nxt, gated=True):
+            annotations[pod.name] = None  # it serves nothing new: back at no cost
+            moving += 1
+        elif moving < room:
+            annotations[pod.name] = None
+            moving += 1
         else:
-            progressing = Verdict(TRUE, IN_PLACE_UPDATING, f"in place, {where}: {readiness}")
-            self.requeue.append(POLL_SECONDS)
-            if st.waiting_since is not None:
-                self.requeue.append(self.inp.deadline_seconds - self.seconds_since(st.waiting_since))
-        analysis = self.inp.rollout.analysis
-        if analysis is not None and self.analysis_active() and not paused:
-            self.requeue.append(float(analysis.interval_seconds))
-        return self.finish(
-            annotations, progressing, Verdict(FALSE, AS_EXPECTED, "no rollout failed"), in_flight=True
+            held.append(pod)
+    if len(back) == len(returning):
+        m.set(next=None, step_index=None, step_started_at=None, pods=(), rolling_back=None, **_UNSTEPPED)
+        m.event(
+            IN_PLACE_ROLLED_BACK,
+            f"every pod of revision {st.host} serves revision {st.stable} again",
         )
+        return held_plan(m, annotations)
+    replaced = m.inp.replaced_by
+    if replaced is not None and not held:
+        m.set(next=None, step_index=None, step_started_at=None, pods=(), rolling_back=None, **_UNSTEPPED)
+        m.event(
+            IN_PLACE_ROLLED_BACK,
+            f"revision {nxt} rolled back in place, replaced by revision {replaced}: it starts from "
+            f"revision {st.stable}, {len(returning) - len(back)} pods still reloading it",
+        )
+        m.requeue.append(POLL_SECONDS)
+        return held_plan(m, annotations)
+    late = [p for p in returning if p not in back and p not in held]
+    waits = [f"pod {p.name}: {why_not_on(p, st.stable)}" for p in late]
+    parts = [f"waiting for {named(waits)}"] if waits else []
+    if held:
+        parts.append(f"{len(held)} pods serving {nxt} wait their turn (at most {room} reloading at once)")
+    parts += not_counted(m)
+    if replaced is not None:
+        parts.append(f"revision {replaced} starts once no pod is asked for {nxt} any more")
+    message = (
+        f"rolling back revision {nxt} in place: {len(back)}/{len(returning)} pods asked of "
+        f"revision {st.host} serve revision {st.stable} again"
+    ) + "".join(f"; {p}" for p in parts)
+    m.requeue.append(POLL_SECONDS)
+    return finish(
+        m,
+        annotations,
+        Verdict(TRUE, IN_PLACE_ROLLING_BACK, message),
+        Verdict(TRUE, st.aborted_reason or ABORTED, abort_message(m)),
+        in_flight=True,
+    )
 
-    def waiting(self, nxt: str) -> list[str]:
-        """What the update waits for, in words: each pod asked that does not serve ``nxt`` yet and
-        why, the pods that wait their turn (batches), the pods left out because they cannot serve."""
-        st = self.st
-        pods = [self.by_name[n] for n in st.pods if n in self.by_name]
-        late = [p for p in pods if not self.on(p, nxt, gated=True)]
-        waits = [f"pod {p.name}: {why_not_on(p, nxt, self.inp.models)}" for p in late]
-        parts = [f"waiting for {named(waits)}"] if waits else []
-        turn = self.wanted - len(st.pods)
-        if turn > 0 and not self.inp.paused:
-            if self.batch == 0:
-                parts.append(
-                    f"{turn} pods wait: fewer than 2 pods can serve "
-                    "(a pod leaves the Service while it reloads)"
-                )
-            else:
-                parts.append(f"{turn} pods wait their turn (at most {self.batch} reloading at once)")
-        return parts + self.not_counted()
 
-    def idle(self) -> InPlacePlan:
-        """Nothing loads: annotations that are not needed go (one naming the stable revision only
-        once the ConfigMap's state.json says so, so that no pod turns back for a moment)."""
-        st = self.st
-        annotations: dict[str, str | None] = {}
-        for pod in self.live:
-            if pod.target is None:
-                continue
-            if pod.target != st.stable or self.inp.configmap_stable == st.stable:
-                annotations[pod.name] = None
-        if st.aborted_revision is not None:
-            return self.held(annotations)
-        message = f"the pods of revision {st.host} serve revision {st.stable} (in place)"
-        return self.finish(
-            annotations,
-            Verdict(FALSE, ROLLOUT_COMPLETED, message),
-            Verdict(FALSE, AS_EXPECTED, "no rollout failed"),
-            in_flight=False,
-        )
+def not_counted(m: Move) -> list[str]:
+    """The pods left out because they cannot serve, named with why (for a message)."""
+    left = [f"pod {p.name}: {p.problem}" for p in m.live if p.problem is not None]
+    return [f"not counted (cannot serve): {named(left)}"] if left else []
 
-    def finish(
-        self,
-        annotations: Mapping[str, str | None],
-        progressing: Verdict,
-        degraded: Verdict,
-        *,
-        in_flight: bool,
-    ) -> InPlacePlan:
-        st = self.st
-        remaining = any(
-            p.target is not None and annotations.get(p.name, p.target) is not None for p in self.live
+
+def abort_message(m: Move) -> str:
+    st = m.st
+    return (
+        f"in-place rollout of revision {st.aborted_revision} aborted: "
+        f"{st.aborted_detail or st.aborted_reason}; "
+        f"the pods of revision {st.host} serve revision {st.stable}"
+    )
+
+
+def held_plan(m: Move, annotations: Mapping[str, str | None]) -> InPlacePlan:
+    progressing = Verdict(
+        FALSE,
+        ROLLOUT_ABORTED,
+        f"{abort_message(m)}; change the spec or request a retry (kubectl triton retry) to try again",
+    )
+    return finish(
+        m,
+        annotations,
+        progressing,
+        Verdict(TRUE, m.st.aborted_reason or ABORTED, abort_message(m)),
+        in_flight=False,
+    )
+
+
+def updating(m: Move, paused: bool = False) -> InPlacePlan:
+    st = m.st
+    assert st.next is not None
+    annotations = {p.name: st.next for p in m.live if p.name in st.pods and p.target != st.next}
+    on = sum(1 for n in st.pods if m.on(m.by_name[n], st.next, gated=True))
+    index = st.step_index or 0
+    n = len(m.steps)
+    where = step_at(index, m.steps) if index < n else "every pod"
+    readiness = (
+        f"{on}/{len(st.pods)} pods asked serve revision {st.next} ({len(m.servable)} pods in all)"
+        + "".join(f"; {p}" for p in waits_for(m, st.next))
+    )
+    if paused:
+        progressing = Verdict(
+            FALSE, ROLLOUT_PAUSED, f"in-place rollout of {st.next} paused at {where}; {readiness}"
         )
-        # Back on the pods' own revision, with nothing in flight or held: nothing is in place.
-        gone = (
-            st.stable == st.host
-            and st.next is None
-            and st.aborted_revision is None
-            and st.pinned is None
-            and not remaining
+    elif index < n and m.steps[index].pause is not None:
+        pause = m.steps[index].pause
+        assert pause is not None
+        until = (
+            f"until {format_time(st.step_started_at or m.now)} + {pause.duration_seconds}s"
+            if pause.duration_seconds is not None
+            else "until promoted (kubectl triton promote)"
         )
-        after = max(min(self.requeue), 1.0) if self.requeue else (POLL_SECONDS if remaining else None)
-        return InPlacePlan(
-            state=None if gone else st,
-            annotations=dict(annotations),
-            configmap=None if gone else (st.stable, st.next),
-            progressing=progressing,
-            degraded=degraded,
-            events=tuple(self.events),
-            requeue_after=after,
-            in_flight=in_flight,
-            analysis_runs=tuple(self.runs)[-ANALYSIS_RUNS_KEPT:],
-            pause=self.pause,
+        progressing = Verdict(
+            TRUE if pause.duration_seconds is not None else FALSE,
+            STEP_PAUSED,
+            f"in place, {where}: paused {until}; {readiness}",
         )
+    elif m.waiting_on_analysis is not None:
+        waiting = m.waiting_on_analysis
+        progressing = Verdict(TRUE, WAITING_FOR_ANALYSIS, f"in place, {where}: {waiting}")
+        if m.sides is None:
+            m.requeue.append(POLL_SECONDS)  # the pods asked are not all on it: look again soon
+    else:
+        progressing = Verdict(TRUE, IN_PLACE_UPDATING, f"in place, {where}: {readiness}")
+        m.requeue.append(POLL_SECONDS)
+        if st.waiting_since is not None:
+            m.requeue.append(m.inp.deadline_seconds - m.seconds_since(st.waiting_since))
+    analysis = m.inp.rollout.analysis
+    if analysis is not None and analysis_active(m) and not paused:
+        m.requeue.append(float(analysis.interval_seconds))
+    return finish(
+        m, annotations, progressing, Verdict(FALSE, AS_EXPECTED, "no rollout failed"), in_flight=True
+    )
+
+
+def waits_for(m: Move, nxt: str) -> list[str]:
+    """What the update waits for, in words: each pod asked that does not serve ``nxt`` yet and
+    why, the pods that wait their turn (batches), the pods left out because they cannot serve."""
+    st = m.st
+    pods = [m.by_name[n] for n in st.pods if n in m.by_name]
+    late = [p for p in pods if not m.on(p, nxt, gated=True)]
+    waits = [f"pod {p.name}: {why_not_on(p, nxt, m.inp.models)}" for p in late]
+    parts = [f"waiting for {named(waits)}"] if waits else []
+    turn = m.wanted - len(st.pods)
+    if turn > 0 and not m.inp.paused:
+        if m.batch == 0:
+            parts.append(
+                f"{turn} pods wait: fewer than 2 pods can serve (a pod leaves the Service while it reloads)"
+            )
+        else:
+            parts.append(f"{turn} pods wait their turn (at most {m.batch} reloading at once)")
+    return parts + not_counted(m)
+
+
+def idle(m: Move) -> InPlacePlan:
+    """Nothing loads: annotations that are not needed go (one naming the stable revision only
+    once the ConfigMap's state.json says so, so that no pod turns back for a moment)."""
+    st = m.st
+    annotations: dict[str, str | None] = {}
+    for pod in m.live:
+        if pod.target is None:
+            continue
+        if pod.target != st.stable or m.inp.configmap_stable == st.stable:
+            annotations[pod.name] = None
+    if st.aborted_revision is not None:
+        return held_plan(m, annotations)
+    message = f"the pods of revision {st.host} serve revision {st.stable} (in place)"
+    return finish(
+        m,
+        annotations,
+        Verdict(FALSE, ROLLOUT_COMPLETED, message),
+        Verdict(FALSE, AS_EXPECTED, "no rollout failed"),
+        in_flight=False,
+    )
+
+
+def finish(
+    m: Move,
+    annotations: Mapping[str, str | None],
+    progressing: Verdict,
+    degraded: Verdict,
+    *,
+    in_flight: bool,
+) -> InPlacePlan:
+    st = m.st
+    remaining = any(p.target is not None and annotations.get(p.name, p.target) is not None for p in m.live)
+    # Back on the pods' own revision, with nothing in flight or held: nothing is in place.
+    gone = (
+        st.stable == st.host
+        and st.next is None
+        and st.aborted_revision is None
+        and st.pinned is None
+        and not remaining
+    )
+    after = max(min(m.requeue), 1.0) if m.requeue else (POLL_SECONDS if remaining else None)
+    return InPlacePlan(
+        state=None if gone else st,
+        annotations=dict(annotations),
+        configmap=None if gone else (st.stable, st.next),
+        progressing=progressing,
+        degraded=degraded,
+        events=tuple(m.events),
+        requeue_after=after,
+        in_flight=in_flight,
+        analysis_runs=tuple(m.runs)[-ANALYSIS_RUNS_KEPT:],
+        pause=m.pause,
+    )
 
 
 def plan_in_place(inp: InPlaceInput) -> InPlacePlan:
     """One call of the in-place update (see the module): level-based, pure."""
-    return _Call(inp).plan()
+    return plan(Move(inp))
 
 
 def history_after(
