@@ -1,6 +1,6 @@
-"""core.decision.inplace_plan.decide_in_place, pure: which changes the rollout engine sees (new pods) and
-which move in place on the stable revision's pods, with the reasons, for specs and stored ConfigMaps built
-by the operator's own builders."""
+"""core.decision.inplace_plan's choice and writes around the engine's in-place mode, pure: which changes the
+rollout engine sees (new pods) and which move in place on the stable revision's pods, with the
+reasons, for specs and stored ConfigMaps built by the operator's own builders."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from triton_operator.core.decision.inplace_plan import (
     TOO_LARGE,
     InPlaceContext,
     InPlaceDecision,
-    decide_in_place,
+    choose_in_place,
+    in_place_writes,
 )
 from triton_operator.core.objects.builders import build_configmaps, compute_revision
 from triton_operator.core.observed.observation import PodState, check_body
@@ -31,13 +32,41 @@ from triton_operator.core.repository.manifest import (
     VersionPolicy,
     manifest_to_json,
 )
-from triton_operator.core.rollout.state import RevisionState
+from triton_operator.core.rollout.engine import plan_rollout
+from triton_operator.core.rollout.plan import RolloutInput
+from triton_operator.core.rollout.state import RevisionState, RolloutStatus
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 
 SETTINGS = Settings()
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 Spec = dict[str, Any]
+
+
+def decide_in_place(
+    ts: TritonService,
+    settings: Settings,
+    revision: str,
+    ctx: InPlaceContext,
+    *,
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+) -> InPlaceDecision:
+    """The in-place mode as core.decision.decide runs it: chosen, moved by the rollout engine, written."""
+    choice = choose_in_place(ts, settings, revision, ctx, configs=configs, manifest_json=manifest_json)
+    plan = plan_rollout(
+        RolloutInput(
+            rollout=ts.spec.rollout,
+            replicas=ts.spec.replicas,
+            desired_revision=choice.engine_revision,
+            now=ctx.now,
+            status=RolloutStatus.from_status(ctx.previous),
+            revisions=ctx.revisions,
+            requests=choice.requests,
+            in_place=choice.mode,
+        )
+    )
+    return in_place_writes(ts, choice, plan.in_place)
 
 
 def base_spec() -> Spec:

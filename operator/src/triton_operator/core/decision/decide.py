@@ -12,7 +12,12 @@ from datetime import datetime
 from typing import Any
 
 from triton_operator.core.decision.actions import Actions, InPlaceWrites, RevisionPlan, plan_actions
-from triton_operator.core.decision.inplace_plan import InPlaceContext, InPlaceDecision, decide_in_place
+from triton_operator.core.decision.inplace_plan import (
+    InPlaceContext,
+    InPlaceDecision,
+    choose_in_place,
+    in_place_writes,
+)
 from triton_operator.core.decision.pool_plan import PoolPlan, decide_pool
 from triton_operator.core.decision.scaling import (
     Autoscalers,
@@ -32,7 +37,7 @@ from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
 from triton_operator.core.rollout.requests import parse_control_requests
 from triton_operator.core.rollout.state import RevisionState, RolloutStatus
 from triton_operator.core.vocabulary import conditions as cond
-from triton_operator.models import ANALYSIS_RUNS_KEPT, TritonService
+from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 
 
@@ -98,7 +103,7 @@ class Decision:
     rollout: RolloutPlan
     actions: Actions
     in_place: InPlaceDecision | None = None
-    """The in-place layer's decision (core.decision.inplace_plan)."""
+    """What the in-place mode writes and shows (core.decision.inplace_plan), from the same plan."""
     pool: PoolPlan | None = None
     """spec.pool's writes (core.decision.pool_plan; None without spec.pool)."""
 
@@ -115,12 +120,12 @@ def decide(
     analysis: AnalysisResult | None = None,
     in_place_analysis: AnalysisResult | None = None,
 ) -> Decision:
-    """The rollout toward ``revision`` of ``ts`` (core.rollout, and core.decision.inplace_plan for models that
-    move in place), and what to apply, scale and delete for it (core.decision.actions). ManifestTooLarge when
-    the revision's manifest cannot be stored. ``analysis``: the canary's verdict in its window;
-    ``in_place_analysis``: the in-place step's (core.rollout.inplace.AnalysisSides)."""
-    status = RolloutStatus.from_status(observed.previous)
-    ip = decide_in_place(
+    """The rollout toward ``revision`` of ``ts`` (core.rollout; core.decision.inplace_plan chooses its
+    in-place mode for models that move in place), and what to apply, scale and delete for it
+    (core.decision.actions). ManifestTooLarge when the revision's manifest cannot be stored. ``analysis``: the
+    canary's verdict in its window; ``in_place_analysis``: the in-place step's
+    (rollout.hostpods.AnalysisSides)."""
+    choice = choose_in_place(
         ts,
         settings,
         revision,
@@ -139,33 +144,24 @@ def decide(
         configs=configs,
         manifest_json=manifest_json,
     )
-    if ip.handled:
-        status = dataclasses.replace(status, handled_requests={**status.handled_requests, **ip.handled})
-    if ip.history is not None:
-        status = dataclasses.replace(status, history=ip.history)  # an in-place update completed
-    if ip.plan is not None and (ip.plan.analysis_runs or ip.plan.pause):
-        # The in-place analysis' records and pause, kept as a canary's (status.analysisRuns, pausedByUser).
-        runs = (*status.analysis_runs, *ip.plan.analysis_runs)[-ANALYSIS_RUNS_KEPT:]
-        status = dataclasses.replace(
-            status, analysis_runs=runs, paused_by_user=status.paused_by_user or ip.plan.pause
-        )
     plan = plan_rollout(
         RolloutInput(
             rollout=ts.spec.rollout,
             replicas=ts.spec.replicas,
-            desired_revision=ip.engine_revision,
+            desired_revision=choice.engine_revision,
             now=observed.moment,
-            status=status,
+            status=RolloutStatus.from_status(observed.previous),
             revisions=observed.revisions,
             gpus_per_pod=ts.spec.resources.gpus,
-            requests=ip.requests,
+            requests=choice.requests,
             progress_deadline_seconds=ts.spec.progress_deadline(),
             unsyncable=unsyncable or {},
             analysis=analysis,
             tuning_pods=observed.tuning_pods,
+            in_place=choice.mode,
         )
     )
-    plan = _with_in_place(plan, ip)
+    ip = in_place_writes(ts, choice, plan.in_place)
     scalers = observed.autoscalers
     actions = plan_actions(
         ts,
@@ -185,8 +181,8 @@ def decide(
         in_place=InPlaceWrites(
             configmap=ip.configmap,
             keep=ip.keep,
-            annotations=ip.plan.annotations if ip.plan is not None else {},
-            history=revision if revision != ip.engine_revision else None,
+            annotations=plan.in_place.annotations if plan.in_place is not None else {},
+            history=revision if revision != choice.engine_revision else None,
         ),
     )
     pool_plan = decide_pool(
@@ -201,26 +197,6 @@ def decide(
         parent_refs=observed.pool_parent_refs,
     )
     return Decision(rollout=plan, actions=actions, in_place=ip, pool=pool_plan)
-
-
-def _with_in_place(plan: RolloutPlan, ip: InPlaceDecision) -> RolloutPlan:
-    """The engine's plan with the in-place update's conditions (while it stands for the rollout),
-    Events and requeue."""
-    if ip.plan is None:
-        return dataclasses.replace(plan, events=(*ip.events, *plan.events)) if ip.events else plan
-    conditions = dict(plan.conditions)
-    if ip.governs:
-        conditions[cond.PROGRESSING] = ip.plan.progressing
-        engine_degraded = plan.conditions.get(cond.DEGRADED)
-        if ip.plan.degraded.status == cond.TRUE or engine_degraded is None:
-            conditions[cond.DEGRADED] = ip.plan.degraded
-    requeue = [t for t in (plan.requeue_after, ip.plan.requeue_after) if t is not None]
-    return dataclasses.replace(
-        plan,
-        conditions=conditions,
-        events=(*plan.events, *ip.events),
-        requeue_after=min(requeue) if requeue else None,
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,8 +231,9 @@ def decided_status(ts: TritonService, decision: Decision, observed: Observed, sh
         rollout.update(ip.status_fields(observed.previous))
         if ip.governs and ip.plan is not None and ip.plan.state is not None:
             state = ip.plan.state
-            if state.next is not None and state.rolling_back is None:
-                in_place_rolling = ip.plan.progressing.message
+            progressing = plan.condition(cond.PROGRESSING)  # the in-place update's: the mode governs
+            if state.next is not None and state.rolling_back is None and progressing is not None:
+                in_place_rolling = progressing.message
             elif state.aborted_revision is not None and degraded is not None:
                 aborted = degraded.message
     status = build_status(

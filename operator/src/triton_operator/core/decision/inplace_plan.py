@@ -43,17 +43,15 @@ from triton_operator.core.rollout.inplace import (
     AgentStatus,
     AnalysisSides,
     HostPod,
-    InPlaceInput,
-    InPlacePlan,
     InPlaceRequests,
     InPlaceState,
     analysis_sides,
-    plan_in_place,
+    history_after,
 )
-from triton_operator.core.rollout.plan import RolloutEvent
+from triton_operator.core.rollout.plan import InPlaceInput, InPlaceMode, InPlacePlan, RolloutEvent
 from triton_operator.core.rollout.requests import ControlRequest
 from triton_operator.core.rollout.rollout_kind import InPlace, NewPods, RevisionParts, describe, rollout_kind
-from triton_operator.core.rollout.state import HistoryEntry, RevisionState, RolloutStatus
+from triton_operator.core.rollout.state import HistoryEntry, RevisionState, RolloutStatus, paused
 from triton_operator.core.vocabulary.conditions import (
     NEW_PODS_REQUIRED,
     NORMAL,
@@ -82,8 +80,32 @@ def too_few_pods(servable: int) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class InPlaceChoice:
+    """In place or new pods, chosen before the engine runs: the revision the engine rolls out, the
+    in-place mode it runs (core.rollout.plan.InPlaceMode), and what the writes need once it ran."""
+
+    engine_revision: str
+    """The revision the rollout engine rolls out: the host's while the models move in place."""
+    requests: tuple[ControlRequest, ...]
+    """The control requests left to the engine (those the mode took are in ``mode.handled``)."""
+    mode: InPlaceMode
+    kind: tuple[str, str] | None = None
+    """(InPlace | NewPods, why) of the change in progress, for the status; None keeps the last."""
+    keep: tuple[str, ...] = ()
+    """Revisions whose ConfigMaps stay (served here in place before), Deployment or not."""
+    described: str = ""
+    """What the update in progress does, in words (status.rolloutKindReason)."""
+    files: Mapping[str, RevisionFiles | None] = dataclasses.field(default_factory=dict)
+    """The files of the update's stable and next revisions (the in-place ConfigMap holds both)."""
+    stored: Mapping[str, str] | None = None
+    """The in-place ConfigMap's data as read (kept when a revision's files cannot be read back)."""
+    history: Sequence[HistoryEntry] = ()
+    """status.history as it came in."""
+
+
+@dataclasses.dataclass(frozen=True)
 class InPlaceDecision:
-    """What the in-place layer decided for one pass."""
+    """What the in-place mode decided for one pass, once the engine moved its update."""
 
     engine_revision: str
     """The revision the rollout engine rolls out: the host's while the models move in place."""
@@ -102,8 +124,6 @@ class InPlaceDecision:
     """Revisions whose ConfigMaps stay (the ones the pods serve or load), Deployment or not."""
     served: str | None = None
     """status.servedRevision: the revision the stable pods serve when it is not their own."""
-    history: tuple[HistoryEntry, ...] | None = None
-    """status.history from now, when an in-place update completed in this pass (None: as it was)."""
 
     def status_fields(self, previous: Mapping[str, Any]) -> dict[str, Any]:
         """servedRevision, inPlace, rolloutKind and rolloutKindReason as the status writes them."""
@@ -279,7 +299,7 @@ class InPlaceContext:
     """Revisions an undo must not go back to (their pinned objects were overwritten), and why."""
 
 
-def decide_in_place(
+def choose_in_place(
     ts: TritonService,
     settings: Settings,
     revision: str,
@@ -287,8 +307,8 @@ def decide_in_place(
     *,
     configs: Mapping[str, str],
     manifest_json: str | None,
-) -> InPlaceDecision:
-    """Which revision the engine rolls out, and the in-place update's plan (see the module)."""
+) -> InPlaceChoice:
+    """Which revision the engine rolls out, and the in-place mode it runs (see the module)."""
     previous = ctx.previous
     rs = RolloutStatus.from_status(previous)
     host = rs.stable_revision
@@ -297,7 +317,13 @@ def decide_in_place(
         state = None  # new pods took over: what the old host served in place is history
     # The revisions served here in place before (status.history): their ConfigMaps stay, for an undo.
     kept = tuple(h.revision for h in rs.history if host is not None and h.in_place_host == host)
-    untouched = InPlaceDecision(engine_revision=revision, requests=tuple(ctx.requests), handled={}, keep=kept)
+    untouched = InPlaceChoice(
+        engine_revision=revision,
+        requests=tuple(ctx.requests),
+        mode=InPlaceMode(),
+        keep=kept,
+        history=rs.history,
+    )
     if host is None or (state is None and not in_place(ts)):
         return untouched
 
@@ -347,61 +373,86 @@ def decide_in_place(
                 if previous.get("rolloutKindReason") != kind[1]:
                     events.append(RolloutEvent(NORMAL, NEW_PODS_REQUIRED, f"revision {revision}: {kind[1]}"))
             if state is None:
-                return dataclasses.replace(untouched, kind=kind, events=tuple(events))
+                return dataclasses.replace(untouched, kind=kind, mode=InPlaceMode(events=tuple(events)))
             engine = revision  # new pods over a host that serves in place: the engine rolls them out
     elif state is None:
         return untouched
     assert state is not None
-    plan = plan_in_place(
-        InPlaceInput(
-            rollout=ts.spec.rollout,
-            state=state,
-            models=changed_models(files(state.stable), files(state.next)) if state.next else (),
-            pods=host_pods(state.host, ctx.pods, ctx.agents),
-            now=ctx.now,
-            deadline_seconds=ctx.deadline_seconds,
-            paused=ts.spec.rollout.paused or rs.paused_by_user,
-            requests=InPlaceRequests(
-                promote="promote" in actions, promote_full="promote-full" in actions, abort="abort" in actions
-            ),
-            configmap_stable=observed_state_stable(ctx.configmaps, state.host),
-            describe=described,
-            replaced_by=replaced_by,
-            analysis=ctx.analysis,
-        )
+    update = InPlaceInput(
+        rollout=ts.spec.rollout,
+        state=state,
+        models=changed_models(files(state.stable), files(state.next)) if state.next else (),
+        pods=host_pods(state.host, ctx.pods, ctx.agents),
+        now=ctx.now,
+        deadline_seconds=ctx.deadline_seconds,
+        paused=paused(ts.spec.rollout, rs),
+        requests=InPlaceRequests(
+            promote="promote" in actions, promote_full="promote-full" in actions, abort="abort" in actions
+        ),
+        configmap_stable=observed_state_stable(ctx.configmaps, state.host),
+        describe=described,
+        replaced_by=replaced_by,
+        analysis=ctx.analysis,
     )
+    handled: dict[str, str] = {r.action: r.request_id for r in taken}
+    return InPlaceChoice(
+        engine_revision=engine,
+        requests=tuple(rest),
+        mode=InPlaceMode(update=update, handled=handled, events=tuple(events)),
+        kind=kind,
+        described=described,
+        files={r: files(r) for r in (state.stable, state.next) if r},
+        stored=_stored_inplace_data(ctx.configmaps, state.host),
+        history=rs.history,
+    )
+
+
+def in_place_writes(ts: TritonService, choice: InPlaceChoice, moved: InPlacePlan | None) -> InPlaceDecision:
+    """What the in-place mode writes once the engine moved its update (``moved``: the plan's
+    in_place): the `<deployment>-inplace` ConfigMap, the ConfigMaps kept, the kind and the served
+    revision for the status."""
+    mode, update = choice.mode, choice.mode.update
+    handled = dict(mode.handled)
+    if update is None or moved is None:
+        return InPlaceDecision(
+            engine_revision=choice.engine_revision,
+            requests=choice.requests,
+            handled=handled,
+            kind=choice.kind,
+            events=mode.events,
+            keep=choice.keep,
+        )
+    state, plan, kind, described = update.state, moved, choice.kind, choice.described
+
     configmap: dict[str, Any] | None = None
     keep: tuple[str, ...] = ()
     if plan.configmap is not None:
         stable, nxt = plan.configmap
-        stored = {r: files(r) for r in (stable, nxt) if r}
+        stored = {r: choice.files.get(r) for r in (stable, nxt) if r}
         if all(v is not None for v in stored.values()):
             data = inplace_data(stable, nxt, {r: v for r, v in stored.items() if v is not None})
         else:
             # A revision's own ConfigMap cannot be read back (never expected: they are kept while
             # served or loading): the ConfigMap the pods follow stays as it is, never deleted.
-            data = _stored_inplace_data(ctx.configmaps, state.host) or {}
+            data = dict(choice.stored or {})
         configmap = build_inplace_configmap(ts, state.host, data) if data else None
         keep = tuple(stored)
     after = plan.state
     if kind is None and after is not None and after.next is not None:
         kind = (IN_PLACE, described)
-    history: tuple[HistoryEntry, ...] | None = None
-    if state.next is not None and after is not None and after.next is None and after.stable == state.next:
-        history = _in_history(rs.history, ts.spec.rollout.revision_history_limit, state.stable, state)
-    entries = history if history is not None else rs.history
+    history = history_after(choice.history, ts.spec.rollout.revision_history_limit, state, after)
+    entries = history if history is not None else choice.history
     kept = tuple(h.revision for h in entries if h.in_place_host == state.host)
     return InPlaceDecision(
-        engine_revision=engine,
-        requests=tuple(rest),
-        handled={r.action: r.request_id for r in taken},
+        engine_revision=choice.engine_revision,
+        requests=choice.requests,
+        handled=handled,
         plan=plan,
         kind=kind,
-        events=(*events, *plan.events),
+        events=(*mode.events, *plan.events),
         configmap=configmap,
         keep=tuple(dict.fromkeys((*keep, *kept))),
         served=after.stable if after is not None and after.stable != after.host else None,
-        history=history,
     )
 
 
@@ -458,17 +509,6 @@ def _requests(
             events.append(RolloutEvent(NORMAL, ROLLOUT_RETRIED, f"retrying revision {desired} in place"))
         state = dataclasses.replace(state, aborted_revision=None, aborted_reason=None, aborted_detail=None)
     return _Asked(state, taken, rest, events, desired)
-
-
-def _in_history(
-    history: Sequence[HistoryEntry], limit: int, old: str, state: InPlaceState
-) -> tuple[HistoryEntry, ...]:
-    """status.history once the pods of ``state.host`` serve ``state.next`` in place: the revision they
-    served before (``old``) is kept for an undo (in place: no Deployment of its own), the one they
-    serve now is not history; at most ``limit`` entries (spec.rollout.revisionHistoryLimit)."""
-    entries = [h for h in history if h.revision not in (old, state.next)]
-    entries.append(HistoryEntry(old, None, in_place_host=state.host))
-    return tuple(entries[-limit:] if limit > 0 else [])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,3 +41,17 @@ def to_utc(moment: datetime) -> datetime:
 def utcnow() -> datetime:
     """The wall clock, in UTC (the default clock of a pass and of the peering monitor)."""
     return datetime.now(UTC)
+
+
+def elapsed(since: datetime | None, seconds: float, now: datetime) -> bool:
+    """``seconds`` have passed since ``since`` (never when there is no ``since``): the deadline's rule,
+    for either step mover."""
+    return since is not None and (now - since).total_seconds() >= seconds
+
+
+def pause_left(duration: int | None, started: datetime | None, now: datetime) -> float | None:
+    """Seconds left of a timed pause step begun at ``started`` (not begun: all of it; 0 or less: it is
+    over); None: it pauses until promoted. The pause's rule, for either step mover."""
+    if duration is None:
+        return None
+    return duration - ((now - started).total_seconds() if started is not None else 0.0)

@@ -1,4 +1,4 @@
-"""In-place model updates, pure: the stable revision's pods load the next revision's models step by step.
+"""The engine's in-place step mover, pure: the stable revision's pods load the next revision step by step.
 
 The pods keep their Kubernetes identity (the "host" revision: its Deployment, its revision label,
 the Services that select it). What they serve moves from ``stable`` to ``next`` through the
@@ -18,29 +18,48 @@ rollback alike, and the status names the others. A pod leaves the Service while 
 pods move in batches (``batch_size``: at most a quarter of them, never all), forward and back. A
 newer spec and an abort always win, also while rolling back.
 
-``plan_in_place`` is one call, level-based like core.rollout.engine: the state it wrote last time
-and what it observes now in, the next state, the pod annotations to write, the ConfigMap's
-state.json, the conditions and Events out.
+``plan_in_place`` moves one call's step: core.rollout.engine.plan_rollout runs it in its in-place
+mode (RolloutInput.in_place), level-based: the state it wrote last time and what it observes now
+in; the next state, the pod annotations to write, the ConfigMap's state.json, the conditions, the
+analyses recorded and the Events out, which the engine makes part of its one plan. It shares the
+engine's analysis gate (rollout.gate), step texts, pause and deadline rules; only how a step moves
+(asking pods, not scaling a canary Deployment) and how it goes back are its own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from triton_operator.core.rollout.canary_analysis import FAILED as ANALYSIS_VERDICT_FAILED
-from triton_operator.core.rollout.canary_analysis import INCONCLUSIVE, PASSED, AnalysisResult
-from triton_operator.core.rollout.clock import format_time, parse_time, to_utc
-from triton_operator.core.rollout.plan import RolloutEvent
-from triton_operator.core.rollout.texts import describe_step
+from triton_operator.core.rollout.canary_analysis import AnalysisResult
+from triton_operator.core.rollout.clock import elapsed, format_time, pause_left, to_utc
+from triton_operator.core.rollout.gate import analysis_gate, analysis_record
+from triton_operator.core.rollout.hostpods import (
+    FAILED,
+    POLL_SECONDS,
+    AgentStatus,
+    AnalysisSides,
+    HostPod,
+    InPlaceRequests,
+    InPlaceState,
+    analysis_sides,
+    batch_size,
+    named,
+    parse_agent_status,
+    serves,
+    step_pods,
+    why_not_on,
+)
+from triton_operator.core.rollout.plan import InPlaceInput, InPlacePlan, RolloutEvent
+from triton_operator.core.rollout.state import HistoryEntry
+from triton_operator.core.rollout.texts import step_at, step_completed
 from triton_operator.core.vocabulary.conditions import (
     ABORTED,
     ANALYSIS_FAILED,
     ANALYSIS_INCONCLUSIVE,
-    ANALYSIS_PASSED,
     AS_EXPECTED,
     FALSE,
     IN_PLACE_LOAD_FAILED,
@@ -61,298 +80,33 @@ from triton_operator.core.vocabulary.conditions import (
     WARNING,
     Verdict,
 )
-from triton_operator.models import (
-    ANALYSIS_RUNS_KEPT,
-    AnalysisRunRecord,
-    CanaryStep,
-    Inconclusive,
-    InPlaceRollout,
-    Rollout,
-    Strategy,
-)
+from triton_operator.models import ANALYSIS_RUNS_KEPT, AnalysisRunRecord, CanaryStep, Strategy
 
-APPLIED = "Applied"
-APPLYING = "Applying"
-FAILED = "Failed"
-READY_STATE = "READY"
-POLL_SECONDS = 2.0
-"""How soon a pass looks again while pods load: the agents' progress raises no Kubernetes event."""
-
-
-@dataclasses.dataclass(frozen=True)
-class AgentStatus:
-    """A pod's model-agent as it reports itself (GET :8009/v1/inplace), or why it could not be read."""
-
-    revision: str | None = None
-    """The revision the pod's /models holds and Triton loaded (the agent's last success)."""
-    target: str | None = None
-    state: str | None = None
-    """Applied, Applying or Failed."""
-    message: str = ""
-    models: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """Triton's per-model state after the last load (READY, UNAVAILABLE, ...)."""
-    error: str | None = None
-    """Why the agent could not be read (then nothing else is known)."""
-
-
-def parse_agent_status(payload: Any) -> AgentStatus:
-    """The agent's JSON as the contract has it; anything else is an unreadable status."""
-    if not isinstance(payload, Mapping):
-        return AgentStatus(error="not an agent status")
-    models = payload.get("models")
-
-    def text(key: str) -> str | None:
-        value = payload.get(key)
-        return str(value) if isinstance(value, str) and value else None
-
-    return AgentStatus(
-        revision=text("revision"),
-        target=text("target"),
-        state=text("state"),
-        message=str(payload.get("message") or "")[:1024],
-        models={str(k): str(v) for k, v in models.items()} if isinstance(models, Mapping) else {},
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class HostPod:
-    """One pod of the host revision, as the in-place update reads it."""
-
-    name: str
-    ready: bool = False
-    terminating: bool = False
-    target: str | None = None
-    """Its `triton-operator.io/inplace-target` annotation."""
-    agent: AgentStatus | None = None
-    """Its agent's status (None: not read in this pass)."""
-    problem: str | None = None
-    """Why it cannot serve now (Pending, crash looping, not started: observation.PodState.
-    cannot_serve); None: it can. Only pods that can serve are counted, asked and waited for."""
-
-
-@dataclasses.dataclass(frozen=True)
-class InPlaceState:
-    """status.inPlace: everything a restarted operator needs to resume an in-place update."""
-
-    host: str
-    stable: str
-    next: str | None = None
-    step_index: int | None = None
-    step_started_at: datetime | None = None
-    waiting_since: datetime | None = None
-    pods: tuple[str, ...] = ()
-    rolling_back: str | None = None
-    """The abort reason while the pods load the stable revision again."""
-    aborted_revision: str | None = None
-    aborted_reason: str | None = None
-    aborted_detail: str | None = None
-    pinned: str | None = None
-    """The revision an undo went back to in place: served instead of the spec's ``pinned_for``."""
-    pinned_for: str | None = None
-    asked_at_step: int = 0
-    """How many pods were asked when the current step began: the analysis gates a step's first
-    pods, not each batch of them."""
-    promoted: bool = False
-    """A promote request took the update to its end: no analysis holds it any more."""
-
-    @classmethod
-    def from_status(cls, status: Mapping[str, Any] | None) -> InPlaceState | None:
-        raw = (status or {}).get("inPlace")
-        if not isinstance(raw, Mapping) or not raw.get("host") or not raw.get("stable"):
-            return None
-        index = raw.get("stepIndex")
-        pods = raw.get("pods") or []
-        return cls(
-            host=str(raw["host"]),
-            stable=str(raw["stable"]),
-            next=str(raw["next"]) if raw.get("next") else None,
-            step_index=int(index) if isinstance(index, int) and not isinstance(index, bool) else None,
-            step_started_at=parse_time(raw.get("stepStartedAt")),
-            waiting_since=parse_time(raw.get("waitingSince")),
-            pods=tuple(str(p) for p in pods) if isinstance(pods, list) else (),
-            rolling_back=str(raw["rollingBack"]) if raw.get("rollingBack") else None,
-            aborted_revision=str(raw["abortedRevision"]) if raw.get("abortedRevision") else None,
-            aborted_reason=str(raw["abortedReason"]) if raw.get("abortedReason") else None,
-            aborted_detail=str(raw["abortedDetail"]) if raw.get("abortedDetail") else None,
-            pinned=str(raw["pinned"]) if raw.get("pinned") else None,
-            pinned_for=str(raw["pinnedFor"]) if raw.get("pinnedFor") else None,
-            asked_at_step=_count(raw.get("askedAtStep")),
-            promoted=raw.get("promoted") is True,
-        )
-
-    def to_status(self) -> dict[str, Any]:
-        def t(moment: datetime | None) -> str | None:
-            return format_time(moment) if moment is not None else None
-
-        return InPlaceRollout(
-            host=self.host,
-            stable=self.stable,
-            next=self.next,
-            step_index=self.step_index,
-            step_started_at=t(self.step_started_at),
-            waiting_since=t(self.waiting_since),
-            pods=list(self.pods),
-            rolling_back=self.rolling_back,
-            aborted_revision=self.aborted_revision,
-            aborted_reason=self.aborted_reason,
-            aborted_detail=self.aborted_detail,
-            pinned=self.pinned,
-            pinned_for=self.pinned_for,
-            asked_at_step=self.asked_at_step or None,
-            promoted=self.promoted or None,
-        ).model_dump(by_alias=True, exclude_none=True, exclude_defaults=True, mode="json") | {
-            "host": self.host,
-            "stable": self.stable,
-        }
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def serves(pod: HostPod, revision: str, models: Sequence[str] = ()) -> bool:
-    """The pod is Ready and its agent reports ``revision`` Applied, with each of ``models`` READY."""
-    agent = pod.agent
-    if agent is None or agent.error or agent.revision != revision or agent.state != APPLIED:
-        return False
-    return pod.ready and all(agent.models.get(m) == READY_STATE for m in models)
-
-
-@dataclasses.dataclass(frozen=True)
-class AnalysisSides:
-    """What the analysis of an in-place step compares (spec.rollout.analysis, as for a canary): the
-    pods the update moved to ``revision`` (every pod asked so far, each serving it) against the
-    pods not asked yet, which serve the stable revision. The Service spreads requests over the pods
-    alike, so ``weight`` (the share of the pods updated) stands for a canary's traffic weight; with
-    no pod left on the stable revision it is 100, and, as for a canary at 100, the latency is not
-    compared with the stable's then (nothing to compare with): only the absolute checks apply."""
-
-    revision: str
-    updated: tuple[str, ...]
-    baseline: tuple[str, ...]
-
-    @property
-    def weight(self) -> int:
-        if not self.baseline:
-            return 100
-        return max(1, (100 * len(self.updated)) // (len(self.updated) + len(self.baseline)))
-
-
-def analysis_sides(
-    state: InPlaceState | None, pods: Sequence[HostPod], models: Sequence[str] = ()
-) -> AnalysisSides | None:
-    """The sides an in-place analysis judges now; None while nothing is judged: no update moves
-    (or it rolls back), no pod is asked yet, or a pod asked does not serve the next revision with
-    ``models`` READY yet (a step's window starts once its pods all have)."""
-    if state is None or state.next is None or state.rolling_back is not None or not state.pods:
-        return None
-    live = {p.name: p for p in pods if not p.terminating and (p.problem is None or p.name in state.pods)}
-    if any(name not in live or not serves(live[name], state.next, models) for name in state.pods):
-        return None
-    baseline = tuple(sorted(name for name in live if name not in state.pods))
-    return AnalysisSides(state.next, tuple(sorted(state.pods)), baseline)
-
-
-@dataclasses.dataclass(frozen=True)
-class InPlaceRequests:
-    """The control requests this call takes (made for the in-place revision, never handled before)."""
-
-    promote: bool = False
-    promote_full: bool = False
-    abort: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class InPlaceInput:
-    rollout: Rollout
-    state: InPlaceState
-    """The state to carry on (a new update: next set, step_index None)."""
-    models: tuple[str, ...]
-    """The models whose readiness gates a pod: those the update reloads or adds."""
-    pods: Sequence[HostPod]
-    now: datetime
-    deadline_seconds: int
-    paused: bool = False
-    """spec.rollout.paused or a pause request."""
-    requests: InPlaceRequests = InPlaceRequests()
-    configmap_stable: str | None = None
-    """state.json's stable as the observed ConfigMap holds it (None: no ConfigMap)."""
-    describe: str = ""
-    """What the update does, in words (core.rollout.rollout_kind.describe)."""
-    replaced_by: str | None = None
-    """A newer spec asks for this revision: the update in progress goes back first."""
-    analysis: AnalysisResult | None = None
-    """The analysis verdict of the current step's window (reconcile.analysis judges the pods of
-    ``analysis_sides``); taken only when it is of this state's sides."""
-
-
-@dataclasses.dataclass(frozen=True)
-class InPlacePlan:
-    state: InPlaceState | None
-    """status.inPlace from now (None: the pods serve their own revision and nothing is in place)."""
-    annotations: Mapping[str, str | None]
-    """Pod name -> the annotation to write (None: remove it); only the pods whose annotation changes."""
-    configmap: tuple[str, str | None] | None
-    """(stable, next) of the ConfigMap's state.json; None: no ConfigMap wanted."""
-    progressing: Verdict
-    degraded: Verdict
-    events: tuple[RolloutEvent, ...]
-    requeue_after: float | None
-    in_flight: bool
-    """An update or its rollback runs (the pods' revision is moving)."""
-    analysis_runs: tuple[AnalysisRunRecord, ...] = ()
-    """The analyses that decided something in this call (status.analysisRuns, as a canary's)."""
-    pause: bool = False
-    """An inconclusive analysis pauses the rollout (onInconclusive: Pause): status.pausedByUser."""
-
-
-def step_pods(weight: int, pods: int) -> int:
-    """How many of the host's ``pods`` a setWeight step updates: ceil(weight% of them)."""
-    return min(pods, math.ceil(pods * max(weight, 0) / 100))
-
-
-RELOADING_SHARE = 25
-"""The share of the pods that can serve that may reload at once (as a Deployment's default
-maxUnavailable): a pod leaves the Service while its models reload."""
-NAMED_PODS = 5
-"""At most this many pods are named in a condition's message (then "and k more")."""
-
-
-def batch_size(servable: int) -> int:
-    """How many of ``servable`` pods may reload at once: max(1, 25% of them, rounded down), and never
-    all of them, so that at least one pod serves throughout (0 with fewer than 2 pods)."""
-    return max(0, min(max(1, servable * RELOADING_SHARE // 100), servable - 1))
-
-
-def _named(items: Sequence[str]) -> str:
-    shown = ", ".join(items[:NAMED_PODS])
-    return shown + (f" and {len(items) - NAMED_PODS} more" if len(items) > NAMED_PODS else "")
-
-
-def why_not_on(pod: HostPod, revision: str, models: Sequence[str] = ()) -> str:
-    """Why ``pod`` does not serve ``revision`` (with ``models`` READY) yet, in words for the status."""
-    if pod.problem is not None:
-        return pod.problem
-    agent = pod.agent
-    if agent is None:
-        return "agent not read yet"
-    if agent.error:
-        return f"agent not readable ({agent.error})"
-    if agent.state != APPLIED or agent.revision != revision:
-        state = agent.state or "no state"
-        said = f"agent reports {state if agent.state != APPLIED else f'{agent.revision} Applied'}"
-        return f"{said}: {agent.message}" if agent.message else said
-    states = {m: agent.models.get(m) or "not reported" for m in models}
-    waiting = [f"model {m} is {state}" for m, state in states.items() if state != READY_STATE]
-    if waiting:
-        return ", ".join(waiting)
-    return "not Ready" if not pod.ready else "serves it"
-
+__all__ = [
+    "AgentStatus",
+    "AnalysisSides",
+    "HostPod",
+    "InPlaceInput",
+    "InPlacePlan",
+    "InPlaceRequests",
+    "InPlaceState",
+    "analysis_sides",
+    "batch_size",
+    "history_after",
+    "parse_agent_status",
+    "plan_in_place",
+    "serves",
+    "step_pods",
+    "why_not_on",
+]
 
 _UNSTEPPED: dict[str, Any] = {"waiting_since": None, "asked_at_step": 0, "promoted": False}
 
 
-class _Call:
+class Move:
+    """One call of the in-place step mover: its context (the input, the state being built, the pods
+    as read, the Events), which the mover's functions take."""
+
     def __init__(self, inp: InPlaceInput) -> None:
         self.inp = inp
         self.st = inp.state
@@ -386,8 +140,6 @@ class _Call:
     def seconds_since(self, moment: datetime | None) -> float:
         return (self.now - moment).total_seconds() if moment is not None else 0.0
 
-    # ------------------------------------------------------------- what a pod reports
-
     def on(self, pod: HostPod, revision: str, *, gated: bool) -> bool:
         """The pod's agent reports ``revision`` Applied (``gated``: and the changed models READY)."""
         return serves(pod, revision, self.inp.models if gated else ())
@@ -398,491 +150,494 @@ class _Call:
             return agent
         return None
 
-    # ------------------------------------------------------------- the plan
 
-    def plan(self) -> InPlacePlan:
-        st = self.st
-        if st.next is None:
-            return self.idle()
-        if st.rolling_back is not None:
-            if self.inp.requests.abort:
-                self.event(
-                    ABORTED,
-                    f"abort request: the in-place rollout of revision {st.next} is already rolling back "
-                    f"({st.aborted_detail or st.rolling_back}); the pods load revision {st.stable} again",
-                )
-            return self.rolling_back()
-        if st.step_index is None:
-            self.set(step_index=0, step_started_at=self.now, pods=(), **_UNSTEPPED)
-            self.event(
-                ROLLOUT_STARTED,
-                f"rolling out revision {st.next} in place on the pods of revision {st.host} "
-                f"(serving {st.stable}; {len(self.steps)} steps): {self.inp.describe}",
+# ------------------------------------------------------------- the plan
+
+
+def plan(m: Move) -> InPlacePlan:
+    st = m.st
+    if st.next is None:
+        return idle(m)
+    if st.rolling_back is not None:
+        if m.inp.requests.abort:
+            m.event(
+                ABORTED,
+                f"abort request: the in-place rollout of revision {st.next} is already rolling back "
+                f"({st.aborted_detail or st.rolling_back}); the pods load revision {st.stable} again",
             )
-        return self.progress()
-
-    def progress(self) -> InPlacePlan:
-        reqs = self.inp.requests
-        if reqs.abort:
-            return self.roll_back(ABORTED, "aborted by request")
-        if self.inp.replaced_by is not None:
-            return self.roll_back(ABORTED, f"replaced by revision {self.inp.replaced_by}")
-        lost = [name for name in self.st.pods if name not in self.by_name]
-        if lost:
-            return self.roll_back(IN_PLACE_POD_LOST, f"pod {', '.join(lost)} gone mid-update")
-        broken = [f"pod {n}: {self.by_name[n].problem}" for n in self.st.pods if self.by_name[n].problem]
-        if broken:
-            return self.roll_back(IN_PLACE_POD_LOST, f"{'; '.join(broken)} (mid-update: it cannot serve)")
-        for name in self.st.pods:
-            agent = self.failed(self.by_name[name])
-            if agent is not None:
-                return self.roll_back(IN_PLACE_LOAD_FAILED, f"pod {name}: {agent.message or 'load failed'}")
-        promote, promote_full = reqs.promote, reqs.promote_full
-        self.forced = promote or promote_full or self.st.promoted  # a promote goes on without the analysis
-        if self.inp.paused and not (promote or promote_full):
-            self.set(waiting_since=None)
-            return self.updating(paused=True)
-        result = self.current_analysis()
-        if result is not None and result.verdict == ANALYSIS_VERDICT_FAILED:
-            # As a canary's: judged while the rollout is not paused, at every step, and a failure
-            # goes back the way a failed load does (every pod asked loads the stable revision).
-            self.record(result)
-            return self.roll_back(ANALYSIS_FAILED, result.message)
-        if (
-            self.st.waiting_since is not None
-            and self.seconds_since(self.st.waiting_since) >= self.inp.deadline_seconds
-        ):
-            return self.roll_back(
-                PROGRESS_DEADLINE_EXCEEDED,
-                f"pods not on revision {self.st.next} within {self.inp.deadline_seconds}s",
-            )
-        if (promote or promote_full) and (self.st.step_index or 0) < len(self.steps):
-            # An in-place promote goes to the end: every pod is asked, in batches (a pod leaves the
-            # Service while it reloads); the rollout still completes only once every pod has loaded
-            # the revision (no request skips that).
-            self.set(
-                step_index=len(self.steps),
-                step_started_at=self.now,
-                waiting_since=None,
-                asked_at_step=len(self.st.pods),
-                promoted=True,
-            )
-            self.event(
-                STEP_COMPLETED,
-                f"revision {self.st.next} in place: every pod by promote request "
-                f"(at most {max(self.batch, 1)} reloading at once)",
-            )
-        for _ in range(len(self.steps) + 2):
-            index = self.st.step_index or 0
-            if index >= len(self.steps):
-                wanted = self.wanted = len(self.servable)
-                held = self.gate(wanted)
-                if held is not None:
-                    return held
-                self.ask(wanted)
-                if self.done(wanted):
-                    return self.complete()
-                return self.updating()
-            step = self.steps[index]
-            if step.set_weight is not None:
-                # The pods that can serve, Ready or not: a pod asked is un-Ready while it reloads.
-                wanted = self.wanted = step_pods(step.set_weight, len(self.servable))
-                held = self.gate(wanted)
-                if held is not None:
-                    return held
-                self.ask(wanted)
-                if self.done(wanted):
-                    self.advance(index)
-                    continue
-                return self.updating()
-            if step.pause is not None:
-                duration = step.pause.duration_seconds
-                if duration is not None and self.seconds_since(self.st.step_started_at) >= duration:
-                    self.advance(index)
-                    continue
-                if duration is not None:
-                    self.requeue.append(duration - self.seconds_since(self.st.step_started_at))
-                self.set(waiting_since=None)
-                return self.updating()
-            self.advance(index)  # setHeaderRoute: nothing to route, every pod is the same Service
-        return self.updating()
-
-    # ------------------------------------------------------------- analysis (as a canary's)
-
-    def analysis_active(self) -> bool:
-        """The current step's pods are judged: analysis set and a step's pods all serve the next revision."""
-        return self.inp.rollout.analysis is not None and self.sides is not None
-
-    def current_analysis(self) -> AnalysisResult | None:
-        """The verdict of the current step's window, when the reconcile judged these sides."""
-        result, sides = self.inp.analysis, self.sides
-        if result is None or sides is None or not self.analysis_active():
-            return None
-        if result.revision != sides.revision or result.weight != sides.weight:
-            return None
-        return result
-
-    def record(self, result: AnalysisResult, verdict: str | None = None) -> None:
-        self.runs.append(
-            AnalysisRunRecord(
-                revision=result.revision,
-                step_index=self.st.step_index or 0,
-                weight=result.weight,
-                verdict=verdict or result.verdict,
-                message=result.message,
-                at=format_time(self.now),
-            )
+        return rolling_back(m)
+    if st.step_index is None:
+        m.set(step_index=0, step_started_at=m.now, pods=(), **_UNSTEPPED)
+        m.event(
+            ROLLOUT_STARTED,
+            f"rolling out revision {st.next} in place on the pods of revision {st.host} "
+            f"(serving {st.stable}; {len(m.steps)} steps): {m.inp.describe}",
         )
+    return progress(m)
 
-    def gate(self, wanted: int) -> InPlacePlan | None:
-        """Before more pods are asked (``wanted`` of them), the analysis of the pods updated so far
-        must pass, as a canary's before its traffic rises; None: go on; else the plan that waits
-        (or rolls back: inconclusive past inconclusiveAfterSeconds with onInconclusive Abort).
-        The first step asks with nothing to judge (a canary's first weight is not judged either),
-        and a promote request goes on without it."""
-        spec = self.inp.rollout.analysis
-        if spec is None or self.forced or wanted <= len(self.st.pods) or not self.st.pods:
-            return None
-        if len(self.st.pods) > self.st.asked_at_step:
-            return None  # this step asked its first pods already: the rest follow in batches
-        result = self.current_analysis()
-        if result is None:
-            sides = self.sides
-            on = f"the {len(sides.updated)} pods updated" if sides is not None else "the pods asked"
-            self.waiting_on_analysis = f"waiting for the first reading of the metrics of {on}"
-            return self.updating()
-        if result.verdict == PASSED:
-            self.record(result)
-            self.event(ANALYSIS_PASSED, f"revision {result.revision} in place: {result.message}")
-            return None
-        self.waiting_on_analysis = result.message
-        if result.verdict == INCONCLUSIVE and result.window_seconds >= spec.inconclusive_after_seconds:
-            if spec.on_inconclusive == Inconclusive.ABORT:
-                self.record(result)
-                return self.roll_back(ANALYSIS_INCONCLUSIVE, result.message)
-            if spec.on_inconclusive == Inconclusive.PAUSE and not self.inp.paused:
-                self.record(result, "Paused")
-                self.pause = True
-                self.event(
-                    ANALYSIS_INCONCLUSIVE,
-                    f"revision {result.revision} in place: {result.message}; rollout paused "
-                    "(kubectl triton resume to wait on, promote to go on without it, abort to roll back)",
-                    WARNING,
-                )
-        return self.updating()
 
-    # ------------------------------------------------------------- pods asked
-
-    def moving(self) -> int:
-        """The pods that can serve and do not serve what they should now: asked and not serving the
-        next revision yet, or not asked and not Ready (reloading, e.g. back to the stable one)."""
-        nxt, asked = self.st.next, set(self.st.pods)
-        assert nxt is not None
-        return sum(
-            1 for p in self.servable if (not self.on(p, nxt, gated=True) if p.name in asked else not p.ready)
+def progress(m: Move) -> InPlacePlan:
+    reqs = m.inp.requests
+    if reqs.abort:
+        return roll_back(m, ABORTED, "aborted by request")
+    if m.inp.replaced_by is not None:
+        return roll_back(m, ABORTED, f"replaced by revision {m.inp.replaced_by}")
+    lost = [name for name in m.st.pods if name not in m.by_name]
+    if lost:
+        return roll_back(m, IN_PLACE_POD_LOST, f"pod {', '.join(lost)} gone mid-update")
+    broken = [f"pod {n}: {m.by_name[n].problem}" for n in m.st.pods if m.by_name[n].problem]
+    if broken:
+        return roll_back(m, IN_PLACE_POD_LOST, f"{'; '.join(broken)} (mid-update: it cannot serve)")
+    for name in m.st.pods:
+        agent = m.failed(m.by_name[name])
+        if agent is not None:
+            return roll_back(m, IN_PLACE_LOAD_FAILED, f"pod {name}: {agent.message or 'load failed'}")
+    promote, promote_full = reqs.promote, reqs.promote_full
+    m.forced = promote or promote_full or m.st.promoted  # a promote goes on without the analysis
+    if m.inp.paused and not (promote or promote_full):
+        m.set(waiting_since=None)
+        return updating(m, paused=True)
+    result = current_analysis(m)
+    if result is not None and result.verdict == ANALYSIS_VERDICT_FAILED:
+        # As a canary's: judged while the rollout is not paused, at every step, and a failure
+        # goes back the way a failed load does (every pod asked loads the stable revision).
+        record(m, result)
+        return roll_back(m, ANALYSIS_FAILED, result.message)
+    if elapsed(m.st.waiting_since, m.inp.deadline_seconds, m.now):
+        return roll_back(
+            m,
+            PROGRESS_DEADLINE_EXCEEDED,
+            f"pods not on revision {m.st.next} within {m.inp.deadline_seconds}s",
         )
-
-    def ask(self, wanted: int) -> None:
-        """Add pods to the update until ``wanted`` are in it, in batches: at most ``self.batch`` pods
-        move at once (a pod leaves the Service while it reloads), so at least one always serves. A pod
-        that does not serve anyway (not Ready) is asked first, and at no cost; then by name."""
-        pods = list(self.st.pods)
-        moving = self.moving()
-        for pod in sorted(self.servable, key=lambda p: (p.ready, p.name)):
-            if len(pods) >= wanted:
-                break
-            if pod.name in pods:
-                continue
-            if pod.ready:
-                if moving >= self.batch:
-                    break
-                moving += 1
-            pods.append(pod.name)
-        if len(pods) > len(self.st.pods):
-            # A batch asked is progress: the deadline counts from the last one (as a Deployment's
-            # progressDeadlineSeconds), not from the step's first, so batches in a row never run out.
-            self.set(pods=tuple(pods), waiting_since=None)
-
-    def done(self, wanted: int) -> bool:
-        """The pods asked are ``wanted`` and every one serves the next revision, models READY."""
-        assert self.st.next is not None
-        ok = len(self.st.pods) >= wanted and all(
-            self.on(self.by_name[n], self.st.next, gated=True) for n in self.st.pods
+    if (promote or promote_full) and (m.st.step_index or 0) < len(m.steps):
+        # An in-place promote goes to the end: every pod is asked, in batches (a pod leaves the
+        # Service while it reloads); the rollout still completes only once every pod has loaded
+        # the revision (no request skips that).
+        m.set(
+            step_index=len(m.steps),
+            step_started_at=m.now,
+            waiting_since=None,
+            asked_at_step=len(m.st.pods),
+            promoted=True,
         )
-        if not ok and self.st.waiting_since is None:
-            self.set(waiting_since=self.now)
-        return ok
-
-    def advance(self, index: int) -> None:
-        step = self.steps[index]
-        asked = len(self.st.pods)
-        self.set(step_index=index + 1, step_started_at=self.now, waiting_since=None, asked_at_step=asked)
-        self.event(
+        m.event(
             STEP_COMPLETED,
-            f"revision {self.st.next} in place: step {index}/{len(self.steps)} ({describe_step(step)}) "
-            "completed",
+            f"revision {m.st.next} in place: every pod by promote request "
+            f"(at most {max(m.batch, 1)} reloading at once)",
         )
-
-    def complete(self) -> InPlacePlan:
-        new, old = self.st.next, self.st.stable
-        assert new is not None
-        self.set(
-            stable=new,
-            next=None,
-            step_index=None,
-            step_started_at=None,
-            waiting_since=None,
-            pods=(),
-            aborted_revision=None,
-            aborted_reason=None,
-            aborted_detail=None,
-            asked_at_step=0,
-            promoted=False,
-        )
-        self.event(
-            ROLLOUT_COMPLETED,
-            f"revision {new} is served in place by all {len(self.servable)} pods of revision "
-            f"{self.st.host} (was {old})",
-        )
-        return self.idle()
-
-    def roll_back(self, reason: str, detail: str) -> InPlacePlan:
-        index = self.st.step_index or 0
-        where = f"step {index}" if index < len(self.steps) else f"step {index} (all pods)"
-        self.set(
-            rolling_back=reason,
-            aborted_revision=self.st.next,
-            aborted_reason=reason,
-            aborted_detail=detail,
-            waiting_since=None,
-        )
-        self.event(
-            ROLLOUT_ABORTED,
-            f"in-place rollout of revision {self.st.next} aborted at {where}: {detail}; the pods of "
-            f"revision {self.st.host} load revision {self.st.stable} again",
-            WARNING,
-        )
-        return self.rolling_back()
-
-    def rolling_back(self) -> InPlacePlan:
-        """The annotations go, in batches as the update's asks (a pod leaves the Service while it
-        reloads): a pod that does not serve the next revision (failed, still loading, or unable to
-        serve at all) at once, the others while fewer than a batch (at least one) reload; ``next`` is
-        cleared once every pod asked that can serve reports the stable revision again. A newer spec ends
-        the rollback once no pod is asked any more: the new update starts from the stable revision,
-        the pods still reloading it counted as reloading."""
-        st = self.st
-        nxt = st.next
-        assert nxt is not None
-        # The pods to bring back: those asked, and any still annotated; a pod never asked never left
-        # the stable revision (un-Ready for its own reasons, it is no business of the rollback).
-        returning = [p for p in self.servable if p.name in st.pods or p.target is not None]
-        back = [p for p in returning if self.on(p, st.stable, gated=False)]
-        annotations: dict[str, str | None] = {
-            p.name: None for p in self.live if p.target is not None and p.problem is not None
-        }
-        room = max(1, self.batch)  # a rollback always moves: with one pod left it goes back too
-        # Reloading back: asked, told to go back, not there yet (a pod never asked and un-Ready for
-        # its own reasons holds no rollback: it would wait on it for ever).
-        moving = sum(1 for p in self.servable if p.name in st.pods and p.target is None and p not in back)
-        asked = [p for p in self.servable if p.target is not None]
-        held: list[HostPod] = []
-        for pod in sorted(asked, key=lambda p: (self.on(p, nxt, gated=True), p.name)):
-            if not self.on(pod, nxt, gated=True):
-                annotations[pod.name] = None  # it serves nothing new: back at no cost
-                moving += 1
-            elif moving < room:
-                annotations[pod.name] = None
-                moving += 1
-            else:
-                held.append(pod)
-        if len(back) == len(returning):
-            self.set(
-                next=None, step_index=None, step_started_at=None, pods=(), rolling_back=None, **_UNSTEPPED
-            )
-            self.event(
-                IN_PLACE_ROLLED_BACK,
-                f"every pod of revision {st.host} serves revision {st.stable} again",
-            )
-            return self.held(annotations)
-        replaced = self.inp.replaced_by
-        if replaced is not None and not held:
-            self.set(
-                next=None, step_index=None, step_started_at=None, pods=(), rolling_back=None, **_UNSTEPPED
-            )
-            self.event(
-                IN_PLACE_ROLLED_BACK,
-                f"revision {nxt} rolled back in place, replaced by revision {replaced}: it starts from "
-                f"revision {st.stable}, {len(returning) - len(back)} pods still reloading it",
-            )
-            self.requeue.append(POLL_SECONDS)
-            return self.held(annotations)
-        late = [p for p in returning if p not in back and p not in held]
-        waits = [f"pod {p.name}: {why_not_on(p, st.stable)}" for p in late]
-        parts = [f"waiting for {_named(waits)}"] if waits else []
-        if held:
-            parts.append(f"{len(held)} pods serving {nxt} wait their turn (at most {room} reloading at once)")
-        parts += self.not_counted()
-        if replaced is not None:
-            parts.append(f"revision {replaced} starts once no pod is asked for {nxt} any more")
-        message = (
-            f"rolling back revision {nxt} in place: {len(back)}/{len(returning)} pods asked of "
-            f"revision {st.host} serve revision {st.stable} again"
-        ) + "".join(f"; {p}" for p in parts)
-        self.requeue.append(POLL_SECONDS)
-        return self.finish(
-            annotations,
-            Verdict(TRUE, IN_PLACE_ROLLING_BACK, message),
-            Verdict(TRUE, st.aborted_reason or ABORTED, self.abort_message()),
-            in_flight=True,
-        )
-
-    def not_counted(self) -> list[str]:
-        """The pods left out because they cannot serve, named with why (for a message)."""
-        left = [f"pod {p.name}: {p.problem}" for p in self.live if p.problem is not None]
-        return [f"not counted (cannot serve): {_named(left)}"] if left else []
-
-    def abort_message(self) -> str:
-        st = self.st
-        return (
-            f"in-place rollout of revision {st.aborted_revision} aborted: "
-            f"{st.aborted_detail or st.aborted_reason}; "
-            f"the pods of revision {st.host} serve revision {st.stable}"
-        )
-
-    def held(self, annotations: Mapping[str, str | None]) -> InPlacePlan:
-        progressing = Verdict(
-            FALSE,
-            ROLLOUT_ABORTED,
-            f"{self.abort_message()}; change the spec or request a retry (kubectl triton retry) to try again",
-        )
-        return self.finish(
-            annotations,
-            progressing,
-            Verdict(TRUE, self.st.aborted_reason or ABORTED, self.abort_message()),
-            in_flight=False,
-        )
-
-    def updating(self, paused: bool = False) -> InPlacePlan:
-        st = self.st
-        assert st.next is not None
-        annotations = {p.name: st.next for p in self.live if p.name in st.pods and p.target != st.next}
-        on = sum(1 for n in st.pods if self.on(self.by_name[n], st.next, gated=True))
-        index = st.step_index or 0
-        n = len(self.steps)
-        where = f"step {index}/{n} ({describe_step(self.steps[index])})" if index < n else "every pod"
-        readiness = (
-            f"{on}/{len(st.pods)} pods asked serve revision {st.next} ({len(self.servable)} pods in all)"
-            + "".join(f"; {p}" for p in self.waiting(st.next))
-        )
-        if paused:
-            progressing = Verdict(
-                FALSE, ROLLOUT_PAUSED, f"in-place rollout of {st.next} paused at {where}; {readiness}"
-            )
-        elif index < n and self.steps[index].pause is not None:
-            pause = self.steps[index].pause
-            assert pause is not None
-            until = (
-                f"until {format_time(st.step_started_at or self.now)} + {pause.duration_seconds}s"
-                if pause.duration_seconds is not None
-                else "until promoted (kubectl triton promote)"
-            )
-            progressing = Verdict(
-                TRUE if pause.duration_seconds is not None else FALSE,
-                STEP_PAUSED,
-                f"in place, {where}: paused {until}; {readiness}",
-            )
-        elif self.waiting_on_analysis is not None:
-            waiting = self.waiting_on_analysis
-            progressing = Verdict(TRUE, WAITING_FOR_ANALYSIS, f"in place, {where}: {waiting}")
-            if self.sides is None:
-                self.requeue.append(POLL_SECONDS)  # the pods asked are not all on it: look again soon
-        else:
-            progressing = Verdict(TRUE, IN_PLACE_UPDATING, f"in place, {where}: {readiness}")
-            self.requeue.append(POLL_SECONDS)
-            if st.waiting_since is not None:
-                self.requeue.append(self.inp.deadline_seconds - self.seconds_since(st.waiting_since))
-        analysis = self.inp.rollout.analysis
-        if analysis is not None and self.analysis_active() and not paused:
-            self.requeue.append(float(analysis.interval_seconds))
-        return self.finish(
-            annotations, progressing, Verdict(FALSE, AS_EXPECTED, "no rollout failed"), in_flight=True
-        )
-
-    def waiting(self, nxt: str) -> list[str]:
-        """What the update waits for, in words: each pod asked that does not serve ``nxt`` yet and
-        why, the pods that wait their turn (batches), the pods left out because they cannot serve."""
-        st = self.st
-        pods = [self.by_name[n] for n in st.pods if n in self.by_name]
-        late = [p for p in pods if not self.on(p, nxt, gated=True)]
-        waits = [f"pod {p.name}: {why_not_on(p, nxt, self.inp.models)}" for p in late]
-        parts = [f"waiting for {_named(waits)}"] if waits else []
-        turn = self.wanted - len(st.pods)
-        if turn > 0 and not self.inp.paused:
-            if self.batch == 0:
-                parts.append(
-                    f"{turn} pods wait: fewer than 2 pods can serve "
-                    "(a pod leaves the Service while it reloads)"
-                )
-            else:
-                parts.append(f"{turn} pods wait their turn (at most {self.batch} reloading at once)")
-        return parts + self.not_counted()
-
-    def idle(self) -> InPlacePlan:
-        """Nothing loads: annotations that are not needed go (one naming the stable revision only
-        once the ConfigMap's state.json says so, so that no pod turns back for a moment)."""
-        st = self.st
-        annotations: dict[str, str | None] = {}
-        for pod in self.live:
-            if pod.target is None:
+    for _ in range(len(m.steps) + 2):
+        index = m.st.step_index or 0
+        if index >= len(m.steps):
+            wanted = m.wanted = len(m.servable)
+            held = gate(m, wanted)
+            if held is not None:
+                return held
+            ask(m, wanted)
+            if done(m, wanted):
+                return complete(m)
+            return updating(m)
+        step = m.steps[index]
+        if step.set_weight is not None:
+            # The pods that can serve, Ready or not: a pod asked is un-Ready while it reloads.
+            wanted = m.wanted = step_pods(step.set_weight, len(m.servable))
+            held = gate(m, wanted)
+            if held is not None:
+                return held
+            ask(m, wanted)
+            if done(m, wanted):
+                advance(m, index)
                 continue
-            if pod.target != st.stable or self.inp.configmap_stable == st.stable:
-                annotations[pod.name] = None
-        if st.aborted_revision is not None:
-            return self.held(annotations)
-        message = f"the pods of revision {st.host} serve revision {st.stable} (in place)"
-        return self.finish(
-            annotations,
-            Verdict(FALSE, ROLLOUT_COMPLETED, message),
-            Verdict(FALSE, AS_EXPECTED, "no rollout failed"),
-            in_flight=False,
-        )
+            return updating(m)
+        if step.pause is not None:
+            left = pause_left(step.pause.duration_seconds, m.st.step_started_at, m.now)
+            if left is not None and left <= 0:
+                advance(m, index)
+                continue
+            if left is not None:
+                m.requeue.append(left)
+            m.set(waiting_since=None)
+            return updating(m)
+        advance(m, index)  # setHeaderRoute: nothing to route, every pod is the same Service
+    return updating(m)
 
-    def finish(
-        self,
-        annotations: Mapping[str, str | None],
-        progressing: Verdict,
-        degraded: Verdict,
-        *,
-        in_flight: bool,
-    ) -> InPlacePlan:
-        st = self.st
-        remaining = any(
-            p.target is not None and annotations.get(p.name, p.target) is not None for p in self.live
+
+# ------------------------------------------------------------- analysis (as a canary's)
+
+
+def analysis_active(m: Move) -> bool:
+    """The current step's pods are judged: analysis set and a step's pods all serve the next revision."""
+    return m.inp.rollout.analysis is not None and m.sides is not None
+
+
+def current_analysis(m: Move) -> AnalysisResult | None:
+    """The verdict of the current step's window, when the reconcile judged these sides."""
+    result, sides = m.inp.analysis, m.sides
+    if result is None or sides is None or not analysis_active(m):
+        return None
+    if result.revision != sides.revision or result.weight != sides.weight:
+        return None
+    return result
+
+
+def record(m: Move, result: AnalysisResult, verdict: str | None = None) -> None:
+    m.runs.append(analysis_record(result, m.st.step_index or 0, m.now, verdict))
+
+
+def gate(m: Move, wanted: int) -> InPlacePlan | None:
+    """Before more pods are asked (``wanted`` of them), the analysis of the pods updated so far
+    must pass, as a canary's before its traffic rises (rollout.gate); None: go on; else the plan
+    that waits (or rolls back). The first step asks with nothing to judge (a canary's first
+    weight is not judged either), and a promote request goes on without it."""
+    spec = m.inp.rollout.analysis
+    if spec is None or m.forced or wanted <= len(m.st.pods) or not m.st.pods:
+        return None
+    if len(m.st.pods) > m.st.asked_at_step:
+        return None  # this step asked its first pods already: the rest follow in batches
+    sides = m.sides
+    on = f"the {len(sides.updated)} pods updated" if sides is not None else "the pods asked"
+    result = current_analysis(m)
+    first = f"waiting for the first reading of the metrics of {on}"
+    gate = analysis_gate(spec, result, first=first, in_place=True, paused=m.inp.paused)
+    if gate.record is not None and result is not None:
+        record(m, result, gate.record or None)
+    if gate.event is not None:
+        m.events.append(gate.event)
+    m.pause = m.pause or gate.pause
+    if gate.outcome == "pass":
+        return None
+    m.waiting_on_analysis = gate.waiting
+    if gate.outcome == "abort" and result is not None:
+        return roll_back(m, ANALYSIS_INCONCLUSIVE, result.message)
+    return updating(m)
+
+
+# ------------------------------------------------------------- pods asked
+
+
+def count_moving(m: Move) -> int:
+    """The pods that can serve and do not serve what they should now: asked and not serving the
+    next revision yet, or not asked and not Ready (reloading, e.g. back to the stable one)."""
+    nxt, asked = m.st.next, set(m.st.pods)
+    assert nxt is not None
+    return sum(1 for p in m.servable if (not m.on(p, nxt, gated=True) if p.name in asked else not p.ready))
+
+
+def ask(m: Move, wanted: int) -> None:
+    """Add pods to the update until ``wanted`` are in it, in batches: at most ``m.batch`` pods
+    move at once (a pod leaves the Service while it reloads), so at least one always serves. A pod
+    that does not serve anyway (not Ready) is asked first, and at no cost; then by name."""
+    pods = list(m.st.pods)
+    moving = count_moving(m)
+    for pod in sorted(m.servable, key=lambda p: (p.ready, p.name)):
+        if len(pods) >= wanted:
+            break
+        if pod.name in pods:
+            continue
+        if pod.ready:
+            if moving >= m.batch:
+                break
+            moving += 1
+        pods.append(pod.name)
+    if len(pods) > len(m.st.pods):
+        # A batch asked is progress: the deadline counts from the last one (as a Deployment's
+        # progressDeadlineSeconds), not from the step's first, so batches in a row never run out.
+        m.set(pods=tuple(pods), waiting_since=None)
+
+
+def done(m: Move, wanted: int) -> bool:
+    """The pods asked are ``wanted`` and every one serves the next revision, models READY."""
+    assert m.st.next is not None
+    ok = len(m.st.pods) >= wanted and all(m.on(m.by_name[n], m.st.next, gated=True) for n in m.st.pods)
+    if not ok and m.st.waiting_since is None:
+        m.set(waiting_since=m.now)
+    return ok
+
+
+def advance(m: Move, index: int) -> None:
+    asked = len(m.st.pods)
+    m.set(step_index=index + 1, step_started_at=m.now, waiting_since=None, asked_at_step=asked)
+    m.event(STEP_COMPLETED, step_completed(f"revision {m.st.next} in place", index, m.steps))
+
+
+def complete(m: Move) -> InPlacePlan:
+    new, old = m.st.next, m.st.stable
+    assert new is not None
+    m.set(
+        stable=new,
+        next=None,
+        step_index=None,
+        step_started_at=None,
+        waiting_since=None,
+        pods=(),
+        aborted_revision=None,
+        aborted_reason=None,
+        aborted_detail=None,
+        asked_at_step=0,
+        promoted=False,
+    )
+    m.event(
+        ROLLOUT_COMPLETED,
+        f"revision {new} is served in place by all {len(m.servable)} pods of revision "
+        f"{m.st.host} (was {old})",
+    )
+    return idle(m)
+
+
+def roll_back(m: Move, reason: str, detail: str) -> InPlacePlan:
+    index = m.st.step_index or 0
+    where = f"step {index}" if index < len(m.steps) else f"step {index} (all pods)"
+    m.set(
+        rolling_back=reason,
+        aborted_revision=m.st.next,
+        aborted_reason=reason,
+        aborted_detail=detail,
+        waiting_since=None,
+    )
+    m.event(
+        ROLLOUT_ABORTED,
+        f"in-place rollout of revision {m.st.next} aborted at {where}: {detail}; the pods of "
+        f"revision {m.st.host} load revision {m.st.stable} again",
+        WARNING,
+    )
+    return rolling_back(m)
+
+
+def rolling_back(m: Move) -> InPlacePlan:
+    """The annotations go, in batches as the update's asks (a pod leaves the Service while it
+    reloads): a pod that does not serve the next revision (failed, still loading, or unable to
+    serve at all) at once, the others while fewer than a batch (at least one) reload; ``next`` is
+    cleared once every pod asked that can serve reports the stable revision again. A newer spec ends
+    the rollback once no pod is asked any more: the new update starts from the stable revision,
+    the pods still reloading it counted as reloading."""
+    st = m.st
+    nxt = st.next
+    assert nxt is not None
+    # The pods to bring back: those asked, and any still annotated; a pod never asked never left
+    # the stable revision (un-Ready for its own reasons, it is no business of the rollback).
+    returning = [p for p in m.servable if p.name in st.pods or p.target is not None]
+    back = [p for p in returning if m.on(p, st.stable, gated=False)]
+    annotations: dict[str, str | None] = {
+        p.name: None for p in m.live if p.target is not None and p.problem is not None
+    }
+    room = max(1, m.batch)  # a rollback always moves: with one pod left it goes back too
+    # Reloading back: asked, told to go back, not there yet (a pod never asked and un-Ready for
+    # its own reasons holds no rollback: it would wait on it for ever).
+    moving = sum(1 for p in m.servable if p.name in st.pods and p.target is None and p not in back)
+    asked = [p for p in m.servable if p.target is not None]
+    held: list[HostPod] = []
+    for pod in sorted(asked, key=lambda p: (m.on(p, nxt, gated=True), p.name)):
+        if not m.on(pod, nxt, gated=True):
+            annotations[pod.name] = None  # it serves nothing new: back at no cost
+            moving += 1
+        elif moving < room:
+            annotations[pod.name] = None
+            moving += 1
+        else:
+            held.append(pod)
+    if len(back) == len(returning):
+        m.set(next=None, step_index=None, step_started_at=None, pods=(), rolling_back=None, **_UNSTEPPED)
+        m.event(
+            IN_PLACE_ROLLED_BACK,
+            f"every pod of revision {st.host} serves revision {st.stable} again",
         )
-        # Back on the pods' own revision, with nothing in flight or held: nothing is in place.
-        gone = (
-            st.stable == st.host
-            and st.next is None
-            and st.aborted_revision is None
-            and st.pinned is None
-            and not remaining
+        return held_plan(m, annotations)
+    replaced = m.inp.replaced_by
+    if replaced is not None and not held:
+        m.set(next=None, step_index=None, step_started_at=None, pods=(), rolling_back=None, **_UNSTEPPED)
+        m.event(
+            IN_PLACE_ROLLED_BACK,
+            f"revision {nxt} rolled back in place, replaced by revision {replaced}: it starts from "
+            f"revision {st.stable}, {len(returning) - len(back)} pods still reloading it",
         )
-        after = max(min(self.requeue), 1.0) if self.requeue else (POLL_SECONDS if remaining else None)
-        return InPlacePlan(
-            state=None if gone else st,
-            annotations=dict(annotations),
-            configmap=None if gone else (st.stable, st.next),
-            progressing=progressing,
-            degraded=degraded,
-            events=tuple(self.events),
-            requeue_after=after,
-            in_flight=in_flight,
-            analysis_runs=tuple(self.runs)[-ANALYSIS_RUNS_KEPT:],
-            pause=self.pause,
+        m.requeue.append(POLL_SECONDS)
+        return held_plan(m, annotations)
+    late = [p for p in returning if p not in back and p not in held]
+    waits = [f"pod {p.name}: {why_not_on(p, st.stable)}" for p in late]
+    parts = [f"waiting for {named(waits)}"] if waits else []
+    if held:
+        parts.append(f"{len(held)} pods serving {nxt} wait their turn (at most {room} reloading at once)")
+    parts += not_counted(m)
+    if replaced is not None:
+        parts.append(f"revision {replaced} starts once no pod is asked for {nxt} any more")
+    message = (
+        f"rolling back revision {nxt} in place: {len(back)}/{len(returning)} pods asked of "
+        f"revision {st.host} serve revision {st.stable} again"
+    ) + "".join(f"; {p}" for p in parts)
+    m.requeue.append(POLL_SECONDS)
+    return finish(
+        m,
+        annotations,
+        Verdict(TRUE, IN_PLACE_ROLLING_BACK, message),
+        Verdict(TRUE, st.aborted_reason or ABORTED, abort_message(m)),
+        in_flight=True,
+    )
+
+
+def not_counted(m: Move) -> list[str]:
+    """The pods left out because they cannot serve, named with why (for a message)."""
+    left = [f"pod {p.name}: {p.problem}" for p in m.live if p.problem is not None]
+    return [f"not counted (cannot serve): {named(left)}"] if left else []
+
+
+def abort_message(m: Move) -> str:
+    st = m.st
+    return (
+        f"in-place rollout of revision {st.aborted_revision} aborted: "
+        f"{st.aborted_detail or st.aborted_reason}; "
+        f"the pods of revision {st.host} serve revision {st.stable}"
+    )
+
+
+def held_plan(m: Move, annotations: Mapping[str, str | None]) -> InPlacePlan:
+    progressing = Verdict(
+        FALSE,
+        ROLLOUT_ABORTED,
+        f"{abort_message(m)}; change the spec or request a retry (kubectl triton retry) to try again",
+    )
+    return finish(
+        m,
+        annotations,
+        progressing,
+        Verdict(TRUE, m.st.aborted_reason or ABORTED, abort_message(m)),
+        in_flight=False,
+    )
+
+
+def updating(m: Move, paused: bool = False) -> InPlacePlan:
+    st = m.st
+    assert st.next is not None
+    annotations = {p.name: st.next for p in m.live if p.name in st.pods and p.target != st.next}
+    on = sum(1 for n in st.pods if m.on(m.by_name[n], st.next, gated=True))
+    index = st.step_index or 0
+    n = len(m.steps)
+    where = step_at(index, m.steps) if index < n else "every pod"
+    readiness = (
+        f"{on}/{len(st.pods)} pods asked serve revision {st.next} ({len(m.servable)} pods in all)"
+        + "".join(f"; {p}" for p in waits_for(m, st.next))
+    )
+    if paused:
+        progressing = Verdict(
+            FALSE, ROLLOUT_PAUSED, f"in-place rollout of {st.next} paused at {where}; {readiness}"
         )
+    elif index < n and m.steps[index].pause is not None:
+        pause = m.steps[index].pause
+        assert pause is not None
+        until = (
+            f"until {format_time(st.step_started_at or m.now)} + {pause.duration_seconds}s"
+            if pause.duration_seconds is not None
+            else "until promoted (kubectl triton promote)"
+        )
+        progressing = Verdict(
+            TRUE if pause.duration_seconds is not None else FALSE,
+            STEP_PAUSED,
+            f"in place, {where}: paused {until}; {readiness}",
+        )
+    elif m.waiting_on_analysis is not None:
+        waiting = m.waiting_on_analysis
+        progressing = Verdict(TRUE, WAITING_FOR_ANALYSIS, f"in place, {where}: {waiting}")
+        if m.sides is None:
+            m.requeue.append(POLL_SECONDS)  # the pods asked are not all on it: look again soon
+    else:
+        progressing = Verdict(TRUE, IN_PLACE_UPDATING, f"in place, {where}: {readiness}")
+        m.requeue.append(POLL_SECONDS)
+        if st.waiting_since is not None:
+            m.requeue.append(m.inp.deadline_seconds - m.seconds_since(st.waiting_since))
+    analysis = m.inp.rollout.analysis
+    if analysis is not None and analysis_active(m) and not paused:
+        m.requeue.append(float(analysis.interval_seconds))
+    return finish(
+        m, annotations, progressing, Verdict(FALSE, AS_EXPECTED, "no rollout failed"), in_flight=True
+    )
+
+
+def waits_for(m: Move, nxt: str) -> list[str]:
+    """What the update waits for, in words: each pod asked that does not serve ``nxt`` yet and
+    why, the pods that wait their turn (batches), the pods left out because they cannot serve."""
+    st = m.st
+    pods = [m.by_name[n] for n in st.pods if n in m.by_name]
+    late = [p for p in pods if not m.on(p, nxt, gated=True)]
+    waits = [f"pod {p.name}: {why_not_on(p, nxt, m.inp.models)}" for p in late]
+    parts = [f"waiting for {named(waits)}"] if waits else []
+    turn = m.wanted - len(st.pods)
+    if turn > 0 and not m.inp.paused:
+        if m.batch == 0:
+            parts.append(
+                f"{turn} pods wait: fewer than 2 pods can serve (a pod leaves the Service while it reloads)"
+            )
+        else:
+            parts.append(f"{turn} pods wait their turn (at most {m.batch} reloading at once)")
+    return parts + not_counted(m)
+
+
+def idle(m: Move) -> InPlacePlan:
+    """Nothing loads: annotations that are not needed go (one naming the stable revision only
+    once the ConfigMap's state.json says so, so that no pod turns back for a moment)."""
+    st = m.st
+    annotations: dict[str, str | None] = {}
+    for pod in m.live:
+        if pod.target is None:
+            continue
+        if pod.target != st.stable or m.inp.configmap_stable == st.stable:
+            annotations[pod.name] = None
+    if st.aborted_revision is not None:
+        return held_plan(m, annotations)
+    message = f"the pods of revision {st.host} serve revision {st.stable} (in place)"
+    return finish(
+        m,
+        annotations,
+        Verdict(FALSE, ROLLOUT_COMPLETED, message),
+        Verdict(FALSE, AS_EXPECTED, "no rollout failed"),
+        in_flight=False,
+    )
+
+
+def finish(
+    m: Move,
+    annotations: Mapping[str, str | None],
+    progressing: Verdict,
+    degraded: Verdict,
+    *,
+    in_flight: bool,
+) -> InPlacePlan:
+    st = m.st
+    remaining = any(p.target is not None and annotations.get(p.name, p.target) is not None for p in m.live)
+    # Back on the pods' own revision, with nothing in flight or held: nothing is in place.
+    gone = (
+        st.stable == st.host
+        and st.next is None
+        and st.aborted_revision is None
+        and st.pinned is None
+        and not remaining
+    )
+    after = max(min(m.requeue), 1.0) if m.requeue else (POLL_SECONDS if remaining else None)
+    return InPlacePlan(
+        state=None if gone else st,
+        annotations=dict(annotations),
+        configmap=None if gone else (st.stable, st.next),
+        progressing=progressing,
+        degraded=degraded,
+        events=tuple(m.events),
+        requeue_after=after,
+        in_flight=in_flight,
+        analysis_runs=tuple(m.runs)[-ANALYSIS_RUNS_KEPT:],
+        pause=m.pause,
+    )
 
 
 def plan_in_place(inp: InPlaceInput) -> InPlacePlan:
     """One call of the in-place update (see the module): level-based, pure."""
-    return _Call(inp).plan()
+    return plan(Move(inp))
+
+
+def history_after(
+    history: Sequence[HistoryEntry], limit: int, before: InPlaceState, after: InPlaceState | None
+) -> tuple[HistoryEntry, ...] | None:
+    """status.history once the update ``before`` completed (the pods of its host serve its next
+    revision in place), as a canary's flip keeps the stable it replaced: the revision they served
+    before is kept for an undo (in place: no Deployment of its own), the one they serve now is not
+    history; at most ``limit`` entries (spec.rollout.revisionHistoryLimit). None: nothing completed."""
+    if before.next is None or after is None or after.next is not None or after.stable != before.next:
+        return None
+    entries = [h for h in history if h.revision not in (before.stable, before.next)]
+    entries.append(HistoryEntry(before.stable, None, in_place_host=before.host))
+    return tuple(entries[-limit:] if limit > 0 else [])

@@ -8,10 +8,11 @@ from datetime import datetime
 
 from triton_operator.core.objects.traffic import TrafficWeights
 from triton_operator.core.rollout.canary_analysis import AnalysisResult
+from triton_operator.core.rollout.hostpods import HostPod, InPlaceRequests, InPlaceState
 from triton_operator.core.rollout.requests import ControlRequest
 from triton_operator.core.rollout.state import RevisionState, RolloutStatus
 from triton_operator.core.vocabulary.conditions import Verdict
-from triton_operator.models import Rollout, SetHeaderRoute
+from triton_operator.models import AnalysisRunRecord, Rollout, SetHeaderRoute
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +42,9 @@ class RolloutInput:
     tuning_pods: int = 0
     """Pods of the service's tuning sweeps (`kubectl triton tune`, core.tuning.held_pods): they count
     against spec.rollout.gpuBudget as another revision's pods do."""
+    in_place: InPlaceMode | None = None
+    """The in-place mode (core.decision.inplace_plan chooses it): the host pods' update the engine moves
+    too."""
 
 
 # ----------------------------------------------------------------- outputs
@@ -52,6 +56,62 @@ class RolloutEvent:
     """Normal or Warning."""
     reason: str
     message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class InPlaceInput:
+    rollout: Rollout
+    state: InPlaceState
+    """The state to carry on (a new update: next set, step_index None)."""
+    models: tuple[str, ...]
+    """The models whose readiness gates a pod: those the update reloads or adds."""
+    pods: Sequence[HostPod]
+    now: datetime
+    deadline_seconds: int
+    paused: bool = False
+    """spec.rollout.paused or a pause request."""
+    requests: InPlaceRequests = dataclasses.field(default_factory=InPlaceRequests)
+    configmap_stable: str | None = None
+    """state.json's stable as the observed ConfigMap holds it (None: no ConfigMap)."""
+    describe: str = ""
+    """What the update does, in words (core.rollout.rollout_kind.describe)."""
+    replaced_by: str | None = None
+    """A newer spec asks for this revision: the update in progress goes back first."""
+    analysis: AnalysisResult | None = None
+    """The analysis verdict of the current step's window (reconcile.analysis judges the pods of
+    ``analysis_sides``); taken only when it is of this state's sides."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InPlacePlan:
+    state: InPlaceState | None
+    """status.inPlace from now (None: the pods serve their own revision and nothing is in place)."""
+    annotations: Mapping[str, str | None]
+    """Pod name -> the annotation to write (None: remove it); only the pods whose annotation changes."""
+    configmap: tuple[str, str | None] | None
+    """(stable, next) of the ConfigMap's state.json; None: no ConfigMap wanted."""
+    progressing: Verdict
+    degraded: Verdict
+    events: tuple[RolloutEvent, ...]
+    requeue_after: float | None
+    in_flight: bool
+    """An update or its rollback runs (the pods' revision is moving)."""
+    analysis_runs: tuple[AnalysisRunRecord, ...] = ()
+    """The analyses that decided something in this call (status.analysisRuns, as a canary's)."""
+    pause: bool = False
+    """An inconclusive analysis pauses the rollout (onInconclusive: Pause): status.pausedByUser."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InPlaceMode:
+    """The in-place mode of one call (core.decision.inplace_plan chooses it before the engine runs): the host
+    pods' update to move (None: none runs), and what choosing it took (requests, Events)."""
+
+    update: InPlaceInput | None = None
+    handled: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """The control requests the in-place mode took: action -> request id (status.handledRequests)."""
+    events: tuple[RolloutEvent, ...] = ()
+    """What choosing said (new pods required, an undo or a retry in place), before the update's own."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +136,8 @@ class RolloutPlan:
     events: tuple[RolloutEvent, ...]
     requeue_after: float | None
     """Seconds until a timed pause ends or a deadline passes; None when nothing is timed."""
+    in_place: InPlacePlan | None = None
+    """The host pods' update as the in-place mode moved it (None: no in-place update runs)."""
 
     def condition(self, condition_type: str) -> Verdict | None:
         return self.conditions.get(condition_type)

@@ -205,6 +205,12 @@ class RolloutStatus:
         ).model_dump(by_alias=True, exclude_unset=True, mode="json")
 
 
+def paused(rollout: Rollout, status: RolloutStatus) -> bool:
+    """The rollout is paused (spec.rollout.paused, or a pause request or an inconclusive analysis:
+    status.pausedByUser): the one pause rule of both step movers."""
+    return rollout.paused or status.paused_by_user
+
+
 def under_analysis(rollout: Rollout, status: RolloutStatus) -> bool:
     """Whether the canary is judged now: analysis set, Canary strategy, and it holds traffic."""
     return (

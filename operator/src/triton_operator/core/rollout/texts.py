@@ -1,6 +1,8 @@
-"""Texts the rollout shows people: a step in a short human form."""
+"""Texts the rollout shows people, one for both step movers: a step in short, where a rollout stands."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from triton_operator.models import CanaryStep
 
@@ -16,3 +18,13 @@ def describe_step(step: CanaryStep) -> str:
     if step.set_header_route is not None:
         return f"setHeaderRoute {step.set_header_route.name}"
     return "step"
+
+
+def step_at(index: int, steps: Sequence[CanaryStep]) -> str:
+    """Where a rollout stands, for either step mover: step i/n (what the step does)."""
+    return f"step {index}/{len(steps)} ({describe_step(steps[index])})"
+
+
+def step_completed(about: str, index: int, steps: Sequence[CanaryStep], how: str = "") -> str:
+    """StepCompleted's message, for either step mover (``about``: the revision, and "in place")."""
+    return f"{about}: {step_at(index, steps)} completed{how}"

@@ -2,74 +2,50 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-from triton_operator.core.rollout.canary_analysis import INCONCLUSIVE, PASSED, AnalysisResult
-from triton_operator.core.rollout.clock import format_time
+from triton_operator.core.rollout.canary_analysis import AnalysisResult
+from triton_operator.core.rollout.gate import Outcome, analysis_gate, analysis_record
 from triton_operator.core.rollout.state import under_analysis
 from triton_operator.core.rollout.working import Call
-from triton_operator.core.vocabulary.conditions import ANALYSIS_INCONCLUSIVE, ANALYSIS_PASSED, WARNING
-from triton_operator.models import ANALYSIS_RUNS_KEPT, AnalysisRunRecord, Inconclusive
+from triton_operator.models import ANALYSIS_RUNS_KEPT
+
+# ------------------------------------------------------------- analysis
 
 
-class Verdicts(Call):
-    """The analysis verdicts of the canary's current weight, as they gate the steps."""
+def analysis_active(c: Call) -> bool:
+    return under_analysis(c.inp.rollout, c.st)
 
-    # ------------------------------------------------------------- analysis
 
-    def analysis_active(self) -> bool:
-        return under_analysis(self.inp.rollout, self.st)
+def current_analysis(c: Call) -> AnalysisResult | None:
+    """The verdict of the current weight's window, when the reconcile read one for this canary."""
+    result = c.inp.analysis
+    if (
+        result is None
+        or result.revision != c.st.canary_revision
+        or result.weight != (c.st.canary_weight or 0)
+    ):
+        return None
+    return result
 
-    def current_analysis(self) -> AnalysisResult | None:
-        """The verdict of the current weight's window, when the reconcile read one for this canary."""
-        result = self.inp.analysis
-        if (
-            result is None
-            or result.revision != self.st.canary_revision
-            or result.weight != (self.st.canary_weight or 0)
-        ):
-            return None
-        return result
 
-    def record(self, result: AnalysisResult, verdict: str | None = None) -> None:
-        run = AnalysisRunRecord(
-            revision=result.revision,
-            step_index=self.position(),
-            weight=result.weight,
-            verdict=verdict or result.verdict,
-            message=result.message,
-            at=format_time(self.now),
-        )
-        self.set(analysis_runs=(*self.st.analysis_runs, run)[-ANALYSIS_RUNS_KEPT:])
+def record(c: Call, result: AnalysisResult, verdict: str | None = None) -> None:
+    run = analysis_record(result, c.position(), c.now, verdict)
+    c.set(analysis_runs=(*c.st.analysis_runs, run)[-ANALYSIS_RUNS_KEPT:])
 
-    def analysis_gate(self, new_weight: int) -> Literal["pass", "wait", "abort"]:
-        """Whether a step may raise the canary's traffic to ``new_weight``: "pass", "wait", or "abort"
-        (inconclusive for too long with onInconclusive Abort). Pause pauses the rollout and waits."""
-        spec = self.inp.rollout.analysis
-        if spec is None or not self.analysis_active() or new_weight <= (self.st.canary_weight or 0):
-            return "pass"
-        result = self.current_analysis()
-        if result is None:
-            self.waiting_on_analysis = (
-                f"waiting for the first reading of the canary's metrics at weight {self.st.canary_weight}"
-            )
-            return "wait"
-        if result.verdict == PASSED:
-            self.record(result)
-            self.event(ANALYSIS_PASSED, f"revision {result.revision}: {result.message}")
-            return "pass"
-        self.waiting_on_analysis = result.message
-        if result.verdict == INCONCLUSIVE and result.window_seconds >= spec.inconclusive_after_seconds:
-            if spec.on_inconclusive == Inconclusive.ABORT:
-                self.record(result)
-                return "abort"
-            if spec.on_inconclusive == Inconclusive.PAUSE and not self.st.paused_by_user:
-                self.record(result, "Paused")
-                self.set(paused_by_user=True)
-                self.event(
-                    ANALYSIS_INCONCLUSIVE,
-                    f"revision {result.revision}: {result.message}; rollout paused "
-                    "(kubectl triton resume to wait on, promote to go on without it, abort to roll back)",
-                    WARNING,
-                )
-        return "wait"
+
+def gate_step(c: Call, new_weight: int) -> Outcome:
+    """Whether a step may raise the canary's traffic to ``new_weight`` (rollout.gate)."""
+    spec = c.inp.rollout.analysis
+    if spec is None or not analysis_active(c) or new_weight <= (c.st.canary_weight or 0):
+        return "pass"
+    first = f"waiting for the first reading of the canary's metrics at weight {c.st.canary_weight}"
+    result = current_analysis(c)
+    gate = analysis_gate(spec, result, first=first, in_place=False, paused=c.st.paused_by_user)
+    if gate.outcome != "pass":
+        c.waiting_on_analysis = gate.waiting
+    if gate.record is not None and result is not None:
+        record(c, result, gate.record or None)
+    if gate.pause:
+        c.set(paused_by_user=True)
+    if gate.event is not None:
+        c.events.append(gate.event)
+    return gate.outcome

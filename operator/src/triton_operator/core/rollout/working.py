@@ -1,4 +1,4 @@
-"""One call of the engine: its working state (input, status being built, Events) and small helpers."""
+"""One call of the engine: its one context (input, status being built, Events), what its functions take."""
 
 from __future__ import annotations
 
@@ -6,16 +6,18 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
-from triton_operator.core.rollout.clock import to_utc
-from triton_operator.core.rollout.plan import RolloutEvent, RolloutInput
+from triton_operator.core.rollout.clock import elapsed, to_utc
+from triton_operator.core.rollout.plan import InPlacePlan, RolloutEvent, RolloutInput
 from triton_operator.core.rollout.requests import Action
-from triton_operator.core.rollout.state import RevisionState
+from triton_operator.core.rollout.state import RevisionState, paused
 from triton_operator.core.vocabulary.conditions import NORMAL
 from triton_operator.models import CanaryStep, Strategy
 
 
 class Call:
-    """One call's working state; pure: reads the input, builds the plan, touches nothing else."""
+    """One call's context (as Argo Rollouts' rolloutContext): the engine's modules are functions of it,
+    none a subclass; the status is a frozen value replaced (``set``), never edited. Pure: reads the
+    input, builds the plan, touches nothing else."""
 
     def __init__(self, inp: RolloutInput) -> None:
         self.inp = inp
@@ -40,6 +42,8 @@ class Call:
         """A promote request completed a step in this call: the promotion after it skips the analysis."""
         self.waiting_on_analysis: str | None = None
         """Why the current step waits for the analysis (the Progressing message), when it does."""
+        self.moved: InPlacePlan | None = None
+        """The host pods' update as the in-place mode moved it in this call (None: none runs)."""
 
     # ------------------------------------------------------------- small helpers
 
@@ -51,7 +55,7 @@ class Call:
 
     @property
     def paused(self) -> bool:
-        return self.inp.rollout.paused or self.st.paused_by_user
+        return paused(self.inp.rollout, self.st)
 
     def observed(self, revision: str | None) -> RevisionState | None:
         return self.inp.revisions.get(revision) if revision else None
@@ -69,7 +73,7 @@ class Call:
         return self.inp.rollout.progress_deadline()
 
     def elapsed(self, since: datetime | None, seconds: int) -> bool:
-        return since is not None and self.seconds_since(since) >= seconds
+        return elapsed(since, seconds, self.now)
 
     def position(self) -> int:
         index = self.st.current_step_index or 0
