@@ -125,8 +125,8 @@ def test_a_scale_up_pod_on_a_warm_node_reads_nothing_from_the_store(  # noqa: PL
         (sync_container,) = first.spec.initContainers
         public_key = {e.name: e.value for e in sync_container.env or []}.get(PUBLIC_KEY_ENV)
         assert public_key, "the operator gave the pod no public key of the node cache"
-        cache_labels: dict[str, str | None] = {"app.kubernetes.io/name": "triton-operator-node-cache"}
-        (cache_pod,) = kube.list(Pod, namespace=system, labels=cache_labels)
+        name_label = "app.kubernetes.io/name"
+        (cache_pod,) = kube.list(Pod, namespace=system, labels={name_label: "triton-operator-node-cache"})
         assert cache_pod.spec is not None and cache_pod.metadata is not None and cache_pod.metadata.name
         assert "--signing-key=/etc/node-cache-key/signing-key" in (cache_pod.spec.containers[0].args or [])
         cache_log = "".join(kube.log(cache_pod.metadata.name, namespace=system))
