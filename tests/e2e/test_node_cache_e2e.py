@@ -1,9 +1,10 @@
 """The node cache on the real node: `helm install` with nodeCache.enabled runs the cache as a DaemonSet
 in the operator's namespace; a TritonService in a namespace enforcing Pod Security `restricted`
 serves, and a scale-up pod on the now warm node reads 0 bytes from the store while a client counting
-answers through the Service gets every one. The pods prove who they are with their projected token,
-which the cache checks with the real API server's TokenReview; a caller without one, or with a token
-for the API server or bound to no pod, gets 401.
+answers through the Service gets every one, its sync checking the cache's bytes by the SHA-256 the
+cache signed with the key the chart made (the operator gave the pod its public key). The pods prove
+who they are with their projected token, which the cache checks with the real API server's
+TokenReview; a caller without one, or with a token for the API server or bound to no pod, gets 401.
 
 Needs the real node of e2e/cluster.py and the images built from the project's files; without them
 every test here skips, saying why. The cache runs on the node's network (nodeCache.hostNetwork): the
@@ -29,6 +30,7 @@ from inference import LoadClient, infer_add_sub, offset_of
 from real_pods import adder_source, on_real_node, placement
 from testkit import load_chartlib, wait_for
 from triton_operator.core.pod.startup import parse_summary
+from triton_operator.core.repository.cache_rules import PUBLIC_KEY_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_KEY = "models/add_sub/1/model.py"
@@ -117,6 +119,18 @@ def test_a_scale_up_pod_on_a_warm_node_reads_nothing_from_the_store(  # noqa: PL
         assert not [v for v in first.spec.volumes or [] if v.hostPath is not None]
         cold = sync_summary(first)
         assert (cold.fetched, cold.node_cache_hits, cold.node_cache_misses) == (len(adder_source(0)), 0, 1)
+        assert cold.node_cache_vouched == 0
+        # The chart made the cache's key; the cache signs with it and the operator gave the pod its
+        # public key (the cache logs the public key it signs with at start).
+        (sync_container,) = first.spec.initContainers
+        public_key = {e.name: e.value for e in sync_container.env or []}.get(PUBLIC_KEY_ENV)
+        assert public_key, "the operator gave the pod no public key of the node cache"
+        name_label = "app.kubernetes.io/name"
+        (cache_pod,) = kube.list(Pod, namespace=system, labels={name_label: "triton-operator-node-cache"})
+        assert cache_pod.spec is not None and cache_pod.metadata is not None and cache_pod.metadata.name
+        assert "--signing-key=/etc/node-cache-key/signing-key" in (cache_pod.spec.containers[0].args or [])
+        cache_log = "".join(kube.log(cache_pod.metadata.name, namespace=system))
+        assert f"its public key is {public_key}" in cache_log, cache_log[-2000:]
         # The first pod gave the node its object: kept once (named by its SHA-256), reached by this
         # namespace's index only.
         (entry,) = (cache_dir / "index" / namespace / "md5").iterdir()
@@ -158,6 +172,8 @@ def test_a_scale_up_pod_on_a_warm_node_reads_nothing_from_the_store(  # noqa: PL
         finally:
             client.stop()
         assert (warm.fetched, warm.node_cache_hits, warm.node_cache_misses) == (0, 1, 0)
+        # Its sync checked the cache's bytes against the SHA-256 the cache signed, not its MD5 pin.
+        assert warm.node_cache_vouched == 1
         # Serving went on all along: every request answered, all by the model it pinned.
         assert client.sent > 0 and not client.failures, client.summary()
         assert set(client.answers) == {0.0}, client.summary()

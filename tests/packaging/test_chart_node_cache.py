@@ -43,14 +43,17 @@ def test_on_a_daemonset_serves_the_cache_on_a_host_port_and_the_operator_knows_i
         "--size-limit=100Gi",
         f"--port={DEFAULT_PORT}",
         "--lease-seconds=86400",
+        "--signing-key=/etc/node-cache-key/signing-key",
     ]
     assert cache["ports"] == [
         {"name": "http", "containerPort": DEFAULT_PORT, "hostPort": DEFAULT_PORT, "protocol": "TCP"}
     ]
     assert cache["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert pod["volumes"] == [
-        {"name": "cache", "hostPath": {"path": "/var/cache/triton-operator", "type": "DirectoryOrCreate"}}
-    ]
+    assert pod["volumes"][0] == {
+        "name": "cache",
+        "hostPath": {"path": "/var/cache/triton-operator", "type": "DirectoryOrCreate"},
+    }
+    assert [v["name"] for v in pod["volumes"]] == ["cache", "signing-key"]
     # Its metrics (hits, misses, bytes, evictions) are scraped from the same port.
     annotations = daemonset["spec"]["template"]["metadata"]["annotations"]
     assert annotations == {
@@ -156,3 +159,74 @@ def test_nothing_that_selects_the_operator_selects_the_cache(render: Render) -> 
 def test_bad_values_are_refused(helm: Path) -> None:
     assert "is not a port" in render_error(helm, "nodeCache.enabled=true", "nodeCache.port=70000")
     assert "absolute path" in render_error(helm, "nodeCache.enabled=true", "nodeCache.hostPath=cache")
+
+
+def signing_key_of(docs: list[dict[str, Any]]) -> Path:
+    """The chart-made key, written where the operator's setting reads it (tests run outside a pod)."""
+    import base64  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    secret = one(docs, "Secret", "triton-operator-node-cache-key")
+    path = Path(tempfile.mkdtemp()) / "signing-key"
+    path.write_bytes(base64.b64decode(secret["data"]["signing-key"]))
+    return path
+
+
+def test_the_cache_signs_with_a_key_the_chart_makes_and_the_operator_knows_its_public_key(
+    render: Render,
+) -> None:
+    """One Ed25519 key a release, in a Secret kept across upgrades: the cache mounts it
+    as a file (never an argument's value or an env var) and signs with it; the operator reads the same
+    file and gives new revisions' pods the public key that checks those signatures."""
+    from triton_operator.adapters.nodecache.statements import Signer  # noqa: PLC0415
+
+    docs = render(ON)
+    secret = one(docs, "Secret", "triton-operator-node-cache-key")
+    assert secret["metadata"]["namespace"] == "triton-operator"
+    assert set(secret["data"]) == {"signing-key"}
+    pod = pod_of(docs)
+    [cache] = pod["containers"]
+    flag = "--signing-key=/etc/node-cache-key/signing-key"
+    assert flag in cache["args"]
+    assert {"name": "signing-key", "mountPath": "/etc/node-cache-key", "readOnly": True} in cache[
+        "volumeMounts"
+    ]
+    volume = next(v for v in pod["volumes"] if v["name"] == "signing-key")
+    assert volume["secret"]["secretName"] == "triton-operator-node-cache-key"
+    assert "PRIVATE" not in repr(cache) and "PRIVATE" not in repr(env(docs))
+    # The operator: the same Secret as a file, the path in its setting.
+    operator = one(docs, "Deployment")["spec"]["template"]["spec"]
+    op_volume = next(v for v in operator["volumes"] if v["name"] == "node-cache-key")
+    assert op_volume["secret"] == volume["secret"]
+    key_file = env(docs)["TRITON_OPERATOR_NODE_CACHE_SIGNING_KEY_FILE"]
+    assert key_file == "/etc/node-cache-key/signing-key"
+    [container] = operator["containers"]
+    assert {"name": "node-cache-key", "mountPath": "/etc/node-cache-key", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    # What the operator derives from the key is what the cache signs with.
+    path = signing_key_of(docs)
+    settings = Settings.from_env({"TRITON_OPERATOR_NODE_CACHE_SIGNING_KEY_FILE": str(path)})
+    assert settings.node_cache_public_key == Signer.from_file(path).public_key()
+
+
+def test_a_secret_of_ones_own_replaces_the_chart_made_key(render: Render) -> None:
+    """Where the chart is rendered without the cluster (Argo CD, helm template), `lookup` finds no
+    key and each render would make a new one: there the key comes from a Secret made outside."""
+    docs = render({"nodeCache": {"enabled": True, "signingKey": {"existingSecret": "my-cache-key"}}})
+    assert not find(docs, "Secret")
+    names = {
+        v["secret"]["secretName"]
+        for d in (one(docs, "DaemonSet"), one(docs, "Deployment"))
+        for v in d["spec"]["template"]["spec"]["volumes"]
+        if "secret" in v
+    }
+    assert names == {"my-cache-key"}
+
+
+def test_without_signing_nothing_of_a_key_is_rendered(render: Render) -> None:
+    docs = render({"nodeCache": {"enabled": True, "signingKey": {"enabled": False}}})
+    assert not find(docs, "Secret")
+    assert "signing-key" not in repr(docs) and "node-cache-key" not in repr(docs)
+    assert "TRITON_OPERATOR_NODE_CACHE_SIGNING_KEY_FILE" not in env(docs)
+    assert "TRITON_OPERATOR_NODE_CACHE_PORT" in env(docs)

@@ -363,6 +363,7 @@ def test_a_pod_given_the_key_checks_the_sha256_the_cache_signed_and_refuses_spoi
     assert summary is not None and (summary.fetched, summary.node_cache_hits) == (0, len(FILES))
     assert proxy.bytes_from_server == 0
     assert sync_stats(warm)["vouched_files"] == len(FILES)
+    assert summary.node_cache_vouched == len(FILES)  # its termination message says so too
 
     victim = FILES["models/adder/1/weights2.bin"]
     on_disk = cache.blob(md5_key(victim))
@@ -383,6 +384,7 @@ def test_a_pod_given_the_key_checks_the_sha256_the_cache_signed_and_refuses_spoi
     assert summary is not None and (summary.fetched, summary.node_cache_hits) == (len(victim), len(FILES) - 1)
     stats = sync_stats(third)
     assert (stats["vouched_files"], stats["source_refused"]) == (len(FILES) - 1, 1)
+    assert summary.node_cache_vouched == len(FILES) - 1
 
 
 def test_an_impostor_on_the_port_cannot_make_a_pod_take_its_bytes(
@@ -416,6 +418,7 @@ def test_an_impostor_on_the_port_cannot_make_a_pod_take_its_bytes(
     stats = sync_stats(done)
     assert (stats["vouched_files"], stats["source_refused"]) == (0, len(FILES))
     assert summary is not None and summary.fetched == TOTAL
+    assert summary.node_cache_vouched == 0
     assert "statements were refused" in done.stderr
 
 

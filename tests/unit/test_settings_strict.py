@@ -3,6 +3,8 @@ process with a message naming the variable and what it accepts, never a silent d
 
 from __future__ import annotations
 
+import base64
+import pathlib
 import re
 import subprocess
 import sys
@@ -116,3 +118,68 @@ def test_operations_md_lists_exactly_the_settings() -> None:
     listed = re.findall(r"^\| `TRITON_OPERATOR_([A-Z_]+)` \|", section, flags=re.MULTILINE)
     assert sorted(listed) == sorted([*ENV_SETTINGS, metrics.PORT_ENV.removeprefix(ENV_PREFIX)])
     assert len(listed) == len(set(listed))
+
+
+def test_the_node_caches_key_file_gives_the_operator_its_public_key(tmp_path: pathlib.Path) -> None:
+    """TRITON_OPERATOR_NODE_CACHE_SIGNING_KEY_FILE: the cache's own key (PEM or base64 of 32 bytes);
+    the operator keeps only its public key, for new revisions' pods."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: PLC0415
+
+    from triton_operator.adapters.nodecache.statements import Signer  # noqa: PLC0415
+
+    key = Ed25519PrivateKey.generate()
+    pem = tmp_path / "pem"
+    pem.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    raw = tmp_path / "raw"
+    raw.write_text(
+        base64.b64encode(
+            key.private_bytes(
+                serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+            )
+        ).decode()
+    )
+    expected = Signer.from_file(pem).public_key()
+    for path in (pem, raw):
+        read = Settings.from_env({ENV_PREFIX + "NODE_CACHE_SIGNING_KEY_FILE": str(path)})
+        assert read.node_cache_public_key == expected
+    assert Settings.from_env({}).node_cache_public_key is None
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "cannot be read"),
+        (b"not a key", "holds no Ed25519 private key"),
+        (base64.b64encode(b"k" * 16), "holds no Ed25519 private key"),
+        (b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", "holds no Ed25519 private key"),
+    ],
+    ids=["missing", "text", "short", "bad-pem"],
+)
+def test_a_bad_key_file_stops_the_operator_naming_the_setting(
+    tmp_path: pathlib.Path, content: bytes | None, says: str
+) -> None:
+    path = tmp_path / "signing-key"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({ENV_PREFIX + "NODE_CACHE_SIGNING_KEY_FILE": str(path)})
+    assert f"{ENV_PREFIX}NODE_CACHE_SIGNING_KEY_FILE={str(path)!r}: {says}" in str(info.value)
+
+
+def test_a_key_of_another_kind_is_refused(tmp_path: pathlib.Path) -> None:
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+
+    path = tmp_path / "ec.pem"
+    path.write_bytes(
+        ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    with pytest.raises(SettingsError, match=r"NODE_CACHE_SIGNING_KEY_FILE=.*holds no Ed25519 private key"):
+        Settings.from_env({ENV_PREFIX + "NODE_CACHE_SIGNING_KEY_FILE": str(path)})

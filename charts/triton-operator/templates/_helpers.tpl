@@ -138,3 +138,11 @@ app.kubernetes.io/component: node-cache
 app.kubernetes.io/part-of: triton-operator
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
+
+{{/*
+The Secret holding the node cache's Ed25519 signing key (key `signing-key`): nodeCache.signingKey.existingSecret,
+else the one the chart makes (node-cache-key.yaml).
+*/}}
+{{- define "triton-operator.nodeCacheKeySecret" -}}
+{{- default (printf "%s-node-cache-key" (include "triton-operator.fullname" .)) .Values.nodeCache.signingKey.existingSecret }}
+{{- end }}

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import ipaddress
 import math
 import os
+import pathlib
 import urllib.parse
 from collections.abc import Mapping, Sequence
 
@@ -59,6 +62,7 @@ ENV_SETTINGS: dict[str, str] = {
     "TRITON_READ_CIDRS": "IP networks (CIDR), comma-separated",
     "MAX_LISTED_OBJECTS": "a whole number above 0",
     "NODE_CACHE_PORT": "a port, 1 to 65535",
+    "NODE_CACHE_SIGNING_KEY_FILE": "the path of the node cache's Ed25519 key (PEM, or base64 of 32 bytes)",
     "LOG_FORMAT": " or ".join(LOG_FORMATS),
 }
 """Every variable Settings.from_env reads (without the prefix), with what it accepts."""
@@ -164,6 +168,35 @@ class _Reader:
             return ()
         return cidrs
 
+    def public_key(self, name: str) -> str | None:
+        """The base64 public key of the Ed25519 private key in the file the variable names (the
+        node cache's ``--signing-key``): the operator gives it to new revisions' pods, never signs."""
+        value = self.get(name)
+        if value is None:
+            return None
+        from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: PLC0415
+
+        try:
+            data = pathlib.Path(value).read_bytes()
+        except OSError as exc:
+            self.errors.append(f"{ENV_PREFIX}{name}={value!r}: cannot be read: {exc.strerror or exc}")
+            return None
+        try:
+            if b"-----BEGIN" in data:
+                key = serialization.load_pem_private_key(data, password=None)
+            else:
+                key = Ed25519PrivateKey.from_private_bytes(base64.b64decode(data.strip(), validate=True))
+        except (ValueError, TypeError, binascii.Error):
+            key = None
+        if not isinstance(key, Ed25519PrivateKey):
+            self.errors.append(
+                f"{ENV_PREFIX}{name}={value!r}: holds no Ed25519 private key: accepts {ENV_SETTINGS[name]}"
+            )
+            return None
+        raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        return base64.b64encode(raw).decode()
+
     def url(self, name: str) -> str | None:
         value = self.get(name)
         if value is None:
@@ -262,6 +295,13 @@ class Settings:
     """Not read from the environment: whether a revision's pods show the node cache their projected
     token; False only for a revision recorded before the cache asked for one (it keeps its pods)."""
 
+    node_cache_public_key: str | None = None
+    """The node cache's public key (base64 of 32 bytes), derived from the key file that
+    TRITON_OPERATOR_NODE_CACHE_SIGNING_KEY_FILE names: new revisions' sync and agent containers get
+    it ($TRITON_NODE_CACHE_PUBLIC_KEY) and check the cache's bytes against its signed SHA-256.
+    Recorded per revision: a new key (rotation) restarts no pod; older revisions' pods, whose key
+    no longer verifies, fall back to checking each object against its pin."""
+
     def __post_init__(self) -> None:
         if not (math.isfinite(self.triton_read_seconds) and self.triton_read_seconds > 0):
             raise SettingsError(
@@ -304,6 +344,7 @@ class Settings:
             triton_read_cidrs=read.networks("TRITON_READ_CIDRS"),
             max_listed_objects=read.whole("MAX_LISTED_OBJECTS", lowest=1) or DEFAULT_MAX_LISTED_OBJECTS,
             node_cache_port=read.whole("NODE_CACHE_PORT", lowest=1, highest=65535),
+            node_cache_public_key=read.public_key("NODE_CACHE_SIGNING_KEY_FILE"),
             log_format=read.choice("LOG_FORMAT", LOG_FORMATS) or "text",
         )
         if read.errors:

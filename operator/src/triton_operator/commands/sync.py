@@ -332,6 +332,7 @@ def run(args: argparse.Namespace) -> int:
         stats.bytes - stats.downloaded_bytes,
         time.monotonic() - started,
         node_cache=(stats.source_hits, stats.source_misses) if node_cache is not None else None,
+        vouched=stats.vouched_files,
     )
     write_termination_log(args.termination_log, summary)
     return EXIT_OK

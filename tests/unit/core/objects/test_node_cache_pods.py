@@ -22,6 +22,7 @@ from triton_operator.core.repository.cache_rules import (
     HOST_ENV,
     POD_ENV,
     PORT_ENV,
+    PUBLIC_KEY_ENV,
     TOKEN_DIR,
     TOKEN_ENV,
     TOKEN_PATH,
@@ -155,3 +156,46 @@ def test_a_revision_made_before_the_cache_checked_tokens_keeps_its_pods(recorded
     assert build_deployment(ts, revision, kept, 2) == deployment
     # a new revision gets it
     assert TOKEN_VOLUME in repr(build_deployment(ts, revision, recorded_settings(ON, [], None), 2))
+
+
+KEY = "O2onvM62pC1io6jQKm8Nc2UyFXcd4kOmOsBIoYtZ2ik="  # base64 of 32 bytes: an Ed25519 public key
+SIGNED = dataclasses.replace(ON, node_cache_public_key=KEY)
+
+
+def test_with_the_caches_public_key_the_sync_and_agent_check_its_signed_statements() -> None:
+    """The sync container (and an in-place pod's agent) get the key that checks the cache's signed
+    SHA-256 ($TRITON_NODE_CACHE_PUBLIC_KEY); without one, nothing of a key is in the pod."""
+    assert env_of(build_sync_container(ts_of(), SIGNED, PLAIN))[PUBLIC_KEY_ENV] == KEY
+    pod = build_deployment(ts_of(rollout={"modelUpdates": "InPlace"}), "r1", SIGNED, 1)["spec"]["template"]
+    agent = next(c for c in pod["spec"]["containers"] if c["name"] == AGENT_CONTAINER)
+    assert env_of(pod["spec"]["initContainers"][0])[PUBLIC_KEY_ENV] == env_of(agent)[PUBLIC_KEY_ENV] == KEY
+    assert PUBLIC_KEY_ENV not in repr(build_deployment(ts_of(), "r1", ON, 1))
+    # A pod that reads its store directly (pvc://) does not use the cache, nor its key.
+    assert "env" not in build_sync_container(ts_of(repository={"uri": "pvc://models/repo"}), SIGNED, PLAIN)
+
+
+ROTATED = dataclasses.replace(SIGNED, node_cache_public_key="pRb0Yv2w2tNMW0pKE6bYzI8oBB7z0gTJQYzKsE8Q0mI=")
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [(ON, SIGNED), (SIGNED, ROTATED), (SIGNED, ON)],
+    ids=["key-given", "key-rotated", "key-taken-away"],
+)
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "live-deployment"])
+def test_giving_or_rotating_the_key_keeps_revisions_and_restarts_no_pod(
+    before: Settings, after: Settings, recorded: bool
+) -> None:
+    """The key is the operator's plumbing: not in the revision's hash, and an existing revision keeps
+    the key it was made with (its pods fall back to the pin check when the cache signs with another);
+    the next revision gets today's key."""
+    ts = ts_of()
+    configs = configs_of(ts)
+    revision = compute_revision(ts, before, configs, None)
+    assert compute_revision(ts, after, configs, None) == revision
+    configmaps = build_configmaps(ts, revision, configs, None, settings=before if recorded else None)
+    deployment = build_deployment(ts, revision, before, 2)
+    kept = recorded_settings(after, configmaps, deployment)
+    assert kept.node_cache_public_key == before.node_cache_public_key
+    assert build_deployment(ts, revision, kept, 2) == deployment
+    assert recorded_settings(after, [], None).node_cache_public_key == after.node_cache_public_key

@@ -209,3 +209,16 @@ def test_no_entry_without_the_creation_or_ready_time() -> None:
     pod = started_pod()
     del pod["metadata"]["creationTimestamp"]
     assert served_entry("r1", "p", pod_state(pod).start) is None
+
+
+def test_a_sync_that_checked_the_caches_signed_statements_says_how_many_objects() -> None:
+    """`vouched`: objects from the node cache checked by its signed SHA-256 (the public key given);
+    a line without it (no key, or an older sync image) reads as 0."""
+    line = format_summary(2, 0, 1024, 0.5, node_cache=(2, 0), vouched=2)
+    assert line.endswith("node cache: 2 hits, 0 misses, 2 vouched")
+    summary = parse_summary(line)
+    assert summary is not None
+    assert (summary.node_cache_hits, summary.node_cache_misses, summary.node_cache_vouched) == (2, 0, 2)
+    unsigned = parse_summary(format_summary(2, 0, 1024, 0.5, node_cache=(2, 0)))
+    assert unsigned is not None and unsigned.node_cache_vouched == 0
+    assert "vouched" not in format_summary(2, 0, 1024, 0.5, node_cache=(2, 0), vouched=0)

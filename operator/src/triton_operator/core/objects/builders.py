@@ -65,6 +65,7 @@ from triton_operator.core.repository.cache_rules import (
     HOST_ENV,
     POD_ENV,
     PORT_ENV,
+    PUBLIC_KEY_ENV,
     TOKEN_DIR,
     TOKEN_ENV,
     TOKEN_PATH,
@@ -172,6 +173,7 @@ RECORDED_SETTINGS: dict[str, str] = {
     "nodeCachePort": "node_cache_port",
     "logFormat": "log_format",
     "nodeCacheToken": "node_cache_token",
+    "nodeCachePublicKey": "node_cache_public_key",
 }
 """The operator settings that shape a revision's pod template (OPERATOR_KEY's keys -> Settings'
 fields): recorded when the revision is created, and what it is re-rendered with ever after."""
@@ -207,6 +209,9 @@ def read_settings_record(text: str | None, settings: Settings) -> Settings | Non
     fields["log_format"] = "json" if record.get("logFormat") == "json" else "text"
     # A revision recorded before the node cache checked tokens keeps its pods without one.
     fields["node_cache_token"] = record.get("nodeCacheToken") is True
+    # A revision recorded before the cache's key (or with another) keeps its pods as they are.
+    key = record.get("nodeCachePublicKey")
+    fields["node_cache_public_key"] = key if isinstance(key, str) else None
     return dataclasses.replace(settings, **fields)
 
 
@@ -780,7 +785,8 @@ def build_sync_container(
     if credentials and not _is_pvc(ts):
         sync["envFrom"] = [{"secretRef": {"name": credentials}}]
     if settings.node_cache_port is not None and not _is_pvc(ts):
-        sync["env"] = node_cache_env(settings.node_cache_port, token=settings.node_cache_token)
+        port, key = settings.node_cache_port, settings.node_cache_public_key
+        sync["env"] = node_cache_env(port, token=settings.node_cache_token, public_key=key)
         if settings.node_cache_token:
             sync["volumeMounts"].append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
     if settings.log_format == "json":  # JSON lines naming the TritonService and the pod's revision
@@ -807,14 +813,16 @@ def log_env(ts: TritonService, revision: str | None) -> list[dict[str, Any]]:
     return env
 
 
-def node_cache_env(port: int, *, token: bool = True) -> list[dict[str, Any]]:
+def node_cache_env(port: int, *, token: bool = True, public_key: str | None = None) -> list[dict[str, Any]]:
     """Where the sync container finds the node cache: the node's address and the cache's hostPort,
-    and its pod's uid to name its lease (the downward API: nothing of the node is mounted)."""
+    and its pod's uid to name its lease (the downward API: nothing of the node is mounted); with
+    the cache's public key, the key its signed statements are checked with."""
     return [
         {"name": HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
         {"name": PORT_ENV, "value": str(port)},
         {"name": POD_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
         *([{"name": TOKEN_ENV, "value": TOKEN_PATH}] if token else []),
+        *([{"name": PUBLIC_KEY_ENV, "value": public_key}] if public_key else []),
     ]
 
 

@@ -33,7 +33,7 @@ from triton_operator.core.objects.names import (
 )
 from triton_operator.core.pod.startup import PodStart, pod_start
 from triton_operator.core.repository import manifestparts
-from triton_operator.core.repository.cache_rules import PORT_ENV, TOKEN_ENV
+from triton_operator.core.repository.cache_rules import PORT_ENV, PUBLIC_KEY_ENV, TOKEN_ENV
 from triton_operator.core.rollout.clock import parse_time
 from triton_operator.core.rollout.state import RevisionState, revision_ready
 from triton_operator.core.spec.field_error import ModelConfigError
@@ -236,8 +236,16 @@ def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) ->
                 node_cache_port=_node_cache_port(container),
                 log_format=_log_format(container),
                 node_cache_token=any(e.get("name") == TOKEN_ENV for e in container.get("env") or []),
+                node_cache_public_key=_node_cache_public_key(container),
             )
     return settings
+
+
+def _node_cache_public_key(container: Mapping[str, Any]) -> str | None:
+    """The node cache's public key a sync container was given (core.objects.builders.node_cache_env)."""
+    env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+    key = env.get(PUBLIC_KEY_ENV)
+    return key if isinstance(key, str) and key else None
 
 
 def _log_format(container: Mapping[str, Any]) -> str:

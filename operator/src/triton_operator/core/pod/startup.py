@@ -62,25 +62,37 @@ class SyncSummary:
     """Objects read from the node cache (counted in ``present``); None when the cache was off."""
     node_cache_misses: int | None = None
     """Objects read from the store while the node cache was on."""
+    node_cache_vouched: int = 0
+    """Objects of the node cache checked by the SHA-256 it signed (its public key given), not the pin."""
 
 
 _SUMMARY = re.compile(
     r"^synced (?P<objects>\d+) objects?, (?P<fetched>\d+) bytes fetched from the store, "
     r"(?P<present>\d+) bytes already present, in (?P<seconds>\d+(?:\.\d+)?) s\b"
-    r"(?:, node cache: (?P<hits>\d+) hits?, (?P<misses>\d+) miss(?:es)?\b)?"
+    r"(?:, node cache: (?P<hits>\d+) hits?, (?P<misses>\d+) miss(?:es)?\b"
+    r"(?:, (?P<vouched>\d+) vouched\b)?)?"
 )
 
 
 def format_summary(
-    objects: int, fetched: int, present: int, seconds: float, node_cache: tuple[int, int] | None = None
+    objects: int,
+    fetched: int,
+    present: int,
+    seconds: float,
+    node_cache: tuple[int, int] | None = None,
+    *,
+    vouched: int = 0,
 ) -> str:
     """The one line `triton-operator sync` writes as its termination message when it exits 0;
-    ``node_cache``: (hits, misses) when the node cache was on, appended after the seconds.
+    ``node_cache``: (hits, misses) when the node cache was on, appended after the seconds, with the
+    hits checked by the cache's signed SHA-256 (``vouched``) when there are any.
 
     >>> format_summary(3, 536870912, 0, 1.234)
     'synced 3 objects, 536870912 bytes fetched from the store, 0 bytes already present, in 1.23 s'
     >>> format_summary(3, 0, 536870912, 1.234, node_cache=(1, 0)).partition(" s, ")[2]
     'node cache: 1 hit, 0 misses'
+    >>> format_summary(3, 0, 536870912, 1.234, node_cache=(3, 0), vouched=3).partition(" s, ")[2]
+    'node cache: 3 hits, 0 misses, 3 vouched'
     """
     line = (
         f"synced {objects} object{'' if objects == 1 else 's'}, {fetched} bytes fetched from the store, "
@@ -91,6 +103,8 @@ def format_summary(
         line += (
             f", node cache: {hits} hit{'' if hits == 1 else 's'}, {misses} miss{'' if misses == 1 else 'es'}"
         )
+        if vouched:
+            line += f", {vouched} vouched"
     return line
 
 
@@ -109,6 +123,7 @@ def parse_summary(message: Any) -> SyncSummary | None:
         seconds=float(match["seconds"]),
         node_cache_hits=int(match["hits"]) if match["hits"] is not None else None,
         node_cache_misses=int(match["misses"]) if match["misses"] is not None else None,
+        node_cache_vouched=int(match["vouched"] or 0),
     )
 
 
