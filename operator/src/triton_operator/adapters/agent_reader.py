@@ -6,8 +6,7 @@ import asyncio
 import json
 from collections.abc import Mapping, Sequence
 
-import httpx2
-
+from triton_operator.adapters.agent_http import AgentAnswerError, AgentHttp
 from triton_operator.core.objects.names import AGENT_PORT, AGENT_STATUS_PATH
 from triton_operator.core.rollout.inplace import AgentStatus, parse_agent_status
 from triton_operator.settings import may_read, read_networks
@@ -37,7 +36,7 @@ class AgentReader:
         self.max_bytes = max_bytes
         self._networks = read_networks(cidrs)
         self._limit = asyncio.Semaphore(concurrency)
-        self._client: httpx2.AsyncClient | None = None
+        self._http = AgentHttp(timeout=timeout, max_bytes=max_bytes)
         self.requests = 0
 
     def allowed(self, ip: str | None) -> bool:
@@ -58,42 +57,13 @@ class AgentReader:
         async with self._limit:
             self.requests += 1
             try:
-                async with asyncio.timeout(self.timeout):
-                    async with self.client().stream("GET", url) as response:
-                        if response.status_code != 200:
-                            return AgentStatus(error=f"HTTP {response.status_code}")
-                        body = await self._body(response)
-            except TimeoutError:
-                return AgentStatus(error=f"no complete answer within {self.timeout:g}s")
-            except _TooLargeError:
-                return AgentStatus(error=f"answer larger than {self.max_bytes} bytes")
-            except httpx2.HTTPError as exc:
-                return AgentStatus(error=type(exc).__name__)
+                body = await self._http.get(url)
+            except AgentAnswerError as exc:
+                return AgentStatus(error=str(exc))
         try:
             return parse_agent_status(json.loads(body))
         except ValueError:
             return AgentStatus(error="not JSON")
 
-    def client(self) -> httpx2.AsyncClient:
-        if self._client is None:
-            self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(self.timeout), trust_env=False)
-        return self._client
-
-    async def _body(self, response: httpx2.Response) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > self.max_bytes:
-                raise _TooLargeError
-            chunks.append(chunk)
-        return b"".join(chunks)
-
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-
-
-class _TooLargeError(Exception):
-    """A status body went past the reader's ``max_bytes``."""
+        await self._http.close()

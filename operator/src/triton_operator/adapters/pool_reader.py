@@ -8,8 +8,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
-import httpx2
-
+from triton_operator.adapters.agent_http import AgentAnswerError, AgentHttp
 from triton_operator.core.objects.names import AGENT_PORT
 from triton_operator.core.pool.assignment import AssignmentError, Copy, parse_report
 from triton_operator.settings import may_read, read_networks
@@ -48,7 +47,7 @@ class PoolReader:
         self.on_change: Callable[[Key], None] | None = None
         self._networks = read_networks(cidrs)
         self._limit = asyncio.Semaphore(concurrency)
-        self._client: httpx2.AsyncClient | None = None
+        self._http = AgentHttp(timeout=timeout, max_bytes=max_bytes)
         self._latest: dict[Key, Reports] = {}
         self._tasks: dict[Key, asyncio.Task[None]] = {}
         self.requests = 0
@@ -93,12 +92,8 @@ class PoolReader:
         async with self._limit:
             self.requests += 1
             try:
-                async with asyncio.timeout(self.timeout):
-                    async with self.client().stream("GET", url) as response:
-                        if response.status_code != 200:
-                            return None
-                        body = await self._body(response)
-            except (TimeoutError, _TooLargeError, httpx2.HTTPError):
+                body = await self._http.get(url)
+            except AgentAnswerError:
                 return None
         try:
             return parse_report(json.loads(body))
@@ -106,31 +101,10 @@ class PoolReader:
             logger.warning("pool report of %s unreadable: %s", ip, exc)
             return None
 
-    def client(self) -> httpx2.AsyncClient:
-        if self._client is None:
-            self._client = httpx2.AsyncClient(timeout=httpx2.Timeout(self.timeout), trust_env=False)
-        return self._client
-
-    async def _body(self, response: httpx2.Response) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > self.max_bytes:
-                raise _TooLargeError
-            chunks.append(chunk)
-        return b"".join(chunks)
-
     async def close(self) -> None:
         for task in self._tasks.values():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-
-
-class _TooLargeError(Exception):
-    """A report body went past the reader's ``max_bytes``."""
+        await self._http.close()
