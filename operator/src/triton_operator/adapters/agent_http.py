@@ -1,5 +1,4 @@
-"""The one bounded GET the operator sends to pods' model agents: a whole answer within a time and a
-body size, from a client that ignores proxy settings (agent_reader and pool_reader share it)."""
+"""The one bounded GET of pods' model agents (time, body size, no proxy), shared by both readers."""
 
 from __future__ import annotations
 
