@@ -261,6 +261,10 @@ class Settings:
     node_cache_token: bool = True
     """Not read from the environment: whether a revision's pods show the node cache their projected
     token; False only for a revision recorded before the cache asked for one (it keeps its pods)."""
+    agent_pods: bool = True
+    """Not read from the environment: whether a revision's pods have one shape, the model agent's
+    (tritonserver starts with no models; the agent fetches and loads each model as its bytes land);
+    False only for a revision recorded before (it keeps its sync init container, core.builders)."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.triton_read_seconds) and self.triton_read_seconds > 0):

@@ -16,8 +16,9 @@ from triton_operator.core.names import (
     INPLACE_TARGET_ANNOTATION,
     MANIFEST_PATH,
 )
-from triton_operator.settings import Settings
-from tritonservice_bodies import SETTINGS, configs_of, ts_of
+from tritonservice_bodies import OLDER_SHAPE, configs_of, ts_of
+
+SETTINGS = OLDER_SHAPE  # the two shapes of pods made before one pod shape (their revisions keep them)
 
 IN_PLACE = {"rollout": {"modelUpdates": "InPlace"}}
 
@@ -193,8 +194,8 @@ def test_switching_in_place_on_or_off_is_a_new_revision_and_needs_new_pods() -> 
         on, SETTINGS, configs_of(on), "d"
     )
     kind = rollout_kind(
-        RevisionParts(pod_template_inputs(off, Settings()), {}, {}, None),
-        RevisionParts(pod_template_inputs(on, Settings()), {}, {}, None),
+        RevisionParts(pod_template_inputs(off, SETTINGS), {}, {}, None),
+        RevisionParts(pod_template_inputs(on, SETTINGS), {}, {}, None),
     )
     assert isinstance(kind, NewPods) and "modelUpdates changed" in kind.reasons
 

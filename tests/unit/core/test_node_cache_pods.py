@@ -54,7 +54,10 @@ def test_with_the_cache_on_the_pod_proves_who_it_is_with_a_projected_token_for_t
     """The sync container (and an in-place pod's agent, which copies its mounts) reads a projected
     ServiceAccount token for the node cache's audience; the pod still mounts no API token."""
     for ts in (ts_of(), ts_of(rollout={"modelUpdates": "InPlace"})):
-        pod = build_deployment(ts, "r1", ON, 1)["spec"]["template"]["spec"]
+        # revisions made before one pod shape (test_one_pod_shape has the pod of now)
+        pod = build_deployment(ts, "r1", dataclasses.replace(ON, agent_pods=False), 1)["spec"]["template"][
+            "spec"
+        ]
         volumes = [v for v in pod["volumes"] if v["name"] == TOKEN_VOLUME]
         assert volumes == [
             {
@@ -128,14 +131,17 @@ def test_an_in_place_pods_agent_uses_the_node_cache_too() -> None:
     """With modelUpdates InPlace the init container (`agent --once`) and the model-agent sidecar sync
     the revision: both are told where the node cache is, so a warm node serves both from it."""
     ts = ts_of(rollout={"modelUpdates": "InPlace"})
-    pod = build_deployment(ts, "r1", ON, 1)["spec"]["template"]["spec"]
+    # a revision made before one pod shape (test_one_pod_shape has the pod of now)
+    pod = build_deployment(ts, "r1", dataclasses.replace(ON, agent_pods=False), 1)["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
     agent = next(c for c in pod["containers"] if c["name"] == AGENT_CONTAINER)
     assert init["command"] == agent["command"] == ["triton-operator", "agent"]
     assert env_of(init) == env_of(agent) == env_of(build_sync_container(ts_of(), ON, PLAIN))
-    off = build_deployment(ts, "r1", SETTINGS, 1)["spec"]["template"]["spec"]
+    off = build_deployment(ts, "r1", dataclasses.replace(SETTINGS, agent_pods=False), 1)["spec"]["template"]
     assert all(
-        "env" not in c for c in [*off["initContainers"], *off["containers"]] if c["name"] != "tritonserver"
+        "env" not in c
+        for c in [*off["spec"]["initContainers"], *off["spec"]["containers"]]
+        if c["name"] != "tritonserver"
     )
 
 

@@ -25,6 +25,7 @@ from triton_operator.core.builders import (
 from triton_operator.core.field_error import ModelConfigError
 from triton_operator.core.modelconfig import build_config_pbtxt
 from triton_operator.core.names import (
+    AGENT_CONTAINER,
     CONFIG_VOLUME,
     INPLACE_TARGET_ANNOTATION,
     LABEL_REVISION,
@@ -201,6 +202,8 @@ def layout_of(deployment: Mapping[str, Any] | None) -> ManifestLayout | None:
     template = ((deployment or {}).get("spec") or {}).get("template") or {}
     pod = template.get("spec") or {}
     sync = next((c for c in pod.get("initContainers") or [] if c.get("name") == SYNC_CONTAINER), None)
+    if sync is None:  # a pod of the one shape: the agent reads it
+        sync = next((c for c in pod.get("containers") or [] if c.get("name") == AGENT_CONTAINER), None)
     args = list((sync or {}).get("args") or [])
     if MANIFEST_PATH in args:
         return PLAIN
@@ -221,8 +224,8 @@ def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) ->
     restarts no serving pod; the next revision (any change of the spec) gets the new image.
     """
     template = ((deployment or {}).get("spec") or {}).get("template") or {}
-    for container in (template.get("spec") or {}).get("initContainers") or []:
-        if container.get("name") == SYNC_CONTAINER and container.get("image"):
+    for container, one_shape in _fetching_containers(template.get("spec") or {}):
+        if container.get("image"):
             image = str(container["image"])
             policy = container.get("imagePullPolicy")
             # The API server fills in the default policy: leave that one unset, as it was written,
@@ -236,8 +239,18 @@ def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) ->
                 node_cache_port=_node_cache_port(container),
                 log_format=_log_format(container),
                 node_cache_token=any(e.get("name") == TOKEN_ENV for e in container.get("env") or []),
+                agent_pods=one_shape,
             )
     return settings
+
+
+def _fetching_containers(pod: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], bool]]:
+    """The container of a pod template that fetches the models, and whether the template is of the
+    one pod shape: the sync init container (a revision made before it), else the model agent."""
+    inits = [c for c in pod.get("initContainers") or [] if c.get("name") == SYNC_CONTAINER]
+    if inits:
+        return [(inits[0], False)]
+    return [(c, True) for c in pod.get("containers") or [] if c.get("name") == AGENT_CONTAINER][:1]
 
 
 def _log_format(container: Mapping[str, Any]) -> str:
@@ -263,7 +276,7 @@ def kept_pod_security(settings: Settings, deployment: Mapping[str, Any]) -> Sett
     support, outside any canary. The next revision gets them, and a canary tries it first.
     """
     pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
-    sync = next((c for c in pod.get("initContainers") or [] if c.get("name") == SYNC_CONTAINER), None)
+    sync = next((c for c, _ in _fetching_containers(pod)), None)
     triton = next((c for c in pod.get("containers") or [] if c.get("name") == TRITON_CONTAINER), None)
     if sync is not None:
         # The sync container has a securityContext exactly when the defaults are on (not the spec's).
@@ -601,7 +614,14 @@ def sync_container_status(status: Mapping[str, Any]) -> Mapping[str, Any]:
     The one place a pod's status is searched for it: its failure (PodState.sync_failure) and its
     start (PodState.start, with its summary) are both read from what this returns."""
     inits = status.get("initContainerStatuses") or []
-    return next((cs for cs in inits if cs.get("name") == SYNC_CONTAINER), {})
+    found: Mapping[str, Any] | None = next((cs for cs in inits if cs.get("name") == SYNC_CONTAINER), None)
+    if found is not None:
+        return found
+    # A pod of the one shape: the model agent fills /models beside tritonserver (core.startup).
+    containers = status.get("containerStatuses") or []
+    agent: Mapping[str, Any] = next((cs for cs in containers if cs.get("name") == AGENT_CONTAINER), {})
+    # Its last failure is no failure once it is ready again (an init container exits 0 instead).
+    return {k: v for k, v in agent.items() if k != "lastState"} if agent.get("ready") else agent
 
 
 def _failure_message(container_status: Mapping[str, Any]) -> str | None:

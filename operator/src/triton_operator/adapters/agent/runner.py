@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -23,6 +24,7 @@ from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.storage import open_store
 from triton_operator.adapters.storage.base import StoreError
 from triton_operator.adapters.sync.engine import SyncOptions, sync
+from triton_operator.adapters.sync.files import boot_id, load_state, save_state
 from triton_operator.adapters.sync.progress import Progress, silent
 from triton_operator.adapters.sync.results import SyncError, SyncStats, human
 from triton_operator.core.agent import (
@@ -31,7 +33,11 @@ from triton_operator.core.agent import (
     Record,
     RevisionFiles,
     Steps,
+    fill_order,
+    load_order,
+    model_part,
     model_states,
+    next_load,
     plan,
     python_models,
     readiness,
@@ -40,7 +46,7 @@ from triton_operator.core.agent import (
     went_back,
 )
 from triton_operator.core.field_error import ModelConfigError
-from triton_operator.core.manifest import ManifestError, SelectionFailed
+from triton_operator.core.manifest import Manifest, ManifestError, SelectionFailed
 from triton_operator.core.rollout.clock import format_time
 from triton_operator.core.triton_state import VERSION_READY
 
@@ -87,6 +93,24 @@ class AgentOptions:
     """How the agent waits out the drain (the sidecar passes its stop event's wait)."""
     proc: Path = Path("/proc")
     """Where the Python backend's stub processes are looked for (the pod shares its process namespace)."""
+    fills: bool = False
+    """A pod of the one shape: tritonserver starts with no model, and the agent fills /models and
+    loads each model as soon as its bytes are in (Agent.fill); a failure of that first fill raises
+    FillFailed (the command exits with its reason), and a tritonserver that restarted gets its
+    models loaded again."""
+
+
+REPAIR_SECONDS = 5.0
+"""How long the agent waits before it loads again a model tritonserver lost (a restart)."""
+
+
+class FillFailed(Exception):  # noqa: N818
+    """The first fill of a pod of the one shape failed: ``cause`` is the sync's error or Triton's
+    LoadFailed, whose text names the model and why."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(failure_text(cause))
+        self.cause = cause
 
 
 def now() -> str:
@@ -128,6 +152,11 @@ class Agent:
         self._draining = False
         self._stub_peak: dict[str, int] = {}
         self._readiness: tuple[Readiness, float] = (readiness(None, {}, "not checked yet"), 0.0)
+        if options.fills and self.record.applied is None and self.record.failed:
+            # The first fill failed and the agent exited: its restart tries again (as the kubelet
+            # tried the sync init container again).
+            self.record = dataclasses.replace(self.record, failed="")
+        self._repaired: dict[str, float] = {}
         if self.record.pending is None and self.record.applied is not None:
             self._serving = self._files(self.record.applied)
         elif self.record.pending is not None:
@@ -194,9 +223,16 @@ class Agent:
             models = True
         if models:
             self._refresh_models(target)
+            serving = self._serving
+            fills = self.options.fills and not self._blocked
+            if fills and serving is not None and serving.revision == target.revision:
+                self.repair(serving)
         self._status = self._status_now()
 
     def apply(self, target: RevisionFiles) -> None:
+        if self.options.fills and self.record.applied is None:
+            self.fill(target)
+            return
         if self._synced != target.revision and self._starting():
             return
         self.message = ""
@@ -318,6 +354,128 @@ class Agent:
             return False
         return True
 
+    # -------------------------------------------------------- the first fill (one pod shape)
+
+    def fill(self, target: RevisionFiles) -> None:
+        """The pod's first revision, with tritonserver started empty: each model synced on its own
+        (core.agent.fill_order, verified, from the node cache first), and loaded by a second thread
+        as soon as its bytes are in and its ensemble steps are loaded (core.agent.next_load), while
+        the next model downloads. Nothing was served yet: no drain. Raises FillFailed."""
+        record = self._begin(target)
+        steps = self._steps(record, target)
+        self._blocked, self._serving = "", None
+        order = fill_order(target)
+        logger.info(
+            "filling revision %s: fetch %s (%s), loading each model as soon as its bytes are in",
+            target.revision,
+            ", ".join(order) or "-",
+            human(steps.bytes),
+        )
+        placed: set[str] = set()
+        loaded: set[str] = set()
+        tried: set[str] = set()
+        failure: list[BaseException] = []
+        fetched = [False]
+        turn = threading.Condition()
+        stopped = threading.Event()
+
+        def loader() -> None:
+            triton = self.options.triton
+            while True:
+                with turn:
+                    while True:
+                        if failure or stopped.is_set():
+                            return
+                        model = next_load(target, placed, loaded, tried)
+                        if model is not None:
+                            tried.add(model)
+                            break
+                        if fetched[0]:
+                            return
+                        turn.wait(0.5)
+                while not triton.live():
+                    if self.options.wait(0.1) is True:
+                        stopped.set()
+                        return
+                try:
+                    logger.info("loading model %s", model)
+                    triton.load(model)
+                except LoadFailed as exc:
+                    with turn:
+                        failure.append(exc)
+                        turn.notify_all()
+                    return
+                except TritonUnreachable as exc:  # tritonserver restarting: the model again
+                    logger.warning("loading model %s: %s; trying again", model, exc)
+                    with turn:
+                        tried.discard(model)
+                    continue
+                with turn:
+                    loaded.add(model)
+                    turn.notify_all()
+                self.message = f"filling: {len(loaded)} of {len(order)} models loaded"
+                self._status = self._status_now()
+
+        thread = threading.Thread(target=loader, name="agent-loads", daemon=True)
+        thread.start()
+        state = _StateMerge(self.options.dest, {e.dest for e in target.manifest.entries})
+        try:
+            for model in order:
+                with turn:
+                    if failure or stopped.is_set():
+                        break
+                self.message = f"filling: fetching model {model}; {len(loaded)} of {len(order)} loaded"
+                self._status = self._status_now()
+                stats = self._sync(target, None, manifest=model_part(target.manifest, model))
+                state.add()
+                record = record.fetched(stats.downloaded_bytes)
+                self._write(record)
+                with turn:
+                    placed.add(model)
+                    turn.notify_all()
+        except SYNC_FAILURES as exc:
+            with turn:
+                failure.append(exc)
+                turn.notify_all()
+        finally:
+            with turn:
+                fetched[0] = True
+                turn.notify_all()
+            thread.join()
+        if failure:
+            self._refresh_models(target)
+            self._fail(record, failure_text(failure[0]))
+            raise FillFailed(failure[0])
+        if stopped.is_set():
+            return
+        remove_model_files(self.options.dest, steps.delete, steps.delete_folders)
+        self.message = ""
+        self._refresh_models(target)
+        self._serving, self._blocked, self._draining = target, "", False
+        self._write(record.done(now()))
+        logger.info("filled revision %s (%s fetched)", target.revision, human(record.fetched_bytes))
+
+    def repair(self, serving: RevisionFiles) -> None:
+        """In a pod of the one shape, load again the models of ``serving`` that tritonserver lists as
+        neither loaded nor loading (it restarted: it starts with no model), each at most every
+        REPAIR_SECONDS; readiness stays false until they are READY again."""
+        triton = self.options.triton
+        lost = [m for m, state in self.models.items() if state not in GOING]
+        if not lost or not triton.live():
+            return
+        at = time.monotonic()
+        for model in load_order(lost, serving.configs):
+            if at - self._repaired.get(model, -REPAIR_SECONDS) < REPAIR_SECONDS:
+                continue
+            self._repaired[model] = at
+            logger.warning("model %s is %s in tritonserver: loading it again", model, self.models[model])
+            try:
+                triton.load(model)
+            except (LoadFailed, TritonUnreachable) as exc:
+                logger.error("loading model %s again failed: %s", model, exc)
+                return
+            self._stub_peak.pop(model, None)
+
     # -------------------------------------------------------- helpers
 
     def _begin(self, target: RevisionFiles) -> Record:
@@ -345,12 +503,19 @@ class Agent:
         return steps
 
     def _sync(
-        self, target: RevisionFiles, progress: Progress | None, *, wait_uploads: bool = False
+        self,
+        target: RevisionFiles,
+        progress: Progress | None,
+        *,
+        wait_uploads: bool = False,
+        manifest: Manifest | None = None,
     ) -> SyncStats:
         """Sync ``target`` into /models: from the node cache first when there is one, then the store.
         ``wait_uploads``: wait for the uploads to the node cache (the init container, whose exit would
-        cut them); else they finish in the background."""
+        cut them); else they finish in the background. ``manifest``: a part of the target's (one
+        model's, core.agent.model_part) synced alone."""
         o = self.options
+        part = manifest if manifest is not None else target.manifest
         store = None
         node_cache = None
         if target.manifest.pinned and o.node_cache:
@@ -374,7 +539,7 @@ class Agent:
                 volume_limit=o.volume_limit,
                 source=node_cache,
             )
-            stats = sync(target.manifest, store, options, progress or silent())
+            stats = sync(part, store, options, progress or silent())
             self.node_cache_counts = (
                 (stats.source_hits, stats.source_misses) if node_cache is not None else None
             )
@@ -479,3 +644,20 @@ class Agent:
     def status(self) -> dict[str, Any]:
         """The last status (GET /v1/inplace): a snapshot the loop replaces, never one being built."""
         return self._status
+
+
+class _StateMerge:
+    """Sync's record of the files it placed (its state file in /models, which lets the next sync skip
+    hashing them) kept whole over syncs of one model each: each sync writes its own model's files
+    only, so after each the records are merged back, for the files of ``keep``."""
+
+    def __init__(self, dest: Path, keep: set[str]) -> None:
+        self.dest = dest
+        self.keep = keep
+        self.boot = boot_id()
+        self.files = {k: v for k, v in load_state(dest, self.boot).items() if k in keep}
+
+    def add(self) -> None:
+        self.files.update({k: v for k, v in load_state(self.dest, self.boot).items() if k in self.keep})
+        if self.files and self.dest.is_dir():
+            save_state(self.dest, dict(self.files), self.boot)
