@@ -7,6 +7,7 @@ agent takes the pod out before it unloads or loads a model."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 import requests
 
+from counting_proxy import counting_proxy
 from storage_backends import Backend
 from triton_operator.adapters.agent.processes import python_stubs
 from triton_operator.adapters.storage import pin_repository
@@ -276,12 +278,14 @@ class Pod:
 class Sidecar:
     """`triton-operator agent` (no --once) as the pod's model-agent container."""
 
-    def __init__(self, pod: Pod, triton: str, drain: float = DRAIN_SECONDS) -> None:
+    def __init__(
+        self, pod: Pod, triton: str, drain: float = DRAIN_SECONDS, extra: tuple[str, ...] = ()
+    ) -> None:
         self.pod = pod
         self.port = free_port()
         with pod.sidecar_log.open("ab") as log:
             self.process = subprocess.Popen(
-                [*pod.args(triton, f"127.0.0.1:{self.port}"), "--drain-seconds", str(drain)],
+                [*pod.args(triton, f"127.0.0.1:{self.port}"), "--drain-seconds", str(drain), *extra],
                 env=pod.env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -933,3 +937,52 @@ def test_a_new_pod_whose_target_moves_while_tritonserver_starts_still_starts(
         assert client.failures == [] and client.answers and set(client.answers) == {201.0}, client
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------- one pod shape: the first fill
+
+
+def test_a_pod_of_the_one_shape_answers_for_a_model_before_a_later_ones_bytes_are_in(
+    pod: Pod, triton_install: TritonInstall, sidecars: list[Sidecar]
+) -> None:
+    """tritonserver starts with no model (explicit control); the agent (--triton-starts-empty) fetches
+    the big model first and loads it while the small model's bytes are still on their way (the store
+    holds that request back for HOLD_SECONDS): the big model answers before them; the pod is Ready
+    only once both are READY."""
+    pod.put("big/1/model.py", model_py(100, pad=8 * 1024 * 1024))
+    pod.put("small/1/model.py", model_py(300))
+    r1 = pod.revision("r1", {"big": config(pod.init_log), "small": config(pod.init_log)})
+    with counting_proxy(pod.backend.endpoint, hold=(b"small/1/model.py", b"nothing releases it")) as proxy:
+        through = dataclasses.replace(r1.manifest.repository, endpoint=proxy.endpoint)
+        pod.set_base(Revision("r1", dataclasses.replace(r1.manifest, repository=through), r1.configs))
+        server = start_server(triton_install, pod.models, [], pod.root / "tritonserver.log")
+        try:
+            sidecar = Sidecar(pod, server.http_url, extra=("--triton-starts-empty",))
+            sidecars.append(sidecar)
+
+            def big_ready() -> bool:
+                return (
+                    requests.get(f"{server.http_url}/v2/models/big/ready", timeout=TIMEOUT).status_code == 200
+                )
+
+            client = Client(server, model="big", ready=big_ready).start()
+            try:
+                client.wait_answers(3)
+                assert len(client.answers) >= 3 and not client.failures, client.failures
+                # answers while the small model's bytes are not in, and the pod not Ready
+                assert not (pod.models / "small/1/model.py").exists()
+                assert sidecar.readiness()[0] == 503
+                assert proxy.hold_timeouts == 0
+                body = sidecar.wait_ready(200, "every model READY")
+                assert body["models"] == {"big": "READY", "small": "READY"}
+                assert proxy.hold_timeouts == 1  # the small model's bytes came only after the hold
+                client.wait_answers(3)
+            finally:
+                client.stop()
+            assert not client.failures, client.failures
+            assert set(client.answers) == {101.0}
+            assert sorted(pod.inits()) == ["big 1", "small 1"]
+            status = sidecar.applied("r1")
+            assert status["models"] == {"big": "READY", "small": "READY"}
+        finally:
+            server.stop()
