@@ -37,6 +37,7 @@ from triton_operator.core.names import (
     inplace_config_key,
     inplace_manifest_key,
 )
+from triton_operator.core.startup import parse_summary
 from triton_operator.models import ModelSpec
 from tritonserver import RunningServer, TritonInstall, free_port, server_command, start_server
 
@@ -984,5 +985,10 @@ def test_a_pod_of_the_one_shape_answers_for_a_model_before_a_later_ones_bytes_ar
             assert sorted(pod.inits()) == ["big 1", "small 1"]
             status = sidecar.applied("r1")
             assert status["models"] == {"big": "READY", "small": "READY"}
+            # the fill's summary, as the sync init container would leave it (status.timeToServe)
+            summary = parse_summary(status["summary"])
+            assert summary is not None, status
+            assert (summary.objects, summary.fetched, summary.present) == (2, status["fetchedBytes"], 0)
+            assert summary.fetched == len(model_py(100, pad=8 * 1024 * 1024)) + len(model_py(300))
         finally:
             server.stop()

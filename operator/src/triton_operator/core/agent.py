@@ -394,9 +394,12 @@ class Status:
     models: Mapping[str, str] = field(default_factory=dict)
     fetched_bytes: int = 0
     updated_at: str = ""
+    summary: str = ""
+    """The first fill's summary, as `triton-operator sync` writes it (core.startup.format_summary):
+    in a pod of the one shape, where no init container leaves it as its termination message."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "base": self.base,
             "revision": self.revision,
             "target": self.target,
@@ -406,6 +409,7 @@ class Status:
             "fetchedBytes": self.fetched_bytes,
             "updatedAt": self.updated_at,
         }
+        return {**out, "summary": self.summary} if self.summary else out
 
 
 def status_of(

@@ -48,6 +48,7 @@ from triton_operator.core.agent import (
 from triton_operator.core.field_error import ModelConfigError
 from triton_operator.core.manifest import Manifest, ManifestError, SelectionFailed
 from triton_operator.core.rollout.clock import format_time
+from triton_operator.core.startup import format_summary
 from triton_operator.core.triton_state import VERSION_READY
 
 logger = logging.getLogger("triton_operator.agent")
@@ -157,6 +158,8 @@ class Agent:
             # tried the sync init container again).
             self.record = dataclasses.replace(self.record, failed="")
         self._repaired: dict[str, float] = {}
+        self.summary = ""
+        """The first fill's summary line (format_summary), once it is done."""
         if self.record.pending is None and self.record.applied is not None:
             self._serving = self._files(self.record.applied)
         elif self.record.pending is not None:
@@ -418,6 +421,9 @@ class Agent:
 
         thread = threading.Thread(target=loader, name="agent-loads", daemon=True)
         thread.start()
+        began = time.monotonic()
+        total = SyncStats()
+        cached = False
         state = _StateMerge(self.options.dest, {e.dest for e in target.manifest.entries})
         try:
             for model in order:
@@ -428,6 +434,12 @@ class Agent:
                 self._status = self._status_now()
                 stats = self._sync(target, None, manifest=model_part(target.manifest, model))
                 state.add()
+                total.files += stats.files
+                total.bytes += stats.bytes
+                total.downloaded_bytes += stats.downloaded_bytes
+                total.source_hits += stats.source_hits
+                total.source_misses += stats.source_misses
+                cached = cached or self.node_cache_counts is not None
                 record = record.fetched(stats.downloaded_bytes)
                 self._write(record)
                 with turn:
@@ -450,6 +462,13 @@ class Agent:
             return
         remove_model_files(self.options.dest, steps.delete, steps.delete_folders)
         self.message = ""
+        self.summary = format_summary(
+            total.files,
+            total.downloaded_bytes,
+            total.bytes - total.downloaded_bytes,
+            time.monotonic() - began,
+            node_cache=(total.source_hits, total.source_misses) if cached else None,
+        )
         self._refresh_models(target)
         self._serving, self._blocked, self._draining = target, "", False
         self._write(record.done(now()))
@@ -578,14 +597,15 @@ class Agent:
         self.models = model_states(index, target)
 
     def _status_now(self) -> dict[str, Any]:
-        return status_of(
+        status = status_of(
             self.record,
             self.options.base.revision,
             self.target,
             self.models,
             self.message,
             draining=self._draining,
-        ).to_json()
+        )
+        return dataclasses.replace(status, summary=self.summary).to_json()
 
     def _files(self, revision: str) -> RevisionFiles | None:
         if revision == self.options.base.revision:
