@@ -24,11 +24,10 @@ from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod, Service
 
-from e2e_helpers import apply, create_store_secret, get_ts, kubectl_scale, wait_condition
+from e2e_helpers import agent_summary, apply, create_store_secret, get_ts, kubectl_scale, wait_condition
 from inference import LoadClient, infer_add_sub, offset_of
 from real_pods import adder_source, on_real_node, placement
 from testkit import load_chartlib, wait_for
-from triton_operator.core.startup import parse_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_KEY = "models/add_sub/1/model.py"
@@ -37,10 +36,9 @@ pytestmark = [pytest.mark.cluster]
 
 
 def sync_summary(pod: Any) -> Any:
-    (sync,) = pod.status.initContainerStatuses
-    assert sync.state.terminated.exitCode == 0
-    summary = parse_summary(sync.state.terminated.message)
-    assert summary is not None, sync.state.terminated.message
+    """What the pod's model agent fetched for its first revision (one pod shape: no init container)."""
+    summary = agent_summary(pod)
+    assert summary is not None, pod.metadata.name
     return summary
 
 
@@ -140,10 +138,7 @@ def test_a_scale_up_pod_on_a_warm_node_reads_nothing_from_the_store(  # noqa: PL
         kubectl_scale(kubectl, cluster, namespace, "cached", 2)
 
         def synced(pod: Any) -> bool:
-            statuses = (pod.status.initContainerStatuses if pod.status else None) or []
-            return (
-                bool(statuses) and statuses[0].state is not None and statuses[0].state.terminated is not None
-            )
+            return agent_summary(pod) is not None
 
         def second() -> Any:
             now: list[Any] = list(
