@@ -23,8 +23,9 @@ from triton_operator.core.names import (
     MODELS_DIR,
     TRITON_CONTAINER,
 )
-from triton_operator.core.observation import recorded_settings, sync_container_status
+from triton_operator.core.observation import pod_state, recorded_settings, sync_container_status
 from triton_operator.core.startup import pod_start
+from triton_operator.core.triton_state import describe_failures
 from triton_operator.settings import Settings
 from tritonservice_bodies import OLDER_SHAPE, SETTINGS, configs_of, ts_of
 
@@ -120,3 +121,28 @@ def test_the_agents_status_stands_for_the_sync_in_the_pods_start_and_failures() 
     assert start.phases() == {"scheduling": 1.0, "imageAndSandbox": 2.0, "tritonserverLoad": 7.0}
     ready = {**status, "containerStatuses": [triton, {**agent, "ready": True}]}
     assert "lastState" not in sync_container_status(ready)
+
+
+def test_a_model_that_fails_to_load_is_named_with_tritons_reason() -> None:
+    """The agent exits with Triton's answer to the load as its termination message: the pod's state
+    has it as a sync failure and as Triton's load failure, as a crashed tritonserver's log tail was."""
+    message = (
+        "load of model 'm1' failed: load failed for model 'm1': version 2 is at UNAVAILABLE state: "
+        "Internal: RuntimeError: boom at import"
+    )
+    agent = {
+        "name": AGENT_CONTAINER,
+        "ready": False,
+        "restartCount": 2,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+        "lastState": {"terminated": {"exitCode": 1, "message": message}},
+    }
+    triton = {"name": TRITON_CONTAINER, "ready": False, "state": {"running": {}}}
+    pod = {"metadata": {"name": "p", "labels": {}}, "status": {"containerStatuses": [triton, agent]}}
+    state = pod_state(pod)
+    assert state.sync_failure == message
+    assert (
+        describe_failures(state.triton_failures)
+        == "model 'm1' version 2: Internal: RuntimeError: boom at import"
+    )
+    assert state.waiting_reason == "CrashLoopBackOff"

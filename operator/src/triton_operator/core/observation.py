@@ -596,7 +596,9 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
         uid=str(metadata.get("uid", "")),
         ip=str(status["podIP"]) if status.get("podIP") else None,
         triton_restarts=int(triton.get("restartCount") or 0),
-        triton_failures=load_failures(_termination_message(triton)),
+        triton_failures=load_failures(_termination_message(triton))
+        # one pod shape: the agent loads the models, and exits with Triton's reason when one fails
+        or (load_failures(_termination_message(sync)) if sync.get("name") == AGENT_CONTAINER else ()),
         sync_failure=_failure_message(sync),
         start=pod_start(metadata, status, sync, triton),
         inplace_target=str((metadata.get("annotations") or {}).get(INPLACE_TARGET_ANNOTATION) or "") or None,
