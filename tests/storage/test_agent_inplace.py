@@ -38,6 +38,7 @@ from triton_operator.core.names import (
     inplace_manifest_key,
 )
 from triton_operator.core.startup import parse_summary
+from triton_operator.core.triton_state import load_failures
 from triton_operator.models import ModelSpec
 from tritonserver import RunningServer, TritonInstall, free_port, server_command, start_server
 
@@ -992,3 +993,42 @@ def test_a_pod_of_the_one_shape_answers_for_a_model_before_a_later_ones_bytes_ar
             assert summary.fetched == len(model_py(100, pad=8 * 1024 * 1024)) + len(model_py(300))
         finally:
             server.stop()
+
+
+def test_a_model_that_fails_to_load_in_the_first_fill_exits_the_agent_naming_it(
+    pod: Pod, triton_install: TritonInstall
+) -> None:
+    """The agent of a pod of the one shape exits 1 when Triton refuses a model of its first fill, with
+    Triton's reason as its termination message (what the operator quotes in Degraded and the rollback
+    Event); the model that loaded stays loaded, and a restarted agent tries again."""
+    pod.put("good/1/model.py", model_py(100, pad=4096))  # more bytes: fetched and loaded first
+    pod.put("bad/1/model.py", model_py(200, fail=True))
+    r1 = pod.revision("r1", {"good": config(pod.init_log), "bad": config(pod.init_log)})
+    pod.set_base(r1)
+    server = start_server(triton_install, pod.models, [], pod.root / "tritonserver.log")
+    termination = pod.root / "termination-log"
+    try:
+        for attempt in (1, 2):
+            termination.write_text("")
+            result = subprocess.run(
+                [
+                    *pod.args(server.http_url, f"127.0.0.1:{free_port()}"),
+                    "--triton-starts-empty",
+                    "--termination-log",
+                    str(termination),
+                ],
+                env=pod.env(),
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT * 2,
+                check=False,
+            )
+            assert result.returncode == 1, (attempt, result.stderr)
+            message = termination.read_text()
+            assert message.startswith("load of model 'bad' failed: "), message
+            (failure,) = load_failures(message)
+            assert (failure.model, failure.version) == ("bad", "1") and "refuses to load" in failure.reason
+        assert pod.inits().count("bad 1") == 2  # tried again by the restarted agent
+        assert index(server)[("good", "1")] == "READY"
+    finally:
+        server.stop()
