@@ -101,6 +101,8 @@ class AgentOptions:
     models loaded again."""
 
 
+FILLED = "the bytes of every model are in"
+"""What the status message of a first fill says once its last byte is in (and its loads go on)."""
 REPAIR_SECONDS = 5.0
 """How long the agent waits before it loads again a model tritonserver lost (a restart)."""
 
@@ -379,7 +381,17 @@ class Agent:
         tried: set[str] = set()
         failure: list[BaseException] = []
         fetched = [False]
+        fetching = [""]
         turn = threading.Condition()
+
+        def progress() -> None:
+            done = f"{len(loaded)} of {len(order)} models loaded"
+            if fetched[0]:
+                self.message = f"filling: {FILLED}; {done}"
+            else:
+                self.message = f"filling: fetching model {fetching[0]}; {done}"
+            self._status = self._status_now()
+
         stopped = threading.Event()
 
         def loader() -> None:
@@ -416,8 +428,7 @@ class Agent:
                 with turn:
                     loaded.add(model)
                     turn.notify_all()
-                self.message = f"filling: {len(loaded)} of {len(order)} models loaded"
-                self._status = self._status_now()
+                progress()
 
         thread = threading.Thread(target=loader, name="agent-loads", daemon=True)
         thread.start()
@@ -430,8 +441,8 @@ class Agent:
                 with turn:
                     if failure or stopped.is_set():
                         break
-                self.message = f"filling: fetching model {model}; {len(loaded)} of {len(order)} loaded"
-                self._status = self._status_now()
+                fetching[0] = model
+                progress()
                 stats = self._sync(target, None, manifest=model_part(target.manifest, model))
                 state.add()
                 total.files += stats.files
@@ -453,6 +464,7 @@ class Agent:
             with turn:
                 fetched[0] = True
                 turn.notify_all()
+            progress()
             thread.join()
         if failure:
             self._refresh_models(target)
