@@ -991,6 +991,10 @@ def test_a_pod_of_the_one_shape_answers_for_a_model_before_a_later_ones_bytes_ar
             assert summary is not None, status
             assert (summary.objects, summary.fetched, summary.present) == (2, status["fetchedBytes"], 0)
             assert summary.fetched == len(model_py(100, pad=8 * 1024 * 1024)) + len(model_py(300))
+            # sync's record of what it placed holds both models (each synced alone): a later change
+            # in place hashes neither again
+            recorded = json.loads((pod.models / STATE_FILE).read_text())["files"]
+            assert set(recorded) == {"big/1/model.py", "small/1/model.py"}
         finally:
             server.stop()
 
