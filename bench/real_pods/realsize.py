@@ -243,6 +243,13 @@ class RealSize(Session):
             f.size for f in repo.files if f.path.startswith(folder) and not f.path.endswith("/config.pbtxt")
         )
 
+    def distinct_bytes(self, repo: realrepo.GeneratedRepository) -> int:
+        """Bytes of the distinct contents a pod syncs: a pod of the one shape fetches one model at a
+        time, and gets a copy of an object an earlier model had (the models' shared model.py) from the
+        node cache, not the store."""
+        files = [f for f in repo.files if not f.path.endswith("/config.pbtxt")]
+        return sum({f.sha256: f.size for f in files}.values())
+
     def body(self, name: str, replicas: int, mode: str, version: int) -> dict[str, Any]:
         assert self.repo is not None
         b = on_real_node(
@@ -713,6 +720,7 @@ def report(
     if repo is not None and v2 is not None and session is not None:
         out["repository"] = {
             "pinnedBytes": session.pinned_bytes(repo),
+            "distinctBytes": session.distinct_bytes(repo),
             "changedBytes": session.pinned_bytes(v2, f"{CHANGED}/2/"),
             "changedShardBytes": v2.model(CHANGED).weight_bytes // 2,
         }
