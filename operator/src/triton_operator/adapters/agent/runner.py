@@ -84,8 +84,8 @@ class AgentOptions:
     node_cache_pod: str = ""
     """The pod's uid, which names its lease on the node cache's objects."""
     node_cache_upload_seconds: float = 300.0
-    """How long the init container waits at its end for its uploads to the node cache (the sidecar
-    does not wait: its uploads finish while Triton loads)."""
+    """How long the init container, and the first fill before the pod is Ready, wait for their uploads
+    to the node cache (an in-place change does not wait: its uploads finish while Triton loads)."""
     drain_seconds: float = 0.0
     """How long the pod is out of its Service (readiness false) before the agent unloads or loads a
     model: the kubelet's probe must fail and the endpoints drop the pod (the operator passes the
@@ -433,6 +433,7 @@ class Agent:
         thread = threading.Thread(target=loader, name="agent-loads", daemon=True)
         thread.start()
         began = time.monotonic()
+        uploads: list[NodeCacheClient] = []
         total = SyncStats()
         cached = False
         state = _StateMerge(self.options.dest, {e.dest for e in target.manifest.entries})
@@ -443,7 +444,7 @@ class Agent:
                         break
                 fetching[0] = model
                 progress()
-                stats = self._sync(target, None, manifest=model_part(target.manifest, model))
+                stats = self._sync(target, None, manifest=model_part(target.manifest, model), uploads=uploads)
                 state.add()
                 total.files += stats.files
                 total.bytes += stats.bytes
@@ -465,6 +466,10 @@ class Agent:
                 fetched[0] = True
                 turn.notify_all()
             progress()
+            # The node's cache gets every object before the pod is Ready (as the sync init container
+            # waited at its end): a scale-up right after reads none from the store. The loads go on.
+            for node_cache in uploads:
+                node_cache.close(self.options.node_cache_upload_seconds)
             thread.join()
         if failure:
             self._refresh_models(target)
@@ -540,11 +545,12 @@ class Agent:
         *,
         wait_uploads: bool = False,
         manifest: Manifest | None = None,
+        uploads: list[NodeCacheClient] | None = None,
     ) -> SyncStats:
         """Sync ``target`` into /models: from the node cache first when there is one, then the store.
         ``wait_uploads``: wait for the uploads to the node cache (the init container, whose exit would
-        cut them); else they finish in the background. ``manifest``: a part of the target's (one
-        model's, core.agent.model_part) synced alone."""
+        cut them); else they finish in the background, or (``uploads``) the caller waits for them.
+        ``manifest``: a part of the target's (one model's, core.agent.model_part) synced alone."""
         o = self.options
         part = manifest if manifest is not None else target.manifest
         store = None
@@ -581,6 +587,8 @@ class Agent:
             if node_cache is not None:
                 if wait_uploads:
                     node_cache.close(o.node_cache_upload_seconds)
+                elif uploads is not None:
+                    uploads.append(node_cache)
                 else:
                     threading.Thread(
                         target=node_cache.close,
