@@ -559,7 +559,10 @@ class Agent:
         store = None
         node_cache = None
         if target.manifest.pinned and o.node_cache:
-            node_cache = NodeCacheClient(o.node_cache, o.node_cache_pod)
+            # A sync of a part (one model) leases the whole revision: its lease replaces the pod's
+            # earlier one, which the uploads of the models synced before still need.
+            lease = target.manifest.entries if manifest is not None else None
+            node_cache = NodeCacheClient(o.node_cache, o.node_cache_pod, lease=lease)
         if target.manifest.pinned:
             store = open_store(
                 target.manifest.repository,
