@@ -28,6 +28,7 @@ for extra in (ROOT / "e2e", ROOT / "tests" / "support", ROOT / "operator" / "src
 import cluster  # noqa: E402
 import node as real_node_setup  # noqa: E402
 from real_pods import real_node  # noqa: E402
+from triton_operator.adapters.agent.runner import FILLED  # noqa: E402
 from triton_operator.core.objects.names import LABEL_SERVICE  # noqa: E402
 from triton_operator.core.observed.observation import sync_container_status  # noqa: E402
 from triton_operator.core.pod.startup import SyncSummary, parse_summary  # noqa: E402
@@ -67,8 +68,21 @@ def sync_summary(pod: Any) -> SyncSummary | None:
     """What the pod's `triton-operator sync` init container said it did (its termination message,
     the figure status.timeToServe[].bytesFetched is read from); None before it finished."""
     status = pod.to_dict().get("status") or {}
+    if not status.get("initContainerStatuses"):
+        # One pod shape: the model agent fetched and loaded beside tritonserver; its status has the
+        # same summary once its first fill is done.
+        ip = status.get("podIP")
+        agent = agent_status(str(ip)) if ip else None
+        return parse_summary((agent or {}).get("summary"))
     terminated = (sync_container_status(status).get("state") or {}).get("terminated") or {}
     return parse_summary(terminated.get("message"))
+
+
+def agent_fetched(ip: str) -> bool:
+    """Whether the model agent of a pod of the one shape has every model's bytes in (its loads may go
+    on: they overlap the download), by its status."""
+    status = agent_status(ip) or {}
+    return bool(status.get("summary")) or FILLED in str(status.get("message") or "")
 
 
 def run_with_cluster(

@@ -56,6 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.real_pods.common import (
     Session,
     agent_applied,
+    agent_fetched,
+    agent_status,
     run_with_cluster,
     say,
     sync_summary,
@@ -78,9 +80,12 @@ PHASES = ("to pod", "sync", "load", "probes", "routing")
 SOURCES = {
     "to pod": "bench poll: apply -> the pod bound to the node (the operator, the ReplicaSet, the scheduler)",
     "sync": "bench poll: bound -> the sync init container terminated (sandbox, image, `triton-operator "
-    "sync`); in place: the agent's log, 'applying revision' -> 'loading model'",
+    "sync`); a pod of the one shape: bound -> its agent's status says every model's bytes are in (the loads "
+    "overlap this); in place: the agent's log, 'applying revision' -> 'loading model'",
     "load": "bench poll: sync done -> Triton's /v2/health/ready on the pod IP (tritonserver start, every "
-    "model's load); in place: the agent's log, 'loading model' -> 'applied revision' (Triton's load API)",
+    "model's load); a pod of the one shape: -> its agent's first fill done (every model READY: what is left "
+    "of the loads after the last byte); in place: the agent's log, 'loading model' -> 'applied revision' "
+    "(Triton's load API)",
     "probes": "bench poll: Triton ready -> the pod's Ready condition (startup and readiness probe periods)",
     "routing": "bench poll: the last pod Ready (in place: applied) -> every pod and the Service answer "
     "(Endpoints, kube-proxy; for new pods the operator's flip of the Service)",
@@ -238,6 +243,13 @@ class RealSize(Session):
             f.size for f in repo.files if f.path.startswith(folder) and not f.path.endswith("/config.pbtxt")
         )
 
+    def distinct_bytes(self, repo: realrepo.GeneratedRepository) -> int:
+        """Bytes of the distinct contents a pod syncs: a pod of the one shape fetches one model at a
+        time, and gets a copy of an object an earlier model had (the models' shared model.py) from the
+        node cache, not the store."""
+        files = [f for f in repo.files if not f.path.endswith("/config.pbtxt")]
+        return sum({f.sha256: f.size for f in files}.values())
+
     def body(self, name: str, replicas: int, mode: str, version: int) -> dict[str, Any]:
         assert self.repo is not None
         b = on_real_node(
@@ -361,16 +373,20 @@ class RealSize(Session):
                 if pod.spec.nodeName and m.scheduled is None:
                     m.scheduled = now
                 init = (status.initContainerStatuses or []) if status else []
+                ip = status.podIP if status else None
                 done = (
                     init
                     and init[0].state
                     and init[0].state.terminated
                     and init[0].state.terminated.exitCode == 0
-                )
+                ) or (not init and m.synced is None and bool(ip) and agent_fetched(str(ip)))
                 if done and m.synced is None:
                     m.synced = now
-                ip = status.podIP if status else None
-                if m.synced is not None and m.loaded is None and ip and triton_ready(ip):
+                # one pod shape: loaded once the agent's fill is done (every model READY)
+                loaded = bool(ip) and m.synced is not None and m.loaded is None
+                if loaded and ip:
+                    loaded = triton_ready(ip) if init else bool((agent_status(ip) or {}).get("summary"))
+                if loaded:
                     m.loaded = time.monotonic()
                 if m.ready is None and is_ready(pod):
                     m.ready = now
@@ -704,6 +720,7 @@ def report(
     if repo is not None and v2 is not None and session is not None:
         out["repository"] = {
             "pinnedBytes": session.pinned_bytes(repo),
+            "distinctBytes": session.distinct_bytes(repo),
             "changedBytes": session.pinned_bytes(v2, f"{CHANGED}/2/"),
             "changedShardBytes": v2.model(CHANGED).weight_bytes // 2,
         }

@@ -12,6 +12,7 @@ from lightkube.resources.apps_v1 import Deployment
 
 from e2e_helpers import apply, owned, tritonservice, wait_condition
 from triton_operator import logs
+from tritonservice_bodies import fetcher
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -30,7 +31,7 @@ def test_json_log_lines_name_the_tritonservice_and_its_revision(
     assert ours and all(r["namespace"] == namespace for r in ours)
     assert any(r.get("revision") == revision and r["component"] == "operator" for r in ours), ours[-5:]
     (deployment,) = owned(kube, Deployment, namespace, "tiny")
-    (sync,) = deployment["spec"]["template"]["spec"]["initContainers"]
+    sync = fetcher(deployment["spec"]["template"]["spec"])  # the model agent: one pod shape
     env = {e["name"]: e.get("value") for e in sync.get("env") or []}
     assert env[logs.ENV] == "json"
     assert (env[logs.SERVICE_ENV], env[logs.REVISION_ENV]) == (f"{namespace}/tiny", revision)

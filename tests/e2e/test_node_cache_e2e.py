@@ -25,11 +25,11 @@ from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod, Service
 
-from e2e_helpers import apply, create_store_secret, get_ts, kubectl_scale, wait_condition
+from e2e_helpers import agent_summary, apply, create_store_secret, get_ts, kubectl_scale, wait_condition
 from inference import LoadClient, infer_add_sub, offset_of
 from real_pods import adder_source, on_real_node, placement
 from testkit import load_chartlib, wait_for
-from triton_operator.core.pod.startup import parse_summary
+from triton_operator.core.objects.names import AGENT_CONTAINER
 from triton_operator.core.repository.cache_rules import PUBLIC_KEY_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,10 +39,9 @@ pytestmark = [pytest.mark.cluster]
 
 
 def sync_summary(pod: Any) -> Any:
-    (sync,) = pod.status.initContainerStatuses
-    assert sync.state.terminated.exitCode == 0
-    summary = parse_summary(sync.state.terminated.message)
-    assert summary is not None, sync.state.terminated.message
+    """What the pod's model agent fetched for its first revision (one pod shape: no init container)."""
+    summary = agent_summary(pod)
+    assert summary is not None, pod.metadata.name
     return summary
 
 
@@ -122,7 +121,7 @@ def test_a_scale_up_pod_on_a_warm_node_reads_nothing_from_the_store(  # noqa: PL
         assert cold.node_cache_vouched == 0
         # The chart made the cache's key; the cache signs with it and the operator gave the pod its
         # public key (the cache logs the public key it signs with at start).
-        (sync_container,) = first.spec.initContainers
+        (sync_container,) = [c for c in first.spec.containers if c.name == AGENT_CONTAINER]
         public_key = {e.name: e.value for e in sync_container.env or []}.get(PUBLIC_KEY_ENV)
         assert public_key, "the operator gave the pod no public key of the node cache"
         name_label = "app.kubernetes.io/name"
@@ -154,10 +153,7 @@ def test_a_scale_up_pod_on_a_warm_node_reads_nothing_from_the_store(  # noqa: PL
         kubectl_scale(kubectl, cluster, namespace, "cached", 2)
 
         def synced(pod: Any) -> bool:
-            statuses = (pod.status.initContainerStatuses if pod.status else None) or []
-            return (
-                bool(statuses) and statuses[0].state is not None and statuses[0].state.terminated is not None
-            )
+            return agent_summary(pod) is not None
 
         def second() -> Any:
             now: list[Any] = list(

@@ -47,7 +47,13 @@ def test_the_real_size_cases_read_only_what_the_node_lacks(node: dict[str, Any],
     whole, changed, shards = repo["pinnedBytes"], repo["changedBytes"], repo["changedShardBytes"]
     assert shards < changed < whole
 
-    assert case(result, "new service (cold")["storeBytes"] == [whole]
+    # One pod shape: the agent fetches one model at a time, so a copy of an object an earlier model
+    # had (the models' shared model.py) may come from the node cache, once that model's upload to it
+    # is done (in the background): the store gives each content at least once, and no more than all.
+    distinct = repo["distinctBytes"]
+    assert distinct < whole
+    (cold,) = case(result, "new service (cold")["storeBytes"]
+    assert distinct <= cold <= whole, (distinct, cold, whole)
     scale_up = case(result, "scale-up")
     assert scale_up["storeBytes"] == [0]
     assert scale_up["cacheHitBytes"] == whole  # the node cache gave the new pod every byte

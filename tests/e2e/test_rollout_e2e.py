@@ -40,6 +40,7 @@ from e2e_helpers import (
     kubectl_triton,
 )
 from e2e_helpers import small_tritonservice as tritonservice
+from tritonservice_bodies import fetcher
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -987,9 +988,9 @@ def test_an_operator_upgrade_starts_no_rollout_and_keeps_an_undo(
     trail.invariants.clear()
     s = trail.at_step(1)
     c = s.status["canaryRevision"]
-    init = s.deployments[c]["spec"]["template"]["spec"]["initContainers"][0]
+    init = fetcher(s.deployments[c]["spec"]["template"]["spec"])
     assert (init["image"], init["imagePullPolicy"]) == ("reg.local/triton-operator:next", "Always")
-    old_init = s.deployments[a]["spec"]["template"]["spec"]["initContainers"][0]
+    old_init = fetcher(s.deployments[a]["spec"]["template"]["spec"])
     assert old_init["image"] != "reg.local/triton-operator:next"
 
 

@@ -7,6 +7,7 @@ agent takes the pod out before it unloads or loads a model."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 import requests
 
+from counting_proxy import counting_proxy
 from storage_backends import Backend
 from triton_operator.adapters.agent.processes import python_stubs
 from triton_operator.adapters.storage import pin_repository
@@ -33,8 +35,10 @@ from triton_operator.core.objects.names import (
     inplace_manifest_key,
 )
 from triton_operator.core.pod.agent_plan import ensemble_steps
+from triton_operator.core.pod.startup import parse_summary
 from triton_operator.core.repository.manifest import Manifest, manifest_to_json
 from triton_operator.core.spec.modelconfig import build_config_pbtxt
+from triton_operator.core.vocabulary.triton_state import load_failures
 from triton_operator.models import ModelSpec
 from tritonserver import RunningServer, TritonInstall, free_port, server_command, start_server
 
@@ -276,12 +280,14 @@ class Pod:
 class Sidecar:
     """`triton-operator agent` (no --once) as the pod's model-agent container."""
 
-    def __init__(self, pod: Pod, triton: str, drain: float = DRAIN_SECONDS) -> None:
+    def __init__(
+        self, pod: Pod, triton: str, drain: float = DRAIN_SECONDS, extra: tuple[str, ...] = ()
+    ) -> None:
         self.pod = pod
         self.port = free_port()
         with pod.sidecar_log.open("ab") as log:
             self.process = subprocess.Popen(
-                [*pod.args(triton, f"127.0.0.1:{self.port}"), "--drain-seconds", str(drain)],
+                [*pod.args(triton, f"127.0.0.1:{self.port}"), "--drain-seconds", str(drain), *extra],
                 env=pod.env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -931,5 +937,102 @@ def test_a_new_pod_whose_target_moves_while_tritonserver_starts_still_starts(
         client.start()
         client.stop()
         assert client.failures == [] and client.answers and set(client.answers) == {201.0}, client
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------- one pod shape: the first fill
+
+
+def test_a_pod_of_the_one_shape_answers_for_a_model_before_a_later_ones_bytes_are_in(
+    pod: Pod, triton_install: TritonInstall, sidecars: list[Sidecar]
+) -> None:
+    """tritonserver starts with no model (explicit control); the agent (--triton-starts-empty) fetches
+    the big model first and loads it while the small model's bytes are still on their way (the store
+    holds that request back for HOLD_SECONDS): the big model answers before them; the pod is Ready
+    only once both are READY."""
+    pod.put("big/1/model.py", model_py(100, pad=8 * 1024 * 1024))
+    pod.put("small/1/model.py", model_py(300))
+    r1 = pod.revision("r1", {"big": config(pod.init_log), "small": config(pod.init_log)})
+    with counting_proxy(pod.backend.endpoint, hold=(b"small/1/model.py", b"nothing releases it")) as proxy:
+        through = dataclasses.replace(r1.manifest.repository, endpoint=proxy.endpoint)
+        pod.set_base(Revision("r1", dataclasses.replace(r1.manifest, repository=through), r1.configs))
+        server = start_server(triton_install, pod.models, [], pod.root / "tritonserver.log")
+        try:
+            sidecar = Sidecar(pod, server.http_url, extra=("--triton-starts-empty",))
+            sidecars.append(sidecar)
+
+            def big_ready() -> bool:
+                return (
+                    requests.get(f"{server.http_url}/v2/models/big/ready", timeout=TIMEOUT).status_code == 200
+                )
+
+            client = Client(server, model="big", ready=big_ready).start()
+            try:
+                client.wait_answers(3)
+                assert len(client.answers) >= 3 and not client.failures, client.failures
+                # answers while the small model's bytes are not in, and the pod not Ready
+                assert not (pod.models / "small/1/model.py").exists()
+                assert sidecar.readiness()[0] == 503
+                assert proxy.hold_timeouts == 0
+                body = sidecar.wait_ready(200, "every model READY")
+                assert body["models"] == {"big": "READY", "small": "READY"}
+                assert proxy.hold_timeouts == 1  # the small model's bytes came only after the hold
+                client.wait_answers(3)
+            finally:
+                client.stop()
+            assert not client.failures, client.failures
+            assert set(client.answers) == {101.0}
+            assert sorted(pod.inits()) == ["big 1", "small 1"]
+            status = sidecar.applied("r1")
+            assert status["models"] == {"big": "READY", "small": "READY"}
+            # the fill's summary, as the sync init container would leave it (status.timeToServe)
+            summary = parse_summary(status["summary"])
+            assert summary is not None, status
+            assert (summary.objects, summary.fetched, summary.present) == (2, status["fetchedBytes"], 0)
+            assert summary.fetched == len(model_py(100, pad=8 * 1024 * 1024)) + len(model_py(300))
+            # sync's record of what it placed holds both models (each synced alone): a later change
+            # in place hashes neither again
+            recorded = json.loads((pod.models / STATE_FILE).read_text())["files"]
+            assert set(recorded) == {"big/1/model.py", "small/1/model.py"}
+        finally:
+            server.stop()
+
+
+def test_a_model_that_fails_to_load_in_the_first_fill_exits_the_agent_naming_it(
+    pod: Pod, triton_install: TritonInstall
+) -> None:
+    """The agent of a pod of the one shape exits 1 when Triton refuses a model of its first fill, with
+    Triton's reason as its termination message (what the operator quotes in Degraded and the rollback
+    Event); the model that loaded stays loaded, and a restarted agent tries again."""
+    pod.put("good/1/model.py", model_py(100, pad=4096))  # more bytes: fetched and loaded first
+    pod.put("bad/1/model.py", model_py(200, fail=True))
+    r1 = pod.revision("r1", {"good": config(pod.init_log), "bad": config(pod.init_log)})
+    pod.set_base(r1)
+    server = start_server(triton_install, pod.models, [], pod.root / "tritonserver.log")
+    termination = pod.root / "termination-log"
+    try:
+        for attempt in (1, 2):
+            termination.write_text("")
+            result = subprocess.run(
+                [
+                    *pod.args(server.http_url, f"127.0.0.1:{free_port()}"),
+                    "--triton-starts-empty",
+                    "--termination-log",
+                    str(termination),
+                ],
+                env=pod.env(),
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT * 2,
+                check=False,
+            )
+            assert result.returncode == 1, (attempt, result.stderr)
+            message = termination.read_text()
+            assert message.startswith("load of model 'bad' failed: "), message
+            (failure,) = load_failures(message)
+            assert (failure.model, failure.version) == ("bad", "1") and "refuses to load" in failure.reason
+        assert pod.inits().count("bad 1") == 2  # tried again by the restarted agent
+        assert index(server)[("good", "1")] == "READY"
     finally:
         server.stop()

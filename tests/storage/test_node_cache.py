@@ -26,12 +26,13 @@ from counting_proxy import CountingProxy, counting_proxy
 from fake_token_reviewer import FakeTokenReviewer
 from storage_backends import Backend
 from testkit import free_port
+from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.nodecache.server import NodeCacheServer, ServerThread
 from triton_operator.adapters.nodecache.statements import Signer
 from triton_operator.adapters.nodecache.store import ContentStore
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.core.pod.startup import SyncSummary, parse_summary
-from triton_operator.core.repository.manifest import Manifest, manifest_to_json
+from triton_operator.core.repository.manifest import Manifest, ManifestEntry, manifest_to_json
 from triton_operator.models import ModelSpec
 from triton_operator.quantities import quantity_bytes
 
@@ -487,6 +488,47 @@ def test_pods_syncing_at_once_each_get_every_byte_and_the_node_keeps_one_copy(
 
 
 # ----------------------------------------------------------------- what the cache takes
+
+
+def test_a_fills_uploads_of_one_model_outlive_the_next_models_lease(
+    start_cache: Callable[..., NodeCache], tmp_path: Path
+) -> None:
+    """The agent's first fill (one pod shape) syncs one model at a time, each sync with its own
+    client and lease, and waits for every upload at its end. The cache keeps one lease per pod, each
+    replacing the one before, and refuses (403) an upload its pod's live lease does not name: a
+    lease of the next model's objects alone left an upload of the model before refused (the
+    real-size scale-up then read that object from the store). Each sync of a part leases the whole
+    revision (NodeCacheClient's ``lease``), so every upload is kept."""
+    cache = start_cache()
+    token = tmp_path / "token"
+    token.write_text(cache.token("pod-a"))
+
+    def fill(whole: bool) -> dict[str, bool]:
+        """Two models' syncs (new bytes each time): the big model's offers its object, and the
+        small one's lease comes meanwhile; whether the cache kept each model's object."""
+        data = {"big": os.urandom(2 * 1024 * 1024), "small": os.urandom(64 * 1024)}
+        entries = {}
+        for model, body in data.items():
+            (tmp_path / f"{model}.bin").write_bytes(body)
+            checksum = md5_key(body).split("/")[1]
+            entries[model] = ManifestEntry(f"models/{model}/1/w", f"{model}/1/w", len(body), "md5", checksum)
+        lease = list(entries.values()) if whole else None
+        clients = []
+        for model in ("big", "small"):
+            client = NodeCacheClient(cache.url, "pod-a", token_path=token, uploads=1, lease=lease)
+            assert client.held([entries[model]]) == frozenset()
+            clients.append(client)
+        for model, client in zip(("big", "small"), clients, strict=True):
+            client.offer(entries[model], tmp_path / f"{model}.bin")
+        for client in clients:
+            client.close(30)
+        kept = cache.objects()
+        return {model: md5_key(body) in kept for model, body in data.items()}
+
+    # Each sync's lease its own model's objects only: the big model's upload is refused.
+    assert fill(whole=False) == {"big": False, "small": True}
+    assert cache.metrics()["triton_node_cache_refused_uploads_total{reason=unleased}"] == 1
+    assert fill(whole=True) == {"big": True, "small": True}
 
 
 def test_the_cache_keeps_only_bytes_that_match_their_key(start_cache: Callable[..., NodeCache]) -> None:

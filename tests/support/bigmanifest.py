@@ -127,6 +127,8 @@ def _value(configmap: Mapping[str, Any], key: str) -> bytes:
 
 def _project(root: Path, source: Mapping[str, Any], configmaps: Mapping[str, Mapping[str, Any]]) -> None:
     name = source["name"]
+    if name not in configmaps and source.get("optional"):
+        return  # the kubelet starts the pod without it (the in-place ConfigMap before an update)
     if name not in configmaps:
         raise AssertionError(f"ConfigMap {name} is mounted but not applied: the pod would not start")
     configmap = configmaps[name]

@@ -426,3 +426,20 @@ def get_raw(kubectl: str, kubeconfig: Path, path: str) -> dict[str, Any]:
     assert proc.returncode == 0, f"kubectl get --raw {path}: {proc.stderr}"
     out: dict[str, Any] = json.loads(proc.stdout)
     return out
+
+
+def agent_summary(pod: Any) -> Any:
+    """What a pod of the one shape fetched for its first revision: the summary its model agent serves
+    in its status (GET <pod IP>:8009/v1/inplace), as a sync init container would have left it as its
+    termination message (core.pod.startup.SyncSummary); None until its first fill is done."""
+    from triton_operator.core.pod.startup import parse_summary  # noqa: PLC0415 - the operator's own parser
+
+    ip = pod.status.podIP if pod.status else None
+    if not ip:
+        return None
+    try:
+        with urllib.request.urlopen(f"http://{ip}:8009/v1/inplace", timeout=5) as reply:
+            status = json.loads(reply.read())
+    except OSError:
+        return None
+    return parse_summary(status.get("summary"))

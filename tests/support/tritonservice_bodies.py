@@ -6,7 +6,12 @@ import copy
 from typing import Any
 
 from triton_operator.core.objects.builders import build_deployment
-from triton_operator.core.objects.names import LABEL_REVISION, TRITON_CONTAINER
+from triton_operator.core.objects.names import (
+    AGENT_CONTAINER,
+    LABEL_REVISION,
+    SYNC_CONTAINER,
+    TRITON_CONTAINER,
+)
 from triton_operator.core.objects.traffic import TrafficWeights
 from triton_operator.core.observed.observation import check_body
 from triton_operator.core.rollout.plan import RolloutPlan
@@ -15,6 +20,8 @@ from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 
 SETTINGS = Settings()
+OLDER_SHAPE = Settings(agent_pods=False)
+"""The settings a revision made before one pod shape is rendered with (its sync init container)."""
 UID = "0c3d6c2e-8d54-4bb8-9d1b-3c7a1f1e2a10"
 CONFIG = {
     "backend": "python",
@@ -53,6 +60,13 @@ def deployment(
     ts: TritonService, revision: str = "abc1234567", replicas: int = 1, *, settings: Settings = SETTINGS
 ) -> dict[str, Any]:
     return build_deployment(ts, revision, settings, replicas)
+
+
+def fetcher(pod: dict[str, Any]) -> dict[str, Any]:
+    """The container of a pod spec that fetches its models: the sync init container of a revision
+    made before one pod shape, else the model agent."""
+    inits = [c for c in pod.get("initContainers") or [] if c["name"] == SYNC_CONTAINER]
+    return inits[0] if inits else next(c for c in pod["containers"] if c["name"] == AGENT_CONTAINER)
 
 
 def triton_container(dep: dict[str, Any]) -> dict[str, Any]:

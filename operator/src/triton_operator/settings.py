@@ -294,6 +294,10 @@ class Settings:
     node_cache_token: bool = True
     """Not read from the environment: whether a revision's pods show the node cache their projected
     token; False only for a revision recorded before the cache asked for one (it keeps its pods)."""
+    agent_pods: bool = True
+    """Not read from the environment: whether a revision's pods have one shape, the model agent's
+    (tritonserver starts with no models; the agent fetches and loads each model as its bytes land);
+    False only for a revision recorded before (it keeps its sync init container, core.objects.builders)."""
 
     node_cache_public_key: str | None = None
     """The node cache's public key (base64 of 32 bytes), derived from the key file that

@@ -19,6 +19,7 @@ from triton_operator.core.decision.actions import stamped
 from triton_operator.core.objects.names import APPLIED_ANNOTATION, PLACEHOLDER_UID
 from triton_operator.reconcile.reconcile_pass import reconcile
 from triton_operator.settings import Settings
+from tritonservice_bodies import fetcher
 
 EXAMPLES = REPO / "examples"
 NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -97,7 +98,7 @@ def test_pvc_repository_needs_no_manifest(capsys: pytest.CaptureFixture[str]) ->
     assert err.getvalue() == ""
     cm, dep, _ = docs(out.getvalue())
     assert '"pinned":false' in cm["data"]["manifest.json"]  # a claim is linked, not pinned
-    (sync,) = dep["spec"]["template"]["spec"]["initContainers"]
+    sync = fetcher(dep["spec"]["template"]["spec"])
     assert "--pvc-root" in sync["args"]
 
 
@@ -129,7 +130,7 @@ def test_settings_choose_images(capsys: pytest.CaptureFixture[str]) -> None:
     render.render([doc], Settings(default_image="reg/triton:x", sync_image="reg/op:y"), out=out, err=err)
     pod = docs(out.getvalue())[1]["spec"]["template"]["spec"]
     assert pod["containers"][0]["image"] == "reg/triton:x"
-    assert pod["initContainers"][0]["image"] == "reg/op:y"
+    assert fetcher(pod)["image"] == "reg/op:y"
 
 
 def test_render_prints_the_revision_services_a_gateway_rollout_applies(

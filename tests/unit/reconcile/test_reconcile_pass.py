@@ -40,6 +40,7 @@ from triton_operator.reconcile.apply import SupersededError
 from triton_operator.reconcile.pinning import PinnedManifest, summarize
 from triton_operator.reconcile.reconcile_pass import Result, reconcile
 from triton_operator.settings import Settings
+from tritonservice_bodies import fetcher
 
 NS = "ml"
 SETTINGS = Settings()
@@ -621,7 +622,7 @@ async def test_a_new_default_image_applies_to_new_revisions_only(kube: MemKube) 
         f"svc-{changed.revision}": UPGRADED.default_image,
     }
     new = templates(kube)[f"svc-{changed.revision}"]
-    assert next(c["image"] for c in new["spec"]["initContainers"]) == UPGRADED.sync_image
+    assert fetcher(new["spec"])["image"] == UPGRADED.sync_image
     assert "annotations" not in new["metadata"]  # UPGRADED scrapes no pod
     kubelet(kube)
     await run(kube, UPGRADED)  # the new revision becomes the stable one: on the default again

@@ -16,12 +16,13 @@ from typing import Any
 from triton_operator import logs
 from triton_operator.adapters.agent.files import read_text
 from triton_operator.adapters.agent.model_control import ModelControl
-from triton_operator.adapters.agent.runner import Agent, AgentOptions
+from triton_operator.adapters.agent.runner import Agent, AgentOptions, FillFailed
 from triton_operator.adapters.agent.status import StatusServer, parse_listen
 from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.redaction import install_log_redaction
 from triton_operator.adapters.sync.progress import Progress
 from triton_operator.commands.sync import (
+    EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     add_fetch_arguments,
@@ -62,6 +63,13 @@ The status is served read-only at GET http://<--listen>{AGENT_STATUS_PATH}; the 
 GET http://<--listen>{AGENT_READY_PATH} (200 only when every model of the revision it serves is READY
 by Triton's repository index and its per-model ready endpoint, with no Python backend stub process of
 it gone; 503 with the reason otherwise), checked every {{models}} s.
+With --triton-starts-empty (every pod of a revision made since one pod shape; tritonserver started
+with no model): the sidecar fills --dest itself, model by model (the most bytes first, each verified,
+from the node cache first), and loads each model as soon as its bytes are in (an ensemble once its
+steps are loaded) while the next one downloads; readiness comes once every model is READY. When that
+first fill fails (a sync error, or a model Triton refuses to load), the sidecar exits with sync's exit
+status (1 for a load) and the reason as its termination message, naming the model; its restart tries
+again. Should tritonserver restart later (it starts with no model), the sidecar loads its models again.
 The target: the pod's annotation (--target-file) when it names `next` or `stable` of the in-place
 ConfigMap's state.json (--inplace-dir) and that revision's files are there; else `stable`; else the
 base revision (--manifest and --configs, the pod's own). With --target-file in --inplace-dir (one
@@ -171,6 +179,12 @@ def register(subparsers: Any) -> None:
         "--once", action="store_true", help="sync the target, record it and exit (init container)"
     )
     parser.add_argument(
+        "--triton-starts-empty",
+        action="store_true",
+        help="tritonserver starts with no model: fill --dest and load each model as its bytes land; "
+        "exit with the reason when that fails (the sidecar of a pod of the one shape)",
+    )
+    parser.add_argument(
         "--interval",
         type=_seconds(0.05, 60),
         default=0.2,
@@ -245,11 +259,17 @@ def run(args: argparse.Namespace) -> int:
         node_cache_pod=pod,
         node_cache_upload_seconds=args.node_cache_upload_seconds,
         drain_seconds=args.drain_seconds,
+        fills=args.triton_starts_empty and not args.once,
     )
     agent = Agent(options)
     if args.once:
         return once(agent, args, fail, started)
-    return sidecar(agent, args)
+    try:
+        return sidecar(agent, args)
+    except FillFailed as exc:
+        failure = sync_failure(exc.cause, args.dest) or (EXIT_FAILED, str(exc))
+        code: int = fail(*failure)
+        return code
 
 
 def once(agent: Agent, args: argparse.Namespace, fail: Any, started: float) -> int:
@@ -320,6 +340,8 @@ def sidecar(agent: Agent, args: argparse.Namespace) -> int:
             models = now - models_read >= MODELS_SECONDS
             try:
                 agent.tick(models=models)
+            except FillFailed:
+                raise
             except Exception:  # a bug or an unreadable file: said, and tried again next time
                 log.exception("the agent's pass failed")
             if models:

@@ -5,6 +5,7 @@ out until a revision loads whole."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,3 +134,26 @@ def test_a_failed_load_keeps_the_pod_out_until_the_old_revision_is_back(tmp_path
     assert len(waits) == 1  # out since the failure: no second wait
     assert agent.status()["state"] == "Applied" and agent.check().ready
     assert agent.ready().revision == "r1"
+
+
+def test_a_pod_of_the_one_shape_drains_for_a_change_as_an_in_place_pod_does(tmp_path: Path) -> None:
+    """The agent filled the pod itself (--triton-starts-empty: tritonserver started with no model,
+    every model loaded by the agent); a change after that is drained, unloaded and loaded exactly as
+    in a pod whose init container synced it."""
+    triton, waits = FakeTriton(loaded={}), list[float]()
+    agent = agent_of(tmp_path, triton, waits)
+    agent.options = dataclasses.replace(agent.options, fills=True)
+    go(agent, revision("r1", 0))  # the first fill: no drain, each model loaded
+    assert waits == [] and sorted(c for c in triton.calls if c.startswith("load")) == [
+        "load adder",
+        "load other",
+    ]
+    assert agent.status()["state"] == "Applied" and agent.check().ready and agent.ready().ready
+    triton.calls.clear()
+    triton.readiness_at_calls.clear()
+
+    go(agent, revision("r2", 10))
+    assert waits and 6.9 < waits[0] <= 7.0  # the whole drain, before anything was touched
+    assert [c for c in triton.calls if c != "index"] == ["unload adder", "load adder"]
+    assert triton.readiness_at_calls == [False, False]  # out of the Service at every call
+    assert agent.check().ready and agent.ready().revision == "r2"

@@ -15,20 +15,17 @@ from triton_operator.core.decision.actions import (
     stamped,
 )
 from triton_operator.core.objects.builders import disruption_budget_enabled
-from triton_operator.core.objects.names import (
-    APPLIED_ANNOTATION,
-    LABEL_REVISION,
-    LABEL_SERVICE,
-    SYNC_CONTAINER,
-)
+from triton_operator.core.objects.names import APPLIED_ANNOTATION, LABEL_REVISION, LABEL_SERVICE
 from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 from tritonservice_bodies import (
+    OLDER_SHAPE,
     SETTINGS,
     UID,
     configs_of,
     deployment,
+    fetcher,
     observed_configmap,
     observed_deployment,
     rollout_plan,
@@ -202,12 +199,10 @@ def test_the_service_reaches_only_the_revisions_meant_to_serve(
 
 def test_an_existing_revision_keeps_its_sync_image_and_a_new_one_gets_the_operators() -> None:
     ts = ts_of()
-    running = deployment(ts, "rev1")  # created by the old operator
+    running = deployment(ts, "rev1", settings=OLDER_SHAPE)  # created by the old operator
 
     def sync_of(dep: dict[str, Any]) -> dict[str, Any]:
-        return next(
-            c for c in dep["spec"]["template"]["spec"]["initContainers"] if c["name"] == SYNC_CONTAINER
-        )
+        return fetcher(dep["spec"]["template"]["spec"])  # the new revision's: the agent
 
     sync_of(running)["image"] = "ghcr.io/triton-operator/triton-operator:0.1.0"
     sync_of(running)["imagePullPolicy"] = "Always"  # set by the old operator's settings
@@ -275,7 +270,7 @@ def test_reapplying_a_revision_with_a_defaulted_pull_policy_leaves_the_template_
     """The API server adds imagePullPolicy to what the operator wrote without one: re-rendering the
     running revision must not claim that field (a write to a Deployment that should stay untouched)."""
     ts = ts_of()
-    written = deployment(ts, "rev1")
+    written = deployment(ts, "rev1", settings=OLDER_SHAPE)  # a sync init container
     stored = copy.deepcopy(written)
     for c in stored["spec"]["template"]["spec"]["initContainers"]:
         c["imagePullPolicy"] = "IfNotPresent"  # the API server's default for a tagged image

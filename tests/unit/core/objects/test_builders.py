@@ -37,7 +37,7 @@ from triton_operator.core.repository.manifest import manifest_from_json
 from triton_operator.settings import DEFAULT_TRITON_IMAGE, Settings
 from tritonservice_bodies import (
     CONFIG,
-    SETTINGS,
+    OLDER_SHAPE,
     UID,
     body,
     configs_of,
@@ -46,6 +46,10 @@ from tritonservice_bodies import (
     ts_of,
     volume,
 )
+
+SETTINGS = OLDER_SHAPE
+"""The sync init container's pod, which revisions made before one pod shape keep (tests/unit/core/
+test_one_pod_shape.py has the pod of revisions made now)."""
 
 # ----------------------------------------------------------------- labels, owners
 
@@ -469,7 +473,7 @@ class TestPodSecurity:
     def test_the_defaults_do_not_change_the_revision_hash(self) -> None:
         """Added with defaults, the new fields keep every existing revision's hash."""
         assert compute_revision(ts_of(), SETTINGS, {}, None) == compute_revision(
-            ts_of(), Settings(pod_security_defaults=False), {}, None
+            ts_of(), Settings(pod_security_defaults=False, agent_pods=False), {}, None
         )
         assert compute_revision(ts_of(), SETTINGS, {}, None) != compute_revision(
             ts_of(automountServiceAccountToken=True), SETTINGS, {}, None
@@ -498,7 +502,9 @@ class TestPodTemplate:
                 **build_scheduling(ts),
             },
         }
-        assert deployment(ts, "r1")["spec"]["template"] == build_pod_template(ts, "r1", SETTINGS)
+        assert deployment(ts, "r1", settings=SETTINGS)["spec"]["template"] == build_pod_template(
+            ts, "r1", SETTINGS
+        )
 
     @pytest.mark.parametrize(
         ("spec", "drain", "grace"),
@@ -611,10 +617,12 @@ def test_revision_changes_with_manifest_and_default_image() -> None:
     base = revision_of(body())
     assert revision_of(body(), digest="d1") != base
     assert revision_of(body(), digest="d1") != revision_of(body(), digest="d2")
-    assert revision_of(body(), settings=Settings(default_image="other:1")) != base
+    assert revision_of(body(), settings=Settings(default_image="other:1", agent_pods=False)) != base
     # an explicit image makes the operator's default irrelevant
     explicit = body(image="my/triton:1")
-    assert revision_of(explicit, settings=Settings(default_image="other:1")) == revision_of(explicit)
+    assert revision_of(explicit, settings=Settings(default_image="other:1", agent_pods=False)) == revision_of(
+        explicit
+    )
 
 
 # ----------------------------------------------------------------- Events

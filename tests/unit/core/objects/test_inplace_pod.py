@@ -21,8 +21,9 @@ from triton_operator.core.objects.names import (
     MANIFEST_PATH,
 )
 from triton_operator.core.rollout.rollout_kind import NewPods, RevisionParts, rollout_kind
-from triton_operator.settings import Settings
-from tritonservice_bodies import SETTINGS, configs_of, ts_of
+from tritonservice_bodies import OLDER_SHAPE, configs_of, ts_of
+
+SETTINGS = OLDER_SHAPE  # the two shapes of pods made before one pod shape (their revisions keep them)
 
 IN_PLACE = {"rollout": {"modelUpdates": "InPlace"}}
 
@@ -198,8 +199,8 @@ def test_switching_in_place_on_or_off_is_a_new_revision_and_needs_new_pods() -> 
         on, SETTINGS, configs_of(on), "d"
     )
     kind = rollout_kind(
-        RevisionParts(pod_template_inputs(off, Settings()), {}, {}, None),
-        RevisionParts(pod_template_inputs(on, Settings()), {}, {}, None),
+        RevisionParts(pod_template_inputs(off, SETTINGS), {}, {}, None),
+        RevisionParts(pod_template_inputs(on, SETTINGS), {}, {}, None),
     )
     assert isinstance(kind, NewPods) and "modelUpdates changed" in kind.reasons
 

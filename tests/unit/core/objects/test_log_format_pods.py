@@ -30,7 +30,10 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
 
 def test_json_tells_the_sync_and_agent_their_service_and_revision() -> None:
     ts = ts_of(rollout={"modelUpdates": "InPlace"})
-    pod = build_deployment(ts, "r1", JSON, 1)["spec"]["template"]["spec"]
+    # a revision made before one pod shape (init container and sidecar); test_one_pod_shape has the pod of now
+    pod = build_deployment(ts, "r1", dataclasses.replace(JSON, agent_pods=False), 1)["spec"]["template"][
+        "spec"
+    ]
     (init,) = pod["initContainers"]
     agent = next(c for c in pod["containers"] if c["name"] == AGENT_CONTAINER)
     expected = {logs.ENV: "json", logs.SERVICE_ENV: f"{ts.namespace}/{ts.name}", logs.REVISION_ENV: "r1"}

@@ -55,7 +55,10 @@ def test_with_the_cache_on_the_pod_proves_who_it_is_with_a_projected_token_for_t
     """The sync container (and an in-place pod's agent, which copies its mounts) reads a projected
     ServiceAccount token for the node cache's audience; the pod still mounts no API token."""
     for ts in (ts_of(), ts_of(rollout={"modelUpdates": "InPlace"})):
-        pod = build_deployment(ts, "r1", ON, 1)["spec"]["template"]["spec"]
+        # revisions made before one pod shape (test_one_pod_shape has the pod of now)
+        pod = build_deployment(ts, "r1", dataclasses.replace(ON, agent_pods=False), 1)["spec"]["template"][
+            "spec"
+        ]
         volumes = [v for v in pod["volumes"] if v["name"] == TOKEN_VOLUME]
         assert volumes == [
             {
@@ -129,14 +132,17 @@ def test_an_in_place_pods_agent_uses_the_node_cache_too() -> None:
     """With modelUpdates InPlace the init container (`agent --once`) and the model-agent sidecar sync
     the revision: both are told where the node cache is, so a warm node serves both from it."""
     ts = ts_of(rollout={"modelUpdates": "InPlace"})
-    pod = build_deployment(ts, "r1", ON, 1)["spec"]["template"]["spec"]
+    # a revision made before one pod shape (test_one_pod_shape has the pod of now)
+    pod = build_deployment(ts, "r1", dataclasses.replace(ON, agent_pods=False), 1)["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
     agent = next(c for c in pod["containers"] if c["name"] == AGENT_CONTAINER)
     assert init["command"] == agent["command"] == ["triton-operator", "agent"]
     assert env_of(init) == env_of(agent) == env_of(build_sync_container(ts_of(), ON, PLAIN))
-    off = build_deployment(ts, "r1", SETTINGS, 1)["spec"]["template"]["spec"]
+    off = build_deployment(ts, "r1", dataclasses.replace(SETTINGS, agent_pods=False), 1)["spec"]["template"]
     assert all(
-        "env" not in c for c in [*off["initContainers"], *off["containers"]] if c["name"] != "tritonserver"
+        "env" not in c
+        for c in [*off["spec"]["initContainers"], *off["spec"]["containers"]]
+        if c["name"] != "tritonserver"
     )
 
 
@@ -166,9 +172,15 @@ def test_with_the_caches_public_key_the_sync_and_agent_check_its_signed_statemen
     """The sync container (and an in-place pod's agent) get the key that checks the cache's signed
     SHA-256 ($TRITON_NODE_CACHE_PUBLIC_KEY); without one, nothing of a key is in the pod."""
     assert env_of(build_sync_container(ts_of(), SIGNED, PLAIN))[PUBLIC_KEY_ENV] == KEY
-    pod = build_deployment(ts_of(rollout={"modelUpdates": "InPlace"}), "r1", SIGNED, 1)["spec"]["template"]
+    older = dataclasses.replace(SIGNED, agent_pods=False)
+    pod = build_deployment(ts_of(rollout={"modelUpdates": "InPlace"}), "r1", older, 1)["spec"]["template"]
     agent = next(c for c in pod["spec"]["containers"] if c["name"] == AGENT_CONTAINER)
     assert env_of(pod["spec"]["initContainers"][0])[PUBLIC_KEY_ENV] == env_of(agent)[PUBLIC_KEY_ENV] == KEY
+    # The one pod shape: the agent fetches every model, with the key.
+    pod = build_deployment(ts_of(), "r1", SIGNED, 1)["spec"]["template"]
+    agent = next(c for c in pod["spec"]["containers"] if c["name"] == AGENT_CONTAINER)
+    assert "initContainers" not in pod["spec"]
+    assert env_of(agent)[PUBLIC_KEY_ENV] == KEY
     assert PUBLIC_KEY_ENV not in repr(build_deployment(ts_of(), "r1", ON, 1))
     # A pod that reads its store directly (pvc://) does not use the cache, nor its key.
     assert "env" not in build_sync_container(ts_of(repository={"uri": "pvc://models/repo"}), SIGNED, PLAIN)

@@ -65,6 +65,7 @@ from triton_operator.core.rollout.plan import RolloutPlan
 from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.reconcile import pinning, reconcile_pass
 from triton_operator.settings import Settings
+from tritonservice_bodies import fetcher
 
 SETTINGS = Settings()
 LEGACY = json.loads((REPO / "tests" / "data" / "legacy" / "revision.json").read_text())
@@ -128,8 +129,7 @@ def actions_for(
 
 
 def sync_args(deployment: Mapping[str, Any]) -> list[str]:
-    (sync,) = deployment["spec"]["template"]["spec"]["initContainers"]
-    return list(sync["args"])
+    return list(fetcher(deployment["spec"]["template"]["spec"])["args"])
 
 
 def manifest_arg(deployment: Mapping[str, Any]) -> str:
@@ -165,7 +165,7 @@ def test_50000_objects_fit_configmaps_the_api_server_takes_and_the_pod_reads_the
 
     # the sync container, given the volume as the kubelet lays it out, gets the JSON back byte for byte
     (deployment,) = [x for x in actions.apply if x["kind"] == "Deployment"]
-    mounted = mount(tmp_path, deployment, configmaps, SYNC_CONTAINER)
+    mounted = mount(tmp_path, deployment, configmaps, fetcher(deployment["spec"]["template"]["spec"])["name"])
     path = host_path(mounted, manifest_arg(deployment))
     assert sync_command.read_manifest_bytes(path) == text.encode()
     assert manifest_digest(sync_command.load_manifest(path)) == manifest_digest(manifest)
@@ -393,11 +393,12 @@ def test_a_revision_made_before_parts_keeps_its_hash_and_its_layout(tmp_path: Pa
     spec = checked(LEGACY["tritonservice"])
     assert spec.ts is not None
     manifest = manifest_from_json(LEGACY["manifest"])
-    old = Settings(sync_image=LEGACY["syncImage"])
+    old = Settings(sync_image=LEGACY["syncImage"], agent_pods=False)  # made before one pod shape
     revision = compute_revision(spec.ts, old, spec.configs, manifest_digest(manifest))
     assert revision == LEGACY["revision"]
     upgraded = Settings(sync_image="ghcr.io/triton-operator/triton-operator:9.9.9")
-    assert compute_revision(spec.ts, upgraded, spec.configs, manifest_digest(manifest)) == revision
+    recorded = {revision: old}  # what its Deployment shows (core.observed.observation.recorded_revisions)
+    assert compute_revision(spec.ts, upgraded, spec.configs, manifest_digest(manifest), recorded) == revision
     actions = actions_for(
         spec,
         LEGACY["manifest"],

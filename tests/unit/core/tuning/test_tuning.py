@@ -12,7 +12,12 @@ import yaml
 
 from triton_operator.core import tuning as t
 from triton_operator.core.objects.builders import build_configmaps, build_service
-from triton_operator.core.objects.names import LABEL_REVISION, LABEL_SERVICE, TRITON_CONTAINER
+from triton_operator.core.objects.names import (
+    AGENT_CONTAINER,
+    LABEL_REVISION,
+    LABEL_SERVICE,
+    TRITON_CONTAINER,
+)
 from triton_operator.core.observed.observation import check_body
 from triton_operator.models import TritonService
 from tritonservice_bodies import CONFIG, SETTINGS, UID, body
@@ -238,9 +243,12 @@ def test_tuning_objects_carry_the_candidates_config_one_replica_and_no_controlle
 
 
 def test_tuning_pods_have_no_drain_and_no_in_place_agent() -> None:
+    """modelUpdates changes nothing of a tuning pod (of the one pod shape: the agent loads its models)."""
     deployment = objects(rollout={"modelUpdates": "InPlace"}, drainSeconds=30)[-1]
     containers = deployment["spec"]["template"]["spec"]["containers"]
-    assert [c["name"] for c in containers] == [TRITON_CONTAINER]
+    plain = objects()[-1]["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == [TRITON_CONTAINER, AGENT_CONTAINER]
+    assert containers == plain
     assert "lifecycle" not in containers[0]
 
 

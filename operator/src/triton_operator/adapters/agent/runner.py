@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -22,6 +23,7 @@ from triton_operator.adapters.agent.processes import python_stubs, tritonserver_
 from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.storage import open_store
 from triton_operator.adapters.storage.base import StoreError
+from triton_operator.adapters.sync.destination import boot_id, load_state, save_state
 from triton_operator.adapters.sync.download import SyncOptions, sync
 from triton_operator.adapters.sync.progress import Progress, silent
 from triton_operator.adapters.sync.results import SyncError, SyncStats, human
@@ -31,7 +33,11 @@ from triton_operator.core.pod.agent_plan import (
     Record,
     RevisionFiles,
     Steps,
+    fill_order,
+    load_order,
+    model_part,
     model_states,
+    next_load,
     plan,
     python_models,
     readiness,
@@ -39,7 +45,8 @@ from triton_operator.core.pod.agent_plan import (
     status_of,
     went_back,
 )
-from triton_operator.core.repository.manifest import ManifestError, SelectionFailed
+from triton_operator.core.pod.startup import format_summary
+from triton_operator.core.repository.manifest import Manifest, ManifestError, SelectionFailed
 from triton_operator.core.rollout.clock import format_time
 from triton_operator.core.spec.field_error import ModelConfigError
 from triton_operator.core.vocabulary.triton_state import VERSION_READY
@@ -77,8 +84,8 @@ class AgentOptions:
     node_cache_pod: str = ""
     """The pod's uid, which names its lease on the node cache's objects."""
     node_cache_upload_seconds: float = 300.0
-    """How long the init container waits at its end for its uploads to the node cache (the sidecar
-    does not wait: its uploads finish while Triton loads)."""
+    """How long the init container, and the first fill before the pod is Ready, wait for their uploads
+    to the node cache (an in-place change does not wait: its uploads finish while Triton loads)."""
     drain_seconds: float = 0.0
     """How long the pod is out of its Service (readiness false) before the agent unloads or loads a
     model: the kubelet's probe must fail and the endpoints drop the pod (the operator passes the
@@ -87,6 +94,26 @@ class AgentOptions:
     """How the agent waits out the drain (the sidecar passes its stop event's wait)."""
     proc: Path = Path("/proc")
     """Where the Python backend's stub processes are looked for (the pod shares its process namespace)."""
+    fills: bool = False
+    """A pod of the one shape: tritonserver starts with no model, and the agent fills /models and
+    loads each model as soon as its bytes are in (Agent.fill); a failure of that first fill raises
+    FillFailed (the command exits with its reason), and a tritonserver that restarted gets its
+    models loaded again."""
+
+
+FILLED = "the bytes of every model are in"
+"""What the status message of a first fill says once its last byte is in (and its loads go on)."""
+REPAIR_SECONDS = 5.0
+"""How long the agent waits before it loads again a model tritonserver lost (a restart)."""
+
+
+class FillFailed(Exception):  # noqa: N818
+    """The first fill of a pod of the one shape failed: ``cause`` is the sync's error or Triton's
+    LoadFailed, whose text names the model and why."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(failure_text(cause))
+        self.cause = cause
 
 
 def now() -> str:
@@ -128,6 +155,13 @@ class Agent:
         self._draining = False
         self._stub_peak: dict[str, int] = {}
         self._readiness: tuple[Readiness, float] = (readiness(None, {}, "not checked yet"), 0.0)
+        if options.fills and self.record.applied is None and self.record.failed:
+            # The first fill failed and the agent exited: its restart tries again (as the kubelet
+            # tried the sync init container again).
+            self.record = dataclasses.replace(self.record, failed="")
+        self._repaired: dict[str, float] = {}
+        self.summary = ""
+        """The first fill's summary line (format_summary), once it is done."""
         if self.record.pending is None and self.record.applied is not None:
             self._serving = self._files(self.record.applied)
         elif self.record.pending is not None:
@@ -195,9 +229,16 @@ class Agent:
             models = True
         if models:
             self._refresh_models(target)
+            serving = self._serving
+            fills = self.options.fills and not self._blocked
+            if fills and serving is not None and serving.revision == target.revision:
+                self.repair(serving)
         self._status = self._status_now()
 
     def apply(self, target: RevisionFiles) -> None:
+        if self.options.fills and self.record.applied is None:
+            self.fill(target)
+            return
         if self._synced != target.revision and self._starting():
             return
         self.message = ""
@@ -319,6 +360,161 @@ class Agent:
             return False
         return True
 
+    # -------------------------------------------------------- the first fill (one pod shape)
+
+    def fill(self, target: RevisionFiles) -> None:
+        """The pod's first revision, with tritonserver started empty: each model synced on its own
+        (core.pod.agent_plan.fill_order, verified, from the node cache first), and loaded by a second thread
+        as soon as its bytes are in and its ensemble steps are loaded (core.pod.agent_plan.next_load), while
+        the next model downloads. Nothing was served yet: no drain. Raises FillFailed."""
+        record = self._begin(target)
+        steps = self._steps(record, target)
+        self._blocked, self._serving = "", None
+        order = fill_order(target)
+        logger.info(
+            "filling revision %s: fetch %s (%s), loading each model as soon as its bytes are in",
+            target.revision,
+            ", ".join(order) or "-",
+            human(steps.bytes),
+        )
+        placed: set[str] = set()
+        loaded: set[str] = set()
+        tried: set[str] = set()
+        failure: list[BaseException] = []
+        fetched = [False]
+        fetching = [""]
+        turn = threading.Condition()
+
+        def progress() -> None:
+            done = f"{len(loaded)} of {len(order)} models loaded"
+            if fetched[0]:
+                self.message = f"filling: {FILLED}; {done}"
+            else:
+                self.message = f"filling: fetching model {fetching[0]}; {done}"
+            self._status = self._status_now()
+
+        stopped = threading.Event()
+
+        def loader() -> None:
+            triton = self.options.triton
+            while True:
+                with turn:
+                    while True:
+                        if failure or stopped.is_set():
+                            return
+                        model = next_load(target, placed, loaded, tried)
+                        if model is not None:
+                            tried.add(model)
+                            break
+                        if fetched[0]:
+                            return
+                        turn.wait(0.5)
+                while not triton.live():
+                    if self.options.wait(0.1) is True:
+                        stopped.set()
+                        return
+                try:
+                    logger.info("loading model %s", model)
+                    triton.load(model)
+                except LoadFailed as exc:
+                    with turn:
+                        failure.append(exc)
+                        turn.notify_all()
+                    return
+                except TritonUnreachable as exc:  # tritonserver restarting: the model again
+                    logger.warning("loading model %s: %s; trying again", model, exc)
+                    with turn:
+                        tried.discard(model)
+                    continue
+                with turn:
+                    loaded.add(model)
+                    turn.notify_all()
+                progress()
+
+        thread = threading.Thread(target=loader, name="agent-loads", daemon=True)
+        thread.start()
+        began = time.monotonic()
+        uploads: list[NodeCacheClient] = []
+        total = SyncStats()
+        cached = False
+        state = _StateMerge(self.options.dest, {e.dest for e in target.manifest.entries})
+        try:
+            for model in order:
+                with turn:
+                    if failure or stopped.is_set():
+                        break
+                fetching[0] = model
+                progress()
+                stats = self._sync(target, None, manifest=model_part(target.manifest, model), uploads=uploads)
+                state.add()
+                total.files += stats.files
+                total.bytes += stats.bytes
+                total.downloaded_bytes += stats.downloaded_bytes
+                total.source_hits += stats.source_hits
+                total.source_misses += stats.source_misses
+                total.vouched_files += stats.vouched_files
+                cached = cached or self.node_cache_counts is not None
+                record = record.fetched(stats.downloaded_bytes)
+                self._write(record)
+                with turn:
+                    placed.add(model)
+                    turn.notify_all()
+        except SYNC_FAILURES as exc:
+            with turn:
+                failure.append(exc)
+                turn.notify_all()
+        finally:
+            with turn:
+                fetched[0] = True
+                turn.notify_all()
+            progress()
+            # The node's cache gets every object before the pod is Ready (as the sync init container
+            # waited at its end): a scale-up right after reads none from the store. The loads go on.
+            for node_cache in uploads:
+                node_cache.close(self.options.node_cache_upload_seconds)
+            thread.join()
+        if failure:
+            self._refresh_models(target)
+            self._fail(record, failure_text(failure[0]))
+            raise FillFailed(failure[0])
+        if stopped.is_set():
+            return
+        remove_model_files(self.options.dest, steps.delete, steps.delete_folders)
+        self.message = ""
+        self.summary = format_summary(
+            total.files,
+            total.downloaded_bytes,
+            total.bytes - total.downloaded_bytes,
+            time.monotonic() - began,
+            node_cache=(total.source_hits, total.source_misses) if cached else None,
+            vouched=total.vouched_files,
+        )
+        self._refresh_models(target)
+        self._serving, self._blocked, self._draining = target, "", False
+        self._write(record.done(now()))
+        logger.info("filled revision %s (%s fetched)", target.revision, human(record.fetched_bytes))
+
+    def repair(self, serving: RevisionFiles) -> None:
+        """In a pod of the one shape, load again the models of ``serving`` that tritonserver lists as
+        neither loaded nor loading (it restarted: it starts with no model), each at most every
+        REPAIR_SECONDS; readiness stays false until they are READY again."""
+        triton = self.options.triton
+        lost = [m for m, state in self.models.items() if state not in GOING]
+        if not lost or not triton.live():
+            return
+        at = time.monotonic()
+        for model in load_order(lost, serving.configs):
+            if at - self._repaired.get(model, -REPAIR_SECONDS) < REPAIR_SECONDS:
+                continue
+            self._repaired[model] = at
+            logger.warning("model %s is %s in tritonserver: loading it again", model, self.models[model])
+            try:
+                triton.load(model)
+            except (LoadFailed, TritonUnreachable) as exc:
+                logger.error("loading model %s again failed: %s", model, exc)
+                return
+            self._stub_peak.pop(model, None)
+
     # -------------------------------------------------------- helpers
 
     def _begin(self, target: RevisionFiles) -> Record:
@@ -346,16 +542,27 @@ class Agent:
         return steps
 
     def _sync(
-        self, target: RevisionFiles, progress: Progress | None, *, wait_uploads: bool = False
+        self,
+        target: RevisionFiles,
+        progress: Progress | None,
+        *,
+        wait_uploads: bool = False,
+        manifest: Manifest | None = None,
+        uploads: list[NodeCacheClient] | None = None,
     ) -> SyncStats:
         """Sync ``target`` into /models: from the node cache first when there is one, then the store.
         ``wait_uploads``: wait for the uploads to the node cache (the init container, whose exit would
-        cut them); else they finish in the background."""
+        cut them); else they finish in the background, or (``uploads``) the caller waits for them.
+        ``manifest``: a part of the target's (one model's, core.pod.agent_plan.model_part) synced alone."""
         o = self.options
+        part = manifest if manifest is not None else target.manifest
         store = None
         node_cache = None
         if target.manifest.pinned and o.node_cache:
-            node_cache = NodeCacheClient(o.node_cache, o.node_cache_pod)
+            # A sync of a part (one model) leases the whole revision: its lease replaces the pod's
+            # earlier one, which the uploads of the models synced before still need.
+            lease = target.manifest.entries if manifest is not None else None
+            node_cache = NodeCacheClient(o.node_cache, o.node_cache_pod, lease=lease)
         if target.manifest.pinned:
             store = open_store(
                 target.manifest.repository,
@@ -375,7 +582,7 @@ class Agent:
                 volume_limit=o.volume_limit,
                 source=node_cache,
             )
-            stats = sync(target.manifest, store, options, progress or silent())
+            stats = sync(part, store, options, progress or silent())
             self.node_cache_counts = (
                 (stats.source_hits, stats.source_misses) if node_cache is not None else None
             )
@@ -386,6 +593,8 @@ class Agent:
             if node_cache is not None:
                 if wait_uploads:
                     node_cache.close(o.node_cache_upload_seconds)
+                elif uploads is not None:
+                    uploads.append(node_cache)
                 else:
                     threading.Thread(
                         target=node_cache.close,
@@ -414,14 +623,15 @@ class Agent:
         self.models = model_states(index, target)
 
     def _status_now(self) -> dict[str, Any]:
-        return status_of(
+        status = status_of(
             self.record,
             self.options.base.revision,
             self.target,
             self.models,
             self.message,
             draining=self._draining,
-        ).to_json()
+        )
+        return dataclasses.replace(status, summary=self.summary).to_json()
 
     def _files(self, revision: str) -> RevisionFiles | None:
         if revision == self.options.base.revision:
@@ -480,3 +690,20 @@ class Agent:
     def status(self) -> dict[str, Any]:
         """The last status (GET /v1/inplace): a snapshot the loop replaces, never one being built."""
         return self._status
+
+
+class _StateMerge:
+    """Sync's record of the files it placed (its state file in /models, which lets the next sync skip
+    hashing them) kept whole over syncs of one model each: each sync writes its own model's files
+    only, so after each the records are merged back, for the files of ``keep``."""
+
+    def __init__(self, dest: Path, keep: set[str]) -> None:
+        self.dest = dest
+        self.keep = keep
+        self.boot = boot_id()
+        self.files = {k: v for k, v in load_state(dest, self.boot).items() if k in keep}
+
+    def add(self) -> None:
+        self.files.update({k: v for k, v in load_state(self.dest, self.boot).items() if k in self.keep})
+        if self.files and self.dest.is_dir():
+            save_state(self.dest, dict(self.files), self.boot)

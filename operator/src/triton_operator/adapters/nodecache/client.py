@@ -53,6 +53,7 @@ class NodeCacheClient:
         uploads: int = 2,
         token_path: str | Path | None = None,
         public_key: str | None = None,
+        lease: Sequence[ManifestEntry] | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
@@ -60,6 +61,12 @@ class NodeCacheClient:
         self.host = parts.hostname
         self.port = parts.port or 80
         self.pod = pod
+        self.lease = tuple(lease) if lease is not None else None
+        """What the pod's lease names when a sync covers a part of it (the agent's first fill syncs one
+        model at a time): the whole revision's objects. The cache keeps one lease per pod, each
+        replacing the one before, and takes an upload only of an object the pod's live lease names:
+        a lease of one model's objects would refuse (403) the uploads of the model before still in
+        flight. None: the entries of each sync."""
         self.token_path = Path(token_path or os.environ.get(TOKEN_ENV) or TOKEN_PATH)
         self.timeout = timeout
         self.down = False
@@ -119,7 +126,11 @@ class NodeCacheClient:
 
     def held(self, entries: Sequence[ManifestEntry]) -> frozenset[str]:
         """Lease the cacheable ``entries`` for this pod; the keys the node holds (none when the
-        cache cannot be reached: then the sync reads the store and offers nothing)."""
+        cache cannot be reached: then the sync reads the store and offers nothing). With ``lease``,
+        the lease names those too (the whole revision of a sync of a part of it)."""
+        if self.lease is not None:
+            keys = {key_of(e) for e in entries}
+            entries = [*entries, *(e for e in self.lease if key_of(e) not in keys)]
         objects = [[e.checksum_kind, e.checksum, e.size] for e in entries if key_of(e) is not None]
         body = json.dumps({"pod": self.pod, "objects": objects}, separators=(",", ":")).encode()
         if len(body) > MAX_LEASE_BODY:

@@ -125,9 +125,14 @@ def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]
     # The startup probe follows the rollout's deadline when startupTimeoutSeconds is unset.
     inputs["startupTimeoutSeconds"] = ts.spec.startup_timeout()
     inputs["prometheusScrape"] = settings.prometheus_scrape
-    if in_place(ts):
-        # The agent and its volumes are part of the pod: switching in-place updates on or off makes
-        # new pods (left out when off, so existing hashes stay).
+    if settings.agent_pods:
+        # One pod shape (has_agent): modelUpdates only says how changes roll out, so switching it
+        # keeps the revision. The key tells these revisions from one of the same spec made before.
+        inputs["agentPods"] = True
+    elif in_place(ts):
+        # A revision made before one pod shape (recorded): the agent and its volumes were part of the
+        # pod only with in-place updates, so switching them on or off made new pods (left out when
+        # off, so existing hashes stay).
         inputs["modelUpdates"] = ModelUpdates.IN_PLACE.value
     return inputs
 
@@ -135,6 +140,18 @@ def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]
 _NOT_IN_TEMPLATE = frozenset({"config", "memory", "minCopies", "maxCopies"})
 """A model's fields that are not pod template inputs: its config enters the hash as rendered text,
 and its pool fields (memory, least and most copies) are the pool's placement."""
+
+
+def has_agent(ts: TritonService, settings: Settings | None) -> bool:
+    """Whether a revision's pods run the model agent: every revision made since one pod shape
+    (settings.agent_pods, recorded per revision), and one made before only with in-place updates."""
+    return (settings is not None and settings.agent_pods) or in_place(ts)
+
+
+def fills_itself(settings: Settings | None) -> bool:
+    """Whether a revision's pods are of the one pod shape: no sync init container; tritonserver
+    starts with no model and the agent beside it fetches and loads each model as its bytes land."""
+    return settings is not None and settings.agent_pods
 
 
 def in_place(ts: TritonService) -> bool:
@@ -174,6 +191,7 @@ RECORDED_SETTINGS: dict[str, str] = {
     "logFormat": "log_format",
     "nodeCacheToken": "node_cache_token",
     "nodeCachePublicKey": "node_cache_public_key",
+    "agentPods": "agent_pods",
 }
 """The operator settings that shape a revision's pod template (OPERATOR_KEY's keys -> Settings'
 fields): recorded when the revision is created, and what it is re-rendered with ever after."""
@@ -212,6 +230,9 @@ def read_settings_record(text: str | None, settings: Settings) -> Settings | Non
     # A revision recorded before the cache's key (or with another) keeps its pods as they are.
     key = record.get("nodeCachePublicKey")
     fields["node_cache_public_key"] = key if isinstance(key, str) else None
+    # A revision recorded before one pod shape keeps its sync init container (and its agent only
+    # with in-place updates) until it is replaced.
+    fields["agent_pods"] = record.get("agentPods") is True
     return dataclasses.replace(settings, **fields)
 
 
@@ -442,10 +463,15 @@ def _resources(ts: TritonService) -> dict[str, Any]:
     return out
 
 
-def triton_args(ts: TritonService) -> list[str]:
+def triton_args(ts: TritonService, settings: Settings | None = None) -> list[str]:
     """tritonserver's arguments: our repository, control mode, models and ports, then serverArgs."""
     args = [f"--model-repository={MODELS_DIR}", "--model-control-mode=explicit"]
-    if in_place(ts):
+    if fills_itself(settings):
+        # One pod shape: tritonserver starts with no model; the agent loads each model through the
+        # model control API as soon as its bytes are in (and loads them again should tritonserver
+        # restart), so that loads overlap the download.
+        pass
+    elif in_place(ts):
         # What /models holds: a tritonserver that restarts after an in-place update loads the
         # models the agent placed there, not the ones the pod started with. The pod's readiness is
         # the agent's (every model of the revision it serves READY); Triton's own stays strict.
@@ -465,12 +491,12 @@ def _probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any
     }
 
 
-def readiness_probe(ts: TritonService) -> dict[str, Any]:
-    """tritonserver's readiness (strict: every model loaded READY); with in-place updates the
-    agent's (GET :AGENT_PORT/v1/ready: every model of the revision the pod serves READY, and false
-    while the agent drains the pod for a change)."""
+def readiness_probe(ts: TritonService, settings: Settings | None = None) -> dict[str, Any]:
+    """tritonserver's readiness (strict: every model loaded READY); in pods with the model agent
+    (has_agent) the agent's (GET :AGENT_PORT/v1/ready: every model of the revision the pod serves
+    READY, and false while the agent drains the pod for a change)."""
     probe = _probe(READINESS_PATH, period=READINESS_PERIOD_SECONDS, failures=READINESS_FAILURES, timeout=3)
-    if in_place(ts):
+    if has_agent(ts, settings):
         probe["httpGet"] = {"path": AGENT_READY_PATH, "port": AGENT_PORT}
     return probe
 
@@ -542,7 +568,9 @@ def models_empty_dir(ts: TritonService) -> dict[str, Any]:
     }
 
 
-def build_volumes(ts: TritonService, revision: str, layout: ManifestLayout) -> list[dict[str, Any]]:
+def build_volumes(
+    ts: TritonService, revision: str, layout: ManifestLayout, settings: Settings | None = None
+) -> list[dict[str, Any]]:
     """The pod's volumes: /models (filled by sync), shared memory, the revision's configs and
     manifest, the repository's claim (pvc://), then the spec's own volumes."""
     spec = ts.spec
@@ -556,7 +584,7 @@ def build_volumes(ts: TritonService, revision: str, layout: ManifestLayout) -> l
         volumes.append(
             {"name": REPOSITORY_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
         )
-    if in_place(ts):
+    if has_agent(ts, settings):
         volumes += agent_volumes(ts, revision)
     return volumes + [dict(v) for v in spec.volumes]
 
@@ -625,10 +653,17 @@ def agent_drain_seconds(ts: TritonService) -> int:
     return READINESS_PERIOD_SECONDS * READINESS_FAILURES + ts.spec.drain_seconds
 
 
+FILL_FLAG = "--triton-starts-empty"
+"""The agent's flag in pods of the one shape (fills_itself): it loads every model itself, each as
+soon as its bytes are in, and exits with the reason when that first fill fails (commands.agent)."""
+
+
 def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[str, Any]) -> dict[str, Any]:
     """The model-agent sidecar: the sync container's image, arguments, credentials and security, as
     `triton-operator agent`, which follows the pod's target revision and loads what changed (and
-    serves the pod's readiness)."""
+    serves the pod's readiness). In a pod of the one shape (fills_itself) it also fills /models and
+    loads every model in the first place, and says why it failed as its termination message."""
+    fill = [FILL_FLAG] if fills_itself(settings) else []
     agent: dict[str, Any] = {
         "name": AGENT_CONTAINER,
         "image": sync["image"],
@@ -641,12 +676,14 @@ def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[s
             f"0.0.0.0:{AGENT_PORT}",
             "--drain-seconds",
             str(agent_drain_seconds(ts)),
+            *fill,
         ],
         "ports": [{"name": "agent", "containerPort": AGENT_PORT, "protocol": "TCP"}],
         "resources": copy.deepcopy(AGENT_RESOURCES),
         "volumeMounts": copy.deepcopy(sync["volumeMounts"]),
     }
-    for key in ("imagePullPolicy", "envFrom", "env", "securityContext"):  # env: the node cache
+    kept = ("imagePullPolicy", "envFrom", "env", "securityContext")  # env: the node cache
+    for key in (*kept, "terminationMessagePolicy") if fill else kept:
         if key in sync:
             agent[key] = copy.deepcopy(sync[key])
     return agent
@@ -700,7 +737,7 @@ def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, A
         "name": TRITON_CONTAINER,
         "image": triton_image(ts, settings),
         "command": ["tritonserver"],
-        "args": triton_args(ts),
+        "args": triton_args(ts, settings),
         "ports": [
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
@@ -709,10 +746,13 @@ def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, A
         # Kubernetes keeps the log's tail when tritonserver exits with an error: Triton's own reason
         # why a model failed to load, which the status and the rollback Event quote.
         **({"terminationMessagePolicy": "FallbackToLogsOnError"} if settings.triton_log_on_exit else {}),
-        "readinessProbe": readiness_probe(ts),
+        "readinessProbe": readiness_probe(ts, settings),
         "livenessProbe": _probe(LIVENESS_PATH, period=10, failures=3, timeout=5),
+        # tritonserver's own start (and, in a pod of the older shapes, the loads of every model at
+        # its start); in a pod of the one shape it starts with no model: the agent's loads are
+        # bounded by its --load-timeout and the rollout's deadline, and gate the readiness only.
         "startupProbe": _probe(
-            READINESS_PATH,
+            LIVENESS_PATH if fills_itself(settings) else READINESS_PATH,
             period=STARTUP_PERIOD_SECONDS,
             failures=startup_failure_threshold(spec.startup_timeout()),
             timeout=5,
@@ -728,7 +768,11 @@ def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, A
             # With in-place updates /models is the agent's alone: read-only here, so that the Python
             # backend's __pycache__ never makes it differ from what the agent placed (Triton would
             # count the model as changed and reload it along with an ensemble over it).
-            {"name": MODELS_VOLUME, "mountPath": MODELS_DIR, **({"readOnly": True} if in_place(ts) else {})},
+            {
+                "name": MODELS_VOLUME,
+                "mountPath": MODELS_DIR,
+                **({"readOnly": True} if has_agent(ts, settings) else {}),
+            },
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
             *_repository_mounts(ts),
             *[dict(m) for m in spec.volume_mounts],
@@ -769,7 +813,7 @@ def build_sync_container(
             *_repository_mounts(ts),
         ],
     }
-    if in_place(ts):
+    if has_agent(ts, settings):
         # `agent --once`: sync, then record what it placed, so the sidecar starts from there.
         revision = revision or ""
         sync["command"] = ["triton-operator", "agent"]
@@ -794,7 +838,7 @@ def build_sync_container(
     if settings.pod_security_defaults:
         # The operator's own image: it writes /models only, so its root filesystem is read-only.
         sync["securityContext"] = {**RESTRICTED_CONTAINER_SECURITY, "readOnlyRootFilesystem": True}
-        if in_place(ts):
+        if has_agent(ts, settings):
             # In-place pods share one process namespace (the agent watches the Python backend's
             # stubs): the agent runs as a user of its own, so that no process of tritonserver (a
             # Python model's code) can read its environment (the repository's credentials).
@@ -878,17 +922,20 @@ def build_pod_metadata(ts: TritonService, revision: str, settings: Settings) -> 
 def build_pod_template(
     ts: TritonService, revision: str, settings: Settings, layout: ManifestLayout = PLAIN
 ) -> dict[str, Any]:
-    """The pod template of a revision: the sync init container fills /models, tritonserver serves it.
+    """The pod template of a revision: the model agent fills /models and loads each model as soon as
+    its bytes are in, beside tritonserver (fills_itself); in a revision made before that shape, the
+    sync init container fills /models and tritonserver loads it (with the agent beside it for
+    in-place updates).
 
     ``layout``: how the revision's ConfigMaps hold the manifest (build_configmaps, manifest_layout).
     """
     sync = build_sync_container(ts, settings, layout, revision)
     containers = [build_triton_container(ts, settings)]
-    if in_place(ts):
+    if has_agent(ts, settings):
         containers.append(build_agent_container(ts, settings, sync))
     pod_spec: dict[str, Any] = {
         "containers": containers,
-        "volumes": build_volumes(ts, revision, layout)
+        "volumes": build_volumes(ts, revision, layout, settings)
         + (
             [node_cache_token_volume()]
             if any(m["name"] == TOKEN_VOLUME for m in sync["volumeMounts"])
@@ -897,10 +944,10 @@ def build_pod_template(
         # Service links put 7 variables per Service of the namespace into every container.
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": termination_grace_seconds(ts),
-        "initContainers": [sync],
-        # In-place pods: the agent sees the Python backend's stub processes (a dead one is a model
+        **({} if fills_itself(settings) else {"initContainers": [sync]}),
+        # Pods with the agent: it sees the Python backend's stub processes (a dead one is a model
         # Triton 2.51 still reports READY) and takes the pod out of its Service.
-        **({"shareProcessNamespace": True} if in_place(ts) else {}),
+        **({"shareProcessNamespace": True} if has_agent(ts, settings) else {}),
         **build_pod_security(ts, settings),
         **build_scheduling(ts),
     }

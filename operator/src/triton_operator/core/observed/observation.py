@@ -21,6 +21,7 @@ from triton_operator.core.objects.builders import (
     stored_spec,
 )
 from triton_operator.core.objects.names import (
+    AGENT_CONTAINER,
     CONFIG_VOLUME,
     INPLACE_TARGET_ANNOTATION,
     LABEL_REVISION,
@@ -201,6 +202,8 @@ def layout_of(deployment: Mapping[str, Any] | None) -> ManifestLayout | None:
     template = ((deployment or {}).get("spec") or {}).get("template") or {}
     pod = template.get("spec") or {}
     sync = next((c for c in pod.get("initContainers") or [] if c.get("name") == SYNC_CONTAINER), None)
+    if sync is None:  # a pod of the one shape: the agent reads it
+        sync = next((c for c in pod.get("containers") or [] if c.get("name") == AGENT_CONTAINER), None)
     args = list((sync or {}).get("args") or [])
     if MANIFEST_PATH in args:
         return PLAIN
@@ -221,8 +224,8 @@ def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) ->
     restarts no serving pod; the next revision (any change of the spec) gets the new image.
     """
     template = ((deployment or {}).get("spec") or {}).get("template") or {}
-    for container in (template.get("spec") or {}).get("initContainers") or []:
-        if container.get("name") == SYNC_CONTAINER and container.get("image"):
+    for container, one_shape in _fetching_containers(template.get("spec") or {}):
+        if container.get("image"):
             image = str(container["image"])
             policy = container.get("imagePullPolicy")
             # The API server fills in the default policy: leave that one unset, as it was written,
@@ -237,6 +240,7 @@ def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) ->
                 log_format=_log_format(container),
                 node_cache_token=any(e.get("name") == TOKEN_ENV for e in container.get("env") or []),
                 node_cache_public_key=_node_cache_public_key(container),
+                agent_pods=one_shape,
             )
     return settings
 
@@ -246,6 +250,15 @@ def _node_cache_public_key(container: Mapping[str, Any]) -> str | None:
     env = {e.get("name"): e.get("value") for e in container.get("env") or []}
     key = env.get(PUBLIC_KEY_ENV)
     return key if isinstance(key, str) and key else None
+
+
+def _fetching_containers(pod: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], bool]]:
+    """The container of a pod template that fetches the models, and whether the template is of the
+    one pod shape: the sync init container (a revision made before it), else the model agent."""
+    inits = [c for c in pod.get("initContainers") or [] if c.get("name") == SYNC_CONTAINER]
+    if inits:
+        return [(inits[0], False)]
+    return [(c, True) for c in pod.get("containers") or [] if c.get("name") == AGENT_CONTAINER][:1]
 
 
 def _log_format(container: Mapping[str, Any]) -> str:
@@ -271,7 +284,7 @@ def kept_pod_security(settings: Settings, deployment: Mapping[str, Any]) -> Sett
     support, outside any canary. The next revision gets them, and a canary tries it first.
     """
     pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
-    sync = next((c for c in pod.get("initContainers") or [] if c.get("name") == SYNC_CONTAINER), None)
+    sync = next((c for c, _ in _fetching_containers(pod)), None)
     triton = next((c for c in pod.get("containers") or [] if c.get("name") == TRITON_CONTAINER), None)
     if sync is not None:
         # The sync container has a securityContext exactly when the defaults are on (not the spec's).
@@ -591,7 +604,9 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
         uid=str(metadata.get("uid", "")),
         ip=str(status["podIP"]) if status.get("podIP") else None,
         triton_restarts=int(triton.get("restartCount") or 0),
-        triton_failures=load_failures(_termination_message(triton)),
+        triton_failures=load_failures(_termination_message(triton))
+        # one pod shape: the agent loads the models, and exits with Triton's reason when one fails
+        or (load_failures(_termination_message(sync)) if sync.get("name") == AGENT_CONTAINER else ()),
         sync_failure=_failure_message(sync),
         start=pod_start(metadata, status, sync, triton),
         inplace_target=str((metadata.get("annotations") or {}).get(INPLACE_TARGET_ANNOTATION) or "") or None,
@@ -609,7 +624,14 @@ def sync_container_status(status: Mapping[str, Any]) -> Mapping[str, Any]:
     The one place a pod's status is searched for it: its failure (PodState.sync_failure) and its
     start (PodState.start, with its summary) are both read from what this returns."""
     inits = status.get("initContainerStatuses") or []
-    return next((cs for cs in inits if cs.get("name") == SYNC_CONTAINER), {})
+    found: Mapping[str, Any] | None = next((cs for cs in inits if cs.get("name") == SYNC_CONTAINER), None)
+    if found is not None:
+        return found
+    # A pod of the one shape: the model agent fills /models beside tritonserver (core.pod.startup).
+    containers = status.get("containerStatuses") or []
+    agent: Mapping[str, Any] = next((cs for cs in containers if cs.get("name") == AGENT_CONTAINER), {})
+    # Its last failure is no failure once it is ready again (an init container exits 0 instead).
+    return {k: v for k, v in agent.items() if k != "lastState"} if agent.get("ready") else agent
 
 
 def _failure_message(container_status: Mapping[str, Any]) -> str | None:

@@ -16,9 +16,12 @@ Everything it decides is here, with no I/O:
 * ``went_back``: a state.json older than one seen (the kubelet showing a lagging copy), not followed;
 * ``model_states`` and ``Status``: Triton's per-model state of the target's versions, and the JSON
   the agent serves at GET :8009/v1/inplace;
-* ``readiness``: the pod's readiness the agent serves at GET :8009/v1/ready (the in-place pod's
+* ``readiness``: the pod's readiness the agent serves at GET :8009/v1/ready (the pod's
   readinessProbe): every model of the revision it serves READY, and not out of its Service for a
-  change.
+  change;
+* ``fill_order``, ``model_part`` and ``next_load``: the first fill of a pod of the one shape
+  (tritonserver started with no model): each model fetched on its own, and loaded as soon as its
+  bytes are in and, for an ensemble, its steps are loaded, while the next model downloads.
 """
 
 from __future__ import annotations
@@ -395,9 +398,12 @@ class Status:
     models: Mapping[str, str] = field(default_factory=dict)
     fetched_bytes: int = 0
     updated_at: str = ""
+    summary: str = ""
+    """The first fill's summary, as `triton-operator sync` writes it (core.pod.startup.format_summary):
+    in a pod of the one shape, where no init container leaves it as its termination message."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "base": self.base,
             "revision": self.revision,
             "target": self.target,
@@ -407,6 +413,7 @@ class Status:
             "fetchedBytes": self.fetched_bytes,
             "updatedAt": self.updated_at,
         }
+        return {**out, "summary": self.summary} if self.summary else out
 
 
 def status_of(
@@ -504,3 +511,59 @@ def readiness(serving: RevisionFiles | None, models: Mapping[str, str], blocked:
     if bad:
         return Readiness(False, f"revision {serving.revision}: {'; '.join(bad)}", serving.revision, models)
     return Readiness(True, f"every model of revision {serving.revision} is READY", serving.revision, models)
+
+
+# ---------------------------------------------------------------- the first fill
+
+
+def model_part(manifest: Manifest, model: str) -> Manifest:
+    """The part of ``manifest`` that is ``model``'s: its entry and its objects (a sync of it places
+    that model's folder only, and its config)."""
+    return Manifest(
+        manifest.repository,
+        tuple(m for m in manifest.models if m.name == model),
+        tuple(e for e in manifest.entries if e.dest.partition("/")[0] == model),
+        pinned=manifest.pinned,
+    )
+
+
+def fill_order(files: RevisionFiles) -> tuple[str, ...]:
+    """The order the first fill fetches models in: the most bytes first, then by name.
+
+    The loads run beside the downloads, so what is left after the last byte is the load of the model
+    fetched last: with loads faster than downloads (as measured here, docs/benchmarks.md), the
+    smallest model last makes that tail shortest (Johnson's rule for two machines in a row).
+
+    >>> from triton_operator.core.repository.manifest import StoreRef
+    >>> m = Manifest(StoreRef("s3://b/m"), (), (ManifestEntry("k", "big/1/w", 9, "md5", "x"),))
+    >>> fill_order(RevisionFiles("r1", m, {"small": "", "big": ""}))
+    ('big', 'small')
+    """
+    size = {name: 0 for name in files.models}
+    for entry in files.manifest.entries:
+        model = entry.dest.partition("/")[0]
+        if model in size:
+            size[model] += entry.size
+    return tuple(sorted(size, key=lambda m: (-size[m], m)))
+
+
+def next_load(
+    files: RevisionFiles, placed: Iterable[str], loaded: Iterable[str], tried: Iterable[str] = ()
+) -> str | None:
+    """The next model the first fill loads: one whose bytes are ``placed``, not ``loaded`` or
+    ``tried`` yet, and whose ensemble steps (those of the revision) are loaded; in load_order. None
+    while there is none.
+
+    >>> from triton_operator.core.repository.manifest import StoreRef
+    >>> files = RevisionFiles("r1", Manifest(StoreRef("s3://b/m"), (), ()), {"a": "", "b": ""})
+    >>> next_load(files, {"b"}, ()), next_load(files, {"a", "b"}, {"a"}), next_load(files, {"a"}, {"a"})
+    ('b', 'b', None)
+    """
+    have, done, skip = set(placed), set(loaded), set(tried)
+    for model in load_order(files.models, files.configs):
+        if model in done or model in skip or model not in have:
+            continue
+        steps = {s for s in ensemble_steps(files.configs.get(model, "")) if s in files.configs and s != model}
+        if steps <= done:
+            return model
+    return None

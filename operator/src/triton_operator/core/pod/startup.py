@@ -13,6 +13,14 @@ seconds, RFC 3339): created (metadata.creationTimestamp) -> scheduled (the PodSc
 - tritonserverLoad: tritonserver started -> Ready (Triton loads the models, then the startup and
   readiness probes pass).
 
+In a pod of the one shape (core.objects.builders.fills_itself: no sync init container), the model agent
+stands for the sync container (core.observed.observation.sync_container_status): imageAndSandbox ends when
+the agent starts; the download and the loads overlap from then on, so the pod's status has no time
+for the last byte: there is no sync or tritonserverStart phase, and tritonserverLoad (tritonserver
+started -> Ready) holds the download and the loads together, i.e. what is left of the download once
+tritonserver runs plus the load of the model fetched last. Nor is there a summary (the agent does not
+exit): the bytes fetched are the agent's status (fetchedBytes). The phases keep their names and order.
+
 `triton-operator sync` leaves a summary as its termination message when it exits 0 (format_summary);
 Kubernetes keeps it in the init container's state.terminated.message, and parse_summary reads back
 the bytes it fetched from the store and found already present.
