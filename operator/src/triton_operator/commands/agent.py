@@ -16,6 +16,7 @@ from typing import Any
 from triton_operator import logs
 from triton_operator.adapters.agent.files import read_text
 from triton_operator.adapters.agent.model_control import ModelControl
+from triton_operator.adapters.agent.pool_member import PoolMember, wait_loop
 from triton_operator.adapters.agent.runner import Agent, AgentOptions, FillFailed
 from triton_operator.adapters.agent.status import StatusServer, parse_listen
 from triton_operator.adapters.nodecache.client import NodeCacheClient
@@ -197,6 +198,13 @@ def register(subparsers: Any) -> None:
         default=900.0,
         help="seconds one model load or unload may take before it counts as failed (default 900)",
     )
+    parser.add_argument(
+        "--pool-assignment",
+        type=Path,
+        default=None,
+        help="a pod of a pool: its annotation pool.triton-operator.io/models as a downwardAPI file; the "
+        "sidecar loads exactly the models it names and reports them at GET /v1/pool (docs/pool.md)",
+    )
     add_fetch_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -264,6 +272,8 @@ def run(args: argparse.Namespace) -> int:
     agent = Agent(options)
     if args.once:
         return once(agent, args, fail, started)
+    if args.pool_assignment is not None:
+        return pool_sidecar(PoolMember(agent, args.pool_assignment), args)
     try:
         return sidecar(agent, args)
     except FillFailed as exc:
@@ -347,6 +357,33 @@ def sidecar(agent: Agent, args: argparse.Namespace) -> int:
             if models:
                 models_read = now
             stop.wait(args.interval)
+    finally:
+        server.stop()
+    return EXIT_OK
+
+
+def pool_sidecar(member: PoolMember, args: argparse.Namespace) -> int:
+    """The sidecar of a pod of a pool: the assignment followed every --interval, the pool report and
+    the readiness (tritonserver live, the assignment read) served."""
+    stop = threading.Event()
+
+    def stopping(signum: int, _frame: Any) -> None:
+        logging.getLogger("triton_operator.agent").info("%s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stopping)
+
+    def ready() -> tuple[bool, dict[str, Any]]:
+        result = member.ready()
+        return result.ready, result.to_json()
+
+    server = StatusServer(args.listen, member.agent.status, ready, member.report).start()
+    logging.getLogger("triton_operator.agent").info(
+        "a pod of a pool: following %s every %.3g s", args.pool_assignment, args.interval
+    )
+    try:
+        wait_loop(member, args.interval, stop)
     finally:
         server.stop()
     return EXIT_OK
