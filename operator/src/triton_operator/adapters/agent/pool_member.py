@@ -101,6 +101,8 @@ class PoolMember:
         try:
             if model not in base.configs:
                 raise LoadFailed("load", model, f"the pod's revision {base.revision} has no model {model!r}")
+            if self.agent.state.load(base.revision) is None:
+                self.agent.state.save(base)  # the configs sync writes, as a revision's apply saves them
             logger.info("pool: loading model %s (version %s, attempt %d)", model, version, attempt)
             self.agent._sync(base, None, manifest=model_part(base.manifest, model))
             self.agent.options.triton.load(model)
