@@ -12,7 +12,17 @@ from typing import Any
 
 import pytest
 import requests
-from test_agent_inplace import TIMEOUT, Client, Pod, Sidecar, config, index, model_py, pod, sidecars
+from test_agent_inplace import (  # type: ignore[import-not-found,unused-ignore]
+    TIMEOUT,
+    Client,
+    Pod,
+    Sidecar,
+    config,
+    index,
+    model_py,
+    pod,
+    sidecars,
+)
 
 from triton_operator.core.pool.assignment import PodAssignment, Wanted, build_assignment, parse_report
 from tritonserver import TritonInstall, start_server
