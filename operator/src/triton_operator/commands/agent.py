@@ -71,6 +71,11 @@ steps are loaded) while the next one downloads; readiness comes once every model
 first fill fails (a sync error, or a model Triton refuses to load), the sidecar exits with sync's exit
 status (1 for a load) and the reason as its termination message, naming the model; its restart tries
 again. Should tritonserver restart later (it starts with no model), the sidecar loads its models again.
+With --pool-assignment (a pod of a pool): the sidecar loads exactly the models the pod's assignment
+annotation names (a downwardAPI file; each fetched verified from the node cache first, then loaded),
+unloads the ones no longer named, tries a failed load again only when the operator raises its
+attempt, and reports each model at GET http://<--listen>/v1/pool; readiness is tritonserver live and
+the assignment read (docs/pool.md).
 The target: the pod's annotation (--target-file) when it names `next` or `stable` of the in-place
 ConfigMap's state.json (--inplace-dir) and that revision's files are there; else `stable`; else the
 base revision (--manifest and --configs, the pod's own). With --target-file in --inplace-dir (one

@@ -1,4 +1,4 @@
-"""The agent's read-only HTTP: GET /v1/inplace (status), /v1/ready (readiness); stdlib, in a thread."""
+"""The agent's read-only HTTP: GET /v1/inplace (status), /v1/ready (readiness), /v1/pool; stdlib."""
 
 from __future__ import annotations
 
