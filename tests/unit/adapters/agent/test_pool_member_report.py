@@ -70,6 +70,8 @@ def member_of(tmp_path: Path, triton: FakeTriton, monkeypatch: pytest.MonkeyPatc
 
     def fetch(target: RevisionFiles, progress: Any, *, manifest: Manifest, **_: Any) -> None:
         fetched.extend(m.name for m in manifest.models)
+        for m in manifest.models:
+            (options.dest / m.name / "1").mkdir(parents=True, exist_ok=True)
 
     monkeypatch.setattr(agent, "_sync", fetch)
     member = PoolMember(agent, tmp_path / "pool-models")
@@ -131,3 +133,21 @@ def test_a_model_the_revision_lacks_and_a_bad_file(tmp_path: Path, monkeypatch: 
     assert "attempt: must be 1 or more" in member.message
     assert set(report(member)) == {"a", "zz"}  # the last assignment read stands
     assert triton.calls == ["load a"]
+
+
+def test_a_model_tritonserver_lost_is_loaded_again_and_an_unassigned_ones_files_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    triton = FakeTriton()
+    member = member_of(tmp_path, triton, monkeypatch)
+    assign(member, a=("v1", 1), b=("v1", 1))
+    assert (tmp_path / "models/a/1").is_dir() and (tmp_path / "models/b/1").is_dir()
+    triton.loaded.clear()  # tritonserver restarted: it starts with no model
+    member.tick()
+    assert triton.calls == ["load a", "load b", "load a", "load b"]
+    assert report(member) == {"a": Copy("READY", "v1", 1, ""), "b": Copy("READY", "v1", 1, "")}
+    member.tick()
+    assert len(triton.calls) == 4  # READY again: nothing to do
+    assign(member, b=("v1", 1))
+    assert triton.calls[-1] == "unload a"
+    assert not (tmp_path / "models/a").exists() and (tmp_path / "models/b/1").is_dir()

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from triton_operator.adapters.agent.files import read_text
+from triton_operator.adapters.agent.files import read_text, remove_model_files
 from triton_operator.adapters.agent.model_control import LoadFailed, TritonUnreachable
-from triton_operator.adapters.agent.runner import SYNC_FAILURES, Agent, failure_text
+from triton_operator.adapters.agent.runner import (
+    GOING,
+    REPAIR_SECONDS,
+    SYNC_FAILURES,
+    Agent,
+    failure_text,
+)
 from triton_operator.core.pod.agent_plan import Readiness, model_part
 from triton_operator.core.pool.assignment import (
     AssignmentError,
@@ -56,6 +63,7 @@ class PoolMember:
         self.acting = ""
         """The model being fetched or loaded now (reported LOADING)."""
         self.message = ""
+        self._repaired: dict[str, float] = {}
 
     # -------------------------------------------------------- a pass
 
@@ -91,6 +99,25 @@ class PoolMember:
                     if held is None or (held.version, held.attempt) != (wanted.version, wanted.attempt):
                         self._load(model, wanted.version, wanted.attempt)
         self._refresh()
+        if assignment is not None:
+            self._repair()
+
+    def _repair(self) -> None:
+        """A model that loaded and that tritonserver no longer lists as loaded or loading (it restarted:
+        it starts with no model) is loaded again at its version, at most every REPAIR_SECONDS; a failed
+        load is not (the operator asks again by raising its attempt)."""
+        triton = self.agent.options.triton
+        at = time.monotonic()
+        for model, held in sorted(self.held.items()):
+            lost = held.ready_version == held.version and not held.error
+            if not lost or self.states.get(model) in GOING:
+                continue
+            if at - self._repaired.get(model, -REPAIR_SECONDS) < REPAIR_SECONDS or not triton.live():
+                continue
+            self._repaired[model] = at
+            logger.warning("pool: model %s is not loaded in tritonserver: loading it again", model)
+            self._load(model, held.version, held.attempt)
+        self._refresh()
 
     def _load(self, model: str, version: str, attempt: int) -> None:
         held = self.held.get(model)
@@ -123,6 +150,8 @@ class PoolMember:
             return
         del self.held[model]
         self.states.pop(model, None)
+        self._repaired.pop(model, None)
+        remove_model_files(self.agent.options.dest, (), (model,))  # /models holds what the pod holds
 
     def _refresh(self) -> None:
         try:
