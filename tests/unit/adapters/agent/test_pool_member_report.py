@@ -12,6 +12,8 @@ import pytest
 from triton_operator.adapters.agent.model_control import LoadFailed
 from triton_operator.adapters.agent.pool_member import PoolMember
 from triton_operator.adapters.agent.runner import Agent, AgentOptions
+from triton_operator.adapters.agent.status import POOL_PATH
+from triton_operator.adapters.pool_reader import POOL_REPORT_PATH
 from triton_operator.core.pod.agent_plan import RevisionFiles
 from triton_operator.core.pool.assignment import (
     Copy,
@@ -151,3 +153,7 @@ def test_a_model_tritonserver_lost_is_loaded_again_and_an_unassigned_ones_files_
     assign(member, b=("v1", 1))
     assert triton.calls[-1] == "unload a"
     assert not (tmp_path / "models/a").exists() and (tmp_path / "models/b/1").is_dir()
+
+
+def test_the_agent_serves_its_report_where_the_operator_reads_it() -> None:
+    assert POOL_PATH == POOL_REPORT_PATH == "/v1/pool"
