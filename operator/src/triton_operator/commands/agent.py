@@ -16,6 +16,7 @@ from typing import Any
 from triton_operator import logs
 from triton_operator.adapters.agent.files import read_text
 from triton_operator.adapters.agent.model_control import ModelControl
+from triton_operator.adapters.agent.pool_member import PoolMember, wait_loop
 from triton_operator.adapters.agent.runner import Agent, AgentOptions, FillFailed
 from triton_operator.adapters.agent.status import StatusServer, parse_listen
 from triton_operator.adapters.nodecache.client import NodeCacheClient
@@ -70,6 +71,11 @@ steps are loaded) while the next one downloads; readiness comes once every model
 first fill fails (a sync error, or a model Triton refuses to load), the sidecar exits with sync's exit
 status (1 for a load) and the reason as its termination message, naming the model; its restart tries
 again. Should tritonserver restart later (it starts with no model), the sidecar loads its models again.
+With --pool-assignment (a pod of a pool): the sidecar loads exactly the models the pod's assignment
+annotation names (a downwardAPI file; each fetched verified from the node cache first, then loaded),
+unloads the ones no longer named, tries a failed load again only when the operator raises its
+attempt, and reports each model at GET http://<--listen>/v1/pool; readiness is tritonserver live and
+the assignment read (docs/pool.md).
 The target: the pod's annotation (--target-file) when it names `next` or `stable` of the in-place
 ConfigMap's state.json (--inplace-dir) and that revision's files are there; else `stable`; else the
 base revision (--manifest and --configs, the pod's own). With --target-file in --inplace-dir (one
@@ -197,6 +203,13 @@ def register(subparsers: Any) -> None:
         default=900.0,
         help="seconds one model load or unload may take before it counts as failed (default 900)",
     )
+    parser.add_argument(
+        "--pool-assignment",
+        type=Path,
+        default=None,
+        help="a pod of a pool: its annotation pool.triton-operator.io/models as a downwardAPI file; the "
+        "sidecar loads exactly the models it names and reports them at GET /v1/pool (docs/pool.md)",
+    )
     add_fetch_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -264,6 +277,8 @@ def run(args: argparse.Namespace) -> int:
     agent = Agent(options)
     if args.once:
         return once(agent, args, fail, started)
+    if args.pool_assignment is not None:
+        return pool_sidecar(PoolMember(agent, args.pool_assignment), args)
     try:
         return sidecar(agent, args)
     except FillFailed as exc:
@@ -347,6 +362,33 @@ def sidecar(agent: Agent, args: argparse.Namespace) -> int:
             if models:
                 models_read = now
             stop.wait(args.interval)
+    finally:
+        server.stop()
+    return EXIT_OK
+
+
+def pool_sidecar(member: PoolMember, args: argparse.Namespace) -> int:
+    """The sidecar of a pod of a pool: the assignment followed every --interval, the pool report and
+    the readiness (tritonserver live, the assignment read) served."""
+    stop = threading.Event()
+
+    def stopping(signum: int, _frame: Any) -> None:
+        logging.getLogger("triton_operator.agent").info("%s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stopping)
+
+    def ready() -> tuple[bool, dict[str, Any]]:
+        result = member.ready()
+        return result.ready, result.to_json()
+
+    server = StatusServer(args.listen, member.agent.status, ready, member.report).start()
+    logging.getLogger("triton_operator.agent").info(
+        "a pod of a pool: following %s every %.3g s", args.pool_assignment, args.interval
+    )
+    try:
+        wait_loop(member, args.interval, stop)
     finally:
         server.stop()
     return EXIT_OK

@@ -557,8 +557,8 @@ def revision_of(doc: dict[str, Any], settings: Settings = SETTINGS, digest: str 
 
 
 def _pooled(spec: dict[str, Any]) -> None:
-    """Where the pool places models is decided per pass and carried out by the agents, not by the
-    pod template: packing a service's models makes no new pods."""
+    """A pool switched on: its pods' agents read their assignment (a volume item and a flag), so new
+    pods; where it places models is decided per pass (test_pool_pod: repacking makes none)."""
     spec["pool"] = {"memoryPerPod": "4Gi"}
     for model in spec["models"]:
         model.update(memory="100Mi", minCopies=1, maxCopies=1)
@@ -572,7 +572,6 @@ SAME_REVISION = [
     ("default spelled out", lambda s: s.update(shmSize="1Gi")),
     ("model volume unset", lambda s: s.update(modelVolume=None)),
     ("model volume empty", lambda s: s.update(modelVolume={})),
-    ("pool", _pooled),
 ]
 
 NEW_REVISION = [
@@ -588,6 +587,7 @@ NEW_REVISION = [
     ("env", lambda s: s.update(env=[{"name": "X", "value": "1"}])),
     ("pod annotations", lambda s: s.update(podAnnotations={"a": "b"})),
     ("startup timeout", lambda s: s.update(startupTimeoutSeconds=60)),
+    ("pool switched on", _pooled),
 ]
 
 

@@ -1,4 +1,4 @@
-"""The agent's read-only HTTP: GET /v1/inplace (status), /v1/ready (readiness); stdlib, in a thread."""
+"""The agent's read-only HTTP: GET /v1/inplace (status), /v1/ready (readiness), /v1/pool; stdlib."""
 
 from __future__ import annotations
 
@@ -36,7 +36,13 @@ class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
-def _handler(status: Callable[[], dict[str, Any]], ready: Ready | None) -> type[BaseHTTPRequestHandler]:
+POOL_PATH = "/v1/pool"
+"""A pooled pod's report (adapters.agent.pool_member; read by adapters.pool_reader)."""
+
+
+def _handler(
+    status: Callable[[], dict[str, Any]], ready: Ready | None, pool: Callable[[], dict[str, Any]] | None
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "triton-operator-agent"
         timeout = 10  # a client that sends nothing is let go
@@ -46,6 +52,9 @@ def _handler(status: Callable[[], dict[str, Any]], ready: Ready | None) -> type[
             if path == AGENT_READY_PATH and ready is not None:
                 ok, body = ready()
                 self._send(200 if ok else 503, body)
+                return
+            if path == POOL_PATH and pool is not None:
+                self._send(200, pool())
                 return
             if path != AGENT_STATUS_PATH:
                 self._send(404, {"error": f"not found; the status is at {AGENT_STATUS_PATH}"})
@@ -69,12 +78,19 @@ def _handler(status: Callable[[], dict[str, Any]], ready: Ready | None) -> type[
 
 class StatusServer:
     """Serves ``status()`` (a JSON-able dict, built fresh on each request) at GET AGENT_STATUS_PATH
-    and, when given, ``ready()`` at GET AGENT_READY_PATH (200 when ready, else 503)."""
+    and, when given, ``ready()`` at GET AGENT_READY_PATH (200 when ready, else 503) and ``pool()`` at
+    GET POOL_PATH."""
 
-    def __init__(self, listen: str, status: Callable[[], dict[str, Any]], ready: Ready | None = None) -> None:
+    def __init__(
+        self,
+        listen: str,
+        status: Callable[[], dict[str, Any]],
+        ready: Ready | None = None,
+        pool: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
         host, port = parse_listen(listen)
         server = _Server6 if ":" in host else _Server
-        self._server = server((host, port), _handler(status, ready))
+        self._server = server((host, port), _handler(status, ready, pool))
         self._thread = threading.Thread(target=self._server.serve_forever, name="agent-status", daemon=True)
 
     @property

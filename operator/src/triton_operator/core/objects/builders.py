@@ -45,6 +45,8 @@ from triton_operator.core.objects.names import (
     MODELS_VOLUME,
     OPERATOR_KEY,
     PLACEHOLDER_UID,
+    POOL_ASSIGNMENT_FILE,
+    POOL_ASSIGNMENT_ITEM,
     PVC_ROOT,
     REPOSITORY_VOLUME,
     SHM_VOLUME,
@@ -59,6 +61,7 @@ from triton_operator.core.objects.names import (
     part_configmap_name,
 )
 from triton_operator.core.objects.traffic import service_body
+from triton_operator.core.pool.assignment import ASSIGNMENT_ANNOTATION
 from triton_operator.core.repository import manifestparts
 from triton_operator.core.repository.cache_rules import (
     AUDIENCE,
@@ -109,7 +112,8 @@ def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]
     spec: dict[str, Any] = ts.spec.model_dump(
         by_alias=True, exclude_none=True, exclude_defaults=True, mode="json"
     )
-    # The pool is placed per pass and carried out by the pods' agents, not by the template.
+    # The pool is placed per pass and carried out by the pods' agents, not by the template; only
+    # whether there is one is (a pooled pod's agent reads its assignment: a volume item and a flag).
     for served_elsewhere in ("replicas", "rollout", "service", "image", "pool"):
         spec.pop(served_elsewhere, None)
     if not spec.get("modelVolume"):
@@ -125,6 +129,8 @@ def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]
     # The startup probe follows the rollout's deadline when startupTimeoutSeconds is unset.
     inputs["startupTimeoutSeconds"] = ts.spec.startup_timeout()
     inputs["prometheusScrape"] = settings.prometheus_scrape
+    if ts.spec.pool is not None:
+        inputs["pool"] = True  # left out when off, so existing hashes stay
     if settings.agent_pods:
         # One pod shape (has_agent): modelUpdates only says how changes roll out, so switching it
         # keeps the revision. The key tells these revisions from one of the same spec made before.
@@ -594,25 +600,28 @@ def agent_volumes(ts: TritonService, revision: str) -> list[dict[str, Any]]:
     (optional: absent until an update) and the pod's own target annotation (downward API), which the
     kubelet writes as one atomic payload (two volumes it refreshes at different moments let a pod see
     the annotation gone before the state.json that makes it so: a flip back to the old revision),
-    and the agent's bookkeeping."""
+    and the agent's bookkeeping. In a pod of a pool, the same payload holds its assignment annotation
+    (core.pool.assignment), which its agent follows."""
+    items = [
+        {
+            "path": INPLACE_TARGET_ITEM,
+            "fieldRef": {"fieldPath": f"metadata.annotations['{INPLACE_TARGET_ANNOTATION}']"},
+        }
+    ]
+    if ts.spec.pool is not None:
+        items.append(
+            {
+                "path": POOL_ASSIGNMENT_ITEM,
+                "fieldRef": {"fieldPath": f"metadata.annotations['{ASSIGNMENT_ANNOTATION}']"},
+            }
+        )
     return [
         {
             "name": INPLACE_VOLUME,
             "projected": {
                 "sources": [
                     {"configMap": {"name": inplace_configmap_name(ts, revision), "optional": True}},
-                    {
-                        "downwardAPI": {
-                            "items": [
-                                {
-                                    "path": INPLACE_TARGET_ITEM,
-                                    "fieldRef": {
-                                        "fieldPath": f"metadata.annotations['{INPLACE_TARGET_ANNOTATION}']"
-                                    },
-                                }
-                            ]
-                        }
-                    },
+                    {"downwardAPI": {"items": items}},
                 ]
             },
         },
@@ -664,6 +673,7 @@ def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[s
     serves the pod's readiness). In a pod of the one shape (fills_itself) it also fills /models and
     loads every model in the first place, and says why it failed as its termination message."""
     fill = [FILL_FLAG] if fills_itself(settings) else []
+    pool = ["--pool-assignment", POOL_ASSIGNMENT_FILE] if ts.spec.pool is not None else []
     agent: dict[str, Any] = {
         "name": AGENT_CONTAINER,
         "image": sync["image"],
@@ -677,6 +687,7 @@ def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[s
             "--drain-seconds",
             str(agent_drain_seconds(ts)),
             *fill,
+            *pool,
         ],
         "ports": [{"name": "agent", "containerPort": AGENT_PORT, "protocol": "TCP"}],
         "resources": copy.deepcopy(AGENT_RESOURCES),

@@ -70,6 +70,10 @@ INPLACE_TARGET_ITEM = "target"
 """In the in-place volume (one projected volume: the ConfigMap's keys and this item <- the pod's
 INPLACE_TARGET_ANNOTATION), so that the kubelet writes both in one atomic payload."""
 INPLACE_TARGET_FILE = f"{INPLACE_DIR}/{INPLACE_TARGET_ITEM}"
+POOL_ASSIGNMENT_ITEM = "pool-models"
+"""In a pod of a pool, the item of the in-place volume that projects its assignment annotation
+(core.pool.assignment.ASSIGNMENT_ANNOTATION), which the kubelet refreshes when the operator writes it."""
+POOL_ASSIGNMENT_FILE = f"{INPLACE_DIR}/{POOL_ASSIGNMENT_ITEM}"
 AGENT_STATE_VOLUME = "agent-state"
 AGENT_STATE_DIR = "/var/run/triton-operator"
 """The agent's own bookkeeping (an emptyDir shared by the init container and the sidecar)."""

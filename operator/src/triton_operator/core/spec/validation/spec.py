@@ -49,9 +49,9 @@ def spec_warnings(spec: TritonServiceSpec, image: str) -> list[SpecError]:
         warnings.append(
             SpecError(
                 "spec.pool",
-                "placed and routed (each pod's assignment annotation, per-model Services, status.pool), but"
-                " the pods' agents load by the assignment only once they implement docs/pool.md's contract:"
-                " until then every pod still loads every model",
+                "placed, loaded and routed (each pod's agent loads the models of its assignment"
+                " annotation; per-model Services, status.pool), but copies do not follow load yet (each"
+                " model keeps its minCopies) and the pool is not yet tested on a real node (docs/pool.md)",
             )
         )
     return warnings

@@ -1,0 +1,198 @@
+"""A pooled pod's agent: loads exactly the models its assignment annotation names, reports each (/v1/pool)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from triton_operator.adapters.agent.files import read_text, remove_model_files
+from triton_operator.adapters.agent.model_control import LoadFailed, TritonUnreachable
+from triton_operator.adapters.agent.runner import (
+    GOING,
+    REPAIR_SECONDS,
+    SYNC_FAILURES,
+    Agent,
+    failure_text,
+)
+from triton_operator.core.pod.agent_plan import Readiness, model_part
+from triton_operator.core.pool.assignment import (
+    AssignmentError,
+    Copy,
+    PodAssignment,
+    build_report,
+    parse_assignment,
+)
+from triton_operator.core.vocabulary.triton_state import VERSION_READY
+
+logger = logging.getLogger("triton_operator.agent")
+
+LOADING = "LOADING"
+UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass
+class _Held:
+    """One model the agent acted on: the version and attempt it acted on last, why that failed (empty:
+    it did not), and the version Triton last loaded READY (kept through a failed reload)."""
+
+    version: str
+    attempt: int
+    error: str = ""
+    ready_version: str = ""
+
+
+class PoolMember:
+    """The agent of a pod of a pool (docs/pool.md, "The pod side contract"): each pass reads the
+    assignment (``assignment_file``, the pod's annotation pool.triton-operator.io/models as a downwardAPI
+    file, which the kubelet refreshes), loads a model whose entry appeared or whose version or attempt
+    changed (its files fetched verified, the node cache first, as the one-shape fill fetches one model,
+    then Triton's model control), unloads one whose entry is gone (the operator took its route label
+    off and waited the drain before it dropped the entry), and never retries a failed load by itself."""
+
+    def __init__(self, agent: Agent, assignment_file: Path) -> None:
+        self.agent = agent
+        self.assignment_file = assignment_file
+        self.assignment: PodAssignment | None = None
+        """The last assignment read whole (None: none read yet)."""
+        self.held: dict[str, _Held] = {}
+        self.states: dict[str, str] = {}
+        """Triton's state of each held model (its repository index), read each pass."""
+        self.acting = ""
+        """The model being fetched or loaded now (reported LOADING)."""
+        self.message = ""
+        self._repaired: dict[str, float] = {}
+
+    # -------------------------------------------------------- a pass
+
+    def read(self) -> PodAssignment | None:
+        """The assignment file read and parsed; a missing or bad one keeps the last read (said once)."""
+        text = read_text(self.assignment_file)
+        if text is None:
+            if self.assignment is None:
+                self.message = f"no assignment yet at {self.assignment_file}"
+            return self.assignment
+        try:
+            assignment = parse_assignment(text)
+        except AssignmentError as exc:
+            message = f"{self.assignment_file}: {exc}; the last assignment read stands"
+            if message != self.message:
+                logger.error("%s", message)
+            self.message = message
+            return self.assignment
+        self.message = ""
+        self.assignment = assignment
+        return assignment
+
+    def tick(self) -> None:
+        """One pass: unload what left the assignment, load what is new or asked again, read states."""
+        assignment = self.read()
+        if assignment is not None:
+            triton = self.agent.options.triton
+            for model in sorted(set(self.held) - set(assignment.models)):
+                self._unload(model)
+            if triton.live():
+                for model, wanted in sorted(assignment.models.items()):
+                    held = self.held.get(model)
+                    if held is None or (held.version, held.attempt) != (wanted.version, wanted.attempt):
+                        self._load(model, wanted.version, wanted.attempt)
+        self._refresh()
+        if assignment is not None:
+            self._repair()
+
+    def _repair(self) -> None:
+        """A model that loaded and that tritonserver no longer lists as loaded or loading (it restarted:
+        it starts with no model) is loaded again at its version, at most every REPAIR_SECONDS; a failed
+        load is not (the operator asks again by raising its attempt)."""
+        triton = self.agent.options.triton
+        at = time.monotonic()
+        for model, held in sorted(self.held.items()):
+            lost = held.ready_version == held.version and not held.error
+            if not lost or self.states.get(model) in GOING:
+                continue
+            if at - self._repaired.get(model, -REPAIR_SECONDS) < REPAIR_SECONDS or not triton.live():
+                continue
+            self._repaired[model] = at
+            logger.warning("pool: model %s is not loaded in tritonserver: loading it again", model)
+            self._load(model, held.version, held.attempt)
+        self._refresh()
+
+    def _load(self, model: str, version: str, attempt: int) -> None:
+        held = self.held.get(model)
+        ready_version = held.ready_version if held is not None else ""
+        self.held[model] = entry = _Held(version, attempt, ready_version=ready_version)
+        base = self.agent.options.base
+        self.acting = model
+        try:
+            if model not in base.configs:
+                raise LoadFailed("load", model, f"the pod's revision {base.revision} has no model {model!r}")
+            if self.agent.state.load(base.revision) is None:
+                self.agent.state.save(base)  # the configs sync writes, as a revision's apply saves them
+            logger.info("pool: loading model %s (version %s, attempt %d)", model, version, attempt)
+            self.agent._sync(base, None, manifest=model_part(base.manifest, model))
+            self.agent.options.triton.load(model)
+        except (LoadFailed, TritonUnreachable, *SYNC_FAILURES) as exc:
+            entry.error = failure_text(exc)
+            logger.error("pool: model %s (version %s, attempt %d): %s", model, version, attempt, entry.error)
+        else:
+            entry.ready_version = version
+        finally:
+            self.acting = ""
+
+    def _unload(self, model: str) -> None:
+        logger.info("pool: unloading model %s (no longer assigned)", model)
+        try:
+            self.agent.options.triton.unload(model)
+        except (LoadFailed, TritonUnreachable) as exc:
+            logger.error("pool: unloading model %s: %s; tried again next pass", model, exc)
+            return
+        del self.held[model]
+        self.states.pop(model, None)
+        self._repaired.pop(model, None)
+        remove_model_files(self.agent.options.dest, (), (model,))  # /models holds what the pod holds
+
+    def _refresh(self) -> None:
+        try:
+            index = self.agent.options.triton.index()
+        except TritonUnreachable:
+            return
+        states: dict[str, str] = {}
+        for version in index:
+            if version.model in self.held and states.get(version.model) != VERSION_READY:
+                states[version.model] = version.state
+        self.states = states
+
+    # -------------------------------------------------------- what it serves
+
+    def report(self) -> dict[str, Any]:
+        """GET /v1/pool: each held model's Triton state, version, last attempt and its error
+        (core.pool.assignment.build_report)."""
+        copies = {}
+        for model, held in list(self.held.items()):
+            state = LOADING if model == self.acting else self.states.get(model, UNAVAILABLE)
+            if state not in (VERSION_READY, LOADING):
+                state = UNAVAILABLE
+            version = held.ready_version if state == VERSION_READY and held.ready_version else held.version
+            copies[model] = Copy(state=state, version=version, attempt=held.attempt, error=held.error)
+        return build_report(copies)
+
+    def ready(self) -> Readiness:
+        """Readiness (GET /v1/ready): tritonserver live and the assignment read; a pooled pod serves
+        whatever it holds READY, and clients reach each model by its per-model route label."""
+        if self.assignment is None:
+            return Readiness(False, self.message or "no assignment read yet")
+        if not self.agent.options.triton.live():
+            return Readiness(False, "tritonserver does not answer")
+        return Readiness(True, "", models=dict(self.states))
+
+
+def wait_loop(member: PoolMember, interval: float, stop: Any) -> None:
+    """The sidecar's loop for a pooled pod: a pass every ``interval`` s until ``stop`` is set."""
+    while not stop.is_set():
+        try:
+            member.tick()
+        except Exception:  # a bug: said, and tried again next pass
+            logger.exception("the pool agent's pass failed")
+        stop.wait(interval)

@@ -1,0 +1,143 @@
+"""The agent of a pod of a pool on real parts: seaweedfs as the store, a real tritonserver started with no
+model, and the pod's assignment annotation written here as the kubelet projects it (a downwardAPI file):
+the agent loads exactly the models it names, unloads the ones gone, and reports each at GET /v1/pool."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from test_agent_inplace import (  # type: ignore[import-not-found,unused-ignore]
+    TIMEOUT,
+    Client,
+    Pod,
+    Sidecar,
+    config,
+    index,
+    model_py,
+    pod,
+    sidecars,
+)
+
+from triton_operator.core.pool.assignment import PodAssignment, Wanted, build_assignment, parse_report
+from tritonserver import TritonInstall, start_server
+
+pytestmark = [pytest.mark.storage, pytest.mark.triton, pytest.mark.timeout(600)]
+
+__all__ = ["pod", "sidecars"]  # the fixtures, used by name
+
+
+def assign(path: Path, models: dict[str, Wanted]) -> None:
+    """The annotation as the kubelet projects it: the whole file replaced at once."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(build_assignment(PodAssignment(models=models)))
+    os.replace(tmp, path)
+
+
+def pool_report(sidecar: Sidecar) -> dict[str, Any]:
+    reply = requests.get(f"http://127.0.0.1:{sidecar.port}/v1/pool", timeout=TIMEOUT)
+    assert reply.status_code == 200, reply.text
+    body: dict[str, Any] = reply.json()
+    return body
+
+
+def wait_report(sidecar: Sidecar, done: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+    deadline = time.monotonic() + TIMEOUT * 2
+    body: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        assert sidecar.process.poll() is None, sidecar.pod.sidecar_log.read_text()
+        body = pool_report(sidecar)
+        if done(body):
+            return body
+        time.sleep(0.1)
+    raise AssertionError(f"waited for {what}; last report {body}\n{sidecar.pod.sidecar_log.read_text()}")
+
+
+def test_the_agent_loads_the_assigned_model_then_swaps_it_for_another(
+    pod: Pod, triton_install: TritonInstall, sidecars: list[Sidecar]
+) -> None:
+    """Assigned A: A fetched and loaded (B's bytes not fetched), reported READY, answers; assigned B
+    instead: B loaded, A unloaded, its files deleted, gone from the report. Readiness: 503 until the
+    assignment is read, then 200 whatever the models' states."""
+    pod.put("alpha/1/model.py", model_py(100))
+    pod.put("beta/1/model.py", model_py(300))
+    r1 = pod.revision("r1", {"alpha": config(pod.init_log), "beta": config(pod.init_log)})
+    pod.set_base(r1)
+    assignment = pod.root / "assignment"
+    server = start_server(triton_install, pod.models, [], pod.root / "tritonserver.log")
+    try:
+        sidecar = Sidecar(pod, server.http_url, extra=("--pool-assignment", str(assignment)))
+        sidecars.append(sidecar)
+        code, body = sidecar.readiness()
+        assert code == 503 and "assignment" in body["reason"], body
+        assert pool_report(sidecar) == {"models": {}}
+
+        assign(assignment, {"alpha": Wanted("va", 1)})
+        body = wait_report(sidecar, lambda b: b["models"].get("alpha", {}).get("state") == "READY", "alpha")
+        assert parse_report(body) == parse_report(
+            {"models": {"alpha": {"state": "READY", "version": "va", "attempt": 1, "error": ""}}}
+        )
+        assert sidecar.wait_ready(200, "the assignment read")["ready"] is True
+        assert (pod.models / "alpha/1/model.py").read_bytes() == model_py(100)
+        assert not (pod.models / "beta").exists()
+        assert pod.inits() == ["alpha 1"]
+        client = Client(server, model="alpha").start()
+        client.wait_answers(3)
+        client.stop()
+        assert not client.failures and set(client.answers) == {101.0}, client.failures
+
+        assign(assignment, {"beta": Wanted("vb", 1)})
+        body = wait_report(sidecar, lambda b: set(b["models"]) == {"beta"}, "beta alone")
+        body = wait_report(sidecar, lambda b: b["models"]["beta"]["state"] == "READY", "beta READY")
+        assert body["models"]["beta"] == {"state": "READY", "version": "vb", "attempt": 1, "error": ""}
+        states = index(server)
+        assert states[("beta", "1")] == "READY" and states.get(("alpha", "1")) != "READY", states
+        assert not (pod.models / "alpha").exists()  # /models holds what the pod holds
+        client = Client(server, model="beta").start()
+        client.wait_answers(3)
+        client.stop()
+        assert not client.failures and set(client.answers) == {301.0}, client.failures
+        assert pod.inits() == ["alpha 1", "beta 1"]
+        assert sidecar.is_ready()
+    finally:
+        server.stop()
+
+
+def test_a_failed_load_is_reported_and_tried_again_only_on_a_new_attempt(
+    pod: Pod, triton_install: TritonInstall, sidecars: list[Sidecar]
+) -> None:
+    """Triton refuses the model: reported UNAVAILABLE with its reason for attempt 1, and not tried again
+    by the agent itself; the operator's attempt 2 loads it once more (reported for attempt 2)."""
+    pod.put("bad/1/model.py", model_py(200, fail=True))
+    r1 = pod.revision("r1", {"bad": config(pod.init_log)})
+    pod.set_base(r1)
+    assignment = pod.root / "assignment"
+    server = start_server(triton_install, pod.models, [], pod.root / "tritonserver.log")
+    try:
+        sidecar = Sidecar(pod, server.http_url, extra=("--pool-assignment", str(assignment)))
+        sidecars.append(sidecar)
+        assign(assignment, {"bad": Wanted("v1", 1)})
+        body = wait_report(sidecar, lambda b: b["models"].get("bad", {}).get("error"), "the failure")
+        bad = body["models"]["bad"]
+        assert (bad["state"], bad["version"], bad["attempt"]) == ("UNAVAILABLE", "v1", 1), bad
+        assert "refuses to load" in bad["error"], bad
+        time.sleep(2)  # ten passes of the agent: none loads it again
+        assert pod.inits() == ["bad 1"]
+        assert sidecar.is_ready()  # tritonserver live, the assignment read
+
+        assign(assignment, {"bad": Wanted("v1", 2)})
+        body = wait_report(
+            sidecar, lambda b: b["models"]["bad"]["attempt"] == 2 and b["models"]["bad"]["error"], "attempt 2"
+        )
+        assert (
+            body["models"]["bad"]["state"] == "UNAVAILABLE"
+            and "refuses to load" in body["models"]["bad"]["error"]
+        )
+        assert pod.inits() == ["bad 1", "bad 1"]
+    finally:
+        server.stop()
