@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from triton_operator.adapters.agent_http import AgentAnswerError, AgentHttp
 from triton_operator.core.objects.names import AGENT_PORT, AGENT_STATUS_PATH
 from triton_operator.core.rollout.inplace import AgentStatus, parse_agent_status
-from triton_operator.settings import may_read, read_networks
 
 # The bounds: only while an in-place update moves (reconcile.reconcile_pass asks), one request per pod per
 # pass, all at once but at most `concurrency` in flight, each ended with its body within `timeout`
@@ -31,16 +30,17 @@ class AgentReader:
         port: int = AGENT_PORT,
         max_bytes: int = MAX_STATUS_BYTES,
     ) -> None:
-        self.timeout = timeout
-        self.port = port
-        self.max_bytes = max_bytes
-        self._networks = read_networks(cidrs)
-        self._limit = asyncio.Semaphore(concurrency)
-        self._http = AgentHttp(timeout=timeout, max_bytes=max_bytes)
-        self.requests = 0
+        self._http = AgentHttp(
+            port=port, timeout=timeout, max_bytes=max_bytes, concurrency=concurrency, cidrs=cidrs
+        )
+
+    @property
+    def requests(self) -> int:
+        """Requests sent to agents so far."""
+        return self._http.requests
 
     def allowed(self, ip: str | None) -> bool:
-        return may_read(ip, self._networks)
+        return self._http.allowed(ip)
 
     async def read(self, pods: Mapping[str, str | None]) -> dict[str, AgentStatus]:
         """Pod name -> its agent's status (or why it could not be read), for pods name -> IP."""
@@ -49,17 +49,10 @@ class AgentReader:
         return dict(zip(names, results, strict=True))
 
     async def read_one(self, ip: str | None) -> AgentStatus:
-        if not self.allowed(ip):
-            return AgentStatus(error="no pod IP, or one outside the allowed ranges")
-        assert ip is not None
-        host = f"[{ip}]" if ":" in ip else ip
-        url = f"http://{host}:{self.port}{AGENT_STATUS_PATH}"
-        async with self._limit:
-            self.requests += 1
-            try:
-                body = await self._http.get(url)
-            except AgentAnswerError as exc:
-                return AgentStatus(error=str(exc))
+        try:
+            body = await self._http.get(ip, AGENT_STATUS_PATH)
+        except AgentAnswerError as exc:
+            return AgentStatus(error=str(exc))
         try:
             return parse_agent_status(json.loads(body))
         except ValueError:

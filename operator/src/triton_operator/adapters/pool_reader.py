@@ -11,7 +11,6 @@ from collections.abc import Callable, Mapping, Sequence
 from triton_operator.adapters.agent_http import AgentAnswerError, AgentHttp
 from triton_operator.core.objects.names import AGENT_PORT
 from triton_operator.core.pool.assignment import AssignmentError, Copy, parse_report
-from triton_operator.settings import may_read, read_networks
 
 logger = logging.getLogger(__name__)
 
@@ -41,16 +40,17 @@ class PoolReader:
         port: int = AGENT_PORT,
         max_bytes: int = MAX_REPORT_BYTES,
     ) -> None:
-        self.timeout = timeout
-        self.port = port
-        self.max_bytes = max_bytes
         self.on_change: Callable[[Key], None] | None = None
-        self._networks = read_networks(cidrs)
-        self._limit = asyncio.Semaphore(concurrency)
-        self._http = AgentHttp(timeout=timeout, max_bytes=max_bytes)
+        self._http = AgentHttp(
+            port=port, timeout=timeout, max_bytes=max_bytes, concurrency=concurrency, cidrs=cidrs
+        )
         self._latest: dict[Key, Reports] = {}
         self._tasks: dict[Key, asyncio.Task[None]] = {}
-        self.requests = 0
+
+    @property
+    def requests(self) -> int:
+        """Requests sent to agents so far."""
+        return self._http.requests
 
     def latest(self, namespace: str, name: str) -> Reports:
         """The latest report of each pod of the TritonService (pod name -> model -> its copy)."""
@@ -84,17 +84,10 @@ class PoolReader:
     async def read_one(self, ip: str | None) -> dict[str, Copy] | None:
         """One agent's report; None when it could not be read (no allowed IP, no answer in time, too
         large, not a report)."""
-        if not may_read(ip, self._networks):
+        try:
+            body = await self._http.get(ip, POOL_REPORT_PATH)
+        except AgentAnswerError:
             return None
-        assert ip is not None
-        host = f"[{ip}]" if ":" in ip else ip
-        url = f"http://{host}:{self.port}{POOL_REPORT_PATH}"
-        async with self._limit:
-            self.requests += 1
-            try:
-                body = await self._http.get(url)
-            except AgentAnswerError:
-                return None
         try:
             return parse_report(json.loads(body))
         except (ValueError, AssignmentError) as exc:
