@@ -235,8 +235,15 @@ class Trail:
                 and st.get("currentStepIndex") == index
                 and not st.get("promoting")
                 and s.cond("Progressing")[1] == reason
-                and (not settled or s.settled(str(canary), s.replicas(str(canary)) or 0))
+                and (not settled or at_rest(s, str(canary)))
             )
+
+        def at_rest(s: Snap, canary: str) -> bool:
+            # The operator writes the status before it creates or scales Deployments, and a snapshot
+            # reads the Deployments before the status: a canary whose Deployment is not listed yet
+            # is not at rest, it is about to be created.
+            replicas = s.replicas(canary)
+            return replicas is not None and s.settled(canary, replicas)
 
         return self.until(there, f"{self.name} at step {index} ({reason})")
 
