@@ -3,6 +3,7 @@ within its least and most copies, never flapping; the pool fits, the least recen
 
 from __future__ import annotations
 
+import itertools
 import random
 from decimal import Decimal
 
@@ -33,35 +34,41 @@ BUSY = 50_000.0
 
 def test_a_busy_model_gains_a_copy_only_once_busy_for_the_stabilization_and_then_waits_again() -> None:
     limits = {"a": (1, None)}
-    first = decide_copies([ModelLoad("a", 2, BUSY, 200.0)], limits, T, 1000, {}, {"a": 2})
+    first = decide_copies([ModelLoad("a", 2, BUSY, 200.0)], limits, T, 1000, {}, current={"a": 2})
     assert (first.wanted, first.reasons) == ({"a": 2}, {"a": BUSY_WAITING})
     assert first.streaks == {"a": Streak(busy_since=1000)}
-    early = decide_copies([ModelLoad("a", 2, BUSY, 200.0)], limits, T, 1029, first.streaks, {"a": 2})
+    early = decide_copies([ModelLoad("a", 2, BUSY, 200.0)], limits, T, 1029, first.streaks, current={"a": 2})
     assert early.wanted == {"a": 2} and early.streaks == first.streaks
-    added = decide_copies([ModelLoad("a", 2, BUSY, 200.0)], limits, T, 1030, early.streaks, {"a": 2})
+    added = decide_copies([ModelLoad("a", 2, BUSY, 200.0)], limits, T, 1030, early.streaks, current={"a": 2})
     assert (added.wanted, added.reasons) == ({"a": 3}, {"a": ADD})
     # The new copy loads: no other, and the busy wait ends until all wanted copies serve.
-    loading = decide_copies([ModelLoad("a", 2, BUSY, 200.0, loading=1)], limits, T, 1031, added.streaks, {"a": 3})
+    loading = decide_copies(
+        [ModelLoad("a", 2, BUSY, 200.0, loading=1)], limits, T, 1031, added.streaks, current={"a": 3}
+    )
     assert (loading.wanted, loading.reasons, loading.streaks) == ({"a": 3}, {"a": LOADING}, {})
-    served = decide_copies([ModelLoad("a", 3, BUSY, 200.0)], limits, T, 1100, loading.streaks, {"a": 3})
+    served = decide_copies(
+        [ModelLoad("a", 3, BUSY, 200.0)], limits, T, 1100, loading.streaks, current={"a": 3}
+    )
     assert (served.wanted, served.reasons) == ({"a": 3}, {"a": BUSY_WAITING})  # its own wait again
-    again = decide_copies([ModelLoad("a", 3, BUSY, 200.0)], limits, T, 1130, served.streaks, {"a": 3})
+    again = decide_copies([ModelLoad("a", 3, BUSY, 200.0)], limits, T, 1130, served.streaks, current={"a": 3})
     assert again.wanted == {"a": 4}
 
 
 def test_a_busy_spell_shorter_than_the_stabilization_adds_nothing() -> None:
     limits = {"a": (1, None)}
-    busy = decide_copies([ModelLoad("a", 1, BUSY, 20.0)], limits, T, 0, {}, {"a": 1})
-    calm = decide_copies([ModelLoad("a", 1, 2_000, 20.0)], limits, T, 20, busy.streaks, {"a": 1})
+    busy = decide_copies([ModelLoad("a", 1, BUSY, 20.0)], limits, T, 0, {}, current={"a": 1})
+    calm = decide_copies([ModelLoad("a", 1, 2_000, 20.0)], limits, T, 20, busy.streaks, current={"a": 1})
     assert calm.reasons == {"a": HOLD} and calm.streaks == {}
-    busy_again = decide_copies([ModelLoad("a", 1, BUSY, 20.0)], limits, T, 40, calm.streaks, {"a": 1})
+    busy_again = decide_copies([ModelLoad("a", 1, BUSY, 20.0)], limits, T, 40, calm.streaks, current={"a": 1})
     assert busy_again.wanted == {"a": 1} and busy_again.reasons == {"a": BUSY_WAITING}
 
 
 def test_busy_by_inferences_per_copy_when_that_threshold_is_set() -> None:
     per_copy = Thresholds(busy_rate=50.0, up_stabilization_s=0)
     loads = [ModelLoad("a", 2, 100.0, 120.0), ModelLoad("b", 2, 100.0, 80.0)]
-    decided = decide_copies(loads, {"a": (1, None), "b": (1, None)}, per_copy, 0, {}, {"a": 2, "b": 2})
+    decided = decide_copies(
+        loads, {"a": (1, None), "b": (1, None)}, per_copy, 0, {}, current={"a": 2, "b": 2}
+    )
     assert decided.wanted == {"a": 3, "b": 2}  # 60/s a copy is busy; 40/s is not
     assert decided.reasons == {"a": ADD, "b": HOLD}
 
@@ -71,7 +78,9 @@ def test_an_idle_model_drops_to_its_least_one_copy_a_stabilization_at_a_time() -
     streaks: dict[str, Streak] = {}
     wanted, drops = 3, []
     for now in range(0, 1000, 10):
-        decided = decide_copies([ModelLoad("a", wanted, None, 0.0)], limits, T, now, streaks, {"a": wanted})
+        decided = decide_copies(
+            [ModelLoad("a", wanted, None, 0.0)], limits, T, now, streaks, current={"a": wanted}
+        )
         if decided.reasons["a"] == DROP:
             drops.append(now)
         wanted, streaks = decided.wanted["a"], decided.streaks
@@ -81,11 +90,13 @@ def test_an_idle_model_drops_to_its_least_one_copy_a_stabilization_at_a_time() -
 
 def test_an_idle_wait_is_ended_by_one_pass_with_load() -> None:
     limits = {"a": (1, None)}
-    idle = decide_copies([ModelLoad("a", 3, None, 0.0)], limits, T, 0, {}, {"a": 3})
+    idle = decide_copies([ModelLoad("a", 3, None, 0.0)], limits, T, 0, {}, current={"a": 3})
     assert (idle.reasons, idle.streaks) == ({"a": IDLE_WAITING}, {"a": Streak(idle_since=0)})
-    steady = decide_copies([ModelLoad("a", 3, 2_000, 5.0)], limits, T, 290, idle.streaks, {"a": 3})
+    steady = decide_copies([ModelLoad("a", 3, 2_000, 5.0)], limits, T, 290, idle.streaks, current={"a": 3})
     assert (steady.wanted, steady.reasons, steady.streaks) == ({"a": 3}, {"a": HOLD}, {})
-    idle_again = decide_copies([ModelLoad("a", 3, None, 0.0)], limits, T, 310, steady.streaks, {"a": 3})
+    idle_again = decide_copies(
+        [ModelLoad("a", 3, None, 0.0)], limits, T, 310, steady.streaks, current={"a": 3}
+    )
     assert idle_again.wanted == {"a": 3}  # the wait starts again
 
 
@@ -99,7 +110,7 @@ def test_never_below_the_least_nor_above_the_most() -> None:
     limits = {"low": (1, None), "under": (2, None), "over": (1, 3), "full": (1, 3)}
     long_ago = {n: Streak(busy_since=0, idle_since=0) for n in limits}
     decided = decide_copies(
-        loads, limits, T, 10_000, long_ago, {"low": 1, "under": 1, "over": 5, "full": 3}
+        loads, limits, T, 10_000, long_ago, current={"low": 1, "under": 1, "over": 5, "full": 3}
     )
     assert decided.wanted == {"low": 1, "under": 2, "over": 3, "full": 3}
     assert decided.reasons["under"] == LEAST and decided.reasons["over"] == MOST
@@ -119,7 +130,7 @@ def test_random_loads_stay_within_least_and_most_and_move_by_one_at_most(seed: i
         limits[f"m{i}"] = (least, most)
         current[f"m{i}"] = copies + loads[-1].loading
         streaks[f"m{i}"] = Streak(rng.choice([None, 0.0]), rng.choice([None, 0.0]))
-    decided = decide_copies(loads, limits, T, rng.randint(0, 1000), streaks, current)
+    decided = decide_copies(loads, limits, T, rng.randint(0, 1000), streaks, current=current)
     for load in loads:
         least, most = limits[load.name]
         wanted = decided.wanted[load.name]
@@ -150,7 +161,12 @@ def test_copies_never_flap_over_a_sequence_of_passes(seed: int) -> None:
             now += 10
             loading = wanted - serving
             decided = decide_copies(
-                [ModelLoad("a", serving, _queue(load, serving), load, loading)], limits, T, now, streaks, {"a": wanted}
+                [ModelLoad("a", serving, _queue(load, serving), load, loading)],
+                limits,
+                T,
+                now,
+                streaks,
+                current={"a": wanted},
             )
             if decided.wanted["a"] != wanted:
                 moves.append((now, decided.wanted["a"] - wanted))
@@ -159,7 +175,7 @@ def test_copies_never_flap_over_a_sequence_of_passes(seed: int) -> None:
         directions = {step for _, step in moves}
         assert len(directions) <= 1, moves  # one way only within a phase
         times = [t for t, _ in moves]
-        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
         wait = T.up_stabilization_s if directions == {1} else T.stabilization_s
         assert all(gap >= wait for gap in gaps), moves
         assert not moves or moves[-1][0] < now - 600, moves  # settled well before the phase ends

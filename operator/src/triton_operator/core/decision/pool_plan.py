@@ -32,6 +32,7 @@ from triton_operator.core.pool.copies import (
     CopiesDecision,
     Figures,
     ModelLoad,
+    PoolSize,
     Streak,
     decide_copies,
     fit_pool,
@@ -183,7 +184,11 @@ def _serving(
         report = reports.get(str(metadata.get("name")), {})
         for model in held:
             copy = report.get(model)
-            if labels.get(model_label_key(model)) == READY and copy is not None and copy.state == VERSION_READY:
+            if (
+                labels.get(model_label_key(model)) == READY
+                and copy is not None
+                and copy.state == VERSION_READY
+            ):
                 serving[model] = serving.get(model, 0) + 1
             else:
                 loading[model] = loading.get(model, 0) + 1
@@ -230,7 +235,7 @@ def pool_copies(
         for name in limits
         if name in figures
     ]
-    decided = decide_copies(loads, limits, thresholds(ts.spec), now, streaks, current)
+    decided = decide_copies(loads, limits, thresholds(ts.spec), now, streaks, current=current)
     for name, (least, most) in limits.items():
         if name in decided.wanted:
             continue
@@ -248,22 +253,23 @@ def pool_copies(
     models = pool_models(ts.spec, measured, wanted=decided.wanted, last_used=last_used)
     most = most_pods(ts.spec)
     size = fit_pool(models, budget, most)
-    shown = _shown(decided, size.wanted, size.trimmed, figures, last_used, most)
+    shown = _shown(decided, size, figures=figures, last_used=last_used, most=most)
     replicas = min(most, max(ts.spec.replicas, size.pods))
     return PoolCopies(size.wanted, replicas, size.pods, shown, last_used)
 
 
 def _shown(
     decided: CopiesDecision,
-    wanted: Mapping[str, int],
-    trimmed: Sequence[str],
+    size: PoolSize,
+    *,
     figures: Mapping[str, Figures],
     last_used: Mapping[str, float],
     most: int,
 ) -> dict[str, LoadShown]:
     shown: dict[str, LoadShown] = {}
-    for name, reason in decided.reasons.items():
-        message = decided.messages[name]
+    wanted, trimmed = size.wanted, size.trimmed
+    for name, why in decided.reasons.items():
+        reason, message = why, decided.messages[name]
         if name in trimmed:
             reason = MEMORY_SHORT
             message = (

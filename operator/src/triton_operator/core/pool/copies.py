@@ -124,6 +124,7 @@ def decide_copies(
     thresholds: Thresholds,
     now: float,
     streaks: Mapping[str, Streak],
+    *,
     current: Mapping[str, int] | None = None,
 ) -> CopiesDecision:
     """Each model's wanted copies from its figures: one more for a model busy for
@@ -180,7 +181,9 @@ def decide_copies(
                 out[name] = Streak(idle_since=started)
         elif bound is not None or (base == least and load.inferences_per_second < thresholds.idle_rate):
             wanted[name], reasons[name] = base, bound or LEAST
-            messages[name] = f"{figures}; held at its {'minCopies' if base == least else 'maxCopies'} ({base})"
+            messages[name] = (
+                f"{figures}; held at its {'minCopies' if base == least else 'maxCopies'} ({base})"
+            )
         else:
             wanted[name], reasons[name] = base, HOLD
             messages[name] = f"neither busy nor idle ({figures})"

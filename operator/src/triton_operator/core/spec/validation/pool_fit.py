@@ -35,16 +35,15 @@ def pool_errors(spec: TritonServiceSpec) -> list[SpecError]:
                 rate(text)
         except ValueError as exc:
             errors.append(SpecError(f"spec.pool.scaling.{field}", str(exc)))
-    if not errors and scaling.busy_inferences_per_second is not None:
-        if rate(scaling.busy_inferences_per_second) <= rate(scaling.idle_inferences_per_second):
-            errors.append(
-                SpecError(
-                    "spec.pool.scaling.busyInferencesPerSecond",
-                    f"{scaling.busy_inferences_per_second} is not above idleInferencesPerSecond"
-                    f" ({scaling.idle_inferences_per_second}): a copy added for being busy would be idle"
-                    " at once, and copies would come and go",
-                )
+    busy = scaling.busy_inferences_per_second
+    if not errors and busy is not None and rate(busy) <= rate(scaling.idle_inferences_per_second):
+        errors.append(
+            SpecError(
+                "spec.pool.scaling.busyInferencesPerSecond",
+                f"{busy} is not above idleInferencesPerSecond ({scaling.idle_inferences_per_second}):"
+                " a copy added for being busy would be idle at once, and copies would come and go",
             )
+        )
     budget = pool_budget(spec)
     pods = most_pods(spec)
     where = "spec.autoscaling.maxReplicas" if spec.autoscaling is not None else "spec.replicas"
