@@ -18,7 +18,15 @@ from triton_operator.core.pool.assignment import (
     Wanted,
     build_assignment,
 )
-from triton_operator.core.pool.copies import ADD, BUSY_WAITING, DROP, MEMORY_SHORT, NO_READINGS, Figures
+from triton_operator.core.pool.copies import (
+    ADD,
+    BUSY_WAITING,
+    DROP,
+    LOADING,
+    MEMORY_SHORT,
+    NO_READINGS,
+    Figures,
+)
 from triton_operator.core.pool.labels import READY, model_label_key
 from triton_operator.models import TritonService
 from tritonservice_bodies import CONFIG
@@ -174,3 +182,18 @@ def test_without_figures_every_model_keeps_what_it_wanted() -> None:
     assert {s.reason for s in copies.shown.values()} == {NO_READINGS}
     idle = pool_copies(ts, pods, reports, previous=previous, load=dict.fromkeys(MODELS, IDLE), now=5.0)
     assert idle is not None and idle.wanted["a"] == 1 and idle.shown["a"].reason == DROP
+
+
+def test_a_copy_loading_holds_a_busy_model_but_a_copy_draining_does_not() -> None:
+    ts = service(scaleUpStabilizationSeconds=0)
+    previous = {"pool": {"models": [{"name": "a", "wantedCopies": 1}]}}
+    pods, reports = serving_pods({"p0": ["a", "b"], "p1": ["c"]})
+    extra = PodAssignment(models={"c": Wanted("v1"), "a": Wanted("v1")})
+    pods[1]["metadata"]["annotations"][ASSIGNMENT_ANNOTATION] = build_assignment(extra)  # a loads on p1
+    load = {"a": BUSY, "b": CALM, "c": CALM}
+    loading = pool_copies(ts, pods, reports, previous=previous, load=load, now=5.0)
+    assert loading is not None and loading.wanted["a"] == 1 and loading.shown["a"].reason == LOADING
+    draining = PodAssignment(models={"c": Wanted("v1"), "a": Wanted("v1")}, draining={"a": 1.0})
+    pods[1]["metadata"]["annotations"][ASSIGNMENT_ANNOTATION] = build_assignment(draining)  # a leaves p1
+    busy = pool_copies(ts, pods, reports, previous=previous, load=load, now=5.0)
+    assert busy is not None and busy.wanted["a"] == 2 and busy.shown["a"].reason == ADD

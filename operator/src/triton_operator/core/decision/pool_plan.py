@@ -169,7 +169,7 @@ def _serving(
     pods: Sequence[Mapping[str, Any]], reports: Mapping[str, Mapping[str, Copy]]
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Per model, its copies READY and labelled ready on a live pod (they serve), and those its pods'
-    assignments hold that do not serve yet (loading)."""
+    assignments hold that do not serve yet (loading; a copy draining before its unload is neither)."""
     serving: dict[str, int] = {}
     loading: dict[str, int] = {}
     for pod in pods:
@@ -178,11 +178,13 @@ def _serving(
         metadata = pod.get("metadata") or {}
         labels = metadata.get("labels") or {}
         try:
-            held = parse_assignment((metadata.get("annotations") or {}).get(ASSIGNMENT_ANNOTATION)).models
+            assignment = parse_assignment((metadata.get("annotations") or {}).get(ASSIGNMENT_ANNOTATION))
         except AssignmentError:
-            held = {}
+            continue
         report = reports.get(str(metadata.get("name")), {})
-        for model in held:
+        for model in assignment.models:
+            if model in assignment.draining:
+                continue  # on its way out: neither serving nor to come
             copy = report.get(model)
             if (
                 labels.get(model_label_key(model)) == READY
