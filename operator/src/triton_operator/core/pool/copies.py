@@ -165,8 +165,8 @@ def decide_copies(
                 out[name] = Streak(busy_since=now)
             else:
                 wanted[name], reasons[name] = base, BUSY_WAITING
-                left = thresholds.up_stabilization_s - (now - started)
-                messages[name] = f"busy ({figures}): one more copy in {left:.0f}s if it stays busy"
+                wait = thresholds.up_stabilization_s
+                messages[name] = f"busy ({figures}): one more copy once busy for {wait:.0f}s"
                 out[name] = Streak(busy_since=started)
         elif idle:
             started = streak.idle_since if streak.idle_since is not None else now
@@ -176,8 +176,8 @@ def decide_copies(
                 out[name] = Streak(idle_since=now)
             else:
                 wanted[name], reasons[name] = base, IDLE_WAITING
-                left = thresholds.stabilization_s - (now - started)
-                messages[name] = f"idle ({figures}): one copy less in {left:.0f}s if it stays idle"
+                wait = thresholds.stabilization_s
+                messages[name] = f"idle ({figures}): one copy less once idle for {wait:.0f}s"
                 out[name] = Streak(idle_since=started)
         elif bound is not None or (base == least and load.inferences_per_second < thresholds.idle_rate):
             wanted[name], reasons[name] = base, bound or LEAST
