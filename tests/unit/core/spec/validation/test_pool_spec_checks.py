@@ -149,9 +149,13 @@ def test_a_busy_rate_not_above_the_idle_rate_is_refused_and_the_waits_are_read()
         _forty(), replicas=4, pool={"memoryPerPod": "1200Mi", "scaling": {"busyInferencesPerSecond": "x"}}
     )
     assert [e.field for e in check_spec(bad)[1]] == ["spec.pool.scaling.busyInferencesPerSecond"]
-    scaling: dict[str, Any] = {"busyInferencesPerSecond": "50", "scaleUpStabilizationSeconds": 5, "windowSeconds": 30}
+    waits: dict[str, Any] = {
+        "busyInferencesPerSecond": "50",
+        "scaleUpStabilizationSeconds": 5,
+        "windowSeconds": 30,
+    }
     spec = TritonServiceSpec.model_validate(
-        _spec(_forty(), pool={"memoryPerPod": "1200Mi", "scaling": scaling})
+        _spec(_forty(), pool={"memoryPerPod": "1200Mi", "scaling": waits})
     )
     found = thresholds(spec)
     assert (found.busy_rate, found.up_stabilization_s, found.idle_rate) == (50.0, 5.0, 1.0)
