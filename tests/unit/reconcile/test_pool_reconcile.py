@@ -421,3 +421,25 @@ async def test_the_pass_feeds_tritons_figures_into_the_copies_decision() -> None
     assert added["a"]["copiesReason"] == "Busy" and added["a"]["wantedCopies"] == 2
     assert sum("a" in assigned(p) for p in pods(kube).values()) == 2  # placed on a second pod
     assert added["b"]["wantedCopies"] == 1 and added["c"]["wantedCopies"] == 1
+
+
+async def test_the_pools_pods_follow_its_copies_above_spec_replicas_up_to_max_replicas() -> None:
+    """Under spec.autoscaling, spec.replicas (the HPA's, through /scale) is the pool's floor: the least
+    copies of three models of 400Mi, two each, need three pods of 1000Mi, so the Deployment runs three
+    while spec.replicas says two, and the HPA is still the operator's, on the TritonService's /scale."""
+    kube = MemKube()
+    body = pooled(replicas=2)
+    body["spec"]["autoscaling"] = {
+        "maxReplicas": 5,
+        "metrics": [{"queueTime": {"averageMicroseconds": 5000}}],
+    }
+    kube.put(body)
+    await run(kube)
+    await run(kube)
+    deployments = kube.of_kind("Deployment")
+    assert [d["spec"]["replicas"] for d in deployments] == [3]
+    status = kube.find("TritonService", NS, "pool")["status"]  # type: ignore[index]
+    assert status["pool"]["podsNeeded"] == 3
+    hpa = kube.find("HorizontalPodAutoscaler", NS, "pool")
+    assert hpa is not None and hpa["spec"]["scaleTargetRef"]["kind"] == "TritonService"
+    assert kube.find("TritonService", NS, "pool")["spec"]["replicas"] == 2  # type: ignore[index]
