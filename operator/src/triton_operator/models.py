@@ -617,17 +617,36 @@ class PoolScaling(_Model):
         description="A model whose requests wait longer than this in Triton's queue (average over the "
         "window) gets one more copy, up to its maxCopies.",
     )
+    busy_inferences_per_second: Quantity | None = Field(
+        None,
+        description="Also busy while each copy serves more inferences per second than this (average over "
+        'the window), e.g. "50"; unset: queue time alone says busy.',
+    )
     idle_inferences_per_second: Quantity = Field(
         "1",
         description="A model loses a copy, down to its minCopies, while one copy fewer would each still "
         'see fewer inferences per second than this, e.g. "1" or "500m".',
     )
+    scale_up_stabilization_seconds: int = Field(
+        30,
+        ge=0,
+        le=3600,
+        description="How long a model must have been busy before it gets one more copy; each copy added "
+        "starts the wait again: the hysteresis upwards.",
+    )
     scale_down_stabilization_seconds: int = Field(
         300,
         ge=0,
         le=3600,
-        description="How long a model must have been idle before a copy of it is dropped (and busy "
-        "models are never dropped below their copies in that time): the hysteresis.",
+        description="How long a model must have been idle before a copy of it is dropped; each copy "
+        "dropped starts the wait again: the hysteresis downwards.",
+    )
+    window_seconds: int = Field(
+        60,
+        ge=10,
+        le=3600,
+        description="The window over which each model's queue time and inferences per second are "
+        "averaged, from Triton's per-model metrics on the pool's pods (read every 10 seconds).",
     )
 
 
@@ -964,6 +983,29 @@ class PoolModelStatus(_Model):
         None,
         description="The model's own Service (<name>-m-<model>) in the cluster: clients send the model's "
         "requests there (gRPC cannot be routed by model otherwise).",
+    )
+    copies_reason: str | None = Field(
+        None,
+        description="Why its load asks for wantedCopies: Busy, BusyWaiting, Idle, IdleWaiting, Steady, "
+        "CopyLoading, MinCopies, MaxCopies, MemoryShort or NoReadings (spec.pool.scaling).",
+    )
+    copies_message: str | None = Field(None, description="The same in a sentence, with its figures.")
+    inferences_per_second: str | None = Field(
+        None, description="Its inferences per second over the window, all copies together."
+    )
+    queue_microseconds: int | None = Field(
+        None, description="Its requests' average time in Triton's queue over the window (none: no request)."
+    )
+    busy_since: str | None = Field(
+        None, description="Since when it has been busy without a copy added (the wait upwards)."
+    )
+    idle_since: str | None = Field(
+        None, description="Since when it has been idle without a copy dropped (the wait downwards)."
+    )
+    last_used: str | None = Field(
+        None,
+        description="When it last served a request, as the window saw it: when memory is short, the "
+        "least recently used model loses its extra copies first.",
     )
 
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import copy
 import datetime
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from e2e_helpers import PYTHON_MODEL, tritonservice
 from memkube import MemKube, run_kubelet
+from triton_operator.adapters.triton_reader import Owner, PodReading, PodTarget, TritonReader
 from triton_operator.core.pool.assignment import ASSIGNMENT_ANNOTATION, Copy, parse_assignment
 from triton_operator.core.pool.labels import MODEL_LABEL_PREFIX, READY, model_label_key, model_object_name
+from triton_operator.core.rollout.canary_analysis import Counters
+from triton_operator.reconcile.analysis import TritonView
 from triton_operator.reconcile.reconcile_pass import reconcile
 from triton_operator.settings import Settings
 
@@ -317,3 +320,126 @@ async def test_a_failed_load_is_an_event_once_and_asked_again_after_its_backoff(
     await run(kube, reports, at=T0 + datetime.timedelta(seconds=600))  # past the backoff's cap
     text = pods(kube)[pod]["metadata"]["annotations"][ASSIGNMENT_ANNOTATION]
     assert parse_assignment(text).models["a"].attempt == 2  # asked again
+
+
+# ---------------------------------------------------------------- copies follow load
+
+
+class PoolMetrics(TritonReader):
+    """The operator's Triton reader with Triton's per-model counters made here (no pod here has a metrics
+    port; tests/e2e reads real ones): ``advance`` lets time pass, each pod serving the models its
+    assignment annotation names, ``busy`` ones at 100 requests a second waiting 50 ms in the queue, the
+    others at 5 a second waiting 1 ms."""
+
+    def __init__(self, kube: MemKube, busy: frozenset[str]) -> None:
+        super().__init__(period=3600, ports=(1, 1))
+        self.kube, self.busy = kube, busy
+        self.at = 0.0
+        self.targets: list[PodTarget] = []
+        self.every: float | None = None
+        self.totals: dict[str, dict[str, Counters]] = {}
+
+    def watch(self, owner: Owner, targets: Sequence[PodTarget], metrics_every: float | None = None) -> None:
+        self.targets, self.every = list(targets), metrics_every
+
+    def advance(self, seconds: float) -> None:
+        self.at += seconds
+        for target in self.targets:
+            held = assigned(self.kube.find("Pod", NS, target.name) or {})
+            totals = self.totals.setdefault(target.uid, {})
+            for model in held:
+                rate, queue = (100.0, 50_000.0) if model in self.busy else (5.0, 1_000.0)
+                served = Counters(success=rate * seconds, queue_us=rate * seconds * queue)
+                totals[model] = totals.get(model, Counters()) + served
+
+    def readings(self, owner: Owner) -> dict[str, PodReading]:
+        return {
+            t.uid: PodReading(
+                t.uid,
+                t.revision,
+                t.restarts,
+                read_at=self.at,
+                index=(),
+                counters=dict(self.totals.get(t.uid, {})),
+                counters_at=self.at,
+            )
+            for t in self.targets
+        }
+
+
+def one_copy_each() -> dict[str, Any]:
+    """Three models of 400Mi, one least copy each, on three pods of 1000Mi; one more copy after 30 s busy."""
+    return tritonservice(
+        "pool",
+        NS,
+        replicas=3,
+        pool={"memoryPerPod": "1000Mi", "scaling": {"scaleUpStabilizationSeconds": 30, "windowSeconds": 30}},
+        models=[{"name": m, "config": copy.deepcopy(PYTHON_MODEL), "memory": "400Mi"} for m in MODELS],
+    )
+
+
+async def test_the_pass_feeds_tritons_figures_into_the_copies_decision() -> None:
+    """Load concentrated on model a: the pass reads Triton's per-model counters over the window (through
+    TritonView, before it decides), finds a busy, writes busySince, and gives a a second copy once it has
+    been busy for scaleUpStabilizationSeconds, and not before; the calm models keep their one copy."""
+    kube = MemKube()
+    kube.put(one_copy_each())
+    metrics = PoolMetrics(kube, busy=frozenset({"a"}))
+    view = TritonView(metrics)
+
+    async def at(seconds: float) -> dict[str, Any]:
+        moment = T0 + datetime.timedelta(seconds=seconds)
+        await reconcile(
+            kube,
+            NS,
+            "pool",
+            SETTINGS,
+            clock=lambda: moment,
+            pool_reports=Reports(agents_from(kube)),
+            triton=view,
+        )
+        status = kube.find("TritonService", NS, "pool")["status"]["pool"]  # type: ignore[index]
+        return {m["name"]: m for m in status["models"]}
+
+    await at(0)
+    start_pods(kube)
+    await at(0)
+    first = await at(0)  # READY and labelled: one copy each; one reading of each pod, no window yet
+    assert first["a"]["copiesReason"] == "NoReadings" and first["a"]["wantedCopies"] == 1
+    assert metrics.every == 10.0  # a pool's pods' metrics are read, every 10 s
+    metrics.advance(10)
+    busy = await at(10)  # two readings 10 s apart: a is busy
+    assert busy["a"]["copiesReason"] == "BusyWaiting" and busy["a"]["busySince"] == "2026-01-01T12:00:10Z"
+    assert busy["a"]["queueMicroseconds"] == 50_000 and busy["a"]["inferencesPerSecond"] == "100"
+    assert busy["b"]["copiesReason"] in {"Steady", "MinCopies"} and busy["b"]["inferencesPerSecond"] == "5"
+    assert busy["a"]["lastUsed"] == "2026-01-01T12:00:10Z"
+    metrics.advance(29)
+    early = await at(39)
+    assert early["a"]["wantedCopies"] == 1 and sum("a" in assigned(p) for p in pods(kube).values()) == 1
+    metrics.advance(1)
+    added = await at(40)
+    assert added["a"]["copiesReason"] == "Busy" and added["a"]["wantedCopies"] == 2
+    assert sum("a" in assigned(p) for p in pods(kube).values()) == 2  # placed on a second pod
+    assert added["b"]["wantedCopies"] == 1 and added["c"]["wantedCopies"] == 1
+
+
+async def test_the_pools_pods_follow_its_copies_above_spec_replicas_up_to_max_replicas() -> None:
+    """Under spec.autoscaling, spec.replicas (the HPA's, through /scale) is the pool's floor: the least
+    copies of three models of 400Mi, two each, need three pods of 1000Mi, so the Deployment runs three
+    while spec.replicas says two, and the HPA is still the operator's, on the TritonService's /scale."""
+    kube = MemKube()
+    body = pooled(replicas=2)
+    body["spec"]["autoscaling"] = {
+        "maxReplicas": 5,
+        "metrics": [{"queueTime": {"averageMicroseconds": 5000}}],
+    }
+    kube.put(body)
+    await run(kube)
+    await run(kube)
+    deployments = kube.of_kind("Deployment")
+    assert [d["spec"]["replicas"] for d in deployments] == [3]
+    status = kube.find("TritonService", NS, "pool")["status"]  # type: ignore[index]
+    assert status["pool"]["podsNeeded"] == 3
+    hpa = kube.find("HorizontalPodAutoscaler", NS, "pool")
+    assert hpa is not None and hpa["spec"]["scaleTargetRef"]["kind"] == "TritonService"
+    assert kube.find("TritonService", NS, "pool")["spec"]["replicas"] == 2  # type: ignore[index]

@@ -10,8 +10,10 @@ from typing import Any
 from triton_operator.adapters.agent_reader import AgentReader
 from triton_operator.adapters.triton_reader import Owner, PodReading, PodTarget, TritonReader
 from triton_operator.core.observed.observation import PodState
+from triton_operator.core.pool.copies import Figures
 from triton_operator.core.rollout.canary_analysis import (
     AnalysisResult,
+    Counters,
     PodCounters,
     increase,
     judge,
@@ -54,6 +56,63 @@ class Judged:
         return self.window.started
 
 
+POOL_METRICS_SECONDS = 10.0
+"""How often a pool's pods' metrics are read (its copies follow the figures over its window)."""
+
+PoolSamples = Mapping[str, tuple[tuple[float, PodCounters], ...]]
+"""A pool's window: per pod process (PodReading.key), its metrics readings in the window (when each
+was read, time.monotonic(); Triton's counters by model), oldest first; the first is the baseline."""
+
+
+def pool_window(
+    before: PoolSamples, readings: Mapping[str, PodReading], window: float
+) -> dict[str, tuple[tuple[float, PodCounters], ...]]:
+    """The window after ``readings``: each pod process's new metrics reading added, those older than
+    ``window`` seconds before its latest dropped but one (the baseline its increase is counted from).
+    A pod no longer read (gone, restarted: a new process) leaves the window."""
+    out: dict[str, tuple[tuple[float, PodCounters], ...]] = {}
+    for reading in readings.values():
+        if reading.counters is None:
+            continue
+        kept = [s for s in before.get(reading.key, ()) if s[0] < reading.counters_at]
+        kept.append((reading.counters_at, reading.counters))
+        while len(kept) > 1 and kept[1][0] <= reading.counters_at - window:
+            kept.pop(0)
+        out[reading.key] = tuple(kept)
+    return out
+
+
+def pool_figures(samples: PoolSamples) -> dict[str, Figures] | None:
+    """Each model's figures over the window, all pods together: inferences per second (each pod's
+    increase over its own span, summed), queue time per request (the queue time's increase over the
+    requests'), requests; None while no pod has two readings (nothing to count from yet)."""
+    totals: dict[str, tuple[float, float, float, float]] = {}
+    spans = 0
+    for series in samples.values():
+        if len(series) < 2:
+            continue
+        (first_at, first), (last_at, last) = series[0], series[-1]
+        span = last_at - first_at
+        if span <= 0:
+            continue
+        spans += 1
+        for model, counters in last.items():
+            grown = counters.increase_since(first.get(model, Counters()))
+            rate, queue, success, requests = totals.get(model, (0.0, 0.0, 0.0, 0.0))
+            totals[model] = (
+                rate + grown.success / span,
+                queue + grown.queue_us,
+                success + grown.success,
+                requests + grown.requests,
+            )
+    if not spans:
+        return None
+    return {
+        model: Figures(rate, queue / success if success > 0 else None, requests)
+        for model, (rate, queue, success, requests) in totals.items()
+    }
+
+
 @dataclasses.dataclass(frozen=True)
 class TritonSeen:
     """What a pass read of Triton for one spec it may carry out (TritonView.read): the readings of its
@@ -66,6 +125,13 @@ class TritonSeen:
     readings: Mapping[str, PodReading] = dataclasses.field(default_factory=dict)
     canary: Judged | None = None
     in_place: Judged | None = None
+    pool_samples: PoolSamples | None = None
+    """spec.pool's window after this pass's readings (None: no pool, the window goes)."""
+
+    @property
+    def pool_load(self) -> dict[str, Figures] | None:
+        """Each pooled model's figures over its window (None: no pool, or not two readings yet)."""
+        return pool_figures(self.pool_samples) if self.pool_samples is not None else None
 
     @property
     def analysis(self) -> AnalysisResult | None:
@@ -97,10 +163,13 @@ class TritonView:
         self._windows: dict[Owner, _Window] = {}
         self._in_place: dict[Owner, tuple[tuple[str, ...], _Window]] = {}
         """The in-place step's window (the pods it judges as updated, and their baselines)."""
+        self._pool: dict[Owner, PoolSamples] = {}
+        """Each pool's window of metrics readings (spec.pool: copies follow load)."""
 
     def forget(self, namespace: str, name: str) -> None:
         self._windows.pop((namespace, name), None)
         self._in_place.pop((namespace, name), None)
+        self._pool.pop((namespace, name), None)
         self.reader.forget((namespace, name))
 
     def read(
@@ -129,11 +198,20 @@ class TritonView:
         analysis = ts.spec.rollout.analysis
         judged = analysis is not None and (in_place or under_analysis(ts.spec.rollout, status))
         every = float(analysis.interval_seconds) if analysis is not None and judged else None
+        pool = ts.spec.pool
+        if pool is not None:  # a pool's copies follow its figures: its metrics are always read
+            every = min(every, POOL_METRICS_SECONDS) if every is not None else POOL_METRICS_SECONDS
         readings = self._held(owner, targets)
+        samples = (
+            pool_window(self._pool.get(owner, {}), readings, float(pool.scaling.window_seconds))
+            if pool is not None
+            else None
+        )
         return TritonSeen(
             targets=targets,
             metrics_every=every,
             readings=readings,
+            pool_samples=samples,
             canary=self._judge(owner, ts, status, readings, targets=targets, now=now),
             in_place=self._judge_in_place(owner, ts, sides, readings, targets=targets, now=now),
         )
@@ -150,6 +228,10 @@ class TritonView:
             self._in_place.pop(owner, None)
         else:
             self._in_place[owner] = (seen.in_place.pods, seen.in_place.window)
+        if seen.pool_samples is None:
+            self._pool.pop(owner, None)
+        else:
+            self._pool[owner] = seen.pool_samples
 
     def _held(self, owner: Owner, targets: Sequence[PodTarget]) -> dict[str, PodReading]:
         """The reader's last reading of each of ``targets`` (of its current process), by uid."""

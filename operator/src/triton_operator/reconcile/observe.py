@@ -331,4 +331,5 @@ def observed(seen: Seen, around: Around | None = None) -> Observed:
         pool_reports=seen.pool_reports,
         pool_objects=seen.pool_objects,
         pool_parent_refs=_parent_refs(around),
+        pool_load=around.triton.pool_load if around is not None and around.triton is not None else None,
     )

@@ -457,16 +457,23 @@ async def _write(
 
 POOL_RETRY_SECONDS = 5.0
 """How soon a pass looks again while the pool's moves wait on its pods' agents (a load, READY)."""
+POOL_LOAD_SECONDS = 15.0
+"""How soon a pass looks again at a pool's load (its copies follow it) when nothing else is due."""
 
 
 def _pool_requeue(decision: Decision, facts: Observed) -> float | None:
-    """Seconds until the pool's next move is due: a drain or a retry ending, or its agents reporting."""
+    """Seconds until the pool's next move is due: a drain or a retry ending, or its agents reporting;
+    at the latest its next look at the models' load."""
     pool = decision.pool
     if pool is None:
         return None
+    load = POOL_LOAD_SECONDS if pool.replicas is not None else None
     if pool.next_at is not None:
-        return max(0.0, pool.next_at - facts.moment.timestamp())
-    return POOL_RETRY_SECONDS if pool.waiting or pool.patches else None
+        due = max(0.0, pool.next_at - facts.moment.timestamp())
+        return min(due, load) if load is not None else due
+    if pool.waiting or pool.patches:
+        return POOL_RETRY_SECONDS
+    return load
 
 
 def _shown_window(decision: Decision, tri: TritonSeen) -> Judged | None:

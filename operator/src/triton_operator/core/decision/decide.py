@@ -18,7 +18,7 @@ from triton_operator.core.decision.inplace_plan import (
     choose_in_place,
     in_place_writes,
 )
-from triton_operator.core.decision.pool_plan import PoolPlan, decide_pool
+from triton_operator.core.decision.pool_plan import PoolPlan, decide_pool, pool_copies
 from triton_operator.core.decision.scaling import (
     Autoscalers,
     scale_replicas,
@@ -29,6 +29,7 @@ from triton_operator.core.decision.service_status import Observation, build_stat
 from triton_operator.core.objects.builders import endpoints
 from triton_operator.core.observed.observation import DeploymentState, PodState
 from triton_operator.core.pool.assignment import Copy
+from triton_operator.core.pool.copies import Figures
 from triton_operator.core.rollout.canary_analysis import AnalysisResult
 from triton_operator.core.rollout.clock import format_time
 from triton_operator.core.rollout.engine import plan_rollout
@@ -76,6 +77,9 @@ class Observed:
     """The per-model Services and HTTPRoutes as read (listed only while a pool is or was set)."""
     pool_parent_refs: Sequence[Mapping[str, Any]] = ()
     """The parentRefs of the user's HTTPRoute: where the per-model routes attach (none: no routes)."""
+    pool_load: Mapping[str, Figures] | None = None
+    """Each pooled model's figures over spec.pool.scaling.windowSeconds, from Triton's per-model metrics
+    on its pods (reconcile.analysis; None: not read over a window yet)."""
 
     @property
     def now(self) -> str:
@@ -144,10 +148,19 @@ def decide(
         configs=configs,
         manifest_json=manifest_json,
     )
+    # A pool's pods follow its models' wanted copies (spec.replicas at least: an HPA's, `kubectl scale`'s).
+    copies = pool_copies(
+        ts,
+        observed.pod_bodies,
+        observed.pool_reports,
+        previous=observed.previous,
+        load=observed.pool_load,
+        now=observed.moment.timestamp(),
+    )
     plan = plan_rollout(
         RolloutInput(
             rollout=ts.spec.rollout,
-            replicas=ts.spec.replicas,
+            replicas=copies.replicas if copies is not None else ts.spec.replicas,
             desired_revision=choice.engine_revision,
             now=observed.moment,
             status=RolloutStatus.from_status(observed.previous),
@@ -195,6 +208,7 @@ def decide(
         now=observed.moment.timestamp(),
         stored=observed.pool_objects,
         parent_refs=observed.pool_parent_refs,
+        copies=copies,
     )
     return Decision(rollout=plan, actions=actions, in_place=ip, pool=pool_plan)
 
@@ -251,7 +265,11 @@ def decided_status(ts: TritonService, decision: Decision, observed: Observed, sh
                 stable=rs.stable_revision,
                 rolling=rs.canary_revision,
             ),
-            replicas=ts.spec.replicas,
+            replicas=(
+                decision.pool.replicas
+                if decision.pool is not None and decision.pool.replicas is not None
+                else ts.spec.replicas
+            ),
             scale_replicas=scale_replicas(scaled, observed.deployment_states),
             scale_selector=scale_selector(ts.name, scaled),
             autoscaling=shown.autoscaling,

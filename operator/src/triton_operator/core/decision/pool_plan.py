@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from triton_operator.core.decision.actions import applied_as_built, stamped
@@ -25,11 +26,23 @@ from triton_operator.core.pool.assignment import (
     build_assignment,
     parse_assignment,
 )
-from triton_operator.core.pool.explain import measured_memory, pool_status
+from triton_operator.core.pool.copies import (
+    MEMORY_SHORT,
+    NO_READINGS,
+    CopiesDecision,
+    Figures,
+    ModelLoad,
+    PoolSize,
+    Streak,
+    decide_copies,
+    fit_pool,
+)
+from triton_operator.core.pool.explain import LoadShown, measured_memory, pool_status
 from triton_operator.core.pool.labels import READY, model_label_key
-from triton_operator.core.pool.members import pool_budget, pool_models
+from triton_operator.core.pool.members import most_pods, pool_budget, pool_models, thresholds
 from triton_operator.core.pool.moves import PodState, plan_moves
 from triton_operator.core.pool.placement import PoolPod, place
+from triton_operator.core.rollout.clock import format_time, parse_time
 from triton_operator.core.rollout.plan import RolloutEvent
 from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.core.vocabulary.triton_state import VERSION_READY
@@ -76,6 +89,8 @@ class PoolPlan:
     """(kind, name) of per-model Services and routes no longer wanted (a model gone, the pool gone)."""
     events: tuple[RolloutEvent, ...] = ()
     """A Warning per model load that failed since the last pass (each attempt once)."""
+    replicas: int | None = None
+    """The pool's pods (PoolCopies.replicas; None without spec.pool)."""
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -127,6 +142,157 @@ def _recorded(previous: Mapping[str, Any]) -> PoolStatus | None:
         return None
 
 
+@dataclasses.dataclass(frozen=True)
+class PoolCopies:
+    """How many copies each pooled model wants from its load (core.pool.copies), and the pods that takes."""
+
+    wanted: dict[str, int]
+    """Each model's wanted copies, after what memory short took back."""
+    replicas: int
+    """The pool's pods: spec.replicas (an HPA's or `kubectl scale`'s), raised to what the wanted copies
+    need (podsNeeded), up to the most the pool may have (spec.autoscaling.maxReplicas, else spec.replicas)."""
+    pods_needed: int
+    shown: dict[str, LoadShown]
+    last_used: dict[str, float]
+
+
+def _stamp(seconds: float | None) -> str | None:
+    return format_time(datetime.fromtimestamp(seconds, UTC)) if seconds is not None else None
+
+
+def _seconds(value: str | None) -> float | None:
+    moment = parse_time(value)
+    return moment.timestamp() if moment is not None else None
+
+
+def _serving(
+    pods: Sequence[Mapping[str, Any]], reports: Mapping[str, Mapping[str, Copy]]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Per model, its copies READY and labelled ready on a live pod (they serve), and those its pods'
+    assignments hold that do not serve yet (loading; a copy draining before its unload is neither)."""
+    serving: dict[str, int] = {}
+    loading: dict[str, int] = {}
+    for pod in pods:
+        if not _live(pod):
+            continue
+        metadata = pod.get("metadata") or {}
+        labels = metadata.get("labels") or {}
+        try:
+            assignment = parse_assignment((metadata.get("annotations") or {}).get(ASSIGNMENT_ANNOTATION))
+        except AssignmentError:
+            continue
+        report = reports.get(str(metadata.get("name")), {})
+        for model in assignment.models:
+            if model in assignment.draining:
+                continue  # on its way out: neither serving nor to come
+            copy = report.get(model)
+            if (
+                labels.get(model_label_key(model)) == READY
+                and copy is not None
+                and copy.state == VERSION_READY
+            ):
+                serving[model] = serving.get(model, 0) + 1
+            else:
+                loading[model] = loading.get(model, 0) + 1
+    return serving, loading
+
+
+def pool_copies(
+    ts: TritonService,
+    pods: Sequence[Mapping[str, Any]],
+    reports: Mapping[str, Mapping[str, Copy]],
+    *,
+    previous: Mapping[str, Any],
+    load: Mapping[str, Figures] | None,
+    now: float,
+) -> PoolCopies | None:
+    """Each model's wanted copies from its load (None without spec.pool): ``load`` its figures over the
+    window (reconcile.analysis; None: not read over a window yet, every model keeps what it wanted),
+    counted against the copies that serve (READY and labelled on ``pods``, as ``reports`` say); the
+    wanted copies so far, the busy and idle streaks and when each model was last used come from
+    ``previous`` (status.pool). The pool then needs the pods of fit_pool: when they are more than the
+    pool may have, copies beyond a model's least go, the least recently used model's first."""
+    if ts.spec.pool is None:
+        return None
+    recorded = _recorded(previous)
+    before = {m.name: m for m in recorded.models} if recorded is not None else {}
+    limits = {m.name: (m.min_copies, m.max_copies) for m in pool_models(ts.spec)}
+    current = {name: entry.wanted_copies for name, entry in before.items() if entry.wanted_copies > 0}
+    streaks = {
+        name: Streak(_seconds(entry.busy_since), _seconds(entry.idle_since)) for name, entry in before.items()
+    }
+    last_used = {
+        name: used for name, entry in before.items() if (used := _seconds(entry.last_used)) is not None
+    }
+    serving, loading = _serving(pods, reports)
+    figures = load or {}
+    loads = [
+        ModelLoad(
+            name,
+            serving.get(name, 0),
+            figures[name].queue_us,
+            figures[name].inferences_per_second,
+            loading.get(name, 0),
+        )
+        for name in limits
+        if name in figures
+    ]
+    decided = decide_copies(loads, limits, thresholds(ts.spec), now, streaks, current=current)
+    for name, (least, most) in limits.items():
+        if name in decided.wanted:
+            continue
+        # No figures: it keeps what it wanted (within its limits), its streaks end.
+        base = max(least, current.get(name, least))
+        kept = min(base, most) if most is not None else base
+        decided.wanted[name], decided.reasons[name] = kept, NO_READINGS
+        why = "not read over a window yet" if load is None else "no figures from Triton for it"
+        decided.messages[name] = f"{why}: keeps {kept} copies"
+    for name, figure in figures.items():
+        if name in limits and figure.requests > 0:
+            last_used[name] = now
+    budget = pool_budget(ts.spec)
+    measured = measured_memory(recorded)
+    models = pool_models(ts.spec, measured, wanted=decided.wanted, last_used=last_used)
+    most = most_pods(ts.spec)
+    size = fit_pool(models, budget, most)
+    shown = _shown(decided, size, figures=figures, last_used=last_used, most=most)
+    replicas = min(most, max(ts.spec.replicas, size.pods))
+    return PoolCopies(size.wanted, replicas, size.pods, shown, last_used)
+
+
+def _shown(
+    decided: CopiesDecision,
+    size: PoolSize,
+    *,
+    figures: Mapping[str, Figures],
+    last_used: Mapping[str, float],
+    most: int,
+) -> dict[str, LoadShown]:
+    shown: dict[str, LoadShown] = {}
+    wanted, trimmed = size.wanted, size.trimmed
+    for name, why in decided.reasons.items():
+        reason, message = why, decided.messages[name]
+        if name in trimmed:
+            reason = MEMORY_SHORT
+            message = (
+                f"its load asks for {decided.wanted[name]} copies, but {most} pods cannot hold every"
+                f" model's wanted copies: {wanted[name]} kept, the least recently used models' extra"
+                f" copies taken back first ({message})"
+            )
+        figure = figures.get(name)
+        streak = decided.streaks.get(name, Streak())
+        shown[name] = LoadShown(
+            reason=reason,
+            message=message,
+            inferences_per_second=figure.inferences_per_second if figure is not None else None,
+            queue_us=figure.queue_us if figure is not None else None,
+            busy_since=_stamp(streak.busy_since),
+            idle_since=_stamp(streak.idle_since),
+            last_used=_stamp(last_used.get(name)),
+        )
+    return shown
+
+
 def decide_pool(
     ts: TritonService,
     pods: Sequence[Mapping[str, Any]],
@@ -138,13 +304,15 @@ def decide_pool(
     now: float,
     stored: Sequence[Mapping[str, Any]] = (),
     parent_refs: Sequence[Mapping[str, Any]] = (),
+    copies: PoolCopies | None = None,
 ) -> PoolPlan | None:
     """The pool's writes for ``ts`` (None without spec.pool): its models placed over the live pods
     (``pods``: the owned pods as read, of the ``revisions`` the plan keeps), starting from each pod's
     assignment annotation; ``reports``: each pod's agent report (the latest reading); ``previous``:
     the status as read (the measured memory); ``stored``: its per-model Services and routes as read
     (pool_objects); ``parent_refs``: the parentRefs of the user's HTTPRoute (spec.rollout.trafficRouting
-    .gatewayAPI.httpRoute, as read): the per-model HTTPRoutes attach there (none: no per-model routes).
+    .gatewayAPI.httpRoute, as read): the per-model HTTPRoutes attach there (none: no per-model routes);
+    ``copies``: each model's wanted copies from its load (pool_copies; None: its least copies).
     Without spec.pool, only what a former pool left goes (None when it left nothing)."""
     if ts.spec.pool is None:
         if not stored and not previous.get("pool"):
@@ -160,7 +328,12 @@ def decide_pool(
     budget = pool_budget(ts.spec)
     recorded = _recorded(previous)
     measured = measured_memory(recorded)
-    models = pool_models(ts.spec, measured)
+    models = pool_models(
+        ts.spec,
+        measured,
+        wanted=copies.wanted if copies is not None else None,
+        last_used=copies.last_used if copies is not None else None,
+    )
     known = {m.name for m in recorded.models} if recorded is not None else set()
     states: dict[str, PodState] = {}
     for p in live:
@@ -238,7 +411,15 @@ def decide_pool(
     by_key = {(str(o.get("kind")), _name(o)): o for o in stored}
     services = tuple(o for o in wanted if not applied_as_built(o, by_key.get((str(o.get("kind")), _name(o)))))
     endpoints = {m.name: model_endpoints(ts.name, ts.namespace, m.name) for m in models}
-    status = pool_status(placed, models, measured, ready=ready, endpoints=endpoints)
+    status = pool_status(
+        placed,
+        models,
+        measured,
+        copies.pods_needed if copies is not None else None,
+        ready=ready,
+        endpoints=endpoints,
+        load=copies.shown if copies is not None else None,
+    )
     return PoolPlan(
         services=services,
         patches=tuple(patches),
@@ -247,4 +428,5 @@ def decide_pool(
         waiting=moves.waiting,
         delete=_unwanted(stored, wanted),
         events=events,
+        replicas=copies.replicas if copies is not None else None,
     )

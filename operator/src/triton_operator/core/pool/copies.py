@@ -9,21 +9,25 @@ from decimal import Decimal, InvalidOperation
 from triton_operator.core.pool.placement import PoolModel, pods_needed
 
 ADD = "Busy"
-"""A copy is added: requests wait longer than busyQueueMicroseconds."""
+"""A copy is added: busy for scaleUpStabilizationSeconds."""
+BUSY_WAITING = "BusyWaiting"
+"""Busy, but not for long enough yet: nothing changes (the hysteresis upwards)."""
 DROP = "Idle"
 """A copy is dropped: idle for scaleDownStabilizationSeconds."""
 IDLE_WAITING = "IdleWaiting"
-"""Idle, but not for long enough yet: nothing changes (the hysteresis)."""
+"""Idle, but not for long enough yet: nothing changes (the hysteresis downwards)."""
 HOLD = "Steady"
 """Neither busy nor idle."""
 LEAST = "MinCopies"
 """Raised to its least copies, or it cannot drop below them."""
 LOADING = "CopyLoading"
-"""Busy, but a copy placed for it is not READY yet: no other is added until it serves."""
+"""Busy, but a copy it wants is not READY yet: no other is added until it serves."""
 MOST = "MaxCopies"
 """Busy, but at its most copies."""
 MEMORY_SHORT = "MemoryShort"
 """Copies taken back because the pods cannot hold them: least recently used first."""
+NO_READINGS = "NoReadings"
+"""No figures over a window yet (Triton's metrics not read twice): nothing changes."""
 
 _SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12}
 
@@ -44,12 +48,27 @@ def rate(text: str) -> Decimal:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """spec.pool.scaling as numbers: add above ``busy_queue_us``, drop below ``idle_rate`` per copy after
-    ``stabilization_s`` seconds idle."""
+    """spec.pool.scaling as numbers: busy above ``busy_queue_us`` of queue time (or, when set, above
+    ``busy_rate`` inferences per second per copy) for ``up_stabilization_s``: one more copy; idle below
+    ``idle_rate`` per copy with one copy fewer for ``stabilization_s``: one copy less."""
 
     busy_queue_us: float = 10_000
     idle_rate: float = 1.0
     stabilization_s: float = 300
+    busy_rate: float | None = None
+    up_stabilization_s: float = 30
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One model's load over the window, all the pool's pods together (Triton's per-model counters'
+    increases: reconcile.analysis reads them)."""
+
+    inferences_per_second: float
+    queue_us: float | None
+    """Average queue time per request; None: no request in the window."""
+    requests: float = 0.0
+    """Requests in the window (any: the model was used in it)."""
 
 
 @dataclass(frozen=True)
@@ -58,21 +77,45 @@ class ModelLoad:
 
     name: str
     copies: int
+    """Copies READY and on its routes (those that served the window's requests)."""
     queue_us: float | None
     """Average queue time per request (Triton's nv_inference_queue_duration_us over its request count);
     None: no request in the window."""
     inferences_per_second: float
+    """All its copies together."""
     loading: int = 0
     """Copies placed for it that are not READY yet (not counted in ``copies``)."""
 
 
 @dataclass(frozen=True)
+class Streak:
+    """Since when a model has been busy or idle without a copy added or dropped (None: it is not)."""
+
+    busy_since: float | None = None
+    idle_since: float | None = None
+
+
+@dataclass(frozen=True)
 class CopiesDecision:
-    """Each model's wanted copies and why, when each model's idleness began (to carry to the next call)."""
+    """Each model's wanted copies, why (a reason and a sentence), and its streak to carry to the next call."""
 
     wanted: dict[str, int]
     reasons: dict[str, str]
-    idle_since: dict[str, float]
+    messages: dict[str, str]
+    streaks: dict[str, Streak]
+
+
+def _figures(load: ModelLoad) -> str:
+    queue = "no request" if load.queue_us is None else f"{load.queue_us / 1000:.1f} ms in queue"
+    return f"{load.inferences_per_second:.2f} inferences/s on {load.copies} READY copies, {queue}"
+
+
+def _limits(least: int, most: int | None, base: int) -> tuple[int, str | None]:
+    if base < least:
+        return least, LEAST
+    if most is not None and base > most:
+        return most, MOST
+    return base, None
 
 
 def decide_copies(
@@ -80,45 +123,71 @@ def decide_copies(
     limits: Mapping[str, tuple[int, int | None]],
     thresholds: Thresholds,
     now: float,
-    idle_since: Mapping[str, float],
+    streaks: Mapping[str, Streak],
+    *,
+    current: Mapping[str, int] | None = None,
 ) -> CopiesDecision:
-    """One more copy for a busy model, one fewer for a model idle for long enough, within its
-    (least, most) of ``limits``. ``idle_since`` is what the previous call returned: a model counts as
-    idle from the first call that found it idle, and a drop starts its wait again. A model neither busy
-    nor idle keeps its copies, so a load between the two thresholds moves nothing (the hysteresis); a
-    busy model whose new copy is still loading gets no other until that one serves."""
+    """Each model's wanted copies from its figures: one more for a model busy for
+    ``up_stabilization_s``, one fewer for a model idle for ``stabilization_s``, within its (least, most)
+    of ``limits``; ``current`` the copies each wanted so far (status.pool's wantedCopies; default its
+    READY and loading copies). ``streaks`` is what the previous call returned: a model counts as busy
+    (idle) from the first call that found it so, each copy added (dropped) starts its wait again, and a
+    call that finds it neither ends both. A model neither busy nor idle keeps its copies, so a load
+    between the two thresholds moves nothing; a busy model whose wanted copies do not all serve yet
+    gets no other (and its busy wait starts once they do): its queue is judged with them serving."""
+    current = current or {}
     wanted: dict[str, int] = {}
     reasons: dict[str, str] = {}
-    since: dict[str, float] = {}
+    messages: dict[str, str] = {}
+    out: dict[str, Streak] = {}
     for load in loads:
-        least, most = limits.get(load.name, (1, None))
-        copies = load.copies
-        busy = load.queue_us is not None and load.queue_us > thresholds.busy_queue_us
-        idle = (
-            not busy and copies > least and load.inferences_per_second / (copies - 1) < thresholds.idle_rate
+        name = load.name
+        least, most = limits.get(name, (1, None))
+        base, bound = _limits(least, most, current.get(name, load.copies + load.loading))
+        per_copy = load.inferences_per_second / max(load.copies, 1)
+        busy = (load.queue_us is not None and load.queue_us > thresholds.busy_queue_us) or (
+            thresholds.busy_rate is not None and load.copies > 0 and per_copy > thresholds.busy_rate
         )
-        if copies < least:
-            wanted[load.name], reasons[load.name] = least, LEAST
-        elif busy and load.loading > 0:
-            wanted[load.name], reasons[load.name] = copies + load.loading, LOADING
+        idle = not busy and base > least and load.inferences_per_second / (base - 1) < thresholds.idle_rate
+        figures = _figures(load)
+        streak = streaks.get(name, Streak())
+        if busy and most is not None and base >= most:
+            wanted[name], reasons[name] = base, MOST
+            messages[name] = f"busy ({figures}) but at its maxCopies ({most})"
+        elif busy and (load.loading > 0 or load.copies < base):
+            wanted[name], reasons[name] = base, LOADING
+            messages[name] = f"busy ({figures}); waits for its {base} wanted copies to serve before another"
         elif busy:
-            if most is not None and copies >= most:
-                wanted[load.name], reasons[load.name] = most, MOST
+            started = streak.busy_since if streak.busy_since is not None else now
+            if now - started >= thresholds.up_stabilization_s:
+                wanted[name], reasons[name] = base + 1, ADD
+                messages[name] = f"busy ({figures}) for {now - started:.0f}s: one more copy"
+                out[name] = Streak(busy_since=now)
             else:
-                wanted[load.name], reasons[load.name] = copies + 1, ADD
+                wanted[name], reasons[name] = base, BUSY_WAITING
+                wait = thresholds.up_stabilization_s
+                messages[name] = f"busy ({figures}): one more copy once busy for {wait:.0f}s"
+                out[name] = Streak(busy_since=started)
         elif idle:
-            started = idle_since.get(load.name, now)
+            started = streak.idle_since if streak.idle_since is not None else now
             if now - started >= thresholds.stabilization_s:
-                wanted[load.name], reasons[load.name] = copies - 1, DROP
-                since[load.name] = now
+                wanted[name], reasons[name] = base - 1, DROP
+                messages[name] = f"idle ({figures}) for {now - started:.0f}s: one copy less"
+                out[name] = Streak(idle_since=now)
             else:
-                wanted[load.name], reasons[load.name] = copies, IDLE_WAITING
-                since[load.name] = started
-        elif most is not None and copies > most:
-            wanted[load.name], reasons[load.name] = most, MOST
+                wanted[name], reasons[name] = base, IDLE_WAITING
+                wait = thresholds.stabilization_s
+                messages[name] = f"idle ({figures}): one copy less once idle for {wait:.0f}s"
+                out[name] = Streak(idle_since=started)
+        elif bound is not None or (base == least and load.inferences_per_second < thresholds.idle_rate):
+            wanted[name], reasons[name] = base, bound or LEAST
+            messages[name] = (
+                f"{figures}; held at its {'minCopies' if base == least else 'maxCopies'} ({base})"
+            )
         else:
-            wanted[load.name], reasons[load.name] = copies, HOLD
-    return CopiesDecision(wanted, reasons, since)
+            wanted[name], reasons[name] = base, HOLD
+            messages[name] = f"neither busy nor idle ({figures})"
+    return CopiesDecision(wanted, reasons, messages, out)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from triton_operator.core.pool.placement import Placement, PoolModel
 from triton_operator.models import Endpoints, PoolModelStatus, PoolStatus
@@ -32,6 +34,19 @@ def measured_memory(status: PoolStatus | None) -> dict[str, int]:
     return found
 
 
+@dataclass(frozen=True)
+class LoadShown:
+    """Why a model's load asks for its wanted copies, as status.pool shows it (times already formatted)."""
+
+    reason: str
+    message: str
+    inferences_per_second: float | None = None
+    queue_us: float | None = None
+    busy_since: str | None = None
+    idle_since: str | None = None
+    last_used: str | None = None
+
+
 def pool_status(
     placed: Placement,
     models: Sequence[PoolModel],
@@ -40,11 +55,14 @@ def pool_status(
     *,
     ready: Mapping[str, int] | None = None,
     endpoints: Mapping[str, Endpoints] | None = None,
+    load: Mapping[str, LoadShown] | None = None,
 ) -> PoolStatus:
     """status.pool: per model (in the spec's order) its pods, copies, the copies it aims at, the memory
     placement counted and the measured one, and why it has no more copies, in a word and a sentence;
     with ``ready`` the copies READY and on its routes, with ``endpoints`` its own Service's addresses
-    (``core/objects/model_routes.py``'s ``model_endpoints``), which clients read."""
+    (``core/objects/model_routes.py``'s ``model_endpoints``), which clients read; with ``load`` why its
+    load asks for its wanted copies, its figures and its waits."""
+    load = load or {}
     return PoolStatus(
         pods_needed=pods_needed,
         models=[
@@ -59,7 +77,23 @@ def pool_status(
                 message=placed.models[model.name].message,
                 ready_copies=ready.get(model.name, 0) if ready is not None else None,
                 endpoints=(endpoints or {}).get(model.name),
+                **_load_fields(load.get(model.name)),
             )
             for model in models
         ],
     )
+
+
+def _load_fields(shown: LoadShown | None) -> dict[str, Any]:
+    if shown is None:
+        return {}
+    rate = shown.inferences_per_second
+    return {
+        "copies_reason": shown.reason,
+        "copies_message": shown.message,
+        "inferences_per_second": f"{rate:.3f}".rstrip("0").rstrip(".") if rate is not None else None,
+        "queue_microseconds": round(shown.queue_us) if shown.queue_us is not None else None,
+        "busy_since": shown.busy_since,
+        "idle_since": shown.idle_since,
+        "last_used": shown.last_used,
+    }

@@ -26,6 +26,12 @@ def thresholds(spec: TritonServiceSpec) -> Thresholds:
         busy_queue_us=float(scaling.busy_queue_microseconds),
         idle_rate=float(rate(scaling.idle_inferences_per_second)),
         stabilization_s=float(scaling.scale_down_stabilization_seconds),
+        busy_rate=(
+            float(rate(scaling.busy_inferences_per_second))
+            if scaling.busy_inferences_per_second is not None
+            else None
+        ),
+        up_stabilization_s=float(scaling.scale_up_stabilization_seconds),
     )
 
 

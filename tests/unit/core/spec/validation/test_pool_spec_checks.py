@@ -133,3 +133,29 @@ def test_a_pool_is_said_not_carried_out_yet_until_the_pods_load_by_placement() -
     assert [w.field for w in spec_warnings(spec, "nvcr.io/nvidia/tritonserver:25.01-py3")] == ["spec.pool"]
     plain = TritonServiceSpec.model_validate(_spec([{"name": "a"}]))
     assert spec_warnings(plain, "nvcr.io/nvidia/tritonserver:25.01-py3") == []
+
+
+def test_a_busy_rate_not_above_the_idle_rate_is_refused_and_the_waits_are_read() -> None:
+    scaling = {"busyInferencesPerSecond": "1", "idleInferencesPerSecond": "2"}
+    raw = _spec(_forty(), replicas=4, pool={"memoryPerPod": "1200Mi", "scaling": scaling})
+    assert _errors(raw) == [
+        (
+            "spec.pool.scaling.busyInferencesPerSecond",
+            "1 is not above idleInferencesPerSecond (2): a copy added for being busy would be idle at once,"
+            " and copies would come and go",
+        )
+    ]
+    bad = _spec(
+        _forty(), replicas=4, pool={"memoryPerPod": "1200Mi", "scaling": {"busyInferencesPerSecond": "x"}}
+    )
+    assert [e.field for e in check_spec(bad)[1]] == ["spec.pool.scaling.busyInferencesPerSecond"]
+    waits: dict[str, Any] = {
+        "busyInferencesPerSecond": "50",
+        "scaleUpStabilizationSeconds": 5,
+        "windowSeconds": 30,
+    }
+    spec = TritonServiceSpec.model_validate(
+        _spec(_forty(), pool={"memoryPerPod": "1200Mi", "scaling": waits})
+    )
+    found = thresholds(spec)
+    assert (found.busy_rate, found.up_stabilization_s, found.idle_rate) == (50.0, 5.0, 1.0)

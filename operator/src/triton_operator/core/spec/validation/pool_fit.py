@@ -25,10 +25,25 @@ def pool_errors(spec: TritonServiceSpec) -> list[SpecError]:
                         )
                     )
         return errors
-    try:
-        rate(spec.pool.scaling.idle_inferences_per_second)
-    except ValueError as exc:
-        errors.append(SpecError("spec.pool.scaling.idleInferencesPerSecond", str(exc)))
+    scaling = spec.pool.scaling
+    for field, text in (
+        ("idleInferencesPerSecond", scaling.idle_inferences_per_second),
+        ("busyInferencesPerSecond", scaling.busy_inferences_per_second),
+    ):
+        try:
+            if text is not None:
+                rate(text)
+        except ValueError as exc:
+            errors.append(SpecError(f"spec.pool.scaling.{field}", str(exc)))
+    busy = scaling.busy_inferences_per_second
+    if not errors and busy is not None and rate(busy) <= rate(scaling.idle_inferences_per_second):
+        errors.append(
+            SpecError(
+                "spec.pool.scaling.busyInferencesPerSecond",
+                f"{busy} is not above idleInferencesPerSecond ({scaling.idle_inferences_per_second}):"
+                " a copy added for being busy would be idle at once, and copies would come and go",
+            )
+        )
     budget = pool_budget(spec)
     pods = most_pods(spec)
     where = "spec.autoscaling.maxReplicas" if spec.autoscaling is not None else "spec.replicas"

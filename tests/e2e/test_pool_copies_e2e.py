@@ -1,0 +1,208 @@
+"""Copies follow load on the real node (spec.pool.scaling): load concentrated on one model of a small pool
+gives it a second copy, read from Triton's own per-model metrics, with a client counting every answer.
+
+Three Python models of 100Mi declared, one least copy each, in three pods of 400Mi; m0 answers in 50 ms
+a request and one Python instance serves it, so eight clients at once make its requests wait in Triton's
+queue. Busy (over 20 ms in the queue) for 10 s, it gets a second copy: the operator writes it into a
+second pod's assignment, the agent loads it, and once READY the pod is labelled and m0's Service takes it
+in. The calm models keep their one copy; no request fails throughout.
+
+Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without them
+every test here skips, saying why.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod, Service
+
+from e2e_helpers import apply, create_store_secret, get_ts
+from inference import infer_add_sub, offset_of
+from real_pods import ADD_SUB_CONFIG, adder_source, behaving_source, on_real_node
+from testkit import wait_for
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.operator_env(TRITON_OPERATOR_PIN_REPOSITORIES="true"),
+]
+
+NAME = "copies"
+MODELS = ("m0", "m1", "m2")
+OFFSETS = {m: float(10 * (i + 1)) for i, m in enumerate(MODELS)}
+KEY = "models/{model}/1/model.py"
+MODEL_LABEL = "model.triton-operator.io/{model}"
+
+
+@pytest.fixture
+def bucket(store: Any, kube: Client, namespace: str) -> str:
+    """A fresh bucket: m0 slow (50 ms a request), m1 and m2 quick; each adds its own offset."""
+    import storage_servers  # noqa: PLC0415
+
+    name = f"copies-{uuid.uuid4().hex[:8]}"
+    s3 = store.extra["s3"]
+    s3.create_bucket(Bucket=name)
+    for model, offset in OFFSETS.items():
+        source = behaving_source(offset, delay=0.05) if model == "m0" else adder_source(offset)
+        s3.put_object(Bucket=name, Key=KEY.format(model=model), Body=source)
+    create_store_secret(kube, namespace, storage_servers.S3_ACCESS_KEY, storage_servers.S3_SECRET_KEY)
+    return name
+
+
+def pooled(namespace: str, bucket: str, store: Any) -> dict[str, Any]:
+    models: list[dict[str, Any]] = [
+        {"name": m, "config": copy.deepcopy(ADD_SUB_CONFIG), "memory": "100Mi", "minCopies": 1}
+        for m in MODELS
+    ]
+    models[0]["maxCopies"] = 2
+    return on_real_node(
+        NAME,
+        namespace,
+        bucket=bucket,
+        endpoint=store.endpoint,
+        replicas=3,
+        resources={"cpu": "100m", "memory": "1Gi"},
+        pool={
+            "memoryPerPod": "400Mi",
+            "scaling": {
+                "busyQueueMicroseconds": 20_000,
+                "idleInferencesPerSecond": "100m",
+                "scaleUpStabilizationSeconds": 10,
+                "scaleDownStabilizationSeconds": 3600,
+                "windowSeconds": 20,
+            },
+        },
+        models=models,
+        startupTimeoutSeconds=240,
+    )
+
+
+def pool_status(kube: Client, namespace: str) -> dict[str, dict[str, Any]]:
+    pool = get_ts(kube, namespace, NAME).get("status", {}).get("pool") or {}
+    return {m["name"]: m for m in pool.get("models") or []}
+
+
+def labelled(kube: Client, namespace: str, model: str) -> set[str]:
+    """The live pods labelled ready for ``model`` (its Service's endpoints)."""
+    return {
+        str(p.metadata.name)
+        for p in kube.list(Pod, namespace=namespace, labels={"triton-operator.io/service": NAME})
+        if p.metadata is not None
+        and p.metadata.deletionTimestamp is None
+        and (p.metadata.labels or {}).get(MODEL_LABEL.format(model=model)) == "ready"
+    }
+
+
+def service_ip(kube: Client, namespace: str, name: str) -> str:
+    svc = kube.get(Service, name, namespace=namespace)
+    assert svc.spec is not None and svc.spec.clusterIP
+    return str(svc.spec.clusterIP)
+
+
+class Clients:
+    """``busy`` threads sending m0 requests back to back, one thread sending m1 and m2 a request every
+    half second, each through the model's own Service; answers counted per model and offset, every
+    failure kept."""
+
+    def __init__(self, services: dict[str, str], busy: int = 8) -> None:
+        self.services = services
+        self.answers: Counter[tuple[str, float]] = Counter()
+        self.failures: list[str] = []
+        self.sent = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._loop, args=(["m0"], 0.0), daemon=True) for _ in range(busy)
+        ]
+        self._threads.append(threading.Thread(target=self._loop, args=(["m1", "m2"], 0.5), daemon=True))
+
+    def _loop(self, models: list[str], pause: float) -> None:
+        deadline = time.monotonic() + 600
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            for model in models:
+                try:
+                    answer = offset_of(infer_add_sub(self.services[model], model=model, timeout=10))
+                    with self._lock:
+                        self.sent += 1
+                        self.answers[model, answer] += 1
+                except Exception as exc:  # every failure is counted, none ends the client
+                    with self._lock:
+                        self.sent += 1
+                        self.failures.append(f"{model}: {type(exc).__name__}: {exc}")
+            self._stop.wait(pause)
+
+    def start(self) -> Clients:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=15)
+
+    def summary(self) -> str:
+        answers = ", ".join(f"{m}@{o:g}: {n}" for (m, o), n in sorted(self.answers.items()))
+        return f"{self.sent} requests sent, {len(self.failures)} failed; answers: {answers}"
+
+
+def test_a_busy_model_gets_a_second_copy_and_the_calm_ones_keep_one(
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str
+) -> None:
+    apply(kube, pooled(namespace, bucket, store))
+
+    def one_copy_each() -> dict[str, dict[str, Any]] | None:
+        status = pool_status(kube, namespace)
+        if set(status) != set(MODELS) or any(s.get("readyCopies") != 1 for s in status.values()):
+            return None
+        if any(len(labelled(kube, namespace, m)) != 1 for m in MODELS):
+            return None
+        return status
+
+    wait_for(one_copy_each, timeout=300, interval=2, what="one READY copy of each model")
+    services = {m: service_ip(kube, namespace, f"{NAME}-m-{m}") for m in MODELS}
+    clients = Clients(services).start()
+    seen: set[str] = set()
+    try:
+
+        def second_copy() -> dict[str, dict[str, Any]] | None:
+            status = pool_status(kube, namespace)
+            seen.update(str(s.get("copiesReason")) for s in status.values())
+            m0 = status["m0"]
+            if m0.get("readyCopies") == 2 and len(labelled(kube, namespace, "m0")) == 2:
+                return status
+            return None
+
+        started = time.monotonic()
+        status = wait_for(second_copy, timeout=180, interval=1, what="a second READY copy of m0")
+        took = time.monotonic() - started
+        print(f"\nm0 got its second copy {took:.0f}s into the load; reasons seen: {sorted(seen)}")
+        print(f"m0: {status['m0'].get('copiesMessage')}")
+        time.sleep(5)  # both copies answer
+    finally:
+        clients.stop()
+    print(clients.summary())
+    assert not clients.failures, clients.failures[:5]
+    assert {"BusyWaiting", "Busy"} & seen or status["m0"]["copiesReason"] in {"Busy", "MaxCopies"}, seen
+    assert status["m0"]["wantedCopies"] == 2 and len(status["m0"]["pods"]) == 2
+    assert status["m0"]["queueMicroseconds"] > 20_000 or status["m0"]["copiesReason"] == "MaxCopies"
+    for model in ("m1", "m2"):
+        assert status[model]["wantedCopies"] == 1 and status[model]["readyCopies"] == 1, status[model]
+    for model in MODELS:
+        assert clients.answers[model, OFFSETS[model]] > 0, clients.summary()
+    assert all(o == OFFSETS[m] for m, o in clients.answers), clients.summary()
+    # Each of m0's copies answers on its own pod.
+    pods = {
+        str(p.metadata.name): str(p.status.podIP)
+        for p in kube.list(Pod, namespace=namespace)
+        if p.metadata is not None and p.status is not None
+    }
+    for name in status["m0"]["pods"]:
+        assert offset_of(infer_add_sub(pods[name], model="m0")) == OFFSETS["m0"]
