@@ -109,22 +109,20 @@ class Decision:
 
 
 def decide(
-    ts: TritonService,
+    target: Target,
     settings: Settings,
-    revision: str,
     observed: Observed,
     *,
-    configs: Mapping[str, str],
-    manifest_json: str | None,
-    unsyncable: Mapping[str, str] | None = None,
     analysis: AnalysisResult | None = None,
     in_place_analysis: AnalysisResult | None = None,
 ) -> Decision:
-    """The rollout toward ``revision`` of ``ts`` (core.rollout; core.decision.inplace_plan chooses its
-    in-place mode for models that move in place), and what to apply, scale and delete for it
-    (core.decision.actions). ManifestTooLarge when the revision's manifest cannot be stored. ``analysis``: the
-    canary's verdict in its window; ``in_place_analysis``: the in-place step's
-    (rollout.hostpods.AnalysisSides)."""
+    """The rollout toward ``target`` (its spec's revision; core.rollout, whose in-place mode
+    core.decision.inplace_plan describes for models that move in place), and what to apply, scale
+    and delete for it (core.decision.actions). ManifestTooLarge when the revision's manifest cannot be
+    stored. ``analysis``: the canary's verdict in its window; ``in_place_analysis``: the in-place
+    step's (rollout.hostpods.AnalysisSides)."""
+    ts, revision = target.ts, target.revision
+    configs, manifest_json, unsyncable = target.configs, target.manifest_json, target.unsyncable
     choice = choose_in_place(
         ts,
         settings,
@@ -139,7 +137,7 @@ def decide(
             now=observed.moment,
             deadline_seconds=ts.spec.progress_deadline(),
             analysis=in_place_analysis,
-            unsyncable=unsyncable or {},
+            unsyncable=unsyncable,
         ),
         configs=configs,
         manifest_json=manifest_json,
@@ -155,7 +153,7 @@ def decide(
             gpus_per_pod=ts.spec.resources.gpus,
             requests=choice.requests,
             progress_deadline_seconds=ts.spec.progress_deadline(),
-            unsyncable=unsyncable or {},
+            unsyncable=unsyncable,
             analysis=analysis,
             tuning_pods=observed.tuning_pods,
             in_place=choice.mode,
