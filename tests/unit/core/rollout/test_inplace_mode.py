@@ -17,7 +17,8 @@ from triton_operator.core.rollout.canary_analysis import (
 from triton_operator.core.rollout.engine import plan_rollout
 from triton_operator.core.rollout.gate import analysis_gate
 from triton_operator.core.rollout.hostpods import AgentStatus, HostPod, InPlaceState
-from triton_operator.core.rollout.plan import InPlaceInput, InPlaceMode, RolloutEvent, RolloutInput
+from triton_operator.core.rollout.plan import InPlaceMode, RolloutInput
+from triton_operator.core.rollout.requests import ControlRequest
 from triton_operator.core.rollout.state import HistoryEntry, RevisionState, RolloutStatus
 from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.models import Analysis, Rollout
@@ -32,41 +33,47 @@ def pod(name: str, revision: str, state: str = "Applied", target: str | None = N
     return HostPod(name, ready=state == "Applied", agent=agent, target=target)
 
 
-def call(state: InPlaceState, pods: list[HostPod], **status: object) -> RolloutInput:
+def call(
+    state: InPlaceState, pods: list[HostPod], requests: tuple[ControlRequest, ...] = (), **status: object
+) -> RolloutInput:
     rollout = Rollout.model_validate({"modelUpdates": "InPlace"})
-    update = InPlaceInput(
-        rollout=rollout,
-        state=state,
-        models=("m",),
-        pods=pods,
-        now=T0,
-        deadline_seconds=600,
-        describe="reload m",
-    )
-    chosen = (RolloutEvent(cond.NORMAL, cond.UNDO_REQUESTED, "chosen before the engine"),)
     return RolloutInput(
         rollout=rollout,
         replicas=2,
-        desired_revision=HOST,
+        desired_revision=NEXT,  # the spec's: the host's pods load it in place
         now=T0,
         status=RolloutStatus(stable_revision=HOST, stable_since=T0, **status),  # type: ignore[arg-type]
         revisions={HOST: READY},
-        in_place=InPlaceMode(update=update, handled={"promote": "r1"}, events=chosen),
+        requests=requests,
+        progress_deadline_seconds=600,
+        in_place=InPlaceMode(
+            host=HOST, state=state, opted_in=True, models={NEXT: ("m",)}, pods=pods, described="reload m"
+        ),
     )
 
 
 def test_the_engine_moves_the_host_pods_and_its_one_plan_says_so() -> None:
+    # An undo of a revision served here in place whose ConfigMap is gone: the engine takes it for the
+    # in-place mode (rejected there, never seen by the Deployments' mover), and the update moves on.
+    undo = ControlRequest("undo", "r1", to_revision="gone")
     plan = plan_rollout(
-        call(InPlaceState(host=HOST, stable=HOST, next=NEXT), [pod("a", HOST), pod("b", HOST)])
+        call(
+            InPlaceState(host=HOST, stable=HOST, next=NEXT),
+            [pod("a", HOST), pod("b", HOST)],
+            (undo,),
+            history=(HistoryEntry("gone", None, in_place_host=HOST),),
+        )
     )
     assert plan.in_place is not None and plan.in_place.state is not None
     assert plan.replicas == {HOST: 2} and plan.status.stable_revision == HOST  # no Deployment of NEXT
+    assert plan.engine_revision == HOST
     assert plan.conditions[cond.PROGRESSING] == plan.in_place.progressing
     assert plan.conditions[cond.PROGRESSING].reason == cond.IN_PLACE_UPDATING
     assert plan.conditions[cond.DEGRADED].status == cond.FALSE
     assert plan.in_place.annotations == {"a": NEXT}  # one pod of two: a batch, never all
-    assert [e.reason for e in plan.events] == [cond.UNDO_REQUESTED, cond.ROLLOUT_STARTED]
-    assert plan.status.handled_requests == {"promote": "r1"}  # what choosing the mode took
+    assert [e.reason for e in plan.events] == [cond.UNDO_REJECTED, cond.ROLLOUT_STARTED]
+    assert plan.events[0].message == "undo: revision gone cannot be loaded in place: its ConfigMap is gone"
+    assert plan.status.handled_requests == {"undo": "r1"}  # what the in-place mode took
     assert plan.requeue_after == 2.0  # the agents' progress wakes no pass
 
 

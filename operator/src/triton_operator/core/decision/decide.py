@@ -15,7 +15,7 @@ from triton_operator.core.decision.actions import Actions, InPlaceWrites, Revisi
 from triton_operator.core.decision.inplace_plan import (
     InPlaceContext,
     InPlaceDecision,
-    choose_in_place,
+    in_place_inputs,
     in_place_writes,
 )
 from triton_operator.core.decision.pool_plan import PoolPlan, decide_pool
@@ -123,7 +123,8 @@ def decide(
     step's (rollout.hostpods.AnalysisSides)."""
     ts, revision = target.ts, target.revision
     configs, manifest_json, unsyncable = target.configs, target.manifest_json, target.unsyncable
-    choice = choose_in_place(
+    requests = parse_control_requests(observed.annotations)
+    inputs = in_place_inputs(
         ts,
         settings,
         revision,
@@ -133,11 +134,8 @@ def decide(
             revisions=observed.revisions,
             pods=observed.pods,
             agents=observed.agents,
-            requests=parse_control_requests(observed.annotations),
-            now=observed.moment,
-            deadline_seconds=ts.spec.progress_deadline(),
+            requests=requests,
             analysis=in_place_analysis,
-            unsyncable=unsyncable,
         ),
         configs=configs,
         manifest_json=manifest_json,
@@ -146,20 +144,20 @@ def decide(
         RolloutInput(
             rollout=ts.spec.rollout,
             replicas=ts.spec.replicas,
-            desired_revision=choice.engine_revision,
+            desired_revision=revision,
             now=observed.moment,
             status=RolloutStatus.from_status(observed.previous),
             revisions=observed.revisions,
             gpus_per_pod=ts.spec.resources.gpus,
-            requests=choice.requests,
+            requests=requests,
             progress_deadline_seconds=ts.spec.progress_deadline(),
             unsyncable=unsyncable,
             analysis=analysis,
             tuning_pods=observed.tuning_pods,
-            in_place=choice.mode,
+            in_place=inputs.mode,
         )
     )
-    ip = in_place_writes(ts, choice, plan.in_place)
+    ip = in_place_writes(ts, inputs, plan)
     scalers = observed.autoscalers
     actions = plan_actions(
         ts,
@@ -180,7 +178,7 @@ def decide(
             configmap=ip.configmap,
             keep=ip.keep,
             annotations=plan.in_place.annotations if plan.in_place is not None else {},
-            history=revision if revision != choice.engine_revision else None,
+            history=revision if revision != ip.engine_revision else None,
         ),
     )
     pool_plan = decide_pool(

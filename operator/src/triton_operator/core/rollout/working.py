@@ -34,6 +34,9 @@ class Call:
         self.promote_full = False
         self.abort_requested = False
         self.retry = False
+        self.desired = inp.desired_revision
+        """The revision the Deployments roll toward: the spec's, or the host's while its pods' models
+        move in place (the in-place mode chooses)."""
         self.target = inp.desired_revision
         self.rollback = False
         self.made_for: dict[Action, str] = {}
@@ -44,6 +47,10 @@ class Call:
         """Why the current step waits for the analysis (the Progressing message), when it does."""
         self.moved: InPlacePlan | None = None
         """The host pods' update as the in-place mode moved it in this call (None: none runs)."""
+        self.chosen: list[RolloutEvent] = []
+        """What the in-place mode's requests and choice said (before the update's own Events)."""
+        self.kind: tuple[str, str] | None = None
+        """(InPlace | NewPods, why) of the change in progress, when the in-place mode chose it."""
 
     # ------------------------------------------------------------- small helpers
 
