@@ -3,6 +3,7 @@ with one set of conditions, and the analysis gate both step movers share."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
 import pytest
@@ -19,6 +20,7 @@ from triton_operator.core.rollout.gate import analysis_gate
 from triton_operator.core.rollout.hostpods import AgentStatus, HostPod, InPlaceState
 from triton_operator.core.rollout.plan import InPlaceMode, RolloutInput
 from triton_operator.core.rollout.requests import ControlRequest
+from triton_operator.core.rollout.rollout_kind import InPlace
 from triton_operator.core.rollout.state import HistoryEntry, RevisionState, RolloutStatus
 from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.models import Analysis, Rollout
@@ -99,6 +101,72 @@ def test_a_failed_load_is_the_rollouts_degraded() -> None:
     assert degraded.status == cond.TRUE and degraded.reason == cond.IN_PLACE_LOAD_FAILED
     assert plan.conditions[cond.PROGRESSING].reason == cond.IN_PLACE_ROLLING_BACK
     assert plan.status.canary_revision is None and plan.replicas == {HOST: 2}
+
+
+def test_a_promote_made_for_the_in_place_revision_moves_its_pods_and_one_for_another_is_ignored() -> None:
+    state = InPlaceState(host=HOST, stable=HOST, next=NEXT, step_index=0, pods=())
+    pods = [pod("a", HOST), pod("b", HOST)]
+    rollout = Rollout.model_validate({"modelUpdates": "InPlace", "steps": [{"setWeight": 50}, {"pause": {}}]})
+    ours = dataclasses.replace(
+        call(state, pods, (ControlRequest("promote", "p1", revision=NEXT),)), rollout=rollout
+    )
+    plan = plan_rollout(ours)
+    assert plan.in_place is not None and plan.in_place.state is not None
+    assert plan.in_place.state.step_index == 2 and plan.in_place.state.promoted  # every pod, in batches
+    assert [e.reason for e in plan.events] == [cond.STEP_COMPLETED]
+    assert plan.status.handled_requests == {"promote": "p1"}
+    other = dataclasses.replace(ours, requests=(ControlRequest("promote", "p2", revision="other"),))
+    plan = plan_rollout(other)
+    assert plan.in_place is not None and plan.in_place.state is not None
+    assert plan.in_place.state.step_index == 0 and not plan.in_place.state.promoted
+    ignored = "promote request p2 ignored: made for revision other; no rollout is in progress"
+    assert [(e.reason, e.message) for e in plan.events] == [(cond.REQUEST_IGNORED, ignored)]
+    assert plan.status.handled_requests == {"promote": "p2"}  # taken by the Deployments' mover
+
+
+def test_a_retry_starts_a_held_in_place_revision_again() -> None:
+    state = InPlaceState(
+        host=HOST,
+        stable=HOST,
+        aborted_revision=NEXT,
+        aborted_reason=cond.ABORTED,
+        aborted_detail="by request",
+    )
+    pods = [pod("a", HOST), pod("b", HOST)]
+    held = plan_rollout(call(state, pods))
+    assert held.conditions[cond.PROGRESSING].reason == cond.ROLLOUT_ABORTED and held.kind is None
+    mode = dataclasses.replace(
+        call(state, pods).in_place or InPlaceMode(host=HOST), change=InPlace(models_changed=("m",))
+    )
+    plan = plan_rollout(
+        dataclasses.replace(call(state, pods, (ControlRequest("retry", "t1"),)), in_place=mode)
+    )
+    assert plan.in_place is not None and plan.in_place.state is not None
+    assert (plan.in_place.state.next, plan.in_place.state.aborted_revision) == (NEXT, None)
+    assert [e.reason for e in plan.events] == [cond.ROLLOUT_RETRIED, cond.ROLLOUT_STARTED]
+    assert plan.events[0].message == f"retrying revision {NEXT} in place"
+    described = "in place: reload m (0 objects, 0 bytes to fetch)"
+    assert plan.kind == ("InPlace", described) and plan.status.handled_requests == {"retry": "t1"}
+
+
+def test_an_undo_to_the_hosts_own_revision_is_taken_in_place_and_pinned() -> None:
+    state = InPlaceState(host=HOST, stable=NEXT)  # the host's pods serve NEXT in place
+    mode = InPlaceMode(
+        host=HOST,
+        state=state,
+        opted_in=True,
+        earlier={HOST: InPlace(models_changed=("m",))},
+        models={HOST: ("m",)},
+        pods=[pod("a", NEXT, target=NEXT), pod("b", NEXT, target=NEXT)],
+    )
+    undo = ControlRequest("undo", "u1", to_revision=HOST)
+    plan = plan_rollout(dataclasses.replace(call(state, [], (undo,)), in_place=mode))
+    assert plan.in_place is not None and plan.in_place.state is not None
+    moving = plan.in_place.state
+    assert (moving.stable, moving.next, moving.pinned, moving.pinned_for) == (NEXT, HOST, HOST, NEXT)
+    assert [e.reason for e in plan.events] == [cond.UNDO_REQUESTED, cond.ROLLOUT_STARTED]
+    assert plan.status.pinned_revision is None  # the Deployments' mover never saw it
+    assert plan.status.handled_requests == {"undo": "u1"} and plan.engine_revision == HOST
 
 
 def result(verdict: AnalysisVerdict, window: float = 60.0) -> AnalysisResult:
