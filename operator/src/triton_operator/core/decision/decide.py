@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from triton_operator.core.decision.actions import Actions, InPlaceWrites, RevisionPlan, plan_actions
+from triton_operator.core.decision.actions import Target as Target  # noqa: PLC0414 (decide's input, re-exported)
 from triton_operator.core.decision.inplace_plan import (
     InPlaceContext,
     InPlaceDecision,
@@ -83,20 +84,6 @@ class Observed:
 
 
 @dataclasses.dataclass(frozen=True)
-class Target:
-    """What a pass carries out (reconcile.observe reads what it needs): a spec, the revision it renders,
-    its models' configs and its pinned manifest, and the revisions an undo may not go back to."""
-
-    ts: TritonService
-    revision: str
-    configs: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    manifest_json: str | None = None
-    """The pinned manifest's JSON (None: pinning is off)."""
-    unsyncable: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """Revisions an undo must not go back to (their pinned objects were overwritten), and why."""
-
-
-@dataclasses.dataclass(frozen=True)
 class Decision:
     """What one pass does: the rollout engine's plan, and the writes that carry it out."""
 
@@ -160,12 +147,9 @@ def decide(
     ip = in_place_writes(ts, inputs, plan)
     scalers = observed.autoscalers
     actions = plan_actions(
-        ts,
+        target,
         settings,
-        revision,
         plan,
-        configs=configs,
-        manifest_json=manifest_json,
         deployments=observed.deployments,
         configmaps=observed.configmaps,
         revision_services=cond.find_condition(observed.previous.get("conditions") or [], cond.TRAFFIC_ROUTED)
