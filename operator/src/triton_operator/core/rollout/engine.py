@@ -197,7 +197,7 @@ class InPlaceAsked:
     """The control requests one call takes for the in-place update, and what they leave to do."""
 
     state: InPlaceState | None
-    taken: list[ControlRequest]
+    taken: tuple[ControlRequest, ...]
     events: tuple[RolloutEvent, ...]
     desired: str
     """What the pods are to serve: the spec's revision, or the one an undo went back to."""
@@ -242,7 +242,7 @@ def take_in_place_requests(inp: RolloutInput, mode: InPlaceMode) -> InPlaceAsked
         if state.aborted_revision == desired:
             events.append(RolloutEvent(NORMAL, ROLLOUT_RETRIED, f"retrying revision {desired} in place"))
         state = dataclasses.replace(state, aborted_revision=None, aborted_reason=None, aborted_detail=None)
-    return InPlaceAsked(state, taken, tuple(events), desired, served)
+    return InPlaceAsked(state, tuple(taken), tuple(events), desired, served)
 
 
 def undo_in_place(
