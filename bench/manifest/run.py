@@ -44,7 +44,7 @@ from fakeapi import FakeClient  # noqa: E402
 from triton_operator.adapters.kube import Kube  # noqa: E402
 from triton_operator.adapters.storage import PinResult  # noqa: E402
 from triton_operator.commands.sync import load_manifest  # noqa: E402
-from triton_operator.core.decision.actions import Actions, plan_actions  # noqa: E402
+from triton_operator.core.decision.actions import Actions, Target, plan_actions  # noqa: E402
 from triton_operator.core.objects.builders import compute_revision  # noqa: E402
 from triton_operator.core.objects.names import SYNC_CONTAINER  # noqa: E402
 from triton_operator.core.observed.observation import check_body  # noqa: E402
@@ -126,12 +126,9 @@ def row(count: int, versioned: bool, repeat: int) -> dict[str, Any]:
 
     def actions(deployments: list[dict[str, Any]], configmaps: list[dict[str, Any]]) -> Actions:
         return plan_actions(
-            ts,
+            Target(ts, revision, configs, text),
             SETTINGS,
-            revision,
             plan_for(revision),
-            configs=configs,
-            manifest_json=text,
             deployments=deployments,
             configmaps=configmaps,
         )

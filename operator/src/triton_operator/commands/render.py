@@ -11,7 +11,7 @@ import yaml
 
 from triton_operator import KIND
 from triton_operator.core.commandline.output import FORMATS, render_objects
-from triton_operator.core.decision.decide import Observed, decide
+from triton_operator.core.decision.decide import Observed, Target, decide
 from triton_operator.core.decision.scaling import Autoscalers
 from triton_operator.core.objects.builders import compute_revision, triton_image
 from triton_operator.core.objects.names import PLACEHOLDER_UID
@@ -144,9 +144,8 @@ def render(
         # decision (core.decision.decide), from an observation of nothing (no status, no owned objects). No
         # other autoscaler can be seen without a cluster: the owned HPA, as first applied.
         first_meeting = Observed(moment=utcnow(), autoscalers=Autoscalers.of((), ts.name, None))
-        decision = decide(
-            ts, settings, revision, first_meeting, configs=checked.configs, manifest_json=manifest_json
-        )
+        target = Target(ts, revision, configs=checked.configs, manifest_json=manifest_json)
+        decision = decide(target, settings, first_meeting)
         objects = list(decision.actions.apply)
         if fmt != "yaml":
             rendered += objects

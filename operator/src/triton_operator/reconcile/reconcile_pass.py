@@ -371,13 +371,9 @@ def _decide(p: _Pass, around: Around, facts: Observed) -> Decision:
     target, triton = around.target, around.triton or TritonSeen()
     try:
         return decide(
-            target.ts,
+            target,
             p.settings,
-            target.revision,
             facts,
-            configs=target.configs,
-            manifest_json=target.manifest_json,
-            unsyncable=target.unsyncable,
             analysis=triton.analysis,
             in_place_analysis=triton.in_place_analysis,
         )

@@ -9,6 +9,7 @@ import pytest
 
 from triton_operator.core.decision.actions import (
     Actions,
+    Target,
     applied_as_built,
     applied_digest,
     plan_actions,
@@ -36,7 +37,7 @@ from tritonservice_bodies import (
 
 
 def actions(ts: TritonService, revision: str, plan: RolloutPlan, **kw: Any) -> Actions:
-    return plan_actions(ts, SETTINGS, revision, plan, configs=configs_of(ts), manifest_json=None, **kw)
+    return plan_actions(Target(ts, revision, configs_of(ts)), SETTINGS, plan, **kw)
 
 
 def test_only_the_specs_revision_is_rendered_others_only_scale() -> None:
@@ -211,24 +212,18 @@ def test_an_existing_revision_keeps_its_sync_image_and_a_new_one_gets_the_operat
     )
 
     out = plan_actions(
-        ts,
+        Target(ts, "rev1", configs_of(ts)),
         upgraded,
-        "rev1",
         rollout_plan({"rev1": 1}),
-        configs=configs_of(ts),
-        manifest_json=None,
         deployments=[{**running, "metadata": {**running["metadata"]}}],
         configmaps=[],
     )
     (dep,) = [x for x in out.apply if x["kind"] == "Deployment"]
     assert dep["spec"]["template"] == running["spec"]["template"]  # no pod restarts
     fresh = plan_actions(
-        ts,
+        Target(ts, "rev2", configs_of(ts)),
         upgraded,
-        "rev2",
         rollout_plan({"rev1": 1, "rev2": 1}),
-        configs=configs_of(ts),
-        manifest_json=None,
         deployments=[running],
         configmaps=[],
     )
@@ -247,12 +242,9 @@ def test_a_revision_made_before_the_security_defaults_keeps_its_pods_and_a_new_o
 
     def apply_of(revision: str, replicas: dict[str, int]) -> dict[str, Any]:
         out = plan_actions(
-            ts,
+            Target(ts, revision, configs_of(ts)),
             SETTINGS,
-            revision,
             rollout_plan(replicas),
-            configs=configs_of(ts),
-            manifest_json=None,
             deployments=[copy.deepcopy(running)],
             configmaps=[],
         )
@@ -275,12 +267,9 @@ def test_reapplying_a_revision_with_a_defaulted_pull_policy_leaves_the_template_
     for c in stored["spec"]["template"]["spec"]["initContainers"]:
         c["imagePullPolicy"] = "IfNotPresent"  # the API server's default for a tagged image
     out = plan_actions(
-        ts,
+        Target(ts, "rev1", configs_of(ts)),
         SETTINGS,
-        "rev1",
         rollout_plan({"rev1": 1}),
-        configs=configs_of(ts),
-        manifest_json=None,
         deployments=[stored],
         configmaps=[],
     )

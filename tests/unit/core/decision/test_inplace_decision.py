@@ -19,7 +19,7 @@ from triton_operator.core.decision.inplace_plan import (
     TOO_LARGE,
     InPlaceContext,
     InPlaceDecision,
-    choose_in_place,
+    in_place_inputs,
     in_place_writes,
 )
 from triton_operator.core.objects.builders import build_configmaps, compute_revision
@@ -33,14 +33,43 @@ from triton_operator.core.repository.manifest import (
     manifest_to_json,
 )
 from triton_operator.core.rollout.engine import plan_rollout
-from triton_operator.core.rollout.plan import RolloutInput
+from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
 from triton_operator.core.rollout.state import RevisionState, RolloutStatus
+from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 
 SETTINGS = Settings()
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 Spec = dict[str, Any]
+
+
+def run_in_place(
+    ts: TritonService,
+    settings: Settings,
+    revision: str,
+    ctx: InPlaceContext,
+    *,
+    configs: Mapping[str, str],
+    manifest_json: str | None,
+) -> tuple[InPlaceDecision, RolloutPlan]:
+    """The in-place mode as core.decision.decide runs it: its inputs described, the rollout engine
+    (which takes its requests and chooses), its writes; and the engine's one plan."""
+    inputs = in_place_inputs(ts, settings, revision, ctx, configs=configs, manifest_json=manifest_json)
+    plan = plan_rollout(
+        RolloutInput(
+            rollout=ts.spec.rollout,
+            replicas=ts.spec.replicas,
+            desired_revision=revision,
+            now=NOW,
+            status=RolloutStatus.from_status(ctx.previous),
+            revisions=ctx.revisions,
+            requests=ctx.requests,
+            progress_deadline_seconds=600,
+            in_place=inputs.mode,
+        )
+    )
+    return in_place_writes(ts, inputs, plan), plan
 
 
 def decide_in_place(
@@ -52,21 +81,7 @@ def decide_in_place(
     configs: Mapping[str, str],
     manifest_json: str | None,
 ) -> InPlaceDecision:
-    """The in-place mode as core.decision.decide runs it: chosen, moved by the rollout engine, written."""
-    choice = choose_in_place(ts, settings, revision, ctx, configs=configs, manifest_json=manifest_json)
-    plan = plan_rollout(
-        RolloutInput(
-            rollout=ts.spec.rollout,
-            replicas=ts.spec.replicas,
-            desired_revision=choice.engine_revision,
-            now=ctx.now,
-            status=RolloutStatus.from_status(ctx.previous),
-            revisions=ctx.revisions,
-            requests=choice.requests,
-            in_place=choice.mode,
-        )
-    )
-    return in_place_writes(ts, choice, plan.in_place)
+    return run_in_place(ts, settings, revision, ctx, configs=configs, manifest_json=manifest_json)[0]
 
 
 def base_spec() -> Spec:
@@ -111,26 +126,28 @@ class Revision:
         self.configmaps = build_configmaps(self.ts, self.name, self.configs, self.manifest, settings=SETTINGS)
 
 
-def decide(old: Revision, new: Revision, previous: Mapping[str, Any] | None = None) -> InPlaceDecision:
+def context(old: Revision, new: Revision, previous: Mapping[str, Any] | None = None) -> InPlaceContext:
     status = {"stableRevision": old.name, **(previous or {})}
     pods = [PodState(name=f"svc-{old.name}-{i}", revision=old.name, ready=True) for i in range(2)]
-    return decide_in_place(
-        new.ts,
-        SETTINGS,
-        new.name,
-        InPlaceContext(
-            previous=status,
-            configmaps=[*old.configmaps, *new.configmaps],
-            revisions={old.name: RevisionState(spec_replicas=2, replicas=2, ready_replicas=2)},
-            pods=pods,
-            agents={},
-            requests=(),
-            now=NOW,
-            deadline_seconds=600,
-        ),
-        configs=new.configs,
-        manifest_json=new.manifest,
+    return InPlaceContext(
+        previous=status,
+        configmaps=[*old.configmaps, *new.configmaps],
+        revisions={old.name: RevisionState(spec_replicas=2, replicas=2, ready_replicas=2)},
+        pods=pods,
+        agents={},
+        requests=(),
     )
+
+
+def decide_with_plan(
+    old: Revision, new: Revision, previous: Mapping[str, Any] | None = None
+) -> tuple[InPlaceDecision, RolloutPlan]:
+    ctx = context(old, new, previous)
+    return run_in_place(new.ts, SETTINGS, new.name, ctx, configs=new.configs, manifest_json=new.manifest)
+
+
+def decide(old: Revision, new: Revision, previous: Mapping[str, Any] | None = None) -> InPlaceDecision:
+    return decide_with_plan(old, new, previous)[0]
 
 
 def edit(change: Callable[[Spec], None]) -> Spec:
@@ -231,16 +248,17 @@ def test_what_in_place_cannot_take_goes_to_new_pods_with_its_reasons(
     spec = old_spec()
     change(spec)
     new = Revision(spec, FILES)
-    decision = decide(old, new)
+    decision, plan = decide_with_plan(old, new)
     assert decision.engine_revision == new.name  # new pods
     assert decision.kind is not None and decision.kind[0] == NEW_PODS and reason in decision.kind[1], (
         decision.kind
     )
     assert decision.plan is None and decision.configmap is None
-    assert [e.reason for e in decision.events] == ["NewPodsRequired"]
+    # the in-place mode's Event, then the rollout of new pods it leaves to the Deployments
+    assert [e.reason for e in plan.events] == ["NewPodsRequired", cond.ROLLOUT_STARTED]
     # said once: the pass after (its status written) says it no more
-    again = decide(old, new, {"rolloutKind": NEW_PODS, "rolloutKindReason": decision.kind[1]})
-    assert again.events == ()
+    _, again = decide_with_plan(old, new, {"rolloutKind": NEW_PODS, "rolloutKindReason": decision.kind[1]})
+    assert [e.reason for e in again.events] == [cond.ROLLOUT_STARTED]
 
 
 def test_a_sequence_model_goes_to_new_pods_even_on_cpu() -> None:
@@ -278,7 +296,7 @@ def test_without_the_opt_in_nothing_changes() -> None:
     old = Revision(edit(lambda s: s.pop("rollout")), FILES)
     new = Revision(edit(unopted_change), FILES)
     decision = decide(old, new)
-    assert decision == InPlaceDecision(engine_revision=new.name, requests=(), handled={})
+    assert decision == InPlaceDecision(engine_revision=new.name)
 
 
 def test_the_first_revision_is_deployed_as_ever() -> None:
@@ -289,8 +307,6 @@ def test_the_first_revision_is_deployed_as_ever() -> None:
         pods=(),
         agents={},
         requests=(),
-        now=NOW,
-        deadline_seconds=600,
     )
     decision = decide_in_place(
         OLD.ts, SETTINGS, OLD.name, nothing, configs=OLD.configs, manifest_json=OLD.manifest
@@ -321,8 +337,6 @@ def test_the_configmap_the_pods_follow_is_never_deleted_for_want_of_a_revisions_
         pods=pods,
         agents={},
         requests=(),
-        now=NOW,
-        deadline_seconds=600,
     )
     decision = decide_in_place(
         new.ts, SETTINGS, new.name, ctx, configs=new.configs, manifest_json=new.manifest

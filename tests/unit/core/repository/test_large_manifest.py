@@ -28,7 +28,7 @@ from testkit import REPO
 from triton_operator import cli
 from triton_operator.adapters.kube import Kube
 from triton_operator.commands import sync as sync_command
-from triton_operator.core.decision.actions import Actions, plan_actions
+from triton_operator.core.decision.actions import Actions, Target, plan_actions
 from triton_operator.core.objects.builders import (
     PLAIN,
     ManifestLayout,
@@ -117,12 +117,9 @@ def actions_for(
     """plan_actions for ``spec``'s revision alone (or ``plan``), with what is stored already."""
     assert spec.ts is not None
     return plan_actions(
-        spec.ts,
+        Target(spec.ts, revision, spec.configs, manifest_json),
         settings,
-        revision,
         plan or plan_for(revision),
-        configs=spec.configs,
-        manifest_json=manifest_json,
         deployments=deployments,
         configmaps=configmaps,
     )

@@ -47,6 +47,21 @@ class RevisionPlan:
     """The new revision not yet promoted (None when the desired revision is stable)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What a pass carries out (reconcile.observe reads what it needs; decide and plan_actions take it):
+    a spec, the revision it renders, its models' configs and its pinned manifest, and the revisions
+    an undo may not go back to."""
+
+    ts: TritonService
+    revision: str
+    configs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    manifest_json: str | None = None
+    """The pinned manifest's JSON (None: pinning is off)."""
+    unsyncable: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Revisions an undo must not go back to (their pinned objects were overwritten), and why."""
+
+
 # ----------------------------------------------------------------- everything at once
 
 
@@ -182,13 +197,10 @@ class OwnedKind:
 
 
 def _revision(
-    ts: TritonService,
+    target: Target,
     settings: Settings,
-    revision: str,
     plan: RolloutPlan,
     *,
-    configs: Mapping[str, str],
-    manifest_json: str | None,
     deployments: Sequence[Mapping[str, Any]],
     configmaps: Sequence[Mapping[str, Any]],
     configmaps_only: bool = False,
@@ -196,6 +208,8 @@ def _revision(
     """The spec's revision: its ConfigMaps not yet stored as built, then its Deployment (when the plan
     keeps it); manifest parts it no longer has go. ``configmaps_only``: its models move in place
     (no Deployment of its own)."""
+    ts, revision = target.ts, target.revision
+    configs, manifest_json = target.configs, target.manifest_json
     if revision not in plan.replicas and not configmaps_only:
         return OwnedKind()
     existing = next((d for d in deployments if revision_of(d) == revision), None)
@@ -291,13 +305,10 @@ ROLES: tuple[Role, ...] = ("stable", "canary")
 
 
 def plan_actions(
-    ts: TritonService,
+    target: Target,
     settings: Settings,
-    revision: str,
     plan: RolloutPlan,
     *,
-    configs: Mapping[str, str],
-    manifest_json: str | None,
     deployments: Sequence[Mapping[str, Any]],
     configmaps: Sequence[Mapping[str, Any]],
     revision_services: bool = False,
@@ -307,7 +318,7 @@ def plan_actions(
     stored_autoscaler: Mapping[str, Any] | None = None,
     in_place: InPlaceWrites | None = None,
 ) -> Actions:
-    """The writes that carry out ``plan`` for the spec's ``revision``.
+    """The writes that carry out ``plan`` for ``target``: its spec and the revision it renders.
 
     Only the spec's own revision can be rendered (ConfigMap and Deployment in full), with the
     operator settings it was created with (core.observed.observation.recorded_settings). Any other
@@ -329,14 +340,12 @@ def plan_actions(
     it does for every other revision.
     """
     ip = in_place or InPlaceWrites()
+    ts, revision = target.ts, target.revision
     owned = (
         _revision(
-            ts,
+            target,
             settings,
-            revision,
             plan,
-            configs=configs,
-            manifest_json=manifest_json,
             deployments=deployments,
             configmaps=configmaps,
             configmaps_only=ip.history == revision,

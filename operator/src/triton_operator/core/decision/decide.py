@@ -12,10 +12,11 @@ from datetime import datetime
 from typing import Any
 
 from triton_operator.core.decision.actions import Actions, InPlaceWrites, RevisionPlan, plan_actions
+from triton_operator.core.decision.actions import Target as Target  # noqa: PLC0414 (decide's input, re-exported)
 from triton_operator.core.decision.inplace_plan import (
     InPlaceContext,
     InPlaceDecision,
-    choose_in_place,
+    in_place_inputs,
     in_place_writes,
 )
 from triton_operator.core.decision.pool_plan import PoolPlan, decide_pool, pool_copies
@@ -87,20 +88,6 @@ class Observed:
 
 
 @dataclasses.dataclass(frozen=True)
-class Target:
-    """What a pass carries out (reconcile.observe reads what it needs): a spec, the revision it renders,
-    its models' configs and its pinned manifest, and the revisions an undo may not go back to."""
-
-    ts: TritonService
-    revision: str
-    configs: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    manifest_json: str | None = None
-    """The pinned manifest's JSON (None: pinning is off)."""
-    unsyncable: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """Revisions an undo must not go back to (their pinned objects were overwritten), and why."""
-
-
-@dataclasses.dataclass(frozen=True)
 class Decision:
     """What one pass does: the rollout engine's plan, and the writes that carry it out."""
 
@@ -113,23 +100,22 @@ class Decision:
 
 
 def decide(
-    ts: TritonService,
+    target: Target,
     settings: Settings,
-    revision: str,
     observed: Observed,
     *,
-    configs: Mapping[str, str],
-    manifest_json: str | None,
-    unsyncable: Mapping[str, str] | None = None,
     analysis: AnalysisResult | None = None,
     in_place_analysis: AnalysisResult | None = None,
 ) -> Decision:
-    """The rollout toward ``revision`` of ``ts`` (core.rollout; core.decision.inplace_plan chooses its
-    in-place mode for models that move in place), and what to apply, scale and delete for it
-    (core.decision.actions). ManifestTooLarge when the revision's manifest cannot be stored. ``analysis``: the
-    canary's verdict in its window; ``in_place_analysis``: the in-place step's
-    (rollout.hostpods.AnalysisSides)."""
-    choice = choose_in_place(
+    """The rollout toward ``target`` (its spec's revision; core.rollout, whose in-place mode
+    core.decision.inplace_plan describes for models that move in place), and what to apply, scale
+    and delete for it (core.decision.actions). ManifestTooLarge when the revision's manifest cannot be
+    stored. ``analysis``: the canary's verdict in its window; ``in_place_analysis``: the in-place
+    step's (rollout.hostpods.AnalysisSides)."""
+    ts, revision = target.ts, target.revision
+    configs, manifest_json, unsyncable = target.configs, target.manifest_json, target.unsyncable
+    requests = parse_control_requests(observed.annotations)
+    inputs = in_place_inputs(
         ts,
         settings,
         revision,
@@ -139,11 +125,8 @@ def decide(
             revisions=observed.revisions,
             pods=observed.pods,
             agents=observed.agents,
-            requests=parse_control_requests(observed.annotations),
-            now=observed.moment,
-            deadline_seconds=ts.spec.progress_deadline(),
+            requests=requests,
             analysis=in_place_analysis,
-            unsyncable=unsyncable or {},
         ),
         configs=configs,
         manifest_json=manifest_json,
@@ -161,28 +144,25 @@ def decide(
         RolloutInput(
             rollout=ts.spec.rollout,
             replicas=copies.replicas if copies is not None else ts.spec.replicas,
-            desired_revision=choice.engine_revision,
+            desired_revision=revision,
             now=observed.moment,
             status=RolloutStatus.from_status(observed.previous),
             revisions=observed.revisions,
             gpus_per_pod=ts.spec.resources.gpus,
-            requests=choice.requests,
+            requests=requests,
             progress_deadline_seconds=ts.spec.progress_deadline(),
-            unsyncable=unsyncable or {},
+            unsyncable=unsyncable,
             analysis=analysis,
             tuning_pods=observed.tuning_pods,
-            in_place=choice.mode,
+            in_place=inputs.mode,
         )
     )
-    ip = in_place_writes(ts, choice, plan.in_place)
+    ip = in_place_writes(ts, inputs, plan)
     scalers = observed.autoscalers
     actions = plan_actions(
-        ts,
+        target,
         settings,
-        revision,
         plan,
-        configs=configs,
-        manifest_json=manifest_json,
         deployments=observed.deployments,
         configmaps=observed.configmaps,
         revision_services=cond.find_condition(observed.previous.get("conditions") or [], cond.TRAFFIC_ROUTED)
@@ -195,7 +175,7 @@ def decide(
             configmap=ip.configmap,
             keep=ip.keep,
             annotations=plan.in_place.annotations if plan.in_place is not None else {},
-            history=revision if revision != choice.engine_revision else None,
+            history=revision if revision != ip.engine_revision else None,
         ),
     )
     pool_plan = decide_pool(

@@ -1,11 +1,14 @@
-"""Where an in-place model update fits in one pass, pure: does a change go in place, and what it writes.
+"""The rollout engine's in-place mode in one pass, pure: its inputs from what the pass read, and its writes.
 
 With spec.rollout.modelUpdates: InPlace, a change from the revision the stable pods serve to the
 spec's revision that core.rollout.rollout_kind.rollout_kind finds loadable in place (and whose files fit the
 `<deployment>-inplace` ConfigMap) is not rolled out as new pods: the rollout engine keeps the
 stable ("host") revision as it is, and core.rollout.inplace moves the models its pods serve. Any
 other change (or one while a new-pods rollout runs) goes to the engine as before, with the reasons
-that force new pods in status.rolloutKindReason and an Event.
+that force new pods in status.rolloutKindReason and an Event. The engine takes the control requests
+and chooses (core.rollout.engine.choose_in_place); this module only says, for each revision the pods
+may be asked for, how they would load it (``in_place_inputs``), and what the plan writes
+(``in_place_writes``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from triton_operator.core.objects.builders import (
@@ -39,27 +41,19 @@ from triton_operator.core.observed.observation import (
 from triton_operator.core.repository.manifest import Manifest, manifest_from_json
 from triton_operator.core.repository.manifestparts import CONFIGMAP_BUDGET
 from triton_operator.core.rollout.canary_analysis import AnalysisResult
+from triton_operator.core.rollout.engine import in_place_option
 from triton_operator.core.rollout.inplace import (
     AgentStatus,
     AnalysisSides,
     HostPod,
-    InPlaceRequests,
     InPlaceState,
     analysis_sides,
     history_after,
 )
-from triton_operator.core.rollout.plan import InPlaceInput, InPlaceMode, InPlacePlan, RolloutEvent
+from triton_operator.core.rollout.plan import InPlaceMode, InPlacePlan, RolloutPlan
 from triton_operator.core.rollout.requests import ControlRequest
-from triton_operator.core.rollout.rollout_kind import InPlace, NewPods, RevisionParts, describe, rollout_kind
-from triton_operator.core.rollout.state import HistoryEntry, RevisionState, RolloutStatus, paused
-from triton_operator.core.vocabulary.conditions import (
-    NEW_PODS_REQUIRED,
-    NORMAL,
-    ROLLOUT_RETRIED,
-    UNDO_REJECTED,
-    UNDO_REQUESTED,
-    WARNING,
-)
+from triton_operator.core.rollout.rollout_kind import InPlace, NewPods, RevisionParts, rollout_kind
+from triton_operator.core.rollout.state import HistoryEntry, RevisionState, RolloutStatus
 from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 
@@ -80,27 +74,20 @@ def too_few_pods(servable: int) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class InPlaceChoice:
-    """In place or new pods, chosen before the engine runs: the revision the engine rolls out, the
-    in-place mode it runs (core.rollout.plan.InPlaceMode), and what the writes need once it ran."""
+class InPlaceInputs:
+    """The in-place mode's inputs for the engine (core.rollout.plan.InPlaceMode), and what its writes
+    read once the engine ran."""
 
-    engine_revision: str
-    """The revision the rollout engine rolls out: the host's while the models move in place."""
-    requests: tuple[ControlRequest, ...]
-    """The control requests left to the engine (those the mode took are in ``mode.handled``)."""
-    mode: InPlaceMode
-    kind: tuple[str, str] | None = None
-    """(InPlace | NewPods, why) of the change in progress, for the status; None keeps the last."""
-    keep: tuple[str, ...] = ()
-    """Revisions whose ConfigMaps stay (served here in place before), Deployment or not."""
-    described: str = ""
-    """What the update in progress does, in words (status.rolloutKindReason)."""
+    mode: InPlaceMode | None = None
+    """None: no in-place mode (no stable revision yet, or no opt-in and nothing in place)."""
     files: Mapping[str, RevisionFiles | None] = dataclasses.field(default_factory=dict)
-    """The files of the update's stable and next revisions (the in-place ConfigMap holds both)."""
+    """The files of the revisions the pods may serve or load (the in-place ConfigMap holds two)."""
     stored: Mapping[str, str] | None = None
     """The in-place ConfigMap's data as read (kept when a revision's files cannot be read back)."""
     history: Sequence[HistoryEntry] = ()
     """status.history as it came in."""
+    host: str | None = None
+    """The stable revision as read: the revisions its pods served in place before keep their ConfigMaps."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,15 +96,10 @@ class InPlaceDecision:
 
     engine_revision: str
     """The revision the rollout engine rolls out: the host's while the models move in place."""
-    requests: tuple[ControlRequest, ...]
-    """The control requests left to the engine (those taken here are recorded as handled)."""
-    handled: Mapping[str, str]
-    """The requests taken here: action -> request id (status.handledRequests)."""
     plan: InPlacePlan | None = None
     """The in-place update's plan (None: nothing is in place)."""
     kind: tuple[str, str] | None = None
     """(InPlace | NewPods, why) of the change in progress, for the status; None keeps the last."""
-    events: tuple[RolloutEvent, ...] = ()
     configmap: dict[str, Any] | None = None
     """The `<deployment>-inplace` ConfigMap to apply (None: none wanted)."""
     keep: tuple[str, ...] = ()
@@ -214,22 +196,6 @@ def _stored_inplace_data(configmaps: Sequence[Mapping[str, Any]], host: str) -> 
     return None
 
 
-def _taken(
-    requests: Sequence[ControlRequest], handled: Mapping[str, str], revisions: set[str]
-) -> tuple[list[ControlRequest], list[ControlRequest]]:
-    """(taken here, left to the engine): promote, promote-full, abort and retry made for the
-    in-place revision (or for none: the rollout in progress), never handled before."""
-    mine: list[ControlRequest] = []
-    rest: list[ControlRequest] = []
-    for req in requests:
-        fresh = handled.get(req.action) != req.request_id
-        ours = req.action in ("promote", "promote-full", "abort", "retry") and (
-            req.revision is None or req.revision in revisions
-        )
-        (mine if fresh and ours else rest).append(req)
-    return mine, rest
-
-
 def changed_models(old: RevisionFiles | None, new: RevisionFiles | None) -> tuple[str, ...]:
     """The models of ``new`` whose config or pinned files differ from ``old``'s: their readiness gates
     a pod (an unchanged model is never touched by the agent)."""
@@ -291,15 +257,11 @@ class InPlaceContext:
     pods: Sequence[PodState]
     agents: Mapping[str, AgentStatus]
     requests: Sequence[ControlRequest]
-    now: datetime
-    deadline_seconds: int
     analysis: AnalysisResult | None = None
     """The analysis verdict of the in-place step's window (reconcile.analysis), if one was judged."""
-    unsyncable: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """Revisions an undo must not go back to (their pinned objects were overwritten), and why."""
 
 
-def choose_in_place(
+def in_place_inputs(
     ts: TritonService,
     settings: Settings,
     revision: str,
@@ -307,25 +269,18 @@ def choose_in_place(
     *,
     configs: Mapping[str, str],
     manifest_json: str | None,
-) -> InPlaceChoice:
-    """Which revision the engine rolls out, and the in-place mode it runs (see the module)."""
+) -> InPlaceInputs:
+    """The engine's in-place mode (core.rollout.plan.InPlaceMode) for ``revision`` of ``ts``: how the
+    host's pods would load the spec's revision, and any earlier one an undo (or its pin) goes back
+    to, from what the pass read (see the module)."""
     previous = ctx.previous
     rs = RolloutStatus.from_status(previous)
     host = rs.stable_revision
     state = InPlaceState.from_status(previous)
     if state is not None and state.host != host:
         state = None  # new pods took over: what the old host served in place is history
-    # The revisions served here in place before (status.history): their ConfigMaps stay, for an undo.
-    kept = tuple(h.revision for h in rs.history if host is not None and h.in_place_host == host)
-    untouched = InPlaceChoice(
-        engine_revision=revision,
-        requests=tuple(ctx.requests),
-        mode=InPlaceMode(),
-        keep=kept,
-        history=rs.history,
-    )
     if host is None or (state is None and not in_place(ts)):
-        return untouched
+        return InPlaceInputs(history=rs.history, host=host)
 
     def files(rev: str | None) -> RevisionFiles | None:
         if rev is None:
@@ -335,282 +290,129 @@ def choose_in_place(
         return revision_files(ctx.configmaps, rev)
 
     served = state.stable if state is not None else host
-    events: list[RolloutEvent] = []
-    kind: tuple[str, str] | None = None
-    described = str(previous.get("rolloutKindReason") or "")
-    asked = _requests(ts, settings, ctx, state=state, served=served, revision=revision, files=files)
-    state, taken, rest, desired = asked.state, asked.taken, asked.rest, asked.desired
-    events += asked.events
-    actions = {r.action for r in taken}
-    engine = host
-    replaced_by: str | None = None
+    # The revisions the pods may load in this pass: the one in progress (no other starts before it
+    # ends), else the spec's and the one an undo pinned; and the one a pending undo asks for.
+    loads: set[str] = set()
+    change: InPlace | NewPods | None = None
+    pinned: str | None = None
+
+    def option(rev: str) -> bool:  # the engine asks only then (core.rollout.engine.in_place_change)
+        return in_place_option(rs, ctx.revisions, opted_in=in_place(ts), revision=rev)
+
     if state is not None and state.next is not None:
-        if state.next != desired:
-            # A newer spec (or an undo), also while rolling back: the update in progress goes back,
-            # and the new one starts once no pod is asked for it any more (core.rollout.inplace).
-            replaced_by = desired
-    elif state is not None and state.aborted_revision is not None:
-        pass  # held: the host serves what it served, the spec's revision waits
-    elif desired != served:
-        change = _change(
-            ts,
-            settings,
-            ctx,
-            change=(served, desired),
-            files=files,
-            configs=configs,
-            manifest_json=manifest_json,
-            undo=desired != revision,
-        )
-        if isinstance(change, InPlace):
-            pin = (state.pinned, state.pinned_for) if state is not None else (None, None)
-            state = InPlaceState(host=host, stable=served, next=desired, pinned=pin[0], pinned_for=pin[1])
-            described = describe(change)
-            kind = (IN_PLACE, described)
-        else:
-            if change is not None:
-                kind = (NEW_PODS, describe(change))
-                if previous.get("rolloutKindReason") != kind[1]:
-                    events.append(RolloutEvent(NORMAL, NEW_PODS_REQUIRED, f"revision {revision}: {kind[1]}"))
-            if state is None:
-                return dataclasses.replace(untouched, kind=kind, mode=InPlaceMode(events=tuple(events)))
-            engine = revision  # new pods over a host that serves in place: the engine rolls them out
-    elif state is None:
-        return untouched
-    assert state is not None
-    update = InPlaceInput(
-        rollout=ts.spec.rollout,
+        loads.add(state.next)
+    else:
+        if revision != served:
+            loads.add(revision)
+            if option(revision):
+                spec = parts_of(ts, settings, configs, manifest_json)
+                change = _change(ts, settings, ctx, host, change=(served, revision), files=files, new=spec)
+        if state is not None and state.pinned is not None:
+            loads.add(state.pinned)
+            pinned = state.pinned if option(state.pinned) else None
+    undo = _undo_target(ctx, rs, served)
+    if undo is not None:
+        loads.add(undo)
+    back = sorted(r for r in (pinned, undo) if r is not None and r != served)
+    earlier = {rev: _change(ts, settings, ctx, host, change=(served, rev), files=files) for rev in back}
+    mode = InPlaceMode(
+        host=host,
         state=state,
-        models=changed_models(files(state.stable), files(state.next)) if state.next else (),
-        pods=host_pods(state.host, ctx.pods, ctx.agents),
-        now=ctx.now,
-        deadline_seconds=ctx.deadline_seconds,
-        paused=paused(ts.spec.rollout, rs),
-        requests=InPlaceRequests(
-            promote="promote" in actions, promote_full="promote-full" in actions, abort="abort" in actions
-        ),
-        configmap_stable=observed_state_stable(ctx.configmaps, state.host),
-        describe=described,
-        replaced_by=replaced_by,
+        opted_in=in_place(ts),
+        change=change,
+        earlier=earlier,
+        models={rev: changed_models(files(served), files(rev)) for rev in sorted(loads)},
+        pods=host_pods(host, ctx.pods, ctx.agents),
+        configmap_stable=observed_state_stable(ctx.configmaps, host),
+        described=str(previous.get("rolloutKindReason") or ""),
         analysis=ctx.analysis,
     )
-    handled: dict[str, str] = {r.action: r.request_id for r in taken}
-    return InPlaceChoice(
-        engine_revision=engine,
-        requests=tuple(rest),
-        mode=InPlaceMode(update=update, handled=handled, events=tuple(events)),
-        kind=kind,
-        described=described,
-        files={r: files(r) for r in (state.stable, state.next) if r},
-        stored=_stored_inplace_data(ctx.configmaps, state.host),
+    return InPlaceInputs(
+        mode=mode,
+        files={r: files(r) for r in sorted({served, *loads})},
+        stored=_stored_inplace_data(ctx.configmaps, host),
         history=rs.history,
+        host=host,
     )
 
 
-def in_place_writes(ts: TritonService, choice: InPlaceChoice, moved: InPlacePlan | None) -> InPlaceDecision:
-    """What the in-place mode writes once the engine moved its update (``moved``: the plan's
-    in_place): the `<deployment>-inplace` ConfigMap, the ConfigMaps kept, the kind and the served
-    revision for the status."""
-    mode, update = choice.mode, choice.mode.update
-    handled = dict(mode.handled)
-    if update is None or moved is None:
-        return InPlaceDecision(
-            engine_revision=choice.engine_revision,
-            requests=choice.requests,
-            handled=handled,
-            kind=choice.kind,
-            events=mode.events,
-            keep=choice.keep,
-        )
-    state, plan, kind, described = update.state, moved, choice.kind, choice.described
+def _undo_target(ctx: InPlaceContext, rs: RolloutStatus, served: str) -> str | None:
+    """The revision a pending undo request asks for (--to-revision, else status.history's last),
+    when the host's pods could load it in place (core.rollout.engine.undo_in_place)."""
+    host = rs.stable_revision
+    here = {h.revision for h in rs.history if h.in_place_host == host}
+    for req in ctx.requests:
+        if req.action == "undo" and rs.handled_requests.get("undo") != req.request_id:
+            target = req.to_revision or (rs.history[-1].revision if rs.history else None)
+            return target if target in here or (target == host and served != host) else None
+    return None
 
+
+def in_place_writes(ts: TritonService, inputs: InPlaceInputs, plan: RolloutPlan) -> InPlaceDecision:
+    """What the in-place mode writes once the engine moved its update (``plan.in_place``): the
+    `<deployment>-inplace` ConfigMap, the ConfigMaps kept, the kind and the served revision for the
+    status."""
+    engine, moved = plan.engine_revision, plan.in_place
+    assert engine is not None  # plan_rollout says
+    host = inputs.host
+    kept = tuple(h.revision for h in inputs.history if host is not None and h.in_place_host == host)
+    if moved is None or moved.before is None:
+        return InPlaceDecision(engine_revision=engine, kind=plan.kind, keep=kept)
+    state = moved.before
     configmap: dict[str, Any] | None = None
     keep: tuple[str, ...] = ()
-    if plan.configmap is not None:
-        stable, nxt = plan.configmap
-        stored = {r: choice.files.get(r) for r in (stable, nxt) if r}
+    if moved.configmap is not None:
+        stable, nxt = moved.configmap
+        stored = {r: inputs.files.get(r) for r in (stable, nxt) if r}
         if all(v is not None for v in stored.values()):
             data = inplace_data(stable, nxt, {r: v for r, v in stored.items() if v is not None})
         else:
             # A revision's own ConfigMap cannot be read back (never expected: they are kept while
             # served or loading): the ConfigMap the pods follow stays as it is, never deleted.
-            data = dict(choice.stored or {})
+            data = dict(inputs.stored or {})
         configmap = build_inplace_configmap(ts, state.host, data) if data else None
         keep = tuple(stored)
-    after = plan.state
-    if kind is None and after is not None and after.next is not None:
-        kind = (IN_PLACE, described)
-    history = history_after(choice.history, ts.spec.rollout.revision_history_limit, state, after)
-    entries = history if history is not None else choice.history
+    after = moved.state
+    history = history_after(inputs.history, ts.spec.rollout.revision_history_limit, state, after)
+    entries = history if history is not None else inputs.history
     kept = tuple(h.revision for h in entries if h.in_place_host == state.host)
     return InPlaceDecision(
-        engine_revision=choice.engine_revision,
-        requests=choice.requests,
-        handled=handled,
-        plan=plan,
-        kind=kind,
-        events=(*mode.events, *plan.events),
+        engine_revision=engine,
+        plan=moved,
+        kind=plan.kind,
         configmap=configmap,
         keep=tuple(dict.fromkeys((*keep, *kept))),
         served=after.stable if after is not None and after.stable != after.host else None,
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class _Asked:
-    """The control requests one pass takes here, and what they leave to do."""
-
-    state: InPlaceState | None
-    taken: list[ControlRequest]
-    rest: list[ControlRequest]
-    events: list[RolloutEvent]
-    desired: str
-    """What the pods are to serve: the spec's revision, or the one an undo went back to."""
-
-
-def _requests(
-    ts: TritonService,
-    settings: Settings,
-    ctx: InPlaceContext,
-    *,
-    state: InPlaceState | None,
-    served: str,
-    revision: str,
-    files: Callable[[str | None], RevisionFiles | None],
-) -> _Asked:
-    """The requests for the in-place rollout (promote, promote-full, abort, retry), an undo it can
-    load in place, a retry after one; the pin and the hold they end."""
-    rs = RolloutStatus.from_status(ctx.previous)
-    events: list[RolloutEvent] = []
-    ours = {r for r in (state.next, state.aborted_revision) if r} if state is not None else set()
-    taken, rest = _taken(ctx.requests, rs.handled_requests, ours) if ours else ([], list(ctx.requests))
-    undo = _undo(ts, settings, ctx, rest, state=state, served=served, revision=revision, files=files)
-    if undo is not None:
-        state = undo.state
-        events += undo.events
-        taken += undo.taken
-        rest = [r for r in rest if r not in undo.taken]
-    if state is not None and state.pinned is not None:
-        # A retry rolls the spec forward after an undo made here (as after the engine's pin).
-        retry = [r for r in rest if r.action == "retry" and rs.handled_requests.get("retry") != r.request_id]
-        taken += retry
-        rest = [r for r in rest if r not in retry]
-    actions = {r.action for r in taken}
-    ended = state is not None and (state.pinned_for != revision or "retry" in actions)
-    if state is not None and state.pinned is not None and ended:
-        if state.pinned_for == revision:
-            forward = f"rolling forward to revision {revision}"
-            events.append(RolloutEvent(NORMAL, ROLLOUT_RETRIED, forward))
-        state = dataclasses.replace(state, pinned=None, pinned_for=None)  # a new spec, or a retry
-    desired = state.pinned if state is not None and state.pinned is not None else revision
-    held = state is not None and state.next is None and state.aborted_revision is not None
-    if state is not None and held and (state.aborted_revision != desired or "retry" in actions):
-        if state.aborted_revision == desired:
-            events.append(RolloutEvent(NORMAL, ROLLOUT_RETRIED, f"retrying revision {desired} in place"))
-        state = dataclasses.replace(state, aborted_revision=None, aborted_reason=None, aborted_detail=None)
-    return _Asked(state, taken, rest, events, desired)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Undone:
-    state: InPlaceState | None
-    events: tuple[RolloutEvent, ...]
-    taken: tuple[ControlRequest, ...]
-
-
-def _undo(
-    ts: TritonService,
-    settings: Settings,
-    ctx: InPlaceContext,
-    requests: Sequence[ControlRequest],
-    *,
-    state: InPlaceState | None,
-    served: str,
-    revision: str,
-    files: Callable[[str | None], RevisionFiles | None],
-) -> _Undone | None:
-    """An undo request the in-place layer takes: its target (--to-revision, else the last entry of
-    status.history) was served in place in the host's pods (status.history's inPlaceHost), or is the
-    host's own revision while they serve another in place. Pinned (status.inPlace.pinned) until the
-    spec changes or a retry request, as the engine pins an undo; the pods move to it as any in-place
-    update does, step by step, gated. None: not one for in place (the engine takes it)."""
-    rs = RolloutStatus.from_status(ctx.previous)
-    host = rs.stable_revision
-    fresh = [r for r in requests if r.action == "undo" and rs.handled_requests.get("undo") != r.request_id]
-    if not fresh or host is None or rs.canary_revision is not None or not in_place(ts):
-        return None
-    req = fresh[-1]
-    in_place_here = {h.revision for h in rs.history if h.in_place_host == host}
-    target = req.to_revision or (rs.history[-1].revision if rs.history else None)
-    if target is None or not (target in in_place_here or (target == host and served != host)):
-        return None
-
-    def rejected(why: str) -> _Undone:
-        message = f"undo: revision {target} cannot be loaded in place: {why}"
-        return _Undone(state, (RolloutEvent(WARNING, UNDO_REJECTED, message),), (req,))
-
-    if target in ctx.unsyncable:
-        return rejected(f"it cannot sync any more: {ctx.unsyncable[target]}")
-    if target != served:
-        change = _change(
-            ts,
-            settings,
-            ctx,
-            change=(served, target),
-            files=files,
-            configs={},
-            manifest_json=None,
-            undo=True,
-            checks=False,
-        )
-        if not isinstance(change, InPlace):
-            return rejected(describe(change) if change is not None else "its ConfigMap is gone")
-    base = state if state is not None else InPlaceState(host=host, stable=served)
-    pinned = dataclasses.replace(base, pinned=target, pinned_for=revision)
-    message = (
-        f"rolling back to revision {target} in place, in the pods of revision {host} (serving {served}); "
-        f"the spec's revision {revision} waits until the spec changes or a retry request"
-    )
-    return _Undone(pinned, (RolloutEvent(NORMAL, UNDO_REQUESTED, message),), (req,))
-
-
 def _change(
     ts: TritonService,
     settings: Settings,
     ctx: InPlaceContext,
+    host: str,
     *,
     change: tuple[str, str],
     files: Callable[[str | None], RevisionFiles | None],
-    configs: Mapping[str, str],
-    manifest_json: str | None,
-    undo: bool = False,
-    checks: bool = True,
+    new: RevisionParts | None = None,
 ) -> InPlace | NewPods | None:
-    """How the change from ``served`` to ``revision`` rolls out: None when in place is not an option
-    (not opted in, new pods already rolling, an undo pin), else rollout_kind's answer, NewPods when
-    the files do not fit the in-place ConfigMap. ``undo``: ``revision`` is an earlier one an undo
-    goes back to (its parts read from its ConfigMaps, not the spec's); ``checks``: whether the
-    rollout in progress is looked at (an undo being decided is checked for that by _undo)."""
+    """How the host's pods would go from ``served`` to ``revision``: rollout_kind's answer, NewPods
+    when too few pods serve or the files do not fit the in-place ConfigMap; None when ``revision``'s
+    parts cannot be read. ``new``: its parts (None: an earlier revision's, read from its
+    ConfigMaps). Whether in place is an option at all (opt-in, no rollout of new pods in progress)
+    is the engine's to say (core.rollout.engine.in_place_change)."""
     served, revision = change
-    rs = RolloutStatus.from_status(ctx.previous)
-    if checks and (not in_place(ts) or rs.canary_revision is not None or rs.pinned_revision is not None):
-        return None
-    if checks and (rs.aborted_revision == revision or rs.stable_revision not in ctx.revisions):
-        return None
     old = stored_parts(ts, settings, ctx.configmaps, served)
     if old is None:
         return NewPods((f"revision {served}'s ConfigMap cannot be read: nothing to compare with",))
-    new = (
-        stored_parts(ts, settings, ctx.configmaps, revision)
-        if undo
-        else parts_of(ts, settings, configs, manifest_json)
-    )
+    if new is None:
+        new = stored_parts(ts, settings, ctx.configmaps, revision)
     if new is None:
         return None
     kind = rollout_kind(old, new)
     if isinstance(kind, NewPods):
         return kind
-    pods = host_pods(rs.stable_revision or "", ctx.pods, {})
+    pods = host_pods(host, ctx.pods, {})
     servable = sum(1 for p in pods if not p.terminating and p.problem is None)
     if servable < MIN_IN_PLACE_PODS:
         return NewPods((too_few_pods(servable),))

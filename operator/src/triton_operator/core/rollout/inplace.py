@@ -621,6 +621,7 @@ def finish(
         in_flight=in_flight,
         analysis_runs=tuple(m.runs)[-ANALYSIS_RUNS_KEPT:],
         pause=m.pause,
+        before=m.inp.state,
     )
 
 

@@ -72,13 +72,12 @@ def finish(
     st = c.st
     canary = st.canary_revision
     weights = TrafficWeights.canary_percent(st.canary_weight or 0) if canary else TrafficWeights()
-    mode, moved = c.inp.in_place, c.moved
-    chosen = mode.events if mode is not None else ()
+    moved, chosen = c.moved, c.chosen
     events = (*chosen, *c.events)
     if moved is not None:
         # The in-place mode moves the host's pods: while the host is the revision the engine
         # serves, the update's verdicts are the rollout's (a failure beats the host's steadiness).
-        if moved.state is not None and moved.state.host == c.inp.desired_revision:
+        if moved.state is not None and moved.state.host == c.desired:
             progressing = moved.progressing
             degraded = moved.degraded if moved.degraded.status == TRUE else degraded
         events = (*c.events, *chosen, *moved.events)
@@ -96,6 +95,8 @@ def finish(
         events=events,
         requeue_after=requeue,
         in_place=moved,
+        engine_revision=c.desired,
+        kind=c.kind,
     )
 
 

@@ -10,6 +10,7 @@ from triton_operator.core.objects.traffic import TrafficWeights
 from triton_operator.core.rollout.canary_analysis import AnalysisResult
 from triton_operator.core.rollout.hostpods import HostPod, InPlaceRequests, InPlaceState
 from triton_operator.core.rollout.requests import ControlRequest
+from triton_operator.core.rollout.rollout_kind import RolloutKind
 from triton_operator.core.rollout.state import RevisionState, RolloutStatus
 from triton_operator.core.vocabulary.conditions import Verdict
 from triton_operator.models import AnalysisRunRecord, Rollout, SetHeaderRoute
@@ -43,8 +44,8 @@ class RolloutInput:
     """Pods of the service's tuning sweeps (`kubectl triton tune`, core.tuning.held_pods): they count
     against spec.rollout.gpuBudget as another revision's pods do."""
     in_place: InPlaceMode | None = None
-    """The in-place mode (core.decision.inplace_plan chooses it): the host pods' update the engine moves
-    too."""
+    """The in-place mode's inputs (core.decision.inplace_plan describes them; None: no in-place mode):
+    the engine may move the host pods' models instead of rolling out new pods."""
 
 
 # ----------------------------------------------------------------- outputs
@@ -100,18 +101,41 @@ class InPlacePlan:
     """The analyses that decided something in this call (status.analysisRuns, as a canary's)."""
     pause: bool = False
     """An inconclusive analysis pauses the rollout (onInconclusive: Pause): status.pausedByUser."""
+    before: InPlaceState | None = None
+    """The state this call moved from: the update as the engine chose it (InPlaceInput.state)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class InPlaceMode:
-    """The in-place mode of one call (core.decision.inplace_plan chooses it before the engine runs): the host
-    pods' update to move (None: none runs), and what choosing it took (requests, Events)."""
+    """The in-place mode's inputs (core.decision.inplace_plan describes them from what a pass read): the
+    host revision whose pods stay, the update status.inPlace carries on, and how those pods would load
+    each revision the engine may ask them for. The engine takes the control requests for it (promote,
+    promote-full, abort, retry, an undo it can load in place), chooses what the pods are to serve, and
+    its in-place step mover (core.rollout.inplace) moves them."""
 
-    update: InPlaceInput | None = None
-    handled: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """The control requests the in-place mode took: action -> request id (status.handledRequests)."""
-    events: tuple[RolloutEvent, ...] = ()
-    """What choosing said (new pods required, an undo or a retry in place), before the update's own."""
+    host: str
+    """The stable revision: its Deployment and Services stay; what its pods serve moves."""
+    state: InPlaceState | None = None
+    """status.inPlace as read, when it is this host's (None: its pods serve their own revision)."""
+    opted_in: bool = False
+    """spec.rollout.modelUpdates: InPlace."""
+    change: RolloutKind | None = None
+    """How the pods would go from what they serve to the spec's revision, its parts from the spec
+    (core.rollout.rollout_kind, NewPods where the files do not fit or too few pods serve; None when
+    no change can start: they serve it, or an update is in progress)."""
+    earlier: Mapping[str, RolloutKind | None] = dataclasses.field(default_factory=dict)
+    """The same for an earlier revision an undo (or its pin) goes back to, its parts from its own
+    ConfigMaps (None: they are gone)."""
+    models: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """By revision the pods may load: the models whose readiness gates a pod (those it reloads or adds)."""
+    pods: Sequence[HostPod] = ()
+    """The host revision's pods."""
+    configmap_stable: str | None = None
+    """state.json's stable as the observed `<deployment>-inplace` ConfigMap holds it (None: none)."""
+    described: str = ""
+    """status.rolloutKindReason as read: what the update in progress does, in words."""
+    analysis: AnalysisResult | None = None
+    """The analysis verdict of the in-place step's window (reconcile.analysis), if one was judged."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +162,12 @@ class RolloutPlan:
     """Seconds until a timed pause ends or a deadline passes; None when nothing is timed."""
     in_place: InPlacePlan | None = None
     """The host pods' update as the in-place mode moved it (None: no in-place update runs)."""
+    engine_revision: str | None = None
+    """The revision the Deployments roll toward: the spec's, or the host's while its pods' models move
+    in place (plan_rollout always says)."""
+    kind: tuple[str, str] | None = None
+    """(InPlace | NewPods, why) of the change in progress (status.rolloutKind, rolloutKindReason);
+    None keeps the last."""
 
     def condition(self, condition_type: str) -> Verdict | None:
         return self.conditions.get(condition_type)

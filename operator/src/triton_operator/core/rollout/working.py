@@ -34,6 +34,9 @@ class Call:
         self.promote_full = False
         self.abort_requested = False
         self.retry = False
+        self.desired = inp.desired_revision
+        """The revision the Deployments roll toward: the spec's, or the host's while its pods' models
+        move in place (the in-place mode chooses)."""
         self.target = inp.desired_revision
         self.rollback = False
         self.made_for: dict[Action, str] = {}
@@ -44,6 +47,10 @@ class Call:
         """Why the current step waits for the analysis (the Progressing message), when it does."""
         self.moved: InPlacePlan | None = None
         """The host pods' update as the in-place mode moved it in this call (None: none runs)."""
+        self.chosen: tuple[RolloutEvent, ...] = ()
+        """What the in-place mode's requests and choice said (before the update's own Events)."""
+        self.kind: tuple[str, str] | None = None
+        """(InPlace | NewPods, why) of the change in progress, when the in-place mode chose it."""
 
     # ------------------------------------------------------------- small helpers
 
@@ -67,10 +74,7 @@ class Call:
         return (self.now - moment).total_seconds() if moment is not None else 0.0
 
     def deadline_seconds(self) -> int:
-        """The progress deadline: the spec's effective one (it knows the startup timeout), else rollout's."""
-        if self.inp.progress_deadline_seconds is not None:
-            return self.inp.progress_deadline_seconds
-        return self.inp.rollout.progress_deadline()
+        return deadline_seconds(self.inp)
 
     def elapsed(self, since: datetime | None, seconds: int) -> bool:
         return elapsed(since, seconds, self.now)
@@ -94,3 +98,10 @@ class Call:
             waiting_since=None,
             promoting=False,
         )
+
+
+def deadline_seconds(inp: RolloutInput) -> int:
+    """The progress deadline: the spec's effective one (it knows the startup timeout), else rollout's."""
+    if inp.progress_deadline_seconds is not None:
+        return inp.progress_deadline_seconds
+    return inp.rollout.progress_deadline()
