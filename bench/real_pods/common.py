@@ -391,7 +391,8 @@ def ref_tree(ref: str, node: Mapping[str, Any] | None) -> Iterator[Tree]:
                 archive.unlink()
                 images.run([*ctr, "label", tag, "io.cri-containerd.pinned=pinned"])
         say(f"{ref} ({commit[:12]}): image {tag} ready in {time.monotonic() - t0:.1f} s")
-        yield Tree(f"{ref} ({commit[:7]})", tree, {"TRITON_OPERATOR_SYNC_IMAGE": tag})
+        label = commit[:12] if commit.startswith(ref) else f"{ref} ({commit[:7]})"
+        yield Tree(label, tree, {"TRITON_OPERATOR_SYNC_IMAGE": tag})
     finally:
         with contextlib.suppress(subprocess.CalledProcessError):
             git("worktree", "remove", "--force", str(tree))
