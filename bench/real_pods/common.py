@@ -3,7 +3,8 @@ bridge's gateway, the CRD, a namespace with the store's Secret, the operator on 
 polling of pods, Services and the agent.
 
 run.py, inplace.py and realsize.py import it as ``bench.real_pods.common`` (each puts the repository root
-on sys.path); importing it puts e2e/, tests/support and operator/src there.
+on sys.path); importing it puts e2e/, tests/support and operator/src there. ``ref_tree``: another git
+ref's checkout and operator image, for a run that measures it beside this tree.
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +138,11 @@ class Session:
         prefix: str,
         operator_env: Mapping[str, str] | None = None,
         operator_args: tuple[str, ...] = ("--no-metrics",),
+        *,
+        tree: Path = ROOT,
     ) -> None:
+        """``tree``: the checkout whose CRD is applied and whose operator/src runs the operator (another
+        ref's, for a run against it: its pods' image is then named in ``operator_env``)."""
         import httpx2  # noqa: PLC0415
         from lightkube import Client, KubeConfig  # noqa: PLC0415
         from lightkube.generic_resource import create_namespaced_resource  # noqa: PLC0415
@@ -151,6 +159,7 @@ class Session:
         self.namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
         self.operator_env = dict(operator_env or {})
         self.operator_args = operator_args
+        self.tree = tree
         self.server: Any = None
         self.s3: Any = None
         self.operator: subprocess.Popen[bytes] | None = None
@@ -181,7 +190,7 @@ class Session:
                 "--server-side",
                 "--force-conflicts",
                 "-f",
-                str(ROOT / "crds" / "tritonservices.yaml"),
+                str(self.tree / "crds" / "tritonservices.yaml"),
             ],
             check=True,
             capture_output=True,
@@ -202,7 +211,7 @@ class Session:
             env={
                 **os.environ,
                 "PYTHONPATH": os.pathsep.join(
-                    filter(None, [str(ROOT / "operator" / "src"), os.environ.get("PYTHONPATH")])
+                    filter(None, [str(self.tree / "operator" / "src"), os.environ.get("PYTHONPATH")])
                 ),
                 "KUBECONFIG": self.kubeconfig,
                 "TRITON_OPERATOR_PIN_REPOSITORIES": "true",
@@ -315,3 +324,76 @@ def agent_applied(ip: str, old_revision: str | None, timeout: float = 60) -> dic
         return None
 
     return dict(wait(probe, timeout, f"the agent of {ip} Applied"))
+
+
+# ---------------------------------------------------------------- another ref's tree, side by side
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A tree a bench measures: ``label`` in its tables; ``root`` its checkout (its CRD and its
+    operator/src, which runs the operator); ``env`` what the operator gets besides (another ref's pods'
+    image, TRITON_OPERATOR_SYNC_IMAGE)."""
+
+    label: str
+    root: Path = ROOT
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+REF_IMAGE = "localhost/triton-operator/triton-operator-ref"
+"""The repository of the operator images of other refs (tagged by their commit), next to this tree's."""
+
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def ref_image(commit: str, tree: Path) -> str:
+    """The operator image of ``tree`` (a checkout of ``commit``), built from its own Dockerfile as
+    e2e/images.py builds this tree's but tagged ``REF_IMAGE:<commit>`` (this tree's image is left as
+    it is); built once per commit (podman keeps it)."""
+    import images  # noqa: PLC0415  (e2e/images.py)
+
+    tag = f"{REF_IMAGE}:{commit[:12]}"
+    if tag not in images.podman_images():
+        images.build(["base"], log=say)
+        build_args = {"PYTHON_IMAGE": images.BASE_REF, "VERSION": images.VERSION}
+        args = ["build", "--pull=never", "--layers=false", "--quiet", "-f", str(tree / "Dockerfile")]
+        args += ["-t", tag, "--label", f"{images.LABEL}=ref-{commit}"]
+        args += [f"--build-arg={k}={v}" for k, v in build_args.items()]
+        if os.environ.get("TRITON_OPERATOR_BUILD_NETWORK"):
+            args.append("--network=" + os.environ["TRITON_OPERATOR_BUILD_NETWORK"])
+        images.podman(*args, str(tree))
+    return tag
+
+
+@contextlib.contextmanager
+def ref_tree(ref: str, node: Mapping[str, Any] | None) -> Iterator[Tree]:
+    """The tree of git ref ``ref`` for the bench's run against it: a temporary `git worktree` of its
+    commit (removed after), its operator image (``ref_image``) imported into the real node's
+    containerd (pinned, as images.py pins its images; ``node`` None: built only) and named as its
+    pods' image."""
+    import images  # noqa: PLC0415  (e2e/images.py)
+
+    commit = git("rev-parse", "--verify", f"{ref}^{{commit}}")
+    folder = Path(tempfile.mkdtemp(prefix="bench-ref-"))
+    tree = folder / "tree"
+    git("worktree", "add", "--detach", str(tree), commit)
+    try:
+        t0 = time.monotonic()
+        tag = ref_image(commit, tree)
+        if node is not None:
+            ctr = ["ctr", "--address", str(node["containerd_socket"]), "-n", "k8s.io", "images"]
+            if tag not in images.run([*ctr, "ls", "-q"]).stdout.split():
+                archive = folder / "image.tar"
+                images.podman("save", "--quiet", "--format", "docker-archive", "-o", str(archive), tag)
+                images.run([*ctr, "import", str(archive)])
+                archive.unlink()
+                images.run([*ctr, "label", tag, "io.cri-containerd.pinned=pinned"])
+        say(f"{ref} ({commit[:12]}): image {tag} ready in {time.monotonic() - t0:.1f} s")
+        label = commit[:12] if commit.startswith(ref) else f"{ref} ({commit[:7]})"
+        yield Tree(label, tree, {"TRITON_OPERATOR_SYNC_IMAGE": tag})
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            git("worktree", "remove", "--force", str(tree))
+        shutil.rmtree(folder, ignore_errors=True)

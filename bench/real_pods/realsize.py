@@ -30,6 +30,7 @@ in-place pod's agent: its fetch, then Triton's load of encoder).
 Needs the local cluster's real node (e2e/cluster.py up; started and stopped here when not up).
 
   .venv/bin/python bench/real_pods/realsize.py                                   # full size: ~2.6 GiB
+  .venv/bin/python bench/real_pods/realsize.py --ref main                        # main first, then this tree
   .venv/bin/python bench/real_pods/realsize.py --big 8MiB --medium 4MiB --shard 2MiB --json out.json
 """
 
@@ -55,9 +56,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.real_pods.common import (
     Session,
+    Tree,
     agent_applied,
     agent_fetched,
     agent_status,
+    ref_tree,
     run_with_cluster,
     say,
     sync_summary,
@@ -77,6 +80,7 @@ PREFIX = "models"
 CHANGED = realrepo.MEDIUM
 X = [1.0, 2.0, 3.0, 4.0]
 PHASES = ("to pod", "sync", "load", "probes", "routing")
+THIS_TREE = "this tree"
 SOURCES = {
     "to pod": "bench poll: apply -> the pod bound to the node (the operator, the ReplicaSet, the scheduler)",
     "sync": "bench poll: bound -> the sync init container terminated (sandbox, image, `triton-operator "
@@ -153,15 +157,19 @@ def added(host: str, model: str, timeout: float = 2.0) -> float | None:
 
 
 class RealSize(Session):
-    def __init__(self, args: argparse.Namespace, node: dict[str, Any], workdir: Path) -> None:
+    def __init__(
+        self, args: argparse.Namespace, node: dict[str, Any], workdir: Path, tree: Tree | None = None
+    ) -> None:
         self.cache_port = free_port()
         self.metrics_port = free_port()
+        tree = tree or Tree("this tree")
         super().__init__(
             node,
             workdir,
             "bench-realsize",
-            {"TRITON_OPERATOR_NODE_CACHE_PORT": str(self.cache_port)},
+            {"TRITON_OPERATOR_NODE_CACHE_PORT": str(self.cache_port), **tree.env},
             ("--metrics-port", str(self.metrics_port)),
+            tree=tree.root,
         )
         self.args = args
         self.cache: subprocess.Popen[bytes] | None = None
@@ -244,9 +252,8 @@ class RealSize(Session):
         )
 
     def distinct_bytes(self, repo: realrepo.GeneratedRepository) -> int:
-        """Bytes of the distinct contents a pod syncs: a pod of the one shape fetches one model at a
-        time, and gets a copy of an object an earlier model had (the models' shared model.py) from the
-        node cache, not the store."""
+        """Bytes of the distinct contents a pod syncs: what the store gives at least (a copy of an
+        object the node cache holds, such as the models' shared model.py, may come from there)."""
         files = [f for f in repo.files if not f.path.endswith("/config.pbtxt")]
         return sum({f.sha256: f.size for f in files}.values())
 
@@ -607,9 +614,51 @@ def mib(n: float) -> str:
     return f"{int(n):,} B" if n < realrepo.MiB else f"{n / realrepo.MiB:,.1f} MiB"
 
 
-def report(
-    cases: list[Case], session: RealSize | None, args: argparse.Namespace, out: dict[str, Any]
-) -> None:
+def report(runs: dict[str, list[Case]], sessions: dict[str, RealSize], args: argparse.Namespace) -> None:
+    """Each tree's tables (this tree's alone without --ref), then, with --ref, the two side by side;
+    the JSON: this tree's figures, and the other ref's under "ref"."""
+    measured = [label for label, cases in runs.items() if cases]
+    out: dict[str, Any] = {}
+    for label in measured:
+        if len(runs) > 1:
+            print(f"\n## {label}")
+        figures = report_tree(runs[label], sessions.get(label), args)
+        if label == THIS_TREE:
+            out.update(figures)
+        else:
+            out["ref"] = {"label": label, **figures}
+    if len(measured) > 1:
+        side_by_side(runs, measured)
+    print(json.dumps(out))
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+
+
+def side_by_side(runs: dict[str, list[Case]], labels: list[str]) -> None:
+    """One row a case: each tree's apply -> every pod answers, then each tree's sync / load."""
+    print("\nSide by side (seconds; apply -> every pod answers, then the last pod's sync / load):\n")
+    print(
+        "| case | "
+        + " | ".join(f"`{t}`" for t in labels)
+        + " | "
+        + " | ".join(f"`{t}` sync / load" for t in labels)
+        + " |"
+    )
+    print("|---|" + "---:|" * (2 * len(labels)))
+    names = list(dict.fromkeys(c.name for t in labels for c in runs[t]))
+    for name in names:
+        got = [next((c for c in runs[t] if c.name == name), None) for t in labels]
+        totals = [f"{c.seconds:.2f}" if c else "-" for c in got]
+        phases = [
+            f"{c.phases.get('sync', 0):.2f} / {c.phases.get('load', 0):.2f}" if c and c.phases else "-"
+            for c in got
+        ]
+        print(f"| {name} | " + " | ".join(totals) + " | " + " | ".join(phases) + " |")
+
+
+def report_tree(cases: list[Case], session: RealSize | None, args: argparse.Namespace) -> dict[str, Any]:
+    """One tree's tables and targets, printed; its figures for the JSON."""
+    out: dict[str, Any] = {}
     repo = session.repo if session is not None else None
     v2 = session.v2 if session is not None else None
     print()
@@ -724,9 +773,7 @@ def report(
             "changedBytes": session.pinned_bytes(v2, f"{CHANGED}/2/"),
             "changedShardBytes": v2.model(CHANGED).weight_bytes // 2,
         }
-    print(json.dumps(out))
-    if args.json is not None:
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -744,28 +791,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll", type=float, default=0.1, help="seconds between polls")
     ap.add_argument("--timeout", type=float, default=600, help="seconds a case may take")
     ap.add_argument("--json", type=Path, help="also write the figures here as JSON")
+    ap.add_argument(
+        "--ref",
+        metavar="REF",
+        help="also measure git ref REF in the same run, first (a temporary worktree of it, its operator "
+        "image built from its Dockerfile and loaded under a tag of its own, its operator run from its "
+        "operator/src; each tree with a cold node cache of its own), and print both side by side",
+    )
     args = ap.parse_args(argv)
     if args.replicas < 2:
         ap.error("--replicas must be at least 2 (the scale-up adds pods to one)")
-    cases: list[Case] = []
-    holder: dict[str, RealSize] = {}
-    out: dict[str, Any] = {}
+    runs: dict[str, list[Case]] = {}
+    sessions: dict[str, RealSize] = {}
 
     def measure(node: dict[str, Any]) -> None:
-        workdir = Path(tempfile.mkdtemp(prefix="bench-realsize-"))
-        session = RealSize(args, node, workdir)
-        holder["session"] = session
-        try:
-            session.start()
-            session.run(cases)
-        finally:
-            session.stop()
-            shutil.rmtree(workdir / "weed", ignore_errors=True)
-            shutil.rmtree(workdir / "node-cache", ignore_errors=True)
-            say(f"logs: {workdir} (the store's and the node cache's data removed)")
+        with contextlib.ExitStack() as stack:
+            trees = [Tree(THIS_TREE)]
+            if args.ref:
+                trees.insert(0, stack.enter_context(ref_tree(args.ref, node)))
+            for tree in trees:
+                say(f"measuring {tree.label}")
+                workdir = Path(tempfile.mkdtemp(prefix="bench-realsize-"))
+                session = RealSize(args, node, workdir, tree)
+                sessions[tree.label] = session
+                try:
+                    session.start()
+                    session.run(runs.setdefault(tree.label, []))
+                finally:
+                    session.stop()
+                    shutil.rmtree(workdir / "weed", ignore_errors=True)
+                    shutil.rmtree(workdir / "node-cache", ignore_errors=True)
+                    say(f"logs: {workdir} (the store's and the node cache's data removed)")
 
     return run_with_cluster(
-        measure, lambda: report(cases, holder.get("session"), args, out), measured=lambda: len(cases)
+        measure,
+        lambda: report(runs, sessions, args),
+        measured=lambda: sum(len(cases) for cases in runs.values()),
     )
 
 

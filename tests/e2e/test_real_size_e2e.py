@@ -47,9 +47,9 @@ def test_the_real_size_cases_read_only_what_the_node_lacks(node: dict[str, Any],
     whole, changed, shards = repo["pinnedBytes"], repo["changedBytes"], repo["changedShardBytes"]
     assert shards < changed < whole
 
-    # One pod shape: the agent fetches one model at a time, so a copy of an object an earlier model
-    # had (the models' shared model.py) may come from the node cache, once that model's upload to it
-    # is done (in the background): the store gives each content at least once, and no more than all.
+    # One pod shape: the agent fetches the whole revision in one sync; a copy of an object the node
+    # cache holds by then (the models' shared model.py) may come from there: the store gives each
+    # content at least once, and no more than all.
     distinct = repo["distinctBytes"]
     assert distinct < whole
     (cold,) = case(result, "new service (cold")["storeBytes"]

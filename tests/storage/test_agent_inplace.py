@@ -948,9 +948,9 @@ def test_a_pod_of_the_one_shape_answers_for_a_model_before_a_later_ones_bytes_ar
     pod: Pod, triton_install: TritonInstall, sidecars: list[Sidecar]
 ) -> None:
     """tritonserver starts with no model (explicit control); the agent (--triton-starts-empty) fetches
-    the big model first and loads it while the small model's bytes are still on their way (the store
-    holds that request back for HOLD_SECONDS): the big model answers before them; the pod is Ready
-    only once both are READY."""
+    both models in one sync and loads the big one as soon as its bytes are in, while the small model's
+    are still on their way (the store holds that request back for HOLD_SECONDS): the big model
+    answers before them; the pod is Ready only once both are READY."""
     pod.put("big/1/model.py", model_py(100, pad=8 * 1024 * 1024))
     pod.put("small/1/model.py", model_py(300))
     r1 = pod.revision("r1", {"big": config(pod.init_log), "small": config(pod.init_log)})
@@ -991,8 +991,8 @@ def test_a_pod_of_the_one_shape_answers_for_a_model_before_a_later_ones_bytes_ar
             assert summary is not None, status
             assert (summary.objects, summary.fetched, summary.present) == (2, status["fetchedBytes"], 0)
             assert summary.fetched == len(model_py(100, pad=8 * 1024 * 1024)) + len(model_py(300))
-            # sync's record of what it placed holds both models (each synced alone): a later change
-            # in place hashes neither again
+            # sync's record of what it placed holds both models: a later change in place hashes
+            # neither again
             recorded = json.loads((pod.models / STATE_FILE).read_text())["files"]
             assert set(recorded) == {"big/1/model.py", "small/1/model.py"}
         finally:
@@ -1004,35 +1004,40 @@ def test_a_model_that_fails_to_load_in_the_first_fill_exits_the_agent_naming_it(
 ) -> None:
     """The agent of a pod of the one shape exits 1 when Triton refuses a model of its first fill, with
     Triton's reason as its termination message (what the operator quotes in Degraded and the rollback
-    Event); the model that loaded stays loaded, and a restarted agent tries again."""
-    pod.put("good/1/model.py", model_py(100, pad=4096))  # more bytes: fetched and loaded first
+    Event); the model that loaded stays loaded, and a restarted agent tries again. (The store holds
+    bad's bytes back for HOLD_SECONDS: good, fetched in the same sync, is in and loaded first.)"""
+    pod.put("good/1/model.py", model_py(100, pad=4096))
     pod.put("bad/1/model.py", model_py(200, fail=True))
     r1 = pod.revision("r1", {"good": config(pod.init_log), "bad": config(pod.init_log)})
-    pod.set_base(r1)
     server = start_server(triton_install, pod.models, [], pod.root / "tritonserver.log")
     termination = pod.root / "termination-log"
     try:
-        for attempt in (1, 2):
-            termination.write_text("")
-            result = subprocess.run(
-                [
-                    *pod.args(server.http_url, f"127.0.0.1:{free_port()}"),
-                    "--triton-starts-empty",
-                    "--termination-log",
-                    str(termination),
-                ],
-                env=pod.env(),
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT * 2,
-                check=False,
-            )
-            assert result.returncode == 1, (attempt, result.stderr)
-            message = termination.read_text()
-            assert message.startswith("load of model 'bad' failed: "), message
-            (failure,) = load_failures(message)
-            assert (failure.model, failure.version) == ("bad", "1") and "refuses to load" in failure.reason
-        assert pod.inits().count("bad 1") == 2  # tried again by the restarted agent
-        assert index(server)[("good", "1")] == "READY"
+        with counting_proxy(pod.backend.endpoint, hold=(b"bad/1/model.py", b"nothing releases it")) as proxy:
+            through = dataclasses.replace(r1.manifest.repository, endpoint=proxy.endpoint)
+            pod.set_base(Revision("r1", dataclasses.replace(r1.manifest, repository=through), r1.configs))
+            for attempt in (1, 2):
+                termination.write_text("")
+                result = subprocess.run(
+                    [
+                        *pod.args(server.http_url, f"127.0.0.1:{free_port()}"),
+                        "--triton-starts-empty",
+                        "--termination-log",
+                        str(termination),
+                    ],
+                    env=pod.env(),
+                    capture_output=True,
+                    text=True,
+                    timeout=TIMEOUT * 2,
+                    check=False,
+                )
+                assert result.returncode == 1, (attempt, result.stderr)
+                message = termination.read_text()
+                assert message.startswith("load of model 'bad' failed: "), message
+                (failure,) = load_failures(message)
+                assert (failure.model, failure.version) == ("bad", "1")
+                assert "refuses to load" in failure.reason
+            assert pod.inits().count("bad 1") == 2  # tried again by the restarted agent
+            assert index(server)[("good", "1")] == "READY"
+            assert proxy.hold_timeouts == 1  # bad's bytes came after the hold, in the first attempt only
     finally:
         server.stop()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import doctest
 import hashlib
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
+from triton_operator.core.pod import agent_plan
 from triton_operator.core.pod.agent_plan import (
     APPLIED,
     APPLYING,
@@ -17,6 +19,7 @@ from triton_operator.core.pod.agent_plan import (
     RevisionFiles,
     Steps,
     ensemble_steps,
+    fill_order,
     load_order,
     model_states,
     parse_inplace_state,
@@ -454,3 +457,20 @@ def test_an_older_state_json_is_told_from_a_new_one(
     last: InPlaceState | None, seen: InPlaceState | None, back: bool
 ) -> None:
     assert went_back(last, seen) is back
+
+
+def test_the_doctests_hold() -> None:
+    assert doctest.testmod(agent_plan).failed == 0
+
+
+def test_the_first_fill_fetches_the_models_whose_load_outlasts_their_download_first() -> None:
+    """Johnson's rule on the bench's repository (docs/benchmarks.md): the small models (and the
+    ensemble, no bytes) first, smallest download first; then the big ones, longest load first."""
+    mib = 1024 * 1024
+    sizes = {"llm": 2048 * mib, "encoder": 500 * mib, "small-2": mib, "small-1": mib, "tiny": 4096}
+    entries = tuple(
+        ManifestEntry(f"repo/{m}/1/w", f"{m}/1/w", size, "md5", "0" * 32) for m, size in sizes.items()
+    )
+    configs = {m: "" for m in (*sizes, "chain")}
+    files = RevisionFiles("r1", Manifest(StoreRef("s3://bucket/repo"), (), entries), configs)
+    assert fill_order(files) == ("chain", "tiny", "small-1", "small-2", "llm", "encoder")

@@ -23,7 +23,6 @@ from triton_operator.adapters.agent.processes import python_stubs, tritonserver_
 from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.storage import open_store
 from triton_operator.adapters.storage.base import StoreError
-from triton_operator.adapters.sync.destination import boot_id, load_state, save_state
 from triton_operator.adapters.sync.download import SyncOptions, sync
 from triton_operator.adapters.sync.progress import Progress, silent
 from triton_operator.adapters.sync.results import SyncError, SyncStats, human
@@ -35,7 +34,6 @@ from triton_operator.core.pod.agent_plan import (
     Steps,
     fill_order,
     load_order,
-    model_part,
     model_states,
     next_load,
     plan,
@@ -363,10 +361,13 @@ class Agent:
     # -------------------------------------------------------- the first fill (one pod shape)
 
     def fill(self, target: RevisionFiles) -> None:
-        """The pod's first revision, with tritonserver started empty: each model synced on its own
-        (core.pod.agent_plan.fill_order, verified, from the node cache first), and loaded by a second thread
-        as soon as its bytes are in and its ensemble steps are loaded (core.pod.agent_plan.next_load), while
-        the next model downloads. Nothing was served yet: no drain. Raises FillFailed."""
+        """The pod's first revision, with tritonserver started empty: one sync of every model's files
+        (verified, from the node cache first, under one lease), each model's fetched before the next's
+        (core.pod.agent_plan.fill_order: sync's model_order); a model is placed as soon as its own last
+        file is in (sync's Progress.model_placed), and a second thread loads it then, once its ensemble
+        steps are loaded (core.pod.agent_plan.next_load), while the rest download. The uploads to the
+        node cache are waited for before the pod may be Ready. Nothing was served yet: no drain.
+        Raises FillFailed."""
         record = self._begin(target)
         steps = self._steps(record, target)
         self._blocked, self._serving = "", None
@@ -382,16 +383,24 @@ class Agent:
         tried: set[str] = set()
         failure: list[BaseException] = []
         fetched = [False]
-        fetching = [""]
         turn = threading.Condition()
 
         def progress() -> None:
-            done = f"{len(loaded)} of {len(order)} models loaded"
+            with turn:
+                done = f"{len(loaded)} of {len(order)} models loaded"
+                left = [m for m in order if m not in placed]
             if fetched[0]:
                 self.message = f"filling: {FILLED}; {done}"
             else:
-                self.message = f"filling: fetching model {fetching[0]}; {done}"
+                self.message = f"filling: fetching {', '.join(left)}; {done}"
             self._status = self._status_now()
+
+        def model_placed(model: str) -> None:
+            with turn:
+                placed.add(model)
+                turn.notify_all()
+            logger.info("model %s: every file in", model)
+            progress()
 
         stopped = threading.Event()
 
@@ -435,30 +444,14 @@ class Agent:
         thread.start()
         began = time.monotonic()
         uploads: list[NodeCacheClient] = []
-        total = SyncStats()
-        cached = False
-        state = _StateMerge(self.options.dest, {e.dest for e in target.manifest.entries})
+        stats = SyncStats()
+        progress()
         try:
-            for model in order:
-                with turn:
-                    if failure or stopped.is_set():
-                        break
-                fetching[0] = model
-                progress()
-                stats = self._sync(target, None, manifest=model_part(target.manifest, model), uploads=uploads)
-                state.add()
-                total.files += stats.files
-                total.bytes += stats.bytes
-                total.downloaded_bytes += stats.downloaded_bytes
-                total.source_hits += stats.source_hits
-                total.source_misses += stats.source_misses
-                total.vouched_files += stats.vouched_files
-                cached = cached or self.node_cache_counts is not None
-                record = record.fetched(stats.downloaded_bytes)
-                self._write(record)
-                with turn:
-                    placed.add(model)
-                    turn.notify_all()
+            stats = self._sync(
+                target, silent(on_model_placed=model_placed), uploads=uploads, model_order=order
+            )
+            record = record.fetched(stats.downloaded_bytes)
+            self._write(record)
         except SYNC_FAILURES as exc:
             with turn:
                 failure.append(exc)
@@ -482,12 +475,12 @@ class Agent:
         remove_model_files(self.options.dest, steps.delete, steps.delete_folders)
         self.message = ""
         self.summary = format_summary(
-            total.files,
-            total.downloaded_bytes,
-            total.bytes - total.downloaded_bytes,
+            stats.files,
+            stats.downloaded_bytes,
+            stats.bytes - stats.downloaded_bytes,
             time.monotonic() - began,
-            node_cache=(total.source_hits, total.source_misses) if cached else None,
-            vouched=total.vouched_files,
+            node_cache=self.node_cache_counts,
+            vouched=stats.vouched_files,
         )
         self._refresh_models(target)
         self._serving, self._blocked, self._draining = target, "", False
@@ -549,11 +542,13 @@ class Agent:
         wait_uploads: bool = False,
         manifest: Manifest | None = None,
         uploads: list[NodeCacheClient] | None = None,
+        model_order: tuple[str, ...] = (),
     ) -> SyncStats:
         """Sync ``target`` into /models: from the node cache first when there is one, then the store.
         ``wait_uploads``: wait for the uploads to the node cache (the init container, whose exit would
         cut them); else they finish in the background, or (``uploads``) the caller waits for them.
-        ``manifest``: a part of the target's (one model's, core.pod.agent_plan.model_part) synced alone."""
+        ``manifest``: a part of the target's (one model's, core.pod.agent_plan.model_part) synced alone.
+        ``model_order``: sync's (each model's files fetched before the next's)."""
         o = self.options
         part = manifest if manifest is not None else target.manifest
         store = None
@@ -581,6 +576,7 @@ class Agent:
                 pvc_root=o.pvc_root,
                 volume_limit=o.volume_limit,
                 source=node_cache,
+                model_order=model_order,
             )
             stats = sync(part, store, options, progress or silent())
             self.node_cache_counts = (
@@ -690,20 +686,3 @@ class Agent:
     def status(self) -> dict[str, Any]:
         """The last status (GET /v1/inplace): a snapshot the loop replaces, never one being built."""
         return self._status
-
-
-class _StateMerge:
-    """Sync's record of the files it placed (its state file in /models, which lets the next sync skip
-    hashing them) kept whole over syncs of one model each: each sync writes its own model's files
-    only, so after each the records are merged back, for the files of ``keep``."""
-
-    def __init__(self, dest: Path, keep: set[str]) -> None:
-        self.dest = dest
-        self.keep = keep
-        self.boot = boot_id()
-        self.files = {k: v for k, v in load_state(dest, self.boot).items() if k in keep}
-
-    def add(self) -> None:
-        self.files.update({k: v for k, v in load_state(self.dest, self.boot).items() if k in self.keep})
-        if self.files and self.dest.is_dir():
-            save_state(self.dest, dict(self.files), self.boot)

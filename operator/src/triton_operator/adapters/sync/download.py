@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import heapq
 import itertools
 import os
 import stat
@@ -102,6 +103,10 @@ class SyncOptions:
     # object (S3's CRC32C/CRC32, of the whole object or composite of its parts) where it keeps one,
     # else by the pinned digest; "digest": always by the pinned digest (MD5, SHA-1, SHA-256).
     verify: str = "fast"
+    # Models whose files are fetched first, in this order: a free connection always takes a part of
+    # the first model in it with bytes left to fetch, so each model's files land together, as early
+    # as they can (a model not named comes after those named). (): every file at once, big first.
+    model_order: tuple[str, ...] = ()
 
 
 VERIFY_MODES = ("fast", "digest")
@@ -131,6 +136,30 @@ class _Then:
 
     def __init__(self, tasks: Sequence[Callable[[], Any]]) -> None:
         self.tasks = tasks
+
+
+class _Ranked:
+    """Tasks handed out lowest rank first, then in the order added: each task added is run by one
+    call of ``run_next`` (the calls are what the pool is given), whichever task is first then. A
+    task added later with a lower rank (a big file's parts, once its HEADs are answered) goes before
+    those of higher ranks still waiting."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, Callable[[], Any]]] = []
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+
+    def add(self, rank: int, tasks: Sequence[Callable[[], Any]]) -> list[Callable[[], Any]]:
+        """Queue ``tasks`` at ``rank``; the calls that run them (as many as the tasks)."""
+        with self._lock:
+            for task in tasks:
+                heapq.heappush(self._heap, (rank, next(self._seq), task))
+        return [self.run_next] * len(tasks)
+
+    def run_next(self) -> Any:
+        with self._lock:
+            _, _, task = heapq.heappop(self._heap)
+        return task()
 
 
 class _Turns:
@@ -232,6 +261,17 @@ class Syncer:
         self._jobs: list[_Job] = []
         self._held: frozenset[str] = frozenset()  # what options.source holds (source_key)
         self._boot = boot_id()  # "" where unknown: then what is written is flushed
+        self._ranks = {m: i for i, m in enumerate(options.model_order)}
+        self._queue = _Ranked()
+        self._dirs = Dirs(self.dest)
+        # Each model's files not placed yet; the models placed (progress.model_placed told); whether
+        # dest may be written yet (not before the files are known to fit).
+        self._left: dict[str, int] = {m.name: 0 for m in manifest.models}
+        for entry in manifest.entries:
+            model = _model_of(entry)
+            self._left[model] = self._left.get(model, 0) + 1
+        self._placed: set[str] = set()
+        self._writable = False
 
     # -------------------------------------------------------- entry point
 
@@ -243,6 +283,9 @@ class Syncer:
             self.dest.mkdir(parents=True, exist_ok=True)
             self._sync_unpinned()
         self._write_configs()
+        self._writable = True
+        for model in self.manifest.models:  # what was not told yet (a claim's; nothing left to fetch)
+            self._model_done(model.name, at_end=True)
         new_state = self.manifest.pinned and self._state_new != self._state_old
         if not self._boot and (self._touched_dirs or new_state):
             # This boot has no id to bind the state file to: one flush for everything written
@@ -312,9 +355,9 @@ class Syncer:
             # Nothing is written before the bytes to write are known to fit the volume.
             self._preflight(to_fetch, hits)
             self.dest.mkdir(parents=True, exist_ok=True)
-            dirs = Dirs(self.dest)
             for job in checked:
-                dirs.ensure(job.entry.dest.rpartition("/")[0])
+                self._dirs.ensure(job.entry.dest.rpartition("/")[0])
+            self._may_write()
             self._run_all(pool, [partial(self._place_cached, job) for job in hits])
             # Phase 2: what the source (the node cache) holds is read from it while the store's
             # downloads of the rest run beside it; then whatever the source failed to give, from the
@@ -326,16 +369,21 @@ class Syncer:
                 (tried if source is not None and source_key(job.entry) in self._held else direct).append(job)
             self._jobs.extend(direct)
             self._jobs.extend(tried)
-            reads = self._source_tasks(source, tried) if source is not None else []
-            # taken in turns, so that neither waits for the other's queue to drain
-            pairs = itertools.zip_longest(self._store_tasks(direct), reads)
-            self._run_all(pool, [task for pair in pairs for task in pair if task is not None])
+            reads = self._source_tasks(source, tried) if source is not None else {}
+            stores = self._store_tasks(direct)
+            runs: list[Callable[[], Any]] = []
+            for rank in sorted({*reads, *stores}):
+                # taken in turns, so that neither waits for the other's queue to drain
+                pairs = itertools.zip_longest(stores.get(rank, []), reads.get(rank, []))
+                runs += self._queue.add(rank, [task for pair in pairs for task in pair if task is not None])
+            self._run_all(pool, runs)
             left = [job for job in tried if not job.finished]
             if source is not None:
                 with self._lock:
                     self.stats.source_misses += len(direct) + len(left)
             if left:
-                self._run_all(pool, self._store_tasks(left))
+                again = self._store_tasks(left)
+                self._run_all(pool, [run for r in sorted(again) for run in self._queue.add(r, again[r])])
 
     def _run_all(self, pool: ThreadPoolExecutor, tasks: Iterable[Callable[[], Any]]) -> list[Any]:
         """Run tasks on the pool, and the tasks any of them returns in a ``_Then`` as soon as it
@@ -386,6 +434,45 @@ class Syncer:
             self._state_new[entry.dest] = state_record(entry, st)
             self.stats.present_files += 1
         self.progress.file_done(entry.size, downloaded=False)
+        self._file_placed(entry)
+
+    # -------------------------------------------------------- each model as soon as its files are in
+
+    def _rank(self, job: _Job) -> int:
+        """Where ``job``'s model is in options.model_order (after them all when not named)."""
+        return self._ranks.get(_model_of(job.entry), len(self._ranks))
+
+    def _file_placed(self, entry: ManifestEntry) -> None:
+        """``entry`` is at its path, verified: the progress is told, and its model is placed when it
+        was the model's last file."""
+        self.progress.file_placed(entry)
+        model = _model_of(entry)
+        with self._lock:
+            self._left[model] -= 1
+        self._model_done(model)
+
+    def _may_write(self) -> None:
+        """The files are known to fit: dest may be written, and each model with nothing left to
+        place (present already, or without files: an ensemble) is placed now."""
+        with self._lock:
+            self._writable = True
+        for model in self.manifest.models:
+            self._model_done(model.name)
+
+    def _model_done(self, model: str, *, at_end: bool = False) -> None:
+        """Place ``model`` once every one of its files is and dest may be written: its folder pruned
+        (old versions, temp files), its config.pbtxt written, the progress told (once). ``at_end``:
+        from run(), which placed every file and wrote every config already (a claim's models, whose
+        files are linked, not counted)."""
+        with self._lock:
+            waits = not self._writable or self._left.get(model, 0) > 0
+            if model in self._placed or (waits and not at_end):
+                return
+            self._placed.add(model)
+        if not at_end and self.manifest.pinned:
+            self._prune_model(model)
+            self._write_config(model, self._dirs)
+        self.progress.model_placed(model)
 
     def _check(self, entry: ManifestEntry) -> _Job | None:
         """Phase 1: a file already present and right, a cache hit, or a job to download."""
@@ -491,6 +578,7 @@ class Syncer:
             self.stats.cache_hits += 1
             self._touched_dirs.add(path.parent)
         self.progress.file_done(entry.size, downloaded=False)
+        self._file_placed(entry)
 
     def _preflight(self, to_fetch: Sequence[_Job], hits: Sequence[_Job]) -> None:
         """Raise NoSpace, writing nothing, when the files to write do not fit dest's volume."""
@@ -589,44 +677,48 @@ class Syncer:
         count = self._read_with_retries(job, 0, None, make_sink)
         self._finish(job, count)
 
-    def _store_tasks(self, jobs: list[_Job]) -> list[Callable[[], Any]]:
-        """The store's downloads of ``jobs``, biggest first: big files in ranged parts (a deferred
-        one's HEADs first, then its temp file allocated and its parts planned; the others' now), then
-        whole files. The jobs are in self._jobs already. The parts are taken file by file in turns
+    def _store_tasks(self, jobs: list[_Job]) -> dict[int, list[Callable[[], Any]]]:
+        """The store's downloads of ``jobs``, by rank (``_rank``: their model's place in
+        options.model_order), each rank's biggest first: big files in ranged parts (a deferred one's
+        HEADs first, then its temp file allocated and its parts planned; the others' now), then whole
+        files. The jobs are in self._jobs already. A rank's parts are taken file by file in turns
         (``_Turns``)."""
-        jobs = sorted(jobs, key=lambda j: -j.entry.size)
-        turns = _Turns()
-        plans: list[Callable[[], Any]] = []
-        runs: list[Callable[[], Any]] = []
-        for job in jobs:
-            if job.entry.size <= self.options.part_size:
-                continue
-            if job.deferred:
-                plans.append(partial(self._plan_parts, job, turns))
-                continue
-            try:
-                self._open_parts(job)
-            except OSError:  # no room for the file (ENOSPC): no temp file is left behind
-                self._cleanup_jobs()
-                raise
-            runs.extend(turns.add([partial(self._fetch_part, job, s, e) for s, e in job.parts]))
-        return [
-            *plans,
-            *runs,
-            *(partial(self._fetch_whole, job) for job in jobs if job.entry.size <= self.options.part_size),
-        ]
+        out: dict[int, list[Callable[[], Any]]] = {}
+        for rank in sorted({self._rank(j) for j in jobs}):
+            ranked = sorted((j for j in jobs if self._rank(j) == rank), key=lambda j: -j.entry.size)
+            turns = _Turns()
+            plans: list[Callable[[], Any]] = []
+            runs: list[Callable[[], Any]] = []
+            for job in ranked:
+                if job.entry.size <= self.options.part_size:
+                    continue
+                if job.deferred:
+                    plans.append(partial(self._plan_parts, job, turns, rank))
+                    continue
+                try:
+                    self._open_parts(job)
+                except OSError:  # no room for the file (ENOSPC): no temp file is left behind
+                    self._cleanup_jobs()
+                    raise
+                runs.extend(turns.add([partial(self._fetch_part, job, s, e) for s, e in job.parts]))
+            whole = [partial(self._fetch_whole, j) for j in ranked if j.entry.size <= self.options.part_size]
+            out[rank] = [*plans, *runs, *whole]
+        return out
 
-    def _plan_parts(self, job: _Job, turns: _Turns) -> _Then:
-        """A deferred big file: its HEADs, its temp file and its parts, run in turns with the others'."""
+    def _plan_parts(self, job: _Job, turns: _Turns, rank: int) -> _Then:
+        """A deferred big file: its HEADs, its temp file and its parts, run in turns with the others'
+        of its rank, before any of a later rank."""
         self._remote_check(job)
         self._open_parts(job)  # an OSError (no room) fails the sync; _run_all removes the temp files
-        return _Then(turns.add([partial(self._fetch_part, job, s, e) for s, e in job.parts]))
+        parts = turns.add([partial(self._fetch_part, job, s, e) for s, e in job.parts])
+        return _Then(self._queue.add(rank, parts))
 
-    def _source_tasks(self, source: ObjectSource, jobs: list[_Job]) -> list[Callable[[], Any]]:
-        """The source's reads of ``jobs``: a big file whose checksum ranges can feed in any order
-        (an S3 multipart ETag) in ranges of whole upload parts, read at once on several connections
-        and hashed in parallel; any other file in one read (several files at once)."""
-        tasks: list[Callable[[], Any]] = []
+    def _source_tasks(self, source: ObjectSource, jobs: list[_Job]) -> dict[int, list[Callable[[], Any]]]:
+        """The source's reads of ``jobs``, by rank (as ``_store_tasks``), each rank's biggest first:
+        a big file whose checksum ranges can feed in any order (an S3 multipart ETag) in ranges of
+        whole upload parts, read at once on several connections and hashed in parallel; any other
+        file in one read (several files at once)."""
+        tasks: dict[int, list[Callable[[], Any]]] = {}
         vouched = getattr(source, "vouched", None)  # a source that signs what it holds (optional)
         for job in sorted(jobs, key=lambda j: -j.entry.size):
             size = job.entry.size
@@ -635,10 +727,11 @@ class Syncer:
                 # The SHA-256 the node cache signed for the pinned bytes (its key checked): its
                 # bytes are checked against that instead of the pin, in one stream.
                 job.check = TransferCheck("sha256", digest)
+            rank = self._rank(job)
             if size > self.options.part_size and parallel_digest(job.verify_kind, size, job.verify_part_size):
-                tasks.append(partial(self._plan_source_parts, source, job))
+                tasks.setdefault(rank, []).append(partial(self._plan_source_parts, source, job, rank))
             else:
-                tasks.append(partial(self._fetch_source, source, job))
+                tasks.setdefault(rank, []).append(partial(self._fetch_source, source, job))
         return tasks
 
     def _fetch_source(self, source: ObjectSource, job: _Job) -> bool:
@@ -666,13 +759,15 @@ class Syncer:
         self._drop_source_copy(job, got[0])  # every byte the sink took, a failed read's too
         return False
 
-    def _plan_source_parts(self, source: ObjectSource, job: _Job) -> _Then:
-        """A big file from the source: its temp file allocated, its ranges read in turns."""
+    def _plan_source_parts(self, source: ObjectSource, job: _Job, rank: int) -> _Then:
+        """A big file from the source: its temp file allocated, its ranges read at its rank."""
         self._open_parts(job)
         job.from_source = True
         job.source_failed = False
         job.source_got = 0
-        return _Then([partial(self._fetch_source_part, source, job, s, e) for s, e in job.parts])
+        return _Then(
+            self._queue.add(rank, [partial(self._fetch_source_part, source, job, s, e) for s, e in job.parts])
+        )
 
     def _fetch_source_part(self, source: ObjectSource, job: _Job, start: int, end: int) -> None:
         """One range of a big file from the source, hashed as it arrives; whoever reads the last
@@ -863,6 +958,7 @@ class Syncer:
                 self.stats.crc_checked_files += 1
             self._touched_dirs.add(job.path.parent)
         self.progress.file_done(entry.size)
+        self._file_placed(entry)
 
     def _cleanup_jobs(self) -> None:
         for job in self._jobs:
@@ -876,23 +972,28 @@ class Syncer:
 
     def _prune(self) -> None:
         """Remove files in the models' folders that the manifest does not name (old versions, temps)."""
-        keep = {e.dest for e in self.manifest.entries}
         for model in self.manifest.models:
-            root = self.dest / model.name
-            if not root.is_dir() or root.is_symlink():
-                continue
-            for dirpath, dirnames, filenames in os.walk(root, topdown=False, followlinks=False):
-                d = Path(dirpath)
-                for name in filenames + [n for n in dirnames if (d / n).is_symlink()]:
-                    rel = (d / name).relative_to(self.dest).as_posix()
-                    if rel in keep or rel == f"{model.name}/{CONFIG_FILE}":
-                        continue
-                    os.unlink(d / name)
+            self._prune_model(model.name)
+
+    def _prune_model(self, model: str) -> None:
+        """Remove files in ``model``'s folder that the manifest does not name."""
+        keep = {e.dest for e in self.manifest.entries if _model_of(e) == model}
+        root = self.dest / model
+        if not root.is_dir() or root.is_symlink():
+            return
+        for dirpath, dirnames, filenames in os.walk(root, topdown=False, followlinks=False):
+            d = Path(dirpath)
+            for name in filenames + [n for n in dirnames if (d / n).is_symlink()]:
+                rel = (d / name).relative_to(self.dest).as_posix()
+                if rel in keep or rel == f"{model}/{CONFIG_FILE}":
+                    continue
+                os.unlink(d / name)
+                with self._lock:
                     self.stats.pruned_files += 1
                     self._touched_dirs.add(d)
-                if d != root:
-                    with contextlib.suppress(OSError):
-                        d.rmdir()  # only when empty
+            if d != root:
+                with contextlib.suppress(OSError):
+                    d.rmdir()  # only when empty
 
     # -------------------------------------------------------- unpinned (pvc)
 
@@ -929,12 +1030,19 @@ class Syncer:
     # -------------------------------------------------------- rendered configs
 
     def _write_configs(self) -> None:
+        dirs = Dirs(self.dest)
+        for model in self.manifest.models:
+            self._write_config(model.name, dirs)
+
+    def _write_config(self, name: str, dirs: Dirs) -> None:
+        """``name``'s rendered config.pbtxt into its folder, and a folder for each pinned version,
+        even one with no files (an ensemble's)."""
         configs = self.options.configs
         if configs is None:
             return
-        dirs = Dirs(self.dest)
         for model in self.manifest.models:
-            # Every pinned version has its folder, even one with no files (an ensemble's).
+            if model.name != name:
+                continue
             for version in model.versions:
                 dirs.ensure(f"{model.name}/{version}")
             src = configs / model.name / CONFIG_FILE
@@ -943,8 +1051,14 @@ class Syncer:
             data = src.read_bytes()
             dst = dirs.ensure(model.name) / CONFIG_FILE
             if place_bytes(dst, data):
-                self.stats.configs_written += 1
-                self._touched_dirs.add(dst.parent)
+                with self._lock:
+                    self.stats.configs_written += 1
+                    self._touched_dirs.add(dst.parent)
+
+
+def _model_of(entry: ManifestEntry) -> str:
+    """The model a manifest entry is a file of: the first folder of its path under dest."""
+    return entry.dest.partition("/")[0]
 
 
 def _link_targets(model: SelectedModel, base: Path) -> dict[str, Path]:

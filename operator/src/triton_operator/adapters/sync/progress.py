@@ -6,14 +6,21 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from triton_operator.adapters.sync.hashing import MiB
 from triton_operator.adapters.sync.results import SyncStats
+from triton_operator.core.repository.manifest import ManifestEntry
 
 
 class Progress:
-    """A single-line bar on a TTY; otherwise JSON lines (every N files or second, and a summary)."""
+    """A single-line bar on a TTY; otherwise JSON lines (every N files or second, and a summary).
+
+    ``on_file_placed`` and ``on_model_placed``: told, from the sync's threads, of each file of the
+    manifest once it is at its path and verified (downloaded and checked, placed from the cache,
+    found present and right), and of each model once its last file is placed, its folder pruned and
+    its config.pbtxt written (a first fill loads it then, while other models still download)."""
 
     def __init__(
         self,
@@ -22,7 +29,11 @@ class Progress:
         tty: bool | None = None,
         every_files: int = 100,
         every_seconds: float = 1.0,
+        on_file_placed: Callable[[ManifestEntry], object] | None = None,
+        on_model_placed: Callable[[str], object] | None = None,
     ) -> None:
+        self.on_file_placed = on_file_placed
+        self.on_model_placed = on_model_placed
         self.stream = stream if stream is not None else sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
         self.every_files = every_files
@@ -57,6 +68,17 @@ class Progress:
             if not downloaded:
                 self.bytes_done += size
         self._emit(force=False)
+
+    def file_placed(self, entry: ManifestEntry) -> None:
+        """``entry`` is at its path in dest, verified (once per file of the manifest)."""
+        if self.on_file_placed is not None:
+            self.on_file_placed(entry)
+
+    def model_placed(self, model: str) -> None:
+        """Every file of ``model`` is placed and its config written (once per model of the manifest,
+        by the end of the sync; a model with no file as soon as dest may be written)."""
+        if self.on_model_placed is not None:
+            self.on_model_placed(model)
 
     def _rate(self, now: float) -> float:
         elapsed = max(now - self._start, 1e-6)
@@ -132,6 +154,15 @@ class _NullStream:
         return False
 
 
-def silent() -> Progress:
-    """A Progress that writes nothing: for a sync run without one."""
-    return Progress(_NullStream(), tty=False)  # type: ignore[arg-type]
+def silent(
+    *,
+    on_file_placed: Callable[[ManifestEntry], object] | None = None,
+    on_model_placed: Callable[[str], object] | None = None,
+) -> Progress:
+    """A Progress that writes nothing: for a sync run without one (its callbacks as Progress's)."""
+    return Progress(
+        _NullStream(),  # type: ignore[arg-type]
+        tty=False,
+        on_file_placed=on_file_placed,
+        on_model_placed=on_model_placed,
+    )

@@ -19,9 +19,10 @@ Everything it decides is here, with no I/O:
 * ``readiness``: the pod's readiness the agent serves at GET :8009/v1/ready (the pod's
   readinessProbe): every model of the revision it serves READY, and not out of its Service for a
   change;
-* ``fill_order``, ``model_part`` and ``next_load``: the first fill of a pod of the one shape
-  (tritonserver started with no model): each model fetched on its own, and loaded as soon as its
-  bytes are in and, for an ensemble, its steps are loaded, while the next model downloads.
+* ``fill_order`` and ``next_load``: the first fill of a pod of the one shape (tritonserver started
+  with no model): one sync of every model's files, each model's before the next's, and each model
+  loaded as soon as its own bytes are in and, for an ensemble, its steps are loaded, while the rest
+  download; ``model_part``: one model's part of a manifest (a pool member's sync of one model).
 """
 
 from __future__ import annotations
@@ -527,24 +528,53 @@ def model_part(manifest: Manifest, model: str) -> Manifest:
     )
 
 
-def fill_order(files: RevisionFiles) -> tuple[str, ...]:
-    """The order the first fill fetches models in: the most bytes first, then by name.
+FILL_DOWNLOAD_BYTES_PER_SECOND = 250 * 1024 * 1024
+"""What fill_order takes a pod's download to run at: a cold pod's one sync of the real-size
+repository, 2,551 MiB in about 10 s (docs/benchmarks.md, "Time to serve a real-size repository")."""
+FILL_LOAD_SECONDS = 0.7
+"""What it takes a model's load to cost apart from its bytes (Triton's load of a model, a Python
+backend's stub start): 6 models loaded in about 4.1 s there, the bytes' checks a fraction of it."""
+FILL_LOAD_BYTES_PER_SECOND = 1200 * 1024 * 1024
+"""What it takes a load to read its bytes at: encoder checks its 500 MiB in about 0.4 s there."""
 
-    The loads run beside the downloads, so what is left after the last byte is the load of the model
-    fetched last: with loads faster than downloads (as measured here, docs/benchmarks.md), the
-    smallest model last makes that tail shortest (Johnson's rule for two machines in a row).
+
+def fill_order(files: RevisionFiles) -> tuple[str, ...]:
+    """The order the first fill fetches models in (sync's model_order: each model's files before the
+    next's), by Johnson's rule for two machines in a row, the download then the loads (one at a
+    time): first the models whose download is shorter than their load, shortest download first (the
+    small ones: loaded while the big ones download, and the loader is busy from the start), then the
+    others, longest load first (what is left after the last byte is the load of a model whose
+    download was longer than it). Each model's download and load are estimated from its bytes
+    (FILL_DOWNLOAD_BYTES_PER_SECOND, FILL_LOAD_SECONDS, FILL_LOAD_BYTES_PER_SECOND); ties by name.
 
     >>> from triton_operator.core.repository.manifest import StoreRef
-    >>> m = Manifest(StoreRef("s3://b/m"), (), (ManifestEntry("k", "big/1/w", 9, "md5", "x"),))
-    >>> fill_order(RevisionFiles("r1", m, {"small": "", "big": ""}))
-    ('big', 'small')
+    >>> m = Manifest(
+    ...     StoreRef("s3://b/m"),
+    ...     (),
+    ...     (
+    ...         ManifestEntry("k", "big/1/w", 2 << 30, "md5", "x"),
+    ...         ManifestEntry("k", "medium/1/w", 500 << 20, "md5", "x"),
+    ...         ManifestEntry("k", "small/1/w", 1 << 20, "md5", "x"),
+    ...     ),
+    ... )
+    >>> fill_order(RevisionFiles("r1", m, {"small": "", "big": "", "medium": "", "ensemble": ""}))
+    ('ensemble', 'small', 'big', 'medium')
     """
-    size = {name: 0 for name in files.models}
+    size = dict.fromkeys(files.models, 0)
     for entry in files.manifest.entries:
         model = entry.dest.partition("/")[0]
         if model in size:
             size[model] += entry.size
-    return tuple(sorted(size, key=lambda m: (-size[m], m)))
+
+    def download(model: str) -> float:
+        return size[model] / FILL_DOWNLOAD_BYTES_PER_SECOND
+
+    def load(model: str) -> float:
+        return FILL_LOAD_SECONDS + size[model] / FILL_LOAD_BYTES_PER_SECOND
+
+    first = sorted((m for m in size if download(m) < load(m)), key=lambda m: (download(m), m))
+    last = sorted((m for m in size if download(m) >= load(m)), key=lambda m: (-load(m), m))
+    return (*first, *last)
 
 
 def next_load(
