@@ -89,9 +89,10 @@ class AgentOptions:
     """How long the init container, and the first fill before the pod is Ready, wait for their uploads
     to the node cache (an in-place change does not wait: its uploads finish while Triton loads)."""
     drain_seconds: float = 0.0
-    """How long the pod is out of its Service (readiness false) before the agent unloads or loads a
-    model: the kubelet's probe must fail and the endpoints drop the pod (the operator passes the
-    readiness probe's period x failureThreshold plus the spec's drainSeconds)."""
+    """How long the pod is out of its Service before the agent unloads or loads a model: with
+    ``probe_failures``, counted once the kubelet's probe has failed that many times (the operator
+    passes the spec's drainSeconds: the endpoints and routers catching up); without, from the moment
+    readiness went false (it passed the probe's period x failureThreshold plus drainSeconds)."""
     probe_failures: int = 0
     """The readiness probe's failureThreshold: before it unloads or loads a model, the agent waits
     until it has answered the kubelet's probe 503 that many times in a row (the kubelet has taken
