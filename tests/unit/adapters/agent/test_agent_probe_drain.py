@@ -135,12 +135,13 @@ def served(tmp_path: Path, triton: Triton) -> Iterator[tuple[Agent, int]]:
 
 
 def test_a_late_probe_is_waited_for_and_other_readers_do_not_count(
-    served: tuple[Agent, int], triton: Triton
+    served: tuple[Agent, int], triton: Triton, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The kubelet's first probe comes 1.5 s after the drain began (a loaded node); the operator and
     a curl read /v1/ready all along. The unload comes only after the probe's second 503, plus the
     drain; before, a fixed 0.3 s after readiness went false."""
     agent, port = served
+    caplog.set_level(logging.INFO, logger="triton_operator.agent")
     began = time.monotonic()
     with (
         Caller(port, "triton-operator/0.1", start=0.0, period=0.05) as reader,
@@ -159,6 +160,8 @@ def test_a_late_probe_is_waited_for_and_other_readers_do_not_count(
     assert [code for at, code in kubelet.answers if at < unloaded] == [503, 503]  # and no sooner
     assert sum(1 for at, code in reader.answers if code == 503 and at < unloaded) > 10  # never counted
     assert agent.status()["state"] == "Applied" and agent.check().ready
+    said = [r.getMessage() for r in caplog.records]
+    assert "the kubelet's readiness probe was answered 503 2 times in a row (its failureThreshold: 2)" in said
 
 
 def test_a_probe_answered_ready_in_between_starts_the_count_again(served: tuple[Agent, int]) -> None:

@@ -352,7 +352,12 @@ class Agent:
             with self._probes:
                 out_at, seen = self._probe_out_at, self._probe_503
             if out_at is not None:
-                logger.info("the kubelet's readiness probe was answered 503 %d times in a row", seen)
+                logger.info(
+                    "the kubelet's readiness probe was answered 503 %d times in a row "
+                    "(its failureThreshold: %d)",
+                    seen,
+                    o.probe_failures,
+                )
                 return out_at, ""
             waited = time.monotonic() - began
             if waited >= o.drain_timeout:
