@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import socket
 import threading
 import time
@@ -13,6 +14,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 from triton_operator.core.objects.names import AGENT_READY_PATH, AGENT_STATUS_PATH
+
+logger = logging.getLogger("triton_operator.agent")
 
 Ready = Callable[[], tuple[bool, dict[str, Any]]]
 """Whether the pod is ready, and why (the body of GET AGENT_READY_PATH)."""
@@ -110,8 +113,10 @@ class _Server(HTTPServer):
         try:
             handler: Any = self.RequestHandlerClass
             handler(request, client_address, self, probe_only=probe_only)
-        except Exception:
-            pass
+        except OSError:
+            pass  # the peer left mid-answer: nothing to tell anyone
+        except Exception:  # a bug: said, and the connection closed
+            logger.exception("answering %s failed", client_address)
         finally:
             self.shutdown_request(request)
             slot.release()
