@@ -20,8 +20,8 @@ counting answers through the TritonService's Service.
     endpoints (the agent's readiness; tritonserver 2.51 still reports it ready), and no request
     through the Service fails once it is out;
 (g) one rollout paused at its first step through the operator killed and started again, a newer
-    spec, `kubectl triton abort`, then a newer version whose updated pod is deleted mid-step: no
-    request fails.
+    spec, `kubectl triton abort`, then a newer version whose updated pod is deleted mid-step while
+    its replacement is held Pending (the node cordoned): no request fails.
 In every pod the agent unloads a model only once it has answered the kubelet's readiness probe 503
 failureThreshold times, then waited drainSeconds (however late the probe comes): (a) to (d) and (g)
 count 0 failed with it.
@@ -48,7 +48,7 @@ from typing import Any
 import pytest
 from lightkube import Client
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Namespace, Pod, Service
+from lightkube.resources.core_v1 import Namespace, Node, Pod, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
 from e2e_helpers import (
@@ -745,6 +745,11 @@ def test_a_model_whose_backend_stub_dies_takes_its_pod_out_of_the_service_endpoi
     assert identity(kube, namespace, "dies")[victim.metadata.name][1] == 0  # not restarted
 
 
+def cordon(kube: Client, node: str, on: bool) -> None:
+    """Mark ``node`` unschedulable (``on``) or schedulable again."""
+    kube.patch(Node, node, {"spec": {"unschedulable": on}})
+
+
 def test_a_restart_a_newer_spec_an_abort_and_a_pod_deleted_mid_rollout_fail_no_request(  # noqa: PLR0917
     kube: Client, namespace: str, operator: Any, store: Any, bucket: str, cluster: Path
 ) -> None:
@@ -752,8 +757,9 @@ def test_a_restart_a_newer_spec_an_abort_and_a_pod_deleted_mid_rollout_fail_no_r
     step (one pod of two asked) one after another: the operator killed and started again (the step
     holds: same next revision, same pod, same start); a newer spec (version 3) applied mid-rollout
     (it replaces version 2 and pauses at its first step); `kubectl triton abort` (every pod back on
-    the stable revision, in place); a fourth version, then its updated pod deleted mid-step (the
-    rollout goes back; the ReplicaSet's new pod starts on the stable revision). No request fails."""
+    the stable revision, in place); a fourth version, then its updated pod deleted mid-step with the
+    node cordoned (the rollout goes back on the pod left; the ReplicaSet's new pod, Pending, does not
+    count, and once the node is uncordoned it starts on the stable revision). No request fails."""
     steps = [{"setWeight": 50}, {"pause": {}}]
 
     def body(version: int) -> dict[str, Any]:
@@ -792,6 +798,7 @@ def test_a_restart_a_newer_spec_an_abort_and_a_pod_deleted_mid_rollout_fail_no_r
 
     client = LoadClient(host, max_seconds=600).start()
     timeline = PodTimeline(kube, namespace, "faults", client).start()
+    cordoned: list[str] = []
     try:
         apply(kube, body(2))
         at_pause = wait_for(paused(), timeout=180, interval=1, what="version 2 paused at its first step")
@@ -827,8 +834,18 @@ def test_a_restart_a_newer_spec_an_abort_and_a_pod_deleted_mid_rollout_fail_no_r
         fourth = wait_for(paused(third_revision), timeout=240, interval=1, what="version 4 paused")
         fourth_revision = fourth["status"]["inPlace"]["next"]
         (deleted,) = fourth["status"]["inPlace"]["pods"]
+        # the node cordoned first: the ReplicaSet's new pod stays Pending while the rollout goes back
+        spec = kube.get(Pod, deleted, namespace=namespace).spec
+        node = str(spec.nodeName if spec is not None else "")
+        cordon(kube, node, True)
+        cordoned.append(node)
         kube.delete(Pod, deleted, namespace=namespace)
         obj = wait_for(back(fourth_revision), timeout=300, interval=1, what="version 4 rolled back")
+        pending = [p for p in pods(kube, namespace, "faults") if p.status.phase == "Pending"]
+        assert len(pending) == 1 and pending[0].metadata.name != deleted, [p.metadata.name for p in pending]
+        answering(host, 0, timeout=60)  # the pod left serves version 1, the Pending one not counted
+        cordon(kube, node, False)
+        cordoned.clear()
 
         def converged() -> list[Any] | None:
             live = [p for p in pods(kube, namespace, "faults") if p.metadata.deletionTimestamp is None]
@@ -848,6 +865,8 @@ def test_a_restart_a_newer_spec_an_abort_and_a_pod_deleted_mid_rollout_fail_no_r
         answering(host, 0, timeout=60)
         time.sleep(2)
     finally:
+        for node in cordoned:  # the node is shared by every test: never left cordoned
+            cordon(kube, node, False)
         client.stop()
         timeline.stop()
     print("\npods (seconds on the client's clock: name, phase, Ready, IP, endpoints):")
