@@ -18,7 +18,13 @@ counting answers through the TritonService's Service.
     that can serve, the ReplicaSet's new pod included, and no request fails outside the eviction.
 (f) a model whose Python backend stub is killed (kubectl exec) takes its pod out of the Service's
     endpoints (the agent's readiness; tritonserver 2.51 still reports it ready), and no request
-    through the Service fails once it is out.
+    through the Service fails once it is out;
+(g) one rollout paused at its first step through the operator killed and started again, a newer
+    spec, `kubectl triton abort`, then a newer version whose updated pod is deleted mid-step while
+    its replacement is held Pending (the node cordoned): no request fails.
+In every pod the agent unloads a model only once it has answered the kubelet's readiness probe 503
+failureThreshold times, then waited drainSeconds (however late the probe comes): (a) to (d) and (g)
+count 0 failed with it.
 
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without
 them every test here skips, saying why.
@@ -42,7 +48,7 @@ from typing import Any
 import pytest
 from lightkube import Client
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Namespace, Pod, Service
+from lightkube.resources.core_v1 import Namespace, Node, Pod, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
 from e2e_helpers import (
@@ -244,6 +250,12 @@ def test_a_new_version_with_a_new_config_goes_live_in_place_with_no_failed_reque
     for name, ip in ips.items():
         reported = agent(ip)
         assert reported["revision"] == new and reported["state"] == "Applied", reported
+        # the agent unloaded only once it had answered the kubelet's own probe 503 twice in a row
+        logged = "".join(kube.log(name, namespace=namespace, container="model-agent"))
+        assert re.search(r"probe was answered 503 \d+ times in a row \(its failureThreshold: 2\)", logged), (
+            logged
+        )
+        assert "probes late or not at all" not in logged, logged[-2000:]
         assert inference_count(ip, "other") >= counts[name]  # `other` was not reloaded
         assert offset_of(infer_add_sub(ip)) == 100
     said = events(kube, namespace, "live")
@@ -731,3 +743,143 @@ def test_a_model_whose_backend_stub_dies_takes_its_pod_out_of_the_service_endpoi
     # what Triton itself says meanwhile: ready (it cannot be what the pod's readiness rests on)
     assert http_status(f"http://{victim.status.podIP}:8000/v2/models/add_sub/ready")[0] == 200
     assert identity(kube, namespace, "dies")[victim.metadata.name][1] == 0  # not restarted
+
+
+def cordon(kube: Client, node: str, on: bool) -> None:
+    """Mark ``node`` unschedulable (``on``) or schedulable again."""
+    kube.patch(Node, node, {"spec": {"unschedulable": on}})
+
+
+def test_a_restart_a_newer_spec_an_abort_and_a_pod_deleted_mid_rollout_fail_no_request(  # noqa: PLR0917
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str, cluster: Path
+) -> None:
+    """(g) One service, one counting client, the faults of an in-place rollout paused at its first
+    step (one pod of two asked) one after another: the operator killed and started again (the step
+    holds: same next revision, same pod, same start); a newer spec (version 3) applied mid-rollout
+    (it replaces version 2 and pauses at its first step); `kubectl triton abort` (every pod back on
+    the stable revision, in place); a fourth version, then its updated pod deleted mid-step with the
+    node cordoned (the rollout goes back on the pod left; the ReplicaSet's new pod, Pending, does not
+    count, and once the node is uncordoned it starts on the stable revision). No request fails."""
+    steps = [{"setWeight": 50}, {"pause": {}}]
+
+    def body(version: int) -> dict[str, Any]:
+        out = service("faults", namespace, bucket, store, version)
+        out["spec"]["rollout"]["steps"] = steps
+        return out
+
+    apply(kube, body(1))
+    host_revision = serving(kube, namespace, "faults")["status"]["stableRevision"]
+    host = cluster_ip(kube, namespace, "faults")
+    answering(host, 0)
+    s3 = store.extra["s3"]
+    for version, offset in ((2, 100), (3, 200), (4, 300)):
+        s3.put_object(
+            Bucket=bucket, Key=KEY.format(model="add_sub", version=version), Body=adder_source(offset)
+        )
+
+    def paused(after: str | None = None) -> Any:
+        def probe() -> dict[str, Any] | None:
+            obj = get_ts(kube, namespace, "faults")
+            in_place = obj["status"].get("inPlace") or {}
+            step = condition(obj, "Progressing").get("reason") == "StepPaused"
+            moved = in_place.get("next") and in_place.get("next") != after and in_place.get("pods")
+            return obj if step and moved and not in_place.get("rollingBack") else None
+
+        return probe
+
+    def back(aborted: str) -> Any:
+        def probe() -> dict[str, Any] | None:
+            obj = get_ts(kube, namespace, "faults")
+            in_place = obj["status"].get("inPlace") or {}
+            done = in_place.get("abortedRevision") == aborted and not in_place.get("next")
+            return obj if done else None
+
+        return probe
+
+    client = LoadClient(host, max_seconds=600).start()
+    timeline = PodTimeline(kube, namespace, "faults", client).start()
+    cordoned: list[str] = []
+    try:
+        apply(kube, body(2))
+        at_pause = wait_for(paused(), timeout=180, interval=1, what="version 2 paused at its first step")
+        second = at_pause["status"]["inPlace"]
+
+        # the operator killed at the pause and started again: the same step, the same pod
+        assert operator.process is not None
+        operator.process.kill()
+        operator.process.wait(timeout=10)
+        operator.start()
+        time.sleep(8)
+        held = get_ts(kube, namespace, "faults")
+        kept = held["status"]["inPlace"]
+        for key in ("next", "pods", "stepIndex", "stepStartedAt"):
+            assert kept.get(key) == second.get(key), (key, kept, second)
+        assert condition(held, "Progressing").get("reason") == "StepPaused"
+
+        # a newer spec mid-rollout: version 3 replaces version 2, and pauses at its first step
+        apply(kube, body(3))
+        third = wait_for(paused(second["next"]), timeout=240, interval=1, what="version 3 paused")
+        third_revision = third["status"]["inPlace"]["next"]
+        (asked,) = third["status"]["inPlace"]["pods"]
+        ip = next(p.status.podIP for p in pods(kube, namespace, "faults") if p.metadata.name == asked)
+        assert offset_of(infer_add_sub(ip)) == 200
+
+        # an abort: every pod back on the stable revision, in place
+        kubectl_triton(cluster, "abort", "faults", "-n", namespace)
+        wait_for(back(third_revision), timeout=240, interval=1, what="the abort to load version 1 back")
+        answering(host, 0, timeout=60)
+
+        # a fourth version, then its updated pod deleted mid-step: the rollout goes back
+        apply(kube, body(4))
+        fourth = wait_for(paused(third_revision), timeout=240, interval=1, what="version 4 paused")
+        fourth_revision = fourth["status"]["inPlace"]["next"]
+        (deleted,) = fourth["status"]["inPlace"]["pods"]
+        # the node cordoned first: the ReplicaSet's new pod stays Pending while the rollout goes back
+        spec = kube.get(Pod, deleted, namespace=namespace).spec
+        node = str(spec.nodeName if spec is not None else "")
+        cordon(kube, node, True)
+        cordoned.append(node)
+        kube.delete(Pod, deleted, namespace=namespace)
+        obj = wait_for(back(fourth_revision), timeout=300, interval=1, what="version 4 rolled back")
+        pending = [p for p in pods(kube, namespace, "faults") if p.status.phase == "Pending"]
+        assert len(pending) == 1 and pending[0].metadata.name != deleted, [p.metadata.name for p in pending]
+        answering(host, 0, timeout=60)  # the pod left serves version 1, the Pending one not counted
+        cordon(kube, node, False)
+        cordoned.clear()
+
+        def converged() -> list[Any] | None:
+            live = [p for p in pods(kube, namespace, "faults") if p.metadata.deletionTimestamp is None]
+            ready = [
+                p
+                for p in live
+                if p.status
+                and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+            ]
+            try:
+                on = [p for p in ready if agent(p.status.podIP)["revision"] == host_revision]
+            except OSError:
+                return None
+            return on if len(on) == 2 == len(live) else None
+
+        again = wait_for(converged, timeout=240, interval=1, what="both pods Ready on version 1 again")
+        answering(host, 0, timeout=60)
+        time.sleep(2)
+    finally:
+        for node in cordoned:  # the node is shared by every test: never left cordoned
+            cordon(kube, node, False)
+        client.stop()
+        timeline.stop()
+    print("\npods (seconds on the client's clock: name, phase, Ready, IP, endpoints):")
+    print("\n".join(timeline.lines))
+    no_request_failed(client, "in-place rollout through a restart, a newer spec, an abort and a deleted pod")
+    assert client.answers[0.0] > 0 and client.answers[100.0] > 0 and client.answers[200.0] > 0, (
+        client.summary()
+    )
+    assert set(client.answers) <= {0.0, 100.0, 200.0, 300.0}, client.summary()
+    assert deleted not in {p.metadata.name for p in again}
+    assert obj["status"]["stableRevision"] == host_revision
+    assert obj["status"]["inPlace"]["abortedReason"] == "InPlacePodLost", obj["status"]["inPlace"]
+    for pod in again:
+        assert offset_of(infer_add_sub(pod.status.podIP)) == 0
+    reasons_said = [r for _, r, _ in events(kube, namespace, "faults")]
+    assert reasons_said.count("RolloutAborted") >= 2, reasons_said

@@ -18,7 +18,7 @@ from triton_operator.adapters.agent.files import read_text
 from triton_operator.adapters.agent.model_control import ModelControl
 from triton_operator.adapters.agent.pool_member import PoolMember, wait_loop
 from triton_operator.adapters.agent.runner import Agent, AgentOptions, FillFailed
-from triton_operator.adapters.agent.status import StatusServer, parse_listen
+from triton_operator.adapters.agent.status import HEAD_LIMIT, Limits, StatusServer, parse_listen
 from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.redaction import install_log_redaction
 from triton_operator.adapters.sync.progress import Progress
@@ -55,15 +55,18 @@ are sync's (see `triton-operator sync --help`).
 Without --once (the sidecar): every --interval seconds the target is resolved again; when it differs
 from the revision applied, only the changed objects are fetched (verified, atomic) while the pod still
 serves, the changed config.pbtxt files written, removed models deleted; then the pod leaves its
-Service (readiness false, state Draining) for --drain-seconds, the changed and removed models are
-unloaded and the changed and added ones loaded through Triton's model control API (--triton,
-loopback), and readiness comes back once every model of the target is READY. A failed load leaves
-the state Failed with Triton's message, the pod out of its Service, and is not tried again until the
-target changes.
+Service (readiness false, state Draining): with --probe-failures N, until the agent has answered
+the kubelet's readiness probe 503 N times in a row (at most --drain-timeout), then --drain-seconds;
+without, for --drain-seconds. Then the changed and removed models are unloaded and the changed and
+added ones loaded through Triton's model control API (--triton, loopback), and readiness comes back
+once every model of the target is READY. A failed load leaves the state Failed with Triton's
+message, the pod out of its Service, and is not tried again until the target changes.
 The status is served read-only at GET http://<--listen>{AGENT_STATUS_PATH}; the pod's readiness at
 GET http://<--listen>{AGENT_READY_PATH} (200 only when every model of the revision it serves is READY
 by Triton's repository index and its per-model ready endpoint, with no Python backend stub process of
-it gone; 503 with the reason otherwise), checked every {{models}} s.
+it gone; 503 with the reason otherwise), checked every {{models}} s. The port serves
+--max-connections connections at once, one request each, plus one kept for the kubelet's probe;
+one more is answered 503 at once, and a request's head must arrive within --header-seconds.
 With --triton-starts-empty (every pod of a revision made since one pod shape; tritonserver started
 with no model): the sidecar fills --dest itself, model by model (the most bytes first, each verified,
 from the node cache first), and loads each model as soon as its bytes are in (an ensemble once its
@@ -110,6 +113,18 @@ def _seconds(low: float, high: float) -> Callable[[str], float]:
             value = 0.0
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds from {low:g} to {high:g}")
+        return value
+
+    return parse
+
+
+def _count(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high``."""
+
+    def parse(text: str) -> int:
+        value = int(text) if text.strip().isdigit() else -1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be a whole number from {low} to {high}")
         return value
 
     return parse
@@ -162,7 +177,40 @@ def register(subparsers: Any) -> None:
         type=_seconds(0, 3600),
         default=0.0,
         help="seconds the pod stays out of its Service (readiness false) before a model is unloaded or "
-        "loaded: the readiness probe's period x failureThreshold plus a margin (the operator passes it)",
+        "loaded: with --probe-failures, after the probe's failures (the spec's drainSeconds: the "
+        "endpoints catching up); without, from the moment readiness went false (the readiness probe's "
+        "period x failureThreshold plus a margin); the operator passes it",
+    )
+    parser.add_argument(
+        "--probe-failures",
+        type=_count(0, 100),
+        default=0,
+        help="the readiness probe's failureThreshold: before a model is unloaded or loaded, wait until "
+        "the kubelet's probe (User-Agent kube-probe/...) has been answered 503 that many times in a row, "
+        "then --drain-seconds (the endpoints catching up); 0 (default): --drain-seconds from the moment "
+        "readiness went false",
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=_seconds(1, 3600),
+        default=60.0,
+        help="with --probe-failures: the most seconds to wait for those probe failures; past it the "
+        "agent logs a warning, says so in its status message and goes on after --drain-seconds "
+        "(default 60)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=_count(1, 1024),
+        default=16,
+        help="connections the status port serves at once (a thread each), plus one kept for the "
+        "kubelet's readiness probe; one more is answered 503 at once (default 16)",
+    )
+    parser.add_argument(
+        "--header-seconds",
+        type=_seconds(0.05, 60),
+        default=5.0,
+        help=f"seconds a request's line and headers (at most {HEAD_LIMIT} bytes) may take to arrive on "
+        "the status port; a slower connection is closed (default 5)",
     )
     parser.add_argument(
         "--state-dir",
@@ -272,6 +320,8 @@ def run(args: argparse.Namespace) -> int:
         node_cache_pod=pod,
         node_cache_upload_seconds=args.node_cache_upload_seconds,
         drain_seconds=args.drain_seconds,
+        probe_failures=args.probe_failures,
+        drain_timeout=args.drain_timeout,
         fills=args.triton_starts_empty and not args.once,
     )
     agent = Agent(options)
@@ -316,6 +366,11 @@ def once(agent: Agent, args: argparse.Namespace, fail: Any, started: float) -> i
     return EXIT_OK
 
 
+def limits(args: argparse.Namespace) -> Limits:
+    """The status port's bounds (--max-connections, --header-seconds)."""
+    return Limits(connections=args.max_connections, head_seconds=args.header_seconds)
+
+
 def sidecar(agent: Agent, args: argparse.Namespace) -> int:
     stop = threading.Event()
 
@@ -340,7 +395,9 @@ def sidecar(agent: Agent, args: argparse.Namespace) -> int:
             stop.wait(MODELS_SECONDS)
 
     threading.Thread(target=checking, name="agent-readiness", daemon=True).start()
-    server = StatusServer(args.listen, agent.status, ready).start()
+    server = StatusServer(
+        args.listen, agent.status, ready, probed=agent.probe_answered, limits=limits(args)
+    ).start()
     logging.getLogger("triton_operator.agent").info(
         "serving the status at http://%s%s; following revision targets every %.3g s",
         args.listen,
@@ -383,7 +440,7 @@ def pool_sidecar(member: PoolMember, args: argparse.Namespace) -> int:
         result = member.ready()
         return result.ready, result.to_json()
 
-    server = StatusServer(args.listen, member.agent.status, ready, member.report).start()
+    server = StatusServer(args.listen, member.agent.status, ready, member.report, limits=limits(args)).start()
     logging.getLogger("triton_operator.agent").info(
         "a pod of a pool: following %s every %.3g s", args.pool_assignment, args.interval
     )

@@ -54,6 +54,15 @@ def test_every_new_pod_runs_the_agent_beside_an_empty_tritonserver(updates: str)
     assert FILL_FLAG in agent["args"] and "--once" not in agent["args"]
     assert agent["terminationMessagePolicy"] == "FallbackToLogsOnError"  # why a fill failed
     assert pod["shareProcessNamespace"] is True
+    # The agent drains by the kubelet's probe: it counts the probe's failureThreshold of 503s it
+    # answered, then waits the spec's drainSeconds (5) for the endpoints.
+    at = agent["args"].index("--probe-failures")
+    assert agent["args"][at : at + 4] == [
+        "--probe-failures",
+        str(triton["readinessProbe"]["failureThreshold"]),
+        "--drain-seconds",
+        "5",
+    ]
 
 
 def test_model_updates_is_only_a_rollout_choice_now() -> None:

@@ -54,6 +54,8 @@ logger = logging.getLogger("triton_operator.agent")
 GOING = frozenset({"READY", "LOADING", "UNLOADING"})
 """A model version's states in Triton's repository index that are not yet unloaded."""
 UNLOAD_POLL_SECONDS = 0.1
+PROBE_POLL_SECONDS = 0.1
+"""How often a drain looks whether the kubelet's probe has failed often enough."""
 
 SYNC_FAILURES = (SyncError, StoreError, SelectionFailed, ManifestError, ModelConfigError, OSError)
 """What a sync of a revision can fail with (adapters.sync, the stores); commands.sync names each."""
@@ -85,9 +87,19 @@ class AgentOptions:
     """How long the init container, and the first fill before the pod is Ready, wait for their uploads
     to the node cache (an in-place change does not wait: its uploads finish while Triton loads)."""
     drain_seconds: float = 0.0
-    """How long the pod is out of its Service (readiness false) before the agent unloads or loads a
-    model: the kubelet's probe must fail and the endpoints drop the pod (the operator passes the
-    readiness probe's period x failureThreshold plus the spec's drainSeconds)."""
+    """How long the pod is out of its Service before the agent unloads or loads a model: with
+    ``probe_failures``, counted once the kubelet's probe has failed that many times (the operator
+    passes the spec's drainSeconds: the endpoints and routers catching up); without, from the moment
+    readiness went false (it passed the probe's period x failureThreshold plus drainSeconds)."""
+    probe_failures: int = 0
+    """The readiness probe's failureThreshold: before it unloads or loads a model, the agent waits
+    until it has answered the kubelet's probe 503 that many times in a row (the kubelet has taken
+    the pod out), then ``drain_seconds`` for the endpoints, kube-proxy and routers. 0: no count,
+    ``drain_seconds`` from the moment readiness went false (a pod rendered before the count)."""
+    drain_timeout: float = 60.0
+    """The most seconds the agent waits for those probe failures; past it the agent goes on (a
+    warning in its log and status message: the kubelet probes late or not at all), after
+    ``drain_seconds`` more."""
     wait: Callable[[float], object] = time.sleep
     """How the agent waits out the drain (the sidecar passes its stop event's wait)."""
     proc: Path = Path("/proc")
@@ -151,6 +163,11 @@ class Agent:
         self._blocked = ""
         self._out_since = time.monotonic()
         self._draining = False
+        # The kubelet's readiness probe: how many of its last answers in a row were 503, and since
+        # when that reached probe_failures (the kubelet has the pod out of its Service).
+        self._probes = threading.Lock()
+        self._probe_503 = 0
+        self._probe_out_at: float | None = None
         self._stub_peak: dict[str, int] = {}
         self._readiness: tuple[Readiness, float] = (readiness(None, {}, "not checked yet"), 0.0)
         if options.fills and self.record.applied is None and self.record.failed:
@@ -291,22 +308,71 @@ class Agent:
 
     def drain(self, target: RevisionFiles, steps: Steps) -> None:
         """Out of the Service before any model is touched: readiness false, then wait until the
-        kubelet's probe has failed and the endpoints dropped the pod (--drain-seconds after readiness
-        went false; no wait when it has been false that long already, as after a failed load)."""
+        kubelet's probe has failed and the endpoints dropped the pod: with probe_failures, until the
+        agent has answered the probe 503 that many times in a row (at most drain_timeout), then
+        drain_seconds; without, drain_seconds after readiness went false. No wait when that is past
+        already, as after a failed load."""
         if not self._blocked:
             self._out_since = time.monotonic()
         self._serving = None
         self._draining = True
         self._blocked = f"draining: out of the Service while revision {target.revision} loads"
-        left = self._out_since + self.options.drain_seconds - time.monotonic()
+        what = f"unloading {', '.join(steps.unload) or '-'} and loading {', '.join(steps.load) or '-'}"
+        out_at, late = (self._out_since, "") if not self.options.probe_failures else self._probed_out(what)
+        left = out_at + self.options.drain_seconds - time.monotonic()
         if left > 0:
             self.message = (
-                f"out of the Service: waiting {left:.3g} s for the endpoints to drop the pod before "
-                f"unloading {', '.join(steps.unload) or '-'} and loading {', '.join(steps.load) or '-'}"
+                f"out of the Service: {late}waiting {left:.3g} s for the endpoints to drop the pod "
+                f"before {what}"
             )
             self._status = self._status_now()
             logger.info("%s", self.message)
             self.options.wait(left)
+
+    def probe_answered(self, ready: bool) -> None:
+        """The status server answered the kubelet's readiness probe (200: ``ready``, else 503)."""
+        with self._probes:
+            if ready:
+                self._probe_503, self._probe_out_at = 0, None
+                return
+            self._probe_503 += 1
+            if self._probe_out_at is None and self._probe_503 >= self.options.probe_failures:
+                self._probe_out_at = time.monotonic()
+
+    def _probed_out(self, what: str) -> tuple[float, str]:
+        """When the kubelet took the pod out: the moment the agent had answered its readiness probe
+        503 probe_failures times in a row (at once when it had already, as after a failed load).
+        Waits for that at most drain_timeout seconds; past it, the moment it gave up and why (said in
+        the log and the status message)."""
+        o = self.options
+        began = time.monotonic()
+        while True:
+            with self._probes:
+                out_at, seen = self._probe_out_at, self._probe_503
+            if out_at is not None:
+                logger.info(
+                    "the kubelet's readiness probe was answered 503 %d times in a row "
+                    "(its failureThreshold: %d)",
+                    seen,
+                    o.probe_failures,
+                )
+                return out_at, ""
+            waited = time.monotonic() - began
+            if waited >= o.drain_timeout:
+                late = (
+                    f"the kubelet's readiness probe was answered 503 {seen} of {o.probe_failures} times "
+                    f"within {o.drain_timeout:g} s (it probes late or not at all; requests the endpoints "
+                    "still send to this pod may fail): "
+                )
+                logger.warning("out of the Service: %s%s after %g s more", late, what, o.drain_seconds)
+                return time.monotonic(), late
+            self.message = (
+                f"out of the Service: waiting for the kubelet's readiness probe to fail {o.probe_failures} "
+                f"times ({seen} so far, {waited:.0f} of at most {o.drain_timeout:g} s) before {what}"
+            )
+            self._status = self._status_now()
+            if o.wait(min(PROBE_POLL_SECONDS, o.drain_timeout - waited)) is True:
+                return time.monotonic(), ""  # stopping
 
     def _unloaded(self, models: set[str]) -> None:
         """Until Triton lists no version of ``models`` as loaded or unloading: its unload answers at

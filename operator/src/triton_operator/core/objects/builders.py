@@ -662,6 +662,15 @@ def agent_drain_seconds(ts: TritonService) -> int:
     return READINESS_PERIOD_SECONDS * READINESS_FAILURES + ts.spec.drain_seconds
 
 
+def agent_drain_args(ts: TritonService, settings: Settings | None) -> list[str]:
+    """How the agent drains: in a pod of the one shape (fills_itself), until it has answered the
+    kubelet's readiness probe 503 failureThreshold times, then the spec's drainSeconds for the
+    endpoints; in a revision made before, a fixed agent_drain_seconds (its template is kept)."""
+    if fills_itself(settings):
+        return ["--probe-failures", str(READINESS_FAILURES), "--drain-seconds", str(ts.spec.drain_seconds)]
+    return ["--drain-seconds", str(agent_drain_seconds(ts))]
+
+
 FILL_FLAG = "--triton-starts-empty"
 """The agent's flag in pods of the one shape (fills_itself): it loads every model itself, each as
 soon as its bytes are in, and exits with the reason when that first fill fails (commands.agent)."""
@@ -684,8 +693,7 @@ def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[s
             f"http://127.0.0.1:{HTTP_PORT}",
             "--listen",
             f"0.0.0.0:{AGENT_PORT}",
-            "--drain-seconds",
-            str(agent_drain_seconds(ts)),
+            *agent_drain_args(ts, settings),
             *fill,
             *pool,
         ],

@@ -1,0 +1,200 @@
+"""The agent drains by the kubelet's probe, not by a fixed time: with --probe-failures N it unloads a
+model only once its real status server has answered the kubelet's readiness probe (User-Agent
+kube-probe/...) 503 N times in a row, then --drain-seconds; other readers of /v1/ready do not count;
+a probe that never comes is waited for --drain-timeout at most, said in the status and the log."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from triton_operator.adapters.agent.runner import Agent, AgentOptions
+from triton_operator.adapters.agent.status import StatusServer
+from triton_operator.core.objects.names import AGENT_READY_PATH
+from triton_operator.core.pod.agent_plan import RevisionFiles
+from triton_operator.core.repository.manifest import Manifest, ManifestModel, StoreRef, VersionPolicy
+from triton_operator.core.vocabulary.triton_state import ModelVersionState
+
+PY = 'name: "{m}"\nbackend: "python"\nparameters {{ key: "offset" value {{ string_value: "{o}" }} }}\n'
+KUBELET = "kube-probe/1.31"
+
+
+def revision(name: str, offset: int) -> RevisionFiles:
+    models = (ManifestModel("adder", "adder", VersionPolicy(), ("1",)),)
+    return RevisionFiles(
+        name, Manifest(StoreRef("s3://bucket/repo"), models, ()), {"adder": PY.format(m="adder", o=offset)}
+    )
+
+
+@dataclass
+class Triton:
+    """Triton's model control, each unload and load with the moment it came."""
+
+    url: str = "http://fake"
+    timeout: float = 1.0
+    load_timeout: float = 5.0
+    loaded: dict[str, str] = field(default_factory=lambda: {"adder": "READY"})
+    calls: list[tuple[float, str]] = field(default_factory=list)
+
+    def live(self) -> bool:
+        return True
+
+    def unload(self, model: str) -> None:
+        self.calls.append((time.monotonic(), f"unload {model}"))
+        self.loaded[model] = "UNAVAILABLE"
+
+    def load(self, model: str) -> None:
+        self.calls.append((time.monotonic(), f"load {model}"))
+        self.loaded[model] = "READY"
+
+    def index(self) -> tuple[ModelVersionState, ...]:
+        return tuple(ModelVersionState(m, "1", s, "") for m, s in sorted(self.loaded.items()))
+
+    def ready(self, model: str, version: str = "") -> bool:
+        return self.loaded.get(model) == "READY"
+
+
+def sidecar(tmp_path: Path, triton: Triton, *, drain: float, timeout: float) -> Agent:
+    options = AgentOptions(
+        dest=tmp_path / "models",
+        state_dir=tmp_path / "state",
+        base=revision("r1", 0),
+        triton=triton,  # type: ignore[arg-type]
+        drain_seconds=drain,
+        probe_failures=2,
+        drain_timeout=timeout,
+        proc=tmp_path / "no-proc",
+    )
+    Agent(options).once()  # the init container: r1 recorded
+    agent = Agent(options)
+    assert agent.check().ready
+    return agent
+
+
+@pytest.fixture
+def triton() -> Triton:
+    return Triton()
+
+
+def get_ready(port: int, agent: str) -> int:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{AGENT_READY_PATH}", headers={"User-Agent": agent}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+class Caller:
+    """GET /v1/ready every ``period`` s from ``start`` s on, as ``agent``: each answer and its moment."""
+
+    def __init__(self, port: int, agent: str, start: float, period: float) -> None:
+        self.port, self.agent, self.start, self.period = port, agent, start, period
+        self.answers: list[tuple[float, int]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        if self.stop.wait(self.start):
+            return
+        while not self.stop.is_set():
+            code = get_ready(self.port, self.agent)
+            self.answers.append((time.monotonic(), code))
+            self.stop.wait(self.period)
+
+    def __enter__(self) -> Caller:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+@pytest.fixture
+def served(tmp_path: Path, triton: Triton) -> Iterator[tuple[Agent, int]]:
+    agent = sidecar(tmp_path, triton, drain=0.3, timeout=20)
+
+    def ready() -> tuple[bool, dict[str, object]]:
+        result = agent.ready()
+        return result.ready, result.to_json()
+
+    server = StatusServer("127.0.0.1:0", agent.status, ready, probed=agent.probe_answered).start()
+    yield agent, server.port
+    server.stop()
+
+
+def test_a_late_probe_is_waited_for_and_other_readers_do_not_count(
+    served: tuple[Agent, int], triton: Triton, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kubelet's first probe comes 1.5 s after the drain began (a loaded node); the operator and
+    a curl read /v1/ready all along. The unload comes only after the probe's second 503, plus the
+    drain; before, a fixed 0.3 s after readiness went false."""
+    agent, port = served
+    caplog.set_level(logging.INFO, logger="triton_operator.agent")
+    began = time.monotonic()
+    with (
+        Caller(port, "triton-operator/0.1", start=0.0, period=0.05) as reader,
+        Caller(port, "curl/8.5.0", start=0.0, period=0.07),
+        Caller(port, KUBELET, start=1.5, period=0.4) as kubelet,
+    ):
+        agent.target = "r2"
+        agent.apply(revision("r2", 10))
+    touched = [(at, what) for at, what in triton.calls if what.startswith(("unload", "load"))]
+    assert [what for _, what in touched] == ["unload adder", "load adder"]
+    failed = [at for at, code in kubelet.answers if code == 503]
+    assert len(failed) >= 2, kubelet.answers
+    unloaded = touched[0][0]
+    assert unloaded - began > 1.5  # not before the kubelet's probe came
+    assert unloaded >= failed[1] + 0.3 - 0.05, (unloaded - began, [t - began for t in failed])
+    assert [code for at, code in kubelet.answers if at < unloaded] == [503, 503]  # and no sooner
+    assert sum(1 for at, code in reader.answers if code == 503 and at < unloaded) > 10  # never counted
+    assert agent.status()["state"] == "Applied" and agent.check().ready
+    said = [r.getMessage() for r in caplog.records]
+    assert "the kubelet's readiness probe was answered 503 2 times in a row (its failureThreshold: 2)" in said
+
+
+def test_a_probe_answered_ready_in_between_starts_the_count_again(served: tuple[Agent, int]) -> None:
+    agent, port = served
+    agent.probe_answered(False)
+    assert get_ready(port, KUBELET) == 200  # the kubelet saw it ready: the 503 before no longer counts
+    agent.probe_answered(False)
+    assert agent._probe_out_at is None
+    agent.probe_answered(False)
+    assert agent._probe_out_at is not None
+
+
+def test_a_probe_that_never_comes_is_waited_for_at_most_the_timeout_and_said(
+    tmp_path: Path, triton: Triton, caplog: pytest.LogCaptureFixture
+) -> None:
+    agent = sidecar(tmp_path, triton, drain=0.2, timeout=1.0)
+    messages: list[str] = []
+    wait = agent.options.wait
+
+    def waiting(seconds: float) -> object:
+        messages.append(agent.message)
+        return wait(seconds)
+
+    agent.options = AgentOptions(**{**agent.options.__dict__, "wait": waiting})
+    began = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="triton_operator.agent"):
+        agent.target = "r2"
+        agent.apply(revision("r2", 10))
+    unloaded = next(at for at, what in triton.calls if what == "unload adder")
+    assert 1.0 + 0.2 - 0.05 <= unloaded - began < 3.0
+    assert any("waiting for the kubelet's readiness probe to fail 2 times (0 so far" in m for m in messages)
+    bound = [m for m in messages if "within 1 s" in m]
+    assert bound and "answered 503 0 of 2 times" in bound[0] and "may fail" in bound[0], messages[-3:]
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned and "probes late or not at all" in warned[0].getMessage()
+    assert agent.status()["state"] == "Applied"
