@@ -118,8 +118,10 @@ class _Server(HTTPServer):
         except Exception:  # a bug: said, and the connection closed
             logger.exception("answering %s failed", client_address)
         finally:
-            self.shutdown_request(request)
+            # The slot is free before the peer sees the connection close: a caller that asks again
+            # at once (a probe right after a probe) finds it free, not "busy".
             slot.release()
+            self.shutdown_request(request)
 
     def _refuse(self, request: socket.socket) -> None:
         try:
