@@ -63,6 +63,12 @@ class PoolMember:
         self.acting = ""
         """The model being fetched or loaded now (reported LOADING)."""
         self.message = ""
+        self.written = False
+        """Whether the assignment read was written by the operator (the kubelet writes an empty file
+        while the pod has no annotation yet)."""
+        self.filled = False
+        """Whether every model of the first assignment the operator wrote was settled (READY, or its
+        attempt failed): the pod's first fill, after which readiness no longer waits on new loads."""
         self._repaired: dict[str, float] = {}
 
     # -------------------------------------------------------- a pass
@@ -84,6 +90,7 @@ class PoolMember:
             return self.assignment
         self.message = ""
         self.assignment = assignment
+        self.written = bool(text.strip())
         return assignment
 
     def tick(self) -> None:
@@ -138,6 +145,7 @@ class PoolMember:
             logger.error("pool: model %s (version %s, attempt %d): %s", model, version, attempt, entry.error)
         else:
             entry.ready_version = version
+            self.states[model] = VERSION_READY  # Triton's load answered: READY until the next reading
         finally:
             self.acting = ""
 
@@ -179,13 +187,42 @@ class PoolMember:
         return build_report(copies)
 
     def ready(self) -> Readiness:
-        """Readiness (GET /v1/ready): tritonserver live and the assignment read; a pooled pod serves
-        whatever it holds READY, and clients reach each model by its per-model route label."""
-        if self.assignment is None:
-            return Readiness(False, self.message or "no assignment read yet")
+        """Readiness (GET /v1/ready, the pod's readinessProbe). Not ready until the operator has written
+        the pod's assignment and every model in it is settled, READY or its attempt failed (the pod's
+        first fill): a new pod must not count as Ready, for a rollout or a Deployment's surge, while it
+        holds nothing of what it was given. From then on, ready while tritonserver is live and holds
+        every model it had READY (a restarted tritonserver starts with none: not ready until the agent
+        has loaded them again); a model loading later (a move, a new version) does not take the pod out,
+        as the pod serves its other models meanwhile and the model's own route label waits for READY."""
+        assignment = self.assignment
+        if assignment is None or not self.written:
+            return Readiness(False, self.message or "no assignment from the operator yet")
         if not self.agent.options.triton.live():
             return Readiness(False, "tritonserver does not answer")
-        return Readiness(True, "", models=dict(self.states))
+        states = dict(self.states)
+        if not self.filled:
+            waiting = sorted(
+                m
+                for m in assignment.models
+                if states.get(m) != VERSION_READY
+                and (m == self.acting or m not in self.held or not self.held[m].error)
+            )
+            if waiting:
+                return Readiness(False, f"loading its models: {', '.join(waiting)}", models=states)
+            self.filled = True
+        lost = sorted(
+            m
+            for m, held in list(self.held.items())
+            if held.ready_version == held.version
+            and not held.error
+            and m in assignment.models
+            and states.get(m) != VERSION_READY
+        )
+        if lost:
+            return Readiness(
+                False, f"tritonserver lost models it held READY: {', '.join(lost)}", models=states
+            )
+        return Readiness(True, "", models=states)
 
 
 def wait_loop(member: PoolMember, interval: float, stop: Any) -> None:
