@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from triton_operator.adapters.agent.model_control import LoadFailed
-from triton_operator.adapters.agent.pool_member import PoolMember
+from triton_operator.adapters.agent.pool_member import PoolMember, parse_labels
 from triton_operator.adapters.agent.runner import Agent, AgentOptions
 from triton_operator.adapters.agent.status import POOL_PATH
 from triton_operator.adapters.pool_reader import POOL_REPORT_PATH
@@ -207,3 +207,20 @@ def test_after_its_first_fill_a_pod_stays_ready_while_it_loads_more_but_not_once
     assert member.ready().reason == "tritonserver lost models it held READY: a, b"
     member.tick()  # the agent loads them again
     assert member.ready().ready
+
+
+def test_a_new_pod_is_ready_only_once_its_models_are_on_their_routes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    triton = FakeTriton(fail={"b"})
+    member = member_of(tmp_path, triton, monkeypatch)
+    assert member.labels_file == tmp_path / "pool-labels"  # beside the assignment, in the same payload
+    member.labels_file.write_text('app="triton"\ntriton-operator.io/service="pool"\n')
+    assign(member, a=("va", 1), b=("vb", 1))
+    assert not member.ready().ready
+    assert member.ready().reason == "waiting for its route labels: a"  # b failed: nothing to route
+    member.labels_file.write_text('app="triton"\nmodel.triton-operator.io/a="ready"\n')
+    assert member.ready().ready
+    member.labels_file.write_text('app="triton"\n')  # a label taken off later (a move): still Ready
+    assert member.ready().ready
+    assert parse_labels('a="1"\nb.io/c="x=y"\n') == {"a": "1", "b.io/c": "x=y"}

@@ -17,6 +17,7 @@ from triton_operator.adapters.agent.runner import (
     Agent,
     failure_text,
 )
+from triton_operator.core.objects.names import POOL_LABELS_ITEM
 from triton_operator.core.pod.agent_plan import Readiness, model_part
 from triton_operator.core.pool.assignment import (
     AssignmentError,
@@ -25,6 +26,7 @@ from triton_operator.core.pool.assignment import (
     build_report,
     parse_assignment,
 )
+from triton_operator.core.pool.labels import READY, model_label_key
 from triton_operator.core.vocabulary.triton_state import VERSION_READY
 
 logger = logging.getLogger("triton_operator.agent")
@@ -52,9 +54,11 @@ class PoolMember:
     then Triton's model control), unloads one whose entry is gone (the operator took its route label
     off and waited the drain before it dropped the entry), and never retries a failed load by itself."""
 
-    def __init__(self, agent: Agent, assignment_file: Path) -> None:
+    def __init__(self, agent: Agent, assignment_file: Path, labels_file: Path | None = None) -> None:
         self.agent = agent
         self.assignment_file = assignment_file
+        self.labels_file = labels_file or assignment_file.with_name(POOL_LABELS_ITEM)
+        """The pod's labels (downward API, beside the assignment): which models are on their routes."""
         self.assignment: PodAssignment | None = None
         """The last assignment read whole (None: none read yet)."""
         self.held: dict[str, _Held] = {}
@@ -172,6 +176,21 @@ class PoolMember:
                 states[version.model] = version.state
         self.states = states
 
+    def _unrouted(self, assignment: PodAssignment, states: dict[str, str]) -> list[str]:
+        """The models of ``assignment`` READY here that the operator has not labelled ready yet (its
+        route label): before the first fill counts as done, so that the pod becomes Ready, and a
+        rollout retires the pods it replaces, only once its models are on their routes. Nothing when
+        the pod has no labels file (a pod rendered before it was projected)."""
+        text = read_text(self.labels_file)
+        if text is None:
+            return []
+        labels = parse_labels(text)
+        return sorted(
+            m
+            for m in assignment.models
+            if states.get(m) == VERSION_READY and labels.get(model_label_key(m)) != READY
+        )
+
     # -------------------------------------------------------- what it serves
 
     def report(self) -> dict[str, Any]:
@@ -188,12 +207,13 @@ class PoolMember:
 
     def ready(self) -> Readiness:
         """Readiness (GET /v1/ready, the pod's readinessProbe). Not ready until the operator has written
-        the pod's assignment and every model in it is settled, READY or its attempt failed (the pod's
-        first fill): a new pod must not count as Ready, for a rollout or a Deployment's surge, while it
-        holds nothing of what it was given. From then on, ready while tritonserver is live and holds
-        every model it had READY (a restarted tritonserver starts with none: not ready until the agent
-        has loaded them again); a model loading later (a move, a new version) does not take the pod out,
-        as the pod serves its other models meanwhile and the model's own route label waits for READY."""
+        the pod's assignment and every model in it is settled, READY or its attempt failed, and each
+        READY one is on its routes (labelled; the pod's first fill): a new pod must not count as Ready,
+        for a rollout or a Deployment's surge, while it serves nothing of what it was given. From then
+        on, ready while tritonserver is live and holds every model it had READY (a restarted
+        tritonserver starts with none: not ready until the agent has loaded them again); a model
+        loading later (a move, a new version) does not take the pod out, as the pod serves its other
+        models meanwhile and the model's own route label waits for READY."""
         assignment = self.assignment
         if assignment is None or not self.written:
             return Readiness(False, self.message or "no assignment from the operator yet")
@@ -209,6 +229,9 @@ class PoolMember:
             )
             if waiting:
                 return Readiness(False, f"loading its models: {', '.join(waiting)}", models=states)
+            unrouted = self._unrouted(assignment, states)
+            if unrouted:
+                return Readiness(False, f"waiting for its route labels: {', '.join(unrouted)}", models=states)
             self.filled = True
         lost = sorted(
             m
@@ -223,6 +246,16 @@ class PoolMember:
                 False, f"tritonserver lost models it held READY: {', '.join(lost)}", models=states
             )
         return Readiness(True, "", models=states)
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """The downward API's labels file: one `key="value"` a line (the value quoted as Go quotes it)."""
+    labels = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            labels[key.strip()] = value.strip().strip('"')
+    return labels
 
 
 def wait_loop(member: PoolMember, interval: float, stop: Any) -> None:

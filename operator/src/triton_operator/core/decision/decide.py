@@ -195,6 +195,7 @@ def decide(
         now=observed.moment.timestamp(),
         stored=observed.pool_objects,
         parent_refs=observed.pool_parent_refs,
+        target=choice.engine_revision,
     )
     return Decision(rollout=plan, actions=actions, in_place=ip, pool=pool_plan)
 
