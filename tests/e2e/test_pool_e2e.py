@@ -258,9 +258,37 @@ class PoolLoad:
         return f"{self.sent} requests sent, {len(self.failures)} failed; answers: {answers}"
 
 
-def no_request_failed(load: PoolLoad, what: str, since: int) -> int:
+def describe(kube: Client, namespace: str) -> str:
+    """Each pod of the pool as the kubelet and its agent see it (said when a request failed)."""
+    lines = []
+    for pod in kube.list(Pod, namespace=namespace, labels={"triton-operator.io/service": NAME}):
+        body = pod.to_dict()
+        status, metadata = body.get("status") or {}, body.get("metadata") or {}
+        ip = status.get("podIP")
+        ready = [c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+        containers = [
+            (c.get("name"), c.get("ready"), c.get("restartCount"), c.get("lastState"))
+            for c in status.get("containerStatuses") or []
+        ]
+        agent: Any = None
+        try:
+            agent = get_json(f"http://{ip}:8009/v1/ready") if ip else None
+        except Exception as exc:  # said as it is
+            agent = f"{type(exc).__name__}: {exc}"
+        labels = sorted(k for k in metadata.get("labels") or {} if k.startswith("model."))
+        deleting = metadata.get("deletionTimestamp")
+        lines.append(
+            f"{metadata.get('name')} {ip} Ready={ready} deleting={deleting} {labels} {containers} {agent}"
+        )
+    return "\n".join(lines)
+
+
+def no_request_failed(load: PoolLoad, what: str, since: int, kube: Client, namespace: str) -> int:
     """Every request since ``since`` sent was answered; the count sent now."""
     print(f"\n{what}: {load.summary()}")
+    if load.failures:
+        print(describe(kube, namespace))
+        print(load.failures[:3], load.failures[-3:])
     assert not load.failures, load.failures[:5]
     assert load.sent - since > 6 * 10, load.summary()
     return load.sent
@@ -279,6 +307,18 @@ def load(kube: Client, namespace: str, operator: Any, store: Any, bucket: str) -
     apply(kube, pooled(namespace, bucket, store))
     wait_settled(kube, namespace)
     services = {m: service_ip(kube, namespace, f"{NAME}-m-{m}") for m in MODELS}
+
+    def answering() -> bool:  # kube-proxy has the Services' endpoints (it follows the EndpointSlices)
+        try:
+            return all(
+                offset_of(infer_add_sub(services[m], model=m, timeout=3)) == OFFSETS[m]
+                for _ in range(5)
+                for m in MODELS
+            )
+        except InferenceError:
+            return False
+
+    wait_for(answering, timeout=60, interval=0.5, what="every model answering through its Service")
     running = PoolLoad(services, pooled_client(kube, namespace), bucket, store).start()
     try:
         yield running
@@ -295,7 +335,7 @@ def test_a_pool_places_moves_and_reloads_models_with_no_failed_request(
 ) -> None:
     # (a) every model answers, from exactly the pods status.pool places it on
     time.sleep(3)
-    sent = no_request_failed(load, "(a) settled", 0)
+    sent = no_request_failed(load, "(a) settled", 0, kube, namespace)
     where = wait_settled(kube, namespace, timeout=30)
     pods = {p.metadata.name: p.status.podIP for p in pool_pods(kube, namespace)}
     assert len(pods) == 3
@@ -338,7 +378,9 @@ def test_a_pool_places_moves_and_reloads_models_with_no_failed_request(
     assert victim not in set().union(*where.values())
     assert replacement.metadata.name not in set().union(*where.values())
     time.sleep(3)
-    sent = no_request_failed(load, "(b) a pod deleted, its replacement deleted mid-load", sent)
+    sent = no_request_failed(
+        load, "(b) a pod deleted, its replacement deleted mid-load", sent, kube, namespace
+    )
 
     # (c) a new version of m0 (its config changed): a new revision, whose pods take every model on
     # (placement goes to the rollout's revision) and are Ready only once they serve them on their routes,
@@ -359,9 +401,8 @@ def test_a_pool_places_moves_and_reloads_models_with_no_failed_request(
         config = get_json(f"http://{pods[name]}:8000/v2/models/m0/config")
         assert config.get("parameters", {}).get("note", {}).get("string_value") == "v2", config
     time.sleep(3)
-    sent = no_request_failed(
-        load, "(c) a new version of m0: the new revision's pods took the models on", sent
-    )
+    what = "(c) a new version of m0: the new revision's pods took the models on"
+    sent = no_request_failed(load, what, sent, kube, namespace)
     assert all(o == OFFSETS[m] for m, o in load.answers), load.summary()
 
     # (d) the operator restarted: it resumes the pool as the pods record it, nothing is loaded again
@@ -373,4 +414,4 @@ def test_a_pool_places_moves_and_reloads_models_with_no_failed_request(
     assert after == before
     time.sleep(2)
     load.stop()
-    no_request_failed(load, "(d) the operator restarted", sent)
+    no_request_failed(load, "(d) the operator restarted", sent, kube, namespace)
