@@ -116,6 +116,12 @@ def _live(pod: Mapping[str, Any]) -> bool:
     return metadata.get("deletionTimestamp") is None and bool((pod.get("status") or {}).get("podIP"))
 
 
+def _ready(pod: Mapping[str, Any]) -> bool:
+    """The pod's Ready condition: its labels route requests to it only then (its Services' endpoints)."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 def _recorded(previous: Mapping[str, Any]) -> PoolStatus | None:
     """status.pool as read; None when there is none or it does not parse (placed afresh then)."""
     recorded = previous.get("pool")
@@ -184,7 +190,9 @@ def decide_pool(
         # Every model that may still carry a label: the spec's, the pod's assignment's, the pool's last.
         names = {m.name for m in models} | set(assignment.models) | known
         routed = frozenset(m for m in names if labels.get(model_label_key(m)) == READY)
-        states[name] = PodState(assignment=assignment, copies=dict(reports.get(name, {})), routed=routed)
+        states[name] = PodState(
+            assignment=assignment, copies=dict(reports.get(name, {})), routed=routed, ready=_ready(p)
+        )
     current = {pod: tuple(s.assignment.models) for pod, s in states.items()}
     placing = _placing(live, target)
     pool_pods = [
