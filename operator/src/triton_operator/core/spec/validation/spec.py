@@ -51,7 +51,8 @@ def spec_warnings(spec: TritonServiceSpec, image: str) -> list[SpecError]:
                 "spec.pool",
                 "placed, loaded and routed (each pod's agent loads the models of its assignment"
                 " annotation; per-model Services, status.pool), but copies do not follow load yet (each"
-                " model keeps its minCopies) and the pool is not yet tested on a real node (docs/pool.md)",
+                " model keeps its minCopies) and a model's new version makes new pods, not in place"
+                " (docs/pool.md)",
             )
         )
     return warnings
