@@ -48,6 +48,8 @@ from bench.real_pods.common import Session, run_with_cluster, say, wait
 import cluster
 from inference import InferenceError, infer_add_sub, offset_of
 from real_pods import ADD_SUB_CONFIG, adder_source, on_real_node
+from triton_operator.core.pool.assignment import ASSIGNMENT_ANNOTATION, parse_assignment
+from triton_operator.core.pool.labels import READY, model_label_key
 
 MiB = 1024 * 1024
 COPIES_FOLLOW_LOAD = "not measured: copies do not follow load on this tree"
@@ -81,6 +83,8 @@ class Result:
     sent: int = 0
     failed: int = 0
     latencies_ms: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    """The first failed requests' errors (model: error)."""
     second_copy: str = COPIES_FOLLOW_LOAD
 
     def p(self, q: float) -> float:
@@ -118,6 +122,7 @@ class Result:
             "p50Ms": self.p(0.50),
             "p99Ms": self.p(0.99),
             "secondCopy": self.second_copy,
+            "errors": self.errors,
         }
 
 
@@ -216,13 +221,33 @@ class Bench:
                     total += int((container.get("memory") or {}).get("workingSetBytes") or 0)
         return total / MiB
 
+    def at_rest(self, name: str, pool: bool) -> bool:
+        """Nothing moves any more: the TritonService Ready, and in a pool each pod holds exactly the
+        models it is labelled ready for, none of them draining."""
+        status = self.session.status(name)
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+        )
+        if not ready or not pool:
+            return ready
+        for pod in self.session.pods(name):
+            metadata = pod.metadata
+            text = (metadata.annotations or {}).get(ASSIGNMENT_ANNOTATION) if metadata else None
+            assignment = parse_assignment(text)
+            labels = (metadata.labels or {}) if metadata else {}
+            routed = {m for m in assignment.models if labels.get(model_label_key(m)) == READY}
+            if assignment.draining or routed != set(assignment.models):
+                return False
+        return True
+
     # ------------------------------------------------------------------ the load
 
     def skewed(self, hosts: dict[str, str], result: Result) -> None:
         """``--clients`` threads for ``--seconds`` s: ``--hot`` percent to the first model, the rest
         spread over the others."""
         args = self.args
-        stop = time.monotonic() + args.seconds
+        start = time.monotonic()
+        stop = start + args.seconds
         lock = threading.Lock()
         hot, cold = self.models[0], self.models[1:]
 
@@ -231,17 +256,21 @@ class Bench:
             while time.monotonic() < stop:
                 model = hot if not cold or rng.random() * 100 < args.hot else rng.choice(cold)
                 started = time.perf_counter()
+                error = ""
                 try:
-                    ok = offset_of(infer_add_sub(hosts[model], model=model, timeout=10)) == self.offset(model)
-                except InferenceError:
-                    ok = False
+                    got = offset_of(infer_add_sub(hosts[model], model=model, timeout=10))
+                    error = "" if got == self.offset(model) else f"offset {got:g}"
+                except InferenceError as exc:
+                    error = str(exc)
                 took = (time.perf_counter() - started) * 1000
                 with lock:
                     result.sent += 1
-                    if ok:
+                    if not error:
                         result.latencies_ms.append(took)
                     else:
                         result.failed += 1
+                        if len(result.errors) < 5:
+                            result.errors.append(f"{model} at {time.monotonic() - start:.2f} s: {error}")
 
         threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(args.clients)]
         for thread in threads:
@@ -265,6 +294,7 @@ class Bench:
             answering = functools.partial(self.answers, hosts[model], model)
             wait(answering, args.timeout, f"{layout}: {model} answering", 0.2)
         result.all_answer_s = time.monotonic() - started
+        wait(lambda: self.at_rest(name, pool), args.timeout, f"{layout}: at rest", 0.5)
         time.sleep(3)  # the last loads' CPU settles
         result.measured_mib = self.working_set_mib(name)
         self.skewed(hosts, result)
@@ -303,6 +333,9 @@ class Bench:
         print("|" + "---|" * len(HEADER))
         for result in self.results:
             print("| " + " | ".join(result.row()) + " |")
+        for result in self.results:
+            for error in result.errors:
+                print(f"{result.layout}: a failed request: {error}")
         if len(self.results) == len(LAYOUTS):
             every, pool = self.results
             print(
