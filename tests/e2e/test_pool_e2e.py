@@ -10,8 +10,9 @@ the constant its model adds.
 
 (a) every model answers, each from exactly the pods status.pool places it on; its Service's endpoints
     are those pods;
-(b) a pod deleted while its replacement's agent loads its assignment (the replacement deleted mid-load):
-    the models placed again on the new pod, no request fails;
+(b) a pod deleted, then its replacement deleted while its agent loads its assignment: the models
+    placed again on the next pod, no request fails (the pooled client's kept connection to the leaving
+    pod meets "unknown model" as tritonserver unloads before it exits, and asks again on a new one);
 (c) a model's new version (its config changed) is a new revision (spec.rollout.modelUpdates NewPods,
     the default): its pods take every model on (placement goes to the rollout's revision) and are Ready
     only once they serve them on their routes, so the old pods let go of nothing still needed; the new
