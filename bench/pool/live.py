@@ -12,10 +12,10 @@ For each: the pods and the memory the layout needs (declared: what one pod's mod
 all; measured: the tritonserver containers' working set, from the kubelet's stats summary, once every
 model answers), the seconds from the apply to every model answering, the seconds from adding one more
 model to the spec to its first answer (through the main Service everywhere, the model's own Service in
-the pool), and the latency under a skewed load (``--clients`` clients for ``--seconds`` s, ``--hot``
-percent of the requests to one model, the rest spread over the others; through the same Services):
-requests, failed, p50 and p99. A busy model's time to a second copy is measured only where copies
-follow load.
+the pool), and the latency under a skewed load (``--clients`` clients for ``--seconds`` s, each waiting
+``--interval`` s between its requests, ``--hot`` percent of the requests to one model, the rest
+spread over the others; through the same Services): requests, failed, p50 and p99. A busy model's
+time to a second copy is measured only where copies follow load.
 
 Needs the local cluster's real node (e2e/cluster.py up; started and stopped here when not up);
 seaweedfs on the pod bridge's gateway holds the models, the operator runs on this machine.
@@ -271,6 +271,7 @@ class Bench:
                         result.failed += 1
                         if len(result.errors) < 5:
                             result.errors.append(f"{model} at {time.monotonic() - start:.2f} s: {error}")
+                time.sleep(args.interval)
 
         threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(args.clients)]
         for thread in threads:
@@ -327,7 +328,7 @@ class Bench:
         print(
             f"{args.models} Python models holding {args.hold} MiB each, declaring {args.memory}; "
             f"{args.pods} pods; the pool's budget {args.budget} a pod; skewed load: {args.clients} clients "
-            f"for {args.seconds:g} s, {args.hot}% to one model"
+            f"for {args.seconds:g} s, {args.interval * 1000:g} ms between requests, {args.hot}% to one model"
         )
         print("| " + " | ".join(HEADER) + " |")
         print("|" + "---|" * len(HEADER))
@@ -360,6 +361,9 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--hot", type=int, default=80, help="percent of the skewed load to one model")
+    parser.add_argument(
+        "--interval", type=float, default=0.005, help="seconds each client waits between its requests"
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each step")
     parser.add_argument(
         "--small", action="store_true", help="CI size: 4 models, 2 pods of 300Mi, 8 s of load"
