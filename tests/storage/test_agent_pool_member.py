@@ -63,7 +63,7 @@ def test_the_agent_loads_the_assigned_model_then_swaps_it_for_another(
 ) -> None:
     """Assigned A: A fetched and loaded (B's bytes not fetched), reported READY, answers; assigned B
     instead: B loaded, A unloaded, its files deleted, gone from the report. Readiness: 503 until the
-    assignment is read, then 200 whatever the models' states."""
+    assignment is read, then 200 once its models are settled (a later load does not take it out)."""
     pod.put("alpha/1/model.py", model_py(100))
     pod.put("beta/1/model.py", model_py(300))
     r1 = pod.revision("r1", {"alpha": config(pod.init_log), "beta": config(pod.init_log)})
@@ -128,7 +128,7 @@ def test_a_failed_load_is_reported_and_tried_again_only_on_a_new_attempt(
         assert "refuses to load" in bad["error"], bad
         time.sleep(2)  # ten passes of the agent: none loads it again
         assert pod.inits() == ["bad 1"]
-        assert sidecar.is_ready()  # tritonserver live, the assignment read
+        assert sidecar.is_ready()  # tritonserver live, the assignment read, its one model settled (failed)
 
         assign(assignment, {"bad": Wanted("v1", 2)})
         body = wait_report(

@@ -443,3 +443,67 @@ async def test_the_pools_pods_follow_its_copies_above_spec_replicas_up_to_max_re
     hpa = kube.find("HorizontalPodAutoscaler", NS, "pool")
     assert hpa is not None and hpa["spec"]["scaleTargetRef"]["kind"] == "TritonService"
     assert kube.find("TritonService", NS, "pool")["spec"]["replicas"] == 2  # type: ignore[index]
+
+
+def revision_of(pod: Mapping[str, Any]) -> str:
+    return str(pod["metadata"]["labels"]["triton-operator.io/revision"])
+
+
+def start_new_pods(kube: MemKube) -> None:
+    """The kubelet for Deployments without pods yet: their pods, Ready, with an IP and a node; the pods
+    already there kept as they are (annotations, labels)."""
+    kept = {name: copy.deepcopy(p) for name, p in pods(kube).items()}
+    run_kubelet(kube, NS)
+    for pod in kept.values():
+        kube.put(pod)
+    for i, name in enumerate(sorted(set(pods(kube)) - set(kept))):
+
+        def place(obj: dict[str, Any], i: int = i) -> None:
+            obj["status"]["podIP"] = f"10.0.1.{i + 1}"
+            obj.setdefault("spec", {})["nodeName"] = f"node-{i}"
+
+        kube.edit("Pod", NS, name, place)
+
+
+def answering(kube: MemKube, reports: Mapping[str, Mapping[str, Copy]]) -> dict[str, set[str]]:
+    """Each model's pods that are labelled ready for it and report it READY."""
+    out: dict[str, set[str]] = {m: set() for m in MODELS}
+    for name, pod in pods(kube).items():
+        for model in ready_labels(pod):
+            copy_ = reports.get(name, {}).get(model)
+            if copy_ is not None and copy_.state == "READY":
+                out[model].add(name)
+    return out
+
+
+async def test_a_new_revision_of_a_pool_takes_the_models_onto_its_pods_before_the_old_ones_let_go() -> None:
+    kube = MemKube()
+    kube.put(pooled())
+    await run(kube)
+    start_pods(kube)
+    await run(kube)
+    await run(kube, agents_from(kube))
+    await run(kube, agents_from(kube))
+    old = set(pods(kube))
+    assert all(ready_labels(p) for p in pods(kube).values())
+
+    def new_config(obj: dict[str, Any]) -> None:
+        obj["spec"]["models"][0]["config"]["parameters"] = {"note": {"stringValue": "v2"}}
+
+    kube.edit("TritonService", NS, "pool", new_config)
+    await run(kube, agents_from(kube))  # the new revision's Deployment
+    start_new_pods(kube)
+    new = set(pods(kube)) - old
+    assert len(new) == 3 and len({revision_of(pods(kube)[n]) for n in new}) == 1
+    at = T0
+    for _ in range(12):  # the agents report what they are asked; the drains end as time goes on
+        reports = agents_from(kube)
+        for model, where in answering(kube, reports).items():
+            assert where, f"{model} has no copy on its routes"
+        at += datetime.timedelta(seconds=30)
+        await run(kube, reports, at=at)
+    for model in MODELS:
+        holders = {n for n, p in pods(kube).items() if model in assigned(p)}
+        assert holders <= new and len(holders) == 2, (model, holders)  # on the new revision's pods only
+        assert {n for n, p in pods(kube).items() if model in ready_labels(p)} == holders
+    assert not any(assigned(pods(kube)[n]) or ready_labels(pods(kube)[n]) for n in old)  # let go

@@ -62,6 +62,24 @@ def parse_url(url: str) -> tuple[Protocol, str, bool]:
     return protocol, address, ssl
 
 
+def _own_channel_args() -> list[tuple[str, Any]]:
+    """tritonclient's gRPC channel arguments, and a subchannel pool of the channel's own (not gRPC's
+    process-wide one): a new channel made after a pod said the model is not there opens a new
+    connection, which the model's Service sends on to a pod holding it."""
+    import tritonclient.grpc as module  # noqa: PLC0415 - only with gRPC
+
+    options = module.KeepAliveOptions()
+    return [
+        ("grpc.max_send_message_length", module.MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", module.MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.keepalive_time_ms", options.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", options.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", options.keepalive_permit_without_calls),
+        ("grpc.http2.max_pings_without_data", options.http2_max_pings_without_data),
+        ("grpc.use_local_subchannel_pool", 1),
+    ]
+
+
 def _is_unknown_model(exc: InferenceServerException) -> bool:
     text = str(exc.message() if hasattr(exc, "message") else exc).lower()
     return "unknown model" in text or "not found" in text
@@ -134,7 +152,14 @@ class Model:
         signature = self.signature()
         self._refuse_decoupled(signature)
         request = self._prepare(signature, args, named, dict(options))
-        return self.client._sync.infer(self.name, request.pop("inputs"), **request)
+        inputs = request.pop("inputs")
+        try:
+            return self.client._sync.infer(self.name, inputs, **request)
+        except InferenceServerException as exc:
+            if not self._moved(exc):
+                raise
+            self.client._reconnect()
+            return self.client._sync.infer(self.name, inputs, **request)
 
     async def _async_infer(
         self, args: Sequence[Any], named: Mapping[str, Any], options: dict[str, Any]
@@ -142,8 +167,21 @@ class Model:
         signature = await self.async_signature()
         self._refuse_decoupled(signature)
         request = self._prepare(signature, args, named, dict(options))
-        aio = await self.client._aio()
-        return await aio.infer(self.name, request.pop("inputs"), **request)
+        inputs = request.pop("inputs")
+        try:
+            return await (await self.client._aio()).infer(self.name, inputs, **request)
+        except InferenceServerException as exc:
+            if not self._moved(exc):
+                raise
+            await self.client._async_reconnect()
+            return await (await self.client._aio()).infer(self.name, inputs, **request)
+
+    def _moved(self, exc: InferenceServerException) -> bool:
+        """Whether a pool's pod said it does not hold the model: a connection kept open through the
+        model's Service stays on the pod it reached first, which may since have let the model go (moved,
+        or the pod leaving: tritonserver unloads every model before it exits) while the Service no longer
+        sends new connections there. Nothing ran: asked again once, on a new connection."""
+        return self.client.routed and _is_unknown_model(exc)
 
     def stream(self, *inputs: Any, timeout: float | None = None, **named: Any) -> Iterator[Any]:
         """The responses of one request over a gRPC stream (a decoupled model's many, or one), as
@@ -254,11 +292,16 @@ class TritonClient:
         verbose: bool = False,
         model_urls: Mapping[str, str] | None = None,
         unserved: Mapping[str, str] | None = None,
+        routed: bool = False,
     ) -> None:
         """``configs`` (model name -> ModelConfig dict, as a TritonService's spec holds them) are
         the models this client knows and checks inputs against; without, the server's are read.
         ``model_urls`` sends a model's requests to its own URL (a pool's per-model Service) instead
-        of ``url``; using a model of ``unserved`` raises ModelNotServedError with its message."""
+        of ``url``; using a model of ``unserved`` raises ModelNotServedError with its message.
+        ``routed``: this client reaches one model of a pool through the model's own Service (made by
+        the pooled client for each model): an inference a pod answers with "unknown model" is asked
+        again once on a new connection (Model._moved)."""
+        self.routed = routed
         self.protocol, self.address, self.ssl = parse_url(url)
         scheme = {("http", False): "http", ("http", True): "https", ("grpc", False): "grpc"}.get(
             (self.protocol, self.ssl), "grpcs"
@@ -349,7 +392,20 @@ class TritonClient:
         return module
 
     def _new_sync(self) -> Any:
-        return self._module().InferenceServerClient(self.address, ssl=self.ssl, verbose=self._verbose)
+        module = self._module()
+        own = {"channel_args": _own_channel_args()} if self.routed and self.protocol == "grpc" else {}
+        return module.InferenceServerClient(self.address, ssl=self.ssl, verbose=self._verbose, **own)
+
+    def _reconnect(self) -> None:
+        """A new synchronous client (new connections) in place of the one in use."""
+        old, self._sync = self._sync, self._new_sync()
+        old.close()
+
+    async def _async_reconnect(self) -> None:
+        """The asyncio client closed: the next call makes a new one (new connections)."""
+        if self._aio_client is not None:
+            old, self._aio_client = self._aio_client, None
+            await old.close()
 
     async def _aio(self) -> Any:
         """tritonclient's asyncio client, made in (and for) the running event loop."""
@@ -359,7 +415,10 @@ class TritonClient:
                 from tritonclient.http import aio  # noqa: PLC0415
             else:
                 from tritonclient.grpc import aio  # noqa: PLC0415
-            self._aio_client = aio.InferenceServerClient(self.address, ssl=self.ssl, verbose=self._verbose)
+            own = {"channel_args": _own_channel_args()} if self.routed and self.protocol == "grpc" else {}
+            self._aio_client = aio.InferenceServerClient(
+                self.address, ssl=self.ssl, verbose=self._verbose, **own
+            )
             self._aio_loop = loop
         return self._aio_client
 
@@ -436,7 +495,7 @@ class TritonClient:
         if name not in self._model_clients:
             configs = {name: self._configs[name]} if name in self._configs else None
             self._model_clients[name] = TritonClient(
-                url, configs=configs, service=self.service, verbose=self._verbose
+                url, configs=configs, service=self.service, verbose=self._verbose, routed=True
             )
         return self._model_clients[name]
 

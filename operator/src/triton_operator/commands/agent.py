@@ -77,8 +77,9 @@ again. Should tritonserver restart later (it starts with no model), the sidecar 
 With --pool-assignment (a pod of a pool): the sidecar loads exactly the models the pod's assignment
 annotation names (a downwardAPI file; each fetched verified from the node cache first, then loaded),
 unloads the ones no longer named, tries a failed load again only when the operator raises its
-attempt, and reports each model at GET http://<--listen>/v1/pool; readiness is tritonserver live and
-the assignment read (docs/pool.md).
+attempt, and reports each model at GET http://<--listen>/v1/pool; ready once the operator's first
+assignment is loaded (each model READY or failed), then while tritonserver holds what it had READY
+(docs/pool.md).
 The target: the pod's annotation (--target-file) when it names `next` or `stable` of the in-place
 ConfigMap's state.json (--inplace-dir) and that revision's files are there; else `stable`; else the
 base revision (--manifest and --configs, the pod's own). With --target-file in --inplace-dir (one
@@ -426,7 +427,7 @@ def sidecar(agent: Agent, args: argparse.Namespace) -> int:
 
 def pool_sidecar(member: PoolMember, args: argparse.Namespace) -> int:
     """The sidecar of a pod of a pool: the assignment followed every --interval, the pool report and
-    the readiness (tritonserver live, the assignment read) served."""
+    the readiness (PoolMember.ready) served."""
     stop = threading.Event()
 
     def stopping(signum: int, _frame: Any) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from triton_operator.adapters.agent.model_control import LoadFailed
-from triton_operator.adapters.agent.pool_member import PoolMember
+from triton_operator.adapters.agent.pool_member import PoolMember, parse_labels
 from triton_operator.adapters.agent.runner import Agent, AgentOptions
 from triton_operator.adapters.agent.status import POOL_PATH
 from triton_operator.adapters.pool_reader import POOL_REPORT_PATH
@@ -157,3 +157,70 @@ def test_a_model_tritonserver_lost_is_loaded_again_and_an_unassigned_ones_files_
 
 def test_the_agent_serves_its_report_where_the_operator_reads_it() -> None:
     assert POOL_PATH == POOL_REPORT_PATH == "/v1/pool"
+
+
+def test_a_new_pod_is_ready_only_once_it_holds_the_first_assignment_the_operator_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    triton = FakeTriton()
+    member = member_of(tmp_path, triton, monkeypatch)
+    member.assignment_file.write_text("")  # the kubelet's file while the pod has no annotation yet
+    member.tick()
+    assert not member.ready().ready
+    assert member.ready().reason == "no assignment from the operator yet"
+    seen: list[tuple[str, bool]] = []
+    load = triton.load
+
+    def load_and_look(model: str) -> None:  # readiness asked while a model of the first fill loads
+        member._refresh()
+        seen.append((model, member.ready().ready))
+        load(model)
+
+    monkeypatch.setattr(triton, "load", load_and_look)
+    assign(member, a=("va", 1), b=("vb", 1))
+    assert seen == [("a", False), ("b", False)]
+    assert member.ready().ready and report(member)["b"].state == "READY"
+
+
+def test_after_its_first_fill_a_pod_stays_ready_while_it_loads_more_but_not_once_tritonserver_lost_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    triton = FakeTriton(fail={"b"})
+    member = member_of(tmp_path, triton, monkeypatch)
+    assign(member, b=("vb", 1))
+    assert member.ready().ready  # its one model failed: settled (the operator asks again)
+    triton.fail.clear()
+    seen: list[bool] = []
+    load = triton.load
+
+    def load_and_look(model: str) -> None:
+        seen.append(member.ready().ready)
+        load(model)
+
+    monkeypatch.setattr(triton, "load", load_and_look)
+    assign(member, a=("va", 1), b=("vb", 2))
+    assert seen == [True, True] and member.ready().ready  # the pod serves its other models meanwhile
+    monkeypatch.setattr(triton, "load", load)
+    triton.loaded.clear()  # tritonserver restarted with no model
+    member._refresh()
+    assert not member.ready().ready
+    assert member.ready().reason == "tritonserver lost models it held READY: a, b"
+    member.tick()  # the agent loads them again
+    assert member.ready().ready
+
+
+def test_a_new_pod_is_ready_only_once_its_models_are_on_their_routes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    triton = FakeTriton(fail={"b"})
+    member = member_of(tmp_path, triton, monkeypatch)
+    assert member.labels_file == tmp_path / "pool-labels"  # beside the assignment, in the same payload
+    member.labels_file.write_text('app="triton"\ntriton-operator.io/service="pool"\n')
+    assign(member, a=("va", 1), b=("vb", 1))
+    assert not member.ready().ready
+    assert member.ready().reason == "waiting for its route labels: a"  # b failed: nothing to route
+    member.labels_file.write_text('app="triton"\nmodel.triton-operator.io/a="ready"\n')
+    assert member.ready().ready
+    member.labels_file.write_text('app="triton"\n')  # a label taken off later (a move): still Ready
+    assert member.ready().ready
+    assert parse_labels('a="1"\nb.io/c="x=y"\n') == {"a": "1", "b.io/c": "x=y"}

@@ -239,3 +239,23 @@ def test_a_single_copy_is_reloaded_in_place_and_keeps_answering() -> None:
     pool = Pool({"p0": _serving("a")}, random.Random(5), fail=0.0)
     moves = pool.plan({"p0": ["a"]}, {"a": "v2"})
     assert moves.pods["p0"].assignment.models["a"] == Wanted("v2") and moves.pods["p0"].unlabel == ()
+
+
+def test_the_old_copy_leaves_its_routes_only_once_the_new_copys_pod_is_ready() -> None:
+    """A label on a pod not Ready routes nothing (the Service's endpoints are its Ready pods): the copy
+    placement moves away stays on its routes until the pod of the new copy is Ready too."""
+    old = _serving("a").state()
+    labelled = PodState(
+        PodAssignment(models={"a": Wanted("v1")}), {"a": Copy("READY", "v1")}, frozenset({"a"}), ready=False
+    )
+    placement = {"p1": ["a"]}
+
+    def moves(new: PodState) -> Moves:
+        return plan_moves(
+            placement, {"a": "v1"}, {"p0": old, "p1": new}, now=0.0, drain=DRAIN, backoff=BACKOFF
+        )
+
+    waiting = moves(labelled)
+    assert waiting.pods["p0"].unlabel == () and "a" in waiting.pods["p0"].assignment.models
+    ready = moves(replace(labelled, ready=True))
+    assert ready.pods["p0"].unlabel == ("a",)

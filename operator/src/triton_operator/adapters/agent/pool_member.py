@@ -17,6 +17,7 @@ from triton_operator.adapters.agent.runner import (
     Agent,
     failure_text,
 )
+from triton_operator.core.objects.names import POOL_LABELS_ITEM
 from triton_operator.core.pod.agent_plan import Readiness, model_part
 from triton_operator.core.pool.assignment import (
     AssignmentError,
@@ -25,6 +26,7 @@ from triton_operator.core.pool.assignment import (
     build_report,
     parse_assignment,
 )
+from triton_operator.core.pool.labels import READY, model_label_key
 from triton_operator.core.vocabulary.triton_state import VERSION_READY
 
 logger = logging.getLogger("triton_operator.agent")
@@ -52,9 +54,11 @@ class PoolMember:
     then Triton's model control), unloads one whose entry is gone (the operator took its route label
     off and waited the drain before it dropped the entry), and never retries a failed load by itself."""
 
-    def __init__(self, agent: Agent, assignment_file: Path) -> None:
+    def __init__(self, agent: Agent, assignment_file: Path, labels_file: Path | None = None) -> None:
         self.agent = agent
         self.assignment_file = assignment_file
+        self.labels_file = labels_file or assignment_file.with_name(POOL_LABELS_ITEM)
+        """The pod's labels (downward API, beside the assignment): which models are on their routes."""
         self.assignment: PodAssignment | None = None
         """The last assignment read whole (None: none read yet)."""
         self.held: dict[str, _Held] = {}
@@ -63,6 +67,12 @@ class PoolMember:
         self.acting = ""
         """The model being fetched or loaded now (reported LOADING)."""
         self.message = ""
+        self.written = False
+        """Whether the assignment read was written by the operator (the kubelet writes an empty file
+        while the pod has no annotation yet)."""
+        self.filled = False
+        """Whether every model of the first assignment the operator wrote was settled (READY, or its
+        attempt failed): the pod's first fill, after which readiness no longer waits on new loads."""
         self._repaired: dict[str, float] = {}
 
     # -------------------------------------------------------- a pass
@@ -84,6 +94,7 @@ class PoolMember:
             return self.assignment
         self.message = ""
         self.assignment = assignment
+        self.written = bool(text.strip())
         return assignment
 
     def tick(self) -> None:
@@ -138,6 +149,7 @@ class PoolMember:
             logger.error("pool: model %s (version %s, attempt %d): %s", model, version, attempt, entry.error)
         else:
             entry.ready_version = version
+            self.states[model] = VERSION_READY  # Triton's load answered: READY until the next reading
         finally:
             self.acting = ""
 
@@ -164,6 +176,21 @@ class PoolMember:
                 states[version.model] = version.state
         self.states = states
 
+    def _unrouted(self, assignment: PodAssignment, states: dict[str, str]) -> list[str]:
+        """The models of ``assignment`` READY here that the operator has not labelled ready yet (its
+        route label): before the first fill counts as done, so that the pod becomes Ready, and a
+        rollout retires the pods it replaces, only once its models are on their routes. Nothing when
+        the pod has no labels file (a pod rendered before it was projected)."""
+        text = read_text(self.labels_file)
+        if text is None:
+            return []
+        labels = parse_labels(text)
+        return sorted(
+            m
+            for m in assignment.models
+            if states.get(m) == VERSION_READY and labels.get(model_label_key(m)) != READY
+        )
+
     # -------------------------------------------------------- what it serves
 
     def report(self) -> dict[str, Any]:
@@ -179,13 +206,56 @@ class PoolMember:
         return build_report(copies)
 
     def ready(self) -> Readiness:
-        """Readiness (GET /v1/ready): tritonserver live and the assignment read; a pooled pod serves
-        whatever it holds READY, and clients reach each model by its per-model route label."""
-        if self.assignment is None:
-            return Readiness(False, self.message or "no assignment read yet")
+        """Readiness (GET /v1/ready, the pod's readinessProbe). Not ready until the operator has written
+        the pod's assignment and every model in it is settled, READY or its attempt failed, and each
+        READY one is on its routes (labelled; the pod's first fill): a new pod must not count as Ready,
+        for a rollout or a Deployment's surge, while it serves nothing of what it was given. From then
+        on, ready while tritonserver is live and holds every model it had READY (a restarted
+        tritonserver starts with none: not ready until the agent has loaded them again); a model
+        loading later (a move, a new version) does not take the pod out, as the pod serves its other
+        models meanwhile and the model's own route label waits for READY."""
+        assignment = self.assignment
+        if assignment is None or not self.written:
+            return Readiness(False, self.message or "no assignment from the operator yet")
         if not self.agent.options.triton.live():
             return Readiness(False, "tritonserver does not answer")
-        return Readiness(True, "", models=dict(self.states))
+        states = dict(self.states)
+        if not self.filled:
+            waiting = sorted(
+                m
+                for m in assignment.models
+                if states.get(m) != VERSION_READY
+                and (m == self.acting or m not in self.held or not self.held[m].error)
+            )
+            if waiting:
+                return Readiness(False, f"loading its models: {', '.join(waiting)}", models=states)
+            unrouted = self._unrouted(assignment, states)
+            if unrouted:
+                return Readiness(False, f"waiting for its route labels: {', '.join(unrouted)}", models=states)
+            self.filled = True
+        lost = sorted(
+            m
+            for m, held in list(self.held.items())
+            if held.ready_version == held.version
+            and not held.error
+            and m in assignment.models
+            and states.get(m) != VERSION_READY
+        )
+        if lost:
+            return Readiness(
+                False, f"tritonserver lost models it held READY: {', '.join(lost)}", models=states
+            )
+        return Readiness(True, "", models=states)
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """The downward API's labels file: one `key="value"` a line (the value quoted as Go quotes it)."""
+    labels = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            labels[key.strip()] = value.strip().strip('"')
+    return labels
 
 
 def wait_loop(member: PoolMember, interval: float, stop: Any) -> None:

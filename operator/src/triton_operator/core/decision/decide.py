@@ -189,6 +189,7 @@ def decide(
         stored=observed.pool_objects,
         parent_refs=observed.pool_parent_refs,
         copies=copies,
+        target=plan.engine_revision,
     )
     return Decision(rollout=plan, actions=actions, in_place=ip, pool=pool_plan)
 

@@ -131,6 +131,12 @@ def _live(pod: Mapping[str, Any]) -> bool:
     return metadata.get("deletionTimestamp") is None and bool((pod.get("status") or {}).get("podIP"))
 
 
+def _ready(pod: Mapping[str, Any]) -> bool:
+    """The pod's Ready condition: its labels route requests to it only then (its Services' endpoints)."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 def _recorded(previous: Mapping[str, Any]) -> PoolStatus | None:
     """status.pool as read; None when there is none or it does not parse (placed afresh then)."""
     recorded = previous.get("pool")
@@ -293,6 +299,12 @@ def _shown(
     return shown
 
 
+def _placing(live: Sequence[Mapping[str, Any]], target: str | None) -> Sequence[Mapping[str, Any]]:
+    """The pods placement may use: the target revision's once it has a live pod, else every live pod."""
+    ours = [p for p in live if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION) == target]
+    return ours if target is not None and ours else live
+
+
 def decide_pool(
     ts: TritonService,
     pods: Sequence[Mapping[str, Any]],
@@ -305,6 +317,7 @@ def decide_pool(
     stored: Sequence[Mapping[str, Any]] = (),
     parent_refs: Sequence[Mapping[str, Any]] = (),
     copies: PoolCopies | None = None,
+    target: str | None = None,
 ) -> PoolPlan | None:
     """The pool's writes for ``ts`` (None without spec.pool): its models placed over the live pods
     (``pods``: the owned pods as read, of the ``revisions`` the plan keeps), starting from each pod's
@@ -313,7 +326,10 @@ def decide_pool(
     (pool_objects); ``parent_refs``: the parentRefs of the user's HTTPRoute (spec.rollout.trafficRouting
     .gatewayAPI.httpRoute, as read): the per-model HTTPRoutes attach there (none: no per-model routes);
     ``copies``: each model's wanted copies from its load (pool_copies; None: its least copies).
-    Without spec.pool, only what a former pool left goes (None when it left nothing)."""
+    ``target``: the revision the rollout goes to. Once it has live pods, the models are placed on its
+    pods only: the other revisions' pods are leaving, and their copies stay on their routes until the
+    copies placed on the target's pods answer (plan_moves), so a rollout that retires them drops no
+    model. Without spec.pool, only what a former pool left goes (None when it left nothing)."""
     if ts.spec.pool is None:
         if not stored and not previous.get("pool"):
             return None
@@ -347,13 +363,16 @@ def decide_pool(
         # Every model that may still carry a label: the spec's, the pod's assignment's, the pool's last.
         names = {m.name for m in models} | set(assignment.models) | known
         routed = frozenset(m for m in names if labels.get(model_label_key(m)) == READY)
-        states[name] = PodState(assignment=assignment, copies=dict(reports.get(name, {})), routed=routed)
+        states[name] = PodState(
+            assignment=assignment, copies=dict(reports.get(name, {})), routed=routed, ready=_ready(p)
+        )
     current = {pod: tuple(s.assignment.models) for pod, s in states.items()}
+    placing = _placing(live, target)
     pool_pods = [
         PoolPod(str((p.get("metadata") or {}).get("name")), (p.get("spec") or {}).get("nodeName"), budget)
-        for p in live
+        for p in placing
     ]
-    placed = place(pool_pods, models, current)
+    placed = place(pool_pods, models, {pod: current[pod] for pod in (p.name for p in pool_pods)})
     versions = {m.name: model_version(ts, m.name, configs) for m in models}
     moves = plan_moves(
         placed.pods, versions, states, now=now, drain=float(agent_drain_seconds(ts)), backoff=LOAD_BACKOFF

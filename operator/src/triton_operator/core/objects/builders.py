@@ -47,6 +47,7 @@ from triton_operator.core.objects.names import (
     PLACEHOLDER_UID,
     POOL_ASSIGNMENT_FILE,
     POOL_ASSIGNMENT_ITEM,
+    POOL_LABELS_ITEM,
     PVC_ROOT,
     REPOSITORY_VOLUME,
     SHM_VOLUME,
@@ -601,7 +602,7 @@ def agent_volumes(ts: TritonService, revision: str) -> list[dict[str, Any]]:
     kubelet writes as one atomic payload (two volumes it refreshes at different moments let a pod see
     the annotation gone before the state.json that makes it so: a flip back to the old revision),
     and the agent's bookkeeping. In a pod of a pool, the same payload holds its assignment annotation
-    (core.pool.assignment), which its agent follows."""
+    (core.pool.assignment), which its agent follows, and its labels (which models are on their routes)."""
     items = [
         {
             "path": INPLACE_TARGET_ITEM,
@@ -615,6 +616,7 @@ def agent_volumes(ts: TritonService, revision: str) -> list[dict[str, Any]]:
                 "fieldRef": {"fieldPath": f"metadata.annotations['{ASSIGNMENT_ANNOTATION}']"},
             }
         )
+        items.append({"path": POOL_LABELS_ITEM, "fieldRef": {"fieldPath": "metadata.labels"}})
     return [
         {
             "name": INPLACE_VOLUME,

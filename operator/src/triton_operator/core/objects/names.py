@@ -74,6 +74,10 @@ POOL_ASSIGNMENT_ITEM = "pool-models"
 """In a pod of a pool, the item of the in-place volume that projects its assignment annotation
 (core.pool.assignment.ASSIGNMENT_ANNOTATION), which the kubelet refreshes when the operator writes it."""
 POOL_ASSIGNMENT_FILE = f"{INPLACE_DIR}/{POOL_ASSIGNMENT_ITEM}"
+POOL_LABELS_ITEM = "pool-labels"
+"""Beside it, the pod's labels (the downward API's `key="value"` lines): its agent sees which of its
+models the operator has put on their routes (core.pool.labels), and is not Ready before its first
+assignment is."""
 AGENT_STATE_VOLUME = "agent-state"
 AGENT_STATE_DIR = "/var/run/triton-operator"
 """The agent's own bookkeeping (an emptyDir shared by the init container and the sidecar)."""

@@ -6,8 +6,9 @@ From the placement the pool wants (each pod's models), each model's version, and
 
 1. load on the new pod (its entry in the pod's assignment; the agent loads it);
 2. wait until the agent reports it READY at the wanted version;
-3. label the pod ready for it (the model's Service and routes take it in);
-4. only then take the label off the copy placement no longer wants, once every copy it wants answers;
+3. label the pod ready for it (the model's Service and routes take it in, once the pod is Ready);
+4. only then take the label off the copy placement no longer wants, once every copy it wants answers
+   (READY, labelled, on a Ready pod);
 5. wait a drain (the readiness probe's period x failures + drainSeconds, as an in-place update does);
 6. unload it (its entry leaves the assignment).
 
@@ -33,11 +34,14 @@ LOADING = "LOADING"
 
 @dataclass(frozen=True)
 class PodState:
-    """What one pod has: its assignment annotation, its agent's report, the models labelled ready on it."""
+    """What one pod has: its assignment annotation, its agent's report, the models labelled ready on it,
+    and whether the pod is Ready (an endpoint of its Services: a label on a pod not Ready routes
+    nothing yet)."""
 
     assignment: PodAssignment = field(default_factory=PodAssignment)
     copies: Mapping[str, Copy] = field(default_factory=dict)
     routed: frozenset[str] = frozenset()
+    ready: bool = True
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,7 @@ class _Model:
         self.serving = {
             p
             for p, s in pods.items()
-            if name in s.routed and name in s.copies and s.copies[name].state == VERSION_READY
+            if s.ready and name in s.routed and name in s.copies and s.copies[name].state == VERSION_READY
         }
         self.staying = set(self.serving)
         self.unlabel: set[str] = set()

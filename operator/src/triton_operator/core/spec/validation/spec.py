@@ -50,8 +50,8 @@ def spec_warnings(spec: TritonServiceSpec, image: str) -> list[SpecError]:
             SpecError(
                 "spec.pool",
                 "placed, loaded and routed (each pod's agent loads the models of its assignment"
-                " annotation; per-model Services, status.pool; copies follow load), but the pool is not"
-                " yet tested on a real node (docs/pool.md)",
+                " annotation; per-model Services, status.pool; copies follow load), but a model's new"
+                " version makes new pods, not in place (docs/pool.md)",
             )
         )
     return warnings

@@ -1,0 +1,418 @@
+"""A pool of tritonservers on the real node (spec.pool): more models than one pod holds, each on its own
+pods, reached through its own Service, with clients counting every answer.
+
+Six small Python models (each holds a few MiB once loaded, and declares 100Mi) with two copies each, in
+three pods of 400Mi: one pod holds four of them, and every model everywhere would need 600Mi a pod.
+Throughout, one client sends requests to every model through the model's own Service (its ClusterIP),
+and another through the pooled Python client (TritonClient over gRPC: each model's requests to its
+own Service, from status.pool; one channel a model, kept open), each model's answers told apart by
+the constant its model adds.
+
+(a) every model answers, each from exactly the pods status.pool places it on; its Service's endpoints
+    are those pods;
+(b) a pod deleted, then its replacement deleted while its agent loads its assignment: the models
+    placed again on the next pod, no request fails (the pooled client's kept connection to the leaving
+    pod meets "unknown model" as tritonserver unloads before it exits, and asks again on a new one);
+(c) a model's new version (its config changed) is a new revision (spec.rollout.modelUpdates NewPods,
+    the default): its pods take every model on (placement goes to the rollout's revision) and are Ready
+    only once they serve them on their routes, so the old pods let go of nothing still needed; the new
+    pods serve the new config, and no request fails. (In place on the pods that hold the model, the
+    other models untouched, is not there yet: docs/pool.md.)
+(d) the operator restarted: it resumes the pool as the pods record it, nothing is loaded again (the
+    number each model drew at its load unchanged on every pod), no request fails.
+
+Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without them
+every test here skips, saying why.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod, Service
+from lightkube.resources.discovery_v1 import EndpointSlice
+
+from e2e_helpers import apply, create_store_secret, get_ts
+from inference import INPUT0, INPUT1, InferenceError, infer_add_sub, offset_of
+from real_pods import ADD_SUB_CONFIG, adder_source, on_real_node
+from testkit import wait_for
+from triton_operator.client import TritonClient
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.operator_env(TRITON_OPERATOR_PIN_REPOSITORIES="true"),
+]
+
+NAME = "pool"
+MODELS = [f"m{i}" for i in range(6)]
+OFFSETS = {m: float(10 * (i + 1)) for i, m in enumerate(MODELS)}
+"""What each model adds to INPUT0 + INPUT1: an answer says which model gave it."""
+HOLD_MIB = 16
+"""What each model holds once loaded (a Python stub's own ~40 MiB come on top)."""
+KEY = "models/{model}/1/model.py"
+MODEL_LABEL = "model.triton-operator.io/{model}"
+
+
+def holding_source(offset: float, mib: int = HOLD_MIB) -> bytes:
+    """The adder (plus ``offset``) that holds ``mib`` MiB, touched, from its load to its unload, and
+    answers OUTPUT1 = a number drawn at its load (the same until it is loaded again)."""
+    text = adder_source(offset).decode()
+    head = "    def initialize(self, args):\n"
+    out1 = '(a - b).astype(self.dtypes["OUTPUT1"])'
+    assert head in text and out1 in text
+    load = f"{head}        import random\n        self.hold = b'\\x01' * ({mib} << 20)\n"
+    load += "        self.loaded = float(random.randrange(1, 1 << 20))\n"
+    text = text.replace(head, load)
+    return text.replace(out1, '(a * 0 + self.loaded).astype(self.dtypes["OUTPUT1"])').encode()
+
+
+@pytest.fixture
+def bucket(store: Any, kube: Client, namespace: str) -> str:
+    """A fresh bucket: the six models, each adding its own offset."""
+    import storage_servers  # noqa: PLC0415
+
+    name = f"pool-{uuid.uuid4().hex[:8]}"
+    s3 = store.extra["s3"]
+    s3.create_bucket(Bucket=name)
+    for model, offset in OFFSETS.items():
+        s3.put_object(Bucket=name, Key=KEY.format(model=model), Body=holding_source(offset))
+    create_store_secret(kube, namespace, storage_servers.S3_ACCESS_KEY, storage_servers.S3_SECRET_KEY)
+    return name
+
+
+def pooled(namespace: str, bucket: str, store: Any, *, note: str = "") -> dict[str, Any]:
+    """Three pods of 400Mi for the models, six models of 100Mi with two copies each (``note``: a
+    parameter of m0's config, a new version of m0 when it changes)."""
+    models = []
+    for model in MODELS:
+        config = copy.deepcopy(ADD_SUB_CONFIG)
+        if model == "m0" and note:
+            config["parameters"] = {"note": {"stringValue": note}}
+        models.append({"name": model, "config": config, "memory": "100Mi", "minCopies": 2})
+    return on_real_node(
+        NAME,
+        namespace,
+        bucket=bucket,
+        endpoint=store.endpoint,
+        replicas=3,
+        resources={"cpu": "100m", "memory": "1Gi"},
+        pool={"memoryPerPod": "400Mi"},
+        models=models,
+        startupTimeoutSeconds=240,
+    )
+
+
+# ----------------------------------------------------------------- reading the pool
+
+
+def pool_pods(kube: Client, namespace: str) -> list[Any]:
+    return [
+        p
+        for p in kube.list(Pod, namespace=namespace, labels={"triton-operator.io/service": NAME})
+        if p.metadata is not None and p.metadata.deletionTimestamp is None
+    ]
+
+
+def placed(kube: Client, namespace: str) -> dict[str, set[str]]:
+    """status.pool: each model's pods."""
+    pool = get_ts(kube, namespace, NAME).get("status", {}).get("pool") or {}
+    return {m["name"]: set(m.get("pods") or []) for m in pool.get("models") or []}
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def stats(ip: str, model: str) -> tuple[float, int]:
+    """``model`` in one pod: the number it drew at its load (OUTPUT1), and its inferences in Triton's
+    own statistics (from 0 again after a load)."""
+    loaded = infer_add_sub(ip, model=model)["OUTPUT1"][0]
+    reply = get_json(f"http://{ip}:8000/v2/models/{model}/stats")
+    return loaded, sum(int(s.get("inference_count", 0)) for s in reply.get("model_stats") or [])
+
+
+def held(ip: str) -> dict[str, str]:
+    """What the pod's agent reports (GET :8009/v1/pool): each model's state."""
+    report = get_json(f"http://{ip}:8009/v1/pool")
+    return {m: c["state"] for m, c in (report.get("models") or {}).items()}
+
+
+def service_ip(kube: Client, namespace: str, name: str) -> str:
+    svc = kube.get(Service, name, namespace=namespace)
+    assert svc.spec is not None and svc.spec.clusterIP
+    return str(svc.spec.clusterIP)
+
+
+def endpoint_ips(kube: Client, namespace: str, service: str) -> set[str]:
+    """The ready addresses of ``service``'s EndpointSlices."""
+    out = set()
+    for eps in kube.list(EndpointSlice, namespace=namespace, labels={"kubernetes.io/service-name": service}):
+        for ep in eps.endpoints or []:
+            if ep.conditions is None or ep.conditions.ready is not False:
+                out.update(ep.addresses)
+    return out
+
+
+def settled(kube: Client, namespace: str) -> dict[str, set[str]] | None:
+    """status.pool once every model has its two copies placed, READY and labelled on exactly those pods,
+    and its Service's endpoints are those pods (None before)."""
+    where = placed(kube, namespace)
+    if set(where) != set(MODELS) or any(len(p) != 2 for p in where.values()):
+        return None
+    pods = {p.metadata.name: p for p in pool_pods(kube, namespace)}
+    for model, names in where.items():
+        if not names <= set(pods):
+            return None
+        labelled = {
+            n for n, p in pods.items() if (p.metadata.labels or {}).get(MODEL_LABEL.format(model=model))
+        }
+        if labelled != names:
+            return None
+        ips = {pods[n].status.podIP for n in names}
+        if endpoint_ips(kube, namespace, f"{NAME}-m-{model}") != ips:
+            return None
+    return where
+
+
+def wait_settled(kube: Client, namespace: str, timeout: float = 240) -> dict[str, set[str]]:
+    return wait_for(lambda: settled(kube, namespace), timeout=timeout, interval=1, what="the pool settled")
+
+
+# ----------------------------------------------------------------- clients counting answers
+
+
+@dataclass
+class PoolLoad:
+    """Two threads sending requests to every model in turn until stopped: one through each model's own
+    Service (a new connection each, so its ClusterIP balances requests over the model's pods), one
+    through the pooled TritonClient (gRPC, each model to its own Service). Answers counted per model
+    and offset; every failure kept."""
+
+    services: dict[str, str]
+    """Each model's Service ClusterIP."""
+    client: TritonClient
+    bucket: str
+    store: Any
+    interval: float = 0.01
+    max_seconds: float = 600.0
+    sent: int = 0
+    answers: Counter[tuple[str, float]] = field(default_factory=Counter)
+    failures: list[tuple[float, str, str]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _t0: float = 0.0
+
+    def start(self) -> PoolLoad:
+        self._t0 = time.monotonic()
+        for target, name in ((self._through_services, "services"), (self._through_client, "client")):
+            thread = threading.Thread(target=target, name=f"pool-load-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def _loop(self, ask: Any, via: str) -> None:
+        deadline = self._t0 + self.max_seconds
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            for model in MODELS:
+                self.sent += 1
+                try:
+                    self.answers[model, ask(model)] += 1
+                except Exception as exc:  # every failure is counted, none ends the client
+                    at = round(time.monotonic() - self._t0, 2)
+                    self.failures.append((at, f"{via} {model}", f"{type(exc).__name__}: {exc}"))
+            self._stop.wait(self.interval)
+
+    def _through_services(self) -> None:
+        self._loop(lambda m: offset_of(infer_add_sub(self.services[m], model=m, timeout=5)), "Service")
+
+    def _through_client(self) -> None:
+        a = np.array([INPUT0], np.float32)
+        b = np.array([INPUT1], np.float32)
+
+        def ask(model: str) -> float:
+            out = self.client.model(model).run(a, b).as_numpy("OUTPUT0")
+            return offset_of({"OUTPUT0": [float(x) for x in out[0]]})
+
+        self._loop(ask, "TritonClient")
+
+    def stop(self) -> PoolLoad:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=15)
+        return self
+
+    def summary(self) -> str:
+        answers = ", ".join(f"{m}@{o:g}: {n}" for (m, o), n in sorted(self.answers.items()))
+        return f"{self.sent} requests sent, {len(self.failures)} failed; answers: {answers}"
+
+
+def describe(kube: Client, namespace: str) -> str:
+    """Each pod of the pool as the kubelet and its agent see it (said when a request failed)."""
+    lines = []
+    for pod in kube.list(Pod, namespace=namespace, labels={"triton-operator.io/service": NAME}):
+        body = pod.to_dict()
+        status, metadata = body.get("status") or {}, body.get("metadata") or {}
+        ip = status.get("podIP")
+        ready = [c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+        containers = [
+            (c.get("name"), c.get("ready"), c.get("restartCount"), c.get("lastState"))
+            for c in status.get("containerStatuses") or []
+        ]
+        agent: Any = None
+        try:
+            agent = get_json(f"http://{ip}:8009/v1/ready") if ip else None
+        except Exception as exc:  # said as it is
+            agent = f"{type(exc).__name__}: {exc}"
+        labels = sorted(k for k in metadata.get("labels") or {} if k.startswith("model."))
+        deleting = metadata.get("deletionTimestamp")
+        lines.append(
+            f"{metadata.get('name')} {ip} Ready={ready} deleting={deleting} {labels} {containers} {agent}"
+        )
+    return "\n".join(lines)
+
+
+def no_request_failed(load: PoolLoad, what: str, since: int, kube: Client, namespace: str) -> int:
+    """Every request since ``since`` sent was answered; the count sent now."""
+    print(f"\n{what}: {load.summary()}")
+    if load.failures:
+        print(describe(kube, namespace))
+        print(load.failures[:3], load.failures[-3:])
+    assert not load.failures, load.failures[:5]
+    assert load.sent - since > 6 * 10, load.summary()
+    return load.sent
+
+
+def pooled_client(kube: Client, namespace: str) -> TritonClient:
+    obj = get_ts(kube, namespace, NAME)
+    hosts = {m: f"{service_ip(kube, namespace, f'{NAME}-m-{m}')}:8001" for m in MODELS}
+    hosts[""] = f"{service_ip(kube, namespace, NAME)}:8001"
+    return TritonClient.from_tritonservice(obj, protocol="grpc", host=hosts)
+
+
+@pytest.fixture
+def load(kube: Client, namespace: str, operator: Any, store: Any, bucket: str) -> Iterator[PoolLoad]:
+    """The pool applied and settled, and both clients sending requests to every model."""
+    apply(kube, pooled(namespace, bucket, store))
+    wait_settled(kube, namespace)
+    services = {m: service_ip(kube, namespace, f"{NAME}-m-{m}") for m in MODELS}
+
+    def answering() -> bool:  # kube-proxy has the Services' endpoints (it follows the EndpointSlices)
+        try:
+            return all(
+                offset_of(infer_add_sub(services[m], model=m, timeout=3)) == OFFSETS[m]
+                for _ in range(5)
+                for m in MODELS
+            )
+        except InferenceError:
+            return False
+
+    wait_for(answering, timeout=60, interval=0.5, what="every model answering through its Service")
+    running = PoolLoad(services, pooled_client(kube, namespace), bucket, store).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+        running.client.close()
+
+
+# ----------------------------------------------------------------- the test
+
+
+def test_a_pool_places_moves_and_reloads_models_with_no_failed_request(
+    kube: Client, namespace: str, operator: Any, load: PoolLoad
+) -> None:
+    # (a) every model answers, from exactly the pods status.pool places it on
+    time.sleep(3)
+    sent = no_request_failed(load, "(a) settled", 0, kube, namespace)
+    where = wait_settled(kube, namespace, timeout=30)
+    pods = {p.metadata.name: p.status.podIP for p in pool_pods(kube, namespace)}
+    assert len(pods) == 3
+    for name, ip in pods.items():
+        holds = {m for m, state in held(ip).items() if state == "READY"}
+        assert holds == {m for m, names in where.items() if name in names}, (name, holds, where)
+        assert len(holds) == 4  # 400Mi of 100Mi models: the pod is full
+        for model in MODELS:
+            if name in where[model]:
+                assert offset_of(infer_add_sub(ip, model=model)) == OFFSETS[model]
+            else:
+                with pytest.raises(InferenceError, match=r"HTTP 4\d\d"):
+                    infer_add_sub(ip, model=model)
+    for model in MODELS:
+        assert load.answers[model, OFFSETS[model]] > 0, load.summary()
+        assert load.client.model_url(model).startswith("grpc://"), load.client.model_url(model)
+    assert {m for m, _ in load.answers} == set(MODELS)
+    assert all(o == OFFSETS[m] for m, o in load.answers), load.summary()
+
+    # (b) a pod deleted; its replacement deleted while its agent loads its assignment
+    victim = sorted(pods)[0]
+    kube.delete(Pod, victim, namespace=namespace)
+
+    def loading() -> Any:
+        for pod in pool_pods(kube, namespace):
+            if pod.metadata.name in pods or not pod.status.podIP:
+                continue
+            try:
+                states = held(pod.status.podIP)
+            except OSError:
+                continue
+            if states and any(s != "READY" for s in states.values()):
+                return pod
+        return None
+
+    replacement = wait_for(loading, timeout=180, interval=0.2, what="a replacement pod loading its models")
+    print(f"\n(b) deleting {replacement.metadata.name} while it loads: {held(replacement.status.podIP)}")
+    kube.delete(Pod, replacement.metadata.name, namespace=namespace)
+    where = wait_settled(kube, namespace)
+    assert victim not in set().union(*where.values())
+    assert replacement.metadata.name not in set().union(*where.values())
+    time.sleep(3)
+    sent = no_request_failed(
+        load, "(b) a pod deleted, its replacement deleted mid-load", sent, kube, namespace
+    )
+
+    # (c) a new version of m0 (its config changed): a new revision, whose pods take every model on
+    # (placement goes to the rollout's revision) and are Ready only once they serve them on their routes,
+    # before the old pods let go
+    old = {p.metadata.name for p in pool_pods(kube, namespace)}
+    generation = apply(kube, pooled(namespace, load.bucket, load.store, note="v2"))["metadata"]["generation"]
+
+    def rolled() -> dict[str, set[str]] | None:
+        status = get_ts(kube, namespace, NAME).get("status") or {}
+        if status.get("observedGeneration") != generation or status.get("canaryRevision"):
+            return None
+        now = {p.metadata.name for p in pool_pods(kube, namespace)}
+        return settled(kube, namespace) if len(now) == 3 and not now & old else None
+
+    where = wait_for(rolled, timeout=300, interval=2, what="the new revision's pods serving every model")
+    pods = {p.metadata.name: p.status.podIP for p in pool_pods(kube, namespace)}
+    for name in where["m0"]:
+        config = get_json(f"http://{pods[name]}:8000/v2/models/m0/config")
+        assert config.get("parameters", {}).get("note", {}).get("string_value") == "v2", config
+    time.sleep(3)
+    what = "(c) a new version of m0: the new revision's pods took the models on"
+    sent = no_request_failed(load, what, sent, kube, namespace)
+    assert all(o == OFFSETS[m] for m, o in load.answers), load.summary()
+
+    # (d) the operator restarted: it resumes the pool as the pods record it, nothing is loaded again
+    before = {(n, m): stats(ip, m)[0] for n, ip in pods.items() for m in MODELS if n in where[m]}
+    operator.restart()
+    time.sleep(15)
+    assert wait_settled(kube, namespace, timeout=60) == where
+    after = {(n, m): stats(ip, m)[0] for n, ip in pods.items() for m in MODELS if n in where[m]}
+    assert after == before
+    time.sleep(2)
+    load.stop()
+    no_request_failed(load, "(d) the operator restarted", sent, kube, namespace)
