@@ -140,7 +140,8 @@ class OperatorMetrics:
             self.time_to_serve.labels(phase=phase)  # every phase listed from the start, at 0
         self.time_to_serve_fetched = Histogram(
             f"{PREFIX}_time_to_serve_fetched_bytes",
-            "Bytes a pod's sync init container read from the store (its termination message), once per pod.",
+            "Bytes a pod's sync read from the store (its sync init container's termination message, or its "
+            "model agent's first fill), once per pod.",
             buckets=FETCHED_BUCKETS,
             registry=reg,
         )
@@ -202,8 +203,9 @@ class OperatorMetrics:
             for phase, seconds in start.phases().items():
                 self.time_to_serve.labels(phase=phase).observe(seconds)
             self.time_to_serve.labels(phase=TOTAL_PHASE).observe(start.total or 0.0)
-            if start.sync is not None:
-                self.time_to_serve_fetched.observe(start.sync.fetched)
+            counts = start.bytes()  # its sync's summary, or (one shape) its agent's fill
+            if counts is not None:
+                self.time_to_serve_fetched.observe(counts[1])
             observed += 1
         return observed
 
