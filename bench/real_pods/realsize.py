@@ -106,6 +106,8 @@ class Case:
     cache_hit_bytes: int = 0
     recorded: list[str] = field(default_factory=list)
     """status.timeToServe of the case's revision, in words (the operator's record of its first pod)."""
+    served: list[dict[str, Any]] = field(default_factory=list)
+    """The same status.timeToServe entries, as the status has them."""
     metrics: dict[str, float] = field(default_factory=dict)
     """The operator's metrics of the case's new pods: mean seconds per phase, bytes fetched (sum)."""
     fetch_load: list[tuple[float, float]] = field(default_factory=list)
@@ -417,23 +419,21 @@ class RealSize(Session):
                 case.phases[phase] = max(later - earlier, 0.0)
         return pods
 
-    def recorded(self, name: str, old_revision: str | None) -> list[str]:
-        """status.timeToServe of the revision that serves now (once it is not ``old_revision``), in
-        words: the operator's record of the revision's first Ready pod."""
+    def recorded(self, name: str, old_revision: str | None) -> list[dict[str, Any]]:
+        """status.timeToServe of the revision that serves now (once it is not ``old_revision``): the
+        operator's record of the revision's first Ready pod ([] when none within 30 s)."""
 
-        def probe() -> list[str] | None:
+        def probe() -> list[dict[str, Any]] | None:
             status = self.status(name)
             stable = status.get("stableRevision")
             if not stable or stable == old_revision:
                 return None
             entries = [e for e in status.get("timeToServe") or [] if e.get("revision") == stable]
-            return [
-                f"revision {e['revision']}, pod {e['pod']}: {describe_phases(e)}" for e in entries
-            ] or None
+            return entries or None
 
         with contextlib.suppress(TimeoutError):
             return list(wait(probe, 30, "status.timeToServe"))
-        return ["(no status.timeToServe entry for the new revision within 30 s)"]
+        return []
 
     def weights_check(self, pod: str, version: int) -> float | None:
         """Seconds the pod's encoder took to read and check its shards (its own log line)."""
@@ -475,7 +475,10 @@ class RealSize(Session):
             if check is not None:
                 case.weights_check.append(check)
         if new_revision:
-            case.recorded = self.recorded(name, old_revision)
+            case.served = self.recorded(name, old_revision)
+            case.recorded = [
+                f"revision {e['revision']}, pod {e['pod']}: {describe_phases(e)}" for e in case.served
+            ] or ["(no status.timeToServe entry for the new revision within 30 s)"]
         return pods
 
     def run(self, cases: list[Case]) -> None:
@@ -759,6 +762,7 @@ def report_tree(cases: list[Case], session: RealSize | None, args: argparse.Name
                     "phases": {k: round(v, 3) for k, v in c.phases.items()},
                     "fetchLoad": c.fetch_load,
                     "recorded": c.recorded,
+                    "timeToServe": c.served,
                     "operatorMetrics": c.metrics,
                 }
                 for c in cases

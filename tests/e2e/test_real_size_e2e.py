@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from triton_operator.core.pod.startup import PHASES as STARTUP_PHASES
+
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--big", "6MiB", "--medium", "3MiB", "--small", "3", "--small-size", "64KiB", "--shard", "2MiB"]
 
@@ -67,6 +69,29 @@ def test_the_real_size_cases_read_only_what_the_node_lacks(node: dict[str, Any],
         assert all(read <= changed for read in reads), (prefix, reads)
         assert sum(reads) >= shards, (prefix, reads)
     assert case(result, "new service, in place")["storeBytes"] == [0, 0]
+    # The operator's record (status.timeToServe of each new revision's first Ready pod, and its
+    # time-to-serve metrics of every new pod) has the bench's phases: a pod of the one shape's sync is
+    # its agent's start -> the last byte in (the agent's record of its fill), the loads left after it
+    # tritonserverLoad; the bytes are those the pod read from the store.
+    for prefix in ("new service (cold", "new revision, new pods"):
+        c = case(result, prefix)
+        (entry,) = c["timeToServe"]
+        phases = entry["phases"]
+        assert list(phases) == [p for p in STARTUP_PHASES if p in phases], entry  # the same order
+        assert phases["sync"] > 0 and "tritonserverStart" not in phases, entry
+        assert entry["bytesFetched"] in c["storeBytes"], (entry, c["storeBytes"])
+        assert entry["bytesFetched"] + entry["bytesPresent"] <= whole + changed, entry
+    assert (
+        case(result, "new service (cold")["timeToServe"][0]["bytesFetched"]
+        + case(result, "new service (cold")["timeToServe"][0]["bytesPresent"]
+        == whole
+    )
+    for c in result["cases"]:
+        metrics = c["operatorMetrics"]
+        if not metrics:
+            continue  # in place: no new pod
+        assert metrics.get("sync", 0) > 0, (c["name"], metrics)
+        assert metrics["fetched bytes"] == sum(c["storeBytes"]), (c["name"], metrics, c["storeBytes"])
     assert result["verdicts"]["scaleUpZeroBytes"] is True
     assert "| scale-up 1 -> 2 (warm node) |" in proc.stdout
     assert "Target: the scale-up pod on a warm node reads 0 bytes from the store: PASS" in proc.stdout
