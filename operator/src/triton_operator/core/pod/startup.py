@@ -205,6 +205,43 @@ class FillTimeline:
         return _gap(self.started, self.fetched)
 
 
+IN_PLACE_PHASES = ("sync", "drain", "tritonserverLoad")
+"""The phases of a revision applied in place by a pod's agent, in their order (the metric's phase label):
+
+- sync: the agent began the revision -> its last byte in and verified (only what changed is fetched;
+  the pod serves the revision before it meanwhile);
+- drain: the last byte -> the pod out of its Service (readiness false, the kubelet's probe failed,
+  the endpoints caught up), before any model is unloaded or loaded;
+- tritonserverLoad: out of the Service -> every changed model unloaded and loaded (Triton's model
+  control); the pod is Ready again at the agent's next readiness check.
+
+The same words as a pod's start: the bench's in-place case measures sync and load the same way (its
+agent's log, 'applying revision' -> 'loading model' -> 'applied revision')."""
+
+
+def in_place_phases(timeline: FillTimeline) -> dict[str, float]:
+    """Seconds of each in-place phase whose two ends ``timeline`` has (IN_PLACE_PHASES' order), and
+    ``total`` (began -> loaded) once every model is loaded; {} until then (nothing to record yet).
+
+    >>> from datetime import UTC
+    >>> from datetime import timedelta
+    >>> t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> at = [t0 + timedelta(seconds=s) for s in (1.5, 3, 4)]
+    >>> in_place_phases(FillTimeline("r2", t0, fetched=at[0], drained=at[1], loaded=at[2]))
+    {'sync': 1.5, 'drain': 1.5, 'tritonserverLoad': 1.0, 'total': 4.0}
+    """
+    if timeline.loaded is None:
+        return {}
+    bounds = (timeline.started, timeline.fetched, timeline.drained, timeline.loaded)
+    out: dict[str, float] = {}
+    for i, phase in enumerate(IN_PLACE_PHASES):
+        seconds = _gap(bounds[i], bounds[i + 1])
+        if seconds is not None:
+            out[phase] = seconds
+    out["total"] = _gap(timeline.started, timeline.loaded) or 0.0
+    return out
+
+
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
