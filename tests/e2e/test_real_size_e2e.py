@@ -92,6 +92,13 @@ def test_the_real_size_cases_read_only_what_the_node_lacks(node: dict[str, Any],
             continue  # in place: no new pod
         assert metrics.get("sync", 0) > 0, (c["name"], metrics)
         assert metrics["fetched bytes"] == sum(c["storeBytes"]), (c["name"], metrics, c["storeBytes"])
+    # Each pod's change in place: the operator observed it once (its agent's own record), with a sync,
+    # the drain and the loads, and the bytes the agents said they fetched.
+    in_place = case(result, "new revision, in place")
+    metrics = in_place["inPlaceMetrics"]
+    assert metrics.get("sync", 0) > 0 and metrics.get("tritonserverLoad", 0) > 0, metrics
+    assert "drain" in metrics, metrics
+    assert metrics["fetched bytes"] == sum(in_place["storeBytes"]), metrics
     assert result["verdicts"]["scaleUpZeroBytes"] is True
     assert "| scale-up 1 -> 2 (warm node) |" in proc.stdout
     assert "Target: the scale-up pod on a warm node reads 0 bytes from the store: PASS" in proc.stdout
