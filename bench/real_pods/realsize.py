@@ -72,8 +72,8 @@ import realrepo
 from real_pods import on_real_node
 from testkit import free_port
 from triton_operator.core.objects.names import AGENT_CONTAINER, TRITON_CONTAINER
+from triton_operator.core.pod.startup import IN_PLACE_PHASES, describe_phases
 from triton_operator.core.pod.startup import PHASES as STARTUP_PHASES
-from triton_operator.core.pod.startup import describe_phases
 
 BUCKET = "realsize"
 PREFIX = "models"
@@ -81,6 +81,8 @@ CHANGED = realrepo.MEDIUM
 X = [1.0, 2.0, 3.0, 4.0]
 PHASES = ("to pod", "sync", "load", "probes", "routing")
 THIS_TREE = "this tree"
+OPERATOR_SERIES = ("triton_operator_time_to_serve_", "triton_operator_in_place_update_")
+"""The operator's histograms the bench reads (sums and counts): pods' starts, in-place changes."""
 SOURCES = {
     "to pod": "bench poll: apply -> the pod bound to the node (the operator, the ReplicaSet, the scheduler)",
     "sync": "bench poll: bound -> the sync init container terminated (sandbox, image, `triton-operator "
@@ -106,8 +108,12 @@ class Case:
     cache_hit_bytes: int = 0
     recorded: list[str] = field(default_factory=list)
     """status.timeToServe of the case's revision, in words (the operator's record of its first pod)."""
+    served: list[dict[str, Any]] = field(default_factory=list)
+    """The same status.timeToServe entries, as the status has them."""
     metrics: dict[str, float] = field(default_factory=dict)
     """The operator's metrics of the case's new pods: mean seconds per phase, bytes fetched (sum)."""
+    in_place_metrics: dict[str, float] = field(default_factory=dict)
+    """In place: the operator's in-place metrics of the case's changes (mean seconds per phase, bytes)."""
     fetch_load: list[tuple[float, float]] = field(default_factory=list)
     """In place: each pod's (fetch, load) seconds of the changed model, from its agent's log."""
     weights_check: list[float] = field(default_factory=list)
@@ -304,7 +310,8 @@ class RealSize(Session):
             conn.request("GET", "/metrics")
             text = conn.getresponse().read().decode()
             for line in text.splitlines():
-                if line.startswith("triton_operator_time_to_serve_") and ("_sum" in line or "_count" in line):
+                kept = line.startswith(OPERATOR_SERIES)
+                if kept and ("_sum" in line or "_count" in line):
                     key, _, value = line.rpartition(" ")
                     with contextlib.suppress(ValueError):
                         out[key] = float(value)
@@ -330,6 +337,31 @@ class RealSize(Session):
             if count:
                 out[phase] = (after.get(key.format("sum"), 0) - before.get(key.format("sum"), 0)) / count
         fetched = "triton_operator_time_to_serve_fetched_bytes_sum"
+        out["fetched bytes"] = after.get(fetched, 0) - before.get(fetched, 0)
+        return out
+
+    def recorded_in_place(self, before: dict[str, float], pods: int) -> dict[str, float]:
+        """Per phase, the mean seconds the operator's in-place metrics recorded for the ``pods``
+        changes applied since ``before`` (and 'fetched bytes': their sum); {} when it has not seen them."""
+        total = 'triton_operator_in_place_update_seconds_count{phase="total"}'
+        if total not in before:
+            return {}  # an operator without these metrics (a --ref tree before them)
+
+        def probe() -> dict[str, float] | None:
+            now = self.operator_metrics()
+            return now if now.get(total, 0) - before.get(total, 0) >= pods else None
+
+        try:
+            after = wait(probe, 30, "the operator's in-place metrics", interval=0.5)
+        except TimeoutError:
+            return {}
+        out: dict[str, float] = {}
+        for phase in (*IN_PLACE_PHASES, "total"):
+            key = f'triton_operator_in_place_update_seconds_{{}}{{{{phase="{phase}"}}}}'
+            count = after.get(key.format("count"), 0) - before.get(key.format("count"), 0)
+            if count:
+                out[phase] = (after.get(key.format("sum"), 0) - before.get(key.format("sum"), 0)) / count
+        fetched = "triton_operator_in_place_update_fetched_bytes_sum"
         out["fetched bytes"] = after.get(fetched, 0) - before.get(fetched, 0)
         return out
 
@@ -417,23 +449,21 @@ class RealSize(Session):
                 case.phases[phase] = max(later - earlier, 0.0)
         return pods
 
-    def recorded(self, name: str, old_revision: str | None) -> list[str]:
-        """status.timeToServe of the revision that serves now (once it is not ``old_revision``), in
-        words: the operator's record of the revision's first Ready pod."""
+    def recorded(self, name: str, old_revision: str | None) -> list[dict[str, Any]]:
+        """status.timeToServe of the revision that serves now (once it is not ``old_revision``): the
+        operator's record of the revision's first Ready pod ([] when none within 30 s)."""
 
-        def probe() -> list[str] | None:
+        def probe() -> list[dict[str, Any]] | None:
             status = self.status(name)
             stable = status.get("stableRevision")
             if not stable or stable == old_revision:
                 return None
             entries = [e for e in status.get("timeToServe") or [] if e.get("revision") == stable]
-            return [
-                f"revision {e['revision']}, pod {e['pod']}: {describe_phases(e)}" for e in entries
-            ] or None
+            return entries or None
 
         with contextlib.suppress(TimeoutError):
             return list(wait(probe, 30, "status.timeToServe"))
-        return ["(no status.timeToServe entry for the new revision within 30 s)"]
+        return []
 
     def weights_check(self, pod: str, version: int) -> float | None:
         """Seconds the pod's encoder took to read and check its shards (its own log line)."""
@@ -475,7 +505,10 @@ class RealSize(Session):
             if check is not None:
                 case.weights_check.append(check)
         if new_revision:
-            case.recorded = self.recorded(name, old_revision)
+            case.served = self.recorded(name, old_revision)
+            case.recorded = [
+                f"revision {e['revision']}, pod {e['pod']}: {describe_phases(e)}" for e in case.served
+            ] or ["(no status.timeToServe entry for the new revision within 30 s)"]
         return pods
 
     def run(self, cases: list[Case]) -> None:
@@ -547,6 +580,7 @@ class RealSize(Session):
         case = Case(f"new revision, in place ({CHANGED} 1 -> 3)")
         old_revision = self.status(name).get("stableRevision")
         hits = self.hit_bytes()
+        before = self.operator_metrics()
         t0, wall0 = time.monotonic(), time.time()
         self.apply(self.body(name, replicas, "InPlace", 3))
         pods = self.watch(
@@ -554,6 +588,7 @@ class RealSize(Session):
         )
         case.cache_hit_bytes = self.hit_bytes() - hits
         case.pods = 0
+        case.in_place_metrics = self.recorded_in_place(before, len(pods))
         applied_at: list[float] = []
         starts: list[float] = []
         for p in pods:
@@ -709,6 +744,18 @@ def report_tree(cases: list[Case], session: RealSize | None, args: argparse.Name
         for c in recorded:
             cells = [f"{c.metrics[p]:.1f}" if p in c.metrics else "-" for p in (*STARTUP_PHASES, "total")]
             print(f"| {c.name} | " + " | ".join(cells) + f" | {mib(c.metrics.get('fetched bytes', 0))} |")
+    for c in cases:
+        if c.in_place_metrics:
+            print(
+                f"\nThe operator's record of {c.name} (triton_operator_in_place_update_seconds{{phase}}, "
+                "the mean over the pods, from each agent's own record): "
+                + ", ".join(
+                    f"{p} {c.in_place_metrics[p]:.2f} s"
+                    for p in (*IN_PLACE_PHASES, "total")
+                    if p in c.in_place_metrics
+                )
+                + f"; {mib(c.in_place_metrics.get('fetched bytes', 0))} fetched (sum)"
+            )
     lines = [(c.name, line) for c in cases for line in c.recorded]
     if lines:
         print(
@@ -759,7 +806,9 @@ def report_tree(cases: list[Case], session: RealSize | None, args: argparse.Name
                     "phases": {k: round(v, 3) for k, v in c.phases.items()},
                     "fetchLoad": c.fetch_load,
                     "recorded": c.recorded,
+                    "timeToServe": c.served,
                     "operatorMetrics": c.metrics,
+                    "inPlaceMetrics": c.in_place_metrics,
                 }
                 for c in cases
             ],

@@ -67,6 +67,38 @@ def test_the_real_size_cases_read_only_what_the_node_lacks(node: dict[str, Any],
         assert all(read <= changed for read in reads), (prefix, reads)
         assert sum(reads) >= shards, (prefix, reads)
     assert case(result, "new service, in place")["storeBytes"] == [0, 0]
+    # The operator's record (status.timeToServe of each new revision's first Ready pod, and its
+    # time-to-serve metrics of every new pod) has the bench's phases: a pod of the one shape's sync is
+    # its agent's start -> the last byte in (the agent's record of its fill), the loads left after it
+    # tritonserverLoad; the bytes are those the pod read from the store.
+    for prefix in ("new service (cold", "new revision, new pods"):
+        c = case(result, prefix)
+        (entry,) = c["timeToServe"]
+        phases = entry["phases"]
+        assert set(phases) == {"scheduling", "imageAndSandbox", "sync", "tritonserverLoad"}, entry
+        # in words (the RevisionServed Event, `kubectl triton status`), in the bench's order
+        words = c["recorded"][0]
+        named = ("scheduling", "image and sandbox", "sync", "tritonserver load")
+        order = [words.index(f" {w} ") for w in named]
+        assert order == sorted(order), words
+        assert phases["sync"] > 0, entry
+        assert entry["bytesFetched"] in c["storeBytes"], (entry, c["storeBytes"])
+        assert entry["bytesFetched"] + entry["bytesPresent"] <= whole + changed, entry
+    (first,) = case(result, "new service (cold")["timeToServe"]
+    assert first["bytesFetched"] + first["bytesPresent"] == whole, first  # every byte, once
+    for c in result["cases"]:
+        metrics = c["operatorMetrics"]
+        if not metrics:
+            continue  # in place: no new pod
+        assert metrics.get("sync", 0) > 0, (c["name"], metrics)
+        assert metrics["fetched bytes"] == sum(c["storeBytes"]), (c["name"], metrics, c["storeBytes"])
+    # Each pod's change in place: the operator observed it once (its agent's own record), with a sync,
+    # the drain and the loads, and the bytes the agents said they fetched.
+    in_place = case(result, "new revision, in place")
+    metrics = in_place["inPlaceMetrics"]
+    assert metrics.get("sync", 0) > 0 and metrics.get("tritonserverLoad", 0) > 0, metrics
+    assert "drain" in metrics, metrics
+    assert metrics["fetched bytes"] == sum(in_place["storeBytes"]), metrics
     assert result["verdicts"]["scaleUpZeroBytes"] is True
     assert "| scale-up 1 -> 2 (warm node) |" in proc.stdout
     assert "Target: the scale-up pod on a warm node reads 0 bytes from the store: PASS" in proc.stdout

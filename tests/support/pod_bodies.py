@@ -12,6 +12,8 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from triton_operator.core.pod.startup import FillTimeline
+
 CREATED = datetime(2026, 11, 27, 10, 0, 0, tzinfo=UTC)
 SUMMARY = "synced 3 objects, 536870912 bytes fetched from the store, 0 bytes already present, in 1.84 s\n"
 
@@ -193,3 +195,59 @@ def edited(pod: dict[str, Any], **changes: Any) -> dict[str, Any]:
     out = copy.deepcopy(pod)
     out["metadata"].update(changes)
     return out
+
+
+def agent_pod(
+    revision: str = "r1",
+    suffix: str = "a7k2p",
+    *,
+    agent_started: float = 2,
+    triton_started: float = 2,
+    ready: float | None = 12,
+    uid: str | None = None,
+    ip: str = "10.88.0.18",
+) -> dict[str, Any]:
+    """A pod of the one shape (no sync init container): started_pod's, with the `model-agent`
+    container running beside tritonserver from ``agent_started`` (ready with the pod)."""
+    pod = started_pod(
+        revision,
+        suffix,
+        sync_started=None,
+        sync_finished=None,
+        triton_started=triton_started,
+        ready=ready,
+        uid=uid,
+    )
+    status = pod["status"]
+    status.pop("initContainerStatuses", None)
+    status["podIP"], status["podIPs"] = ip, [{"ip": ip}]
+    status["conditions"] = [c for c in status["conditions"] if c["type"] != "Initialized"]
+    status["conditions"].append(_condition("Initialized", agent_started))
+    agent = {
+        "name": "model-agent",
+        "image": "triton-operator:e2e",
+        "ready": ready is not None,
+        "restartCount": 0,
+        "started": True,
+        "lastState": {},
+        "state": {"running": {"startedAt": at(agent_started)}},
+        "containerID": "containerd://7a0c2e4b6d8f",
+    }
+    status["containerStatuses"] = [*status["containerStatuses"], agent]
+    return pod
+
+
+MiB = 1024 * 1024
+AGENT_FILL = FillTimeline(
+    "r1",
+    started=CREATED + timedelta(seconds=2.4),
+    fetched=CREATED + timedelta(seconds=9.5),
+    loaded=CREATED + timedelta(seconds=10.8),
+    objects=7,
+    fetched_bytes=512 * MiB,
+    node_cache_bytes=1536 * MiB,
+    present_bytes=512 * MiB,
+)
+"""The agent's record of agent_pod's fill (its defaults): begun at 2.4 s, by the agent's own clock,
+its last byte in at 9.5 s, every model loaded at 10.8 s; 512 MiB from the store, 1.5 GiB from the
+node cache, 512 MiB already present."""

@@ -26,7 +26,8 @@ from prometheus_client import (
 
 from triton_operator import __version__
 from triton_operator.core.observed.observation import PodState
-from triton_operator.core.pod.startup import PHASES
+from triton_operator.core.pod.startup import IN_PLACE_PHASES, PHASES, in_place_phases, parse_timeline
+from triton_operator.core.rollout.hostpods import AgentStatus
 from triton_operator.settings import SettingsError
 
 PREFIX = "triton_operator"
@@ -81,6 +82,7 @@ class OperatorMetrics:
         self.since = since if since is not None else datetime.now(UTC)
         """Pods Ready before this (the process's start) are not starts it saw: never observed."""
         self._pod_starts: OrderedDict[str, None] = OrderedDict()
+        self._in_place: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         if process:
             ProcessCollector(registry=self.registry)
@@ -140,7 +142,25 @@ class OperatorMetrics:
             self.time_to_serve.labels(phase=phase)  # every phase listed from the start, at 0
         self.time_to_serve_fetched = Histogram(
             f"{PREFIX}_time_to_serve_fetched_bytes",
-            "Bytes a pod's sync init container read from the store (its termination message), once per pod.",
+            "Bytes a pod's sync read from the store (its sync init container's termination message, or its "
+            "model agent's first fill), once per pod.",
+            buckets=FETCHED_BUCKETS,
+            registry=reg,
+        )
+        self.in_place_update = Histogram(
+            f"{PREFIX}_in_place_update_seconds",
+            "A revision applied in place by one pod's model agent, by phase (core.pod.startup: sync, "
+            "drain, tritonserverLoad; total: the agent began -> every model loaded), from the agent's own "
+            "record; once per pod and revision.",
+            ["phase"],
+            buckets=START_BUCKETS,
+            registry=reg,
+        )
+        for phase in (*IN_PLACE_PHASES, TOTAL_PHASE):
+            self.in_place_update.labels(phase=phase)
+        self.in_place_update_fetched = Histogram(
+            f"{PREFIX}_in_place_update_fetched_bytes",
+            "Bytes a pod's model agent read from the store for a revision applied in place (what changed).",
             buckets=FETCHED_BUCKETS,
             registry=reg,
         )
@@ -202,8 +222,32 @@ class OperatorMetrics:
             for phase, seconds in start.phases().items():
                 self.time_to_serve.labels(phase=phase).observe(seconds)
             self.time_to_serve.labels(phase=TOTAL_PHASE).observe(start.total or 0.0)
-            if start.sync is not None:
-                self.time_to_serve_fetched.observe(start.sync.fetched)
+            counts = start.bytes()  # its sync's summary, or (one shape) its agent's fill
+            if counts is not None:
+                self.time_to_serve_fetched.observe(counts[1])
+            observed += 1
+        return observed
+
+    def record_in_place(self, pods: Iterable[PodState], agents: Mapping[str, AgentStatus]) -> int:
+        """Observe each revision a pod's agent applied in place (its ``inPlace`` record, read while an
+        in-place update moves: reconcile.observe.observe_agents) once every model of it is loaded and
+        since ``since``: its phases and the bytes it fetched, once per pod and revision. Returns how
+        many were observed."""
+        uids = {p.name: p.uid for p in pods}
+        observed = 0
+        for name, agent in sorted(agents.items()):
+            timeline = parse_timeline(agent.in_place)
+            if timeline is None or timeline.loaded is None or timeline.loaded < self.since:
+                continue
+            key = (uids.get(name) or name, timeline.revision)
+            if key in self._in_place:
+                continue
+            self._in_place[key] = None
+            while len(self._in_place) > POD_STARTS_KEPT:
+                self._in_place.popitem(last=False)
+            for phase, seconds in in_place_phases(timeline).items():
+                self.in_place_update.labels(phase=phase).observe(seconds)
+            self.in_place_update_fetched.observe(timeline.fetched_bytes)
             observed += 1
         return observed
 

@@ -890,20 +890,29 @@ class RevisionRecord(_Model):
 
 class StartPhases(_Model):
     """Seconds of each phase of a pod's start, from its own status (whole seconds apart: Kubernetes' times
-    are); a phase whose two ends the pod's status lacks is left out."""
+    are) and, in a pod of the one shape, its model agent's record of its fill; a phase whose two ends
+    are unknown is left out."""
 
     scheduling: float | None = Field(None, description="Created -> scheduled (PodScheduled).")
     image_and_sandbox: float | None = Field(
-        None, description="Scheduled -> the sync init container started: the pod's sandbox, the sync image."
+        None,
+        description="Scheduled -> the sync init container (one shape: the model agent) started: the pod's "
+        "sandbox, the images.",
     )
     sync: float | None = Field(
-        None, description="The sync init container, started -> finished: the download."
+        None,
+        description="The sync init container, started -> finished: the download. One shape: the model "
+        "agent started -> the revision's last byte in (the loads of the models fetched first overlap it).",
     )
     tritonserver_start: float | None = Field(
-        None, description="Sync finished -> tritonserver started: the tritonserver image, the container."
+        None,
+        description="Sync finished -> tritonserver started: the tritonserver image, the container (none in "
+        "a pod of the one shape: tritonserver starts during the sync).",
     )
     tritonserver_load: float | None = Field(
-        None, description="tritonserver started -> Ready: Triton loads the models, then its probes pass."
+        None,
+        description="tritonserver started (one shape: the last byte in) -> Ready: Triton loads the models "
+        "(one shape: those left after the last byte), then its probes pass.",
     )
 
 

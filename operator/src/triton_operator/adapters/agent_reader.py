@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from triton_operator.adapters.agent_http import AgentAnswerError, AgentHttp
 from triton_operator.core.objects.names import AGENT_PORT, AGENT_STATUS_PATH
+from triton_operator.core.pod.startup import FillTimeline, parse_timeline
 from triton_operator.core.rollout.inplace import AgentStatus, parse_agent_status
 
 # The bounds: only while an in-place update moves (reconcile.reconcile_pass asks), one request per pod per
@@ -16,6 +19,10 @@ from triton_operator.core.rollout.inplace import AgentStatus, parse_agent_status
 # time is an unreadable status: its step waits (the progress deadline bounds the wait).
 
 MAX_STATUS_BYTES = 256 * 1024
+FILLS_KEPT = 4096
+"""Pods (by uid) whose agent's fill this process asked for, kept: each is asked once (oldest forgotten)."""
+FILL_KEY = "fill"
+"""The agent status's first fill (core.pod.startup.FillTimeline; adapters.agent.runner.FILL)."""
 
 
 class AgentReader:
@@ -33,6 +40,9 @@ class AgentReader:
         self._http = AgentHttp(
             port=port, timeout=timeout, max_bytes=max_bytes, concurrency=concurrency, cidrs=cidrs
         )
+        self.since = datetime.now(UTC)
+        """This process's start: pods Ready before it are starts it did not see (as metrics.py's)."""
+        self._fills: OrderedDict[str, FillTimeline | None] = OrderedDict()
 
     @property
     def requests(self) -> int:
@@ -57,6 +67,37 @@ class AgentReader:
             return parse_agent_status(json.loads(body))
         except ValueError:
             return AgentStatus(error="not JSON")
+
+    async def read_fills(self, pods: Mapping[str, str | None]) -> None:
+        """Ask the agents of ``pods`` (uid -> IP) for their first fill (GET AGENT_STATUS_PATH, its
+        ``fill``), each pod once in this process, answered or not: the operator reads it once per new
+        Ready pod (reconcile.observe.observe_agents), never a pass. ``fill`` returns what was read."""
+        ask = sorted(uid for uid in pods if uid not in self._fills)
+        if not ask:
+            return
+        for uid in ask:  # asked: not again, even when the agent does not answer
+            self._fills[uid] = None
+        while len(self._fills) > FILLS_KEPT:
+            self._fills.popitem(last=False)
+        answers = await asyncio.gather(*(self._fill(pods[uid]) for uid in ask))
+        for uid, timeline in zip(ask, answers, strict=True):
+            if uid in self._fills:
+                self._fills[uid] = timeline
+
+    def asked(self, uid: str) -> bool:
+        """Whether the agent of the pod ``uid`` was asked for its fill already."""
+        return uid in self._fills
+
+    def fill(self, uid: str) -> FillTimeline | None:
+        """The first fill the agent of the pod ``uid`` said (None: not asked, no answer, none)."""
+        return self._fills.get(uid)
+
+    async def _fill(self, ip: str | None) -> FillTimeline | None:
+        try:
+            body = json.loads(await self._http.get(ip, AGENT_STATUS_PATH))
+        except (AgentAnswerError, ValueError):
+            return None
+        return parse_timeline(body.get(FILL_KEY)) if isinstance(body, Mapping) else None
 
     async def close(self) -> None:
         await self._http.close()

@@ -9,6 +9,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from triton_operator.adapters.agent_reader import AgentReader
 from triton_operator.adapters.kube import (
     KubeAPI,
     Owned,
@@ -192,7 +193,29 @@ async def observe_agents(triton: TritonView | None, seen: Seen) -> Seen:
     the API server refuse the first)."""
     if triton is None:
         return seen
+    seen = await observe_starts(triton.agents, seen)
     return dataclasses.replace(seen, agents=await triton.read_agents(seen.previous, seen.pods))
+
+
+async def observe_starts(reader: AgentReader | None, seen: Seen) -> Seen:
+    """``seen`` with each Ready pod of the one shape given its agent's record of its first fill
+    (core.pod.startup.FillTimeline: its sync phase and bytes in status.timeToServe and the metrics).
+    Asked once per pod (adapters.agent_reader.AgentReader.read_fills, bounded), and only while its
+    time to serve is not recorded: its revision has no status.timeToServe entry, or it became Ready
+    since this process started (the metrics observe it); never again on later passes."""
+    if reader is None:
+        return seen
+    recorded = {e.get("revision") for e in seen.previous.get("timeToServe") or []}
+
+    def wanted(pod: PodState) -> bool:
+        ready = pod.start.ready
+        new = pod.revision not in recorded or (ready is not None and ready >= reader.since)
+        return pod.ready and pod.live and bool(pod.uid) and pod.start.fills and new
+
+    ask = {p.uid: p.ip for p in seen.pods if wanted(p) and not reader.asked(p.uid)}
+    await reader.read_fills(ask)
+    pods = [p.with_fill(reader.fill(p.uid)) for p in seen.pods]
+    return dataclasses.replace(seen, pods=pods)
 
 
 def live_replicas(body: Mapping[str, Any]) -> int | None:

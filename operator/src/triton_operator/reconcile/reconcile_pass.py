@@ -175,6 +175,7 @@ async def reconcile(
         live = {p.name: p.ip for p in seen.pods if not p.terminating and p.ip} if pooled else {}
         pool_reports.want(namespace, name, live)
     METRICS.record_pod_starts(seen.pods)  # each pod's start once, when first seen Ready
+    METRICS.record_in_place(seen.pods, seen.agents)  # each revision a pod's agent applied in place, once
     chosen = await _choose(seen, body, settings, pin_manifest)
     current = chosen.target if isinstance(chosen, _Chosen) else None
     kept = await _kept(seen, settings, pin_manifest, instead_of=current)

@@ -14,6 +14,7 @@ from pathlib import Path
 from triton_operator.adapters.sync.destination import fsync_dir, place_bytes
 from triton_operator.core.objects.names import INPLACE_STATE_KEY, inplace_config_key, inplace_manifest_key
 from triton_operator.core.pod.agent_plan import InPlaceState, Record, RevisionFiles, parse_inplace_state
+from triton_operator.core.pod.startup import FillTimeline, parse_timeline
 from triton_operator.core.repository.manifest import (
     CONFIG_FILE,
     ManifestError,
@@ -179,6 +180,16 @@ class StateDir:
     def write_seen(self, state: InPlaceState | None, target: str) -> None:
         body = {"state": None if state is None else {"stable": state.stable, "next": state.next}}
         self._write(SEEN_FILE, json.dumps({**body, "target": target}, sort_keys=True))
+
+    def timeline(self, kind: str) -> FillTimeline | None:
+        """The timeline of ``kind`` (the first fill, the last in-place change) recorded; None: none."""
+        try:
+            return parse_timeline(json.loads(read_text(self.path / f"{kind}.json") or ""))
+        except ValueError:
+            return None
+
+    def write_timeline(self, kind: str, timeline: FillTimeline) -> None:
+        self._write(f"{kind}.json", json.dumps(timeline.to_json(), sort_keys=True))
 
     def folder(self, revision: str) -> Path:
         if not revision or "/" in revision or revision in (".", ".."):

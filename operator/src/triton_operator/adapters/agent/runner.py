@@ -43,7 +43,7 @@ from triton_operator.core.pod.agent_plan import (
     status_of,
     went_back,
 )
-from triton_operator.core.pod.startup import format_summary
+from triton_operator.core.pod.startup import FillTimeline, format_summary
 from triton_operator.core.repository.manifest import Manifest, ManifestError, SelectionFailed
 from triton_operator.core.rollout.clock import format_time
 from triton_operator.core.spec.field_error import ModelConfigError
@@ -111,6 +111,10 @@ class AgentOptions:
     models loaded again."""
 
 
+FILL = "fill"
+"""The status's key (and the state folder's file) of the first fill's timeline."""
+IN_PLACE = "inPlace"
+"""The status's key (and the state folder's file) of the last in-place change's timeline."""
 FILLED = "the bytes of every model are in"
 """What the status message of a first fill says once its last byte is in (and its loads go on)."""
 REPAIR_SECONDS = 5.0
@@ -177,6 +181,10 @@ class Agent:
         self._repaired: dict[str, float] = {}
         self.summary = ""
         """The first fill's summary line (format_summary), once it is done."""
+        self.timeline: FillTimeline | None = self.state.timeline(FILL)
+        """The first fill's record (its status's ``fill``): kept in the state folder across restarts."""
+        self.inplace_timeline: FillTimeline | None = self.state.timeline(IN_PLACE)
+        """The last revision applied in place, or being applied (its status's ``inPlace``)."""
         if self.record.pending is None and self.record.applied is not None:
             self._serving = self._files(self.record.applied)
         elif self.record.pending is not None:
@@ -259,6 +267,8 @@ class Agent:
         self.message = ""
         record = self._begin(target)
         steps = self._steps(record, target)
+        if self.inplace_timeline is None or self.inplace_timeline.revision != target.revision:
+            self._timeline(IN_PLACE, FillTimeline(target.revision, datetime.now(UTC)))
         if self._synced != target.revision:
             logger.info(
                 "applying revision %s over %s: fetch %d objects (%s), load %s, unload %s",
@@ -278,6 +288,7 @@ class Agent:
             self._write(record)
             remove_model_files(self.options.dest, steps.delete, steps.delete_folders)
             self._synced = target.revision
+            self._timeline(IN_PLACE, self._fetched(self.inplace_timeline, stats))
         if steps.touches_triton and not self._triton(record, steps, target):
             return
         self.message = ""
@@ -285,6 +296,8 @@ class Agent:
         for model in (*steps.load, *steps.unload):
             self._stub_peak.pop(model, None)
         self._serving, self._blocked, self._draining = target, "", False
+        if self.inplace_timeline is not None:
+            self._timeline(IN_PLACE, dataclasses.replace(self.inplace_timeline, loaded=datetime.now(UTC)))
         self._write(record.done(now()))
         self._synced = None
         logger.info("applied revision %s (%s fetched)", target.revision, human(record.fetched_bytes))
@@ -399,6 +412,8 @@ class Agent:
             self._status = self._status_now()
             return False
         self.drain(target, steps)
+        if self.inplace_timeline is not None and self.inplace_timeline.drained is None:
+            self._timeline(IN_PLACE, dataclasses.replace(self.inplace_timeline, drained=datetime.now(UTC)))
         try:
             for model in steps.unload:
                 logger.info("unloading model %s", model)
@@ -509,6 +524,7 @@ class Agent:
         thread = threading.Thread(target=loader, name="agent-loads", daemon=True)
         thread.start()
         began = time.monotonic()
+        self.timeline = FillTimeline(target.revision, datetime.now(UTC))
         uploads: list[NodeCacheClient] = []
         stats = SyncStats()
         progress()
@@ -516,6 +532,7 @@ class Agent:
             stats = self._sync(
                 target, silent(on_model_placed=model_placed), uploads=uploads, model_order=order
             )
+            self.timeline = self._fetched(self.timeline, stats)  # the last byte in and verified
             record = record.fetched(stats.downloaded_bytes)
             self._write(record)
         except SYNC_FAILURES as exc:
@@ -549,6 +566,9 @@ class Agent:
             vouched=stats.vouched_files,
         )
         self._refresh_models(target)
+        # Every model loaded: recorded (and kept across restarts) before the pod may be Ready.
+        if self.timeline is not None:
+            self._timeline(FILL, dataclasses.replace(self.timeline, loaded=datetime.now(UTC)))
         self._serving, self._blocked, self._draining = target, "", False
         self._write(record.done(now()))
         logger.info("filled revision %s (%s fetched)", target.revision, human(record.fetched_bytes))
@@ -665,6 +685,32 @@ class Agent:
                         daemon=True,
                     ).start()
 
+    @staticmethod
+    def _fetched(timeline: FillTimeline | None, stats: SyncStats) -> FillTimeline | None:
+        """``timeline`` with its last byte in now, and where the bytes of ``stats`` came from."""
+        if timeline is None:
+            return None
+        return dataclasses.replace(
+            timeline,
+            fetched=datetime.now(UTC),
+            objects=stats.files,
+            fetched_bytes=stats.downloaded_bytes,
+            node_cache_bytes=stats.source_bytes,
+            present_bytes=max(stats.bytes - stats.downloaded_bytes - stats.source_bytes, 0),
+        )
+
+    def _timeline(self, kind: str, timeline: FillTimeline | None) -> None:
+        """Record ``timeline`` as the first fill's (FILL) or the last in-place change's (IN_PLACE): in
+        the state folder (a restarted agent says it again) and the status."""
+        if timeline is None:
+            return
+        if kind == FILL:
+            self.timeline = timeline
+        else:
+            self.inplace_timeline = timeline
+        self.state.write_timeline(kind, timeline)
+        self._status = self._status_now()
+
     def _fail(self, record: Record, reason: str) -> None:
         logger.error("revision %s failed: %s", record.pending, reason)
         self._write(record.fail(reason, now()))
@@ -693,7 +739,14 @@ class Agent:
             self.message,
             draining=self._draining,
         )
-        return dataclasses.replace(status, summary=self.summary).to_json()
+        out = dataclasses.replace(status, summary=self.summary).to_json()
+        # The first fill's and the last in-place change's timelines (core.pod.startup.FillTimeline:
+        # status.timeToServe's phases and bytes, read once per new Ready pod by the operator).
+        if self.timeline is not None:
+            out[FILL] = self.timeline.to_json()
+        if self.inplace_timeline is not None:
+            out[IN_PLACE] = self.inplace_timeline.to_json()
+        return out
 
     def _files(self, revision: str) -> RevisionFiles | None:
         if revision == self.options.base.revision:

@@ -32,7 +32,7 @@ from triton_operator.core.objects.names import (
     SYNC_CONTAINER,
     TRITON_CONTAINER,
 )
-from triton_operator.core.pod.startup import PodStart, pod_start
+from triton_operator.core.pod.startup import FillTimeline, PodStart, pod_start
 from triton_operator.core.repository import manifestparts
 from triton_operator.core.repository.cache_rules import PORT_ENV, PUBLIC_KEY_ENV, TOKEN_ENV
 from triton_operator.core.rollout.clock import parse_time
@@ -503,7 +503,16 @@ class PodState:
     model repository needs more bytes than the volume has free), while it has not since succeeded."""
     start: PodStart = dataclasses.field(default_factory=PodStart)
     """The times of the pod's start (created, scheduled, sync, tritonserver, Ready) and what its
-    sync fetched (core.pod.startup: status.timeToServe and the time-to-serve metrics read them)."""
+    sync fetched (core.pod.startup: status.timeToServe and the time-to-serve metrics read them); in a
+    pod of the one shape, its agent's record of its fill once read (with_fill)."""
+
+    def with_fill(self, fill: FillTimeline | None) -> PodState:
+        """The pod with its agent's record of its first fill (one shape; read by reconcile.observe):
+        its start's phases then have the sync and the bytes (core.pod.startup.PodStart.phases)."""
+        if fill is None or not self.start.fills:
+            return self
+        return dataclasses.replace(self, start=dataclasses.replace(self.start, fill=fill))
+
     phase: str | None = None
     """status.phase (Pending, Running, Succeeded, Failed, Unknown; None: not reported)."""
     phase_reason: str | None = None
@@ -608,7 +617,7 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
         # one pod shape: the agent loads the models, and exits with Triton's reason when one fails
         or (load_failures(_termination_message(sync)) if sync.get("name") == AGENT_CONTAINER else ()),
         sync_failure=_failure_message(sync),
-        start=pod_start(metadata, status, sync, triton),
+        start=pod_start(metadata, status, sync, triton, fills=sync.get("name") == AGENT_CONTAINER),
         inplace_target=str((metadata.get("annotations") or {}).get(INPLACE_TARGET_ANNOTATION) or "") or None,
         phase=str(status["phase"]) if status.get("phase") else None,
         phase_reason=str(status["reason"]) if status.get("reason") else None,

@@ -14,12 +14,25 @@ seconds, RFC 3339): created (metadata.creationTimestamp) -> scheduled (the PodSc
   readiness probes pass).
 
 In a pod of the one shape (core.objects.builders.fills_itself: no sync init container), the model agent
-stands for the sync container (core.observed.observation.sync_container_status): imageAndSandbox ends when
-the agent starts; the download and the loads overlap from then on, so the pod's status has no time
-for the last byte: there is no sync or tritonserverStart phase, and tritonserverLoad (tritonserver
-started -> Ready) holds the download and the loads together, i.e. what is left of the download once
-tritonserver runs plus the load of the model fetched last. Nor is there a summary (the agent does not
-exit): the bytes fetched are the agent's status (fetchedBytes). The phases keep their names and order.
+stands for the sync container (core.observed.observation.sync_container_status) and tritonserver starts
+empty beside it; the agent fills /models with one sync of the revision and loads each model as soon as
+its own files are in, so the download and the loads overlap. The pod's status has no time for the
+last byte; the agent's own record of its fill has (FillTimeline, its status's ``fill``: read once
+per new Ready pod, reconcile.observe.observe_starts). With it, the phases are those of the bench
+(bench/real_pods/realsize.py: sync = bound -> every model's bytes in; load = what is left until Ready):
+
+- scheduling, imageAndSandbox: as above, imageAndSandbox ending when the agent's container starts;
+- sync: the agent's container started -> the last byte of the revision in and verified (the agent's
+  clock, the node's, as the kubelet's; at least the seconds the agent measured from its fill's start);
+  the models loaded meanwhile (all but the last ones) are in it;
+- no tritonserverStart: tritonserver starts during the sync, and its start is in it;
+- tritonserverLoad: the last byte in -> Ready: what is left of the loads after the last byte (the
+  models fetched last), then the readiness probe.
+
+The bytes are the fill's: from the store (bytesFetched) and already present or from the node cache
+(bytesPresent). Without the agent's record (its agent did not answer, or predates it) such a pod
+has no sync and no tritonserverStart phase, and tritonserverLoad (tritonserver started -> Ready) holds
+the download and the loads together. The phases keep their names and order.
 
 `triton-operator sync` leaves a summary as its termination message when it exits 0 (format_summary);
 Kubernetes keeps it in the init container's state.terminated.message, and parse_summary reads back
@@ -34,7 +47,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from triton_operator.core.rollout.clock import format_time, parse_time
+from triton_operator.core.rollout.clock import format_time, parse_time, to_utc
 
 PHASES = ("scheduling", "imageAndSandbox", "sync", "tritonserverStart", "tritonserverLoad")
 """The phases of a pod's start, in order (status.timeToServe[].phases and the metric's phase label)."""
@@ -135,6 +148,132 @@ def parse_summary(message: Any) -> SyncSummary | None:
     )
 
 
+# ----------------------------------------------------------------- the agent's record of a revision it placed
+
+
+def format_instant(moment: datetime) -> str:
+    """RFC 3339 in UTC to the millisecond (the agent's own times: finer than Kubernetes' seconds).
+
+    >>> from datetime import UTC
+    >>> format_instant(datetime(2026, 1, 1, 0, 0, 3, 250000, tzinfo=UTC))
+    '2026-01-01T00:00:03.250Z'
+    """
+    return to_utc(moment).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclasses.dataclass(frozen=True)
+class FillTimeline:
+    """The model agent's record of one revision it placed into /models and loaded (its first fill, in
+    a pod of the one shape; or a change in place): when it began, when the revision's last byte was in
+    and verified, when every model was loaded, and where the bytes came from. Small and bounded: nine
+    fields, whatever the revision's size (its status's ``fill`` and ``inPlace``, to_json)."""
+
+    revision: str
+    started: datetime
+    """The agent began the revision (the first fill: before its sync; in place: before the drain)."""
+    fetched: datetime | None = None
+    """The revision's last byte in and verified (None: not yet)."""
+    drained: datetime | None = None
+    """In place: the pod out of its Service, before the first unload or load (None: a first fill,
+    which serves nothing yet, or not yet)."""
+    loaded: datetime | None = None
+    """Every model of the revision loaded (None: not yet)."""
+    objects: int = 0
+    fetched_bytes: int = 0
+    """Bytes read from the store."""
+    node_cache_bytes: int = 0
+    """Bytes read from the node cache (each checked against the pin)."""
+    present_bytes: int = 0
+    """Bytes already in /models (or the local cache): neither read from the store nor the node cache."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "revision": self.revision,
+            "startedAt": format_instant(self.started),
+            "fetchedAt": format_instant(self.fetched) if self.fetched is not None else None,
+            "drainedAt": format_instant(self.drained) if self.drained is not None else None,
+            "loadedAt": format_instant(self.loaded) if self.loaded is not None else None,
+            "objects": self.objects,
+            "fetchedBytes": self.fetched_bytes,
+            "nodeCacheBytes": self.node_cache_bytes,
+            "presentBytes": self.present_bytes,
+        }
+
+    @property
+    def fetch_seconds(self) -> float | None:
+        """Its start -> its last byte, by the agent's clock."""
+        return _gap(self.started, self.fetched)
+
+
+IN_PLACE_PHASES = ("sync", "drain", "tritonserverLoad")
+"""The phases of a revision applied in place by a pod's agent, in their order (the metric's phase label):
+
+- sync: the agent began the revision -> its last byte in and verified (only what changed is fetched;
+  the pod serves the revision before it meanwhile);
+- drain: the last byte -> the pod out of its Service (readiness false, the kubelet's probe failed,
+  the endpoints caught up), before any model is unloaded or loaded;
+- tritonserverLoad: out of the Service -> every changed model unloaded and loaded (Triton's model
+  control); the pod is Ready again at the agent's next readiness check.
+
+The same words as a pod's start: the bench's in-place case measures sync and load the same way (its
+agent's log, 'applying revision' -> 'loading model' -> 'applied revision')."""
+
+
+def in_place_phases(timeline: FillTimeline) -> dict[str, float]:
+    """Seconds of each in-place phase whose two ends ``timeline`` has (IN_PLACE_PHASES' order), and
+    ``total`` (began -> loaded) once every model is loaded; {} until then (nothing to record yet).
+
+    >>> from datetime import UTC
+    >>> from datetime import timedelta
+    >>> t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> at = [t0 + timedelta(seconds=s) for s in (1.5, 3, 4)]
+    >>> in_place_phases(FillTimeline("r2", t0, fetched=at[0], drained=at[1], loaded=at[2]))
+    {'sync': 1.5, 'drain': 1.5, 'tritonserverLoad': 1.0, 'total': 4.0}
+    """
+    if timeline.loaded is None:
+        return {}
+    bounds = (timeline.started, timeline.fetched, timeline.drained, timeline.loaded)
+    out: dict[str, float] = {}
+    for i, phase in enumerate(IN_PLACE_PHASES):
+        seconds = _gap(bounds[i], bounds[i + 1])
+        if seconds is not None:
+            out[phase] = seconds
+    out["total"] = _gap(timeline.started, timeline.loaded) or 0.0
+    return out
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def parse_timeline(data: Any) -> FillTimeline | None:
+    """An agent's ``fill`` (or ``inPlace``) back to its FillTimeline; None for anything else (an
+    agent that predates it, a value cut short).
+
+    >>> t = parse_timeline({"revision": "r1", "startedAt": "2026-01-01T00:00:03.250Z", "fetchedBytes": 7})
+    >>> (t.revision, t.started.second, t.fetched, t.fetched_bytes)
+    ('r1', 3, None, 7)
+    >>> parse_timeline({"revision": "r1"}) is None
+    True
+    """
+    if not isinstance(data, Mapping):
+        return None
+    revision, started = data.get("revision"), parse_time(data.get("startedAt"))
+    if not isinstance(revision, str) or not revision or started is None:
+        return None
+    return FillTimeline(
+        revision=revision,
+        started=started,
+        fetched=parse_time(data.get("fetchedAt")),
+        drained=parse_time(data.get("drainedAt")),
+        loaded=parse_time(data.get("loadedAt")),
+        objects=_count(data.get("objects")),
+        fetched_bytes=_count(data.get("fetchedBytes")),
+        node_cache_bytes=_count(data.get("nodeCacheBytes")),
+        present_bytes=_count(data.get("presentBytes")),
+    )
+
+
 # ----------------------------------------------------------------- a pod's start
 
 
@@ -153,6 +292,15 @@ class PodStart:
     restarts: int = 0
     """Restarts of the sync and tritonserver containers: a phase that ends with a restarted
     container's latest start includes its earlier attempts and their back-off."""
+    fills: bool = False
+    """A pod of the one shape: ``sync_started`` is its model agent's start, and it never finishes."""
+    fill: FillTimeline | None = None
+    """Its agent's record of its first fill (one shape; read from the agent: reconcile.observe)."""
+
+    @property
+    def last_byte(self) -> datetime | None:
+        """One shape: when the last byte of its revision was in, by its agent's record (None: unknown)."""
+        return self.fill.fetched if self.fills and self.fill is not None else None
 
     @property
     def total(self) -> float | None:
@@ -163,22 +311,47 @@ class PodStart:
         """Seconds of each phase whose two ends the status has (PHASES' order; a gap a clock skew
         made negative counts as 0). The sync takes at least what its summary says it ran: whole
         seconds apart, its container's times can show 0 s for a sync of 0.8 s."""
-        bounds = (
-            self.created,
-            self.scheduled,
-            self.sync_started,
-            self.sync_finished,
-            self.triton_started,
-            self.ready,
-        )
+        chain: tuple[tuple[str, datetime | None, datetime | None], ...]
+        if self.last_byte is not None:
+            # One shape, the agent's record read: sync = the agent's start -> the last byte; the loads
+            # overlap the download, and tritonserver starts during it (no tritonserverStart).
+            chain = (
+                ("scheduling", self.created, self.scheduled),
+                ("imageAndSandbox", self.scheduled, self.sync_started),
+                ("sync", self.sync_started, self.last_byte),
+                ("tritonserverLoad", self.last_byte, self.ready),
+            )
+        else:
+            bounds = (
+                self.created,
+                self.scheduled,
+                self.sync_started,
+                self.sync_finished,
+                self.triton_started,
+                self.ready,
+            )
+            chain = tuple((phase, bounds[i], bounds[i + 1]) for i, phase in enumerate(PHASES))
         out: dict[str, float] = {}
-        for i, phase in enumerate(PHASES):
-            seconds = _gap(bounds[i], bounds[i + 1])
+        for phase, start, end in chain:
+            seconds = _gap(start, end)
             if seconds is not None:
                 out[phase] = seconds
-        if "sync" in out and self.sync is not None:
-            out["sync"] = max(out["sync"], self.sync.seconds)
+        own = self.sync.seconds if self.sync is not None else None
+        if self.last_byte is not None and self.fill is not None:
+            own = self.fill.fetch_seconds
+        if "sync" in out and own is not None:
+            out["sync"] = max(out["sync"], own)
         return out
+
+    def bytes(self) -> tuple[int, int, int] | None:
+        """(objects, bytes fetched from the store, bytes already present or from a cache) of its
+        sync's summary or, one shape, its agent's fill; None when neither is known."""
+        if self.sync is not None:
+            return self.sync.objects, self.sync.fetched, self.sync.present
+        if self.last_byte is not None and self.fill is not None:
+            f = self.fill
+            return f.objects, f.fetched_bytes, f.node_cache_bytes + f.present_bytes
+        return None
 
 
 def _gap(start: datetime | None, end: datetime | None) -> float | None:
@@ -198,9 +371,12 @@ def pod_start(
     status: Mapping[str, Any],
     sync: Mapping[str, Any],
     triton: Mapping[str, Any],
+    *,
+    fills: bool = False,
 ) -> PodStart:
     """A pod's start from its metadata and status, and the statuses of its sync init container and
-    its tritonserver container ({} when the pod has none by that name)."""
+    its tritonserver container ({} when the pod has none by that name); ``fills``: a pod of the one
+    shape, whose ``sync`` is its model agent's (the agent's record joins later: PodStart.fill)."""
     conditions = {str(c.get("type")): c for c in status.get("conditions") or []}
     state = sync.get("state") or {}
     terminated = state.get("terminated") or {}
@@ -217,6 +393,7 @@ def pod_start(
         ready=_transition(conditions, "Ready"),
         sync=parse_summary(terminated.get("message")) if succeeded else None,
         restarts=int(sync.get("restartCount") or 0) + int(triton.get("restartCount") or 0),
+        fills=fills,
     )
 
 
@@ -235,10 +412,9 @@ def served_entry(revision: str, pod: str, start: PodStart) -> dict[str, Any] | N
         "seconds": round(start.total or 0.0, 1),
         "phases": {phase: round(seconds, 1) for phase, seconds in start.phases().items()},
     }
-    if start.sync is not None:
-        entry["objects"] = start.sync.objects
-        entry["bytesFetched"] = start.sync.fetched
-        entry["bytesPresent"] = start.sync.present
+    counts = start.bytes()
+    if counts is not None:
+        entry["objects"], entry["bytesFetched"], entry["bytesPresent"] = counts
     if start.restarts:
         entry["restarts"] = start.restarts
     return entry

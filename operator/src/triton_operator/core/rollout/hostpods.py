@@ -33,6 +33,9 @@ class AgentStatus:
     """Triton's per-model state after the last load (READY, UNAVAILABLE, ...)."""
     error: str | None = None
     """Why the agent could not be read (then nothing else is known)."""
+    in_place: Mapping[str, Any] | None = None
+    """Its record of the last revision it applied in place, as it says it (``inPlace``; read by
+    core.pod.startup.parse_timeline for the in-place update's phases)."""
 
 
 def parse_agent_status(payload: Any) -> AgentStatus:
@@ -51,6 +54,7 @@ def parse_agent_status(payload: Any) -> AgentStatus:
         state=text("state"),
         message=str(payload.get("message") or "")[:1024],
         models={str(k): str(v) for k, v in models.items()} if isinstance(models, Mapping) else {},
+        in_place=record if isinstance(record := payload.get("inPlace"), Mapping) else None,
     )
 
 
