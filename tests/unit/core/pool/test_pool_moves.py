@@ -290,7 +290,7 @@ def test_a_change_in_place_moves_the_model_only_on_the_pods_asked_one_at_a_time_
     versions, revisions = {"a": "v1", "b": "v1", "c": "v1"}, {"v2": "r2"}
 
     def run(on: dict[str, dict[str, str]]) -> list[int]:
-        off = []
+        off: list[int] = []
         for _ in range(60):
             moves = pool.plan(placement, versions, on, revisions)
             if moves.settled:
