@@ -310,7 +310,7 @@ class _PodStep:
                 self.draining.pop(name, None)
             else:
                 self._wait(drained_at, f"{name} drains before its version {version} loads")
-        elif model.staying == {self.pod}:
+        elif model.staying == {self.pod} and not (model.serving | model.wanted) - {self.pod}:
             # The only copy: Triton serves the old version until the new one is READY.
             self.held[name] = self._entry(version)
         else:
