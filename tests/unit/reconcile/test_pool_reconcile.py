@@ -582,9 +582,7 @@ async def test_in_place_a_new_version_of_one_model_moves_on_the_pods_that_hold_i
         assert "a" in ready_labels(pods(kube)[name])
 
 
-async def test_in_place_a_failed_new_version_rolls_back_and_the_old_version_keeps_serving() -> (
-    None
-):
+async def test_in_place_a_failed_new_version_rolls_back_and_the_old_version_keeps_serving() -> None:
     """The new version of a fails to load (Triton keeps the old one READY): a PoolLoadFailed Warning,
     the rollout engine rolls the update back (status.inPlace aborted), the pod goes back to the old
     version's files, and a answers on its routes at every pass."""
