@@ -106,6 +106,7 @@ def pooled(
         if model == "m0" and note:
             config["parameters"] = {"note": {"stringValue": note}}
         models.append({"name": model, "config": config, "memory": "100Mi", "minCopies": 2})
+    extra: dict[str, Any] = {"rollout": {"modelUpdates": "InPlace"}} if in_place else {}
     return on_real_node(
         NAME,
         namespace,
@@ -116,7 +117,7 @@ def pooled(
         pool={"memoryPerPod": "400Mi"},
         models=models,
         startupTimeoutSeconds=240,
-        **({"rollout": {"modelUpdates": "InPlace"}} if in_place else {}),
+        **extra,
     )
 
 
