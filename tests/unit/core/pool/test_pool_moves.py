@@ -317,3 +317,13 @@ def test_a_change_in_place_moves_the_model_only_on_the_pods_asked_one_at_a_time_
     assert {p: pool.pods[p].assignment.models["a"] for p in ("p0", "p1")} == dict.fromkeys(
         ("p0", "p1"), Wanted("v1")
     )
+
+
+def test_a_copy_waits_while_the_models_other_copy_reloads_it_is_not_the_only_copy() -> None:
+    """Two copies of a, one off its route reloading the new version: the other is not reloaded in
+    place meanwhile (it is not the model's only copy), so the two reload one after the other."""
+    reloading = Pod(assignment=PodAssignment(models={"a": Wanted("v2")}), copies={"a": Copy("LOADING", "v2")})
+    pool = Pool({"p0": reloading, "p1": _serving("a")}, random.Random(7), fail=0.0)
+    moves = pool.plan({"p0": ["a"], "p1": ["a"]}, {"a": "v2"})
+    assert moves.pods["p1"].assignment.models["a"] == Wanted("v1") and moves.pods["p1"].unlabel == ()
+    assert any("p1: a waits for its other copies" in w for w in moves.waiting), moves.waiting
