@@ -16,8 +16,11 @@ the constant its model adds.
 (c) a model's new version (its config changed) is a new revision (spec.rollout.modelUpdates NewPods,
     the default): its pods take every model on (placement goes to the rollout's revision) and are Ready
     only once they serve them on their routes, so the old pods let go of nothing still needed; the new
-    pods serve the new config, and no request fails. (In place on the pods that hold the model, the
-    other models untouched, is not there yet: docs/pool.md.)
+    pods serve the new config, and no request fails;
+(c') the same under spec.rollout.modelUpdates: InPlace: the pods stay, m0 is reloaded at its new
+    version on the two pods that hold it, one copy at a time (docs/pool.md, "A model's new version in
+    place"), the other models are not loaded again (the number each drew at its load unchanged on
+    every pod), and no request fails;
 (d) the operator restarted: it resumes the pool as the pods record it, nothing is loaded again (the
     number each model drew at its load unchanged on every pod), no request fails.
 
@@ -92,15 +95,18 @@ def bucket(store: Any, kube: Client, namespace: str) -> str:
     return name
 
 
-def pooled(namespace: str, bucket: str, store: Any, *, note: str = "") -> dict[str, Any]:
+def pooled(
+    namespace: str, bucket: str, store: Any, *, note: str = "", in_place: bool = False
+) -> dict[str, Any]:
     """Three pods of 400Mi for the models, six models of 100Mi with two copies each (``note``: a
-    parameter of m0's config, a new version of m0 when it changes)."""
+    parameter of m0's config, a new version of m0 when it changes; ``in_place``: modelUpdates InPlace)."""
     models = []
     for model in MODELS:
         config = copy.deepcopy(ADD_SUB_CONFIG)
         if model == "m0" and note:
             config["parameters"] = {"note": {"stringValue": note}}
         models.append({"name": model, "config": config, "memory": "100Mi", "minCopies": 2})
+    extra: dict[str, Any] = {"rollout": {"modelUpdates": "InPlace"}} if in_place else {}
     return on_real_node(
         NAME,
         namespace,
@@ -111,6 +117,7 @@ def pooled(namespace: str, bucket: str, store: Any, *, note: str = "") -> dict[s
         pool={"memoryPerPod": "400Mi"},
         models=models,
         startupTimeoutSeconds=240,
+        **extra,
     )
 
 
@@ -403,6 +410,38 @@ def test_a_pool_places_moves_and_reloads_models_with_no_failed_request(
         assert config.get("parameters", {}).get("note", {}).get("string_value") == "v2", config
     time.sleep(3)
     what = "(c) a new version of m0: the new revision's pods took the models on"
+    sent = no_request_failed(load, what, sent, kube, namespace)
+    assert all(o == OFFSETS[m] for m, o in load.answers), load.summary()
+
+    # (c') a new version of m0 in place: the same pods, m0 reloaded on its two pods one at a time,
+    # the other models not loaded again
+    loaded = {(n, m): stats(ip, m)[0] for n, ip in pods.items() for m in MODELS if n in where[m]}
+    body = pooled(namespace, load.bucket, load.store, note="v3", in_place=True)
+    generation = apply(kube, body)["metadata"]["generation"]
+    started = time.monotonic()
+
+    def in_place() -> dict[str, set[str]] | None:
+        status = get_ts(kube, namespace, NAME).get("status") or {}
+        if status.get("observedGeneration") != generation or (status.get("inPlace") or {}).get("next"):
+            return None
+        if not status.get("servedRevision") or {p.metadata.name for p in pool_pods(kube, namespace)} != set(
+            pods
+        ):
+            return None
+        return settled(kube, namespace)
+
+    where_now = wait_for(in_place, timeout=240, interval=2, what="m0's new version served in place")
+    status = get_ts(kube, namespace, NAME)["status"]
+    print(f"\n(c') in place in {time.monotonic() - started:.0f}s: {status.get('inPlace')}")
+    assert where_now == where and status["stableRevision"] != status["servedRevision"]
+    for name in where["m0"]:
+        config = get_json(f"http://{pods[name]}:8000/v2/models/m0/config")
+        assert config.get("parameters", {}).get("note", {}).get("string_value") == "v3", config
+    now = {(n, m): stats(ip, m)[0] for n, ip in pods.items() for m in MODELS if n in where[m]}
+    assert {k: v for k, v in now.items() if k[1] != "m0"} == {k: v for k, v in loaded.items() if k[1] != "m0"}
+    assert all(now[n, "m0"] != loaded[n, "m0"] for n in where["m0"])  # m0 was loaded again there
+    time.sleep(3)
+    what = "(c') a new version of m0 in place: the same pods, the other models untouched"
     sent = no_request_failed(load, what, sent, kube, namespace)
     assert all(o == OFFSETS[m] for m, o in load.answers), load.summary()
 

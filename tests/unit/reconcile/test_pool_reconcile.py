@@ -19,8 +19,17 @@ from memkube import MemKube, run_kubelet
 from triton_operator.adapters.triton_reader import Owner, PodReading, PodTarget, TritonReader
 from triton_operator.core.pool.assignment import ASSIGNMENT_ANNOTATION, Copy, parse_assignment
 from triton_operator.core.pool.labels import MODEL_LABEL_PREFIX, READY, model_label_key, model_object_name
+from triton_operator.core.repository.manifest import (
+    ObjectInfo,
+    StoreRef,
+    build_manifest,
+    model_sources,
+    select_objects,
+)
 from triton_operator.core.rollout.canary_analysis import Counters
+from triton_operator.models import TritonService
 from triton_operator.reconcile.analysis import TritonView
+from triton_operator.reconcile.pinning import PinnedManifest, summarize
 from triton_operator.reconcile.reconcile_pass import reconcile
 from triton_operator.settings import Settings
 
@@ -104,10 +113,18 @@ async def run(
     reports: Mapping[str, Mapping[str, Copy]] | None = None,
     name: str = "pool",
     at: datetime.datetime = T0,
+    pin: Any = None,
 ) -> Reports:
     seen = Reports(reports)
-    await reconcile(kube, NS, name, SETTINGS, clock=lambda: at, pool_reports=seen)
+    await reconcile(kube, NS, name, SETTINGS, clock=lambda: at, pool_reports=seen, pin_manifest=pin)
     return seen
+
+
+async def pin(ts: TritonService, current: str | None) -> PinnedManifest:
+    """A listed (pinned) repository holding one file a model: in-place updates need its object list."""
+    listing = [ObjectInfo(f"{m}/1/model.py", 10, etag=f"e-{m}", generation=f"e-{m}") for m in MODELS]
+    selection = select_objects(model_sources(ts.spec.models), listing)
+    return summarize(build_manifest(StoreRef.from_repository(ts.spec.repository), selection), versioned=True)
 
 
 async def test_a_pool_gets_model_services_assignments_labels_and_status() -> None:
@@ -507,3 +524,107 @@ async def test_a_new_revision_of_a_pool_takes_the_models_onto_its_pods_before_th
         assert holders <= new and len(holders) == 2, (model, holders)  # on the new revision's pods only
         assert {n for n, p in pods(kube).items() if model in ready_labels(p)} == holders
     assert not any(assigned(pods(kube)[n]) or ready_labels(pods(kube)[n]) for n in old)  # let go
+
+
+def entries(pod: Mapping[str, Any]) -> dict[str, Any]:
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(ASSIGNMENT_ANNOTATION)
+    return dict(parse_assignment(text).models) if text else {}
+
+
+async def test_in_place_a_new_version_of_one_model_moves_on_the_pods_that_hold_it_one_at_a_time() -> None:
+    """modelUpdates: InPlace: a change of model a's config keeps the pool's pods (no new Deployment);
+    the rollout engine asks the pods step by step, and the pool's moves reload a on the pods asked that
+    hold it, from the new revision's files (named in the entry), one copy off its route at a time; b's
+    and c's entries are never rewritten; the update completes once every pod serves the new revision."""
+    kube = MemKube()
+    body = pooled()
+    body["spec"]["rollout"] = {"modelUpdates": "InPlace"}
+    body["spec"]["repository"] = {"uri": "s3://models/repo", "credentialsSecret": "store"}
+    kube.put(body)
+    await run(kube, pin=pin)
+    start_pods(kube)
+    await run(kube, pin=pin)
+    await run(kube, agents_from(kube), pin=pin)
+    await run(kube, agents_from(kube), pin=pin)
+    before = {n: entries(p) for n, p in pods(kube).items()}
+    holders = {n for n, e in before.items() if "a" in e}
+    assert len(holders) == 2 and all(ready_labels(p) for p in pods(kube).values())
+
+    def new_config(obj: dict[str, Any]) -> None:
+        obj["spec"]["models"][0]["config"]["parameters"] = {"note": {"stringValue": "v2"}}
+
+    kube.edit("TritonService", NS, "pool", new_config)
+    at = T0
+    off, mixed = 0, 0
+    for _ in range(30):
+        reports = agents_from(kube)
+        where = answering(kube, reports)
+        assert all(where.values()), where  # every model answers at every pass
+        assert len(holders - where["a"]) <= 1  # one copy of a off its route at a time
+        off += len(holders - where["a"])
+        mixed += len({entries(pods(kube)[n])["a"].version for n in holders}) == 2
+        for name, pod in pods(kube).items():
+            assert {m: w for m, w in entries(pod).items() if m != "a"} == {
+                m: w for m, w in before[name].items() if m != "a"
+            }  # b and c untouched
+        at += datetime.timedelta(seconds=30)
+        await run(kube, reports, at=at, pin=pin)
+    status = kube.find("TritonService", NS, "pool")["status"]  # type: ignore[index]
+    assert len(kube.of_kind("Deployment")) == 1, (status.get("rolloutKind"), status.get("rolloutKindReason"))
+    assert set(pods(kube)) == set(before)  # the same pods
+    status = kube.find("TritonService", NS, "pool")["status"]  # type: ignore[index]
+    served = status.get("servedRevision")
+    assert served and served != status["stableRevision"], status.get("inPlace")
+    assert off >= 2 and mixed >= 1  # each copy of a left its route in turn, the other serving meanwhile
+    for name in holders:
+        entry = entries(pods(kube)[name])["a"]
+        assert entry.version != before[name]["a"].version and entry.revision == served
+        assert "a" in ready_labels(pods(kube)[name])
+
+
+async def test_in_place_a_failed_new_version_rolls_back_and_the_old_version_keeps_serving() -> None:
+    """The new version of a fails to load (Triton keeps the old one READY): a PoolLoadFailed Warning,
+    the rollout engine rolls the update back (status.inPlace aborted), the pod goes back to the old
+    version's files, and a answers on its routes at every pass."""
+    kube = MemKube()
+    body = pooled()
+    body["spec"]["rollout"] = {"modelUpdates": "InPlace"}
+    body["spec"]["repository"] = {"uri": "s3://models/repo", "credentialsSecret": "store"}
+    kube.put(body)
+    await run(kube, pin=pin)
+    start_pods(kube)
+    await run(kube, pin=pin)
+    for _ in range(2):
+        await run(kube, agents_from(kube), pin=pin)
+    before = {n: entries(p) for n, p in pods(kube).items()}
+
+    def failing() -> dict[str, dict[str, Copy]]:
+        """Each pod's agent: a load of a from another revision fails, its old version staying READY."""
+        out = agents_from(kube)
+        for name, pod in pods(kube).items():
+            entry = entries(pod).get("a")
+            if entry is not None and entry.revision is not None:
+                old = before[name]["a"].version
+                out[name]["a"] = Copy("READY", old, entry.attempt, "load of model 'a' failed: bad config")
+        return out
+
+    def new_config(obj: dict[str, Any]) -> None:
+        obj["spec"]["models"][0]["config"]["parameters"] = {"note": {"stringValue": "v2"}}
+
+    kube.edit("TritonService", NS, "pool", new_config)
+    at = T0
+    tried = False
+    for _ in range(20):
+        reports = failing()
+        tried = tried or any(e.get("a") and e["a"].revision for e in map(entries, pods(kube).values()))
+        assert all(answering(kube, reports).values())
+        at += datetime.timedelta(seconds=30)
+        await run(kube, reports, at=at, pin=pin)
+    status = kube.find("TritonService", NS, "pool")["status"]  # type: ignore[index]
+    assert tried and status["inPlace"].get("abortedRevision"), status["inPlace"]
+    assert any(e["reason"] == "PoolLoadFailed" and "model a" in e["message"] for e in kube.events), [
+        e.get("reason") for e in kube.events
+    ]
+    for name, pod in pods(kube).items():
+        entry = entries(pod).get("a")
+        assert entry is None or entry.revision is None, (name, entry)  # back on the pods' own files

@@ -14,6 +14,7 @@ from triton_operator.adapters.agent.pool_member import PoolMember, parse_labels
 from triton_operator.adapters.agent.runner import Agent, AgentOptions
 from triton_operator.adapters.agent.status import POOL_PATH
 from triton_operator.adapters.pool_reader import POOL_REPORT_PATH
+from triton_operator.core.objects.names import inplace_config_key, inplace_manifest_key
 from triton_operator.core.pod.agent_plan import RevisionFiles
 from triton_operator.core.pool.assignment import (
     Copy,
@@ -22,7 +23,13 @@ from triton_operator.core.pool.assignment import (
     build_assignment,
     parse_report,
 )
-from triton_operator.core.repository.manifest import Manifest, ManifestModel, StoreRef, VersionPolicy
+from triton_operator.core.repository.manifest import (
+    Manifest,
+    ManifestModel,
+    StoreRef,
+    VersionPolicy,
+    manifest_to_json,
+)
 from triton_operator.core.vocabulary.triton_state import ModelVersionState
 
 PY = 'name: "{m}"\nbackend: "python"\n'
@@ -55,7 +62,9 @@ class FakeTriton:
         return tuple(ModelVersionState(m, "1", s, "") for m, s in sorted(self.loaded.items()))
 
 
-def member_of(tmp_path: Path, triton: FakeTriton, monkeypatch: pytest.MonkeyPatch) -> PoolMember:
+def member_of(
+    tmp_path: Path, triton: FakeTriton, monkeypatch: pytest.MonkeyPatch, inplace_dir: Path | None = None
+) -> PoolMember:
     models = tuple(ManifestModel(m, m, VersionPolicy(), ("1",)) for m in ("a", "b"))
     base = RevisionFiles(
         "r1", Manifest(StoreRef("s3://bucket/repo"), models, ()), {m: PY.format(m=m) for m in ("a", "b")}
@@ -66,18 +75,21 @@ def member_of(tmp_path: Path, triton: FakeTriton, monkeypatch: pytest.MonkeyPatc
         base=base,
         triton=triton,  # type: ignore[arg-type]
         proc=tmp_path / "no-proc",
+        inplace_dir=inplace_dir,
     )
     agent = Agent(options)
     fetched: list[str] = []
 
     def fetch(target: RevisionFiles, progress: Any, *, manifest: Manifest, **_: Any) -> None:
         fetched.extend(m.name for m in manifest.models)
+        member.synced.append((target.revision, [m.name for m in manifest.models]))  # type: ignore[attr-defined]
         for m in manifest.models:
             (options.dest / m.name / "1").mkdir(parents=True, exist_ok=True)
 
     monkeypatch.setattr(agent, "_sync", fetch)
     member = PoolMember(agent, tmp_path / "pool-models")
     member.fetched = fetched  # type: ignore[attr-defined]
+    member.synced = []  # type: ignore[attr-defined]
     return member
 
 
@@ -153,6 +165,39 @@ def test_a_model_tritonserver_lost_is_loaded_again_and_an_unassigned_ones_files_
     assign(member, b=("v1", 1))
     assert triton.calls[-1] == "unload a"
     assert not (tmp_path / "models/a").exists() and (tmp_path / "models/b/1").is_dir()
+
+
+def test_a_model_named_at_another_revision_is_fetched_from_that_revisions_files_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change in place: the entry names revision r2 (in the in-place volume), whose config of `a`
+    differs; only `a` is fetched from r2 and loaded, `b` stays as it was; until the kubelet shows r2,
+    nothing is done."""
+    inplace = tmp_path / "inplace"
+    inplace.mkdir()
+    triton = FakeTriton()
+    member = member_of(tmp_path, triton, monkeypatch, inplace_dir=inplace)
+    assign(member, a=("v1", 1), b=("v1", 1))
+    member.assignment_file.write_text(
+        build_assignment(PodAssignment(models={"a": Wanted("v2", 1, "r2"), "b": Wanted("v1", 1)}))
+    )
+    member.tick()
+    assert triton.calls == ["load a", "load b"] and "not in the in-place volume yet" in member.message
+    assert report(member)["a"] == Copy("READY", "v1", 1, "")  # still the old version, serving
+    models = tuple(ManifestModel(m, m, VersionPolicy(), ("1",)) for m in ("a", "b"))
+    (inplace / inplace_manifest_key("r2")).write_text(
+        manifest_to_json(Manifest(StoreRef("s3://bucket/repo"), models, ()))
+    )
+    for m in ("a", "b"):
+        config = PY.format(m=m) + ("max_batch_size: 8\n" if m == "a" else "")
+        (inplace / inplace_config_key("r2", m)).write_text(config)
+    member.tick()
+    assert triton.calls == ["load a", "load b", "load a"]
+    assert member.synced[-1] == ("r2", ["a"])  # type: ignore[attr-defined]
+    assert "max_batch_size: 8" in member.agent.state.configs("r2").joinpath("a", "config.pbtxt").read_text()
+    assert report(member) == {"a": Copy("READY", "v2", 1, ""), "b": Copy("READY", "v1", 1, "")}
+    member.tick()
+    assert len(triton.calls) == 3  # settled: nothing reloads
 
 
 def test_the_agent_serves_its_report_where_the_operator_reads_it() -> None:

@@ -41,6 +41,14 @@ def test_the_assignment_round_trips_and_is_the_same_string_for_the_same_content(
     assert build_assignment(PodAssignment()) == '{"models":{}}'
     assert parse_assignment(None) == parse_assignment("") == PodAssignment()
     assert ASSIGNMENT_ANNOTATION == "pool.triton-operator.io/models"
+    # A change in place names the revision whose files hold the version (left out: the pod's own).
+    moving = PodAssignment(models={"bert": Wanted("9c1e", 1, "rev2")})
+    assert json.loads(build_assignment(moving))["models"]["bert"] == {
+        "attempt": 1,
+        "revision": "rev2",
+        "version": "9c1e",
+    }
+    assert parse_assignment(build_assignment(moving)) == moving
 
 
 @pytest.mark.parametrize(
@@ -51,6 +59,8 @@ def test_the_assignment_round_trips_and_is_the_same_string_for_the_same_content(
         ('{"models": {"a": {"attempt": 1}}}', r"models.a.version: expected str, not None"),
         ('{"models": {"a": {"version": "v", "attempt": 0}}}', r"models.a.attempt: must be 1 or more, not 0"),
         ('{"models": {"a": {"version": "v", "attempt": true}}}', r"models.a.attempt: expected int, not True"),
+        ('{"models": {"a": {"version": "v", "attempt": 1, "revision": 3}}}', r"revision: expected str"),
+        ('{"models": {"a": {"version": "v", "attempt": 1, "revision": ""}}}', r"revision: must not be"),
         ('{"models": {}, "draining": {"a": "soon"}}', r"draining.a.at: expected a number, not 'soon'"),
         (
             '{"models": {}, "failed": {"a": {"version": "v", "attempt": 1, "reason": "x"}}}',

@@ -39,10 +39,24 @@ class Pool:
         self.unloaded_undrained: list[tuple[str, str, float]] = []
         self.label_off_at: dict[tuple[str, str], float] = {}
 
-    def plan(self, placement: dict[str, list[str]], versions: dict[str, str]) -> Moves:
+    def plan(
+        self,
+        placement: dict[str, list[str]],
+        versions: dict[str, str],
+        on: dict[str, dict[str, str]] | None = None,
+        revisions: dict[str, str] | None = None,
+    ) -> Moves:
         states = {name: pod.state() for name, pod in self.pods.items()}
         return plan_moves(
-            placement, versions, states, now=self.now, drain=DRAIN, backoff=BACKOFF, random=self.rng.random
+            placement,
+            versions,
+            states,
+            now=self.now,
+            drain=DRAIN,
+            backoff=BACKOFF,
+            random=self.rng.random,
+            on=on,
+            revisions=revisions,
         )
 
     def apply(self, moves: Moves) -> None:
@@ -259,3 +273,57 @@ def test_the_old_copy_leaves_its_routes_only_once_the_new_copys_pod_is_ready() -
     assert waiting.pods["p0"].unlabel == () and "a" in waiting.pods["p0"].assignment.models
     ready = moves(replace(labelled, ready=True))
     assert ready.pods["p0"].unlabel == ("a",)
+
+
+def test_a_change_in_place_moves_the_model_only_on_the_pods_asked_one_at_a_time_and_back_on_rollback() -> (
+    None
+):
+    """A model's new version moving in place (the rollout engine asks pods step by step; ``on`` names
+    the version each asked pod is to hold): the copy on an asked pod leaves its route, drains, reloads
+    from the new revision's files (named in its entry), READY, back on its route, one pod at a time,
+    while the model's other copies answer; the pods not asked and the other models are not touched;
+    a rollback (the pods no longer asked) takes the old version back the same way."""
+    pods = {"p0": _serving("a", "b"), "p1": _serving("a", "c"), "p2": _serving("b", "c")}
+    pool = Pool(pods, random.Random(6), fail=0.0)
+    placement = {p: sorted(pods[p].routed) for p in pods}
+    untouched = {p: {m: w for m, w in pods[p].assignment.models.items() if m != "a"} for p in pods}
+    versions, revisions = {"a": "v1", "b": "v1", "c": "v1"}, {"v2": "r2"}
+
+    def run(on: dict[str, dict[str, str]]) -> list[int]:
+        off: list[int] = []
+        for _ in range(60):
+            moves = pool.plan(placement, versions, on, revisions)
+            if moves.settled:
+                return off
+            pool.apply(moves)
+            off.append(sum("a" not in pool.pods[p].routed for p in ("p0", "p1")))
+            assert pool.answering("a") and pool.answering("b") and pool.answering("c")
+            pool.agents()
+            assert pool.answering("a") and pool.answering("b") and pool.answering("c")
+            assert {
+                p: {m: w for m, w in pool.pods[p].assignment.models.items() if m != "a"} for p in pods
+            } == (untouched)
+            assert pool.unloaded_while_labelled == [] and pool.unloaded_undrained == []
+            pool.now += 1.0
+        pytest.fail("no end")
+
+    assert max(run({"p0": {"a": "v2"}})) == 1  # the first step asks p0 alone
+    assert pool.pods["p0"].assignment.models["a"] == Wanted("v2", 1, "r2")
+    assert pool.pods["p0"].copies["a"].version == "v2" and pool.pods["p1"].copies["a"].version == "v1"
+    assert pool.pods["p1"].acted["a"] == Wanted("v1")  # p1's copy was never reloaded
+    assert max(run({"p0": {"a": "v2"}, "p1": {"a": "v2"}})) == 1
+    assert {p: pool.pods[p].copies["a"].version for p in ("p0", "p1")} == {"p0": "v2", "p1": "v2"}
+    assert max(run({})) == 1  # rolled back: each pod goes back to v1 (the pods' own files), one at a time
+    assert {p: pool.pods[p].assignment.models["a"] for p in ("p0", "p1")} == dict.fromkeys(
+        ("p0", "p1"), Wanted("v1")
+    )
+
+
+def test_a_copy_waits_while_the_models_other_copy_reloads_it_is_not_the_only_copy() -> None:
+    """Two copies of a, one off its route reloading the new version: the other is not reloaded in
+    place meanwhile (it is not the model's only copy), so the two reload one after the other."""
+    reloading = Pod(assignment=PodAssignment(models={"a": Wanted("v2")}), copies={"a": Copy("LOADING", "v2")})
+    pool = Pool({"p0": reloading, "p1": _serving("a")}, random.Random(7), fail=0.0)
+    moves = pool.plan({"p0": ["a"], "p1": ["a"]}, {"a": "v2"})
+    assert moves.pods["p1"].assignment.models["a"] == Wanted("v1") and moves.pods["p1"].unlabel == ()
+    assert any("p1: a waits for its other copies" in w for w in moves.waiting), moves.waiting

@@ -18,7 +18,7 @@ from triton_operator.adapters.agent.runner import (
     failure_text,
 )
 from triton_operator.core.objects.names import POOL_LABELS_ITEM
-from triton_operator.core.pod.agent_plan import Readiness, model_part
+from triton_operator.core.pod.agent_plan import Readiness, RevisionFiles, model_part
 from triton_operator.core.pool.assignment import (
     AssignmentError,
     Copy,
@@ -44,6 +44,7 @@ class _Held:
     attempt: int
     error: str = ""
     ready_version: str = ""
+    revision: str | None = None
 
 
 class PoolMember:
@@ -107,8 +108,12 @@ class PoolMember:
             if triton.live():
                 for model, wanted in sorted(assignment.models.items()):
                     held = self.held.get(model)
-                    if held is None or (held.version, held.attempt) != (wanted.version, wanted.attempt):
-                        self._load(model, wanted.version, wanted.attempt)
+                    if held is None or (held.version, held.attempt, held.revision) != (
+                        wanted.version,
+                        wanted.attempt,
+                        wanted.revision,
+                    ):
+                        self._load(model, wanted.version, wanted.attempt, wanted.revision)
         self._refresh()
         if assignment is not None:
             self._repair()
@@ -127,22 +132,41 @@ class PoolMember:
                 continue
             self._repaired[model] = at
             logger.warning("pool: model %s is not loaded in tritonserver: loading it again", model)
-            self._load(model, held.version, held.attempt)
+            self._load(model, held.version, held.attempt, held.revision)
         self._refresh()
 
-    def _load(self, model: str, version: str, attempt: int) -> None:
+    def _files(self, revision: str | None) -> RevisionFiles | None:
+        """The files of ``revision`` (None: the pod's own): another one, which a change in place names,
+        from the in-place volume (None while the kubelet has not shown it yet)."""
+        base = self.agent.options.base
+        if revision is None or revision == base.revision:
+            return base
+        return self.agent.inplace.revision(revision)
+
+    def _load(self, model: str, version: str, attempt: int, revision: str | None = None) -> None:
+        files = self._files(revision)
+        if files is None:
+            # The operator wrote the in-place ConfigMap before naming its revision here; the kubelet
+            # shows it a little later: nothing is done this pass, the next one tries again.
+            self.message = f"model {model}: revision {revision}'s files are not in the in-place volume yet"
+            return
         held = self.held.get(model)
         ready_version = held.ready_version if held is not None else ""
-        self.held[model] = entry = _Held(version, attempt, ready_version=ready_version)
-        base = self.agent.options.base
+        self.held[model] = entry = _Held(version, attempt, ready_version=ready_version, revision=revision)
         self.acting = model
         try:
-            if model not in base.configs:
-                raise LoadFailed("load", model, f"the pod's revision {base.revision} has no model {model!r}")
-            if self.agent.state.load(base.revision) is None:
-                self.agent.state.save(base)  # the configs sync writes, as a revision's apply saves them
-            logger.info("pool: loading model %s (version %s, attempt %d)", model, version, attempt)
-            self.agent._sync(base, None, manifest=model_part(base.manifest, model))
+            if model not in files.configs:
+                raise LoadFailed("load", model, f"revision {files.revision} has no model {model!r}")
+            if self.agent.state.load(files.revision) is None:
+                self.agent.state.save(files)  # the configs sync writes, as a revision's apply saves them
+            logger.info(
+                "pool: loading model %s (version %s, attempt %d, revision %s)",
+                model,
+                version,
+                attempt,
+                files.revision,
+            )
+            self.agent._sync(files, None, manifest=model_part(files.manifest, model))
             self.agent.options.triton.load(model)
         except (LoadFailed, TritonUnreachable, *SYNC_FAILURES) as exc:
             entry.error = failure_text(exc)

@@ -16,10 +16,18 @@ from triton_operator.core.decision.actions import Target as Target  # noqa: PLC0
 from triton_operator.core.decision.inplace_plan import (
     InPlaceContext,
     InPlaceDecision,
+    host_pods,
     in_place_inputs,
     in_place_writes,
 )
-from triton_operator.core.decision.pool_plan import PoolPlan, decide_pool, pool_copies
+from triton_operator.core.decision.pool_plan import (
+    PoolInPlace,
+    PoolPlan,
+    decide_pool,
+    pool_agents,
+    pool_copies,
+    pool_versions,
+)
 from triton_operator.core.decision.scaling import (
     Autoscalers,
     scale_replicas,
@@ -131,6 +139,27 @@ def decide(
         configs=configs,
         manifest_json=manifest_json,
     )
+    if ts.spec.pool is not None and inputs.mode is not None:
+        # A pool's pods report no in-place revision of their own: what each serves comes from its
+        # assignment and its agent's pool report (core.decision.pool_plan.pool_agents).
+        mode = inputs.mode
+        read = PoolInPlace(
+            mode.host,
+            mode.state.stable if mode.state is not None else mode.host,
+            {p.name: p.inplace_target for p in observed.pods if p.inplace_target},
+            inputs.files,
+        )
+        served = pool_agents(
+            observed.pod_bodies,
+            observed.pool_reports,
+            pool_versions(ts, configs, revision, observed.pod_bodies, read),
+            read,
+            changed=mode.models,
+        )
+        agents = {**observed.agents, **served}
+        inputs = dataclasses.replace(
+            inputs, mode=dataclasses.replace(mode, pods=host_pods(mode.host, observed.pods, agents))
+        )
     # A pool's pods follow its models' wanted copies (spec.replicas at least: an HPA's, `kubectl scale`'s).
     copies = pool_copies(
         ts,
@@ -178,6 +207,13 @@ def decide(
             history=revision if revision != ip.engine_revision else None,
         ),
     )
+    versions = None
+    moving = plan.in_place.state if plan.in_place is not None else None
+    if ts.spec.pool is not None and moving is not None:
+        targets: dict[str, str | None] = {p.name: p.inplace_target for p in observed.pods}
+        targets.update(plan.in_place.annotations if plan.in_place is not None else {})
+        asked = PoolInPlace(moving.host, moving.stable, {p: t for p, t in targets.items() if t}, inputs.files)
+        versions = pool_versions(ts, configs, revision, observed.pod_bodies, asked)
     pool_plan = decide_pool(
         ts,
         observed.pod_bodies,
@@ -190,6 +226,7 @@ def decide(
         parent_refs=observed.pool_parent_refs,
         copies=copies,
         target=plan.engine_revision,
+        versions=versions,
     )
     return Decision(rollout=plan, actions=actions, in_place=ip, pool=pool_plan)
 

@@ -11,7 +11,12 @@ from typing import Any
 
 from triton_operator.core.decision.actions import applied_as_built, stamped
 from triton_operator.core.edges.backoff import Backoff
-from triton_operator.core.objects.builders import agent_drain_seconds, build_labels, build_owner_reference
+from triton_operator.core.objects.builders import (
+    RevisionFiles,
+    agent_drain_seconds,
+    build_labels,
+    build_owner_reference,
+)
 from triton_operator.core.objects.model_routes import (
     LABEL_MODEL_ROUTE,
     build_model_http_routes,
@@ -42,7 +47,9 @@ from triton_operator.core.pool.labels import READY, model_label_key
 from triton_operator.core.pool.members import most_pods, pool_budget, pool_models, thresholds
 from triton_operator.core.pool.moves import PodState, plan_moves
 from triton_operator.core.pool.placement import PoolPod, place
+from triton_operator.core.repository.manifest import ManifestError, manifest_from_json
 from triton_operator.core.rollout.clock import format_time, parse_time
+from triton_operator.core.rollout.hostpods import APPLIED, APPLYING, FAILED, AgentStatus
 from triton_operator.core.rollout.plan import RolloutEvent
 from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.core.vocabulary.triton_state import VERSION_READY
@@ -124,6 +131,150 @@ def model_version(ts: TritonService, model: str, configs: Mapping[str, str]) -> 
         "config": configs.get(model),
     }
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolInPlace:
+    """A change of models moving in place in a pool (spec.rollout.modelUpdates: InPlace): the host
+    revision whose pods stay, the revision the pods not asked serve, the revision each pod is asked
+    for (the rollout engine's steps: its in-place target annotation) and the files of each revision
+    (the in-place ConfigMap's, core.decision.inplace_plan). The pool's moves carry each changed model
+    to the asked version on the pods that hold it, one pod at a time."""
+
+    host: str
+    served: str
+    targets: Mapping[str, str]
+    files: Mapping[str, RevisionFiles | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolVersions:
+    """The version of each model: ``spec`` (the spec's revision's), ``on`` (pod -> model -> another
+    version, the pods whose revision is another) and ``revisions`` (version -> the revision whose files
+    hold it, when not the pods' own)."""
+
+    spec: dict[str, str]
+    on: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    revisions: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _digests(files: RevisionFiles | None) -> dict[str, str]:
+    """Per model of ``files``, a version token: a digest of its config and its pinned files."""
+    if files is None:
+        return {}
+    try:
+        entries = manifest_from_json(files.manifest_json).entries
+    except ManifestError:
+        entries = ()
+    out = {}
+    for model, config in files.configs.items():
+        pinned = sorted(repr(e) for e in entries if e.dest.split("/", 1)[0] == model)
+        body = json.dumps({"config": config, "files": pinned}, sort_keys=True)
+        out[model] = "f" + hashlib.sha256(body.encode()).hexdigest()[:11]
+    return out
+
+
+def _changed(old: Mapping[str, str], new: Mapping[str, str]) -> set[str]:
+    return {m for m, digest in new.items() if old.get(m) != digest}
+
+
+def pool_versions(
+    ts: TritonService,
+    configs: Mapping[str, str],
+    revision: str,
+    pods: Sequence[Mapping[str, Any]],
+    in_place: PoolInPlace | None,
+) -> PoolVersions:
+    """Each model's version, per pod while a change moves in place. A pod asked for the spec's
+    ``revision`` (or serving it) holds the spec's version of each model; a pod serving another revision
+    keeps, of a model that differs there, the copy it holds from that revision's files (else that
+    revision's version of it). A model that does not differ between the two is the same version on
+    every pod: it is never touched. A version whose files are not the host's own names its revision."""
+    models = [m.name for m in ts.spec.models]
+    spec = {m: model_version(ts, m, configs) for m in models}
+    if in_place is None:
+        return PoolVersions(spec)
+    out = PoolVersions(spec)
+    host_files = in_place.files.get(in_place.host)
+    host_digests, spec_digests = _digests(host_files), _digests(in_place.files.get(revision))
+    own = _changed(host_digests, spec_digests) if host_files is not None else set(models)
+    out.revisions.update({spec[m]: revision for m in own if revision != in_place.host})
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        name = str(metadata.get("name"))
+        if (metadata.get("labels") or {}).get(LABEL_REVISION) != in_place.host:
+            continue
+        at = in_place.targets.get(name, in_place.served)
+        files = in_place.files.get(at)
+        if at == revision or files is None:
+            continue
+        try:
+            held = parse_assignment((metadata.get("annotations") or {}).get(ASSIGNMENT_ANNOTATION)).models
+        except AssignmentError:
+            held = {}
+        digests = _digests(files)
+        moved = _changed(host_digests, digests) if host_files is not None else set(models)
+        for model in sorted(_changed(digests, spec_digests) if spec_digests else ()):
+            if model not in spec or model not in digests:
+                continue
+            entry = held.get(model)
+            if entry is not None and (entry.revision or in_place.host) == at:
+                version = entry.version  # the copy it holds from that revision: kept
+            else:
+                version = digests[model]
+                if model in moved and at != in_place.host:
+                    out.revisions[version] = at
+            out.on.setdefault(name, {})[model] = version
+    return out
+
+
+def pool_agents(
+    pods: Sequence[Mapping[str, Any]],
+    reports: Mapping[str, Mapping[str, Copy]],
+    versions: PoolVersions,
+    in_place: PoolInPlace,
+    *,
+    changed: Mapping[str, Sequence[str]],
+) -> dict[str, AgentStatus]:
+    """What each host pod of a pool serves, as the rollout engine's in-place mode reads an agent
+    (core.rollout.hostpods.AgentStatus), from its assignment and its agent's pool report: the revision
+    it is asked for (or serves) Applied once every model it holds is READY at that revision's version,
+    Failed when a load of one of them failed (Triton's message: the engine rolls back), else Applying.
+    A changed model (``changed``, by revision) the pod does not hold counts READY: nothing to load."""
+    out: dict[str, AgentStatus] = {}
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        name = str(metadata.get("name"))
+        if (metadata.get("labels") or {}).get(LABEL_REVISION) != in_place.host:
+            continue
+        at = in_place.targets.get(name, in_place.served)
+        try:
+            assignment = parse_assignment((metadata.get("annotations") or {}).get(ASSIGNMENT_ANNOTATION))
+        except AssignmentError:
+            assignment = parse_assignment(None)
+        report = reports.get(name, {})
+        wanted = {m: versions.on.get(name, {}).get(m, v) for m, v in versions.spec.items()}
+        states: dict[str, str] = dict.fromkeys(changed.get(at, ()), VERSION_READY)
+        failed = ""
+        for model, entry in sorted(assignment.models.items()):
+            if model not in wanted:
+                continue
+            copy = report.get(model)
+            done = entry.version == wanted[model] and copy is not None and copy.state == VERSION_READY
+            done = done and copy is not None and copy.version == wanted[model]
+            # Not at its version yet: loading (a READY copy of another version is not this one).
+            left = copy.state if copy is not None and copy.state != VERSION_READY else "LOADING"
+            states[model] = VERSION_READY if done else left
+            record = assignment.failed.get(model)
+            if record is not None and record.version == wanted[model] and not failed:
+                failed = f"model {model} failed to load: {record.message or record.reason}"
+        if failed:
+            out[name] = AgentStatus(revision=None, target=at, state=FAILED, message=failed, models=states)
+        elif all(state == VERSION_READY for state in states.values()):
+            out[name] = AgentStatus(revision=at, target=at, state=APPLIED, models=states)
+        else:
+            out[name] = AgentStatus(revision=None, target=at, state=APPLYING, models=states)
+    return out
 
 
 def _live(pod: Mapping[str, Any]) -> bool:
@@ -318,6 +469,7 @@ def decide_pool(
     parent_refs: Sequence[Mapping[str, Any]] = (),
     copies: PoolCopies | None = None,
     target: str | None = None,
+    versions: PoolVersions | None = None,
 ) -> PoolPlan | None:
     """The pool's writes for ``ts`` (None without spec.pool): its models placed over the live pods
     (``pods``: the owned pods as read, of the ``revisions`` the plan keeps), starting from each pod's
@@ -373,9 +525,16 @@ def decide_pool(
         for p in placing
     ]
     placed = place(pool_pods, models, {pod: current[pod] for pod in (p.name for p in pool_pods)})
-    versions = {m.name: model_version(ts, m.name, configs) for m in models}
+    versions = versions or PoolVersions({m.name: model_version(ts, m.name, configs) for m in models})
     moves = plan_moves(
-        placed.pods, versions, states, now=now, drain=float(agent_drain_seconds(ts)), backoff=LOAD_BACKOFF
+        placed.pods,
+        {m.name: versions.spec[m.name] for m in models},
+        states,
+        now=now,
+        drain=float(agent_drain_seconds(ts)),
+        backoff=LOAD_BACKOFF,
+        on=versions.on,
+        revisions=versions.revisions,
     )
     events = tuple(
         RolloutEvent(

@@ -44,10 +44,13 @@ class AssignmentError(ValueError):
 
 @dataclass(frozen=True)
 class Wanted:
-    """A model the pod is to hold: its version and the load attempt (raised to ask for a retry)."""
+    """A model the pod is to hold: its version and the load attempt (raised to ask for a retry);
+    ``revision``: the revision whose files and config hold that version (None: the pod's own; another
+    while a change moves in place, which the pod reads from its in-place volume)."""
 
     version: str
     attempt: int = 1
+    revision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,10 @@ def build_assignment(assignment: PodAssignment) -> str:
     """The annotation's value: compact JSON with sorted keys (an unchanged assignment is an unchanged
     string, so writing it again patches nothing)."""
     body: dict[str, Any] = {
-        "models": {m: {"version": w.version, "attempt": w.attempt} for m, w in assignment.models.items()}
+        "models": {
+            m: {"version": w.version, "attempt": w.attempt} | ({"revision": w.revision} if w.revision else {})
+            for m, w in assignment.models.items()
+        }
     }
     if assignment.draining:
         body["draining"] = dict(assignment.draining)
@@ -119,6 +125,15 @@ def _attempt(entry: Mapping[str, Any], where: str) -> int:
     return int(attempt)
 
 
+def _revision(entry: Mapping[str, Any], where: str) -> str | None:
+    if entry.get("revision") is None:
+        return None
+    revision = _field(entry, "revision", str, where)
+    if not revision:
+        raise AssignmentError(f"{where}.revision: must not be empty")
+    return str(revision)
+
+
 def _json(text: str | None, where: str) -> Mapping[str, Any]:
     if not text:
         return {}
@@ -137,6 +152,7 @@ def parse_assignment(text: str | None) -> PodAssignment:
         str(name): Wanted(
             version=_field(_object(e, f"{where}.models.{name}"), "version", str, f"{where}.models.{name}"),
             attempt=_attempt(e, f"{where}.models.{name}"),
+            revision=_revision(e, f"{where}.models.{name}"),
         )
         for name, e in _object(body.get("models", {}), f"{where}.models").items()
     }

@@ -86,8 +86,16 @@ def drain_seconds(probe_period: float, probe_failures: int, drain: float) -> flo
 class _Model:
     """One model across the pods: which pods answer for it, which are wanted, and who stays routed."""
 
-    def __init__(self, name: str, version: str | None, wanted: set[str], pods: Mapping[str, PodState]):
+    def __init__(
+        self,
+        name: str,
+        version: str | None,
+        wanted: set[str],
+        pods: Mapping[str, PodState],
+        on: Mapping[str, Mapping[str, str]],
+    ):
         self.name, self.version, self.wanted = name, version, wanted
+        self._on = {p: v[name] for p, v in on.items() if name in v and version is not None}
         self.serving = {
             p
             for p, s in pods.items()
@@ -95,6 +103,10 @@ class _Model:
         }
         self.staying = set(self.serving)
         self.unlabel: set[str] = set()
+
+    def version_on(self, pod: str) -> str | None:
+        """The version wanted on ``pod``: a change moving in place asks some pods for another."""
+        return self._on.get(pod, self.version)
 
     def take_off(self, pod: str) -> None:
         self.staying.discard(pod)
@@ -121,8 +133,8 @@ def _labels_off(model: _Model, pods: Mapping[str, PodState]) -> None:
         p for p in model.unlabel if p in model.wanted
     ]
     for pod in sorted(model.wanted & model.staying):
-        held = pods[pod].assignment.models.get(name)
-        if pods[pod].copies[name].version == model.version or (held and held.version == model.version):
+        held, version = pods[pod].assignment.models.get(name), model.version_on(pod)
+        if pods[pod].copies[name].version == version or (held and held.version == version):
             continue
         if changing or not (model.staying - {pod}):
             break
@@ -139,10 +151,19 @@ def plan_moves(
     drain: float,
     backoff: Backoff,
     random: Random | None = None,
+    on: Mapping[str, Mapping[str, str]] | None = None,
+    revisions: Mapping[str, str] | None = None,
 ) -> Moves:
     """The next safe step of each pod of ``pods`` towards ``placement`` (pod -> its models), each model at
     its version of ``versions`` (every model of the spec; a model not in it is being removed). Pods of
-    the placement that are not in ``pods`` (gone, not started) are left out."""
+    the placement that are not in ``pods`` (gone, not started) are left out.
+
+    A change moving in place: ``on`` (pod -> model -> version) asks some pods for other versions than
+    ``versions`` (the pods not asked yet keep the old one, a rollback takes the new one back), and
+    ``revisions`` (version -> revision) names the revision whose files hold a version that is not in
+    the pods' own (written in the assignment, for the agent to fetch)."""
+    on = on or {}
+    revisions = revisions or {}
     names = sorted({*versions, *(m for s in pods.values() for m in (*s.assignment.models, *s.routed))})
     models = {
         name: _Model(
@@ -150,6 +171,7 @@ def plan_moves(
             versions.get(name),
             {p for p, held in placement.items() if name in held and p in pods},
             pods,
+            on,
         )
         for name in names
     }
@@ -159,9 +181,17 @@ def plan_moves(
     out: dict[str, PodMoves] = {}
     steps: list[_PodStep] = []
     for pod, state in sorted(pods.items()):
-        wanted = {m: versions[m] for m in placement.get(pod, ()) if m in versions}
+        wanted = {m: on.get(pod, {}).get(m, versions[m]) for m in placement.get(pod, ()) if m in versions}
         step = _PodStep(
-            pod, state, models, wanted=wanted, now=now, drain=drain, backoff=backoff, random=random
+            pod,
+            state,
+            models,
+            wanted=wanted,
+            now=now,
+            drain=drain,
+            backoff=backoff,
+            random=random,
+            revisions=revisions,
         )
         step.run()
         steps.append(step)
@@ -203,8 +233,10 @@ class _PodStep:
         drain: float,
         backoff: Backoff,
         random: Random | None,
+        revisions: Mapping[str, str],
     ) -> None:
         self.pod, self.state, self.models, self.wanted = pod, state, models, wanted
+        self.revisions = revisions
         self.now, self.drain, self.backoff, self.random = now, drain, backoff, random
         self.held = dict(state.assignment.models)
         self.draining = dict(state.assignment.draining)
@@ -235,6 +267,9 @@ class _PodStep:
         failed = {m: f for m, f in self.failed.items() if m in self.held}
         return replace(self.state.assignment, models=self.held, draining=draining, failed=failed)
 
+    def _entry(self, version: str, attempt: int = 1) -> Wanted:
+        return Wanted(version, attempt, self.revisions.get(version))
+
     def _wait(self, until: float | None, why: str) -> None:
         if until is not None:
             self.waits.append(until)
@@ -245,7 +280,7 @@ class _PodStep:
         entry = self.held.get(name)
         copy = self.state.copies.get(name)
         if entry is None:
-            self.held[name] = Wanted(version)
+            self.held[name] = self._entry(version)
             self.settled = False
         elif entry.version != version:
             self._new_version(model, version, routed)
@@ -271,12 +306,13 @@ class _PodStep:
                 self.draining[name] = self.now  # it may have answered: drain before it reloads
             drained_at = self.draining.get(name, self.now) + self.drain if name in self.draining else self.now
             if self.now >= drained_at and self.pod not in model.unlabel:
-                self.held[name] = Wanted(version)
+                self.held[name] = self._entry(version)
                 self.draining.pop(name, None)
             else:
                 self._wait(drained_at, f"{name} drains before its version {version} loads")
-        elif model.staying == {self.pod}:
-            self.held[name] = Wanted(version)  # the only copy: Triton serves the old until the new is READY
+        elif model.staying == {self.pod} and not (model.serving | model.wanted) - {self.pod}:
+            # The only copy: Triton serves the old version until the new one is READY.
+            self.held[name] = self._entry(version)
         else:
             self._wait(None, f"{name} waits for its other copies to change version")
 
@@ -292,7 +328,7 @@ class _PodStep:
             self.failed[name] = record
         self.failed_now.append((name, record))
         if self.now >= record.retry_at:
-            self.held[name] = Wanted(version, entry.attempt + 1)
+            self.held[name] = self._entry(version, entry.attempt + 1)
         else:
             self._wait(record.retry_at, f"{name} {version} failed to load; tried again later")
 

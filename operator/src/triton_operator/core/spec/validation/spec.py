@@ -51,7 +51,7 @@ def spec_warnings(spec: TritonServiceSpec, image: str) -> list[SpecError]:
                 "spec.pool",
                 "placed, loaded and routed (each pod's agent loads the models of its assignment"
                 " annotation; per-model Services, status.pool; copies follow load), but a model's new"
-                " version makes new pods, not in place (docs/pool.md)",
+                " version makes new pods unless spec.rollout.modelUpdates is InPlace (docs/pool.md)",
             )
         )
     return warnings
