@@ -118,6 +118,7 @@ class Clients:
         self.answers: Counter[tuple[str, float]] = Counter()
         self.failures: list[str] = []
         self.sent = 0
+        self.started = time.monotonic()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._calm = threading.Event()
@@ -142,10 +143,12 @@ class Clients:
                 except Exception as exc:  # every failure is counted, none ends the client
                     with self._lock:
                         self.sent += 1
-                        self.failures.append(f"{model}: {type(exc).__name__}: {exc}")
+                        at = time.monotonic() - self.started
+                        self.failures.append(f"{model} at {at:.1f}s: {type(exc).__name__}: {exc}")
             stop.wait(pause)
 
     def start(self) -> Clients:
+        self.started = time.monotonic()
         for thread in self._threads:
             thread.start()
         return self
@@ -181,6 +184,15 @@ def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
 
     wait_for(one_copy_each, timeout=300, interval=2, what="one READY copy of each model")
     services = {m: service_ip(kube, namespace, f"{NAME}-m-{m}") for m in MODELS}
+
+    def answering() -> bool:
+        """Every model answers through its Service (its endpoints reached the node's proxy rules)."""
+        try:
+            return all(offset_of(infer_add_sub(services[m], model=m, timeout=3)) == OFFSETS[m] for m in MODELS)
+        except Exception:
+            return False
+
+    wait_for(answering, timeout=60, interval=0.5, what="every model answering through its Service")
     clients = Clients(services).start()
     seen: set[str] = set()
     try:
@@ -214,6 +226,7 @@ def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
             assert offset_of(infer_add_sub(pods[name], model="m0")) == OFFSETS["m0"]
 
         # The load stops; the calm client goes on asking every model, m0 included.
+        print(f"the busy clients stop {time.monotonic() - clients.started:.1f}s into the load")
         clients.calm()
         seen_down: set[str] = set()
 
@@ -221,6 +234,11 @@ def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
             status = pool_status(kube, namespace)
             seen_down.add(str(status["m0"].get("copiesReason")))
             m0 = status["m0"]
+            print(
+                f"{time.monotonic() - clients.started:.1f}s: m0 {m0.get('copiesReason')} "
+                f"wanted {m0.get('wantedCopies')} ready {m0.get('readyCopies')} pods {m0.get('pods')} "
+                f"labelled {sorted(labelled(kube, namespace, 'm0'))}"
+            )
             if m0.get("wantedCopies") == m0.get("readyCopies") == 1 and len(m0.get("pods") or []) == 1:
                 return status if len(labelled(kube, namespace, "m0")) == 1 else None
             return None
@@ -233,7 +251,8 @@ def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
     finally:
         clients.stop()
     print(clients.summary())
-    assert not clients.failures, clients.failures[:5]
+    when = sorted({f.split(":")[0] for f in clients.failures})
+    assert not clients.failures, (when[:20], clients.failures[:5])
     assert {"Idle", "IdleWaiting"} & seen_down, seen_down
     assert down["m0"]["pods"][0] in status["m0"]["pods"]
     for model in ("m1", "m2"):
