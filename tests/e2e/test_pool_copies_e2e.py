@@ -188,7 +188,8 @@ def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
     def answering() -> bool:
         """Every model answers through its Service (its endpoints reached the node's proxy rules)."""
         try:
-            return all(offset_of(infer_add_sub(services[m], model=m, timeout=3)) == OFFSETS[m] for m in MODELS)
+            answers = {m: offset_of(infer_add_sub(services[m], model=m, timeout=3)) for m in MODELS}
+            return answers == OFFSETS
         except Exception:
             return False
 
