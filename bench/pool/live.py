@@ -6,7 +6,8 @@ top) and declaring ``--memory``, served two ways by ``--pods`` pods each:
 
 * every model everywhere: a TritonService without spec.pool; every pod loads every model, so each pod's
   models need the sum of their memory;
-* pool: the same models under spec.pool, ``--budget`` a pod, one copy each (minCopies 1).
+* pool: the same models under spec.pool, ``--budget`` a pod, one copy each (minCopies 1; the first model
+  maxCopies 2), copies following load with short waits (``SCALING``).
 
 For each: the pods and the memory the layout needs (declared: what one pod's models add up to, and in
 all; measured: the tritonserver containers' working set, from the kubelet's stats summary, once every
