@@ -6,7 +6,8 @@ top) and declaring ``--memory``, served two ways by ``--pods`` pods each:
 
 * every model everywhere: a TritonService without spec.pool; every pod loads every model, so each pod's
   models need the sum of their memory;
-* pool: the same models under spec.pool, ``--budget`` a pod, one copy each (minCopies 1).
+* pool: the same models under spec.pool, ``--budget`` a pod, one copy each (minCopies 1; the first model
+  maxCopies 2), copies following load with short waits (``SCALING``).
 
 For each: the pods and the memory the layout needs (declared: what one pod's models add up to, and in
 all; measured: the tritonserver containers' working set, from the kubelet's stats summary, once every
@@ -14,8 +15,11 @@ model answers), the seconds from the apply to every model answering, the seconds
 model to the spec to its first answer (through the main Service everywhere, the model's own Service in
 the pool), and the latency under a skewed load (``--clients`` clients for ``--seconds`` s, each waiting
 ``--interval`` s between its requests, ``--hot`` percent of the requests to one model, the rest
-spread over the others; through the same Services): requests, failed, p50 and p99. A busy model's
-time to a second copy is measured only where copies follow load.
+spread over the others; through the same Services): requests, failed, p50 and p99. In the pool, before
+the skewed load, a busy model's second copy: ``--clients`` clients sending only to the first model (its
+maxCopies 2) until status.pool says it has 2 READY copies and its Service's EndpointSlices have 2 ready
+endpoints, with the pool's scaling waits short (``SCALING``: busy above 50 inferences a second per copy,
+averaged over 10 s, no wait before a copy is added); every model everywhere has one on every pod already.
 
 Needs the local cluster's real node (e2e/cluster.py up; started and stopped here when not up);
 seaweedfs on the pod bridge's gateway holds the models, the operator runs on this machine.
@@ -37,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,8 +57,15 @@ from triton_operator.core.pool.assignment import ASSIGNMENT_ANNOTATION, parse_as
 from triton_operator.core.pool.labels import READY, model_label_key
 
 MiB = 1024 * 1024
-COPIES_FOLLOW_LOAD = "not measured: copies do not follow load on this tree"
+EVERY_POD_HOLDS_IT = "- (every pod holds it)"
 LAYOUTS = ("every model everywhere", "pool")
+SCALING: dict[str, Any] = {
+    "busyInferencesPerSecond": "50",
+    "windowSeconds": 10,
+    "scaleUpStabilizationSeconds": 0,
+}
+"""The bench pool's spec.pool.scaling: a model is busy above 50 inferences a second per copy (the skewed
+load's cold models stay well below), averaged over the shortest window, and gets its copy at once."""
 
 
 def holding_source(offset: float, mib: int) -> bytes:
@@ -85,7 +97,19 @@ class Result:
     latencies_ms: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     """The first failed requests' errors (model: error)."""
-    second_copy: str = COPIES_FOLLOW_LOAD
+    second_copy_s: float | None = None
+    """From the start of a load on one model to its second copy READY and in its Service's endpoints
+    (None: every pod holds every model)."""
+    copy_sent: int = 0
+    copy_failed: int = 0
+    hot_copies: int | None = None
+    """The busy model's copies after the skewed load (status.pool; None: not a pool)."""
+
+    @property
+    def second_copy(self) -> str:
+        if self.second_copy_s is None:
+            return EVERY_POD_HOLDS_IT
+        return f"{self.second_copy_s:.1f} ({self.copy_sent} / {self.copy_failed})"
 
     def p(self, q: float) -> float:
         if not self.latencies_ms:
@@ -122,6 +146,10 @@ class Result:
             "p50Ms": self.p(0.50),
             "p99Ms": self.p(0.99),
             "secondCopy": self.second_copy,
+            "secondCopySeconds": self.second_copy_s,
+            "copySent": self.copy_sent,
+            "copyFailed": self.copy_failed,
+            "hotCopies": self.hot_copies,
             "errors": self.errors,
         }
 
@@ -137,7 +165,7 @@ HEADER = [
     "skewed load: requests / failed",
     "p50 ms",
     "p99 ms",
-    "a busy model's second copy",
+    "a busy model's second copy, s (requests / failed)",
 ]
 
 
@@ -161,6 +189,8 @@ class Bench:
             entry: dict[str, Any] = {"name": model, "config": copy.deepcopy(ADD_SUB_CONFIG)}
             if pool:
                 entry.update({"memory": args.memory, "minCopies": 1})
+                if model == self.models[0]:
+                    entry["maxCopies"] = 2
             entries.append(entry)
         per_pod = len(models) if not pool else mib_of(args.budget) // mib_of(args.memory)
         # the container's limit: its models' stubs and what they hold, and tritonserver itself
@@ -171,7 +201,7 @@ class Bench:
             "startupTimeoutSeconds": 600,
         }
         if pool:
-            spec["pool"] = {"memoryPerPod": args.budget}
+            spec["pool"] = {"memoryPerPod": args.budget, "scaling": SCALING}
         return on_real_node(
             name,
             self.session.namespace,
@@ -242,19 +272,83 @@ class Bench:
 
     # ------------------------------------------------------------------ the load
 
+    def pool_entry(self, name: str, model: str) -> dict[str, Any]:
+        """``model``'s entry in status.pool.models ({} when none)."""
+        entries: list[dict[str, Any]] = (self.session.status(name).get("pool") or {}).get("models") or []
+        return next((e for e in entries if e.get("name") == model), {})
+
+    def copies_ready(self, name: str, model: str, copies: int) -> bool:
+        """status.pool gives ``model`` ``copies`` READY copies on as many pods, and its Service's
+        EndpointSlices have as many ready endpoints (it answers there)."""
+        from lightkube.resources.discovery_v1 import EndpointSlice  # noqa: PLC0415
+
+        entry = self.pool_entry(name, model)
+        if entry.get("readyCopies") != copies or len(entry.get("pods") or []) != copies:
+            return False
+        service = f"{name}-m-{model}"
+        slices = self.session.kube.list(
+            EndpointSlice,
+            namespace=self.session.namespace,
+            labels={"kubernetes.io/service-name": service},
+        )
+        ready = {
+            address
+            for s in slices
+            for e in s.endpoints or []
+            if e.conditions is not None and e.conditions.ready
+            for address in e.addresses
+        }
+        return len(ready) == copies
+
+    def second_copy(self, name: str, hosts: dict[str, str], result: Result) -> None:
+        """``--clients`` threads sending only to the first model until it has a second copy READY
+        and in its Service's endpoints."""
+        hot = self.models[0]
+        started = time.monotonic()
+        done = threading.Event()
+        counts = Result(result.layout, result.pods, result.pod_mib)
+        runner = threading.Thread(
+            target=self.load, args=(hosts, counts, lambda _rng: hot, done.is_set), daemon=True
+        )
+        runner.start()
+        try:
+            wait(lambda: self.copies_ready(name, hot, 2), self.args.timeout, f"a second copy of {hot}", 0.5)
+            result.second_copy_s = time.monotonic() - started
+        finally:
+            done.set()
+            runner.join(60)
+        result.copy_sent, result.copy_failed = counts.sent, counts.failed
+        result.errors.extend(f"(second copy's load) {e}" for e in counts.errors)
+
     def skewed(self, hosts: dict[str, str], result: Result) -> None:
         """``--clients`` threads for ``--seconds`` s: ``--hot`` percent to the first model, the rest
         spread over the others."""
         args = self.args
-        start = time.monotonic()
-        stop = start + args.seconds
-        lock = threading.Lock()
         hot, cold = self.models[0], self.models[1:]
+        stop = time.monotonic() + args.seconds
+
+        def pick(rng: random.Random) -> str:
+            return hot if not cold or rng.random() * 100 < args.hot else rng.choice(cold)
+
+        self.load(hosts, result, pick, lambda: time.monotonic() >= stop)
+
+    def load(
+        self,
+        hosts: dict[str, str],
+        result: Result,
+        pick: Callable[[random.Random], str],
+        over: Callable[[], bool],
+    ) -> None:
+        """``--clients`` threads asking the model ``pick`` names, ``--interval`` s apart, until ``over``;
+        each answer's latency and each failure counted in ``result``."""
+        args = self.args
+        start = time.monotonic()
+        lock = threading.Lock()
 
         def client(seed: int) -> None:
             rng = random.Random(seed)
-            while time.monotonic() < stop:
-                model = hot if not cold or rng.random() * 100 < args.hot else rng.choice(cold)
+            while not over():
+                model = pick(rng)
                 started = time.perf_counter()
                 error = ""
                 try:
@@ -277,7 +371,7 @@ class Bench:
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(args.seconds + 30)
+            thread.join()
 
     # ------------------------------------------------------------------ one layout
 
@@ -298,7 +392,12 @@ class Bench:
         wait(lambda: self.at_rest(name, pool), args.timeout, f"{layout}: at rest", 0.5)
         time.sleep(3)  # the last loads' CPU settles
         result.measured_mib = self.working_set_mib(name)
+        if pool:
+            self.second_copy(name, hosts, result)
+            say(f"{layout}: a second copy {result.second_copy}")
         self.skewed(hosts, result)
+        if pool:
+            result.hot_copies = self.pool_entry(name, self.models[0]).get("readyCopies")
         say(f"{layout}: {result.sent} requests, {result.failed} failed, p99 {result.p(0.99):.1f} ms")
         started = time.monotonic()
         self.session.apply(self.body(name, [*self.models, self.new_model], pool=pool))
@@ -343,7 +442,9 @@ class Bench:
                 f"The pool needs {pool.pods * pool.pod_mib:,} MiB of declared memory where every model "
                 f"everywhere needs {every.pods * every.pod_mib:,}; "
                 f"p99 {pool.p(0.99):.1f} ms against {every.p(0.99):.1f} ms "
-                f"(the busy model has 1 copy in the pool, {every.pods} everywhere)."
+                f"(the busy model has {pool.hot_copies} READY copies in the pool, {every.pods} everywhere); "
+                f"its second copy in the pool answered {pool.second_copy_s or 0:.1f} s into a load on it "
+                "alone."
             )
         if args.json:
             Path(args.json).write_text(json.dumps({"results": [r.to_json() for r in self.results]}, indent=2))

@@ -1,5 +1,6 @@
 """bench/pool/live.py at its CI size on the real node (4 models, 2 pods): both layouts serve every
-model and a new one, no request of the skewed load fails, and the pool needs less declared memory.
+model and a new one, no request of the skewed load fails, the pool needs less declared memory, and a
+load on one model gives it a second copy in the pool (a measured time), no request failing.
 
 TRITON_E2E_POOL_BENCH_FULL=1 runs it at its full size too, after the CI size (by hand, through the
 e2e lock), and checks only that it ran and printed its table."""
@@ -50,4 +51,9 @@ def test_the_pool_bench_compares_both_layouts_on_the_real_node(node: dict[str, A
         assert result["newModelSeconds"] > 0 and result["allAnswerSeconds"] > 0, result
     assert "| pool | 2 | 300 | 600 |" in proc.stdout
     assert "| every model everywhere | 2 | 400 | 800 |" in proc.stdout
-    assert "not measured: copies do not follow load on this tree" in proc.stdout
+    # A load on one model gives it a second copy in the pool, READY and in its Service's endpoints,
+    # with no request failing; every pod holds it everywhere.
+    assert pool["secondCopySeconds"] > 0 and pool["copySent"] > 20 and pool["copyFailed"] == 0, pool
+    assert pool["hotCopies"] == 2, pool
+    assert every["secondCopySeconds"] is None and every["secondCopy"] == "- (every pod holds it)"
+    assert f"| {pool['secondCopySeconds']:.1f} ({pool['copySent']} / 0) |" in proc.stdout

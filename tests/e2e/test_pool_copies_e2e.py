@@ -5,7 +5,9 @@ Three Python models of 100Mi declared, one least copy each, in three pods of 400
 a request and one Python instance serves it, so eight clients at once make its requests wait in Triton's
 queue. Busy (over 20 ms in the queue) for 10 s, it gets a second copy: the operator writes it into a
 second pod's assignment, the agent loads it, and once READY the pod is labelled and m0's Service takes it
-in. The calm models keep their one copy; no request fails throughout.
+in. The calm models keep their one copy. Once the busy clients stop, m0 (asked about once a second, under
+the 2 inferences a second that say idle) is idle for 5 s and its extra copy is dropped: taken off its
+Service, then unloaded. A calm client asks every model about once a second throughout; no request fails.
 
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without them
 every test here skips, saying why.
@@ -73,10 +75,10 @@ def pooled(namespace: str, bucket: str, store: Any) -> dict[str, Any]:
             "memoryPerPod": "400Mi",
             "scaling": {
                 "busyQueueMicroseconds": 20_000,
-                "idleInferencesPerSecond": "100m",
+                "idleInferencesPerSecond": "2",
                 "scaleUpStabilizationSeconds": 10,
-                "scaleDownStabilizationSeconds": 3600,
-                "windowSeconds": 20,
+                "scaleDownStabilizationSeconds": 5,
+                "windowSeconds": 10,
             },
         },
         models=models,
@@ -107,25 +109,31 @@ def service_ip(kube: Client, namespace: str, name: str) -> str:
 
 
 class Clients:
-    """``busy`` threads sending m0 requests back to back, one thread sending m1 and m2 a request every
-    half second, each through the model's own Service; answers counted per model and offset, every
-    failure kept."""
+    """``busy`` threads sending m0 requests back to back, one calm thread asking m0, m1 and m2 in turn
+    about once a second, each through the model's own Service; answers counted per model and offset,
+    every failure kept. The busy threads stop on their own (``calm``)."""
 
     def __init__(self, services: dict[str, str], busy: int = 8) -> None:
         self.services = services
         self.answers: Counter[tuple[str, float]] = Counter()
         self.failures: list[str] = []
         self.sent = 0
+        self.started = time.monotonic()
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._loop, args=(["m0"], 0.0), daemon=True) for _ in range(busy)
+        self._calm = threading.Event()
+        self._busy = [
+            threading.Thread(target=self._loop, args=(["m0"], 0.0, self._calm), daemon=True)
+            for _ in range(busy)
         ]
-        self._threads.append(threading.Thread(target=self._loop, args=(["m1", "m2"], 0.5), daemon=True))
+        self._threads = [
+            *self._busy,
+            threading.Thread(target=self._loop, args=(list(MODELS), 1.0, self._stop), daemon=True),
+        ]
 
-    def _loop(self, models: list[str], pause: float) -> None:
+    def _loop(self, models: list[str], pause: float, stop: threading.Event) -> None:
         deadline = time.monotonic() + 600
-        while not self._stop.is_set() and time.monotonic() < deadline:
+        while not stop.is_set() and not self._stop.is_set() and time.monotonic() < deadline:
             for model in models:
                 try:
                     answer = offset_of(infer_add_sub(self.services[model], model=model, timeout=10))
@@ -135,13 +143,21 @@ class Clients:
                 except Exception as exc:  # every failure is counted, none ends the client
                     with self._lock:
                         self.sent += 1
-                        self.failures.append(f"{model}: {type(exc).__name__}: {exc}")
-            self._stop.wait(pause)
+                        at = time.monotonic() - self.started
+                        self.failures.append(f"{model} at {at:.1f}s: {type(exc).__name__}: {exc}")
+            stop.wait(pause)
 
     def start(self) -> Clients:
+        self.started = time.monotonic()
         for thread in self._threads:
             thread.start()
         return self
+
+    def calm(self) -> None:
+        """Only the calm thread asks from now on."""
+        self._calm.set()
+        for thread in self._busy:
+            thread.join(timeout=15)
 
     def stop(self) -> None:
         self._stop.set()
@@ -153,7 +169,7 @@ class Clients:
         return f"{self.sent} requests sent, {len(self.failures)} failed; answers: {answers}"
 
 
-def test_a_busy_model_gets_a_second_copy_and_the_calm_ones_keep_one(
+def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
     kube: Client, namespace: str, operator: Any, store: Any, bucket: str
 ) -> None:
     apply(kube, pooled(namespace, bucket, store))
@@ -168,6 +184,16 @@ def test_a_busy_model_gets_a_second_copy_and_the_calm_ones_keep_one(
 
     wait_for(one_copy_each, timeout=300, interval=2, what="one READY copy of each model")
     services = {m: service_ip(kube, namespace, f"{NAME}-m-{m}") for m in MODELS}
+
+    def answering() -> bool:
+        """Every model answers through its Service (its endpoints reached the node's proxy rules)."""
+        try:
+            answers = {m: offset_of(infer_add_sub(services[m], model=m, timeout=3)) for m in MODELS}
+            return answers == OFFSETS
+        except Exception:
+            return False
+
+    wait_for(answering, timeout=60, interval=0.5, what="every model answering through its Service")
     clients = Clients(services).start()
     seen: set[str] = set()
     try:
@@ -186,23 +212,52 @@ def test_a_busy_model_gets_a_second_copy_and_the_calm_ones_keep_one(
         print(f"\nm0 got its second copy {took:.0f}s into the load; reasons seen: {sorted(seen)}")
         print(f"m0: {status['m0'].get('copiesMessage')}")
         time.sleep(5)  # both copies answer
+        assert {"BusyWaiting", "Busy"} & seen or status["m0"]["copiesReason"] in {"Busy", "MaxCopies"}, seen
+        assert status["m0"]["wantedCopies"] == 2 and len(status["m0"]["pods"]) == 2
+        assert status["m0"]["queueMicroseconds"] > 20_000 or status["m0"]["copiesReason"] == "MaxCopies"
+        for model in ("m1", "m2"):
+            assert status[model]["wantedCopies"] == 1 and status[model]["readyCopies"] == 1, status[model]
+        # Each of m0's copies answers on its own pod.
+        pods = {
+            str(p.metadata.name): str(p.status.podIP)
+            for p in kube.list(Pod, namespace=namespace)
+            if p.metadata is not None and p.status is not None
+        }
+        for name in status["m0"]["pods"]:
+            assert offset_of(infer_add_sub(pods[name], model="m0")) == OFFSETS["m0"]
+
+        # The load stops; the calm client goes on asking every model, m0 included.
+        print(f"the busy clients stop {time.monotonic() - clients.started:.1f}s into the load")
+        clients.calm()
+        seen_down: set[str] = set()
+
+        def back_to_one() -> dict[str, dict[str, Any]] | None:
+            status = pool_status(kube, namespace)
+            seen_down.add(str(status["m0"].get("copiesReason")))
+            m0 = status["m0"]
+            print(
+                f"{time.monotonic() - clients.started:.1f}s: m0 {m0.get('copiesReason')} "
+                f"wanted {m0.get('wantedCopies')} ready {m0.get('readyCopies')} pods {m0.get('pods')} "
+                f"labelled {sorted(labelled(kube, namespace, 'm0'))}"
+            )
+            if m0.get("wantedCopies") == m0.get("readyCopies") == 1 and len(m0.get("pods") or []) == 1:
+                return status if len(labelled(kube, namespace, "m0")) == 1 else None
+            return None
+
+        started = time.monotonic()
+        down = wait_for(back_to_one, timeout=120, interval=1, what="m0 back to one copy")
+        took = time.monotonic() - started
+        print(f"m0 back to one copy {took:.0f}s after the load; reasons: {sorted(seen_down)}")
+        time.sleep(5)  # the one copy left answers
     finally:
         clients.stop()
     print(clients.summary())
-    assert not clients.failures, clients.failures[:5]
-    assert {"BusyWaiting", "Busy"} & seen or status["m0"]["copiesReason"] in {"Busy", "MaxCopies"}, seen
-    assert status["m0"]["wantedCopies"] == 2 and len(status["m0"]["pods"]) == 2
-    assert status["m0"]["queueMicroseconds"] > 20_000 or status["m0"]["copiesReason"] == "MaxCopies"
+    when = sorted({f.split(":")[0] for f in clients.failures})
+    assert not clients.failures, (when[:20], clients.failures[:5])
+    assert {"Idle", "IdleWaiting"} & seen_down, seen_down
+    assert down["m0"]["pods"][0] in status["m0"]["pods"]
     for model in ("m1", "m2"):
-        assert status[model]["wantedCopies"] == 1 and status[model]["readyCopies"] == 1, status[model]
+        assert down[model]["readyCopies"] == 1, down[model]
     for model in MODELS:
         assert clients.answers[model, OFFSETS[model]] > 0, clients.summary()
     assert all(o == OFFSETS[m] for m, o in clients.answers), clients.summary()
-    # Each of m0's copies answers on its own pod.
-    pods = {
-        str(p.metadata.name): str(p.status.podIP)
-        for p in kube.list(Pod, namespace=namespace)
-        if p.metadata is not None and p.status is not None
-    }
-    for name in status["m0"]["pods"]:
-        assert offset_of(infer_add_sub(pods[name], model="m0")) == OFFSETS["m0"]
