@@ -94,6 +94,9 @@ class Result:
     new_model_s: float = 0.0
     sent: int = 0
     failed: int = 0
+    unreachable: int = 0
+    """Of ``failed``: connections the node answered 'No route to host' (EHOSTUNREACH), seen in both
+    layouts under this bench's connection churn (a new connection a request); not explained yet."""
     latencies_ms: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     """The first failed requests' errors (model: error)."""
@@ -102,6 +105,7 @@ class Result:
     (None: every pod holds every model)."""
     copy_sent: int = 0
     copy_failed: int = 0
+    copy_unreachable: int = 0
     hot_copies: int | None = None
     """The busy model's copies after the skewed load (status.pool; None: not a pool)."""
 
@@ -143,12 +147,14 @@ class Result:
             "newModelSeconds": self.new_model_s,
             "sent": self.sent,
             "failed": self.failed,
+            "unreachable": self.unreachable,
             "p50Ms": self.p(0.50),
             "p99Ms": self.p(0.99),
             "secondCopy": self.second_copy,
             "secondCopySeconds": self.second_copy_s,
             "copySent": self.copy_sent,
             "copyFailed": self.copy_failed,
+            "copyUnreachable": self.copy_unreachable,
             "hotCopies": self.hot_copies,
             "errors": self.errors,
         }
@@ -318,6 +324,7 @@ class Bench:
             done.set()
             runner.join(60)
         result.copy_sent, result.copy_failed = counts.sent, counts.failed
+        result.copy_unreachable = counts.unreachable
         result.errors.extend(f"(second copy's load) {e}" for e in counts.errors)
 
     def skewed(self, hosts: dict[str, str], result: Result) -> None:
@@ -363,6 +370,7 @@ class Bench:
                         result.latencies_ms.append(took)
                     else:
                         result.failed += 1
+                        result.unreachable += "[Errno 113]" in error
                         if len(result.errors) < 5:
                             result.errors.append(f"{model} at {time.monotonic() - start:.2f} s: {error}")
                 time.sleep(args.interval)
