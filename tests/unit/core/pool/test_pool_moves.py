@@ -327,3 +327,38 @@ def test_a_copy_waits_while_the_models_other_copy_reloads_it_is_not_the_only_cop
     moves = pool.plan({"p0": ["a"], "p1": ["a"]}, {"a": "v2"})
     assert moves.pods["p1"].assignment.models["a"] == Wanted("v1") and moves.pods["p1"].unlabel == ()
     assert any("p1: a waits for its other copies" in w for w in moves.waiting), moves.waiting
+
+
+def test_a_pod_whose_agent_has_not_reported_keeps_its_routes_and_assignment() -> None:
+    """An operator's first pass after a restart has no agent report yet: each pod's copies are unknown,
+    not gone. Nothing of such a pod is taken off its routes, drained or loaded (the real node's restart
+    once drained every model of every pod for a pass); a pod that has reported moves as before."""
+    held = PodAssignment(models={"a": Wanted("v1"), "b": Wanted("v1")})
+    silent = PodState(assignment=held, copies={}, routed=frozenset({"a", "b"}), reported=False)
+    heard = PodState(
+        assignment=PodAssignment(models={"a": Wanted("v1")}),
+        copies={"a": Copy("READY", "v1")},
+        routed=frozenset({"a"}),
+    )
+    moves = plan_moves(
+        {"p0": ["a", "b"], "p1": ["a"]},
+        {"a": "v1", "b": "v1"},
+        {"p0": silent, "p1": heard},
+        now=100.0,
+        drain=DRAIN,
+        backoff=BACKOFF,
+    )
+    assert moves.pods["p0"].assignment == held and not moves.pods["p0"].assignment.draining
+    assert moves.pods["p0"].unlabel == () and moves.pods["p0"].label == ()
+    assert moves.pods["p1"].unlabel == ()
+    assert not moves.settled  # it comes back once the agent has said what it holds
+    # once it reports nothing READY, its copies leave their routes as any copy not READY does
+    reported = plan_moves(
+        {"p0": ["a", "b"], "p1": ["a"]},
+        {"a": "v1", "b": "v1"},
+        {"p0": replace(silent, reported=True), "p1": heard},
+        now=100.0,
+        drain=DRAIN,
+        backoff=BACKOFF,
+    )
+    assert set(reported.pods["p0"].unlabel) == {"a", "b"}

@@ -516,7 +516,11 @@ def decide_pool(
         names = {m.name for m in models} | set(assignment.models) | known
         routed = frozenset(m for m in names if labels.get(model_label_key(m)) == READY)
         states[name] = PodState(
-            assignment=assignment, copies=dict(reports.get(name, {})), routed=routed, ready=_ready(p)
+            assignment=assignment,
+            copies=dict(reports.get(name, {})),
+            routed=routed,
+            ready=_ready(p),
+            reported=name in reports,
         )
     current = {pod: tuple(s.assignment.models) for pod, s in states.items()}
     placing = _placing(live, target)

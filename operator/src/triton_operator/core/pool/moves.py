@@ -42,6 +42,15 @@ class PodState:
     copies: Mapping[str, Copy] = field(default_factory=dict)
     routed: frozenset[str] = frozenset()
     ready: bool = True
+    reported: bool = True
+    """Whether its agent has reported at all (``copies`` is then what it holds)."""
+
+    @property
+    def unknown(self) -> bool:
+        """Holding or routing models with no report from its agent yet, as every pod is in an operator's
+        first passes after a restart: left as it is (no copy taken off its routes, drained or loaded)
+        until its agent says what it holds. A new pod, holding nothing, is given its models at once."""
+        return not self.reported and bool(self.routed or self.assignment.models)
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,8 @@ def _labels_off(model: _Model, pods: Mapping[str, PodState]) -> None:
     answers and no other pod of it is changing."""
     name = model.name
     for pod, state in pods.items():
+        if state.unknown:
+            continue  # not heard from yet: what it holds is unknown, its routes stay
         copy = state.copies.get(name)
         if name in state.routed and (copy is None or copy.state not in (VERSION_READY, LOADING)):
             model.take_off(pod)
@@ -181,6 +192,9 @@ def plan_moves(
     out: dict[str, PodMoves] = {}
     steps: list[_PodStep] = []
     for pod, state in sorted(pods.items()):
+        if state.unknown:
+            out[pod] = PodMoves(state.assignment, (), ())  # as it is until its agent reports
+            continue
         wanted = {m: on.get(pod, {}).get(m, versions[m]) for m in placement.get(pod, ()) if m in versions}
         step = _PodStep(
             pod,
@@ -203,7 +217,7 @@ def plan_moves(
             failed_on.setdefault(name, []).append((step.pod, record))
     waits = [t for step in steps for t in step.waits]
     waiting = tuple(w for step in steps for w in step.waiting)
-    settled = all(step.settled for step in steps)
+    settled = all(step.settled for step in steps) and not any(s.unknown for s in pods.values())
     failures = {
         name: ModelFailure(
             name,
