@@ -159,10 +159,12 @@ def test_apply_serves_an_inference_through_the_service_and_delete_removes_the_po
         what="status.timeToServe",
     )
     assert served["revision"] == obj["status"]["stableRevision"] and served["pod"] == pod.metadata.name
-    # The download overlaps tritonserver's start and the load: tritonserverLoad holds them both, and
-    # the status has no time for the last byte (core.pod.startup: no sync, no tritonserverStart phase).
-    assert set(served["phases"]) == {"scheduling", "imageAndSandbox", "tritonserverLoad"}, served
-    assert served["phases"]["tritonserverLoad"] > 0, served
+    # The download overlaps tritonserver's start and the loads: the agent's fill says when the last
+    # byte was in (core.pod.startup: sync = the agent's start -> the last byte, tritonserverLoad the
+    # rest until Ready, no tritonserverStart phase), and the bytes it fetched from the store.
+    assert set(served["phases"]) == {"scheduling", "imageAndSandbox", "sync", "tritonserverLoad"}, served
+    assert served["phases"]["sync"] > 0 and served["phases"]["tritonserverLoad"] > 0, served
+    assert served["bytesFetched"] == len(adder_source(0)), served
     assert summary.fetched == len(adder_source(0)), summary
     # the RevisionServed Event, posted once, right after the status write that recorded it
     announced = wait_for(
