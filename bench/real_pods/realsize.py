@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -320,48 +321,37 @@ class RealSize(Session):
     def recorded_starts(self, before: dict[str, float], pods: int) -> dict[str, float]:
         """Per phase, the mean seconds the operator's metrics recorded for the ``pods`` pods that
         started since ``before`` (and 'fetched bytes': their sum); {} when it has not seen them."""
-        total = 'triton_operator_time_to_serve_seconds_count{phase="total"}'
-
-        def probe() -> dict[str, float] | None:
-            now = self.operator_metrics()
-            return now if now.get(total, 0) - before.get(total, 0) >= pods else None
-
-        try:
-            after = wait(probe, 30, "the operator's metrics of the new pods", interval=0.5)
-        except TimeoutError:
-            return {}
-        out: dict[str, float] = {}
-        for phase in (*STARTUP_PHASES, "total"):
-            key = f'triton_operator_time_to_serve_seconds_{{}}{{{{phase="{phase}"}}}}'
-            count = after.get(key.format("count"), 0) - before.get(key.format("count"), 0)
-            if count:
-                out[phase] = (after.get(key.format("sum"), 0) - before.get(key.format("sum"), 0)) / count
-        fetched = "triton_operator_time_to_serve_fetched_bytes_sum"
-        out["fetched bytes"] = after.get(fetched, 0) - before.get(fetched, 0)
-        return out
+        return self._recorded("time_to_serve", STARTUP_PHASES, before, pods, "the new pods")
 
     def recorded_in_place(self, before: dict[str, float], pods: int) -> dict[str, float]:
         """Per phase, the mean seconds the operator's in-place metrics recorded for the ``pods``
         changes applied since ``before`` (and 'fetched bytes': their sum); {} when it has not seen them."""
-        total = 'triton_operator_in_place_update_seconds_count{phase="total"}'
-        if total not in before:
+        if 'triton_operator_in_place_update_seconds_count{phase="total"}' not in before:
             return {}  # an operator without these metrics (a --ref tree before them)
+        return self._recorded("in_place_update", IN_PLACE_PHASES, before, pods, "the in-place changes")
+
+    def _recorded(
+        self, metric: str, phases: Sequence[str], before: dict[str, float], pods: int, what: str
+    ) -> dict[str, float]:
+        """``triton_operator_<metric>_seconds`` per phase: the mean of what it recorded since ``before``
+        once ``pods`` more are counted, and ``triton_operator_<metric>_fetched_bytes``' sum."""
+        total = f'triton_operator_{metric}_seconds_count{{phase="total"}}'
 
         def probe() -> dict[str, float] | None:
             now = self.operator_metrics()
             return now if now.get(total, 0) - before.get(total, 0) >= pods else None
 
         try:
-            after = wait(probe, 30, "the operator's in-place metrics", interval=0.5)
+            after = wait(probe, 30, f"the operator's metrics of {what}", interval=0.5)
         except TimeoutError:
             return {}
         out: dict[str, float] = {}
-        for phase in (*IN_PLACE_PHASES, "total"):
-            key = f'triton_operator_in_place_update_seconds_{{}}{{{{phase="{phase}"}}}}'
+        for phase in (*phases, "total"):
+            key = f'triton_operator_{metric}_seconds_{{}}{{{{phase="{phase}"}}}}'
             count = after.get(key.format("count"), 0) - before.get(key.format("count"), 0)
             if count:
                 out[phase] = (after.get(key.format("sum"), 0) - before.get(key.format("sum"), 0)) / count
-        fetched = "triton_operator_in_place_update_fetched_bytes_sum"
+        fetched = f"triton_operator_{metric}_fetched_bytes_sum"
         out["fetched bytes"] = after.get(fetched, 0) - before.get(fetched, 0)
         return out
 
