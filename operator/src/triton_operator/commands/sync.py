@@ -1,4 +1,4 @@
-"""`triton-operator sync`: the pod's init container; fetches a revision's pinned models, verified."""
+"""`triton-operator sync`: fetch a revision's pinned models, verified (old-shape pods' init container)."""
 
 from __future__ import annotations
 
