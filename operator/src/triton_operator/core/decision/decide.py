@@ -209,8 +209,9 @@ def decide(
         targets: dict[str, str | None] = {p.name: p.inplace_target for p in observed.pods}
         targets.update(plan.in_place.annotations if plan.in_place is not None else {})
         asked = PoolInPlace(moving.host, moving.stable, {p: t for p, t in targets.items() if t}, inputs.files)
-        pinned = manifest_json
-        versions = pool_versions(ts, configs, revision, observed.pod_bodies, asked, manifest_json=pinned)
+        versions = pool_versions(
+            ts, configs, revision, observed.pod_bodies, asked, manifest_json=manifest_json
+        )
     pool_plan = decide_pool(
         ts,
         observed.pod_bodies,
