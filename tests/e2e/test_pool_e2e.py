@@ -17,10 +17,11 @@ the constant its model adds.
     the default): its pods take every model on (placement goes to the rollout's revision) and are Ready
     only once they serve them on their routes, so the old pods let go of nothing still needed; the new
     pods serve the new config, and no request fails;
-(c') the same under spec.rollout.modelUpdates: InPlace: the pods stay, m0 is reloaded at its new
-    version on the two pods that hold it, one copy at a time (docs/pool.md, "A model's new version in
-    place"), the other models are not loaded again (the number each drew at its load unchanged on
-    every pod), and no request fails;
+(c') the same under spec.rollout.modelUpdates: InPlace, with steps (a first pod, then a pause): the
+    pods stay, the update holds at its pause (m0's copy on a pod not asked keeps its old version, not
+    loaded again) until `kubectl triton promote`, then m0 is at its new version on the two pods that
+    hold it, one copy at a time (docs/pool.md, "Rollouts of one model"), the other models are not
+    loaded again (the number each drew at its load unchanged on every pod), and no request fails;
 (d) the operator restarted: it resumes the pool as the pods record it, nothing is loaded again (the
     number each model drew at its load unchanged on every pod), no request fails.
 
@@ -39,6 +40,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,7 +49,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Pod, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
-from e2e_helpers import apply, create_store_secret, get_ts
+from e2e_helpers import apply, create_store_secret, get_ts, kubectl_triton
 from inference import INPUT0, INPUT1, InferenceError, infer_add_sub, offset_of
 from real_pods import ADD_SUB_CONFIG, adder_source, on_real_node
 from testkit import wait_for
@@ -96,10 +98,17 @@ def bucket(store: Any, kube: Client, namespace: str) -> str:
 
 
 def pooled(
-    namespace: str, bucket: str, store: Any, *, note: str = "", in_place: bool = False
+    namespace: str,
+    bucket: str,
+    store: Any,
+    *,
+    note: str = "",
+    in_place: bool = False,
+    steps: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Three pods of 400Mi for the models, six models of 100Mi with two copies each (``note``: a
-    parameter of m0's config, a new version of m0 when it changes; ``in_place``: modelUpdates InPlace)."""
+    parameter of m0's config, a new version of m0 when it changes; ``in_place``: modelUpdates InPlace,
+    with ``steps`` when given)."""
     models = []
     for model in MODELS:
         config = copy.deepcopy(ADD_SUB_CONFIG)
@@ -107,6 +116,8 @@ def pooled(
             config["parameters"] = {"note": {"stringValue": note}}
         models.append({"name": model, "config": config, "memory": "100Mi", "minCopies": 2})
     extra: dict[str, Any] = {"rollout": {"modelUpdates": "InPlace"}} if in_place else {}
+    if in_place and steps is not None:
+        extra["rollout"]["steps"] = steps
     return on_real_node(
         NAME,
         namespace,
@@ -339,7 +350,7 @@ def load(kube: Client, namespace: str, operator: Any, store: Any, bucket: str) -
 
 
 def test_a_pool_places_moves_and_reloads_models_with_no_failed_request(
-    kube: Client, namespace: str, operator: Any, load: PoolLoad
+    kube: Client, namespace: str, operator: Any, load: PoolLoad, cluster: Path
 ) -> None:
     # (a) every model answers, from exactly the pods status.pool places it on
     time.sleep(3)
@@ -413,12 +424,35 @@ def test_a_pool_places_moves_and_reloads_models_with_no_failed_request(
     sent = no_request_failed(load, what, sent, kube, namespace)
     assert all(o == OFFSETS[m] for m, o in load.answers), load.summary()
 
-    # (c') a new version of m0 in place: the same pods, m0 reloaded on its two pods one at a time,
-    # the other models not loaded again
+    # (c') a new version of m0 in place: the same pods, the engine's steps (a first pod, then a pause
+    # until promoted), m0 reloaded on its two pods one at a time, the other models not loaded again
     loaded = {(n, m): stats(ip, m)[0] for n, ip in pods.items() for m in MODELS if n in where[m]}
-    body = pooled(namespace, load.bucket, load.store, note="v3", in_place=True)
+    steps: list[dict[str, Any]] = [{"setWeight": 33}, {"pause": {}}]
+    body = pooled(namespace, load.bucket, load.store, note="v3", in_place=True, steps=steps)
     generation = apply(kube, body)["metadata"]["generation"]
     started = time.monotonic()
+
+    def paused() -> dict[str, Any] | None:
+        status = get_ts(kube, namespace, NAME).get("status") or {}
+        moving = status.get("inPlace") or {}
+        if status.get("observedGeneration") != generation or not moving.get("next"):
+            return None
+        progressing = [c for c in status.get("conditions") or [] if c.get("type") == "Progressing"]
+        reason = progressing[0].get("reason") if progressing else None
+        return status if moving.get("stepIndex") == 1 and reason == "StepPaused" else None
+
+    status = wait_for(paused, timeout=240, interval=2, what="the in-place update held by its pause step")
+    asked = set(status["inPlace"].get("pods") or [])
+    print(f"\n(c') paused after its first step in {time.monotonic() - started:.0f}s: asked {sorted(asked)}")
+    time.sleep(10)
+    still = get_ts(kube, namespace, NAME)["status"].get("inPlace") or {}
+    assert still.get("next") == status["inPlace"]["next"] and still.get("stepIndex") == 1, still
+    assert len(asked) == 1 and where["m0"] - asked  # a copy of m0 on a pod the pause holds back
+    for name in where["m0"] - asked:  # held: the old version, not loaded again
+        config = get_json(f"http://{pods[name]}:8000/v2/models/m0/config")
+        assert config.get("parameters", {}).get("note", {}).get("string_value") == "v2", config
+        assert stats(pods[name], "m0")[0] == loaded[name, "m0"]
+    kubectl_triton(cluster, "promote", NAME, "-n", namespace)
 
     def in_place() -> dict[str, set[str]] | None:
         status = get_ts(kube, namespace, NAME).get("status") or {}

@@ -23,7 +23,7 @@ from triton_operator.core.rollout.clock import format_time
 from triton_operator.core.rollout.inplace import AgentStatus, AnalysisSides, InPlaceState
 from triton_operator.core.rollout.state import RolloutStatus, under_analysis
 from triton_operator.core.vocabulary.triton_state import ModelVersionState, merge, model_statuses
-from triton_operator.models import AnalysisWindow, TritonService
+from triton_operator.models import Analysis, AnalysisWindow, TritonService
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,7 +292,8 @@ class TritonView:
         """The in-place step's verdict: the pods it moved to the next revision (``sides.updated``, the
         canary side) against the pods not asked yet (the stable side), in a window that starts when
         these pods were first judged together, with spec.rollout.analysis' metrics and thresholds
-        as for a canary; None when nothing is judged (the window goes)."""
+        as for a canary (a pool's: the models the update changes, on the pods that hold them:
+        ``sides.models``); None when nothing is judged (the window goes)."""
         spec = ts.spec.rollout.analysis
         if spec is None or sides is None:
             return None
@@ -318,7 +319,7 @@ class TritonView:
         )
         result = judge(
             spec,
-            judged_models(spec, [m.name for m in ts.spec.models]),
+            _in_place_models(spec, [m.name for m in ts.spec.models], sides.models),
             increase(window.canary, updated),
             increase(window.stable, baseline),
             revision=sides.revision,
@@ -357,6 +358,16 @@ class TritonView:
             return {}
         host = {p.name: p.ip for p in pods if p.revision == state.host and p.live}
         return await self.agents.read(host)
+
+
+def _in_place_models(spec: Analysis, models: Sequence[str], changed: Sequence[str]) -> list[str]:
+    """The models an in-place step judges: spec.rollout.analysis.models, else every model; in a pool
+    (``changed``: the models its update changes, nothing else moves) those of them it changes, or
+    every changed one when the analysis names none of them."""
+    judged = judged_models(spec, models)
+    if not changed:
+        return judged
+    return [m for m in judged if m in changed] or list(changed)
 
 
 def _counters(readings: Mapping[str, PodReading], revision: str) -> dict[str, PodCounters]:

@@ -15,8 +15,7 @@ from triton_operator.adapters.kube import (
     Owned,
 )
 from triton_operator.core import tuning
-from triton_operator.core.decision.decide import Observed, Target
-from triton_operator.core.decision.inplace_plan import in_place_sides
+from triton_operator.core.decision.decide import Observed, Target, in_place_sides_of
 from triton_operator.core.decision.pool_plan import pool_objects
 from triton_operator.core.decision.scaling import Autoscalers
 from triton_operator.core.objects.builders import disruption_budget_enabled
@@ -319,7 +318,7 @@ def observe_triton(triton: TritonView, seen: Seen, target: Target) -> TritonSeen
         seen.pods,
         now=seen.moment,
         in_place=moving is not None and moving.next is not None,
-        sides=in_place_sides(seen.previous, seen.pods, seen.agents),
+        sides=in_place_sides_of(target, observed(seen)),
     )
 
 

@@ -16,9 +16,12 @@ from triton_operator.core.decision.actions import Target as Target  # noqa: PLC0
 from triton_operator.core.decision.inplace_plan import (
     InPlaceContext,
     InPlaceDecision,
+    changed_models,
     host_pods,
     in_place_inputs,
+    in_place_sides,
     in_place_writes,
+    revision_files,
 )
 from triton_operator.core.decision.pool_plan import (
     PoolInPlace,
@@ -35,14 +38,14 @@ from triton_operator.core.decision.scaling import (
     scaled_revisions,
 )
 from triton_operator.core.decision.service_status import Observation, build_status
-from triton_operator.core.objects.builders import endpoints
+from triton_operator.core.objects.builders import RevisionFiles, endpoints
 from triton_operator.core.observed.observation import DeploymentState, PodState
 from triton_operator.core.pool.assignment import Copy
 from triton_operator.core.pool.copies import Figures
 from triton_operator.core.rollout.canary_analysis import AnalysisResult
 from triton_operator.core.rollout.clock import format_time
 from triton_operator.core.rollout.engine import plan_rollout
-from triton_operator.core.rollout.inplace import AgentStatus
+from triton_operator.core.rollout.inplace import AgentStatus, AnalysisSides, InPlaceState, analysis_sides
 from triton_operator.core.rollout.plan import RolloutInput, RolloutPlan
 from triton_operator.core.rollout.requests import parse_control_requests
 from triton_operator.core.rollout.state import RevisionState, RolloutStatus
@@ -140,20 +143,13 @@ def decide(
         manifest_json=manifest_json,
     )
     if ts.spec.pool is not None and inputs.mode is not None:
-        # A pool's pods report no in-place revision of their own: what each serves comes from its
-        # assignment and its agent's pool report (core.decision.pool_plan.pool_agents).
         mode = inputs.mode
-        read = PoolInPlace(
-            mode.host,
-            mode.state.stable if mode.state is not None else mode.host,
-            {p.name: p.inplace_target for p in observed.pods if p.inplace_target},
-            inputs.files,
-        )
-        served = pool_agents(
-            observed.pod_bodies,
-            observed.pool_reports,
-            pool_versions(ts, configs, revision, observed.pod_bodies, read),
-            read,
+        served = _pool_host_agents(
+            target,
+            observed,
+            host=mode.host,
+            served=mode.state.stable if mode.state is not None else mode.host,
+            files=inputs.files,
             changed=mode.models,
         )
         agents = {**observed.agents, **served}
@@ -213,7 +209,9 @@ def decide(
         targets: dict[str, str | None] = {p.name: p.inplace_target for p in observed.pods}
         targets.update(plan.in_place.annotations if plan.in_place is not None else {})
         asked = PoolInPlace(moving.host, moving.stable, {p: t for p, t in targets.items() if t}, inputs.files)
-        versions = pool_versions(ts, configs, revision, observed.pod_bodies, asked)
+        versions = pool_versions(
+            ts, configs, revision, observed.pod_bodies, asked, manifest_json=manifest_json
+        )
     pool_plan = decide_pool(
         ts,
         observed.pod_bodies,
@@ -227,8 +225,60 @@ def decide(
         copies=copies,
         target=plan.engine_revision,
         versions=versions,
+        manifest_json=manifest_json,
     )
     return Decision(rollout=plan, actions=actions, in_place=ip, pool=pool_plan)
+
+
+def _pool_host_agents(
+    target: Target,
+    observed: Observed,
+    *,
+    host: str,
+    served: str,
+    files: Mapping[str, RevisionFiles | None],
+    changed: Mapping[str, Sequence[str]],
+) -> dict[str, AgentStatus]:
+    """A pool's host pods as the in-place mode reads their agents: a pooled pod reports no in-place
+    revision of its own, what it serves comes from its assignment and its agent's pool report
+    (core.decision.pool_plan.pool_agents)."""
+    read = PoolInPlace(
+        host, served, {p.name: p.inplace_target for p in observed.pods if p.inplace_target}, files
+    )
+    versions = pool_versions(
+        target.ts,
+        target.configs,
+        target.revision,
+        observed.pod_bodies,
+        read,
+        manifest_json=target.manifest_json,
+    )
+    return pool_agents(observed.pod_bodies, observed.pool_reports, versions, read, changed=changed)
+
+
+def in_place_sides_of(target: Target, observed: Observed) -> AnalysisSides | None:
+    """What the analysis of the in-place update in the status as read judges in this pass
+    (core.decision.inplace_plan.in_place_sides); for a pool, its pods read as ``decide`` reads them
+    (their assignments and pool reports), so that the verdict is of the sides the engine judges:
+    the pods holding a changed model, on that model's figures (core.rollout.hostpods.analysis_sides)."""
+    previous = observed.previous
+    state = InPlaceState.from_status(previous)
+    if target.ts.spec.pool is None or state is None or state.next is None:
+        return in_place_sides(previous, observed.pods, observed.agents)
+    if state.host != RolloutStatus.from_status(previous).stable_revision:
+        return None
+    files = {
+        rev: RevisionFiles(target.manifest_json, dict(target.configs))
+        if rev == target.revision and target.manifest_json is not None
+        else revision_files(observed.configmaps, rev)
+        for rev in (state.stable, state.next)
+    }
+    changed = {state.next: changed_models(files[state.stable], files[state.next])}
+    agents = _pool_host_agents(
+        target, observed, host=state.host, served=state.stable, files=files, changed=changed
+    )
+    pods = host_pods(state.host, observed.pods, {**observed.agents, **agents})
+    return analysis_sides(state, pods, changed[state.next])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -47,7 +47,7 @@ from triton_operator.core.pool.labels import READY, model_label_key
 from triton_operator.core.pool.members import most_pods, pool_budget, pool_models, thresholds
 from triton_operator.core.pool.moves import PodState, plan_moves
 from triton_operator.core.pool.placement import PoolPod, place
-from triton_operator.core.repository.manifest import ManifestError, manifest_from_json
+from triton_operator.core.repository.manifest import ManifestEntry, ManifestError, manifest_from_json
 from triton_operator.core.rollout.clock import format_time, parse_time
 from triton_operator.core.rollout.hostpods import APPLIED, APPLYING, FAILED, AgentStatus
 from triton_operator.core.rollout.plan import RolloutEvent
@@ -123,13 +123,41 @@ def pool_objects(ts_name: str, objects: Sequence[Mapping[str, Any]]) -> list[Map
     return out
 
 
-def model_version(ts: TritonService, model: str, configs: Mapping[str, str]) -> str:
-    """The version token of ``model``: a digest of its spec entry and its config (a change reloads it)."""
+POOL_FIELDS = frozenset({"memory", "minCopies", "maxCopies"})
+"""A model's fields that say where and how often it is placed, not what it loads: no part of its version."""
+
+
+def _entries(manifest_json: str | None) -> tuple[ManifestEntry, ...] | None:
+    """The pinned manifest's entries (None: no pinned manifest, or one that does not parse)."""
+    if manifest_json is None:
+        return None
+    try:
+        return manifest_from_json(manifest_json).entries
+    except ManifestError:
+        return None
+
+
+def _files_token(config: str | None, model: str, entries: Sequence[ManifestEntry]) -> str:
+    """A model's version token from its config and its pinned files (the manifest's entries under it)."""
+    pinned = sorted(repr(e) for e in entries if e.dest.split("/", 1)[0] == model)
+    body = json.dumps({"config": config, "files": pinned}, sort_keys=True)
+    return "f" + hashlib.sha256(body.encode()).hexdigest()[:11]
+
+
+def model_version(
+    ts: TritonService, model: str, configs: Mapping[str, str], manifest_json: str | None = None
+) -> str:
+    """The version token of ``model`` (a change reloads it): a digest of its config and its pinned files
+    (``manifest_json``, the revision's pinned manifest: the files' checksums and versions, as in-place
+    updates compare them), so that new files in the store under the same spec are a new version; without
+    a pinned manifest, a digest of its spec entry and config. Its pool fields (POOL_FIELDS: memory,
+    minCopies, maxCopies) are in neither: changing them reloads nothing."""
+    entries = _entries(manifest_json)
+    if entries is not None:
+        return _files_token(configs.get(model), model, entries)
     entry = next(m for m in ts.spec.models if m.name == model)
-    body = {
-        "spec": entry.model_dump(mode="json", by_alias=True, exclude_none=True),
-        "config": configs.get(model),
-    }
+    spec = entry.model_dump(mode="json", by_alias=True, exclude_none=True)
+    body = {"spec": {k: v for k, v in spec.items() if k not in POOL_FIELDS}, "config": configs.get(model)}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -159,19 +187,11 @@ class PoolVersions:
 
 
 def _digests(files: RevisionFiles | None) -> dict[str, str]:
-    """Per model of ``files``, a version token: a digest of its config and its pinned files."""
+    """Per model of ``files``, its version token (model_version's, from that revision's files)."""
     if files is None:
         return {}
-    try:
-        entries = manifest_from_json(files.manifest_json).entries
-    except ManifestError:
-        entries = ()
-    out = {}
-    for model, config in files.configs.items():
-        pinned = sorted(repr(e) for e in entries if e.dest.split("/", 1)[0] == model)
-        body = json.dumps({"config": config, "files": pinned}, sort_keys=True)
-        out[model] = "f" + hashlib.sha256(body.encode()).hexdigest()[:11]
-    return out
+    entries = _entries(files.manifest_json) or ()
+    return {model: _files_token(config, model, entries) for model, config in files.configs.items()}
 
 
 def _changed(old: Mapping[str, str], new: Mapping[str, str]) -> set[str]:
@@ -184,6 +204,8 @@ def pool_versions(
     revision: str,
     pods: Sequence[Mapping[str, Any]],
     in_place: PoolInPlace | None,
+    *,
+    manifest_json: str | None = None,
 ) -> PoolVersions:
     """Each model's version, per pod while a change moves in place. A pod asked for the spec's
     ``revision`` (or serving it) holds the spec's version of each model; a pod serving another revision
@@ -191,7 +213,7 @@ def pool_versions(
     revision's version of it). A model that does not differ between the two is the same version on
     every pod: it is never touched. A version whose files are not the host's own names its revision."""
     models = [m.name for m in ts.spec.models]
-    spec = {m: model_version(ts, m, configs) for m in models}
+    spec = {m: model_version(ts, m, configs, manifest_json) for m in models}
     if in_place is None:
         return PoolVersions(spec)
     out = PoolVersions(spec)
@@ -239,7 +261,9 @@ def pool_agents(
     """What each host pod of a pool serves, as the rollout engine's in-place mode reads an agent
     (core.rollout.hostpods.AgentStatus), from its assignment and its agent's pool report: the revision
     it is asked for (or serves) Applied once every model it holds is READY at that revision's version,
-    Failed when a load of one of them failed (Triton's message: the engine rolls back), else Applying.
+    Failed when a load of one of them failed (Triton's message: the engine rolls back), else Applying;
+    with the models it holds (AgentStatus.holds: an in-place step's analysis judges the pods that hold
+    a changed model, on that model's figures).
     A changed model (``changed``, by revision) the pod does not hold counts READY: nothing to load."""
     out: dict[str, AgentStatus] = {}
     for pod in pods:
@@ -253,6 +277,7 @@ def pool_agents(
         except AssignmentError:
             assignment = parse_assignment(None)
         report = reports.get(name, {})
+        holds = frozenset(m for m in assignment.models if m not in assignment.draining)
         wanted = {m: versions.on.get(name, {}).get(m, v) for m, v in versions.spec.items()}
         states: dict[str, str] = dict.fromkeys(changed.get(at, ()), VERSION_READY)
         failed = ""
@@ -269,11 +294,13 @@ def pool_agents(
             if record is not None and record.version == wanted[model] and not failed:
                 failed = f"model {model} failed to load: {record.message or record.reason}"
         if failed:
-            out[name] = AgentStatus(revision=None, target=at, state=FAILED, message=failed, models=states)
+            out[name] = AgentStatus(
+                revision=None, target=at, state=FAILED, message=failed, models=states, holds=holds
+            )
         elif all(state == VERSION_READY for state in states.values()):
-            out[name] = AgentStatus(revision=at, target=at, state=APPLIED, models=states)
+            out[name] = AgentStatus(revision=at, target=at, state=APPLIED, models=states, holds=holds)
         else:
-            out[name] = AgentStatus(revision=None, target=at, state=APPLYING, models=states)
+            out[name] = AgentStatus(revision=None, target=at, state=APPLYING, models=states, holds=holds)
     return out
 
 
@@ -470,6 +497,7 @@ def decide_pool(
     copies: PoolCopies | None = None,
     target: str | None = None,
     versions: PoolVersions | None = None,
+    manifest_json: str | None = None,
 ) -> PoolPlan | None:
     """The pool's writes for ``ts`` (None without spec.pool): its models placed over the live pods
     (``pods``: the owned pods as read, of the ``revisions`` the plan keeps), starting from each pod's
@@ -477,7 +505,8 @@ def decide_pool(
     the status as read (the measured memory); ``stored``: its per-model Services and routes as read
     (pool_objects); ``parent_refs``: the parentRefs of the user's HTTPRoute (spec.rollout.trafficRouting
     .gatewayAPI.httpRoute, as read): the per-model HTTPRoutes attach there (none: no per-model routes);
-    ``copies``: each model's wanted copies from its load (pool_copies; None: its least copies).
+    ``copies``: each model's wanted copies from its load (pool_copies; None: its least copies);
+    ``manifest_json``: the spec's revision's pinned manifest (each model's version names its files).
     ``target``: the revision the rollout goes to. Once it has live pods, the models are placed on its
     pods only: the other revisions' pods are leaving, and their copies stay on their routes until the
     copies placed on the target's pods answer (plan_moves), so a rollout that retires them drops no
@@ -529,7 +558,9 @@ def decide_pool(
         for p in placing
     ]
     placed = place(pool_pods, models, {pod: current[pod] for pod in (p.name for p in pool_pods)})
-    versions = versions or PoolVersions({m.name: model_version(ts, m.name, configs) for m in models})
+    versions = versions or PoolVersions(
+        {m.name: model_version(ts, m.name, configs, manifest_json) for m in models}
+    )
     moves = plan_moves(
         placed.pods,
         {m.name: versions.spec[m.name] for m in models},

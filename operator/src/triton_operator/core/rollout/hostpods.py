@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +36,9 @@ class AgentStatus:
     in_place: Mapping[str, Any] | None = None
     """Its record of the last revision it applied in place, as it says it (``inPlace``; read by
     core.pod.startup.parse_timeline for the in-place update's phases)."""
+    holds: frozenset[str] | None = None
+    """The models a pod of a pool holds (core.decision.pool_plan.pool_agents); None: a pod outside a
+    pool, which holds every model of its revision."""
 
 
 def parse_agent_status(payload: Any) -> AgentStatus:
@@ -174,6 +177,9 @@ class AnalysisSides:
     revision: str
     updated: tuple[str, ...]
     baseline: tuple[str, ...]
+    models: tuple[str, ...] = ()
+    """The models judged when not every model of the spec: a pool's update judges the models it
+    changes, and its sides are the pods that hold one of them (no other pod's copies move)."""
 
     @property
     def weight(self) -> int:
@@ -193,8 +199,25 @@ def analysis_sides(
     live = {p.name: p for p in pods if not p.terminating and (p.problem is None or p.name in state.pods)}
     if any(name not in live or not serves(live[name], state.next, models) for name in state.pods):
         return None
+    held = holders(live.values(), models)
+    if held is not None:
+        # A pool: the changed models' copies are judged, on the pods that hold them, asked or not.
+        updated = tuple(sorted(name for name in state.pods if name in held))
+        if not updated:
+            return None
+        baseline = tuple(sorted(name for name in live if name not in state.pods and name in held))
+        return AnalysisSides(state.next, updated, baseline, tuple(models))
     baseline = tuple(sorted(name for name in live if name not in state.pods))
     return AnalysisSides(state.next, tuple(sorted(state.pods)), baseline)
+
+
+def holders(pods: Iterable[HostPod], models: Sequence[str]) -> frozenset[str] | None:
+    """The pods of a pool that hold one of ``models`` (their agents' AgentStatus.holds); None when
+    no pod is a pool's (every pod holds every model)."""
+    pooled = [p for p in pods if p.agent is not None and p.agent.holds is not None]
+    if not pooled:
+        return None
+    return frozenset(p.name for p in pooled if p.agent is not None and set(p.agent.holds or ()) & set(models))
 
 
 @dataclasses.dataclass(frozen=True)

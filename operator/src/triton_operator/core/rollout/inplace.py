@@ -47,6 +47,7 @@ from triton_operator.core.rollout.hostpods import (
     InPlaceState,
     analysis_sides,
     batch_size,
+    holders,
     named,
     parse_agent_status,
     serves,
@@ -293,6 +294,9 @@ def gate(m: Move, wanted: int) -> InPlacePlan | None:
         return None
     if len(m.st.pods) > m.st.asked_at_step:
         return None  # this step asked its first pods already: the rest follow in batches
+    held = holders(m.live, m.inp.models)
+    if held is not None and not held & set(m.st.pods):
+        return None  # a pool's pods asked hold no copy of a changed model: nothing moved to judge
     sides = m.sides
     on = f"the {len(sides.updated)} pods updated" if sides is not None else "the pods asked"
     result = current_analysis(m)
