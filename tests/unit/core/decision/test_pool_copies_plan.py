@@ -165,13 +165,20 @@ def test_without_autoscaling_the_pool_keeps_its_pods_and_the_least_recently_used
     assert "least recently used" in copies.shown["a"].message
 
 
-def test_a_model_used_in_the_window_is_remembered_as_used_now() -> None:
+def test_a_model_used_in_the_window_is_remembered_as_used_in_this_5_minute_period() -> None:
+    """lastUsed is kept to 5 minutes (the period's start), so the windows that see a request within
+    one period leave the status as it was; the next period's first one moves it."""
     ts = service()
     pods, reports = serving_pods({"p0": ["a", "b"], "p1": ["c"]})
-    now = datetime.datetime(2026, 2, 2, 2, 40, tzinfo=datetime.UTC)
-    status = status_after(ts, pods, reports, {}, {"a": CALM, "b": IDLE, "c": IDLE}, now=now.timestamp())
+    now = datetime.datetime(2026, 2, 2, 2, 43, 17, tzinfo=datetime.UTC)
+    load = {"a": CALM, "b": IDLE, "c": IDLE}
+    status = status_after(ts, pods, reports, {}, load, now=now.timestamp())
     assert by_model(status)["a"]["lastUsed"] == "2026-02-02T02:40:00Z"
     assert "lastUsed" not in by_model(status)["b"]
+    later = status_after(ts, pods, reports, status, load, now=now.timestamp() + 100)
+    assert later == status  # 02:44:57: the same period, nothing to write
+    next_period = status_after(ts, pods, reports, later, load, now=now.timestamp() + 200)
+    assert by_model(next_period)["a"]["lastUsed"] == "2026-02-02T02:45:00Z"
 
 
 def test_without_figures_every_model_keeps_what_it_wanted() -> None:
