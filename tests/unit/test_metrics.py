@@ -13,6 +13,7 @@ from pod_bodies import CREATED, started_pod
 from triton_operator import metrics
 from triton_operator.core.observed.observation import pod_state
 from triton_operator.core.pod.startup import format_summary
+from triton_operator.core.pool.copies import Figures
 from triton_operator.metrics import OperatorMetrics
 
 
@@ -74,6 +75,33 @@ def test_rollout_gauges_per_tritonservice_and_forget(m: OperatorMetrics) -> None
     assert ("triton_operator_rollout_step_index", resnet) not in s
     assert ("triton_operator_canary_weight_percent", resnet) not in s
     assert ("triton_operator_rollout_step_index", bert) in s
+
+
+def test_a_pooled_models_figures_are_gauges_that_follow_the_window_and_go_with_it(m: OperatorMetrics) -> None:
+    """status.pool no longer carries them (they move every window): one series per model, the queue's
+    absent for a window without a request, a model gone from the figures and a forgotten service
+    leave no series."""
+
+    def key(model: str) -> tuple[tuple[str, str], ...]:
+        return (("model", model), ("name", "pool"), ("namespace", "ml"))
+
+    rate, queue = (
+        "triton_operator_pool_model_inferences_per_second",
+        "triton_operator_pool_model_queue_microseconds",
+    )
+    m.set_pool_load("ml", "pool", {"a": Figures(90.0, 80_000.0, 900.0), "b": Figures(0.0, None, 0.0)})
+    s = _samples(m)
+    assert (s[(rate, key("a"))], s[(queue, key("a"))], s[(rate, key("b"))]) == (90.0, 80_000.0, 0.0)
+    assert (queue, key("b")) not in s  # no request in the window: no queue time
+    m.set_pool_load("ml", "pool", {"a": Figures(0.0, None, 0.0)})
+    s = _samples(m)
+    assert s[(rate, key("a"))] == 0.0 and (queue, key("a")) not in s and (rate, key("b")) not in s
+    m.set_pool_load("ml", "pool", {"b": Figures(3.0, 500.0, 30.0)})
+    m.forget("ml", "pool")
+    assert not [k for k in _samples(m) if k[0] in (rate, queue)]
+    m.set_pool_load("ml", "pool", {"a": Figures(1.0, 10.0, 1.0)})
+    m.set_pool_load("ml", "pool", None)  # no window yet, or spec.pool unset
+    assert not [k for k in _samples(m) if k[0] in (rate, queue)]
 
 
 def test_repository_listing(m: OperatorMetrics) -> None:

@@ -1,5 +1,5 @@
 """Prometheus metrics of the operator itself: reconciles, rollouts, repository listings, pods' time to
-serve; the HTTP server."""
+serve, pooled models' load; the HTTP server."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from prometheus_client import (
 from triton_operator import __version__
 from triton_operator.core.observed.observation import PodState
 from triton_operator.core.pod.startup import IN_PLACE_PHASES, PHASES, in_place_phases, parse_timeline
+from triton_operator.core.pool.copies import Figures
 from triton_operator.core.rollout.hostpods import AgentStatus
 from triton_operator.settings import SettingsError
 
@@ -129,6 +130,22 @@ class OperatorMetrics:
             "Total size in bytes of the pinned repository manifest (what the sync init container downloads).",
         )
 
+        self._pool_models: dict[tuple[str, str], set[str]] = {}
+        self.pool_model_rate = Gauge(
+            f"{PREFIX}_pool_model_inferences_per_second",
+            "A pooled model's inferences per second over spec.pool.scaling.windowSeconds, all its copies "
+            "together (Triton's per-model counters, as the copies decision reads them).",
+            ["namespace", "name", "model"],
+            registry=reg,
+        )
+        self.pool_model_queue = Gauge(
+            f"{PREFIX}_pool_model_queue_microseconds",
+            "A pooled model's requests' average time in Triton's queue over the window (no series: no "
+            "request in the window).",
+            ["namespace", "name", "model"],
+            registry=reg,
+        )
+
         self.time_to_serve = Histogram(
             f"{PREFIX}_time_to_serve_seconds",
             "A pod's start, by phase (core.pod.startup: scheduling, imageAndSandbox, sync, "
@@ -198,6 +215,30 @@ class OperatorMetrics:
         )
         self.canary_weight.labels(namespace=namespace, name=name).set(canary_weight)
 
+    def set_pool_load(self, namespace: str, name: str, load: Mapping[str, Figures] | None) -> None:
+        """Publish each pooled model's figures over its window as the pass read them (None: not read over
+        a window yet, or no pool: its series go). They are metrics, not status: they move every window."""
+        key = (namespace, name)
+        before = self._pool_models.pop(key, set())
+        now = dict(load or {})
+        for model in before - set(now):
+            self._drop_pool_model(namespace, name, model)
+        for model, figures in now.items():
+            labels = {"namespace": namespace, "name": name, "model": model}
+            self.pool_model_rate.labels(**labels).set(figures.inferences_per_second)
+            if figures.queue_us is not None:
+                self.pool_model_queue.labels(**labels).set(figures.queue_us)
+            else:
+                with suppress(KeyError):
+                    self.pool_model_queue.remove(namespace, name, model)
+        if now:
+            self._pool_models[key] = set(now)
+
+    def _drop_pool_model(self, namespace: str, name: str, model: str) -> None:
+        for gauge in (self.pool_model_rate, self.pool_model_queue):
+            with suppress(KeyError):
+                gauge.remove(namespace, name, model)
+
     def record_repository_listing(
         self, namespace: str, name: str, *, scheme: str, seconds: float, objects: int, total_bytes: int
     ) -> None:
@@ -256,6 +297,8 @@ class OperatorMetrics:
         for gauge in self._per_service:
             with suppress(KeyError):
                 gauge.remove(namespace, name)
+        for model in self._pool_models.pop((namespace, name), set()):
+            self._drop_pool_model(namespace, name, model)
 
     def render(self) -> bytes:
         """The registry in the Prometheus text exposition format."""

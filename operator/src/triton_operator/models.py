@@ -998,12 +998,11 @@ class PoolModelStatus(_Model):
         description="Why its load asks for wantedCopies: Busy, BusyWaiting, Idle, IdleWaiting, Steady, "
         "CopyLoading, MinCopies, MaxCopies, MemoryShort or NoReadings (spec.pool.scaling).",
     )
-    copies_message: str | None = Field(None, description="The same in a sentence, with its figures.")
-    inferences_per_second: str | None = Field(
-        None, description="Its inferences per second over the window, all copies together."
-    )
-    queue_microseconds: int | None = Field(
-        None, description="Its requests' average time in Triton's queue over the window (none: no request)."
+    copies_message: str | None = Field(
+        None,
+        description="The same in a sentence, with the thresholds and waits that apply (its figures over "
+        "the window are the operator's metrics triton_operator_pool_model_inferences_per_second and "
+        "triton_operator_pool_model_queue_microseconds, not status).",
     )
     busy_since: str | None = Field(
         None, description="Since when it has been busy without a copy added (the wait upwards)."
@@ -1013,8 +1012,8 @@ class PoolModelStatus(_Model):
     )
     last_used: str | None = Field(
         None,
-        description="When it last served a request, as the window saw it: when memory is short, the "
-        "least recently used model loses its extra copies first.",
+        description="When it last served a request, as the window saw it, to 5 minutes (the start of "
+        "that period): when memory is short, the least recently used model loses its extra copies first.",
     )
 
 

@@ -63,9 +63,10 @@ def setup(replicas: int = 1) -> tuple[MemKube, CachedKube, Absences]:
 
 
 async def test_a_new_tritonservice_takes_six_requests_until_ready_and_an_unchanged_pass_none() -> None:
-    """Created: ConfigMap, Deployment, Service, status, RevisionDeployed (5); its pod Ready: the
-    status (1). Read from the API server: nothing. A pass that changes nothing sends nothing (over
-    the API server directly: get, 3 lists and a Service apply; tests/unit/reconcile/
+    """Created: ConfigMap, Deployment, Service, status (4; the first revision replaces nothing, so no
+    Event: on main RevisionDeployed made it 5); its pod Ready and counted by its Deployment: the status
+    and RevisionServed (2). Read from the API server: nothing. A pass that changes nothing sends
+    nothing (over the API server directly: get, 3 lists and a Service apply; tests/unit/reconcile/
     test_requests_per_pass.py)."""
     kube, cached, absences = setup()
     first = await one_pass(kube, cached, absences)
@@ -74,18 +75,22 @@ async def test_a_new_tritonservice_takes_six_requests_until_ready_and_an_unchang
         ("apply", "Deployment"),
         ("apply", "Service"),
         ("apply_status", "TritonService"),
-        ("post_event", "Event"),
     ]
     # The watch events of what the pass wrote, and of the Deployment's pod turning Ready.
-    run_kubelet(kube, NS)
+    (deployment,) = kube.of_kind("Deployment")
+    revision = deployment["metadata"]["labels"]["triton-operator.io/revision"]
+    kube.put(started_pod(revision, "a", ready=9))
+    deployment_counts(kube, replicas=1, ready=1)
     watched(kube, cached.cache)
     kopf_event(kube, cached)
     ready = await one_pass(kube, cached, absences)
-    assert sent(ready) == [("apply_status", "TritonService")]
+    assert sent(ready) == [("apply_status", "TritonService"), ("post_event", "Event")]
     stored = kube.find("TritonService", NS, "svc")
     assert stored is not None
     assert cond.find_condition(stored["status"]["conditions"], cond.READY)["status"] == cond.TRUE  # type: ignore[index]
-    assert len(first) + len(ready) <= 6
+    assert [e["reason"] for e in kube.events] == [cond.REVISION_SERVED]
+    assert revision in kube.events[0]["message"]  # it names the revision
+    assert len(first) + len(ready) == 6
     kopf_event(kube, cached)
     for _ in range(3):
         assert sent(await one_pass(kube, cached, absences)) == []

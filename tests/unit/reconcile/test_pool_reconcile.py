@@ -14,6 +14,8 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pytest
+
 from e2e_helpers import PYTHON_MODEL, tritonservice
 from memkube import MemKube, run_kubelet
 from triton_operator.adapters.triton_reader import Owner, PodReading, PodTarget, TritonReader
@@ -27,6 +29,7 @@ from triton_operator.core.repository.manifest import (
     select_objects,
 )
 from triton_operator.core.rollout.canary_analysis import Counters
+from triton_operator.metrics import METRICS
 from triton_operator.models import TritonService
 from triton_operator.reconcile.analysis import TritonView
 from triton_operator.reconcile.pinning import PinnedManifest, summarize
@@ -346,12 +349,13 @@ class PoolMetrics(TritonReader):
     """The operator's Triton reader with Triton's per-model counters made here (no pod here has a metrics
     port; tests/e2e reads real ones): ``advance`` lets time pass, each pod serving the models its
     assignment annotation names, ``busy`` ones at 100 requests a second waiting 50 ms in the queue, the
-    others at 5 a second waiting 1 ms."""
+    others at 5 a second waiting 1 ms (both times ``load``)."""
 
     def __init__(self, kube: MemKube, busy: frozenset[str]) -> None:
         super().__init__(period=3600, ports=(1, 1))
         self.kube, self.busy = kube, busy
         self.at = 0.0
+        self.load = 1.0
         self.targets: list[PodTarget] = []
         self.every: float | None = None
         self.totals: dict[str, dict[str, Counters]] = {}
@@ -366,6 +370,7 @@ class PoolMetrics(TritonReader):
             totals = self.totals.setdefault(target.uid, {})
             for model in held:
                 rate, queue = (100.0, 50_000.0) if model in self.busy else (5.0, 1_000.0)
+                rate, queue = rate * self.load, queue * self.load
                 served = Counters(success=rate * seconds, queue_us=rate * seconds * queue)
                 totals[model] = totals.get(model, Counters()) + served
 
@@ -427,9 +432,12 @@ async def test_the_pass_feeds_tritons_figures_into_the_copies_decision() -> None
     metrics.advance(10)
     busy = await at(10)  # two readings 10 s apart: a is busy
     assert busy["a"]["copiesReason"] == "BusyWaiting" and busy["a"]["busySince"] == "2026-01-01T12:00:10Z"
-    assert busy["a"]["queueMicroseconds"] == 50_000 and busy["a"]["inferencesPerSecond"] == "100"
-    assert busy["b"]["copiesReason"] in {"Steady", "MinCopies"} and busy["b"]["inferencesPerSecond"] == "5"
-    assert busy["a"]["lastUsed"] == "2026-01-01T12:00:10Z"
+    assert busy["b"]["copiesReason"] in {"Steady", "MinCopies"}
+    # The window's figures are the operator's metrics, not status.
+    assert gauge("inferences_per_second", "a") == 100 and gauge("queue_microseconds", "a") == 50_000
+    assert gauge("inferences_per_second", "b") == 5
+    assert "inferencesPerSecond" not in busy["a"] and "queueMicroseconds" not in busy["a"]
+    assert busy["a"]["lastUsed"] == "2026-01-01T12:00:00Z"  # to 5 minutes
     metrics.advance(29)
     early = await at(39)
     assert early["a"]["wantedCopies"] == 1 and sum("a" in assigned(p) for p in pods(kube).values()) == 1
@@ -438,6 +446,55 @@ async def test_the_pass_feeds_tritons_figures_into_the_copies_decision() -> None
     assert added["a"]["copiesReason"] == "Busy" and added["a"]["wantedCopies"] == 2
     assert sum("a" in assigned(p) for p in pods(kube).values()) == 2  # placed on a second pod
     assert added["b"]["wantedCopies"] == 1 and added["c"]["wantedCopies"] == 1
+
+
+def gauge(figure: str, model: str) -> float | None:
+    """A pooled model's figure as the operator's /metrics publishes it (the process-wide registry)."""
+    return METRICS.registry.get_sample_value(
+        f"triton_operator_pool_model_{figure}", {"namespace": NS, "name": "pool", "model": model}
+    )
+
+
+async def test_a_pass_whose_figures_moved_and_whose_decisions_did_not_writes_no_status() -> None:
+    """Two windows of different load (a busy both times, b and c calm), nothing else changed: the second
+    pass publishes the new figures as metrics and writes no status (status.pool held each window's
+    inferencesPerSecond and queueMicroseconds, and a message quoting them: a write every window)."""
+    kube = MemKube()
+    kube.put(one_copy_each())
+    metrics = PoolMetrics(kube, busy=frozenset({"a"}))
+    view = TritonView(metrics)
+
+    async def at(seconds: float) -> int:
+        """The pass at ``seconds``; its status writes."""
+        moment = T0 + datetime.timedelta(seconds=seconds)
+        mark = len(kube.writes)
+        await reconcile(
+            kube,
+            NS,
+            "pool",
+            SETTINGS,
+            clock=lambda: moment,
+            pool_reports=Reports(agents_from(kube)),
+            triton=view,
+        )
+        return sum(1 for w in kube.writes[mark:] if w.method == "apply_status")
+
+    await at(0)
+    start_pods(kube)
+    await at(0)
+    await at(0)
+    metrics.advance(10)
+    assert await at(10) == 1  # a busy: BusyWaiting, busySince
+    before = kube.find("TritonService", NS, "pool")["status"]  # type: ignore[index]
+    first = gauge("inferences_per_second", "a")
+    metrics.load = 1.5
+    metrics.advance(10)
+    assert await at(20) == 0
+    assert kube.find("TritonService", NS, "pool")["status"] == before  # type: ignore[index]
+    assert first == 100
+    assert gauge("inferences_per_second", "a") == pytest.approx(125)  # (1000 + 1500) over the 20 s window
+    assert gauge("queue_microseconds", "b") is not None
+    assert {m["name"]: m["copiesReason"] for m in before["pool"]["models"]}["a"] == "BusyWaiting"
 
 
 async def test_the_pools_pods_follow_its_copies_above_spec_replicas_up_to_max_replicas() -> None:

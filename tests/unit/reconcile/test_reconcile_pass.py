@@ -102,7 +102,7 @@ def kube() -> MemKube:
     return kube
 
 
-async def test_a_first_pass_applies_configmaps_first_then_writes_the_status_then_posts_events(
+async def test_a_first_pass_applies_configmaps_first_then_writes_the_status_and_posts_no_event(
     kube: MemKube,
 ) -> None:
     result, writes = await run(kube)
@@ -111,8 +111,8 @@ async def test_a_first_pass_applies_configmaps_first_then_writes_the_status_then
     assert "ConfigMap" in applied and "Deployment" in applied
     # The pod mounts the revision's ConfigMaps: they exist before its Deployment does.
     assert max(i for i, k in enumerate(applied) if k == "ConfigMap") < applied.index("Deployment")
-    assert methods(writes) == ["apply"] * len(applied) + ["apply_status", "post_event"]
-    assert [e["reason"] for e in kube.events] == ["RevisionDeployed"]
+    assert methods(writes) == ["apply"] * len(applied) + ["apply_status"]
+    assert kube.events == []  # the first revision replaces nothing: no Event until RevisionServed
     ready = condition(kube, cond.READY)
     assert ready["status"] == cond.FALSE and ready["observedGeneration"] == 1
     deployment = kube.find("Deployment", NS, f"svc-{result.revision}")

@@ -398,6 +398,8 @@ async def _write(
     ts, triton = target.ts, around.triton or TritonSeen()
     if p.triton is not None and around.triton is not None:
         p.triton.keep((seen.namespace, seen.name), around.triton)
+    # A pool's figures over its window are metrics, not status (status.pool says what it decided).
+    METRICS.set_pool_load(seen.namespace, seen.name, facts.pool_load if ts.spec.pool is not None else None)
     applied = [o for o in decision.actions.apply if o.get("kind") == "Deployment"]
     image = revision_image([*applied, *seen.owned.deployments], plan.status.stable_revision)
     scalers = around.autoscalers

@@ -41,6 +41,7 @@ from triton_operator.core.pool.copies import (
     Streak,
     decide_copies,
     fit_pool,
+    used_at,
 )
 from triton_operator.core.pool.explain import LoadShown, measured_memory, pool_status
 from triton_operator.core.pool.labels import READY, model_label_key
@@ -433,13 +434,13 @@ def pool_copies(
         decided.messages[name] = f"{why}: keeps {kept} copies"
     for name, figure in figures.items():
         if name in limits and figure.requests > 0:
-            last_used[name] = now
+            last_used[name] = used_at(now)
     budget = pool_budget(ts.spec)
     measured = measured_memory(recorded)
     models = pool_models(ts.spec, measured, wanted=decided.wanted, last_used=last_used)
     most = most_pods(ts.spec)
     size = fit_pool(models, budget, most)
-    shown = _shown(decided, size, figures=figures, last_used=last_used, most=most)
+    shown = _shown(decided, size, last_used=last_used, most=most)
     replicas = min(most, max(ts.spec.replicas, size.pods))
     return PoolCopies(size.wanted, replicas, size.pods, shown, last_used)
 
@@ -448,7 +449,6 @@ def _shown(
     decided: CopiesDecision,
     size: PoolSize,
     *,
-    figures: Mapping[str, Figures],
     last_used: Mapping[str, float],
     most: int,
 ) -> dict[str, LoadShown]:
@@ -463,13 +463,10 @@ def _shown(
                 f" model's wanted copies: {wanted[name]} kept, the least recently used models' extra"
                 f" copies taken back first ({message})"
             )
-        figure = figures.get(name)
         streak = decided.streaks.get(name, Streak())
         shown[name] = LoadShown(
             reason=reason,
             message=message,
-            inferences_per_second=figure.inferences_per_second if figure is not None else None,
-            queue_us=figure.queue_us if figure is not None else None,
             busy_since=_stamp(streak.busy_since),
             idle_since=_stamp(streak.idle_since),
             last_used=_stamp(last_used.get(name)),

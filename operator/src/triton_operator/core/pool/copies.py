@@ -29,6 +29,18 @@ MEMORY_SHORT = "MemoryShort"
 NO_READINGS = "NoReadings"
 """No figures over a window yet (Triton's metrics not read twice): nothing changes."""
 
+LAST_USED_PRECISION_SECONDS = 300.0
+"""status.pool's lastUsed is the start of the last period this long in which the model served a
+request: precise enough to find the least recently used model when memory is short, and the status
+is not written again for each window that saw a request (at most once a period)."""
+
+
+def used_at(now: float) -> float:
+    """When a model that served a request in the window at ``now`` was last used, as kept: the start
+    of ``now``'s period (LAST_USED_PRECISION_SECONDS, on the epoch's boundaries)."""
+    return now - now % LAST_USED_PRECISION_SECONDS
+
+
 _SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12}
 
 
@@ -105,9 +117,17 @@ class CopiesDecision:
     streaks: dict[str, Streak]
 
 
-def _figures(load: ModelLoad) -> str:
-    queue = "no request" if load.queue_us is None else f"{load.queue_us / 1000:.1f} ms in queue"
-    return f"{load.inferences_per_second:.2f} inferences/s on {load.copies} READY copies, {queue}"
+def _busy_why(load: ModelLoad, thresholds: Thresholds) -> str:
+    """Which of spec.pool.scaling's thresholds makes it busy, as a phrase: the thresholds, not the
+    figures, so the sentence in status changes only when the model's state does (the figures are the
+    operator's metrics)."""
+    if load.queue_us is not None and load.queue_us > thresholds.busy_queue_us:
+        return f"over {thresholds.busy_queue_us / 1000:g} ms in the queue a request"
+    return f"over {thresholds.busy_rate or 0:g} inferences/s a copy"
+
+
+def _idle_why(thresholds: Thresholds) -> str:
+    return f"under {thresholds.idle_rate:g} inferences/s a copy with one copy fewer"
 
 
 def _limits(least: int, most: int | None, base: int) -> tuple[int, str | None]:
@@ -149,44 +169,44 @@ def decide_copies(
             thresholds.busy_rate is not None and load.copies > 0 and per_copy > thresholds.busy_rate
         )
         idle = not busy and base > least and load.inferences_per_second / (base - 1) < thresholds.idle_rate
-        figures = _figures(load)
         streak = streaks.get(name, Streak())
+        # The sentences name thresholds and waits, never the window's figures (the operator's metrics
+        # have them): a pass whose figures moved and whose decision did not writes no status.
+        why = _busy_why(load, thresholds) if busy else _idle_why(thresholds)
         if busy and most is not None and base >= most:
             wanted[name], reasons[name] = base, MOST
-            messages[name] = f"busy ({figures}) but at its maxCopies ({most})"
+            messages[name] = f"busy ({why}) but at its maxCopies ({most})"
         elif busy and (load.loading > 0 or load.copies < base):
             wanted[name], reasons[name] = base, LOADING
-            messages[name] = f"busy ({figures}); waits for its {base} wanted copies to serve before another"
+            messages[name] = f"busy ({why}); waits for its {base} wanted copies to serve before another"
         elif busy:
             started = streak.busy_since if streak.busy_since is not None else now
-            if now - started >= thresholds.up_stabilization_s:
+            wait = thresholds.up_stabilization_s
+            if now - started >= wait:
                 wanted[name], reasons[name] = base + 1, ADD
-                messages[name] = f"busy ({figures}) for {now - started:.0f}s: one more copy"
+                messages[name] = f"busy ({why}) for {wait:.0f}s: one more copy"
                 out[name] = Streak(busy_since=now)
             else:
                 wanted[name], reasons[name] = base, BUSY_WAITING
-                wait = thresholds.up_stabilization_s
-                messages[name] = f"busy ({figures}): one more copy once busy for {wait:.0f}s"
+                messages[name] = f"busy ({why}): one more copy once busy for {wait:.0f}s"
                 out[name] = Streak(busy_since=started)
         elif idle:
             started = streak.idle_since if streak.idle_since is not None else now
-            if now - started >= thresholds.stabilization_s:
+            wait = thresholds.stabilization_s
+            if now - started >= wait:
                 wanted[name], reasons[name] = base - 1, DROP
-                messages[name] = f"idle ({figures}) for {now - started:.0f}s: one copy less"
+                messages[name] = f"idle ({why}) for {wait:.0f}s: one copy less"
                 out[name] = Streak(idle_since=now)
             else:
                 wanted[name], reasons[name] = base, IDLE_WAITING
-                wait = thresholds.stabilization_s
-                messages[name] = f"idle ({figures}): one copy less once idle for {wait:.0f}s"
+                messages[name] = f"idle ({why}): one copy less once idle for {wait:.0f}s"
                 out[name] = Streak(idle_since=started)
         elif bound is not None or (base == least and load.inferences_per_second < thresholds.idle_rate):
             wanted[name], reasons[name] = base, bound or LEAST
-            messages[name] = (
-                f"{figures}; held at its {'minCopies' if base == least else 'maxCopies'} ({base})"
-            )
+            messages[name] = f"held at its {'minCopies' if base == least else 'maxCopies'} ({base})"
         else:
             wanted[name], reasons[name] = base, HOLD
-            messages[name] = f"neither busy nor idle ({figures})"
+            messages[name] = "neither busy nor idle"
     return CopiesDecision(wanted, reasons, messages, out)
 
 

@@ -36,12 +36,11 @@ def measured_memory(status: PoolStatus | None) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class LoadShown:
-    """Why a model's load asks for its wanted copies, as status.pool shows it (times already formatted)."""
+    """Why a model's load asks for its wanted copies, as status.pool shows it (times already formatted;
+    the window's figures are not status: the operator's metrics have them)."""
 
     reason: str
     message: str
-    inferences_per_second: float | None = None
-    queue_us: float | None = None
     busy_since: str | None = None
     idle_since: str | None = None
     last_used: str | None = None
@@ -61,7 +60,7 @@ def pool_status(
     placement counted and the measured one, and why it has no more copies, in a word and a sentence;
     with ``ready`` the copies READY and on its routes, with ``endpoints`` its own Service's addresses
     (``core/objects/model_routes.py``'s ``model_endpoints``), which clients read; with ``load`` why its
-    load asks for its wanted copies, its figures and its waits."""
+    load asks for its wanted copies and its waits."""
     load = load or {}
     return PoolStatus(
         pods_needed=pods_needed,
@@ -87,12 +86,9 @@ def pool_status(
 def _load_fields(shown: LoadShown | None) -> dict[str, Any]:
     if shown is None:
         return {}
-    rate = shown.inferences_per_second
     return {
         "copies_reason": shown.reason,
         "copies_message": shown.message,
-        "inferences_per_second": f"{rate:.3f}".rstrip("0").rstrip(".") if rate is not None else None,
-        "queue_microseconds": round(shown.queue_us) if shown.queue_us is not None else None,
         "busy_since": shown.busy_since,
         "idle_since": shown.idle_since,
         "last_used": shown.last_used,

@@ -26,7 +26,6 @@ from triton_operator.core.vocabulary.conditions import (
     NEW_PODS_REQUIRED,
     NORMAL,
     REQUEST_IGNORED,
-    REVISION_DEPLOYED,
     ROLLOUT_CANCELLED,
     ROLLOUT_PAUSED,
     ROLLOUT_RESUMED,
@@ -398,9 +397,10 @@ def run(c: Call) -> RolloutPlan:
     if st.stable_revision is None:
         serving = serving_revision(c)
         if serving is None:
+            # The first revision replaces nothing: no Event (status.stableRevision names it at once,
+            # and RevisionServed, with its time to serve, once its first pod is Ready).
             c.set(stable_revision=target, stable_since=c.now)
             c.clear_canary()
-            c.event(REVISION_DEPLOYED, f"revision {target} deployed at {c.r} replicas")
             return steady(c)
         # The status was lost (restored backup, recreated object) while pods serve: whatever
         # serves most stays stable and the desired revision rolls out over it, not at once.

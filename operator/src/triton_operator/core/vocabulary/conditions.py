@@ -110,7 +110,6 @@ REQUEST_IGNORED = "RequestIgnored"  # a promote/abort made for another revision,
 # give a canary traffic before its pods are Ready
 UNDO_REQUESTED = "UndoRequested"  # an undo request rolls back to an earlier revision
 ROLLOUT_RETRIED = "RolloutRetried"  # a retry request starts the aborted revision again
-REVISION_DEPLOYED = "RevisionDeployed"  # the first revision deployed (no stable one before)
 STABLE_ADOPTED = "StableAdopted"  # a serving revision kept as stable (none recorded in status)
 ROLLOUT_CANCELLED = "RolloutCancelled"  # the spec went back to the stable revision during a rollout
 CANARY_REPLACED = "CanaryReplaced"  # a new revision replaces the running canary
