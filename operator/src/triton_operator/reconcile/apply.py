@@ -89,6 +89,10 @@ async def apply(
     )
     written_status = status(traffic)
     written = await write_status(kube, seen, written_status)
+    first = written_status.get("stableRevision")
+    if written and first and not seen.previous.get("stableRevision"):
+        # The first revision posts no Event (it replaces nothing; RevisionServed follows): the log says it.
+        logger.info("%s/%s: first revision %s applied", seen.namespace, seen.name, first)
     await scale_and_delete(kube, seen.namespace, decision.actions)
     # A revision's time to serve is posted once: in the pass whose status first records it.
     pool_events = decision.pool.events if decision.pool is not None else ()
