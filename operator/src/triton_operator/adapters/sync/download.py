@@ -724,9 +724,9 @@ class Syncer:
             size = job.entry.size
             digest = vouched(job.entry) if vouched is not None else None
             if digest is not None:
-                # The SHA-256 the node cache signed for the pinned bytes (its key checked): its
-                # bytes are checked against that instead of the pin, in one stream.
-                job.check = TransferCheck("sha256", digest)
+                # The BLAKE3 (or SHA-256) the node cache signed for the pinned bytes (its key
+                # checked): its bytes are checked against that instead of the pin, in one stream.
+                job.check = TransferCheck(*digest)
             rank = self._rank(job)
             if size > self.options.part_size and parallel_digest(job.verify_kind, size, job.verify_part_size):
                 tasks.setdefault(rank, []).append(partial(self._plan_source_parts, source, job, rank))
