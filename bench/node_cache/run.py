@@ -15,7 +15,10 @@ folder; the node cache is its real server on loopback in a process of its own (t
 server here; each sync gets its pod's token in a file); the store's bytes are counted by a proxy in
 front of seaweedfs (tests/support/counting_proxy.py), not by the sync. CPU: the sync process's
 (pod) and the node cache process's (cache) user + system seconds, per GiB synced. A warm row is the
-median of ``--warm-runs`` syncs by seconds; the trees' warm syncs take turns.
+median of ``--warm-runs`` syncs by seconds; the trees' warm syncs take turns. A tree whose cache
+signs statements (adapters/nodecache/statements.py) runs its cache with a new key and has a "warm
+node, signed" row more: its sync given the public key, checking the digest the cache signed (its
+SHA-256, or its BLAKE3 where the tree has that) instead of the pin.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ MiB = 1024 * 1024
 GiB = 1024 * MiB
 CREDS = {"AWS_ACCESS_KEY_ID": S3_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY}
 TICKS = os.sysconf("SC_CLK_TCK")
+SIGNER_MODULE = Path("triton_operator") / "adapters" / "nodecache" / "statements.py"
+"""A tree with it signs statements (its cache run with a key, its warm syncs given the public key)."""
 
 # The node cache process: a tree's server on loopback, tokens issued for the pods named in argv
 # (written to <work>/<pod>.token); prints its port, serves until its stdin closes.
@@ -251,9 +256,14 @@ def main() -> int:
 
                 rows.append(row("store only (no cache)", OUR_SOURCE, "pod-store", None))
                 caches: list[tuple[str, Path, str, Cache]] = []
-                # Warm syncs: each tree's, and this tree's again given the cache's public key (the
-                # SHA-256 the cache signed checked instead of the pin).
-                kinds_of = {"ref": [("", False)], "new": [("", False), (", signed", True)]}
+                # Warm syncs: each tree's, and again given the cache's public key (the digest the
+                # cache signed checked instead of the pin: SHA-256, or BLAKE3 where the tree has
+                # it), for each tree whose cache signs.
+                signs = {label: (src / SIGNER_MODULE).exists() for label, src in trees}
+                kinds_of = {
+                    label: [("", False), (", signed", True)] if signs[label] else [("", False)]
+                    for label, _ in trees
+                }
                 cold: dict[str, list[Row]] = {}
                 try:
                     # Cold nodes: --cold-runs of each tree, taking turns (the order flipped each
@@ -267,11 +277,11 @@ def main() -> int:
                         for label, src in order:
                             tag = "ref" if label.startswith("ref") else "new"
                             pods = [f"{tag}-cold-{run}"]
-                            for suffix, _ in kinds_of[tag]:
+                            for suffix, _ in kinds_of[label]:
                                 pods += [f"{tag}{suffix.strip(', ')}-warm-{i}" for i in range(args.warm_runs)]
                             root = work / f"cache-{tag}"
                             shutil.rmtree(root, ignore_errors=True)
-                            cache = Cache(src, root, 4 * total, work, pods, sign=tag == "new")
+                            cache = Cache(src, root, 4 * total, work, pods, sign=signs[label])
                             caches.append((label, src, tag, cache))
                             name = f"{label}: cold node"
                             cold.setdefault(name, []).append(row(name, src, pods[0], cache))
@@ -282,7 +292,7 @@ def main() -> int:
                     warm: dict[str, list[Row]] = {}
                     for i in range(args.warm_runs):
                         for label, src, tag, cache in caches:
-                            for suffix, signed in kinds_of[tag]:
+                            for suffix, signed in kinds_of[label]:
                                 name = f"{label}: warm node{suffix}"
                                 pod = f"{tag}{suffix.strip(', ')}-warm-{i}"
                                 warm.setdefault(name, []).append(row(name, src, pod, cache, signed))
