@@ -4,6 +4,7 @@ warm node (the node cache), the same repository, each byte checked: a table, thi
 
     .venv/bin/python bench/node_cache/run.py [--shards 16 --shard-mib 64 --part-mib 16] [--ref REF]
     .venv/bin/python bench/node_cache/run.py --real [--ref REF]   # the real-size repository
+    .venv/bin/python bench/node_cache/run.py ... --perf FILE      # + `perf report -i FILE`
 
 ``--real`` uploads the repository tests/support/realrepo.py generates at full size (2.5 GiB: a 2 GiB
 model in 256 MiB shards, a 500 MiB one, small ones; boto3 uploads in 8 MiB parts with a CRC32, as
@@ -153,11 +154,18 @@ class Cache:
 
 
 def sync(
-    src: Path, work: Path, pod: str, manifest_path: Path, cache: Cache | None, *, signed: bool = False
+    src: Path,
+    work: Path,
+    pod: str,
+    manifest_path: Path,
+    cache: Cache | None,
+    *,
+    signed: bool = False,
+    perf: Path | None = None,
 ) -> tuple[float, float, float | None, str]:
     """One sync into work/pod by tree ``src``, as pod ``pod`` of namespace "bench" (``signed``: given
-    the cache's public key): (seconds, its CPU seconds, the cache's CPU seconds meanwhile, its
-    summary line)."""
+    the cache's public key; ``perf``: under `perf record -F 499 -g` into that file): (seconds, its
+    CPU seconds, the cache's CPU seconds meanwhile, its summary line)."""
     log = work / f"{pod}.log"
     log.write_text("")
     env = tree_env(src)
@@ -169,6 +177,8 @@ def sync(
     dest = work / pod
     args = [sys.executable, "-m", "triton_operator.cli", "sync", "--manifest", str(manifest_path)]
     args += ["--dest", str(dest), "--termination-log", str(log), "--progress", "json"]
+    if perf is not None:
+        args = ["perf", "record", "-q", "-F", "499", "-g", "-o", str(perf), "--", *args]
     cache_cpu = cache.cpu() if cache is not None else 0.0
     cpu, started = children_cpu(), time.monotonic()
     subprocess.run(args, env=env, check=True, stdout=subprocess.DEVNULL, timeout=1800)
@@ -205,6 +215,11 @@ def main() -> int:
     parser.add_argument("--cold-runs", type=int, default=1, help="cold syncs a tree, median (default 1)")
     parser.add_argument("--ref", help="rows more: the node cache and sync of this git ref (before/after)")
     parser.add_argument("--real", action="store_true", help="the full-size generated repository instead")
+    parser.add_argument(
+        "--perf",
+        type=Path,
+        help="record this tree's last warm signed sync with `perf record -F 499 -g` into this file",
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-node-cache-") as tmp:
@@ -234,13 +249,23 @@ def main() -> int:
                 manifest_path = work / "manifest.json"
                 manifest_path.write_text(manifest_to_json(manifest))
 
-                def row(name: str, src: Path, pod: str, cache: Cache | None, signed: bool = False) -> Row:
+                def row(
+                    name: str,
+                    src: Path,
+                    pod: str,
+                    cache: Cache | None,
+                    *,
+                    signed: bool = False,
+                    perf: bool = False,
+                ) -> Row:
                     # No row pays for another's leftovers: dirty pages written back, a pause.
                     os.sync()
                     time.sleep(1)
                     proxy.reset()
                     started = time.monotonic()
-                    seconds, cpu, cache_cpu, line = sync(src, work, pod, manifest_path, cache, signed=signed)
+                    seconds, cpu, cache_cpu, line = sync(
+                        src, work, pod, manifest_path, cache, signed=signed, perf=args.perf if perf else None
+                    )
                     summary = parse_summary(line)
                     assert summary is not None, line
                     warm_after = None
@@ -295,7 +320,10 @@ def main() -> int:
                             for suffix, signed in kinds_of[label]:
                                 name = f"{label}: warm node{suffix}"
                                 pod = f"{tag}{suffix.strip(', ')}-warm-{i}"
-                                warm.setdefault(name, []).append(row(name, src, pod, cache, signed))
+                                perf = tag == "new" and signed and i == args.warm_runs - 1
+                                warm.setdefault(name, []).append(
+                                    row(name, src, pod, cache, signed=signed, perf=perf)
+                                )
                     for runs in warm.values():
                         median = statistics.median_low([r.seconds for r in runs])
                         rows.append(next(r for r in runs if r.seconds == median))
