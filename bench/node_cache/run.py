@@ -190,6 +190,16 @@ def sync(
     return seconds, cpu, cache_cpu if cache is not None else None, log.read_text().strip()
 
 
+def record_perf(
+    path: Path, work: Path, manifest_path: Path, caches: list[tuple[str, Path, str, Cache]], runs: int
+) -> None:
+    """One warm signed sync of this tree more (pod ``newsigned-warm-<runs>``), under `perf record`
+    into ``path``; not in the table (perf's own CPU would count)."""
+    for _label, src, tag, cache in caches:
+        if tag == "new":
+            sync(src, work, f"newsigned-warm-{runs}", manifest_path, cache, signed=True, perf=path)
+
+
 def upload_shards(s3: object, work: Path, args: argparse.Namespace) -> None:
     """``--shards`` shards of ``--shard-mib`` under models/big/1/, multipart in ``--part-mib`` parts."""
     from boto3.s3.transfer import TransferConfig  # noqa: PLC0415
@@ -218,7 +228,7 @@ def main() -> int:
     parser.add_argument(
         "--perf",
         type=Path,
-        help="record this tree's last warm signed sync with `perf record -F 499 -g` into this file",
+        help="one warm signed sync of this tree more, under `perf record -F 499 -g` into this file",
     )
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
@@ -249,23 +259,13 @@ def main() -> int:
                 manifest_path = work / "manifest.json"
                 manifest_path.write_text(manifest_to_json(manifest))
 
-                def row(
-                    name: str,
-                    src: Path,
-                    pod: str,
-                    cache: Cache | None,
-                    *,
-                    signed: bool = False,
-                    perf: bool = False,
-                ) -> Row:
+                def row(name: str, src: Path, pod: str, cache: Cache | None, signed: bool = False) -> Row:
                     # No row pays for another's leftovers: dirty pages written back, a pause.
                     os.sync()
                     time.sleep(1)
                     proxy.reset()
                     started = time.monotonic()
-                    seconds, cpu, cache_cpu, line = sync(
-                        src, work, pod, manifest_path, cache, signed=signed, perf=args.perf if perf else None
-                    )
+                    seconds, cpu, cache_cpu, line = sync(src, work, pod, manifest_path, cache, signed=signed)
                     summary = parse_summary(line)
                     assert summary is not None, line
                     warm_after = None
@@ -303,7 +303,9 @@ def main() -> int:
                             tag = "ref" if label.startswith("ref") else "new"
                             pods = [f"{tag}-cold-{run}"]
                             for suffix, _ in kinds_of[label]:
-                                pods += [f"{tag}{suffix.strip(', ')}-warm-{i}" for i in range(args.warm_runs)]
+                                pods += [
+                                    f"{tag}{suffix.strip(', ')}-warm-{i}" for i in range(args.warm_runs + 1)
+                                ]
                             root = work / f"cache-{tag}"
                             shutil.rmtree(root, ignore_errors=True)
                             cache = Cache(src, root, 4 * total, work, pods, sign=signs[label])
@@ -320,13 +322,12 @@ def main() -> int:
                             for suffix, signed in kinds_of[label]:
                                 name = f"{label}: warm node{suffix}"
                                 pod = f"{tag}{suffix.strip(', ')}-warm-{i}"
-                                perf = tag == "new" and signed and i == args.warm_runs - 1
-                                warm.setdefault(name, []).append(
-                                    row(name, src, pod, cache, signed=signed, perf=perf)
-                                )
+                                warm.setdefault(name, []).append(row(name, src, pod, cache, signed))
                     for runs in warm.values():
                         median = statistics.median_low([r.seconds for r in runs])
                         rows.append(next(r for r in runs if r.seconds == median))
+                    if args.perf:
+                        record_perf(args.perf, work, manifest_path, caches, args.warm_runs)
                 finally:
                     for *_, cache in caches:
                         cache.stop()
