@@ -88,8 +88,9 @@ class Entry:
 
 @dataclass
 class Upload:
-    """A write in progress: bytes go to ``tmp``, hashed twice (the key's kind, and SHA-256 for the
-    blob's name), room taken as they arrive (``taken``), then into place by ``ContentStore.finish``.
+    """A write in progress: bytes go to ``tmp``, hashed three times in one pass (the key's kind,
+    SHA-256 for the blob's name, BLAKE3 for the statements), room taken as they arrive (``taken``),
+    then into place by ``ContentStore.finish``.
     A ``deferred`` upload is only written as it arrives (its uploader does not wait for the check):
     ``finish`` hashes the whole file then, before anything is placed."""
 
