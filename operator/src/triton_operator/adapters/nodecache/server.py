@@ -261,6 +261,8 @@ class NodeCacheServer:
         # The checks of uploads answered before them (202) run apart, at most two at once: they
         # never hold up the writes of the uploads still arriving, which share _pool.
         self._checker = ThreadPoolExecutor(max_workers=2, thread_name_prefix="node-cache-check")
+        self._digesting = ThreadPoolExecutor(max_workers=1, thread_name_prefix="node-cache-blake3")
+        self._stopping = threading.Event()
         self._lease_tokens: dict[str, str] = {}
         self._runner: web.ServerRunner | None = None
         self._leasing: asyncio.Lock | None = None
@@ -292,14 +294,14 @@ class NodeCacheServer:
         addresses = self._runner.addresses
         self.port = int(addresses[0][1]) if addresses else port
         self._audit = asyncio.create_task(self._audit_leases())
-        # Blobs kept by a version before BLAKE3 get theirs, on a checker thread (statements name the
-        # SHA-256 of those meanwhile).
-        self._checker.submit(self._complete_digests)
+        # Blobs kept by a version before BLAKE3 get theirs, on a thread of their own (statements name
+        # the SHA-256 of those meanwhile; uploads' checks are not held up by it).
+        self._digesting.submit(self._complete_digests)
         return self.port
 
     def _complete_digests(self) -> None:
         try:
-            done = self.store.complete_digests()
+            done = self.store.complete_digests(self._stopping)
         except Exception:  # a failure leaves SHA-256 statements for those blobs, nothing worse
             log.exception("node cache: computing the BLAKE3 of the blobs kept before failed")
             return
@@ -311,8 +313,10 @@ class NodeCacheServer:
             self._audit.cancel()
         if self._runner is not None:
             await self._runner.cleanup()
+        self._stopping.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._checker.shutdown(wait=False, cancel_futures=True)
+        self._digesting.shutdown(wait=False, cancel_futures=True)
 
     def _count(self, reason: str) -> None:
         self.refused_requests[reason] = self.refused_requests.get(reason, 0) + 1

@@ -332,14 +332,17 @@ class ContentStore:
             obj = self._blobs.get(entry.blob) if entry is not None else None
             return (obj.key, obj.size, self._blake3.get(obj.key)) if obj is not None else None
 
-    def complete_digests(self) -> int:
+    def complete_digests(self, stop: threading.Event | None = None) -> int:
         """Compute the BLAKE3 of each blob that has none (kept by a version before it), checking its
-        SHA-256 in the same pass: a blob whose bytes no longer match is dropped (blocking; the
-        server runs it once at start, beside its work). The blobs given a BLAKE3."""
+        SHA-256 in the same pass: a blob whose bytes no longer match is dropped (blocking, until
+        done or ``stop`` is set; the server runs it once at start, beside its work). The blobs given
+        a BLAKE3."""
         with self._lock:
             missing = [b for b in self._blobs if b not in self._blake3]
         done = 0
         for blob in missing:
+            if stop is not None and stop.is_set():
+                break
             sha, b3 = hashlib.sha256(), Blake3()
             try:
                 with self.blob_path(blob).open("rb") as f:
