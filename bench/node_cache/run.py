@@ -4,6 +4,7 @@ warm node (the node cache), the same repository, each byte checked: a table, thi
 
     .venv/bin/python bench/node_cache/run.py [--shards 16 --shard-mib 64 --part-mib 16] [--ref REF]
     .venv/bin/python bench/node_cache/run.py --real [--ref REF]   # the real-size repository
+    .venv/bin/python bench/node_cache/run.py ... --perf FILE      # + `perf report -i FILE`
 
 ``--real`` uploads the repository tests/support/realrepo.py generates at full size (2.5 GiB: a 2 GiB
 model in 256 MiB shards, a 500 MiB one, small ones; boto3 uploads in 8 MiB parts with a CRC32, as
@@ -15,7 +16,10 @@ folder; the node cache is its real server on loopback in a process of its own (t
 server here; each sync gets its pod's token in a file); the store's bytes are counted by a proxy in
 front of seaweedfs (tests/support/counting_proxy.py), not by the sync. CPU: the sync process's
 (pod) and the node cache process's (cache) user + system seconds, per GiB synced. A warm row is the
-median of ``--warm-runs`` syncs by seconds; the trees' warm syncs take turns.
+median of ``--warm-runs`` syncs by seconds; the trees' warm syncs take turns. A tree whose cache
+signs statements (adapters/nodecache/statements.py) runs its cache with a new key and has a "warm
+node, signed" row more: its sync given the public key, checking the digest the cache signed (its
+SHA-256, or its BLAKE3 where the tree has that) instead of the pin.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ MiB = 1024 * 1024
 GiB = 1024 * MiB
 CREDS = {"AWS_ACCESS_KEY_ID": S3_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY}
 TICKS = os.sysconf("SC_CLK_TCK")
+SIGNER_MODULE = Path("triton_operator") / "adapters" / "nodecache" / "statements.py"
+"""A tree with it signs statements (its cache run with a key, its warm syncs given the public key)."""
 
 # The node cache process: a tree's server on loopback, tokens issued for the pods named in argv
 # (written to <work>/<pod>.token); prints its port, serves until its stdin closes.
@@ -148,11 +154,18 @@ class Cache:
 
 
 def sync(
-    src: Path, work: Path, pod: str, manifest_path: Path, cache: Cache | None, *, signed: bool = False
+    src: Path,
+    work: Path,
+    pod: str,
+    manifest_path: Path,
+    cache: Cache | None,
+    *,
+    signed: bool = False,
+    perf: Path | None = None,
 ) -> tuple[float, float, float | None, str]:
     """One sync into work/pod by tree ``src``, as pod ``pod`` of namespace "bench" (``signed``: given
-    the cache's public key): (seconds, its CPU seconds, the cache's CPU seconds meanwhile, its
-    summary line)."""
+    the cache's public key; ``perf``: under `perf record -F 499 -g` into that file): (seconds, its
+    CPU seconds, the cache's CPU seconds meanwhile, its summary line)."""
     log = work / f"{pod}.log"
     log.write_text("")
     env = tree_env(src)
@@ -164,6 +177,8 @@ def sync(
     dest = work / pod
     args = [sys.executable, "-m", "triton_operator.cli", "sync", "--manifest", str(manifest_path)]
     args += ["--dest", str(dest), "--termination-log", str(log), "--progress", "json"]
+    if perf is not None:
+        args = ["perf", "record", "-q", "-F", "499", "-g", "-o", str(perf), "--", *args]
     cache_cpu = cache.cpu() if cache is not None else 0.0
     cpu, started = children_cpu(), time.monotonic()
     subprocess.run(args, env=env, check=True, stdout=subprocess.DEVNULL, timeout=1800)
@@ -173,6 +188,16 @@ def sync(
         cache_cpu = cache.cpu() - cache_cpu
     shutil.rmtree(dest)
     return seconds, cpu, cache_cpu if cache is not None else None, log.read_text().strip()
+
+
+def record_perf(
+    path: Path, work: Path, manifest_path: Path, caches: list[tuple[str, Path, str, Cache]], runs: int
+) -> None:
+    """One warm signed sync of this tree more (pod ``newsigned-warm-<runs>``), under `perf record`
+    into ``path``; not in the table (perf's own CPU would count)."""
+    for _label, src, tag, cache in caches:
+        if tag == "new":
+            sync(src, work, f"newsigned-warm-{runs}", manifest_path, cache, signed=True, perf=path)
 
 
 def upload_shards(s3: object, work: Path, args: argparse.Namespace) -> None:
@@ -200,6 +225,11 @@ def main() -> int:
     parser.add_argument("--cold-runs", type=int, default=1, help="cold syncs a tree, median (default 1)")
     parser.add_argument("--ref", help="rows more: the node cache and sync of this git ref (before/after)")
     parser.add_argument("--real", action="store_true", help="the full-size generated repository instead")
+    parser.add_argument(
+        "--perf",
+        type=Path,
+        help="one warm signed sync of this tree more, under `perf record -F 499 -g` into this file",
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-node-cache-") as tmp:
@@ -251,9 +281,14 @@ def main() -> int:
 
                 rows.append(row("store only (no cache)", OUR_SOURCE, "pod-store", None))
                 caches: list[tuple[str, Path, str, Cache]] = []
-                # Warm syncs: each tree's, and this tree's again given the cache's public key (the
-                # SHA-256 the cache signed checked instead of the pin).
-                kinds_of = {"ref": [("", False)], "new": [("", False), (", signed", True)]}
+                # Warm syncs: each tree's, and again given the cache's public key (the digest the
+                # cache signed checked instead of the pin: SHA-256, or BLAKE3 where the tree has
+                # it), for each tree whose cache signs.
+                signs = {label: (src / SIGNER_MODULE).exists() for label, src in trees}
+                kinds_of = {
+                    label: [("", False), (", signed", True)] if signs[label] else [("", False)]
+                    for label, _ in trees
+                }
                 cold: dict[str, list[Row]] = {}
                 try:
                     # Cold nodes: --cold-runs of each tree, taking turns (the order flipped each
@@ -267,11 +302,13 @@ def main() -> int:
                         for label, src in order:
                             tag = "ref" if label.startswith("ref") else "new"
                             pods = [f"{tag}-cold-{run}"]
-                            for suffix, _ in kinds_of[tag]:
-                                pods += [f"{tag}{suffix.strip(', ')}-warm-{i}" for i in range(args.warm_runs)]
+                            for suffix, _ in kinds_of[label]:
+                                pods += [
+                                    f"{tag}{suffix.strip(', ')}-warm-{i}" for i in range(args.warm_runs + 1)
+                                ]
                             root = work / f"cache-{tag}"
                             shutil.rmtree(root, ignore_errors=True)
-                            cache = Cache(src, root, 4 * total, work, pods, sign=tag == "new")
+                            cache = Cache(src, root, 4 * total, work, pods, sign=signs[label])
                             caches.append((label, src, tag, cache))
                             name = f"{label}: cold node"
                             cold.setdefault(name, []).append(row(name, src, pods[0], cache))
@@ -282,13 +319,15 @@ def main() -> int:
                     warm: dict[str, list[Row]] = {}
                     for i in range(args.warm_runs):
                         for label, src, tag, cache in caches:
-                            for suffix, signed in kinds_of[tag]:
+                            for suffix, signed in kinds_of[label]:
                                 name = f"{label}: warm node{suffix}"
                                 pod = f"{tag}{suffix.strip(', ')}-warm-{i}"
                                 warm.setdefault(name, []).append(row(name, src, pod, cache, signed))
                     for runs in warm.values():
                         median = statistics.median_low([r.seconds for r in runs])
                         rows.append(next(r for r in runs if r.seconds == median))
+                    if args.perf:
+                        record_perf(args.perf, work, manifest_path, caches, args.warm_runs)
                 finally:
                     for *_, cache in caches:
                         cache.stop()

@@ -9,6 +9,7 @@ import hashlib
 import http.client
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import blake3
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from prometheus_client.parser import text_string_to_metric_families
@@ -421,6 +423,92 @@ def test_an_impostor_on_the_port_cannot_make_a_pod_take_its_bytes(
     assert summary is not None and summary.fetched == TOTAL
     assert summary.node_cache_vouched == 0
     assert "statements were refused" in done.stderr
+
+
+def test_a_pod_checks_the_blake3_the_cache_signed_and_an_older_caches_sha256(
+    s3_backend: Backend,
+    store: tuple[Manifest, CountingProxy],
+    start_cache: Callable[..., NodeCache],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cache records each blob's BLAKE3 as it takes the bytes and signs it (statement /2); a
+    pod checks that: a BLAKE3 record gone wrong makes it refuse the (intact) bytes, read the store,
+    and the cache, asked to hash its copy again, drops it and keeps the pod's upload with the right
+    record. An answer without a /2 statement (a cache from before) is checked by its SHA-256."""
+    manifest, proxy = store
+    signer = new_signer()
+    cache = start_cache(signer=signer)
+    keyed = s3_backend.credentials | {"TRITON_NODE_CACHE_PUBLIC_KEY": signer.public_key()}
+    first, _ = run_sync(tmp_path / "pod-a", manifest, s3_backend.credentials, cache)
+    assert first.returncode == 0, first.stderr
+    victim = FILES["models/adder/1/weights2.bin"]
+    record = cache.root / "blake3" / cache.blob(md5_key(victim)).name
+    assert record.read_text().strip() == blake3.blake3(victim).hexdigest()
+    record.write_text(blake3.blake3(b"other bytes").hexdigest() + "\n")
+    restarted = start_cache(root=cache.root, reviewer=cache.reviewer, signer=signer)  # reads the records
+    cache.stop()
+
+    signed = NodeCacheServer._statements
+    monkeypatch.setattr(
+        NodeCacheServer,
+        "_statements",
+        lambda self, caller, held: {k: v for k, v in signed(self, caller, held).items() if k != "blake3"},
+    )
+    proxy.reset()
+    older, summary = run_sync(
+        tmp_path / "pod-b", manifest, keyed, restarted, "pod-b", extra=("--progress", "json")
+    )
+    assert older.returncode == 0, older.stderr
+    assert_synced(tmp_path / "pod-b")
+    assert (sync_stats(older)["vouched_files"], sync_stats(older)["source_refused"]) == (len(FILES), 0)
+    assert proxy.bytes_from_server == 0  # SHA-256 checked: the BLAKE3 record is not used
+
+    monkeypatch.setattr(NodeCacheServer, "_statements", signed)
+    proxy.reset()
+    warm, summary = run_sync(
+        tmp_path / "pod-c", manifest, keyed, restarted, "pod-c", extra=("--progress", "json")
+    )
+    assert warm.returncode == 0, warm.stderr
+    assert_synced(tmp_path / "pod-c")
+    stats = sync_stats(warm)
+    assert (stats["vouched_files"], stats["source_refused"]) == (len(FILES) - 1, 1)
+    assert summary is not None and summary.fetched == len(victim)
+    assert restarted.metrics()["triton_node_cache_corrupt_total"] == 1  # its recheck of both digests
+    healed = cache.root / "blake3" / restarted.blob(md5_key(victim)).name
+    assert healed.read_text().strip() == blake3.blake3(victim).hexdigest()
+
+
+def test_a_cache_from_before_blake3_computes_it_at_start_and_drops_spoiled_blobs(
+    start_cache: Callable[..., NodeCache],
+) -> None:
+    signer = new_signer()
+    cache = start_cache(signer=signer)
+    intact, spoiled = os.urandom(300_000), os.urandom(200_000)
+    assert cache.put(md5_key(intact), intact) == 201
+    assert cache.put(md5_key(spoiled), spoiled) == 201
+    blob = cache.blob(md5_key(spoiled))
+    cache.stop()
+    shutil.rmtree(cache.root / "blake3")  # as a version before BLAKE3 left it
+    blob.write_bytes(b"x" + spoiled[1:])
+
+    again = start_cache(root=cache.root, reviewer=cache.reviewer, signer=signer)
+    deadline = time.monotonic() + 30
+
+    def blake3_of(data: bytes) -> str | None:
+        found = again.store.blob_of(NAMESPACE, md5_key(data))
+        return found[2] if found is not None else None
+
+    while blake3_of(intact) is None:
+        assert time.monotonic() < deadline, "no BLAKE3 computed for the blob kept from before"
+        time.sleep(0.05)
+    while again.store.holds(NAMESPACE, md5_key(spoiled)):
+        assert time.monotonic() < deadline, "the spoiled blob was kept"
+        time.sleep(0.05)
+    assert again.metrics()["triton_node_cache_corrupt_total"] == 1
+    status, answer = again.lease({md5_key(intact): len(intact), md5_key(spoiled): len(spoiled)})
+    assert status == 200 and answer["held"] == [md5_key(intact)]
+    assert answer["statements"]["blake3"]["objects"] == {md5_key(intact): blake3.blake3(intact).hexdigest()}
 
 
 def test_when_the_cache_is_down_the_sync_reads_the_store(

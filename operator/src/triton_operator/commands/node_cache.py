@@ -116,8 +116,9 @@ def register(subparsers: Any) -> None:
         type=Path,
         default=os.environ.get("TRITON_NODE_CACHE_SIGNING_KEY") or None,
         help="an Ed25519 private key (PEM, or base64 of its 32 bytes): each lease answer then carries, "
-        "for every held object, its SHA-256 signed for the pod, which a pod given the public key "
-        "checks instead of its pin (default $TRITON_NODE_CACHE_SIGNING_KEY; none: no statements)",
+        "for every held object, its SHA-256 and its BLAKE3 signed for the pod, which a pod given the "
+        "public key checks instead of its pin (default $TRITON_NODE_CACHE_SIGNING_KEY; none: no "
+        "statements)",
     )
     parser.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
     parser.set_defaults(func=run)

@@ -16,10 +16,13 @@ from urllib.parse import urlsplit
 
 from triton_operator.adapters.nodecache.statements import Verifier
 from triton_operator.adapters.storage.base import Sink, pump
+from triton_operator.adapters.sync.hashing import BLAKE3
 from triton_operator.core.repository.cache_rules import (
+    BLAKE3_STATEMENT_TAG,
     BLOB_FORM,
     MAX_LEASE_BODY,
     PUBLIC_KEY_ENV,
+    STATEMENT_TAG,
     TOKEN_ENV,
     TOKEN_PATH,
     object_key,
@@ -40,8 +43,8 @@ class NodeCacheClient:
     Each request carries the pod's projected token for the cache (``token_path``, else
     $TRITON_NODE_CACHE_TOKEN, else the path the operator mounts it at), read again each time (the
     kubelet renews it). With the cache's public key (``public_key``, else $TRITON_NODE_CACHE_PUBLIC_KEY),
-    ``vouched`` names the SHA-256 the cache signed for a held object: the sync checks its bytes
-    against that instead of the pin.
+    ``vouched`` names the BLAKE3 (else the SHA-256) the cache signed for a held object: the sync
+    checks its bytes against that instead of the pin.
     """
 
     def __init__(
@@ -73,6 +76,9 @@ class NodeCacheClient:
         self.held_keys: frozenset[str] = frozenset()
         self.part_sizes: dict[str, int] = {}
         self.vouched_keys: dict[str, str] = {}
+        """key -> the SHA-256 the cache signed for it (statement /1)."""
+        self.blake3_keys: dict[str, str] = {}
+        """key -> the BLAKE3 the cache signed for it (statement /2; an older cache gives none)."""
         self.statements_refused = 0
         key_text = public_key if public_key is not None else os.environ.get(PUBLIC_KEY_ENV, "")
         self.verifier = Verifier.from_text(key_text, PUBLIC_KEY_ENV) if key_text.strip() else None
@@ -151,7 +157,10 @@ class NodeCacheClient:
             sizes = answer.get("part_sizes") or {}
             self.part_sizes = {str(k): int(v) for k, v in sizes.items() if int(v) > 0}
             if self.verifier is not None:
-                self.vouched_keys = self._vouched(entries, answer.get("statements") or {})
+                statements = answer.get("statements") or {}
+                self.vouched_keys = self._vouched(entries, statements)
+                fast = statements.get("blake3") if isinstance(statements, dict) else None
+                self.blake3_keys = self._vouched(entries, fast, BLAKE3_STATEMENT_TAG) if fast else {}
         except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as exc:
             log.warning("node cache at %s:%s not reachable: %s; reading the store", self.host, self.port, exc)
             self._reset()
@@ -159,10 +168,13 @@ class NodeCacheClient:
             return frozenset()
         return self.held_keys
 
-    def _vouched(self, entries: Sequence[ManifestEntry], statements: object) -> dict[str, str]:
-        """The held keys the cache signed for: key -> the SHA-256 it names, when the public key
-        verifies the one signature over them all for this pod, these pinned keys and sizes; else
-        none (every pin is checked), the refusal counted and logged."""
+    def _vouched(
+        self, entries: Sequence[ManifestEntry], statements: object, tag: str = STATEMENT_TAG
+    ) -> dict[str, str]:
+        """The held keys the cache signed for: key -> the digest it names (``tag``: SHA-256 or
+        BLAKE3), when the public key verifies the one signature over them all for this pod, these
+        pinned keys and sizes; else none (every pin, or the SHA-256, is checked), the refusal
+        counted and logged."""
         assert self.verifier is not None
         if not isinstance(statements, dict):
             return {}
@@ -180,17 +192,23 @@ class NodeCacheClient:
                     ok = False
                     break
                 signed.append((key, sizes[key], blob))
-            ok = ok and self.verifier.verify(self.pod, signed, signature)
+            ok = ok and self.verifier.verify(self.pod, signed, signature, tag)
         if not ok:
             self.statements_refused += 1
-            log.warning("node cache: its statements were refused (each file is checked by its pin)")
+            log.warning("node cache: its statements were refused (%s; each file is checked otherwise)", tag)
             return {}
         return {key: blob for key, _, blob in signed}
 
-    def vouched(self, entry: ManifestEntry) -> str | None:
-        """The SHA-256 the cache signed for the held ``entry`` (None: check the pin)."""
+    def vouched(self, entry: ManifestEntry) -> tuple[str, str] | None:
+        """The kind and value of the digest the cache signed for the held ``entry``: its BLAKE3,
+        else its SHA-256 (None: check the pin)."""
         key = key_of(entry)
-        return self.vouched_keys.get(key) if key is not None else None
+        if key is None:
+            return None
+        if (b3 := self.blake3_keys.get(key)) is not None:
+            return BLAKE3, b3
+        sha = self.vouched_keys.get(key)
+        return ("sha256", sha) if sha is not None else None
 
     def part_size(self, entry: ManifestEntry) -> int | None:
         """The part size the cache checked a held multipart object with (None: not known)."""

@@ -18,8 +18,11 @@ PUT  /v1/objects/<kind>/<checksum>   201 kept; 400 not a cached kind, short, lon
                                      copy: the cache hashes its own copy again and drops it only if
                                      that hash differs
 POST /v1/leases                      {"pod": uid, "objects": [[kind, checksum, size], ...]} ->
-                                     {"held": ["kind/checksum", ...], "part_sizes": {key: n}};
-                                     403 when pod is not the caller's own uid; 413 over the bounds
+                                     {"held": ["kind/checksum", ...], "part_sizes": {key: n}}, and
+                                     with a signing key "statements": {"objects": {key: sha256},
+                                     "signature": s, "blake3": {"objects": {key: blake3},
+                                     "signature": s}}; 403 when pod is not the caller's own uid;
+                                     413 over the bounds
 GET  /metrics, /healthz              open: totals only, nothing of a namespace, pod or object
 """
 
@@ -50,6 +53,7 @@ from triton_operator.adapters.nodecache.statements import Signer
 from triton_operator.adapters.nodecache.store import ContentStore, Refused, Upload
 from triton_operator.core.repository.cache_rules import (
     AUDIENCE,
+    BLAKE3_STATEMENT_TAG,
     MAX_LEASE_BODY,
     MAX_LEASE_OBJECTS,
     Caller,
@@ -257,6 +261,8 @@ class NodeCacheServer:
         # The checks of uploads answered before them (202) run apart, at most two at once: they
         # never hold up the writes of the uploads still arriving, which share _pool.
         self._checker = ThreadPoolExecutor(max_workers=2, thread_name_prefix="node-cache-check")
+        self._digesting = ThreadPoolExecutor(max_workers=1, thread_name_prefix="node-cache-blake3")
+        self._stopping = threading.Event()
         self._lease_tokens: dict[str, str] = {}
         self._runner: web.ServerRunner | None = None
         self._leasing: asyncio.Lock | None = None
@@ -288,15 +294,29 @@ class NodeCacheServer:
         addresses = self._runner.addresses
         self.port = int(addresses[0][1]) if addresses else port
         self._audit = asyncio.create_task(self._audit_leases())
+        # Blobs kept by a version before BLAKE3 get theirs, on a thread of their own (statements name
+        # the SHA-256 of those meanwhile; uploads' checks are not held up by it).
+        self._digesting.submit(self._complete_digests)
         return self.port
+
+    def _complete_digests(self) -> None:
+        try:
+            done = self.store.complete_digests(self._stopping)
+        except Exception:  # a failure leaves SHA-256 statements for those blobs, nothing worse
+            log.exception("node cache: computing the BLAKE3 of the blobs kept before failed")
+            return
+        if done:
+            log.info("node cache: computed the BLAKE3 of %s blobs kept before", done)
 
     async def stop(self) -> None:
         if self._audit is not None:
             self._audit.cancel()
         if self._runner is not None:
             await self._runner.cleanup()
+        self._stopping.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._checker.shutdown(wait=False, cancel_futures=True)
+        self._digesting.shutdown(wait=False, cancel_futures=True)
 
     def _count(self, reason: str) -> None:
         self.refused_requests[reason] = self.refused_requests.get(reason, 0) + 1
@@ -379,16 +399,30 @@ class NodeCacheServer:
     def _statements(self, caller: Caller, held: Iterable[str]) -> dict[str, Any]:
         """For the held keys of the caller's namespace: each one's blob (the SHA-256 the cache
         computed as it took the bytes) and one signature of the statement that those are the keys'
-        bytes, for the caller's pod (blocking)."""
+        bytes, for the caller's pod; and the same for their BLAKE3s (those the cache has: a blob
+        kept from before may have none yet), under its own tag and signature (blocking)."""
         assert self.signer is not None
         objects: dict[str, str] = {}
         signed: list[tuple[str, int, str]] = []
+        fast: dict[str, str] = {}
+        fast_signed: list[tuple[str, int, str]] = []
         for key in held:
             found = self.store.blob_of(caller.namespace, key)
             if found is not None:
-                objects[key] = found[0]
-                signed.append((key, found[1], found[0]))
-        return {"objects": objects, "signature": self.signer.sign(caller.pod, signed)}
+                blob, size, b3 = found
+                objects[key] = blob
+                signed.append((key, size, blob))
+                if b3 is not None:
+                    fast[key] = b3
+                    fast_signed.append((key, size, b3))
+        return {
+            "objects": objects,
+            "signature": self.signer.sign(caller.pod, signed),
+            "blake3": {
+                "objects": fast,
+                "signature": self.signer.sign(caller.pod, fast_signed, BLAKE3_STATEMENT_TAG),
+            },
+        }
 
     async def _audit_leases(self) -> None:
         """Every ``audit_seconds``: review each live lease's token again; a lease whose token no

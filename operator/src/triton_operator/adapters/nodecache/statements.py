@@ -1,4 +1,4 @@
-"""Signed statements of the node cache: "the bytes whose SHA-256 is S match pin P", for one pod."""
+"""Signed statements of the node cache: "the bytes whose SHA-256 (or BLAKE3) is S match pin P", to a pod."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from triton_operator.core.repository.cache_rules import statement
+from triton_operator.core.repository.cache_rules import STATEMENT_TAG, statement
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -53,10 +53,10 @@ class Signer:
         raw = self._key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         return base64.b64encode(raw).decode()
 
-    def sign(self, pod: str, objects: Iterable[tuple[str, int, str]]) -> str:
-        """The base64 signature of the statement for ``pod`` that each (key, size, blob) holds: one
-        signature a lease answer, whatever its number of objects."""
-        return base64.b64encode(self._key.sign(statement(pod, objects))).decode()
+    def sign(self, pod: str, objects: Iterable[tuple[str, int, str]], tag: str = STATEMENT_TAG) -> str:
+        """The base64 signature of the statement (``tag``: which digest it names) for ``pod`` that
+        each (key, size, digest) holds: one signature a lease answer, whatever its number of objects."""
+        return base64.b64encode(self._key.sign(statement(pod, objects, tag))).decode()
 
 
 class Verifier:
@@ -72,13 +72,15 @@ class Verifier:
 
         return cls(Ed25519PublicKey.from_public_bytes(_raw_key(text.strip(), where)))
 
-    def verify(self, pod: str, objects: Iterable[tuple[str, int, str]], signature: str) -> bool:
+    def verify(
+        self, pod: str, objects: Iterable[tuple[str, int, str]], signature: str, tag: str = STATEMENT_TAG
+    ) -> bool:
         """Whether ``signature`` is this key's over the statement (anything malformed: False)."""
         from cryptography.exceptions import InvalidSignature  # noqa: PLC0415
 
         try:
             sig = base64.b64decode(signature, validate=True)
-            self._key.verify(sig, statement(pod, objects))
+            self._key.verify(sig, statement(pod, objects, tag))
         except (InvalidSignature, binascii.Error, ValueError):
             return False
         return True

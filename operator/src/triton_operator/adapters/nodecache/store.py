@@ -1,4 +1,4 @@
-"""The node cache's objects on disk: blobs by the cache's own SHA-256, per-namespace index, leases, LRU."""
+"""The node cache's objects on disk: blobs by their SHA-256 (and BLAKE3), namespaces' indexes, leases, LRU."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from triton_operator.adapters.sync.hashing import Hasher, make_hasher
+from triton_operator.adapters.sync.hashing import Blake3, Hasher, make_hasher
 from triton_operator.core.repository.cache_rules import (
     BLOB_FORM,
     NAMESPACE_FORM,
@@ -29,6 +29,10 @@ from triton_operator.core.repository.cache_rules import (
 
 BLOBS = "blobs"
 """<root>/blobs/<sha256>: the bytes, named by the SHA-256 the cache computed as it took them."""
+DIGESTS = "blake3"
+"""<root>/blake3/<sha256>: the blob's BLAKE3, computed by the cache in the pass that named it (what
+the statements pods check their bytes against); a blob kept from before has none until
+``ContentStore.complete_digests`` hashes it."""
 INDEX = "index"
 """<root>/index/<namespace>/<kind>/<checksum>: ``<sha256> [<part size>]``, one namespace's key."""
 TMP = "tmp"
@@ -84,8 +88,9 @@ class Entry:
 
 @dataclass
 class Upload:
-    """A write in progress: bytes go to ``tmp``, hashed twice (the key's kind, and SHA-256 for the
-    blob's name), room taken as they arrive (``taken``), then into place by ``ContentStore.finish``.
+    """A write in progress: bytes go to ``tmp``, hashed three times in one pass (the key's kind,
+    SHA-256 for the blob's name, BLAKE3 for the statements), room taken as they arrive (``taken``),
+    then into place by ``ContentStore.finish``.
     A ``deferred`` upload is only written as it arrives (its uploader does not wait for the check):
     ``finish`` hashes the whole file then, before anything is placed."""
 
@@ -98,6 +103,7 @@ class Upload:
     digest: Hasher
     part_size: int | None = None
     blob_digest: hashlib._Hash = field(default_factory=hashlib.sha256)
+    blake3: Blake3 = field(default_factory=Blake3)
     taken: int = 0
     received: int = 0
     file: BinaryIO | None = None
@@ -112,15 +118,17 @@ class Upload:
             if not self.deferred:
                 self.digest.update(chunk)
                 self.blob_digest.update(chunk)
+                self.blake3.update(chunk)
             self.file.write(chunk)
             self.received += len(chunk)
 
     def hash_written(self) -> None:
-        """A deferred upload's two hashes, over the file as written (blocking)."""
+        """A deferred upload's hashes, over the file as written (blocking)."""
         with self.tmp.open("rb") as f:
             while chunk := f.read(CHUNK):
                 self.digest.update(chunk)
                 self.blob_digest.update(chunk)
+                self.blake3.update(chunk)
 
 
 class ContentStore:
@@ -150,6 +158,8 @@ class ContentStore:
         self.stats = StoreStats()
         self._lock = threading.Lock()
         self._blobs: dict[str, CachedObject] = {}
+        self._blake3: dict[str, str] = {}
+        """blob -> its BLAKE3 (a blob kept from before has none until complete_digests)."""
         self._index: dict[tuple[str, str], Entry] = {}
         self._refs: dict[str, set[tuple[str, str]]] = {}
         self._used = 0
@@ -197,6 +207,14 @@ class ContentStore:
                     self._link_locked(ns_dir.name, f"{kind_dir.name}/{path.name}", entry)
         for blob in [b for b in self._blobs if not self._refs.get(b)]:
             self._remove_blob_locked(blob)
+        digests = self.root / DIGESTS
+        digests.mkdir(parents=True, exist_ok=True)
+        for path in digests.iterdir():
+            value = _read_digest(path) if path.name in self._blobs else None
+            if value is None:
+                _remove(path)
+            else:
+                self._blake3[path.name] = value
         with self._lock:
             self._evict_locked(0)  # a smaller limit than the last run's
 
@@ -260,27 +278,31 @@ class ContentStore:
 
     def recheck(self, namespace: str, kind: str, checksum: str, part_size: int | None = None) -> bool:
         """Hash the blob behind the namespace's key again (blocking): drop it if its bytes no longer
-        have its SHA-256 (whether it was dropped). An intact multipart blob whose ETag ``part_size``
-        also gives (the cache's own hash says so) has that part size recorded in place of the old
-        one. What the caller says decides nothing by itself."""
+        have its SHA-256, or the BLAKE3 recorded for it (whether it was dropped). An intact
+        multipart blob whose ETag ``part_size`` also gives (the cache's own hash says so) has that
+        part size recorded in place of the old one. What the caller says decides nothing by itself."""
         key = object_key(kind, checksum)
         with self._lock:
             entry = self._index.get((namespace, key)) if key is not None else None
             size = self._blobs[entry.blob].size if entry is not None and entry.blob in self._blobs else 0
         if entry is None or key is None:
             return False
-        digest = hashlib.sha256()
+        digest, b3 = hashlib.sha256(), Blake3()
         other = part_size and part_size != entry.part_size and parts_match(kind, checksum, size, part_size)
         etag = make_hasher(kind, part_size) if other else None
         try:
             with self.blob_path(entry.blob).open("rb") as f:
                 while chunk := f.read(CHUNK):
                     digest.update(chunk)
+                    b3.update(chunk)
                     if etag is not None:
                         etag.update(chunk)
         except FileNotFoundError:
             return False
-        if digest.hexdigest() != entry.blob:
+        with self._lock:
+            recorded = self._blake3.get(entry.blob)
+        # Either digest wrong (the bytes, or the BLAKE3 the statements name): the blob goes.
+        if digest.hexdigest() != entry.blob or recorded not in (None, b3.hexdigest()):
             self.drop_corrupt(entry.blob)
             return True
         if etag is not None and etag.hexdigest() == checksum:
@@ -302,12 +324,41 @@ class ContentStore:
         with self._lock:
             return (namespace, key) in self._index
 
-    def blob_of(self, namespace: str, key: str) -> tuple[str, int] | None:
-        """The SHA-256 (the blob's name) and size of the namespace's key, or None."""
+    def blob_of(self, namespace: str, key: str) -> tuple[str, int, str | None] | None:
+        """The SHA-256 (the blob's name), size and BLAKE3 (None: not computed yet) of the namespace's
+        key, or None."""
         with self._lock:
             entry = self._index.get((namespace, key))
             obj = self._blobs.get(entry.blob) if entry is not None else None
-            return (obj.key, obj.size) if obj is not None else None
+            return (obj.key, obj.size, self._blake3.get(obj.key)) if obj is not None else None
+
+    def complete_digests(self, stop: threading.Event | None = None) -> int:
+        """Compute the BLAKE3 of each blob that has none (kept by a version before it), checking its
+        SHA-256 in the same pass: a blob whose bytes no longer match is dropped (blocking, until
+        done or ``stop`` is set; the server runs it once at start, beside its work). The blobs given
+        a BLAKE3."""
+        with self._lock:
+            missing = [b for b in self._blobs if b not in self._blake3]
+        done = 0
+        for blob in missing:
+            if stop is not None and stop.is_set():
+                break
+            sha, b3 = hashlib.sha256(), Blake3()
+            try:
+                with self.blob_path(blob).open("rb") as f:
+                    while chunk := f.read(CHUNK):
+                        sha.update(chunk)
+                        b3.update(chunk)
+            except FileNotFoundError:  # evicted meanwhile
+                continue
+            if sha.hexdigest() != blob:
+                self.drop_corrupt(blob)
+                continue
+            with self._lock:
+                if blob in self._blobs and blob not in self._blake3:
+                    self._write_digest_locked(blob, b3.hexdigest())
+                    done += 1
+        return done
 
     def part_size(self, namespace: str, key: str) -> int | None:
         """The part size a multipart object was checked with (what a reader checks it with)."""
@@ -402,6 +453,8 @@ class ContentStore:
                 os.replace(upload.tmp, self.blob_path(blob))
                 self._blobs[blob] = CachedObject(blob, upload.size, self.clock())
                 self._used += upload.size
+            if blob not in self._blake3:  # the same bytes (its SHA-256): their BLAKE3 is this one's
+                self._write_digest_locked(blob, upload.blake3.hexdigest())
             self._write_entry(upload.namespace, upload.key, entry)
             self._link_locked(upload.namespace, upload.key, entry)
             self.stats.stored += 1
@@ -452,6 +505,12 @@ class ContentStore:
         tmp = self.root / TMP / f"entry-{secrets.token_hex(8)}"
         tmp.write_text(f"{entry.blob} {entry.part_size}\n" if entry.part_size else f"{entry.blob}\n")
         os.replace(tmp, path)
+
+    def _write_digest_locked(self, blob: str, value: str) -> None:
+        tmp = self.root / TMP / f"blake3-{secrets.token_hex(8)}"
+        tmp.write_text(value + "\n")
+        os.replace(tmp, self.root / DIGESTS / blob)
+        self._blake3[blob] = value
 
     def _link_locked(self, namespace: str, key: str, entry: Entry) -> None:
         old = self._index.get((namespace, key))
@@ -552,6 +611,19 @@ class ContentStore:
         obj = self._blobs.pop(blob, None)
         if obj is not None:
             self._used -= obj.size
+        if self._blake3.pop(blob, None) is not None:
+            _remove(self.root / DIGESTS / blob)
+
+
+def _read_digest(path: Path) -> str | None:
+    """A BLAKE3 record's value, None when it is not one (not a file, not 64 lower-case hex)."""
+    if not path.is_file() or path.is_symlink():
+        return None
+    try:
+        value = path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return value if BLOB_FORM.fullmatch(value) else None
 
 
 def _remove(path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Content checksums: the manifest's (sha256, md5, sha1, crc32c, crc32, S3 multipart ETags) and S3's CRCs."""
+"""Content checksums: the manifest's (sha256, md5, sha1, crc32c, crc32, S3 multipart ETags), S3's CRCs
+and BLAKE3 (the node cache's signed digest)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import hashlib
 from pathlib import Path
 from typing import Protocol
 
+import blake3
 import google_crc32c
 from isal import isal_zlib
 
@@ -232,10 +234,29 @@ class RangeDigests:
         return "partial"
 
 
+class Blake3:
+    """BLAKE3-256 (the node cache's statements: about 7 GiB/s a core here, SHA-256 1.9), one thread."""
+
+    def __init__(self) -> None:
+        self._hash = blake3.blake3()
+
+    def update(self, data: bytes | memoryview) -> None:
+        self._hash.update(data)
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+BLAKE3 = "blake3"
+"""The kind of a BLAKE3-256 digest (never a pin: only what the node cache signs)."""
+
+
 def make_hasher(kind: str, multipart_part_size: int | None = None) -> Hasher | None:
     """A hasher for a checksum kind, None when the content cannot be checked."""
     if kind == "sha256":
         return hashlib.sha256()
+    if kind == BLAKE3:
+        return Blake3()
     if kind == "md5":
         return hashlib.md5(usedforsecurity=False)
     if kind == "sha1":

@@ -72,7 +72,7 @@ class SyncStats:
     ranged_parts: int = 0
     unverified_files: int = 0  # no content checksum: size and etag/generation match only
     crc_checked_files: int = 0  # checked by the store's CRC of the pinned object (verify "fast")
-    vouched_files: int = 0  # from the node cache, checked by the SHA-256 it signed for the pin
+    vouched_files: int = 0  # from the node cache, checked by the BLAKE3 (or SHA-256) it signed for the pin
     retried_reads: int = 0
     configs_written: int = 0
     pruned_files: int = 0
