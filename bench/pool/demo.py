@@ -413,8 +413,12 @@ class Demo(Bench):
             ip = pod.status.podIP if pod.status else None
             if f"model.triton-operator.io/{model}" not in labels or not ip:
                 continue
-            with urllib.request.urlopen(f"http://{ip}:8000/v2/models/{model}/config", timeout=5) as r:
-                config = json.loads(r.read())
+            try:
+                with urllib.request.urlopen(f"http://{ip}:8000/v2/models/{model}/config", timeout=5) as r:
+                    config = json.loads(r.read())
+            except (OSError, ValueError) as exc:
+                notes.add(f"not read: {exc}")
+                continue
             notes.add(str(config.get("parameters", {}).get("note", {}).get("string_value", "")))
         return notes
 
@@ -711,7 +715,7 @@ def main() -> int:
     parser.add_argument(
         "--every-pods", type=int, default=-1, help="every model everywhere's pods (-1: as many as fit)"
     )
-    parser.add_argument("--reserve", type=int, default=12000, help="MiB left to the rest of the machine")
+    parser.add_argument("--reserve", type=int, default=8000, help="MiB left to the rest of the machine")
     parser.add_argument("--hot", type=int, default=3, help="the hot models (the first ones)")
     parser.add_argument("--hot-percent", type=int, default=80)
     parser.add_argument("--clients", type=int, default=4)
