@@ -32,7 +32,8 @@ load's answers:
    back to 1 (seconds to each); the pods the pool runs (status.pool.podsNeeded, the Deployment);
    then p50/p99 over ``--seconds`` s with new client threads (their connections spread over the
    copies there are then);
-6. a pod deleted under the skewed load: seconds until every model is placed and READY again;
+6. a pod deleted under the skewed load: seconds until every model is placed and READY again; the load
+   goes on until the pod is gone (its drain, spec.drainSeconds ``--drain``, and its exit);
 7. the load stopped: the hot models' copies drop and the pool's pods follow (seconds, within
    ``--settle`` s).
 
@@ -422,6 +423,14 @@ class Demo(Bench):
             notes.add(str(config.get("parameters", {}).get("note", {}).get("string_value", "")))
         return notes
 
+    @staticmethod
+    def counted(steps: dict[str, Any], what: str, load: Load) -> None:
+        """``load`` stopped: its counts under ``what``, and its first failed requests' errors."""
+        counts = load.stop()
+        steps[what] = counts.said()
+        if counts.errors:
+            steps[f"{what}: first errors"] = counts.errors
+
     # ------------------------------------------------------------------ a step, timed
 
     def timed(self, layout: Layout, what: str, probe: Callable[[], Any], timeout: float) -> float | None:
@@ -502,8 +511,7 @@ class Demo(Bench):
                 layout.new_model_s = time.monotonic() - started
             self.timed(layout, "at rest with the new model", lambda: self.at_rest(name, True), 300)
             counting_all = self.counting(self.client_factory(name, everyone, pool=True), everyone)
-            counts = counting.stop()
-            steps["counting client, before the new model"] = counts.said()
+            self.counted(steps, "counting client, before the new model", counting)
             counting = counting_all
             make = self.client_factory(name, everyone, pool=True)
 
@@ -545,7 +553,7 @@ class Demo(Bench):
             steps[f"in place: {self.warm}'s copies loaded again"] = sum(
                 1 for k, v in before.items() if k[1] == self.warm and k in after and after[k] != v
             )
-            steps["busy model's load (second copy, in place)"] = warm.stop().said()
+            self.counted(steps, "busy model's load (second copy, in place)", warm)
 
             # 5. the skewed load: the hot models grow, the warm one drops back
             growth = self.start_load(make, self.skewed_pick(everyone[args.hot :]), args.clients)
@@ -572,7 +580,7 @@ class Demo(Bench):
                 "podsNeeded"
             )
             measured = self.start_load(make, self.skewed_pick(everyone[args.hot :]), args.clients)
-            steps["skewed load while copies grew"] = growth.stop().said()
+            self.counted(steps, "skewed load while copies grew", growth)
             time.sleep(args.seconds)
             layout.skewed = measured.stop()
             say(f"pool: skewed load {layout.skewed.said()}, p99 {layout.skewed.p(0.99):.1f} ms")
@@ -590,7 +598,13 @@ class Demo(Bench):
                 lambda: self.placed_ready(name, everyone),
                 args.settle,
             )
-            steps["skewed load while a pod was deleted"] = during.stop().said()
+            self.timed(
+                layout,
+                f"{victim} gone (its drain and exit under the load)",
+                lambda: victim not in {p.metadata.name for p in self.session.all_pods(name)},
+                args.settle,
+            )
+            self.counted(steps, f"skewed load while a pod ({victim}) was deleted", during)
 
             # 7. the load stopped: copies drop, the pool follows
             steps["pods before the load stopped"] = self.pods_running(name)
@@ -604,8 +618,7 @@ class Demo(Bench):
                 m: (self.pool_models(name).get(m) or {}).get("readyCopies") for m in self.hot
             }
         finally:
-            steps["counting client, every model throughout"] = counting.stop().said()
-            layout.steps["counting client's errors"] = counting.counts.errors
+            self.counted(steps, "counting client, every model throughout", counting)
             stop_sampling.set()
             sampler.join(10)
         self.session.gone(name, timeout=args.timeout)
