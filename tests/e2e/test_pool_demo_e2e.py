@@ -1,5 +1,5 @@
 """bench/pool/demo.py, issue 41's demonstration, on the real node: 40 Python models of ~100 MiB in a pool of
-4 pods of 1200Mi beside every model everywhere, with clients counting every answer. It runs for 20 minutes
+4 pods of 1200Mi beside every model everywhere, with clients counting every answer. It runs for 11 minutes
 or more, so it is skipped unless TRITON_E2E_POOL_DEMO=1 (by hand, through the e2e lock).
 
 Checked from its JSON: every model answered in the pool; the new model answered; the busy model got its
