@@ -1419,6 +1419,7 @@ def _real_node_start(sd: Path, bins: Path, ports: dict[str, int]) -> tuple[node.
         node.teardown(sd, cache_root(), quiet=True)  # what a crashed run left on the host
         real = node.RealNode(sd, cache_root(), bins, ports)
         real.setup_host([SERVICE_CIDR, KWOK_POD_CIDR])
+        node.add_services_guard(SERVICE_CIDR)
         node.make_pki(sd / "pki")
         real.start_runtime()
     except Exception as e:

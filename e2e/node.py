@@ -102,6 +102,9 @@ NODE_PY = str(Path(__file__).resolve())
 
 RECORD = Path("/run/triton-e2e/real-node.json")
 GUARD_CHAIN = "TRITON-E2E-APISERVER"
+# new connections to the Service range that no kube-proxy rule translated are dropped here
+# (add_services_guard); swept by teardown like kube-proxy's chains
+SERVICES_CHAIN = "TRITON-E2E-SERVICES"
 # kubelet's cgroupRoot: its kubepods/ tree (every pod and container) goes below this top-level
 # folder, made in every cgroup hierarchy by setup_host, so teardown knows exactly what is ours
 CGROUP_ROOT = "triton-e2e"
@@ -647,6 +650,33 @@ def add_apiserver_guard(port: int) -> None:
                 raise NodeError(f"{shlex.join(c)}: {r.stderr.strip()}")
 
 
+def add_services_guard(service_cidr: str) -> None:
+    """Drop a new connection to an address of the Service range that no Service rule of kube-proxy
+    translated: a Service kube-proxy has not synced yet (or no Service at all), as kube-proxy's nftables
+    mode does ("Drop traffic to unallocated ClusterIPs"); its iptables mode, ours, has no such rule.
+
+    Without it, such a SYN leaves for the ClusterIP itself (routed onto the bridge, see setup_host),
+    fails 'No route to host' once ARP gives up (3 s), and its conntrack entry (SYN_SENT, no NAT, 120 s)
+    stays: every later connection from the same source port to that ClusterIP matches it and goes past
+    kube-proxy's rules to the same failure, for as long as it keeps the entry alive. A client churning
+    connections comes back to that port within seconds (docs/benchmarks.md, "A pool on the real
+    node"). Dropped here (filter OUTPUT and FORWARD, after nat's DNAT and after kube-proxy's own
+    filter rules, so a Service with no endpoints is still refused by kube-proxy), the SYN leaves no
+    entry, and the client's next SYN a second later finds the Service's rules."""
+    cmds = [
+        ["iptables", "-w", "-N", SERVICES_CHAIN],
+        [
+            "iptables", "-w", "-A", SERVICES_CHAIN, "-d", service_cidr, "-m", "conntrack", "--ctstate", "NEW",
+            "-m", "comment", "--comment", "a Service address no kube-proxy rule translated", "-j", "DROP",
+        ],
+    ]  # fmt: skip
+    cmds += [["iptables", "-w", "-A", hook, "-j", SERVICES_CHAIN] for hook in ("OUTPUT", "FORWARD")]
+    for c in cmds:
+        r = _sh(c)
+        if r.returncode != 0:
+            raise NodeError(f"{shlex.join(c)}: {r.stderr.strip()}")
+
+
 def setup_host(p: Paths, bins: Path, blackhole_cidrs: list[str]) -> None:
     """Record what we change, then make the bridge with the gateway address, the routes and our
     cgroup root.
@@ -1182,6 +1212,8 @@ def _our_iptables(fam: str, table: str, keep_guard: bool = False) -> tuple[list[
     ours = {c for c in chains if c.startswith("KUBE-")}
     if not keep_guard and GUARD_CHAIN in chains:
         ours.add(GUARD_CHAIN)
+    if SERVICES_CHAIN in chains:
+        ours.add(SERVICES_CHAIN)
     parsed = []
     for ln in lines:
         if not ln.startswith("-A "):

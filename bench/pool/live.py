@@ -22,7 +22,12 @@ endpoints, with the pool's scaling waits short (``SCALING``: busy above 50 infer
 averaged over 10 s, no wait before a copy is added); every model everywhere has one on every pod already.
 
 Needs the local cluster's real node (e2e/cluster.py up; started and stopped here when not up);
-seaweedfs on the pod bridge's gateway holds the models, the operator runs on this machine.
+seaweedfs on the pod bridge's gateway holds the models, the operator runs on this machine. Each
+request is a new connection from this machine to a Service's ClusterIP, asked from the moment the
+Service has one; the node drops a connection kube-proxy has no rule for yet, which the waits retry
+(docs/benchmarks.md, "A pool on the real node": without that, such a request's conntrack entry
+failed later requests from its source port). A failed request is counted, and the first five are
+printed with their time (UTC) and how long they took.
 
   .venv/bin/python bench/pool/live.py               # 12 models, 3 pods of 500Mi
   .venv/bin/python bench/pool/live.py --small       # 4 models, 2 pods of 300Mi (CI)
@@ -95,11 +100,16 @@ class Result:
     sent: int = 0
     failed: int = 0
     unreachable: int = 0
-    """Of ``failed``: connections the node answered 'No route to host' (EHOSTUNREACH), seen in both
-    layouts under this bench's connection churn (a new connection a request); not explained yet."""
+    """Of ``failed``: connections the node answered 'No route to host' (EHOSTUNREACH). On the local
+    node that was a request's source port caught by the conntrack entry of an earlier request sent
+    before kube-proxy had the Service's rules, which the node now drops (e2e/node.py
+    add_services_guard; docs/benchmarks.md, "A pool on the real node")."""
     latencies_ms: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    """The first failed requests' errors (model: error)."""
+    """The first failed requests' errors (model, when on the load's clock and in UTC, after how long:
+    error)."""
+    failure_times: list[float] = field(default_factory=list)
+    """When each failed request failed (seconds since the epoch)."""
     second_copy_s: float | None = None
     """From the start of a load on one model to its second copy READY and in its Service's endpoints
     (None: every pod holds every model)."""
@@ -157,6 +167,7 @@ class Result:
             "copyUnreachable": self.copy_unreachable,
             "hotCopies": self.hot_copies,
             "errors": self.errors,
+            "failureTimes": self.failure_times,
         }
 
 
@@ -326,6 +337,7 @@ class Bench:
         result.copy_sent, result.copy_failed = counts.sent, counts.failed
         result.copy_unreachable = counts.unreachable
         result.errors.extend(f"(second copy's load) {e}" for e in counts.errors)
+        result.failure_times.extend(counts.failure_times)
 
     def skewed(self, hosts: dict[str, str], result: Result) -> None:
         """``--clients`` threads for ``--seconds`` s: ``--hot`` percent to the first model, the rest
@@ -371,8 +383,13 @@ class Bench:
                     else:
                         result.failed += 1
                         result.unreachable += "[Errno 113]" in error
+                        result.failure_times.append(time.time())
                         if len(result.errors) < 5:
-                            result.errors.append(f"{model} at {time.monotonic() - start:.2f} s: {error}")
+                            utc = time.strftime("%H:%M:%S", time.gmtime())
+                            result.errors.append(
+                                f"{model} at {time.monotonic() - start:.2f} s ({utc} UTC, after "
+                                f"{took:.0f} ms): {error}"
+                            )
                 time.sleep(args.interval)
 
         threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(args.clients)]

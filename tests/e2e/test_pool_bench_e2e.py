@@ -1,7 +1,7 @@
 """bench/pool/live.py at its CI size on the real node (4 models, 2 pods): both layouts serve every
 model and a new one, the pool needs less declared memory, and a load on one model gives it a second
-copy in the pool (a measured time). No request fails but for a few 'No route to host' from the node
-under the bench's connection churn, in either layout, which is not explained yet (see below).
+copy in the pool (a measured time). No request fails, in either layout, under the bench's churn of a
+new connection a request (tests/e2e/test_service_sync_e2e.py checks the node's part of that).
 
 TRITON_E2E_POOL_BENCH_FULL=1 runs it at its full size too, after the CI size (by hand, through the
 e2e lock), and checks only that it ran and printed its table."""
@@ -47,11 +47,9 @@ def test_the_pool_bench_compares_both_layouts_on_the_real_node(node: dict[str, A
     assert every["pods"] == pool["pods"] == 2
     assert pool["podMiB"] == 300 < every["podMiB"] == 400  # 4 models of 100Mi do not fit one pool pod
     for result in (every, pool):
-        # Every failure must be the node's 'No route to host' (EHOSTUNREACH), a few at most: seen in
-        # both layouts under the bench's churn of a new connection a request, and not explained yet
-        # (docs/benchmarks.md, "A pool on the real node"). tests/e2e/test_pool_e2e.py and
-        # test_pool_copies_e2e.py count answers at 0 failed while models move.
-        assert result["sent"] > 20 and result["failed"] == result["unreachable"] <= 3, result
+        # No request fails: the 'No route to host' seen before came from the bench's first requests to a
+        # Service kube-proxy had not synced yet (docs/benchmarks.md, "A pool on the real node").
+        assert result["sent"] > 20 and result["failed"] == 0, result
         assert 0 < result["p50Ms"] <= result["p99Ms"], result
         assert result["newModelSeconds"] > 0 and result["allAnswerSeconds"] > 0, result
     assert "| pool | 2 | 300 | 600 |" in proc.stdout
@@ -59,7 +57,7 @@ def test_the_pool_bench_compares_both_layouts_on_the_real_node(node: dict[str, A
     # A load on one model gives it a second copy in the pool, READY and in its Service's endpoints,
     # with no request failing; every pod holds it everywhere.
     assert pool["secondCopySeconds"] > 0 and pool["copySent"] > 20, pool
-    assert pool["copyFailed"] == pool["copyUnreachable"] <= 3, pool
+    assert pool["copyFailed"] == 0, pool
     assert pool["hotCopies"] == 2, pool
     assert every["secondCopySeconds"] is None and every["secondCopy"] == "- (every pod holds it)"
     assert f"| {pool['secondCopySeconds']:.1f} ({pool['copySent']} / {pool['copyFailed']}) |" in proc.stdout

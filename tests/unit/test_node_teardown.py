@@ -162,3 +162,26 @@ def test_teardown_runs_every_step_and_reports_what_failed(
     monkeypatch.setattr(node, "_sweep_iptables", lambda *args: None)
     node.teardown(sd, cache, quiet=True)
     assert node.leftovers(sd, cache) == []
+
+
+def test_the_services_guard_is_the_nodes_to_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """add_services_guard's chain and its jumps from OUTPUT and FORWARD are the node's: teardown
+    deletes the jumps and the chain (with the API server's guard kept or not), and leftovers lists them."""
+    saved = [
+        "-P OUTPUT ACCEPT",
+        "-N KUBE-SERVICES",
+        f"-N {node.SERVICES_CHAIN}",
+        "-N SOMEONE-ELSE",
+        "-A OUTPUT -m conntrack --ctstate NEW -j KUBE-SERVICES",
+        f"-A OUTPUT -j {node.SERVICES_CHAIN}",
+        f"-A FORWARD -j {node.SERVICES_CHAIN}",
+        "-A FORWARD -j SOMEONE-ELSE",
+        f"-A {node.SERVICES_CHAIN} -d 10.96.0.0/16 -m conntrack --ctstate NEW -j DROP",
+    ]
+    monkeypatch.setattr(node, "_iptables_rules", lambda fam, table: saved if table == "filter" else [])
+    for keep_guard in (False, True):
+        drop, chains = node._our_iptables("iptables", "filter", keep_guard)
+        assert chains == ["KUBE-SERVICES", node.SERVICES_CHAIN]
+        assert ["OUTPUT", "-j", node.SERVICES_CHAIN] in drop
+        assert ["FORWARD", "-j", node.SERVICES_CHAIN] in drop
+        assert ["FORWARD", "-j", "SOMEONE-ELSE"] not in drop

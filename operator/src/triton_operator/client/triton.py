@@ -8,6 +8,7 @@ protocols. Every other Triton API is passed through under tritonclient's method 
 from __future__ import annotations
 
 import asyncio
+import errno
 import inspect
 import queue
 import socket
@@ -78,6 +79,29 @@ def _own_channel_args() -> list[tuple[str, Any]]:
         ("grpc.http2.max_pings_without_data", options.http2_max_pings_without_data),
         ("grpc.use_local_subchannel_pool", 1),
     ]
+
+
+def _closed_before_answer(exc: BaseException) -> bool:
+    """An HTTP request's connection closed or reset before its answer's head came, as tritonclient's
+    HTTP clients raise it (geventhttpclient's, and aiohttp's for the asyncio one); not a refused or
+    timed out connection."""
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+        return True
+    from geventhttpclient.response import HTTPConnectionClosed  # noqa: PLC0415 - only over HTTP
+
+    if isinstance(exc, HTTPConnectionClosed):
+        return True
+    try:
+        import aiohttp  # noqa: PLC0415 - tritonclient's asyncio HTTP client
+    except ImportError:
+        return False
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return True
+    return (
+        isinstance(exc, aiohttp.ClientOSError)
+        and not isinstance(exc, aiohttp.ClientConnectorError)
+        and exc.errno in (errno.ECONNRESET, errno.EPIPE)
+    )
 
 
 def _is_unknown_model(exc: InferenceServerException) -> bool:
@@ -155,8 +179,8 @@ class Model:
         inputs = request.pop("inputs")
         try:
             return self.client._sync.infer(self.name, inputs, **request)
-        except InferenceServerException as exc:
-            if not self._moved(exc):
+        except Exception as exc:
+            if not (self._moved(exc) or self._unanswered(exc, request)):
                 raise
             self.client._reconnect()
             return self.client._sync.infer(self.name, inputs, **request)
@@ -170,18 +194,31 @@ class Model:
         inputs = request.pop("inputs")
         try:
             return await (await self.client._aio()).infer(self.name, inputs, **request)
-        except InferenceServerException as exc:
-            if not self._moved(exc):
+        except Exception as exc:
+            if not (self._moved(exc) or self._unanswered(exc, request)):
                 raise
             await self.client._async_reconnect()
             return await (await self.client._aio()).infer(self.name, inputs, **request)
 
-    def _moved(self, exc: InferenceServerException) -> bool:
+    def _moved(self, exc: Exception) -> bool:
         """Whether a pool's pod said it does not hold the model: a connection kept open through the
         model's Service stays on the pod it reached first, which may since have let the model go (moved,
         or the pod leaving: tritonserver unloads every model before it exits) while the Service no longer
         sends new connections there. Nothing ran: asked again once, on a new connection."""
-        return self.client.routed and _is_unknown_model(exc)
+        return isinstance(exc, InferenceServerException) and self.client.routed and _is_unknown_model(exc)
+
+    def _unanswered(self, exc: Exception, request: Mapping[str, Any]) -> bool:
+        """Whether an HTTP inference's connection was closed before any byte of its answer came, and
+        the inference is not a step of a sequence: asked again once, on a new connection.
+
+        tritonclient keeps HTTP connections open between requests; a server that exits (a pod leaving,
+        after its drain) closes them, and a request sent on one as it closes gets no answer. HTTP
+        clients send a request again by themselves only when its method is idempotent, and an
+        inference is a POST; but one without a sequence changes no state on the server and gives the
+        same answer twice. A sequence's step (``sequence_id``) is not sent again: the model's state
+        would take it twice had the server run it."""
+        http = self.client.protocol == "http"
+        return http and not request.get("sequence_id") and _closed_before_answer(exc)
 
     def stream(self, *inputs: Any, timeout: float | None = None, **named: Any) -> Iterator[Any]:
         """The responses of one request over a gRPC stream (a decoupled model's many, or one), as
