@@ -42,7 +42,7 @@ from triton_operator.core.pool.copies import (
     decide_copies,
     fit_pool,
 )
-from triton_operator.core.pool.explain import LoadShown, measured_memory, pool_status
+from triton_operator.core.pool.explain import LoadShown, measured_memory, pool_status, update_measured
 from triton_operator.core.pool.labels import READY, model_label_key
 from triton_operator.core.pool.members import most_pods, pool_budget, pool_models, thresholds
 from triton_operator.core.pool.moves import PodState, plan_moves
@@ -435,7 +435,7 @@ def pool_copies(
         if name in limits and figure.requests > 0:
             last_used[name] = now
     budget = pool_budget(ts.spec)
-    measured = measured_memory(recorded)
+    measured = _measured(ts, recorded, reports)
     models = pool_models(ts.spec, measured, wanted=decided.wanted, last_used=last_used)
     most = most_pods(ts.spec)
     size = fit_pool(models, budget, most)
@@ -475,6 +475,13 @@ def _shown(
             last_used=_stamp(last_used.get(name)),
         )
     return shown
+
+
+def _measured(
+    ts: TritonService, recorded: PoolStatus | None, reports: Mapping[str, Mapping[str, Copy]]
+) -> dict[str, int]:
+    """Each model's measured memory: status.pool's, updated from what the agents measured at its loads."""
+    return update_measured(measured_memory(recorded), reports, [m.name for m in ts.spec.models])
 
 
 def _placing(live: Sequence[Mapping[str, Any]], target: str | None) -> Sequence[Mapping[str, Any]]:
@@ -524,7 +531,7 @@ def decide_pool(
     ]
     budget = pool_budget(ts.spec)
     recorded = _recorded(previous)
-    measured = measured_memory(recorded)
+    measured = _measured(ts, recorded, reports)
     models = pool_models(
         ts.spec,
         measured,

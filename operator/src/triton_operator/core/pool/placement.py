@@ -13,6 +13,8 @@ TOO_FEW_PODS = "TooFewPods"
 """It would have more copies, but every pod already holds one (copies go on distinct pods)."""
 BUDGET_FULL = "BudgetFull"
 """It would have more copies, but no pod without it has the memory left."""
+LARGER_THAN_POD = "LargerThanPod"
+"""One copy needs more memory than a pod's whole budget (measured larger than declared): never placed."""
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,15 @@ def _fill(bins: _Bins, order: Sequence[PoolModel]) -> None:
 def _explain(bins: _Bins, model: PoolModel) -> ModelPlacement:
     pods = tuple(sorted(bins.where[model.name]))
     copies, target = len(pods), model.target
-    if copies >= target:
+    largest = max((p.budget for p in bins.pods.values()), default=0)
+    if bins.pods and model.memory > largest:
+        reason = LARGER_THAN_POD
+        message = (
+            f"one copy needs {model.memory} bytes (the larger of its declared memory and the memory"
+            f" measured at its load), more than a pod's {largest}: it cannot be placed; raise"
+            " spec.pool.memoryPerPod or lower the model's memory"
+        )
+    elif copies >= target:
         if model.max_copies is not None and copies >= model.max_copies and model.wanted > model.max_copies:
             reason, message = MAX_COPIES, f"{copies} copies, its maxCopies; its load asks for {model.wanted}"
         else:
@@ -255,10 +265,16 @@ def place(
     )
 
 
+def placeable(models: Sequence[PoolModel], budget: int) -> list[PoolModel]:
+    """The models one copy of which fits a pod of ``budget`` bytes (the others are never placed: their
+    status says LARGER_THAN_POD)."""
+    return [m for m in models if m.memory <= budget]
+
+
 def pods_needed(models: Sequence[PoolModel], budget: int) -> int:
     """The fewest pods of ``budget`` bytes on which ``place`` puts every model's target copies (each copy
     on a pod of its own), searched from the lower bound (the memory of all copies, the most copies of one
-    model) up. Raises ValueError when a model is larger than the budget."""
+    model) up. Raises ValueError when a model is larger than the budget (``placeable`` leaves those out)."""
     for model in models:
         if model.memory > budget:
             raise ValueError(f"model {model.name!r} needs {model.memory} bytes, more than a pod's {budget}")
