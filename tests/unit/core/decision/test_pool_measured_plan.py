@@ -76,3 +76,14 @@ def test_a_model_measured_larger_than_a_pod_is_taken_off_and_named_and_the_pass_
     for patch in plan.patches:
         for text in patch.annotations.values():
             assert text is None or "a" not in parse_assignment(text).models or patch.pod == "p0"
+
+
+def test_the_pod_still_holding_a_model_larger_than_a_pod_is_given_nothing_more_on_top_of_it() -> None:
+    ts = service(replicas=3)  # pods of 1000Mi
+    pods, reports = serving_pods({"p0": ["a", "b"], "p1": ["c"], "p2": []})
+    after = status_after(ts, pods, measured(reports, "a", 1100 * MiB), {}, None, now=1000.0)
+    rows = by_model(after)
+    assert rows["a"]["reason"] == LARGER_THAN_POD and rows["a"]["pods"] == []
+    # a stays loaded on p0 (its last copy), so p0 has no room left: b moves off it, nothing comes on.
+    assert "p0" not in rows["b"]["pods"] and "p0" not in rows["c"]["pods"], rows
+    assert rows["b"]["copies"] == 1 and rows["c"]["copies"] == 1

@@ -14,7 +14,7 @@ from triton_operator.core.pool.assignment import (
 )
 from triton_operator.core.pool.copies import fit_pool
 from triton_operator.core.pool.explain import update_measured
-from triton_operator.core.pool.placement import LARGER_THAN_POD, PoolModel, PoolPod, place
+from triton_operator.core.pool.placement import BUDGET_FULL, LARGER_THAN_POD, PoolModel, PoolPod, place
 from triton_operator.core.spec.modelconfig import build_config_pbtxt
 
 MiB = 1 << 20
@@ -75,3 +75,12 @@ def test_a_model_measured_larger_than_a_pod_is_never_placed_and_says_so_without_
     assert ("p0", "big") in placed.unloads
     size = fit_pool(models, 1000 * MiB, 4)  # no ValueError: the pool is sized for what can be placed
     assert size.pods == 2 and size.wanted == {"big": 1, "small": 2}
+
+
+def test_memory_a_pod_holds_outside_placement_is_given_to_no_model() -> None:
+    pods = [PoolPod("p0", "n0", 1000 * MiB, reserved=700 * MiB), PoolPod("p1", "n1", 1000 * MiB)]
+    models = [PoolModel("m", 400 * MiB, min_copies=2, wanted=2), PoolModel("k", 300 * MiB)]
+    placed = place(pods, models, {"p0": ("m", "k")})
+    assert placed.pods == {"p0": ("k",), "p1": ("m",)}, placed.pods
+    assert placed.models["m"].reason == BUDGET_FULL  # its second copy has no pod with room
+    assert PoolPod("p", None, 100, reserved=300).room == 0

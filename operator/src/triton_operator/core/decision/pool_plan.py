@@ -560,8 +560,16 @@ def decide_pool(
         )
     current = {pod: tuple(s.assignment.models) for pod, s in states.items()}
     placing = _placing(live, target)
+    # A copy of a model larger than a pod is placed nowhere, but stays where it is loaded while it is
+    # the model's last: the memory it holds there is given to no other model.
+    oversize = {m.name: m.memory for m in models if m.memory > budget}
     pool_pods = [
-        PoolPod(str((p.get("metadata") or {}).get("name")), (p.get("spec") or {}).get("nodeName"), budget)
+        PoolPod(
+            name := str((p.get("metadata") or {}).get("name")),
+            (p.get("spec") or {}).get("nodeName"),
+            budget,
+            reserved=sum(oversize.get(m, 0) for m in current.get(name, ())),
+        )
         for p in placing
     ]
     placed = place(pool_pods, models, {pod: current[pod] for pod in (p.name for p in pool_pods)})

@@ -19,11 +19,19 @@ LARGER_THAN_POD = "LargerThanPod"
 
 @dataclass(frozen=True)
 class PoolPod:
-    """One pod of the pool: its name, the node it runs on (None: not scheduled yet) and its memory budget."""
+    """One pod of the pool: its name, the node it runs on (None: not scheduled yet) and its memory budget;
+    ``reserved``: memory it holds outside placement (a copy of a model larger than a pod, which stays
+    on its routes until it goes), not given to other models."""
 
     name: str
     node: str | None
     budget: int
+    reserved: int = 0
+
+    @property
+    def room(self) -> int:
+        """The memory placement may give to models on it."""
+        return max(0, self.budget - self.reserved)
 
 
 @dataclass(frozen=True)
@@ -85,7 +93,7 @@ class _Bins:
         self.pods = {p.name: p for p in pods}
         self.models = models
         self.held: dict[str, set[str]] = {p.name: set() for p in pods}
-        self.free: dict[str, int] = {p.name: p.budget for p in pods}
+        self.free: dict[str, int] = {p.name: p.room for p in pods}
         self.where: dict[str, set[str]] = {name: set() for name in models}
 
     def node(self, pod: str) -> str:
@@ -132,7 +140,8 @@ def _keep(bins: _Bins, current: Mapping[str, Sequence[str]]) -> None:
         if pod not in bins.held:
             continue
         for model in sorted(set(current[pod])):
-            if model in bins.models:
+            # A model larger than a pod is kept nowhere (its memory there is the pod's ``reserved``).
+            if model in bins.models and bins.models[model].memory <= bins.pods[pod].budget:
                 bins.add(pod, model)
     # Copies beyond a model's target go: first from the nodes holding most of its copies, then from the
     # fullest pods.
@@ -156,7 +165,7 @@ def _make_room(bins: _Bins, model: str) -> str | None:
     recently used first; None when no pod can be freed that way (nothing is unloaded then)."""
     memory = bins.models[model].memory
     for pod in sorted(bins.held, key=lambda p: (-bins.free[p], p)):
-        if model in bins.held[pod] or bins.pods[pod].budget < memory:
+        if model in bins.held[pod] or bins.pods[pod].room < memory:
             continue
         spare = sorted(
             (m for m in bins.held[pod] if len(bins.where[m]) > bins.models[m].min_copies),
