@@ -73,6 +73,19 @@ def test_a_model_measured_larger_than_a_pod_is_taken_off_and_named_and_the_pass_
         ts, pods, measured(reports, "a", 1500 * MiB), revisions=["r1"], configs={}, previous={}, now=1000.0
     )
     assert plan is not None and plan.status is not None
+    warned = [e for e in plan.events if e.reason == "PoolModelLargerThanPod"]
+    assert len(warned) == 1 and warned[0].message.startswith("model a: one copy needs 1572864000 bytes")
+    # Said once: the next pass, which reads the status that says so, warns no more.
+    again = decide_pool(
+        ts,
+        pods,
+        measured(reports, "a", 1500 * MiB),
+        revisions=["r1"],
+        configs={},
+        previous={"pool": plan.status},
+        now=1010.0,
+    )
+    assert again is not None and not [e for e in again.events if e.reason == "PoolModelLargerThanPod"]
     for patch in plan.patches:
         for text in patch.annotations.values():
             assert text is None or "a" not in parse_assignment(text).models or patch.pod == "p0"

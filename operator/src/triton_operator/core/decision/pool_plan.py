@@ -46,7 +46,7 @@ from triton_operator.core.pool.explain import LoadShown, measured_memory, pool_s
 from triton_operator.core.pool.labels import READY, model_label_key
 from triton_operator.core.pool.members import most_pods, pool_budget, pool_models, thresholds
 from triton_operator.core.pool.moves import PodState, plan_moves
-from triton_operator.core.pool.placement import PoolPod, place
+from triton_operator.core.pool.placement import LARGER_THAN_POD, Placement, PoolPod, place
 from triton_operator.core.repository.manifest import ManifestEntry, ManifestError, manifest_from_json
 from triton_operator.core.rollout.clock import format_time, parse_time
 from triton_operator.core.rollout.hostpods import APPLIED, APPLYING, FAILED, AgentStatus
@@ -484,6 +484,16 @@ def _measured(
     return update_measured(measured_memory(recorded), reports, [m.name for m in ts.spec.models])
 
 
+def _too_large(placed: Placement, recorded: PoolStatus | None) -> tuple[RolloutEvent, ...]:
+    """A Warning per model that became larger than a pod (measured so) since status.pool said last."""
+    before = {m.name: m.reason for m in recorded.models} if recorded is not None else {}
+    return tuple(
+        RolloutEvent(cond.WARNING, cond.POOL_MODEL_TOO_LARGE, f"model {m.name}: {m.message}")
+        for m in placed.models.values()
+        if m.reason == LARGER_THAN_POD and before.get(m.name) != LARGER_THAN_POD
+    )
+
+
 def _placing(live: Sequence[Mapping[str, Any]], target: str | None) -> Sequence[Mapping[str, Any]]:
     """The pods placement may use: the target revision's once it has a live pod, else every live pod."""
     ours = [p for p in live if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION) == target]
@@ -599,6 +609,7 @@ def decide_pool(
             for p in f.pods
         )
     )
+    events += _too_large(placed, recorded)
     by_name = {str((p.get("metadata") or {}).get("name")): p for p in live}
     patches: list[PodPatch] = []
     ready: dict[str, int] = {}
