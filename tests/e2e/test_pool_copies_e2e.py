@@ -32,6 +32,7 @@ from e2e_helpers import apply, create_store_secret, get_ts
 from inference import infer_add_sub, offset_of
 from real_pods import ADD_SUB_CONFIG, adder_source, behaving_source, on_real_node
 from testkit import wait_for
+from triton_operator.quantities import quantity_bytes
 
 pytestmark = [
     pytest.mark.cluster,
@@ -219,6 +220,16 @@ def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
             return False
 
     wait_for(answering, timeout=60, interval=0.5, what="every model answering through its Service")
+
+    def measured() -> dict[str, int] | None:
+        """Each model's memory as the agents measured it at its load (status.pool keeps it)."""
+        status = pool_status(kube, namespace)
+        found = {m: quantity_bytes(s["measuredMemory"]) for m, s in status.items() if s.get("measuredMemory")}
+        return found if set(found) == set(MODELS) else None
+
+    sizes = wait_for(measured, timeout=30, interval=1, what="each model's memory measured at its load")
+    print(f"\nmeasured at their loads (bytes): {sizes}")
+    assert all(size >= 1 << 20 for size in sizes.values()), sizes  # at least its Python stub's MiBs
     clients = Clients(services).start()
     seen: set[str] = set()
     queues: list[float] = []

@@ -79,6 +79,7 @@ def test_the_agent_loads_the_assigned_model_then_swaps_it_for_another(
 
         assign(assignment, {"alpha": Wanted("va", 1)})
         body = wait_report(sidecar, lambda b: b["models"].get("alpha", {}).get("state") == "READY", "alpha")
+        assert isinstance(body["models"]["alpha"].pop("memory"), int)  # a CPU model: measured at its load
         assert parse_report(body) == parse_report(
             {"models": {"alpha": {"state": "READY", "version": "va", "attempt": 1, "error": ""}}}
         )
@@ -94,6 +95,7 @@ def test_the_agent_loads_the_assigned_model_then_swaps_it_for_another(
         assign(assignment, {"beta": Wanted("vb", 1)})
         body = wait_report(sidecar, lambda b: set(b["models"]) == {"beta"}, "beta alone")
         body = wait_report(sidecar, lambda b: b["models"]["beta"]["state"] == "READY", "beta READY")
+        assert isinstance(body["models"]["beta"].pop("memory"), int)
         assert body["models"]["beta"] == {"state": "READY", "version": "vb", "attempt": 1, "error": ""}
         states = index(server)
         assert states[("beta", "1")] == "READY" and states.get(("alpha", "1")) != "READY", states
@@ -104,6 +106,58 @@ def test_the_agent_loads_the_assigned_model_then_swaps_it_for_another(
         assert not client.failures and set(client.answers) == {301.0}, client.failures
         assert pod.inits() == ["alpha 1", "beta 1"]
         assert sidecar.is_ready()
+    finally:
+        server.stop()
+
+
+HOLD_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+HOLD_MIB = {hold}
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.held = b"\\x01" * (HOLD_MIB << 20)  # written bytes: resident, not lazily mapped zeros
+
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x.astype(np.float32))]))
+        return out
+"""
+MiB = 1 << 20
+
+
+def test_the_agent_measures_the_memory_a_cpu_model_takes_at_its_load(
+    pod: Pod, triton_install: TritonInstall, sidecars: list[Sidecar]
+) -> None:
+    """Two Python models on the CPU, one holding nothing and one holding 200 MiB once initialized, loaded
+    one after the other by the agent: each is reported with the memory its load took (tritonserver's
+    growth across it plus its stub's RSS), the large one at least its 200 MiB, and 200 MiB more than
+    the other within a tolerance (what the Python interpreter and tritonserver take varies)."""
+    pod.put("a_small/1/model.py", HOLD_PY.format(hold=0).encode())
+    pod.put("b_big/1/model.py", HOLD_PY.format(hold=200).encode())
+    r1 = pod.revision("r1", {"a_small": config(pod.init_log), "b_big": config(pod.init_log)})
+    pod.set_base(r1)
+    assignment = pod.root / "assignment"
+    server = start_server(triton_install, pod.models, [], pod.root / "tritonserver.log")
+    try:
+        sidecar = Sidecar(pod, server.http_url, extra=("--pool-assignment", str(assignment)))
+        sidecars.append(sidecar)
+        assign(assignment, {"a_small": Wanted("v1", 1), "b_big": Wanted("v1", 1)})
+        body = wait_report(
+            sidecar,
+            lambda b: all(b["models"].get(m, {}).get("state") == "READY" for m in ("a_small", "b_big")),
+            "both READY",
+        )
+        copies = parse_report(body)
+        small, big = copies["a_small"].memory, copies["b_big"].memory
+        assert small is not None and big is not None, body
+        assert big >= 200 * MiB, (small, big)
+        assert 170 * MiB <= big - small <= 240 * MiB, (small, big)
     finally:
         server.stop()
 

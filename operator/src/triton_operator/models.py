@@ -165,8 +165,10 @@ class ModelSpec(_Model):
     memory: Annotated[Quantity, AfterValidator(_positive_bytes)] | None = Field(
         None,
         description="Memory one copy of the model holds once loaded (GPU or host, whichever it runs on), "
-        "e.g. 100Mi; under spec.pool it is required and placement packs by it, until the memory measured "
-        "at its first load (status.pool.models[].measuredMemory) takes its place.",
+        "e.g. 100Mi; under spec.pool it is required and placement packs by the larger of it and the memory "
+        "measured at its load (status.pool.models[].measuredMemory): a model larger than declared never "
+        "overfills a pod, and one measured smaller keeps the room declared (serving may take more than "
+        "loading did).",
     )
     min_copies: int | None = Field(
         None,
@@ -977,10 +979,14 @@ class PoolModelStatus(_Model):
     wanted_copies: int = Field(0, description="How many its load asks for, within minCopies and maxCopies.")
     memory: str | None = Field(None, description="The memory placement counts for one copy.")
     measured_memory: str | None = Field(
-        None, description="The memory measured at its first load; used from then on instead of the declared."
+        None,
+        description="The host memory its load took, as the pods' agents measured it (models whose every "
+        "instance runs on the CPU; the largest READY copy's, rounded up to a MiB, changed only when a new "
+        "measurement differs by more than a tenth); placement counts the larger of it and the declared.",
     )
     reason: str = Field(
-        "", description="Why it has no more copies: Wanted, MaxCopies, BudgetFull, TooFewPods."
+        "",
+        description="Why it has no more copies: Wanted, MaxCopies, BudgetFull, TooFewPods, LargerThanPod.",
     )
     message: str = ""
     ready_copies: int | None = Field(

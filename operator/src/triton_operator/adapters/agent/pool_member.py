@@ -10,6 +10,7 @@ from typing import Any
 
 from triton_operator.adapters.agent.files import read_text, remove_model_files
 from triton_operator.adapters.agent.model_control import LoadFailed, TritonUnreachable
+from triton_operator.adapters.agent.processes import model_memory
 from triton_operator.adapters.agent.runner import (
     GOING,
     REPAIR_SECONDS,
@@ -25,6 +26,7 @@ from triton_operator.core.pool.assignment import (
     PodAssignment,
     build_report,
     parse_assignment,
+    runs_on_cpu,
 )
 from triton_operator.core.pool.labels import READY, model_label_key
 from triton_operator.core.vocabulary.triton_state import VERSION_READY
@@ -45,6 +47,8 @@ class _Held:
     error: str = ""
     ready_version: str = ""
     revision: str | None = None
+    memory: int | None = None
+    """The host memory its last successful load took (bytes; None: not measured)."""
 
 
 class PoolMember:
@@ -152,7 +156,10 @@ class PoolMember:
             return
         held = self.held.get(model)
         ready_version = held.ready_version if held is not None else ""
-        self.held[model] = entry = _Held(version, attempt, ready_version=ready_version, revision=revision)
+        memory = held.memory if held is not None else None
+        self.held[model] = entry = _Held(
+            version, attempt, ready_version=ready_version, revision=revision, memory=memory
+        )
         self.acting = model
         try:
             if model not in files.configs:
@@ -167,15 +174,27 @@ class PoolMember:
                 files.revision,
             )
             self.agent._sync(files, None, manifest=model_part(files.manifest, model))
+            measuring = runs_on_cpu(files.configs[model])
+            before = self._memory(model) if measuring else None
             self.agent.options.triton.load(model)
         except (LoadFailed, TritonUnreachable, *SYNC_FAILURES) as exc:
             entry.error = failure_text(exc)
             logger.error("pool: model %s (version %s, attempt %d): %s", model, version, attempt, entry.error)
         else:
+            after = self._memory(model) if before is not None else None
+            if before is not None and after is not None:
+                # Loads are one at a time (this loop): tritonserver's growth across this one, and the
+                # stubs its instances run in, are this model's memory.
+                entry.memory = max(0, after[0] - before[0]) + after[1]
+                logger.info("pool: model %s took %d bytes at its load", model, entry.memory)
             entry.ready_version = version
             self.states[model] = VERSION_READY  # Triton's load answered: READY until the next reading
         finally:
             self.acting = ""
+
+    def _memory(self, model: str) -> tuple[int, int] | None:
+        """tritonserver's resident memory and that of ``model``'s Python stubs (None: not visible)."""
+        return model_memory(self.agent.options.dest, model, self.agent.options.proc)
 
     def _unload(self, model: str) -> None:
         logger.info("pool: unloading model %s (no longer assigned)", model)
@@ -218,15 +237,17 @@ class PoolMember:
     # -------------------------------------------------------- what it serves
 
     def report(self) -> dict[str, Any]:
-        """GET /v1/pool: each held model's Triton state, version, last attempt and its error
-        (core.pool.assignment.build_report)."""
+        """GET /v1/pool: each held model's Triton state, version, last attempt and its error, and the
+        memory its last load took where measured (core.pool.assignment.build_report)."""
         copies = {}
         for model, held in list(self.held.items()):
             state = LOADING if model == self.acting else self.states.get(model, UNAVAILABLE)
             if state not in (VERSION_READY, LOADING):
                 state = UNAVAILABLE
             version = held.ready_version if state == VERSION_READY and held.ready_version else held.version
-            copies[model] = Copy(state=state, version=version, attempt=held.attempt, error=held.error)
+            copies[model] = Copy(
+                state=state, version=version, attempt=held.attempt, error=held.error, memory=held.memory
+            )
         return build_report(copies)
 
     def ready(self) -> Readiness:

@@ -12,9 +12,9 @@ SERVER = b"tritonserver"
 REPOSITORY_FLAGS = ("--model-repository", "--model-store")
 
 
-def _processes(proc: Path) -> list[list[bytes]]:
-    """Each live process's argv; a zombie or one gone while read is left out."""
-    out: list[list[bytes]] = []
+def _listed(proc: Path) -> list[tuple[Path, list[bytes]]]:
+    """Each live process's /proc folder and argv; a zombie or one gone while read is left out."""
+    out: list[tuple[Path, list[bytes]]] = []
     try:
         entries = list(proc.iterdir())
     except OSError:
@@ -29,8 +29,47 @@ def _processes(proc: Path) -> list[list[bytes]]:
             continue
         if stat.rpartition(")")[2].split()[:1] in (["Z"], ["X"]):
             continue
-        out.append(argv)
+        out.append((entry, argv))
     return out
+
+
+def _processes(proc: Path) -> list[list[bytes]]:
+    """Each live process's argv; a zombie or one gone while read is left out."""
+    return [argv for _, argv in _listed(proc)]
+
+
+def _rss(entry: Path) -> int | None:
+    """A process's resident memory in bytes (VmRSS of /proc/<pid>/status, readable across the pod's
+    containers); None when it is gone or says none."""
+    try:
+        lines = (entry / "status").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("VmRSS:"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                return int(parts[1]) * 1024  # "VmRSS:  1234 kB"
+    return None
+
+
+def model_memory(models_dir: Path, model: str, proc: Path = Path("/proc")) -> tuple[int, int] | None:
+    """The resident memory of the tritonserver serving ``models_dir``, and that of ``model``'s Python
+    backend stubs (the processes its instances run in; 0 for another backend), in bytes. None when no
+    such tritonserver is visible (a pod that does not share its process namespace): nothing measured."""
+    want = str(models_dir).rstrip("/")
+    prefix = want + "/"
+    server: int | None = None
+    stubs = 0
+    for entry, argv in _listed(proc):
+        repo = repository_of(argv)
+        if repo is not None and repo.rstrip("/") == want:
+            server = (server or 0) + (_rss(entry) or 0)
+        elif len(argv) >= 2 and argv[0].endswith(STUB):
+            path = argv[1].decode(errors="replace")
+            if path.startswith(prefix) and path[len(prefix) :].split("/", 1)[0] == model:
+                stubs += _rss(entry) or 0
+    return None if server is None else (server, stubs)
 
 
 def repository_of(argv: list[bytes]) -> str | None:

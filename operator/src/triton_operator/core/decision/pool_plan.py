@@ -43,11 +43,11 @@ from triton_operator.core.pool.copies import (
     fit_pool,
     used_at,
 )
-from triton_operator.core.pool.explain import LoadShown, measured_memory, pool_status
+from triton_operator.core.pool.explain import LoadShown, measured_memory, pool_status, update_measured
 from triton_operator.core.pool.labels import READY, model_label_key
 from triton_operator.core.pool.members import most_pods, pool_budget, pool_models, thresholds
 from triton_operator.core.pool.moves import PodState, plan_moves
-from triton_operator.core.pool.placement import PoolPod, place
+from triton_operator.core.pool.placement import LARGER_THAN_POD, Placement, PoolPod, place
 from triton_operator.core.repository.manifest import ManifestEntry, ManifestError, manifest_from_json
 from triton_operator.core.rollout.clock import format_time, parse_time
 from triton_operator.core.rollout.hostpods import APPLIED, APPLYING, FAILED, AgentStatus
@@ -436,7 +436,7 @@ def pool_copies(
         if name in limits and figure.requests > 0:
             last_used[name] = used_at(now)
     budget = pool_budget(ts.spec)
-    measured = measured_memory(recorded)
+    measured = _measured(ts, recorded, reports)
     models = pool_models(ts.spec, measured, wanted=decided.wanted, last_used=last_used)
     most = most_pods(ts.spec)
     size = fit_pool(models, budget, most)
@@ -472,6 +472,23 @@ def _shown(
             last_used=_stamp(last_used.get(name)),
         )
     return shown
+
+
+def _measured(
+    ts: TritonService, recorded: PoolStatus | None, reports: Mapping[str, Mapping[str, Copy]]
+) -> dict[str, int]:
+    """Each model's measured memory: status.pool's, updated from what the agents measured at its loads."""
+    return update_measured(measured_memory(recorded), reports, [m.name for m in ts.spec.models])
+
+
+def _too_large(placed: Placement, recorded: PoolStatus | None) -> tuple[RolloutEvent, ...]:
+    """A Warning per model that became larger than a pod (measured so) since status.pool said last."""
+    before = {m.name: m.reason for m in recorded.models} if recorded is not None else {}
+    return tuple(
+        RolloutEvent(cond.WARNING, cond.POOL_MODEL_TOO_LARGE, f"model {m.name}: {m.message}")
+        for m in placed.models.values()
+        if m.reason == LARGER_THAN_POD and before.get(m.name) != LARGER_THAN_POD
+    )
 
 
 def _placing(live: Sequence[Mapping[str, Any]], target: str | None) -> Sequence[Mapping[str, Any]]:
@@ -521,7 +538,7 @@ def decide_pool(
     ]
     budget = pool_budget(ts.spec)
     recorded = _recorded(previous)
-    measured = measured_memory(recorded)
+    measured = _measured(ts, recorded, reports)
     models = pool_models(
         ts.spec,
         measured,
@@ -550,8 +567,16 @@ def decide_pool(
         )
     current = {pod: tuple(s.assignment.models) for pod, s in states.items()}
     placing = _placing(live, target)
+    # A copy of a model larger than a pod is placed nowhere, but stays where it is loaded while it is
+    # the model's last: the memory it holds there is given to no other model.
+    oversize = {m.name: m.memory for m in models if m.memory > budget}
     pool_pods = [
-        PoolPod(str((p.get("metadata") or {}).get("name")), (p.get("spec") or {}).get("nodeName"), budget)
+        PoolPod(
+            name := str((p.get("metadata") or {}).get("name")),
+            (p.get("spec") or {}).get("nodeName"),
+            budget,
+            reserved=sum(oversize.get(m, 0) for m in current.get(name, ())),
+        )
         for p in placing
     ]
     placed = place(pool_pods, models, {pod: current[pod] for pod in (p.name for p in pool_pods)})
@@ -581,6 +606,7 @@ def decide_pool(
             for p in f.pods
         )
     )
+    events += _too_large(placed, recorded)
     by_name = {str((p.get("metadata") or {}).get("name")): p for p in live}
     patches: list[PodPatch] = []
     ready: dict[str, int] = {}

@@ -18,16 +18,20 @@ The agent reports each model it holds, loads or failed to load (GET :8009/v1/poo
 ``parse_report`` reads it:
 
     {"models": {"<model>": {"state": "READY|LOADING|UNAVAILABLE", "version": "<version>",
-                            "attempt": <n>, "error": "<why attempt n failed, else empty>"}, ...}}
+                            "attempt": <n>, "error": "<why attempt n failed, else empty>",
+                            "memory": <bytes measured at its load, absent when not measured>}, ...}}
 
 ``state`` and ``version`` are what Triton's repository index says (the version READY, or the one
 loading or unavailable); a failed reload of a model that was READY leaves it READY at its old version
-(Triton keeps serving it) with ``error`` set for the attempt.
+(Triton keeps serving it) with ``error`` set for the attempt. ``memory`` is the host memory the model
+took at its load (``runs_on_cpu``: only for a model whose every instance runs on the CPU; the agent
+loads one model at a time, so the growth it sees is that model's).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +85,19 @@ class Copy:
     version: str
     attempt: int = 1
     error: str = ""
+    memory: int | None = None
+    """Bytes the copy took at its load, as the agent measured them (None: not measured)."""
+
+
+_KIND = re.compile(r"^\s*kind:\s*(\w+)\s*$", re.MULTILINE)
+
+
+def runs_on_cpu(config_pbtxt: str) -> bool:
+    """Whether a rendered config.pbtxt puts every instance on the CPU (each instance_group's kind is
+    KIND_CPU, and it has one): only then does the host memory a load takes measure the model's memory
+    (a GPU model's is on its device, which the agent does not measure)."""
+    kinds = _KIND.findall(config_pbtxt)
+    return bool(kinds) and all(kind == "KIND_CPU" for kind in kinds)
 
 
 def build_assignment(assignment: PodAssignment) -> str:
@@ -179,6 +196,7 @@ def build_report(copies: Mapping[str, Copy]) -> dict[str, Any]:
     return {
         "models": {
             m: {"state": c.state, "version": c.version, "attempt": c.attempt, "error": c.error}
+            | ({"memory": c.memory} if c.memory is not None else {})
             for m, c in copies.items()
         }
     }
@@ -192,10 +210,14 @@ def parse_report(payload: Any) -> dict[str, Copy]:
     for name, value in models.items():
         at = f"{where}: models.{name}"
         entry = _object(value, at)
+        memory = None if entry.get("memory") is None else _field(entry, "memory", int, at)
+        if memory is not None and memory < 0:
+            raise AssignmentError(f"{at}.memory: must be 0 or more, not {memory}")
         copies[str(name)] = Copy(
             state=_field(entry, "state", str, at),
             version=_field(entry, "version", str, at),
             attempt=_attempt(entry, at),
             error=str(entry.get("error") or ""),
+            memory=memory,
         )
     return copies

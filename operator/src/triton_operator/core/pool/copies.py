@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 
-from triton_operator.core.pool.placement import PoolModel, pods_needed
+from triton_operator.core.pool.placement import PoolModel, placeable, pods_needed
 
 ADD = "Busy"
 """A copy is added: busy for scaleUpStabilizationSeconds."""
@@ -223,8 +223,9 @@ def fit_pool(models: Sequence[PoolModel], budget: int, most_pods: int) -> PoolSi
     """The pool's size for these models' wanted copies (what the sum needs), at most ``most_pods``. When
     memory is short, copies beyond a model's least are taken back one at a time, from the least recently
     used model first (``last_used``; never used counts as oldest), until the rest fit. Least copies are
-    never taken back: when they alone need more pods, the size says so."""
-    current = list(models)
+    never taken back: when they alone need more pods, the size says so. A model larger than a pod
+    (measured so) counts for no pod: it is never placed."""
+    current = placeable(models, budget)
     trimmed: list[str] = []
     while pods_needed(current, budget) > most_pods:
         spare = [m for m in current if m.target > m.min_copies]
@@ -236,4 +237,5 @@ def fit_pool(models: Sequence[PoolModel], budget: int, most_pods: int) -> PoolSi
         )
         trimmed.append(victim.name)
         current = [replace(m, wanted=m.target - 1) if m is victim else m for m in current]
-    return PoolSize(pods_needed(current, budget), {m.name: m.target for m in current}, tuple(trimmed))
+    wanted = {m.name: m.target for m in models} | {m.name: m.target for m in current}
+    return PoolSize(pods_needed(current, budget), wanted, tuple(trimmed))

@@ -6,7 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from triton_operator.core.pool.assignment import Copy
 from triton_operator.core.pool.placement import Placement, PoolModel
+from triton_operator.core.vocabulary.triton_state import VERSION_READY
 from triton_operator.models import Endpoints, PoolModelStatus, PoolStatus
 from triton_operator.quantities import quantity_bytes
 
@@ -32,6 +34,35 @@ def measured_memory(status: PoolStatus | None) -> dict[str, int]:
             except ValueError:
                 continue
     return found
+
+
+MIB = 1 << 20
+MEASURED_CHANGE = 0.1
+"""How much a new measurement must differ from the kept one (a fraction of it) to replace it."""
+
+
+def update_measured(
+    kept: Mapping[str, int],
+    reports: Mapping[str, Mapping[str, Copy]],
+    models: Sequence[str],
+) -> dict[str, int]:
+    """Each model's measured memory after the agents' latest reports: the largest figure a READY copy of
+    it reports, rounded up to a MiB; it replaces the kept one only when the two differ by more than
+    MEASURED_CHANGE of the kept one (status.pool does not churn with each load's noise); a model no
+    agent measured keeps its figure. Only the ``models`` given (the spec's) are kept."""
+    seen: dict[str, int] = {}
+    for copies in reports.values():
+        for model, copy in copies.items():
+            if copy.memory is not None and copy.state == VERSION_READY:
+                seen[model] = max(seen.get(model, 0), -(-copy.memory // MIB) * MIB)
+    out: dict[str, int] = {}
+    for model in models:
+        old, new = kept.get(model), seen.get(model)
+        if new is not None and (old is None or abs(new - old) > old * MEASURED_CHANGE):
+            out[model] = new
+        elif old is not None:
+            out[model] = old
+    return out
 
 
 @dataclass(frozen=True)

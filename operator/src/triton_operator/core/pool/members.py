@@ -1,4 +1,4 @@
-"""The pool's models as placement sees them: memory (measured, else declared), least and most copies."""
+"""The pool's models as placement sees them: memory (declared or measured: the larger), copies."""
 
 from __future__ import annotations
 
@@ -46,17 +46,20 @@ def pool_models(
     wanted: Mapping[str, int] | None = None,
     last_used: Mapping[str, float] | None = None,
 ) -> list[PoolModel]:
-    """spec.models as PoolModels: one copy's memory is the measured figure where one is known (``measured``,
-    from status.pool.models[].measuredMemory), else the declared spec.models[].memory; wanted copies
-    default to the least. A model without either figure raises ValueError (validation refuses it first)."""
+    """spec.models as PoolModels: one copy's memory is the larger of the declared spec.models[].memory and
+    the figure measured at its load (``measured``, from status.pool.models[].measuredMemory): a model
+    measured larger than declared never overfills a pod, and one measured smaller keeps the room its
+    owner declared (what it takes serving may exceed what its load took). Wanted copies default to the
+    least. A model without either figure raises ValueError (validation refuses it first)."""
     measured, wanted, last_used = measured or {}, wanted or {}, last_used or {}
     out = []
     for index, model in enumerate(spec.models):
-        memory = measured.get(model.name)
-        if memory is None:
-            if model.memory is None:
-                raise ValueError(f"spec.models[{index}].memory: is required under spec.pool")
-            memory = quantity_bytes(model.memory)
+        figures = [measured[model.name]] if model.name in measured else []
+        if model.memory is not None:
+            figures.append(quantity_bytes(model.memory))
+        if not figures:
+            raise ValueError(f"spec.models[{index}].memory: is required under spec.pool")
+        memory = max(figures)
         least = model.min_copies if model.min_copies is not None else 1
         out.append(
             PoolModel(

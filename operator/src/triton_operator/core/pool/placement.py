@@ -13,15 +13,25 @@ TOO_FEW_PODS = "TooFewPods"
 """It would have more copies, but every pod already holds one (copies go on distinct pods)."""
 BUDGET_FULL = "BudgetFull"
 """It would have more copies, but no pod without it has the memory left."""
+LARGER_THAN_POD = "LargerThanPod"
+"""One copy needs more memory than a pod's whole budget (measured larger than declared): never placed."""
 
 
 @dataclass(frozen=True)
 class PoolPod:
-    """One pod of the pool: its name, the node it runs on (None: not scheduled yet) and its memory budget."""
+    """One pod of the pool: its name, the node it runs on (None: not scheduled yet) and its memory budget;
+    ``reserved``: memory it holds outside placement (a copy of a model larger than a pod, which stays
+    on its routes until it goes), not given to other models."""
 
     name: str
     node: str | None
     budget: int
+    reserved: int = 0
+
+    @property
+    def room(self) -> int:
+        """The memory placement may give to models on it."""
+        return max(0, self.budget - self.reserved)
 
 
 @dataclass(frozen=True)
@@ -83,7 +93,7 @@ class _Bins:
         self.pods = {p.name: p for p in pods}
         self.models = models
         self.held: dict[str, set[str]] = {p.name: set() for p in pods}
-        self.free: dict[str, int] = {p.name: p.budget for p in pods}
+        self.free: dict[str, int] = {p.name: p.room for p in pods}
         self.where: dict[str, set[str]] = {name: set() for name in models}
 
     def node(self, pod: str) -> str:
@@ -130,7 +140,8 @@ def _keep(bins: _Bins, current: Mapping[str, Sequence[str]]) -> None:
         if pod not in bins.held:
             continue
         for model in sorted(set(current[pod])):
-            if model in bins.models:
+            # A model larger than a pod is kept nowhere (its memory there is the pod's ``reserved``).
+            if model in bins.models and bins.models[model].memory <= bins.pods[pod].budget:
                 bins.add(pod, model)
     # Copies beyond a model's target go: first from the nodes holding most of its copies, then from the
     # fullest pods.
@@ -154,7 +165,7 @@ def _make_room(bins: _Bins, model: str) -> str | None:
     recently used first; None when no pod can be freed that way (nothing is unloaded then)."""
     memory = bins.models[model].memory
     for pod in sorted(bins.held, key=lambda p: (-bins.free[p], p)):
-        if model in bins.held[pod] or bins.pods[pod].budget < memory:
+        if model in bins.held[pod] or bins.pods[pod].room < memory:
             continue
         spare = sorted(
             (m for m in bins.held[pod] if len(bins.where[m]) > bins.models[m].min_copies),
@@ -201,7 +212,15 @@ def _fill(bins: _Bins, order: Sequence[PoolModel]) -> None:
 def _explain(bins: _Bins, model: PoolModel) -> ModelPlacement:
     pods = tuple(sorted(bins.where[model.name]))
     copies, target = len(pods), model.target
-    if copies >= target:
+    largest = max((p.budget for p in bins.pods.values()), default=0)
+    if bins.pods and model.memory > largest:
+        reason = LARGER_THAN_POD
+        message = (
+            f"one copy needs {model.memory} bytes (the larger of its declared memory and the memory"
+            f" measured at its load), more than a pod's {largest}: it cannot be placed; raise"
+            " spec.pool.memoryPerPod or lower the model's memory"
+        )
+    elif copies >= target:
         if model.max_copies is not None and copies >= model.max_copies and model.wanted > model.max_copies:
             reason, message = MAX_COPIES, f"{copies} copies, its maxCopies; its load asks for {model.wanted}"
         else:
@@ -255,10 +274,16 @@ def place(
     )
 
 
+def placeable(models: Sequence[PoolModel], budget: int) -> list[PoolModel]:
+    """The models one copy of which fits a pod of ``budget`` bytes (the others are never placed: their
+    status says LARGER_THAN_POD)."""
+    return [m for m in models if m.memory <= budget]
+
+
 def pods_needed(models: Sequence[PoolModel], budget: int) -> int:
     """The fewest pods of ``budget`` bytes on which ``place`` puts every model's target copies (each copy
     on a pod of its own), searched from the lower bound (the memory of all copies, the most copies of one
-    model) up. Raises ValueError when a model is larger than the budget."""
+    model) up. Raises ValueError when a model is larger than the budget (``placeable`` leaves those out)."""
     for model in models:
         if model.memory > budget:
             raise ValueError(f"model {model.name!r} needs {model.memory} bytes, more than a pod's {budget}")

@@ -73,6 +73,7 @@ ANALYSIS_PASSED = "AnalysisPassed"  # a window's analysis passed and the canary'
 STABLE_REVISION_MISSING = "StableRevisionMissing"  # the stable revision's Deployment is gone (also an Event)
 IN_PLACE_LOAD_FAILED = "InPlaceLoadFailed"  # a pod's agent could not load the new models (abort reason)
 POOL_LOAD_FAILED = "PoolLoadFailed"  # a pool pod's agent could not load a model placed on it (an Event)
+POOL_MODEL_TOO_LARGE = "PoolModelLargerThanPod"  # a pooled model was measured larger than a pod (an Event)
 IN_PLACE_POD_LOST = "InPlacePodLost"  # a pod being updated in place went away (abort reason)
 # RepositoryReady
 MANIFEST_PINNED = "ManifestPinned"  # the repository's object versions are pinned in a manifest

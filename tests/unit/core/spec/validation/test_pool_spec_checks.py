@@ -99,7 +99,7 @@ def test_the_idle_rate_must_be_a_number() -> None:
     assert parsed is not None
 
 
-def test_a_measured_memory_replaces_the_declared_one() -> None:
+def test_placement_counts_the_larger_of_the_declared_and_the_measured_memory() -> None:
     spec = TritonServiceSpec.model_validate(
         _spec(
             [
@@ -112,6 +112,8 @@ def test_a_measured_memory_replaces_the_declared_one() -> None:
     models = {m.name: m for m in pool_models(spec, measured={"a": 300 * 1024 * 1024}, wanted={"b": 5})}
     assert (models["a"].memory, models["a"].min_copies, models["a"].target) == (300 * 1024 * 1024, 2, 2)
     assert (models["b"].memory, models["b"].max_copies, models["b"].target) == (1024 * 1024, 3, 3)
+    smaller = {m.name: m for m in pool_models(spec, measured={"a": 50 * 1024 * 1024})}
+    assert smaller["a"].memory == 100 * 1024 * 1024  # measured smaller: the declared room is kept
 
 
 def test_the_scaling_thresholds_come_from_spec_pool_scaling() -> None:
