@@ -87,10 +87,13 @@ def _closed_before_answer(exc: BaseException) -> bool:
     timed out connection."""
     if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
         return True
-    from geventhttpclient.response import HTTPConnectionClosed  # noqa: PLC0415 - only over HTTP
-
-    if isinstance(exc, HTTPConnectionClosed):
-        return True
+    try:
+        from geventhttpclient.response import HTTPConnectionClosed  # noqa: PLC0415 - tritonclient's HTTP client
+    except ImportError:
+        pass
+    else:
+        if isinstance(exc, HTTPConnectionClosed):
+            return True
     try:
         import aiohttp  # noqa: PLC0415 - tritonclient's asyncio HTTP client
     except ImportError:
