@@ -458,6 +458,23 @@ class RealSize(Session):
             return list(wait(probe, 30, "status.timeToServe"))
         return []
 
+    def recorded_in_place_entry(self, name: str, old_revision: str | None) -> list[dict[str, Any]]:
+        """status.timeToServe of the revision served in place (status.servedRevision, once it is not
+        ``old_revision``): the operator's record of its first pod's agent ([] when none within 30 s: an
+        operator that records none, as before it did)."""
+
+        def probe() -> list[dict[str, Any]] | None:
+            status = self.status(name)
+            served = status.get("servedRevision")
+            if not served or served == old_revision:
+                return None
+            entries = [e for e in status.get("timeToServe") or [] if e.get("revision") == served]
+            return entries or None
+
+        with contextlib.suppress(TimeoutError):
+            return list(wait(probe, 30, "status.timeToServe of the revision served in place"))
+        return []
+
     def weights_check(self, pod: str, version: int) -> float | None:
         """Seconds the pod's encoder took to read and check its shards (its own log line)."""
         marker = f"realrepo: {CHANGED} version {version}: checked "
@@ -590,12 +607,18 @@ class RealSize(Session):
         case.cache_hit_bytes = self.hit_bytes() - hits
         case.pods = 0
         case.in_place_metrics = self.recorded_in_place(before, len(pods))
+        case.served = self.recorded_in_place_entry(name, old_revision)
+        case.recorded = [
+            f"revision {e['revision']} in place (in the pods of {e.get('host')}), pod {e['pod']}: "
+            f"{describe_phases(e)}"
+            for e in case.served
+        ] or ["(no status.timeToServe entry for the revision served in place within 30 s)"]
         applied_at: list[float] = []
         starts: list[float] = []
         for p in pods:
-            applied = agent_applied(p.status.podIP, old_revision)
-            case.store_bytes.append(int(applied["fetchedBytes"]))
-            marks = in_place_marks(applied.get("inPlace"), wall0)
+            agent = agent_applied(p.status.podIP, old_revision)
+            case.store_bytes.append(int(agent["fetchedBytes"]))
+            marks = in_place_marks(agent.get("inPlace"), wall0)
             if marks:
                 case.timeline.append((str(p.metadata.name), marks))
             times = agent_times(self.logs(p.metadata.name, AGENT_CONTAINER))
