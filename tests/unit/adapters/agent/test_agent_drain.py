@@ -118,6 +118,8 @@ def test_out_of_the_service_then_unloads_then_loads_then_back(tmp_path: Path) ->
     assert triton.calls.index("unload adder") < triton.calls.index("index") < triton.calls.index("load adder")
     assert triton.readiness_at_calls == [False, False]  # out of the Service at every call
     assert agent.status()["state"] == "Applied" and agent.status()["revision"] == "r2"
+    # Back at once: the probe's answer is checked when the change is applied, not at the next round.
+    assert agent.ready().ready and agent.ready().revision == "r2"
     assert agent.check().ready and agent.ready().revision == "r2"
 
 

@@ -308,6 +308,9 @@ class Agent:
         self._write(record.done(now()))
         self._synced = None
         logger.info("applied revision %s (%s fetched)", target.revision, human(record.fetched_bytes))
+        # Readiness checked now rather than at the checker's next round (up to MODELS_SECONDS later):
+        # the kubelet's next probe finds the pod back, and the next batch of pods can go sooner.
+        self.check()
 
     def _starting(self) -> bool:
         """Whether tritonserver is running over /models but does not answer yet: it is loading what
