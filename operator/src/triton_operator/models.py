@@ -906,9 +906,9 @@ class StartPhases(_Model):
     )
     drain: float | None = Field(
         None,
-        description="In place only: the last byte in -> the pod out of its Service (readiness false, the "
-        "kubelet's probe failed, spec.drainSeconds), before any model is unloaded or loaded; 0 when the "
-        "change reloads in the Service.",
+        description="In place only: the last byte in -> the pod out of its Service: what is left of the wait "
+        "for the kubelet's probe to fail and spec.drainSeconds (counted from the change's start) before "
+        "any model is unloaded or loaded; 0 when the fetch took longer.",
     )
     tritonserver_start: float | None = Field(
         None,
