@@ -31,6 +31,7 @@ Needs the local cluster's real node (e2e/cluster.py up; started and stopped here
 
   .venv/bin/python bench/real_pods/realsize.py                                   # full size: ~2.6 GiB
   .venv/bin/python bench/real_pods/realsize.py --ref main                        # main first, then this tree
+  .venv/bin/python bench/real_pods/realsize.py --ref main --in-place-only        # cases 5-6 only
   .venv/bin/python bench/real_pods/realsize.py --big 8MiB --medium 4MiB --shard 2MiB --json out.json
 """
 
@@ -119,6 +120,8 @@ class Case:
     """In place: each pod's (fetch, load) seconds of the changed model, from its agent's log."""
     weights_check: list[float] = field(default_factory=list)
     """Each pod's model's own check of encoder's shards at load (its log line), seconds."""
+    timeline: list[tuple[str, dict[str, float]]] = field(default_factory=list)
+    """In place: each pod's agent's record of the change (its ``inPlace``), seconds after the apply."""
 
 
 @dataclass
@@ -455,6 +458,23 @@ class RealSize(Session):
             return list(wait(probe, 30, "status.timeToServe"))
         return []
 
+    def recorded_in_place_entry(self, name: str, old_revision: str | None) -> list[dict[str, Any]]:
+        """status.timeToServe of the revision served in place (status.servedRevision, once it is not
+        ``old_revision``): the operator's record of its first pod's agent ([] when none within 30 s: an
+        operator that records none, as before it did)."""
+
+        def probe() -> list[dict[str, Any]] | None:
+            status = self.status(name)
+            served = status.get("servedRevision")
+            if not served or served == old_revision:
+                return None
+            entries = [e for e in status.get("timeToServe") or [] if e.get("revision") == served]
+            return entries or None
+
+        with contextlib.suppress(TimeoutError):
+            return list(wait(probe, 30, "status.timeToServe of the revision served in place"))
+        return []
+
     def weights_check(self, pod: str, version: int) -> float | None:
         """Seconds the pod's encoder took to read and check its shards (its own log line)."""
         marker = f"realrepo: {CHANGED} version {version}: checked "
@@ -502,8 +522,13 @@ class RealSize(Session):
         return pods
 
     def run(self, cases: list[Case]) -> None:
+        if not self.args.in_place_only:
+            self.run_new_pods(cases)
+        self.run_in_place(cases)
+
+    def run_new_pods(self, cases: list[Case]) -> None:
+        """Cases 1-4: one TritonService with new pods."""
         replicas = self.args.replicas
-        # 1-4: one TritonService with new pods
         name = "newpods"
         case = Case("new service (cold node cache)")
         t0 = time.monotonic()
@@ -555,9 +580,12 @@ class RealSize(Session):
         say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
         self.gone(name)
 
-        # 5-6: a TritonService updated in place
+    def run_in_place(self, cases: list[Case]) -> None:
+        """Cases 5-6: a TritonService updated in place (the node warm only after cases 1-4)."""
+        replicas = self.args.replicas
         name = "inplace"
-        case = Case(f"new service, in place, {replicas} pods (warm node)")
+        warm = "cold node" if self.args.in_place_only else "warm node"
+        case = Case(f"new service, in place, {replicas} pods ({warm})")
         t0 = time.monotonic()
         self.apply(self.body(name, replicas, "InPlace", 1))
         host = self.cluster_ip(name)
@@ -579,10 +607,20 @@ class RealSize(Session):
         case.cache_hit_bytes = self.hit_bytes() - hits
         case.pods = 0
         case.in_place_metrics = self.recorded_in_place(before, len(pods))
+        case.served = self.recorded_in_place_entry(name, old_revision)
+        case.recorded = [
+            f"revision {e['revision']} in place (in the pods of {e.get('host')}), pod {e['pod']}: "
+            f"{describe_phases(e)}"
+            for e in case.served
+        ] or ["(no status.timeToServe entry for the revision served in place within 30 s)"]
         applied_at: list[float] = []
         starts: list[float] = []
         for p in pods:
-            case.store_bytes.append(int(agent_applied(p.status.podIP, old_revision)["fetchedBytes"]))
+            agent = agent_applied(p.status.podIP, old_revision)
+            case.store_bytes.append(int(agent["fetchedBytes"]))
+            marks = in_place_marks(agent.get("inPlace"), wall0)
+            if marks:
+                case.timeline.append((str(p.metadata.name), marks))
             times = agent_times(self.logs(p.metadata.name, AGENT_CONTAINER))
             if times is not None:
                 began, loading, applied = times
@@ -605,6 +643,29 @@ class RealSize(Session):
         cases.append(case)
         say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
         self.gone(name)
+
+
+IN_PLACE_MARKS = (
+    ("startedAt", "began"),
+    ("fetchedAt", "last byte"),
+    ("drainedAt", "out of the Service"),
+    ("loadedAt", "loaded"),
+)
+"""An agent's in-place record's moments, and their names in the timeline."""
+
+
+def in_place_marks(record: Any, wall0: float) -> dict[str, float]:
+    """Seconds from the apply (``wall0``, this machine's clock, the node's) to each moment of an agent's
+    ``inPlace`` record that it has; {} for anything else."""
+    if not isinstance(record, dict):
+        return {}
+    out: dict[str, float] = {}
+    for key, label in IN_PLACE_MARKS:
+        text = record.get(key)
+        if isinstance(text, str):
+            at = datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+            out[label] = at - wall0
+    return out
 
 
 def agent_times(log: str) -> tuple[float, float, float] | None:
@@ -746,6 +807,11 @@ def report_tree(cases: list[Case], session: RealSize | None, args: argparse.Name
                 )
                 + f"; {mib(c.in_place_metrics.get('fetched bytes', 0))} fetched (sum)"
             )
+    for c in cases:
+        if c.timeline:
+            print(f"\nEach pod's agent in {c.name} (its inPlace record), seconds after the apply:")
+            for pod, marks in sorted(c.timeline, key=lambda t: t[1].get("began", 0.0)):
+                print(f"- {pod}: " + ", ".join(f"{label} {at:.2f}" for label, at in marks.items()))
     lines = [(c.name, line) for c in cases for line in c.recorded]
     if lines:
         print(
@@ -795,6 +861,7 @@ def report_tree(cases: list[Case], session: RealSize | None, args: argparse.Name
                     "cacheHitBytes": c.cache_hit_bytes,
                     "phases": {k: round(v, 3) for k, v in c.phases.items()},
                     "fetchLoad": c.fetch_load,
+                    "timeline": c.timeline,
                     "recorded": c.recorded,
                     "timeToServe": c.served,
                     "operatorMetrics": c.metrics,
@@ -830,6 +897,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll", type=float, default=0.1, help="seconds between polls")
     ap.add_argument("--timeout", type=float, default=600, help="seconds a case may take")
     ap.add_argument("--json", type=Path, help="also write the figures here as JSON")
+    ap.add_argument(
+        "--in-place-only",
+        action="store_true",
+        help="only cases 5-6 (the in-place service and its new revision; its first pods on a cold node)",
+    )
     ap.add_argument(
         "--ref",
         metavar="REF",

@@ -578,8 +578,11 @@ def test_a_new_version_then_a_config_change_go_live_in_place_without_a_failed_re
         r2 = pod.revision("r2", {"adder": config(pod.init_log), "other": config(pod.init_log)})
         pod.publish(r1, r2)
         pod.target("r2")
-        # fetched while serving, then out of the Service before adder is touched
-        draining = sidecar.wait(lambda s: s["state"] == "Draining", "the pod to drain")
+        # out of the Service as the change begins, fetched meanwhile, then the rest of the drain
+        # (or, a fetch longer than it, the unload) before adder is touched
+        draining = sidecar.wait(
+            lambda s: s["state"] == "Draining" and "out of the Service" in s["message"], "the pod to drain"
+        )
         assert draining["revision"] == "r1" and "out of the Service" in draining["message"], draining
         assert (pod.models / "adder/2/model.py").read_bytes() == new_object  # fetched already
         code, why = sidecar.readiness()

@@ -582,6 +582,35 @@ def test_status_shows_each_serving_revisions_time_to_serve() -> None:
     assert "Time to serve" not in kp.render_status(ts(stableRevision="5d8f7c"), NOW)
 
 
+def test_status_shows_a_revision_loaded_in_place_with_its_host_and_its_drain() -> None:
+    host: dict[str, Any] = {
+        "revision": "5d8f7c",
+        "pod": "resnet-5d8f7c-7d9c8b6f5-x2x9k",
+        "readyAt": "2026-01-01T11:00:09Z",
+        "seconds": 19.0,
+        "phases": {"scheduling": 0, "imageAndSandbox": 1, "sync": 12, "tritonserverLoad": 6},
+    }
+    in_place = {
+        "revision": "3c3748",
+        "pod": "resnet-5d8f7c-7d9c8b6f5-x2x9k",
+        "host": "5d8f7c",
+        "readyAt": "2026-01-01T11:05:14Z",
+        "seconds": 11.1,
+        "phases": {"sync": 2.5, "drain": 5.7, "tritonserverLoad": 3},
+        "objects": 23,
+        "bytesFetched": 524288359,
+        "bytesPresent": 2150646173,
+    }
+    obj = ts(stableRevision="5d8f7c", servedRevision="3c3748", timeToServe=[host, in_place])
+    lines = kp.render_status(obj, NOW).splitlines()
+    at = lines.index("Time to serve (the revision's first Ready pod, created -> Ready):")
+    assert lines[at + 3 : at + 5] == [
+        "  3c3748 (in place, in the pods of 5d8f7c): 11.1 s: sync 2.5 s (500 MiB fetched, 2 GiB already "
+        "present), drain 5.7 s, tritonserver load 3 s",
+        "    pod resnet-5d8f7c-7d9c8b6f5-x2x9k, loaded it at 2026-01-01T11:05:14Z",
+    ]
+
+
 # ----------------------------------------------------------------- -o json|yaml|name
 
 

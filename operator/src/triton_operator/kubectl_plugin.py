@@ -320,9 +320,10 @@ def _served_block(status: Mapping[str, Any]) -> list[str]:
     roles = {status.get("stableRevision"): "stable", status.get("canaryRevision"): "canary"}
     lines = ["Time to serve (the revision's first Ready pod, created -> Ready):"]
     for e in entries:
-        role = roles.get(e.get("revision"))
+        role = f"in place, in the pods of {e['host']}" if e.get("host") else roles.get(e.get("revision"))
         lines.append(f"  {e.get('revision', '')}{f' ({role})' if role else ''}: {describe_phases(e)}")
-        lines.append(f"    pod {e.get('pod', '')}, Ready at {e.get('readyAt') or '?'}")
+        when = "loaded it at" if e.get("host") else "Ready at"
+        lines.append(f"    pod {e.get('pod', '')}, {when} {e.get('readyAt') or '?'}")
     return lines
 
 

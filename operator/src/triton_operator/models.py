@@ -906,6 +906,12 @@ class StartPhases(_Model):
         description="The sync init container, started -> finished: the download. One shape: the model "
         "agent started -> the revision's last byte in (the loads of the models fetched first overlap it).",
     )
+    drain: float | None = Field(
+        None,
+        description="In place only: the last byte in -> the pod out of its Service: what is left of the wait "
+        "for the kubelet's probe to fail and spec.drainSeconds (counted from the change's start) before "
+        "any model is unloaded or loaded; 0 when the fetch took longer.",
+    )
     tritonserver_start: float | None = Field(
         None,
         description="Sync finished -> tritonserver started: the tritonserver image, the container (none in "
@@ -914,18 +920,33 @@ class StartPhases(_Model):
     tritonserver_load: float | None = Field(
         None,
         description="tritonserver started (one shape: the last byte in) -> Ready: Triton loads the models "
-        "(one shape: those left after the last byte), then its probes pass.",
+        "(one shape: those left after the last byte), then its probes pass. In place: the drain's end -> "
+        "every changed model loaded (Triton's model control).",
     )
 
 
 class TimeToServe(_Model):
     """How long a revision's first Ready pod took from its creation to Ready, phase by phase, and what
-    its sync read from the store. Recorded once, when the operator first sees a pod of the revision Ready."""
+    its sync read from the store. Recorded once, when the operator first sees a pod of the revision Ready.
+    A revision loaded in place (``host`` set): its first pod's agent, from the moment it began the
+    revision until every changed model was loaded, in the in-place update's phases (sync, drain,
+    tritonserverLoad: those of triton_operator_in_place_update_seconds)."""
 
     revision: str
-    pod: str = Field(description="The pod measured: the revision's first Ready pod.")
-    ready_at: str | None = Field(None, description="When that pod became Ready.")
-    seconds: float | None = Field(None, description="Created -> Ready.")
+    pod: str = Field(
+        description="The pod measured: the revision's first Ready pod (in place: the first to load it)."
+    )
+    host: str | None = Field(
+        None,
+        description="In place: the revision whose pods loaded this one (absent: the revision's own pods).",
+    )
+    ready_at: str | None = Field(
+        None, description="When that pod became Ready (in place: when its agent had loaded the revision)."
+    )
+    seconds: float | None = Field(
+        None,
+        description="Created -> Ready (in place: the agent began the revision -> its models loaded).",
+    )
     phases: StartPhases = Field(default_factory=StartPhases)
     objects: int | None = Field(None, description="Objects of the pinned manifest the sync placed.")
     bytes_fetched: int | None = Field(

@@ -10,8 +10,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from triton_operator.adapters.agent.model_control import LoadFailed
 from triton_operator.adapters.agent.runner import Agent, AgentOptions
+from triton_operator.adapters.sync.results import SyncError
 from triton_operator.core.pod.agent_plan import RevisionFiles
 from triton_operator.core.repository.manifest import Manifest, ManifestModel, StoreRef, VersionPolicy
 from triton_operator.core.vocabulary.triton_state import ModelVersionState
@@ -108,13 +111,15 @@ def test_out_of_the_service_then_unloads_then_loads_then_back(tmp_path: Path) ->
     triton.calls.clear()
 
     go(agent, revision("r2", 10))
-    assert waits and 6.9 < waits[0] <= 7.0  # the drain, before anything was touched
+    assert waits and 0 < waits[0] <= 7.0  # the drain (from the fetch's start), before anything was touched
     touched = [c for c in triton.calls if c != "index"]
     assert touched == ["unload adder", "load adder"]
     # the index was read after the unload and before the load: the unload seen done
     assert triton.calls.index("unload adder") < triton.calls.index("index") < triton.calls.index("load adder")
     assert triton.readiness_at_calls == [False, False]  # out of the Service at every call
     assert agent.status()["state"] == "Applied" and agent.status()["revision"] == "r2"
+    # Back at once: the probe's answer is checked when the change is applied, not at the next round.
+    assert agent.ready().ready and agent.ready().revision == "r2"
     assert agent.check().ready and agent.ready().revision == "r2"
 
 
@@ -127,11 +132,12 @@ def test_a_failed_load_keeps_the_pod_out_until_the_old_revision_is_back(tmp_path
     assert agent.status()["state"] == "Failed"
     assert not agent.check().ready
     assert "r2 failed to load" in agent.ready().reason
-    assert len(waits) == 1
+    first = len(waits)
+    assert first <= 1  # (none when its fetch took longer than the drain: the drain ran during it)
 
     triton.fail = set()
     go(agent, revision("r1", 0))  # the rollback
-    assert len(waits) == 1  # out since the failure: no second wait
+    assert len(waits) == first  # out since the failure: no second wait
     assert agent.status()["state"] == "Applied" and agent.check().ready
     assert agent.ready().revision == "r1"
 
@@ -153,7 +159,52 @@ def test_a_pod_of_the_one_shape_drains_for_a_change_as_an_in_place_pod_does(tmp_
     triton.readiness_at_calls.clear()
 
     go(agent, revision("r2", 10))
-    assert waits and 6.9 < waits[0] <= 7.0  # the whole drain, before anything was touched
+    assert waits and 0 < waits[0] <= 7.0  # the drain (from the fetch's start), before anything was touched
     assert [c for c in triton.calls if c != "index"] == ["unload adder", "load adder"]
     assert triton.readiness_at_calls == [False, False]  # out of the Service at every call
     assert agent.check().ready and agent.ready().revision == "r2"
+
+
+def test_out_of_the_service_from_the_fetch_on_so_the_drain_runs_while_the_bytes_come_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Readiness goes false when the change begins, not once its last byte is in: the kubelet's probe
+    and drainSeconds run during the fetch, and only what is left of them is waited after it."""
+    triton, waits = FakeTriton(), list[float]()
+    agent_of(tmp_path, triton, waits).once()
+    agent = agent_of(tmp_path, triton, waits)  # waits recorded, not waited
+    seen: list[tuple[bool, str]] = []
+    sync = agent._sync
+
+    def slow_sync(target: RevisionFiles, progress: object, **kw: object) -> object:
+        agent.check()
+        seen.append((agent.ready().ready, agent.status()["state"]))
+        stats = sync(target, None)
+        time.sleep(1.0)  # the bytes coming in
+        return stats
+
+    monkeypatch.setattr(agent, "_sync", slow_sync)
+    go(agent, revision("r2", 10))
+    assert seen == [(False, "Draining")]  # out of the Service while it fetched
+    assert len(waits) == 1 and waits[0] <= 7.0 - 1.0  # only the rest of the drain after the fetch
+    assert [c for c in triton.calls if c.startswith(("load", "unload"))] == ["unload adder", "load adder"]
+    assert triton.readiness_at_calls == [False, False]
+    assert agent.status()["state"] == "Applied" and agent.check().ready and agent.ready().revision == "r2"
+
+
+def test_a_fetch_that_fails_puts_the_pod_back_in_the_service_serving_what_it_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    triton, waits = FakeTriton(), list[float]()
+    agent_of(tmp_path, triton, waits).once()
+    agent = agent_of(tmp_path, triton, waits)
+
+    def failing_sync(target: RevisionFiles, progress: object, **kw: object) -> object:
+        assert not agent.check().ready  # out while it fetched
+        raise SyncError("the store refused: 403")
+
+    monkeypatch.setattr(agent, "_sync", failing_sync)
+    go(agent, revision("r2", 10))
+    assert agent.status()["state"] == "Failed" and "403" in agent.status()["message"]
+    assert waits == [] and not [c for c in triton.calls if c.startswith(("load", "unload"))]
+    assert agent.check().ready and agent.ready().revision == "r1"  # back in, nothing was unloaded

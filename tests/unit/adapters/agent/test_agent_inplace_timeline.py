@@ -34,7 +34,8 @@ async def test_a_change_in_place_is_recorded_read_and_observed_once(tmp_path: Pa
     assert began <= record.started <= record.fetched <= record.drained <= record.loaded
     phases = in_place_phases(record)
     assert list(phases) == ["sync", "drain", "tritonserverLoad", "total"]
-    assert 0.29 <= phases["drain"] < 5  # the drain waited out, between the last byte and the loads
+    # The drain waited out from the fetch's start: what was left of it after the last byte, before the loads.
+    assert phases["sync"] + phases["drain"] >= 0.29 and phases["drain"] < 5
     assert abs(sum(phases[p] for p in ("sync", "drain", "tritonserverLoad")) - phases["total"]) < 0.01
     assert Agent(agent.options).status()["inPlace"] == agent.status()["inPlace"]  # kept over a restart
 

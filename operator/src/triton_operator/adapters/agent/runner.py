@@ -270,6 +270,11 @@ class Agent:
         if self.inplace_timeline is None or self.inplace_timeline.revision != target.revision:
             self._timeline(IN_PLACE, FillTimeline(target.revision, datetime.now(UTC)))
         if self._synced != target.revision:
+            kept = (self._serving, self._blocked, self._draining, self._out_since)
+            if steps.touches_triton:
+                # Out of the Service before the fetch: the kubelet's probe and drainSeconds run while
+                # the bytes come in, and only what is left of them after the last byte is waited.
+                self.leave(target)
             logger.info(
                 "applying revision %s over %s: fetch %d objects (%s), load %s, unload %s",
                 target.revision,
@@ -282,6 +287,8 @@ class Agent:
             try:
                 stats = self._sync(target, None)
             except SYNC_FAILURES as exc:
+                # Nothing was unloaded: the pod serves what it served, back in the Service.
+                self._serving, self._blocked, self._draining, self._out_since = kept
                 self._fail(record, failure_text(exc))
                 return
             record = record.fetched(stats.downloaded_bytes)
@@ -301,6 +308,9 @@ class Agent:
         self._write(record.done(now()))
         self._synced = None
         logger.info("applied revision %s (%s fetched)", target.revision, human(record.fetched_bytes))
+        # Readiness checked now rather than at the checker's next round (up to MODELS_SECONDS later):
+        # the kubelet's next probe finds the pod back, and the next batch of pods can go sooner.
+        self.check()
 
     def _starting(self) -> bool:
         """Whether tritonserver is running over /models but does not answer yet: it is loading what
@@ -319,17 +329,24 @@ class Agent:
         self._status = self._status_now()
         return True
 
-    def drain(self, target: RevisionFiles, steps: Steps) -> None:
-        """Out of the Service before any model is touched: readiness false, then wait until the
-        kubelet's probe has failed and the endpoints dropped the pod: with probe_failures, until the
-        agent has answered the probe 503 that many times in a row (at most drain_timeout), then
-        drain_seconds; without, drain_seconds after readiness went false. No wait when that is past
-        already, as after a failed load."""
+    def leave(self, target: RevisionFiles) -> None:
+        """Readiness false from now on (state Draining): the kubelet's probe starts failing. The moment
+        counts from the first time, as after a failed load (the pod already out)."""
         if not self._blocked:
             self._out_since = time.monotonic()
         self._serving = None
         self._draining = True
         self._blocked = f"draining: out of the Service while revision {target.revision} loads"
+        self._status = self._status_now()
+
+    def drain(self, target: RevisionFiles, steps: Steps) -> None:
+        """Out of the Service before any model is touched: readiness false (leave; already since the
+        fetch began, in apply), then wait until the kubelet's probe has failed and the endpoints dropped
+        the pod: with probe_failures, until the agent has answered the probe 503 that many times in a
+        row (at most drain_timeout), then drain_seconds; without, drain_seconds after readiness went
+        false. No wait when that is past already, as after a failed load or a fetch longer than it."""
+        if not self._draining:
+            self.leave(target)
         what = f"unloading {', '.join(steps.unload) or '-'} and loading {', '.join(steps.load) or '-'}"
         out_at, late = (self._out_since, "") if not self.options.probe_failures else self._probed_out(what)
         left = out_at + self.options.drain_seconds - time.monotonic()

@@ -40,6 +40,7 @@ from triton_operator.core.decision.scaling import (
 from triton_operator.core.decision.service_status import Observation, build_status
 from triton_operator.core.objects.builders import RevisionFiles, endpoints
 from triton_operator.core.observed.observation import DeploymentState, PodState
+from triton_operator.core.pod.startup import InPlaceRecords, parse_timeline
 from triton_operator.core.pool.assignment import Copy
 from triton_operator.core.pool.copies import Figures
 from triton_operator.core.rollout.canary_analysis import AnalysisResult
@@ -353,11 +354,25 @@ def decided_status(ts: TritonService, decision: Decision, observed: Observed, sh
             aborted=aborted,
             in_place_rolling=in_place_rolling,
             traffic=shown.traffic,
+            in_place=in_place_records(rollout, observed.agents),
         ),
     )
     if decision.pool is not None and decision.pool.status is not None:
         status["pool"] = decision.pool.status
     return status
+
+
+def in_place_records(rollout: Mapping[str, Any], agents: Mapping[str, AgentStatus]) -> InPlaceRecords | None:
+    """What status.timeToServe reads of the in-place update: its host, the revision the host pods
+    serve (servedRevision) and the one they load (inPlace.next), and each agent read this pass's
+    record of its last in-place change; None without an in-place update."""
+    state = rollout.get("inPlace") or {}
+    host = state.get("host") if isinstance(state, Mapping) else None
+    if not host:
+        return None
+    revisions = tuple(dict.fromkeys(r for r in (rollout.get("servedRevision"), state.get("next")) if r))
+    timelines = {name: t for name, a in agents.items() if (t := parse_timeline(a.in_place)) is not None}
+    return InPlaceRecords(str(host), revisions, timelines)
 
 
 def held_status(

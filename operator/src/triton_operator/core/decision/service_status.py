@@ -8,7 +8,7 @@ from typing import Any
 
 from triton_operator.core.decision.actions import RevisionPlan
 from triton_operator.core.observed.observation import DeploymentState, PodState
-from triton_operator.core.pod.startup import describe_phases, served_entry
+from triton_operator.core.pod.startup import InPlaceRecords, describe_phases, served_entry
 from triton_operator.core.rollout.plan import RolloutEvent
 from triton_operator.core.vocabulary.conditions import (
     AS_EXPECTED,
@@ -147,8 +147,12 @@ def time_to_serve(
     pods: Sequence[PodState],
     revisions: Sequence[str],
     deployments: Mapping[str, DeploymentState] | None = None,
+    in_place: InPlaceRecords | None = None,
 ) -> list[dict[str, Any]]:
-    """status.timeToServe: for each serving revision, its first Ready pod's start (core.pod.startup).
+    """status.timeToServe: for each serving revision, its first Ready pod's start (core.pod.startup);
+    and for each revision loaded in place (``in_place``: the one the host pods serve, the one they load),
+    the first host pod's agent's change, in the in-place update's phases (InPlaceRecords.entry), once
+    an agent has loaded it.
 
     Recorded once, then kept as ``previous`` has it while the revision serves (a later pod, a
     restart or a scale-up changes nothing: the status is written only when it changes); a revision
@@ -160,9 +164,16 @@ def time_to_serve(
     status that records the time to serve then also says the replicas are ready, in one write rather
     than two that disagree in between. The figures are the pod's own times, so waiting changes none.
     """
-    kept = {str(e.get("revision")): dict(e) for e in previous if e.get("revision") in revisions}
+    loaded_in_place = [r for r in (in_place.revisions if in_place else ()) if r not in revisions]
+    wanted = [*revisions, *dict.fromkeys(loaded_in_place)]
+    kept = {str(e.get("revision")): dict(e) for e in previous if e.get("revision") in wanted}
     out = []
-    for revision in revisions:
+    for revision in wanted:
+        if revision not in revisions:
+            entry = kept.get(revision) or (in_place.entry(revision) if in_place else None)
+            if entry is not None:
+                out.append(entry)
+            continue
         state = (deployments or {}).get(revision)
         counted = state is None or state.ready_replicas > 0
         if revision not in kept and counted:
@@ -188,7 +199,9 @@ def served_events(previous: Mapping[str, Any], status: Mapping[str, Any]) -> lis
         RolloutEvent(
             NORMAL,
             REVISION_SERVED,
-            f"revision {e.get('revision')} served in {describe_phases(e)} (pod {e.get('pod')})",
+            f"revision {e.get('revision')} served"
+            + (f" in place (in the pods of revision {e['host']})" if e.get("host") else "")
+            + f" in {describe_phases(e)} (pod {e.get('pod')})",
         )
         for e in status.get("timeToServe") or []
         if e.get("revision") not in before
@@ -290,6 +303,8 @@ class Observation:
     """The spec's revision loads in place in the stable pods (Ready=False/RolloutInProgress): how far."""
     traffic: Verdict | None = None
     """TrafficRouted (Gateway API routes); None removes the condition."""
+    in_place: InPlaceRecords | None = None
+    """The in-place update's revisions and its host pods' agents' records (status.timeToServe)."""
     analysis: Mapping[str, Any] | None = None
     """status.analysis: the canary's current analysis window and its figures; None removes it."""
     image: str | None = None
@@ -399,7 +414,9 @@ def build_status(previous: Mapping[str, Any], obs: Observation) -> dict[str, Any
         status["endpoints"] = dict(obs.endpoints)
     if obs.analysis:
         status["analysis"] = dict(obs.analysis)
-    served = time_to_serve(previous.get("timeToServe") or [], obs.pods, revisions, by_revision)
+    served = time_to_serve(
+        previous.get("timeToServe") or [], obs.pods, revisions, by_revision, in_place=obs.in_place
+    )
     if served:
         status["timeToServe"] = served
     if obs.image:

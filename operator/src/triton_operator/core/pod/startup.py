@@ -56,10 +56,12 @@ PHASE_WORDS = {
     "scheduling": "scheduling",
     "imageAndSandbox": "image and sandbox",
     "sync": "sync",
+    "drain": "drain",
     "tritonserverStart": "tritonserver start",
     "tritonserverLoad": "tritonserver load",
 }
-"""Each phase as the Event and `kubectl triton status` name it."""
+"""Each phase of a pod's start (PHASES) or of an in-place update (IN_PLACE_PHASES), in their order, as
+the Event and `kubectl triton status` name it."""
 
 TERMINATION_MESSAGE_MAX = 4096
 """Kubernetes keeps at most this many bytes of a container's termination message."""
@@ -240,6 +242,60 @@ def in_place_phases(timeline: FillTimeline) -> dict[str, float]:
             out[phase] = seconds
     out["total"] = _gap(timeline.started, timeline.loaded) or 0.0
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class InPlaceRecords:
+    """What status.timeToServe reads of an in-place update: the revision whose pods load models in place
+    (``host``), the revisions they serve or load (status.servedRevision, status.inPlace.next), and each
+    host pod's agent's record of the last revision it applied in place, by pod name."""
+
+    host: str
+    revisions: tuple[str, ...] = ()
+    timelines: Mapping[str, FillTimeline] = dataclasses.field(default_factory=dict)
+
+    def entry(self, revision: str) -> dict[str, Any] | None:
+        """``revision``'s status.timeToServe entry from the first pod whose agent loaded it in place
+        (the earliest ``loaded``; by name on a tie); None while none has."""
+        done = sorted(
+            (t.loaded, pod)
+            for pod, t in self.timelines.items()
+            if t.revision == revision and t.loaded is not None
+        )
+        if not done:
+            return None
+        pod = done[0][1]
+        return in_place_entry(self.host, pod, self.timelines[pod])
+
+
+def in_place_entry(host: str, pod: str, timeline: FillTimeline) -> dict[str, Any] | None:
+    """A status.timeToServe entry for the revision a pod's agent applied in place (``timeline``), in
+    tenths of seconds: its phases are the in-place update's (IN_PLACE_PHASES, the metric's), its seconds
+    the agent's whole change (began -> every changed model loaded); None until it is loaded.
+
+    >>> from datetime import UTC
+    >>> from datetime import timedelta
+    >>> t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> at = [t0 + timedelta(seconds=s) for s in (1.52, 1.6, 4.04)]
+    >>> e = in_place_entry("h1", "p-0", FillTimeline("r2", t0, at[0], at[1], at[2], 3, 7, 5, 1))
+    >>> e["seconds"], e["phases"], e["bytesFetched"], e["bytesPresent"]
+    (4.0, {'sync': 1.5, 'drain': 0.1, 'tritonserverLoad': 2.4}, 7, 6)
+    """
+    phases = in_place_phases(timeline)
+    if not phases or timeline.loaded is None:
+        return None
+    total = phases.pop("total")
+    return {
+        "revision": timeline.revision,
+        "pod": pod,
+        "host": host,
+        "readyAt": format_time(timeline.loaded),
+        "seconds": round(total, 1),
+        "phases": {phase: round(seconds, 1) for phase, seconds in phases.items()},
+        "objects": timeline.objects,
+        "bytesFetched": timeline.fetched_bytes,
+        "bytesPresent": timeline.node_cache_bytes + timeline.present_bytes,
+    }
 
 
 def _count(value: Any) -> int:
@@ -453,10 +509,10 @@ def describe_phases(entry: Mapping[str, Any]) -> str:
     sync 1.2 s (512 MiB fetched), tritonserver start 0 s, tritonserver load 4.8 s``."""
     phases = entry.get("phases") or {}
     parts = []
-    for phase in PHASES:
+    for phase, words in PHASE_WORDS.items():
         if phases.get(phase) is None:
             continue
-        text = f"{PHASE_WORDS[phase]} {seconds_text(float(phases[phase]))}"
+        text = f"{words} {seconds_text(float(phases[phase]))}"
         if phase == "sync" and entry.get("bytesFetched") is not None:
             text += f" ({bytes_text(int(entry['bytesFetched']))} fetched"
             present = int(entry.get("bytesPresent") or 0)
