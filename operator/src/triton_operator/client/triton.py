@@ -65,8 +65,8 @@ def parse_url(url: str) -> tuple[Protocol, str, bool]:
 
 def _own_channel_args() -> list[tuple[str, Any]]:
     """tritonclient's gRPC channel arguments, and a subchannel pool of the channel's own (not gRPC's
-    process-wide one): a new channel made after a pod said the model is not there opens a new
-    connection, which the model's Service sends on to a pod holding it."""
+    process-wide one): a new channel made after a pod said the model is not there, or that it is
+    stopping, opens a new connection, which the Service sends on to a pod holding the model."""
     import tritonclient.grpc as module  # noqa: PLC0415 - only with gRPC
 
     options = module.KeepAliveOptions()
@@ -105,6 +105,17 @@ def _closed_before_answer(exc: BaseException) -> bool:
         and not isinstance(exc, aiohttp.ClientConnectorError)
         and exc.errno in (errno.ECONNRESET, errno.EPIPE)
     )
+
+
+def _refused_as_stopping(exc: BaseException) -> bool:
+    """A gRPC inference failed UNAVAILABLE with "Server is stopping" (gRPC's GOAWAY text, "Server is
+    stopping to serve requests.", as tritonserver's gRPC server shuts down when it exits): the stream
+    was refused by a server that is leaving, before the request reached Triton."""
+    if not isinstance(exc, InferenceServerException):
+        return False
+    status = str(exc.status() or "")
+    text = str(exc.message() if hasattr(exc, "message") else exc).lower()
+    return status.endswith("UNAVAILABLE") and "server is stopping" in text
 
 
 def _is_unknown_model(exc: InferenceServerException) -> bool:
@@ -211,17 +222,26 @@ class Model:
         return isinstance(exc, InferenceServerException) and self.client.routed and _is_unknown_model(exc)
 
     def _unanswered(self, exc: Exception, request: Mapping[str, Any]) -> bool:
-        """Whether an HTTP inference's connection was closed before any byte of its answer came, and
-        the inference is not a step of a sequence: asked again once, on a new connection.
+        """Whether an HTTP inference's connection was closed before any byte of its answer came, or a
+        gRPC inference was refused UNAVAILABLE by a server that is stopping, and the inference is not a
+        step of a sequence: asked again once, on a new connection (over gRPC a new channel).
 
         tritonclient keeps HTTP connections open between requests; a server that exits (a pod leaving,
         after its drain) closes them, and a request sent on one as it closes gets no answer. HTTP
         clients send a request again by themselves only when its method is idempotent, and an
         inference is a POST; but one without a sequence changes no state on the server and gives the
         same answer twice. A sequence's step (``sequence_id``) is not sent again: the model's state
-        would take it twice had the server run it."""
-        http = self.client.protocol == "http"
-        return http and not request.get("sequence_id") and _closed_before_answer(exc)
+        would take it twice had the server run it.
+
+        A kept gRPC channel to a Service stays on the pod it first reached; when that pod's
+        tritonserver exits, its gRPC server refuses the streams it has not taken with UNAVAILABLE
+        "Server is stopping to serve requests." (not run). A new channel opens a new connection, which
+        the Service sends to a pod that stays."""
+        if request.get("sequence_id"):
+            return False
+        if self.client.protocol == "http":
+            return _closed_before_answer(exc)
+        return _refused_as_stopping(exc)
 
     def stream(self, *inputs: Any, timeout: float | None = None, **named: Any) -> Iterator[Any]:
         """The responses of one request over a gRPC stream (a decoupled model's many, or one), as
@@ -433,7 +453,7 @@ class TritonClient:
 
     def _new_sync(self) -> Any:
         module = self._module()
-        own = {"channel_args": _own_channel_args()} if self.routed and self.protocol == "grpc" else {}
+        own = {"channel_args": _own_channel_args()} if self.protocol == "grpc" else {}
         return module.InferenceServerClient(self.address, ssl=self.ssl, verbose=self._verbose, **own)
 
     def _reconnect(self) -> None:
@@ -455,7 +475,7 @@ class TritonClient:
                 from tritonclient.http import aio  # noqa: PLC0415
             else:
                 from tritonclient.grpc import aio  # noqa: PLC0415
-            own = {"channel_args": _own_channel_args()} if self.routed and self.protocol == "grpc" else {}
+            own = {"channel_args": _own_channel_args()} if self.protocol == "grpc" else {}
             self._aio_client = aio.InferenceServerClient(
                 self.address, ssl=self.ssl, verbose=self._verbose, **own
             )
