@@ -32,10 +32,14 @@ def service() -> TritonService:
         "pool": {"memoryPerPod": "1000Mi"},
         "models": [{"name": m, "config": copy.deepcopy(CONFIG), "memory": "400Mi"} for m in MODELS],
     }
-    return TritonService.model_validate({"metadata": {"name": "pool", "namespace": "ml", "uid": "u"}, "spec": spec})
+    return TritonService.model_validate(
+        {"metadata": {"name": "pool", "namespace": "ml", "uid": "u"}, "spec": spec}
+    )
 
 
-def pod(name: str, holding: Sequence[str], versions: Mapping[str, str], *, leaving: bool = False) -> dict[str, Any]:
+def pod(
+    name: str, holding: Sequence[str], versions: Mapping[str, str], *, leaving: bool = False
+) -> dict[str, Any]:
     """A Ready pod holding ``holding`` READY and labelled (terminating when ``leaving``)."""
     assignment = PodAssignment(models={m: Wanted(versions[m]) for m in holding})
     metadata: dict[str, Any] = {
@@ -90,7 +94,11 @@ def test_a_terminating_pods_only_copy_stays_routed_until_a_copy_elsewhere_answer
     versions = {m: model_version(ts, m, {}) for m in MODELS}
     # p0 is being deleted and holds the only copy of each model; p1 and p2 are new and empty.
     pods = [pod("p0", MODELS, versions, leaving=True), pod("p1", (), versions), pod("p2", (), versions)]
-    reports: dict[str, dict[str, Copy]] = {"p0": {m: Copy("READY", versions[m]) for m in MODELS}, "p1": {}, "p2": {}}
+    reports: dict[str, dict[str, Copy]] = {
+        "p0": {m: Copy("READY", versions[m]) for m in MODELS},
+        "p1": {},
+        "p2": {},
+    }
 
     first = run(ts, pods, reports)
     applied(pods, first)
