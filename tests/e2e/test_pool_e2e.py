@@ -106,10 +106,12 @@ def pooled(
     in_place: bool = False,
     steps: list[dict[str, Any]] | None = None,
     copies: int = 2,
+    drain: int | None = None,
 ) -> dict[str, Any]:
     """Three pods of 400Mi for the models, six models of 100Mi with two copies each (``note``: a
     parameter of m0's config, a new version of m0 when it changes; ``in_place``: modelUpdates InPlace,
-    with ``steps`` when given; ``copies``: each model's minCopies)."""
+    with ``steps`` when given; ``copies``: each model's minCopies;
+    ``drain``: spec.drainSeconds when given)."""
     models = []
     for model in MODELS:
         config = copy.deepcopy(ADD_SUB_CONFIG)
@@ -117,6 +119,8 @@ def pooled(
             config["parameters"] = {"note": {"stringValue": note}}
         models.append({"name": model, "config": config, "memory": "100Mi", "minCopies": copies})
     extra: dict[str, Any] = {"rollout": {"modelUpdates": "InPlace"}} if in_place else {}
+    if drain is not None:
+        extra["drainSeconds"] = drain
     if in_place and steps is not None:
         extra["rollout"]["steps"] = steps
     return on_real_node(
@@ -326,17 +330,20 @@ def pooled_client(kube: Client, namespace: str) -> TritonClient:
 @pytest.fixture
 def load(kube: Client, namespace: str, operator: Any, store: Any, bucket: str) -> Iterator[PoolLoad]:
     """The pool applied and settled, and both clients sending requests to every model."""
-    yield from serving(kube, namespace, store, bucket, copies=2)
+    yield from serving(kube, namespace, store, bucket, copies=2, drain=None)
 
 
 @pytest.fixture
 def only_copies(kube: Client, namespace: str, operator: Any, store: Any, bucket: str) -> Iterator[PoolLoad]:
-    """The pool with one copy a model (minCopies: 1), settled, both clients sending to every model."""
-    yield from serving(kube, namespace, store, bucket, copies=1)
+    """The pool with one copy a model (minCopies: 1), settled, both clients sending to every model; a
+    leaving pod serves for 20 s (drainSeconds): its agent loads models one at a time, two take ~7 s."""
+    yield from serving(kube, namespace, store, bucket, copies=1, drain=20)
 
 
-def serving(kube: Client, namespace: str, store: Any, bucket: str, *, copies: int) -> Iterator[PoolLoad]:
-    apply(kube, pooled(namespace, bucket, store, copies=copies))
+def serving(
+    kube: Client, namespace: str, store: Any, bucket: str, *, copies: int, drain: int | None
+) -> Iterator[PoolLoad]:
+    apply(kube, pooled(namespace, bucket, store, copies=copies, drain=drain))
     wait_settled(kube, namespace, copies=copies)
     services = {m: service_ip(kube, namespace, f"{NAME}-m-{m}") for m in MODELS}
 
