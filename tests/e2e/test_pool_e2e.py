@@ -105,17 +105,22 @@ def pooled(
     note: str = "",
     in_place: bool = False,
     steps: list[dict[str, Any]] | None = None,
+    copies: int = 2,
+    drain: int | None = None,
 ) -> dict[str, Any]:
     """Three pods of 400Mi for the models, six models of 100Mi with two copies each (``note``: a
     parameter of m0's config, a new version of m0 when it changes; ``in_place``: modelUpdates InPlace,
-    with ``steps`` when given)."""
+    with ``steps`` when given; ``copies``: each model's minCopies;
+    ``drain``: spec.drainSeconds when given)."""
     models = []
     for model in MODELS:
         config = copy.deepcopy(ADD_SUB_CONFIG)
         if model == "m0" and note:
             config["parameters"] = {"note": {"stringValue": note}}
-        models.append({"name": model, "config": config, "memory": "100Mi", "minCopies": 2})
+        models.append({"name": model, "config": config, "memory": "100Mi", "minCopies": copies})
     extra: dict[str, Any] = {"rollout": {"modelUpdates": "InPlace"}} if in_place else {}
+    if drain is not None:
+        extra["drainSeconds"] = drain
     if in_place and steps is not None:
         extra["rollout"]["steps"] = steps
     return on_real_node(
@@ -184,11 +189,11 @@ def endpoint_ips(kube: Client, namespace: str, service: str) -> set[str]:
     return out
 
 
-def settled(kube: Client, namespace: str) -> dict[str, set[str]] | None:
-    """status.pool once every model has its two copies placed, READY and labelled on exactly those pods,
+def settled(kube: Client, namespace: str, copies: int = 2) -> dict[str, set[str]] | None:
+    """status.pool once every model has its ``copies`` placed, READY and labelled on exactly those pods,
     and its Service's endpoints are those pods (None before)."""
     where = placed(kube, namespace)
-    if set(where) != set(MODELS) or any(len(p) != 2 for p in where.values()):
+    if set(where) != set(MODELS) or any(len(p) != copies for p in where.values()):
         return None
     pods = {p.metadata.name: p for p in pool_pods(kube, namespace)}
     for model, names in where.items():
@@ -205,8 +210,10 @@ def settled(kube: Client, namespace: str) -> dict[str, set[str]] | None:
     return where
 
 
-def wait_settled(kube: Client, namespace: str, timeout: float = 240) -> dict[str, set[str]]:
-    return wait_for(lambda: settled(kube, namespace), timeout=timeout, interval=1, what="the pool settled")
+def wait_settled(kube: Client, namespace: str, timeout: float = 240, copies: int = 2) -> dict[str, set[str]]:
+    return wait_for(
+        lambda: settled(kube, namespace, copies), timeout=timeout, interval=1, what="the pool settled"
+    )
 
 
 # ----------------------------------------------------------------- clients counting answers
@@ -323,8 +330,22 @@ def pooled_client(kube: Client, namespace: str) -> TritonClient:
 @pytest.fixture
 def load(kube: Client, namespace: str, operator: Any, store: Any, bucket: str) -> Iterator[PoolLoad]:
     """The pool applied and settled, and both clients sending requests to every model."""
-    apply(kube, pooled(namespace, bucket, store))
-    wait_settled(kube, namespace)
+    yield from serving(kube, namespace, store, bucket, copies=2, drain=None)
+
+
+@pytest.fixture
+def only_copies(kube: Client, namespace: str, operator: Any, store: Any, bucket: str) -> Iterator[PoolLoad]:
+    """The pool with one copy a model (minCopies: 1), settled, both clients sending to every model; a
+    leaving pod serves for 45 s (drainSeconds): its models load elsewhere and the operator sees them READY
+    within that (it took 3 to 23 s on the real node)."""
+    yield from serving(kube, namespace, store, bucket, copies=1, drain=45)
+
+
+def serving(
+    kube: Client, namespace: str, store: Any, bucket: str, *, copies: int, drain: int | None
+) -> Iterator[PoolLoad]:
+    apply(kube, pooled(namespace, bucket, store, copies=copies, drain=drain))
+    wait_settled(kube, namespace, copies=copies)
     services = {m: service_ip(kube, namespace, f"{NAME}-m-{m}") for m in MODELS}
 
     def answering() -> bool:  # kube-proxy has the Services' endpoints (it follows the EndpointSlices)
@@ -489,3 +510,23 @@ def test_a_pool_places_moves_and_reloads_models_with_no_failed_request(
     time.sleep(2)
     load.stop()
     no_request_failed(load, "(d) the operator restarted", sent, kube, namespace)
+
+
+def test_a_pod_deleted_with_its_models_only_copies_fails_no_request(
+    kube: Client, namespace: str, operator: Any, only_copies: PoolLoad, cluster: Path
+) -> None:
+    """One copy a model: the deleted pod's copies stay on their routes, and it serves them (Ready while
+    it terminates), until their copies on the other pods answer (docs/pool.md, "A pod that leaves")."""
+    load = only_copies
+    time.sleep(3)
+    sent = no_request_failed(load, "one copy a model, settled", 0, kube, namespace)
+    where = wait_settled(kube, namespace, timeout=30, copies=1)
+    victim = sorted(set().union(*where.values()))[0]
+    lost = sorted(m for m, names in where.items() if victim in names)
+    kube.delete(Pod, victim, namespace=namespace)
+    where = wait_settled(kube, namespace, copies=1)
+    assert victim not in set().union(*where.values())
+    time.sleep(3)
+    no_request_failed(load, f"{victim} deleted, the only copy of {lost}", sent, kube, namespace)
+    for model in lost:
+        assert load.answers[model, OFFSETS[model]] > 0, load.summary()

@@ -685,3 +685,40 @@ async def test_in_place_a_failed_new_version_rolls_back_and_the_old_version_keep
     for name, pod in pods(kube).items():
         entry = entries(pod).get("a")
         assert entry is None or entry.revision is None, (name, entry)  # back on the pods' own files
+
+
+async def test_a_terminating_pods_only_copies_stay_routed_until_they_answer_elsewhere() -> None:
+    kube = MemKube()
+    body = pooled(replicas=3)
+    for model in body["spec"]["models"]:
+        model["minCopies"] = 1  # one copy each: a pod deleted holds its models' only copies
+    kube.put(body)
+    await run(kube)
+    start_pods(kube)
+    await run(kube)
+    await run(kube, agents_from(kube))
+    before = agents_from(kube)  # READY where assigned; copies placed from now on are still loading
+    leaving = next(n for n, p in sorted(pods(kube).items()) if assigned(p))
+    lost = set(assigned(pods(kube)[leaving]))
+    assert ready_labels(pods(kube)[leaving]) == lost
+    kube.edit(
+        "Pod", NS, leaving, lambda obj: obj["metadata"].update(deletionTimestamp="2026-01-01T12:00:00Z")
+    )
+
+    asked = await run(kube, before)
+    assert leaving in asked.wanted  # its agent is still read while it terminates
+    assert ready_labels(pods(kube)[leaving]) == lost  # the only copies that answer: still routed
+    for model in lost:
+        holders = [n for n, p in pods(kube).items() if n != leaving and model in assigned(p)]
+        assert len(holders) == 1, (model, holders)  # placed again on a live pod
+    status = kube.find("TritonService", NS, "pool")["status"]["pool"]  # type: ignore[index]
+    by_model = {m["name"]: m for m in status["models"]}
+    assert all(by_model[m]["readyCopies"] == 1 for m in lost)  # clients keep sending to it
+    assert all(leaving not in m["pods"] for m in status["models"])
+
+    await run(kube, agents_from(kube))  # READY elsewhere: labelled there; the leaving pod's stay
+    assert ready_labels(pods(kube)[leaving]) == lost
+    for model in lost:
+        assert any(model in ready_labels(p) for n, p in pods(kube).items() if n != leaving)
+    await run(kube, agents_from(kube))  # every wanted copy answers: the leaving pod comes off
+    assert ready_labels(pods(kube)[leaving]) == set()

@@ -172,8 +172,9 @@ async def reconcile(
         # The latest reports, and fresh ones asked for the next pass (read on a task of their own).
         seen = dataclasses.replace(seen, pool_reports=pool_reports.latest(namespace, name))
         pooled = (body.get("spec") or {}).get("pool") is not None
-        live = {p.name: p.ip for p in seen.pods if not p.terminating and p.ip} if pooled else {}
-        pool_reports.want(namespace, name, live)
+        # Terminating pods too: their copies stay on their routes until they answer elsewhere.
+        serving = {p.name: p.ip for p in seen.pods if p.ip} if pooled else {}
+        pool_reports.want(namespace, name, serving)
     METRICS.record_pod_starts(seen.pods)  # each pod's start once, when first seen Ready
     METRICS.record_in_place(seen.pods, seen.agents)  # each revision a pod's agent applied in place, once
     chosen = await _choose(seen, body, settings, pin_manifest)

@@ -306,8 +306,13 @@ def pool_agents(
 
 
 def _live(pod: Mapping[str, Any]) -> bool:
-    metadata = pod.get("metadata") or {}
-    return metadata.get("deletionTimestamp") is None and bool((pod.get("status") or {}).get("podIP"))
+    return not _leaving(pod) and bool((pod.get("status") or {}).get("podIP"))
+
+
+def _leaving(pod: Mapping[str, Any]) -> bool:
+    """A terminating pod (deletionTimestamp set): never a placement target, but its READY copies stay
+    on their routes until their models' copies answer elsewhere (make-before-break, as for any move)."""
+    return (pod.get("metadata") or {}).get("deletionTimestamp") is not None
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:
@@ -524,18 +529,24 @@ def decide_pool(
     ``target``: the revision the rollout goes to. Once it has live pods, the models are placed on its
     pods only: the other revisions' pods are leaving, and their copies stay on their routes until the
     copies placed on the target's pods answer (plan_moves), so a rollout that retires them drops no
-    model. Without spec.pool, only what a former pool left goes (None when it left nothing)."""
+    model. A terminating pod is never placed on; its READY copies stay on their routes (and count
+    READY) until their models' wanted copies answer elsewhere, then come off, drain and unload as any
+    copy placement no longer wants (its pod keeps serving meanwhile: build_pod_template's preStop).
+    Without spec.pool, only what a former pool left goes (None when it left nothing)."""
     if ts.spec.pool is None:
         if not stored and not previous.get("pool"):
             return None
         return PoolPlan(services=(), patches=(), status=None, delete=_unwanted(stored, ()))
     wanted_revisions = set(revisions)
-    live = [
+    # The pods whose copies may serve: the live ones and the terminating ones (until their copies
+    # are off their routes); placement uses the live ones only.
+    members = [
         p
         for p in pods
-        if _live(p)
+        if (p.get("status") or {}).get("podIP")
         and ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION) in wanted_revisions
     ]
+    live = [p for p in members if not _leaving(p)]
     budget = pool_budget(ts.spec)
     recorded = _recorded(previous)
     measured = _measured(ts, recorded, reports)
@@ -547,7 +558,7 @@ def decide_pool(
     )
     known = {m.name for m in recorded.models} if recorded is not None else set()
     states: dict[str, PodState] = {}
-    for p in live:
+    for p in members:
         metadata = p.get("metadata") or {}
         name = str(metadata.get("name"))
         try:
@@ -607,7 +618,7 @@ def decide_pool(
         )
     )
     events += _too_large(placed, recorded)
-    by_name = {str((p.get("metadata") or {}).get("name")): p for p in live}
+    by_name = {str((p.get("metadata") or {}).get("name")): p for p in members}
     patches: list[PodPatch] = []
     ready: dict[str, int] = {}
     for pod, step in sorted(moves.pods.items()):

@@ -657,6 +657,16 @@ def agent_args(revision: str) -> list[str]:
     ]
 
 
+def pre_stop(ts: TritonService) -> dict[str, Any]:
+    """A container's preStop: endpoints drop a terminating pod at once, but kube-proxy, load balancers
+    and routers catch up later: keep serving for drainSeconds before tritonserver gets SIGTERM. In a
+    pool the agent waits as long (build_agent_container): it answers the pod's readiness, so the pod
+    stays a serving endpoint of its models' Services while tritonserver serves."""
+    if not ts.spec.drain_seconds:
+        return {}
+    return {"lifecycle": {"preStop": {"exec": {"command": ["sleep", str(ts.spec.drain_seconds)]}}}}
+
+
 def agent_drain_seconds(ts: TritonService) -> int:
     """How long the agent keeps the pod out of its Service before it unloads or loads a model: the
     readiness probe fails within period x failureThreshold, then the endpoints, kube-proxy and any
@@ -700,6 +710,11 @@ def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[s
             *pool,
         ],
         "ports": [{"name": "agent", "containerPort": AGENT_PORT, "protocol": "TCP"}],
+        # In a pool, a terminating pod's copies may be its models' only answering ones until their
+        # copies elsewhere are READY (core.decision.pool_plan): the agent, which answers the pod's
+        # readiness, stops with tritonserver, not at once (a pod whose container stopped is not Ready,
+        # and its models' Services would have no endpoint left).
+        **(pre_stop(ts) if ts.spec.pool is not None else {}),
         "resources": copy.deepcopy(AGENT_RESOURCES),
         "volumeMounts": copy.deepcopy(sync["volumeMounts"]),
     }
@@ -778,13 +793,7 @@ def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, A
             failures=startup_failure_threshold(spec.startup_timeout()),
             timeout=5,
         ),
-        # Endpoints drop a terminating pod at once, but kube-proxy, load balancers and routers catch
-        # up later: keep serving for drainSeconds before tritonserver gets SIGTERM.
-        **(
-            {"lifecycle": {"preStop": {"exec": {"command": ["sleep", str(spec.drain_seconds)]}}}}
-            if spec.drain_seconds
-            else {}
-        ),
+        **pre_stop(ts),
         "volumeMounts": [
             # With in-place updates /models is the agent's alone: read-only here, so that the Python
             # backend's __pycache__ never makes it differ from what the agent placed (Triton would
