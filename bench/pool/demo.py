@@ -70,7 +70,7 @@ from bench.pool.live import Bench, mib_of
 from bench.real_pods.common import Session, run_with_cluster, say, wait
 
 from inference import INPUT0, INPUT1, InferenceError, infer_add_sub, offset_of
-from real_pods import ADD_SUB_CONFIG, adder_source, on_real_node
+from real_pods import ADD_SUB_CONFIG, on_real_node, stamped_holding_source
 from triton_operator.client import TritonClient
 
 SCALING: dict[str, Any] = {
@@ -86,19 +86,6 @@ load's cold share a few times), averaged over the shortest window; a copy added 
 20 s idle."""
 HOT_MAX_COPIES = 4
 WARM_MAX_COPIES = 2
-
-
-def stamped_source(offset: float, mib: int) -> bytes:
-    """The adder (plus ``offset``) holding ``mib`` MiB, touched, from its load to its unload, answering
-    OUTPUT1 = a number drawn at its load (the same until it is loaded again)."""
-    text = adder_source(offset).decode()
-    head = "    def initialize(self, args):\n"
-    out1 = '(a - b).astype(self.dtypes["OUTPUT1"])'
-    assert head in text and out1 in text
-    load = f"{head}        import random\n        self.hold = b'\\x01' * ({mib} << 20)\n"
-    load += "        self.loaded = float(random.randrange(1, 1 << 20))\n"
-    text = text.replace(head, load)
-    return text.replace(out1, '(a * 0 + self.loaded).astype(self.dtypes["OUTPUT1"])').encode()
 
 
 def unreachable(error: str) -> bool:
@@ -630,7 +617,7 @@ class Demo(Bench):
         self.bucket = f"pooldemo-{random.randrange(1 << 30):x}"
         self.session.s3.create_bucket(Bucket=self.bucket)
         for model in [*self.models, self.new_model]:
-            body = stamped_source(self.offsets[model], self.args.hold)
+            body = stamped_holding_source(self.offsets[model], self.args.hold)
             self.session.s3.put_object(Bucket=self.bucket, Key=f"models/{model}/1/model.py", Body=body)
         if self.args.every_pods > 0:
             try:

@@ -51,7 +51,7 @@ from lightkube.resources.discovery_v1 import EndpointSlice
 
 from e2e_helpers import apply, create_store_secret, get_ts, kubectl_triton
 from inference import INPUT0, INPUT1, InferenceError, infer_add_sub, offset_of
-from real_pods import ADD_SUB_CONFIG, adder_source, on_real_node
+from real_pods import ADD_SUB_CONFIG, on_real_node, stamped_holding_source
 from testkit import wait_for
 from triton_operator.client import TritonClient
 
@@ -70,19 +70,6 @@ KEY = "models/{model}/1/model.py"
 MODEL_LABEL = "model.triton-operator.io/{model}"
 
 
-def holding_source(offset: float, mib: int = HOLD_MIB) -> bytes:
-    """The adder (plus ``offset``) that holds ``mib`` MiB, touched, from its load to its unload, and
-    answers OUTPUT1 = a number drawn at its load (the same until it is loaded again)."""
-    text = adder_source(offset).decode()
-    head = "    def initialize(self, args):\n"
-    out1 = '(a - b).astype(self.dtypes["OUTPUT1"])'
-    assert head in text and out1 in text
-    load = f"{head}        import random\n        self.hold = b'\\x01' * ({mib} << 20)\n"
-    load += "        self.loaded = float(random.randrange(1, 1 << 20))\n"
-    text = text.replace(head, load)
-    return text.replace(out1, '(a * 0 + self.loaded).astype(self.dtypes["OUTPUT1"])').encode()
-
-
 @pytest.fixture
 def bucket(store: Any, kube: Client, namespace: str) -> str:
     """A fresh bucket: the six models, each adding its own offset."""
@@ -92,7 +79,7 @@ def bucket(store: Any, kube: Client, namespace: str) -> str:
     s3 = store.extra["s3"]
     s3.create_bucket(Bucket=name)
     for model, offset in OFFSETS.items():
-        s3.put_object(Bucket=name, Key=KEY.format(model=model), Body=holding_source(offset))
+        s3.put_object(Bucket=name, Key=KEY.format(model=model), Body=stamped_holding_source(offset, HOLD_MIB))
     create_store_secret(kube, namespace, storage_servers.S3_ACCESS_KEY, storage_servers.S3_SECRET_KEY)
     return name
 

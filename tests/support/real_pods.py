@@ -58,6 +58,19 @@ def adder_source(offset: float = 0) -> bytes:
     return text.encode()
 
 
+def stamped_holding_source(offset: float, mib: int) -> bytes:
+    """The adder (plus ``offset``) holding ``mib`` MiB, touched, from its load to its unload, and
+    answering OUTPUT1 = a number drawn at its load (the same until it is loaded again)."""
+    text = adder_source(offset).decode()
+    head = "    def initialize(self, args):\n"
+    out1 = '(a - b).astype(self.dtypes["OUTPUT1"])'
+    assert head in text and out1 in text
+    load = f"{head}        import random\n        self.hold = b'\\x01' * ({mib} << 20)\n"
+    load += "        self.loaded = float(random.randrange(1, 1 << 20))\n"
+    text = text.replace(head, load)
+    return text.replace(out1, '(a * 0 + self.loaded).astype(self.dtypes["OUTPUT1"])').encode()
+
+
 def behaving_source(offset: float = 0, *, delay: float = 0.0, fail_in_ten: int = 0) -> bytes:
     """The adder (plus ``offset``) that sleeps ``delay`` seconds a request and raises in execute for
     ``fail_in_ten`` of every ten requests: Triton counts those in nv_inference_request_failure.
