@@ -9,7 +9,7 @@ reports READY what its assignment asks) and, here, Triton's per-model counters (
 from __future__ import annotations
 
 import datetime
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from test_pool_reconcile import (  # type: ignore[import-not-found,unused-ignore]
@@ -17,6 +17,7 @@ from test_pool_reconcile import (  # type: ignore[import-not-found,unused-ignore
     NS,
     SETTINGS,
     T0,
+    PoolMetrics,
     Reports,
     agents_from,
     answering,
@@ -29,7 +30,6 @@ from test_pool_reconcile import (  # type: ignore[import-not-found,unused-ignore
 )
 
 from memkube import MemKube
-from triton_operator.adapters.triton_reader import Owner, PodReading, PodTarget, TritonReader
 from triton_operator.core.repository.manifest import (
     ObjectInfo,
     StoreRef,
@@ -53,19 +53,14 @@ def healthy(pod: str, model: str, entry: Any) -> Counters:
     return Counters(success=20.0, request_us=20.0 * 2000)
 
 
-class ModelMetrics(TritonReader):
+class ModelMetrics(PoolMetrics):  # type: ignore[misc]  # test_pool_reconcile is imported untyped (as above)
     """Triton's per-model counters on each pod, for the models its assignment annotation names, as
-    ``rate`` says for each second ``advance`` lets pass."""
+    ``rate`` says for each second ``advance`` lets pass (test_pool_reconcile's reader, whose rates come
+    from one function here)."""
 
     def __init__(self, kube: MemKube, rate: Rate = healthy) -> None:
-        super().__init__(period=3600, ports=(1, 1))
-        self.kube, self.rate = kube, rate
-        self.at = 0.0
-        self.targets: list[PodTarget] = []
-        self.totals: dict[str, dict[str, Counters]] = {}
-
-    def watch(self, owner: Owner, targets: Sequence[PodTarget], metrics_every: float | None = None) -> None:
-        self.targets = list(targets)
+        super().__init__(kube, frozenset())
+        self.rate = rate
 
     def advance(self, seconds: float) -> None:
         self.at += seconds
@@ -76,20 +71,6 @@ class ModelMetrics(TritonReader):
                 one = self.rate(target.name, model, entry)
                 grown = Counters(*(v * seconds for v in (one.success, one.failure, one.request_us, 0.0, 0.0)))
                 totals[model] = totals.get(model, Counters()) + grown
-
-    def readings(self, owner: Owner) -> dict[str, PodReading]:
-        return {
-            t.uid: PodReading(
-                t.uid,
-                t.revision,
-                t.restarts,
-                read_at=self.at,
-                index=(),
-                counters=dict(self.totals.get(t.uid, {})),
-                counters_at=self.at,
-            )
-            for t in self.targets
-        }
 
 
 class Pool:
