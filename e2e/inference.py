@@ -96,6 +96,8 @@ class LoadClient:
     sent: int = 0
     answers: Counter[float] = field(default_factory=Counter)
     failures: list[tuple[float, str]] = field(default_factory=list)
+    failures_sent: list[float] = field(default_factory=list)
+    """When each failed request was sent (seconds after the start; ``failures`` has when it failed)."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _t0: float = 0.0
@@ -110,10 +112,12 @@ class LoadClient:
         deadline = self._t0 + self.max_seconds
         while not self._stop.is_set() and time.monotonic() < deadline and self.sent < self.max_requests:
             self.sent += 1
+            sent_at = time.monotonic() - self._t0
             try:
                 outputs = infer_add_sub(self.host, self.port, model=self.model, timeout=self.timeout)
                 self.answers[offset_of(outputs)] += 1
             except Exception as exc:  # every failure is counted, none ends the client
+                self.failures_sent.append(round(sent_at, 2))
                 self.failures.append((round(time.monotonic() - self._t0, 2), f"{type(exc).__name__}: {exc}"))
             self._stop.wait(self.interval)
 

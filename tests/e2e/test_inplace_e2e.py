@@ -62,7 +62,14 @@ from e2e_helpers import (
     wait_condition,
 )
 from inference import LoadClient, infer_add_sub, offset_of
-from real_pods import ADD_SUB_CONFIG, adder_source, behaving_source, on_real_node, raising_source
+from real_pods import (
+    ADD_SUB_CONFIG,
+    adder_source,
+    behaving_source,
+    on_real_node,
+    proxied_to,
+    raising_source,
+)
 from testkit import wait_for
 
 pytestmark = [
@@ -727,16 +734,24 @@ def test_a_model_whose_backend_stub_dies_takes_its_pod_out_of_the_service_endpoi
         )
         out_after = time.monotonic() - started
         # The EndpointSlice has dropped the pod; kube-proxy rewrites its rules from it a moment later
-        # (a request in between still reaches the dead model: one did, 80 ms after, in a full run).
-        time.sleep(2)
-        failed, sent = len(client.failures), client.sent
-        time.sleep(8)  # from here no request may reach the dead model
-        failed_after = client.failures[failed:]
+        # (a request in between still reaches the dead model: one did 2 s after, in a CI run).
+        wait_for(
+            lambda: not proxied_to(victim.status.podIP),
+            timeout=60,
+            interval=0.2,
+            what=f"kube-proxy's rules without pod {victim.metadata.name}",
+        )
+        # from here no request may reach the dead model (one sent just before may still be failing:
+        # a request to a dead stub can take a second to fail, so failures count by when they were sent)
+        since, sent = time.monotonic() - client._t0, client.sent
+        time.sleep(8)
+        failed_after = [f for f, at in zip(client.failures, client.failures_sent, strict=True) if at >= since]
         sent_after = client.sent - sent
     finally:
         client.stop()
     print(f"\nstub killed: out of the endpoints after {out_after:.1f} s; {client.summary()}")
-    print(f"after that: {sent_after} requests, {len(failed_after)} failed")
+    print(f"after that (from {since:.2f} s): {sent_after} requests, {len(failed_after)} failed;")
+    print(f"failures sent at {client.failures_sent}, failed at {[t for t, _ in client.failures]}")
     assert sent_after > 50 and failed_after == [], failed_after[:3]
     code, ready = http_status(f"http://{victim.status.podIP}:8009/v1/ready")
     assert code == 503 and "add_sub" in ready["reason"] and "stub" in ready["models"]["add_sub"], ready

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +135,15 @@ def on_real_node(
     }
     body["spec"].update(copy.deepcopy(spec))
     return body
+
+
+def proxied_to(pod_ip: str) -> bool:
+    """Whether kube-proxy's NAT rules on this host still send a Service's connections to ``pod_ip``.
+
+    An EndpointSlice dropping a pod is not the moment the node stops routing to it: kube-proxy
+    rewrites its rules from the slice a moment later (over 2 s on a loaded 2-core machine).
+    """
+    out = subprocess.run(
+        ["iptables", "-w", "-t", "nat", "-S"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    return f"--to-destination {pod_ip}:" in out

@@ -66,6 +66,8 @@ class World:
         """The verdict reconcile.analysis hands the next call (None: no reading)."""
         self.slow = False
         """A pod takes a pass to reload, un-Ready meanwhile (out of the Service, as the agent has it)."""
+        self.holds: dict[str, frozenset[str]] = {}
+        """A pool's pods: the models each holds (its agent's AgentStatus.holds); empty: not a pool."""
 
     def run(self, requests: InPlaceRequests | None = None, replaced_by: str | None = None) -> InPlacePlan:
         requests = requests or InPlaceRequests()
@@ -115,6 +117,7 @@ class World:
                 agent = AgentStatus(revision=pod.agent.revision, target=target, state="Applying")
             else:
                 agent = on(target)
+            agent = dataclasses.replace(agent, holds=self.holds.get(name))
             ready = pod.ready if not self.slow else agent.state == "Applied"
             self.pods[name] = dataclasses.replace(pod, agent=agent, ready=ready)
 
@@ -185,6 +188,29 @@ def test_steps_update_pods_a_step_at_a_time_then_all_and_complete() -> None:
     ]
     plan = world.run()  # the ConfigMap now says stable: next -> the annotations go
     assert sorted(plan.annotations) == list(PODS) and set(plan.annotations.values()) == {None}
+    assert all(p.agent is not None and p.agent.revision == N for p in world.pods.values())
+
+
+def test_in_a_pool_a_step_is_a_share_of_the_changed_models_copies_asked_first() -> None:
+    """In a pool, a setWeight step counts the pods holding the changed model (its copies), and asks
+    them before the pods that have nothing to reload; the last step asks every pod."""
+    pods = tuple(f"p{i}" for i in range(8))
+    world = World([{"setWeight": 50}, {"pause": {}}], pods=pods)
+    world.holds = {p: frozenset({"add"} if p in ("p3", "p6") else {"other"}) for p in pods}
+    world.pods = {
+        p: dataclasses.replace(h, agent=dataclasses.replace(on(S), holds=world.holds[p]))
+        for p, h in world.pods.items()
+    }
+    world.run()
+    world.run()
+    assert world.annotated() == ["p3"]  # 50% of add's 2 copies: one, a pod holding it
+    assert world.state.step_index == 1  # paused, one copy of add on the next revision
+    world.run()
+    assert world.annotated() == ["p3"]
+    world.run(InPlaceRequests(promote=True))
+    world.settle()
+    # the last step asked every pod, holders or not, and the update completed
+    assert world.state.next is None and world.state.stable == N
     assert all(p.agent is not None and p.agent.revision == N for p in world.pods.values())
 
 

@@ -120,6 +120,10 @@ class Move:
         self.by_name = {p.name: p for p in self.live}
         self.servable = [p for p in self.live if p.problem is None]
         """The pods that can serve: the only ones counted, asked and waited for (HostPod.problem)."""
+        self.held = holders(self.live, inp.models)
+        """In a pool, the pods holding a copy of a changed model: a setWeight step is a share of
+        those copies, and they are asked before the pods that have nothing to reload (None: not a
+        pool, every pod holds every model)."""
         self.batch = batch_size(len(self.servable))
         self.wanted = 0
         """How many pods the current step wants asked (for the status)."""
@@ -239,8 +243,10 @@ def progress(m: Move) -> InPlacePlan:
             return updating(m)
         step = m.steps[index]
         if step.set_weight is not None:
-            # The pods that can serve, Ready or not: a pod asked is un-Ready while it reloads.
-            wanted = m.wanted = step_pods(step.set_weight, len(m.servable))
+            # The pods that can serve, Ready or not: a pod asked is un-Ready while it reloads. In a
+            # pool, the share is of the changed model's copies (the pods asked first hold them).
+            counted = m.servable if m.held is None else [p for p in m.servable if p.name in m.held]
+            wanted = m.wanted = step_pods(step.set_weight, len(counted))
             held = gate(m, wanted)
             if held is not None:
                 return held
@@ -294,9 +300,11 @@ def gate(m: Move, wanted: int) -> InPlacePlan | None:
         return None
     if len(m.st.pods) > m.st.asked_at_step:
         return None  # this step asked its first pods already: the rest follow in batches
-    held = holders(m.live, m.inp.models)
+    held = m.held
     if held is not None and not held & set(m.st.pods):
         return None  # a pool's pods asked hold no copy of a changed model: nothing moved to judge
+    if held is not None and held <= set(m.st.pods):
+        return None  # every copy of a changed model is asked: the pods left have nothing to reload
     sides = m.sides
     on = f"the {len(sides.updated)} pods updated" if sides is not None else "the pods asked"
     result = current_analysis(m)
@@ -328,11 +336,13 @@ def count_moving(m: Move) -> int:
 
 def ask(m: Move, wanted: int) -> None:
     """Add pods to the update until ``wanted`` are in it, in batches: at most ``m.batch`` pods
-    move at once (a pod leaves the Service while it reloads), so at least one always serves. A pod
-    that does not serve anyway (not Ready) is asked first, and at no cost; then by name."""
+    move at once (a pod leaves the Service while it reloads), so at least one always serves. In a
+    pool the pods holding a changed model come first (a step's share is of them); then a pod that
+    does not serve anyway (not Ready), asked at no cost; then by name."""
     pods = list(m.st.pods)
     moving = count_moving(m)
-    for pod in sorted(m.servable, key=lambda p: (p.ready, p.name)):
+    held = m.held
+    for pod in sorted(m.servable, key=lambda p: (held is not None and p.name not in held, p.ready, p.name)):
         if len(pods) >= wanted:
             break
         if pod.name in pods:
