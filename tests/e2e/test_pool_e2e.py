@@ -455,7 +455,8 @@ def test_a_pool_places_moves_and_reloads_models_with_no_failed_request(
     time.sleep(10)
     still = get_ts(kube, namespace, NAME)["status"].get("inPlace") or {}
     assert still.get("next") == status["inPlace"]["next"] and still.get("stepIndex") == 1, still
-    assert len(asked) == 1 and where["m0"] - asked  # a copy of m0 on a pod the pause holds back
+    # 33% of m0's two copies: one pod holding m0 asked, the other copy held back by the pause
+    assert len(asked) == 1 and asked < where["m0"], (asked, where["m0"])
     for name in where["m0"] - asked:  # held: the old version, not loaded again
         config = get_json(f"http://{pods[name]}:8000/v2/models/m0/config")
         assert config.get("parameters", {}).get("note", {}).get("string_value") == "v2", config
