@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Issue 41's demonstration on the real node: 40 Python models of ~100 MiB in a pool of 4 pods of 1200Mi,
+"""Issue 41's demonstration on the real node: 40 Python models of ~120 MiB in a pool of 4 pods of 1400Mi,
 with clients counting every answer, side by side with every model everywhere on the same models.
 
-Each model holds ``--hold`` MiB once loaded (touched; a Python stub's own memory comes on top) and
-declares ``--memory``; its answer says which model gave it (an offset) and when it was loaded (OUTPUT1:
+Each model holds ``--hold`` MiB once loaded (touched; a Python stub's own memory comes on top: the
+agents measured 117 to 120 MiB a model at ``--hold`` 80) and declares ``--memory`` (120Mi: what it
+measures; placement counts the larger of the two, so a model declared smaller takes its measured
+figure anyway); its answer says which model gave it (an offset) and when it was loaded (OUTPUT1:
 a number drawn at its load). Both layouts use spec.rollout.modelUpdates InPlace (a new model and a
 model's new version load in place) and talk to Triton through the pooled Python client over gRPC
 (``TritonClient.from_tritonservice``: in the pool, each model's requests to its own Service; one kept
@@ -42,8 +44,15 @@ load's answers:
 Needs the local cluster's real node (e2e/cluster.py up; started and stopped here when not up) and the
 images built from this tree (e2e/images.py), through the project's e2e lock:
 
-  .venv/bin/python bench/pool/demo.py                        # 40 models, 4 pods of 1200Mi
-  .venv/bin/python bench/pool/demo.py --models 8 --pods 2 --budget 600Mi --hold 20   # a rehearsal
+  .venv/bin/python bench/pool/demo.py                        # 40 models, 4 pods of 1400Mi
+  .venv/bin/python bench/pool/demo.py --models 8 --pods 2 --budget 600Mi --memory 60Mi --hold 20
+  .venv/bin/python bench/pool/demo.py --plan                 # the pods the pool needs, nothing run
+
+Before anything runs, the operator's own placement (core.pool.placement.pods_needed) says how many pods
+of ``--budget`` the models need at their declared memory: at rest (every model once, the new one
+included) and at the peak (the hot models at their most copies, the warm one at its most): a peak above
+``--max-pods`` or a rest above ``--pods`` stops the script naming the settings (the copies would be
+held back with MemoryShort and the steps would wait in vain).
 """
 
 from __future__ import annotations
@@ -72,6 +81,8 @@ from bench.real_pods.common import Session, run_with_cluster, say, wait
 from inference import INPUT0, INPUT1, InferenceError, infer_add_sub, offset_of
 from real_pods import ADD_SUB_CONFIG, on_real_node, stamped_holding_source
 from triton_operator.client import TritonClient
+from triton_operator.core.pool.placement import PoolModel, pods_needed
+from triton_operator.quantities import quantity_bytes
 
 SCALING: dict[str, Any] = {
     "busyInferencesPerSecond": "20",
@@ -349,6 +360,22 @@ class Demo(Bench):
         entries = (self.session.status(name).get("pool") or {}).get("models") or []
         return {str(e.get("name")): e for e in entries}
 
+    def measured_at_load(self, name: str) -> str:
+        """The least and largest measuredMemory in status.pool, and how many models it names above their
+        declared ``--memory`` (placement counts those at the measured figure)."""
+        figures = [
+            quantity_bytes(str(e["measuredMemory"])) / (1 << 20)
+            for e in self.pool_models(name).values()
+            if e.get("measuredMemory")
+        ]
+        if not figures:
+            return "none measured"
+        above = sum(1 for f in figures if f > mib_of(self.args.memory))
+        return (
+            f"{min(figures):.0f} to {max(figures):.0f} over {len(figures)} models;"
+            f" {above} above the declared {self.args.memory}"
+        )
+
     def pods_running(self, name: str) -> int:
         return len(self.session.pods(name))
 
@@ -484,6 +511,7 @@ class Demo(Bench):
         wait(lambda: self.at_rest(name, True), args.timeout, "pool: at rest", 1.0)
         time.sleep(3)
         layout.measured_mib = self.working_set_mib(name)
+        steps["models' memory measured at their load (status.pool), MiB"] = self.measured_at_load(name)
         stop_sampling = threading.Event()
         sampler = threading.Thread(target=self.sample, args=(name, t0, stop_sampling), daemon=True)
         sampler.start()
@@ -691,6 +719,48 @@ class Demo(Bench):
             )
 
 
+@dataclass(frozen=True)
+class Plan:
+    """The pods of ``--budget`` the operator's placement needs for the demo's models at their declared
+    memory: every model once (the new one included), and at the peak of the skewed load."""
+
+    at_rest: int
+    at_peak: int
+
+    def problems(self, args: argparse.Namespace) -> list[str]:
+        found = []
+        if self.at_rest > args.pods:
+            found.append(
+                f"--pods: {args.models + 1} models of {args.memory} need {self.at_rest} pods of"
+                f" {args.budget}, not {args.pods}: raise --pods or --budget (the pool would never be"
+                " back to --pods)"
+            )
+        if self.at_peak > args.max_pods:
+            found.append(
+                f"--max-pods: the hot models' {HOT_MAX_COPIES} copies and the warm one's {WARM_MAX_COPIES}"
+                f" need {self.at_peak} pods of {args.budget} at {args.memory} a model (the operator's"
+                f" placement), more than {args.max_pods}: raise --max-pods or --budget (the copies would"
+                " be held back, MemoryShort)"
+            )
+        return found
+
+
+def plan(args: argparse.Namespace) -> Plan:
+    """The pods ``args``' models need (declared memory, the operator's placement)."""
+    memory = mib_of(args.memory) << 20
+    budget = mib_of(args.budget) << 20
+    names = [f"m{i}" for i in range(args.models + 1)]
+
+    def models(hot: int, warm: int) -> list[PoolModel]:
+        return [
+            PoolModel(name, memory, 1, None, hot if i < args.hot else warm if i == args.hot else 1)
+            for i, name in enumerate(names)
+        ]
+
+    peak = models(HOT_MAX_COPIES, WARM_MAX_COPIES)
+    return Plan(pods_needed(models(1, 1), budget), pods_needed(peak, budget))
+
+
 def every_pods_that_fit(args: argparse.Namespace) -> int:
     """As many every-model-everywhere pods as this machine's available memory holds with ``--reserve``
     MiB left to the rest, each needing its container's memory limit (each model's ``--hold`` plus 60 MiB,
@@ -708,10 +778,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--models", type=int, default=40)
     parser.add_argument("--hold", type=int, default=80, help="MiB each model holds once loaded")
-    parser.add_argument("--memory", default="100Mi", help="each model's declared memory")
+    parser.add_argument(
+        "--memory", default="120Mi", help="each model's declared memory (what one measures at --hold 80)"
+    )
     parser.add_argument("--pods", type=int, default=4, help="the pool's pods (its least)")
     parser.add_argument("--max-pods", type=int, default=6, help="the pool's most pods (maxReplicas)")
-    parser.add_argument("--budget", default="1200Mi", help="spec.pool.memoryPerPod")
+    parser.add_argument("--budget", default="1400Mi", help="spec.pool.memoryPerPod")
     parser.add_argument(
         "--every-pods", type=int, default=-1, help="every model everywhere's pods (-1: as many as fit)"
     )
@@ -725,9 +797,22 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=300.0, help="seconds each pool step may take")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for every model")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--plan", action="store_true", help="print the pods the pool needs and stop")
     args = parser.parse_args()
     if args.models < args.hot + 2:
         raise SystemExit("--models must be at least --hot + 2")
+    needs = plan(args)
+    print(
+        f"the pool's pods of {args.budget} for {args.models + 1} models of {args.memory} (the operator's"
+        f" placement): {needs.at_rest} at rest (--pods {args.pods}), {needs.at_peak} at the peak"
+        f" (--max-pods {args.max_pods})",
+        flush=True,
+    )
+    problems = needs.problems(args)
+    if problems:
+        raise SystemExit("\n".join(problems))
+    if args.plan:
+        return 0
     if args.every_pods < 0:
         args.every_pods = every_pods_that_fit(args)
         say(f"every model everywhere: {args.every_pods} pods fit this machine's available memory")
