@@ -254,8 +254,10 @@ def test_a_new_version_with_a_new_config_goes_live_in_place_with_no_failed_reque
         # the API server stored it: a timeout longer than the period is accepted), and the agent
         # unloaded only once it had answered the kubelet's own probe 503 that many times in a row.
         pod = kube.get(Pod, name, namespace=namespace)
+        assert pod.spec is not None
         triton = next(c for c in pod.spec.containers if c.name == "tritonserver")
         probe = triton.readinessProbe
+        assert probe is not None and probe.httpGet is not None, triton
         assert probe.httpGet.path == "/v1/ready" and probe.httpGet.port == 8009, probe
         assert (probe.periodSeconds, probe.failureThreshold, probe.timeoutSeconds) == (1, 1, 5), probe
         logged = "".join(kube.log(name, namespace=namespace, container="model-agent"))
