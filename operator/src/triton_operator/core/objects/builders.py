@@ -102,9 +102,9 @@ AGENT_READINESS_TIMEOUT_SECONDS = 5
 """The agent's readiness probe (a revision's pods with the model agent, settings.quick_agent_probe):
 every second, out of the Service at the first failure, so that a pod is NotReady within a second of
 an in-place change beginning (its drain). The agent answers from memory, on a handler slot kept for
-the probe: a failure is a 503 it meant (a change, a model not READY, no readiness check for 5 s,
-which no single slow check gives) or no answer within 5 s, as long as the agent's own readiness
-takes to go stale; a probe slower than the period delays the next, it does not fail."""
+the probe: a failure is a 503 it meant (a change, a model not READY, or no readiness check for 5 s:
+Triton not answering its reads) or no answer within 5 s, as long as the agent's own readiness takes
+to go stale; a probe slower than the period delays the next, it does not fail."""
 TRITON_EXIT_TIMEOUT_SECONDS = 30
 """tritonserver's default --exit-timeout-secs: how long it waits for in-flight requests on SIGTERM."""
 TERMINATION_MARGIN_SECONDS = 5
