@@ -22,9 +22,9 @@ counting answers through the TritonService's Service.
 (g) one rollout paused at its first step through the operator killed and started again, a newer
     spec, `kubectl triton abort`, then a newer version whose updated pod is deleted mid-step while
     its replacement is held Pending (the node cordoned): no request fails.
-In every pod the agent unloads a model only once it has answered the kubelet's readiness probe 503
-failureThreshold times, then waited drainSeconds (however late the probe comes): (a) to (d) and (g)
-count 0 failed with it.
+In every pod the agent unloads a model only once it has answered the kubelet's readiness probe (every
+second, out at its first failure) 503 failureThreshold times, then waited drainSeconds (however late
+the probe comes): (a) to (d) and (g) count 0 failed with it.
 
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without
 them every test here skips, saying why.
@@ -257,9 +257,18 @@ def test_a_new_version_with_a_new_config_goes_live_in_place_with_no_failed_reque
     for name, ip in ips.items():
         reported = agent(ip)
         assert reported["revision"] == new and reported["state"] == "Applied", reported
-        # the agent unloaded only once it had answered the kubelet's own probe 503 twice in a row
+        # The pod's readiness is the agent's, probed every second and out at its first failure (as
+        # the API server stored it: a timeout longer than the period is accepted), and the agent
+        # unloaded only once it had answered the kubelet's own probe 503 that many times in a row.
+        pod = kube.get(Pod, name, namespace=namespace)
+        assert pod.spec is not None
+        triton = next(c for c in pod.spec.containers if c.name == "tritonserver")
+        probe = triton.readinessProbe
+        assert probe is not None and probe.httpGet is not None, triton
+        assert probe.httpGet.path == "/v1/ready" and probe.httpGet.port == 8009, probe
+        assert (probe.periodSeconds, probe.failureThreshold, probe.timeoutSeconds) == (1, 1, 5), probe
         logged = "".join(kube.log(name, namespace=namespace, container="model-agent"))
-        assert re.search(r"probe was answered 503 \d+ times in a row \(its failureThreshold: 2\)", logged), (
+        assert re.search(r"probe was answered 503 \d+ times in a row \(its failureThreshold: 1\)", logged), (
             logged
         )
         assert "probes late or not at all" not in logged, logged[-2000:]

@@ -20,7 +20,7 @@ from triton_operator.models import TritonService
 from triton_operator.settings import Settings
 
 SETTINGS = Settings()
-OLDER_SHAPE = Settings(agent_pods=False)
+OLDER_SHAPE = Settings(agent_pods=False, quick_agent_probe=False)
 """The settings a revision made before one pod shape is rendered with (its sync init container)."""
 UID = "0c3d6c2e-8d54-4bb8-9d1b-3c7a1f1e2a10"
 CONFIG = {

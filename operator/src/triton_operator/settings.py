@@ -298,6 +298,12 @@ class Settings:
     """Not read from the environment: whether a revision's pods have one shape, the model agent's
     (tritonserver starts with no models; the agent fetches and loads each model as its bytes land);
     False only for a revision recorded before (it keeps its sync init container, core.objects.builders)."""
+    quick_agent_probe: bool = True
+    """Not read from the environment: whether the readiness probe of a revision's pods with the model
+    agent runs every second and takes the pod out at its first failure (core.objects.builders:
+    AGENT_READINESS_*), so that a pod leaves its Service within a second of an in-place change
+    beginning; False only for a revision recorded before (every 2 s, out at the second failure: it
+    keeps its pods)."""
 
     node_cache_public_key: str | None = None
     """The node cache's public key (base64 of 32 bytes), derived from the key file that

@@ -5,7 +5,9 @@ a probe that never comes is waited for --drain-timeout at most, said in the stat
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import socket
 import threading
 import time
 import urllib.error
@@ -62,14 +64,14 @@ class Triton:
         return self.loaded.get(model) == "READY"
 
 
-def sidecar(tmp_path: Path, triton: Triton, *, drain: float, timeout: float) -> Agent:
+def sidecar(tmp_path: Path, triton: Triton, *, drain: float, timeout: float, failures: int = 2) -> Agent:
     options = AgentOptions(
         dest=tmp_path / "models",
         state_dir=tmp_path / "state",
         base=revision("r1", 0),
         triton=triton,  # type: ignore[arg-type]
         drain_seconds=drain,
-        probe_failures=2,
+        probe_failures=failures,
         drain_timeout=timeout,
         proc=tmp_path / "no-proc",
     )
@@ -198,3 +200,66 @@ def test_a_probe_that_never_comes_is_waited_for_at_most_the_timeout_and_said(
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert warned and "probes late or not at all" in warned[0].getMessage()
     assert agent.status()["state"] == "Applied"
+
+
+def test_with_the_quick_probe_the_first_503_takes_the_pod_out(tmp_path: Path, triton: Triton) -> None:
+    """What the operator renders now (core.objects.builders.readiness_timing): the kubelet probes every
+    second (here from 0.2 s into the drain) and takes the pod out at the first failure;
+    the agent (--probe-failures 1) unloads right after that one 503 and the drain, not a period later."""
+    agent = sidecar(tmp_path, triton, drain=0.3, timeout=20, failures=1)
+
+    def ready() -> tuple[bool, dict[str, object]]:
+        result = agent.ready()
+        return result.ready, result.to_json()
+
+    server = StatusServer("127.0.0.1:0", agent.status, ready, probed=agent.probe_answered).start()
+    try:
+        began = time.monotonic()
+        with Caller(server.port, KUBELET, start=0.2, period=1.0) as kubelet:
+            agent.target = "r2"
+            agent.apply(revision("r2", 10))
+    finally:
+        server.stop()
+    unloaded = next(at for at, what in triton.calls if what == "unload adder")
+    before = [(at, code) for at, code in kubelet.answers if at < unloaded]
+    assert [code for _, code in before] == [503], (unloaded - began, kubelet.answers)
+    assert before[0][1] == 503 and unloaded >= before[0][0] + 0.3 - 0.05
+    assert unloaded - began < 1.2  # one probe and the drain: the kubelet's second probe is not waited for
+    assert agent.status()["state"] == "Applied" and agent.check().ready
+
+
+def test_the_probe_is_answered_at_once_while_the_agent_works(served: tuple[Agent, int]) -> None:
+    """A single failure takes the pod out, so a busy agent must not time the probe out: it answers from
+    memory on the handler slot kept for it, while threads hash (GIL released) and run Python (GIL
+    held) and every other slot is taken by a caller that sends nothing. The probe's timeout is 5 s."""
+    _, port = served
+    stop = threading.Event()
+
+    def python_work() -> None:
+        n = 0
+        while not stop.is_set():
+            n = (n * 31 + 7) % 1_000_003
+
+    def hashing() -> None:
+        data = b"x" * (8 << 20)
+        while not stop.is_set():
+            hashlib.sha256(data).digest()
+
+    workers = [threading.Thread(target=f, daemon=True) for f in (python_work, python_work, hashing)]
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(16)]  # every slot, no request
+    for worker in workers:
+        worker.start()
+    took = []
+    try:
+        for _ in range(20):
+            at = time.monotonic()
+            assert get_ready(port, KUBELET) == 200
+            took.append(time.monotonic() - at)
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for conn in idle:
+            conn.close()
+        for worker in workers:
+            worker.join(5)
+    assert max(took) < 1.0, took  # a fifth of the probe's timeout, on a machine shared by many

@@ -93,6 +93,18 @@ STARTUP_PERIOD_SECONDS = 1
 """Startup probes run every second: a pod is Ready within a second of Triton loading its models."""
 READINESS_PERIOD_SECONDS = 2
 READINESS_FAILURES = 2
+READINESS_TIMEOUT_SECONDS = 3
+"""tritonserver's readiness probe (pods without the model agent), and the agent's in a revision
+recorded before the quick one (settings.quick_agent_probe False): every 2 s, out at the second failure."""
+AGENT_READINESS_PERIOD_SECONDS = 1
+AGENT_READINESS_FAILURES = 1
+AGENT_READINESS_TIMEOUT_SECONDS = 5
+"""The agent's readiness probe (a revision's pods with the model agent, settings.quick_agent_probe):
+every second, out of the Service at the first failure, so that a pod is NotReady within a second of
+an in-place change beginning (its drain). The agent answers from memory, on a handler slot kept for
+the probe: a failure is a 503 it meant (a change, a model not READY, or no readiness check for 5 s:
+Triton not answering its reads) or no answer within 5 s, as long as the agent's own readiness takes
+to go stale; a probe slower than the period delays the next, it does not fail."""
 TRITON_EXIT_TIMEOUT_SECONDS = 30
 """tritonserver's default --exit-timeout-secs: how long it waits for in-flight requests on SIGTERM."""
 TERMINATION_MARGIN_SECONDS = 5
@@ -199,6 +211,7 @@ RECORDED_SETTINGS: dict[str, str] = {
     "nodeCacheToken": "node_cache_token",
     "nodeCachePublicKey": "node_cache_public_key",
     "agentPods": "agent_pods",
+    "quickAgentProbe": "quick_agent_probe",
 }
 """The operator settings that shape a revision's pod template (OPERATOR_KEY's keys -> Settings'
 fields): recorded when the revision is created, and what it is re-rendered with ever after."""
@@ -209,6 +222,8 @@ def settings_record(settings: Settings) -> str:
     record = {key: getattr(settings, field) for key, field in RECORDED_SETTINGS.items()}
     if record["logFormat"] == "text":
         record["logFormat"] = None  # the default, left out: revisions recorded before it read the same
+    if not record["quickAgentProbe"]:
+        record["quickAgentProbe"] = None  # as a revision recorded before it: its record unchanged
     return json.dumps({k: v for k, v in record.items() if v is not None}, sort_keys=True)
 
 
@@ -240,6 +255,9 @@ def read_settings_record(text: str | None, settings: Settings) -> Settings | Non
     # A revision recorded before one pod shape keeps its sync init container (and its agent only
     # with in-place updates) until it is replaced.
     fields["agent_pods"] = record.get("agentPods") is True
+    # A revision recorded before the quick agent probe keeps its probe (every 2 s, out at the second
+    # failure) and its agent's drain on it.
+    fields["quick_agent_probe"] = record.get("quickAgentProbe") is True
     return dataclasses.replace(settings, **fields)
 
 
@@ -498,11 +516,21 @@ def _probe(path: str, period: int, failures: int, timeout: int) -> dict[str, Any
     }
 
 
+def readiness_timing(ts: TritonService, settings: Settings | None = None) -> tuple[int, int, int]:
+    """The readiness probe's (periodSeconds, failureThreshold, timeoutSeconds): the agent's quick
+    one in pods with the model agent (settings.quick_agent_probe), else every 2 s, out at the second
+    failure (tritonserver's own readiness, and the agent's in a revision recorded before)."""
+    if has_agent(ts, settings) and settings is not None and settings.quick_agent_probe:
+        return AGENT_READINESS_PERIOD_SECONDS, AGENT_READINESS_FAILURES, AGENT_READINESS_TIMEOUT_SECONDS
+    return READINESS_PERIOD_SECONDS, READINESS_FAILURES, READINESS_TIMEOUT_SECONDS
+
+
 def readiness_probe(ts: TritonService, settings: Settings | None = None) -> dict[str, Any]:
     """tritonserver's readiness (strict: every model loaded READY); in pods with the model agent
     (has_agent) the agent's (GET :AGENT_PORT/v1/ready: every model of the revision the pod serves
-    READY, and false while the agent drains the pod for a change)."""
-    probe = _probe(READINESS_PATH, period=READINESS_PERIOD_SECONDS, failures=READINESS_FAILURES, timeout=3)
+    READY, and false while the agent drains the pod for a change), timed by readiness_timing."""
+    period, failures, timeout = readiness_timing(ts, settings)
+    probe = _probe(READINESS_PATH, period=period, failures=failures, timeout=timeout)
     if has_agent(ts, settings):
         probe["httpGet"] = {"path": AGENT_READY_PATH, "port": AGENT_PORT}
     return probe
@@ -667,20 +695,24 @@ def pre_stop(ts: TritonService) -> dict[str, Any]:
     return {"lifecycle": {"preStop": {"exec": {"command": ["sleep", str(ts.spec.drain_seconds)]}}}}
 
 
-def agent_drain_seconds(ts: TritonService) -> int:
+def agent_drain_seconds(ts: TritonService, settings: Settings | None = None) -> int:
     """How long the agent keeps the pod out of its Service before it unloads or loads a model: the
     readiness probe fails within period x failureThreshold, then the endpoints, kube-proxy and any
-    router catch up within the spec's drainSeconds (what a terminating pod's preStop waits too)."""
-    return READINESS_PERIOD_SECONDS * READINESS_FAILURES + ts.spec.drain_seconds
+    router catch up within the spec's drainSeconds (what a terminating pod's preStop waits too).
+    Without ``settings``, the longer probe's (the most a pod of any revision waits)."""
+    period, failures, _ = readiness_timing(ts, settings)
+    return period * failures + ts.spec.drain_seconds
 
 
 def agent_drain_args(ts: TritonService, settings: Settings | None) -> list[str]:
     """How the agent drains: in a pod of the one shape (fills_itself), until it has answered the
-    kubelet's readiness probe 503 failureThreshold times, then the spec's drainSeconds for the
-    endpoints; in a revision made before, a fixed agent_drain_seconds (its template is kept)."""
+    kubelet's readiness probe 503 failureThreshold times (readiness_timing), then the spec's
+    drainSeconds for the endpoints; in a revision made before, a fixed agent_drain_seconds (its
+    template is kept)."""
     if fills_itself(settings):
-        return ["--probe-failures", str(READINESS_FAILURES), "--drain-seconds", str(ts.spec.drain_seconds)]
-    return ["--drain-seconds", str(agent_drain_seconds(ts))]
+        _, failures, _ = readiness_timing(ts, settings)
+        return ["--probe-failures", str(failures), "--drain-seconds", str(ts.spec.drain_seconds)]
+    return ["--drain-seconds", str(agent_drain_seconds(ts, settings))]
 
 
 FILL_FLAG = "--triton-starts-empty"

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from triton_operator import logs
 from triton_operator.core.objects.builders import (
+    AGENT_READINESS_PERIOD_SECONDS,
     PLAIN,
     SCRAPE_ANNOTATIONS,
     ManifestLayout,
@@ -276,8 +277,9 @@ def _node_cache_port(container: Mapping[str, Any]) -> int | None:
 
 
 def kept_pod_security(settings: Settings, deployment: Mapping[str, Any]) -> Settings:
-    """``settings`` with the securityContext defaults and the terminationMessagePolicy an existing
-    revision's Deployment has: a revision made before the operator set them keeps going without.
+    """``settings`` with the securityContext defaults, the terminationMessagePolicy and the readiness
+    probe's timing an existing revision's Deployment has: a revision made before the operator set
+    them keeps going without.
 
     Like its sync image, a revision keeps the pod template it was created with: applying the
     defaults to its Deployment would restart every serving pod, under a user the image may not
@@ -295,6 +297,9 @@ def kept_pod_security(settings: Settings, deployment: Mapping[str, Any]) -> Sett
         # The API server stores the default policy, File.
         policy = triton.get("terminationMessagePolicy", "File")
         settings = dataclasses.replace(settings, triton_log_on_exit=policy == "FallbackToLogsOnError")
+        # The agent's quick readiness probe is the only one every second (builders.readiness_timing).
+        period = (triton.get("readinessProbe") or {}).get("periodSeconds")
+        settings = dataclasses.replace(settings, quick_agent_probe=period == AGENT_READINESS_PERIOD_SECONDS)
     return settings
 
 
