@@ -300,3 +300,81 @@ def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
     for model in MODELS:
         assert clients.answers[model, OFFSETS[model]] > 0, clients.summary()
     assert all(o == OFFSETS[m] for m, o in clients.answers), clients.summary()
+
+
+def test_a_deleted_pods_only_copies_answer_elsewhere_within_the_default_drain(
+    kube: Client, namespace: str, store: Any, bucket: str
+) -> None:
+    """The pod holding a model's only copy deleted, at the default drainSeconds (5 s): the model is placed
+    on a live pod, loads there, and is labelled within a second of its load (the operator looks again
+    every POOL_LOADING_SECONDS while a copy loads), before the leaving pod's preStop ends: a client asking
+    each of its models back to back through the model's Service sees no request fail."""
+    apply(kube, pooled(namespace, bucket, store))
+
+    def one_copy_each() -> dict[str, dict[str, Any]] | None:
+        status = pool_status(kube, namespace)
+        if set(status) != set(MODELS) or any(s.get("readyCopies") != 1 for s in status.values()):
+            return None
+        return status if all(len(labelled(kube, namespace, m)) == 1 for m in MODELS) else None
+
+    status = wait_for(one_copy_each, timeout=300, interval=2, what="one READY copy of each model")
+    services = {m: service_ip(kube, namespace, f"{NAME}-m-{m}") for m in MODELS}
+
+    def answering() -> bool:
+        try:
+            return {m: offset_of(infer_add_sub(services[m], model=m, timeout=3)) for m in MODELS} == OFFSETS
+        except Exception:
+            return False
+
+    wait_for(answering, timeout=60, interval=0.5, what="every model answering through its Service")
+    victim = str(status["m1"]["pods"][0])
+    moving = sorted(m for m, s in status.items() if s["pods"] == [victim])  # their only copy is there
+    answers: Counter[tuple[str, float]] = Counter()
+    failures: list[str] = []
+    stop = threading.Event()
+    deleted = time.monotonic()
+
+    def ask(model: str) -> None:
+        while not stop.is_set():
+            try:
+                answer = offset_of(infer_add_sub(services[model], model=model, timeout=10))
+                answers[model, answer] += 1
+            except Exception as exc:  # every failure is counted, none ends the client
+                failures.append(f"{model} at {time.monotonic() - deleted:+.1f}s: {type(exc).__name__}: {exc}")
+            stop.wait(0.05)
+
+    threads = [threading.Thread(target=ask, args=(m,), daemon=True) for m in moving]
+    for thread in threads:
+        thread.start()
+    time.sleep(2)
+    try:
+        deleted = time.monotonic()
+        kube.delete(Pod, victim, namespace=namespace)
+        routed: dict[str, float] = {}
+
+        def all_routed() -> bool:
+            for model in moving:
+                if model not in routed and labelled(kube, namespace, model) - {victim}:
+                    routed[model] = time.monotonic() - deleted
+            return set(routed) == set(moving)
+
+        wait_for(all_routed, timeout=120, interval=0.2, what="each moved model labelled on a live pod")
+        print(f"\ndeleted {victim} holding {moving}; labelled elsewhere after (s): {routed}")
+
+        def gone() -> bool:
+            return victim not in {str(p.metadata.name) for p in kube.list(Pod, namespace=namespace)}
+
+        wait_for(gone, timeout=120, interval=0.5, what=f"{victim} gone")
+        time.sleep(5)  # the new copies answer alone
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=15)
+    summary = ", ".join(f"{m}@{o:g}: {n}" for (m, o), n in sorted(answers.items()))
+    print(f"{sum(answers.values())} answers ({summary}), {len(failures)} failed")
+    assert not failures, failures[:10]
+    after = pool_status(kube, namespace)
+    for model in moving:
+        assert answers[model, OFFSETS[model]] > 0, summary
+        assert after[model]["readyCopies"] == 1 and victim not in after[model]["pods"], after[model]
+    assert all(o == OFFSETS[m] for m, o in answers), summary
