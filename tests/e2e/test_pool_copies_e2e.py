@@ -362,7 +362,8 @@ def test_a_deleted_pods_only_copies_answer_elsewhere_within_the_default_drain(
         print(f"\ndeleted {victim} holding {moving}; labelled elsewhere after (s): {routed}")
 
         def gone() -> bool:
-            return victim not in {str(p.metadata.name) for p in kube.list(Pod, namespace=namespace)}
+            names = {p.metadata.name for p in kube.list(Pod, namespace=namespace) if p.metadata is not None}
+            return victim not in names
 
         wait_for(gone, timeout=120, interval=0.5, what=f"{victim} gone")
         time.sleep(5)  # the new copies answer alone
