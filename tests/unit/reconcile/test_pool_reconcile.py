@@ -772,3 +772,43 @@ async def test_a_leaving_pods_models_are_looked_at_again_within_a_second_while_t
         if due == POOL_LOAD_SECONDS:
             break
     assert due == POOL_LOAD_SECONDS  # nothing loads: no faster than the look at the load
+
+
+async def test_a_pass_while_a_copy_loads_sends_the_api_server_nothing() -> None:
+    """The cost of a pass each second while copies load (docs/pool.md, "What a load costs the operator"):
+    over the operator's watches (adapters.cached_kube), a pass that finds a copy still LOADING reads
+    nothing from the API server (the per-model Services come from the watches: on main it listed the
+    namespace's Services) and writes only what every pass of a service of 2 pods or more writes; it asks
+    for each pod's agent report once."""
+    from triton_operator.adapters.cached_kube import CachedKube  # noqa: PLC0415
+    from triton_operator.adapters.owned_watch import CACHED, OwnedCache  # noqa: PLC0415
+    from triton_operator.reconcile.observe import Absences  # noqa: PLC0415
+
+    kube = MemKube()
+    kube.put(pooled())
+    await run(kube)
+    start_pods(kube)
+    await run(kube)  # placed: every pod asked for its models
+    loading = {
+        name: {m: Copy(state="LOADING", version=v) for m, v in assigned(pod).items()}
+        for name, pod in pods(kube).items()
+    }
+    await run(kube, loading)  # status.pool as it stands while they load
+    cached = CachedKube(kube, OwnedCache())
+    for kind in CACHED:  # the watches caught up
+        cached.cache.expect(kind)
+        cached.cache.replace(kind, None, kube.of_kind(kind))
+        cached.cache.listed(kind)
+    stored = kube.find("TritonService", NS, "pool")
+    assert stored is not None
+    cached.remember(stored)
+    for _ in range(3):
+        mark = len(kube.calls)
+        seen = Reports(loading)
+        result = await reconcile(
+            cached, NS, "pool", SETTINGS, clock=lambda: T0, pool_reports=seen, absences=Absences()
+        )
+        # Nothing read; sent: only the PodDisruptionBudget's apply, as every pass of 2 pods or more.
+        assert [(c.method, c.kind) for c in kube.calls[mark:]] == [("apply", "PodDisruptionBudget")]
+        assert seen.wanted == {n: p["status"]["podIP"] for n, p in pods(kube).items()}  # one read a pod
+        assert result.requeue_after == POOL_LOADING_SECONDS

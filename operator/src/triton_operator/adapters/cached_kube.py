@@ -32,7 +32,7 @@ from typing import Any
 from triton_operator.adapters.kube import ConflictError, KubeAPI, Owned
 from triton_operator.adapters.owned_watch import CACHED, OwnedCache
 from triton_operator.core.decision.actions import applied_as_built
-from triton_operator.core.objects.names import APPLIED_ANNOTATION, LABEL_SERVICE
+from triton_operator.core.objects.names import APPLIED_ANNOTATION, LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 
 
 def _version(obj: Mapping[str, Any]) -> int | None:
@@ -108,8 +108,22 @@ class CachedKube:
 
         return Owned(deployments=kept("Deployment"), configmaps=kept("ConfigMap"), pods=kept("Pod"))
 
-    async def list_kind(self, kind: str, namespace: str) -> list[dict[str, Any]]:
-        return await self.kube.list_kind(kind, namespace)
+    async def list_kind(
+        self, kind: str, namespace: str, labels: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """From the cache when ``labels`` select only what it keeps whole (a cached kind, managed by the
+        operator, of one TritonService: a pool's per-model Services, listed every pass), once synced;
+        else from the API server."""
+        labels = labels or {}
+        owner = labels.get(LABEL_SERVICE)
+        ours = labels.get(LABEL_MANAGED_BY) == MANAGED_BY and owner is not None
+        if not (ours and owner is not None and kind in CACHED and self.cache.synced):
+            return await self.kube.list_kind(kind, namespace, labels or None)
+        return [
+            o
+            for o in self.cache.owned(namespace, owner, kind)
+            if all(((o.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in labels.items())
+        ]
 
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return await self.kube.get(kind, namespace, name)
