@@ -812,3 +812,7 @@ async def test_a_pass_while_a_copy_loads_sends_the_api_server_nothing() -> None:
         assert [(c.method, c.kind) for c in kube.calls[mark:]] == [("apply", "PodDisruptionBudget")]
         assert seen.wanted == {n: p["status"]["podIP"] for n, p in pods(kube).items()}  # one read a pod
         assert result.requeue_after == POOL_LOADING_SECONDS
+    mark = len(kube.calls)
+    every = await cached.list_kind("Service", NS)  # not selected by owner: the cache cannot answer
+    assert [(c.method, c.kind) for c in kube.calls[mark:]] == [("list_kind", "Service")]
+    assert {model_object_name("pool", m) for m in MODELS} <= {o["metadata"]["name"] for o in every}

@@ -8,7 +8,8 @@ pods before it decides: over the API server, four requests a pass. Here:
   result of this process's own status write when it is newer; a TritonService not known, or whose
   status write was refused as superseded (``forget``), is read from the API server;
 - ``list_owned`` answers from the owned watches' cache once each of them has read its listing (before
-  that, from the API server);
+  that, from the API server), and so does ``list_kind`` of a cached kind selected by the operator's
+  labels and one owner (a pool's per-model Services);
 - ``apply`` of an object that carries the operator's applied digest (core.decision.actions.stamped) and is
   stored as built (core.decision.actions.applied_as_built, against the cache) sends nothing: applying it would
   change nothing the operator owns;
@@ -116,8 +117,8 @@ class CachedKube:
         else from the API server."""
         labels = labels or {}
         owner = labels.get(LABEL_SERVICE)
-        ours = labels.get(LABEL_MANAGED_BY) == MANAGED_BY and owner is not None
-        if not (ours and owner is not None and kind in CACHED and self.cache.synced):
+        kept = labels.get(LABEL_MANAGED_BY) == MANAGED_BY and kind in CACHED and self.cache.synced
+        if owner is None or not kept:
             return await self.kube.list_kind(kind, namespace, labels or None)
         return [
             o
