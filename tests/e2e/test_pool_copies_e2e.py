@@ -303,7 +303,7 @@ def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
 
 
 def test_a_deleted_pods_only_copies_answer_elsewhere_within_the_default_drain(
-    kube: Client, namespace: str, store: Any, bucket: str
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str
 ) -> None:
     """The pod holding a model's only copy deleted, at the default drainSeconds (5 s): the model is placed
     on a live pod, loads there, and is labelled within a second of its load (the operator looks again
