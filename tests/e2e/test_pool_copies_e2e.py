@@ -9,6 +9,10 @@ in. The calm models keep their one copy. Once the busy clients stop, m0 (asked a
 the 2 inferences a second that say idle) is idle for 5 s and its extra copy is dropped: taken off its
 Service, then unloaded. A calm client asks every model about once a second throughout; no request fails.
 
+A pod holding a model's only copy deleted at the default drainSeconds: the model loads on another pod
+and is labelled there before the leaving pod stops serving; a client asking it back to back sees no
+request fail.
+
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without them
 every test here skips, saying why.
 """
