@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.resources.core_v1 import Pod, Service
+from lightkube.resources.core_v1 import Node, Pod, Service
 
 from e2e_helpers import apply, create_store_secret, get_ts
 from inference import infer_add_sub, offset_of
@@ -312,7 +312,10 @@ def test_a_deleted_pods_only_copies_answer_elsewhere_within_the_default_drain(
     """The pod holding a model's only copy deleted, at the default drainSeconds (5 s): the model is placed
     on a live pod, loads there, and is labelled within about a second of its load (the operator looks
     again every POOL_LOADING_SECONDS while a copy loads), before the leaving pod's preStop ends: a client
-    asking the model back to back through its Service sees no request fail. Each model declares 300Mi,
+    asking the model back to back through its Service sees no request fail. The node is cordoned first,
+    as a node drain does before it evicts: the replacement pod stays Pending, and its start's events do
+    not hand the operator passes (on main its next look came up to 5 s after the load: too late). Each
+    model declares 300Mi,
     so each of four pods of 400Mi holds one at most: the deleted pod holds one model, and the pod left
     empty takes it (an agent loads one model at a time: several models leaving one pod load one after
     another, docs/pool.md)."""
@@ -358,8 +361,12 @@ def test_a_deleted_pods_only_copies_answer_elsewhere_within_the_default_drain(
     threads = [threading.Thread(target=ask, args=(m,), daemon=True) for m in moving]
     for thread in threads:
         thread.start()
+    node = str(kube.get(Pod, victim, namespace=namespace).spec.nodeName)  # type: ignore[union-attr]
     time.sleep(2)
     try:
+        # As a node drain evicts: the node cordoned, the ReplicaSet's new pod stays Pending, and no
+        # event of a starting pod hands the operator a pass: it looks again on its own timers only.
+        kube.patch(Node, node, {"spec": {"unschedulable": True}})
         deleted = time.monotonic()
         kube.delete(Pod, victim, namespace=namespace)
         routed: dict[str, float] = {}
@@ -380,6 +387,7 @@ def test_a_deleted_pods_only_copies_answer_elsewhere_within_the_default_drain(
         wait_for(gone, timeout=120, interval=0.5, what=f"{victim} gone")
         time.sleep(5)  # the new copies answer alone
     finally:
+        kube.patch(Node, node, {"spec": {"unschedulable": False}})
         stop.set()
         for thread in threads:
             thread.join(timeout=15)
