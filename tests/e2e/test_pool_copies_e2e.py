@@ -9,6 +9,10 @@ in. The calm models keep their one copy. Once the busy clients stop, m0 (asked a
 the 2 inferences a second that say idle) is idle for 5 s and its extra copy is dropped: taken off its
 Service, then unloaded. A calm client asks every model about once a second throughout; no request fails.
 
+A pod holding a model's only copy deleted at the default drainSeconds: the model loads on another pod
+and is labelled there before the leaving pod stops serving; a client asking it back to back sees no
+request fail.
+
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without them
 every test here skips, saying why.
 """
@@ -26,7 +30,7 @@ from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.resources.core_v1 import Pod, Service
+from lightkube.resources.core_v1 import Node, Pod, Service
 
 from e2e_helpers import apply, create_store_secret, get_ts
 from inference import infer_add_sub, offset_of
@@ -300,3 +304,98 @@ def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
     for model in MODELS:
         assert clients.answers[model, OFFSETS[model]] > 0, clients.summary()
     assert all(o == OFFSETS[m] for m, o in clients.answers), clients.summary()
+
+
+def test_a_deleted_pods_only_copies_answer_elsewhere_within_the_default_drain(
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str
+) -> None:
+    """The pod holding a model's only copy deleted, at the default drainSeconds (5 s): the model is placed
+    on a live pod, loads there, and is labelled within about a second of its load (the operator looks
+    again every POOL_LOADING_SECONDS while a copy loads), before the leaving pod's preStop ends: a client
+    asking the model back to back through its Service sees no request fail. The node is cordoned first,
+    as a node drain does before it evicts: the replacement pod stays Pending, and its start's events do
+    not hand the operator passes (on main its next look came up to 5 s after the load: too late). Each
+    model declares 300Mi,
+    so each of four pods of 400Mi holds one at most: the deleted pod holds one model, and the pod left
+    empty takes it (an agent loads one model at a time: several models leaving one pod load one after
+    another, docs/pool.md)."""
+    body = pooled(namespace, bucket, store)
+    body["spec"]["replicas"] = 4
+    for model in body["spec"]["models"]:
+        model["memory"] = "300Mi"
+    apply(kube, body)
+
+    def one_copy_each() -> dict[str, dict[str, Any]] | None:
+        status = pool_status(kube, namespace)
+        if set(status) != set(MODELS) or any(s.get("readyCopies") != 1 for s in status.values()):
+            return None
+        return status if all(len(labelled(kube, namespace, m)) == 1 for m in MODELS) else None
+
+    status = wait_for(one_copy_each, timeout=300, interval=2, what="one READY copy of each model")
+    services = {m: service_ip(kube, namespace, f"{NAME}-m-{m}") for m in MODELS}
+
+    def answering() -> bool:
+        try:
+            return {m: offset_of(infer_add_sub(services[m], model=m, timeout=3)) for m in MODELS} == OFFSETS
+        except Exception:
+            return False
+
+    wait_for(answering, timeout=60, interval=0.5, what="every model answering through its Service")
+    victim = str(status["m1"]["pods"][0])
+    moving = sorted(m for m, s in status.items() if s["pods"] == [victim])  # their only copy is there
+    assert moving == ["m1"], status
+    answers: Counter[tuple[str, float]] = Counter()
+    failures: list[str] = []
+    stop = threading.Event()
+    deleted = time.monotonic()
+
+    def ask(model: str) -> None:
+        while not stop.is_set():
+            try:
+                answer = offset_of(infer_add_sub(services[model], model=model, timeout=10))
+                answers[model, answer] += 1
+            except Exception as exc:  # every failure is counted, none ends the client
+                failures.append(f"{model} at {time.monotonic() - deleted:+.1f}s: {type(exc).__name__}: {exc}")
+            stop.wait(0.05)
+
+    threads = [threading.Thread(target=ask, args=(m,), daemon=True) for m in moving]
+    for thread in threads:
+        thread.start()
+    node = str(kube.get(Pod, victim, namespace=namespace).spec.nodeName)  # type: ignore[union-attr]
+    time.sleep(2)
+    try:
+        # As a node drain evicts: the node cordoned, the ReplicaSet's new pod stays Pending, and no
+        # event of a starting pod hands the operator a pass: it looks again on its own timers only.
+        kube.patch(Node, node, {"spec": {"unschedulable": True}})
+        deleted = time.monotonic()
+        kube.delete(Pod, victim, namespace=namespace)
+        routed: dict[str, float] = {}
+
+        def all_routed() -> bool:
+            for model in moving:
+                if model not in routed and labelled(kube, namespace, model) - {victim}:
+                    routed[model] = time.monotonic() - deleted
+            return set(routed) == set(moving)
+
+        wait_for(all_routed, timeout=120, interval=0.2, what="each moved model labelled on a live pod")
+        print(f"\ndeleted {victim} holding {moving}; labelled elsewhere after (s): {routed}")
+
+        def gone() -> bool:
+            names = {p.metadata.name for p in kube.list(Pod, namespace=namespace) if p.metadata is not None}
+            return victim not in names
+
+        wait_for(gone, timeout=120, interval=0.5, what=f"{victim} gone")
+        time.sleep(5)  # the new copies answer alone
+    finally:
+        kube.patch(Node, node, {"spec": {"unschedulable": False}})
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=15)
+    summary = ", ".join(f"{m}@{o:g}: {n}" for (m, o), n in sorted(answers.items()))
+    print(f"{sum(answers.values())} answers ({summary}), {len(failures)} failed")
+    assert not failures, failures[:10]
+    after = pool_status(kube, namespace)
+    for model in moving:
+        assert answers[model, OFFSETS[model]] > 0, summary
+        assert after[model]["readyCopies"] == 1 and victim not in after[model]["pods"], after[model]
+    assert all(o == OFFSETS[m] for m, o in answers), summary

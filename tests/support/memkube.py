@@ -198,13 +198,20 @@ class MemKube:
             deployments=matching("Deployment"), configmaps=matching("ConfigMap"), pods=matching("Pod")
         )
 
-    async def list_kind(self, kind: str, namespace: str) -> list[dict[str, Any]]:
+    async def list_kind(
+        self, kind: str, namespace: str, labels: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
         _check_kind(kind)
         await self._enter("list_kind", kind, namespace, "")
         return [
             copy.deepcopy(obj)
             for (k, ns, _), obj in sorted(self.objects.items())
-            if k == kind and ns == namespace
+            if k == kind
+            and ns == namespace
+            and all(
+                ((obj.get("metadata") or {}).get("labels") or {}).get(a) == b
+                for a, b in (labels or {}).items()
+            )
         ]
 
     async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:

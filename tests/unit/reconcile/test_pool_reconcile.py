@@ -19,6 +19,7 @@ import pytest
 from e2e_helpers import PYTHON_MODEL, tritonservice
 from memkube import MemKube, run_kubelet
 from triton_operator.adapters.triton_reader import Owner, PodReading, PodTarget, TritonReader
+from triton_operator.core.decision.pool_plan import POOL_LOAD_SECONDS, POOL_LOADING_SECONDS
 from triton_operator.core.pool.assignment import ASSIGNMENT_ANNOTATION, Copy, parse_assignment
 from triton_operator.core.pool.labels import MODEL_LABEL_PREFIX, READY, model_label_key, model_object_name
 from triton_operator.core.repository.manifest import (
@@ -722,3 +723,96 @@ async def test_a_terminating_pods_only_copies_stay_routed_until_they_answer_else
         assert any(model in ready_labels(p) for n, p in pods(kube).items() if n != leaving)
     await run(kube, agents_from(kube))  # every wanted copy answers: the leaving pod comes off
     assert ready_labels(pods(kube)[leaving]) == set()
+
+
+async def test_a_leaving_pods_models_are_looked_at_again_within_a_second_while_they_load_elsewhere() -> None:
+    """A pool pod deleted holding its models' only copies: while their new copies load, each pass asks
+    for the next within POOL_LOADING_SECONDS (the agents read again), so a copy is labelled about a
+    second after its load ends; once every copy answers, passes go back to POOL_LOAD_SECONDS."""
+    kube = MemKube()
+    body = pooled(replicas=3)
+    for model in body["spec"]["models"]:
+        model["minCopies"] = 1
+    kube.put(body)
+    await run(kube)
+    start_pods(kube)
+    await run(kube)
+    await run(kube, agents_from(kube))
+    before = agents_from(kube)
+    leaving = next(n for n, p in sorted(pods(kube).items()) if assigned(p))
+    lost = set(assigned(pods(kube)[leaving]))
+    kube.edit(
+        "Pod", NS, leaving, lambda obj: obj["metadata"].update(deletionTimestamp="2026-01-01T12:00:00Z")
+    )
+
+    async def requeue(reports: Mapping[str, Mapping[str, Copy]], at: datetime.datetime = T0) -> float | None:
+        result = await reconcile(kube, NS, "pool", SETTINGS, clock=lambda: at, pool_reports=Reports(reports))
+        return result.requeue_after
+
+    assert (await requeue(before) or 99.0) <= POOL_LOADING_SECONDS  # placed again: asked to load
+    assert (await requeue(before) or 99.0) <= POOL_LOADING_SECONDS  # still loading (no READY reported)
+    loading = dict(before)
+    for name, pod in pods(kube).items():  # the agents report LOADING what they were asked
+        loading[name] = {
+            m: Copy(state="LOADING", version=v)
+            for m, v in assigned(pod).items()
+            if m not in before.get(name, {})
+        } | dict(before.get(name, {}))
+    assert (await requeue(loading) or 99.0) <= POOL_LOADING_SECONDS
+    assert ready_labels(pods(kube)[leaving]) == lost  # meanwhile its copies answer
+
+    await requeue(agents_from(kube))  # READY elsewhere: labelled there in this pass
+    for model in lost:
+        assert any(model in ready_labels(p) for n, p in pods(kube).items() if n != leaving)
+    del kube.objects[("Pod", NS, leaving)]
+    later = T0
+    for _ in range(10):
+        later += datetime.timedelta(seconds=30)
+        due = await requeue(agents_from(kube), later)
+        if due == POOL_LOAD_SECONDS:
+            break
+    assert due == POOL_LOAD_SECONDS  # nothing loads: no faster than the look at the load
+
+
+async def test_a_pass_while_a_copy_loads_sends_the_api_server_nothing() -> None:
+    """The cost of a pass each second while copies load (docs/pool.md, "What a load costs the operator"):
+    over the operator's watches (adapters.cached_kube), a pass that finds a copy still LOADING reads
+    nothing from the API server (the per-model Services come from the watches: on main it listed the
+    namespace's Services) and writes only what every pass of a service of 2 pods or more writes; it asks
+    for each pod's agent report once."""
+    from triton_operator.adapters.cached_kube import CachedKube  # noqa: PLC0415
+    from triton_operator.adapters.owned_watch import CACHED, OwnedCache  # noqa: PLC0415
+    from triton_operator.reconcile.observe import Absences  # noqa: PLC0415
+
+    kube = MemKube()
+    kube.put(pooled())
+    await run(kube)
+    start_pods(kube)
+    await run(kube)  # placed: every pod asked for its models
+    loading = {
+        name: {m: Copy(state="LOADING", version=v) for m, v in assigned(pod).items()}
+        for name, pod in pods(kube).items()
+    }
+    await run(kube, loading)  # status.pool as it stands while they load
+    cached = CachedKube(kube, OwnedCache())
+    for kind in CACHED:  # the watches caught up
+        cached.cache.expect(kind)
+        cached.cache.replace(kind, None, kube.of_kind(kind))
+        cached.cache.listed(kind)
+    stored = kube.find("TritonService", NS, "pool")
+    assert stored is not None
+    cached.remember(stored)
+    for _ in range(3):
+        mark = len(kube.calls)
+        seen = Reports(loading)
+        result = await reconcile(
+            cached, NS, "pool", SETTINGS, clock=lambda: T0, pool_reports=seen, absences=Absences()
+        )
+        # Nothing read; sent: only the PodDisruptionBudget's apply, as every pass of 2 pods or more.
+        assert [(c.method, c.kind) for c in kube.calls[mark:]] == [("apply", "PodDisruptionBudget")]
+        assert seen.wanted == {n: p["status"]["podIP"] for n, p in pods(kube).items()}  # one read a pod
+        assert result.requeue_after == POOL_LOADING_SECONDS
+    mark = len(kube.calls)
+    every = await cached.list_kind("Service", NS)  # not selected by owner: the cache cannot answer
+    assert [(c.method, c.kind) for c in kube.calls[mark:]] == [("list_kind", "Service")]
+    assert {model_object_name("pool", m) for m in MODELS} <= {o["metadata"]["name"] for o in every}

@@ -8,7 +8,8 @@ pods before it decides: over the API server, four requests a pass. Here:
   result of this process's own status write when it is newer; a TritonService not known, or whose
   status write was refused as superseded (``forget``), is read from the API server;
 - ``list_owned`` answers from the owned watches' cache once each of them has read its listing (before
-  that, from the API server);
+  that, from the API server), and so does ``list_kind`` of a cached kind selected by the operator's
+  labels and one owner (a pool's per-model Services);
 - ``apply`` of an object that carries the operator's applied digest (core.decision.actions.stamped) and is
   stored as built (core.decision.actions.applied_as_built, against the cache) sends nothing: applying it would
   change nothing the operator owns;
@@ -32,7 +33,7 @@ from typing import Any
 from triton_operator.adapters.kube import ConflictError, KubeAPI, Owned
 from triton_operator.adapters.owned_watch import CACHED, OwnedCache
 from triton_operator.core.decision.actions import applied_as_built
-from triton_operator.core.objects.names import APPLIED_ANNOTATION, LABEL_SERVICE
+from triton_operator.core.objects.names import APPLIED_ANNOTATION, LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 
 
 def _version(obj: Mapping[str, Any]) -> int | None:
@@ -108,8 +109,22 @@ class CachedKube:
 
         return Owned(deployments=kept("Deployment"), configmaps=kept("ConfigMap"), pods=kept("Pod"))
 
-    async def list_kind(self, kind: str, namespace: str) -> list[dict[str, Any]]:
-        return await self.kube.list_kind(kind, namespace)
+    async def list_kind(
+        self, kind: str, namespace: str, labels: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """From the cache when ``labels`` select only what it keeps whole (a cached kind, managed by the
+        operator, of one TritonService: a pool's per-model Services, listed every pass), once synced;
+        else from the API server."""
+        labels = labels or {}
+        owner = labels.get(LABEL_SERVICE)
+        kept = labels.get(LABEL_MANAGED_BY) == MANAGED_BY and kind in CACHED and self.cache.synced
+        if owner is None or not kept:
+            return await self.kube.list_kind(kind, namespace, labels or None)
+        return [
+            o
+            for o in self.cache.owned(namespace, owner, kind)
+            if all(((o.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in labels.items())
+        ]
 
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return await self.kube.get(kind, namespace, name)

@@ -144,8 +144,11 @@ class KubeAPI(Protocol):
         (whoever owns them: the caller tells its own by ownerReferences)."""
         ...
 
-    async def list_kind(self, kind: str, namespace: str) -> list[dict[str, Any]]:
-        """Every object of ``kind`` (a key of RESOURCES) in ``namespace``, whoever made it."""
+    async def list_kind(
+        self, kind: str, namespace: str, labels: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Every object of ``kind`` (a key of RESOURCES) in ``namespace``, whoever made it; with
+        ``labels``, only those carrying every one of them."""
         ...
 
     async def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -253,9 +256,13 @@ class Kube:
         pods = [_to_dict(o) async for o in self.client.list(Pod, namespace=namespace, labels=selector)]
         return Owned(deployments=deployments, configmaps=configmaps, pods=pods)
 
-    async def list_kind(self, kind: str, namespace: str) -> list[dict[str, Any]]:
-        """Every object of ``kind`` in ``namespace``."""
-        return [_to_dict(o) async for o in self.client.list(RESOURCES[kind], namespace=namespace)]
+    async def list_kind(
+        self, kind: str, namespace: str, labels: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Every object of ``kind`` in ``namespace`` (carrying every one of ``labels``, when given)."""
+        selector: dict[str, Any] | None = dict(labels) if labels else None
+        found = self.client.list(RESOURCES[kind], namespace=namespace, labels=selector)
+        return [_to_dict(o) async for o in found]
 
     async def list_labelled(self, kind: str, namespace: str | None, label: str) -> list[dict[str, Any]]:
         """Every object of ``kind`` that has label ``label`` (any value), in ``namespace`` (None: every

@@ -19,6 +19,7 @@ from triton_operator.core.decision.decide import Observed, Target, in_place_side
 from triton_operator.core.decision.pool_plan import pool_objects
 from triton_operator.core.decision.scaling import Autoscalers
 from triton_operator.core.objects.builders import disruption_budget_enabled
+from triton_operator.core.objects.model_routes import LABEL_MODEL_ROUTE
 from triton_operator.core.objects.names import LABEL_MANAGED_BY, LABEL_SERVICE, MANAGED_BY
 from triton_operator.core.observed.observation import (
     DeploymentState,
@@ -167,10 +168,13 @@ async def pool_objects_of(
     spec = body.get("spec") or {}
     if not spec.get("pool") and not (body.get("status") or {}).get("pool"):
         return []
-    found = await kube.list_kind("Service", namespace)
+    # Selected by the labels every one of them carries (build_labels): the Services come from the
+    # operator's watches (adapters.cached_kube), so a pass each second while copies load lists nothing.
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_SERVICE: name, LABEL_MODEL_ROUTE: "true"}
+    found = await kube.list_kind("Service", namespace, labels)
     gateway = ((spec.get("rollout") or {}).get("trafficRouting") or {}).get("gatewayAPI") or {}
     if gateway.get("httpRoute"):
-        found += await kube.list_kind("HTTPRoute", namespace)
+        found += await kube.list_kind("HTTPRoute", namespace, labels)
     return pool_objects(name, found)
 
 

@@ -21,6 +21,7 @@ from triton_operator.core.decision.decide import (
     decided_status,
     held_status,
 )
+from triton_operator.core.decision.pool_plan import pool_requeue
 from triton_operator.core.objects.builders import compute_revision, stored_spec, triton_image
 from triton_operator.core.objects.names import object_name, revision_object_names
 from triton_operator.core.observed.observation import (
@@ -437,7 +438,7 @@ async def _write(
             plan.requeue_after,
             traffic.retry_after if traffic else None,
             AUTOSCALER_RETRY_SECONDS if ts.spec.autoscaling is not None else None,
-            _pool_requeue(decision, facts),
+            pool_requeue(decision.pool, facts.moment.timestamp()),
         )
         if t is not None
     ]
@@ -453,27 +454,6 @@ async def _write(
         requeue_after=min(requeue) if requeue else None,
         secret=blocked.secret if blocked else None,
     )
-
-
-POOL_RETRY_SECONDS = 5.0
-"""How soon a pass looks again while the pool's moves wait on its pods' agents (a load, READY)."""
-POOL_LOAD_SECONDS = 15.0
-"""How soon a pass looks again at a pool's load (its copies follow it) when nothing else is due."""
-
-
-def _pool_requeue(decision: Decision, facts: Observed) -> float | None:
-    """Seconds until the pool's next move is due: a drain or a retry ending, or its agents reporting;
-    at the latest its next look at the models' load."""
-    pool = decision.pool
-    if pool is None:
-        return None
-    load = POOL_LOAD_SECONDS if pool.replicas is not None else None
-    if pool.next_at is not None:
-        due = max(0.0, pool.next_at - facts.moment.timestamp())
-        return min(due, load) if load is not None else due
-    if pool.waiting or pool.patches:
-        return POOL_RETRY_SECONDS
-    return load
 
 
 def _shown_window(decision: Decision, tri: TritonSeen) -> Judged | None:

@@ -362,3 +362,31 @@ def test_a_pod_whose_agent_has_not_reported_keeps_its_routes_and_assignment() ->
         backoff=BACKOFF,
     )
     assert set(reported.pods["p0"].unlabel) == {"a", "b"}
+
+
+def test_a_copy_is_loading_from_the_pass_that_asks_for_it_until_its_agent_reports_it_ready() -> None:
+    """Moves.loading: the copies whose READY only the agent's next report tells (a pass looks again soon,
+    core.decision.pool_plan.pool_requeue); nothing once they are READY, nor while drains or a backoff
+    have their own end."""
+    pool = Pool({"p0": _serving("a"), "p1": Pod()}, random.Random(1), fail=0.0)
+    placement, versions = {"p1": ["a"]}, {"a": "v1"}
+    seen = [
+        (moves.loading, bool(moves.pods["p1"].label), moves.next_at)
+        for moves in _run(pool, placement, versions)
+    ]
+    assert seen[0][0] == (("p1", "a"),)  # asked by this pass's write
+    assert seen[1][0] == (("p1", "a"),)  # the agent loads it
+    labelled = next(i for i, (_, label, _) in enumerate(seen) if label)
+    assert all(loading == (("p1", "a"),) for loading, _, _ in seen[:labelled])
+    assert all(loading == () for loading, _, _ in seen[labelled:])  # READY: labelled, then p0 drains
+    assert any(next_at is not None for _, _, next_at in seen[labelled:])  # the drain: a time of its own
+
+    failing = Pool({"p0": _serving("a"), "p1": Pod()}, random.Random(2), fail=1.0)
+    failing.apply(failing.plan(placement, versions))
+    failing.agents()
+    failing.agents()  # the load failed
+    moves = failing.plan(placement, versions)
+    assert moves.loading == () and moves.next_at is not None  # the backoff's end, not the agent
+    failing.apply(moves)
+    failing.now = moves.next_at
+    assert failing.plan(placement, versions).loading == (("p1", "a"),)  # asked again

@@ -93,12 +93,43 @@ class PoolPlan:
     """status.pool (None: the service has no pool, and status.pool goes)."""
     next_at: float | None = None
     waiting: tuple[str, ...] = ()
+    loading: tuple[tuple[str, str], ...] = ()
+    """The copies (pod, model) an agent is asked to load and has not reported READY yet (Moves.loading)."""
     delete: tuple[tuple[str, str], ...] = ()
     """(kind, name) of per-model Services and routes no longer wanted (a model gone, the pool gone)."""
     events: tuple[RolloutEvent, ...] = ()
     """A Warning per model load that failed since the last pass (each attempt once)."""
     replicas: int | None = None
     """The pool's pods (PoolCopies.replicas; None without spec.pool)."""
+
+
+POOL_LOADING_SECONDS = 1.0
+"""How soon a pass looks again while a copy loads: its pod's agent is read again (adapters.pool_reader,
+one request a pod), and the pass after the read that finds it READY labels it. A copy is routed
+within about this long (plus a read and a pass) of its load ending, well inside the default
+drainSeconds during which a leaving pod still answers for the models it held alone."""
+POOL_RETRY_SECONDS = 5.0
+"""How soon a pass looks again while the pool's moves wait on anything else without a time (a pod
+patch to see written, a label to take effect, other copies changing version)."""
+POOL_LOAD_SECONDS = 15.0
+"""How soon a pass looks again at a pool's load (its copies follow it) when nothing else is due."""
+
+
+def pool_requeue(plan: PoolPlan | None, now: float) -> float | None:
+    """Seconds until the pool's next pass is due (None: never, for the pool's sake): POOL_LOADING_SECONDS
+    while a copy loads; a drain or a retry ending; POOL_RETRY_SECONDS while other moves wait on the
+    agents; at the latest the next look at the models' load. Nothing loading, nothing waiting: one
+    pass every POOL_LOAD_SECONDS, no faster."""
+    if plan is None:
+        return None
+    due = [POOL_LOAD_SECONDS] if plan.replicas is not None else []
+    if plan.loading:
+        due.append(POOL_LOADING_SECONDS)
+    if plan.next_at is not None:
+        due.append(max(0.0, plan.next_at - now))
+    elif plan.waiting or plan.patches:
+        due.append(POOL_RETRY_SECONDS)
+    return min(due) if due else None
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -673,6 +704,7 @@ def decide_pool(
         status=status.model_dump(mode="json", by_alias=True, exclude_none=True),
         next_at=moves.next_at,
         waiting=moves.waiting,
+        loading=moves.loading,
         delete=_unwanted(stored, wanted),
         events=events,
         replicas=copies.replicas if copies is not None else None,

@@ -77,13 +77,17 @@ class ModelFailure:
 @dataclass(frozen=True)
 class Moves:
     """The next step of every pod; the failed loads per model; what waits, in sentences; the earliest
-    time a wait ends (a drain, a retry); and whether everything is where the placement wants it."""
+    time a wait ends (a drain, a retry); whether everything is where the placement wants it; and the
+    copies being loaded (pod, model): asked of an agent and not reported READY at their version, nor
+    failed, yet. Nothing but the agent's next report ends their wait: the copy is labelled the pass
+    that reads it READY."""
 
     pods: dict[str, PodMoves]
     failures: dict[str, ModelFailure]
     waiting: tuple[str, ...]
     next_at: float | None
     settled: bool
+    loading: tuple[tuple[str, str], ...] = ()
 
 
 def drain_seconds(probe_period: float, probe_failures: int, drain: float) -> float:
@@ -217,6 +221,7 @@ def plan_moves(
             failed_on.setdefault(name, []).append((step.pod, record))
     waits = [t for step in steps for t in step.waits]
     waiting = tuple(w for step in steps for w in step.waiting)
+    loading = tuple((step.pod, name) for step in steps for name in step.loading)
     settled = all(step.settled for step in steps) and not any(s.unknown for s in pods.values())
     failures = {
         name: ModelFailure(
@@ -230,7 +235,7 @@ def plan_moves(
         for name, found in failed_on.items()
     }
     future = [t for t in waits if t > now]
-    return Moves(out, failures, waiting, min(future) if future else None, settled)
+    return Moves(out, failures, waiting, min(future) if future else None, settled, loading)
 
 
 class _PodStep:
@@ -259,6 +264,7 @@ class _PodStep:
         self.failed_now: list[tuple[str, FailedLoad]] = []
         self.waits: list[float] = []
         self.waiting: list[str] = []
+        self.loading: list[str] = []
         self.settled = True
 
     def run(self) -> None:
@@ -296,6 +302,7 @@ class _PodStep:
         if entry is None:
             self.held[name] = self._entry(version)
             self.settled = False
+            self.loading.append(name)  # asked from this pass's write on
         elif entry.version != version:
             self._new_version(model, version, routed)
         elif copy is not None and copy.attempt == entry.attempt and copy.error:
@@ -308,6 +315,7 @@ class _PodStep:
                 self.settled = False
         else:
             self.settled = False
+            self.loading.append(name)
             self._wait(None, f"{name} {version} is loading")
 
     def _new_version(self, model: _Model, version: str, routed: bool) -> None:
@@ -322,11 +330,13 @@ class _PodStep:
             if self.now >= drained_at and self.pod not in model.unlabel:
                 self.held[name] = self._entry(version)
                 self.draining.pop(name, None)
+                self.loading.append(name)
             else:
                 self._wait(drained_at, f"{name} drains before its version {version} loads")
         elif model.staying == {self.pod} and not (model.serving | model.wanted) - {self.pod}:
             # The only copy: Triton serves the old version until the new one is READY.
             self.held[name] = self._entry(version)
+            self.loading.append(name)
         else:
             self._wait(None, f"{name} waits for its other copies to change version")
 
@@ -343,6 +353,7 @@ class _PodStep:
         self.failed_now.append((name, record))
         if self.now >= record.retry_at:
             self.held[name] = self._entry(version, entry.attempt + 1)
+            self.loading.append(name)
         else:
             self._wait(record.retry_at, f"{name} {version} failed to load; tried again later")
 
