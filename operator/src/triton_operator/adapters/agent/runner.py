@@ -27,6 +27,7 @@ from triton_operator.adapters.sync.download import SyncOptions, sync
 from triton_operator.adapters.sync.progress import Progress, silent
 from triton_operator.adapters.sync.results import SyncError, SyncStats, human
 from triton_operator.core.pod.agent_plan import (
+    FILL_LOADS,
     InPlaceState,
     Readiness,
     Record,
@@ -463,10 +464,10 @@ class Agent:
         (verified, from the node cache first, under one lease), each model's fetched before the next's
         (core.pod.agent_plan.fill_order: sync's model_order, again once the node cache's lease says
         which objects it holds: a warm node's reads are faster than the store's); a model is placed
-        as soon as its own last file is in (sync's Progress.model_placed), and a second thread loads
-        it then, once its ensemble steps are loaded (core.pod.agent_plan.next_load), while the rest
-        download. The uploads to the node cache are waited for before the pod may be Ready. Nothing
-        was served yet: no drain. Raises FillFailed."""
+        as soon as its own last file is in (sync's Progress.model_placed), and loader threads (up to
+        core.pod.agent_plan.FILL_LOADS loads at once) load it then, once its ensemble steps are loaded
+        (core.pod.agent_plan.next_load), while the rest download. The uploads to the node cache are
+        waited for before the pod may be Ready. Nothing was served yet: no drain. Raises FillFailed."""
         record = self._begin(target)
         steps = self._steps(record, target)
         self._blocked, self._serving = "", None
@@ -540,8 +541,11 @@ class Agent:
                     turn.notify_all()
                 progress()
 
-        thread = threading.Thread(target=loader, name="agent-loads", daemon=True)
-        thread.start()
+        threads = [
+            threading.Thread(target=loader, name=f"agent-loads-{i}", daemon=True) for i in range(FILL_LOADS)
+        ]
+        for thread in threads:
+            thread.start()
         began = time.monotonic()
         self.timeline = FillTimeline(target.revision, datetime.now(UTC))
         uploads: list[NodeCacheClient] = []
@@ -571,7 +575,8 @@ class Agent:
             # waited at its end): a scale-up right after reads none from the store. The loads go on.
             for node_cache in uploads:
                 node_cache.close(self.options.node_cache_upload_seconds)
-            thread.join()
+            for thread in threads:
+                thread.join()
         if failure:
             self._refresh_models(target)
             self._fail(record, failure_text(failure[0]))

@@ -534,6 +534,12 @@ repository, 2,551 MiB in about 10 s (docs/benchmarks.md, "Time to serve a real-s
 FILL_NODE_CACHE_BYTES_PER_SECOND = 1024 * 1024 * 1024
 """What fill_order takes a read from a warm node cache to run at: 2,551 MiB at 1.25 GiB/s, every byte
 checked against the cache's signed BLAKE3 (docs/benchmarks.md, "A warm node with BLAKE3 statements")."""
+FILL_LOADS = 2
+"""How many models the first fill loads at once (each as soon as its bytes are in): tritonserver loads
+models on threads of its own (``--model-load-thread-count``, 4 by default, as it loads a whole
+repository at its start). One load at a time left a core idle while the others came in: a Python
+model's load is mostly its stub's start on one core (1.4 to 2 s each for the real-size repository's
+small models on this machine, docs/benchmarks.md, "Time to serve a real-size repository")."""
 FILL_LOAD_SECONDS = 0.7
 """What it takes a model's load to cost apart from its bytes (Triton's load of a model, a Python
 backend's stub start): 6 models loaded in about 4.1 s there, the bytes' checks a fraction of it."""
