@@ -32,6 +32,7 @@ Needs the local cluster's real node (e2e/cluster.py up; started and stopped here
   .venv/bin/python bench/real_pods/realsize.py                                   # full size: ~2.6 GiB
   .venv/bin/python bench/real_pods/realsize.py --ref main                        # main first, then this tree
   .venv/bin/python bench/real_pods/realsize.py --ref main --in-place-only        # cases 5-6 only
+  .venv/bin/python bench/real_pods/realsize.py --ref main --new-pods-only        # cases 1-4 only
   .venv/bin/python bench/real_pods/realsize.py --big 8MiB --medium 4MiB --shard 2MiB --json out.json
 """
 
@@ -122,6 +123,9 @@ class Case:
     """Each pod's model's own check of encoder's shards at load (its log line), seconds."""
     timeline: list[tuple[str, dict[str, float]]] = field(default_factory=list)
     """In place: each pod's agent's record of the change (its ``inPlace``), seconds after the apply."""
+    fills: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """New pods of the one shape: each pod's first fill from its agent's log (fill_marks), seconds
+    after the apply."""
 
 
 @dataclass
@@ -502,6 +506,7 @@ class RealSize(Session):
         ``old_revision`` (the status records the new one's time to serve)."""
         hits = self.hit_bytes()
         before = self.operator_metrics()
+        wall0 = time.time() - (time.monotonic() - t0)
         pods = self.watch(case, name, replicas=replicas, version=version, host=host, old=old, t0=t0)
         case.cache_hit_bytes = self.hit_bytes() - hits
         fresh = [p for p in pods if p.metadata.uid not in old]
@@ -511,6 +516,10 @@ class RealSize(Session):
             if summary is None:
                 raise RuntimeError(f"{case.name}: pod {p.metadata.name} has no sync summary")
             case.store_bytes.append(summary.fetched)
+            if not (p.status.initContainerStatuses or []):
+                fill = fill_marks(self.logs(p.metadata.name, AGENT_CONTAINER), wall0)
+                if fill:
+                    case.fills.append((str(p.metadata.name), fill))
             check = self.weights_check(p.metadata.name, version)
             if check is not None:
                 case.weights_check.append(check)
@@ -524,7 +533,8 @@ class RealSize(Session):
     def run(self, cases: list[Case]) -> None:
         if not self.args.in_place_only:
             self.run_new_pods(cases)
-        self.run_in_place(cases)
+        if not self.args.new_pods_only:
+            self.run_in_place(cases)
 
     def run_new_pods(self, cases: list[Case]) -> None:
         """Cases 1-4: one TritonService with new pods."""
@@ -668,19 +678,63 @@ def in_place_marks(record: Any, wall0: float) -> dict[str, float]:
     return out
 
 
-def agent_times(log: str) -> tuple[float, float, float] | None:
-    """Wall-clock times of the last change in an agent's log: 'applying revision', the first
-    'loading model' after it and 'applied revision'; None when they are not all there."""
-    began = loading = applied = None
+def log_lines(log: str) -> list[tuple[float, str]]:
+    """An agent's log lines as (wall-clock time, message), those with the agent's own time stamp
+    (``<asctime> agent <level> <message>``)."""
+    out: list[tuple[float, str]] = []
     for line in log.splitlines():
         parts = line.split(" agent ", 1)
         if len(parts) != 2:
             continue
-        try:
+        with contextlib.suppress(ValueError):
             at = datetime.strptime(parts[0], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC).timestamp()
-        except ValueError:
-            continue
-        text = parts[1]
+            out.append((at, parts[1].partition(" ")[2]))  # after its level
+    return out
+
+
+def fill_marks(log: str, wall0: float) -> dict[str, Any]:
+    """A pod's first fill from its agent's log, in seconds after ``wall0``: when it began ('filling
+    revision') and ended ('filled revision'), the order it fetched in (the last 'fetch ...' it
+    logged: after the node cache's lease, where it orders again), and per model when its bytes were
+    in ('every file in'), its load began ('loading model') and ended ('model ... loaded'; an agent
+    that does not log it: the next load's start); {} without a fill."""
+    out: dict[str, Any] = {}
+    models: dict[str, dict[str, float]] = {}
+    last_loading: str | None = None
+    for at, text in log_lines(log):
+        t = round(at - wall0, 2)
+        words = text.split()
+        if text.startswith("filling revision"):
+            out["began"] = t
+            out["order"] = text.split("fetch ", 1)[1].split(" (", 1)[0] if "fetch " in text else ""
+        elif "objects: fetch " in text:
+            out["order"] = text.split("objects: fetch ", 1)[1]
+        elif text.startswith("model ") and text.endswith(": every file in"):
+            models.setdefault(words[1].rstrip(":"), {})["in"] = t
+        elif text.startswith("loading model "):
+            if last_loading is not None:
+                models[last_loading].setdefault("loaded", t)
+            last_loading = words[2]
+            models.setdefault(last_loading, {})["loading"] = t
+        elif text.startswith("model ") and text.endswith(" loaded"):
+            models.setdefault(words[1], {})["loaded"] = t
+            last_loading = None
+        elif text.startswith("filled revision"):
+            out["filled"] = t
+            if last_loading is not None:
+                models[last_loading].setdefault("loaded", t)
+                last_loading = None
+    if "began" not in out:
+        return {}
+    out["models"] = models
+    return out
+
+
+def agent_times(log: str) -> tuple[float, float, float] | None:
+    """Wall-clock times of the last change in an agent's log: 'applying revision', the first
+    'loading model' after it and 'applied revision'; None when they are not all there."""
+    began = loading = applied = None
+    for at, text in log_lines(log):
         if "applying revision" in text:
             began, loading, applied = at, None, None
         elif "loading model" in text and began is not None and loading is None:
@@ -740,6 +794,28 @@ def side_by_side(runs: dict[str, list[Case]], labels: list[str]) -> None:
             for c in got
         ]
         print(f"| {name} | " + " | ".join(totals) + " | " + " | ".join(phases) + " |")
+
+
+def print_fills(cases: list[Case]) -> None:
+    """Each case's new pods' first fills (Case.fills), a line a pod."""
+    for c in cases:
+        if c.fills:
+            print(
+                f"\nEach new pod's first fill in {c.name} (its agent's log), seconds after the apply; "
+                "per model: bytes in / load began - load ended:"
+            )
+            for pod, fill in sorted(c.fills, key=lambda t: t[1].get("began", 0.0)):
+                models = sorted(fill["models"].items(), key=lambda kv: kv[1].get("in", 1e9))
+                cells = [
+                    f"{m} {v.get('in', float('nan')):.2f} / "
+                    f"{v.get('loading', float('nan')):.2f}-{v.get('loaded', float('nan')):.2f}"
+                    for m, v in models
+                ]
+                print(
+                    f"- {pod}: began {fill['began']:.2f} (fetch {fill.get('order') or '-'}); "
+                    + "; ".join(cells)
+                    + f"; filled {fill.get('filled', float('nan')):.2f}"
+                )
 
 
 def report_tree(cases: list[Case], session: RealSize | None, args: argparse.Namespace) -> dict[str, Any]:
@@ -812,6 +888,7 @@ def report_tree(cases: list[Case], session: RealSize | None, args: argparse.Name
             print(f"\nEach pod's agent in {c.name} (its inPlace record), seconds after the apply:")
             for pod, marks in sorted(c.timeline, key=lambda t: t[1].get("began", 0.0)):
                 print(f"- {pod}: " + ", ".join(f"{label} {at:.2f}" for label, at in marks.items()))
+    print_fills(cases)
     lines = [(c.name, line) for c in cases for line in c.recorded]
     if lines:
         print(
@@ -862,6 +939,7 @@ def report_tree(cases: list[Case], session: RealSize | None, args: argparse.Name
                     "phases": {k: round(v, 3) for k, v in c.phases.items()},
                     "fetchLoad": c.fetch_load,
                     "timeline": c.timeline,
+                    "fills": c.fills,
                     "recorded": c.recorded,
                     "timeToServe": c.served,
                     "operatorMetrics": c.metrics,
@@ -902,6 +980,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only cases 5-6 (the in-place service and its new revision; its first pods on a cold node)",
     )
+    ap.add_argument("--new-pods-only", action="store_true", help="only cases 1-4 (the service with new pods)")
     ap.add_argument(
         "--ref",
         metavar="REF",
@@ -910,6 +989,8 @@ def main(argv: list[str] | None = None) -> int:
         "operator/src; each tree with a cold node cache of its own), and print both side by side",
     )
     args = ap.parse_args(argv)
+    if args.in_place_only and args.new_pods_only:
+        ap.error("--in-place-only and --new-pods-only leave no case")
     if args.replicas < 2:
         ap.error("--replicas must be at least 2 (the scale-up adds pods to one)")
     runs: dict[str, list[Case]] = {}

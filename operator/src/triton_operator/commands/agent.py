@@ -68,9 +68,10 @@ it gone; 503 with the reason otherwise), checked every {{models}} s. The port se
 --max-connections connections at once, one request each, plus one kept for the kubelet's probe;
 one more is answered 503 at once, and a request's head must arrive within --header-seconds.
 With --triton-starts-empty (every pod of a revision made since one pod shape; tritonserver started
-with no model): the sidecar fills --dest itself, model by model (the most bytes first, each verified,
-from the node cache first), and loads each model as soon as its bytes are in (an ensemble once its
-steps are loaded) while the next one downloads; readiness comes once every model is READY. When that
+with no model): the sidecar fills --dest itself in one sync, model by model (the models whose load
+outlasts their download first; each file verified, from the node cache first), and loads each model
+as soon as its bytes are in (an ensemble once its steps are loaded; two loads at once) while the next
+one downloads; readiness comes once every model is READY. When that
 first fill fails (a sync error, or a model Triton refuses to load), the sidecar exits with sync's exit
 status (1 for a load) and the reason as its termination message, naming the model; its restart tries
 again. Should tritonserver restart later (it starts with no model), the sidecar loads its models again.

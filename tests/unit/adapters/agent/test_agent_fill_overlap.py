@@ -11,6 +11,7 @@ import random
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,9 @@ from triton_operator.adapters.agent import runner
 from triton_operator.adapters.agent.model_control import LoadFailed
 from triton_operator.adapters.agent.runner import Agent, AgentOptions, FillFailed
 from triton_operator.adapters.storage.base import Sink
-from triton_operator.core.pod.agent_plan import RevisionFiles
+from triton_operator.adapters.sync import download
+from triton_operator.adapters.sync.download import SyncOptions
+from triton_operator.core.pod.agent_plan import FILL_LOADS, RevisionFiles, fill_order
 from triton_operator.core.repository.manifest import (
     CONFIG_FILE,
     Manifest,
@@ -205,3 +208,85 @@ def test_a_refused_load_fails_the_fill_with_tritons_reason(
     assert "big" in str(failed.value) and "refuses to load" in str(failed.value)
     assert agent.status()["state"] == "Failed" and "refuses to load" in agent.status()["message"]
     assert not agent.check().ready
+
+
+def test_the_fill_orders_its_models_again_once_the_node_caches_lease_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fill's sync gets fill_order of the revision as its model_order, and as its reorder
+    fill_order given the keys the node cache's lease named held (a warm node reads faster)."""
+    agent, triton, _, files = pod(tmp_path, monkeypatch)
+    given: list[SyncOptions] = []
+    real = download.sync
+
+    def sync(manifest: Manifest, store: Any, options: SyncOptions, progress: Any) -> Any:
+        given.append(options)
+        return real(manifest, store, options, progress)
+
+    monkeypatch.setattr(runner, "sync", sync)
+    agent.apply(files)
+
+    assert sorted(triton.loads) == ["big", "ens", "small"]
+    (options,) = given
+    assert options.model_order == fill_order(files)
+    assert options.reorder is not None
+    every = frozenset(f"md5/{e.checksum}" for e in files.manifest.entries)
+    assert options.reorder(frozenset()) == fill_order(files)
+    assert options.reorder(every) == fill_order(files, every)
+
+
+def test_the_fill_loads_two_models_at_once_when_both_are_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two models whose bytes are in are loaded at once (FILL_LOADS): each load waits, up to WAIT
+    seconds, for a second load to be in flight; one loader at a time would wait in vain."""
+    assert FILL_LOADS == 2
+    sizes = {"a/1/w.bin": 4 * KiB, "b/1/w.bin": 4 * KiB}
+    rng = random.Random(5)
+    objects = {f"repo/{d}": rng.randbytes(size) for d, size in sizes.items()}
+    entries = tuple(
+        ManifestEntry(
+            f"repo/{d}", d, size, "md5", hashlib.md5(objects[f"repo/{d}"], usedforsecurity=False).hexdigest()
+        )
+        for d, size in sizes.items()
+    )
+    files = RevisionFiles(
+        "r1",
+        Manifest(
+            StoreRef("s3://bucket/repo"),
+            tuple(ManifestModel(m, m, VersionPolicy(), ("1",)) for m in ("a", "b")),
+            entries,
+        ),
+        {"a": PY.format(m="a"), "b": PY.format(m="b")},
+    )
+    store = HeldStore(objects)
+    monkeypatch.setattr(runner, "open_store", lambda *args, **kwargs: store)
+    together = threading.Barrier(2, timeout=WAIT)
+    alone: list[str] = []
+
+    class TwoAtOnce(EmptyTriton):
+        def load(self, model: str) -> None:
+            try:
+                together.wait()
+            except threading.BrokenBarrierError:
+                alone.append(model)
+            super().load(model)
+
+    dest = tmp_path / "models"
+    triton = TwoAtOnce(dest, store)
+    agent = Agent(
+        AgentOptions(
+            dest=dest,
+            state_dir=tmp_path / "state",
+            base=files,
+            triton=triton,  # type: ignore[arg-type]
+            proc=tmp_path / "no-proc",
+            part_size=16 * KiB,
+            fills=True,
+        )
+    )
+    agent.apply(files)
+
+    assert alone == []
+    assert sorted(triton.loads) == ["a", "b"]
+    assert agent.status()["models"] == {"a": "READY", "b": "READY"}

@@ -9,7 +9,7 @@ import hashlib
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from triton_operator.adapters.storage.base import Sink
@@ -198,3 +198,63 @@ def test_a_free_connection_takes_the_first_models_parts_before_a_later_models(tm
     ordered = reads(("first", "second"))
     assert ordered == ["first"] * 4 + ["second"] * 6
     assert reads(()) == ["second", "first"] * 4 + ["second"] * 2
+
+
+class HeldSource:
+    """A node cache in memory that holds ``objects`` (store key -> bytes) and serves them; ``reads``
+    (shared with a HeldStore's ``started``) records each read's key as it begins."""
+
+    def __init__(self, objects: dict[str, bytes], reads: list[tuple[str, int]]) -> None:
+        self.objects = objects
+        self.reads = reads
+
+    def held(self, entries: Sequence[ManifestEntry]) -> frozenset[str]:
+        return frozenset(f"{e.checksum_kind}/{e.checksum}" for e in entries if e.key in self.objects)
+
+    def part_size(self, entry: ManifestEntry) -> int | None:
+        return None
+
+    def read(self, entry: ManifestEntry, sink: Sink, start: int = 0, end: int | None = None) -> int | None:
+        self.reads.append((entry.key, start))
+        data = self.objects[entry.key][start:end]
+        for i in range(0, len(data), KiB):
+            sink(data[i : i + KiB])
+        return len(data)
+
+    def offer(self, entry: ManifestEntry, path: Path, part_size: int | None = None) -> None:
+        return None
+
+
+def test_reorder_takes_the_order_from_what_the_source_holds(tmp_path: Path) -> None:
+    """reorder: told the keys the source's lease named held (``second``'s object, not ``first``'s),
+    its order replaces model_order: ``second``'s read from the source comes before any part of
+    ``first`` from the store, though model_order named ``first`` first. One connection."""
+    manifest, objects, configs = revision(
+        tmp_path, {"first/1/w.bin": 64 * KiB, "second/1/w.bin": 32 * KiB}, ("first", "second")
+    )
+    store = HeldStore(objects)
+    source = HeldSource({"repo/second/1/w.bin": objects["repo/second/1/w.bin"]}, store.started)
+    told: list[frozenset[str]] = []
+
+    def reorder(held: frozenset[str]) -> tuple[str, ...]:
+        told.append(held)
+        return ("second", "first") if held else ("first", "second")
+
+    dest = tmp_path / "models"
+    options = SyncOptions(
+        dest=dest,
+        configs=configs,
+        part_size=16 * KiB,
+        concurrency=1,
+        source=source,
+        model_order=("first", "second"),
+        reorder=reorder,
+    )
+    stats = sync(manifest, store, options)  # type: ignore[arg-type]
+
+    second = next(e for e in manifest.entries if e.dest == "second/1/w.bin")
+    assert told == [frozenset({f"md5/{second.checksum}"})]
+    assert [key.split("/")[1] for key, _ in store.started] == ["second"] + ["first"] * 4
+    assert stats.source_hits == 1
+    for path in ("first/1/w.bin", "second/1/w.bin"):
+        assert (dest / path).read_bytes() == objects[f"repo/{path}"]

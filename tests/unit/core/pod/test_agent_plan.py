@@ -474,3 +474,25 @@ def test_the_first_fill_fetches_the_models_whose_load_outlasts_their_download_fi
     configs = {m: "" for m in (*sizes, "chain")}
     files = RevisionFiles("r1", Manifest(StoreRef("s3://bucket/repo"), (), entries), configs)
     assert fill_order(files) == ("chain", "tiny", "small-1", "small-2", "llm", "encoder")
+
+
+def test_the_first_fill_on_a_warm_node_fetches_the_model_whose_load_outlasts_its_read_first() -> None:
+    """With every object in the node cache (read at FILL_NODE_CACHE_BYTES_PER_SECOND), encoder's
+    read is shorter than its load: it comes before llm, whose load is then what is left after the
+    last byte. With only llm's objects there (a new revision changing encoder), the order is the
+    cold one: encoder's download from the store outlasts its load."""
+    mib = 1024 * 1024
+    sizes = {"llm": 2048 * mib, "encoder": 500 * mib, "small-1": mib, "tiny": 4096}
+    entries = tuple(
+        ManifestEntry(f"repo/{m}/1/w{i}", f"{m}/1/w{i}", size // 4, "md5", f"{n:02d}{i}".ljust(32, "0"))
+        for n, (m, size) in enumerate(sizes.items())
+        for i in range(4)
+    )
+    files = RevisionFiles("r1", Manifest(StoreRef("s3://bucket/repo"), (), entries), {m: "" for m in sizes})
+    every = {f"md5/{e.checksum}" for e in entries}
+    llm_only = {f"md5/{e.checksum}" for e in entries if e.dest.startswith("llm/")}
+    cold = ("tiny", "small-1", "llm", "encoder")
+    assert fill_order(files) == cold
+    assert fill_order(files, every) == ("tiny", "small-1", "encoder", "llm")
+    assert fill_order(files, llm_only) == cold
+    assert fill_order(files, {"md5/" + "f" * 32}) == cold  # keys of no entry change nothing

@@ -27,6 +27,7 @@ from triton_operator.adapters.sync.download import SyncOptions, sync
 from triton_operator.adapters.sync.progress import Progress, silent
 from triton_operator.adapters.sync.results import SyncError, SyncStats, human
 from triton_operator.core.pod.agent_plan import (
+    FILL_LOADS,
     InPlaceState,
     Readiness,
     Record,
@@ -461,11 +462,12 @@ class Agent:
     def fill(self, target: RevisionFiles) -> None:
         """The pod's first revision, with tritonserver started empty: one sync of every model's files
         (verified, from the node cache first, under one lease), each model's fetched before the next's
-        (core.pod.agent_plan.fill_order: sync's model_order); a model is placed as soon as its own last
-        file is in (sync's Progress.model_placed), and a second thread loads it then, once its ensemble
-        steps are loaded (core.pod.agent_plan.next_load), while the rest download. The uploads to the
-        node cache are waited for before the pod may be Ready. Nothing was served yet: no drain.
-        Raises FillFailed."""
+        (core.pod.agent_plan.fill_order: sync's model_order, again once the node cache's lease says
+        which objects it holds: a warm node's reads are faster than the store's); a model is placed
+        as soon as its own last file is in (sync's Progress.model_placed), and loader threads (up to
+        core.pod.agent_plan.FILL_LOADS loads at once) load it then, once its ensemble steps are loaded
+        (core.pod.agent_plan.next_load), while the rest download. The uploads to the node cache are
+        waited for before the pod may be Ready. Nothing was served yet: no drain. Raises FillFailed."""
         record = self._begin(target)
         steps = self._steps(record, target)
         self._blocked, self._serving = "", None
@@ -533,13 +535,17 @@ class Agent:
                     with turn:
                         tried.discard(model)
                     continue
+                logger.info("model %s loaded", model)
                 with turn:
                     loaded.add(model)
                     turn.notify_all()
                 progress()
 
-        thread = threading.Thread(target=loader, name="agent-loads", daemon=True)
-        thread.start()
+        threads = [
+            threading.Thread(target=loader, name=f"agent-loads-{i}", daemon=True) for i in range(FILL_LOADS)
+        ]
+        for thread in threads:
+            thread.start()
         began = time.monotonic()
         self.timeline = FillTimeline(target.revision, datetime.now(UTC))
         uploads: list[NodeCacheClient] = []
@@ -547,7 +553,11 @@ class Agent:
         progress()
         try:
             stats = self._sync(
-                target, silent(on_model_placed=model_placed), uploads=uploads, model_order=order
+                target,
+                silent(on_model_placed=model_placed),
+                uploads=uploads,
+                model_order=order,
+                reorder=lambda held: self._reordered(target, held),
             )
             self.timeline = self._fetched(self.timeline, stats)  # the last byte in and verified
             record = record.fetched(stats.downloaded_bytes)
@@ -565,7 +575,8 @@ class Agent:
             # waited at its end): a scale-up right after reads none from the store. The loads go on.
             for node_cache in uploads:
                 node_cache.close(self.options.node_cache_upload_seconds)
-            thread.join()
+            for thread in threads:
+                thread.join()
         if failure:
             self._refresh_models(target)
             self._fail(record, failure_text(failure[0]))
@@ -646,12 +657,14 @@ class Agent:
         manifest: Manifest | None = None,
         uploads: list[NodeCacheClient] | None = None,
         model_order: tuple[str, ...] = (),
+        reorder: Callable[[frozenset[str]], tuple[str, ...]] | None = None,
     ) -> SyncStats:
         """Sync ``target`` into /models: from the node cache first when there is one, then the store.
         ``wait_uploads``: wait for the uploads to the node cache (the init container, whose exit would
         cut them); else they finish in the background, or (``uploads``) the caller waits for them.
         ``manifest``: a part of the target's (one model's, core.pod.agent_plan.model_part) synced alone.
-        ``model_order``: sync's (each model's files fetched before the next's)."""
+        ``model_order``: sync's (each model's files fetched before the next's); ``reorder``: sync's
+        (the order again, from what the node cache holds)."""
         o = self.options
         part = manifest if manifest is not None else target.manifest
         store = None
@@ -680,6 +693,7 @@ class Agent:
                 volume_limit=o.volume_limit,
                 source=node_cache,
                 model_order=model_order,
+                reorder=reorder,
             )
             stats = sync(part, store, options, progress or silent())
             self.node_cache_counts = (
@@ -701,6 +715,19 @@ class Agent:
                         name="node-cache-uploads",
                         daemon=True,
                     ).start()
+
+    @staticmethod
+    def _reordered(target: RevisionFiles, held: frozenset[str]) -> tuple[str, ...]:
+        """fill_order of ``target`` once the node cache's lease named the objects it holds."""
+        order = fill_order(target, held)
+        if held:
+            logger.info(
+                "the node cache holds %s of %s objects: fetch %s",
+                len(held),
+                len(target.manifest.entries),
+                ", ".join(order) or "-",
+            )
+        return order
 
     @staticmethod
     def _fetched(timeline: FillTimeline | None, stats: SyncStats) -> FillTimeline | None:

@@ -107,6 +107,9 @@ class SyncOptions:
     # the first model in it with bytes left to fetch, so each model's files land together, as early
     # as they can (a model not named comes after those named). (): every file at once, big first.
     model_order: tuple[str, ...] = ()
+    # Given the keys (source_key) of the objects the source holds, once its lease answered: the
+    # model_order to use instead (the agent's first fill orders a warm node's models differently).
+    reorder: Callable[[frozenset[str]], tuple[str, ...]] | None = None
 
 
 VERIFY_MODES = ("fast", "digest")
@@ -349,6 +352,8 @@ class Syncer:
         workers = max(1, self.options.concurrency)
         if self.options.source is not None and unknown:
             self._held = self.options.source.held(self.manifest.entries)
+        if self.options.reorder is not None:
+            self._ranks = {m: i for i, m in enumerate(self.options.reorder(self._held))}
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sync") as pool:
             # Phase 1: files whose state is unknown are hashed; the cache is consulted.
             checked = [job for job in self._run_all(pool, [partial(self._check, e) for e in unknown]) if job]

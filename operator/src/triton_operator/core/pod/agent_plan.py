@@ -531,6 +531,15 @@ def model_part(manifest: Manifest, model: str) -> Manifest:
 FILL_DOWNLOAD_BYTES_PER_SECOND = 250 * 1024 * 1024
 """What fill_order takes a pod's download to run at: a cold pod's one sync of the real-size
 repository, 2,551 MiB in about 10 s (docs/benchmarks.md, "Time to serve a real-size repository")."""
+FILL_NODE_CACHE_BYTES_PER_SECOND = 1024 * 1024 * 1024
+"""What fill_order takes a read from a warm node cache to run at: 2,551 MiB at 1.25 GiB/s, every byte
+checked against the cache's signed BLAKE3 (docs/benchmarks.md, "A warm node with BLAKE3 statements")."""
+FILL_LOADS = 2
+"""How many models the first fill loads at once (each as soon as its bytes are in): tritonserver loads
+models on threads of its own (``--model-load-thread-count``, 4 by default, as it loads a whole
+repository at its start). One load at a time left a core idle while the others came in: a Python
+model's load is mostly its stub's start on one core (1.4 to 2 s each for the real-size repository's
+small models on this machine, docs/benchmarks.md, "Time to serve a real-size repository")."""
 FILL_LOAD_SECONDS = 0.7
 """What it takes a model's load to cost apart from its bytes (Triton's load of a model, a Python
 backend's stub start): 6 models loaded in about 4.1 s there, the bytes' checks a fraction of it."""
@@ -538,14 +547,16 @@ FILL_LOAD_BYTES_PER_SECOND = 1200 * 1024 * 1024
 """What it takes a load to read its bytes at: encoder checks its 500 MiB in about 0.4 s there."""
 
 
-def fill_order(files: RevisionFiles) -> tuple[str, ...]:
+def fill_order(files: RevisionFiles, held: Iterable[str] = ()) -> tuple[str, ...]:
     """The order the first fill fetches models in (sync's model_order: each model's files before the
     next's), by Johnson's rule for two machines in a row, the download then the loads (one at a
     time): first the models whose download is shorter than their load, shortest download first (the
     small ones: loaded while the big ones download, and the loader is busy from the start), then the
     others, longest load first (what is left after the last byte is the load of a model whose
     download was longer than it). Each model's download and load are estimated from its bytes
-    (FILL_DOWNLOAD_BYTES_PER_SECOND, FILL_LOAD_SECONDS, FILL_LOAD_BYTES_PER_SECOND); ties by name.
+    (FILL_DOWNLOAD_BYTES_PER_SECOND, FILL_LOAD_SECONDS, FILL_LOAD_BYTES_PER_SECOND); the bytes of
+    the objects the node cache holds (``held``: their ``kind/checksum`` keys, as its lease answered)
+    at FILL_NODE_CACHE_BYTES_PER_SECOND. Ties by name.
 
     >>> from triton_operator.core.repository.manifest import StoreRef
     >>> m = Manifest(
@@ -557,17 +568,28 @@ def fill_order(files: RevisionFiles) -> tuple[str, ...]:
     ...         ManifestEntry("k", "small/1/w", 1 << 20, "md5", "x"),
     ...     ),
     ... )
-    >>> fill_order(RevisionFiles("r1", m, {"small": "", "big": "", "medium": "", "ensemble": ""}))
+    >>> files = RevisionFiles("r1", m, {"small": "", "big": "", "medium": "", "ensemble": ""})
+    >>> fill_order(files)
     ('ensemble', 'small', 'big', 'medium')
+    >>> fill_order(files, {"md5/x"})  # every object in the node cache: each load outlasts its read
+    ('ensemble', 'small', 'medium', 'big')
     """
+    warm = frozenset(held)
     size = dict.fromkeys(files.models, 0)
+    seconds = dict.fromkeys(files.models, 0.0)
     for entry in files.manifest.entries:
         model = entry.dest.partition("/")[0]
         if model in size:
             size[model] += entry.size
+            rate = (
+                FILL_NODE_CACHE_BYTES_PER_SECOND
+                if f"{entry.checksum_kind}/{entry.checksum}" in warm
+                else FILL_DOWNLOAD_BYTES_PER_SECOND
+            )
+            seconds[model] += entry.size / rate
 
     def download(model: str) -> float:
-        return size[model] / FILL_DOWNLOAD_BYTES_PER_SECOND
+        return seconds[model]
 
     def load(model: str) -> float:
         return FILL_LOAD_SECONDS + size[model] / FILL_LOAD_BYTES_PER_SECOND
