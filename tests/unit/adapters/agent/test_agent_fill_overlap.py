@@ -137,17 +137,23 @@ class EmptyTriton:
         return self.loaded.get(model) == "READY"
 
 
-def pod(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> tuple[Agent, EmptyTriton, HeldStore, RevisionFiles]:
-    rng = random.Random(3)
-    objects = {f"repo/{d}": rng.randbytes(size) for d, size in FILES.items()}
+def stored(sizes: dict[str, int], seed: int) -> tuple[dict[str, bytes], tuple[ManifestEntry, ...]]:
+    """Random objects under repo/ of ``sizes`` (destination -> bytes) and their manifest entries (md5)."""
+    rng = random.Random(seed)
+    objects = {f"repo/{d}": rng.randbytes(size) for d, size in sizes.items()}
     entries = tuple(
         ManifestEntry(
             f"repo/{d}", d, size, "md5", hashlib.md5(objects[f"repo/{d}"], usedforsecurity=False).hexdigest()
         )
-        for d, size in FILES.items()
+        for d, size in sizes.items()
     )
+    return objects, entries
+
+
+def pod(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Agent, EmptyTriton, HeldStore, RevisionFiles]:
+    objects, entries = stored(FILES, seed=3)
     models = tuple(ManifestModel(m, m, VersionPolicy(), ("1",)) for m in ("big", "ens", "small"))
     files = RevisionFiles(
         "r1",
@@ -242,14 +248,7 @@ def test_the_fill_loads_two_models_at_once_when_both_are_in(
     seconds, for a second load to be in flight; one loader at a time would wait in vain."""
     assert FILL_LOADS == 2
     sizes = {"a/1/w.bin": 4 * KiB, "b/1/w.bin": 4 * KiB}
-    rng = random.Random(5)
-    objects = {f"repo/{d}": rng.randbytes(size) for d, size in sizes.items()}
-    entries = tuple(
-        ManifestEntry(
-            f"repo/{d}", d, size, "md5", hashlib.md5(objects[f"repo/{d}"], usedforsecurity=False).hexdigest()
-        )
-        for d, size in sizes.items()
-    )
+    objects, entries = stored(sizes, seed=5)
     files = RevisionFiles(
         "r1",
         Manifest(
