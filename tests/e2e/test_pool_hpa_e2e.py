@@ -7,8 +7,9 @@ the queue-time Pods metric, no stabilization windows) reads values this test wri
 metrics API server (test_autoscaling_e2e's LoadWriter): a load that needs 3 pods makes spec.replicas 3,
 and a third pool pod comes up. Placement is stable: the HPA's pod gets the copies the pool's models ask
 for next, here m0's third copy once eight clients keep m0 busy (its queue time in Triton over
-busyQueueMicroseconds). A low load brings the HPA to 2; once m0 is idle the pool needs 2 pods again, one
-goes, and the copies it held move off (load on another pod, READY, routed) before it stops serving.
+busyQueueMicroseconds). A low load brings the HPA to 2; once m0 is idle the pool needs 2 pods again and
+the ReplicaSet removes one of its choice (the third or an older one): the copies it held are placed on
+the pods that stay, while their other copies serve, and it exits.
 Throughout, test_pool_e2e's clients send requests to every model (each model's Service, and the pooled
 TritonClient over gRPC): none fails.
 
