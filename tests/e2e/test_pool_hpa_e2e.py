@@ -8,8 +8,9 @@ metrics API server (test_autoscaling_e2e's LoadWriter): a load that needs 3 pods
 and a third pool pod comes up. Placement is stable: the HPA's pod gets the copies the pool's models ask
 for next, here m0's third copy once eight clients keep m0 busy (its queue time in Triton over
 busyQueueMicroseconds). A low load brings the HPA to 2; once m0 is idle the pool needs 2 pods again and
-the ReplicaSet removes one of its choice (the third or an older one): the copies it held are placed on
-the pods that stay, while their other copies serve, and it exits.
+the ReplicaSet removes the pod of lowest pod-deletion-cost, the one given the fewest copies (the
+third): the copies it held are placed on the pods that stay, while their other copies serve, and it
+exits.
 Throughout, test_pool_e2e's clients send requests to every model (each model's Service, and the pooled
 TritonClient over gRPC): none fails.
 
@@ -231,6 +232,8 @@ def test_the_hpa_scales_a_pool_up_and_down_with_no_failed_request(
         print(f"{gone} went {time.monotonic() - started:.0f}s in, holding {sorted(before[gone])}: {after}")
         assert len(now) == 2 and replicas(kube, namespace) == 2
         assert before[gone], f"{gone} held no copy"
+        # the pod given the fewest copies goes (its pod-deletion-cost): the third, holding m0 alone
+        assert gone == third, (gone, before)
         assert gone not in set().union(*after.values())
         assert all(len(names) == 2 and names <= set(now) for names in after.values()), after
         time.sleep(3)

@@ -26,9 +26,11 @@ from triton_operator.core.objects.model_routes import (
 from triton_operator.core.objects.names import LABEL_REVISION, LABEL_SERVICE
 from triton_operator.core.pool.assignment import (
     ASSIGNMENT_ANNOTATION,
+    DELETION_COST_ANNOTATION,
     AssignmentError,
     Copy,
     build_assignment,
+    deletion_cost,
     parse_assignment,
 )
 from triton_operator.core.pool.copies import (
@@ -656,12 +658,13 @@ def decide_pool(
         metadata = by_name[pod].get("metadata") or {}
         label_patch: dict[str, str | None] = {model_label_key(m): None for m in step.unlabel}
         label_patch.update({model_label_key(m): READY for m in step.label})
-        text = build_assignment(step.assignment)
-        annotations = (
-            {}
-            if text == (metadata.get("annotations") or {}).get(ASSIGNMENT_ANNOTATION)
-            else {ASSIGNMENT_ANNOTATION: text}
-        )
+        on_pod = metadata.get("annotations") or {}
+        text, cost = build_assignment(step.assignment), deletion_cost(step.assignment)
+        annotations = {
+            key: value
+            for key, value in ((ASSIGNMENT_ANNOTATION, text), (DELETION_COST_ANNOTATION, cost))
+            if on_pod.get(key) != value
+        }
         routed_after = (states[pod].routed | set(step.label)) - set(step.unlabel)
         for model in routed_after:
             copy = states[pod].copies.get(model)

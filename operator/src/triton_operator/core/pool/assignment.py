@@ -40,6 +40,9 @@ from triton_operator import GROUP
 
 ASSIGNMENT_ANNOTATION = f"pool.{GROUP}/models"
 """On each pod of a pool: which models it holds, at which version and attempt (the agent reads it)."""
+DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+"""On each pod of a pool: the ReplicaSet removes the pods of lowest cost first when the pool gets
+smaller (its HPA, `kubectl scale`): a pod's cost is the copies it is given (deletion_cost)."""
 
 
 class AssignmentError(ValueError):
@@ -75,6 +78,12 @@ class PodAssignment:
     models: Mapping[str, Wanted] = field(default_factory=dict)
     draining: Mapping[str, float] = field(default_factory=dict)
     failed: Mapping[str, FailedLoad] = field(default_factory=dict)
+
+
+def deletion_cost(assignment: PodAssignment) -> str:
+    """A pool pod's deletion cost: how many copies its assignment gives it (what removing it would
+    load elsewhere)."""
+    return str(len(assignment.models))
 
 
 @dataclass(frozen=True)
