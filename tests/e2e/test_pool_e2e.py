@@ -332,7 +332,15 @@ def serving(
     kube: Client, namespace: str, store: Any, bucket: str, *, copies: int, drain: int | None
 ) -> Iterator[PoolLoad]:
     apply(kube, pooled(namespace, bucket, store, copies=copies, drain=drain))
-    wait_settled(kube, namespace, copies=copies)
+    yield from loaded(kube, namespace, store, bucket, copies=copies)
+
+
+def loaded(
+    kube: Client, namespace: str, store: Any, bucket: str, *, copies: int, timeout: float = 240
+) -> Iterator[PoolLoad]:
+    """The pool applied settled (``copies`` a model), every model answering through its Service, then
+    both clients sending to every model until the caller is done."""
+    wait_settled(kube, namespace, timeout=timeout, copies=copies)
     services = {m: service_ip(kube, namespace, f"{NAME}-m-{m}") for m in MODELS}
 
     def answering() -> bool:  # kube-proxy has the Services' endpoints (it follows the EndpointSlices)

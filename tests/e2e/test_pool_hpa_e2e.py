@@ -34,17 +34,15 @@ from test_pool_e2e import (  # type: ignore[import-not-found,unused-ignore]
     HOLD_MIB,
     KEY,
     MODEL_LABEL,
-    MODELS,
     NAME,
     OFFSETS,
     PoolLoad,
     held,
+    loaded,
     no_request_failed,
     placed,
     pool_pods,
     pooled,
-    pooled_client,
-    service_ip,
     wait_settled,
 )
 
@@ -150,24 +148,7 @@ def pods_at(kube: Client, namespace: str, count: int) -> dict[str, str] | None:
 def load(kube: Client, namespace: str, operator: Any, store: Any, bucket: str) -> Iterator[PoolLoad]:
     """The pool applied and settled on 2 pods, both of test_pool_e2e's clients sending to every model."""
     apply(kube, autoscaled(namespace, bucket, store))
-    wait_settled(kube, namespace, timeout=300, copies=2)
-    services = {m: service_ip(kube, namespace, f"{NAME}-m-{m}") for m in MODELS}
-
-    def answering() -> bool:
-        try:
-            return all(
-                offset_of(infer_add_sub(services[m], model=m, timeout=3)) == OFFSETS[m] for m in MODELS
-            )
-        except Exception:
-            return False
-
-    wait_for(answering, timeout=60, interval=0.5, what="every model answering through its Service")
-    running = PoolLoad(services, pooled_client(kube, namespace), bucket, store).start()
-    try:
-        yield running
-    finally:
-        running.stop()
-        running.client.close()
+    yield from loaded(kube, namespace, store, bucket, copies=2, timeout=300)
 
 
 def test_the_hpa_scales_a_pool_up_and_down_with_no_failed_request(
