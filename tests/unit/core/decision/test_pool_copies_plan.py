@@ -205,3 +205,17 @@ def test_a_copy_loading_holds_a_busy_model_but_a_copy_draining_does_not() -> Non
     pods[1]["metadata"]["annotations"][ASSIGNMENT_ANNOTATION] = build_assignment(draining)  # a leaves p1
     busy = pool_copies(ts, pods, reports, previous=previous, load=load, now=5.0)
     assert busy is not None and busy.wanted["a"] == 2 and busy.shown["a"].reason == ADD
+
+
+def test_memory_short_between_models_busy_in_one_period_takes_the_copy_of_the_one_serving_less() -> None:
+    ts = service(replicas=2, max_replicas=None, scaleUpStabilizationSeconds=0)
+    # a and b both served requests in this window: their lastUsed is the same 5-minute period. Both are
+    # busy and ask for a second copy; room is left for one. b serves a third of a's requests: b's goes.
+    previous = {"pool": {"models": [{"name": m, "wantedCopies": 1} for m in ("a", "b", "c")]}}
+    pods, reports = serving_pods({"p0": ["a", "b"], "p1": ["c"]})
+    load = {"a": Figures(90.0, 80_000.0, 900.0), "b": Figures(30.0, 80_000.0, 300.0), "c": IDLE}
+    copies = pool_copies(ts, pods, reports, previous=previous, load=load, now=1.77e9)
+    assert copies is not None and copies.replicas == 2
+    assert copies.last_used["a"] == copies.last_used["b"]
+    assert copies.wanted == {"a": 2, "b": 1, "c": 1}
+    assert copies.shown["b"].reason == MEMORY_SHORT and copies.shown["a"].reason == ADD

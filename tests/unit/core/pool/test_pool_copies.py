@@ -202,6 +202,29 @@ def test_the_pool_size_follows_the_sum_and_memory_short_takes_the_least_recently
     assert shorter.wanted == {"hot": 2, "warm": 1, "cold": 1} and shorter.pods == 2
 
 
+def test_memory_short_among_models_used_as_recently_takes_the_copy_serving_least_first() -> None:
+    # lastUsed is kept to 5-minute periods: the models busy in one period tie on it. The copy given back is
+    # the one of the model that serves least a copy it keeps, not the first by name.
+    models = [
+        PoolModel("a-busy", 400 * MiB, min_copies=1, wanted=3, last_used=600.0),
+        PoolModel("b-warm", 400 * MiB, min_copies=1, wanted=3, last_used=600.0),
+        PoolModel("c-cold", 400 * MiB, min_copies=1, wanted=1, last_used=0.0),
+    ]
+    rates = {"a-busy": 90.0, "b-warm": 2.0, "c-cold": 0.0}
+    short = fit_pool(models, 800 * MiB, most_pods=3, rates=rates)  # 2 copies a pod: 6 of 7 copies
+    assert short.trimmed == ("b-warm",)
+    assert short.wanted == {"a-busy": 3, "b-warm": 2, "c-cold": 1} and short.pods == 3
+    # 4 copies: b-warm's two extra go (2 then 1 a copy it keeps), then a-busy's (45 a copy it keeps).
+    shorter = fit_pool(models, 800 * MiB, most_pods=2, rates=rates)
+    assert shorter.trimmed == ("b-warm", "b-warm", "a-busy")
+    assert shorter.wanted == {"a-busy": 2, "b-warm": 1, "c-cold": 1}
+    # Where a-busy serves less a copy than b-warm, its copy goes first.
+    calm = fit_pool(models, 800 * MiB, most_pods=3, rates={"a-busy": 2.0, "b-warm": 9.0})
+    assert calm.trimmed == ("a-busy",)
+    # Without figures the name decides, as before.
+    assert fit_pool(models, 800 * MiB, most_pods=3).trimmed == ("a-busy",)
+
+
 def test_least_copies_are_never_trimmed_and_the_size_says_what_they_need() -> None:
     models = [PoolModel(f"m{i}", 600 * MiB, min_copies=2, wanted=2) for i in range(3)]
     size = fit_pool(models, 1200 * MiB, most_pods=1)

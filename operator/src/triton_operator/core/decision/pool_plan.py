@@ -477,7 +477,8 @@ def pool_copies(
     measured = _measured(ts, recorded, reports)
     models = pool_models(ts.spec, measured, wanted=decided.wanted, last_used=last_used)
     most = most_pods(ts.spec)
-    size = fit_pool(models, budget, most)
+    rates = {name: figure.inferences_per_second for name, figure in figures.items()}
+    size = fit_pool(models, budget, most, rates)
     shown = _shown(decided, size, last_used=last_used, most=most)
     replicas = min(most, max(ts.spec.replicas, size.pods))
     return PoolCopies(size.wanted, replicas, size.pods, shown, last_used)
@@ -499,7 +500,7 @@ def _shown(
             message = (
                 f"its load asks for {decided.wanted[name]} copies, but {most} pods cannot hold every"
                 f" model's wanted copies: {wanted[name]} kept, the least recently used models' extra"
-                f" copies taken back first ({message})"
+                f" copies taken back first, then those serving least a copy ({message})"
             )
         streak = decided.streaks.get(name, Streak())
         shown[name] = LoadShown(

@@ -219,13 +219,22 @@ class PoolSize:
     trimmed: tuple[str, ...]
 
 
-def fit_pool(models: Sequence[PoolModel], budget: int, most_pods: int) -> PoolSize:
+def fit_pool(
+    models: Sequence[PoolModel],
+    budget: int,
+    most_pods: int,
+    rates: Mapping[str, float] | None = None,
+) -> PoolSize:
     """The pool's size for these models' wanted copies (what the sum needs), at most ``most_pods``. When
     memory is short, copies beyond a model's least are taken back one at a time, from the least recently
-    used model first (``last_used``; never used counts as oldest), until the rest fit. Least copies are
-    never taken back: when they alone need more pods, the size says so. A model larger than a pod
-    (measured so) counts for no pod: it is never placed."""
+    used model first (``last_used``; never used counts as oldest), until the rest fit. Models used as
+    recently (``last_used`` is kept to LAST_USED_PRECISION_SECONDS, so the busy models of a period tie)
+    give back first the copy that serves least: the lowest ``rates`` (inferences per second over the
+    window, all copies together) per copy it would keep, then by name. Least copies are never taken back:
+    when they alone need more pods, the size says so. A model larger than a pod (measured so) counts for
+    no pod: it is never placed."""
     current = placeable(models, budget)
+    rates = rates or {}
     trimmed: list[str] = []
     while pods_needed(current, budget) > most_pods:
         spare = [m for m in current if m.target > m.min_copies]
@@ -233,7 +242,11 @@ def fit_pool(models: Sequence[PoolModel], budget: int, most_pods: int) -> PoolSi
             break
         victim = min(
             spare,
-            key=lambda m: (m.last_used if m.last_used is not None else float("-inf"), m.name),
+            key=lambda m: (
+                m.last_used if m.last_used is not None else float("-inf"),
+                rates.get(m.name, 0.0) / (m.target - 1),
+                m.name,
+            ),
         )
         trimmed.append(victim.name)
         current = [replace(m, wanted=m.target - 1) if m is victim else m for m in current]
