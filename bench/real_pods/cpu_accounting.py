@@ -8,8 +8,12 @@ a ``CpuRow`` (pure), ``table`` prints the rows. Sources, all cumulative counters
   with a folder per container named by its ID (``cpuacct.usage`` in cgroup v1, ns; ``cpu.stat``
   ``usage_usec`` in v2); kubepods' own counter keeps what removed pods spent;
 - processes started in a session of their own (the node cache, seaweedfs, the operator, the cluster's
-  components): utime + stime + cutime + cstime of every process of that session (/proc/PID/stat);
-- the bench itself: ``os.times()`` (it and the children it waited for: kubectl).
+  components): utime + stime of every live process of that session (/proc/PID/stat; not cutime and
+  cstime: containerd reaps the shims, which reaped the containers' processes, so a removed pod's whole
+  life would land there);
+- the bench itself: ``os.times()`` (it and the children it waited for: kubectl);
+- every other process outside the pods (by /proc/PID/cgroup): utime + stime by its command line, for
+  the rest of the machine's largest parts.
 
 Nothing here fails a bench: a counter that cannot be read is None, printed "-", with the reason once.
 """
@@ -45,6 +49,8 @@ class Sample:
     pods: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     all_pods: float | None = None
     parts: Mapping[str, float | None] = field(default_factory=dict)
+    others: Mapping[tuple[int, int], tuple[str, float]] = field(default_factory=dict)
+    """Every other live process outside the pods: (pid, start time) -> (its command, CPU seconds)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,8 @@ class CpuRow:
     columns: Mapping[str, float | None]
     per_pod: Sequence[tuple[str, float, float]] = ()
     """Each of the case's pods: (name, tritonserver, agent) seconds."""
+    rest_top: Sequence[tuple[str, float]] = ()
+    """The rest of the machine's largest parts: (command, CPU seconds), largest first."""
 
     @property
     def floor(self) -> float | None:
@@ -92,20 +100,21 @@ def busy_seconds(proc_stat: str, hz: int) -> tuple[float | None, int]:
     return busy, cores
 
 
-def process_stat(text: str, hz: int) -> tuple[int, float] | None:
-    """(session, utime + stime + cutime + cstime seconds) from /proc/PID/stat's text; None when it is
-    not one (the command name, in parentheses, may hold spaces and parentheses: the fields follow its
+def process_stat(text: str, hz: int) -> tuple[int, float, int] | None:
+    """(session, utime + stime seconds, start time) from /proc/PID/stat's text; None when it is not
+    one (the command name, in parentheses, may hold spaces and parentheses: the fields follow its
     last ')')."""
     _, paren, rest = text.rpartition(")")
     fields = rest.split()
-    if not paren or len(fields) < 15:
+    if not paren or len(fields) < 20:
         return None
     try:
         session = int(fields[3])
-        seconds = sum(int(f) for f in fields[11:15]) / hz
+        seconds = (int(fields[11]) + int(fields[12])) / hz
+        start = int(fields[19])
     except ValueError:
         return None
-    return session, seconds
+    return session, seconds, start
 
 
 def session_seconds(stats: Iterable[tuple[int, float]], sessions: Iterable[int]) -> float:
@@ -122,6 +131,31 @@ def pod_uid(folder: str) -> str | None:
     if not sep or (head and not head.endswith("-")) or len(uid) != 36:
         return None
     return uid.replace("_", "-")
+
+
+def command(cmdline: bytes, width: int = 60) -> str:
+    """A process's command line for the table (/proc/PID/cmdline: NUL-separated), cut at ``width``."""
+    words = [w.decode(errors="replace") for w in cmdline.split(b"\0") if w]
+    if not words:
+        return "?"
+    words[0] = words[0].rpartition("/")[2]
+    text = " ".join(words)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def largest(
+    before: Mapping[tuple[int, int], tuple[str, float]],
+    after: Mapping[tuple[int, int], tuple[str, float]],
+    n: int = 5,
+) -> list[tuple[str, float]]:
+    """The ``n`` commands that spent the most CPU seconds between two samples (a process started
+    between them counts from 0), by command, largest first; none under 0.05 s."""
+    spent: dict[str, float] = {}
+    for key, (cmd, seconds) in after.items():
+        was = before.get(key, (cmd, 0.0))[1]
+        spent[cmd] = spent.get(cmd, 0.0) + max(seconds - was, 0.0)
+    ranked = sorted(spent.items(), key=lambda kv: -kv[1])
+    return [(cmd, s) for cmd, s in ranked[:n] if s >= 0.05]
 
 
 def container_id(folder: str) -> str:
@@ -194,7 +228,7 @@ def account(
     known = [v for k, v in columns.items() if k != "rest of the machine"]
     if busy is not None and all(v is not None for v in known):
         columns["rest of the machine"] = max(busy - sum(v for v in known if v is not None), 0.0)
-    return CpuRow(case, seconds, after.cores, busy, columns, per_pod)
+    return CpuRow(case, seconds, after.cores, busy, columns, per_pod, largest(before.others, after.others))
 
 
 def cell(value: float | None) -> str:
@@ -303,9 +337,9 @@ def read_pods(kubepods: Path, v1: bool) -> dict[str, dict[str, float]]:
     return out
 
 
-def process_stats(hz: int) -> list[tuple[int, float]]:
-    """(session, CPU seconds) of every process on this machine now."""
-    out: list[tuple[int, float]] = []
+def process_stats(hz: int) -> dict[int, tuple[int, float, int]]:
+    """pid -> (session, CPU seconds, start time) of every process on this machine now."""
+    out: dict[int, tuple[int, float, int]] = {}
     try:
         entries = [e for e in os.listdir("/proc") if e.isdigit()]
     except OSError:
@@ -317,7 +351,26 @@ def process_stats(hz: int) -> list[tuple[int, float]]:
             continue  # gone meanwhile
         got = process_stat(text, hz)
         if got is not None:
-            out.append(got)
+            out[int(pid)] = got
+    return out
+
+
+def other_processes(
+    stats: Mapping[int, tuple[int, float, int]], sessions: set[int], me: int
+) -> dict[tuple[int, int], tuple[str, float]]:
+    """The processes outside ``sessions``, this one and the pods' cgroups: (pid, start) -> (command,
+    CPU seconds)."""
+    out: dict[tuple[int, int], tuple[str, float]] = {}
+    for pid, (session, seconds, start) in stats.items():
+        if session in sessions or pid == me:
+            continue
+        try:
+            if "kubepods" in Path(f"/proc/{pid}/cgroup").read_text():
+                continue
+            cmd = command(Path(f"/proc/{pid}/cmdline").read_bytes())
+        except OSError:
+            continue
+        out[(pid, start)] = (cmd, seconds)
     return out
 
 
@@ -352,14 +405,17 @@ class Sampler:
             pods = read_pods(folder, v1)
             all_pods = read_usage(folder, v1)
         stats = process_stats(self.hz)
-        alive = {session for session, _ in stats}
+        pairs = [(session, seconds) for session, seconds, _ in stats.values()]
+        alive = {session for session, _ in pairs}
         parts: dict[str, float | None] = {}
         for part, leaders in self.sessions.items():
             if not leaders or not alive.intersection(leaders):
                 self.note(f"{part}: no process of its session ({list(leaders)}) to read")
                 parts[part] = None
             else:
-                parts[part] = session_seconds(stats, leaders)
+                parts[part] = session_seconds(pairs, leaders)
         t = os.times()
         parts["bench"] = t.user + t.system + t.children_user + t.children_system
-        return Sample(busy, cores, pods, all_pods, parts)
+        known = {leader for leaders in self.sessions.values() for leader in leaders}
+        others = other_processes(stats, known, os.getpid())
+        return Sample(busy, cores, pods, all_pods, parts, others)

@@ -300,8 +300,11 @@ class RealSize(Session):
                     *(p.status.containerStatuses or []),
                     *(p.status.initContainerStatuses or []),
                 ]
+                names = {TRITON_CONTAINER: "tritonserver", AGENT_CONTAINER: "agent"}
                 ids = {
-                    str(s.containerID).rpartition("://")[2]: str(s.name) for s in statuses if s.containerID
+                    str(s.containerID).rpartition("://")[2]: names.get(str(s.name), str(s.name))
+                    for s in statuses
+                    if s.containerID
                 }
                 described.append((str(p.metadata.name), str(p.metadata.uid), ids))
             case.cpu = cpu_accounting.account(case.name, case.seconds, before, after, described)
@@ -903,7 +906,7 @@ def print_cpu(cases: list[Case], session: RealSize | None) -> None:
         "container\n- other pods: kubepods' own counter less the case's pods (the pods a case deletes "
         "included)\n- node cache, store (seaweedfs), operator, cluster (etcd, kube-apiserver, scheduler, "
         "controller-manager, containerd, kubelet, kube-proxy, DNS, kwok, metrics adapter): every process of "
-        "each one's session, /proc/PID/stat utime+stime+cutime+cstime\n- bench: this process and the "
+        "each one's session, /proc/PID/stat utime+stime of its live processes\n- bench: this process and the "
         "children it waited for (kubectl); rest of the machine: /proc/stat's busy time (not idle, not "
         "iowait) less every column before it (the containerd shims, anything else running here)\n"
         "- needed: every column but the bench and the rest of the machine, over the cores"
@@ -913,6 +916,12 @@ def print_cpu(cases: list[Case], session: RealSize | None) -> None:
             print(
                 f"- {c.name}, each pod's tritonserver / agent: "
                 + "; ".join(f"{name} {t:.1f} / {a:.1f}" for name, t, a in c.cpu.per_pod)
+            )
+    for c in cases:
+        if c.cpu is not None and c.cpu.rest_top:
+            print(
+                f"- {c.name}, the rest of the machine's largest (processes outside the pods and the "
+                "columns' sessions): " + "; ".join(f"`{cmd}` {s:.1f}" for cmd, s in c.cpu.rest_top)
             )
     for why in problems:
         print(f"- not measured: {why}")
@@ -928,6 +937,7 @@ def cpu_figures(row: cpu_accounting.CpuRow | None) -> dict[str, Any] | None:
         "floor": None if row.floor is None else round(row.floor, 2),
         "needed": None if row.own is None else round(row.own, 2),
         "perPod": [list(p) for p in row.per_pod],
+        "restLargest": [list(p) for p in row.rest_top],
     }
 
 

@@ -48,11 +48,21 @@ def test_busy_seconds_leave_out_idle_and_iowait(acc: ModuleType) -> None:
 
 def test_process_stat_reads_session_and_cpu_past_a_command_with_parentheses(acc: ModuleType) -> None:
     fields = ["S", "1", "4242", "4242", "0", "-1", "0", "1", "2", "3", "4", "700", "300", "40", "60"]
-    text = f"4250 (weed (mini) x) {' '.join(fields)} 20 0 1 0 5\n"
-    assert acc.process_stat(text, 100) == (4242, pytest.approx(11.0))
+    # the reaped children's cutime/cstime (40, 60) left out: a shim's reaped containers are not its own
+    text = f"4250 (weed (mini) x) {' '.join(fields)} 20 0 1 0 5123 99\n"
+    assert acc.process_stat(text, 100) == (4242, pytest.approx(10.0), 5123)
     assert acc.process_stat("garbage", 100) is None
     stats = [(4242, 11.0), (4242, 2.5), (17, 99.0)]
     assert acc.session_seconds(stats, [4242]) == pytest.approx(13.5)
+
+
+def test_the_rest_of_the_machine_by_command(acc: ModuleType) -> None:
+    assert acc.command(b"/usr/bin/python3\0-m\0pytest\0tests/x.py\0") == "python3 -m pytest tests/x.py"
+    assert acc.command(b"") == "?"
+    assert len(acc.command(b"x" * 100)) == 60
+    before = {(10, 1): ("a", 5.0), (11, 1): ("b", 1.0), (12, 1): ("gone", 3.0)}
+    after = {(10, 1): ("a", 6.0), (11, 1): ("b", 4.0), (13, 9): ("a", 2.5), (14, 9): ("idle", 0.01)}
+    assert acc.largest(before, after) == [("a", pytest.approx(3.5)), ("b", pytest.approx(3.0))]
 
 
 def test_kubelet_folder_names(acc: ModuleType) -> None:
