@@ -134,10 +134,11 @@ def pod_uid(folder: str) -> str | None:
 
 
 def command(cmdline: bytes, width: int = 60) -> str:
-    """A process's command line for the table (/proc/PID/cmdline: NUL-separated), cut at ``width``."""
+    """A process's command line for the table (/proc/PID/cmdline: NUL-separated), cut at ``width``;
+    kernel threads (softirq and writeback work among them) have none."""
     words = [w.decode(errors="replace") for w in cmdline.split(b"\0") if w]
     if not words:
-        return "?"
+        return "[kernel threads]"
     words[0] = words[0].rpartition("/")[2]
     text = " ".join(words)
     return text if len(text) <= width else text[: width - 3] + "..."
