@@ -22,6 +22,9 @@ constant of encoder and of the big model on its own IP and the Service's Cluster
 three times in a row; the phases of the pod that was last to be Ready; the bytes the case read from
 the store (each new pod's `triton-operator sync` summary, or each agent's fetchedBytes); the bytes the
 node cache handed out (its own counter). Where each phase comes from is printed under the table.
+Beside it, the CPU seconds each case spent (cpu_accounting.py): the case's pods' tritonserver and
+agent (their cgroups), the node cache, the store, the operator, the cluster's components, the bench,
+the rest of the machine (/proc/stat), and the floor: every busy CPU second over the node's cores.
 
 Targets (PASS/MISS): the scale-up pod reads 0 bytes from the store; a new revision changing encoder
 answers within (the download of encoder's new version + its load + 2 s), both measured in this run (each
@@ -57,6 +60,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.real_pods import cpu_accounting
 from bench.real_pods.common import (
     Session,
     Tree,
@@ -126,6 +130,8 @@ class Case:
     fills: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     """New pods of the one shape: each pod's first fill from its agent's log (fill_marks), seconds
     after the apply."""
+    cpu: cpu_accounting.CpuRow | None = None
+    """CPU seconds spent during the case (apply -> every pod answers), by who spent them."""
 
 
 @dataclass
@@ -190,6 +196,8 @@ class RealSize(Session):
         self.repo: realrepo.GeneratedRepository | None = None
         self.v2: realrepo.GeneratedRepository | None = None
         self.victim = ""
+        self.cpu: cpu_accounting.Sampler | None = None
+        self.cpu_before: cpu_accounting.Sample | None = None
 
     # ------------------------------------------------------------------ set-up and tear-down
     def start(self) -> None:
@@ -242,6 +250,66 @@ class RealSize(Session):
         log.close()
         wait(lambda: self.cache_metrics() is not None, 30, "node cache /metrics", interval=0.2)
         super().start()
+        self.start_cpu_accounting()
+
+    # ------------------------------------------------------------------ CPU accounting
+    def start_cpu_accounting(self) -> None:
+        """The sampler of the CPU each case spends: the node cache's, the store's, the operator's and
+        the cluster's components' sessions (each started in a session of its own), the pods' cgroups."""
+        import cluster  # noqa: PLC0415
+
+        try:
+            components = cluster.status()["processes"]
+            leaders = {
+                "node cache": [self.cache.pid] if self.cache is not None else [],
+                "store": [self.server.process.pid] if self.server is not None else [],
+                "operator": [self.operator.pid] if self.operator is not None else [],
+                "cluster": sorted(int(p["pid"]) for p in components.values() if p.get("alive")),
+            }
+            self.cpu = cpu_accounting.Sampler(leaders)
+        except Exception as e:  # accounting never fails the bench
+            say(f"CPU accounting off: {e!r}")
+
+    def cpu_sample(self) -> cpu_accounting.Sample | None:
+        if self.cpu is None:
+            return None
+        try:
+            return self.cpu.sample()
+        except Exception as e:
+            self.cpu.note(f"a sample failed: {e!r}")
+            return None
+
+    def begin(self) -> float:
+        """A case's start: the CPU counters read, then its clock."""
+        self.cpu_before = self.cpu_sample()
+        return time.monotonic()
+
+    def account_cpu(
+        self, case: Case, pods: list[Any], old: set[str], after: cpu_accounting.Sample | None
+    ) -> None:
+        """case.cpu from the sample at the case's start and ``after`` (at its end): the case's pods are
+        its new ones (all its pods where it starts none: in place)."""
+        before, self.cpu_before = self.cpu_before, None
+        if self.cpu is None or before is None or after is None:
+            return
+        try:
+            mine = [p for p in pods if p.metadata.uid not in old] or pods
+            described = []
+            for p in mine:
+                statuses = [
+                    *(p.status.containerStatuses or []),
+                    *(p.status.initContainerStatuses or []),
+                ]
+                names = {TRITON_CONTAINER: "tritonserver", AGENT_CONTAINER: "agent"}
+                ids = {
+                    str(s.containerID).rpartition("://")[2]: names.get(str(s.name), str(s.name))
+                    for s in statuses
+                    if s.containerID
+                }
+                described.append((str(p.metadata.name), str(p.metadata.uid), ids))
+            case.cpu = cpu_accounting.account(case.name, case.seconds, before, after, described)
+        except Exception as e:
+            self.cpu.note(f"{case.name}: accounting failed: {e!r}")
 
     def stop(self) -> None:
         import cluster  # noqa: PLC0415
@@ -432,6 +500,7 @@ class RealSize(Session):
                 break
             time.sleep(self.args.poll)
         case.seconds = end - t0
+        self.account_cpu(case, pods, old, self.cpu_sample())
         new = [marks[p.metadata.uid] for p in pods if p.metadata.uid in marks]
         case.pods = len(new)
         if new:
@@ -541,7 +610,7 @@ class RealSize(Session):
         replicas = self.args.replicas
         name = "newpods"
         case = Case("new service (cold node cache)")
-        t0 = time.monotonic()
+        t0 = self.begin()
         self.apply(self.body(name, 1, "NewPods", 1))
         host = self.cluster_ip(name)
         pods = self.new_pods_case(
@@ -552,7 +621,7 @@ class RealSize(Session):
 
         case = Case(f"scale-up 1 -> {replicas} (warm node)")
         old = {p.metadata.uid for p in pods}
-        t0 = time.monotonic()
+        t0 = self.begin()
         self.apply(self.body(name, replicas, "NewPods", 1))
         pods = self.new_pods_case(case, name, replicas=replicas, version=1, host=host, old=old, t0=t0)
         cases.append(case)
@@ -564,7 +633,7 @@ class RealSize(Session):
         old = {p.metadata.uid for p in pods}
         from lightkube.resources.core_v1 import Pod  # noqa: PLC0415
 
-        t0 = time.monotonic()
+        t0 = self.begin()
         self.kube.delete(Pod, victim.metadata.name, namespace=self.namespace)
         pods = self.new_pods_case(case, name, replicas=replicas, version=1, host=host, old=old, t0=t0)
         cases.append(case)
@@ -573,7 +642,7 @@ class RealSize(Session):
         case = Case(f"new revision, new pods ({CHANGED} 1 -> 2)")
         old = {p.metadata.uid for p in pods}
         stable = self.status(name).get("stableRevision")
-        t0 = time.monotonic()
+        t0 = self.begin()
         self.apply(self.body(name, replicas, "NewPods", 2))
         self.new_pods_case(
             case,
@@ -596,7 +665,7 @@ class RealSize(Session):
         name = "inplace"
         warm = "cold node" if self.args.in_place_only else "warm node"
         case = Case(f"new service, in place, {replicas} pods ({warm})")
-        t0 = time.monotonic()
+        t0 = self.begin()
         self.apply(self.body(name, replicas, "InPlace", 1))
         host = self.cluster_ip(name)
         pods = self.new_pods_case(
@@ -609,7 +678,8 @@ class RealSize(Session):
         old_revision = self.status(name).get("stableRevision")
         hits = self.hit_bytes()
         before = self.operator_metrics()
-        t0, wall0 = time.monotonic(), time.time()
+        t0 = self.begin()
+        wall0 = time.time()
         self.apply(self.body(name, replicas, "InPlace", 3))
         pods = self.watch(
             case, name, replicas=replicas, version=3, host=host, old={p.metadata.uid for p in pods}, t0=t0
@@ -818,6 +888,59 @@ def print_fills(cases: list[Case]) -> None:
                 )
 
 
+def print_cpu(cases: list[Case], session: RealSize | None) -> None:
+    """The CPU seconds each case spent, by who spent them (Case.cpu), and why a column is "-"."""
+    rows = [c.cpu for c in cases if c.cpu is not None]
+    problems = session.cpu.problems if session is not None and session.cpu is not None else []
+    if not rows and not problems:
+        return
+    print(
+        "\nCPU seconds spent during each case (apply -> every pod answers), by who spent them; the floor "
+        "is every busy CPU second over the node's cores (this machine: the real node is it):\n"
+    )
+    for line in cpu_accounting.table(rows):
+        print(line)
+    print(
+        "\n- tritonserver, agent, rest of the pods: the case's pods' cgroups (its new pods; in place its "
+        "pods), kubelet's pod<uid>/<container ID> folders; rest of the pods: the sandbox and the sync init "
+        "container\n- other pods: kubepods' own counter less the case's pods (the pods a case deletes "
+        "included)\n- node cache, store (seaweedfs), operator, cluster (etcd, kube-apiserver, scheduler, "
+        "controller-manager, containerd, kubelet, kube-proxy, DNS, kwok, metrics adapter): every process of "
+        "each one's session, /proc/PID/stat utime+stime of its live processes\n- bench: this process and the "
+        "children it waited for (kubectl); rest of the machine: /proc/stat's busy time (not idle, not "
+        "iowait) less every column before it (the containerd shims, anything else running here)\n"
+        "- needed: every column but the bench and the rest of the machine, over the cores"
+    )
+    for c in cases:
+        if c.cpu is not None and c.cpu.per_pod:
+            print(
+                f"- {c.name}, each pod's tritonserver / agent: "
+                + "; ".join(f"{name} {t:.1f} / {a:.1f}" for name, t, a in c.cpu.per_pod)
+            )
+    for c in cases:
+        if c.cpu is not None and c.cpu.rest_top:
+            print(
+                f"- {c.name}, the rest of the machine's largest (processes outside the pods and the "
+                "columns' sessions): " + "; ".join(f"`{cmd}` {s:.1f}" for cmd, s in c.cpu.rest_top)
+            )
+    for why in problems:
+        print(f"- not measured: {why}")
+
+
+def cpu_figures(row: cpu_accounting.CpuRow | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {
+        "columns": {k: None if v is None else round(v, 2) for k, v in row.columns.items()},
+        "busy": None if row.busy is None else round(row.busy, 2),
+        "cores": row.cores,
+        "floor": None if row.floor is None else round(row.floor, 2),
+        "needed": None if row.own is None else round(row.own, 2),
+        "perPod": [list(p) for p in row.per_pod],
+        "restLargest": [list(p) for p in row.rest_top],
+    }
+
+
 def report_tree(cases: list[Case], session: RealSize | None, args: argparse.Namespace) -> dict[str, Any]:
     """One tree's tables and targets, printed; its figures for the JSON."""
     out: dict[str, Any] = {}
@@ -858,6 +981,7 @@ def report_tree(cases: list[Case], session: RealSize | None, args: argparse.Name
         "- bytes from the node cache: the cache's own triton_node_cache_hit_bytes_total, "
         "its change over the case"
     )
+    print_cpu(cases, session)
     recorded = [c for c in cases if c.metrics]
     if recorded:
         print(
@@ -944,6 +1068,7 @@ def report_tree(cases: list[Case], session: RealSize | None, args: argparse.Name
                     "timeToServe": c.served,
                     "operatorMetrics": c.metrics,
                     "inPlaceMetrics": c.in_place_metrics,
+                    "cpuSeconds": cpu_figures(c.cpu),
                 }
                 for c in cases
             ],
