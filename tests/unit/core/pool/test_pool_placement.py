@@ -334,6 +334,40 @@ def test_pods_needed_is_the_fewest_pods_on_which_place_puts_every_copy(seed: int
     assert all(placed.models[m.name].copies == m.target for m in models)
 
 
+def test_the_only_copies_of_a_pod_that_is_gone_load_on_different_pods() -> None:
+    # p0 holds the only copies of a, b and c; p1-p3 have room for all three each, p1 the least.
+    pods = [PoolPod(f"p{i}", f"n{i}", 1000 * MiB) for i in range(4)]
+    models = [PoolModel(name, 100 * MiB) for name in ("a", "b", "c")] + [
+        PoolModel(f"x{i}", 100 * MiB) for i in range(9)
+    ]
+    current = {
+        "p0": ("a", "b", "c"),
+        "p1": ("x0", "x1", "x2", "x3"),
+        "p2": ("x4", "x5", "x6"),
+        "p3": ("x7", "x8"),
+    }
+    placed = place(pods[1:], models, current)
+    assert sorted(model for _, model in placed.loads) == ["a", "b", "c"]
+    assert len({pod for pod, _ in placed.loads}) == 3
+    for pod in ("p1", "p2", "p3"):
+        assert set(current[pod]) <= set(placed.pods[pod])
+    again = place(pods[1:], models, _as_current(placed))
+    assert again.loads == () and again.unloads == ()
+
+
+def test_loads_spread_over_pods_that_hold_models_and_leave_an_empty_pods_room_whole() -> None:
+    pods = [PoolPod(f"p{i}", f"n{i}", 1000 * MiB) for i in range(4)]
+    models = [PoolModel(name, 100 * MiB) for name in ("a", "b", "c")] + [
+        PoolModel(f"x{i}", 100 * MiB) for i in range(7)
+    ]
+    current = {"p0": ("a", "b", "c"), "p1": ("x0", "x1", "x2", "x3"), "p2": ("x4", "x5", "x6")}
+    placed = place(pods[1:], models, current)
+    loads = [pod for pod, _ in placed.loads]
+    assert sorted(model for _, model in placed.loads) == ["a", "b", "c"]
+    assert placed.pods["p3"] == ()
+    assert sorted(loads.count(pod) for pod in ("p1", "p2")) == [1, 2]
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_loads_after_a_pod_is_gone_spread_and_kept_copies_stay(seed: int) -> None:
     pods, models = _hot_instance(seed) if seed % 2 else _instance(seed)

@@ -319,6 +319,62 @@ def _choose(
     return best_kept if best_kept is not None else floor
 
 
+def _spread_loads(bins: _Bins, order: Sequence[PoolModel], before: set[tuple[str, str]]) -> None:
+    """Spread the copies this pass gives (not in ``before``) over the pods: an agent loads one model at
+    a time, so a pod given several loads answers its last one after the others. A new copy moves from a
+    pod with the most loads to one with at least two fewer that holds something already (an empty pod's
+    room stays whole, as best fit left it), with the memory, not holding the model, on a node with no
+    more copies of it than its own; the fewest loads first, then the node with fewest copies of it,
+    then best fit. Kept copies never move, and a move that would let more be placed (placing again
+    would change it) is not made: the copies placed stay as they are."""
+    new = {pod: {m for m in held if (pod, m) not in before} for pod, held in bins.held.items()}
+    lacking = any(len(bins.where[m.name]) < m.target for m in order)
+    refused: set[tuple[str, str, str]] = set()
+    while True:
+        move = None
+        for pod in sorted(new, key=lambda p: (-len(new[p]), p)):
+            loads = len(new[pod])
+            if loads < 2:
+                break
+            options = []
+            for model in new[pod]:
+                memory = bins.models[model].memory
+                nodes = bins.copies_by_node(model)
+                own = nodes[bins.node(pod)] - 1
+                for other, free in bins.free.items():
+                    if (
+                        len(new[other]) > loads - 2
+                        or not bins.held[other]
+                        or free < memory
+                        or model in bins.held[other]
+                        or (pod, model, other) in refused
+                    ):
+                        continue
+                    there = nodes.get(bins.node(other), 0) - (bins.node(other) == bins.node(pod))
+                    if there > own:
+                        continue
+                    options.append((len(new[other]), there, free - memory, other, model))
+            if options:
+                best = min(options)
+                move = (pod, best[4], best[3])
+                break
+        if move is None:
+            return
+        pod, model, other = move
+        bins.remove(pod, model)
+        bins.add(other, model)
+        if lacking:
+            trial = bins.clone()
+            _fill(trial, order)
+            if trial.held != bins.held:
+                bins.remove(other, model)
+                bins.add(pod, model)
+                refused.add(move)
+                continue
+        new[pod].discard(model)
+        new[other].add(model)
+
+
 def _explain(bins: _Bins, model: PoolModel) -> ModelPlacement:
     pods = tuple(sorted(bins.where[model.name]))
     copies, target = len(pods), model.target
@@ -362,8 +418,9 @@ def place(
     copies together, the largest totals first) and the one placing the fewest least copies short, then
     the most copies, is kept (the rounds win a tie): never worse than the rounds alone. Only when least
     copies would stay unplaced although a placement from nothing places more of them is everything
-    placed again. Deterministic: the same input gives the same output, and placing again from the result
-    moves nothing."""
+    placed again. Last, this pass's new copies are spread over the pods (fewest loads a pod), where that
+    changes nothing else. Deterministic: the same input gives the same output, and placing again from
+    the result moves nothing."""
     by_name = {m.name: m for m in models}
     if len(by_name) != len(models):
         raise ValueError("model names must be unique")
@@ -371,6 +428,7 @@ def place(
     order = sorted(models, key=lambda m: (-m.target, -m.memory, m.name))
     bins = _choose(pods, by_name, order, current or {})
     before = {(pod, model) for pod, held in (current or {}).items() for model in held}
+    _spread_loads(bins, order, before)
     after = {(pod, model) for pod, held in bins.held.items() for model in held}
     return Placement(
         pods={pod: tuple(sorted(held)) for pod, held in bins.held.items()},
