@@ -16,6 +16,9 @@ from triton_operator.core.pool.placement import (
     Placement,
     PoolModel,
     PoolPod,
+    _Bins,
+    _fill,
+    _keep,
     place,
     pods_needed,
 )
@@ -241,3 +244,141 @@ def test_status_pool_says_per_model_where_how_many_and_why_and_keeps_the_measure
         "message": "2 copies, as its load asks",
     }
     assert as_quantity(1000) == "1000" and as_quantity(3 * 1024**3) == "3Gi"
+
+
+def _rule_alone(
+    pods: Sequence[PoolPod], models: Sequence[PoolModel], current: Mapping[str, Sequence[str]] | None = None
+) -> tuple[int, int]:
+    """(copies placed, least copies unplaced) by the rounds alone, as placement was before it tried other
+    orders: the kept copies, the rounds, and a placement from nothing when that places more least copies."""
+    by_name = {m.name: m for m in models}
+    order = sorted(models, key=lambda m: (-m.target, -m.memory, m.name))
+    bins = _Bins(pods, by_name)
+    _keep(bins, current or {})
+    _fill(bins, order)
+    if current and bins.unmet():
+        fresh = _Bins(pods, by_name)
+        _fill(fresh, order)
+        if fresh.unmet() < bins.unmet():
+            bins = fresh
+    return bins.copies(), bins.unmet()
+
+
+def _hot_instance(seed: int) -> tuple[list[PoolPod], list[PoolModel]]:
+    """Models of one size, most wanting one copy and a few many, on about as many pods as their memory
+    needs: where the rounds' best fit fills the pods before the hot models' last copies find pods."""
+    rng = random.Random(seed)
+    memory = rng.choice([60, 100, 120, 250]) * MiB
+    budget = rng.choice([600, 1000, 1200, 1400]) * MiB
+    models = [PoolModel(f"m{i:02d}", memory, wanted=1) for i in range(rng.randint(5, 45))]
+    for i in rng.sample(range(len(models)), rng.randint(1, min(5, len(models)))):
+        models[i] = PoolModel(models[i].name, memory, wanted=rng.randint(2, 6))
+    copies = sum(m.target for m in models)
+    count = max(-(-copies * memory // budget), *(m.target for m in models)) + rng.randint(0, 1)
+    nodes = [f"node-{i}" for i in range(rng.randint(1, 3))]
+    return [PoolPod(f"p{i:02d}", rng.choice(nodes), budget) for i in range(count)], models
+
+
+def _copies_and_unmet(placed: Placement, models: Sequence[PoolModel]) -> tuple[int, int]:
+    copies = sum(where.copies for where in placed.models.values())
+    return copies, sum(max(0, m.min_copies - placed.models[m.name].copies) for m in models)
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_placement_never_places_fewer_copies_nor_more_least_copies_short_than_the_rounds_alone(
+    seed: int,
+) -> None:
+    pods, models = _hot_instance(seed) if seed % 2 else _instance(seed)
+    for current in ({}, _as_current(place(list(reversed(pods)), models[: len(models) // 2]))):
+        copies, unmet = _copies_and_unmet(place(pods, models, current), models)
+        before, before_unmet = _rule_alone(pods, models, current)
+        assert copies >= before and unmet <= before_unmet, (current, copies, before, unmet, before_unmet)
+        again = place(pods, models, _as_current(place(pods, models, current)))
+        assert again.loads == () and again.unloads == ()
+
+
+def test_placement_places_more_than_the_rounds_alone_where_hot_models_need_distinct_pods() -> None:
+    better = 0
+    for seed in range(150):
+        pods, models = _hot_instance(seed)
+        better += _copies_and_unmet(place(pods, models), models)[0] > _rule_alone(pods, models)[0]
+    assert better > 0
+
+
+def test_pods_needed_holds_the_demos_hot_models_copies_on_as_few_pods_as_their_memory_takes() -> None:
+    # bench/pool/demo.py --plan --memory 120Mi --budget 1200Mi at the peak: 41 models of 120Mi, the three
+    # hot ones at 4 copies, the warm one at 2: 51 copies, 10 a pod.
+    budget = 1200 * MiB
+    models = [PoolModel(f"m{i}", 120 * MiB, wanted=4 if i < 3 else 2 if i == 3 else 1) for i in range(41)]
+    lower = max(-(-sum(m.memory * m.target for m in models) // budget), *(m.target for m in models))
+    assert pods_needed(models, budget) == lower
+    pods = [PoolPod(f"p{i}", None, budget) for i in range(lower)]
+    placed = place(pods, models)
+    assert all(placed.models[m.name].copies == m.target for m in models)
+    _check_budgets(pods, models, placed)
+    # The rounds alone leave a hot model's last copy without a pod there (every pod with room holds it).
+    assert _rule_alone(pods, models)[0] < sum(m.target for m in models)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_pods_needed_is_the_fewest_pods_on_which_place_puts_every_copy(seed: int) -> None:
+    _, models = _hot_instance(seed)
+    budget = 1400 * MiB
+    count = pods_needed(models, budget)
+    lower = max(-(-sum(m.memory * m.target for m in models) // budget), *(m.target for m in models))
+    assert count >= lower
+    for fewer in range(lower, count):
+        placed = place([PoolPod(f"p{i}", None, budget) for i in range(fewer)], models)
+        assert any(placed.models[m.name].copies < m.target for m in models)
+    placed = place([PoolPod(f"p{i}", None, budget) for i in range(count)], models)
+    assert all(placed.models[m.name].copies == m.target for m in models)
+
+
+def test_the_only_copies_of_a_pod_that_is_gone_load_on_different_pods() -> None:
+    # p0 holds the only copies of a, b and c; p1-p3 have room for all three each, p1 the least.
+    pods = [PoolPod(f"p{i}", f"n{i}", 1000 * MiB) for i in range(4)]
+    models = [PoolModel(name, 100 * MiB) for name in ("a", "b", "c")] + [
+        PoolModel(f"x{i}", 100 * MiB) for i in range(9)
+    ]
+    current = {
+        "p0": ("a", "b", "c"),
+        "p1": ("x0", "x1", "x2", "x3"),
+        "p2": ("x4", "x5", "x6"),
+        "p3": ("x7", "x8"),
+    }
+    placed = place(pods[1:], models, current)
+    assert sorted(model for _, model in placed.loads) == ["a", "b", "c"]
+    assert len({pod for pod, _ in placed.loads}) == 3
+    for pod in ("p1", "p2", "p3"):
+        assert set(current[pod]) <= set(placed.pods[pod])
+    again = place(pods[1:], models, _as_current(placed))
+    assert again.loads == () and again.unloads == ()
+
+
+def test_loads_spread_over_pods_that_hold_models_and_leave_an_empty_pods_room_whole() -> None:
+    pods = [PoolPod(f"p{i}", f"n{i}", 1000 * MiB) for i in range(4)]
+    models = [PoolModel(name, 100 * MiB) for name in ("a", "b", "c")] + [
+        PoolModel(f"x{i}", 100 * MiB) for i in range(7)
+    ]
+    current = {"p0": ("a", "b", "c"), "p1": ("x0", "x1", "x2", "x3"), "p2": ("x4", "x5", "x6")}
+    placed = place(pods[1:], models, current)
+    loads = [pod for pod, _ in placed.loads]
+    assert sorted(model for _, model in placed.loads) == ["a", "b", "c"]
+    assert placed.pods["p3"] == ()
+    assert sorted(loads.count(pod) for pod in ("p1", "p2")) == [1, 2]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_loads_after_a_pod_is_gone_spread_and_kept_copies_stay(seed: int) -> None:
+    pods, models = _hot_instance(seed) if seed % 2 else _instance(seed)
+    first = place([*pods, PoolPod("spare", "node-x", pods[0].budget)], models)
+    gone = max(first.pods, key=lambda pod: (len(first.pods[pod]), pod))
+    survivors = [p for p in [*pods, PoolPod("spare", "node-x", pods[0].budget)] if p.name != gone]
+    current = _as_current(first)
+    second = place(survivors, models, current)
+    _check_budgets(survivors, models, second)
+    before, before_unmet = _rule_alone(survivors, models, current)
+    copies, unmet = _copies_and_unmet(second, models)
+    assert copies >= before and unmet <= before_unmet
+    third = place(survivors, models, _as_current(second))
+    assert third.loads == () and third.unloads == ()

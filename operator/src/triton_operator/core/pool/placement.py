@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 WANTED = "Wanted"
@@ -95,10 +95,18 @@ class _Bins:
         self.held: dict[str, set[str]] = {p.name: set() for p in pods}
         self.free: dict[str, int] = {p.name: p.room for p in pods}
         self.where: dict[str, set[str]] = {name: set() for name in models}
+        self.nodes = {p.name: p.node if p.node is not None else f"pod/{p.name}" for p in pods}
+
+    def clone(self) -> _Bins:
+        copy = _Bins((), self.models)
+        copy.pods, copy.nodes = self.pods, self.nodes
+        copy.held = {pod: set(held) for pod, held in self.held.items()}
+        copy.free = dict(self.free)
+        copy.where = {name: set(pods) for name, pods in self.where.items()}
+        return copy
 
     def node(self, pod: str) -> str:
-        node = self.pods[pod].node
-        return node if node is not None else f"pod/{pod}"
+        return self.nodes[pod]
 
     def add(self, pod: str, model: str) -> None:
         self.held[pod].add(model)
@@ -110,21 +118,33 @@ class _Bins:
         self.free[pod] += self.models[model].memory
         self.where[model].discard(pod)
 
-    def best_pod(self, model: str) -> str | None:
-        """The pod for one more copy: not holding it, with the memory; fewest copies on its node, then the
-        tightest fit (best fit keeps room whole elsewhere), then by name (deterministic)."""
-        memory = self.models[model].memory
+    def copies_by_node(self, model: str) -> dict[str, int]:
         nodes: dict[str, int] = {}
         for pod in self.where[model]:
             nodes[self.node(pod)] = nodes.get(self.node(pod), 0) + 1
+        return nodes
+
+    def best_pod(self, model: str, *, roomiest: bool = False) -> str | None:
+        """The pod for one more copy: not holding it, with the memory; fewest copies on its node, then the
+        tightest fit (best fit keeps room whole elsewhere; ``roomiest``: the most room left, to spread),
+        then by name (deterministic)."""
+        memory = self.models[model].memory
+        nodes = self.copies_by_node(model)
         best: tuple[int, int, str] | None = None
         for pod, free in self.free.items():
             if free < memory or model in self.held[pod]:
                 continue
-            key = (nodes.get(self.node(pod), 0), free - memory, pod)
+            key = (nodes.get(self.node(pod), 0), memory - free if roomiest else free - memory, pod)
             if best is None or key < best:
                 best = key
         return best[2] if best is not None else None
+
+    def copies(self) -> int:
+        return sum(len(pods) for pods in self.where.values())
+
+    def unmet(self) -> int:
+        """The least copies not placed."""
+        return sum(max(0, m.min_copies - len(self.where[name])) for name, m in self.models.items())
 
 
 def _eviction_key(model: PoolModel, copies: int) -> tuple[int, float, str]:
@@ -209,6 +229,152 @@ def _fill(bins: _Bins, order: Sequence[PoolModel]) -> None:
             return
 
 
+def _rounds(bins: _Bins, order: Sequence[PoolModel]) -> None:
+    """The rule alone: _fill, in rounds of one copy of each model, best fit."""
+    _fill(bins, order)
+
+
+def _copies_spread_first(bins: _Bins, order: Sequence[PoolModel]) -> None:
+    """The models wanting several copies first, in rounds, each copy on the pod with the most room left
+    (their copies find distinct pods before the others fill them), then _fill."""
+    lacking = [m for m in order if m.target > 1 and len(bins.where[m.name]) < m.target]
+    while lacking:
+        still = []
+        for model in lacking:
+            pod = bins.best_pod(model.name, roomiest=True)
+            if pod is None:
+                continue
+            bins.add(pod, model.name)
+            if len(bins.where[model.name]) < model.target:
+                still.append(model)
+        lacking = still
+    _fill(bins, order)
+
+
+def _largest_totals_first(bins: _Bins, order: Sequence[PoolModel]) -> None:
+    """All the copies of one model together, the models with the most memory in all (copies x memory)
+    first, best fit (first fit decreasing by a model's total), then _fill."""
+    for model in sorted(order, key=lambda m: (-m.memory * m.target, -m.memory, m.name)):
+        while len(bins.where[model.name]) < model.target:
+            pod = bins.best_pod(model.name)
+            if pod is None:
+                break
+            bins.add(pod, model.name)
+    _fill(bins, order)
+
+
+_STRATEGIES: tuple[Callable[[_Bins, Sequence[PoolModel]], None], ...] = (
+    _rounds,
+    _copies_spread_first,
+    _largest_totals_first,
+)
+"""The orders placement tries from the same start; the first is the rule alone, and each ends with _fill,
+so each result is a fixpoint of _fill (nothing more fits anywhere)."""
+
+
+def _portfolio(start: _Bins, order: Sequence[PoolModel]) -> list[_Bins]:
+    """Each strategy's result from ``start`` (left as it is)."""
+    results = []
+    for strategy in _STRATEGIES:
+        bins = start.clone()
+        strategy(bins, order)
+        results.append(bins)
+        if all(len(bins.where[m.name]) >= m.target for m in order):
+            break  # every copy placed: no other order does better, and the first wins a tie
+    return results
+
+
+def _as_good(bins: _Bins, than: _Bins) -> bool:
+    """No more least copies unplaced and no fewer copies placed."""
+    return bins.unmet() <= than.unmet() and bins.copies() >= than.copies()
+
+
+def _best(results: Sequence[_Bins], floor: _Bins) -> _Bins | None:
+    """Of the results as good as ``floor``, the one with the fewest least copies unplaced, then the most
+    copies, then the first (the rule alone wins a tie)."""
+    good = [(bins.unmet(), -bins.copies(), i) for i, bins in enumerate(results) if _as_good(bins, floor)]
+    return results[min(good)[2]] if good else None
+
+
+def _choose(
+    pods: Sequence[PoolPod],
+    by_name: Mapping[str, PoolModel],
+    order: Sequence[PoolModel],
+    current: Mapping[str, Sequence[str]],
+) -> _Bins:
+    """The strategies' best result from the kept copies; from nothing instead only when that places more
+    least copies. Never worse than the rule alone (the first strategy with its own fallback to a placement
+    from nothing) on least copies unplaced or on copies placed."""
+    start = _Bins(pods, by_name)
+    _keep(start, current)
+    kept = _portfolio(start, order)
+    fresh: list[_Bins] = []
+    if current and kept[0].unmet():
+        fresh = _portfolio(_Bins(pods, by_name), order)
+    floor = fresh[0] if fresh and fresh[0].unmet() < kept[0].unmet() else kept[0]
+    best_kept, best_fresh = _best(kept, floor), _best(fresh, floor)
+    if best_fresh is not None and (best_kept is None or best_fresh.unmet() < best_kept.unmet()):
+        return best_fresh
+    # floor is one of kept or fresh and as good as itself: one of the two is found.
+    return best_kept if best_kept is not None else floor
+
+
+def _spread_loads(bins: _Bins, order: Sequence[PoolModel], before: set[tuple[str, str]]) -> None:
+    """Spread the copies this pass gives (not in ``before``) over the pods: an agent loads one model at
+    a time, so a pod given several loads answers its last one after the others. A new copy moves from a
+    pod with the most loads to one with at least two fewer that holds something already (an empty pod's
+    room stays whole, as best fit left it), with the memory, not holding the model, on a node with no
+    more copies of it than its own; the fewest loads first, then the node with fewest copies of it,
+    then best fit. Kept copies never move, and a move that would let more be placed (placing again
+    would change it) is not made: the copies placed stay as they are."""
+    new = {pod: {m for m in held if (pod, m) not in before} for pod, held in bins.held.items()}
+    lacking = any(len(bins.where[m.name]) < m.target for m in order)
+    refused: set[tuple[str, str, str]] = set()
+    while True:
+        move = None
+        for pod in sorted(new, key=lambda p: (-len(new[p]), p)):
+            loads = len(new[pod])
+            if loads < 2:
+                break
+            options = []
+            for model in new[pod]:
+                memory = bins.models[model].memory
+                nodes = bins.copies_by_node(model)
+                own = nodes[bins.node(pod)] - 1
+                for other, free in bins.free.items():
+                    if (
+                        len(new[other]) > loads - 2
+                        or not bins.held[other]
+                        or free < memory
+                        or model in bins.held[other]
+                        or (pod, model, other) in refused
+                    ):
+                        continue
+                    there = nodes.get(bins.node(other), 0) - (bins.node(other) == bins.node(pod))
+                    if there > own:
+                        continue
+                    options.append((len(new[other]), there, free - memory, other, model))
+            if options:
+                best = min(options)
+                move = (pod, best[4], best[3])
+                break
+        if move is None:
+            return
+        pod, model, other = move
+        bins.remove(pod, model)
+        bins.add(other, model)
+        if lacking:
+            trial = bins.clone()
+            _fill(trial, order)
+            if trial.held != bins.held:
+                bins.remove(other, model)
+                bins.add(pod, model)
+                refused.add(move)
+                continue
+        new[pod].discard(model)
+        new[other].add(model)
+
+
 def _explain(bins: _Bins, model: PoolModel) -> ModelPlacement:
     pods = tuple(sorted(bins.where[model.name]))
     copies, target = len(pods), model.target
@@ -244,27 +410,25 @@ def place(
 ) -> Placement:
     """Place ``models`` on ``pods``, starting from ``current`` (pod name -> its models).
 
-    Stable: what is still valid stays where it is, then the rest is placed in rounds of one copy of each
-    model (the models with most copies first, then the largest: first fit decreasing), each on the pod
-    that fits it tightest, on the node with fewest copies of it; a least copy without room takes it from
-    copies beyond other models' least, the least recently used first. Only when least copies would stay
-    unplaced although a placement from nothing places them all is everything placed again.
-    Deterministic: the same input gives the same output."""
+    Stable: what is still valid stays where it is, then the rest is placed: in rounds of one copy of each
+    model (the models with most copies first, then the largest), each on the pod that fits it tightest,
+    on the node with fewest copies of it; a least copy without room takes it from copies beyond other
+    models' least, the least recently used first. From the same kept copies two other orders are tried
+    (the models wanting several copies first, each copy on the pod with most room; all of a model's
+    copies together, the largest totals first) and the one placing the fewest least copies short, then
+    the most copies, is kept (the rounds win a tie): never worse than the rounds alone. Only when least
+    copies would stay unplaced although a placement from nothing places more of them is everything
+    placed again. Last, this pass's new copies are spread over the pods (fewest loads a pod), where that
+    changes nothing else. Deterministic: the same input gives the same output, and placing again from
+    the result moves nothing."""
     by_name = {m.name: m for m in models}
     if len(by_name) != len(models):
         raise ValueError("model names must be unique")
     # The models with the most copies first (their copies spread before the pods fill), then the largest.
     order = sorted(models, key=lambda m: (-m.target, -m.memory, m.name))
-    bins = _Bins(pods, by_name)
-    _keep(bins, current or {})
-    _fill(bins, order)
-    if current and any(len(bins.where[m.name]) < m.min_copies for m in models):
-        fresh = _Bins(pods, by_name)
-        _fill(fresh, order)
-        unmet = sum(max(0, m.min_copies - len(bins.where[m.name])) for m in models)
-        if sum(max(0, m.min_copies - len(fresh.where[m.name])) for m in models) < unmet:
-            bins = fresh
+    bins = _choose(pods, by_name, order, current or {})
     before = {(pod, model) for pod, held in (current or {}).items() for model in held}
+    _spread_loads(bins, order, before)
     after = {(pod, model) for pod, held in bins.held.items() for model in held}
     return Placement(
         pods={pod: tuple(sorted(held)) for pod, held in bins.held.items()},
@@ -282,28 +446,45 @@ def placeable(models: Sequence[PoolModel], budget: int) -> list[PoolModel]:
 
 def pods_needed(models: Sequence[PoolModel], budget: int) -> int:
     """The fewest pods of ``budget`` bytes on which ``place`` puts every model's target copies (each copy
-    on a pod of its own), searched from the lower bound (the memory of all copies, the most copies of one
-    model) up. Raises ValueError when a model is larger than the budget (``placeable`` leaves those out)."""
+    on a pod of its own): the lower bound (the memory of all copies, the most copies of one model) when
+    it is enough, as it mostly is; else searched up from it in doubling steps, then by halving. With
+    several strategies one pod more is not always enough when one fewer is, so the search returns a
+    count that is enough with one fewer short, the fewest in every case tested (tests/unit); a scan of
+    each count would cost a pass at thousands of models seconds more. Raises ValueError when a model is
+    larger than the budget (``placeable`` leaves those out)."""
     for model in models:
         if model.memory > budget:
             raise ValueError(f"model {model.name!r} needs {model.memory} bytes, more than a pod's {budget}")
     if not models:
         return 0
+    by_name = {m.name: m for m in models}
+    if len(by_name) != len(models):
+        raise ValueError("model names must be unique")
+    order = sorted(models, key=lambda m: (-m.target, -m.memory, m.name))
 
     def enough(count: int) -> bool:
-        placed = place([PoolPod(f"{i:06d}", None, budget) for i in range(count)], models)
-        return all(placed.models[m.name].copies >= m.target for m in models)
+        # place() from nothing keeps a strategy that puts every copy when one does: try them in turn.
+        for strategy in _STRATEGIES:
+            bins = _Bins([PoolPod(f"{i:06d}", None, budget) for i in range(count)], by_name)
+            strategy(bins, order)
+            if all(len(bins.where[m.name]) >= m.target for m in models):
+                return True
+        return False
 
     total = sum(m.memory * m.target for m in models)
     low = max(-(-total // budget), *(m.target for m in models))
-    # With as many pods as copies every copy finds an empty pod: that many is always enough.
-    high, step = low, 1
+    if enough(low):
+        return low
+    # With as many pods as copies every copy finds an empty pod (the rounds alone): that many is enough.
+    # Up in doubling steps to a count that is enough, then halving between the last count short and it.
+    high, step = low + 1, 1
     while not enough(high):
-        low, high, step = high + 1, min(high + step, sum(m.target for m in models)), step * 2
-    while low < high:
+        low, step = high, step * 2
+        high = min(high + step, sum(m.target for m in models))
+    while high - low > 1:
         middle = (low + high) // 2
         if enough(middle):
             high = middle
         else:
-            low = middle + 1
+            low = middle
     return high
