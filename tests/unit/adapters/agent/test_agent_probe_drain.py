@@ -159,7 +159,10 @@ def test_a_late_probe_is_waited_for_and_other_readers_do_not_count(
     unloaded = touched[0][0]
     assert unloaded - began > 1.5  # not before the kubelet's probe came
     assert unloaded >= failed[1] + 0.3 - 0.05, (unloaded - began, [t - began for t in failed])
-    assert [code for at, code in kubelet.answers if at < unloaded] == [503, 503]  # and no sooner
+    # Every probe before the unload was answered 503 (no sooner: two of them, above); a loaded machine
+    # may slip the unload past a third probe, 0.4 s after the second, which is also 503.
+    before = [code for at, code in kubelet.answers if at < unloaded]
+    assert len(before) >= 2 and set(before) == {503}, before
     assert sum(1 for at, code in reader.answers if code == 503 and at < unloaded) > 10  # never counted
     assert agent.status()["state"] == "Applied" and agent.check().ready
     said = [r.getMessage() for r in caplog.records]
