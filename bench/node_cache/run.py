@@ -15,11 +15,12 @@ folder; the node cache is its real server on loopback in a process of its own (t
 ``NodeCacheServer``), its callers' tokens checked by tests/support/fake_token_reviewer.py (no API
 server here; each sync gets its pod's token in a file); the store's bytes are counted by a proxy in
 front of seaweedfs (tests/support/counting_proxy.py), not by the sync. CPU: the sync process's
-(pod) and the node cache process's (cache) user + system seconds, per GiB synced. A warm row is the
-median of ``--warm-runs`` syncs by seconds; the trees' warm syncs take turns. A tree whose cache
-signs statements (adapters/nodecache/statements.py) runs its cache with a new key and has a "warm
-node, signed" row more: its sync given the public key, checking the digest the cache signed (its
-SHA-256, or its BLAKE3 where the tree has that) instead of the pin.
+(pod; the kernel's part of it beside) and the node cache process's (cache) user + system seconds,
+per GiB synced. A warm row is the median of ``--warm-runs`` syncs by seconds; the trees' warm
+syncs take turns. A tree whose cache signs statements (adapters/nodecache/statements.py) runs its
+cache with a new key and has a "warm node, signed" row more: its sync given the public key,
+checking the digest the cache signed (its SHA-256, or its BLAKE3 where the tree has that) instead
+of the pin.
 """
 
 from __future__ import annotations
@@ -97,11 +98,13 @@ class Row:
     node_warm: float | None = (
         None  # a cold row: seconds from the sync's start until the node kept every object
     )
+    pod_system: float = 0.0  # of pod_cpu, the kernel's (system) seconds
 
 
-def children_cpu() -> float:
+def children_cpu() -> tuple[float, float]:
+    """The waited-for children's user and system CPU seconds."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    return usage.ru_utime, usage.ru_stime
 
 
 def process_cpu(pid: int) -> float:
@@ -162,10 +165,10 @@ def sync(
     *,
     signed: bool = False,
     perf: Path | None = None,
-) -> tuple[float, float, float | None, str]:
+) -> tuple[float, float, float, float | None, str]:
     """One sync into work/pod by tree ``src``, as pod ``pod`` of namespace "bench" (``signed``: given
     the cache's public key; ``perf``: under `perf record -F 499 -g` into that file): (seconds, its
-    CPU seconds, the cache's CPU seconds meanwhile, its summary line)."""
+    CPU seconds, of them in the kernel, the cache's CPU seconds meanwhile, its summary line)."""
     log = work / f"{pod}.log"
     log.write_text("")
     env = tree_env(src)
@@ -180,14 +183,15 @@ def sync(
     if perf is not None:
         args = ["perf", "record", "-q", "-F", "499", "-g", "-o", str(perf), "--", *args]
     cache_cpu = cache.cpu() if cache is not None else 0.0
-    cpu, started = children_cpu(), time.monotonic()
+    (user, system), started = children_cpu(), time.monotonic()
     subprocess.run(args, env=env, check=True, stdout=subprocess.DEVNULL, timeout=1800)
-    seconds, cpu = time.monotonic() - started, children_cpu() - cpu
+    seconds, (user_after, system_after) = time.monotonic() - started, children_cpu()
+    cpu, system = user_after - user + system_after - system, system_after - system
     if cache is not None:
         # the cold node's uploads finish after the sync (close waits for them)
         cache_cpu = cache.cpu() - cache_cpu
     shutil.rmtree(dest)
-    return seconds, cpu, cache_cpu if cache is not None else None, log.read_text().strip()
+    return seconds, cpu, system, cache_cpu if cache is not None else None, log.read_text().strip()
 
 
 def record_perf(
@@ -265,7 +269,9 @@ def main() -> int:
                     time.sleep(1)
                     proxy.reset()
                     started = time.monotonic()
-                    seconds, cpu, cache_cpu, line = sync(src, work, pod, manifest_path, cache, signed=signed)
+                    seconds, cpu, system, cache_cpu, line = sync(
+                        src, work, pod, manifest_path, cache, signed=signed
+                    )
                     summary = parse_summary(line)
                     assert summary is not None, line
                     warm_after = None
@@ -277,7 +283,9 @@ def main() -> int:
                         warm_after = time.monotonic() - started
                         assert cache_cpu is not None
                         cache_cpu += cache.cpu() - before
-                    return Row(name, seconds, cpu, cache_cpu, proxy.bytes_from_server, summary, warm_after)
+                    return Row(
+                        name, seconds, cpu, cache_cpu, proxy.bytes_from_server, summary, warm_after, system
+                    )
 
                 rows.append(row("store only (no cache)", OUR_SOURCE, "pod-store", None))
                 caches: list[tuple[str, Path, str, Cache]] = []
@@ -340,9 +348,11 @@ def main() -> int:
         shape = f"{args.shards} shards x {args.shard_mib} MiB = {total / MiB:,.0f} MiB"
         shape += f" (parts of {args.part_mib} MiB)"
     print(f"\n{shape}, checksums {', '.join(kinds)}")
-    head = f"| {'sync':28} | {'seconds':>7} | {'GiB/s':>5} | {'pod CPU s/GiB':>13} | {'cache CPU s/GiB':>15}"
+    head = f"| {'sync':28} | {'seconds':>7} | {'GiB/s':>5} | {'pod CPU s/GiB':>13} | {'of it system':>12}"
+    head += f" | {'cache CPU s/GiB':>15}"
     print(f"{head} | {'from store':>13} | {'cache hits':>10} | {'node warm after s':>17} |")
-    print(f"|{'-' * 30}|{'-' * 8}:|{'-' * 6}:|{'-' * 14}:|{'-' * 16}:|{'-' * 14}:|{'-' * 11}:|{'-' * 18}:|")
+    dashes = f"|{'-' * 30}|{'-' * 8}:|{'-' * 6}:|{'-' * 14}:|{'-' * 13}:|{'-' * 16}:|{'-' * 14}:|{'-' * 11}:"
+    print(f"{dashes}|{'-' * 18}:|")
     gib = total / GiB
     for r in rows:
         hits = "-" if r.summary.node_cache_hits is None else str(r.summary.node_cache_hits)
@@ -350,8 +360,10 @@ def main() -> int:
         node_warm = "-" if r.node_warm is None else f"{r.node_warm:.2f}"
         print(
             f"| {r.name:28} | {r.seconds:7.2f} | {gib / r.seconds:5.2f} | {r.pod_cpu / gib:13.2f} "
-            f"| {cache_cpu:>15} | {r.from_store:13,} | {hits:>10} | {node_warm:>17} |"
+            f"| {r.pod_system / gib:12.2f} | {cache_cpu:>15} | {r.from_store:13,} | {hits:>10} "
+            f"| {node_warm:>17} |"
         )
+    print("pod CPU: the sync process's user + system seconds a GiB; of it system: the kernel's part")
     print("from store: bytes seaweedfs sent, counted by a proxy (object bytes, headers, part-size HEADs)")
     print("node warm after: a cold row's seconds from the sync's start until the cache had kept every object")
     print(f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
