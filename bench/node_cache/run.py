@@ -5,6 +5,11 @@ warm node (the node cache), the same repository, each byte checked: a table, thi
     .venv/bin/python bench/node_cache/run.py [--shards 16 --shard-mib 64 --part-mib 16] [--ref REF]
     .venv/bin/python bench/node_cache/run.py --real [--ref REF]   # the real-size repository
     .venv/bin/python bench/node_cache/run.py ... --perf FILE      # + `perf report -i FILE`
+    .venv/bin/python bench/node_cache/run.py ... --agent          # + the agent's first fill's rows
+
+``--agent`` adds, for each warm row, the same reads by the pod's model agent (``Agent.fill`` in a
+process of its own, as `triton-operator agent` runs it; tritonserver a stand-in whose loads return
+at once): what the agent costs beyond the sync engine.
 
 ``--real`` uploads the repository tests/support/realrepo.py generates at full size (2.5 GiB: a 2 GiB
 model in 256 MiB shards, a 500 MiB one, small ones; boto3 uploads in 8 MiB parts with a CRC32, as
@@ -15,11 +20,12 @@ folder; the node cache is its real server on loopback in a process of its own (t
 ``NodeCacheServer``), its callers' tokens checked by tests/support/fake_token_reviewer.py (no API
 server here; each sync gets its pod's token in a file); the store's bytes are counted by a proxy in
 front of seaweedfs (tests/support/counting_proxy.py), not by the sync. CPU: the sync process's
-(pod) and the node cache process's (cache) user + system seconds, per GiB synced. A warm row is the
-median of ``--warm-runs`` syncs by seconds; the trees' warm syncs take turns. A tree whose cache
-signs statements (adapters/nodecache/statements.py) runs its cache with a new key and has a "warm
-node, signed" row more: its sync given the public key, checking the digest the cache signed (its
-SHA-256, or its BLAKE3 where the tree has that) instead of the pin.
+(pod; the kernel's part of it beside) and the node cache process's (cache) user + system seconds,
+per GiB synced. A warm row is the median of ``--warm-runs`` syncs by seconds; the trees' warm
+syncs take turns. A tree whose cache signs statements (adapters/nodecache/statements.py) runs its
+cache with a new key and has a "warm node, signed" row more: its sync given the public key,
+checking the digest the cache signed (its SHA-256, or its BLAKE3 where the tree has that) instead
+of the pin.
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ CREDS = {"AWS_ACCESS_KEY_ID": S3_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET_
 TICKS = os.sysconf("SC_CLK_TCK")
 SIGNER_MODULE = Path("triton_operator") / "adapters" / "nodecache" / "statements.py"
 """A tree with it signs statements (its cache run with a key, its warm syncs given the public key)."""
+FILLS_MODULE = Path("triton_operator") / "adapters" / "agent" / "runner.py"
+"""A tree whose Agent has a first fill gets the ``--agent`` rows."""
 
 # The node cache process: a tree's server on loopback, tokens issued for the pods named in argv
 # (written to <work>/<pod>.token); prints its port, serves until its stdin closes.
@@ -85,6 +93,30 @@ sys.stdin.read()
 cache.stop()
 """
 
+# The pod's model agent's first fill (Agent.fill, as `triton-operator agent` runs it in a pod of the one
+# shape), tritonserver a stand-in that loads at once: argv manifest, dest, state folder, summary file;
+# the node cache from the same environment as the sync's.
+FILL = """
+import sys
+from pathlib import Path
+from triton_operator.adapters.agent.runner import Agent, AgentOptions
+from triton_operator.commands.sync import credentials_from_env, node_cache_pod, node_cache_url
+from triton_operator.core.pod.agent_plan import RevisionFiles
+from triton_operator.core.repository.manifest import manifest_from_json
+class Triton:  # started empty, each load at once
+    def live(self): return True
+    def load(self, model): pass
+    def index(self): return ()
+manifest = manifest_from_json(Path(sys.argv[1]).read_bytes())
+configs = {m.name: f'name: "{m.name}"\\nbackend: "python"\\n' for m in manifest.models}
+base = RevisionFiles("bench", manifest, configs)
+agent = Agent(AgentOptions(dest=Path(sys.argv[2]), state_dir=Path(sys.argv[3]), base=base, triton=Triton(),
+    credentials=credentials_from_env(), node_cache=node_cache_url(None), node_cache_pod=node_cache_pod(),
+    fills=True))
+agent.apply(base)
+Path(sys.argv[4]).write_text(agent.summary)
+"""
+
 
 @dataclass(frozen=True)
 class Row:
@@ -97,11 +129,28 @@ class Row:
     node_warm: float | None = (
         None  # a cold row: seconds from the sync's start until the node kept every object
     )
+    pod_system: float = 0.0  # of pod_cpu, the kernel's (system) seconds
 
 
-def children_cpu() -> float:
+def row_kinds(src: Path, signs: bool, *, agent: bool) -> list[tuple[str, bool, bool]]:
+    """A tree's warm rows: (name suffix, given the public key, by the agent's first fill): a sync,
+    a signed one where its cache signs; with ``agent``, each again by Agent.fill where the tree has it."""
+    kinds = [("", False, False), (", signed", True, False)] if signs else [("", False, False)]
+    fills = src / FILLS_MODULE
+    if agent and fills.exists() and "def fill(" in fills.read_text():
+        kinds += [(f"{suffix}, agent", signed, True) for suffix, signed, _ in kinds]
+    return kinds
+
+
+def pod_suffix(suffix: str) -> str:
+    """A row's suffix (", signed, agent") as a part of its pods' names ("signedagent")."""
+    return suffix.replace(",", "").replace(" ", "")
+
+
+def children_cpu() -> tuple[float, float]:
+    """The waited-for children's user and system CPU seconds."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    return usage.ru_utime, usage.ru_stime
 
 
 def process_cpu(pid: int) -> float:
@@ -162,10 +211,12 @@ def sync(
     *,
     signed: bool = False,
     perf: Path | None = None,
-) -> tuple[float, float, float | None, str]:
+    agent: bool = False,
+) -> tuple[float, float, float, float | None, str]:
     """One sync into work/pod by tree ``src``, as pod ``pod`` of namespace "bench" (``signed``: given
-    the cache's public key; ``perf``: under `perf record -F 499 -g` into that file): (seconds, its
-    CPU seconds, the cache's CPU seconds meanwhile, its summary line)."""
+    the cache's public key; ``perf``: under `perf record -F 499 -g` into that file; ``agent``: the
+    model agent's first fill instead, FILL): (seconds, its
+    CPU seconds, of them in the kernel, the cache's CPU seconds meanwhile, its summary line)."""
     log = work / f"{pod}.log"
     log.write_text("")
     env = tree_env(src)
@@ -177,17 +228,29 @@ def sync(
     dest = work / pod
     args = [sys.executable, "-m", "triton_operator.cli", "sync", "--manifest", str(manifest_path)]
     args += ["--dest", str(dest), "--termination-log", str(log), "--progress", "json"]
+    if agent:
+        args = [
+            sys.executable,
+            "-c",
+            FILL,
+            str(manifest_path),
+            str(dest),
+            str(work / f"{pod}.state"),
+            str(log),
+        ]
     if perf is not None:
         args = ["perf", "record", "-q", "-F", "499", "-g", "-o", str(perf), "--", *args]
     cache_cpu = cache.cpu() if cache is not None else 0.0
-    cpu, started = children_cpu(), time.monotonic()
+    (user, system), started = children_cpu(), time.monotonic()
     subprocess.run(args, env=env, check=True, stdout=subprocess.DEVNULL, timeout=1800)
-    seconds, cpu = time.monotonic() - started, children_cpu() - cpu
+    seconds, (user_after, system_after) = time.monotonic() - started, children_cpu()
+    cpu, system = user_after - user + system_after - system, system_after - system
     if cache is not None:
         # the cold node's uploads finish after the sync (close waits for them)
         cache_cpu = cache.cpu() - cache_cpu
     shutil.rmtree(dest)
-    return seconds, cpu, cache_cpu if cache is not None else None, log.read_text().strip()
+    shutil.rmtree(work / f"{pod}.state", ignore_errors=True)
+    return seconds, cpu, system, cache_cpu if cache is not None else None, log.read_text().strip()
 
 
 def record_perf(
@@ -226,6 +289,11 @@ def main() -> int:
     parser.add_argument("--ref", help="rows more: the node cache and sync of this git ref (before/after)")
     parser.add_argument("--real", action="store_true", help="the full-size generated repository instead")
     parser.add_argument(
+        "--agent",
+        action="store_true",
+        help="warm rows more: the same reads by the model agent's first fill (Agent.fill) in a process",
+    )
+    parser.add_argument(
         "--perf",
         type=Path,
         help="one warm signed sync of this tree more, under `perf record -F 499 -g` into this file",
@@ -259,13 +327,23 @@ def main() -> int:
                 manifest_path = work / "manifest.json"
                 manifest_path.write_text(manifest_to_json(manifest))
 
-                def row(name: str, src: Path, pod: str, cache: Cache | None, signed: bool = False) -> Row:
+                def row(
+                    name: str,
+                    src: Path,
+                    pod: str,
+                    cache: Cache | None,
+                    signed: bool = False,
+                    *,
+                    agent: bool = False,
+                ) -> Row:
                     # No row pays for another's leftovers: dirty pages written back, a pause.
                     os.sync()
                     time.sleep(1)
                     proxy.reset()
                     started = time.monotonic()
-                    seconds, cpu, cache_cpu, line = sync(src, work, pod, manifest_path, cache, signed=signed)
+                    seconds, cpu, system, cache_cpu, line = sync(
+                        src, work, pod, manifest_path, cache, signed=signed, agent=agent
+                    )
                     summary = parse_summary(line)
                     assert summary is not None, line
                     warm_after = None
@@ -277,7 +355,9 @@ def main() -> int:
                         warm_after = time.monotonic() - started
                         assert cache_cpu is not None
                         cache_cpu += cache.cpu() - before
-                    return Row(name, seconds, cpu, cache_cpu, proxy.bytes_from_server, summary, warm_after)
+                    return Row(
+                        name, seconds, cpu, cache_cpu, proxy.bytes_from_server, summary, warm_after, system
+                    )
 
                 rows.append(row("store only (no cache)", OUR_SOURCE, "pod-store", None))
                 caches: list[tuple[str, Path, str, Cache]] = []
@@ -285,10 +365,7 @@ def main() -> int:
                 # cache signed checked instead of the pin: SHA-256, or BLAKE3 where the tree has
                 # it), for each tree whose cache signs.
                 signs = {label: (src / SIGNER_MODULE).exists() for label, src in trees}
-                kinds_of = {
-                    label: [("", False), (", signed", True)] if signs[label] else [("", False)]
-                    for label, _ in trees
-                }
+                kinds_of = {label: row_kinds(src, signs[label], agent=args.agent) for label, src in trees}
                 cold: dict[str, list[Row]] = {}
                 try:
                     # Cold nodes: --cold-runs of each tree, taking turns (the order flipped each
@@ -302,9 +379,9 @@ def main() -> int:
                         for label, src in order:
                             tag = "ref" if label.startswith("ref") else "new"
                             pods = [f"{tag}-cold-{run}"]
-                            for suffix, _ in kinds_of[label]:
+                            for suffix, *_ in kinds_of[label]:
                                 pods += [
-                                    f"{tag}{suffix.strip(', ')}-warm-{i}" for i in range(args.warm_runs + 1)
+                                    f"{tag}{pod_suffix(suffix)}-warm-{i}" for i in range(args.warm_runs + 1)
                                 ]
                             root = work / f"cache-{tag}"
                             shutil.rmtree(root, ignore_errors=True)
@@ -319,10 +396,12 @@ def main() -> int:
                     warm: dict[str, list[Row]] = {}
                     for i in range(args.warm_runs):
                         for label, src, tag, cache in caches:
-                            for suffix, signed in kinds_of[label]:
+                            for suffix, signed, agent in kinds_of[label]:
                                 name = f"{label}: warm node{suffix}"
-                                pod = f"{tag}{suffix.strip(', ')}-warm-{i}"
-                                warm.setdefault(name, []).append(row(name, src, pod, cache, signed))
+                                pod = f"{tag}{pod_suffix(suffix)}-warm-{i}"
+                                warm.setdefault(name, []).append(
+                                    row(name, src, pod, cache, signed, agent=agent)
+                                )
                     for runs in warm.values():
                         median = statistics.median_low([r.seconds for r in runs])
                         rows.append(next(r for r in runs if r.seconds == median))
@@ -340,18 +419,25 @@ def main() -> int:
         shape = f"{args.shards} shards x {args.shard_mib} MiB = {total / MiB:,.0f} MiB"
         shape += f" (parts of {args.part_mib} MiB)"
     print(f"\n{shape}, checksums {', '.join(kinds)}")
-    head = f"| {'sync':28} | {'seconds':>7} | {'GiB/s':>5} | {'pod CPU s/GiB':>13} | {'cache CPU s/GiB':>15}"
+    w = max(28, *(len(r.name) for r in rows))
+    head = f"| {'sync':{w}} | {'seconds':>7} | {'GiB/s':>5} | {'pod CPU s/GiB':>13} | {'of it system':>12}"
+    head += f" | {'cache CPU s/GiB':>15}"
     print(f"{head} | {'from store':>13} | {'cache hits':>10} | {'node warm after s':>17} |")
-    print(f"|{'-' * 30}|{'-' * 8}:|{'-' * 6}:|{'-' * 14}:|{'-' * 16}:|{'-' * 14}:|{'-' * 11}:|{'-' * 18}:|")
+    dashes = (
+        f"|{'-' * (w + 2)}|{'-' * 8}:|{'-' * 6}:|{'-' * 14}:|{'-' * 13}:|{'-' * 16}:|{'-' * 14}:|{'-' * 11}:"
+    )
+    print(f"{dashes}|{'-' * 18}:|")
     gib = total / GiB
     for r in rows:
         hits = "-" if r.summary.node_cache_hits is None else str(r.summary.node_cache_hits)
         cache_cpu = "-" if r.cache_cpu is None else f"{r.cache_cpu / gib:.2f}"
         node_warm = "-" if r.node_warm is None else f"{r.node_warm:.2f}"
         print(
-            f"| {r.name:28} | {r.seconds:7.2f} | {gib / r.seconds:5.2f} | {r.pod_cpu / gib:13.2f} "
-            f"| {cache_cpu:>15} | {r.from_store:13,} | {hits:>10} | {node_warm:>17} |"
+            f"| {r.name:{w}} | {r.seconds:7.2f} | {gib / r.seconds:5.2f} | {r.pod_cpu / gib:13.2f} "
+            f"| {r.pod_system / gib:12.2f} | {cache_cpu:>15} | {r.from_store:13,} | {hits:>10} "
+            f"| {node_warm:>17} |"
         )
+    print("pod CPU: the sync process's user + system seconds a GiB; of it system: the kernel's part")
     print("from store: bytes seaweedfs sent, counted by a proxy (object bytes, headers, part-size HEADs)")
     print("node warm after: a cold row's seconds from the sync's start until the cache had kept every object")
     print(f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")

@@ -6,7 +6,10 @@ one, ``--small`` small ones and an ensemble; Python-backend models that read and
 load), uploaded to seaweedfs on the pod bridge's gateway, with versions 2 and 3 of the medium model
 (``encoder``) beside the first (version 3 is the in-place case's: not in the node cache yet). The node
 cache runs as `triton-operator node-cache` on the node's address (the real node is this machine; the
-chart's DaemonSet does the same on a real cluster), and the operator points every sync at it.
+chart's DaemonSet does the same on a real cluster), and the operator points every sync at it. As the
+chart does by default (``nodeCache.signingKey.enabled``), the cache signs its statements with a new key
+and the operator hands the pods its public key: a pod checks the BLAKE3 the cache signed instead of the
+pin (``--unsigned``: no key, each pod checks the pin of every object it reads from the cache).
 Cases, in this order:
 
 1. new service: a TritonService of 1 pod (the node cache cold);
@@ -42,6 +45,7 @@ Needs the local cluster's real node (e2e/cluster.py up; started and stopped here
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import copy
 import http.client
@@ -113,6 +117,8 @@ class Case:
     pods: int = 0
     store_bytes: list[int] = field(default_factory=list)
     cache_hit_bytes: int = 0
+    vouched: list[tuple[int, int]] = field(default_factory=list)
+    """Each new pod's (node cache hits, of them checked by the digest the cache signed) by its summary."""
     recorded: list[str] = field(default_factory=list)
     """status.timeToServe of the case's revision, in words (the operator's record of its first pod)."""
     served: list[dict[str, Any]] = field(default_factory=list)
@@ -192,6 +198,8 @@ class RealSize(Session):
             tree=tree.root,
         )
         self.args = args
+        self.signing_key = signing_key_for(args, workdir)
+        self.operator_env.update(signing_env(self.signing_key))
         self.cache: subprocess.Popen[bytes] | None = None
         self.repo: realrepo.GeneratedRepository | None = None
         self.v2: realrepo.GeneratedRepository | None = None
@@ -226,21 +234,16 @@ class RealSize(Session):
             f"in {time.monotonic() - began:.1f} s"
         )
         log = (self.workdir / "node-cache.log").open("wb")
+        if self.signing_key is not None:
+            write_signing_key(self.signing_key)
         self.cache = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "triton_operator.cli",
-                "node-cache",
-                "--root",
-                str(self.workdir / "node-cache"),
-                "--size-limit",
+            cache_command(
+                self.workdir / "node-cache",
                 self.args.cache_limit,
-                "--address",
                 self.node["ip"],
-                "--port",
-                str(self.cache_port),
-            ],
+                self.cache_port,
+                self.signing_key,
+            ),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -585,6 +588,7 @@ class RealSize(Session):
             if summary is None:
                 raise RuntimeError(f"{case.name}: pod {p.metadata.name} has no sync summary")
             case.store_bytes.append(summary.fetched)
+            case.vouched.append((summary.node_cache_hits or 0, summary.node_cache_vouched))
             if not (p.status.initContainerStatuses or []):
                 fill = fill_marks(self.logs(p.metadata.name, AGENT_CONTAINER), wall0)
                 if fill:
@@ -617,7 +621,7 @@ class RealSize(Session):
             case, name, replicas=1, version=1, host=host, old=set(), t0=t0, new_revision=True
         )
         cases.append(case)
-        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
+        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store{vouched(case)}")
 
         case = Case(f"scale-up 1 -> {replicas} (warm node)")
         old = {p.metadata.uid for p in pods}
@@ -625,7 +629,7 @@ class RealSize(Session):
         self.apply(self.body(name, replicas, "NewPods", 1))
         pods = self.new_pods_case(case, name, replicas=replicas, version=1, host=host, old=old, t0=t0)
         cases.append(case)
-        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
+        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store{vouched(case)}")
 
         case = Case("pod restart (a pod deleted)")
         victim = pods[0]
@@ -637,7 +641,7 @@ class RealSize(Session):
         self.kube.delete(Pod, victim.metadata.name, namespace=self.namespace)
         pods = self.new_pods_case(case, name, replicas=replicas, version=1, host=host, old=old, t0=t0)
         cases.append(case)
-        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
+        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store{vouched(case)}")
 
         case = Case(f"new revision, new pods ({CHANGED} 1 -> 2)")
         old = {p.metadata.uid for p in pods}
@@ -656,7 +660,7 @@ class RealSize(Session):
             old_revision=stable,
         )
         cases.append(case)
-        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
+        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store{vouched(case)}")
         self.gone(name)
 
     def run_in_place(self, cases: list[Case]) -> None:
@@ -672,7 +676,7 @@ class RealSize(Session):
             case, name, replicas=replicas, version=1, host=host, old=set(), t0=t0, new_revision=True
         )
         cases.append(case)
-        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
+        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store{vouched(case)}")
 
         case = Case(f"new revision, in place ({CHANGED} 1 -> 3)")
         old_revision = self.status(name).get("stableRevision")
@@ -721,7 +725,7 @@ class RealSize(Session):
                 "routing": max(case.seconds - (max(applied_at) - wall0), 0.0),
             }
         cases.append(case)
-        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store")
+        say(f"{case.name}: {case.seconds:.2f} s, {case.store_bytes} bytes from the store{vouched(case)}")
         self.gone(name)
 
 
@@ -822,6 +826,50 @@ def agent_times(log: str) -> tuple[float, float, float] | None:
 def mib(n: float) -> str:
     """Bytes for the table: exact below 1 MiB (0 B is the figure to see), else MiB."""
     return f"{int(n):,} B" if n < realrepo.MiB else f"{n / realrepo.MiB:,.1f} MiB"
+
+
+def vouched(case: Case) -> str:
+    """ ", node cache hits checked by its signed digest: 4 of 4 + ..." for a case whose pods read it."""
+    if not any(hits for hits, _ in case.vouched):
+        return ""
+    return ", node cache hits checked by its signed digest: " + " + ".join(
+        f"{v} of {h}" for h, v in case.vouched
+    )
+
+
+def signing_key_for(args: argparse.Namespace, workdir: Path) -> Path | None:
+    """Where the node cache's signing key is written (None: ``--unsigned``, no key)."""
+    return None if args.unsigned else workdir / "node-cache-signing.key"
+
+
+def write_signing_key(path: Path) -> None:
+    """A new Ed25519 key for the node cache (base64 of its 32 bytes), readable by this user only."""
+    path.write_text(base64.b64encode(os.urandom(32)).decode())
+    path.chmod(0o600)
+
+
+def signing_env(key: Path | None) -> dict[str, str]:
+    """The operator's setting that hands new revisions' pods the cache's public key (none: unsigned)."""
+    return {} if key is None else {"TRITON_OPERATOR_NODE_CACHE_SIGNING_KEY_FILE": str(key)}
+
+
+def cache_command(root: Path, limit: str, address: str, port: int, key: Path | None) -> list[str]:
+    """`triton-operator node-cache` on ``address``:``port``, signing its statements with ``key``."""
+    return [
+        sys.executable,
+        "-m",
+        "triton_operator.cli",
+        "node-cache",
+        "--root",
+        str(root),
+        "--size-limit",
+        limit,
+        "--address",
+        address,
+        "--port",
+        str(port),
+        *(["--signing-key", str(key)] if key is not None else []),
+    ]
 
 
 def report(runs: dict[str, list[Case]], sessions: dict[str, RealSize], args: argparse.Namespace) -> None:
@@ -953,6 +1001,7 @@ def report_tree(cases: list[Case], session: RealSize | None, args: argparse.Name
             f"({', '.join(f'{m.name} {mib(m.weight_bytes)}' for m in repo.models if m.weight_bytes)}); "
             f"{CHANGED} version 2 and 3: {mib(session.pinned_bytes(v2, f'{CHANGED}/2/'))} each. "
             f"Replicas {args.replicas}, "
+            f"node cache {'unsigned' if args.unsigned else 'signed'}, "
             f"poll {args.poll * 1000:.0f} ms."
         )
     print(
@@ -1059,6 +1108,7 @@ def report_tree(cases: list[Case], session: RealSize | None, args: argparse.Name
                     "seconds": round(c.seconds, 3),
                     "pods": c.pods,
                     "storeBytes": c.store_bytes,
+                    "nodeCacheHitsVouched": [list(v) for v in c.vouched],
                     "cacheHitBytes": c.cache_hit_bytes,
                     "phases": {k: round(v, 3) for k, v in c.phases.items()},
                     "fetchLoad": c.fetch_load,
@@ -1085,7 +1135,8 @@ def report_tree(cases: list[Case], session: RealSize | None, args: argparse.Name
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's settings (a bad one exits, naming it)."""
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--big", default="2GiB", help="weights of the big model (llm)")
     ap.add_argument("--medium", default="500MiB", help="weights of the model that changes (encoder)")
@@ -1107,6 +1158,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--new-pods-only", action="store_true", help="only cases 1-4 (the service with new pods)")
     ap.add_argument(
+        "--unsigned",
+        action="store_true",
+        help="run the node cache without a signing key (the chart's nodeCache.signingKey.enabled=false): "
+        "each pod checks the pin (MD5 of an S3 ETag) of every object it reads from the cache",
+    )
+    ap.add_argument(
         "--ref",
         metavar="REF",
         help="also measure git ref REF in the same run, first (a temporary worktree of it, its operator "
@@ -1118,6 +1175,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--in-place-only and --new-pods-only leave no case")
     if args.replicas < 2:
         ap.error("--replicas must be at least 2 (the scale-up adds pods to one)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     runs: dict[str, list[Case]] = {}
     sessions: dict[str, RealSize] = {}
 
