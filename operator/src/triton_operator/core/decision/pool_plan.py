@@ -636,6 +636,7 @@ def decide_pool(
         backoff=LOAD_BACKOFF,
         on=versions.on,
         revisions=versions.revisions,
+        measured=frozenset(measured),
     )
     events = tuple(
         RolloutEvent(
