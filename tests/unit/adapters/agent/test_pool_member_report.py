@@ -421,3 +421,33 @@ def test_a_model_this_agent_measured_reloads_beside_another_keeping_its_figure(
         "a": Copy("READY", "v2", 1, "", memory=11 << 20),
         "b": Copy("READY", "v1", 1, ""),
     }
+
+
+ENSEMBLE = """name: "ens"
+platform: "ensemble"
+ensemble_scheduling {
+  step [
+    {
+      model_name: "step"
+      model_version: -1
+    }
+  ]
+}
+"""
+
+
+def test_an_ensemble_loads_alone_after_the_loads_of_its_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ens (an ensemble of step) sorts first, but loads last and with nothing beside it: its step is
+    loaded by then; the other two load together."""
+    triton = BlockingTriton()
+    member = member_of(tmp_path, triton, monkeypatch, names=("ens", "other", "step"))
+    member.agent.options.base.configs["ens"] = ENSEMBLE  # type: ignore[index]
+    passing = threading.Thread(target=lambda: assign(member, ens=("v", 1), other=("v", 1), step=("v", 1)))
+    passing.start()
+    triton.wait_for({"other", "step"})
+    triton.go.set()
+    passing.join(10)
+    assert triton.together[-1] == {"ens"} and triton.calls[-1] == "load ens"
+    assert {m: c.state for m, c in report(member).items()} == dict.fromkeys(("ens", "other", "step"), "READY")

@@ -20,7 +20,13 @@ from triton_operator.adapters.agent.runner import (
     failure_text,
 )
 from triton_operator.core.objects.names import POOL_LABELS_ITEM
-from triton_operator.core.pod.agent_plan import FILL_LOADS, Readiness, RevisionFiles, model_part
+from triton_operator.core.pod.agent_plan import (
+    FILL_LOADS,
+    Readiness,
+    RevisionFiles,
+    ensemble_steps,
+    model_part,
+)
 from triton_operator.core.pool.assignment import (
     AssignmentError,
     Copy,
@@ -56,7 +62,8 @@ class _Held:
 @dataclass
 class _Job:
     """A load of a pass: the model, its entry, whether it must run with no other load (the model is
-    still to be measured), and whether another load overlapped it (then its growth is not its own)."""
+    still to be measured, or an ensemble: after its steps' loads), and whether another load overlapped
+    it (then tritonserver's growth across it is not its own)."""
 
     model: str
     wanted: Wanted
@@ -184,10 +191,11 @@ class PoolMember:
         return held is None or held.memory is None
 
     def _load_all(self, loads: list[tuple[str, Wanted]]) -> None:
-        """Each of ``loads`` (in their order), up to FILL_LOADS at once on loader threads as the
-        one-shape fill's (Agent.fill); a load that is to measure its model waits for the loads before
-        it, and the next ones wait for it. Returns once every load has answered."""
-        jobs: list[_Job] = []
+        """Each of ``loads`` (in their order, ensembles last), up to FILL_LOADS at once on loader
+        threads as the one-shape fill's (Agent.fill); a load that is to measure its model, or an
+        ensemble's, waits for the loads before it, and the next ones wait for it. Returns once every
+        load has answered."""
+        found: list[tuple[bool, _Job]] = []
         for model, wanted in loads:
             files = self._files(wanted.revision)
             if files is None:
@@ -197,7 +205,10 @@ class PoolMember:
                     f"model {model}: revision {wanted.revision}'s files are not in the in-place volume yet"
                 )
                 continue
-            jobs.append(_Job(model, wanted, alone=self._to_measure(model, wanted, files)))
+            ensemble = bool(ensemble_steps(files.configs.get(model, "")))
+            alone = ensemble or self._to_measure(model, wanted, files)
+            found.append((ensemble, _Job(model, wanted, alone=alone)))
+        jobs = [job for _, job in sorted(found, key=lambda f: f[0])]  # stable: the ensembles last
         running: list[_Job] = []
 
         def take() -> _Job | None:
