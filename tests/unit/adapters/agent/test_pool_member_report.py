@@ -3,6 +3,8 @@ loads and unloads per assignment, and its report (core.pool.assignment.parse_rep
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from triton_operator.core.pool.assignment import (
     PodAssignment,
     Wanted,
     build_assignment,
+    parse_assignment,
     parse_report,
 )
 from triton_operator.core.repository.manifest import (
@@ -63,11 +66,17 @@ class FakeTriton:
 
 
 def member_of(
-    tmp_path: Path, triton: FakeTriton, monkeypatch: pytest.MonkeyPatch, inplace_dir: Path | None = None
+    tmp_path: Path,
+    triton: FakeTriton,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    inplace_dir: Path | None = None,
+    names: tuple[str, ...] = ("a", "b"),
+    config: str = PY,
 ) -> PoolMember:
-    models = tuple(ManifestModel(m, m, VersionPolicy(), ("1",)) for m in ("a", "b"))
+    models = tuple(ManifestModel(m, m, VersionPolicy(), ("1",)) for m in names)
     base = RevisionFiles(
-        "r1", Manifest(StoreRef("s3://bucket/repo"), models, ()), {m: PY.format(m=m) for m in ("a", "b")}
+        "r1", Manifest(StoreRef("s3://bucket/repo"), models, ()), {m: config.format(m=m) for m in names}
     )
     options = AgentOptions(
         dest=tmp_path / "models",
@@ -99,6 +108,20 @@ def assign(member: PoolMember, **models: tuple[str, int]) -> None:
     member.tick()
 
 
+def runs(calls: list[str]) -> list[str]:
+    """``calls`` with each run of loads in a row sorted: a pass loads its models together, in any
+    order (the unloads before them stay where they are)."""
+    out: list[str] = []
+    run: list[str] = []
+    for call in [*calls, ""]:
+        if call.startswith("load "):
+            run.append(call)
+            continue
+        out += sorted(run) + ([call] if call else [])
+        run = []
+    return out
+
+
 def report(member: PoolMember) -> dict[str, Copy]:
     return parse_report(member.report())
 
@@ -119,9 +142,9 @@ def test_it_loads_what_is_assigned_unloads_what_left_and_never_retries_by_itself
     assert member.ready().ready  # live and the assignment read, whatever the models' states
     for _ in range(3):
         member.tick()
-    assert triton.calls == ["load a", "load b"]  # the failure is not tried again by the agent
+    assert runs(triton.calls) == runs(["load a", "load b"])  # the failure is not tried again by the agent
     assign(member, b=("vb", 2))
-    assert triton.calls == ["load a", "load b", "unload a", "load b"]
+    assert runs(triton.calls) == runs(["load a", "load b", "unload a", "load b"])
     assert set(report(member)) == {"b"} and report(member)["b"].attempt == 2
 
 
@@ -158,7 +181,7 @@ def test_a_model_tritonserver_lost_is_loaded_again_and_an_unassigned_ones_files_
     assert (tmp_path / "models/a/1").is_dir() and (tmp_path / "models/b/1").is_dir()
     triton.loaded.clear()  # tritonserver restarted: it starts with no model
     member.tick()
-    assert triton.calls == ["load a", "load b", "load a", "load b"]
+    assert runs(triton.calls) == runs(["load a", "load b", "load a", "load b"])
     assert report(member) == {"a": Copy("READY", "v1", 1, ""), "b": Copy("READY", "v1", 1, "")}
     member.tick()
     assert len(triton.calls) == 4  # READY again: nothing to do
@@ -182,7 +205,8 @@ def test_a_model_named_at_another_revision_is_fetched_from_that_revisions_files_
         build_assignment(PodAssignment(models={"a": Wanted("v2", 1, "r2"), "b": Wanted("v1", 1)}))
     )
     member.tick()
-    assert triton.calls == ["load a", "load b"] and "not in the in-place volume yet" in member.message
+    assert runs(triton.calls) == runs(["load a", "load b"])
+    assert "not in the in-place volume yet" in member.message
     assert report(member)["a"] == Copy("READY", "v1", 1, "")  # still the old version, serving
     models = tuple(ManifestModel(m, m, VersionPolicy(), ("1",)) for m in ("a", "b"))
     (inplace / inplace_manifest_key("r2")).write_text(
@@ -192,7 +216,7 @@ def test_a_model_named_at_another_revision_is_fetched_from_that_revisions_files_
         config = PY.format(m=m) + ("max_batch_size: 8\n" if m == "a" else "")
         (inplace / inplace_config_key("r2", m)).write_text(config)
     member.tick()
-    assert triton.calls == ["load a", "load b", "load a"]
+    assert runs(triton.calls) == runs(["load a", "load b", "load a"])
     assert member.synced[-1] == ("r2", ["a"])  # type: ignore[attr-defined]
     assert "max_batch_size: 8" in member.agent.state.configs("r2").joinpath("a", "config.pbtxt").read_text()
     assert report(member) == {"a": Copy("READY", "v2", 1, ""), "b": Copy("READY", "v1", 1, "")}
@@ -223,7 +247,7 @@ def test_a_new_pod_is_ready_only_once_it_holds_the_first_assignment_the_operator
 
     monkeypatch.setattr(triton, "load", load_and_look)
     assign(member, a=("va", 1), b=("vb", 1))
-    assert seen == [("a", False), ("b", False)]
+    assert sorted(seen) == [("a", False), ("b", False)]  # loaded together
     assert member.ready().ready and report(member)["b"].state == "READY"
 
 
@@ -269,3 +293,161 @@ def test_a_new_pod_is_ready_only_once_its_models_are_on_their_routes(
     member.labels_file.write_text('app="triton"\n')  # a label taken off later (a move): still Ready
     assert member.ready().ready
     assert parse_labels('a="1"\nb.io/c="x=y"\n') == {"a": "1", "b.io/c": "x=y"}
+
+
+PY_CPU = PY + "instance_group [\n  {{\n    count: 1\n    kind: KIND_CPU\n  }}\n]\n"
+
+
+@dataclass
+class BlockingTriton(FakeTriton):
+    """A tritonserver whose loads wait until ``go`` is set or their model is let through (``let``);
+    ``loading``: what loads now, ``together``: what loaded at each load's start, ``rss``: its resident
+    memory (each load adds 10 MiB once it answers)."""
+
+    go: threading.Event = field(default_factory=threading.Event)
+    gates: dict[str, threading.Event] = field(default_factory=dict)
+    loading: set[str] = field(default_factory=set)
+    together: list[set[str]] = field(default_factory=list)
+    rss: int = 100 << 20
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def load(self, model: str) -> None:
+        with self.lock:
+            self.loading.add(model)
+            self.together.append(set(self.loading))
+            gate = self.gates.setdefault(model, threading.Event())
+        deadline = time.monotonic() + 10
+        while not (self.go.is_set() or gate.is_set()):
+            assert time.monotonic() < deadline, f"load of {model} never let through"
+            time.sleep(0.01)
+        with self.lock:
+            self.loading.discard(model)
+            self.rss += 10 << 20
+        super().load(model)
+
+    def let(self, model: str) -> None:
+        with self.lock:
+            self.gates.setdefault(model, threading.Event()).set()
+
+    def wait_for(self, loading: set[str]) -> None:
+        deadline = time.monotonic() + 10
+        while self.loading != loading and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert self.loading == loading
+
+
+def measure_from(member: PoolMember, triton: BlockingTriton, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's memory reading: tritonserver's RSS, and 1 MiB of stubs per model loaded."""
+    monkeypatch.setattr(
+        member,
+        "_memory",
+        lambda model: (triton.rss, (1 << 20) if triton.loaded.get(model) == "READY" else 0),
+    )
+
+
+def test_measured_models_load_together_and_one_still_to_measure_loads_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b and c (status.pool keeps their memory: measured) load at once, both reported LOADING while
+    they do; a (never measured) loads with nothing beside it, and its figure is its own growth (10 MiB)
+    and its stubs (1 MiB); b and c, loaded together, report none (status.pool's figure stands)."""
+    triton = BlockingTriton()
+    member = member_of(tmp_path, triton, monkeypatch, names=("a", "b", "c"), config=PY_CPU)
+    measure_from(member, triton, monkeypatch)
+    entries = {"a": Wanted("va"), "b": Wanted("vb", measured=True), "c": Wanted("vc", measured=True)}
+    member.assignment_file.write_text(build_assignment(PodAssignment(models=entries)))
+    assert '"measured":true' in member.assignment_file.read_text()
+    assert parse_assignment(member.assignment_file.read_text()).models == entries
+    passing = threading.Thread(target=member.tick)
+    passing.start()
+    triton.wait_for({"a"})
+    time.sleep(0.2)  # b and c would have started by now, if they could beside a
+    assert triton.loading == {"a"} and report(member)["a"].state == "LOADING"
+    triton.let("a")
+    triton.wait_for({"b", "c"})  # both asked of tritonserver at once
+    assert {m: c.state for m, c in report(member).items()} == {"a": "READY", "b": "LOADING", "c": "LOADING"}
+    triton.go.set()
+    passing.join(10)
+    assert triton.together[0] == {"a"} and triton.together[2] == {"b", "c"}
+    assert report(member) == {
+        "a": Copy("READY", "va", 1, "", memory=11 << 20),
+        "b": Copy("READY", "vb", 1, ""),
+        "c": Copy("READY", "vc", 1, ""),
+    }
+
+
+def test_two_loads_in_flight_are_both_reported_loading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    triton = BlockingTriton()
+    member = member_of(tmp_path, triton, monkeypatch, names=("a", "b"), config=PY_CPU)
+    measure_from(member, triton, monkeypatch)
+    member.assignment_file.write_text(
+        build_assignment(PodAssignment(models={m: Wanted("v", measured=True) for m in ("a", "b")}))
+    )
+    passing = threading.Thread(target=member.tick)
+    passing.start()
+    triton.wait_for({"a", "b"})  # both asked of tritonserver at once
+    assert {m: c.state for m, c in report(member).items()} == {"a": "LOADING", "b": "LOADING"}
+    assert not member.ready().ready  # its first fill: not ready while they load
+    triton.go.set()
+    passing.join(10)
+    assert not passing.is_alive() and member.acting == set()
+    assert {m: c.state for m, c in report(member).items()} == {"a": "READY", "b": "READY"}
+    assert member.ready().ready
+
+
+def test_a_model_this_agent_measured_reloads_beside_another_keeping_its_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model measured here (its first load, alone) reloads at its next version beside another
+    (measured, per the operator): tritonserver grew by both loads meanwhile (20 MiB), which is neither
+    model's; the figure measured alone stands, and the other reports none."""
+    triton = BlockingTriton()
+    member = member_of(tmp_path, triton, monkeypatch, names=("a", "b"), config=PY_CPU)
+    measure_from(member, triton, monkeypatch)
+    triton.let("a")
+    assign(member, a=("v1", 1))
+    assert report(member)["a"].memory == 11 << 20
+    entries = {"a": Wanted("v2"), "b": Wanted("v1", measured=True)}
+    member.assignment_file.write_text(build_assignment(PodAssignment(models=entries)))
+    triton.gates.clear()
+    passing = threading.Thread(target=member.tick)
+    passing.start()
+    triton.wait_for({"a", "b"})
+    triton.go.set()
+    passing.join(10)
+    assert report(member) == {
+        "a": Copy("READY", "v2", 1, "", memory=11 << 20),
+        "b": Copy("READY", "v1", 1, ""),
+    }
+
+
+ENSEMBLE = """name: "ens"
+platform: "ensemble"
+ensemble_scheduling {
+  step [
+    {
+      model_name: "step"
+      model_version: -1
+    }
+  ]
+}
+"""
+
+
+def test_an_ensemble_loads_alone_after_the_loads_of_its_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ens (an ensemble of step) sorts first, but loads last and with nothing beside it: its step is
+    loaded by then; the other two load together."""
+    triton = BlockingTriton()
+    member = member_of(tmp_path, triton, monkeypatch, names=("ens", "other", "step"))
+    member.agent.options.base.configs["ens"] = ENSEMBLE  # type: ignore[index]
+    passing = threading.Thread(target=lambda: assign(member, ens=("v", 1), other=("v", 1), step=("v", 1)))
+    passing.start()
+    triton.wait_for({"other", "step"})
+    triton.go.set()
+    passing.join(10)
+    assert triton.together[-1] == {"ens"} and triton.calls[-1] == "load ens"
+    assert {m: c.state for m, c in report(member).items()} == dict.fromkeys(("ens", "other", "step"), "READY")

@@ -102,3 +102,32 @@ def test_the_pod_still_holding_a_model_larger_than_a_pod_is_given_nothing_more_o
     # a stays loaded on p0 (its last copy), so p0 has no room left: b moves off it, nothing comes on.
     assert "p0" not in rows["b"]["pods"] and "p0" not in rows["c"]["pods"], rows
     assert rows["b"]["copies"] == 1 and rows["c"]["copies"] == 1
+
+
+def test_a_copy_placed_anew_says_whether_status_pool_keeps_its_models_measured_memory() -> None:
+    """The pod holding a and b goes: their new copies are placed on the pods that stay. a's memory is
+    in status.pool (measured): its new entry says so, and the agent may load it beside another; b's is
+    not: its entry does not, and the agent loads it alone, to measure it."""
+    ts = service(replicas=3)
+    pods, reports = serving_pods({"p0": ["a", "b"], "p1": ["c"], "p2": []})
+    before = status_after(ts, pods, measured(reports, "a", 300 * MiB), {}, None, now=1000.0)
+    assert by_model(before)["a"]["measuredMemory"] == "300Mi"
+    assert "measuredMemory" not in by_model(before)["b"]
+    staying = [p for p in pods if p["metadata"]["name"] != "p0"]
+    plan = decide_pool(
+        ts,
+        staying,
+        {p: r for p, r in reports.items() if p != "p0"},
+        revisions=["r1"],
+        configs={},
+        previous=before,
+        now=1010.0,
+    )
+    assert plan is not None
+    entries = {
+        m: w
+        for patch in plan.patches
+        for m, w in parse_assignment(patch.annotations[ASSIGNMENT_ANNOTATION]).models.items()
+    }
+    assert entries["a"].measured and not entries["b"].measured
+    assert not entries["c"].measured  # held already: its entry as it was written

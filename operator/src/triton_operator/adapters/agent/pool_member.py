@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +20,18 @@ from triton_operator.adapters.agent.runner import (
     failure_text,
 )
 from triton_operator.core.objects.names import POOL_LABELS_ITEM
-from triton_operator.core.pod.agent_plan import Readiness, RevisionFiles, model_part
+from triton_operator.core.pod.agent_plan import (
+    FILL_LOADS,
+    Readiness,
+    RevisionFiles,
+    ensemble_steps,
+    model_part,
+)
 from triton_operator.core.pool.assignment import (
     AssignmentError,
     Copy,
     PodAssignment,
+    Wanted,
     build_report,
     parse_assignment,
     runs_on_cpu,
@@ -51,13 +59,28 @@ class _Held:
     """The host memory its last successful load took (bytes; None: not measured)."""
 
 
+@dataclass
+class _Job:
+    """A load of a pass: the model, its entry, whether it must run with no other load (the model is
+    still to be measured, or an ensemble: after its steps' loads), and whether another load overlapped
+    it (then tritonserver's growth across it is not its own)."""
+
+    model: str
+    wanted: Wanted
+    alone: bool
+    overlapped: bool = False
+
+
 class PoolMember:
     """The agent of a pod of a pool (docs/pool.md, "The pod side contract"): each pass reads the
     assignment (``assignment_file``, the pod's annotation pool.triton-operator.io/models as a downwardAPI
     file, which the kubelet refreshes), loads a model whose entry appeared or whose version or attempt
     changed (its files fetched verified, the node cache first, as the one-shape fill fetches one model,
     then Triton's model control), unloads one whose entry is gone (the operator took its route label
-    off and waited the drain before it dropped the entry), and never retries a failed load by itself."""
+    off and waited the drain before it dropped the entry), and never retries a failed load by itself.
+    A pass's unloads come first; then its loads run up to core.pod.agent_plan.FILL_LOADS at once (as
+    the one-shape fill's loader threads), except that a model still to be measured (_to_measure) loads
+    with no other load, so that tritonserver's growth across it is its own."""
 
     def __init__(self, agent: Agent, assignment_file: Path, labels_file: Path | None = None) -> None:
         self.agent = agent
@@ -69,8 +92,13 @@ class PoolMember:
         self.held: dict[str, _Held] = {}
         self.states: dict[str, str] = {}
         """Triton's state of each held model (its repository index), read each pass."""
-        self.acting = ""
-        """The model being fetched or loaded now (reported LOADING)."""
+        self.acting: set[str] = set()
+        """The models being fetched or loaded now (reported LOADING); changed under ``_turn``."""
+        self._turn = threading.Condition()
+        """Guards ``acting`` and the pass's loads in flight (which may start, which must wait)."""
+        self._fetching = threading.Lock()
+        """One model's files fetched at a time (the agent's sync and its saved configs are not shared
+        between threads); the Triton loads run at once."""
         self.message = ""
         self.written = False
         """Whether the assignment read was written by the operator (the kubelet writes an empty file
@@ -110,14 +138,15 @@ class PoolMember:
             for model in sorted(set(self.held) - set(assignment.models)):
                 self._unload(model)
             if triton.live():
-                for model, wanted in sorted(assignment.models.items()):
-                    held = self.held.get(model)
-                    if held is None or (held.version, held.attempt, held.revision) != (
-                        wanted.version,
-                        wanted.attempt,
-                        wanted.revision,
-                    ):
-                        self._load(model, wanted.version, wanted.attempt, wanted.revision)
+                self._load_all(
+                    [
+                        (model, wanted)
+                        for model, wanted in sorted(assignment.models.items())
+                        if (held := self.held.get(model)) is None
+                        or (held.version, held.attempt, held.revision)
+                        != (wanted.version, wanted.attempt, wanted.revision)
+                    ]
+                )
         self._refresh()
         if assignment is not None:
             self._repair()
@@ -128,6 +157,8 @@ class PoolMember:
         load is not (the operator asks again by raising its attempt)."""
         triton = self.agent.options.triton
         at = time.monotonic()
+        again: list[tuple[str, Wanted]] = []
+        assigned = self.assignment.models if self.assignment is not None else {}
         for model, held in sorted(self.held.items()):
             lost = held.ready_version == held.version and not held.error
             if not lost or self.states.get(model) in GOING:
@@ -136,7 +167,9 @@ class PoolMember:
                 continue
             self._repaired[model] = at
             logger.warning("pool: model %s is not loaded in tritonserver: loading it again", model)
-            self._load(model, held.version, held.attempt, held.revision)
+            measured = model in assigned and assigned[model].measured
+            again.append((model, Wanted(held.version, held.attempt, held.revision, measured=measured)))
+        self._load_all(again)
         self._refresh()
 
     def _files(self, revision: str | None) -> RevisionFiles | None:
@@ -147,12 +180,83 @@ class PoolMember:
             return base
         return self.agent.inplace.revision(revision)
 
-    def _load(self, model: str, version: str, attempt: int, revision: str | None = None) -> None:
+    def _to_measure(self, model: str, wanted: Wanted, files: RevisionFiles) -> bool:
+        """Whether ``model``'s load is to measure its memory, so that it runs with no other load: its
+        every instance runs on the CPU (runs_on_cpu) and neither this agent (an earlier load here) nor
+        the operator (the entry's ``measured``: status.pool keeps its figure) has its memory yet."""
+        config = files.configs.get(model)
+        if config is None or not runs_on_cpu(config) or wanted.measured:
+            return False
+        held = self.held.get(model)
+        return held is None or held.memory is None
+
+    def _load_all(self, loads: list[tuple[str, Wanted]]) -> None:
+        """Each of ``loads`` (in their order, ensembles last), up to FILL_LOADS at once on loader
+        threads as the one-shape fill's (Agent.fill); a load that is to measure its model, or an
+        ensemble's, waits for the loads before it, and the next ones wait for it. Returns once every
+        load has answered."""
+        found: list[tuple[bool, _Job]] = []
+        for model, wanted in loads:
+            files = self._files(wanted.revision)
+            if files is None:
+                # The operator wrote the in-place ConfigMap before naming its revision here; the kubelet
+                # shows it a little later: nothing is done this pass, the next one tries again.
+                self.message = (
+                    f"model {model}: revision {wanted.revision}'s files are not in the in-place volume yet"
+                )
+                continue
+            ensemble = bool(ensemble_steps(files.configs.get(model, "")))
+            alone = ensemble or self._to_measure(model, wanted, files)
+            found.append((ensemble, _Job(model, wanted, alone=alone)))
+        jobs = [job for _, job in sorted(found, key=lambda f: f[0])]  # stable: the ensembles last
+        running: list[_Job] = []
+
+        def take() -> _Job | None:
+            with self._turn:
+                while jobs:
+                    job = jobs[0]
+                    together = not job.alone and not any(r.alone for r in running)
+                    if not running or (together and len(running) < FILL_LOADS):
+                        jobs.pop(0)
+                        if running:  # neither this load's growth nor theirs is one model's
+                            job.overlapped = True
+                            for other in running:
+                                other.overlapped = True
+                        running.append(job)
+                        self.acting.add(job.model)
+                        return job
+                    self._turn.wait()
+                return None
+
+        def loader() -> None:
+            while (job := take()) is not None:
+                try:
+                    self._load(job)
+                except Exception:  # a bug: said; the pass goes on with the other loads
+                    logger.exception("pool: loading model %s failed", job.model)
+                finally:
+                    with self._turn:
+                        running.remove(job)
+                        self.acting.discard(job.model)
+                        self._turn.notify_all()
+
+        if len(jobs) <= 1:
+            loader()
+            return
+        threads = [
+            threading.Thread(target=loader, name=f"agent-pool-loads-{i}", daemon=True)
+            for i in range(min(FILL_LOADS, len(jobs)))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def _load(self, job: _Job) -> None:
+        model, wanted = job.model, job.wanted
+        version, attempt, revision = wanted.version, wanted.attempt, wanted.revision
         files = self._files(revision)
-        if files is None:
-            # The operator wrote the in-place ConfigMap before naming its revision here; the kubelet
-            # shows it a little later: nothing is done this pass, the next one tries again.
-            self.message = f"model {model}: revision {revision}'s files are not in the in-place volume yet"
+        if files is None:  # _load_all found them: the in-place volume does not lose a revision
             return
         held = self.held.get(model)
         ready_version = held.ready_version if held is not None else ""
@@ -160,20 +264,20 @@ class PoolMember:
         self.held[model] = entry = _Held(
             version, attempt, ready_version=ready_version, revision=revision, memory=memory
         )
-        self.acting = model
         try:
             if model not in files.configs:
                 raise LoadFailed("load", model, f"revision {files.revision} has no model {model!r}")
-            if self.agent.state.load(files.revision) is None:
-                self.agent.state.save(files)  # the configs sync writes, as a revision's apply saves them
-            logger.info(
-                "pool: loading model %s (version %s, attempt %d, revision %s)",
-                model,
-                version,
-                attempt,
-                files.revision,
-            )
-            self.agent._sync(files, None, manifest=model_part(files.manifest, model))
+            with self._fetching:
+                if self.agent.state.load(files.revision) is None:
+                    self.agent.state.save(files)  # the configs sync writes, as a revision's apply saves them
+                logger.info(
+                    "pool: loading model %s (version %s, attempt %d, revision %s)",
+                    model,
+                    version,
+                    attempt,
+                    files.revision,
+                )
+                self.agent._sync(files, None, manifest=model_part(files.manifest, model))
             measuring = runs_on_cpu(files.configs[model])
             before = self._memory(model) if measuring else None
             self.agent.options.triton.load(model)
@@ -182,15 +286,19 @@ class PoolMember:
             logger.error("pool: model %s (version %s, attempt %d): %s", model, version, attempt, entry.error)
         else:
             after = self._memory(model) if before is not None else None
-            if before is not None and after is not None:
-                # Loads are one at a time (this loop): tritonserver's growth across this one, and the
-                # stubs its instances run in, are this model's memory.
+            with self._turn:
+                overlapped = job.overlapped
+            if before is not None and after is not None and not overlapped:
+                # No other load overlapped this one: tritonserver's growth across it, and the stubs
+                # its instances run in, are this model's memory.
                 entry.memory = max(0, after[0] - before[0]) + after[1]
                 logger.info("pool: model %s took %d bytes at its load", model, entry.memory)
+            elif before is not None:
+                # Another load overlapped: tritonserver's growth is not this model's alone. The
+                # figure measured before (here, or status.pool's) stands.
+                logger.info("pool: model %s loaded beside another: its memory is not measured", model)
             entry.ready_version = version
             self.states[model] = VERSION_READY  # Triton's load answered: READY until the next reading
-        finally:
-            self.acting = ""
 
     def _memory(self, model: str) -> tuple[int, int] | None:
         """tritonserver's resident memory and that of ``model``'s Python stubs (None: not visible)."""
@@ -240,8 +348,10 @@ class PoolMember:
         """GET /v1/pool: each held model's Triton state, version, last attempt and its error, and the
         memory its last load took where measured (core.pool.assignment.build_report)."""
         copies = {}
+        with self._turn:
+            acting = set(self.acting)
         for model, held in list(self.held.items()):
-            state = LOADING if model == self.acting else self.states.get(model, UNAVAILABLE)
+            state = LOADING if model in acting else self.states.get(model, UNAVAILABLE)
             if state not in (VERSION_READY, LOADING):
                 state = UNAVAILABLE
             version = held.ready_version if state == VERSION_READY and held.ready_version else held.version
@@ -266,11 +376,13 @@ class PoolMember:
             return Readiness(False, "tritonserver does not answer")
         states = dict(self.states)
         if not self.filled:
+            with self._turn:
+                acting = set(self.acting)
             waiting = sorted(
                 m
                 for m in assignment.models
                 if states.get(m) != VERSION_READY
-                and (m == self.acting or m not in self.held or not self.held[m].error)
+                and (m in acting or m not in self.held or not self.held[m].error)
             )
             if waiting:
                 return Readiness(False, f"loading its models: {', '.join(waiting)}", models=states)

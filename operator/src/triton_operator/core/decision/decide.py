@@ -29,6 +29,7 @@ from triton_operator.core.decision.pool_plan import (
     decide_pool,
     pool_agents,
     pool_copies,
+    pool_drain_seconds,
     pool_versions,
 )
 from triton_operator.core.decision.scaling import (
@@ -39,7 +40,7 @@ from triton_operator.core.decision.scaling import (
 )
 from triton_operator.core.decision.service_status import Observation, build_status
 from triton_operator.core.objects.builders import RevisionFiles, endpoints
-from triton_operator.core.observed.observation import DeploymentState, PodState
+from triton_operator.core.observed.observation import DeploymentState, PodState, recorded_revisions
 from triton_operator.core.pod.startup import InPlaceRecords, parse_timeline
 from triton_operator.core.pool.assignment import Copy
 from triton_operator.core.pool.copies import Figures
@@ -213,6 +214,7 @@ def decide(
         versions = pool_versions(
             ts, configs, revision, observed.pod_bodies, asked, manifest_json=manifest_json
         )
+    recorded = recorded_revisions(settings, observed.deployments, observed.configmaps)
     pool_plan = decide_pool(
         ts,
         observed.pod_bodies,
@@ -227,6 +229,7 @@ def decide(
         target=plan.engine_revision,
         versions=versions,
         manifest_json=manifest_json,
+        drain_seconds=pool_drain_seconds(ts, settings, recorded, plan.replicas),
     )
     return Decision(rollout=plan, actions=actions, in_place=ip, pool=pool_plan)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,6 +57,7 @@ from triton_operator.core.rollout.plan import RolloutEvent
 from triton_operator.core.vocabulary import conditions as cond
 from triton_operator.core.vocabulary.triton_state import VERSION_READY
 from triton_operator.models import PoolStatus, TritonService
+from triton_operator.settings import Settings
 
 LOAD_BACKOFF = Backoff(base=5.0, cap=300.0)
 """Delays before a failed model load is asked again (a higher attempt in the assignment)."""
@@ -354,6 +355,15 @@ def _ready(pod: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def pool_drain_seconds(
+    ts: TritonService, settings: Settings, recorded: Mapping[str, Settings], revisions: Iterable[str]
+) -> float | None:
+    """How long a pool's copy off its routes drains before it unloads: agent_drain_seconds with the
+    settings each of ``revisions`` (the pool's pods') was created with (``recorded``; ``settings`` for
+    a new one): a quick agent probe's, or the one before; the longest of them (None: no revision)."""
+    return max((float(agent_drain_seconds(ts, recorded.get(r, settings))) for r in revisions), default=None)
+
+
 def _recorded(previous: Mapping[str, Any]) -> PoolStatus | None:
     """status.pool as read; None when there is none or it does not parse (placed afresh then)."""
     recorded = previous.get("pool")
@@ -551,6 +561,7 @@ def decide_pool(
     target: str | None = None,
     versions: PoolVersions | None = None,
     manifest_json: str | None = None,
+    drain_seconds: float | None = None,
 ) -> PoolPlan | None:
     """The pool's writes for ``ts`` (None without spec.pool): its models placed over the live pods
     (``pods``: the owned pods as read, of the ``revisions`` the plan keeps), starting from each pod's
@@ -560,6 +571,8 @@ def decide_pool(
     .gatewayAPI.httpRoute, as read): the per-model HTTPRoutes attach there (none: no per-model routes);
     ``copies``: each model's wanted copies from its load (pool_copies; None: its least copies);
     ``manifest_json``: the spec's revision's pinned manifest (each model's version names its files).
+    ``drain_seconds``: how long a copy off its routes drains before it unloads (agent_drain_seconds
+    with the settings its revisions recorded; None: the longer probe's, agent_drain_seconds(ts)).
     ``target``: the revision the rollout goes to. Once it has live pods, the models are placed on its
     pods only: the other revisions' pods are leaving, and their copies stay on their routes until the
     copies placed on the target's pods answer (plan_moves), so a rollout that retires them drops no
@@ -633,10 +646,11 @@ def decide_pool(
         {m.name: versions.spec[m.name] for m in models},
         states,
         now=now,
-        drain=float(agent_drain_seconds(ts)),
+        drain=float(agent_drain_seconds(ts) if drain_seconds is None else drain_seconds),
         backoff=LOAD_BACKOFF,
         on=versions.on,
         revisions=versions.revisions,
+        measured=frozenset(measured),
     )
     events = tuple(
         RolloutEvent(

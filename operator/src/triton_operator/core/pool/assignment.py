@@ -2,7 +2,7 @@
 
 The operator writes, on each pod of a pool, the annotation ``pool.triton-operator.io/models`` (JSON):
 
-    {"models": {"<model>": {"version": "<version>", "attempt": <n>}, ...},
+    {"models": {"<model>": {"version": "<version>", "attempt": <n>, "measured": true}, ...},
      "draining": {"<model>": <unix seconds its label came off>, ...},
      "failed": {"<model>": {"version": "...", "attempt": <n>, "retryAt": <unix seconds>,
                             "reason": "...", "message": "..."}, ...}}
@@ -10,7 +10,9 @@ The operator writes, on each pod of a pool, the annotation ``pool.triton-operato
 ``models`` is the agent's: the models the pod holds and, per model, the version (an opaque token: the
 model's files and config as the operator names them) and the load attempt. The agent loads a model
 when its entry appears or its version or attempt changes, unloads one when its entry goes, and never
-retries a failed load by itself: the operator asks again by raising ``attempt``. ``draining`` and
+retries a failed load by itself: the operator asks again by raising ``attempt``. ``measured`` (absent:
+false) says status.pool already keeps the memory measured at the model's load: the agent may then load
+it alongside another model (it loads a model that is still to be measured alone). ``draining`` and
 ``failed`` are the operator's own bookkeeping (kept on the pod so a restarted operator resumes); the
 agent ignores them.
 
@@ -24,8 +26,8 @@ The agent reports each model it holds, loads or failed to load (GET :8009/v1/poo
 ``state`` and ``version`` are what Triton's repository index says (the version READY, or the one
 loading or unavailable); a failed reload of a model that was READY leaves it READY at its old version
 (Triton keeps serving it) with ``error`` set for the attempt. ``memory`` is the host memory the model
-took at its load (``runs_on_cpu``: only for a model whose every instance runs on the CPU; the agent
-loads one model at a time, so the growth it sees is that model's).
+took at its load (``runs_on_cpu``: only for a model whose every instance runs on the CPU, and only
+at a load no other load overlapped, so that the growth the agent sees is that model's).
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ class Wanted:
     version: str
     attempt: int = 1
     revision: str | None = None
+    measured: bool = False
+    """Whether the operator already keeps the memory measured at the model's load (status.pool): the
+    agent need not measure it again, so it may load it together with other models."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +119,9 @@ def build_assignment(assignment: PodAssignment) -> str:
     string, so writing it again patches nothing)."""
     body: dict[str, Any] = {
         "models": {
-            m: {"version": w.version, "attempt": w.attempt} | ({"revision": w.revision} if w.revision else {})
+            m: {"version": w.version, "attempt": w.attempt}
+            | ({"revision": w.revision} if w.revision else {})
+            | ({"measured": True} if w.measured else {})
             for m, w in assignment.models.items()
         }
     }
@@ -160,6 +167,13 @@ def _revision(entry: Mapping[str, Any], where: str) -> str | None:
     return str(revision)
 
 
+def _measured(entry: Mapping[str, Any], where: str) -> bool:
+    value = entry.get("measured", False)
+    if not isinstance(value, bool):
+        raise AssignmentError(f"{where}.measured: expected true or false, not {value!r}")
+    return value
+
+
 def _json(text: str | None, where: str) -> Mapping[str, Any]:
     if not text:
         return {}
@@ -179,6 +193,7 @@ def parse_assignment(text: str | None) -> PodAssignment:
             version=_field(_object(e, f"{where}.models.{name}"), "version", str, f"{where}.models.{name}"),
             attempt=_attempt(e, f"{where}.models.{name}"),
             revision=_revision(e, f"{where}.models.{name}"),
+            measured=_measured(e, f"{where}.models.{name}"),
         )
         for name, e in _object(body.get("models", {}), f"{where}.models").items()
     }

@@ -22,7 +22,7 @@ not touched. A failed load is reported per model (reason, message) and asked aga
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from triton_operator.core.edges.backoff import Backoff, Random
@@ -168,6 +168,7 @@ def plan_moves(
     random: Random | None = None,
     on: Mapping[str, Mapping[str, str]] | None = None,
     revisions: Mapping[str, str] | None = None,
+    measured: Collection[str] = (),
 ) -> Moves:
     """The next safe step of each pod of ``pods`` towards ``placement`` (pod -> its models), each model at
     its version of ``versions`` (every model of the spec; a model not in it is being removed). Pods of
@@ -176,7 +177,8 @@ def plan_moves(
     A change moving in place: ``on`` (pod -> model -> version) asks some pods for other versions than
     ``versions`` (the pods not asked yet keep the old one, a rollback takes the new one back), and
     ``revisions`` (version -> revision) names the revision whose files hold a version that is not in
-    the pods' own (written in the assignment, for the agent to fetch)."""
+    the pods' own (written in the assignment, for the agent to fetch). ``measured``: the models whose
+    memory status.pool already keeps (their new entries say so: the agent may load them together)."""
     on = on or {}
     revisions = revisions or {}
     names = sorted({*versions, *(m for s in pods.values() for m in (*s.assignment.models, *s.routed))})
@@ -210,6 +212,7 @@ def plan_moves(
             backoff=backoff,
             random=random,
             revisions=revisions,
+            measured=frozenset(measured),
         )
         step.run()
         steps.append(step)
@@ -253,9 +256,10 @@ class _PodStep:
         backoff: Backoff,
         random: Random | None,
         revisions: Mapping[str, str],
+        measured: Collection[str],
     ) -> None:
         self.pod, self.state, self.models, self.wanted = pod, state, models, wanted
-        self.revisions = revisions
+        self.revisions, self.measured = revisions, measured
         self.now, self.drain, self.backoff, self.random = now, drain, backoff, random
         self.held = dict(state.assignment.models)
         self.draining = dict(state.assignment.draining)
@@ -287,8 +291,8 @@ class _PodStep:
         failed = {m: f for m, f in self.failed.items() if m in self.held}
         return replace(self.state.assignment, models=self.held, draining=draining, failed=failed)
 
-    def _entry(self, version: str, attempt: int = 1) -> Wanted:
-        return Wanted(version, attempt, self.revisions.get(version))
+    def _entry(self, name: str, version: str, attempt: int = 1) -> Wanted:
+        return Wanted(version, attempt, self.revisions.get(version), measured=name in self.measured)
 
     def _wait(self, until: float | None, why: str) -> None:
         if until is not None:
@@ -300,7 +304,7 @@ class _PodStep:
         entry = self.held.get(name)
         copy = self.state.copies.get(name)
         if entry is None:
-            self.held[name] = self._entry(version)
+            self.held[name] = self._entry(name, version)
             self.settled = False
             self.loading.append(name)  # asked from this pass's write on
         elif entry.version != version:
@@ -328,14 +332,14 @@ class _PodStep:
                 self.draining[name] = self.now  # it may have answered: drain before it reloads
             drained_at = self.draining.get(name, self.now) + self.drain if name in self.draining else self.now
             if self.now >= drained_at and self.pod not in model.unlabel:
-                self.held[name] = self._entry(version)
+                self.held[name] = self._entry(name, version)
                 self.draining.pop(name, None)
                 self.loading.append(name)
             else:
                 self._wait(drained_at, f"{name} drains before its version {version} loads")
         elif model.staying == {self.pod} and not (model.serving | model.wanted) - {self.pod}:
             # The only copy: Triton serves the old version until the new one is READY.
-            self.held[name] = self._entry(version)
+            self.held[name] = self._entry(name, version)
             self.loading.append(name)
         else:
             self._wait(None, f"{name} waits for its other copies to change version")
@@ -352,7 +356,7 @@ class _PodStep:
             self.failed[name] = record
         self.failed_now.append((name, record))
         if self.now >= record.retry_at:
-            self.held[name] = self._entry(version, entry.attempt + 1)
+            self.held[name] = self._entry(name, version, entry.attempt + 1)
             self.loading.append(name)
         else:
             self._wait(record.retry_at, f"{name} {version} failed to load; tried again later")
