@@ -68,7 +68,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -386,14 +386,22 @@ class Demo(Bench):
             with contextlib.suppress(Exception):
                 status = self.session.status(name)
                 entries = {e.get("name"): e for e in (status.get("pool") or {}).get("models") or []}
-                copies = " ".join(
-                    f"{m}:{(entries.get(m) or {}).get('readyCopies')}" for m in [*self.hot, self.warm]
-                )
+                copies = " ".join(self.copies_of(m, entries.get(m) or {}) for m in [*self.hot, self.warm])
                 needed = (status.get("pool") or {}).get("podsNeeded")
                 line = f"pods {self.pods_running(name)} (podsNeeded {needed}); READY copies {copies}"
                 if line != last:
                     self.timeline.append(f"{time.monotonic() - t0:7.1f} s  {line}")
                     last = line
+
+    @staticmethod
+    def copies_of(model: str, entry: Mapping[str, Any]) -> str:
+        """``model:READY copies``; where they differ from its placed copies or its wanted copies, also
+        ``/placed/wanted`` and the reasons (status.pool's copiesReason, then placement's reason), so a
+        copy that comes and goes in the timeline says why."""
+        ready, placed, wanted = entry.get("readyCopies"), entry.get("copies"), entry.get("wantedCopies")
+        if ready == placed == wanted:
+            return f"{model}:{ready}"
+        return f"{model}:{ready}/{placed}/{wanted}({entry.get('copiesReason')},{entry.get('reason')})"
 
     def placed_ready(self, name: str, models: Sequence[str]) -> bool:
         """Every model has at least one READY copy on its routes, and nothing moves."""
