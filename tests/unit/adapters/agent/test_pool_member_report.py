@@ -423,6 +423,25 @@ def test_a_model_this_agent_measured_reloads_beside_another_keeping_its_figure(
     }
 
 
+def test_a_reload_alone_is_not_measured_its_first_loads_figure_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model READY here reloads at its next version with nothing beside it: tritonserver holds both
+    versions and both stubs until the new one is in (here 2 MiB of stubs and 10 MiB of growth), so the
+    reload's growth is not one copy's memory: the figure of its first load (11 MiB) stands. Measured
+    as one copy's, a reload's figure grew the model in placement and moved its copy off a full pod."""
+    triton = BlockingTriton()
+    member = member_of(tmp_path, triton, monkeypatch, names=("a",), config=PY_CPU)
+    measure_from(member, triton, monkeypatch)
+    triton.let("a")
+    assign(member, a=("v1", 1))
+    assert report(member)["a"].memory == 11 << 20
+    monkeypatch.setattr(member, "_memory", lambda model: (triton.rss, 2 << 20))  # the old and new stubs
+    assign(member, a=("v2", 1))
+    assert triton.together[-1] == {"a"}  # alone: nothing overlapped it
+    assert report(member) == {"a": Copy("READY", "v2", 1, "", memory=11 << 20)}
+
+
 ENSEMBLE = """name: "ens"
 platform: "ensemble"
 ensemble_scheduling {

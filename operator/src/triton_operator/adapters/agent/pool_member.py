@@ -180,12 +180,19 @@ class PoolMember:
             return base
         return self.agent.inplace.revision(revision)
 
+    def _reloading(self, model: str) -> bool:
+        """Whether a load of ``model`` reloads it: a version of it is READY here (in tritonserver, which
+        keeps it, and its stubs, until the new version is in: the growth across it is not one copy's)."""
+        held = self.held.get(model)
+        return held is not None and bool(held.ready_version) and self.states.get(model) == VERSION_READY
+
     def _to_measure(self, model: str, wanted: Wanted, files: RevisionFiles) -> bool:
         """Whether ``model``'s load is to measure its memory, so that it runs with no other load: its
-        every instance runs on the CPU (runs_on_cpu) and neither this agent (an earlier load here) nor
-        the operator (the entry's ``measured``: status.pool keeps its figure) has its memory yet."""
+        every instance runs on the CPU (runs_on_cpu), it is not a reload (_reloading: never measured),
+        and neither this agent (an earlier load here) nor the operator (the entry's ``measured``:
+        status.pool keeps its figure) has its memory yet."""
         config = files.configs.get(model)
-        if config is None or not runs_on_cpu(config) or wanted.measured:
+        if config is None or not runs_on_cpu(config) or wanted.measured or self._reloading(model):
             return False
         held = self.held.get(model)
         return held is None or held.memory is None
@@ -261,6 +268,7 @@ class PoolMember:
         held = self.held.get(model)
         ready_version = held.ready_version if held is not None else ""
         memory = held.memory if held is not None else None
+        reloading = self._reloading(model)
         self.held[model] = entry = _Held(
             version, attempt, ready_version=ready_version, revision=revision, memory=memory
         )
@@ -278,7 +286,9 @@ class PoolMember:
                     files.revision,
                 )
                 self.agent._sync(files, None, manifest=model_part(files.manifest, model))
-            measuring = runs_on_cpu(files.configs[model])
+            # A reload of a model READY here is not measured: tritonserver holds both versions, and
+            # both versions' stubs, until the new one is in; the figure of its first load stands.
+            measuring = runs_on_cpu(files.configs[model]) and not reloading
             before = self._memory(model) if measuring else None
             self.agent.options.triton.load(model)
         except (LoadFailed, TritonUnreachable, *SYNC_FAILURES) as exc:
