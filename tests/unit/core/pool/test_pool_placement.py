@@ -305,31 +305,33 @@ def test_placement_places_more_than_the_rounds_alone_where_hot_models_need_disti
     assert better > 0
 
 
-def test_pods_needed_holds_the_demos_hot_models_copies_on_as_few_pods_as_their_memory_takes() -> None:
+def test_placement_holds_the_demos_hot_models_copies_on_as_few_pods_as_their_memory_takes() -> None:
     # bench/pool/demo.py --plan --memory 120Mi --budget 1200Mi at the peak: 41 models of 120Mi, the three
     # hot ones at 4 copies, the warm one at 2: 51 copies, 10 a pod.
     budget = 1200 * MiB
     models = [PoolModel(f"m{i}", 120 * MiB, wanted=4 if i < 3 else 2 if i == 3 else 1) for i in range(41)]
     lower = max(-(-sum(m.memory * m.target for m in models) // budget), *(m.target for m in models))
-    assert pods_needed(models, budget) == lower
     pods = [PoolPod(f"p{i}", None, budget) for i in range(lower)]
     placed = place(pods, models)
     assert all(placed.models[m.name].copies == m.target for m in models)
     _check_budgets(pods, models, placed)
-    # The rounds alone leave a hot model's last copy without a pod there (every pod with room holds it).
+    # The rounds alone leave a hot model's last copy without a pod there (every pod with room holds it),
+    # and the pool is sized by them: one pod more, the room a pool that grows copy by copy needs.
     assert _rule_alone(pods, models)[0] < sum(m.target for m in models)
+    assert pods_needed(models, budget) == lower + 1
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_pods_needed_is_the_fewest_pods_on_which_place_puts_every_copy(seed: int) -> None:
+def test_pods_needed_is_the_fewest_pods_on_which_the_rounds_put_every_copy(seed: int) -> None:
     _, models = _hot_instance(seed)
     budget = 1400 * MiB
     count = pods_needed(models, budget)
+    total = sum(m.target for m in models)
     lower = max(-(-sum(m.memory * m.target for m in models) // budget), *(m.target for m in models))
     assert count >= lower
-    for fewer in range(lower, count):
-        placed = place([PoolPod(f"p{i}", None, budget) for i in range(fewer)], models)
-        assert any(placed.models[m.name].copies < m.target for m in models)
+    assert _rule_alone([PoolPod(f"p{i}", None, budget) for i in range(count)], models)[0] == total
+    if count > lower:
+        assert _rule_alone([PoolPod(f"p{i}", None, budget) for i in range(count - 1)], models)[0] < total
     placed = place([PoolPod(f"p{i}", None, budget) for i in range(count)], models)
     assert all(placed.models[m.name].copies == m.target for m in models)
 

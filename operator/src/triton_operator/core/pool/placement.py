@@ -445,13 +445,13 @@ def placeable(models: Sequence[PoolModel], budget: int) -> list[PoolModel]:
 
 
 def pods_needed(models: Sequence[PoolModel], budget: int) -> int:
-    """The fewest pods of ``budget`` bytes on which ``place`` puts every model's target copies (each copy
-    on a pod of its own): the lower bound (the memory of all copies, the most copies of one model) when
-    it is enough, as it mostly is; else searched up from it in doubling steps, then by halving. With
-    several strategies one pod more is not always enough when one fewer is, so the search returns a
-    count that is enough with one fewer short, the fewest in every case tested (tests/unit); a scan of
-    each count would cost a pass at thousands of models seconds more. Raises ValueError when a model is
-    larger than the budget (``placeable`` leaves those out)."""
+    """The fewest pods of ``budget`` bytes on which placement's rounds (the rule without the other
+    orders ``place`` tries) put every model's target copies (each copy on a pod of its own): the pool's
+    size, with the room a placement that keeps its copies where they are needs; ``place`` may fit them on
+    fewer. The lower bound (the memory of all copies, the most copies of one model) when
+    it is enough; else searched up from it in doubling steps, then by halving (a count enough with one
+    fewer short). Raises ValueError when a model is larger than the budget (``placeable`` leaves those
+    out)."""
     for model in models:
         if model.memory > budget:
             raise ValueError(f"model {model.name!r} needs {model.memory} bytes, more than a pod's {budget}")
@@ -463,8 +463,11 @@ def pods_needed(models: Sequence[PoolModel], budget: int) -> int:
     order = sorted(models, key=lambda m: (-m.target, -m.memory, m.name))
 
     def enough(count: int) -> bool:
-        # place() from nothing keeps a strategy that puts every copy when one does: try them in turn.
-        for strategy in _STRATEGIES:
+        # The rounds alone (the first strategy): a pool's placement keeps its copies where they are and
+        # adds the rest, so it does not reach what the other orders reach from nothing; sized for them,
+        # a pool grown copy by copy left copies without room (bench/pool/demo.py: a hot model's fourth
+        # copy BudgetFull on the 5 pods they need, where the rounds ask for 6).
+        for strategy in _STRATEGIES[:1]:
             bins = _Bins([PoolPod(f"{i:06d}", None, budget) for i in range(count)], by_name)
             strategy(bins, order)
             if all(len(bins.where[m.name]) >= m.target for m in models):
