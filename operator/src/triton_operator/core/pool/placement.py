@@ -320,13 +320,13 @@ def _choose(
 
 
 def _spread_loads(bins: _Bins, order: Sequence[PoolModel], before: set[tuple[str, str]]) -> None:
-    """Spread the copies this pass gives (not in ``before``) over the pods: an agent loads one model at
-    a time, so a pod given several loads answers its last one after the others. A new copy moves from a
-    pod with the most loads to one with at least two fewer that holds something already (an empty pod's
-    room stays whole, as best fit left it), with the memory, not holding the model, on a node with no
-    more copies of it than its own; the fewest loads first, then the node with fewest copies of it,
-    then best fit. Kept copies never move, and a move that would let more be placed (placing again
-    would change it) is not made: the copies placed stay as they are."""
+    """Spread the copies this pass gives (not in ``before``) over the pods: an agent loads at most two
+    models at once, so a pod given several loads answers its last ones after the others. A new copy moves
+    from a pod with the most loads to one with at least two fewer that holds something already (an empty
+    pod's room stays whole, as best fit left it), with the memory, not holding the model, on a node with
+    no more copies of it than its own; the fewest loads first, then the node with fewest copies of it,
+    then best fit. Kept copies never move, and a move that would let more be placed (placing again would
+    change it) is not made: the copies placed stay as they are."""
     new = {pod: {m for m in held if (pod, m) not in before} for pod, held in bins.held.items()}
     lacking = any(len(bins.where[m.name]) < m.target for m in order)
     refused: set[tuple[str, str, str]] = set()
@@ -375,6 +375,18 @@ def _spread_loads(bins: _Bins, order: Sequence[PoolModel], before: set[tuple[str
         new[other].add(model)
 
 
+def _by_name(models: Sequence[PoolModel]) -> dict[str, PoolModel]:
+    by_name = {m.name: m for m in models}
+    if len(by_name) != len(models):
+        raise ValueError("model names must be unique")
+    return by_name
+
+
+def _order(models: Sequence[PoolModel]) -> list[PoolModel]:
+    """The models with the most copies first (their copies spread before the pods fill), then the largest."""
+    return sorted(models, key=lambda m: (-m.target, -m.memory, m.name))
+
+
 def _explain(bins: _Bins, model: PoolModel) -> ModelPlacement:
     pods = tuple(sorted(bins.where[model.name]))
     copies, target = len(pods), model.target
@@ -421,11 +433,7 @@ def place(
     placed again. Last, this pass's new copies are spread over the pods (fewest loads a pod), where that
     changes nothing else. Deterministic: the same input gives the same output, and placing again from
     the result moves nothing."""
-    by_name = {m.name: m for m in models}
-    if len(by_name) != len(models):
-        raise ValueError("model names must be unique")
-    # The models with the most copies first (their copies spread before the pods fill), then the largest.
-    order = sorted(models, key=lambda m: (-m.target, -m.memory, m.name))
+    by_name, order = _by_name(models), _order(models)
     bins = _choose(pods, by_name, order, current or {})
     before = {(pod, model) for pod, held in (current or {}).items() for model in held}
     _spread_loads(bins, order, before)
@@ -448,46 +456,34 @@ def pods_needed(models: Sequence[PoolModel], budget: int) -> int:
     """The fewest pods of ``budget`` bytes on which placement's rounds (the rule without the other
     orders ``place`` tries) put every model's target copies (each copy on a pod of its own): the pool's
     size, with the room a placement that keeps its copies where they are needs; ``place`` may fit them on
-    fewer. The lower bound (the memory of all copies, the most copies of one model) when
-    it is enough; else searched up from it in doubling steps, then by halving (a count enough with one
-    fewer short). Raises ValueError when a model is larger than the budget (``placeable`` leaves those
-    out)."""
+    fewer. Searched from the lower bound (the memory of all copies, the most copies of one model) up.
+    Raises ValueError when a model is larger than the budget (``placeable`` leaves those out)."""
     for model in models:
         if model.memory > budget:
             raise ValueError(f"model {model.name!r} needs {model.memory} bytes, more than a pod's {budget}")
     if not models:
         return 0
-    by_name = {m.name: m for m in models}
-    if len(by_name) != len(models):
-        raise ValueError("model names must be unique")
-    order = sorted(models, key=lambda m: (-m.target, -m.memory, m.name))
+    by_name, order = _by_name(models), _order(models)
 
     def enough(count: int) -> bool:
-        # The rounds alone (the first strategy): a pool's placement keeps its copies where they are and
-        # adds the rest, so it does not reach what the other orders reach from nothing; sized for them,
-        # a pool grown copy by copy left copies without room (bench/pool/demo.py: a hot model's fourth
-        # copy BudgetFull on the 5 pods they need, where the rounds ask for 6).
-        for strategy in _STRATEGIES[:1]:
-            bins = _Bins([PoolPod(f"{i:06d}", None, budget) for i in range(count)], by_name)
-            strategy(bins, order)
-            if all(len(bins.where[m.name]) >= m.target for m in models):
-                return True
-        return False
+        # The rounds alone: a pool's placement keeps its copies where they are and adds the rest, so it
+        # does not reach what the other orders reach from nothing; sized for them, a pool grown copy by
+        # copy left copies without room (bench/pool/demo.py: a hot model's fourth copy BudgetFull on the
+        # 5 pods they need, where the rounds ask for 6).
+        bins = _Bins([PoolPod(f"{i:06d}", None, budget) for i in range(count)], by_name)
+        _rounds(bins, order)
+        return all(len(bins.where[m.name]) >= m.target for m in models)
 
     total = sum(m.memory * m.target for m in models)
     low = max(-(-total // budget), *(m.target for m in models))
-    if enough(low):
-        return low
-    # With as many pods as copies every copy finds an empty pod (the rounds alone): that many is enough.
-    # Up in doubling steps to a count that is enough, then halving between the last count short and it.
-    high, step = low + 1, 1
+    # With as many pods as copies every copy finds an empty pod: that many is always enough.
+    high, step = low, 1
     while not enough(high):
-        low, step = high, step * 2
-        high = min(high + step, sum(m.target for m in models))
-    while high - low > 1:
+        low, high, step = high + 1, min(high + step, sum(m.target for m in models)), step * 2
+    while low < high:
         middle = (low + high) // 2
         if enough(middle):
             high = middle
         else:
-            low = middle
+            low = middle + 1
     return high
