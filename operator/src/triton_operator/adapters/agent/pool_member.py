@@ -67,6 +67,8 @@ class _Job:
 
     model: str
     wanted: Wanted
+    files: RevisionFiles
+    """The files of its revision (_files), found when the pass was planned."""
     alone: bool
     overlapped: bool = False
 
@@ -214,7 +216,7 @@ class PoolMember:
                 continue
             ensemble = bool(ensemble_steps(files.configs.get(model, "")))
             alone = ensemble or self._to_measure(model, wanted, files)
-            found.append((ensemble, _Job(model, wanted, alone=alone)))
+            found.append((ensemble, _Job(model, wanted, files, alone=alone)))
         jobs = [job for _, job in sorted(found, key=lambda f: f[0])]  # stable: the ensembles last
         running: list[_Job] = []
 
@@ -260,11 +262,8 @@ class PoolMember:
             thread.join()
 
     def _load(self, job: _Job) -> None:
-        model, wanted = job.model, job.wanted
+        model, wanted, files = job.model, job.wanted, job.files
         version, attempt, revision = wanted.version, wanted.attempt, wanted.revision
-        files = self._files(revision)
-        if files is None:  # _load_all found them: the in-place volume does not lose a revision
-            return
         held = self.held.get(model)
         ready_version = held.ready_version if held is not None else ""
         memory = held.memory if held is not None else None
