@@ -214,7 +214,10 @@ def decide(
         versions = pool_versions(
             ts, configs, revision, observed.pod_bodies, asked, manifest_json=manifest_json
         )
-    recorded = recorded_revisions(settings, observed.deployments, observed.configmaps)
+    drain = None
+    if ts.spec.pool is not None:  # a pool's copies drain by the probe each revision recorded
+        recorded = recorded_revisions(settings, observed.deployments, observed.configmaps)
+        drain = pool_drain_seconds(ts, settings, recorded, plan.replicas)
     pool_plan = decide_pool(
         ts,
         observed.pod_bodies,
@@ -229,7 +232,7 @@ def decide(
         target=plan.engine_revision,
         versions=versions,
         manifest_json=manifest_json,
-        drain_seconds=pool_drain_seconds(ts, settings, recorded, plan.replicas),
+        drain_seconds=drain,
     )
     return Decision(rollout=plan, actions=actions, in_place=ip, pool=pool_plan)
 

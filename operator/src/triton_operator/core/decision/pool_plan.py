@@ -650,7 +650,7 @@ def decide_pool(
         backoff=LOAD_BACKOFF,
         on=versions.on,
         revisions=versions.revisions,
-        measured=frozenset(measured),
+        measured=measured,
     )
     events = tuple(
         RolloutEvent(
