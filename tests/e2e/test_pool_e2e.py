@@ -25,6 +25,16 @@ the constant its model adds.
 (d) the operator restarted: it resumes the pool as the pods record it, nothing is loaded again (the
     number each model drew at its load unchanged on every pod), no request fails.
 
+Another pool (test_an_aborted_and_a_superseded_..., m0 adding what its config's "offset" parameter says
+on top of its own, so that each answer names m0's version), modelUpdates InPlace with steps (one copy of
+m0's two, then a pause):
+(e) m0's new version held at its pause, `kubectl triton abort`: the copy that took it loads the old one
+    again, the copy not asked is not loaded again, status.inPlace says aborted, every copy answers the
+    old version, the other models are not loaded again, no request fails;
+(f) another new version of m0 held at its pause, then a newer one applied over it: the newer version
+    held at its pause, promoted, served by both copies; the other models are not loaded again, no
+    request fails.
+
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without them
 every test here skips, saying why.
 """
@@ -526,3 +536,156 @@ def test_a_pod_deleted_with_its_models_only_copies_fails_no_request(
     no_request_failed(load, f"{victim} deleted, the only copy of {lost}", sent, kube, namespace)
     for model in lost:
         assert load.answers[model, OFFSETS[model]] > 0, load.summary()
+
+
+# ----------------------------------------------------------------- an abort and a newer spec in place
+
+M0_OFFSET = "offset"
+"""The parameter of m0's config whose value m0 adds on top of its own offset: its answers name its version."""
+
+
+def versioned_source() -> bytes:
+    """m0's model.py: the stamped adder (OFFSETS["m0"], HOLD_MIB) adding its config's M0_OFFSET too."""
+    text = stamped_holding_source(OFFSETS["m0"], HOLD_MIB).decode()
+    config = '        config = json.loads(args["model_config"])\n'
+    added = f"(a + b + {OFFSETS['m0']!r})"
+    assert config in text and added in text
+    parameter = f'config.get("parameters", {{}}).get("{M0_OFFSET}", {{}})'
+    extra = f'        self.extra = float({parameter}.get("string_value", 0))\n'
+    text = text.replace(config, config + extra)
+    return text.replace(added, f"(a + b + {OFFSETS['m0']!r} + self.extra)").encode()
+
+
+HELD_STEPS: list[dict[str, Any]] = [{"setWeight": 50}, {"pause": {}}]
+"""Half of m0's two copies (one pod), then a pause until promoted."""
+
+
+def versioned(namespace: str, bucket: str, store: Any, extra: float) -> dict[str, Any]:
+    """The pool of ``pooled`` in place with HELD_STEPS, m0 adding ``extra`` (its version) to its offset."""
+    body = pooled(namespace, bucket, store, in_place=True, steps=HELD_STEPS)
+    (m0,) = [m for m in body["spec"]["models"] if m["name"] == "m0"]
+    if extra:
+        m0["config"]["parameters"] = {M0_OFFSET: {"stringValue": f"{extra:g}"}}
+    return body
+
+
+@pytest.fixture
+def versions(kube: Client, namespace: str, operator: Any, store: Any, bucket: str) -> Iterator[PoolLoad]:
+    """The pool of ``versioned`` (m0 at its first version), settled, both clients sending to every model."""
+    store.extra["s3"].put_object(Bucket=bucket, Key=KEY.format(model="m0"), Body=versioned_source())
+    apply(kube, versioned(namespace, bucket, store, 0))
+    yield from loaded(kube, namespace, store, bucket, copies=2)
+
+
+def m0_answers(ip: str, times: int = 3) -> set[float]:
+    return {offset_of(infer_add_sub(ip, model="m0")) for _ in range(times)}
+
+
+def test_an_aborted_and_a_superseded_model_update_in_place_fail_no_request(
+    kube: Client, namespace: str, operator: Any, versions: PoolLoad, cluster: Path
+) -> None:
+    """(e) an abort mid-step, (f) a newer spec mid-rollout, of m0's update in place in a pool."""
+    load = versions
+    base = OFFSETS["m0"]
+    where = wait_settled(kube, namespace, timeout=30)
+    pods = {p.metadata.name: p.status.podIP for p in pool_pods(kube, namespace)}
+    stamps = {(n, m): stats(ip, m)[0] for n, ip in pods.items() for m in MODELS if n in where[m]}
+    for name in where["m0"]:
+        assert m0_answers(pods[name]) == {base}
+    time.sleep(3)
+    sent = no_request_failed(load, "(e) settled", 0, kube, namespace)
+
+    def paused(generation: int, after: set[str]) -> Any:
+        def probe() -> dict[str, Any] | None:
+            status = get_ts(kube, namespace, NAME).get("status") or {}
+            moving = status.get("inPlace") or {}
+            if status.get("observedGeneration") != generation or moving.get("rollingBack"):
+                return None
+            if not moving.get("next") or moving["next"] in after or moving.get("stepIndex") != 1:
+                return None
+            progressing = [c for c in status.get("conditions") or [] if c.get("type") == "Progressing"]
+            return status if progressing and progressing[0].get("reason") == "StepPaused" else None
+
+        return probe
+
+    def untouched(what: str) -> None:
+        """The other models not loaded again on any pod (the number each drew at its load unchanged)."""
+        now = {(n, m): stats(pods[n], m)[0] for (n, m) in stamps if m != "m0"}
+        assert now == {k: v for k, v in stamps.items() if k[1] != "m0"}, what
+
+    # (e) m0 at base + 100 held at its pause on one copy, then aborted
+    started = time.monotonic()
+    generation = apply(kube, versioned(namespace, load.bucket, load.store, 100))["metadata"]["generation"]
+    status = wait_for(paused(generation, set()), timeout=240, interval=1, what="m0 + 100 held at its pause")
+    aborted = status["inPlace"]["next"]
+    asked = set(status["inPlace"].get("pods") or [])
+    print(f"\n(e) paused in {time.monotonic() - started:.0f}s: asked {sorted(asked)}")
+    assert len(asked) == 1 and asked < where["m0"], (asked, where["m0"])
+    (moved,) = asked
+    (kept,) = where["m0"] - asked
+
+    def at(name: str, offset: float) -> bool:
+        return m0_answers(pods[name]) == {offset}
+
+    wait_for(lambda: at(moved, base + 100), timeout=60, interval=1, what=f"m0 + 100 on {moved}")
+    assert at(kept, base) and stats(pods[kept], "m0")[0] == stamps[kept, "m0"]
+    time.sleep(3)  # the Service's requests to m0 reach the new version too
+    kubectl_triton(cluster, "abort", NAME, "-n", namespace)
+
+    def back() -> dict[str, Any] | None:
+        status = get_ts(kube, namespace, NAME).get("status") or {}
+        moving = status.get("inPlace") or {}
+        if moving.get("abortedRevision") != aborted or moving.get("next") or moving.get("rollingBack"):
+            return None
+        return status if settled(kube, namespace) == where else None
+
+    status = wait_for(back, timeout=240, interval=1, what="the abort to load m0's old version back")
+    print(f"\n(e) aborted in {time.monotonic() - started:.0f}s: {status['inPlace']}")
+    assert status["inPlace"].get("abortedReason"), status["inPlace"]
+    assert at(moved, base) and at(kept, base)
+    assert stats(pods[moved], "m0")[0] != stamps[moved, "m0"]  # loaded again, at the old version
+    assert stats(pods[kept], "m0")[0] == stamps[kept, "m0"]  # never moved
+    untouched("(e) the abort")
+    assert {p.metadata.name for p in pool_pods(kube, namespace)} == set(pods)
+    service = load.services["m0"]
+    assert {offset_of(infer_add_sub(service, model="m0")) for _ in range(20)} == {base}
+    time.sleep(3)
+    sent = no_request_failed(load, "(e) m0 + 100 aborted mid-step", sent, kube, namespace)
+    assert load.answers["m0", base + 100] > 0, load.summary()
+
+    # (f) m0 at base + 200 held at its pause, then base + 300 applied over it: held, promoted, served
+    generation = apply(kube, versioned(namespace, load.bucket, load.store, 200))["metadata"]["generation"]
+    status = wait_for(paused(generation, {aborted}), timeout=240, interval=1, what="m0 + 200 held")
+    second = status["inPlace"]["next"]
+    (first,) = status["inPlace"].get("pods") or []
+    wait_for(lambda: at(first, base + 200), timeout=60, interval=1, what=f"m0 + 200 on {first}")
+    time.sleep(3)
+    generation = apply(kube, versioned(namespace, load.bucket, load.store, 300))["metadata"]["generation"]
+    status = wait_for(paused(generation, {aborted, second}), timeout=240, interval=1, what="m0 + 300 held")
+    print(f"\n(f) the newer spec held in {time.monotonic() - started:.0f}s: {status['inPlace']}")
+    (newest,) = status["inPlace"].get("pods") or []
+    wait_for(lambda: at(newest, base + 300), timeout=60, interval=1, what=f"m0 + 300 on {newest}")
+    kubectl_triton(cluster, "promote", NAME, "-n", namespace)
+
+    def served() -> dict[str, Any] | None:
+        status = get_ts(kube, namespace, NAME).get("status") or {}
+        moving = status.get("inPlace") or {}
+        if status.get("observedGeneration") != generation or moving.get("next"):
+            return None
+        if status.get("servedRevision") is None or settled(kube, namespace) != where:
+            return None
+        return status
+
+    status = wait_for(served, timeout=240, interval=1, what="m0 + 300 served in place")
+    print(f"\n(f) served in {time.monotonic() - started:.0f}s: {status.get('inPlace')}")
+    assert {p.metadata.name for p in pool_pods(kube, namespace)} == set(pods)
+    for name in where["m0"]:
+        assert at(name, base + 300), name
+    untouched("(f) a newer spec mid-rollout")
+    assert {offset_of(infer_add_sub(service, model="m0")) for _ in range(20)} == {base + 300}
+    time.sleep(3)
+    load.stop()
+    no_request_failed(load, "(f) m0 + 200 superseded by m0 + 300 mid-rollout", sent, kube, namespace)
+    assert load.answers["m0", base + 300] > 0, load.summary()
+    assert {o for m, o in load.answers if m == "m0"} <= {base, base + 100, base + 200, base + 300}
+    assert all(o == OFFSETS[m] for m, o in load.answers if m != "m0"), load.summary()
