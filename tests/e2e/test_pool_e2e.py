@@ -59,7 +59,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Pod, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
-from e2e_helpers import apply, create_store_secret, get_ts, kubectl_triton
+from e2e_helpers import apply, create_store_secret, events, get_ts, kubectl_triton
 from inference import INPUT0, INPUT1, InferenceError, infer_add_sub, offset_of
 from real_pods import ADD_SUB_CONFIG, on_real_node, stamped_holding_source
 from testkit import wait_for
@@ -570,7 +570,7 @@ def versioned(namespace: str, bucket: str, store: Any, extra: float) -> dict[str
 
 
 @pytest.fixture
-def versions(kube: Client, namespace: str, operator: Any, store: Any, bucket: str) -> Iterator[PoolLoad]:
+def m0_versions(kube: Client, namespace: str, operator: Any, store: Any, bucket: str) -> Iterator[PoolLoad]:
     """The pool of ``versioned`` (m0 at its first version), settled, both clients sending to every model."""
     store.extra["s3"].put_object(Bucket=bucket, Key=KEY.format(model="m0"), Body=versioned_source())
     apply(kube, versioned(namespace, bucket, store, 0))
@@ -582,10 +582,10 @@ def m0_answers(ip: str, times: int = 3) -> set[float]:
 
 
 def test_an_aborted_and_a_superseded_model_update_in_place_fail_no_request(
-    kube: Client, namespace: str, operator: Any, versions: PoolLoad, cluster: Path
+    kube: Client, namespace: str, operator: Any, m0_versions: PoolLoad, cluster: Path
 ) -> None:
     """(e) an abort mid-step, (f) a newer spec mid-rollout, of m0's update in place in a pool."""
-    load = versions
+    load = m0_versions
     base = OFFSETS["m0"]
     where = wait_settled(kube, namespace, timeout=30)
     pods = {p.metadata.name: p.status.podIP for p in pool_pods(kube, namespace)}
@@ -641,7 +641,9 @@ def test_an_aborted_and_a_superseded_model_update_in_place_fail_no_request(
 
     status = wait_for(back, timeout=240, interval=1, what="the abort to load m0's old version back")
     print(f"\n(e) aborted in {time.monotonic() - started:.0f}s: {status['inPlace']}")
-    assert status["inPlace"].get("abortedReason"), status["inPlace"]
+    assert status["inPlace"].get("abortedReason") == "Aborted", status["inPlace"]
+    warnings = [m for _, r, m in events(kube, namespace, NAME) if r == "RolloutAborted"]
+    assert any(aborted in m for m in warnings), warnings
     assert at(moved, base) and at(kept, base)
     assert stats(pods[moved], "m0")[0] != stamps[moved, "m0"]  # loaded again, at the old version
     assert stats(pods[kept], "m0")[0] == stamps[kept, "m0"]  # never moved
@@ -659,12 +661,19 @@ def test_an_aborted_and_a_superseded_model_update_in_place_fail_no_request(
     second = status["inPlace"]["next"]
     (first,) = status["inPlace"].get("pods") or []
     wait_for(lambda: at(first, base + 200), timeout=60, interval=1, what=f"m0 + 200 on {first}")
+    (other,) = where["m0"] - {first}
+    unmoved = stats(pods[other], "m0")[0]  # held by the pause at the old version
+    assert at(other, base)
     time.sleep(3)
     generation = apply(kube, versioned(namespace, load.bucket, load.store, 300))["metadata"]["generation"]
     status = wait_for(paused(generation, {aborted, second}), timeout=240, interval=1, what="m0 + 300 held")
     print(f"\n(f) the newer spec held in {time.monotonic() - started:.0f}s: {status['inPlace']}")
     (newest,) = status["inPlace"].get("pods") or []
     wait_for(lambda: at(newest, base + 300), timeout=60, interval=1, what=f"m0 + 300 on {newest}")
+    if newest != first:  # the copy that took m0 + 200 holds it no more
+        wait_for(lambda: at(first, base), timeout=60, interval=1, what=f"m0's old version on {first}")
+    else:  # the copy not asked still at the old version, not loaded again
+        assert at(other, base) and stats(pods[other], "m0")[0] == unmoved
     kubectl_triton(cluster, "promote", NAME, "-n", namespace)
 
     def served() -> dict[str, Any] | None:

@@ -336,3 +336,60 @@ async def test_a_step_whose_pods_hold_no_copy_of_the_changed_model_has_nothing_t
     after = pool.entries()
     assert all(held[model].revision == new for held in after.values() if model in held)
     assert untouched(before, after, model)
+
+
+def config_note(note: str) -> Callable[[dict[str, Any]], None]:
+    def change(model: dict[str, Any]) -> None:
+        model["config"]["parameters"] = {"note": {"stringValue": note}}
+
+    return change
+
+
+async def test_an_abort_then_a_newer_spec_mid_rollout_move_only_the_changed_model() -> None:
+    """Steps setWeight 33 then an endless pause: held at the pause, `kubectl triton abort` loads the
+    old version back on the pod that took the new one (status.inPlace aborted by request, the other
+    copy never moved); then another new version held at its pause, and a newer spec applied over it:
+    the newer version is held at its pause, promoted, and every copy takes it. The other models are
+    never reloaded, and every model answers at every pass."""
+    pool = Pool({"steps": [{"setWeight": 33}, {"pause": {}}]})
+    await pool.start()
+    first, model, other = first_pods_model(pool)
+    before = pool.entries()
+
+    async def held_at_pause(after: set[str]) -> str:
+        for _ in range(8):
+            assert all((await pool.run()).values())
+        moving = pool.status()["inPlace"]
+        assert moving["pods"] == [first] and moving["next"] not in after, moving
+        assert pool.condition(cond.PROGRESSING)["reason"] == cond.STEP_PAUSED
+        now = pool.entries()
+        assert now[first][model].revision == moving["next"], now[first][model]
+        assert now[other][model] == before[other][model]  # held by the pause: the old version
+        assert untouched(before, now, model)
+        return str(moving["next"])
+
+    pool.edit_model(model, config_note("v2"))
+    aborted = await held_at_pause(set())
+    pool.request("abort", aborted)
+    for _ in range(8):
+        assert all((await pool.run()).values())
+    moving = pool.status()["inPlace"]
+    assert moving.get("abortedRevision") == aborted and moving.get("abortedReason") == cond.ABORTED, moving
+    assert "next" not in moving and not pool.status().get("servedRevision"), moving
+    assert pool.entries() == before  # the old version back where it moved, nothing else rewritten
+    assert any(aborted in e["message"] for e in pool.kube.events if e["reason"] == cond.ROLLOUT_ABORTED)
+
+    pool.edit_model(model, config_note("v3"))
+    second = await held_at_pause({aborted})
+    pool.edit_model(model, config_note("v4"))  # a newer spec while v3 is held at its pause
+    newest = await held_at_pause({aborted, second})
+    assert pool.entries()[first][model].version != before[first][model].version
+    pool.request("promote", newest)
+    for _ in range(10):
+        assert all((await pool.run()).values())
+    status = pool.status()
+    assert status["servedRevision"] == newest and "next" not in status["inPlace"], status["inPlace"]
+    after = pool.entries()
+    assert after[first][model].revision == newest == after[other][model].revision
+    assert after[first][model].version == after[other][model].version != before[first][model].version
+    assert untouched(before, after, model)
