@@ -31,9 +31,10 @@ m0's two, then a pause):
 (e) m0's new version held at its pause, `kubectl triton abort`: the copy that took it loads the old one
     again, the copy not asked is not loaded again, status.inPlace says aborted, every copy answers the
     old version, the other models are not loaded again, no request fails;
-(f) another new version of m0 held at its pause, then a newer one applied over it: the newer version
-    held at its pause, promoted, served by both copies; the other models are not loaded again, no
-    request fails.
+(f) another new version of m0 held at its pause; the operator killed there and started again (the
+    same step, the same pod, nothing loaded again); then a newer version applied over it: the newer
+    version held at its pause, promoted, served by both copies; the other models are not loaded again,
+    no request fails.
 
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without them
 every test here skips, saying why.
@@ -584,7 +585,8 @@ def m0_answers(ip: str, times: int = 3) -> set[float]:
 def test_an_aborted_and_a_superseded_model_update_in_place_fail_no_request(
     kube: Client, namespace: str, operator: Any, m0_versions: PoolLoad, cluster: Path
 ) -> None:
-    """(e) an abort mid-step, (f) a newer spec mid-rollout, of m0's update in place in a pool."""
+    """(e) an abort mid-step, (f) an operator restart and a newer spec mid-rollout, of m0's update in
+    place in a pool."""
     load = m0_versions
     base = OFFSETS["m0"]
     where = wait_settled(kube, namespace, timeout=30)
@@ -664,7 +666,19 @@ def test_an_aborted_and_a_superseded_model_update_in_place_fail_no_request(
     (other,) = where["m0"] - {first}
     unmoved = stats(pods[other], "m0")[0]  # held by the pause at the old version
     assert at(other, base)
-    time.sleep(3)
+    # the operator killed at the pause and started again: the same step, the same pod, nothing reloaded
+    at_pause = {(n, m): stats(ip, m)[0] for n, ip in pods.items() for m in MODELS if n in where[m]}
+    assert operator.process is not None
+    operator.process.kill()
+    operator.process.wait(timeout=10)
+    operator.start()
+    time.sleep(8)
+    kept_step = get_ts(kube, namespace, NAME)["status"]
+    for key in ("next", "pods", "stepIndex", "stepStartedAt"):
+        assert kept_step["inPlace"].get(key) == status["inPlace"].get(key), (key, kept_step["inPlace"])
+    assert wait_settled(kube, namespace, timeout=30) == where
+    assert {(n, m): stats(ip, m)[0] for n, ip in pods.items() for m in MODELS if n in where[m]} == at_pause
+    assert at(first, base + 200) and at(other, base)
     generation = apply(kube, versioned(namespace, load.bucket, load.store, 300))["metadata"]["generation"]
     status = wait_for(paused(generation, {aborted, second}), timeout=240, interval=1, what="m0 + 300 held")
     print(f"\n(f) the newer spec held in {time.monotonic() - started:.0f}s: {status['inPlace']}")
