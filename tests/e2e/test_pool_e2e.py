@@ -34,7 +34,11 @@ m0's two, then a pause):
 (f) another new version of m0 held at its pause; the operator killed there and started again (the
     same step, the same pod, nothing loaded again); then a newer version applied over it: the newer
     version held at its pause, promoted, served by both copies; the other models are not loaded again,
-    no request fails.
+    no request fails;
+(g) a fourth version of m0 held at its pause, the pod that took it deleted: the update goes back
+    (InPlacePodLost), the pod's replacement loads its models (the unchanged ones from its own files,
+    m0 at the version served; never from the aborted revision, whose files the pods no longer have)
+    and every copy answers the version served; no request fails.
 
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without them
 every test here skips, saying why.
@@ -582,11 +586,11 @@ def m0_answers(ip: str, times: int = 3) -> set[float]:
     return {offset_of(infer_add_sub(ip, model="m0")) for _ in range(times)}
 
 
-def test_an_aborted_and_a_superseded_model_update_in_place_fail_no_request(
+def test_an_aborted_and_a_superseded_model_update_in_place_fail_no_request(  # noqa: PLR0915
     kube: Client, namespace: str, operator: Any, m0_versions: PoolLoad, cluster: Path
 ) -> None:
-    """(e) an abort mid-step, (f) an operator restart and a newer spec mid-rollout, of m0's update in
-    place in a pool."""
+    """(e) an abort mid-step, (f) an operator restart and a newer spec mid-rollout, (g) a pod deleted
+    mid-step, of m0's update in place in a pool."""
     load = m0_versions
     base = OFFSETS["m0"]
     where = wait_settled(kube, namespace, timeout=30)
@@ -707,8 +711,37 @@ def test_an_aborted_and_a_superseded_model_update_in_place_fail_no_request(
     untouched("(f) a newer spec mid-rollout")
     assert {offset_of(infer_add_sub(service, model="m0")) for _ in range(20)} == {base + 300}
     time.sleep(3)
-    load.stop()
-    no_request_failed(load, "(f) m0 + 200 superseded by m0 + 300 mid-rollout", sent, kube, namespace)
+    sent = no_request_failed(load, "(f) m0 + 200 superseded by m0 + 300 mid-rollout", sent, kube, namespace)
     assert load.answers["m0", base + 300] > 0, load.summary()
-    assert {o for m, o in load.answers if m == "m0"} <= {base, base + 100, base + 200, base + 300}
+    third = status["inPlace"]["stable"]
+
+    # (g) m0 at base + 400 held at its pause, the pod that took it deleted: the update goes back
+    generation = apply(kube, versioned(namespace, load.bucket, load.store, 400))["metadata"]["generation"]
+    status = wait_for(paused(generation, {aborted, second, third}), timeout=240, interval=1, what="m0 + 400")
+    fourth = status["inPlace"]["next"]
+    (lost,) = status["inPlace"].get("pods") or []
+    wait_for(lambda: at(lost, base + 400), timeout=60, interval=1, what=f"m0 + 400 on {lost}")
+    time.sleep(3)
+    kube.delete(Pod, lost, namespace=namespace)
+
+    def gone_back() -> dict[str, set[str]] | None:
+        status = get_ts(kube, namespace, NAME).get("status") or {}
+        moving = status.get("inPlace") or {}
+        if moving.get("abortedRevision") != fourth or moving.get("next") or moving.get("rollingBack"):
+            return None
+        now = settled(kube, namespace)
+        return now if now is not None and lost not in set().union(*now.values()) else None
+
+    where = wait_for(gone_back, timeout=300, interval=1, what="m0 + 400 rolled back, its pod gone")
+    status = get_ts(kube, namespace, NAME)["status"]
+    print(f"\n(g) rolled back in {time.monotonic() - started:.0f}s: {status['inPlace']}")
+    assert status["inPlace"].get("abortedReason") == "InPlacePodLost", status["inPlace"]
+    pods = {p.metadata.name: p.status.podIP for p in pool_pods(kube, namespace)}
+    for name in where["m0"]:
+        assert at(name, base + 300), name
+    assert {offset_of(infer_add_sub(service, model="m0")) for _ in range(20)} == {base + 300}
+    time.sleep(3)
+    load.stop()
+    no_request_failed(load, "(g) the pod that took m0 + 400 deleted mid-step", sent, kube, namespace)
+    assert {o for m, o in load.answers if m == "m0"} <= {base + 100 * i for i in range(5)}
     assert all(o == OFFSETS[m] for m, o in load.answers if m != "m0"), load.summary()

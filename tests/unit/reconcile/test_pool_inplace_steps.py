@@ -8,10 +8,12 @@ reports READY what its assignment asks) and, here, Triton's per-model counters (
 
 from __future__ import annotations
 
+import copy
 import datetime
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import pytest
 from test_pool_reconcile import (  # type: ignore[import-not-found,unused-ignore]
     MODELS,
     NS,
@@ -30,6 +32,9 @@ from test_pool_reconcile import (  # type: ignore[import-not-found,unused-ignore
 )
 
 from memkube import MemKube
+from triton_operator.core.objects.names import INPLACE_MANIFEST_SUFFIX
+from triton_operator.core.pool.assignment import ASSIGNMENT_ANNOTATION
+from triton_operator.core.pool.labels import MODEL_LABEL_PREFIX
 from triton_operator.core.repository.manifest import (
     ObjectInfo,
     StoreRef,
@@ -393,3 +398,73 @@ async def test_an_abort_then_a_newer_spec_mid_rollout_move_only_the_changed_mode
     assert after[first][model].revision == newest == after[other][model].revision
     assert after[first][model].version == after[other][model].version != before[first][model].version
     assert untouched(before, after, model)
+
+
+def reachable(kube: MemKube) -> set[str | None]:
+    """The revisions a pod's agent can load a model from: its own (None) and those whose files the
+    in-place ConfigMap carries (the agent reads them from its volume)."""
+    out: set[str | None] = {None}
+    for configmap in kube.of_kind("ConfigMap"):
+        if configmap["metadata"]["name"].endswith("-inplace"):
+            keys = configmap.get("data") or {}
+            out.update(
+                k.removesuffix(INPLACE_MANIFEST_SUFFIX) for k in keys if k.endswith(INPLACE_MANIFEST_SUFFIX)
+            )
+    return out
+
+
+def replace_pod(kube: MemKube, name: str, new: str) -> None:
+    """``name`` deleted and the ReplicaSet's new pod ``new`` started (an IP, a node, no assignment yet)."""
+    body = copy.deepcopy(kube.objects.pop(("Pod", NS, name)))
+    body["metadata"]["name"], body["metadata"]["uid"] = new, f"uid-{new}"
+    body["metadata"]["annotations"] = {
+        k: v for k, v in (body["metadata"].get("annotations") or {}).items() if k != ASSIGNMENT_ANNOTATION
+    }
+    body["metadata"]["labels"] = {
+        k: v for k, v in body["metadata"]["labels"].items() if not k.startswith(MODEL_LABEL_PREFIX)
+    }
+    body["status"]["podIP"] = "10.0.0.9"
+    kube.put(body)
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["the-same-model-aborted", "another-model-aborted"])
+async def test_after_an_abort_a_new_pod_loads_every_model_from_files_it_can_reach(same: bool) -> None:
+    """A first update in place of one model completed (the pods serve a revision that is not their
+    own), a second (of the same model, or of the other model the first pod holds) aborted at its
+    pause (the spec still names the aborted revision), then that pod deleted: the new pod's assignment
+    names, for each model, a revision whose files it can reach (its own, or the served one the
+    in-place ConfigMap carries) at the version the pods serve, never the aborted one, whose files are
+    no longer there: else its agent waits for them for ever and the pod never serves."""
+    pool = Pool({"steps": [{"setWeight": 33}, {"pause": {}}]})
+    await pool.start()
+    first, model, _ = first_pods_model(pool)
+    second = model if same else next(m for m in assigned(pods(pool.kube)[first]) if m != model)
+    pool.edit_model(model, config_note("v2"))
+    for _ in range(8):
+        assert all((await pool.run()).values())
+    pool.request("promote", pool.status()["inPlace"]["next"])
+    for _ in range(10):
+        assert all((await pool.run()).values())
+    served = pool.status()["servedRevision"]
+    assert served and "next" not in pool.status()["inPlace"], pool.status()["inPlace"]
+    before = pool.entries()
+    pool.edit_model(second, config_note("v3"))
+    for _ in range(8):
+        assert all((await pool.run()).values())
+    aborted = pool.status()["inPlace"]["next"]
+    assert aborted != served
+    pool.request("abort", aborted)
+    for _ in range(8):
+        assert all((await pool.run()).values())
+    assert pool.status()["inPlace"].get("abortedRevision") == aborted, pool.status()["inPlace"]
+    assert pool.entries() == before
+    replace_pod(pool.kube, first, "pool-new")
+    for _ in range(6):
+        await pool.run()
+    held = pool.entries()["pool-new"]
+    assert held, pool.entries()
+    can = reachable(pool.kube)
+    assert aborted not in can and served in can, can
+    assert {m: e.revision for m, e in held.items() if e.revision not in can} == {}, (can, held)
+    for name, entry in held.items():  # the version the pods serve, as the pod deleted held it
+        assert entry.version == before[first][name].version, (name, entry, before[first][name])

@@ -210,7 +210,9 @@ def decide(
     if ts.spec.pool is not None and moving is not None:
         targets: dict[str, str | None] = {p.name: p.inplace_target for p in observed.pods}
         targets.update(plan.in_place.annotations if plan.in_place is not None else {})
-        asked = PoolInPlace(moving.host, moving.stable, {p: t for p, t in targets.items() if t}, inputs.files)
+        asked = PoolInPlace(
+            moving.host, moving.stable, {p: t for p, t in targets.items() if t}, inputs.files, moving.next
+        )
         versions = pool_versions(
             ts, configs, revision, observed.pod_bodies, asked, manifest_json=manifest_json
         )

@@ -81,7 +81,8 @@ class InPlaceInputs:
     mode: InPlaceMode | None = None
     """None: no in-place mode (no stable revision yet, or no opt-in and nothing in place)."""
     files: Mapping[str, RevisionFiles | None] = dataclasses.field(default_factory=dict)
-    """The files of the revisions the pods may serve or load (the in-place ConfigMap holds two)."""
+    """The files of the revisions the pods may serve or load (the in-place ConfigMap holds two), and
+    the host's own (a pool's model the change leaves as the host has it loads from the pod's files)."""
     stored: Mapping[str, str] | None = None
     """The in-place ConfigMap's data as read (kept when a revision's files cannot be read back)."""
     history: Sequence[HistoryEntry] = ()
@@ -329,7 +330,7 @@ def in_place_inputs(
     )
     return InPlaceInputs(
         mode=mode,
-        files={r: files(r) for r in sorted({served, *loads})},
+        files={r: files(r) for r in sorted({host, served, *loads})},
         stored=_stored_inplace_data(ctx.configmaps, host),
         history=rs.history,
         host=host,

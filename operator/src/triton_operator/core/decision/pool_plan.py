@@ -208,6 +208,9 @@ class PoolInPlace:
     served: str
     targets: Mapping[str, str]
     files: Mapping[str, RevisionFiles | None]
+    next: str | None = None
+    """The revision in progress: with ``served``, the revisions whose files the in-place ConfigMap
+    carries (None: none in progress)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,7 +249,10 @@ def pool_versions(
     ``revision`` (or serving it) holds the spec's version of each model; a pod serving another revision
     keeps, of a model that differs there, the copy it holds from that revision's files (else that
     revision's version of it). A model that does not differ between the two is the same version on
-    every pod: it is never touched. A version whose files are not the host's own names its revision."""
+    every pod: it is never touched. A version whose files are not the host's own names its revision:
+    the spec's while the in-place ConfigMap carries its files (it is served or in progress), else the
+    served one when that holds the same version (an aborted revision's files are gone: a new copy
+    named after it would wait for them for ever)."""
     models = [m.name for m in ts.spec.models]
     spec = {m: model_version(ts, m, configs, manifest_json) for m in models}
     if in_place is None:
@@ -255,7 +261,12 @@ def pool_versions(
     host_files = in_place.files.get(in_place.host)
     host_digests, spec_digests = _digests(host_files), _digests(in_place.files.get(revision))
     own = _changed(host_digests, spec_digests) if host_files is not None else set(models)
-    out.revisions.update({spec[m]: revision for m in own if revision != in_place.host})
+    served_digests = _digests(in_place.files.get(in_place.served))
+    carried = revision in (in_place.served, in_place.next)
+    for m in sorted(own) if revision != in_place.host else ():
+        same = in_place.served != in_place.host and m in spec_digests
+        same = same and served_digests.get(m) == spec_digests[m]
+        out.revisions[spec[m]] = in_place.served if same and not carried else revision
     for pod in pods:
         metadata = pod.get("metadata") or {}
         name = str(metadata.get("name"))
