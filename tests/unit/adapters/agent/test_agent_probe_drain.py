@@ -274,4 +274,7 @@ def test_the_probe_is_answered_at_once_while_the_agent_works(served: tuple[Agent
             conn.close()
         for worker in workers:
             worker.join(5)
-    assert max(took) < 1.0, took  # a fifth of the probe's timeout, on a machine shared by many
+    # well within the probe's timeout (half of it): a round trip here takes the GIL from three busy
+    # threads many times, so on a loaded machine it is slow (up to 1.03 s seen) without any fault of
+    # the agent's; a probe waiting for a slot waits a head's time (5 s) or is answered 503
+    assert max(took) < 2.5, took
