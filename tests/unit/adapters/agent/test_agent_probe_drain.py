@@ -229,8 +229,8 @@ def test_a_probe_that_never_comes_is_waited_for_at_most_the_timeout_and_said(
 
 def test_with_the_quick_probe_the_first_503_takes_the_pod_out(tmp_path: Path, triton: Triton) -> None:
     """What the operator renders now (core.objects.builders.readiness_timing): the kubelet probes
-    periodically (here from 0.2 s into the drain, every 2 s: a second probe never comes before the
-    unload, however loaded the machine) and takes the pod out at the first failure; the agent
+    every second (here from 0.2 s into the drain, and every 2 s, so that on a loaded machine too the
+    second probe comes only after the unload) and takes the pod out at the first failure; the agent
     (--probe-failures 1) unloads right after that one 503 and the drain, not a period later."""
     agent = sidecar(tmp_path, triton, drain=0.3, timeout=20, failures=1)
     period = 2.0
