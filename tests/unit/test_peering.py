@@ -251,16 +251,17 @@ async def test_the_monitor_pauses_until_it_has_seen_the_peering_object_then_foll
         await asyncio.sleep(0.05)
         assert seen == [True, False]
 
-        # a higher peer appears, with a keep-alive that runs out in 0.3 s: paused, then on again
-        # with no further event (kopf's own re-check at the peer's deadline)
+        # a higher peer appears, with a keep-alive that runs out in 0.5 s: paused, then on again
+        # with no further event (kopf's own re-check at the peer's deadline). The paused state may
+        # last less than a poll of until() on a loaded machine, hence seen[:3].
         now = datetime.datetime.now(datetime.UTC)
         short = {
             "priority": 20,
             "lifetime": 1,
-            "lastseen": (now - datetime.timedelta(seconds=0.7)).isoformat(),
+            "lastseen": (now - datetime.timedelta(seconds=0.5)).isoformat(),
         }
         await watch.send("MODIFIED", {ME: entry(10, seen=now), "high": short})
-        await until(lambda: seen == [True, False, True])
+        await until(lambda: seen[:3] == [True, False, True])
         await until(lambda: seen == [True, False, True, False])
 
         # the peer comes back, then takes itself out cleanly (its entry removed)

@@ -97,6 +97,19 @@ def get_ready(port: int, agent: str) -> int:
         return int(exc.code)
 
 
+def probe_closed(port: int) -> int:
+    """The kubelet's probe on a connection of its own, read until the agent closes it: the status code.
+    The agent frees the probe's slot before it closes the connection, so the next probe finds it free
+    (a reply read by its Content-Length alone may come before that, on a loaded machine long before)."""
+    head = f"GET {AGENT_READY_PATH} HTTP/1.1\r\nHost: x\r\nUser-Agent: {KUBELET}\r\n\r\n"
+    answer = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(head.encode())
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return int(answer.split(b" ", 2)[1])
+
+
 class Caller:
     """GET /v1/ready every ``period`` s from ``start`` s on, as ``agent``: each answer and the moment its
     request was sent (the agent counted the answer after that; on a loaded machine the reply can arrive
@@ -187,10 +200,12 @@ def test_a_probe_that_never_comes_is_waited_for_at_most_the_timeout_and_said(
 ) -> None:
     agent = sidecar(tmp_path, triton, drain=0.2, timeout=1.0)
     messages: list[str] = []
+    waited_at: list[float] = []  # the moment of each wait: the first is when waiting for the probe began
     wait = agent.options.wait
 
     def waiting(seconds: float) -> object:
         messages.append(agent.message)
+        waited_at.append(time.monotonic())
         return wait(seconds)
 
     agent.options = AgentOptions(**{**agent.options.__dict__, "wait": waiting})
@@ -199,7 +214,11 @@ def test_a_probe_that_never_comes_is_waited_for_at_most_the_timeout_and_said(
         agent.target = "r2"
         agent.apply(revision("r2", 10))
     unloaded = next(at for at, what in triton.calls if what == "unload adder")
-    assert 1.0 + 0.2 - 0.05 <= unloaded - began < 3.0
+    assert unloaded - began >= 1.0 + 0.2 - 0.05
+    # at most the timeout and the drain, counted from when the wait for the probe began, not from the
+    # test's start: on a loaded machine the fetch before it took up to 1.5 s. Waiting twice the
+    # timeout (2.2 s) fails.
+    assert unloaded - waited_at[0] < 2.0, (unloaded - began, waited_at[0] - began)
     assert any("waiting for the kubelet's readiness probe to fail 2 times (0 so far" in m for m in messages)
     bound = [m for m in messages if "within 1 s" in m]
     assert bound and "answered 503 0 of 2 times" in bound[0] and "may fail" in bound[0], messages[-3:]
@@ -209,10 +228,12 @@ def test_a_probe_that_never_comes_is_waited_for_at_most_the_timeout_and_said(
 
 
 def test_with_the_quick_probe_the_first_503_takes_the_pod_out(tmp_path: Path, triton: Triton) -> None:
-    """What the operator renders now (core.objects.builders.readiness_timing): the kubelet probes every
-    second (here from 0.2 s into the drain) and takes the pod out at the first failure;
-    the agent (--probe-failures 1) unloads right after that one 503 and the drain, not a period later."""
+    """What the operator renders now (core.objects.builders.readiness_timing): the kubelet probes
+    every second (here from 0.2 s into the drain, and every 2 s, so that on a loaded machine too the
+    second probe comes only after the unload) and takes the pod out at the first failure; the agent
+    (--probe-failures 1) unloads right after that one 503 and the drain, not a period later."""
     agent = sidecar(tmp_path, triton, drain=0.3, timeout=20, failures=1)
+    period = 2.0
 
     def ready() -> tuple[bool, dict[str, object]]:
         result = agent.ready()
@@ -221,7 +242,7 @@ def test_with_the_quick_probe_the_first_503_takes_the_pod_out(tmp_path: Path, tr
     server = StatusServer("127.0.0.1:0", agent.status, ready, probed=agent.probe_answered).start()
     try:
         began = time.monotonic()
-        with Caller(server.port, KUBELET, start=0.2, period=1.0) as kubelet:
+        with Caller(server.port, KUBELET, start=0.2, period=period) as kubelet:
             agent.target = "r2"
             agent.apply(revision("r2", 10))
     finally:
@@ -230,7 +251,11 @@ def test_with_the_quick_probe_the_first_503_takes_the_pod_out(tmp_path: Path, tr
     before = [(at, code) for at, code in kubelet.answers if at < unloaded]
     assert [code for _, code in before] == [503], (unloaded - began, kubelet.answers)
     assert before[0][1] == 503 and unloaded >= before[0][0] + 0.3 - 0.05
-    assert unloaded - began < 1.2  # one probe and the drain: the kubelet's second probe is not waited for
+    # one probe and the drain: the kubelet's second probe is not waited for (it is sent a period after
+    # the first's answer came, and counted after it is sent, so waited for, it puts the unload at least
+    # a period and the drain after the first was sent). Bound by the probe's moment, not the test's
+    # start: on a loaded machine the first probe itself may come late.
+    assert unloaded < before[0][0] + period + 0.3, (unloaded - began, kubelet.answers)
     assert agent.status()["state"] == "Applied" and agent.check().ready
 
 
@@ -259,7 +284,7 @@ def test_the_probe_is_answered_at_once_while_the_agent_works(served: tuple[Agent
     try:
         for _ in range(20):
             at = time.monotonic()
-            assert get_ready(port, KUBELET) == 200
+            assert probe_closed(port) == 200
             took.append(time.monotonic() - at)
             time.sleep(0.05)
     finally:
@@ -268,4 +293,7 @@ def test_the_probe_is_answered_at_once_while_the_agent_works(served: tuple[Agent
             conn.close()
         for worker in workers:
             worker.join(5)
-    assert max(took) < 1.0, took  # a fifth of the probe's timeout, on a machine shared by many
+    # well within the probe's timeout (half of it): a round trip here takes the GIL from three busy
+    # threads many times, so on a loaded machine it is slow (up to 1.2 s seen) without any fault of
+    # the agent's; a probe waiting for a slot waits a head's time (5 s) or is answered 503
+    assert max(took) < 2.5, took
