@@ -36,6 +36,9 @@ from triton_operator.core.objects.names import (
     LABEL_NAME,
     LABEL_REVISION,
     LABEL_SERVICE,
+    LEAVE_DIR,
+    LEAVE_DONE_FILE,
+    LEAVE_VOLUME,
     MANAGED_BY,
     MANIFEST_DIR,
     MANIFEST_PATH,
@@ -45,6 +48,7 @@ from triton_operator.core.objects.names import (
     MODELS_VOLUME,
     OPERATOR_KEY,
     PLACEHOLDER_UID,
+    POD_NAME_ENV,
     POOL_ASSIGNMENT_FILE,
     POOL_ASSIGNMENT_ITEM,
     POOL_LABELS_ITEM,
@@ -551,9 +555,20 @@ def exit_timeout_seconds(server_args: Sequence[str]) -> int:
     return TRITON_EXIT_TIMEOUT_SECONDS
 
 
+def leave_seconds(ts: TritonService) -> int:
+    """How long a leaving pool pod may serve on after its drain (spec.pool.leaveSeconds; 0 without a pool)."""
+    return ts.spec.pool.leave_seconds if ts.spec.pool is not None else 0
+
+
 def termination_grace_seconds(ts: TritonService) -> int:
-    """The drain (preStop sleep), then Triton's exit timeout for in-flight requests, then a margin."""
-    return ts.spec.drain_seconds + exit_timeout_seconds(ts.spec.server_args) + TERMINATION_MARGIN_SECONDS
+    """The drain (preStop sleep) and, in a pool, the most a leaving pod waits for its models to answer
+    elsewhere (leave_seconds), then Triton's exit timeout for in-flight requests, then a margin."""
+    return (
+        ts.spec.drain_seconds
+        + leave_seconds(ts)
+        + exit_timeout_seconds(ts.spec.server_args)
+        + TERMINATION_MARGIN_SECONDS
+    )
 
 
 def startup_failure_threshold(startup_timeout_seconds: int) -> int:
@@ -645,6 +660,7 @@ def agent_volumes(ts: TritonService, revision: str) -> list[dict[str, Any]]:
             }
         )
         items.append({"path": POOL_LABELS_ITEM, "fieldRef": {"fieldPath": "metadata.labels"}})
+    leave = [{"name": LEAVE_VOLUME, "emptyDir": {}}] if leave_seconds(ts) else []
     return [
         {
             "name": INPLACE_VOLUME,
@@ -656,6 +672,7 @@ def agent_volumes(ts: TritonService, revision: str) -> list[dict[str, Any]]:
             },
         },
         {"name": AGENT_STATE_VOLUME, "emptyDir": {}},
+        *leave,
     ]
 
 
@@ -686,13 +703,43 @@ def agent_args(revision: str) -> list[str]:
 
 
 def pre_stop(ts: TritonService) -> dict[str, Any]:
-    """A container's preStop: endpoints drop a terminating pod at once, but kube-proxy, load balancers
+    """tritonserver's preStop: endpoints drop a terminating pod at once, but kube-proxy, load balancers
     and routers catch up later: keep serving for drainSeconds before tritonserver gets SIGTERM. In a
-    pool the agent waits as long (build_agent_container): it answers the pod's readiness, so the pod
-    stays a serving endpoint of its models' Services while tritonserver serves."""
-    if not ts.spec.drain_seconds:
+    pool (leave_seconds), then on until the agent's preStop (agent_pre_stop) writes LEAVE_DONE_FILE, at
+    most leaveSeconds: while a model the pod holds is answered by it alone."""
+    drain, leave = ts.spec.drain_seconds, leave_seconds(ts)
+    if leave:
+        script = (
+            f"sleep {drain}; n=0; while [ ! -e {LEAVE_DONE_FILE} ] && [ $n -lt {leave} ]; "
+            "do sleep 1; n=$((n+1)); done"
+        )
+        return {"lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", script]}}}}
+    if not drain:
         return {}
-    return {"lifecycle": {"preStop": {"exec": {"command": ["sleep", str(ts.spec.drain_seconds)]}}}}
+    return {"lifecycle": {"preStop": {"exec": {"command": ["sleep", str(drain)]}}}}
+
+
+def agent_pre_stop(ts: TritonService) -> dict[str, Any]:
+    """A pool pod's agent's preStop: it answers the pod's readiness, so the pod stays a serving endpoint
+    of its models' Services while tritonserver serves: it waits the drain, then (`triton-operator
+    leave`, leave_seconds) while a model it holds READY is answered through its Service by this pod
+    alone, at most leaveSeconds, and tells tritonserver's preStop (pre_stop) it is done."""
+    leave = leave_seconds(ts)
+    if not leave:
+        return pre_stop(ts)
+    command = [
+        "triton-operator",
+        "leave",
+        "--after",
+        str(ts.spec.drain_seconds),
+        "--seconds",
+        str(leave),
+        "--assignment",
+        POOL_ASSIGNMENT_FILE,
+        "--done",
+        LEAVE_DONE_FILE,
+    ]
+    return {"lifecycle": {"preStop": {"exec": {"command": command}}}}
 
 
 def agent_drain_seconds(ts: TritonService, settings: Settings | None = None) -> int:
@@ -746,15 +793,26 @@ def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[s
         # copies elsewhere are READY (core.decision.pool_plan): the agent, which answers the pod's
         # readiness, stops with tritonserver, not at once (a pod whose container stopped is not Ready,
         # and its models' Services would have no endpoint left).
-        **(pre_stop(ts) if ts.spec.pool is not None else {}),
+        **(agent_pre_stop(ts) if ts.spec.pool is not None else {}),
         "resources": copy.deepcopy(AGENT_RESOURCES),
-        "volumeMounts": copy.deepcopy(sync["volumeMounts"]),
+        "volumeMounts": copy.deepcopy(sync["volumeMounts"]) + _leave_mount(ts, read_only=False),
     }
     kept = ("imagePullPolicy", "envFrom", "env", "securityContext")  # env: the node cache
     for key in (*kept, "terminationMessagePolicy") if fill else kept:
         if key in sync:
             agent[key] = copy.deepcopy(sync[key])
+    if ts.spec.pool is not None:
+        pod_name = {"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+        agent["env"] = [*agent.get("env", []), pod_name]
     return agent
+
+
+def _leave_mount(ts: TritonService, *, read_only: bool) -> list[dict[str, Any]]:
+    """The leave emptyDir (agent_volumes) in a pool pod's containers: the agent's preStop writes there,
+    tritonserver's reads."""
+    if not leave_seconds(ts):
+        return []
+    return [{"name": LEAVE_VOLUME, "mountPath": LEAVE_DIR, **({"readOnly": True} if read_only else {})}]
 
 
 AGENT_UID = 65532
@@ -837,6 +895,7 @@ def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, A
             },
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
             *_repository_mounts(ts),
+            *(_leave_mount(ts, read_only=True) if has_agent(ts, settings) else []),
             *[dict(m) for m in spec.volume_mounts],
         ],
     }
