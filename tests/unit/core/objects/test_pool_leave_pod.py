@@ -4,6 +4,8 @@ preStop waits on the file it writes; the grace period covers both; a pod without
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
 import pytest
@@ -11,7 +13,13 @@ from pydantic import ValidationError
 from test_pool_pod import pod_of, pooled  # type: ignore[import-not-found,unused-ignore]
 
 from triton_operator.cli import build_parser
-from triton_operator.core.objects.builders import termination_grace_seconds
+from triton_operator.core.objects.builders import (
+    build_deployment,
+    compute_revision,
+    read_settings_record,
+    settings_record,
+    termination_grace_seconds,
+)
 from triton_operator.core.objects.names import (
     AGENT_CONTAINER,
     LEAVE_DONE_FILE,
@@ -20,7 +28,8 @@ from triton_operator.core.objects.names import (
     POOL_ASSIGNMENT_FILE,
     TRITON_CONTAINER,
 )
-from tritonservice_bodies import ts_of
+from triton_operator.core.observed.observation import recorded_settings
+from tritonservice_bodies import SETTINGS, configs_of, ts_of
 
 
 def containers(**spec: Any) -> dict[str, dict[str, Any]]:
@@ -81,3 +90,35 @@ def test_leave_seconds_out_of_range_is_refused_naming_the_field(value: int) -> N
         ts_of(**{**spec, "pool": {**spec["pool"], "leaveSeconds": value}})
     assert [tuple(e["loc"]) for e in info.value.errors()] == [("spec", "pool", "leaveSeconds")]
     assert "spec.pool.leaveSeconds" in str(info.value)
+
+
+def test_a_pool_revision_recorded_before_the_wait_keeps_its_pods_and_its_hash() -> None:
+    """A pool revision made by an operator before the leave wait: found again under today's operator
+    (its record has no poolLeave, or its Deployment's agent names no pod) and rendered as it was (both
+    preStops drainSeconds alone), so an operator upgrade restarts no pool pod; a new revision of the
+    same spec gets the wait, and another leaveSeconds is another revision."""
+    ts = ts_of(**pooled())
+    configs = configs_of(ts)
+    before_settings = dataclasses.replace(SETTINGS, pool_leave=False)
+    before = compute_revision(ts, before_settings, configs, None)
+    old = build_deployment(ts, before, before_settings, 2)
+    pod = old["spec"]["template"]["spec"]
+    drain = {"preStop": {"exec": {"command": ["sleep", "5"]}}}
+    assert [c.get("lifecycle") for c in pod["containers"]] == [drain, drain]
+    assert LEAVE_VOLUME not in {v["name"] for v in pod["volumes"]}
+    record = json.loads(settings_record(before_settings))
+    assert "poolLeave" not in record  # as a record written before
+    kept = read_settings_record(json.dumps(record), SETTINGS)
+    assert kept is not None and kept.pool_leave is False
+    assert compute_revision(ts, SETTINGS, configs, None, recorded={before: kept}) == before
+    assert build_deployment(ts, before, kept, 2) == old
+    assert recorded_settings(SETTINGS, [], old).pool_leave is False  # no record: its Deployment says
+    new = compute_revision(ts, SETTINGS, configs, None)
+    assert new != before
+    fresh = build_deployment(ts, new, SETTINGS, 2)
+    assert recorded_settings(before_settings, [], fresh).pool_leave is True
+    now = read_settings_record(settings_record(SETTINGS), before_settings)
+    assert now is not None and now.pool_leave is True
+    spec = pooled()
+    other = ts_of(**{**spec, "pool": {**spec["pool"], "leaveSeconds": 30}})
+    assert compute_revision(other, SETTINGS, configs_of(other), None) != new
