@@ -567,8 +567,11 @@ def exit_timeout_seconds(server_args: Sequence[str]) -> int:
 
 def leave_seconds(ts: TritonService, settings: Settings | None = None) -> int:
     """How long a leaving pool pod may serve on after its drain (spec.pool.leaveSeconds; 0 without a
-    pool, or in a revision recorded before the wait, settings.pool_leave)."""
-    if ts.spec.pool is None or (settings is not None and not settings.pool_leave):
+    pool, in a revision recorded before the wait, settings.pool_leave, or in pods without the agent,
+    which waits)."""
+    if ts.spec.pool is None:
+        return 0
+    if settings is not None and not (settings.pool_leave and has_agent(ts, settings)):
         return 0
     return ts.spec.pool.leave_seconds
 
