@@ -439,3 +439,114 @@ def test_a_deleted_pods_only_copies_answer_elsewhere_within_the_default_drain(
         if replicas == 2:  # loaded beside another: measured nothing, status.pool's figure stands
             assert after[model].get("measuredMemory"), after[model]
     assert all(o == OFFSETS[m] for m, o in answers), summary
+
+
+def slow_loading_source(offset: float, seconds: float) -> bytes:
+    """The adder (plus ``offset``) whose load takes ``seconds`` more (a sleep in initialize)."""
+    text = adder_source(offset).decode()
+    head = "    def initialize(self, args):\n"
+    assert head in text
+    return text.replace(head, f"{head}        import time\n        time.sleep({seconds!r})\n").encode()
+
+
+def test_a_deleted_pods_three_only_copies_answer_elsewhere_past_a_short_drain(
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str
+) -> None:
+    """A pod holding the only copies of three models deleted at drainSeconds 2, with one live pod left
+    to take them (the node cordoned, as a drain evicts: the replacement stays Pending): that pod loads
+    two at once, then the third, each load taking 2 s more than the adder's: longer than the drain.
+    The leaving pod serves on (spec.pool.leaveSeconds, default 60) while a model it holds READY is
+    answered through its Service by itself alone, so a client asking each model back to back through
+    its Service sees no request fail. (Before a leaving pod waited on its models' Services it served
+    drainSeconds only: its models were refused from then until their copies elsewhere answered.)"""
+    s3 = store.extra["s3"]
+    for model, offset in OFFSETS.items():
+        s3.put_object(Bucket=bucket, Key=KEY.format(model=model), Body=slow_loading_source(offset, 2.0))
+    body = pooled(namespace, bucket, store)
+    body["spec"]["replicas"] = 1  # every model on one pod first, then a second pod beside it, empty
+    body["spec"]["drainSeconds"] = 2
+    apply(kube, body)
+
+    def on_one_pod() -> dict[str, dict[str, Any]] | None:
+        status = pool_status(kube, namespace)
+        if set(status) != set(MODELS) or any(s.get("readyCopies") != 1 for s in status.values()):
+            return None
+        if not all(s.get("measuredMemory") for s in status.values()):
+            return None  # measured: the pod that takes them loads two at once
+        return status if all(len(labelled(kube, namespace, m)) == 1 for m in MODELS) else None
+
+    status = wait_for(on_one_pod, timeout=300, interval=2, what="one READY copy of each model")
+    victim = str(status["m0"]["pods"][0])
+    body["spec"]["replicas"] = 2
+    apply(kube, body)
+
+    def two_ready() -> bool:
+        pods = [
+            p
+            for p in kube.list(Pod, namespace=namespace, labels={"triton-operator.io/service": NAME})
+            if p.metadata is not None and p.metadata.deletionTimestamp is None
+        ]
+        return len(pods) == 2 and all(
+            any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))  # type: ignore[union-attr]
+            for p in pods
+        )
+
+    wait_for(two_ready, timeout=300, interval=1, what="a second pool pod Ready")
+    status = pool_status(kube, namespace)
+    moving = sorted(m for m, s in status.items() if s["pods"] == [victim] and s.get("readyCopies") == 1)
+    assert moving == list(MODELS), status  # placement kept them where they were
+    services = {m: service_ip(kube, namespace, f"{NAME}-m-{m}") for m in MODELS}
+    answers: Counter[tuple[str, float]] = Counter()
+    failures: list[str] = []
+    stop = threading.Event()
+    deleted = time.monotonic()
+
+    def ask(model: str) -> None:
+        while not stop.is_set():
+            try:
+                answer = offset_of(infer_add_sub(services[model], model=model, timeout=10))
+                answers[model, answer] += 1
+            except Exception as exc:  # every failure is counted, none ends the client
+                failures.append(f"{model} at {time.monotonic() - deleted:+.1f}s: {type(exc).__name__}: {exc}")
+            stop.wait(0.05)
+
+    threads = [threading.Thread(target=ask, args=(m,), daemon=True) for m in moving]
+    for thread in threads:
+        thread.start()
+    node = str(kube.get(Pod, victim, namespace=namespace).spec.nodeName)  # type: ignore[union-attr]
+    time.sleep(2)
+    try:
+        kube.patch(Node, node, {"spec": {"unschedulable": True}})
+        deleted = time.monotonic()
+        kube.delete(Pod, victim, namespace=namespace)
+        routed: dict[str, float] = {}
+
+        def all_routed() -> bool:
+            for model in moving:
+                if model not in routed and labelled(kube, namespace, model) - {victim}:
+                    routed[model] = round(time.monotonic() - deleted, 1)
+            return set(routed) == set(moving)
+
+        wait_for(all_routed, timeout=120, interval=0.2, what="each moved model labelled on a live pod")
+
+        def gone() -> bool:
+            names = {p.metadata.name for p in kube.list(Pod, namespace=namespace) if p.metadata is not None}
+            return victim not in names
+
+        wait_for(gone, timeout=120, interval=0.5, what=f"{victim} gone")
+        left = time.monotonic() - deleted
+        print(f"\ndeleted {victim} holding {moving}; labelled elsewhere after (s): {routed}")
+        print(f"{victim} gone after {left:.1f} s")
+        time.sleep(5)  # the new copies answer alone
+    finally:
+        kube.patch(Node, node, {"spec": {"unschedulable": False}})
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=15)
+    summary = ", ".join(f"{m}@{o:g}: {n}" for (m, o), n in sorted(answers.items()))
+    print(f"{sum(answers.values())} answers ({summary}), {len(failures)} failed")
+    assert not failures, (len(failures), failures[:10])
+    assert max(routed.values()) > 2, routed  # the moves outlasted the drain: the leave wait was needed
+    for model in moving:
+        assert answers[model, OFFSETS[model]] > 0, summary
+    assert all(o == OFFSETS[m] for m, o in answers), summary

@@ -1,4 +1,4 @@
-"""The `triton-operator` command line: run | render | import | crd | sync | node-cache | agent."""
+"""The `triton-operator` command line: run | render | import | crd | sync | node-cache | agent | leave."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from types import ModuleType
 # ``register(subparsers) -> None`` which adds its parser and sets ``func``. A command line that
 # names its subcommand loads that module alone: a pod's `sync` init container starts without the
 # operator's models, the agent or the importer.
-COMMANDS: tuple[str, ...] = ("run", "render", "import", "crd", "sync", "node-cache", "agent")
+COMMANDS: tuple[str, ...] = ("run", "render", "import", "crd", "sync", "node-cache", "agent", "leave")
 """The subcommands, in the order the help lists them; _command imports each one's module."""
 
 
@@ -89,6 +89,10 @@ def _command(name: str) -> ModuleType:
         from triton_operator.commands import node_cache  # noqa: PLC0415 - imported when named
 
         return node_cache
+    if name == "leave":
+        from triton_operator.commands import leave  # noqa: PLC0415 - imported when named
+
+        return leave
     from triton_operator.commands import agent  # noqa: PLC0415 - imported when named
 
     return agent

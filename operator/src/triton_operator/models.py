@@ -663,6 +663,14 @@ class PoolSpec(_Model):
     scaling: PoolScaling = Field(
         default_factory=PoolScaling, description="How each model's copies follow its load."
     )
+    leave_seconds: int = Field(
+        60,
+        ge=0,
+        le=3600,
+        description="How long, at most, a pod that leaves (deleted, evicted, scaled down) keeps serving "
+        "after spec.drainSeconds while a model it holds READY is answered through that model's Service "
+        "by this pod alone (its copy elsewhere not READY and routed yet); 0: it serves drainSeconds only.",
+    )
 
 
 class TritonServiceSpec(_Model):

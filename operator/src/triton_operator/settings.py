@@ -304,6 +304,12 @@ class Settings:
     AGENT_READINESS_*), so that a pod leaves its Service within a second of an in-place change
     beginning; False only for a revision recorded before (every 2 s, out at the second failure: it
     keeps its pods)."""
+    pool_leave: bool = True
+    """Not read from the environment: whether a pool revision's leaving pods serve on, after their
+    drain, while a model they hold READY is answered through its Service by them alone (at most
+    spec.pool.leaveSeconds; `triton-operator leave` as the agent's preStop, core.objects.builders
+    .agent_pre_stop); False only for a revision recorded before (its pods serve drainSeconds only: it
+    keeps its pods)."""
 
     node_cache_public_key: str | None = None
     """The node cache's public key (base64 of 32 bytes), derived from the key file that

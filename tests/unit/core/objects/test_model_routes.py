@@ -28,7 +28,8 @@ def test_a_model_service_selects_the_pods_of_the_service_that_hold_the_model_rea
     assert service["metadata"]["name"] == "svc-m-resnet50"
     assert service["metadata"]["annotations"] == {MODEL_ANNOTATION: "resnet50"}
     assert service["spec"]["selector"] == {LABEL_SERVICE: "svc", "model.triton-operator.io/resnet50": "ready"}
-    assert {p["port"] for p in service["spec"]["ports"]} == {8000, 8001, 8002}
+    # Triton's ports, and the agent's read-only one (a leaving pod asks which pod answers).
+    assert {p["port"] for p in service["spec"]["ports"]} == {8000, 8001, 8002, 8009}
     assert service["metadata"]["ownerReferences"] == [OWNER]
 
 

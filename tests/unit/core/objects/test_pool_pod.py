@@ -66,13 +66,18 @@ def test_a_pool_switched_on_makes_new_pods_and_repacking_it_does_not() -> None:
 def test_a_pooled_pods_agent_stops_with_tritonserver_so_the_terminating_pod_stays_ready() -> None:
     """The agent answers the pod's readiness: in a pool it waits tritonserver's preStop (drainSeconds)
     before it stops, so a terminating pod whose copies are their models' only answering ones stays a
-    serving endpoint of their Services while tritonserver serves; without a pool it stops at once."""
-    for spec, drain in ((pooled(), 5), ({**pooled(), "drainSeconds": 12}, 12)):
+    serving endpoint of their Services while tritonserver serves; without a pool it stops at once.
+    With leaveSeconds 0 both wait drainSeconds alone (test_pool_leave_pod.py: the default's wait)."""
+
+    def drain_only(**spec: Any) -> dict[str, Any]:
+        return {**spec, "pool": {**spec["pool"], "leaveSeconds": 0}}
+
+    for spec, drain in ((drain_only(**pooled()), 5), (drain_only(**pooled(), drainSeconds=12), 12)):
         containers = {c["name"]: c for c in pod_of(**spec)["containers"]}
         expected = {"preStop": {"exec": {"command": ["sleep", str(drain)]}}}
         assert containers[AGENT_CONTAINER]["lifecycle"] == expected
         assert containers["tritonserver"]["lifecycle"] == expected
     unpooled = {c["name"]: c for c in pod_of()["containers"]}
     assert "lifecycle" not in unpooled[AGENT_CONTAINER]
-    no_drain = {c["name"]: c for c in pod_of(**pooled(), drainSeconds=0)["containers"]}
+    no_drain = {c["name"]: c for c in pod_of(**drain_only(**pooled()), drainSeconds=0)["containers"]}
     assert "lifecycle" not in no_drain[AGENT_CONTAINER]

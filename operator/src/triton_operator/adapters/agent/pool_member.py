@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from triton_operator.adapters.agent.files import read_text, remove_model_files
+from triton_operator.adapters.agent.leaving import pod_name
 from triton_operator.adapters.agent.model_control import LoadFailed, TritonUnreachable
 from triton_operator.adapters.agent.processes import model_memory
 from triton_operator.adapters.agent.runner import (
@@ -367,7 +368,7 @@ class PoolMember:
             copies[model] = Copy(
                 state=state, version=version, attempt=held.attempt, error=held.error, memory=held.memory
             )
-        return build_report(copies)
+        return build_report(copies, pod=pod_name())
 
     def ready(self) -> Readiness:
         """Readiness (GET /v1/ready, the pod's readinessProbe). Not ready until the operator has written

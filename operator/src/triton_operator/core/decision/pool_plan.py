@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import ipaddress
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from triton_operator.core.objects.builders import (
 )
 from triton_operator.core.objects.model_routes import (
     LABEL_MODEL_ROUTE,
+    MODEL_ANNOTATION,
     build_model_http_routes,
     build_model_service,
     model_endpoints,
@@ -155,6 +157,25 @@ def pool_objects(ts_name: str, objects: Sequence[Mapping[str, Any]]) -> list[Map
         labels = (obj.get("metadata") or {}).get("labels") or {}
         if labels.get(LABEL_MODEL_ROUTE) == "true" and labels.get(LABEL_SERVICE) == ts_name:
             out.append(obj)
+    return out
+
+
+def service_addresses(stored: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Each model's Service address (spec.clusterIP) among a pool's objects as read (pool_objects), for
+    its pods' assignments (a leaving pod asks it which pod answers, core.pool.assignment.served_here):
+    only an IP address (not "None", nor one not given yet)."""
+    out = {}
+    for obj in stored:
+        if obj.get("kind") != "Service":
+            continue
+        model = ((obj.get("metadata") or {}).get("annotations") or {}).get(MODEL_ANNOTATION)
+        address = (obj.get("spec") or {}).get("clusterIP")
+        if isinstance(model, str) and isinstance(address, str):
+            try:
+                ipaddress.ip_address(address)
+            except ValueError:
+                continue
+            out[model] = address
     return out
 
 
@@ -678,6 +699,7 @@ def decide_pool(
     )
     events += _too_large(placed, recorded)
     by_name = {str((p.get("metadata") or {}).get("name")): p for p in members}
+    addresses = service_addresses(stored)
     patches: list[PodPatch] = []
     ready: dict[str, int] = {}
     for pod, step in sorted(moves.pods.items()):
@@ -685,7 +707,10 @@ def decide_pool(
         label_patch: dict[str, str | None] = {model_label_key(m): None for m in step.unlabel}
         label_patch.update({model_label_key(m): READY for m in step.label})
         on_pod = metadata.get("annotations") or {}
-        text, cost = build_assignment(step.assignment), deletion_cost(step.assignment)
+        assignment = dataclasses.replace(
+            step.assignment, services={m: addresses[m] for m in step.assignment.models if m in addresses}
+        )
+        text, cost = build_assignment(assignment), deletion_cost(assignment)
         annotations = {
             key: value
             for key, value in ((ASSIGNMENT_ANNOTATION, text), (DELETION_COST_ANNOTATION, cost))

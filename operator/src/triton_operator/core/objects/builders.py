@@ -36,6 +36,9 @@ from triton_operator.core.objects.names import (
     LABEL_NAME,
     LABEL_REVISION,
     LABEL_SERVICE,
+    LEAVE_DIR,
+    LEAVE_DONE_FILE,
+    LEAVE_VOLUME,
     MANAGED_BY,
     MANIFEST_DIR,
     MANIFEST_PATH,
@@ -45,6 +48,7 @@ from triton_operator.core.objects.names import (
     MODELS_VOLUME,
     OPERATOR_KEY,
     PLACEHOLDER_UID,
+    POD_NAME_ENV,
     POOL_ASSIGNMENT_FILE,
     POOL_ASSIGNMENT_ITEM,
     POOL_LABELS_ITEM,
@@ -144,6 +148,10 @@ def pod_template_inputs(ts: TritonService, settings: Settings) -> dict[str, Any]
     inputs["prometheusScrape"] = settings.prometheus_scrape
     if ts.spec.pool is not None:
         inputs["pool"] = True  # left out when off, so existing hashes stay
+        if settings.pool_leave:
+            # A leaving pod's wait shapes its preStop and grace period (a revision recorded before
+            # has neither: left out, so its hash stays).
+            inputs["poolLeaveSeconds"] = ts.spec.pool.leave_seconds
     if settings.agent_pods:
         # One pod shape (has_agent): modelUpdates only says how changes roll out, so switching it
         # keeps the revision. The key tells these revisions from one of the same spec made before.
@@ -212,6 +220,7 @@ RECORDED_SETTINGS: dict[str, str] = {
     "nodeCachePublicKey": "node_cache_public_key",
     "agentPods": "agent_pods",
     "quickAgentProbe": "quick_agent_probe",
+    "poolLeave": "pool_leave",
 }
 """The operator settings that shape a revision's pod template (OPERATOR_KEY's keys -> Settings'
 fields): recorded when the revision is created, and what it is re-rendered with ever after."""
@@ -224,6 +233,8 @@ def settings_record(settings: Settings) -> str:
         record["logFormat"] = None  # the default, left out: revisions recorded before it read the same
     if not record["quickAgentProbe"]:
         record["quickAgentProbe"] = None  # as a revision recorded before it: its record unchanged
+    if not record["poolLeave"]:
+        record["poolLeave"] = None  # as a revision recorded before it: its record unchanged
     return json.dumps({k: v for k, v in record.items() if v is not None}, sort_keys=True)
 
 
@@ -258,6 +269,9 @@ def read_settings_record(text: str | None, settings: Settings) -> Settings | Non
     # A revision recorded before the quick agent probe keeps its probe (every 2 s, out at the second
     # failure) and its agent's drain on it.
     fields["quick_agent_probe"] = record.get("quickAgentProbe") is True
+    # A pool revision recorded before a leaving pod waited on its models' Services keeps its preStop
+    # (drainSeconds alone).
+    fields["pool_leave"] = record.get("poolLeave") is True
     return dataclasses.replace(settings, **fields)
 
 
@@ -551,9 +565,26 @@ def exit_timeout_seconds(server_args: Sequence[str]) -> int:
     return TRITON_EXIT_TIMEOUT_SECONDS
 
 
-def termination_grace_seconds(ts: TritonService) -> int:
-    """The drain (preStop sleep), then Triton's exit timeout for in-flight requests, then a margin."""
-    return ts.spec.drain_seconds + exit_timeout_seconds(ts.spec.server_args) + TERMINATION_MARGIN_SECONDS
+def leave_seconds(ts: TritonService, settings: Settings | None = None) -> int:
+    """How long a leaving pool pod may serve on after its drain (spec.pool.leaveSeconds; 0 without a
+    pool, in a revision recorded before the wait, settings.pool_leave, or in pods without the agent,
+    which waits)."""
+    if ts.spec.pool is None:
+        return 0
+    if settings is not None and not (settings.pool_leave and has_agent(ts, settings)):
+        return 0
+    return ts.spec.pool.leave_seconds
+
+
+def termination_grace_seconds(ts: TritonService, settings: Settings | None = None) -> int:
+    """The drain (preStop sleep) and, in a pool, the most a leaving pod waits for its models to answer
+    elsewhere (leave_seconds), then Triton's exit timeout for in-flight requests, then a margin."""
+    return (
+        ts.spec.drain_seconds
+        + leave_seconds(ts, settings)
+        + exit_timeout_seconds(ts.spec.server_args)
+        + TERMINATION_MARGIN_SECONDS
+    )
 
 
 def startup_failure_threshold(startup_timeout_seconds: int) -> int:
@@ -620,11 +651,11 @@ def build_volumes(
             {"name": REPOSITORY_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
         )
     if has_agent(ts, settings):
-        volumes += agent_volumes(ts, revision)
+        volumes += agent_volumes(ts, revision, settings)
     return volumes + [dict(v) for v in spec.volumes]
 
 
-def agent_volumes(ts: TritonService, revision: str) -> list[dict[str, Any]]:
+def agent_volumes(ts: TritonService, revision: str, settings: Settings | None = None) -> list[dict[str, Any]]:
     """The in-place agent's volumes: one projected volume of the `<deployment>-inplace` ConfigMap
     (optional: absent until an update) and the pod's own target annotation (downward API), which the
     kubelet writes as one atomic payload (two volumes it refreshes at different moments let a pod see
@@ -645,6 +676,7 @@ def agent_volumes(ts: TritonService, revision: str) -> list[dict[str, Any]]:
             }
         )
         items.append({"path": POOL_LABELS_ITEM, "fieldRef": {"fieldPath": "metadata.labels"}})
+    leave = [{"name": LEAVE_VOLUME, "emptyDir": {}}] if leave_seconds(ts, settings) else []
     return [
         {
             "name": INPLACE_VOLUME,
@@ -656,6 +688,7 @@ def agent_volumes(ts: TritonService, revision: str) -> list[dict[str, Any]]:
             },
         },
         {"name": AGENT_STATE_VOLUME, "emptyDir": {}},
+        *leave,
     ]
 
 
@@ -685,14 +718,44 @@ def agent_args(revision: str) -> list[str]:
     ]
 
 
-def pre_stop(ts: TritonService) -> dict[str, Any]:
-    """A container's preStop: endpoints drop a terminating pod at once, but kube-proxy, load balancers
+def pre_stop(ts: TritonService, settings: Settings | None = None) -> dict[str, Any]:
+    """tritonserver's preStop: endpoints drop a terminating pod at once, but kube-proxy, load balancers
     and routers catch up later: keep serving for drainSeconds before tritonserver gets SIGTERM. In a
-    pool the agent waits as long (build_agent_container): it answers the pod's readiness, so the pod
-    stays a serving endpoint of its models' Services while tritonserver serves."""
-    if not ts.spec.drain_seconds:
+    pool (leave_seconds), then on until the agent's preStop (agent_pre_stop) writes LEAVE_DONE_FILE, at
+    most leaveSeconds: while a model the pod holds is answered by it alone."""
+    drain, leave = ts.spec.drain_seconds, leave_seconds(ts, settings)
+    if leave:
+        script = (
+            f"sleep {drain}; n=0; while [ ! -e {LEAVE_DONE_FILE} ] && [ $n -lt {leave} ]; "
+            "do sleep 1; n=$((n+1)); done"
+        )
+        return {"lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", script]}}}}
+    if not drain:
         return {}
-    return {"lifecycle": {"preStop": {"exec": {"command": ["sleep", str(ts.spec.drain_seconds)]}}}}
+    return {"lifecycle": {"preStop": {"exec": {"command": ["sleep", str(drain)]}}}}
+
+
+def agent_pre_stop(ts: TritonService, settings: Settings | None = None) -> dict[str, Any]:
+    """A pool pod's agent's preStop: it answers the pod's readiness, so the pod stays a serving endpoint
+    of its models' Services while tritonserver serves: it waits the drain, then (`triton-operator
+    leave`, leave_seconds) while a model it holds READY is answered through its Service by this pod
+    alone, at most leaveSeconds, and tells tritonserver's preStop (pre_stop) it is done."""
+    leave = leave_seconds(ts, settings)
+    if not leave:
+        return pre_stop(ts, settings)
+    command = [
+        "triton-operator",
+        "leave",
+        "--after",
+        str(ts.spec.drain_seconds),
+        "--seconds",
+        str(leave),
+        "--assignment",
+        POOL_ASSIGNMENT_FILE,
+        "--done",
+        LEAVE_DONE_FILE,
+    ]
+    return {"lifecycle": {"preStop": {"exec": {"command": command}}}}
 
 
 def agent_drain_seconds(ts: TritonService, settings: Settings | None = None) -> int:
@@ -746,15 +809,26 @@ def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[s
         # copies elsewhere are READY (core.decision.pool_plan): the agent, which answers the pod's
         # readiness, stops with tritonserver, not at once (a pod whose container stopped is not Ready,
         # and its models' Services would have no endpoint left).
-        **(pre_stop(ts) if ts.spec.pool is not None else {}),
+        **(agent_pre_stop(ts, settings) if ts.spec.pool is not None else {}),
         "resources": copy.deepcopy(AGENT_RESOURCES),
-        "volumeMounts": copy.deepcopy(sync["volumeMounts"]),
+        "volumeMounts": copy.deepcopy(sync["volumeMounts"]) + _leave_mount(ts, settings, read_only=False),
     }
     kept = ("imagePullPolicy", "envFrom", "env", "securityContext")  # env: the node cache
     for key in (*kept, "terminationMessagePolicy") if fill else kept:
         if key in sync:
             agent[key] = copy.deepcopy(sync[key])
+    if ts.spec.pool is not None and settings.pool_leave:
+        pod_name = {"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+        agent["env"] = [*agent.get("env", []), pod_name]
     return agent
+
+
+def _leave_mount(ts: TritonService, settings: Settings | None, *, read_only: bool) -> list[dict[str, Any]]:
+    """The leave emptyDir (agent_volumes) in a pool pod's containers: the agent's preStop writes there,
+    tritonserver's reads."""
+    if not leave_seconds(ts, settings):
+        return []
+    return [{"name": LEAVE_VOLUME, "mountPath": LEAVE_DIR, **({"readOnly": True} if read_only else {})}]
 
 
 AGENT_UID = 65532
@@ -825,7 +899,7 @@ def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, A
             failures=startup_failure_threshold(spec.startup_timeout()),
             timeout=5,
         ),
-        **pre_stop(ts),
+        **pre_stop(ts, settings),
         "volumeMounts": [
             # With in-place updates /models is the agent's alone: read-only here, so that the Python
             # backend's __pycache__ never makes it differ from what the agent placed (Triton would
@@ -837,6 +911,7 @@ def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, A
             },
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
             *_repository_mounts(ts),
+            *(_leave_mount(ts, settings, read_only=True) if has_agent(ts, settings) else []),
             *[dict(m) for m in spec.volume_mounts],
         ],
     }
@@ -1005,7 +1080,7 @@ def build_pod_template(
         ),
         # Service links put 7 variables per Service of the namespace into every container.
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": termination_grace_seconds(ts),
+        "terminationGracePeriodSeconds": termination_grace_seconds(ts, settings),
         **({} if fills_itself(settings) else {"initContainers": [sync]}),
         # Pods with the agent: it sees the Python backend's stub processes (a dead one is a model
         # Triton 2.51 still reports READY) and takes the pod out of its Service.

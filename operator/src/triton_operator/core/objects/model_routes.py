@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from triton_operator import GROUP
-from triton_operator.core.objects.names import GRPC_PORT, HTTP_PORT, LABEL_SERVICE, METRICS_PORT
+from triton_operator.core.objects.names import AGENT_PORT, GRPC_PORT, HTTP_PORT, LABEL_SERVICE, METRICS_PORT
 from triton_operator.core.objects.traffic import GATEWAY_API_VERSION, MAX_RULES, service_body
 from triton_operator.core.pool.labels import READY, model_label_key, model_object_name
 from triton_operator.models import Endpoints
@@ -32,7 +32,9 @@ def build_model_service(
 ) -> dict[str, Any]:
     """Service ``<name>-m-<model>``: Triton's ports over the pods holding ``model`` READY. Its endpoints
     follow the model label: set once Triton reports the model READY on a pod, taken off before the model
-    is unloaded, so no request reaches a pod without the model."""
+    is unloaded, so no request reaches a pod without the model. It also has the agent's read-only port
+    (AGENT_PORT): a leaving pod asks its models' Services which pod answers their /v1/pool
+    (core.pool.assignment.served_here)."""
     return service_body(
         model_object_name(ts_name, model),
         namespace,
@@ -40,6 +42,7 @@ def build_model_service(
         owner_ref=owner_ref,
         selector=model_selector(ts_name, model),
         annotations={MODEL_ANNOTATION: model},
+        extra_ports=[{"name": "agent", "port": AGENT_PORT, "targetPort": "agent", "protocol": "TCP"}],
     )
 
 

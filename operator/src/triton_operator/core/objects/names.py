@@ -81,6 +81,15 @@ assignment is."""
 AGENT_STATE_VOLUME = "agent-state"
 AGENT_STATE_DIR = "/var/run/triton-operator"
 """The agent's own bookkeeping (an emptyDir shared by the init container and the sidecar)."""
+LEAVE_VOLUME = "leave"
+LEAVE_DIR = "/var/run/triton-operator-leave"
+"""In a pod of a pool: an emptyDir, the agent's to write, tritonserver's to read, where the agent's
+preStop (`triton-operator leave`) says its wait is over (LEAVE_DONE_FILE): tritonserver's preStop waits
+on it."""
+LEAVE_DONE_FILE = f"{LEAVE_DIR}/done"
+POD_NAME_ENV = "TRITON_OPERATOR_POD_NAME"
+"""In a pod of a pool, the agent's: the pod's name (the downward API), which its /v1/pool report
+names, so that a caller through a model's Service can tell which pod answered."""
 LABEL_INPLACE_HOST = f"{GROUP}/inplace-host"
 """The in-place ConfigMap's label naming its host revision (it has no revision label of its own)."""
 # ownerReferences of `triton-operator render` output: no object exists, so no uid does either.

@@ -112,8 +112,10 @@ def service_body(
     selector: Mapping[str, str],
     service_type: str = "ClusterIP",
     annotations: Mapping[str, str] | None = None,
+    extra_ports: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """A Service of Triton's ports (http, grpc as h2c, metrics) over the pods of ``selector``."""
+    """A Service of Triton's ports (http, grpc as h2c, metrics), and ``extra_ports``, over the pods of
+    ``selector``."""
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
@@ -145,6 +147,7 @@ def service_body(
                     "appProtocol": "kubernetes.io/h2c",
                 },
                 {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
+                *[dict(port) for port in extra_ports],
             ],
         },
     }

@@ -29,6 +29,7 @@ from triton_operator.core.objects.names import (
     MANIFEST_DIR,
     MANIFEST_PATH,
     OPERATOR_KEY,
+    POD_NAME_ENV,
     SPEC_KEY,
     SYNC_CONTAINER,
     TRITON_CONTAINER,
@@ -300,7 +301,10 @@ def kept_pod_security(settings: Settings, deployment: Mapping[str, Any]) -> Sett
         # The agent's quick readiness probe is the only one every second (builders.readiness_timing).
         period = (triton.get("readinessProbe") or {}).get("periodSeconds")
         settings = dataclasses.replace(settings, quick_agent_probe=period == AGENT_READINESS_PERIOD_SECONDS)
-    return settings
+    # A pool revision whose leaving pods wait on their models' Services: its agent names its pod.
+    agent = next((c for c in pod.get("containers") or [] if c.get("name") == AGENT_CONTAINER), None)
+    leaves = agent is not None and any(e.get("name") == POD_NAME_ENV for e in agent.get("env") or [])
+    return dataclasses.replace(settings, pool_leave=leaves)
 
 
 def live_settings(settings: Settings, deployment: Mapping[str, Any]) -> Settings:

@@ -5,7 +5,8 @@ The operator writes, on each pod of a pool, the annotation ``pool.triton-operato
     {"models": {"<model>": {"version": "<version>", "attempt": <n>, "measured": true}, ...},
      "draining": {"<model>": <unix seconds its label came off>, ...},
      "failed": {"<model>": {"version": "...", "attempt": <n>, "retryAt": <unix seconds>,
-                            "reason": "...", "message": "..."}, ...}}
+                            "reason": "...", "message": "..."}, ...},
+     "services": {"<model>": "<the ClusterIP of the model's own Service>", ...}}
 
 ``models`` is the agent's: the models the pod holds and, per model, the version (an opaque token: the
 model's files and config as the operator names them) and the load attempt. The agent loads a model
@@ -14,14 +15,18 @@ retries a failed load by itself: the operator asks again by raising ``attempt``.
 false) says status.pool already keeps the memory measured at the model's load: the agent may then load
 it alongside another model (it loads a model that is still to be measured alone). ``draining`` and
 ``failed`` are the operator's own bookkeeping (kept on the pod so a restarted operator resumes); the
-agent ignores them.
+agent ignores them. ``services`` names, for each model the pod holds whose per-model Service has its
+address yet, that address: a pod that leaves keeps serving while such a Service is answered by this pod
+alone (``served_here``, `triton-operator leave`), as the kubelet no longer refreshes a terminating pod's
+downwardAPI files (the last addresses written stand).
 
 The agent reports each model it holds, loads or failed to load (GET :8009/v1/pool), as
 ``parse_report`` reads it:
 
     {"models": {"<model>": {"state": "READY|LOADING|UNAVAILABLE", "version": "<version>",
                             "attempt": <n>, "error": "<why attempt n failed, else empty>",
-                            "memory": <bytes measured at its load, absent when not measured>}, ...}}
+                            "memory": <bytes measured at its load, absent when not measured>}, ...},
+     "pod": "<the pod's name>"}
 
 ``state`` and ``version`` are what Triton's repository index says (the version READY, or the one
 loading or unavailable); a failed reload of a model that was READY leaves it READY at its old version
@@ -32,6 +37,7 @@ at a load no other load overlapped, so that the growth the agent sees is that mo
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Mapping
@@ -83,6 +89,8 @@ class PodAssignment:
     models: Mapping[str, Wanted] = field(default_factory=dict)
     draining: Mapping[str, float] = field(default_factory=dict)
     failed: Mapping[str, FailedLoad] = field(default_factory=dict)
+    services: Mapping[str, str] = field(default_factory=dict)
+    """The ClusterIP of each held model's own Service (what a leaving pod asks, served_here)."""
 
 
 def deletion_cost(assignment: PodAssignment) -> str:
@@ -133,6 +141,8 @@ def build_assignment(assignment: PodAssignment) -> str:
             | ({"message": f.message} if f.message else {})
             for m, f in assignment.failed.items()
         }
+    if assignment.services:
+        body["services"] = dict(assignment.services)
     return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
 
@@ -212,18 +222,51 @@ def parse_assignment(text: str | None) -> PodAssignment:
             reason=_field(entry, "reason", str, at),
             message=str(entry.get("message") or ""),
         )
-    return PodAssignment(models=models, draining=draining, failed=failed)
+    services = {}
+    for name, value in _object(body.get("services", {}), f"{where}.services").items():
+        address = _field({"address": value}, "address", str, f"{where}.services.{name}")
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise AssignmentError(f"{where}.services.{name}: not an IP address: {address!r}") from None
+        services[str(name)] = address
+    return PodAssignment(models=models, draining=draining, failed=failed, services=services)
 
 
-def build_report(copies: Mapping[str, Copy]) -> dict[str, Any]:
-    """The agent's report (what it serves at GET :8009/v1/pool) from its models' copies."""
+def build_report(copies: Mapping[str, Copy], pod: str | None = None) -> dict[str, Any]:
+    """The agent's report (what it serves at GET :8009/v1/pool) from its models' copies, and the pod's
+    name (which pod answered, when asked through a model's Service)."""
     return {
         "models": {
             m: {"state": c.state, "version": c.version, "attempt": c.attempt, "error": c.error}
             | ({"memory": c.memory} if c.memory is not None else {})
             for m, c in copies.items()
         }
-    }
+    } | ({"pod": pod} if pod else {})
+
+
+def report_pod(payload: Any) -> str | None:
+    """The pod that answered a report (None: a report without one, or no report)."""
+    pod = payload.get("pod") if isinstance(payload, Mapping) else None
+    return pod if isinstance(pod, str) and pod else None
+
+
+def served_here(
+    assignment: PodAssignment,
+    copies: Mapping[str, Copy],
+    answered_by: Mapping[str, str | None],
+    pod: str,
+) -> list[str]:
+    """The models a leaving pod still serves alone: each it holds READY (``copies``, its agent's report)
+    whose Service (``assignment.services``) was answered by ``pod`` itself (``answered_by``: who answered
+    each Service asked; None: nobody, or not a report). kube-proxy sends a Service's requests to a
+    terminating pod only while the Service has no other ready endpoint: another pod answering, or none,
+    says the pod is no longer what serves the model. A model without an address is not waited on."""
+    return sorted(
+        m
+        for m, c in copies.items()
+        if c.state == "READY" and m in assignment.services and answered_by.get(m) == pod
+    )
 
 
 def parse_report(payload: Any) -> dict[str, Copy]:

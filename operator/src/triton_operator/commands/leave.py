@@ -1,0 +1,89 @@
+"""`triton-operator leave`: a pool pod's preStop, serving on while a model is answered by it alone."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from triton_operator import logs
+from triton_operator.adapters.agent.leaving import LeaveOptions, leave
+from triton_operator.core.objects.names import AGENT_PORT, LEAVE_DONE_FILE, POOL_ASSIGNMENT_FILE
+
+EPILOG = f"""\
+The preStop of a pool pod's agent container (docs/pool.md, "A pod that leaves"). It waits --after
+seconds (the drain), then, at most --seconds more, while a model the pod's agent reports READY
+(GET --agent/v1/pool) is answered through its own Service (the address the pod's assignment names,
+GET <address>:{AGENT_PORT}/v1/pool) by this very pod: kube-proxy sends a terminating pod requests only
+while its Service has no other ready endpoint. A model answered by another pod, or by nobody, is done.
+Then it writes --done, on which tritonserver's preStop waits, and exits 0. It only reads: what any
+caller of port {AGENT_PORT} may read.
+"""
+
+
+def _seconds(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a number of seconds from ``low`` to ``high``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds from {low:g} to {high:g}")
+        return value
+
+    return parse
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "leave",
+        help="a pool pod's preStop: serve on while one of its models is answered by it alone",
+        description="Wait while a model this pod holds READY is answered through its Service by this pod "
+        "alone, bounded; then say so to tritonserver's preStop.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--agent", default=f"http://127.0.0.1:{AGENT_PORT}", help="the pod's own agent (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--assignment",
+        type=Path,
+        default=Path(POOL_ASSIGNMENT_FILE),
+        help="the pod's assignment annotation as a downwardAPI file (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--done", type=Path, default=Path(LEAVE_DONE_FILE), help="written once done (default: %(default)s)"
+    )
+    parser.add_argument("--after", type=_seconds(0, 3600), default=0.0, help="seconds always waited first")
+    parser.add_argument(
+        "--seconds", type=_seconds(0, 3600), default=60.0, help="the most waited after --after (default 60)"
+    )
+    parser.add_argument(
+        "--interval", type=_seconds(0.1, 60), default=1.0, help="seconds between two looks (default 1)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        fmt = logs.log_format()
+    except logs.LogFormatError as exc:  # a bad setting stops the process, naming the variable
+        print(f"triton-operator leave: error: {exc}", file=sys.stderr)
+        return 2
+    logs.configure("agent", fmt, text_format="%(asctime)s leave %(levelname)s %(message)s")
+    leave(
+        LeaveOptions(
+            agent=args.agent,
+            assignment=args.assignment,
+            done=args.done,
+            after=args.after,
+            seconds=args.seconds,
+            interval=args.interval,
+        )
+    )
+    return 0
