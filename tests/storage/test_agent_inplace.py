@@ -26,6 +26,7 @@ import requests
 
 from counting_proxy import counting_proxy
 from storage_backends import Backend
+from testkit import free_port
 from triton_operator.adapters.agent.processes import python_stubs
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.core.objects.names import (
@@ -40,7 +41,7 @@ from triton_operator.core.repository.manifest import Manifest, manifest_to_json
 from triton_operator.core.spec.modelconfig import build_config_pbtxt
 from triton_operator.core.vocabulary.triton_state import load_failures
 from triton_operator.models import ModelSpec
-from tritonserver import RunningServer, TritonInstall, free_port, server_command, start_server
+from tritonserver import RunningServer, TritonInstall, server_command, start_server
 
 pytestmark = [pytest.mark.storage, pytest.mark.triton, pytest.mark.timeout(600)]
 

@@ -28,7 +28,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from fakeapi import FakeClient, KubeWithSecrets
 from storage_backends import Backend
-from storage_servers import AZURITE_ACCOUNT, AZURITE_KEY, S3_ACCESS_KEY, S3_SECRET_KEY, Server, free_port
+from storage_servers import AZURITE_ACCOUNT, AZURITE_KEY, S3_ACCESS_KEY, S3_SECRET_KEY, Server
+from testkit import free_port
 from triton_operator.adapters.redaction import install_log_redaction
 from triton_operator.adapters.storage import StoreError, open_store, pin_repository
 from triton_operator.core.repository.manifest import manifest_to_dict

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from storage_backends import Backend
-from storage_servers import free_port
+from testkit import free_port
 from triton_operator.adapters.storage import (
     AccessDenied,
     BucketNotFound,

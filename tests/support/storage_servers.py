@@ -19,6 +19,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from testkit import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 AZURITE_DIR = REPO / "e2e" / "tools" / "azurite"
 AZURITE_BIN = AZURITE_DIR / "node_modules" / ".bin" / "azurite-blob"
@@ -40,13 +42,6 @@ def _bindable(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def free_port_pairs(count: int, offset: int = 10000) -> list[int]:

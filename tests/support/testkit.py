@@ -7,6 +7,7 @@ this one by its basename: ``from testkit import wait_for``.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -78,10 +79,34 @@ class Repeating:
         self._thread.join(timeout=10)
 
 
+def _ephemeral_start() -> int:
+    """The first port the kernel hands out for a bind to port 0 or an outgoing connection."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_HANDED_OUT: set[int] = set()
+_RANDOM = random.Random(os.getpid() ^ time.monotonic_ns())
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A port free now, chosen at random BELOW the kernel's ephemeral range and never twice in this
+    process. A port the kernel picked for a bind to port 0 is free only until the next such bind: a
+    server started later with ``--metrics-port 0`` (the operator's own) got the very port handed out
+    for its liveness endpoint, and the operator stopped when its health reporter could not bind."""
+    top = max(_ephemeral_start(), 12000)
+    while True:
+        port = _RANDOM.randrange(10000, top)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
         return port
 
 

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -21,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+
+from testkit import free_port
 
 _DIST = "nvidia-pytriton"
 _MARKER = ".triton-operator-source.json"
@@ -201,14 +202,6 @@ def prepare_server(cache_dir: Path) -> TritonInstall:
     )
     _check_libraries(install)
     return install
-
-
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from tritonserver import TritonInstall, free_port, server_command, start_server
+from testkit import free_port
+from tritonserver import TritonInstall, server_command, start_server
 
 CONFIG = """name: "{name}"
 backend: "python"

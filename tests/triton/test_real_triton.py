@@ -19,6 +19,7 @@ from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2
 
 import triton_http
+from testkit import free_port
 from triton_operator.core.spec.modelconfig import parse_model_config
 from triton_operator.models import TritonServiceSpec
 from triton_specs import BROKEN_SPEC, OFFSET, SCALE_FACTOR, build_repository, validated_spec
@@ -26,7 +27,6 @@ from tritonserver import (
     RunningServer,
     TritonInstall,
     TritonStartError,
-    free_port,
     missing_libraries,
     prepare_server,
     start_server,
