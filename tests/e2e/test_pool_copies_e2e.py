@@ -14,6 +14,10 @@ and is labelled there before the leaving pod stops serving; a client asking it b
 request fail. Likewise a pod holding the only copies of several models: their memory measured, they
 load two at once on the pods that stay.
 
+A pool grown while its node is cordoned: the new pod stays Pending and is given nothing, the model left
+short names it in status.pool, and once the node is uncordoned the pod takes the short copy; no request
+fails.
+
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without them
 every test here skips, saying why.
 """
