@@ -14,6 +14,10 @@ and is labelled there before the leaving pod stops serving; a client asking it b
 request fail. Likewise a pod holding the only copies of several models: their memory measured, they
 load two at once on the pods that stay.
 
+A pool grown while its node is cordoned: the new pod stays Pending and is given nothing, the model left
+short names it in status.pool, and once the node is uncordoned the pod takes the short copy; no request
+fails.
+
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without them
 every test here skips, saying why.
 """
@@ -549,4 +553,123 @@ def test_a_deleted_pods_three_only_copies_answer_elsewhere_past_a_short_drain(
     assert max(routed.values()) > 2, routed  # the moves outlasted the drain: the leave wait was needed
     for model in moving:
         assert answers[model, OFFSETS[model]] > 0, summary
+    assert all(o == OFFSETS[m] for m, o in answers), summary
+
+
+def test_a_pool_grown_onto_a_pending_pod_serves_and_takes_it_once_scheduled(
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str
+) -> None:
+    """The pool grows while its node is cordoned (no room on a node, a quota: a new pod stays Pending):
+    two pods of 200Mi hold three models of 100Mi, one copy each; then spec.replicas 3 and two least
+    copies for m0 and m1 (five copies, room for four on the Running pods). The Pending pod is given
+    nothing; the Running pods take the copy that fits; the model left short says in status.pool which
+    pod it waits for and why (the scheduler's words), and PodsScheduled is False. The node uncordoned,
+    the pod starts, loads the short copy and is labelled; no copy moves off a Running pod. A client
+    asks each model back to back through its Service throughout: no request fails."""
+    body = pooled(namespace, bucket, store)
+    body["spec"]["replicas"] = 2
+    body["spec"]["pool"]["memoryPerPod"] = "200Mi"
+    apply(kube, body)
+
+    def one_copy_each() -> dict[str, dict[str, Any]] | None:
+        status = pool_status(kube, namespace)
+        if set(status) != set(MODELS) or any(s.get("readyCopies") != 1 for s in status.values()):
+            return None
+        return status if all(len(labelled(kube, namespace, m)) == 1 for m in MODELS) else None
+
+    wait_for(one_copy_each, timeout=300, interval=2, what="one READY copy of each model")
+    services = {m: service_ip(kube, namespace, f"{NAME}-m-{m}") for m in MODELS}
+
+    def answering() -> bool:
+        try:
+            return {m: offset_of(infer_add_sub(services[m], model=m, timeout=3)) for m in MODELS} == OFFSETS
+        except Exception:
+            return False
+
+    wait_for(answering, timeout=60, interval=0.5, what="every model answering through its Service")
+
+    def pool_pods() -> dict[str, Pod]:
+        return {
+            str(p.metadata.name): p
+            for p in kube.list(Pod, namespace=namespace, labels={"triton-operator.io/service": NAME})
+            if p.metadata is not None and p.metadata.deletionTimestamp is None
+        }
+
+    running = set(pool_pods())
+    node = str(next(iter(pool_pods().values())).spec.nodeName)  # type: ignore[union-attr]
+    answers: Counter[tuple[str, float]] = Counter()
+    failures: list[str] = []
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def ask(model: str) -> None:
+        while not stop.is_set():
+            try:
+                answer = offset_of(infer_add_sub(services[model], model=model, timeout=10))
+                answers[model, answer] += 1
+            except Exception as exc:  # every failure is counted, none ends the client
+                failures.append(f"{model} at {time.monotonic() - started:+.1f}s: {type(exc).__name__}: {exc}")
+            stop.wait(0.05)
+
+    threads = [threading.Thread(target=ask, args=(m,), daemon=True) for m in MODELS]
+    for thread in threads:
+        thread.start()
+    try:
+        kube.patch(Node, node, {"spec": {"unschedulable": True}})
+        body["spec"]["replicas"] = 3
+        for model in body["spec"]["models"][:2]:
+            model["minCopies"] = 2
+        apply(kube, body)
+
+        def short_and_said() -> tuple[str, dict[str, Any]] | None:
+            pending = set(pool_pods()) - running
+            status = pool_status(kube, namespace)
+            if len(pending) != 1 or set(status) != set(MODELS):
+                return None
+            stuck = next(iter(pending))
+            short = [s for s in status.values() if s.get("copies", 0) < s.get("wantedCopies", 0)]
+            if sum(s.get("readyCopies", 0) for s in status.values()) < 4 or len(short) != 1:
+                return None
+            return (stuck, short[0]) if stuck in str(short[0].get("message")) else None
+
+        stuck, short = wait_for(short_and_said, timeout=90, interval=1, what="the short model naming the pod")
+        print(f"\nwhile {stuck} is Pending: {short['name']}: {short['reason']}: {short['message']}")
+        assert "Pending" in short["message"] and short["reason"] == "BudgetFull", short
+        pod = pool_pods()[stuck]
+        assert pod.spec is not None and not pod.spec.nodeName, pod.status
+        assert not (pod.metadata.annotations or {}).get("pool.triton-operator.io/models"), pod.metadata  # type: ignore[union-attr]
+
+        def unschedulable() -> dict[str, Any] | None:
+            conditions = {c["type"]: c for c in get_ts(kube, namespace, NAME)["status"].get("conditions", [])}
+            scheduled = conditions.get("PodsScheduled") or {}
+            return scheduled if scheduled.get("status") == "False" else None
+
+        print("PodsScheduled:", wait_for(unschedulable, timeout=30, interval=1, what="PodsScheduled False"))
+        before = {m: set(s["pods"]) for m, s in pool_status(kube, namespace).items()}
+        assert all(stuck not in pods for pods in before.values()), before
+        kube.patch(Node, node, {"spec": {"unschedulable": False}})
+        uncordoned = time.monotonic()
+
+        def all_copies() -> dict[str, dict[str, Any]] | None:
+            status = pool_status(kube, namespace)
+            done = all(s.get("readyCopies") == s.get("wantedCopies") for s in status.values())
+            return status if done and labelled(kube, namespace, short["name"]) >= {stuck} else None
+
+        after = wait_for(
+            all_copies, timeout=180, interval=1, what="every wanted copy READY, on the new pod too"
+        )
+        print(f"{stuck} took {short['name']} {time.monotonic() - uncordoned:.1f} s after the uncordon")
+        time.sleep(3)
+    finally:
+        kube.patch(Node, node, {"spec": {"unschedulable": False}})
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=15)
+    summary = ", ".join(f"{m}@{o:g}: {n}" for (m, o), n in sorted(answers.items()))
+    print(f"{sum(answers.values())} answers ({summary}), {len(failures)} failed")
+    assert not failures, (len(failures), failures[:10])
+    for model in MODELS:
+        assert answers[model, OFFSETS[model]] > 0, summary
+        assert before[model] <= set(after[model]["pods"]), (model, before, after)  # nothing moved off
+    assert after[short["name"]]["pods"] and stuck in after[short["name"]]["pods"], after
     assert all(o == OFFSETS[m] for m, o in answers), summary

@@ -47,7 +47,13 @@ from triton_operator.core.pool.copies import (
     fit_pool,
     used_at,
 )
-from triton_operator.core.pool.explain import LoadShown, measured_memory, pool_status, update_measured
+from triton_operator.core.pool.explain import (
+    LoadShown,
+    measured_memory,
+    pool_status,
+    update_measured,
+    waiting_for,
+)
 from triton_operator.core.pool.labels import READY, model_label_key
 from triton_operator.core.pool.members import most_pods, pool_budget, pool_models, thresholds
 from triton_operator.core.pool.moves import PodState, plan_moves
@@ -572,6 +578,33 @@ def _too_large(placed: Placement, recorded: PoolStatus | None) -> tuple[RolloutE
     )
 
 
+def _not_running(
+    pods: Sequence[Mapping[str, Any]], revisions: set[str], target: str | None
+) -> dict[str, str]:
+    """The pool's pods that placement cannot use yet (no IP: not scheduled, or not started), of the
+    revision placement goes to (``target``, else any of ``revisions``), not leaving; each with why, in
+    the words of its PodScheduled condition when the scheduler cannot place it."""
+    out: dict[str, str] = {}
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        revision = (metadata.get("labels") or {}).get(LABEL_REVISION)
+        if _leaving(pod) or (pod.get("status") or {}).get("podIP"):
+            continue
+        if (revision != target) if target is not None else (revision not in revisions):
+            continue
+        status = pod.get("status") or {}
+        conditions = {c.get("type"): c for c in status.get("conditions") or []}
+        scheduled = conditions.get(cond.POD_SCHEDULED) or {}
+        if scheduled.get("status") == cond.FALSE:
+            why = f"Pending, {scheduled.get('reason') or 'not scheduled'}: {scheduled.get('message') or ''}"
+        elif not (pod.get("spec") or {}).get("nodeName"):
+            why = "Pending, not scheduled yet"
+        else:
+            why = f"{status.get('phase') or 'Pending'} on node {pod['spec']['nodeName']}, no IP yet"
+        out[str(metadata.get("name"))] = why
+    return out
+
+
 def _placing(live: Sequence[Mapping[str, Any]], target: str | None) -> Sequence[Mapping[str, Any]]:
     """The pods placement may use: the target revision's once it has a live pod, else every live pod."""
     ours = [p for p in live if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION) == target]
@@ -744,7 +777,7 @@ def decide_pool(
     services = tuple(o for o in wanted if not applied_as_built(o, by_key.get((str(o.get("kind")), _name(o)))))
     endpoints = {m.name: model_endpoints(ts.name, ts.namespace, m.name) for m in models}
     status = pool_status(
-        placed,
+        waiting_for(placed, _not_running(pods, wanted_revisions, target)),
         models,
         measured,
         copies.pods_needed if copies is not None else None,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from triton_operator.core.pool.assignment import Copy
-from triton_operator.core.pool.placement import Placement, PoolModel
+from triton_operator.core.pool.placement import BUDGET_FULL, TOO_FEW_PODS, Placement, PoolModel
 from triton_operator.core.vocabulary.triton_state import VERSION_READY
 from triton_operator.models import Endpoints, PoolModelStatus, PoolStatus
 from triton_operator.quantities import quantity_bytes
@@ -63,6 +63,23 @@ def update_measured(
         elif old is not None:
             out[model] = old
     return out
+
+
+def waiting_for(placed: Placement, waiting: Mapping[str, str]) -> Placement:
+    """``placed`` with, for each model short of copies for want of a pod (BudgetFull, TooFewPods), the
+    pool's pods that are not running yet named in its message (``waiting``: pod -> why, e.g. Pending and
+    the scheduler's message): placement gives such a pod nothing (it could load nothing), so the copies
+    it would hold wait for it, and the user learns which pod to look at."""
+    if not waiting:
+        return placed
+    pods = "; ".join(f"{pod} is {why}" for pod, why in sorted(waiting.items()))
+    note = f"; waiting for the pool's pods that do not run yet, given copies once they run: {pods}"
+    short = (BUDGET_FULL, TOO_FEW_PODS)
+    models = {
+        name: replace(entry, message=entry.message + note) if entry.reason in short else entry
+        for name, entry in placed.models.items()
+    }
+    return replace(placed, models=models)
 
 
 @dataclass(frozen=True)
