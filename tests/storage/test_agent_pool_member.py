@@ -24,6 +24,7 @@ from test_agent_inplace import (  # type: ignore[import-not-found,unused-ignore]
     sidecars,
 )
 
+from triton_operator.adapters.agent.leaving import pod_name
 from triton_operator.core.pool.assignment import PodAssignment, Wanted, build_assignment, parse_report
 from tritonserver import TritonInstall, start_server
 
@@ -75,7 +76,8 @@ def test_the_agent_loads_the_assigned_model_then_swaps_it_for_another(
         sidecars.append(sidecar)
         code, body = sidecar.readiness()
         assert code == 503 and "assignment" in body["reason"], body
-        assert pool_report(sidecar) == {"models": {}}
+        # An empty report, and who answered (the pod's name; here, with no downward API, the host's).
+        assert pool_report(sidecar) == {"models": {}, "pod": pod_name()}
 
         assign(assignment, {"alpha": Wanted("va", 1)})
         body = wait_report(sidecar, lambda b: b["models"].get("alpha", {}).get("state") == "READY", "alpha")
