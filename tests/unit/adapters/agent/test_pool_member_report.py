@@ -224,6 +224,45 @@ def test_a_model_named_at_another_revision_is_fetched_from_that_revisions_files_
     assert len(triton.calls) == 3  # settled: nothing reloads
 
 
+def test_a_model_named_at_a_revision_gone_from_the_in_place_volume_loads_again_after_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`a` at v2 from revision r2 (a change in place, completed); later r2 leaves the in-place volume (the
+    ConfigMap carries only the served revision and the one in progress) while the entry still names it.
+    tritonserver restarting, then the agent itself restarting (the sidecar, with the same emptyDirs),
+    each loads `a` again at v2 from r2's files as the agent saved them at its first load: no stall."""
+    inplace = tmp_path / "inplace"
+    inplace.mkdir()
+    triton = FakeTriton()
+    member = member_of(tmp_path, triton, monkeypatch, inplace_dir=inplace)
+    models = tuple(ManifestModel(m, m, VersionPolicy(), ("1",)) for m in ("a", "b"))
+    (inplace / inplace_manifest_key("r2")).write_text(
+        manifest_to_json(Manifest(StoreRef("s3://bucket/repo"), models, ()))
+    )
+    for m in ("a", "b"):
+        (inplace / inplace_config_key("r2", m)).write_text(
+            PY.format(m=m) + ("max_batch_size: 8\n" if m == "a" else "")
+        )
+    text = build_assignment(PodAssignment(models={"a": Wanted("v2", 1, "r2"), "b": Wanted("v1", 1)}))
+    member.assignment_file.write_text(text)
+    member.tick()
+    assert report(member) == {"a": Copy("READY", "v2", 1, ""), "b": Copy("READY", "v1", 1, "")}
+    for key in (inplace_manifest_key("r2"), *(inplace_config_key("r2", m) for m in ("a", "b"))):
+        (inplace / key).unlink()  # r2 left the in-place ConfigMap; the entry still names it
+    triton.loaded.clear()  # tritonserver restarted: it starts with no model
+    member.tick()
+    assert runs(triton.calls) == runs(["load a", "load b", "load a", "load b"])
+    assert member.ready().ready and report(member)["a"] == Copy("READY", "v2", 1, "")
+    # the agent restarted too (a new process: nothing of r2 in memory), tritonserver with no model
+    triton.loaded.clear()
+    again = member_of(tmp_path, triton, monkeypatch, inplace_dir=inplace)
+    again.tick()
+    assert "not in the in-place volume" not in again.message, again.message
+    assert ("r2", ["a"]) in again.synced  # type: ignore[attr-defined]
+    assert report(again) == {"a": Copy("READY", "v2", 1, ""), "b": Copy("READY", "v1", 1, "")}
+    assert again.ready().ready
+
+
 def test_the_agent_serves_its_report_where_the_operator_reads_it() -> None:
     assert POOL_PATH == POOL_REPORT_PATH == "/v1/pool"
 

@@ -177,11 +177,15 @@ class PoolMember:
 
     def _files(self, revision: str | None) -> RevisionFiles | None:
         """The files of ``revision`` (None: the pod's own): another one, which a change in place names,
-        from the in-place volume (None while the kubelet has not shown it yet)."""
+        from the in-place volume, else from the agent's own copy (StateDir, saved at the first load
+        from it: the in-place ConfigMap carries only the served revision and the one in progress, so a
+        revision an entry still names may have left it by the time a restarted agent loads the entry
+        again); None while the kubelet has not shown it yet."""
         base = self.agent.options.base
         if revision is None or revision == base.revision:
             return base
-        return self.agent.inplace.revision(revision)
+        found = self.agent.inplace.revision(revision)
+        return found if found is not None else self.agent.state.load(revision)
 
     def _reloading(self, model: str) -> bool:
         """Whether a load of ``model`` reloads it: a version of it is READY here (in tritonserver, which
