@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from triton_operator.adapters.agent.model_control import LoadFailed
+from triton_operator.adapters.agent import pool_member
+from triton_operator.adapters.agent.model_control import LoadFailed, TritonUnreachable
 from triton_operator.adapters.agent.pool_member import PoolMember, parse_labels
 from triton_operator.adapters.agent.runner import Agent, AgentOptions
 from triton_operator.adapters.agent.status import POOL_PATH
@@ -314,6 +315,45 @@ def test_after_its_first_fill_a_pod_stays_ready_while_it_loads_more_but_not_once
     assert not member.ready().ready
     assert member.ready().reason == "tritonserver lost models it held READY: a, b"
     member.tick()  # the agent loads them again
+    assert member.ready().ready
+
+
+def test_tritonserver_dying_under_a_load_is_no_failed_load_and_the_model_loads_once_it_is_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash loop: tritonserver restarted with no model, killed again while the agent loads `a` back
+    (and while it loads `c`, new). Neither is a failed load (no error reported, so the operator neither
+    backs off nor sees an attempt to raise), the pod is not Ready while `a` is not loaded (it would be,
+    its route label on, had the dead load counted as failed), and once tritonserver is back both load."""
+    monkeypatch.setattr(pool_member, "REPAIR_SECONDS", 0.0)
+    triton = FakeTriton()
+    member = member_of(tmp_path, triton, monkeypatch, names=("a", "b", "c"))
+    assign(member, a=("va", 1), b=("vb", 1))
+    assert member.ready().ready
+    load = triton.load
+
+    def dies(model: str) -> None:
+        triton.up = False
+        triton.loaded.clear()
+        raise TritonUnreachable(f"http://fake/v2/repository/models/{model}/load: connection reset")
+
+    monkeypatch.setattr(triton, "load", dies)
+    triton.loaded.clear()  # restarted with no model; killed again under the repair's first load
+    member.tick()
+    assert all(c.error == "" for c in report(member).values()), report(member)
+    assert not member.ready().ready
+    triton.up = True
+    member.assignment_file.write_text(
+        build_assignment(PodAssignment(models={m: Wanted(f"v{m}", 1) for m in ("a", "b", "c")}))
+    )
+    member.tick()  # `c`, new, loads into a tritonserver that dies under it too
+    assert "c" not in member.held or report(member)["c"].error == ""
+    assert not member.ready().ready
+    triton.up = True
+    monkeypatch.setattr(triton, "load", load)
+    member.tick()
+    member.tick()
+    assert report(member) == {m: Copy("READY", f"v{m}", 1, "") for m in ("a", "b", "c")}
     assert member.ready().ready
 
 

@@ -296,6 +296,18 @@ class PoolMember:
             before = self._memory(model) if measuring else None
             self.agent.options.triton.load(model)
         except (LoadFailed, TritonUnreachable, *SYNC_FAILURES) as exc:
+            if isinstance(exc, TritonUnreachable) and not self.agent.options.triton.live():
+                # tritonserver went away under the load (it crashed, the kubelet restarts it): not a
+                # failed load, which the operator would back off from while the pod, Ready again,
+                # kept the model's route label. The record goes back to what it was: once tritonserver
+                # is back the next pass loads it (a new entry, version or attempt), or _repair does (a
+                # model it held READY), and the readiness waits for it meanwhile.
+                logger.warning("pool: model %s: tritonserver went away during its load (%s)", model, exc)
+                if held is None:
+                    self.held.pop(model, None)
+                else:
+                    self.held[model] = held
+                return
             entry.error = failure_text(exc)
             logger.error("pool: model %s (version %s, attempt %d): %s", model, version, attempt, entry.error)
         else:
