@@ -168,11 +168,18 @@ def test_a_pool_pods_tritonserver_crashing_and_crash_looping_is_served_through(
     placements: list[dict[str, set[str]]] = [where]
     watching = True
 
+    said: list[tuple[str, str, str]] = []
+    """Each condition of the TritonService as it changed meanwhile (type, status, reason)."""
+
     def watch_placement() -> None:
         while watching:
             now = placed(kube, namespace)
             if now and now != placements[-1]:
                 placements.append(now)
+            for c in get_ts(kube, namespace, NAME).get("status", {}).get("conditions") or []:
+                seen = (c["type"], c["status"], c.get("reason") or "")
+                if seen not in said:
+                    said.append(seen)
             time.sleep(0.5)
 
     watcher = threading.Thread(target=watch_placement, daemon=True)
@@ -244,7 +251,16 @@ def test_a_pool_pods_tritonserver_crashing_and_crash_looping_is_served_through(
         f"{len(placements)}; {load.summary()}; {len(inside)} failed inside the crash windows {windows}: "
         f"{inside[:3]}; conditions {conditions}"
     )
+    by_window = [sum(1 for f in inside if a <= f[0] <= b) for a, b in windows]
+    print(f"failed per crash window: {by_window}; conditions seen meanwhile: {said}")
+    agent = [
+        line
+        for line in kube.log(victim, namespace=namespace, container="model-agent")
+        if "pool: model" in line and ("again" in line or "went away" in line or "version" in line)
+    ]
+    print("the victim's agent said:\n" + "".join(agent[-20:]))
     if outside:
         print(describe(kube, namespace))
     assert not outside, outside[:5]
     assert placements == [where], placements  # the operator moved no model off the crashing pod
+    assert ("Ready", "True") in {(t, st) for t, st, _ in conditions}, conditions  # recovered: Ready again
