@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from triton_operator.adapters.agent.model_control import LoadFailed
+from triton_operator.adapters.agent import pool_member
+from triton_operator.adapters.agent.model_control import LoadFailed, TritonUnreachable
 from triton_operator.adapters.agent.pool_member import PoolMember, parse_labels
 from triton_operator.adapters.agent.runner import Agent, AgentOptions
 from triton_operator.adapters.agent.status import POOL_PATH
@@ -224,6 +225,45 @@ def test_a_model_named_at_another_revision_is_fetched_from_that_revisions_files_
     assert len(triton.calls) == 3  # settled: nothing reloads
 
 
+def test_a_model_named_at_a_revision_gone_from_the_in_place_volume_loads_again_after_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`a` at v2 from revision r2 (a change in place, completed); later r2 leaves the in-place volume (the
+    ConfigMap carries only the served revision and the one in progress) while the entry still names it.
+    tritonserver restarting, then the agent itself restarting (the sidecar, with the same emptyDirs),
+    each loads `a` again at v2 from r2's files as the agent saved them at its first load: no stall."""
+    inplace = tmp_path / "inplace"
+    inplace.mkdir()
+    triton = FakeTriton()
+    member = member_of(tmp_path, triton, monkeypatch, inplace_dir=inplace)
+    models = tuple(ManifestModel(m, m, VersionPolicy(), ("1",)) for m in ("a", "b"))
+    (inplace / inplace_manifest_key("r2")).write_text(
+        manifest_to_json(Manifest(StoreRef("s3://bucket/repo"), models, ()))
+    )
+    for m in ("a", "b"):
+        (inplace / inplace_config_key("r2", m)).write_text(
+            PY.format(m=m) + ("max_batch_size: 8\n" if m == "a" else "")
+        )
+    text = build_assignment(PodAssignment(models={"a": Wanted("v2", 1, "r2"), "b": Wanted("v1", 1)}))
+    member.assignment_file.write_text(text)
+    member.tick()
+    assert report(member) == {"a": Copy("READY", "v2", 1, ""), "b": Copy("READY", "v1", 1, "")}
+    for key in (inplace_manifest_key("r2"), *(inplace_config_key("r2", m) for m in ("a", "b"))):
+        (inplace / key).unlink()  # r2 left the in-place ConfigMap; the entry still names it
+    triton.loaded.clear()  # tritonserver restarted: it starts with no model
+    member.tick()
+    assert runs(triton.calls) == runs(["load a", "load b", "load a", "load b"])
+    assert member.ready().ready and report(member)["a"] == Copy("READY", "v2", 1, "")
+    # the agent restarted too (a new process: nothing of r2 in memory), tritonserver with no model
+    triton.loaded.clear()
+    again = member_of(tmp_path, triton, monkeypatch, inplace_dir=inplace)
+    again.tick()
+    assert "not in the in-place volume" not in again.message, again.message
+    assert ("r2", ["a"]) in again.synced  # type: ignore[attr-defined]
+    assert report(again) == {"a": Copy("READY", "v2", 1, ""), "b": Copy("READY", "v1", 1, "")}
+    assert again.ready().ready
+
+
 def test_the_agent_serves_its_report_where_the_operator_reads_it() -> None:
     assert POOL_PATH == POOL_REPORT_PATH == "/v1/pool"
 
@@ -275,6 +315,45 @@ def test_after_its_first_fill_a_pod_stays_ready_while_it_loads_more_but_not_once
     assert not member.ready().ready
     assert member.ready().reason == "tritonserver lost models it held READY: a, b"
     member.tick()  # the agent loads them again
+    assert member.ready().ready
+
+
+def test_tritonserver_dying_under_a_load_is_no_failed_load_and_the_model_loads_once_it_is_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash loop: tritonserver restarted with no model, killed again while the agent loads `a` back
+    (and while it loads `c`, new). Neither is a failed load (no error reported, so the operator neither
+    backs off nor sees an attempt to raise), the pod is not Ready while `a` is not loaded (it would be,
+    its route label on, had the dead load counted as failed), and once tritonserver is back both load."""
+    monkeypatch.setattr(pool_member, "REPAIR_SECONDS", 0.0)
+    triton = FakeTriton()
+    member = member_of(tmp_path, triton, monkeypatch, names=("a", "b", "c"))
+    assign(member, a=("va", 1), b=("vb", 1))
+    assert member.ready().ready
+    load = triton.load
+
+    def dies(model: str) -> None:
+        triton.up = False
+        triton.loaded.clear()
+        raise TritonUnreachable(f"http://fake/v2/repository/models/{model}/load: connection reset")
+
+    monkeypatch.setattr(triton, "load", dies)
+    triton.loaded.clear()  # restarted with no model; killed again under the repair's first load
+    member.tick()
+    assert all(c.error == "" for c in report(member).values()), report(member)
+    assert not member.ready().ready
+    triton.up = True
+    member.assignment_file.write_text(
+        build_assignment(PodAssignment(models={m: Wanted(f"v{m}", 1) for m in ("a", "b", "c")}))
+    )
+    member.tick()  # `c`, new, loads into a tritonserver that dies under it too
+    assert "c" not in member.held or report(member)["c"].error == ""
+    assert not member.ready().ready
+    triton.up = True
+    monkeypatch.setattr(triton, "load", load)
+    member.tick()
+    member.tick()
+    assert report(member) == {m: Copy("READY", f"v{m}", 1, "") for m in ("a", "b", "c")}
     assert member.ready().ready
 
 

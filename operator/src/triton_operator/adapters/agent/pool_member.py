@@ -177,11 +177,15 @@ class PoolMember:
 
     def _files(self, revision: str | None) -> RevisionFiles | None:
         """The files of ``revision`` (None: the pod's own): another one, which a change in place names,
-        from the in-place volume (None while the kubelet has not shown it yet)."""
+        from the in-place volume, else from the agent's own copy (StateDir, saved at the first load
+        from it: the in-place ConfigMap carries only the served revision and the one in progress, so a
+        revision an entry still names may have left it by the time a restarted agent loads the entry
+        again); None while the kubelet has not shown it yet."""
         base = self.agent.options.base
         if revision is None or revision == base.revision:
             return base
-        return self.agent.inplace.revision(revision)
+        found = self.agent.inplace.revision(revision)
+        return found if found is not None else self.agent.state.load(revision)
 
     def _reloading(self, model: str) -> bool:
         """Whether a load of ``model`` reloads it: a version of it is READY here (in tritonserver, which
@@ -292,6 +296,18 @@ class PoolMember:
             before = self._memory(model) if measuring else None
             self.agent.options.triton.load(model)
         except (LoadFailed, TritonUnreachable, *SYNC_FAILURES) as exc:
+            if isinstance(exc, TritonUnreachable) and not self.agent.options.triton.live():
+                # tritonserver went away under the load (it crashed, the kubelet restarts it): not a
+                # failed load, which the operator would back off from while the pod, Ready again,
+                # kept the model's route label. The record goes back to what it was: once tritonserver
+                # is back the next pass loads it (a new entry, version or attempt), or _repair does (a
+                # model it held READY), and the readiness waits for it meanwhile.
+                logger.warning("pool: model %s: tritonserver went away during its load (%s)", model, exc)
+                if held is None:
+                    self.held.pop(model, None)
+                else:
+                    self.held[model] = held
+                return
             entry.error = failure_text(exc)
             logger.error("pool: model %s (version %s, attempt %d): %s", model, version, attempt, entry.error)
         else:
