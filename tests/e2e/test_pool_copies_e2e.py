@@ -31,6 +31,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -311,6 +312,83 @@ def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
     assert all(o == OFFSETS[m] for m, o in clients.answers), clients.summary()
 
 
+@dataclass
+class Moved:
+    """What a client per moved model saw while their pod was deleted (delete_under_load)."""
+
+    answers: Counter[tuple[str, float]]
+    failures: list[str]
+    routed: dict[str, float]
+    """Seconds from the delete until each model was labelled on a live pod."""
+    landed: dict[str, list[str]]
+    gone: float
+    """Seconds from the delete until the pod was gone."""
+
+    def summary(self) -> str:
+        return ", ".join(f"{m}@{o:g}: {n}" for (m, o), n in sorted(self.answers.items()))
+
+
+def delete_under_load(
+    kube: Client, namespace: str, victim: str, moving: list[str], services: dict[str, str]
+) -> Moved:
+    """A client per model of ``moving`` asks it back to back through its Service (``services``: its
+    address) while ``victim`` is deleted with its node cordoned, as a node drain does before it evicts
+    (the ReplicaSet's new pod stays Pending, and no event of a starting pod hands the operator a pass:
+    it looks again on its own timers only); until each model is labelled on a live pod, the victim is
+    gone and the new copies have answered alone for 5 s. Every failure is counted, none ends a client."""
+    answers: Counter[tuple[str, float]] = Counter()
+    failures: list[str] = []
+    stop = threading.Event()
+    deleted = time.monotonic()
+
+    def ask(model: str) -> None:
+        while not stop.is_set():
+            try:
+                answer = offset_of(infer_add_sub(services[model], model=model, timeout=10))
+                answers[model, answer] += 1
+            except Exception as exc:  # every failure is counted, none ends the client
+                failures.append(f"{model} at {time.monotonic() - deleted:+.1f}s: {type(exc).__name__}: {exc}")
+            stop.wait(0.05)
+
+    threads = [threading.Thread(target=ask, args=(m,), daemon=True) for m in moving]
+    for thread in threads:
+        thread.start()
+    node = str(kube.get(Pod, victim, namespace=namespace).spec.nodeName)  # type: ignore[union-attr]
+    time.sleep(2)
+    try:
+        kube.patch(Node, node, {"spec": {"unschedulable": True}})
+        deleted = time.monotonic()
+        kube.delete(Pod, victim, namespace=namespace)
+        routed: dict[str, float] = {}
+
+        def all_routed() -> bool:
+            for model in moving:
+                if model not in routed and labelled(kube, namespace, model) - {victim}:
+                    routed[model] = round(time.monotonic() - deleted, 1)
+            return set(routed) == set(moving)
+
+        wait_for(all_routed, timeout=120, interval=0.2, what="each moved model labelled on a live pod")
+        landed = {m: sorted(labelled(kube, namespace, m) - {victim}) for m in moving}
+
+        def gone() -> bool:
+            names = {p.metadata.name for p in kube.list(Pod, namespace=namespace) if p.metadata is not None}
+            return victim not in names
+
+        wait_for(gone, timeout=120, interval=0.5, what=f"{victim} gone")
+        left = time.monotonic() - deleted
+        time.sleep(5)  # the new copies answer alone
+    finally:
+        kube.patch(Node, node, {"spec": {"unschedulable": False}})
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=15)
+    moved = Moved(answers, failures, routed, landed, left)
+    print(f"\ndeleted {victim} holding {moving}; labelled elsewhere after (s): {routed}; on {landed}")
+    print(f"{victim} gone after {left:.1f} s")
+    print(f"{sum(answers.values())} answers ({moved.summary()}), {len(failures)} failed")
+    return moved
+
+
 def two_moving(kube: Client, namespace: str, body: dict[str, Any], moving: list[str]) -> list[str]:
     """Two of ``moving``: an agent loads two models at once, so a third only-copy would load after one
     of the first two (docs/pool.md). The last of three gets a second copy first (minCopies 2: no new
@@ -385,57 +463,9 @@ def test_a_deleted_pods_only_copies_answer_elsewhere_within_the_default_drain(
         assert len(moving) >= 2, status
         moving = two_moving(kube, namespace, body, moving)
         wait_for(answering, timeout=60, interval=0.5, what="every model answering through its Service")
-    answers: Counter[tuple[str, float]] = Counter()
-    failures: list[str] = []
-    stop = threading.Event()
-    deleted = time.monotonic()
-
-    def ask(model: str) -> None:
-        while not stop.is_set():
-            try:
-                answer = offset_of(infer_add_sub(services[model], model=model, timeout=10))
-                answers[model, answer] += 1
-            except Exception as exc:  # every failure is counted, none ends the client
-                failures.append(f"{model} at {time.monotonic() - deleted:+.1f}s: {type(exc).__name__}: {exc}")
-            stop.wait(0.05)
-
-    threads = [threading.Thread(target=ask, args=(m,), daemon=True) for m in moving]
-    for thread in threads:
-        thread.start()
-    node = str(kube.get(Pod, victim, namespace=namespace).spec.nodeName)  # type: ignore[union-attr]
-    time.sleep(2)
-    try:
-        # As a node drain evicts: the node cordoned, the ReplicaSet's new pod stays Pending, and no
-        # event of a starting pod hands the operator a pass: it looks again on its own timers only.
-        kube.patch(Node, node, {"spec": {"unschedulable": True}})
-        deleted = time.monotonic()
-        kube.delete(Pod, victim, namespace=namespace)
-        routed: dict[str, float] = {}
-
-        def all_routed() -> bool:
-            for model in moving:
-                if model not in routed and labelled(kube, namespace, model) - {victim}:
-                    routed[model] = time.monotonic() - deleted
-            return set(routed) == set(moving)
-
-        wait_for(all_routed, timeout=120, interval=0.2, what="each moved model labelled on a live pod")
-        landed = {m: sorted(labelled(kube, namespace, m) - {victim}) for m in moving}
-        print(f"\ndeleted {victim} holding {moving}; labelled elsewhere after (s): {routed}; on {landed}")
-
-        def gone() -> bool:
-            names = {p.metadata.name for p in kube.list(Pod, namespace=namespace) if p.metadata is not None}
-            return victim not in names
-
-        wait_for(gone, timeout=120, interval=0.5, what=f"{victim} gone")
-        time.sleep(5)  # the new copies answer alone
-    finally:
-        kube.patch(Node, node, {"spec": {"unschedulable": False}})
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=15)
-    summary = ", ".join(f"{m}@{o:g}: {n}" for (m, o), n in sorted(answers.items()))
-    print(f"{sum(answers.values())} answers ({summary}), {len(failures)} failed")
-    assert not failures, failures[:10]
+    moved = delete_under_load(kube, namespace, victim, moving, services)
+    answers, summary = moved.answers, moved.summary()
+    assert not moved.failures, moved.failures[:10]
     after = pool_status(kube, namespace)
     for model in moving:
         assert answers[model, OFFSETS[model]] > 0, summary
@@ -500,56 +530,9 @@ def test_a_deleted_pods_three_only_copies_answer_elsewhere_past_a_short_drain(
     moving = sorted(m for m, s in status.items() if s["pods"] == [victim] and s.get("readyCopies") == 1)
     assert moving == list(MODELS), status  # placement kept them where they were
     services = {m: service_ip(kube, namespace, f"{NAME}-m-{m}") for m in MODELS}
-    answers: Counter[tuple[str, float]] = Counter()
-    failures: list[str] = []
-    stop = threading.Event()
-    deleted = time.monotonic()
-
-    def ask(model: str) -> None:
-        while not stop.is_set():
-            try:
-                answer = offset_of(infer_add_sub(services[model], model=model, timeout=10))
-                answers[model, answer] += 1
-            except Exception as exc:  # every failure is counted, none ends the client
-                failures.append(f"{model} at {time.monotonic() - deleted:+.1f}s: {type(exc).__name__}: {exc}")
-            stop.wait(0.05)
-
-    threads = [threading.Thread(target=ask, args=(m,), daemon=True) for m in moving]
-    for thread in threads:
-        thread.start()
-    node = str(kube.get(Pod, victim, namespace=namespace).spec.nodeName)  # type: ignore[union-attr]
-    time.sleep(2)
-    try:
-        kube.patch(Node, node, {"spec": {"unschedulable": True}})
-        deleted = time.monotonic()
-        kube.delete(Pod, victim, namespace=namespace)
-        routed: dict[str, float] = {}
-
-        def all_routed() -> bool:
-            for model in moving:
-                if model not in routed and labelled(kube, namespace, model) - {victim}:
-                    routed[model] = round(time.monotonic() - deleted, 1)
-            return set(routed) == set(moving)
-
-        wait_for(all_routed, timeout=120, interval=0.2, what="each moved model labelled on a live pod")
-
-        def gone() -> bool:
-            names = {p.metadata.name for p in kube.list(Pod, namespace=namespace) if p.metadata is not None}
-            return victim not in names
-
-        wait_for(gone, timeout=120, interval=0.5, what=f"{victim} gone")
-        left = time.monotonic() - deleted
-        print(f"\ndeleted {victim} holding {moving}; labelled elsewhere after (s): {routed}")
-        print(f"{victim} gone after {left:.1f} s")
-        time.sleep(5)  # the new copies answer alone
-    finally:
-        kube.patch(Node, node, {"spec": {"unschedulable": False}})
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=15)
-    summary = ", ".join(f"{m}@{o:g}: {n}" for (m, o), n in sorted(answers.items()))
-    print(f"{sum(answers.values())} answers ({summary}), {len(failures)} failed")
-    assert not failures, (len(failures), failures[:10])
+    moved = delete_under_load(kube, namespace, victim, moving, services)
+    answers, summary, routed = moved.answers, moved.summary(), moved.routed
+    assert not moved.failures, (len(moved.failures), moved.failures[:10])
     assert max(routed.values()) > 2, routed  # the moves outlasted the drain: the leave wait was needed
     for model in moving:
         assert answers[model, OFFSETS[model]] > 0, summary
