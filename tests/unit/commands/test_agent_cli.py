@@ -40,7 +40,13 @@ def test_the_defaults_are_the_pods_paths() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [["--listen", "8009"], ["--interval", "0"], ["--load-timeout", "0"], ["--drain-seconds", "-1"]],
+    [
+        ["--listen", "8009"],
+        ["--interval", "0"],
+        ["--load-timeout", "0"],
+        ["--drain-seconds", "-1"],
+        ["--drain-seconds", "soon"],  # no number: refused, not read as 0
+    ],
 )
 def test_bad_values_are_refused(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
@@ -60,3 +66,10 @@ def test_the_base_revision_is_the_pods_config_volume(tmp_path: Path, given: str,
     args = build_parser().parse_args(["agent", *files, "--base-revision", given])
     base = base_revision(args)
     assert (base.revision, base.manifest, dict(base.configs)) == (name, manifest, {"m": 'name: "m"\n'})
+
+
+@pytest.mark.parametrize("bad", [["--after", "soon"], ["--seconds", "3601"], ["--interval", "0"]])
+def test_leave_refuses_bad_values(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["leave", *bad])
+    assert bad[0] in capsys.readouterr().err

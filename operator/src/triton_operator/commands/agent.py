@@ -22,6 +22,7 @@ from triton_operator.adapters.agent.status import HEAD_LIMIT, Limits, StatusServ
 from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.redaction import install_log_redaction
 from triton_operator.adapters.sync.progress import Progress
+from triton_operator.commands.argtypes import seconds
 from triton_operator.commands.sync import (
     EXIT_FAILED,
     EXIT_OK,
@@ -105,21 +106,6 @@ def _listen(text: str) -> str:
     return text
 
 
-def _seconds(low: float, high: float) -> Callable[[str], float]:
-    """An argparse type: a number of seconds from ``low`` to ``high``."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = 0.0
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds from {low:g} to {high:g}")
-        return value
-
-    return parse
-
-
 def _count(low: int, high: int) -> Callable[[str], int]:
     """An argparse type: a whole number from ``low`` to ``high``."""
 
@@ -176,7 +162,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--drain-seconds",
-        type=_seconds(0, 3600),
+        type=seconds(0, 3600),
         default=0.0,
         help="seconds the pod stays out of its Service (readiness false) before a model is unloaded or "
         "loaded: with --probe-failures, after the probe's failures (the spec's drainSeconds: the "
@@ -194,7 +180,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--drain-timeout",
-        type=_seconds(1, 3600),
+        type=seconds(1, 3600),
         default=60.0,
         help="with --probe-failures: the most seconds to wait for those probe failures; past it the "
         "agent logs a warning, says so in its status message and goes on after --drain-seconds "
@@ -209,7 +195,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--header-seconds",
-        type=_seconds(0.05, 60),
+        type=seconds(0.05, 60),
         default=5.0,
         help=f"seconds a request's line and headers (at most {HEAD_LIMIT} bytes) may take to arrive on "
         "the status port; a slower connection is closed (default 5)",
@@ -242,14 +228,14 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--interval",
-        type=_seconds(0.05, 60),
+        type=seconds(0.05, 60),
         default=0.2,
         help="seconds between two looks at the target (default 0.2; Triton's model states are read "
         f"every {MODELS_SECONDS:g} s)",
     )
     parser.add_argument(
         "--load-timeout",
-        type=_seconds(1, 86400),
+        type=seconds(1, 86400),
         default=900.0,
         help="seconds one model load or unload may take before it counts as failed (default 900)",
     )

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from triton_operator import logs
 from triton_operator.adapters.agent.leaving import LeaveOptions, leave
+from triton_operator.commands.argtypes import seconds
 from triton_operator.core.objects.names import AGENT_PORT, LEAVE_DONE_FILE, POOL_ASSIGNMENT_FILE
 
 EPILOG = f"""\
@@ -21,21 +21,6 @@ while its Service has no other ready endpoint. A model answered by another pod, 
 Then it writes --done, on which tritonserver's preStop waits, and exits 0. It only reads: what any
 caller of port {AGENT_PORT} may read.
 """
-
-
-def _seconds(low: float, high: float) -> Callable[[str], float]:
-    """An argparse type: a number of seconds from ``low`` to ``high``."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = -1.0
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds from {low:g} to {high:g}")
-        return value
-
-    return parse
 
 
 def register(subparsers: Any) -> None:
@@ -59,12 +44,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--done", type=Path, default=Path(LEAVE_DONE_FILE), help="written once done (default: %(default)s)"
     )
-    parser.add_argument("--after", type=_seconds(0, 3600), default=0.0, help="seconds always waited first")
+    parser.add_argument("--after", type=seconds(0, 3600), default=0.0, help="seconds always waited first")
     parser.add_argument(
-        "--seconds", type=_seconds(0, 3600), default=60.0, help="the most waited after --after (default 60)"
+        "--seconds", type=seconds(0, 3600), default=60.0, help="the most waited after --after (default 60)"
     )
     parser.add_argument(
-        "--interval", type=_seconds(0.1, 60), default=1.0, help="seconds between two looks (default 1)"
+        "--interval", type=seconds(0.1, 60), default=1.0, help="seconds between two looks (default 1)"
     )
     parser.set_defaults(func=run)
 

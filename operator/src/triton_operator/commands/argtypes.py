@@ -1,0 +1,22 @@
+"""Argument types the subcommands share: a bad value stops the command, naming the option."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+
+def seconds(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a number of seconds from ``low`` to ``high`` (text that is no number is
+    refused as one out of range)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = low - 1.0
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds from {low:g} to {high:g}")
+        return value
+
+    return parse
