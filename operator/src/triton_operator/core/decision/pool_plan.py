@@ -290,10 +290,11 @@ def pool_versions(
     own = _changed(host_digests, spec_digests) if host_files is not None else set(models)
     served_digests = _digests(in_place.files.get(in_place.served))
     carried = revision in (in_place.served, in_place.next)
-    for m in sorted(own) if revision != in_place.host else ():
-        same = in_place.served != in_place.host and m in spec_digests
-        same = same and served_digests.get(m) == spec_digests[m]
-        out.revisions[spec[m]] = in_place.served if same and not carried else revision
+    if revision != in_place.host:
+        for m in sorted(own):
+            same = in_place.served != in_place.host and m in spec_digests
+            same = same and served_digests.get(m) == spec_digests[m]
+            out.revisions[spec[m]] = in_place.served if same and not carried else revision
     for pod in pods:
         metadata = pod.get("metadata") or {}
         name = str(metadata.get("name"))
@@ -584,15 +585,13 @@ def _not_running(
     """The pool's pods that placement cannot use yet (no IP: not scheduled, or not started), of the
     revision placement goes to (``target``, else any of ``revisions``), not leaving; each with why, in
     the words of its PodScheduled condition when the scheduler cannot place it."""
+    placing = {target} if target is not None else revisions
     out: dict[str, str] = {}
     for pod in pods:
-        metadata = pod.get("metadata") or {}
+        metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
         revision = (metadata.get("labels") or {}).get(LABEL_REVISION)
-        if _leaving(pod) or (pod.get("status") or {}).get("podIP"):
+        if _leaving(pod) or status.get("podIP") or revision not in placing:
             continue
-        if (revision != target) if target is not None else (revision not in revisions):
-            continue
-        status = pod.get("status") or {}
         conditions = {c.get("type"): c for c in status.get("conditions") or []}
         scheduled = conditions.get(cond.POD_SCHEDULED) or {}
         if scheduled.get("status") == cond.FALSE:
