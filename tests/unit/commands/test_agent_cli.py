@@ -36,6 +36,8 @@ def test_the_defaults_are_the_pods_paths() -> None:
     )
     assert args.listen == f"0.0.0.0:{AGENT_PORT}" and args.triton == "http://127.0.0.1:8000"
     assert args.once is False and args.interval == 0.2
+    # tritonserver's metrics in the same pod: their GPU gauges measure a pooled GPU model's memory.
+    assert (args.triton_metrics, args.triton_metrics_interval) == ("http://127.0.0.1:8002/metrics", 2.0)
 
 
 @pytest.mark.parametrize(
@@ -46,6 +48,8 @@ def test_the_defaults_are_the_pods_paths() -> None:
         ["--load-timeout", "0"],
         ["--drain-seconds", "-1"],
         ["--drain-seconds", "soon"],  # no number: refused, not read as 0
+        ["--triton-metrics", "127.0.0.1:8002"],  # no http:// URL
+        ["--triton-metrics-interval", "0"],
     ],
 )
 def test_bad_values_are_refused(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:

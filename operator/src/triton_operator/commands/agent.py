@@ -15,6 +15,7 @@ from typing import Any
 
 from triton_operator import logs
 from triton_operator.adapters.agent.files import read_text
+from triton_operator.adapters.agent.gpu_metrics import DEFAULT_INTERVAL, GpuMetrics, check_url
 from triton_operator.adapters.agent.model_control import ModelControl
 from triton_operator.adapters.agent.pool_member import PoolMember, wait_loop
 from triton_operator.adapters.agent.runner import Agent, AgentOptions, FillFailed
@@ -43,6 +44,7 @@ from triton_operator.core.objects.names import (
     HTTP_PORT,
     INPLACE_DIR,
     INPLACE_TARGET_FILE,
+    METRICS_PORT,
     MODELS_DIR,
 )
 from triton_operator.core.pod.agent_plan import RevisionFiles
@@ -104,6 +106,13 @@ def _listen(text: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def _metrics_url(text: str) -> str:
+    try:
+        return check_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _count(low: int, high: int) -> Callable[[str], int]:
@@ -240,6 +249,20 @@ def register(subparsers: Any) -> None:
         help="seconds one model load or unload may take before it counts as failed (default 900)",
     )
     parser.add_argument(
+        "--triton-metrics",
+        type=_metrics_url,
+        default=f"http://127.0.0.1:{METRICS_PORT}/metrics",
+        help="tritonserver's metrics page, whose GPU memory gauges measure a pooled GPU model's memory "
+        f"at its load (default http://127.0.0.1:{METRICS_PORT}/metrics)",
+    )
+    parser.add_argument(
+        "--triton-metrics-interval",
+        type=seconds(0.1, 3600),
+        default=DEFAULT_INTERVAL,
+        help="how often tritonserver refreshes its GPU gauges, in seconds (its --metrics-interval-ms; "
+        "default 2): a pooled GPU model's load is read two intervals after it answered",
+    )
+    parser.add_argument(
         "--pool-assignment",
         type=Path,
         default=None,
@@ -316,7 +339,8 @@ def run(args: argparse.Namespace) -> int:
     if args.once:
         return once(agent, args, fail, started)
     if args.pool_assignment is not None:
-        return pool_sidecar(PoolMember(agent, args.pool_assignment), args)
+        gpu = GpuMetrics(args.triton_metrics, interval=args.triton_metrics_interval)
+        return pool_sidecar(PoolMember(agent, args.pool_assignment, gpu=gpu), args)
     try:
         return sidecar(agent, args)
     except FillFailed as exc:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from triton_operator.adapters.agent.files import read_text, remove_model_files
+from triton_operator.adapters.agent.gpu_metrics import GpuMetrics
 from triton_operator.adapters.agent.leaving import pod_name
 from triton_operator.adapters.agent.model_control import LoadFailed, TritonUnreachable
 from triton_operator.adapters.agent.processes import model_memory
@@ -35,9 +36,18 @@ from triton_operator.core.pool.assignment import (
     Wanted,
     build_report,
     parse_assignment,
-    runs_on_cpu,
+)
+from triton_operator.core.pool.gpu_memory import (
+    GPU,
+    HOST,
+    GpuMemory,
+    gpu_growth,
+    load_figure,
+    measured_kinds,
 )
 from triton_operator.core.pool.labels import READY, model_label_key
+from triton_operator.core.spec.field_error import ModelConfigError
+from triton_operator.core.spec.modelconfig import parse_config_pbtxt
 from triton_operator.core.vocabulary.triton_state import VERSION_READY
 
 logger = logging.getLogger("triton_operator.agent")
@@ -57,7 +67,8 @@ class _Held:
     ready_version: str = ""
     revision: str | None = None
     memory: int | None = None
-    """The host memory its last successful load took (bytes; None: not measured)."""
+    """The memory its last measured load took (bytes: host, GPU or both, measured_kinds; None: not
+    measured)."""
 
 
 @dataclass
@@ -83,10 +94,22 @@ class PoolMember:
     off and waited the drain before it dropped the entry), and never retries a failed load by itself.
     A pass's unloads come first; then its loads run up to core.pod.agent_plan.FILL_LOADS at once (as
     the one-shape fill's loader threads), except that a model still to be measured (_to_measure) loads
-    with no other load, so that tritonserver's growth across it is its own."""
+    with no other load, so that tritonserver's growth across it (host memory, and the pod's GPUs' used
+    memory as ``gpu``, tritonserver's metrics, reads it) is its own."""
 
-    def __init__(self, agent: Agent, assignment_file: Path, labels_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        assignment_file: Path,
+        labels_file: Path | None = None,
+        gpu: GpuMetrics | None = None,
+    ) -> None:
         self.agent = agent
+        self.gpu = gpu
+        """tritonserver's GPU memory gauges (None: GPU models are not measured)."""
+        self._changed_at = float("-inf")
+        """time.monotonic() when the last load or unload answered: a GPU reading taken less than
+        ``gpu.settle_seconds`` after it may not include it yet."""
         self.assignment_file = assignment_file
         self.labels_file = labels_file or assignment_file.with_name(POOL_LABELS_ITEM)
         """The pod's labels (downward API, beside the assignment): which models are on their routes."""
@@ -193,13 +216,24 @@ class PoolMember:
         held = self.held.get(model)
         return held is not None and bool(held.ready_version) and self.states.get(model) == VERSION_READY
 
+    def _kinds(self, config: str) -> frozenset[str]:
+        """The memory a load of a model with this config.pbtxt is measured in (measured_kinds, from its
+        instance groups' kinds; none when it does not parse): none for a model with GPU instances when
+        this agent reads no GPU metrics."""
+        try:
+            groups = parse_config_pbtxt(config).instance_group
+        except ModelConfigError:
+            return frozenset()
+        kinds = measured_kinds(type(g).Kind.Name(g.kind) for g in groups)
+        return frozenset() if GPU in kinds and self.gpu is None else kinds
+
     def _to_measure(self, model: str, wanted: Wanted, files: RevisionFiles) -> bool:
         """Whether ``model``'s load is to measure its memory, so that it runs with no other load: its
-        every instance runs on the CPU (runs_on_cpu), it is not a reload (_reloading: never measured),
-        and neither this agent (an earlier load here) nor the operator (the entry's ``measured``:
-        status.pool keeps its figure) has its memory yet."""
+        instances run on the CPU, the GPU or both (_kinds), it is not a reload (_reloading: never
+        measured), and neither this agent (an earlier load here) nor the operator (the entry's
+        ``measured``: status.pool keeps its figure) has its memory yet."""
         config = files.configs.get(model)
-        if config is None or not runs_on_cpu(config) or wanted.measured or self._reloading(model):
+        if config is None or not self._kinds(config) or wanted.measured or self._reloading(model):
             return False
         held = self.held.get(model)
         return held is None or held.memory is None
@@ -292,9 +326,15 @@ class PoolMember:
                 self.agent._sync(files, None, manifest=model_part(files.manifest, model))
             # A reload of a model READY here is not measured: tritonserver holds both versions, and
             # both versions' stubs, until the new one is in; the figure of its first load stands.
-            measuring = runs_on_cpu(files.configs[model]) and not reloading
-            before = self._memory(model) if measuring else None
-            self.agent.options.triton.load(model)
+            kinds = frozenset() if reloading else self._kinds(files.configs[model])
+            before = self._memory(model) if HOST in kinds else None
+            # The GPUs are read only around a load that runs alone (one still to be measured): each
+            # reading waits for tritonserver's gauges to include the loads and unloads before it.
+            gpu_before = self._gpu_reading() if GPU in kinds and job.alone else None
+            try:
+                self.agent.options.triton.load(model)
+            finally:
+                self._changed_at = time.monotonic()
         except (LoadFailed, TritonUnreachable, *SYNC_FAILURES) as exc:
             if isinstance(exc, TritonUnreachable) and not self.agent.options.triton.live():
                 # tritonserver went away under the load (it crashed, the kubelet restarts it): not a
@@ -312,19 +352,44 @@ class PoolMember:
             logger.error("pool: model %s (version %s, attempt %d): %s", model, version, attempt, entry.error)
         else:
             after = self._memory(model) if before is not None else None
-            with self._turn:
-                overlapped = job.overlapped
-            if before is not None and after is not None and not overlapped:
-                # No other load overlapped this one: tritonserver's growth across it, and the stubs
-                # its instances run in, are this model's memory.
-                entry.memory = max(0, after[0] - before[0]) + after[1]
-                logger.info("pool: model %s took %d bytes at its load", model, entry.memory)
-            elif before is not None:
-                # Another load overlapped: tritonserver's growth is not this model's alone. The
-                # figure measured before (here, or status.pool's) stands.
-                logger.info("pool: model %s loaded beside another: its memory is not measured", model)
             entry.ready_version = version
             self.states[model] = VERSION_READY  # Triton's load answered: READY until the next reading
+            with self._turn:
+                overlapped = job.overlapped
+            gpu_after = None
+            if gpu_before is not None and not overlapped:
+                # Reported READY at once; the load still holds the pod's loads back (it is running)
+                # until tritonserver's GPU gauges include it.
+                with self._turn:
+                    self.acting.discard(model)
+                gpu_after = self._gpu_reading()
+            host = None
+            if before is not None and after is not None:
+                host = max(0, after[0] - before[0]) + after[1]
+            gpu = None
+            if gpu_before is not None and gpu_after is not None:
+                gpu = gpu_growth(gpu_before, gpu_after)
+            figure = None if overlapped else load_figure(kinds, host, gpu)
+            if figure is not None:
+                # No other load overlapped this one: tritonserver's growth across it (host memory,
+                # with the stubs its instances run in; the pod's GPUs' used memory) is this model's.
+                entry.memory = figure
+                logger.info("pool: model %s took %d bytes at its load", model, entry.memory)
+            elif kinds:
+                # Another load overlapped (tritonserver's growth is not this model's alone), or a
+                # reading it needs was not there: the figure measured before (here, or status.pool's)
+                # stands.
+                logger.info("pool: model %s: its memory is not measured at this load", model)
+
+    def _gpu_reading(self) -> dict[str, GpuMemory] | None:
+        """The pod's GPUs' memory as tritonserver's metrics say, once ``gpu.settle_seconds`` have passed
+        since the last load or unload answered (its gauges are refreshed each metrics interval)."""
+        if self.gpu is None:
+            return None
+        wait = self._changed_at + self.gpu.settle_seconds - time.monotonic()
+        if wait > 0:
+            self.agent.options.wait(wait)
+        return self.gpu.read()
 
     def _memory(self, model: str) -> tuple[int, int] | None:
         """tritonserver's resident memory and that of ``model``'s Python stubs (None: not visible)."""
@@ -337,6 +402,8 @@ class PoolMember:
         except (LoadFailed, TritonUnreachable) as exc:
             logger.error("pool: unloading model %s: %s; tried again next pass", model, exc)
             return
+        finally:
+            self._changed_at = time.monotonic()
         del self.held[model]
         self.states.pop(model, None)
         self._repaired.pop(model, None)
