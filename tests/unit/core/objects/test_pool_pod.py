@@ -81,3 +81,11 @@ def test_a_pooled_pods_agent_stops_with_tritonserver_so_the_terminating_pod_stay
     assert "lifecycle" not in unpooled[AGENT_CONTAINER]
     no_drain = {c["name"]: c for c in pod_of(**drain_only(**pooled()), drainSeconds=0)["containers"]}
     assert "lifecycle" not in no_drain[AGENT_CONTAINER]
+
+
+def test_a_pooled_pods_agent_reads_the_gpu_gauges_at_tritonservers_metrics_interval() -> None:
+    """serverArgs' --metrics-interval-ms (how often tritonserver refreshes its GPU gauges) is the
+    agent's --triton-metrics-interval, in seconds; left at Triton's default, the agent's default (2 s)."""
+    assert agent_args(pod_of(**pooled())).triton_metrics_interval == 2.0
+    for given in (["--metrics-interval-ms=5000"], ["--metrics-interval-ms", "5000"]):
+        assert agent_args(pod_of(**pooled(), serverArgs=given)).triton_metrics_interval == 5.0

@@ -565,6 +565,20 @@ def exit_timeout_seconds(server_args: Sequence[str]) -> int:
     return TRITON_EXIT_TIMEOUT_SECONDS
 
 
+def metrics_interval_args(server_args: Sequence[str]) -> list[str]:
+    """The pool agent's --triton-metrics-interval from serverArgs' --metrics-interval-ms (how often
+    tritonserver refreshes the GPU gauges a GPU model's memory is measured from; docs/pool.md), none
+    when serverArgs leave it at Triton's default."""
+    value: str | None = None
+    for index, arg in enumerate(server_args):
+        name, has_value, rest = arg.partition("=")
+        if name == "--metrics-interval-ms":
+            value = rest if has_value else server_args[index + 1] if index + 1 < len(server_args) else None
+    if value is None or not value.strip().isdigit() or int(value) <= 0:
+        return []
+    return ["--triton-metrics-interval", f"{int(value) / 1000:g}"]
+
+
 def leave_seconds(ts: TritonService, settings: Settings | None = None) -> int:
     """How long a leaving pool pod may serve on after its drain (spec.pool.leaveSeconds; 0 without a
     pool, in a revision recorded before the wait, settings.pool_leave, or in pods without the agent,
@@ -789,7 +803,11 @@ def build_agent_container(ts: TritonService, settings: Settings, sync: Mapping[s
     serves the pod's readiness). In a pod of the one shape (fills_itself) it also fills /models and
     loads every model in the first place, and says why it failed as its termination message."""
     fill = [FILL_FLAG] if fills_itself(settings) else []
-    pool = ["--pool-assignment", POOL_ASSIGNMENT_FILE] if ts.spec.pool is not None else []
+    pool = (
+        ["--pool-assignment", POOL_ASSIGNMENT_FILE, *metrics_interval_args(ts.spec.server_args)]
+        if ts.spec.pool is not None
+        else []
+    )
     agent: dict[str, Any] = {
         "name": AGENT_CONTAINER,
         "image": sync["image"],
