@@ -25,6 +25,8 @@ from test_pool_member_report import (  # type: ignore[import-not-found,unused-ig
 from triton_operator.adapters.agent.gpu_metrics import GpuMetrics
 from triton_operator.adapters.agent.pool_member import PoolMember
 from triton_operator.core.pool.assignment import PodAssignment, Wanted, build_assignment
+from triton_operator.core.pool.gpu_memory import GPU, HOST
+from triton_operator.core.spec.modelconfig import build_config_pbtxt
 
 MiB = 1 << 20
 PY = 'name: "{m}"\nbackend: "python"\n'
@@ -216,3 +218,30 @@ def test_no_gpu_reading_measures_nothing_and_the_model_still_serves(
     member.gpu = None
     files = member.agent.options.base
     assert not member._to_measure("g", Wanted("v"), files)  # nothing to measure: it need not load alone
+
+
+def test_which_memory_a_model_is_measured_in_follows_its_rendered_instance_groups(
+    tmp_path: Path, triton: GpuTriton, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Moved from test_pool_measured (runs_on_cpu, which it replaces): the config.pbtxt the operator
+    renders, parsed. All KIND_CPU: host; all KIND_GPU: GPU; both kinds: both (a model on the CPU and the
+    GPU was not measured before); KIND_AUTO (rendered with no kind line), KIND_MODEL or no group:
+    nothing. An agent that reads no GPU metrics measures nothing of a model with GPU instances."""
+
+    def pbtxt(*kinds: str) -> str:
+        groups = [{"kind": k, "count": 1} for k in kinds]
+        return build_config_pbtxt("m", {"backend": "python", **({"instanceGroup": groups} if groups else {})})
+
+    member = gpu_member(tmp_path, triton, monkeypatch, PY_GPU, ("m",))
+    assert member._kinds(pbtxt("KIND_CPU")) == {HOST}
+    assert member._kinds(pbtxt("KIND_CPU", "KIND_CPU")) == {HOST}
+    assert member._kinds(pbtxt("KIND_GPU")) == {GPU}
+    assert member._kinds(pbtxt("KIND_CPU", "KIND_GPU")) == {HOST, GPU}
+    assert member._kinds(pbtxt("KIND_CPU", "KIND_AUTO")) == frozenset()
+    assert member._kinds(pbtxt("KIND_MODEL")) == frozenset()
+    assert member._kinds(pbtxt()) == frozenset()  # Triton's default is the GPU where there is one
+    assert member._kinds("not a config {") == frozenset()
+    member.gpu = None
+    assert member._kinds(pbtxt("KIND_CPU")) == {HOST}
+    assert member._kinds(pbtxt("KIND_GPU")) == frozenset()
+    assert member._kinds(pbtxt("KIND_CPU", "KIND_GPU")) == frozenset()

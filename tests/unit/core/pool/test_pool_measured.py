@@ -10,12 +10,10 @@ from triton_operator.core.pool.assignment import (
     Copy,
     build_report,
     parse_report,
-    runs_on_cpu,
 )
 from triton_operator.core.pool.copies import fit_pool
 from triton_operator.core.pool.explain import update_measured
 from triton_operator.core.pool.placement import BUDGET_FULL, LARGER_THAN_POD, PoolModel, PoolPod, place
-from triton_operator.core.spec.modelconfig import build_config_pbtxt
 
 MiB = 1 << 20
 
@@ -29,18 +27,6 @@ def test_the_report_carries_the_memory_measured_and_refuses_a_bad_one_naming_it(
         parse_report({"models": {"a": {"state": "READY", "version": "v", "attempt": 1, "memory": -1}}})
     with pytest.raises(AssignmentError, match=r"models\.a\.memory"):
         parse_report({"models": {"a": {"state": "READY", "version": "v", "attempt": 1, "memory": "1Mi"}}})
-
-
-def test_only_a_model_whose_every_instance_runs_on_the_cpu_is_measured() -> None:
-    def pbtxt(*kinds: str) -> str:
-        groups = [{"kind": k, "count": 1} for k in kinds]
-        return build_config_pbtxt("m", {"backend": "python", **({"instanceGroup": groups} if groups else {})})
-
-    assert runs_on_cpu(pbtxt("KIND_CPU"))
-    assert runs_on_cpu(pbtxt("KIND_CPU", "KIND_CPU"))
-    assert not runs_on_cpu(pbtxt("KIND_CPU", "KIND_GPU"))
-    assert not runs_on_cpu(pbtxt("KIND_MODEL"))
-    assert not runs_on_cpu(pbtxt())  # Triton's default is the GPU where there is one
 
 
 def test_the_kept_figure_is_the_largest_ready_copy_rounded_up_to_a_mib_and_changes_only_beyond_a_tenth() -> (

@@ -30,16 +30,16 @@ The agent reports each model it holds, loads or failed to load (GET :8009/v1/poo
 
 ``state`` and ``version`` are what Triton's repository index says (the version READY, or the one
 loading or unavailable); a failed reload of a model that was READY leaves it READY at its old version
-(Triton keeps serving it) with ``error`` set for the attempt. ``memory`` is the host memory the model
-took at its load (``runs_on_cpu``: only for a model whose every instance runs on the CPU, and only
-at a load no other load overlapped, so that the growth the agent sees is that model's).
+(Triton keeps serving it) with ``error`` set for the attempt. ``memory`` is the memory the model took at
+its load, in the kind its instances take (core.pool.gpu_memory.measured_kinds: host memory on the CPU,
+the pod's GPUs' memory on the GPU, both added up for groups of each kind), and only at a load no other
+load overlapped, so that the growth the agent sees is that model's.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,17 +109,6 @@ class Copy:
     error: str = ""
     memory: int | None = None
     """Bytes the copy took at its load, as the agent measured them (None: not measured)."""
-
-
-_KIND = re.compile(r"^\s*kind:\s*(\w+)\s*$", re.MULTILINE)
-
-
-def runs_on_cpu(config_pbtxt: str) -> bool:
-    """Whether a rendered config.pbtxt puts every instance on the CPU (each instance_group's kind is
-    KIND_CPU, and it has one): only then does the host memory a load takes measure the model's memory
-    (a GPU model's is on its device, which the agent does not measure)."""
-    kinds = _KIND.findall(config_pbtxt)
-    return bool(kinds) and all(kind == "KIND_CPU" for kind in kinds)
 
 
 def build_assignment(assignment: PodAssignment) -> str:
