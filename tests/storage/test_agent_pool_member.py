@@ -27,7 +27,7 @@ from test_agent_inplace import (  # type: ignore[import-not-found,unused-ignore]
 )
 
 from triton_operator.adapters.agent.leaving import pod_name
-from triton_operator.adapters.agent.pool_member import FILES_WAIT_SECONDS
+from triton_operator.adapters.agent.runner import FILES_WAIT_SECONDS
 from triton_operator.core.objects.names import inplace_manifest_key
 from triton_operator.core.pool.assignment import PodAssignment, Wanted, build_assignment, parse_report
 from tritonserver import TritonInstall, start_server

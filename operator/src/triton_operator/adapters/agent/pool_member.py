@@ -14,6 +14,7 @@ from triton_operator.adapters.agent.leaving import pod_name
 from triton_operator.adapters.agent.model_control import LoadFailed, TritonUnreachable
 from triton_operator.adapters.agent.processes import model_memory
 from triton_operator.adapters.agent.runner import (
+    FILES_WAIT_SECONDS,
     GOING,
     REPAIR_SECONDS,
     SYNC_FAILURES,
@@ -44,16 +45,13 @@ logger = logging.getLogger("triton_operator.agent")
 
 LOADING = "LOADING"
 UNAVAILABLE = "UNAVAILABLE"
-FILES_WAIT_SECONDS = 5.0
-"""How long an entry may wait for its revision's files (the kubelet shows the in-place ConfigMap a little
-after the operator wrote it) before the agent says so: once in its log, and in its report (the copy's
-``waiting``), which status.pool.models[].message shows."""
 
 
 @dataclass
 class _Missing:
     """An entry whose revision's files the agent has not found: since when (monotonic), and what it
-    said once FILES_WAIT_SECONDS were over (empty: not yet)."""
+    said once FILES_WAIT_SECONDS were over (empty: not yet), in its log and its report (the copy's
+    ``waiting``, which status.pool.models[].message shows)."""
 
     wanted: Wanted
     since: float
