@@ -534,6 +534,18 @@ def test_a_pod_deleted_with_its_models_only_copies_fails_no_request(
     where = wait_settled(kube, namespace, timeout=30, copies=1)
     victim = sorted(set().union(*where.values()))[0]
     lost = sorted(m for m, names in where.items() if victim in names)
+    said: list[str] = []  # the agent container's log, followed until it stops
+
+    def follow() -> None:
+        try:
+            for line in kube.log(victim, namespace=namespace, container="model-agent", follow=True):
+                said.append(line)
+        except Exception as exc:  # the stream ends with the pod: what it had is kept
+            said.append(f"(stream ended: {exc})")
+
+    reader = threading.Thread(target=follow, name="agent-log", daemon=True)
+    reader.start()
+    time.sleep(2)  # the stream is open before the pod terminates
     kube.delete(Pod, victim, namespace=namespace)
     where = wait_settled(kube, namespace, copies=1)
     assert victim not in set().union(*where.values())
@@ -541,6 +553,13 @@ def test_a_pod_deleted_with_its_models_only_copies_fails_no_request(
     no_request_failed(load, f"{victim} deleted, the only copy of {lost}", sent, kube, namespace)
     for model in lost:
         assert load.answers[model, OFFSETS[model]] > 0, load.summary()
+    # The preStop's lines (`triton-operator leave`) are in the agent container's log, though the kubelet
+    # drops a hook's own output: the wait it started, who answered its models' Services, how it ended.
+    reader.join(timeout=180)
+    leave = [line for line in said if "leave: " in line]
+    assert any(f"leave: pod {victim} leaves: the drain (45s)" in line for line in leave), said[-40:]
+    assert any(f"{lost[0]} by " in line for line in leave), leave
+    assert any("done after" in line or "the bound is over" in line for line in leave), leave
 
 
 # ----------------------------------------------------------------- an abort and a newer spec in place

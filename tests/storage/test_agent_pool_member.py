@@ -5,6 +5,8 @@ the agent loads exactly the models it names, unloads the ones gone, and reports 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +27,8 @@ from test_agent_inplace import (  # type: ignore[import-not-found,unused-ignore]
 )
 
 from triton_operator.adapters.agent.leaving import pod_name
+from triton_operator.adapters.agent.runner import FILES_WAIT_SECONDS
+from triton_operator.core.objects.names import inplace_manifest_key
 from triton_operator.core.pool.assignment import PodAssignment, Wanted, build_assignment, parse_report
 from tritonserver import TritonInstall, start_server
 
@@ -195,5 +199,84 @@ def test_a_failed_load_is_reported_and_tried_again_only_on_a_new_attempt(
             and "refuses to load" in body["models"]["bad"]["error"]
         )
         assert pod.inits() == ["bad 1", "bad 1"]
+    finally:
+        server.stop()
+
+
+def test_an_entry_whose_revisions_files_do_not_come_is_said_then_loads_once_they_do(
+    pod: Pod, triton_install: TritonInstall, sidecars: list[Sidecar]
+) -> None:
+    """alpha READY from the pod's own revision; the operator names it at version va2 of revision r3,
+    which the in-place volume does not show (the ConfigMap dropped it): the agent keeps serving va, and
+    after FILES_WAIT_SECONDS says once in its log, and in its report, what it waits for and where it
+    looks; once the kubelet shows r3, alpha loads at va2 and waits for nothing."""
+    pod.put("alpha/1/model.py", model_py(100))
+    r1 = pod.revision("r1", {"alpha": config(pod.init_log)})
+    pod.set_base(r1)
+    pod.publish(r1, None)
+    assignment = pod.root / "assignment"
+    server = start_server(triton_install, pod.models, [], pod.root / "tritonserver.log")
+    try:
+        sidecar = Sidecar(pod, server.http_url, extra=("--pool-assignment", str(assignment)))
+        sidecars.append(sidecar)
+        assign(assignment, {"alpha": Wanted("va", 1)})
+        wait_report(sidecar, lambda b: b["models"].get("alpha", {}).get("state") == "READY", "alpha")
+        pod.put("alpha/1/model.py", model_py(200))
+        r3 = pod.revision("r3", {"alpha": config(pod.init_log)})
+        asked = time.monotonic()
+        assign(assignment, {"alpha": Wanted("va2", 1, "r3")})
+        body = wait_report(sidecar, lambda b: b["models"]["alpha"].get("waiting"), "the wait said")
+        assert time.monotonic() - asked >= FILES_WAIT_SECONDS
+        alpha = body["models"]["alpha"]
+        assert (alpha["state"], alpha["version"]) == ("READY", "va"), alpha  # va still serves
+        inplace = pod.root / "inplace" / inplace_manifest_key("r3")
+        assert f"waits for revision r3's files, not in the in-place volume ({inplace}" in alpha["waiting"]
+        time.sleep(1)  # five more passes: said once
+        said = [line for line in pod.sidecar_log.read_text().splitlines() if "waits for revision r3" in line]
+        assert len(said) == 1 and "WARNING pool: model alpha (version va2)" in said[0], said
+
+        pod.publish(r1, r3)  # the kubelet shows r3
+        body = wait_report(
+            sidecar,
+            lambda b: (b["models"]["alpha"]["state"], b["models"]["alpha"]["version"]) == ("READY", "va2"),
+            "va2",
+        )
+        assert "waiting" not in body["models"]["alpha"], body
+        client = Client(server, model="alpha").start()
+        client.wait_answers(3)
+        client.stop()
+        assert not client.failures and set(client.answers) == {201.0}, client.failures
+    finally:
+        server.stop()
+
+
+def test_the_leave_hooks_lines_land_in_the_agents_own_log(
+    pod: Pod, triton_install: TritonInstall, sidecars: list[Sidecar]
+) -> None:
+    """The pool agent writes its pid to its state folder; `triton-operator leave`, run beside it as the
+    kubelet runs the preStop, appends its lines to that process's stdout (its log here, the container's
+    log in a pod): which models it asked about, who answered, how it ended."""
+    pod.put("alpha/1/model.py", model_py(100))
+    pod.set_base(pod.revision("r1", {"alpha": config(pod.init_log)}))
+    assignment = pod.root / "assignment"
+    server = start_server(triton_install, pod.models, [], pod.root / "tritonserver.log")
+    try:
+        sidecar = Sidecar(pod, server.http_url, extra=("--pool-assignment", str(assignment)))
+        sidecars.append(sidecar)
+        assign(assignment, {"alpha": Wanted("va", 1)})
+        wait_report(sidecar, lambda b: b["models"].get("alpha", {}).get("state") == "READY", "alpha")
+        assert (pod.state / "agent.pid").read_text().strip() == str(sidecar.process.pid)
+        # alpha's "Service" is an address where nothing answers (TEST-NET-1): nobody, so it is done.
+        leaving = PodAssignment({"alpha": Wanted("va", 1)}, services={"alpha": "192.0.2.1"})
+        (pod.root / "leaving").write_text(build_assignment(leaving))
+        command = [sys.executable, "-m", "triton_operator.cli", "leave", "--after", "0", "--seconds", "5"]
+        command += ["--agent", f"http://127.0.0.1:{sidecar.port}", "--assignment", str(pod.root / "leaving")]
+        command += ["--done", str(pod.root / "done"), "--pid-file", str(pod.state / "agent.pid")]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=pod.env(), check=False)
+        assert done.returncode == 0 and "leave" not in done.stderr, done.stderr
+        log = pod.sidecar_log.read_text()
+        assert "leave INFO leave: pod " in log and "alpha by nobody" in log, log
+        assert "no model is served by this pod alone" in log, log
+        assert (pod.root / "done").read_text() == "done\n"
     finally:
         server.stop()

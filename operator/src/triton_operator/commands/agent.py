@@ -16,6 +16,7 @@ from typing import Any
 from triton_operator import logs
 from triton_operator.adapters.agent.files import read_text
 from triton_operator.adapters.agent.gpu_metrics import DEFAULT_INTERVAL, GpuMetrics, check_url
+from triton_operator.adapters.agent.leaving import note_pid
 from triton_operator.adapters.agent.model_control import ModelControl
 from triton_operator.adapters.agent.pool_member import PoolMember, wait_loop
 from triton_operator.adapters.agent.runner import Agent, AgentOptions, FillFailed
@@ -37,6 +38,7 @@ from triton_operator.commands.sync import (
     write_termination_log,
 )
 from triton_operator.core.objects.names import (
+    AGENT_PID_FILE,
     AGENT_PORT,
     AGENT_READY_PATH,
     AGENT_STATE_DIR,
@@ -452,6 +454,8 @@ def pool_sidecar(member: PoolMember, args: argparse.Namespace) -> int:
         result = member.ready()
         return result.ready, result.to_json()
 
+    # Its preStop (`triton-operator leave`) writes its lines to this process's stdout, the container's log.
+    note_pid(args.state_dir / Path(AGENT_PID_FILE).name)
     server = StatusServer(args.listen, member.agent.status, ready, member.report, limits=limits(args)).start()
     logging.getLogger("triton_operator.agent").info(
         "a pod of a pool: following %s every %.3g s", args.pool_assignment, args.interval

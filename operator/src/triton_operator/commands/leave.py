@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 from triton_operator import logs
-from triton_operator.adapters.agent.leaving import LeaveOptions, leave
+from triton_operator.adapters.agent.leaving import LeaveOptions, agent_output, leave, open_output
 from triton_operator.commands.argtypes import seconds
-from triton_operator.core.objects.names import AGENT_PORT, LEAVE_DONE_FILE, POOL_ASSIGNMENT_FILE
+from triton_operator.core.objects.names import (
+    AGENT_PID_FILE,
+    AGENT_PORT,
+    LEAVE_DONE_FILE,
+    POOL_ASSIGNMENT_FILE,
+)
 
 EPILOG = f"""\
 The preStop of a pool pod's agent container (docs/pool.md, "A pod that leaves"). It waits --after
@@ -20,6 +26,12 @@ GET <address>:{AGENT_PORT}/v1/pool) by this very pod: kube-proxy sends a termina
 while its Service has no other ready endpoint. A model answered by another pod, or by nobody, is done.
 Then it writes --done, on which tritonserver's preStop waits, and exits 0. It only reads: what any
 caller of port {AGENT_PORT} may read.
+
+The kubelet keeps an exec hook's output only when it fails, so its lines (the wait it starts, who
+answered each model's Service, how the wait ended: answers, or the bound) go to the agent's own stdout,
+the container's log (`kubectl logs POD -c model-agent`): /proc/<pid>/fd/1, with the pid the agent
+wrote in --pid-file (the pod shares one process namespace: its PID 1 is the pause container), or
+--log; when that cannot be opened, to this command's stderr.
 """
 
 
@@ -51,6 +63,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--interval", type=seconds(0.1, 60), default=1.0, help="seconds between two looks (default 1)"
     )
+    parser.add_argument(
+        "--pid-file",
+        type=Path,
+        default=Path(AGENT_PID_FILE),
+        help="the agent's process id, whose stdout its lines go to (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--log", type=Path, default=None, help="a file its lines go to instead of the agent's stdout"
+    )
     parser.set_defaults(func=run)
 
 
@@ -60,7 +81,12 @@ def run(args: argparse.Namespace) -> int:
     except logs.LogFormatError as exc:  # a bad setting stops the process, naming the variable
         print(f"triton-operator leave: error: {exc}", file=sys.stderr)
         return 2
-    logs.configure("agent", fmt, text_format="%(asctime)s leave %(levelname)s %(message)s")
+    target = args.log or agent_output(args.pid_file)
+    stream = open_output(target)
+    logs.configure("agent", fmt, text_format="%(asctime)s leave %(levelname)s %(message)s", stream=stream)
+    if stream is None:
+        where = f"{target} cannot be opened" if target is not None else f"no agent pid in {args.pid_file}"
+        logging.getLogger("triton_operator.agent").warning("leave: %s: its lines go to its own stderr", where)
     leave(
         LeaveOptions(
             agent=args.agent,
@@ -71,4 +97,6 @@ def run(args: argparse.Namespace) -> int:
             interval=args.interval,
         )
     )
+    if stream is not None:
+        stream.close()
     return 0

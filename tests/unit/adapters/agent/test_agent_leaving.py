@@ -101,6 +101,31 @@ def test_it_leaves_at_the_bound_naming_what_it_still_served(tmp_path: Path) -> N
     assert (tmp_path / "done").exists()
 
 
+def test_it_says_who_answered_each_time_that_changes_and_how_the_wait_ended(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    opts = options(tmp_path, {"a": "10.96.0.1", "b": "10.96.0.2"}, after=2.0, seconds=10.0)
+    local = {m: Copy("READY", "v1") for m in "ab"}
+
+    def answers(address: str, now: float) -> str | None:
+        return "me" if address == "10.96.0.1" or now < 5.0 else "other"
+
+    with caplog.at_level("INFO", logger="triton_operator.agent"):
+        left = leave(opts, pod="me", asker=asker(clock, local, answers), clock=clock, sleep=clock.sleep)
+    assert left == ["a"]
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0].startswith("leave: pod me leaves: the drain (2s), then at most 10s")
+    assert said[1:3] == [
+        "leave: after 2.0s: a by this pod, b by this pod",
+        "leave: after 5.0s: a by this pod, b by other",  # said again only once the answers changed
+    ]
+    assert said[3] == (
+        "leave: the bound is over (10s after the drain): a still served by this pod alone; leaving anyway"
+    )
+    assert len(said) == 4
+
+
 def test_without_a_wait_it_serves_the_drain_alone(tmp_path: Path) -> None:
     clock = Clock()
     opts = options(tmp_path, {"a": "10.96.0.1"}, after=5.0, seconds=0.0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from triton_operator.adapters.agent import files as agent_files
+from triton_operator.adapters.agent import runner
 from triton_operator.adapters.agent.runner import Agent, AgentOptions
 from triton_operator.cli import build_parser
 from triton_operator.core.objects.builders import build_deployment
@@ -202,3 +204,35 @@ def test_an_older_state_json_is_not_followed_but_a_rollback_and_an_undo_are(tmp_
     assert rolling_back.resolve().revision == N.revision
     other.refresh(name, configmap(S, N), {})
     assert rolling_back.resolve().revision == S.revision
+
+
+def test_a_target_whose_files_never_show_is_said_once_in_the_log_and_the_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pod's annotation names N, which the in-place ConfigMap does not carry (it dropped it): the
+    agent serves S, quiet for FILES_WAIT_SECONDS, then says once what it waits for and where it looks,
+    in its log and in the status's message the operator reads; once N shows, it follows N and waits for
+    nothing."""
+    monkeypatch.setattr(runner, "FILES_WAIT_SECONDS", 0.2)
+    kubelet = Kubelet(tmp_path)
+    for name in kubelet.annotation_first():
+        kubelet.refresh(name, configmap(S, None), {INPLACE_TARGET_ANNOTATION: N.revision})
+    agent = kubelet.agent()
+    with caplog.at_level("WARNING", logger="triton_operator.agent"):
+        assert agent.resolve().revision == S.revision
+        assert agent.waiting == "" and not caplog.records  # the kubelet may show it a little later
+        time.sleep(0.25)
+        for _ in range(3):
+            assert agent.resolve().revision == S.revision
+    where = kubelet.path(kubelet.args.inplace_dir) / inplace_manifest_key(N.revision)
+    said = (
+        f"the pod's target names revision {N.revision}, whose files are not in the in-place volume "
+        f"({where} and its configs) or which its state.json does not name, after 0.2s: "
+        f"it serves {S.revision} meanwhile"
+    )
+    assert [r.getMessage() for r in caplog.records] == [said]  # once, not every pass
+    assert agent._status_now()["message"] == said
+    for name in kubelet.annotation_first():
+        kubelet.refresh(name, configmap(S, N), {INPLACE_TARGET_ANNOTATION: N.revision})
+    assert agent.resolve().revision == N.revision
+    assert agent.waiting == "" and agent._status_now()["message"] == ""

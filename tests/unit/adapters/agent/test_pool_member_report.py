@@ -225,6 +225,71 @@ def test_a_model_named_at_another_revision_is_fetched_from_that_revisions_files_
     assert len(triton.calls) == 3  # settled: nothing reloads
 
 
+def test_an_entry_whose_revisions_files_never_come_is_said_once_in_the_log_and_in_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`a` (held at v1) and `c` (new) named at revision r2, whose files the in-place volume never shows:
+    quiet for FILES_WAIT_SECONDS (the kubelet shows a ConfigMap late), then one warning each naming the
+    model, the revision and the path looked at, and the report's copies say it (`a` still READY at v1,
+    `c` UNAVAILABLE at its entry's version); once r2's files are there, loaded and no longer waiting."""
+    monkeypatch.setattr(pool_member, "FILES_WAIT_SECONDS", 0.3)
+    inplace = tmp_path / "inplace"
+    inplace.mkdir()
+    triton = FakeTriton()
+    member = member_of(tmp_path, triton, monkeypatch, inplace_dir=inplace, names=("a", "b", "c"))
+    assign(member, a=("v1", 1), b=("v1", 1))
+    entries = {"a": Wanted("v2", 1, "r2"), "b": Wanted("v1", 1), "c": Wanted("v2", 3, "r2")}
+    member.assignment_file.write_text(build_assignment(PodAssignment(models=entries)))
+    with caplog.at_level("WARNING", logger="triton_operator.agent"):
+        member.tick()
+        assert report(member) == {"a": Copy("READY", "v1", 1, ""), "b": Copy("READY", "v1", 1, "")}
+        assert not caplog.records  # not yet: the kubelet may show it a little later
+        time.sleep(0.35)
+        member.tick()
+        member.tick()
+    expected = (
+        f"waits for revision r2's files, not in the in-place volume ({inplace / inplace_manifest_key('r2')} "
+        f"and its configs) nor in the agent's own copy ({tmp_path / 'state' / 'revisions' / 'r2'}) after 0.3s"
+    )
+    assert [r.getMessage() for r in caplog.records] == [  # once each, not every pass
+        f"pool: model a (version v2): {expected}",
+        f"pool: model c (version v2): {expected}",
+    ]
+    assert report(member) == {
+        "a": Copy("READY", "v1", 1, "", waiting=expected),  # Triton still serves v1
+        "b": Copy("READY", "v1", 1, ""),
+        "c": Copy("UNAVAILABLE", "v2", 3, "", waiting=expected),
+    }
+    assert member.report()["models"]["b"] == {"state": "READY", "version": "v1", "attempt": 1, "error": ""}
+    models = tuple(ManifestModel(m, m, VersionPolicy(), ("1",)) for m in ("a", "b", "c"))
+    (inplace / inplace_manifest_key("r2")).write_text(
+        manifest_to_json(Manifest(StoreRef("s3://bucket/repo"), models, ()))
+    )
+    for m in ("a", "b", "c"):
+        (inplace / inplace_config_key("r2", m)).write_text(PY.format(m=m))
+    member.tick()
+    assert report(member) == {
+        "a": Copy("READY", "v2", 1, ""),
+        "b": Copy("READY", "v1", 1, ""),
+        "c": Copy("READY", "v2", 3, ""),
+    }
+
+
+def test_an_entry_that_stops_naming_the_missing_revision_is_no_longer_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pool_member, "FILES_WAIT_SECONDS", 0.0)
+    inplace = tmp_path / "inplace"
+    inplace.mkdir()
+    triton = FakeTriton()
+    member = member_of(tmp_path, triton, monkeypatch, inplace_dir=inplace)
+    member.assignment_file.write_text(build_assignment(PodAssignment(models={"a": Wanted("v2", 1, "r2")})))
+    member.tick()
+    assert "waits for revision r2's files" in report(member)["a"].waiting
+    assign(member, a=("v1", 1))  # the operator names the pod's own revision again (an abort)
+    assert report(member) == {"a": Copy("READY", "v1", 1, "")}
+
+
 def test_a_model_named_at_a_revision_gone_from_the_in_place_volume_loads_again_after_restarts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

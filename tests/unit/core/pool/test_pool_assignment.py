@@ -85,3 +85,13 @@ def test_the_agent_s_report_round_trips_and_a_bad_one_names_its_field() -> None:
     assert parse_report({}) == {}
     with pytest.raises(AssignmentError, match=r"/v1/pool report: models.a.state: expected str, not 3"):
         parse_report({"models": {"a": {"state": 3, "version": "v", "attempt": 1}}})
+
+
+def test_what_a_copy_waits_for_round_trips_and_an_older_agents_report_waits_for_nothing() -> None:
+    copies = {"a": Copy("UNAVAILABLE", "v2", 1, waiting="waits for revision r2's files")}
+    body = build_report(copies)
+    assert body["models"]["a"]["waiting"] == "waits for revision r2's files"
+    assert parse_report(json.loads(json.dumps(body))) == copies
+    assert "waiting" not in build_report({"a": Copy("READY", "v1")})["models"]["a"]  # said only when set
+    older = {"models": {"a": {"state": "READY", "version": "v1", "attempt": 1, "error": ""}}}
+    assert parse_report(older) == {"a": Copy("READY", "v1", 1, "", waiting="")}

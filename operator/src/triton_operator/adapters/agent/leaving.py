@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from triton_operator.core.objects.names import AGENT_PORT, POD_NAME_ENV
@@ -87,7 +87,16 @@ def _assignment(path: Path) -> PodAssignment:
         return PodAssignment()
 
 
-def still_served(options: LeaveOptions, pod: str, asker: Callable[[str], Any] = ask) -> list[str]:
+@dataclass(frozen=True)
+class Look:
+    """One look of a leaving pod: who answered each model's Service it asked (the pod's name; None:
+    nobody, or not a report), and the models it still serves alone (served_here)."""
+
+    asked: Mapping[str, str | None]
+    waiting: list[str]
+
+
+def look(options: LeaveOptions, pod: str, asker: Callable[[str], Any] = ask) -> Look:
     """The models this pod holds READY whose Service the pod itself answered (core.pool.assignment
     .served_here): its own agent's report, then each such model's Service asked at once."""
     assignment = _assignment(options.assignment)
@@ -97,13 +106,26 @@ def still_served(options: LeaveOptions, pod: str, asker: Callable[[str], Any] = 
         copies = {}
     asked = sorted(m for m, c in copies.items() if c.state == "READY" and m in assignment.services)
     if not asked:
-        return []
+        return Look({}, [])
     with ThreadPoolExecutor(max_workers=min(ASKS_AT_ONCE, len(asked))) as pool:
         answers = list(
             pool.map(lambda m: report_pod(asker(service_url(assignment.services[m], options.port))), asked)
         )
     answered_by: Mapping[str, str | None] = dict(zip(asked, answers, strict=True))
-    return served_here(assignment, copies, answered_by, pod)
+    return Look(answered_by, served_here(assignment, copies, answered_by, pod))
+
+
+def still_served(options: LeaveOptions, pod: str, asker: Callable[[str], Any] = ask) -> list[str]:
+    """The models this pod still serves alone (look's ``waiting``)."""
+    return look(options, pod, asker).waiting
+
+
+def _answers(seen: Look, pod: str) -> str:
+    """Who answered each model's Service, as a leave line says it."""
+    if not seen.asked:
+        return "no model READY here has a Service address: nothing to wait on"
+    said = {None: "nobody", pod: "this pod"}
+    return ", ".join(f"{m} by {said.get(p, p)}" for m, p in seen.asked.items())
 
 
 def leave(
@@ -114,28 +136,81 @@ def leave(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[str]:
-    """Wait ``options.after`` s, then while a model is served by this pod alone (still_served), at most
+    """Wait ``options.after`` s, then while a model is served by this pod alone (look), at most
     ``options.seconds`` more; then write ``options.done``. Returns the models still served here when
-    the bound ran out (empty: each answered elsewhere, or by nobody)."""
+    the bound ran out (empty: each answered elsewhere, or by nobody). Says what it does: the wait it
+    starts, who answered each model's Service each time that changes, and how it ended (answers, or
+    the bound)."""
     me = pod or pod_name()
     start = clock()
     waiting: list[str] = []
+    logger.info(
+        "leave: pod %s leaves: the drain (%gs), then at most %gs while a model it holds READY is "
+        "answered through its Service by this pod alone",
+        me,
+        options.after,
+        options.seconds,
+    )
     try:
         sleep(options.after)
         deadline = start + options.after + options.seconds
+        said = ""
         while options.seconds > 0:
-            waiting = still_served(options, me, asker)
+            seen = look(options, me, asker)
+            waiting = seen.waiting
+            answers = _answers(seen, me)
+            if answers != said:
+                logger.info("leave: after %.1fs: %s", clock() - start, answers)
+                said = answers
             if not waiting:
-                logger.info("leave: no model is served by this pod alone")
+                logger.info("leave: done after %.1fs: no model is served by this pod alone", clock() - start)
                 break
             left = deadline - clock()
             if left <= 0:
-                logger.warning("leave: %s still served by this pod alone; leaving anyway", ", ".join(waiting))
+                logger.warning(
+                    "leave: the bound is over (%gs after the drain): %s still served by this pod alone; "
+                    "leaving anyway",
+                    options.seconds,
+                    ", ".join(waiting),
+                )
                 break
             sleep(min(options.interval, left))
+        else:
+            logger.info("leave: no wait after the drain (--seconds 0)")
     finally:
         try:
             options.done.write_text("done\n")
         except OSError as exc:
             logger.error("leave: %s: %s", options.done, exc)
     return waiting
+
+
+def agent_output(pid_file: Path) -> Path | None:
+    """The agent's own stdout, /proc/<pid>/fd/1 (the container's log, what `kubectl logs` shows), with
+    the pid the agent wrote in ``pid_file`` (note_pid); None when there is no pid there."""
+    try:
+        text = pid_file.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return Path(f"/proc/{text}/fd/1") if text.isdigit() else None
+
+
+def open_output(path: Path | None) -> TextIO | None:
+    """``path`` opened to append lines to (line-buffered); None when there is none or it cannot be
+    opened (another user's pipe, a process gone): the caller writes to its own stderr then."""
+    if path is None:
+        return None
+    try:
+        return open(path, "a", buffering=1, encoding="utf-8")
+    except OSError:
+        return None
+
+
+def note_pid(path: Path) -> None:
+    """Write this process's id to ``path`` (agent_output reads it); a failure is said, not fatal: the
+    leave lines then go to the hook's own output."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{os.getpid()}\n")
+    except OSError as exc:
+        logger.warning("%s: %s; `triton-operator leave` writes to its own output", path, exc)

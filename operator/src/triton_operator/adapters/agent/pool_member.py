@@ -5,23 +5,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from triton_operator.adapters.agent.files import read_text, remove_model_files
+from triton_operator.adapters.agent.files import REVISIONS, read_text, remove_model_files
 from triton_operator.adapters.agent.gpu_metrics import GpuMetrics
 from triton_operator.adapters.agent.leaving import pod_name
 from triton_operator.adapters.agent.model_control import LoadFailed, TritonUnreachable
 from triton_operator.adapters.agent.processes import model_memory
 from triton_operator.adapters.agent.runner import (
+    FILES_WAIT_SECONDS,
     GOING,
     REPAIR_SECONDS,
     SYNC_FAILURES,
     Agent,
     failure_text,
 )
-from triton_operator.core.objects.names import POOL_LABELS_ITEM
+from triton_operator.core.objects.names import POOL_LABELS_ITEM, inplace_manifest_key
 from triton_operator.core.pod.agent_plan import (
     FILL_LOADS,
     Readiness,
@@ -54,6 +55,17 @@ logger = logging.getLogger("triton_operator.agent")
 
 LOADING = "LOADING"
 UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass
+class _Missing:
+    """An entry whose revision's files the agent has not found: since when (monotonic), and what it
+    said once FILES_WAIT_SECONDS were over (empty: not yet), in its log and its report (the copy's
+    ``waiting``, which status.pool.models[].message shows)."""
+
+    wanted: Wanted
+    since: float
+    said: str = ""
 
 
 @dataclass
@@ -133,6 +145,8 @@ class PoolMember:
         """Whether every model of the first assignment the operator wrote was settled (READY, or its
         attempt failed): the pod's first fill, after which readiness no longer waits on new loads."""
         self._repaired: dict[str, float] = {}
+        self.missing: dict[str, _Missing] = {}
+        """The entries waiting for their revision's files (_files found none), by model."""
 
     # -------------------------------------------------------- a pass
 
@@ -160,6 +174,11 @@ class PoolMember:
         """One pass: unload what left the assignment, load what is new or asked again, read states."""
         assignment = self.read()
         if assignment is not None:
+            self.missing = {
+                m: missing
+                for m, missing in self.missing.items()
+                if m in assignment.models and assignment.models[m].revision == missing.wanted.revision
+            }
             triton = self.agent.options.triton
             for model in sorted(set(self.held) - set(assignment.models)):
                 self._unload(model)
@@ -210,6 +229,30 @@ class PoolMember:
         found = self.agent.inplace.revision(revision)
         return found if found is not None else self.agent.state.load(revision)
 
+    def _wait_files(self, model: str, wanted: Wanted) -> None:
+        """``model``'s entry waits for its revision's files: said once (a warning, and the copy's
+        ``waiting`` in the report) when FILES_WAIT_SECONDS are over, naming where the agent looks."""
+        now = time.monotonic()
+        missing = self.missing.get(model)
+        if missing is None:
+            missing = self.missing[model] = _Missing(wanted, now)
+        missing.wanted = wanted
+        if missing.said or now - missing.since < FILES_WAIT_SECONDS:
+            return
+        revision = str(wanted.revision)
+        inplace = self.agent.inplace.path
+        volume = (
+            f"in the in-place volume ({inplace / inplace_manifest_key(revision)} and its configs)"
+            if inplace is not None
+            else "in an in-place volume (the agent has none: --inplace-dir)"
+        )
+        own = self.agent.state.path / REVISIONS / revision
+        missing.said = (
+            f"waits for revision {revision}'s files, not {volume} nor in the agent's own copy ({own}) "
+            f"after {FILES_WAIT_SECONDS:g}s"
+        )
+        logger.warning("pool: model %s (version %s): %s", model, wanted.version, missing.said)
+
     def _reloading(self, model: str) -> bool:
         """Whether a load of ``model`` reloads it: a version of it is READY here (in tritonserver, which
         keeps it, and its stubs, until the new version is in: the growth across it is not one copy's)."""
@@ -252,7 +295,16 @@ class PoolMember:
                 self.message = (
                     f"model {model}: revision {wanted.revision}'s files are not in the in-place volume yet"
                 )
+                self._wait_files(model, wanted)
                 continue
+            missing = self.missing.pop(model, None)
+            if missing is not None and missing.said:
+                logger.info(
+                    "pool: model %s: revision %s's files are there after %.0fs",
+                    model,
+                    wanted.revision,
+                    time.monotonic() - missing.since,
+                )
             ensemble = bool(ensemble_steps(files.configs.get(model, "")))
             alone = ensemble or self._to_measure(model, wanted, files)
             found.append((ensemble, _Job(model, wanted, files, alone=alone)))
@@ -451,6 +503,14 @@ class PoolMember:
             copies[model] = Copy(
                 state=state, version=version, attempt=held.attempt, error=held.error, memory=held.memory
             )
+        for model, missing in list(self.missing.items()):
+            if not missing.said:
+                continue
+            # A model held at another version keeps its copy (Triton still serves it); one not held
+            # is reported UNAVAILABLE, as the operator counts a copy that is not there.
+            wanted = missing.wanted
+            had = copies.get(model) or Copy(state=UNAVAILABLE, version=wanted.version, attempt=wanted.attempt)
+            copies[model] = replace(had, waiting=missing.said)
         return build_report(copies, pod=pod_name())
 
     def ready(self) -> Readiness:

@@ -26,6 +26,7 @@ from triton_operator.adapters.storage.base import StoreError
 from triton_operator.adapters.sync.download import SyncOptions, sync
 from triton_operator.adapters.sync.progress import Progress, silent
 from triton_operator.adapters.sync.results import SyncError, SyncStats, human
+from triton_operator.core.objects.names import inplace_manifest_key
 from triton_operator.core.pod.agent_plan import (
     FILL_LOADS,
     InPlaceState,
@@ -58,6 +59,10 @@ UNLOAD_POLL_SECONDS = 0.1
 PROBE_POLL_SECONDS = 0.1
 """How often a drain looks whether the kubelet's probe has failed often enough."""
 
+FILES_WAIT_SECONDS = 5.0
+"""How long the agent waits for the files of a revision it is told to serve or load (the kubelet shows
+the in-place ConfigMap a little after the operator wrote it) before it says so, once in its log and in
+what the operator reads (the status's message; a pool's report, pool_member)."""
 SYNC_FAILURES = (SyncError, StoreError, SelectionFailed, ManifestError, ModelConfigError, OSError)
 """What a sync of a revision can fail with (adapters.sync, the stores); commands.sync names each."""
 
@@ -190,6 +195,10 @@ class Agent:
             self._serving = self._files(self.record.applied)
         elif self.record.pending is not None:
             self._blocked = f"revision {self.record.pending} was left part way: applying it again"
+        self._awaited: tuple[str, float] | None = None
+        """The revision the pod's target names that the agent cannot follow yet, and since when."""
+        self.waiting = ""
+        """What the agent says it waits for once FILES_WAIT_SECONDS are over (_await_target)."""
         self._status: dict[str, Any] = self._status_now()
 
     # -------------------------------------------------------- the target
@@ -215,7 +224,33 @@ class Agent:
         base = self.options.base
         target = resolve_target(annotation, state, present, base.revision)
         files = self.inplace.revision(target, view.root) if target in present else None
+        self._await_target((annotation or "").strip(), target)
         return files if files is not None else base
+
+    def _await_target(self, named: str, target: str) -> None:
+        """The pod's target annotation names ``named`` and the agent follows ``target``: another one
+        (its files not in the in-place volume, or state.json not naming it) waits; once it has waited
+        FILES_WAIT_SECONDS, said once in the log and in the status's message."""
+        if not named or named == target:
+            if self._awaited is not None and self.waiting:
+                logger.info("revision %s: no longer waited for", self._awaited[0])
+            self._awaited, self.waiting = None, ""
+            return
+        now = time.monotonic()
+        if self._awaited is None or self._awaited[0] != named:
+            self._awaited, self.waiting = (named, now), ""
+        if self.waiting or now - self._awaited[1] < FILES_WAIT_SECONDS:
+            return
+        volume = (
+            f"in the in-place volume ({self.inplace.path / inplace_manifest_key(named)} and its configs)"
+            if self.inplace.path is not None
+            else "in an in-place volume (the agent has none: --inplace-dir)"
+        )
+        self.waiting = (
+            f"the pod's target names revision {named}, whose files are not {volume} or which its "
+            f"state.json does not name, after {FILES_WAIT_SECONDS:g}s: it serves {target} meanwhile"
+        )
+        logger.warning("%s", self.waiting)
 
     # -------------------------------------------------------- the init container
 
@@ -780,7 +815,7 @@ class Agent:
             self.options.base.revision,
             self.target,
             self.models,
-            self.message,
+            self.message or self.waiting,
             draining=self._draining,
         )
         out = dataclasses.replace(status, summary=self.summary).to_json()

@@ -49,6 +49,7 @@ from triton_operator.core.pool.copies import (
 )
 from triton_operator.core.pool.explain import (
     LoadShown,
+    agents_waiting,
     measured_memory,
     pool_status,
     update_measured,
@@ -776,7 +777,10 @@ def decide_pool(
     services = tuple(o for o in wanted if not applied_as_built(o, by_key.get((str(o.get("kind")), _name(o)))))
     endpoints = {m.name: model_endpoints(ts.name, ts.namespace, m.name) for m in models}
     status = pool_status(
-        waiting_for(placed, _not_running(pods, wanted_revisions, target)),
+        waiting_for(
+            agents_waiting(placed, {pod: s.copies for pod, s in states.items()}),
+            _not_running(pods, wanted_revisions, target),
+        ),
         models,
         measured,
         copies.pods_needed if copies is not None else None,

@@ -81,6 +81,10 @@ assignment is."""
 AGENT_STATE_VOLUME = "agent-state"
 AGENT_STATE_DIR = "/var/run/triton-operator"
 """The agent's own bookkeeping (an emptyDir shared by the init container and the sidecar)."""
+AGENT_PID_FILE = f"{AGENT_STATE_DIR}/agent.pid"
+"""A pool pod's agent writes its process id there: the pod shares one process namespace (its PID 1 is
+the pause container), so `triton-operator leave`, the agent container's preStop, finds the agent's own
+stdout (/proc/<pid>/fd/1, the container's log) through it."""
 LEAVE_VOLUME = "leave"
 LEAVE_DIR = "/var/run/triton-operator-leave"
 """In a pod of a pool: an emptyDir, the agent's to write, tritonserver's to read, where the agent's

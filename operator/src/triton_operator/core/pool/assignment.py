@@ -25,7 +25,8 @@ The agent reports each model it holds, loads or failed to load (GET :8009/v1/poo
 
     {"models": {"<model>": {"state": "READY|LOADING|UNAVAILABLE", "version": "<version>",
                             "attempt": <n>, "error": "<why attempt n failed, else empty>",
-                            "memory": <bytes measured at its load, absent when not measured>}, ...},
+                            "memory": <bytes measured at its load, absent when not measured>,
+                            "waiting": "<what its load waits for, absent when nothing>"}, ...},
      "pod": "<the pod's name>"}
 
 ``state`` and ``version`` are what Triton's repository index says (the version READY, or the one
@@ -33,7 +34,11 @@ loading or unavailable); a failed reload of a model that was READY leaves it REA
 (Triton keeps serving it) with ``error`` set for the attempt. ``memory`` is the memory the model took at
 its load, in the kind its instances take (core.pool.gpu_memory.measured_kinds: host memory on the CPU,
 the pod's GPUs' memory on the GPU, both added up for groups of each kind), and only at a load no other
-load overlapped, so that the growth the agent sees is that model's.
+load overlapped, so that the growth the agent sees is that model's. ``waiting`` says what an entry's
+load waits for once it has waited a few seconds: its revision's files, which the agent finds neither in
+the in-place volume nor in its own copy (a model not held is then reported ``UNAVAILABLE`` at the
+entry's version and attempt, as a copy that is not there counts); a report without it (an older agent)
+reads as waiting for nothing.
 """
 
 from __future__ import annotations
@@ -109,6 +114,9 @@ class Copy:
     error: str = ""
     memory: int | None = None
     """Bytes the copy took at its load, as the agent measured them (None: not measured)."""
+    waiting: str = ""
+    """What the agent waits for before it can load the entry (its revision's files it has not found
+    after a few seconds, and where it looks); empty: nothing (an older agent never says)."""
 
 
 def build_assignment(assignment: PodAssignment) -> str:
@@ -229,6 +237,7 @@ def build_report(copies: Mapping[str, Copy], pod: str | None = None) -> dict[str
         "models": {
             m: {"state": c.state, "version": c.version, "attempt": c.attempt, "error": c.error}
             | ({"memory": c.memory} if c.memory is not None else {})
+            | ({"waiting": c.waiting} if c.waiting else {})
             for m, c in copies.items()
         }
     } | ({"pod": pod} if pod else {})
@@ -275,5 +284,6 @@ def parse_report(payload: Any) -> dict[str, Copy]:
             attempt=_attempt(entry, at),
             error=str(entry.get("error") or ""),
             memory=memory,
+            waiting=str(entry.get("waiting") or ""),
         )
     return copies

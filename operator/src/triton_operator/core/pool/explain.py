@@ -82,6 +82,24 @@ def waiting_for(placed: Placement, waiting: Mapping[str, str]) -> Placement:
     return replace(placed, models=models)
 
 
+def agents_waiting(placed: Placement, reports: Mapping[str, Mapping[str, Copy]]) -> Placement:
+    """``placed`` with, for each model a pod's agent says its load waits for something (a copy's
+    ``waiting``: its revision's files not found, core.pool.assignment), that pod and what it waits for
+    named in its message: a copy that never loads is otherwise only a copy short."""
+    said: dict[str, list[str]] = {}
+    for pod, copies in sorted(reports.items()):
+        for model, copy in copies.items():
+            if copy.waiting:
+                said.setdefault(model, []).append(f"pod {pod} {copy.waiting}")
+    if not said:
+        return placed
+    models = {
+        name: replace(entry, message=f"{entry.message}; {'; '.join(said[name])}") if name in said else entry
+        for name, entry in placed.models.items()
+    }
+    return replace(placed, models=models)
+
+
 @dataclass(frozen=True)
 class LoadShown:
     """Why a model's load asks for its wanted copies, as status.pool shows it (times already formatted;
