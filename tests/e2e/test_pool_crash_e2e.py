@@ -25,6 +25,7 @@ import os
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,18 @@ def failures_between(load: PoolLoad, windows: list[tuple[float, float]]) -> tupl
     inside = [f for f in load.failures if any(a <= f[0] <= b for a, b in windows)]
     outside = [f for f in load.failures if f not in inside]
     return inside, outside
+
+
+def per_window(load: PoolLoad, windows: list[tuple[float, float]]) -> str:
+    """Each window's failures per path (Service, TritonClient) and their distinct errors, counted."""
+    lines = []
+    for i, (a, b) in enumerate(windows):
+        inside = [f for f in load.failures if a <= f[0] <= b]
+        by_path = Counter(f[1].split()[0] for f in inside)
+        errors = Counter((f[1].split()[0], f[2][:200]) for f in inside)
+        lines.append(f"window {i} ({a:.2f}-{b:.2f}s): {dict(by_path)}")
+        lines.extend(f"    {n} x {path}: {error}" for (path, error), n in errors.most_common())
+    return "\n".join(lines)
 
 
 def test_a_pool_pods_tritonserver_crashing_and_crash_looping_is_served_through(
@@ -264,6 +277,7 @@ def test_a_pool_pods_tritonserver_crashing_and_crash_looping_is_served_through(
     )
     by_window = [sum(1 for f in inside if a <= f[0] <= b) for a, b in windows]
     print(f"failed per crash window: {by_window}; conditions seen meanwhile: {said}")
+    print("failures per crash window and path:\n" + per_window(load, windows))
     agent = [
         line
         for line in kube.log(victim, namespace=namespace, container="model-agent")
