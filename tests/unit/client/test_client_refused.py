@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -216,3 +219,67 @@ def test_a_pooled_clients_per_model_clients_keep_its_connect_retry_seconds() -> 
         assert client.connect_retry_seconds == 1.5
         assert client.model("a").client.connect_retry_seconds == 1.5
         assert client.model("a").client.url == "grpc://127.0.0.1:2"
+
+
+DIES = """
+import os, signal, struct, sys
+from concurrent import futures
+import grpc
+from tritonclient.grpc import service_pb2_grpc
+
+class Dies(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def ModelInfer(self, request, context):
+        (value,) = struct.unpack("<f", request.raw_input_contents[0])
+        print(value, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Dies(), server)
+server.add_insecure_port("127.0.0.1:" + sys.argv[1])
+server.start()
+print("serving", flush=True)
+server.wait_for_termination()
+"""
+"""A gRPC server (a process of its own) killed by SIGKILL as its first inference reaches it."""
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+def test_a_grpc_inference_whose_server_is_killed_under_it_is_answered_by_the_next(asynchronous: bool) -> None:
+    """A tritonserver crashing under a request: its stream is cut (asked again once, as an HTTP one whose
+    connection closes under it), the port then refuses (sent again with a backoff) until a server
+    listens there again, which answers."""
+    with late_server("grpc", after=None) as late:
+        dying = subprocess.Popen(
+            [sys.executable, "-c", DIES, str(late.port)], stdout=subprocess.PIPE, text=True
+        )
+        assert dying.stdout is not None
+        try:
+            assert dying.stdout.readline().strip() == "serving"
+
+            def restart() -> None:
+                dying.wait()
+                time.sleep(0.3)
+                late.start()
+
+            restarter = threading.Thread(target=restart, daemon=True)
+            restarter.start()
+            with TritonClient(late.url, configs=CONFIG) as client:
+                if asynchronous:
+
+                    async def run() -> Any:
+                        try:
+                            return await client.a.async_run([5.0])
+                        finally:
+                            await client.aclose()
+
+                    result = asyncio.run(run())
+                else:
+                    result = client.a.run([5.0])
+            assert float(result.as_numpy("Y")[0]) == 6.0
+            restarter.join(5)
+            assert dying.returncode == -signal.SIGKILL and dying.stdout.read().split() == ["5.0"]
+            assert late.answered == [5.0]
+        finally:
+            if dying.poll() is None:
+                dying.kill()
+            dying.wait()

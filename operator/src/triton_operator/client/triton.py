@@ -125,6 +125,22 @@ def _refused_as_stopping(exc: BaseException) -> bool:
     return status.endswith("UNAVAILABLE") and "server is stopping" in text
 
 
+_CUT = ("stream removed", "socket closed", "connection reset", "broken pipe")
+"""gRPC's texts for a stream whose connection closed or was reset under it (gRPC core's status details)."""
+
+
+def _cut_under_stream(exc: BaseException) -> bool:
+    """A gRPC inference failed UNAVAILABLE because its connection closed or was reset before its answer
+    came ("Stream removed (recvmsg:Connection reset by peer)", "Socket closed": a tritonserver killed
+    while the request was on its way or in it), as an HTTP one's connection closing under it
+    (_closed_before_answer)."""
+    if not isinstance(exc, InferenceServerException):
+        return False
+    status = str(exc.status() or "")
+    text = str(exc.message() if hasattr(exc, "message") else exc).lower()
+    return status.endswith("UNAVAILABLE") and any(cut in text for cut in _CUT)
+
+
 def _reached_no_server(exc: BaseException) -> bool:
     """An inference that provably reached no tritonserver: its connection was refused (a pod whose
     tritonserver died, still in its Service's rules), as tritonclient's HTTP clients raise it
@@ -323,12 +339,14 @@ class Model:
         A kept gRPC channel to a Service stays on the pod it first reached; when that pod's
         tritonserver exits, its gRPC server refuses the streams it has not taken with UNAVAILABLE
         "Server is stopping to serve requests." (not run). A new channel opens a new connection, which
-        the Service sends to a pod that stays."""
+        the Service sends to a pod that stays. A gRPC inference whose connection closed or was reset
+        under it before its answer (a tritonserver killed: crashed, OOM-killed) is asked again once as
+        an HTTP one is."""
         if request.get("sequence_id"):
             return False
         if self.client.protocol == "http":
             return _closed_before_answer(exc)
-        return _refused_as_stopping(exc)
+        return _refused_as_stopping(exc) or _cut_under_stream(exc)
 
     def stream(self, *inputs: Any, timeout: float | None = None, **named: Any) -> Iterator[Any]:
         """The responses of one request over a gRPC stream (a decoupled model's many, or one), as
