@@ -1,6 +1,6 @@
 """TritonClient: an inference whose connection is refused (a pod whose tritonserver crashed, still in its
 Service's rules for a moment) is sent again on new connections, with a short backoff, until a server
-takes it or connect_retry_seconds have passed; a sequence's step is not, 0 turns it off, a bad value is
+takes it or retry_seconds have passed; a sequence's step is not, 0 turns it off, a bad value is
 refused naming the option. A real port on loopback that refuses (nothing listens) and then accepts (a
 real gRPC server implementing Triton's GRPCInferenceService, or a real HTTP server, started on it), and
 tritonclient's own clients (gRPC and HTTP, sync and asyncio)."""
@@ -165,9 +165,9 @@ def test_an_asyncio_inference_refused_until_a_server_listens_is_answered_once_it
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
-def test_an_inference_refused_longer_than_connect_retry_seconds_fails(protocol: str) -> None:
+def test_an_inference_refused_longer_than_retry_seconds_fails(protocol: str) -> None:
     with late_server(protocol, after=None) as late:
-        client = TritonClient(late.url, configs=CONFIG, connect_retry_seconds=0.4)
+        client = TritonClient(late.url, configs=CONFIG, retry_seconds=0.4)
         sent = time.monotonic()
         with pytest.raises(refused_error(protocol)):
             client.a.run([5.0])
@@ -177,9 +177,9 @@ def test_an_inference_refused_longer_than_connect_retry_seconds_fails(protocol: 
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
-def test_no_retry_with_connect_retry_seconds_0_nor_for_a_sequence_step(protocol: str) -> None:
+def test_no_retry_with_retry_seconds_0_nor_for_a_sequence_step(protocol: str) -> None:
     with late_server(protocol, after=0.2) as late:
-        off = TritonClient(late.url, configs=CONFIG, connect_retry_seconds=0)
+        off = TritonClient(late.url, configs=CONFIG, retry_seconds=0)
         on = TritonClient(late.url, configs=CONFIG)
         sent = time.monotonic()
         with pytest.raises(refused_error(protocol)):
@@ -194,19 +194,19 @@ def test_no_retry_with_connect_retry_seconds_0_nor_for_a_sequence_step(protocol:
 
 
 @pytest.mark.parametrize("bad", [-1, -0.5, float("nan"), float("inf"), "5", True, None])
-def test_a_bad_connect_retry_seconds_is_refused_naming_it(bad: Any) -> None:
-    with pytest.raises(ValueError, match=r"connect_retry_seconds must be a number of seconds, 0 or more"):
-        TritonClient("grpc://127.0.0.1:1", configs=CONFIG, connect_retry_seconds=bad)
+def test_a_bad_retry_seconds_is_refused_naming_it(bad: Any) -> None:
+    with pytest.raises(ValueError, match=r"retry_seconds must be a number of seconds, 0 or more"):
+        TritonClient("grpc://127.0.0.1:1", configs=CONFIG, retry_seconds=bad)
     obj = {
         "metadata": {"name": "t", "namespace": "n"},
         "spec": {"models": [{"name": "a", "config": CONFIG["a"]}]},
         "status": {"endpoints": {"grpc": "127.0.0.1:1"}},
     }
-    with pytest.raises(ValueError, match="connect_retry_seconds"):
-        TritonClient.from_tritonservice(obj, connect_retry_seconds=bad)
+    with pytest.raises(ValueError, match="retry_seconds"):
+        TritonClient.from_tritonservice(obj, retry_seconds=bad)
 
 
-def test_a_pooled_clients_per_model_clients_keep_its_connect_retry_seconds() -> None:
+def test_a_pooled_clients_per_model_clients_keep_its_retry_seconds() -> None:
     obj = {
         "metadata": {"name": "t", "namespace": "n"},
         "spec": {"pool": {"memoryPerPod": "1Gi"}, "models": [{"name": "a", "config": CONFIG["a"]}]},
@@ -215,9 +215,9 @@ def test_a_pooled_clients_per_model_clients_keep_its_connect_retry_seconds() -> 
             "pool": {"models": [{"name": "a", "copies": 1, "endpoints": {"grpc": "127.0.0.1:2"}}]},
         },
     }
-    with TritonClient.from_tritonservice(obj, connect_retry_seconds=1.5) as client:
-        assert client.connect_retry_seconds == 1.5
-        assert client.model("a").client.connect_retry_seconds == 1.5
+    with TritonClient.from_tritonservice(obj, retry_seconds=1.5) as client:
+        assert client.retry_seconds == 1.5
+        assert client.model("a").client.retry_seconds == 1.5
         assert client.model("a").client.url == "grpc://127.0.0.1:2"
 
 

@@ -27,11 +27,12 @@ if TYPE_CHECKING:
 
 Protocol = Literal["http", "grpc"]
 DEFAULT_PORTS: dict[str, int] = {"http": 8000, "grpc": 8001}
-DEFAULT_CONNECT_RETRY_SECONDS = 5.0
-"""How long, by default, an inference that reached no tritonserver is sent again (connect_retry_seconds)."""
+DEFAULT_RETRY_SECONDS = 5.0
+"""How long, by default, an inference that ran nowhere is sent again (retry_seconds)."""
 _FIRST_WAIT = 0.05
 _LONGEST_WAIT = 0.5
-"""The wait before sending an unreached inference again: doubling from the first, at most the longest."""
+"""The wait before sending again an inference that ran nowhere: doubling from the first, at most the
+longest."""
 _SCHEMES: dict[str, tuple[Protocol, bool]] = {
     "http": ("http", False),
     "https": ("http", True),
@@ -161,21 +162,20 @@ def _reached_no_server(exc: BaseException) -> bool:
     return isinstance(exc, aiohttp.ClientConnectorError) and exc.errno == errno.ECONNREFUSED
 
 
-def _checked_connect_retry(value: object) -> float:
-    """``value`` as the connect_retry_seconds option (a finite number of seconds, 0 or more)."""
+def _checked_retry_seconds(value: object) -> float:
+    """``value`` as the retry_seconds option (a finite number of seconds, 0 or more)."""
     number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
     if math.isfinite(number) and number >= 0:
         return float(number)
     raise ValueError(
-        f"connect_retry_seconds must be a number of seconds, 0 or more (0: an inference whose "
-        f"connection is refused is not sent again), not {value!r}"
+        f"retry_seconds must be a number of seconds, 0 or more (0: an inference that ran nowhere is "
+        f"not sent again), not {value!r}"
     )
 
 
 class _Attempts:
     """One inference's attempts so far: when it was first sent, whether it was asked again after a
-    failure it may not have run in, and the wait before sending it again once more after it reached no
-    server."""
+    failure it may have run in, and the wait before sending it again once more after it ran nowhere."""
 
     def __init__(self) -> None:
         self.started = time.monotonic()
@@ -297,13 +297,13 @@ class Model:
         """The seconds to wait before sending a failed inference again on a new connection (over gRPC
         a new channel), or None: its failure is raised.
 
-        One that reached no tritonserver (``_unreached``) is sent again, waiting 0.05 s then twice as
-        long each time (at most 0.5 s), until ``connect_retry_seconds`` after its first send; one that
-        a pod answered with "unknown model" (``_moved``) or that got no answer on a connection closing
-        under it (``_unanswered``) is asked again once."""
-        if self._unreached(exc, request):
-            return attempts.next_wait(self.client.connect_retry_seconds)
-        if not attempts.asked_again and (self._moved(exc) or self._unanswered(exc, request)):
+        One that ran nowhere, as it reached no tritonserver (``_unreached``) or a pool's pod answered it
+        "unknown model" (``_moved``), is sent again, waiting 0.05 s then twice as long each time (at
+        most 0.5 s), until ``retry_seconds`` after its first send; one that got no answer on a
+        connection closing under it (``_unanswered``) is asked again once."""
+        if self._unreached(exc, request) or self._moved(exc):
+            return attempts.next_wait(self.client.retry_seconds)
+        if not attempts.asked_again and self._unanswered(exc, request):
             attempts.asked_again = True
             return 0.0
         return None
@@ -321,7 +321,9 @@ class Model:
         """Whether a pool's pod said it does not hold the model: a connection kept open through the
         model's Service stays on the pod it reached first, which may since have let the model go (moved,
         or the pod leaving: tritonserver unloads every model before it exits) while the Service no longer
-        sends new connections there. Nothing ran: asked again once, on a new connection."""
+        sends new connections there; or a pod whose tritonserver crashed and came back before its
+        address left kube-proxy's rules, its models not loaded again yet. Nothing ran: sent again on a
+        new connection, as long as an inference that reached no tritonserver."""
         return isinstance(exc, InferenceServerException) and self.client.routed and _is_unknown_model(exc)
 
     def _unanswered(self, exc: Exception, request: Mapping[str, Any]) -> bool:
@@ -458,20 +460,20 @@ class TritonClient:
         model_urls: Mapping[str, str] | None = None,
         unserved: Mapping[str, str] | None = None,
         routed: bool = False,
-        connect_retry_seconds: float = DEFAULT_CONNECT_RETRY_SECONDS,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> None:
         """``configs`` (model name -> ModelConfig dict, as a TritonService's spec holds them) are
         the models this client knows and checks inputs against; without, the server's are read.
         ``model_urls`` sends a model's requests to its own URL (a pool's per-model Service) instead
         of ``url``; using a model of ``unserved`` raises ModelNotServedError with its message.
         ``routed``: this client reaches one model of a pool through the model's own Service (made by
-        the pooled client for each model): an inference a pod answers with "unknown model" is asked
-        again once on a new connection (Model._moved). ``connect_retry_seconds``: how long after its
-        first send an inference that reached no tritonserver (its connection refused, as a Service's
-        address does for the moments a crashed pod stays in its rules) is sent again on new
-        connections, waiting 0.05 s then twice as long each time, at most 0.5 s; 0: never (a step of
-        a sequence never is)."""
-        self.connect_retry_seconds = _checked_connect_retry(connect_retry_seconds)
+        the pooled client for each model): an inference a pod answers with "unknown model" ran nowhere
+        (Model._moved). ``retry_seconds``: how long after its first send an inference that ran nowhere
+        (its connection refused, as a Service's address does for the moments a crashed pod stays in
+        its rules; or "unknown model" on a routed client) is sent again on new connections, waiting
+        0.05 s then twice as long each time, at most 0.5 s; 0: never (a step of a sequence that
+        reached no tritonserver never is)."""
+        self.retry_seconds = _checked_retry_seconds(retry_seconds)
         self.routed = routed
         self.protocol, self.address, self.ssl = parse_url(url)
         scheme = {("http", False): "http", ("http", True): "https", ("grpc", False): "grpc"}.get(
@@ -501,7 +503,7 @@ class TritonClient:
         protocol: Protocol = "grpc",
         host: str | Mapping[str, str] | None = None,
         control: Control | None = None,
-        connect_retry_seconds: float = DEFAULT_CONNECT_RETRY_SECONDS,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> TritonClient:
         """The client of TritonService ``namespace/name`` (the kubeconfig's namespace by default):
         its status.endpoints and its spec's model configs. ``host`` (``HOST`` or ``HOST:PORT``)
@@ -514,17 +516,15 @@ class TritonClient:
         from model name to ``HOST[:PORT]`` (e.g. a port-forward to each model's Service), its ``""``
         entry for the server-wide endpoint.
 
-        ``connect_retry_seconds`` (default 5): an inference whose connection is refused (a pod whose
-        tritonserver crashed stays in its Service's rules for a moment) is sent again on new
-        connections for up to that long; 0 turns it off."""
+        ``retry_seconds`` (default 5): an inference that ran nowhere (its connection refused: a pod
+        whose tritonserver crashed stays in its Service's rules for a moment; "unknown model" from a
+        pool's pod) is sent again on new connections for up to that long; 0 turns it off."""
         if control is None:
             from triton_operator.adapters.control import KubeControl  # noqa: PLC0415 - lightkube when needed
 
             control = KubeControl()
         obj = control.get(name, namespace or control.namespace)
-        return cls.from_tritonservice(
-            obj, protocol=protocol, host=host, connect_retry_seconds=connect_retry_seconds
-        )
+        return cls.from_tritonservice(obj, protocol=protocol, host=host, retry_seconds=retry_seconds)
 
     @classmethod
     def from_tritonservice(
@@ -533,10 +533,10 @@ class TritonClient:
         *,
         protocol: Protocol = "grpc",
         host: str | Mapping[str, str] | None = None,
-        connect_retry_seconds: float = DEFAULT_CONNECT_RETRY_SECONDS,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> TritonClient:
         """The client of a TritonService object as the API server returns it."""
-        retry = _checked_connect_retry(connect_retry_seconds)
+        retry = _checked_retry_seconds(retry_seconds)
         if protocol not in DEFAULT_PORTS:
             raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
         metadata = obj.get("metadata") or {}
@@ -554,7 +554,7 @@ class TritonClient:
         models = spec.get("models") or []
         configs = {str(m["name"]): dict(m.get("config") or {}) for m in models}
         if not spec.get("pool"):
-            return cls(f"{protocol}://{address}", configs=configs, service=where, connect_retry_seconds=retry)
+            return cls(f"{protocol}://{address}", configs=configs, service=where, retry_seconds=retry)
         model_urls, unserved = _pool_routes(configs, status.get("pool") or {}, protocol, host, where)
         return cls(
             f"{protocol}://{address}",
@@ -562,7 +562,7 @@ class TritonClient:
             service=where,
             model_urls=model_urls,
             unserved=unserved,
-            connect_retry_seconds=retry,
+            retry_seconds=retry,
         )
 
     def _module(self) -> Any:
@@ -681,7 +681,7 @@ class TritonClient:
                 service=self.service,
                 verbose=self._verbose,
                 routed=True,
-                connect_retry_seconds=self.connect_retry_seconds,
+                retry_seconds=self.retry_seconds,
             )
         return self._model_clients[name]
 
