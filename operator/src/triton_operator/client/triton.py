@@ -328,8 +328,9 @@ class Model:
 
     def _unanswered(self, exc: Exception, request: Mapping[str, Any]) -> bool:
         """Whether an HTTP inference's connection was closed before any byte of its answer came, or a
-        gRPC inference was refused UNAVAILABLE by a server that is stopping, and the inference is not a
-        step of a sequence: asked again once, on a new connection (over gRPC a new channel).
+        gRPC inference was refused UNAVAILABLE by a server that is stopping or its stream was cut, and
+        the inference is not a step of a sequence: asked again once, on a new connection (over gRPC a
+        new channel).
 
         tritonclient keeps HTTP connections open between requests; a server that exits (a pod leaving,
         after its drain) closes them, and a request sent on one as it closes gets no answer. HTTP
