@@ -7,13 +7,16 @@ pod's own), then on a pod holding m0:
 (a) its tritonserver killed once: the pod leaves its models' endpoints (its readiness fails while
     tritonserver is down), the kubelet restarts tritonserver, the pod's agent loads its assignment
     again (m0 at its updated version) and the pod serves its models again, READY and labelled, without
-    anyone deleting anything; no request fails once the pod's address is out of kube-proxy's rules
-    (every model here has another copy);
+    anyone deleting anything; no request through a model's Service (raw HTTP) fails once the pod's
+    address is out of kube-proxy's rules (every model here has another copy), and none through the
+    pooled TritonClient (gRPC) fails at all: it sends again what the dead pod's address refused (and
+    asks again once the one its crash cut);
 (b) killed twice more (a crash loop, the kubelet backing off): as soon as the new tritonserver runs,
     then while the agent loads its models back into the next one: the operator keeps the placement (no
     model moved off and back), the load tritonserver died under is no failed load (no PoolLoadFailed),
-    the pod serves its models again once tritonserver stays up, and no request fails outside the
-    moments between each kill and the pod's address leaving kube-proxy's rules.
+    the pod serves its models again once tritonserver stays up, and no request through a Service fails
+    outside the moments between each kill and the pod's address leaving kube-proxy's rules, none
+    through the TritonClient at all.
 
 Needs the real node of e2e/cluster.py and the images built from this tree (e2e/images.py); without them
 every test here skips, saying why.
@@ -25,6 +28,7 @@ import os
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,10 +134,27 @@ def serves_again(kube: Client, namespace: str, pod: str, *, ip: str, holds: set[
 
 
 def failures_between(load: PoolLoad, windows: list[tuple[float, float]]) -> tuple[list[Any], list[Any]]:
-    """The client's failures inside any of ``windows`` (client seconds) and outside all of them."""
+    """The load's failures inside any of ``windows`` (client seconds) and outside all of them."""
     inside = [f for f in load.failures if any(a <= f[0] <= b for a, b in windows)]
     outside = [f for f in load.failures if f not in inside]
     return inside, outside
+
+
+def through_client(failures: list[Any]) -> list[Any]:
+    """The failures of the pooled TritonClient's requests (the others went through a Service, raw HTTP)."""
+    return [f for f in failures if f[1].startswith("TritonClient ")]
+
+
+def per_window(load: PoolLoad, windows: list[tuple[float, float]]) -> str:
+    """Each window's failures per path (Service, TritonClient) and their distinct errors, counted."""
+    lines = []
+    for i, (a, b) in enumerate(windows):
+        inside = [f for f in load.failures if a <= f[0] <= b]
+        by_path = Counter(f[1].split()[0] for f in inside)
+        errors = Counter((f[1].split()[0], f[2][:200]) for f in inside)
+        lines.append(f"window {i} ({a:.2f}-{b:.2f}s): {dict(by_path)}")
+        lines.extend(f"    {n} x {path}: {error}" for (path, error), n in errors.most_common())
+    return "\n".join(lines)
 
 
 def test_a_pool_pods_tritonserver_crashing_and_crash_looping_is_served_through(
@@ -217,9 +238,11 @@ def test_a_pool_pods_tritonserver_crashing_and_crash_looping_is_served_through(
         f"\n(a) killed once: out of kube-proxy's rules after {out_after:.1f}s, serving again after "
         f"{back_after:.1f}s; {load.summary()}; {len(inside)} failed inside the crash window: {inside[:3]}"
     )
-    if outside:
+    print("failures per crash window and path:\n" + per_window(load, windows))
+    if outside or through_client(inside):
         print(describe(kube, namespace))
     assert not outside, outside[:5]
+    assert not through_client(inside), through_client(inside)[:5]  # the TritonClient rode through
 
     # (b) a crash loop: killed again as soon as each new tritonserver runs, twice
     wait_for(
@@ -264,15 +287,17 @@ def test_a_pool_pods_tritonserver_crashing_and_crash_looping_is_served_through(
     )
     by_window = [sum(1 for f in inside if a <= f[0] <= b) for a, b in windows]
     print(f"failed per crash window: {by_window}; conditions seen meanwhile: {said}")
+    print("failures per crash window and path:\n" + per_window(load, windows))
     agent = [
         line
         for line in kube.log(victim, namespace=namespace, container="model-agent")
         if "pool: model" in line and ("again" in line or "went away" in line or "version" in line)
     ]
     print("the victim's agent said:\n" + "".join(agent[-20:]))
-    if outside:
+    if outside or through_client(inside):
         print(describe(kube, namespace))
     assert not outside, outside[:5]
+    assert not through_client(inside), through_client(inside)[:5]  # the TritonClient rode through
     assert placements == [where], placements  # the operator moved no model off the crashing pod
     assert ("Ready", "True") in {(t, st) for t, st, _ in conditions}, conditions  # recovered: Ready again
     # tritonserver dying under the agent's loads is no failed load (the agent loads them once it is back)

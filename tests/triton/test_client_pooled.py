@@ -3,6 +3,9 @@ requests sent to the server that holds it (its own endpoint in status.pool), ove
 
 from __future__ import annotations
 
+import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -105,3 +108,31 @@ def test_one_client_sends_each_model_to_the_pod_that_holds_it(
             ModelNotServedError, match=r"'spare' .* is on no pod yet \(status.pool reason BudgetFull"
         ):
             client.spare.run(a, a)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_pods_unknown_model_is_sent_again_until_the_model_is_loaded_there(
+    servers: dict[str, RunningServer], protocol: Any
+) -> None:
+    """A pod whose tritonserver answers "unknown model" for a model it is placed with (a crashed
+    tritonserver back before its agent loaded its models, still on the model's routes): the inference ran
+    nowhere, and is sent again until the model answers there."""
+    pod = servers["right"]
+    url = pod.http_url if protocol == "http" else f"grpc://127.0.0.1:{pod.grpc_port}"
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    load = urllib.request.Request(f"{pod.http_url}/v2/repository/models/spare/load", data=b"", method="POST")
+    loading = threading.Timer(0.5, lambda: urllib.request.urlopen(load, timeout=60).close())
+    loader = TritonClient(pod.http_url)
+    try:
+        with TritonClient(url, configs={"spare": _ADDER}, routed=True) as routed:
+            assert not routed.is_model_ready("spare")
+            loading.start()
+            sent = time.monotonic()
+            result = routed.model("spare").run(a, a * 10)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 11)
+            assert time.monotonic() - sent >= 0.5  # answered once loaded, not before
+    finally:
+        if loading.ident is not None:
+            loading.join()
+        loader.unload_model("spare")
+        loader.close()

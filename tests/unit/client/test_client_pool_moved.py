@@ -1,10 +1,12 @@
 """TritonClient of a pooled TritonService: an inference that a pod answers "unknown model" (its kept
-connection reached a pod that has let the model go) is asked again once on a new connection; nothing
-else is asked again, and a client of a TritonService without a pool never does."""
+connection reached a pod that has let the model go, or a crashed pod's tritonserver back before its models)
+ran nowhere and is sent again on a new connection, until retry_seconds; nothing else is asked again, and
+a client of a TritonService without a pool never does."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,11 +49,13 @@ class AsyncConnection(Connection):
         self.closed = True
 
 
-def client(routed: bool, connections: list[Connection], monkeypatch: pytest.MonkeyPatch) -> TritonClient:
+def client(
+    routed: bool, connections: list[Connection], monkeypatch: pytest.MonkeyPatch, retry_seconds: float = 5
+) -> TritonClient:
     """A client whose connections are ``connections``, one after another (each made anew)."""
     made = iter(connections)
     monkeypatch.setattr(TritonClient, "_new_sync", lambda _self: next(made))
-    return TritonClient("grpc://127.0.0.1:1", configs=CONFIG, routed=routed)
+    return TritonClient("grpc://127.0.0.1:1", configs=CONFIG, routed=routed, retry_seconds=retry_seconds)
 
 
 def test_a_pod_that_let_the_model_go_is_left_for_a_new_connection(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,15 +66,23 @@ def test_a_pod_that_let_the_model_go_is_left_for_a_new_connection(monkeypatch: p
     assert c._sync is second  # the new connection stays in use
 
 
-def test_only_unknown_model_is_asked_again_and_only_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_unknown_model_is_sent_again_and_only_for_retry_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     failing = InferenceServerException("[StatusCode.INTERNAL] model raised")
-    c = client(True, [Connection([failing])], monkeypatch)
+    c = client(True, [Connection([failing]), Connection(["answer"])], monkeypatch)
     with pytest.raises(InferenceServerException, match="model raised"):
         c.model("a").run([1.0])
-    gone_twice = [Connection([InferenceServerException(GONE)]), Connection([InferenceServerException(GONE)])]
-    c = client(True, gone_twice, monkeypatch)
+    gone = [Connection([InferenceServerException(GONE)]) for _ in range(10)]
+    c = client(True, gone, monkeypatch, retry_seconds=0.3)
+    sent = time.monotonic()
     with pytest.raises(InferenceServerException, match="unknown model"):
         c.model("a").run([1.0])
+    # sent again after 0.05 and 0.1 s; not once more, as the next wait (0.2 s) would end past 0.3 s
+    assert [g.asked for g in gone[:4]] == [1, 1, 1, 0] and time.monotonic() - sent < 1
+    once = Connection([InferenceServerException(GONE)])
+    c = client(True, [once, Connection(["answer"])], monkeypatch, retry_seconds=0)
+    with pytest.raises(InferenceServerException, match="unknown model"):
+        c.model("a").run([1.0])
+    assert once.asked == 1  # 0: not sent again
 
 
 def test_a_client_without_a_pool_does_not_ask_again(monkeypatch: pytest.MonkeyPatch) -> None:

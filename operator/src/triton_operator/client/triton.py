@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import inspect
+import math
 import queue
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -25,6 +27,12 @@ if TYPE_CHECKING:
 
 Protocol = Literal["http", "grpc"]
 DEFAULT_PORTS: dict[str, int] = {"http": 8000, "grpc": 8001}
+DEFAULT_RETRY_SECONDS = 5.0
+"""How long, by default, an inference that ran nowhere is sent again (retry_seconds)."""
+_FIRST_WAIT = 0.05
+_LONGEST_WAIT = 0.5
+"""The wait before sending again an inference that ran nowhere: doubling from the first, at most the
+longest."""
 _SCHEMES: dict[str, tuple[Protocol, bool]] = {
     "http": ("http", False),
     "https": ("http", True),
@@ -118,6 +126,71 @@ def _refused_as_stopping(exc: BaseException) -> bool:
     return status.endswith("UNAVAILABLE") and "server is stopping" in text
 
 
+_CUT = ("stream removed", "socket closed", "connection reset", "broken pipe")
+"""gRPC's texts for a stream whose connection closed or was reset under it (gRPC core's status details)."""
+
+
+def _cut_under_stream(exc: BaseException) -> bool:
+    """A gRPC inference failed UNAVAILABLE because its connection closed or was reset before its answer
+    came ("Stream removed (recvmsg:Connection reset by peer)", "Socket closed": a tritonserver killed
+    while the request was on its way or in it), as an HTTP one's connection closing under it
+    (_closed_before_answer)."""
+    if not isinstance(exc, InferenceServerException):
+        return False
+    status = str(exc.status() or "")
+    text = str(exc.message() if hasattr(exc, "message") else exc).lower()
+    return status.endswith("UNAVAILABLE") and any(cut in text for cut in _CUT)
+
+
+def _reached_no_server(exc: BaseException) -> bool:
+    """An inference that provably reached no tritonserver: its connection was refused (a pod whose
+    tritonserver died, still in its Service's rules), as tritonclient's HTTP clients raise it
+    (ConnectionRefusedError from geventhttpclient, aiohttp's ClientConnectorError for the asyncio one),
+    or a gRPC inference failed UNAVAILABLE "failed to connect to all addresses" (the channel had no
+    connection to send it on: gRPC fails such a call before any stream starts). Not a connection closed
+    or reset under a request: that one may have run."""
+    if isinstance(exc, InferenceServerException):
+        status = str(exc.status() or "")
+        text = str(exc.message() if hasattr(exc, "message") else exc).lower()
+        return status.endswith("UNAVAILABLE") and "failed to connect to all addresses" in text
+    if isinstance(exc, ConnectionRefusedError):
+        return True
+    try:
+        import aiohttp  # noqa: PLC0415 - tritonclient's asyncio HTTP client
+    except ImportError:
+        return False
+    return isinstance(exc, aiohttp.ClientConnectorError) and exc.errno == errno.ECONNREFUSED
+
+
+def _checked_retry_seconds(value: object) -> float:
+    """``value`` as the retry_seconds option (a finite number of seconds, 0 or more)."""
+    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    if math.isfinite(number) and number >= 0:
+        return float(number)
+    raise ValueError(
+        f"retry_seconds must be a number of seconds, 0 or more (0: an inference that ran nowhere is "
+        f"not sent again), not {value!r}"
+    )
+
+
+class _Attempts:
+    """One inference's attempts so far: when it was first sent, whether it was asked again after a
+    failure it may have run in, and the wait before sending it again once more after it ran nowhere."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.asked_again = False
+        self._wait = _FIRST_WAIT
+
+    def next_wait(self, budget: float) -> float | None:
+        """The wait before sending again, or None where that would end past ``budget`` seconds after
+        the first send."""
+        if time.monotonic() - self.started + self._wait > budget:
+            return None
+        wait, self._wait = self._wait, min(2 * self._wait, _LONGEST_WAIT)
+        return wait
+
+
 def _is_unknown_model(exc: InferenceServerException) -> bool:
     text = str(exc.message() if hasattr(exc, "message") else exc).lower()
     return "unknown model" in text or "not found" in text
@@ -191,13 +264,16 @@ class Model:
         self._refuse_decoupled(signature)
         request = self._prepare(signature, args, named, dict(options))
         inputs = request.pop("inputs")
-        try:
-            return self.client._sync.infer(self.name, inputs, **request)
-        except Exception as exc:
-            if not (self._moved(exc) or self._unanswered(exc, request)):
-                raise
+        attempts = _Attempts()
+        while True:
+            try:
+                return self.client._sync.infer(self.name, inputs, **request)
+            except Exception as exc:
+                wait = self._again(exc, request, attempts)
+                if wait is None:
+                    raise
+            time.sleep(wait)
             self.client._reconnect()
-            return self.client._sync.infer(self.name, inputs, **request)
 
     async def _async_infer(
         self, args: Sequence[Any], named: Mapping[str, Any], options: dict[str, Any]
@@ -206,25 +282,55 @@ class Model:
         self._refuse_decoupled(signature)
         request = self._prepare(signature, args, named, dict(options))
         inputs = request.pop("inputs")
-        try:
-            return await (await self.client._aio()).infer(self.name, inputs, **request)
-        except Exception as exc:
-            if not (self._moved(exc) or self._unanswered(exc, request)):
-                raise
+        attempts = _Attempts()
+        while True:
+            try:
+                return await (await self.client._aio()).infer(self.name, inputs, **request)
+            except Exception as exc:
+                wait = self._again(exc, request, attempts)
+                if wait is None:
+                    raise
+            await asyncio.sleep(wait)
             await self.client._async_reconnect()
-            return await (await self.client._aio()).infer(self.name, inputs, **request)
+
+    def _again(self, exc: Exception, request: Mapping[str, Any], attempts: _Attempts) -> float | None:
+        """The seconds to wait before sending a failed inference again on a new connection (over gRPC
+        a new channel), or None: its failure is raised.
+
+        One that ran nowhere, as it reached no tritonserver (``_unreached``) or a pool's pod answered it
+        "unknown model" (``_moved``), is sent again, waiting 0.05 s then twice as long each time (at
+        most 0.5 s), until ``retry_seconds`` after its first send; one that got no answer on a
+        connection closing under it (``_unanswered``) is asked again once."""
+        if self._unreached(exc, request) or self._moved(exc):
+            return attempts.next_wait(self.client.retry_seconds)
+        if not attempts.asked_again and self._unanswered(exc, request):
+            attempts.asked_again = True
+            return 0.0
+        return None
+
+    def _unreached(self, exc: Exception, request: Mapping[str, Any]) -> bool:
+        """Whether an inference reached no tritonserver (its connection refused; over gRPC, no
+        connection to send it on) and is not a step of a sequence. A Service's address keeps sending
+        new connections to a pod whose tritonserver died (crashed, OOM-killed) until the pod's address
+        leaves kube-proxy's rules (1.4 to 2 s on the real node); a new connection may reach a pod
+        that serves. Nothing ran, so nothing runs twice. A sequence's step is not sent again: its
+        state is on the server it was started on."""
+        return not request.get("sequence_id") and _reached_no_server(exc)
 
     def _moved(self, exc: Exception) -> bool:
         """Whether a pool's pod said it does not hold the model: a connection kept open through the
         model's Service stays on the pod it reached first, which may since have let the model go (moved,
         or the pod leaving: tritonserver unloads every model before it exits) while the Service no longer
-        sends new connections there. Nothing ran: asked again once, on a new connection."""
+        sends new connections there; or a pod whose tritonserver crashed and came back before its
+        address left kube-proxy's rules, its models not loaded again yet. Nothing ran: sent again on a
+        new connection, as long as an inference that reached no tritonserver."""
         return isinstance(exc, InferenceServerException) and self.client.routed and _is_unknown_model(exc)
 
     def _unanswered(self, exc: Exception, request: Mapping[str, Any]) -> bool:
         """Whether an HTTP inference's connection was closed before any byte of its answer came, or a
-        gRPC inference was refused UNAVAILABLE by a server that is stopping, and the inference is not a
-        step of a sequence: asked again once, on a new connection (over gRPC a new channel).
+        gRPC inference was refused UNAVAILABLE by a server that is stopping or its stream was cut, and
+        the inference is not a step of a sequence: asked again once, on a new connection (over gRPC a
+        new channel).
 
         tritonclient keeps HTTP connections open between requests; a server that exits (a pod leaving,
         after its drain) closes them, and a request sent on one as it closes gets no answer. HTTP
@@ -236,12 +342,14 @@ class Model:
         A kept gRPC channel to a Service stays on the pod it first reached; when that pod's
         tritonserver exits, its gRPC server refuses the streams it has not taken with UNAVAILABLE
         "Server is stopping to serve requests." (not run). A new channel opens a new connection, which
-        the Service sends to a pod that stays."""
+        the Service sends to a pod that stays. A gRPC inference whose connection closed or was reset
+        under it before its answer (a tritonserver killed: crashed, OOM-killed) is asked again once as
+        an HTTP one is."""
         if request.get("sequence_id"):
             return False
         if self.client.protocol == "http":
             return _closed_before_answer(exc)
-        return _refused_as_stopping(exc)
+        return _refused_as_stopping(exc) or _cut_under_stream(exc)
 
     def stream(self, *inputs: Any, timeout: float | None = None, **named: Any) -> Iterator[Any]:
         """The responses of one request over a gRPC stream (a decoupled model's many, or one), as
@@ -353,14 +461,20 @@ class TritonClient:
         model_urls: Mapping[str, str] | None = None,
         unserved: Mapping[str, str] | None = None,
         routed: bool = False,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> None:
         """``configs`` (model name -> ModelConfig dict, as a TritonService's spec holds them) are
         the models this client knows and checks inputs against; without, the server's are read.
         ``model_urls`` sends a model's requests to its own URL (a pool's per-model Service) instead
         of ``url``; using a model of ``unserved`` raises ModelNotServedError with its message.
         ``routed``: this client reaches one model of a pool through the model's own Service (made by
-        the pooled client for each model): an inference a pod answers with "unknown model" is asked
-        again once on a new connection (Model._moved)."""
+        the pooled client for each model): an inference a pod answers with "unknown model" ran nowhere
+        (Model._moved). ``retry_seconds``: how long after its first send an inference that ran nowhere
+        (its connection refused, as a Service's address does for the moments a crashed pod stays in
+        its rules; or "unknown model" on a routed client) is sent again on new connections, waiting
+        0.05 s then twice as long each time, at most 0.5 s; 0: never (a step of a sequence that
+        reached no tritonserver never is)."""
+        self.retry_seconds = _checked_retry_seconds(retry_seconds)
         self.routed = routed
         self.protocol, self.address, self.ssl = parse_url(url)
         scheme = {("http", False): "http", ("http", True): "https", ("grpc", False): "grpc"}.get(
@@ -390,6 +504,7 @@ class TritonClient:
         protocol: Protocol = "grpc",
         host: str | Mapping[str, str] | None = None,
         control: Control | None = None,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> TritonClient:
         """The client of TritonService ``namespace/name`` (the kubeconfig's namespace by default):
         its status.endpoints and its spec's model configs. ``host`` (``HOST`` or ``HOST:PORT``)
@@ -400,13 +515,17 @@ class TritonClient:
         status.pool.models[].endpoints names it; from outside the cluster ``host`` is then either
         one host (HTTP only: a Gateway whose routes by model send each model's paths on) or a mapping
         from model name to ``HOST[:PORT]`` (e.g. a port-forward to each model's Service), its ``""``
-        entry for the server-wide endpoint."""
+        entry for the server-wide endpoint.
+
+        ``retry_seconds`` (default 5): an inference that ran nowhere (its connection refused: a pod
+        whose tritonserver crashed stays in its Service's rules for a moment; "unknown model" from a
+        pool's pod) is sent again on new connections for up to that long; 0 turns it off."""
         if control is None:
             from triton_operator.adapters.control import KubeControl  # noqa: PLC0415 - lightkube when needed
 
             control = KubeControl()
         obj = control.get(name, namespace or control.namespace)
-        return cls.from_tritonservice(obj, protocol=protocol, host=host)
+        return cls.from_tritonservice(obj, protocol=protocol, host=host, retry_seconds=retry_seconds)
 
     @classmethod
     def from_tritonservice(
@@ -415,8 +534,10 @@ class TritonClient:
         *,
         protocol: Protocol = "grpc",
         host: str | Mapping[str, str] | None = None,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> TritonClient:
         """The client of a TritonService object as the API server returns it."""
+        retry = _checked_retry_seconds(retry_seconds)
         if protocol not in DEFAULT_PORTS:
             raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
         metadata = obj.get("metadata") or {}
@@ -434,7 +555,7 @@ class TritonClient:
         models = spec.get("models") or []
         configs = {str(m["name"]): dict(m.get("config") or {}) for m in models}
         if not spec.get("pool"):
-            return cls(f"{protocol}://{address}", configs=configs, service=where)
+            return cls(f"{protocol}://{address}", configs=configs, service=where, retry_seconds=retry)
         model_urls, unserved = _pool_routes(configs, status.get("pool") or {}, protocol, host, where)
         return cls(
             f"{protocol}://{address}",
@@ -442,6 +563,7 @@ class TritonClient:
             service=where,
             model_urls=model_urls,
             unserved=unserved,
+            retry_seconds=retry,
         )
 
     def _module(self) -> Any:
@@ -555,7 +677,12 @@ class TritonClient:
         if name not in self._model_clients:
             configs = {name: self._configs[name]} if name in self._configs else None
             self._model_clients[name] = TritonClient(
-                url, configs=configs, service=self.service, verbose=self._verbose, routed=True
+                url,
+                configs=configs,
+                service=self.service,
+                verbose=self._verbose,
+                routed=True,
+                retry_seconds=self.retry_seconds,
             )
         return self._model_clients[name]
 
