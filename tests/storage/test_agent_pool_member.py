@@ -26,6 +26,7 @@ from test_agent_inplace import (  # type: ignore[import-not-found,unused-ignore]
     sidecars,
 )
 
+from testkit import free_port
 from triton_operator.adapters.agent.leaving import pod_name
 from triton_operator.adapters.agent.runner import FILES_WAIT_SECONDS
 from triton_operator.core.objects.names import inplace_manifest_key
@@ -266,12 +267,13 @@ def test_the_leave_hooks_lines_land_in_the_agents_own_log(
         assign(assignment, {"alpha": Wanted("va", 1)})
         wait_report(sidecar, lambda b: b["models"].get("alpha", {}).get("state") == "READY", "alpha")
         assert (pod.state / "agent.pid").read_text().strip() == str(sidecar.process.pid)
-        # alpha's "Service" is an address where nothing answers (TEST-NET-1): nobody, so it is done.
-        leaving = PodAssignment({"alpha": Wanted("va", 1)}, services={"alpha": "192.0.2.1"})
+        # alpha's "Service" is a loopback port where nothing listens (refused): nobody, so it is done.
+        leaving = PodAssignment({"alpha": Wanted("va", 1)}, services={"alpha": "127.0.0.1"})
         (pod.root / "leaving").write_text(build_assignment(leaving))
         command = [sys.executable, "-m", "triton_operator.cli", "leave", "--after", "0", "--seconds", "5"]
         command += ["--agent", f"http://127.0.0.1:{sidecar.port}", "--assignment", str(pod.root / "leaving")]
         command += ["--done", str(pod.root / "done"), "--pid-file", str(pod.state / "agent.pid")]
+        command += ["--port", str(free_port())]
         done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=pod.env(), check=False)
         assert done.returncode == 0 and "leave" not in done.stderr, done.stderr
         log = pod.sidecar_log.read_text()

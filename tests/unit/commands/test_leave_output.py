@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from testkit import free_port
 from triton_operator.core.pool.assignment import Copy, PodAssignment, Wanted, build_assignment, build_report
 
 
@@ -41,10 +42,11 @@ def agent() -> Iterator[str]:
 
 
 def leave(tmp_path: Path, agent: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    # Model a's Service address is one where nothing answers (a TEST-NET-1 address): nobody.
+    # Model a's Service is a loopback port where nothing listens (refused): nobody answers.
     assignment = tmp_path / "pool-models"
-    assignment.write_text(build_assignment(PodAssignment({"a": Wanted("v1")}, services={"a": "192.0.2.1"})))
+    assignment.write_text(build_assignment(PodAssignment({"a": Wanted("v1")}, services={"a": "127.0.0.1"})))
     command = [sys.executable, "-m", "triton_operator.cli", "leave", "--after", "0", "--seconds", "5"]
+    command += ["--port", str(free_port())]
     command += ["--interval", "0.1", "--agent", agent, "--assignment", str(assignment)]
     command += ["--done", str(tmp_path / "done"), *extra]
     env = {**os.environ, "TRITON_OPERATOR_POD_NAME": "me", "TRITON_OPERATOR_LOG_FORMAT": "text"}
@@ -83,3 +85,20 @@ def test_log_names_another_file(tmp_path: Path, agent: str) -> None:
     done = leave(tmp_path, agent, "--log", str(log), "--pid-file", str(tmp_path / "absent.pid"))
     assert done.returncode == 0, done.stderr
     assert "a by nobody" in log.read_text()
+
+
+@pytest.mark.parametrize("bad", ["0", "65536", "http"])
+def test_a_bad_port_stops_the_command_naming_the_option(tmp_path: Path, bad: str) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "triton_operator.cli",
+        "leave",
+        "--port",
+        bad,
+        "--done",
+        str(tmp_path / "d"),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "--port" in done.stderr and "from 1 to 65535" in done.stderr, done.stderr
+    assert not (tmp_path / "d").exists()

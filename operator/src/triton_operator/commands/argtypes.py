@@ -20,3 +20,14 @@ def seconds(low: float, high: float) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 1 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a port from 1 to 65535")
+    return value

@@ -10,7 +10,7 @@ from typing import Any
 
 from triton_operator import logs
 from triton_operator.adapters.agent.leaving import LeaveOptions, agent_output, leave, open_output
-from triton_operator.commands.argtypes import seconds
+from triton_operator.commands.argtypes import port, seconds
 from triton_operator.core.objects.names import (
     AGENT_PID_FILE,
     AGENT_PORT,
@@ -64,6 +64,12 @@ def register(subparsers: Any) -> None:
         "--interval", type=seconds(0.1, 60), default=1.0, help="seconds between two looks (default 1)"
     )
     parser.add_argument(
+        "--port",
+        type=port,
+        default=AGENT_PORT,
+        help="the port each model's Service serves the agent's report on (default: %(default)s)",
+    )
+    parser.add_argument(
         "--pid-file",
         type=Path,
         default=Path(AGENT_PID_FILE),
@@ -95,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
             after=args.after,
             seconds=args.seconds,
             interval=args.interval,
+            port=args.port,
         )
     )
     if stream is not None:
