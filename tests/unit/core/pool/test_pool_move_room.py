@@ -4,7 +4,7 @@ ever holds or loads more than its budget, counting the copies still draining or 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -34,7 +34,8 @@ class Member:
 
     def holding(self) -> set[str]:
         """Its entries (loaded or being loaded) and the copies its agent reports loaded or loading."""
-        return set(self.assignment.models) | {m for m, c in self.copies.items() if c.state in ("READY", "LOADING")}
+        reported = {m for m, c in self.copies.items() if c.state in ("READY", "LOADING")}
+        return set(self.assignment.models) | reported
 
 
 class Pool:
@@ -104,7 +105,12 @@ class Pool:
         return [(name, sorted(h)) for name, h in held.items() if sum(self.memory[m] for m in h) > BUDGET]
 
     def answering(self) -> set[str]:
-        return {m for member in self.members.values() for m, c in member.copies.items() if m in member.routed and c.state == "READY"}
+        return {
+            m
+            for member in self.members.values()
+            for m, c in member.copies.items()
+            if m in member.routed and c.state == "READY"
+        }
 
 
 @pytest.mark.parametrize("seed", range(200))
@@ -130,3 +136,33 @@ def test_no_pod_holds_more_than_its_budget_while_copies_follow_the_load(seed: in
     for name, member in pool.members.items():
         assert set(member.assignment.models) == set(placement.get(name, ()))
         assert member.routed == set(placement.get(name, ()))
+
+
+def _serving(node: str, *models: str) -> Member:
+    assignment = PodAssignment(models={m: Wanted("v1") for m in models})
+    return Member(node, assignment, set(models), {m: Copy("READY", "v1") for m in models})
+
+
+def test_a_repack_whose_copies_wait_for_each_others_room_loads_one_beside_its_leaving_copy() -> None:
+    """Two full pods and a new model that fits only once placed again from nothing: c moves to p0 where
+    b leaves, b to p1 where c leaves, each its model's last READY copy. Each waits for the other's room:
+    one copy (c on p0) loads beside b, its pod over budget by it until b unloads; the other pod never is."""
+    pool = Pool(random.Random(0))
+    pool.memory = {"a": 500, "b": 300, "c": 500, "d": 300, "e": 400}
+    pool.wanted, pool.most = dict.fromkeys(pool.memory, 1), dict.fromkeys(pool.memory, 1)
+    pool.members = {"p0": _serving("n0", "a", "b"), "p1": _serving("n1", "c", "d")}
+    answered, over = {"a", "b", "c", "d"}, set()
+    for _ in range(60):
+        placement, moves = pool.plan()
+        if moves.settled:
+            break
+        pool.apply(moves)
+        pool.agents()
+        over |= {(name, tuple(held)) for name, held in pool.over()}
+        assert answered - pool.answering() == set()
+        pool.now += 2.0
+    else:
+        pytest.fail(f"no end: {moves.waiting}")
+    assert placement == {"p0": ("a", "c"), "p1": ("b", "d", "e")}
+    assert over == {("p0", ("a", "b", "c"))}
+    assert pool.answering() == set(pool.memory)

@@ -214,12 +214,7 @@ def plan_moves(
     for model in models.values():
         _labels_off(model, pods)
 
-    out: dict[str, PodMoves] = {}
-    steps: list[_PodStep] = []
-    for pod, state in sorted(pods.items()):
-        if state.unknown:
-            out[pod] = PodMoves(state.assignment, (), ())  # as it is until its agent reports
-            continue
+    def pod_step(pod: str, state: PodState, force: frozenset[str] = frozenset()) -> _PodStep:
         wanted = {m: on.get(pod, {}).get(m, versions[m]) for m in placement.get(pod, ()) if m in versions}
         step = _PodStep(
             pod,
@@ -234,11 +229,24 @@ def plan_moves(
             measured=frozenset(measured),
             memory=memory or {},
             budget=(budgets or {}).get(pod),
+            force=force,
         )
         step.run()
-        steps.append(step)
+        return step
+
+    out: dict[str, PodMoves] = {}
+    by_pod = {pod: pod_step(pod, state) for pod, state in sorted(pods.items()) if not state.unknown}
+    forced = _deadlocked(by_pod, models)
+    for pod in sorted({pod for pod, _ in forced}):
+        by_pod[pod] = pod_step(pod, pods[pod], frozenset(m for p, m in forced if p == pod))
+    for pod, state in sorted(pods.items()):
+        if state.unknown:
+            out[pod] = PodMoves(state.assignment, (), ())  # as it is until its agent reports
+            continue
+        step = by_pod[pod]
         unlabel = tuple(sorted(m for m in names if pod in models[m].unlabel))
         out[pod] = PodMoves(step.assignment(), tuple(step.label), unlabel)
+    steps = list(by_pod.values())
     failed_on: dict[str, list[tuple[str, FailedLoad]]] = {}
     for step in steps:
         for name, record in step.failed_now:
@@ -263,6 +271,38 @@ def plan_moves(
     return Moves(out, failures, waiting, min(future) if future else None, settled, loading, unloading)
 
 
+def _deadlocked(steps: Mapping[str, _PodStep], models: Mapping[str, _Model]) -> set[tuple[str, str]]:
+    """The copies (pod, model) given beside what their pods still hold, to end a circle of waits for room:
+    a copy waits for its pod to unload a leaving copy that stays on its routes until its model's copy
+    on another pod answers, which waits for that pod's room, and so on back to the first (a repack
+    of pods with no room to spare: each pod's leaving copy is its model's last READY one). Nothing else
+    ends it, so one copy of each circle (the first by pod and model) loads beside the copy it waits for:
+    its pod exceeds its budget by it until that copy is unloaded."""
+    short = {(step.pod, name): leaving for step in steps.values() for name, leaving in step.short.items()}
+
+    def after(copy: tuple[str, str]) -> list[tuple[str, str]]:
+        """The waiting copies whose load ``copy``'s room waits on."""
+        pod, found = copy[0], []
+        for leaving in short[copy]:
+            model = models[leaving]
+            if pod in model.staying:  # off its routes, a leaving copy drains and unloads in its time
+                found += [(other, leaving) for other in sorted(model.wanted - model.serving)]
+        return [c for c in found if c in short]
+
+    forced: set[tuple[str, str]] = set()
+    for start in sorted(short):
+        seen, todo = set(), [c for c in after(start) if c not in forced]
+        while todo:
+            copy = todo.pop()
+            if copy == start:
+                forced.add(start)
+                break
+            if copy not in seen:
+                seen.add(copy)
+                todo += [c for c in after(copy) if c not in forced]
+    return forced
+
+
 class _PodStep:
     """One pod's next step, model by model: what it holds, drains and failed, what to label."""
 
@@ -281,11 +321,14 @@ class _PodStep:
         measured: Collection[str],
         memory: Mapping[str, int],
         budget: int | None,
+        force: frozenset[str] = frozenset(),
     ) -> None:
         self.pod, self.state, self.models, self.wanted = pod, state, models, wanted
         self.revisions, self.measured = revisions, measured
-        self.memory, self.budget = memory, budget
+        self.memory, self.budget, self.force = memory, budget, force
         self.new: list[str] = []
+        self.short: dict[str, list[str]] = {}
+        """The new copies that wait for room: each with the leaving copies it waits to see unloaded."""
         self.unloading: list[str] = []
         self.now, self.drain, self.backoff, self.random = now, drain, backoff, random
         self.held = dict(state.assignment.models)
@@ -370,8 +413,10 @@ class _PodStep:
         waits = False
         for name in new:
             holding = self._holding()
-            if self.budget is not None and sum(map(self._bytes, holding)) + self._bytes(name) > self.budget:
+            used = sum(map(self._bytes, holding)) + self._bytes(name)
+            if self.budget is not None and used > self.budget and name not in self.force:
                 leaving = sorted(m for m in holding if m not in self.wanted)
+                self.short[name] = leaving
                 why = f"to unload {', '.join(leaving)}" if leaving else "to have room"
                 self.waiting.append(f"{self.pod}: waiting for {self.pod} {why} to make room for {name}")
                 waits = True
