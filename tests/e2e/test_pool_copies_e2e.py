@@ -25,6 +25,7 @@ every test here skips, saying why.
 from __future__ import annotations
 
 import copy
+import json
 import re
 import threading
 import time
@@ -42,6 +43,12 @@ from e2e_helpers import apply, create_store_secret, get_ts
 from inference import infer_add_sub, offset_of
 from real_pods import ADD_SUB_CONFIG, adder_source, behaving_source, on_real_node
 from testkit import wait_for
+from triton_operator.core.pool.assignment import (
+    ASSIGNMENT_ANNOTATION,
+    AssignmentError,
+    parse_assignment,
+    parse_report,
+)
 from triton_operator.quantities import quantity_bytes
 
 pytestmark = [
@@ -144,6 +151,57 @@ def service_ip(kube: Client, namespace: str, name: str) -> str:
     return str(svc.spec.clusterIP)
 
 
+class Held:
+    """Samples, twice a second, what each pool pod holds or is asked to load: the copies its agent reports
+    READY or LOADING (GET <pod IP>:8009/v1/pool) and its assignment's entries, each at placement's figure
+    (the larger of its declared memory and the memory the agent measured); keeps each pod's peak."""
+
+    def __init__(self, kube: Client, namespace: str, declared: int) -> None:
+        self.kube, self.namespace, self.declared = kube, namespace, declared
+        self.peaks: dict[str, tuple[int, list[str]]] = {}
+        self.samples = 0
+        self.unread = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _read(self, pod: Pod) -> None:
+        assert pod.metadata is not None and pod.status is not None
+        annotation = (pod.metadata.annotations or {}).get(ASSIGNMENT_ANNOTATION)
+        try:
+            with urllib.request.urlopen(f"http://{pod.status.podIP}:8009/v1/pool", timeout=2) as reply:
+                copies = parse_report(json.loads(reply.read()))
+            entries = parse_assignment(annotation).models
+        except (OSError, ValueError, AssignmentError):
+            self.unread += 1
+            return
+        memory = {m: c.memory or 0 for m, c in copies.items()}
+        holding = set(entries) | {m for m, c in copies.items() if c.state in ("READY", "LOADING")}
+        held = sum(max(self.declared, memory.get(m, 0)) for m in holding)
+        name = str(pod.metadata.name)
+        self.samples += 1
+        if held > self.peaks.get(name, (-1, []))[0]:
+            self.peaks[name] = (held, sorted(holding))
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                labels = {"triton-operator.io/service": NAME}
+                for pod in self.kube.list(Pod, namespace=self.namespace, labels=labels):
+                    if pod.status is not None and pod.status.podIP:
+                        self._read(pod)
+            except Exception:  # an API read that failed: the next sample reads again
+                self.unread += 1
+            self._stop.wait(0.5)
+
+    def start(self) -> Held:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+
 class Clients:
     """``busy`` threads sending m0 requests back to back, one calm thread asking m0, m1 and m2 in turn
     about once a second, each through the model's own Service; answers counted per model and offset,
@@ -241,6 +299,7 @@ def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
     print(f"\nmeasured at their loads (bytes): {sizes}")
     assert all(size >= 1 << 20 for size in sizes.values()), sizes  # at least its Python stub's MiBs
     clients = Clients(services).start()
+    held = Held(kube, namespace, quantity_bytes("100Mi")).start()
     seen: set[str] = set()
     queues: list[float] = []
     try:
@@ -300,9 +359,15 @@ def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
         time.sleep(5)  # the one copy left answers
     finally:
         clients.stop()
+        held.stop()
     print(clients.summary())
+    print(f"each pod's peak held or loading (bytes, models): {held.peaks}; {held.samples} samples")
     when = sorted({f.split(":")[0] for f in clients.failures})
     assert not clients.failures, (when[:20], clients.failures[:5])
+    # No pod ever held or loaded more than spec.pool.memoryPerPod while m0's copies grew and shrank.
+    assert held.samples > 0 and held.peaks, held.unread
+    budget = quantity_bytes("400Mi")
+    assert all(peak <= budget for peak, _ in held.peaks.values()), held.peaks
     assert {"Idle", "IdleWaiting"} & seen_down, seen_down
     assert down["m0"]["pods"][0] in status["m0"]["pods"]
     for model in ("m1", "m2"):
