@@ -185,7 +185,7 @@ class Held:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                labels = {"triton-operator.io/service": NAME}
+                labels: dict[str, Any] = {"triton-operator.io/service": NAME}
                 for pod in self.kube.list(Pod, namespace=self.namespace, labels=labels):
                     if pod.status is not None and pod.status.podIP:
                         self._read(pod)
