@@ -151,11 +151,12 @@ def test_a_repack_whose_copies_wait_for_each_others_room_loads_one_beside_its_le
     pool.memory = {"a": 500, "b": 300, "c": 500, "d": 300, "e": 400}
     pool.wanted, pool.most = dict.fromkeys(pool.memory, 1), dict.fromkeys(pool.memory, 1)
     pool.members = {"p0": _serving("n0", "a", "b"), "p1": _serving("n1", "c", "d")}
-    answered, over = {"a", "b", "c", "d"}, set()
+    answered, over, seen_beside = {"a", "b", "c", "d"}, set(), list[tuple[str, str]]()
     for _ in range(60):
         placement, moves = pool.plan()
         if moves.settled:
             break
+        seen_beside += moves.beside
         pool.apply(moves)
         pool.agents()
         over |= {(name, tuple(held)) for name, held in pool.over()}
@@ -165,4 +166,46 @@ def test_a_repack_whose_copies_wait_for_each_others_room_loads_one_beside_its_le
         pytest.fail(f"no end: {moves.waiting}")
     assert placement == {"p0": ("a", "c"), "p1": ("b", "d", "e")}
     assert over == {("p0", ("a", "b", "c"))}
+    assert seen_beside == [("p0", "c")]
     assert pool.answering() == set(pool.memory)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_models_added_over_time_repack_the_pool_and_a_pod_exceeds_its_budget_only_by_a_circles_copy(
+    seed: int,
+) -> None:
+    """New models join while the load moves: placement may place everything again from nothing (a least
+    copy fits no other way), and copies may wait for each other's room in a circle. A pod then holds more
+    than its budget only by the copies given beside a leaving one to end such a circle, and every
+    model that answered keeps answering; the moves end where placement wants."""
+    pool = Pool(random.Random(seed))
+    rng = pool.rng
+    joining = {f"x{i}": rng.randrange(100, 501, 50) for i in range(rng.randint(3, 8))}
+    answered: set[str] = set()
+    beside: dict[str, set[str]] = {name: set() for name in pool.members}
+    for step in range(300):
+        if step < 80 and rng.random() < 0.3:
+            model = rng.choice(sorted(pool.memory))
+            pool.wanted[model] = rng.randint(1, len(pool.members))
+        if step < 80 and joining and rng.random() < 0.25:
+            model, memory = joining.popitem()
+            if sum(pool.memory.values()) + memory <= BUDGET * len(pool.members) * 19 // 20:
+                pool.memory[model], pool.wanted[model], pool.most[model] = memory, 1, len(pool.members)
+        placement, moves = pool.plan()
+        if step >= 80 and moves.settled:
+            break
+        for pod, model in moves.beside:
+            beside[pod].add(model)
+        pool.apply(moves)
+        for _ in range(2):
+            for name, held in pool.over():
+                excess = sum(pool.memory[m] for m in held) - BUDGET
+                assert excess <= sum(pool.memory[m] for m in beside[name] & set(held)), (name, held)
+            pool.agents()
+        assert answered - pool.answering() == set()
+        answered |= pool.answering()
+        pool.now += rng.uniform(0.5, 4.0)
+    else:
+        pytest.fail(f"no end after 300 steps: {moves.waiting}")
+    for name, member in pool.members.items():
+        assert set(member.assignment.models) == set(placement.get(name, ()))

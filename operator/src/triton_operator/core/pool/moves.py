@@ -89,7 +89,9 @@ class Moves:
     failed, yet. Nothing but the agent's next report ends their wait: the copy is labelled the pass
     that reads it READY. ``unloading``: the copies (pod, model) whose entry is gone but which the
     agent still reports loaded, on a pod where a new copy waits for their room: the agent's next report
-    ends that wait too."""
+    ends that wait too. ``beside``: the copies (pod, model) given this pass beside the copy whose room
+    they wait for, to end a circle of such waits (_deadlocked): their pod holds more than its budget
+    until that copy is unloaded."""
 
     pods: dict[str, PodMoves]
     failures: dict[str, ModelFailure]
@@ -98,6 +100,7 @@ class Moves:
     settled: bool
     loading: tuple[tuple[str, str], ...] = ()
     unloading: tuple[tuple[str, str], ...] = ()
+    beside: tuple[tuple[str, str], ...] = ()
 
 
 def drain_seconds(probe_period: float, probe_failures: int, drain: float) -> float:
@@ -268,7 +271,8 @@ def plan_moves(
         for name, found in failed_on.items()
     }
     future = [t for t in waits if t > now]
-    return Moves(out, failures, waiting, min(future) if future else None, settled, loading, unloading)
+    next_at = min(future) if future else None
+    return Moves(out, failures, waiting, next_at, settled, loading, unloading, tuple(sorted(forced)))
 
 
 def _deadlocked(steps: Mapping[str, _PodStep], models: Mapping[str, _Model]) -> set[tuple[str, str]]:
