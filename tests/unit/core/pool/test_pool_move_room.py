@@ -209,3 +209,29 @@ def test_models_added_over_time_repack_the_pool_and_a_pod_exceeds_its_budget_onl
         pytest.fail(f"no end after 300 steps: {moves.waiting}")
     for name, member in pool.members.items():
         assert set(member.assignment.models) == set(placement.get(name, ()))
+
+
+def test_a_copy_only_its_agent_still_reports_holds_its_room_until_it_is_unloaded() -> None:
+    """z's entry went in an earlier pass (a model removed from the spec): its memory unknown, it holds the
+    pod's room until the agent's report no longer has it; then c is given."""
+    plan = {"p0": ["c"]}
+
+    def moves(copies: dict[str, Copy]) -> Moves:
+        state = PodState(PodAssignment(), copies)
+        return plan_moves(
+            plan,
+            {"c": "v1"},
+            {"p0": state},
+            now=0.0,
+            drain=DRAIN,
+            backoff=BACKOFF,
+            memory={"c": 100},
+            budgets={"p0": BUDGET},
+        )
+
+    waiting = moves({"z": Copy("READY", "v0")})
+    assert waiting.pods["p0"].assignment.models == {}
+    assert waiting.waiting == ("p0: waiting for p0 to unload z to make room for c",)
+    assert waiting.unloading == (("p0", "z"),) and waiting.beside == ()
+    given = moves({})
+    assert set(given.pods["p0"].assignment.models) == {"c"} and given.loading == (("p0", "c"),)

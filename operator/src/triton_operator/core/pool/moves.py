@@ -22,9 +22,10 @@ copy is reloaded in place, Triton serving the old version until the new one is R
 not touched. A failed load is reported per model (reason, message) and asked again by a higher
 ``attempt`` after core/edges/backoff.py's delay.
 
-A pod never holds more than its budget, not even for the moment a copy moves: placement gives the room
-of a copy it no longer wants at once, but the pod gets the new copy only once the old one is unloaded
-(placement's figures: the larger of declared and measured memory).
+A pod holds no more than its budget, not even for the moment a copy moves: placement gives the room of
+a copy it no longer wants at once, but the pod gets the new copy only once the old one is unloaded
+(placement's figures: the larger of declared and measured memory). The one exception ends a circle of
+such waits, which nothing else ends (_deadlocked).
 """
 
 from __future__ import annotations
@@ -288,8 +289,9 @@ def _deadlocked(steps: Mapping[str, _PodStep], models: Mapping[str, _Model]) -> 
         """The waiting copies whose load ``copy``'s room waits on."""
         pod, found = copy[0], []
         for leaving in short[copy]:
-            model = models[leaving]
-            if pod in model.staying:  # off its routes, a leaving copy drains and unloads in its time
+            # Off its routes (or only its agent still reporting it), a leaving copy goes in its time.
+            model = models.get(leaving)
+            if model is not None and pod in model.staying:
                 found += [(other, leaving) for other in sorted(model.wanted - model.serving)]
         return [c for c in found if c in short]
 
@@ -421,8 +423,8 @@ class _PodStep:
             if self.budget is not None and used > self.budget and name not in self.force:
                 leaving = sorted(m for m in holding if m not in self.wanted)
                 self.short[name] = leaving
-                why = f"to unload {', '.join(leaving)}" if leaving else "to have room"
-                self.waiting.append(f"{self.pod}: waiting for {self.pod} {why} to make room for {name}")
+                why = f"{self.pod} to unload {', '.join(leaving)} to make room" if leaving else "room"
+                self.waiting.append(f"{self.pod}: waiting for {why} for {name}")
                 waits = True
                 continue
             self.held[name] = self._entry(name, self.wanted[name])
