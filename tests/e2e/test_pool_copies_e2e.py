@@ -25,6 +25,7 @@ every test here skips, saying why.
 from __future__ import annotations
 
 import copy
+import json
 import re
 import threading
 import time
@@ -42,6 +43,12 @@ from e2e_helpers import apply, create_store_secret, get_ts
 from inference import infer_add_sub, offset_of
 from real_pods import ADD_SUB_CONFIG, adder_source, behaving_source, on_real_node
 from testkit import wait_for
+from triton_operator.core.pool.assignment import (
+    ASSIGNMENT_ANNOTATION,
+    AssignmentError,
+    parse_assignment,
+    parse_report,
+)
 from triton_operator.quantities import quantity_bytes
 
 pytestmark = [
@@ -144,6 +151,57 @@ def service_ip(kube: Client, namespace: str, name: str) -> str:
     return str(svc.spec.clusterIP)
 
 
+class Held:
+    """Samples, twice a second, what each pool pod holds or is asked to load: the copies its agent reports
+    READY or LOADING (GET <pod IP>:8009/v1/pool) and its assignment's entries, each at placement's figure
+    (the larger of its declared memory and the memory the agent measured); keeps each pod's peak."""
+
+    def __init__(self, kube: Client, namespace: str, declared: int) -> None:
+        self.kube, self.namespace, self.declared = kube, namespace, declared
+        self.peaks: dict[str, tuple[int, list[str]]] = {}
+        self.samples = 0
+        self.unread = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _read(self, pod: Pod) -> None:
+        assert pod.metadata is not None and pod.status is not None
+        annotation = (pod.metadata.annotations or {}).get(ASSIGNMENT_ANNOTATION)
+        try:
+            with urllib.request.urlopen(f"http://{pod.status.podIP}:8009/v1/pool", timeout=2) as reply:
+                copies = parse_report(json.loads(reply.read()))
+            entries = parse_assignment(annotation).models
+        except (OSError, ValueError, AssignmentError):
+            self.unread += 1
+            return
+        memory = {m: c.memory or 0 for m, c in copies.items()}
+        holding = set(entries) | {m for m, c in copies.items() if c.state in ("READY", "LOADING")}
+        held = sum(max(self.declared, memory.get(m, 0)) for m in holding)
+        name = str(pod.metadata.name)
+        self.samples += 1
+        if held > self.peaks.get(name, (-1, []))[0]:
+            self.peaks[name] = (held, sorted(holding))
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                labels: dict[str, Any] = {"triton-operator.io/service": NAME}
+                for pod in self.kube.list(Pod, namespace=self.namespace, labels=labels):
+                    if pod.status is not None and pod.status.podIP:
+                        self._read(pod)
+            except Exception:  # an API read that failed: the next sample reads again
+                self.unread += 1
+            self._stop.wait(0.5)
+
+    def start(self) -> Held:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+
 class Clients:
     """``busy`` threads sending m0 requests back to back, one calm thread asking m0, m1 and m2 in turn
     about once a second, each through the model's own Service; answers counted per model and offset,
@@ -241,6 +299,7 @@ def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
     print(f"\nmeasured at their loads (bytes): {sizes}")
     assert all(size >= 1 << 20 for size in sizes.values()), sizes  # at least its Python stub's MiBs
     clients = Clients(services).start()
+    held = Held(kube, namespace, quantity_bytes("100Mi")).start()
     seen: set[str] = set()
     queues: list[float] = []
     try:
@@ -300,9 +359,15 @@ def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
         time.sleep(5)  # the one copy left answers
     finally:
         clients.stop()
+        held.stop()
     print(clients.summary())
+    print(f"each pod's peak held or loading (bytes, models): {held.peaks}; {held.samples} samples")
     when = sorted({f.split(":")[0] for f in clients.failures})
     assert not clients.failures, (when[:20], clients.failures[:5])
+    # No pod ever held or loaded more than spec.pool.memoryPerPod while m0's copies grew and shrank.
+    assert held.samples > 0 and held.peaks, held.unread
+    budget = quantity_bytes("400Mi")
+    assert all(peak <= budget for peak, _ in held.peaks.values()), held.peaks
     assert {"Idle", "IdleWaiting"} & seen_down, seen_down
     assert down["m0"]["pods"][0] in status["m0"]["pods"]
     for model in ("m1", "m2"):
@@ -656,3 +721,80 @@ def test_a_pool_grown_onto_a_pending_pod_serves_and_takes_it_once_scheduled(
         assert before[model] <= set(after[model]["pods"]), (model, before, after)  # nothing moved off
     assert after[short["name"]]["pods"] and stuck in after[short["name"]]["pods"], after
     assert all(o == OFFSETS[m] for m, o in answers), summary
+
+
+def test_a_copy_placed_in_the_room_of_one_leaving_loads_only_once_it_is_unloaded(
+    kube: Client, namespace: str, operator: Any, store: Any, bucket: str
+) -> None:
+    """Two pods of 250Mi, two copies of 100Mi each: m0 on both (minCopies = maxCopies = 2), m1 and m2
+    one each. Then m0 one copy and m1 two: placement drops an m0 copy and gives its room (or another
+    leaving copy's) to a new copy at once; the pod loads that copy only once the copy leaving it is off
+    its routes, drained and unloaded. Each pod's agent report and assignment are sampled twice a second:
+    no pod ever holds or loads more than 250Mi. A client asks each model back to back through its
+    Service throughout: no request fails."""
+    body = pooled(namespace, bucket, store)
+    body["spec"]["replicas"] = 2
+    body["spec"]["pool"]["memoryPerPod"] = "250Mi"
+    least = {"m0": 2, "m1": 1, "m2": 1}
+    for model in body["spec"]["models"]:
+        model["minCopies"] = model["maxCopies"] = least[model["name"]]
+    apply(kube, body)
+
+    def copies(want: dict[str, int]) -> dict[str, dict[str, Any]] | None:
+        status = pool_status(kube, namespace)
+        if set(status) != set(MODELS) or any(status[m].get("readyCopies") != n for m, n in want.items()):
+            return None
+        if any(len(status[m].get("pods") or []) != n for m, n in want.items()):
+            return None
+        return status if all(len(labelled(kube, namespace, m)) == n for m, n in want.items()) else None
+
+    wait_for(lambda: copies(least), timeout=300, interval=2, what="m0 on both pods, m1 and m2 on one")
+    services = {m: service_ip(kube, namespace, f"{NAME}-m-{m}") for m in MODELS}
+
+    def answering() -> bool:
+        try:
+            return {m: offset_of(infer_add_sub(services[m], model=m, timeout=3)) for m in MODELS} == OFFSETS
+        except Exception:
+            return False
+
+    wait_for(answering, timeout=60, interval=0.5, what="every model answering through its Service")
+    answers: Counter[tuple[str, float]] = Counter()
+    failures: list[str] = []
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def ask(model: str) -> None:
+        while not stop.is_set():
+            try:
+                answer = offset_of(infer_add_sub(services[model], model=model, timeout=10))
+                answers[model, answer] += 1
+            except Exception as exc:  # every failure is counted, none ends the client
+                failures.append(f"{model} at {time.monotonic() - started:+.1f}s: {type(exc).__name__}: {exc}")
+            stop.wait(0.05)
+
+    threads = [threading.Thread(target=ask, args=(m,), daemon=True) for m in MODELS]
+    held = Held(kube, namespace, quantity_bytes("100Mi")).start()
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(3)  # the sampler sees the pods as they were
+        after = {"m0": 1, "m1": 2, "m2": 1}
+        for model in body["spec"]["models"]:
+            model["minCopies"] = model["maxCopies"] = after[model["name"]]
+        apply(kube, body)
+        moved = time.monotonic()
+        status = wait_for(lambda: copies(after), timeout=180, interval=1, what="m0 on one pod, m1 on both")
+        print(f"\nmoved in {time.monotonic() - moved:.0f}s: { ({m: s['pods'] for m, s in status.items()}) }")
+        time.sleep(5)  # the copy that left is unloaded; the sampler sees it
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=15)
+        held.stop()
+    print(f"answers: {dict(answers)}; failures: {len(failures)}")
+    print(f"each pod's peak held or loading (bytes, models): {held.peaks}; {held.samples} samples")
+    assert not failures, failures[:5]
+    assert all(answers[m, OFFSETS[m]] > 0 for m in MODELS), answers
+    assert held.samples > 0 and len(held.peaks) == 2, (held.peaks, held.unread)
+    budget = quantity_bytes("250Mi")
+    assert all(peak <= budget for peak, _ in held.peaks.values()), held.peaks

@@ -46,3 +46,9 @@ def test_other_waits_keep_their_own_pace() -> None:
     assert pool_requeue(plan(next_at=NOW + 3.0, waiting=("p0: m0 drains",)), NOW) == 3.0
     assert pool_requeue(plan(next_at=NOW - 2.0), NOW) == 0.0  # overdue: at once
     assert pool_requeue(plan(next_at=NOW + 60.0), NOW) == POOL_LOAD_SECONDS
+
+
+def test_a_copy_waiting_for_its_pods_unload_is_looked_at_again_within_a_second() -> None:
+    waiting = ("p0: waiting for p0 to unload m1 to make room for m0",)
+    unloading = plan(unloading=(("p0", "m1"),), waiting=waiting, next_at=NOW + 30.0)
+    assert pool_requeue(unloading, NOW) == POOL_LOADING_SECONDS

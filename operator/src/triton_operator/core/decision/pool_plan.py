@@ -107,6 +107,9 @@ class PoolPlan:
     waiting: tuple[str, ...] = ()
     loading: tuple[tuple[str, str], ...] = ()
     """The copies (pod, model) an agent is asked to load and has not reported READY yet (Moves.loading)."""
+    unloading: tuple[tuple[str, str], ...] = ()
+    """The copies (pod, model) an agent is to unload, and still reports loaded, while a new copy waits for
+    their room (Moves.unloading)."""
     delete: tuple[tuple[str, str], ...] = ()
     """(kind, name) of per-model Services and routes no longer wanted (a model gone, the pool gone)."""
     events: tuple[RolloutEvent, ...] = ()
@@ -129,13 +132,13 @@ POOL_LOAD_SECONDS = 15.0
 
 def pool_requeue(plan: PoolPlan | None, now: float) -> float | None:
     """Seconds until the pool's next pass is due (None: never, for the pool's sake): POOL_LOADING_SECONDS
-    while a copy loads; a drain or a retry ending; POOL_RETRY_SECONDS while other moves wait on the
-    agents; at the latest the next look at the models' load. Nothing loading, nothing waiting: one
-    pass every POOL_LOAD_SECONDS, no faster."""
+    while a copy loads, or waits for its pod's agent to unload others (its next report); a drain or a
+    retry ending; POOL_RETRY_SECONDS while other moves wait on the agents; at the latest the next look
+    at the models' load. Nothing loading, nothing waiting: one pass every POOL_LOAD_SECONDS, no faster."""
     if plan is None:
         return None
     due = [POOL_LOAD_SECONDS] if plan.replicas is not None else []
-    if plan.loading:
+    if plan.loading or plan.unloading:
         due.append(POOL_LOADING_SECONDS)
     if plan.next_at is not None:
         due.append(max(0.0, plan.next_at - now))
@@ -716,6 +719,10 @@ def decide_pool(
         on=versions.on,
         revisions=versions.revisions,
         measured=measured,
+        # A pod is given a copy only with the room beside what it still holds (its copies leaving
+        # included), in placement's figures; an oversize copy counts there too (placement's reserved).
+        memory={m.name: m.memory for m in models},
+        budgets={p.name: p.budget for p in pool_pods},
     )
     events = tuple(
         RolloutEvent(
@@ -795,6 +802,7 @@ def decide_pool(
         next_at=moves.next_at,
         waiting=moves.waiting,
         loading=moves.loading,
+        unloading=moves.unloading,
         delete=_unwanted(stored, wanted),
         events=events,
         replicas=copies.replicas if copies is not None else None,

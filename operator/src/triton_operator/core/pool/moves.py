@@ -4,7 +4,10 @@ From the placement the pool wants (each pod's models), each model's version, and
 (its assignment annotation, what its agent reports and which models it is labelled ready for),
 ``plan_moves`` gives each pod its next assignment and its label changes. A model moves as:
 
-1. load on the new pod (its entry in the pod's assignment; the agent loads it);
+1. load on the new pod (its entry in the pod's assignment; the agent loads it), once the pod has the
+   room: what it still holds (the copies its agent reports loaded or loading, and its entries not yet
+   unloaded, those draining included) and the new copy within its budget, so a copy placed in the room
+   of one leaving waits for that one's unload;
 2. wait until the agent reports it READY at the wanted version;
 3. label the pod ready for it (the model's Service and routes take it in, once the pod is Ready);
 4. only then take the label off the copy placement no longer wants, once every copy it wants answers
@@ -18,6 +21,11 @@ time (taken off, drained, reloaded, READY, labelled again) while another copy an
 copy is reloaded in place, Triton serving the old version until the new one is READY. Other models are
 not touched. A failed load is reported per model (reason, message) and asked again by a higher
 ``attempt`` after core/edges/backoff.py's delay.
+
+A pod holds no more than its budget, not even for the moment a copy moves: placement gives the room of
+a copy it no longer wants at once, but the pod gets the new copy only once the old one is unloaded
+(placement's figures: the larger of declared and measured memory). The one exception ends a circle of
+such waits, which nothing else ends (_deadlocked).
 """
 
 from __future__ import annotations
@@ -80,7 +88,11 @@ class Moves:
     time a wait ends (a drain, a retry); whether everything is where the placement wants it; and the
     copies being loaded (pod, model): asked of an agent and not reported READY at their version, nor
     failed, yet. Nothing but the agent's next report ends their wait: the copy is labelled the pass
-    that reads it READY."""
+    that reads it READY. ``unloading``: the copies (pod, model) whose entry is gone but which the
+    agent still reports loaded, on a pod where a new copy waits for their room: the agent's next report
+    ends that wait too. ``beside``: the copies (pod, model) given this pass beside the copy whose room
+    they wait for, to end a circle of such waits (_deadlocked): their pod holds more than its budget
+    until that copy is unloaded."""
 
     pods: dict[str, PodMoves]
     failures: dict[str, ModelFailure]
@@ -88,6 +100,8 @@ class Moves:
     next_at: float | None
     settled: bool
     loading: tuple[tuple[str, str], ...] = ()
+    unloading: tuple[tuple[str, str], ...] = ()
+    beside: tuple[tuple[str, str], ...] = ()
 
 
 def drain_seconds(probe_period: float, probe_failures: int, drain: float) -> float:
@@ -169,6 +183,8 @@ def plan_moves(
     on: Mapping[str, Mapping[str, str]] | None = None,
     revisions: Mapping[str, str] | None = None,
     measured: Collection[str] = (),
+    memory: Mapping[str, int] | None = None,
+    budgets: Mapping[str, int] | None = None,
 ) -> Moves:
     """The next safe step of each pod of ``pods`` towards ``placement`` (pod -> its models), each model at
     its version of ``versions`` (every model of the spec; a model not in it is being removed). Pods of
@@ -178,7 +194,14 @@ def plan_moves(
     ``versions`` (the pods not asked yet keep the old one, a rollback takes the new one back), and
     ``revisions`` (version -> revision) names the revision whose files hold a version that is not in
     the pods' own (written in the assignment, for the agent to fetch). ``measured``: the models whose
-    memory status.pool already keeps (their new entries say so: the agent may load them together)."""
+    memory status.pool already keeps (their new entries say so: the agent may load them together).
+
+    ``budgets`` (pod -> bytes) and ``memory`` (model -> the bytes one copy holds, placement's figure):
+    a pod of ``budgets`` is given a new copy only when what it still holds (its entries, those leaving
+    this pass included, and the copies its agent reports READY or LOADING) and the new copy fit its
+    budget; the copy waits otherwise, the models with no copy answering first. A copy of a model not in
+    ``memory`` counts the memory its agent measured, else the whole budget (what it holds is unknown:
+    nothing is added beside it). A pod not in ``budgets`` is given its copies at once."""
     on = on or {}
     revisions = revisions or {}
     names = sorted({*versions, *(m for s in pods.values() for m in (*s.assignment.models, *s.routed))})
@@ -195,12 +218,7 @@ def plan_moves(
     for model in models.values():
         _labels_off(model, pods)
 
-    out: dict[str, PodMoves] = {}
-    steps: list[_PodStep] = []
-    for pod, state in sorted(pods.items()):
-        if state.unknown:
-            out[pod] = PodMoves(state.assignment, (), ())  # as it is until its agent reports
-            continue
+    def pod_step(pod: str, state: PodState, force: frozenset[str] = frozenset()) -> _PodStep:
         wanted = {m: on.get(pod, {}).get(m, versions[m]) for m in placement.get(pod, ()) if m in versions}
         step = _PodStep(
             pod,
@@ -213,11 +231,26 @@ def plan_moves(
             random=random,
             revisions=revisions,
             measured=frozenset(measured),
+            memory=memory or {},
+            budget=(budgets or {}).get(pod),
+            force=force,
         )
         step.run()
-        steps.append(step)
+        return step
+
+    out: dict[str, PodMoves] = {}
+    by_pod = {pod: pod_step(pod, state) for pod, state in sorted(pods.items()) if not state.unknown}
+    forced = _deadlocked(by_pod, models)
+    for pod in sorted({pod for pod, _ in forced}):
+        by_pod[pod] = pod_step(pod, pods[pod], frozenset(m for p, m in forced if p == pod))
+    for pod, state in sorted(pods.items()):
+        if state.unknown:
+            out[pod] = PodMoves(state.assignment, (), ())  # as it is until its agent reports
+            continue
+        step = by_pod[pod]
         unlabel = tuple(sorted(m for m in names if pod in models[m].unlabel))
         out[pod] = PodMoves(step.assignment(), tuple(step.label), unlabel)
+    steps = list(by_pod.values())
     failed_on: dict[str, list[tuple[str, FailedLoad]]] = {}
     for step in steps:
         for name, record in step.failed_now:
@@ -225,6 +258,7 @@ def plan_moves(
     waits = [t for step in steps for t in step.waits]
     waiting = tuple(w for step in steps for w in step.waiting)
     loading = tuple((step.pod, name) for step in steps for name in step.loading)
+    unloading = tuple((step.pod, name) for step in steps for name in step.unloading)
     settled = all(step.settled for step in steps) and not any(s.unknown for s in pods.values())
     failures = {
         name: ModelFailure(
@@ -238,7 +272,41 @@ def plan_moves(
         for name, found in failed_on.items()
     }
     future = [t for t in waits if t > now]
-    return Moves(out, failures, waiting, min(future) if future else None, settled, loading)
+    next_at = min(future) if future else None
+    return Moves(out, failures, waiting, next_at, settled, loading, unloading, tuple(sorted(forced)))
+
+
+def _deadlocked(steps: Mapping[str, _PodStep], models: Mapping[str, _Model]) -> set[tuple[str, str]]:
+    """The copies (pod, model) given beside what their pods still hold, to end a circle of waits for room:
+    a copy waits for its pod to unload a leaving copy that stays on its routes until its model's copy
+    on another pod answers, which waits for that pod's room, and so on back to the first (a repack
+    of pods with no room to spare: each pod's leaving copy is its model's last READY one). Nothing else
+    ends it, so one copy of each circle (the first by pod and model) loads beside the copy it waits for:
+    its pod exceeds its budget by it until that copy is unloaded."""
+    short = {(step.pod, name): leaving for step in steps.values() for name, leaving in step.short.items()}
+
+    def after(copy: tuple[str, str]) -> list[tuple[str, str]]:
+        """The waiting copies whose load ``copy``'s room waits on."""
+        pod, found = copy[0], []
+        for leaving in short[copy]:
+            # Off its routes (or only its agent still reporting it), a leaving copy goes in its time.
+            model = models.get(leaving)
+            if model is not None and pod in model.staying:
+                found += [(other, leaving) for other in sorted(model.wanted - model.serving)]
+        return [c for c in found if c in short]
+
+    forced: set[tuple[str, str]] = set()
+    for start in sorted(short):
+        seen, todo = set(), [c for c in after(start) if c not in forced]
+        while todo:
+            copy = todo.pop()
+            if copy == start:
+                forced.add(start)
+                break
+            if copy not in seen:
+                seen.add(copy)
+                todo += [c for c in after(copy) if c not in forced]
+    return forced
 
 
 class _PodStep:
@@ -257,9 +325,17 @@ class _PodStep:
         random: Random | None,
         revisions: Mapping[str, str],
         measured: Collection[str],
+        memory: Mapping[str, int],
+        budget: int | None,
+        force: frozenset[str] = frozenset(),
     ) -> None:
         self.pod, self.state, self.models, self.wanted = pod, state, models, wanted
         self.revisions, self.measured = revisions, measured
+        self.memory, self.budget, self.force = memory, budget, force
+        self.new: list[str] = []
+        self.short: dict[str, list[str]] = {}
+        """The new copies that wait for room: each with the leaving copies it waits to see unloaded."""
+        self.unloading: list[str] = []
         self.now, self.drain, self.backoff, self.random = now, drain, backoff, random
         self.held = dict(state.assignment.models)
         self.draining = dict(state.assignment.draining)
@@ -283,6 +359,7 @@ class _PodStep:
             else:
                 self.settled = False
                 self._unwanted(model, routed)
+        self._give_room()
         if self.assignment() != self.state.assignment:
             self.settled = False  # a record to drop or write: written before anything is settled
 
@@ -304,9 +381,8 @@ class _PodStep:
         entry = self.held.get(name)
         copy = self.state.copies.get(name)
         if entry is None:
-            self.held[name] = self._entry(name, version)
             self.settled = False
-            self.loading.append(name)  # asked from this pass's write on
+            self.new.append(name)  # given once the pass knows what leaves (_give_room)
         elif entry.version != version:
             self._new_version(model, version, routed)
         elif copy is not None and copy.attempt == entry.attempt and copy.error:
@@ -321,6 +397,41 @@ class _PodStep:
             self.settled = False
             self.loading.append(name)
             self._wait(None, f"{name} {version} is loading")
+
+    def _holding(self) -> set[str]:
+        """What the pod holds or is asked to load: its entries as read and as written this pass (an entry
+        going now is unloaded after the write), and the copies its agent reports loaded or loading."""
+        reported = (m for m, c in self.state.copies.items() if c.state in (VERSION_READY, LOADING))
+        return {*self.state.assignment.models, *self.held, *reported}
+
+    def _bytes(self, name: str) -> int:
+        if name in self.memory:
+            return self.memory[name]
+        copy = self.state.copies.get(name)
+        if copy is not None and copy.memory is not None:
+            return copy.memory
+        return self.budget if self.budget is not None else 0
+
+    def _give_room(self) -> None:
+        """The new copies, each given while the pod has the room for it beside what it still holds; the
+        models with no copy answering first. A copy that waits names the copies it waits to see unloaded."""
+        new = sorted(self.new, key=lambda m: (bool(self.models[m].serving), m))
+        waits = False
+        for name in new:
+            holding = self._holding()
+            used = sum(map(self._bytes, holding)) + self._bytes(name)
+            if self.budget is not None and used > self.budget and name not in self.force:
+                leaving = sorted(m for m in holding if m not in self.wanted)
+                self.short[name] = leaving
+                why = f"{self.pod} to unload {', '.join(leaving)} to make room" if leaving else "room"
+                self.waiting.append(f"{self.pod}: waiting for {why} for {name}")
+                waits = True
+                continue
+            self.held[name] = self._entry(name, self.wanted[name])
+            self.loading.append(name)  # asked from this pass's write on
+        if waits:
+            # Unloaded once the agent says so: its next report, as for a copy loading.
+            self.unloading = sorted(m for m in self._holding() if m not in self.held)
 
     def _new_version(self, model: _Model, version: str, routed: bool) -> None:
         """Reload at ``version``: once off the routes and drained, or in place when it is the only copy."""
