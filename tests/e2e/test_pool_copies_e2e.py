@@ -377,6 +377,42 @@ def test_a_busy_model_gets_a_second_copy_and_loses_it_once_idle(
     assert all(o == OFFSETS[m] for m, o in clients.answers), clients.summary()
 
 
+class BackToBack:
+    """A client per model of ``models`` asking it back to back (0.05 s apart) through its Service
+    (``services``: its address) until stopped; answers counted per model and offset, every failure kept
+    with its second from ``started`` (set again to count from a later moment, e.g. a delete)."""
+
+    def __init__(self, services: dict[str, str], models: list[str]) -> None:
+        self.services = services
+        self.answers: Counter[tuple[str, float]] = Counter()
+        self.failures: list[str] = []
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._ask, args=(m,), daemon=True) for m in models]
+
+    def _ask(self, model: str) -> None:
+        while not self._stop.is_set():
+            try:
+                answer = offset_of(infer_add_sub(self.services[model], model=model, timeout=10))
+                self.answers[model, answer] += 1
+            except Exception as exc:  # every failure is counted, none ends the client
+                at = time.monotonic() - self.started
+                self.failures.append(f"{model} at {at:+.1f}s: {type(exc).__name__}: {exc}")
+            self._stop.wait(0.05)
+
+    def start(self) -> BackToBack:
+        self.started = time.monotonic()
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> BackToBack:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=15)
+        return self
+
+
 @dataclass
 class Moved:
     """What a client per moved model saw while their pod was deleted (delete_under_load)."""
@@ -401,28 +437,12 @@ def delete_under_load(
     (the ReplicaSet's new pod stays Pending, and no event of a starting pod hands the operator a pass:
     it looks again on its own timers only); until each model is labelled on a live pod, the victim is
     gone and the new copies have answered alone for 5 s. Every failure is counted, none ends a client."""
-    answers: Counter[tuple[str, float]] = Counter()
-    failures: list[str] = []
-    stop = threading.Event()
-    deleted = time.monotonic()
-
-    def ask(model: str) -> None:
-        while not stop.is_set():
-            try:
-                answer = offset_of(infer_add_sub(services[model], model=model, timeout=10))
-                answers[model, answer] += 1
-            except Exception as exc:  # every failure is counted, none ends the client
-                failures.append(f"{model} at {time.monotonic() - deleted:+.1f}s: {type(exc).__name__}: {exc}")
-            stop.wait(0.05)
-
-    threads = [threading.Thread(target=ask, args=(m,), daemon=True) for m in moving]
-    for thread in threads:
-        thread.start()
+    clients = BackToBack(services, moving).start()
     node = str(kube.get(Pod, victim, namespace=namespace).spec.nodeName)  # type: ignore[union-attr]
     time.sleep(2)
     try:
         kube.patch(Node, node, {"spec": {"unschedulable": True}})
-        deleted = time.monotonic()
+        deleted = clients.started = time.monotonic()  # failures are timed from the delete
         kube.delete(Pod, victim, namespace=namespace)
         routed: dict[str, float] = {}
 
@@ -444,9 +464,8 @@ def delete_under_load(
         time.sleep(5)  # the new copies answer alone
     finally:
         kube.patch(Node, node, {"spec": {"unschedulable": False}})
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=15)
+        clients.stop()
+    answers, failures = clients.answers, clients.failures
     moved = Moved(answers, failures, routed, landed, left)
     print(f"\ndeleted {victim} holding {moving}; labelled elsewhere after (s): {routed}; on {landed}")
     print(f"{victim} gone after {left:.1f} s")
@@ -645,23 +664,7 @@ def test_a_pool_grown_onto_a_pending_pod_serves_and_takes_it_once_scheduled(
 
     running = set(pool_pods())
     node = str(next(iter(pool_pods().values())).spec.nodeName)  # type: ignore[union-attr]
-    answers: Counter[tuple[str, float]] = Counter()
-    failures: list[str] = []
-    stop = threading.Event()
-    started = time.monotonic()
-
-    def ask(model: str) -> None:
-        while not stop.is_set():
-            try:
-                answer = offset_of(infer_add_sub(services[model], model=model, timeout=10))
-                answers[model, answer] += 1
-            except Exception as exc:  # every failure is counted, none ends the client
-                failures.append(f"{model} at {time.monotonic() - started:+.1f}s: {type(exc).__name__}: {exc}")
-            stop.wait(0.05)
-
-    threads = [threading.Thread(target=ask, args=(m,), daemon=True) for m in MODELS]
-    for thread in threads:
-        thread.start()
+    clients = BackToBack(services, list(MODELS)).start()
     try:
         kube.patch(Node, node, {"spec": {"unschedulable": True}})
         body["spec"]["replicas"] = 3
@@ -710,9 +713,8 @@ def test_a_pool_grown_onto_a_pending_pod_serves_and_takes_it_once_scheduled(
         time.sleep(3)
     finally:
         kube.patch(Node, node, {"spec": {"unschedulable": False}})
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=15)
+        clients.stop()
+    answers, failures = clients.answers, clients.failures
     summary = ", ".join(f"{m}@{o:g}: {n}" for (m, o), n in sorted(answers.items()))
     print(f"{sum(answers.values())} answers ({summary}), {len(failures)} failed")
     assert not failures, (len(failures), failures[:10])
@@ -758,24 +760,8 @@ def test_a_copy_placed_in_the_room_of_one_leaving_loads_only_once_it_is_unloaded
             return False
 
     wait_for(answering, timeout=60, interval=0.5, what="every model answering through its Service")
-    answers: Counter[tuple[str, float]] = Counter()
-    failures: list[str] = []
-    stop = threading.Event()
-    started = time.monotonic()
-
-    def ask(model: str) -> None:
-        while not stop.is_set():
-            try:
-                answer = offset_of(infer_add_sub(services[model], model=model, timeout=10))
-                answers[model, answer] += 1
-            except Exception as exc:  # every failure is counted, none ends the client
-                failures.append(f"{model} at {time.monotonic() - started:+.1f}s: {type(exc).__name__}: {exc}")
-            stop.wait(0.05)
-
-    threads = [threading.Thread(target=ask, args=(m,), daemon=True) for m in MODELS]
     held = Held(kube, namespace, quantity_bytes("100Mi")).start()
-    for thread in threads:
-        thread.start()
+    clients = BackToBack(services, list(MODELS)).start()
     try:
         time.sleep(3)  # the sampler sees the pods as they were
         after = {"m0": 1, "m1": 2, "m2": 1}
@@ -787,10 +773,9 @@ def test_a_copy_placed_in_the_room_of_one_leaving_loads_only_once_it_is_unloaded
         print(f"\nmoved in {time.monotonic() - moved:.0f}s: { ({m: s['pods'] for m, s in status.items()}) }")
         time.sleep(5)  # the copy that left is unloaded; the sampler sees it
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=15)
+        clients.stop()
         held.stop()
+    answers, failures = clients.answers, clients.failures
     print(f"answers: {dict(answers)}; failures: {len(failures)}")
     print(f"each pod's peak held or loading (bytes, models): {held.peaks}; {held.samples} samples")
     assert not failures, failures[:5]
