@@ -95,7 +95,7 @@ def test_a_copy_placed_where_a_shrinking_copy_drains_waits_for_its_unload() -> N
     }
     # a's load fell (one copy now), c's rose (two): placement drops a's copy on p0 and gives c that room.
     copies = PoolCopies({"a": 1, "b": 1, "c": 2}, replicas=2, pods_needed=2, shown={}, last_used={})
-    now, waited, unloads = 1000.0, list[str](), list[float]()
+    now, waited, unloads, told = 1000.0, list[str](), list[float](), list[str]()
     plan: PoolPlan | None = None
     for _ in range(40):
         plan = decide_pool(
@@ -109,6 +109,8 @@ def test_a_copy_placed_where_a_shrinking_copy_drains_waits_for_its_unload() -> N
         if not plan.patches and not plan.waiting:
             break
         waited += [w for w in plan.waiting if "to make room for" in w]
+        if any("to make room for" in w for w in plan.waiting):  # status.pool says it for the model
+            told += [m.get("message", "") for m in (plan.status or {}).get("models", []) if m["name"] == "c"]
         if plan.unloading:
             # The pass that takes a's entry off: c waits for the agent's unload, read within a second.
             assert plan.unloading == (("p0", "a"),) and waited
@@ -124,3 +126,7 @@ def test_a_copy_placed_where_a_shrinking_copy_drains_waits_for_its_unload() -> N
     assert {p["metadata"]["name"]: sorted(assigned(p)) for p in pods} == {"p0": ["b", "c"], "p1": ["a", "c"]}
     assert waited and set(waited) == {"p0: waiting for p0 to unload a to make room for c"}
     assert len(unloads) == 1
+    assert told and all("pod p0 waits for room to unload a first" in m for m in told), told
+    assert plan is not None and not any(
+        "waits for room" in m.get("message", "") for m in (plan.status or {}).get("models", [])
+    )

@@ -52,6 +52,7 @@ from triton_operator.core.pool.explain import (
     agents_waiting,
     measured_memory,
     pool_status,
+    room_waits,
     update_measured,
     waiting_for,
 )
@@ -785,7 +786,7 @@ def decide_pool(
     endpoints = {m.name: model_endpoints(ts.name, ts.namespace, m.name) for m in models}
     status = pool_status(
         waiting_for(
-            agents_waiting(placed, {pod: s.copies for pod, s in states.items()}),
+            agents_waiting(room_waits(placed, moves.room), {pod: s.copies for pod, s in states.items()}),
             _not_running(pods, wanted_revisions, target),
         ),
         models,

@@ -100,6 +100,23 @@ def agents_waiting(placed: Placement, reports: Mapping[str, Mapping[str, Copy]])
     return replace(placed, models=models)
 
 
+def room_waits(placed: Placement, room: Sequence[tuple[str, str, Sequence[str]]]) -> Placement:
+    """``placed`` with, for each model whose copy a pod is not given yet for want of room (a pod loads a
+    copy only with the room beside what it still holds, core.pool.moves), that pod and the copies it
+    must unload first named in its message: the copy is placed, but not loading."""
+    said: dict[str, list[str]] = {}
+    for pod, model, leaving in room:
+        first = f" to unload {', '.join(leaving)} first" if leaving else ""
+        said.setdefault(model, []).append(f"pod {pod} waits for room{first}")
+    if not said:
+        return placed
+    models = {
+        name: replace(entry, message=f"{entry.message}; {'; '.join(said[name])}") if name in said else entry
+        for name, entry in placed.models.items()
+    }
+    return replace(placed, models=models)
+
+
 @dataclass(frozen=True)
 class LoadShown:
     """Why a model's load asks for its wanted copies, as status.pool shows it (times already formatted;

@@ -102,6 +102,9 @@ class Moves:
     loading: tuple[tuple[str, str], ...] = ()
     unloading: tuple[tuple[str, str], ...] = ()
     beside: tuple[tuple[str, str], ...] = ()
+    room: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    """The copies not given for want of room (pod, model, the copies that pod must unload first: none
+    when it only lacks the room), as status.pool's messages say them (core.pool.explain.room_waits)."""
 
 
 def drain_seconds(probe_period: float, probe_failures: int, drain: float) -> float:
@@ -273,7 +276,10 @@ def plan_moves(
     }
     future = [t for t in waits if t > now]
     next_at = min(future) if future else None
-    return Moves(out, failures, waiting, next_at, settled, loading, unloading, tuple(sorted(forced)))
+    room = tuple(
+        sorted((step.pod, name, tuple(leaving)) for step in steps for name, leaving in step.short.items())
+    )
+    return Moves(out, failures, waiting, next_at, settled, loading, unloading, tuple(sorted(forced)), room)
 
 
 def _deadlocked(steps: Mapping[str, _PodStep], models: Mapping[str, _Model]) -> set[tuple[str, str]]:
