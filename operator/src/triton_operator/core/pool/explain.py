@@ -82,6 +82,17 @@ def waiting_for(placed: Placement, waiting: Mapping[str, str]) -> Placement:
     return replace(placed, models=models)
 
 
+def _told(placed: Placement, said: Mapping[str, Sequence[str]]) -> Placement:
+    """``placed`` with what is ``said`` of a model added to its message."""
+    if not said:
+        return placed
+    models = {
+        name: replace(entry, message=f"{entry.message}; {'; '.join(said[name])}") if name in said else entry
+        for name, entry in placed.models.items()
+    }
+    return replace(placed, models=models)
+
+
 def agents_waiting(placed: Placement, reports: Mapping[str, Mapping[str, Copy]]) -> Placement:
     """``placed`` with, for each model a pod's agent says its load waits for something (a copy's
     ``waiting``: its revision's files not found, core.pool.assignment), that pod and what it waits for
@@ -91,13 +102,7 @@ def agents_waiting(placed: Placement, reports: Mapping[str, Mapping[str, Copy]])
         for model, copy in copies.items():
             if copy.waiting:
                 said.setdefault(model, []).append(f"pod {pod} {copy.waiting}")
-    if not said:
-        return placed
-    models = {
-        name: replace(entry, message=f"{entry.message}; {'; '.join(said[name])}") if name in said else entry
-        for name, entry in placed.models.items()
-    }
-    return replace(placed, models=models)
+    return _told(placed, said)
 
 
 def room_waits(placed: Placement, room: Sequence[tuple[str, str, Sequence[str]]]) -> Placement:
@@ -108,13 +113,7 @@ def room_waits(placed: Placement, room: Sequence[tuple[str, str, Sequence[str]]]
     for pod, model, leaving in room:
         first = f" to unload {', '.join(leaving)} first" if leaving else ""
         said.setdefault(model, []).append(f"pod {pod} waits for room{first}")
-    if not said:
-        return placed
-    models = {
-        name: replace(entry, message=f"{entry.message}; {'; '.join(said[name])}") if name in said else entry
-        for name, entry in placed.models.items()
-    }
-    return replace(placed, models=models)
+    return _told(placed, said)
 
 
 @dataclass(frozen=True)
