@@ -136,6 +136,12 @@ class InPlaceDir:
         self._read[revision] = found
         return found
 
+    def where(self, revision: str) -> str:
+        """Where ``revision``'s files are looked for, as a wait for them says it."""
+        if self.path is None:
+            return "in an in-place volume (the agent has none: --inplace-dir)"
+        return f"in the in-place volume ({self.path / inplace_manifest_key(revision)} and its configs)"
+
     def forget_others(self, keep: set[str]) -> None:
         for name in set(self._read) - keep:
             del self._read[name]

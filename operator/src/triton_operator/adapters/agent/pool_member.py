@@ -22,7 +22,7 @@ from triton_operator.adapters.agent.runner import (
     Agent,
     failure_text,
 )
-from triton_operator.core.objects.names import POOL_LABELS_ITEM, inplace_manifest_key
+from triton_operator.core.objects.names import POOL_LABELS_ITEM
 from triton_operator.core.pod.agent_plan import (
     FILL_LOADS,
     Readiness,
@@ -240,15 +240,10 @@ class PoolMember:
         if missing.said or now - missing.since < FILES_WAIT_SECONDS:
             return
         revision = str(wanted.revision)
-        inplace = self.agent.inplace.path
-        volume = (
-            f"in the in-place volume ({inplace / inplace_manifest_key(revision)} and its configs)"
-            if inplace is not None
-            else "in an in-place volume (the agent has none: --inplace-dir)"
-        )
         own = self.agent.state.path / REVISIONS / revision
         missing.said = (
-            f"waits for revision {revision}'s files, not {volume} nor in the agent's own copy ({own}) "
+            f"waits for revision {revision}'s files, not {self.agent.inplace.where(revision)} "
+            f"nor in the agent's own copy ({own}) "
             f"after {FILES_WAIT_SECONDS:g}s"
         )
         logger.warning("pool: model %s (version %s): %s", model, wanted.version, missing.said)

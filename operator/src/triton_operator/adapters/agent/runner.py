@@ -26,7 +26,6 @@ from triton_operator.adapters.storage.base import StoreError
 from triton_operator.adapters.sync.download import SyncOptions, sync
 from triton_operator.adapters.sync.progress import Progress, silent
 from triton_operator.adapters.sync.results import SyncError, SyncStats, human
-from triton_operator.core.objects.names import inplace_manifest_key
 from triton_operator.core.pod.agent_plan import (
     FILL_LOADS,
     InPlaceState,
@@ -241,14 +240,10 @@ class Agent:
             self._awaited, self.waiting = (named, now), ""
         if self.waiting or now - self._awaited[1] < FILES_WAIT_SECONDS:
             return
-        volume = (
-            f"in the in-place volume ({self.inplace.path / inplace_manifest_key(named)} and its configs)"
-            if self.inplace.path is not None
-            else "in an in-place volume (the agent has none: --inplace-dir)"
-        )
         self.waiting = (
-            f"the pod's target names revision {named}, whose files are not {volume} or which its "
-            f"state.json does not name, after {FILES_WAIT_SECONDS:g}s: it serves {target} meanwhile"
+            f"the pod's target names revision {named}, whose files are not {self.inplace.where(named)} "
+            f"or which its state.json does not name, after {FILES_WAIT_SECONDS:g}s: "
+            f"it serves {target} meanwhile"
         )
         logger.warning("%s", self.waiting)
 
