@@ -19,9 +19,9 @@ from triton_operator.adapters.agent.leaving import (
     LeaveOptions,
     ask,
     leave,
+    look,
     pod_name,
     service_url,
-    still_served,
 )
 from triton_operator.core.objects.names import POD_NAME_ENV
 from triton_operator.core.pool.assignment import Copy, PodAssignment, Wanted, build_assignment, build_report
@@ -144,14 +144,14 @@ def test_a_model_not_ready_here_or_without_an_address_is_not_waited_on(tmp_path:
     clock = Clock()
     opts = options(tmp_path, {"a": "10.96.0.1"})
     local = {"a": Copy("LOADING", "v1"), "z": Copy("READY", "v1")}  # z: no address in the assignment
-    assert still_served(opts, "me", asker(clock, local, lambda _a, _n: "me")) == []
+    assert look(opts, "me", asker(clock, local, lambda _a, _n: "me")).waiting == []
 
 
 def test_a_bad_assignment_file_waits_on_nothing(tmp_path: Path) -> None:
     clock = Clock()
     opts = options(tmp_path, {"a": "10.96.0.1"})
     opts.assignment.write_text('{"services": {"a": "nope"}}')
-    assert still_served(opts, "me", asker(clock, {"a": Copy("READY", "v1")}, lambda _a, _n: "me")) == []
+    assert look(opts, "me", asker(clock, {"a": Copy("READY", "v1")}, lambda _a, _n: "me")).waiting == []
 
 
 def test_the_service_url_brackets_an_ipv6_address() -> None:
@@ -201,9 +201,9 @@ def test_over_real_http_it_tells_which_pod_answered(tmp_path: Path, answering: A
         interval=0.1,
         port=answering.port,
     )
-    assert still_served(opts, "me", ask) == ["a"]  # the "Service" answered as this very pod
+    assert look(opts, "me", ask).waiting == ["a"]  # the "Service" answered as this very pod
     answering.pod = "other"
-    assert still_served(opts, "me", ask) == []  # now another pod answers it
+    assert look(opts, "me", ask).waiting == []  # now another pod answers it
 
 
 def test_over_real_http_nobody_answering_is_none(tmp_path: Path) -> None:

@@ -115,11 +115,6 @@ def look(options: LeaveOptions, pod: str, asker: Callable[[str], Any] = ask) -> 
     return Look(answered_by, served_here(assignment, copies, answered_by, pod))
 
 
-def still_served(options: LeaveOptions, pod: str, asker: Callable[[str], Any] = ask) -> list[str]:
-    """The models this pod still serves alone (look's ``waiting``)."""
-    return look(options, pod, asker).waiting
-
-
 def _answers(seen: Look, pod: str) -> str:
     """Who answered each model's Service, as a leave line says it."""
     if not seen.asked:
