@@ -115,15 +115,19 @@ def _closed_before_answer(exc: BaseException) -> bool:
     )
 
 
+def _unavailable_text(exc: BaseException) -> str | None:
+    """A gRPC inference's UNAVAILABLE failure's text, in lower case (None: not such a failure)."""
+    if not isinstance(exc, InferenceServerException) or not str(exc.status() or "").endswith("UNAVAILABLE"):
+        return None
+    return str(exc.message() if hasattr(exc, "message") else exc).lower()
+
+
 def _refused_as_stopping(exc: BaseException) -> bool:
     """A gRPC inference failed UNAVAILABLE with "Server is stopping" (gRPC's GOAWAY text, "Server is
     stopping to serve requests.", as tritonserver's gRPC server shuts down when it exits): the stream
     was refused by a server that is leaving, before the request reached Triton."""
-    if not isinstance(exc, InferenceServerException):
-        return False
-    status = str(exc.status() or "")
-    text = str(exc.message() if hasattr(exc, "message") else exc).lower()
-    return status.endswith("UNAVAILABLE") and "server is stopping" in text
+    text = _unavailable_text(exc)
+    return text is not None and "server is stopping" in text
 
 
 _CUT = ("stream removed", "socket closed", "connection reset", "broken pipe")
@@ -135,11 +139,8 @@ def _cut_under_stream(exc: BaseException) -> bool:
     came ("Stream removed (recvmsg:Connection reset by peer)", "Socket closed": a tritonserver killed
     while the request was on its way or in it), as an HTTP one's connection closing under it
     (_closed_before_answer)."""
-    if not isinstance(exc, InferenceServerException):
-        return False
-    status = str(exc.status() or "")
-    text = str(exc.message() if hasattr(exc, "message") else exc).lower()
-    return status.endswith("UNAVAILABLE") and any(cut in text for cut in _CUT)
+    text = _unavailable_text(exc)
+    return text is not None and any(cut in text for cut in _CUT)
 
 
 def _reached_no_server(exc: BaseException) -> bool:
@@ -150,9 +151,8 @@ def _reached_no_server(exc: BaseException) -> bool:
     connection to send it on: gRPC fails such a call before any stream starts). Not a connection closed
     or reset under a request: that one may have run."""
     if isinstance(exc, InferenceServerException):
-        status = str(exc.status() or "")
-        text = str(exc.message() if hasattr(exc, "message") else exc).lower()
-        return status.endswith("UNAVAILABLE") and "failed to connect to all addresses" in text
+        text = _unavailable_text(exc)
+        return text is not None and "failed to connect to all addresses" in text
     if isinstance(exc, ConnectionRefusedError):
         return True
     try:
