@@ -550,16 +550,22 @@ def readiness_probe(ts: TritonService, settings: Settings | None = None) -> dict
     return probe
 
 
-def exit_timeout_seconds(server_args: Sequence[str]) -> int:
-    """tritonserver's --exit-timeout-secs from serverArgs (``--flag=N`` or ``--flag N``), else its default."""
+def server_arg(server_args: Sequence[str], flag: str) -> str | None:
+    """The last value serverArgs give ``flag`` (``--flag=V`` or ``--flag V``); None: not given."""
     value: str | None = None
     for index, arg in enumerate(server_args):
         name, has_value, rest = arg.partition("=")
-        if name == "--exit-timeout-secs":
+        if name == flag:
             if has_value:
                 value = rest
             elif index + 1 < len(server_args):
                 value = server_args[index + 1]
+    return value
+
+
+def exit_timeout_seconds(server_args: Sequence[str]) -> int:
+    """tritonserver's --exit-timeout-secs from serverArgs (``--flag=N`` or ``--flag N``), else its default."""
+    value = server_arg(server_args, "--exit-timeout-secs")
     if value is not None and value.strip().isdigit():
         return int(value)
     return TRITON_EXIT_TIMEOUT_SECONDS
@@ -569,11 +575,7 @@ def metrics_interval_args(server_args: Sequence[str]) -> list[str]:
     """The pool agent's --triton-metrics-interval from serverArgs' --metrics-interval-ms (how often
     tritonserver refreshes the GPU gauges a GPU model's memory is measured from; docs/pool.md), none
     when serverArgs leave it at Triton's default."""
-    value: str | None = None
-    for index, arg in enumerate(server_args):
-        name, has_value, rest = arg.partition("=")
-        if name == "--metrics-interval-ms":
-            value = rest if has_value else server_args[index + 1] if index + 1 < len(server_args) else None
+    value = server_arg(server_args, "--metrics-interval-ms")
     if value is None or not value.strip().isdigit() or int(value) <= 0:
         return []
     return ["--triton-metrics-interval", f"{int(value) / 1000:g}"]
