@@ -73,13 +73,9 @@ def waiting_for(placed: Placement, waiting: Mapping[str, str]) -> Placement:
     if not waiting:
         return placed
     pods = "; ".join(f"{pod} is {why}" for pod, why in sorted(waiting.items()))
-    note = f"; waiting for the pool's pods that do not run yet, given copies once they run: {pods}"
+    note = f"waiting for the pool's pods that do not run yet, given copies once they run: {pods}"
     short = (BUDGET_FULL, TOO_FEW_PODS)
-    models = {
-        name: replace(entry, message=entry.message + note) if entry.reason in short else entry
-        for name, entry in placed.models.items()
-    }
-    return replace(placed, models=models)
+    return _told(placed, {name: [note] for name, entry in placed.models.items() if entry.reason in short})
 
 
 def _told(placed: Placement, said: Mapping[str, Sequence[str]]) -> Placement:
