@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import copy
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triton_operator.core.pod.startup import FillTimeline
+
+if TYPE_CHECKING:
+    from triton_operator.core.decision.pool_plan import PoolPlan
 
 CREATED = datetime(2026, 11, 27, 10, 0, 0, tzinfo=UTC)
 SUMMARY = "synced 3 objects, 536870912 bytes fetched from the store, 0 bytes already present, in 1.84 s\n"
@@ -251,3 +254,17 @@ AGENT_FILL = FillTimeline(
 """The agent's record of agent_pod's fill (its defaults): begun at 2.4 s, by the agent's own clock,
 its last byte in at 9.5 s, every model loaded at 10.8 s; 512 MiB from the store, 1.5 GiB from the
 node cache, 512 MiB already present."""
+
+
+def applied(pods: list[dict[str, Any]], plan: PoolPlan) -> None:
+    """A pool plan's pod patches (``pods``: their bodies, changed in place), merged as the API server
+    would: a label or annotation set to None is removed."""
+    by_name = {p["metadata"]["name"]: p for p in pods}
+    for patch in plan.patches:
+        metadata = by_name[patch.pod]["metadata"]
+        for key, values in (("labels", patch.labels), ("annotations", patch.annotations)):
+            for k, v in values.items():
+                if v is None:
+                    metadata[key].pop(k, None)
+                else:
+                    metadata[key][k] = v

@@ -7,6 +7,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pod_bodies import applied
 from triton_operator.core.decision.pool_plan import PoolPlan, decide_pool, model_version
 from triton_operator.core.objects.names import LABEL_REVISION
 from triton_operator.core.pool.assignment import (
@@ -61,19 +62,6 @@ def run(ts: TritonService, pods: list[dict[str, Any]], reports: Mapping[str, Map
     plan = decide_pool(ts, pods, reports, revisions=["r1"], configs={}, previous={}, now=1000.0)
     assert plan is not None and plan.status is not None
     return plan
-
-
-def applied(pods: list[dict[str, Any]], plan: PoolPlan) -> None:
-    """The plan's pod patches, merged as the API server would."""
-    by_name = {p["metadata"]["name"]: p for p in pods}
-    for patch in plan.patches:
-        metadata = by_name[patch.pod]["metadata"]
-        for key, values in (("labels", patch.labels), ("annotations", patch.annotations)):
-            for k, v in values.items():
-                if v is None:
-                    metadata[key].pop(k, None)
-                else:
-                    metadata[key][k] = v
 
 
 def held(p: Mapping[str, Any]) -> set[str]:

@@ -8,6 +8,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pod_bodies import applied
 from triton_operator.core.decision.pool_plan import (
     POOL_LOADING_SECONDS,
     PoolCopies,
@@ -61,19 +62,6 @@ def pod(name: str, holding: Sequence[str], versions: Mapping[str, str]) -> dict[
         "spec": {"nodeName": f"node-{name}"},
         "status": {"podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]},
     }
-
-
-def applied(pods: list[dict[str, Any]], plan: PoolPlan) -> None:
-    """The plan's pod patches, merged as the API server would."""
-    by_name = {p["metadata"]["name"]: p for p in pods}
-    for patch in plan.patches:
-        metadata = by_name[patch.pod]["metadata"]
-        for key, values in (("labels", patch.labels), ("annotations", patch.annotations)):
-            for k, v in values.items():
-                if v is None:
-                    metadata[key].pop(k, None)
-                else:
-                    metadata[key][k] = v
 
 
 def assigned(p: Mapping[str, Any]) -> dict[str, Wanted]:
