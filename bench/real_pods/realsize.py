@@ -39,6 +39,8 @@ Needs the local cluster's real node (e2e/cluster.py up; started and stopped here
   .venv/bin/python bench/real_pods/realsize.py --ref main                        # main first, then this tree
   .venv/bin/python bench/real_pods/realsize.py --ref main --in-place-only        # cases 5-6 only
   .venv/bin/python bench/real_pods/realsize.py --ref main --new-pods-only        # cases 1-4 only
+  .venv/bin/python bench/real_pods/realsize.py --new-pods-only --page-reporting-off  # root: the VM's
+                                                                   # free page reporting off for the run
   .venv/bin/python bench/real_pods/realsize.py --big 8MiB --medium 4MiB --shard 2MiB --json out.json
 """
 
@@ -64,6 +66,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.node_cache.page_reporting import OFF_ORDER, PARAMETERS, Reporting
 from bench.real_pods import cpu_accounting
 from bench.real_pods.common import (
     Session,
@@ -876,7 +879,16 @@ def report(runs: dict[str, list[Case]], sessions: dict[str, RealSize], args: arg
     """Each tree's tables (this tree's alone without --ref), then, with --ref, the two side by side;
     the JSON: this tree's figures, and the other ref's under "ref"."""
     measured = [label for label, cases in runs.items() if cases]
-    out: dict[str, Any] = {}
+    order = Reporting(PARAMETERS).order()
+    reporting = (
+        "none on this machine"
+        if order is None
+        else f"off for the run (page_reporting_order {OFF_ORDER})"
+        if args.page_reporting_off
+        else f"on (page_reporting_order {order})"
+    )
+    print(f"\nThis VM's free page reporting: {reporting}")
+    out: dict[str, Any] = {"page_reporting": reporting}
     for label in measured:
         if len(runs) > 1:
             print(f"\n## {label}")
@@ -1170,6 +1182,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "image built from its Dockerfile and loaded under a tag of its own, its operator run from its "
         "operator/src; each tree with a cold node cache of its own), and print both side by side",
     )
+    ap.add_argument(
+        "--page-reporting-off",
+        action="store_true",
+        help="turn this VM's free page reporting off for the run (root; page_reporting_order "
+        f"{OFF_ORDER}, put back after): pages a deleted pod freed stay the guest's "
+        "(bench/node_cache/page_reporting.py)",
+    )
     args = ap.parse_args(argv)
     if args.in_place_only and args.new_pods_only:
         ap.error("--in-place-only and --new-pods-only leave no case")
@@ -1185,6 +1204,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def measure(node: dict[str, Any]) -> None:
         with contextlib.ExitStack() as stack:
+            if args.page_reporting_off:
+                reporting = Reporting(PARAMETERS)
+                stack.enter_context(reporting.set_order(OFF_ORDER))
+                say(f"free page reporting off for the run (page_reporting_order {reporting.order()})")
             trees = [Tree(THIS_TREE)]
             if args.ref:
                 trees.insert(0, stack.enter_context(ref_tree(args.ref, node)))
