@@ -66,7 +66,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.node_cache.page_reporting import OFF_ORDER, PARAMETERS, Reporting
+from bench.node_cache.page_reporting import OFF_ORDER, PARAMETERS, Reporting, back_free_memory
 from bench.real_pods import cpu_accounting
 from bench.real_pods.common import (
     Session,
@@ -875,7 +875,12 @@ def cache_command(root: Path, limit: str, address: str, port: int, key: Path | N
     ]
 
 
-def report(runs: dict[str, list[Case]], sessions: dict[str, RealSize], args: argparse.Namespace) -> None:
+def report(
+    runs: dict[str, list[Case]],
+    sessions: dict[str, RealSize],
+    args: argparse.Namespace,
+    touched: Sequence[str] = (),
+) -> None:
     """Each tree's tables (this tree's alone without --ref), then, with --ref, the two side by side;
     the JSON: this tree's figures, and the other ref's under "ref"."""
     measured = [label for label, cases in runs.items() if cases]
@@ -883,7 +888,7 @@ def report(runs: dict[str, list[Case]], sessions: dict[str, RealSize], args: arg
     reporting = (
         "none on this machine"
         if order is None
-        else f"off for the run (page_reporting_order {OFF_ORDER})"
+        else f"off for the run (order {OFF_ORDER}; {'; '.join(touched) or 'no memory touched first'})"
         if args.page_reporting_off
         else f"on (page_reporting_order {order})"
     )
@@ -1186,8 +1191,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--page-reporting-off",
         action="store_true",
         help="turn this VM's free page reporting off for the run (root; page_reporting_order "
-        f"{OFF_ORDER}, put back after): pages a deleted pod freed stay the guest's "
-        "(bench/node_cache/page_reporting.py)",
+        f"{OFF_ORDER}, put back after) and touch its free memory once first: pages a deleted pod freed "
+        "stay backed by the host, as on a machine without it (bench/node_cache/page_reporting.py)",
     )
     args = ap.parse_args(argv)
     if args.in_place_only and args.new_pods_only:
@@ -1201,13 +1206,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     runs: dict[str, list[Case]] = {}
     sessions: dict[str, RealSize] = {}
+    touched: list[str] = []
 
     def measure(node: dict[str, Any]) -> None:
         with contextlib.ExitStack() as stack:
             if args.page_reporting_off:
                 reporting = Reporting(PARAMETERS)
                 stack.enter_context(reporting.set_order(OFF_ORDER))
-                say(f"free page reporting off for the run (page_reporting_order {reporting.order()})")
+                gib, seconds, system = back_free_memory()
+                touched.append(
+                    f"{gib} GiB of free memory touched once first: {seconds:.1f} s, {system:.1f} s system CPU"
+                )
+                say(f"free page reporting off (page_reporting_order {reporting.order()}); {touched[0]}")
             trees = [Tree(THIS_TREE)]
             if args.ref:
                 trees.insert(0, stack.enter_context(ref_tree(args.ref, node)))
@@ -1227,7 +1237,7 @@ def main(argv: list[str] | None = None) -> int:
 
     return run_with_cluster(
         measure,
-        lambda: report(runs, sessions, args),
+        lambda: report(runs, sessions, args, touched),
         measured=lambda: sum(len(cases) for cases in runs.values()),
     )
 

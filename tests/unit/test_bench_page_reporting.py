@@ -104,3 +104,18 @@ def test_a_bad_setting_stops_the_bench_naming_it(
     with pytest.raises(SystemExit):
         bench.parse(flag)
     assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("available_kib", "touched"), [(3 * (1 << 20) + 500_000, 0), (4 * (1 << 20) + 10, 1)]
+)
+def test_the_free_memory_touched_is_what_is_available_less_the_margin_in_whole_gib(
+    bench: ModuleType, tmp_path: Path, available_kib: int, touched: int
+) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(
+        f"MemTotal:       99999999 kB\nMemFree:        1 kB\nMemAvailable:   {available_kib} kB\n"
+    )
+    gib, seconds, system = bench.back_free_memory(margin_gib=3.0, meminfo=meminfo)
+    assert gib == touched
+    assert seconds >= 0 and system >= 0
