@@ -6,6 +6,8 @@ this one by its basename: ``from testkit import wait_for``.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
 import random
 import signal
@@ -16,7 +18,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from types import ModuleType
@@ -171,6 +173,26 @@ def load_chartlib() -> ModuleType:
     import chartlib  # noqa: PLC0415  (stdlib only, but only the packaging and cluster tests need it)
 
     return chartlib
+
+
+@contextlib.contextmanager
+def bench_module(script: str, name: str, *, path: Path | None = None) -> Iterator[ModuleType]:
+    """A bench script (``script``, relative to the repository: ``bench/real_pods/cpu_accounting.py``)
+    loaded as the module ``name``, in sys.modules while inside (its dataclasses look their module up
+    there), with ``path`` on sys.path meanwhile when a script imports its neighbours by their names."""
+    spec = importlib.util.spec_from_file_location(name, REPO / script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    if path is not None:
+        sys.path.insert(0, str(path))
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[name]
+        if path is not None:
+            sys.path.remove(str(path))
 
 
 # ----------------------------------------------------------------- the CRD

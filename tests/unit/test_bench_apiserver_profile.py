@@ -4,26 +4,20 @@ resource named where its registry is on the stack, places counted wherever they 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
 
-from testkit import REPO
+from testkit import bench_module
 
 HANDLERS = "k8s.io/apiserver/pkg/endpoints/handlers"
 
 
 @pytest.fixture(scope="module")
-def profile() -> ModuleType:
-    path = REPO / "bench" / "control_plane" / "apiserver_profile.py"
-    spec = importlib.util.spec_from_file_location("apiserver_profile", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["apiserver_profile"] = module
-    spec.loader.exec_module(module)
-    return module
+def profile() -> Iterator[ModuleType]:
+    with bench_module("bench/control_plane/apiserver_profile.py", "apiserver_profile") as module:
+        yield module
 
 
 def test_each_sample_counts_once_under_its_request_and_places_wherever_they_are(profile: ModuleType) -> None:

@@ -3,15 +3,13 @@ cgroup tree read, and two samples turned into a case's row of CPU seconds by who
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from testkit import REPO
+from testkit import bench_module
 
 UID_NEW = "0b5f0a52-3c7e-4d0e-9a43-0d6f2f5b1a01"
 UID_OLD = "7d1c2b9e-8a4f-4a3b-b7c1-5e9d0f2a3b02"
@@ -22,16 +20,8 @@ SANDBOX_ID = "c" * 64
 
 @pytest.fixture(scope="module")
 def acc() -> Iterator[ModuleType]:
-    path = REPO / "bench" / "real_pods" / "cpu_accounting.py"
-    spec = importlib.util.spec_from_file_location("bench_cpu_accounting", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
+    with bench_module("bench/real_pods/cpu_accounting.py", "bench_cpu_accounting") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 def test_busy_seconds_leave_out_idle_and_iowait(acc: ModuleType) -> None:

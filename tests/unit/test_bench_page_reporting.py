@@ -4,29 +4,19 @@ root): rows for each setting and wait, the setting turned off only for its rows 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from testkit import REPO
+from testkit import bench_module
 
 
 @pytest.fixture(scope="module")
 def bench() -> Iterator[ModuleType]:
-    path = REPO / "bench" / "node_cache" / "page_reporting.py"
-    spec = importlib.util.spec_from_file_location("bench_page_reporting", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with bench_module("bench/node_cache/page_reporting.py", "bench_page_reporting") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 def parameters(folder: Path, order: int = 9) -> Path:

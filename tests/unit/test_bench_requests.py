@@ -4,30 +4,22 @@ condition types it changed; the first status of each TritonService is named as s
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-from testkit import REPO
+from testkit import REPO, bench_module
 
 FOLDER = REPO / "bench" / "control_plane"
 
 
 @pytest.fixture(scope="module")
 def bench() -> Iterator[ModuleType]:
-    sys.path.insert(0, str(FOLDER))  # requests.py imports run.py as the script does
-    try:
-        spec = importlib.util.spec_from_file_location("bench_requests", FOLDER / "requests.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    # requests.py imports run.py as the script does
+    with bench_module("bench/control_plane/requests.py", "bench_requests", path=FOLDER) as module:
         yield module
-    finally:
-        sys.path.remove(str(FOLDER))
 
 
 def ts(name: str, status: dict[str, Any]) -> dict[str, Any]:
