@@ -12,8 +12,8 @@ into a new file and measures that write: its seconds and the process's system CP
 With ``--off`` (root; a machine with the parameters), each run has a row with reporting turned off
 too (``page_reporting_order`` above the largest order the kernel frees, so no block is reported),
 taking turns with the machine's own setting; the setting is put back when the bench ends, however it
-ends. Without the parameters (no free page reporting: bare metal, most clouds' VMs) the rows are the
-machine as it is.
+ends. Without the parameters (no free page reporting: bare metal, a VM without such a balloon) the
+rows are the machine as it is.
 
     .venv/bin/python bench/node_cache/page_reporting.py                        # as the machine is
     .venv/bin/python bench/node_cache/page_reporting.py --off --runs 3         # + reporting off, in turns
@@ -35,7 +35,7 @@ from pathlib import Path
 
 PARAMETERS = Path("/sys/module/page_reporting/parameters")
 OFF_ORDER = 11
-"""Above the largest order Linux's buddy allocator frees on x86-64 and arm64 (10): nothing is reported."""
+"""Above the largest order Linux's buddy allocator frees on x86-64 (10): no free block is reported."""
 CHUNK = 8 << 20
 
 
