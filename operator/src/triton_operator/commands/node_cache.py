@@ -60,6 +60,30 @@ def _count(text: str) -> int:
     return int(text)
 
 
+PAGE_REPORTING = Path("/sys/module/page_reporting/parameters")
+"""Linux's free page reporting: on a VM whose balloon hands free memory back to its host."""
+MAX_REPORTED_ORDER = 10
+"""The largest order the buddy allocator frees on x86-64: a page_reporting_order above it reports none."""
+
+
+def free_page_reporting(folder: Path = PAGE_REPORTING) -> str | None:
+    """A sentence for the log when this node's VM hands free memory back to its host (its free page
+    reporting on: page_reporting_order at most MAX_REPORTED_ORDER), else None. Pages freed a few
+    seconds before (a deleted pod's files) and memory never used since the boot are backed again only
+    when written, which a pod's copy and the cache's own writes then pay (docs/operations.md)."""
+    try:
+        order = int((folder / "page_reporting_order").read_text())
+    except (OSError, ValueError):
+        return None
+    if order > MAX_REPORTED_ORDER:
+        return None
+    return (
+        f"this node hands free memory back to its host (free page reporting, page_reporting_order {order}): "
+        "a pod started where another's files were just freed pays for each page it writes "
+        "(docs/operations.md, 'A node that hands its free memory back')"
+    )
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "node-cache",
@@ -185,6 +209,9 @@ async def _serve(server: NodeCacheServer, args: argparse.Namespace) -> int:
         used,
         args.size_limit,
     )
+    reporting = free_page_reporting()
+    if reporting is not None:
+        logging.info("node cache: %s", reporting)
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
