@@ -33,9 +33,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-PARAMETERS = Path("/sys/module/page_reporting/parameters")
-OFF_ORDER = 11
-"""Above the largest order Linux's buddy allocator frees on x86-64 (10): no free block is reported."""
+from triton_operator.commands.node_cache import MAX_REPORTED_ORDER, PAGE_REPORTING
+
+PARAMETERS = PAGE_REPORTING
+OFF_ORDER = MAX_REPORTED_ORDER + 1
+"""Above the largest order Linux's buddy allocator frees on x86-64: no free block is reported."""
 CHUNK = 8 << 20
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit import REPO
 from triton_operator.commands.node_cache import free_page_reporting
 
 
@@ -36,6 +37,4 @@ def test_a_node_without_free_page_reporting_or_an_unreadable_value_says_nothing(
 
 
 def test_the_heading_it_names_is_in_the_operations_guide() -> None:
-    from testkit import REPO  # noqa: PLC0415
-
     assert "### A node that hands its free memory back" in (REPO / "docs" / "operations.md").read_text()
