@@ -206,6 +206,22 @@ def test_an_older_state_json_is_not_followed_but_a_rollback_and_an_undo_are(tmp_
     assert rolling_back.resolve().revision == S.revision
 
 
+def test_an_undo_shown_without_the_completion_before_it_is_followed(tmp_path: Path) -> None:
+    """A pod that saw the rollout to N (asked for N) is next refreshed when the undo asks it for S:
+    the kubelet refreshes a volume on the pod's own change or its periodic sync, so the pod never
+    saw `{stable: N}` in between and goes from `{stable: S, next: N}` straight to `{stable: N, next:
+    S}`. That is the undo, never an older copy: the agent follows it to S (CI, stop 48: the pod
+    stayed on N until the undo's progress deadline rolled it back)."""
+    kubelet = Kubelet(tmp_path)
+    (volume,) = [n for n in kubelet.annotation_first() if any("configMap" in s for s in kubelet.sources(n))]
+    agent = kubelet.agent()
+    kubelet.refresh(volume, configmap(S, N), {INPLACE_TARGET_ANNOTATION: N.revision})
+    assert agent.resolve().revision == N.revision
+    kubelet.refresh(volume, configmap(N, S), {INPLACE_TARGET_ANNOTATION: S.revision})
+    assert agent.resolve().revision == S.revision
+    assert kubelet.agent().resolve().revision == S.revision  # a restarted agent too (its state folder)
+
+
 def test_a_target_whose_files_never_show_is_said_once_in_the_log_and_the_status(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

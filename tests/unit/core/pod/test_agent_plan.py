@@ -449,6 +449,8 @@ def test_python_models_are_those_of_the_python_backend() -> None:
         (InPlaceState("s1", "n2"), InPlaceState("s1"), False),  # rolled back
         (InPlaceState("n2"), InPlaceState("n2", "s1"), False),  # an undo: a new rollout
         (InPlaceState("n2"), InPlaceState("n2", "m3"), False),
+        (InPlaceState("s1", "n2"), InPlaceState("n2", "s1"), False),  # an undo, the completion unseen
+        (InPlaceState("n2", "m3"), InPlaceState("s1", "n2"), True),  # older than a newer rollout
         (None, InPlaceState("s1", "n2"), False),
         (InPlaceState("n2"), None, False),
     ],

@@ -139,7 +139,10 @@ def went_back(last: InPlaceState | None, seen: InPlaceState | None) -> bool:
     """Whether ``seen`` is an older state.json than ``last``, shown late by the kubelet: the operator
     only ever makes ``next`` the new ``stable`` (a rollout completed) and never names the old stable
     again with that revision as ``next`` (an undo is a new rollout: ``next`` is the older one), so
-    ``{stable: S, next: N}`` after ``{stable: N}`` is a lag, never an instruction.
+    ``{stable: S, next: N}`` after ``{stable: N}`` (or after ``{stable: N, next: M}``) is a lag, never
+    an instruction. ``{stable: N, next: S}`` after ``{stable: S, next: N}`` is not: the rollout to N
+    completed and its undo began between two refreshes of the pod's volume (the kubelet refreshes it
+    on the pod's own change or its periodic sync, so a pod may skip ``{stable: N}``).
 
     >>> went_back(InPlaceState("n2"), InPlaceState("s1", "n2"))
     True
@@ -147,13 +150,15 @@ def went_back(last: InPlaceState | None, seen: InPlaceState | None) -> bool:
     False
     >>> went_back(InPlaceState("n2"), InPlaceState("n2", "s1"))
     False
+    >>> went_back(InPlaceState("s1", "n2"), InPlaceState("n2", "s1"))
+    False
     """
     return (
         last is not None
         and seen is not None
         and seen.next is not None
         and seen.next == last.stable
-        and seen.stable != last.stable
+        and seen.stable not in {last.stable, last.next}
     )
 
 
