@@ -65,6 +65,7 @@ from inference import LoadClient, infer_add_sub, offset_of
 from real_pods import (
     ADD_SUB_CONFIG,
     adder_source,
+    answering,
     behaving_source,
     on_real_node,
     proxied_to,
@@ -149,16 +150,6 @@ def identity(kube: Client, namespace: str, name: str) -> dict[str, tuple[str, in
         triton = next(c for c in pod.status.containerStatuses or [] if c.name == "tritonserver")
         out[pod.metadata.name] = (pod.metadata.uid, triton.restartCount)
     return out
-
-
-def answering(host: str, offset: float, timeout: float = 60) -> None:
-    def probe() -> bool:
-        try:
-            return all(offset_of(infer_add_sub(host, timeout=3)) == offset for _ in range(5))
-        except Exception:
-            return False
-
-    wait_for(probe, timeout=timeout, interval=0.5, what=f"answers with offset {offset:g} from {host}")
 
 
 def get_json(url: str) -> Any:

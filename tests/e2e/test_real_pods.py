@@ -41,6 +41,7 @@ from real_pods import (
     REAL_NODE_LABEL,
     TRITON_CPU_IMAGE,
     adder_source,
+    answering,
     behaving_source,
     on_real_node,
     placement,
@@ -91,18 +92,6 @@ def pods(kube: Client, namespace: str, name: str) -> list[Any]:
 
 def ready(pod: Any) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
-
-
-def answering(host: str, offset: float, timeout: float = 60) -> None:
-    """Wait until requests through the Service come back with ``offset`` (only)."""
-
-    def probe() -> bool:
-        try:
-            return all(offset_of(infer_add_sub(host, timeout=3)) == offset for _ in range(5))
-        except Exception:
-            return False
-
-    wait_for(probe, timeout=timeout, interval=0.5, what=f"answers with offset {offset:g} from {host}")
 
 
 def revision_gone(kube: Client, namespace: str, name: str, revision: str, timeout: float = 90) -> None:

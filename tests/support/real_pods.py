@@ -15,6 +15,8 @@ from typing import Any
 
 import images  # e2e/images.py (e2e/ is on sys.path: pytest's pythonpath, or the bench script's)
 import node  # e2e/node.py
+from inference import infer_add_sub, offset_of  # e2e/inference.py
+from testkit import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,3 +149,17 @@ def proxied_to(pod_ip: str) -> bool:
         ["iptables", "-w", "-t", "nat", "-S"], capture_output=True, text=True, timeout=30, check=True
     ).stdout
     return f"--to-destination {pod_ip}:" in out
+
+
+def answering(host: str, offset: float, timeout: float = 60) -> None:
+    """Wait until requests through the Service at ``host`` come back with ``offset`` (only): a
+    TritonService Ready does not mean kube-proxy on this node has its Service's endpoints yet (until
+    then a connection to the ClusterIP is refused)."""
+
+    def probe() -> bool:
+        try:
+            return all(offset_of(infer_add_sub(host, timeout=3)) == offset for _ in range(5))
+        except Exception:
+            return False
+
+    wait_for(probe, timeout=timeout, interval=0.5, what=f"answers with offset {offset:g} from {host}")
