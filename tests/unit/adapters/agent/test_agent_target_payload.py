@@ -118,6 +118,11 @@ class Kubelet:
                 out[item["path"]] = annotations.get(key, "")
         write_payload(self.path(self.mounts[name]), out)
 
+    def configmap_volume(self) -> str:
+        """The one volume that holds the in-place ConfigMap."""
+        (name,) = [n for n in self.annotation_first() if any("configMap" in s for s in self.sources(n))]
+        return name
+
     def annotation_first(self) -> list[str]:
         """The volumes in the order that shows the lag: the one with the annotation first."""
         return sorted(self.volumes, key=lambda n: not any("downwardAPI" in s for s in self.sources(n)))
@@ -157,7 +162,7 @@ def test_a_payload_swapped_between_two_reads_is_read_again(
     """state.json and the target come from one payload even when the kubelet swaps (and deletes) the
     payload between the two reads."""
     kubelet = Kubelet(tmp_path)
-    (volume,) = [n for n in kubelet.annotation_first() if any("configMap" in s for s in kubelet.sources(n))]
+    volume = kubelet.configmap_volume()
     kubelet.refresh(volume, configmap(S, N), {INPLACE_TARGET_ANNOTATION: N.revision})
     agent = kubelet.agent()
     assert agent.resolve().revision == N.revision
@@ -179,7 +184,7 @@ def test_a_payload_swapped_between_two_reads_is_read_again(
 
 def test_an_older_state_json_is_not_followed_but_a_rollback_and_an_undo_are(tmp_path: Path) -> None:
     kubelet = Kubelet(tmp_path)
-    (volume,) = [n for n in kubelet.annotation_first() if any("configMap" in s for s in kubelet.sources(n))]
+    volume = kubelet.configmap_volume()
     agent = kubelet.agent()
     ann = {INPLACE_TARGET_ANNOTATION: N.revision}
 
@@ -198,7 +203,7 @@ def test_an_older_state_json_is_not_followed_but_a_rollback_and_an_undo_are(tmp_
 
     # a rollback (the annotation gone, state.json unchanged) is followed
     other = Kubelet(tmp_path / "other")
-    (name,) = [n for n in other.annotation_first() if any("configMap" in s for s in other.sources(n))]
+    name = other.configmap_volume()
     rolling_back = other.agent()
     other.refresh(name, configmap(S, N), ann)
     assert rolling_back.resolve().revision == N.revision
@@ -213,7 +218,7 @@ def test_an_undo_shown_without_the_completion_before_it_is_followed(tmp_path: Pa
     S}`. That is the undo, never an older copy: the agent follows it to S (CI, stop 48: the pod
     stayed on N until the undo's progress deadline rolled it back)."""
     kubelet = Kubelet(tmp_path)
-    (volume,) = [n for n in kubelet.annotation_first() if any("configMap" in s for s in kubelet.sources(n))]
+    volume = kubelet.configmap_volume()
     agent = kubelet.agent()
     kubelet.refresh(volume, configmap(S, N), {INPLACE_TARGET_ANNOTATION: N.revision})
     assert agent.resolve().revision == N.revision
