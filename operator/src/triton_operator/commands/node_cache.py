@@ -11,12 +11,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from triton_operator import logs
+from triton_operator import __version__, logs
+from triton_operator.adapters.nodecache.csi import CsiPlugin
 from triton_operator.adapters.nodecache.review import KubeTokenReviewer
 from triton_operator.adapters.nodecache.server import NodeCacheServer
 from triton_operator.adapters.nodecache.statements import BadKeyError, Signer
 from triton_operator.adapters.nodecache.store import ContentStore
+from triton_operator.adapters.nodecache.views import LinuxMounter, Views
 from triton_operator.core.repository.cache_rules import AUDIENCE
+from triton_operator.core.repository.shared_files import DRIVER
 from triton_operator.quantities import quantity_bytes
 
 DEFAULT_PORT = 8790
@@ -144,6 +147,15 @@ def register(subparsers: Any) -> None:
         "public key checks instead of its pin (default $TRITON_NODE_CACHE_SIGNING_KEY; none: no "
         "statements)",
     )
+    parser.add_argument(
+        "--shared-files",
+        type=Path,
+        default=None,
+        metavar="KUBELET_ROOT",
+        help=f"also serve pods read-only views of their leased blobs as the CSI driver {DRIVER} "
+        "(ephemeral inline volumes), registered with the kubelet whose --root-dir this is (usually "
+        "/var/lib/kubelet; needs root and --node-name; default: off)",
+    )
     parser.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
     parser.set_defaults(func=run)
 
@@ -162,6 +174,19 @@ def run(args: argparse.Namespace) -> int:
         except BadKeyError as exc:  # a bad setting stops the process, naming it
             print(f"triton-operator node-cache: error: --signing-key {exc}", file=sys.stderr)
             return 2
+    if args.shared_files is not None and not args.node_name:
+        print(
+            "triton-operator node-cache: error: --shared-files needs --node-name ($NODE_NAME)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.shared_files is not None and not args.shared_files.is_dir():
+        print(
+            f"triton-operator node-cache: error: --shared-files {args.shared_files}: not a folder "
+            "(the kubelet's --root-dir)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         reviewer = KubeTokenReviewer()
     except Exception as exc:  # lightkube's ConfigError: no in-cluster config, no $KUBECONFIG
@@ -178,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"triton-operator node-cache: error: {exc}", file=sys.stderr)
         return 1
+    views = Views(args.root, store, LinuxMounter()) if args.shared_files is not None else None
     server = NodeCacheServer(
         store,
         reviewer,
@@ -187,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
         idle_seconds=args.idle_seconds,
         audit_seconds=args.audit_seconds,
         signer=signer,
+        views=views,
     )
     if signer is not None:
         logging.info("node cache: signing statements; its public key is %s", signer.public_key())
@@ -194,9 +221,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(server: NodeCacheServer, args: argparse.Namespace) -> int:
+    plugin = None
+    if server.views is not None:
+        plugin = CsiPlugin(
+            server.views,
+            args.node_name,
+            args.shared_files / "plugins" / DRIVER,
+            args.shared_files / "plugins_registry",
+            __version__,
+        )
     try:
         port = await server.start(args.address, args.port)
-    except OSError as exc:
+        if plugin is not None:
+            await plugin.start()
+    except (OSError, RuntimeError) as exc:  # grpc's bind failure is a RuntimeError
         print(f"triton-operator node-cache: error: {exc}", file=sys.stderr)
         await server.stop()
         return 1
@@ -217,5 +255,7 @@ async def _serve(server: NodeCacheServer, args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopped.set)
     await stopped.wait()
+    if plugin is not None:
+        await plugin.stop()
     await server.stop()
     return 0

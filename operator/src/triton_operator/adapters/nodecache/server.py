@@ -51,6 +51,7 @@ from prometheus_client.registry import Collector
 from triton_operator.adapters.nodecache.review import TokenReviewer
 from triton_operator.adapters.nodecache.statements import Signer
 from triton_operator.adapters.nodecache.store import ContentStore, Refused, Upload
+from triton_operator.adapters.nodecache.views import Views
 from triton_operator.core.repository.cache_rules import (
     AUDIENCE,
     BLAKE3_STATEMENT_TAG,
@@ -244,8 +245,10 @@ class NodeCacheServer:
         audit_seconds: float = 60.0,
         threads: int = 8,
         signer: Signer | None = None,
+        views: Views | None = None,
     ) -> None:
         self.store = store
+        self.views = views
         self.signer = signer
         self.reviewer = reviewer
         self.audience = audience
@@ -394,7 +397,21 @@ class NodeCacheServer:
         answer: dict[str, Any] = {"held": held, "part_sizes": parts}
         if self.signer is not None:
             answer["statements"] = await self._run(self._statements, caller, held)
+        if self.views is not None:
+            answer["shared"] = await self._run(self._share, caller, held)
         return web.json_response(answer)
+
+    def _share(self, caller: Caller, held: Iterable[str]) -> dict[str, str]:
+        """Link the held keys' blobs into the caller's view of shared files, when its pod has one
+        (its CSI volume); each held key -> its file's name there (none: no view) (blocking)."""
+        assert self.views is not None
+        blobs: dict[str, str] = {}
+        for key in held:
+            found = self.store.blob_of(caller.namespace, key)
+            if found is not None:
+                blobs[key] = found[0]
+        linked = self.views.link(caller.pod, caller.namespace, blobs.values())
+        return {key: blob for key, blob in blobs.items() if blob in linked}
 
     def _statements(self, caller: Caller, held: Iterable[str]) -> dict[str, Any]:
         """For the held keys of the caller's namespace: each one's blob (the SHA-256 the cache

@@ -168,6 +168,8 @@ class ContentStore:
         self._checking: set[tuple[str, str]] = set()
         self._settled = threading.Condition(self._lock)
         self._leases: dict[str, Lease] = {}
+        self._viewed: dict[str, frozenset[str]] = {}
+        """pod uid -> the blobs linked in its view of shared files (kept, like a live lease's)."""
         self._scan()
 
     # ------------------------------------------------------------ start
@@ -559,9 +561,19 @@ class ContentStore:
         with self._lock:
             return dict(live_leases(self._leases, self.clock()))
 
+    def keep_viewed(self, pod: str, blobs: Iterable[str]) -> None:
+        """Keep ``blobs`` (linked in ``pod``'s view of shared files) as if leased, until
+        ``drop_viewed``: evicting a linked blob would free no disk."""
+        with self._lock:
+            self._viewed[pod] = self._viewed.get(pod, frozenset()) | frozenset(blobs)
+
+    def drop_viewed(self, pod: str) -> None:
+        with self._lock:
+            self._viewed.pop(pod, None)
+
     def _leased_blobs_locked(self) -> frozenset[str]:
         now = self.clock()
-        out: set[str] = set()
+        out: set[str] = set().union(*self._viewed.values())
         for lease in self._leases.values():
             if lease.expires <= now:
                 continue
