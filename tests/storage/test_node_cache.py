@@ -12,7 +12,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -32,9 +34,16 @@ from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.nodecache.server import NodeCacheServer, ServerThread
 from triton_operator.adapters.nodecache.statements import Signer
 from triton_operator.adapters.nodecache.store import ContentStore
+from triton_operator.adapters.nodecache.views import MNT_DETACH, LinuxMounter, Views, mount_points
 from triton_operator.adapters.storage import pin_repository
 from triton_operator.core.pod.startup import SyncSummary, parse_summary
 from triton_operator.core.repository.manifest import Manifest, ManifestEntry, manifest_to_json
+from triton_operator.core.repository.shared_files import (
+    EPHEMERAL_KEY,
+    FILES_ENV,
+    POD_NAMESPACE_KEY,
+    POD_UID_KEY,
+)
 from triton_operator.models import ModelSpec
 from triton_operator.quantities import quantity_bytes
 
@@ -157,11 +166,15 @@ def start_cache(tmp_path: Path) -> Iterator[Callable[..., NodeCache]]:
         lease_seconds: float = 3600.0,
         root: Path | None = None,
         reviewer: FakeTokenReviewer | None = None,
+        *,
+        views: bool = False,
         **options: Any,
     ) -> NodeCache:
         root = root or tmp_path / f"cache-{len(started)}"
         reviewer = reviewer or FakeTokenReviewer()
         store = ContentStore(root, quantity_bytes(size_limit), lease_seconds)
+        if views:  # pods' read-only views of its files (real bind mounts: root)
+            options["views"] = Views(root, store, LinuxMounter())
         thread = ServerThread(NodeCacheServer(store, reviewer, **options))
         thread.start()
         cache = NodeCache(thread, reviewer, root)
@@ -477,6 +490,74 @@ def test_a_pod_checks_the_blake3_the_cache_signed_and_an_older_caches_sha256(
     assert restarted.metrics()["triton_node_cache_corrupt_total"] == 1  # its recheck of both digests
     healed = cache.root / "blake3" / restarted.blob(md5_key(victim)).name
     assert healed.read_text().strip() == blake3.blake3(victim).hexdigest()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root (the cache's DaemonSet runs privileged)")
+def test_a_pod_with_a_view_links_to_the_caches_files_checked_and_copies_nothing(
+    s3_backend: Backend,
+    store: tuple[Manifest, CountingProxy],
+    start_cache: Callable[..., NodeCache],
+    tmp_path: Path,
+) -> None:
+    """A pod given the cache's CSI volume (its view mounted where $TRITON_NODE_CACHE_FILES says)
+    gets each held object as a symlink to the cache's own file, checked first against the BLAKE3
+    the cache signed: no byte copied, none from the store. Its next sync finds them present; a file
+    that went bad on the cache's disk is refused and read from the store into a file of its own."""
+    manifest, proxy = store
+    signer = new_signer()
+    cache = start_cache(signer=signer, views=True)
+    keyed = s3_backend.credentials | {"TRITON_NODE_CACHE_PUBLIC_KEY": signer.public_key()}
+    first, _ = run_sync(tmp_path / "pod-a", manifest, s3_backend.credentials, cache)
+    assert first.returncode == 0, first.stderr
+    views = cache.thread.server.views
+    assert views is not None
+    kubelet = Path(tempfile.mkdtemp(prefix="kl.", dir="/tmp"))
+
+    def pod_with_view() -> tuple[str, dict[str, str]]:
+        uid = str(uuid.uuid4())
+        target = kubelet / "pods" / uid / "volumes" / "kubernetes.io~csi" / "node-cache-files" / "mount"
+        views.publish({POD_UID_KEY: uid, POD_NAMESPACE_KEY: NAMESPACE, EPHEMERAL_KEY: "true"}, str(target))
+        return uid, keyed | {FILES_ENV: str(target)}
+
+    try:
+        uid, env = pod_with_view()
+        proxy.reset()
+        warm, _ = run_sync(tmp_path / "pod-b", manifest, env, cache, uid, extra=("--progress", "json"))
+        assert warm.returncode == 0, warm.stderr
+        assert_synced(tmp_path / "pod-b")  # through the links
+        assert proxy.bytes_from_server == 0
+        stats = sync_stats(warm)
+        assert (stats["shared_files"], stats["vouched_files"], stats["source_refused"]) == (
+            len(FILES),
+        ) * 2 + (0,)
+        for key, data in FILES.items():
+            placed = tmp_path / "pod-b" / "models" / key.removeprefix("models/")
+            assert placed.is_symlink()
+            assert os.readlink(placed) == f"{env[FILES_ENV]}/{cache.blob(md5_key(data)).name}"
+        assert cache.metrics()["triton_node_cache_hit_bytes_total"] == 0  # nothing sent over HTTP
+        again, _ = run_sync(tmp_path / "pod-b", manifest, env, cache, uid, extra=("--progress", "json"))
+        assert again.returncode == 0, again.stderr
+        assert sync_stats(again)["present_files"] == len(FILES)
+
+        victim = FILES["models/adder/1/weights2.bin"]
+        on_disk = cache.blob(md5_key(victim))
+        spoiled = bytearray(on_disk.read_bytes())
+        spoiled[1000] ^= 0xFF  # same size, one byte off: a bad disk, or root on the node
+        on_disk.write_bytes(bytes(spoiled))
+        other, env = pod_with_view()
+        proxy.reset()
+        third, _ = run_sync(tmp_path / "pod-c", manifest, env, cache, other, extra=("--progress", "json"))
+        assert third.returncode == 0, third.stderr
+        assert_synced(tmp_path / "pod-c")
+        stats = sync_stats(third)
+        assert stats["shared_files"] == len(FILES) - 1 and stats["source_refused"] >= 1
+        fetched = tmp_path / "pod-c" / "models" / "adder/1/weights2.bin"
+        assert not fetched.is_symlink() and fetched.read_bytes() == victim
+        assert len(victim) <= proxy.bytes_from_server < TOTAL
+    finally:
+        for point in sorted((m for m in mount_points() if m.startswith(str(kubelet))), key=len, reverse=True):
+            LinuxMounter()._call("umount2", os.fsencode(point), MNT_DETACH)
+        shutil.rmtree(kubelet)
 
 
 def test_a_cache_from_before_blake3_computes_it_at_start_and_drops_spoiled_blobs(

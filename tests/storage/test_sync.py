@@ -412,6 +412,25 @@ def test_a_symlink_in_dest_is_refused(repo: tuple[Backend, str, Manifest], tmp_p
     assert list(other.iterdir()) == []
 
 
+def test_a_symlink_into_the_view_of_the_node_caches_files_is_refused_unless_the_sync_placed_it(
+    repo: tuple[Backend, str, Manifest], tmp_path: Path
+) -> None:
+    """A pod with the node cache's view trusts a symlink into it only as its own sync recorded it;
+    one that something else put there, even naming a file of the view, is refused as any other."""
+    backend, bucket, manifest = repo
+    view = tmp_path / "view"
+    view.mkdir()
+    blob = view / ("a" * 64)
+    blob.write_bytes(b"precious")
+    dest = tmp_path / "models"
+    (dest / "resnet").mkdir(parents=True)
+    (dest / "resnet/labels.txt").symlink_to(blob)
+    with pytest.raises(UnsafeDestination) as info:
+        run(manifest, CountingStore(backend.store(bucket)), dest, shared_dir=str(view))
+    assert "labels.txt" in str(info.value) and "symlink" in str(info.value)
+    assert blob.read_bytes() == b"precious"
+
+
 def test_files_the_manifest_does_not_name_are_pruned(
     repo: tuple[Backend, str, Manifest], tmp_path: Path
 ) -> None:

@@ -299,6 +299,7 @@ def run(args: argparse.Namespace) -> int:
         pvc_root=args.pvc_root,
         volume_limit=args.volume_limit,
         source=node_cache,
+        shared_dir=node_cache.shared_dir if node_cache is not None else "",
         verify=args.verify,
     )
     store = None

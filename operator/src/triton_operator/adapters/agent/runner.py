@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -46,6 +47,7 @@ from triton_operator.core.pod.agent_plan import (
 )
 from triton_operator.core.pod.startup import FillTimeline, format_summary
 from triton_operator.core.repository.manifest import Manifest, ManifestError, SelectionFailed
+from triton_operator.core.repository.shared_files import FILES_ENV
 from triton_operator.core.rollout.clock import format_time
 from triton_operator.core.spec.field_error import ModelConfigError
 from triton_operator.core.vocabulary.triton_state import VERSION_READY
@@ -722,6 +724,7 @@ class Agent:
                 pvc_root=o.pvc_root,
                 volume_limit=o.volume_limit,
                 source=node_cache,
+                shared_dir=node_cache.shared_dir if node_cache is not None else os.environ.get(FILES_ENV, ""),
                 model_order=model_order,
                 reorder=reorder,
             )

@@ -28,6 +28,7 @@ from triton_operator.core.repository.cache_rules import (
     object_key,
 )
 from triton_operator.core.repository.manifest import ManifestEntry
+from triton_operator.core.repository.shared_files import FILES_ENV
 
 CHUNK = 1024 * 1024
 
@@ -57,6 +58,7 @@ class NodeCacheClient:
         token_path: str | Path | None = None,
         public_key: str | None = None,
         lease: Sequence[ManifestEntry] | None = None,
+        shared_dir: str | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
@@ -80,6 +82,10 @@ class NodeCacheClient:
         self.blake3_keys: dict[str, str] = {}
         """key -> the BLAKE3 the cache signed for it (statement /2; an older cache gives none)."""
         self.statements_refused = 0
+        self.shared_dir = shared_dir if shared_dir is not None else os.environ.get(FILES_ENV, "")
+        """Where the pod's view of the cache's files is mounted ("": the pod has none)."""
+        self.shared_keys: dict[str, str] = {}
+        """key -> the name of its file in the view, as the lease answered (checked before use)."""
         key_text = public_key if public_key is not None else os.environ.get(PUBLIC_KEY_ENV, "")
         self.verifier = Verifier.from_text(key_text, PUBLIC_KEY_ENV) if key_text.strip() else None
         self.offered = 0
@@ -161,6 +167,11 @@ class NodeCacheClient:
                 self.vouched_keys = self._vouched(entries, statements)
                 fast = statements.get("blake3") if isinstance(statements, dict) else None
                 self.blake3_keys = self._vouched(entries, fast, BLAKE3_STATEMENT_TAG) if fast else {}
+            shared = answer.get("shared") if self.shared_dir else None
+            if isinstance(shared, dict):
+                self.shared_keys = {
+                    str(k): v for k, v in shared.items() if isinstance(v, str) and BLOB_FORM.fullmatch(v)
+                }
         except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as exc:
             log.warning("node cache at %s:%s not reachable: %s; reading the store", self.host, self.port, exc)
             self._reset()
@@ -209,6 +220,18 @@ class NodeCacheClient:
             return BLAKE3, b3
         sha = self.vouched_keys.get(key)
         return ("sha256", sha) if sha is not None else None
+
+    def shared(self, entry: ManifestEntry) -> tuple[str, str] | None:
+        """The file of the held ``entry`` in the pod's read-only view of the cache's files, and the
+        BLAKE3 the cache signed for it (the sync checks the file against it before it links to it);
+        None when the pod has no view, the lease linked none or no statement vouches for it."""
+        key = key_of(entry)
+        if key is None or self.down or not self.shared_dir:
+            return None
+        name, b3 = self.shared_keys.get(key), self.blake3_keys.get(key)
+        if name is None or b3 is None:
+            return None
+        return f"{self.shared_dir.rstrip('/')}/{name}", b3
 
     def part_size(self, entry: ManifestEntry) -> int | None:
         """The part size the cache checked a held multipart object with (None: not known)."""

@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import logging
+import mmap
 import os
 import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
@@ -36,6 +38,7 @@ from triton_operator.adapters.sync.destination import (
     write_all,
 )
 from triton_operator.adapters.sync.hashing import (
+    BLAKE3,
     CHUNK,
     Hasher,
     MiB,
@@ -60,6 +63,9 @@ from triton_operator.core.repository.manifest import (
     parse_repository_uri,
     select_objects,
 )
+from triton_operator.core.repository.shared_files import shared_target
+
+log = logging.getLogger(__name__)
 
 
 class ObjectSource(Protocol):
@@ -84,6 +90,20 @@ class ObjectSource(Protocol):
         that its ETag was checked with), to keep (best effort, never raises)."""
 
 
+def shared_file_matches(path: str, size: int, blake3: str) -> bool:
+    """Whether the file at ``path`` (a read-only file of the node cache's, mapped, not copied) has
+    ``size`` bytes whose BLAKE3 is ``blake3``."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size != size:
+            return False
+        hasher = make_hasher(BLAKE3)
+        assert hasher is not None
+        if size:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                hasher.update(memoryview(mapped))
+        return hasher.hexdigest() == blake3
+
+
 def source_key(entry: ManifestEntry) -> str:
     return f"{entry.checksum_kind}/{entry.checksum}"
 
@@ -99,6 +119,9 @@ class SyncOptions:
     pvc_root: Path | None = None  # where a pvc:// claim is mounted (unpinned manifests)
     volume_limit: int | None = None  # the dest volume's size limit (an emptyDir's sizeLimit), bytes
     source: ObjectSource | None = None  # consulted before the store (the node cache)
+    # where the pod's read-only view of the node cache's files is mounted ("": none): a symlink
+    # into it that an earlier sync placed (and recorded) is a present file, any other is refused
+    shared_dir: str = ""
     # "fast": a file read from the store in ranges is checked by the store's own CRC of the pinned
     # object (S3's CRC32C/CRC32, of the whole object or composite of its parts) where it keeps one,
     # else by the pinned digest; "digest": always by the pinned digest (MD5, SHA-1, SHA-256).
@@ -338,8 +361,11 @@ class Syncer:
             except FileNotFoundError:
                 unknown.append(entry)
                 continue
-            if stat.S_ISLNK(st.st_mode):
+            if stat.S_ISLNK(st.st_mode) and not self._placed_link(entry, path, st, state):
                 raise UnsafeDestination(f"{path} is a symlink where {entry.key!r} should go; sync refuses it")
+            if stat.S_ISLNK(st.st_mode):
+                self._mark_present(entry, st)
+                continue
             if not stat.S_ISREG(st.st_mode):
                 raise UnsafeDestination(f"{path} exists and is not a regular file")
             if state.get(entry.dest) == state_record(entry, st):
@@ -435,6 +461,21 @@ class Syncer:
         with self._lock:
             self._errors.append(exc)
         self._abort.set()
+
+    def _placed_link(
+        self, entry: ManifestEntry, path: Path, st: os.stat_result, state: Mapping[str, list[Any]]
+    ) -> bool:
+        """Whether the symlink at ``path`` is one this pod's sync placed for ``entry``: recorded as
+        it is now (a symlink cannot change, only be replaced: a new inode) and naming a file of the
+        pod's view of the node cache's files that is still there."""
+        folder = self.options.shared_dir
+        if not folder or state.get(entry.dest) != state_record(entry, st):
+            return False
+        try:
+            link = os.readlink(path)
+        except OSError:
+            return False
+        return shared_target(link, folder) is not None and os.path.isfile(link)
 
     def _mark_present(self, entry: ManifestEntry, st: os.stat_result) -> None:
         with self._lock:
@@ -727,8 +768,15 @@ class Syncer:
         file in one read (several files at once)."""
         tasks: dict[int, list[Callable[[], Any]]] = {}
         vouched = getattr(source, "vouched", None)  # a source that signs what it holds (optional)
+        shared = getattr(source, "shared", None)  # a source whose files the pod sees (optional)
         for job in sorted(jobs, key=lambda j: -j.entry.size):
             size = job.entry.size
+            in_view = shared(job.entry) if shared is not None else None
+            if in_view is not None:
+                tasks.setdefault(self._rank(job), []).append(
+                    partial(self._link_shared, source, job, *in_view)
+                )
+                continue
             digest = vouched(job.entry) if vouched is not None else None
             if digest is not None:
                 # The BLAKE3 (or SHA-256) the node cache signed for the pinned bytes (its key
@@ -740,6 +788,41 @@ class Syncer:
             else:
                 tasks.setdefault(rank, []).append(partial(self._fetch_source, source, job))
         return tasks
+
+    def _link_shared(self, source: ObjectSource, job: _Job, target: str, blake3: str) -> bool:
+        """A held object whose file the pod sees in its read-only view of the node cache's files:
+        that file is checked against the BLAKE3 the cache signed for the pin, then the model's file
+        is a symlink to it (no byte copied: the cache's own pages). A file that is not there or does
+        not match is read from the source as before (then the store)."""
+        entry = job.entry
+        try:
+            placed = shared_file_matches(target, entry.size, blake3)
+            if placed:
+                os.symlink(target, job.tmp)
+                os.replace(job.tmp, job.path)
+        except OSError as exc:
+            log.warning("the node cache's file for %s could not be used: %s", entry.key, exc)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(job.tmp)
+            placed = False
+        if not placed:
+            with self._lock:
+                self.stats.source_refused += 1
+            job.check = TransferCheck(BLAKE3, blake3)
+            return self._fetch_source(source, job)
+        job.finished = True
+        job.from_source = True
+        with self._lock:
+            self._state_new[entry.dest] = state_record(entry, os.lstat(job.path))
+            self.stats.source_hits += 1
+            self.stats.source_bytes += entry.size
+            self.stats.vouched_files += 1
+            self.stats.shared_files += 1
+            self._touched_dirs.add(job.path.parent)
+        self.progress.add_bytes(entry.size)
+        self.progress.file_done(entry.size)
+        self._file_placed(entry)
+        return True
 
     def _fetch_source(self, source: ObjectSource, job: _Job) -> bool:
         """One object from the source, checked as it arrives; False (nothing left behind) when the

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from triton_operator.core.repository.cache_rules import NAMESPACE_FORM
+from triton_operator.core.repository.cache_rules import BLOB_FORM, NAMESPACE_FORM
 
 DRIVER = "files.node-cache.triton-operator.io"
 """The CSI driver's name (its CSIDriver object, its sockets' folder, a pod's ``csi.driver``)."""
@@ -22,6 +22,8 @@ VOLUME = "node-cache-files"
 """The pod's volume of shared files."""
 MOUNT_PATH = "/var/run/triton-operator/node-cache-files"
 """Where the model agent and tritonserver see it, read-only."""
+FILES_ENV = "TRITON_NODE_CACHE_FILES"
+"""Set in a pod given the volume: where it is mounted (unset: the pod copies what it reads)."""
 POD_UID_KEY = "csi.storage.k8s.io/pod.uid"
 POD_NAMESPACE_KEY = "csi.storage.k8s.io/pod.namespace"
 EPHEMERAL_KEY = "csi.storage.k8s.io/ephemeral"
@@ -37,6 +39,13 @@ class ViewOwner:
 
     pod_uid: str
     namespace: str
+
+
+def shared_target(link: str, folder: str) -> str | None:
+    """The blob a symlink placed by the sync names, when ``link`` (its target) is a file of the view
+    at ``folder``: ``<folder>/<sha256>``; else None (a symlink the sync did not place)."""
+    head, _, name = link.rpartition("/")
+    return name if head == folder.rstrip("/") and BLOB_FORM.fullmatch(name) else None
 
 
 def target_pod_uid(target: str) -> str | None:
