@@ -21,6 +21,7 @@ BAD = [
     ("PROMETHEUS_SCRAPE", "enabled"),
     ("ALLOW_PRIVILEGED", "ture"),
     ("ALLOW_ROOT", "2"),
+    ("NODE_CACHE_SHARED_FILES", "yes please"),
     ("ALL_NAMESPACES", "all"),
     # on main, never checked
     ("LOG_LEVEL", "verbose"),
@@ -57,6 +58,7 @@ GOOD = [
     ("PIN_REPOSITORIES", "YES", "pin_repositories", True),
     ("PROMETHEUS_SCRAPE", "0", "prometheus_scrape", False),
     ("ALLOW_ROOT", "True", "allow_root", True),
+    ("NODE_CACHE_SHARED_FILES", "true", "node_cache_shared_files", True),
     ("LOG_LEVEL", "debug", "log_level", "DEBUG"),
     ("EVENT_LEVEL", "Error", "event_level", "ERROR"),
     ("SYNC_IMAGE_PULL_POLICY", "IfNotPresent", "sync_image_pull_policy", "IfNotPresent"),

@@ -63,6 +63,7 @@ ENV_SETTINGS: dict[str, str] = {
     "MAX_LISTED_OBJECTS": "a whole number above 0",
     "NODE_CACHE_PORT": "a port, 1 to 65535",
     "NODE_CACHE_SIGNING_KEY_FILE": "the path of the node cache's Ed25519 key (PEM, or base64 of 32 bytes)",
+    "NODE_CACHE_SHARED_FILES": "true or false",
     "LOG_FORMAT": " or ".join(LOG_FORMATS),
 }
 """Every variable Settings.from_env reads (without the prefix), with what it accepts."""
@@ -291,6 +292,12 @@ class Settings:
     """The port of the node cache (the chart's node-cache DaemonSet) on every node; unset: off. New
     revisions' sync containers then read the node's cache before their store (recorded per revision:
     turning it on or off restarts no serving pod, core.observed.observation.recorded_settings)."""
+    node_cache_shared_files: bool = False
+    """TRITON_OPERATOR_NODE_CACHE_SHARED_FILES (chart ``nodeCache.sharedFiles.enabled``): new
+    revisions' pods (with the node cache) get its CSI volume, their read-only view of the cache's
+    files, and link to what it holds instead of copying it (core.repository.shared_files). A pod with
+    the volume starts only on a node whose node cache serves the CSI driver. Recorded per revision:
+    turning it on or off restarts no serving pod."""
     node_cache_token: bool = True
     """Not read from the environment: whether a revision's pods show the node cache their projected
     token; False only for a revision recorded before the cache asked for one (it keeps its pods)."""
@@ -361,6 +368,7 @@ class Settings:
             max_listed_objects=read.whole("MAX_LISTED_OBJECTS", lowest=1) or DEFAULT_MAX_LISTED_OBJECTS,
             node_cache_port=read.whole("NODE_CACHE_PORT", lowest=1, highest=65535),
             node_cache_public_key=read.public_key("NODE_CACHE_SIGNING_KEY_FILE"),
+            node_cache_shared_files=read.flag("NODE_CACHE_SHARED_FILES", False),
             log_format=read.choice("LOG_FORMAT", LOG_FORMATS) or "text",
         )
         if read.errors:

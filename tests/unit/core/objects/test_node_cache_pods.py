@@ -28,6 +28,7 @@ from triton_operator.core.repository.cache_rules import (
     TOKEN_PATH,
     TOKEN_VOLUME,
 )
+from triton_operator.core.repository.shared_files import DRIVER, FILES_ENV, MOUNT_PATH, VOLUME
 from triton_operator.settings import Settings
 from tritonservice_bodies import SETTINGS, configs_of, ts_of
 
@@ -211,3 +212,48 @@ def test_giving_or_rotating_the_key_keeps_revisions_and_restarts_no_pod(
     assert kept.node_cache_public_key == before.node_cache_public_key
     assert build_deployment(ts, revision, kept, 2) == deployment
     assert recorded_settings(after, [], None).node_cache_public_key == after.node_cache_public_key
+
+
+SHARED = dataclasses.replace(SIGNED, node_cache_shared_files=True)
+
+
+def test_with_shared_files_the_agent_and_tritonserver_see_the_caches_view_read_only() -> None:
+    """The pod gets the node cache's CSI volume (an ephemeral inline volume, allowed under Pod
+    Security `restricted`), read-only in the agent, which links to it, and in tritonserver, which
+    follows the links at the same path; the agent is told where it is."""
+    pod = build_deployment(ts_of(), "r1", SHARED, 1)["spec"]["template"]["spec"]
+    assert {"name": VOLUME, "csi": {"driver": DRIVER, "readOnly": True}} in pod["volumes"]
+    mount = {"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": True}
+    for container in pod["containers"]:
+        assert mount in container["volumeMounts"], container["name"]
+    agent = next(c for c in pod["containers"] if c["name"] == AGENT_CONTAINER)
+    assert env_of(agent)[FILES_ENV] == MOUNT_PATH
+    assert "hostPath" not in repr(pod)
+    # Off, without the node cache, with a pvc:// store, or in a revision of the shape before: none.
+    for settings, ts in (
+        (SIGNED, ts_of()),
+        (dataclasses.replace(SHARED, node_cache_port=None), ts_of()),
+        (SHARED, ts_of(repository={"uri": "pvc://models/repo"})),
+        (dataclasses.replace(SHARED, agent_pods=False), ts_of(rollout={"modelUpdates": "InPlace"})),
+    ):
+        text = repr(build_deployment(ts, "r1", settings, 1))
+        assert DRIVER not in text and FILES_ENV not in text
+
+
+@pytest.mark.parametrize(("before", "after"), [(SIGNED, SHARED), (SHARED, SIGNED)], ids=["on", "off"])
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "live-deployment"])
+def test_turning_shared_files_on_or_off_keeps_revisions_and_restarts_no_pod(
+    before: Settings, after: Settings, recorded: bool
+) -> None:
+    """Like the key: the operator's plumbing, not in the revision's hash; an existing revision keeps
+    its pods as they are (with or without the volume), the next revision gets today's setting."""
+    ts = ts_of()
+    configs = configs_of(ts)
+    revision = compute_revision(ts, before, configs, None)
+    assert compute_revision(ts, after, configs, None) == revision
+    configmaps = build_configmaps(ts, revision, configs, None, settings=before if recorded else None)
+    deployment = build_deployment(ts, revision, before, 2)
+    kept = recorded_settings(after, configmaps, deployment)
+    assert kept.node_cache_shared_files == before.node_cache_shared_files
+    assert build_deployment(ts, revision, kept, 2) == deployment
+    assert recorded_settings(after, [], None).node_cache_shared_files == after.node_cache_shared_files

@@ -88,6 +88,10 @@ from triton_operator.core.repository.manifest import (
 )
 from triton_operator.core.repository.manifestparts import MANIFEST_KEY
 from triton_operator.core.repository.revision import revision_hash
+from triton_operator.core.repository.shared_files import DRIVER as SHARED_DRIVER
+from triton_operator.core.repository.shared_files import FILES_ENV
+from triton_operator.core.repository.shared_files import MOUNT_PATH as SHARED_MOUNT_PATH
+from triton_operator.core.repository.shared_files import VOLUME as SHARED_VOLUME
 from triton_operator.models import ModelUpdates, Strategy, TritonService
 from triton_operator.settings import Settings
 
@@ -218,6 +222,7 @@ RECORDED_SETTINGS: dict[str, str] = {
     "logFormat": "log_format",
     "nodeCacheToken": "node_cache_token",
     "nodeCachePublicKey": "node_cache_public_key",
+    "nodeCacheSharedFiles": "node_cache_shared_files",
     "agentPods": "agent_pods",
     "quickAgentProbe": "quick_agent_probe",
     "poolLeave": "pool_leave",
@@ -235,6 +240,8 @@ def settings_record(settings: Settings) -> str:
         record["quickAgentProbe"] = None  # as a revision recorded before it: its record unchanged
     if not record["poolLeave"]:
         record["poolLeave"] = None  # as a revision recorded before it: its record unchanged
+    if not record["nodeCacheSharedFiles"]:
+        record["nodeCacheSharedFiles"] = None  # as a revision recorded before it: its record unchanged
     return json.dumps({k: v for k, v in record.items() if v is not None}, sort_keys=True)
 
 
@@ -272,6 +279,8 @@ def read_settings_record(text: str | None, settings: Settings) -> Settings | Non
     # A pool revision recorded before a leaving pod waited on its models' Services keeps its preStop
     # (drainSeconds alone).
     fields["pool_leave"] = record.get("poolLeave") is True
+    # A revision recorded before the node cache's shared files (or with them off) keeps copying.
+    fields["node_cache_shared_files"] = record.get("nodeCacheSharedFiles") is True
     return dataclasses.replace(settings, **fields)
 
 
@@ -932,6 +941,7 @@ def build_triton_container(ts: TritonService, settings: Settings) -> dict[str, A
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
             *_repository_mounts(ts),
             *(_leave_mount(ts, settings, read_only=True) if has_agent(ts, settings) else []),
+            *([dict(SHARED_FILES_MOUNT)] if has_shared_files(ts, settings) else []),
             *[dict(m) for m in spec.volume_mounts],
         ],
     }
@@ -990,6 +1000,10 @@ def build_sync_container(
         sync["env"] = node_cache_env(port, token=settings.node_cache_token, public_key=key)
         if settings.node_cache_token:
             sync["volumeMounts"].append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
+        if has_shared_files(ts, settings):
+            # The pod's read-only view of the node cache's files: the agent links to what it holds.
+            sync["env"].append({"name": FILES_ENV, "value": SHARED_MOUNT_PATH})
+            sync["volumeMounts"].append(SHARED_FILES_MOUNT)
     if settings.log_format == "json":  # JSON lines naming the TritonService and the pod's revision
         sync["env"] = [*sync.get("env", []), *log_env(ts, revision)]
     if settings.pod_security_defaults:
@@ -1025,6 +1039,28 @@ def node_cache_env(port: int, *, token: bool = True, public_key: str | None = No
         *([{"name": TOKEN_ENV, "value": TOKEN_PATH}] if token else []),
         *([{"name": PUBLIC_KEY_ENV, "value": public_key}] if public_key else []),
     ]
+
+
+def has_shared_files(ts: TritonService, settings: Settings) -> bool:
+    """Whether the revision's pods get their view of the node cache's files: the node cache on, its
+    shared files on, a pinned store (not a PVC) and the one pod shape (the agent fills /models)."""
+    return (
+        settings.node_cache_port is not None
+        and settings.node_cache_shared_files
+        and fills_itself(settings)
+        and not _is_pvc(ts)
+    )
+
+
+SHARED_FILES_MOUNT = {"name": SHARED_VOLUME, "mountPath": SHARED_MOUNT_PATH, "readOnly": True}
+"""The agent's and tritonserver's mount of the pod's view of the node cache's files (the model
+files the agent placed are symlinks into it, so tritonserver sees it at the same path)."""
+
+
+def node_cache_shared_volume() -> dict[str, Any]:
+    """The pod's view of the node cache's files: an ephemeral inline CSI volume of the node cache's
+    driver (allowed under Pod Security `restricted`), read-only."""
+    return {"name": SHARED_VOLUME, "csi": {"driver": SHARED_DRIVER, "readOnly": True}}
 
 
 def node_cache_token_volume() -> dict[str, Any]:
@@ -1097,7 +1133,8 @@ def build_pod_template(
             [node_cache_token_volume()]
             if any(m["name"] == TOKEN_VOLUME for m in sync["volumeMounts"])
             else []
-        ),
+        )
+        + ([node_cache_shared_volume()] if SHARED_FILES_MOUNT in sync["volumeMounts"] else []),
         # Service links put 7 variables per Service of the namespace into every container.
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": termination_grace_seconds(ts, settings),

@@ -37,6 +37,7 @@ from triton_operator.core.objects.names import (
 from triton_operator.core.pod.startup import FillTimeline, PodStart, pod_start
 from triton_operator.core.repository import manifestparts
 from triton_operator.core.repository.cache_rules import PORT_ENV, PUBLIC_KEY_ENV, TOKEN_ENV
+from triton_operator.core.repository.shared_files import FILES_ENV
 from triton_operator.core.rollout.clock import parse_time
 from triton_operator.core.rollout.state import RevisionState, revision_ready
 from triton_operator.core.spec.field_error import ModelConfigError
@@ -242,6 +243,7 @@ def kept_sync_image(settings: Settings, deployment: Mapping[str, Any] | None) ->
                 log_format=_log_format(container),
                 node_cache_token=any(e.get("name") == TOKEN_ENV for e in container.get("env") or []),
                 node_cache_public_key=_node_cache_public_key(container),
+                node_cache_shared_files=any(e.get("name") == FILES_ENV for e in container.get("env") or []),
                 agent_pods=one_shape,
             )
     return settings
