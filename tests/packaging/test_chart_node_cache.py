@@ -230,3 +230,53 @@ def test_without_signing_nothing_of_a_key_is_rendered(render: Render) -> None:
     assert "signing-key" not in repr(docs) and "node-cache-key" not in repr(docs)
     assert "TRITON_OPERATOR_NODE_CACHE_SIGNING_KEY_FILE" not in env(docs)
     assert "TRITON_OPERATOR_NODE_CACHE_PORT" in env(docs)
+
+
+SHARED = {"nodeCache": {"enabled": True, "sharedFiles": {"enabled": True}}}
+
+
+def test_shared_files_make_the_cache_a_csi_driver_and_the_operator_give_pods_its_volume(
+    render: Render,
+) -> None:
+    """With nodeCache.sharedFiles: the CSIDriver (ephemeral inline volumes, the pod's identity from
+    the kubelet, no attach), the cache's args name the kubelet's folder, which it mounts at the same
+    path with Bidirectional propagation, privileged (its bind mounts must reach the host); the
+    operator gives new revisions' pods the volume."""
+    docs = render(SHARED)
+    driver = one(docs, "CSIDriver", "files.node-cache.triton-operator.io")
+    assert driver["spec"] == {
+        "attachRequired": False,
+        "podInfoOnMount": True,
+        "volumeLifecycleModes": ["Ephemeral"],
+        "fsGroupPolicy": "None",
+    }
+    pod = pod_of(docs)
+    [cache] = pod["containers"]
+    assert "--shared-files=/var/lib/kubelet" in cache["args"]
+    assert {"name": "kubelet", "mountPath": "/var/lib/kubelet", "mountPropagation": "Bidirectional"} in (
+        cache["volumeMounts"]
+    )
+    assert {"name": "kubelet", "hostPath": {"path": "/var/lib/kubelet", "type": "Directory"}} in pod[
+        "volumes"
+    ]
+    assert cache["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsNonRoot": False}
+    value = env(docs)["TRITON_OPERATOR_NODE_CACHE_SHARED_FILES"]
+    assert Settings.from_env({"TRITON_OPERATOR_NODE_CACHE_SHARED_FILES": value}).node_cache_shared_files
+    # Another kubelet root, its trailing slash dropped.
+    docs = render(
+        {"nodeCache": {"enabled": True, "sharedFiles": {"enabled": True, "kubeletRoot": "/data/kubelet/"}}}
+    )
+    assert "--shared-files=/data/kubelet" in pod_of(docs)["containers"][0]["args"]
+    # Off (the default): none of it.
+    docs = render(ON)
+    assert not find(docs, "CSIDriver")
+    assert "TRITON_OPERATOR_NODE_CACHE_SHARED_FILES" not in env(docs)
+    assert "Bidirectional" not in repr(docs) and "--shared-files" not in repr(docs)
+
+
+def test_bad_shared_files_values_are_refused(helm: Path) -> None:
+    on = ("nodeCache.enabled=true", "nodeCache.sharedFiles.enabled=true")
+    assert "kubeletRoot" in render_error(helm, *on, "nodeCache.sharedFiles.kubeletRoot=var/lib/kubelet")
+    assert "needs nodeCache.signingKey.enabled" in render_error(
+        helm, *on, "nodeCache.signingKey.enabled=false"
+    )
