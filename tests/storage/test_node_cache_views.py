@@ -211,7 +211,7 @@ def test_the_kubelet_registers_the_plugin_and_publishes_through_its_sockets(
     cache: Cache, tmp_path: Path
 ) -> None:
     plugin = CsiPlugin(
-        cache.views, "node-1", cache.kubelet / "plugins" / DRIVER, cache.kubelet / "plugins_registry", "9.9.9"
+        cache.views, "node-1", cache.kubelet / "plugins" / "tnc", cache.kubelet / "plugins_registry", "9.9.9"
     )
     pod = new_uid()
     target = str(cache.target(pod))
@@ -313,6 +313,7 @@ def node_cache_command(tmp_path: Path, *extra: str) -> list[str]:
     ("extra", "says"),
     [
         (["--shared-files", "/tmp"], "--shared-files needs --node-name"),
+        (["--shared-files", "/" + "k" * 80, "--node-name", "n1"], "longer than a unix socket's 107 bytes"),
         (
             ["--shared-files", "/nonexistent/kubelet", "--node-name", "n1"],
             "--shared-files /nonexistent/kubelet: not a folder",
@@ -343,7 +344,7 @@ def test_the_command_offers_the_plugin_to_the_kubelet_and_withdraws_it_when_stop
         "current-context": "x",
     }))  # fmt: skip
     kubelet = Path(tempfile.mkdtemp(prefix="kl.", dir="/tmp"))
-    registration = kubelet / "plugins_registry" / f"{DRIVER}-reg.sock"
+    registration = kubelet / "plugins_registry" / "triton-node-cache.sock"
     log = tmp_path / "log"
     args = node_cache_command(tmp_path, "--shared-files", str(kubelet), "--node-name", "n1")
     try:
@@ -367,7 +368,7 @@ def test_the_command_offers_the_plugin_to_the_kubelet_and_withdraws_it_when_stop
                 return await rpc(MESSAGES["pluginregistration.InfoRequest"](), timeout=10)
 
         answer = asyncio.run(info())
-        assert answer.endpoint == str(kubelet / "plugins" / DRIVER / "csi.sock")
+        assert answer.endpoint == str(kubelet / "plugins" / "triton-node-cache" / "csi.sock")
         assert Path(answer.endpoint).exists()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0, log.read_text()

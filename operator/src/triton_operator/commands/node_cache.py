@@ -87,6 +87,21 @@ def free_page_reporting(folder: Path = PAGE_REPORTING) -> str | None:
     )
 
 
+SOCKETS_NAME = "triton-node-cache"
+"""The CSI socket's folder under <kubelet>/plugins (the registration socket: <name>.sock under
+<kubelet>/plugins_registry); short, since a unix socket's path is at most MAX_SOCKET_PATH bytes."""
+MAX_SOCKET_PATH = 107
+
+
+def plugin_sockets(kubelet_root: Path) -> tuple[Path, Path]:
+    """The CSI plugin's sockets for the kubelet whose --root-dir is ``kubelet_root``: the kubelet's
+    registration socket and the CSI one (the longer)."""
+    return (
+        kubelet_root / "plugins" / SOCKETS_NAME / "csi.sock",
+        kubelet_root / "plugins_registry" / f"{SOCKETS_NAME}.sock",
+    )
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "node-cache",
@@ -180,6 +195,14 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.shared_files is not None and len(str(plugin_sockets(args.shared_files)[0])) > MAX_SOCKET_PATH:
+        print(
+            f"triton-operator node-cache: error: --shared-files {args.shared_files}: the plugin's socket "
+            f"{plugin_sockets(args.shared_files)[0]} would be longer than a unix socket's "
+            f"{MAX_SOCKET_PATH} bytes",
+            file=sys.stderr,
+        )
+        return 2
     if args.shared_files is not None and not args.shared_files.is_dir():
         print(
             f"triton-operator node-cache: error: --shared-files {args.shared_files}: not a folder "
@@ -226,7 +249,7 @@ async def _serve(server: NodeCacheServer, args: argparse.Namespace) -> int:
         plugin = CsiPlugin(
             server.views,
             args.node_name,
-            args.shared_files / "plugins" / DRIVER,
+            args.shared_files / "plugins" / SOCKETS_NAME,
             args.shared_files / "plugins_registry",
             __version__,
         )

@@ -334,6 +334,7 @@ def run(args: argparse.Namespace) -> int:
         time.monotonic() - started,
         node_cache=(stats.source_hits, stats.source_misses) if node_cache is not None else None,
         vouched=stats.vouched_files,
+        shared=stats.shared_files,
     )
     write_termination_log(args.termination_log, summary)
     return EXIT_OK

@@ -222,3 +222,14 @@ def test_a_sync_that_checked_the_caches_signed_statements_says_how_many_objects(
     unsigned = parse_summary(format_summary(2, 0, 1024, 0.5, node_cache=(2, 0)))
     assert unsigned is not None and unsigned.node_cache_vouched == 0
     assert "vouched" not in format_summary(2, 0, 1024, 0.5, node_cache=(2, 0), vouched=0)
+
+
+def test_a_sync_that_linked_the_caches_shared_files_says_how_many() -> None:
+    """`shared`: of the vouched objects, the files linked in the pod's view of the node cache's
+    files (none copied); a line without it (no view, or an older sync image) reads as 0."""
+    line = format_summary(3, 0, 1024, 0.5, node_cache=(3, 0), vouched=3, shared=2)
+    assert line.endswith("node cache: 3 hits, 0 misses, 3 vouched, 2 shared")
+    summary = parse_summary(line)
+    assert summary is not None and (summary.node_cache_vouched, summary.node_cache_shared) == (3, 2)
+    copied = parse_summary(format_summary(3, 0, 1024, 0.5, node_cache=(3, 0), vouched=3))
+    assert copied is not None and copied.node_cache_shared == 0

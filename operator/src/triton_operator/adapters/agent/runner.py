@@ -624,6 +624,7 @@ class Agent:
             time.monotonic() - began,
             node_cache=self.node_cache_counts,
             vouched=stats.vouched_files,
+            shared=stats.shared_files,
         )
         self._refresh_models(target)
         # Every model loaded: recorded (and kept across restarts) before the pod may be Ready.

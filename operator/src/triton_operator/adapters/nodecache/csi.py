@@ -107,8 +107,9 @@ def _unary(package: str, request: str, answer: Callable[[Any, grpc.aio.ServicerC
 
 
 class CsiPlugin:
-    """The plugin for ``views``: the CSI socket at ``plugin_dir``/csi.sock, the registration socket
-    in ``registry_dir``, both in folders of mode 0700; ``node`` is what NodeGetInfo answers."""
+    """The plugin for ``views``: the CSI socket at ``plugin_dir``/csi.sock (a folder of mode 0700),
+    the registration socket ``<plugin_dir's name>.sock`` in ``registry_dir``; ``node`` is what
+    NodeGetInfo answers."""
 
     def __init__(self, views: Views, node: str, plugin_dir: Path, registry_dir: Path, version: str) -> None:
         self.views = views
@@ -117,7 +118,7 @@ class CsiPlugin:
         self.registry_dir = registry_dir
         self.version = version
         self.endpoint = plugin_dir / "csi.sock"
-        self.registration = registry_dir / f"{DRIVER}-reg.sock"
+        self.registration = registry_dir / f"{plugin_dir.name}.sock"
         self.registered: bool | None = None
         self._servers: list[grpc.aio.Server] = []
 

@@ -87,13 +87,15 @@ class SyncSummary:
     """Objects read from the store while the node cache was on."""
     node_cache_vouched: int = 0
     """Objects of the node cache checked by the SHA-256 it signed (its public key given), not the pin."""
+    node_cache_shared: int = 0
+    """Of those, the files the pod links to in its view of the node cache's files (none copied)."""
 
 
 _SUMMARY = re.compile(
     r"^synced (?P<objects>\d+) objects?, (?P<fetched>\d+) bytes fetched from the store, "
     r"(?P<present>\d+) bytes already present, in (?P<seconds>\d+(?:\.\d+)?) s\b"
     r"(?:, node cache: (?P<hits>\d+) hits?, (?P<misses>\d+) miss(?:es)?\b"
-    r"(?:, (?P<vouched>\d+) vouched\b)?)?"
+    r"(?:, (?P<vouched>\d+) vouched\b)?(?:, (?P<shared>\d+) shared\b)?)?"
 )
 
 
@@ -105,10 +107,12 @@ def format_summary(
     node_cache: tuple[int, int] | None = None,
     *,
     vouched: int = 0,
+    shared: int = 0,
 ) -> str:
     """The one line `triton-operator sync` writes as its termination message when it exits 0;
     ``node_cache``: (hits, misses) when the node cache was on, appended after the seconds, with the
-    hits checked by the cache's signed SHA-256 (``vouched``) when there are any.
+    hits checked by the cache's signed SHA-256 (``vouched``) when there are any, and of those the
+    files linked in the pod's view of the cache's files (``shared``).
 
     >>> format_summary(3, 536870912, 0, 1.234)
     'synced 3 objects, 536870912 bytes fetched from the store, 0 bytes already present, in 1.23 s'
@@ -116,6 +120,8 @@ def format_summary(
     'node cache: 1 hit, 0 misses'
     >>> format_summary(3, 0, 536870912, 1.234, node_cache=(3, 0), vouched=3).partition(" s, ")[2]
     'node cache: 3 hits, 0 misses, 3 vouched'
+    >>> format_summary(3, 0, 536870912, 1.2, node_cache=(3, 0), vouched=3, shared=2).partition(" s, ")[2]
+    'node cache: 3 hits, 0 misses, 3 vouched, 2 shared'
     """
     line = (
         f"synced {objects} object{'' if objects == 1 else 's'}, {fetched} bytes fetched from the store, "
@@ -128,6 +134,8 @@ def format_summary(
         )
         if vouched:
             line += f", {vouched} vouched"
+            if shared:
+                line += f", {shared} shared"
     return line
 
 
@@ -147,6 +155,7 @@ def parse_summary(message: Any) -> SyncSummary | None:
         node_cache_hits=int(match["hits"]) if match["hits"] is not None else None,
         node_cache_misses=int(match["misses"]) if match["misses"] is not None else None,
         node_cache_vouched=int(match["vouched"] or 0),
+        node_cache_shared=int(match["shared"] or 0),
     )
 
 
