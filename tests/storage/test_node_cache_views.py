@@ -256,6 +256,16 @@ def test_the_kubelet_registers_the_plugin_and_publishes_through_its_sockets(
                 "csi.v1.GetPluginInfoResponse",
             )
             assert (name.name, name.vendor_version) == (DRIVER, "9.9.9")
+            # What the kubelet asks at registration and before each publish: empty answers.
+            for service, method in (
+                ("Identity", "GetPluginCapabilities"),
+                ("Identity", "Probe"),
+                ("Node", "NodeGetCapabilities"),
+            ):
+                said = await call(
+                    csi, f"/csi.v1.{service}/{method}", f"csi.v1.{method}Request", f"csi.v1.{method}Response"
+                )
+                assert said.ListFields() == [], method
             node = await call(
                 csi, "/csi.v1.Node/NodeGetInfo", "csi.v1.NodeGetInfoRequest", "csi.v1.NodeGetInfoResponse"
             )

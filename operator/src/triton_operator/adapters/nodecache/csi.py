@@ -127,9 +127,6 @@ class CsiPlugin:
     async def _plugin_info(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return MESSAGES["csi.v1.GetPluginInfoResponse"](name=DRIVER, vendor_version=self.version)
 
-    async def _empty(self, name: str) -> Any:
-        return MESSAGES[name]()
-
     async def _node_info(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return MESSAGES["csi.v1.NodeGetInfoResponse"](node_id=self.node)
 
@@ -171,7 +168,10 @@ class CsiPlugin:
 
     def _handlers(self) -> list[Any]:
         def empty(name: str) -> Callable[[Any, grpc.aio.ServicerContext], Any]:
-            return lambda request, context: self._empty(name)
+            async def answer(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                return MESSAGES[name]()
+
+            return answer  # a coroutine function: grpc.aio awaits it
 
         identity = {
             "GetPluginInfo": _unary("csi.v1", "GetPluginInfoRequest", self._plugin_info),
