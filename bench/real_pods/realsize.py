@@ -58,7 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -88,6 +88,7 @@ from testkit import free_port
 from triton_operator.core.objects.names import AGENT_CONTAINER, TRITON_CONTAINER
 from triton_operator.core.pod.startup import IN_PLACE_PHASES, describe_phases
 from triton_operator.core.pod.startup import PHASES as STARTUP_PHASES
+from triton_operator.core.repository.shared_files import DRIVER
 
 BUCKET = "realsize"
 PREFIX = "models"
@@ -95,6 +96,9 @@ CHANGED = realrepo.MEDIUM
 X = [1.0, 2.0, 3.0, 4.0]
 PHASES = ("to pod", "sync", "load", "probes", "routing")
 THIS_TREE = "this tree"
+SHARED_TREE = "this tree, shared files"
+"""This tree once more with the node cache's shared files (--shared-files): pods link, not copy."""
+SHARED_ENV = {"TRITON_OPERATOR_NODE_CACHE_SHARED_FILES": "true"}
 OPERATOR_SERIES = ("triton_operator_time_to_serve_", "triton_operator_in_place_update_")
 """The operator's histograms the bench reads (sums and counts): pods' starts, in-place changes."""
 SOURCES = {
@@ -204,6 +208,8 @@ class RealSize(Session):
         self.signing_key = signing_key_for(args, workdir)
         self.operator_env.update(signing_env(self.signing_key))
         self.cache: subprocess.Popen[bytes] | None = None
+        self.shared = tree.env.get("TRITON_OPERATOR_NODE_CACHE_SHARED_FILES") == "true"
+        """The node cache serves its CSI driver (registered with the real node's kubelet)."""
         self.repo: realrepo.GeneratedRepository | None = None
         self.v2: realrepo.GeneratedRepository | None = None
         self.victim = ""
@@ -246,6 +252,8 @@ class RealSize(Session):
                 self.node["ip"],
                 self.cache_port,
                 self.signing_key,
+                shared_files=kubelet_root(self.node) if self.shared else None,
+                node_name=str(self.node["name"]),
             ),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -255,6 +263,8 @@ class RealSize(Session):
         )
         log.close()
         wait(lambda: self.cache_metrics() is not None, 30, "node cache /metrics", interval=0.2)
+        if self.shared:
+            self.kube.apply(csi_driver(), field_manager="bench")
         super().start()
         self.start_cpu_accounting()
 
@@ -322,6 +332,9 @@ class RealSize(Session):
 
         try:
             super().stop()
+            if self.shared:
+                # The kubelet unmounts the pods' views through the cache: it goes after them.
+                wait(lambda: not self.all_pods(), 180, "the pods gone", interval=0.5)
         finally:
             if self.cache is not None:
                 cluster.stop_group(self.cache)
@@ -856,8 +869,40 @@ def signing_env(key: Path | None) -> dict[str, str]:
     return {} if key is None else {"TRITON_OPERATOR_NODE_CACHE_SIGNING_KEY_FILE": str(key)}
 
 
-def cache_command(root: Path, limit: str, address: str, port: int, key: Path | None) -> list[str]:
-    """`triton-operator node-cache` on ``address``:``port``, signing its statements with ``key``."""
+def kubelet_root(node: Mapping[str, Any]) -> Path:
+    """The real node's kubelet --root-dir (e2e/node.py: beside its containerd socket)."""
+    return Path(str(node["containerd_socket"])).parent / "kubelet"
+
+
+def csi_driver() -> Any:
+    """The node cache's CSIDriver, as the chart's (charts/triton-operator/templates/node-cache.yaml)."""
+    from lightkube.models.meta_v1 import ObjectMeta  # noqa: PLC0415
+    from lightkube.models.storage_v1 import CSIDriverSpec  # noqa: PLC0415
+    from lightkube.resources.storage_v1 import CSIDriver  # noqa: PLC0415
+
+    spec = CSIDriverSpec(
+        attachRequired=False, podInfoOnMount=True, volumeLifecycleModes=["Ephemeral"], fsGroupPolicy="None"
+    )
+    return CSIDriver(metadata=ObjectMeta(name=DRIVER), spec=spec)
+
+
+def cache_command(
+    root: Path,
+    limit: str,
+    address: str,
+    port: int,
+    key: Path | None,
+    *,
+    shared_files: Path | None = None,
+    node_name: str = "",
+) -> list[str]:
+    """`triton-operator node-cache` on ``address``:``port``, signing its statements with ``key``;
+    with ``shared_files`` (the kubelet's root), also the CSI driver of the pods' views."""
+    shared = ["--shared-files", str(shared_files), "--node-name", node_name] if shared_files else []
+    return [*_cache_base(root, limit, address, port, key), *shared]
+
+
+def _cache_base(root: Path, limit: str, address: str, port: int, key: Path | None) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -900,6 +945,8 @@ def report(
         figures = report_tree(runs[label], sessions.get(label), args)
         if label == THIS_TREE:
             out.update(figures)
+        elif label == SHARED_TREE:
+            out["shared"] = figures
         else:
             out["ref"] = {"label": label, **figures}
     if len(measured) > 1:
@@ -1181,6 +1228,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "each pod checks the pin (MD5 of an S3 ETag) of every object it reads from the cache",
     )
     ap.add_argument(
+        "--shared-files",
+        action="store_true",
+        help="measure this tree twice, copying (as the chart's default) and then with the node cache's "
+        "shared files (nodeCache.sharedFiles.enabled: its CSI driver registered with the real node's "
+        "kubelet, the pods linking to its files), each with a cold node cache, and print both side by side",
+    )
+    ap.add_argument(
         "--ref",
         metavar="REF",
         help="also measure git ref REF in the same run, first (a temporary worktree of it, its operator "
@@ -1219,6 +1273,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 say(f"free page reporting off (page_reporting_order {reporting.order()}); {touched[0]}")
             trees = [Tree(THIS_TREE)]
+            if args.shared_files:  # the same tree again, its pods linking to the cache's files
+                trees.append(Tree(SHARED_TREE, env=SHARED_ENV))
             if args.ref:
                 trees.insert(0, stack.enter_context(ref_tree(args.ref, node)))
             for tree in trees:

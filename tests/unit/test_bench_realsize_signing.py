@@ -51,3 +51,33 @@ def test_vouched_said_per_pod(realsize: ModuleType) -> None:
     case = realsize.Case("scale-up", vouched=[(4, 4), (4, 0)])
     assert realsize.vouched(case) == ", node cache hits checked by its signed digest: 4 of 4 + 0 of 4"
     assert realsize.vouched(realsize.Case("cold", vouched=[(0, 0)])) == ""
+
+
+def test_with_shared_files_the_cache_serves_the_csi_driver_the_operator_gives_pods(
+    realsize: ModuleType, tmp_path: Path
+) -> None:
+    """``--shared-files``: the cache's command names the real node's kubelet folder and the node, the
+    operator of the second tree gives pods the volume; the CSIDriver is the chart's
+    (tests/packaging/test_chart_node_cache.py renders it)."""
+    node = {"name": "real-node-1", "containerd_socket": "/s/node/containerd.sock"}
+    command = realsize.cache_command(
+        tmp_path,
+        "1Gi",
+        "10.0.0.1",
+        8790,
+        None,
+        shared_files=realsize.kubelet_root(node),
+        node_name="real-node-1",
+    )
+    assert command[-4:] == ["--shared-files", "/s/node/kubelet", "--node-name", "real-node-1"]
+    assert "--shared-files" not in realsize.cache_command(tmp_path, "1Gi", "10.0.0.1", 8790, None)
+    assert Settings.from_env(realsize.SHARED_ENV).node_cache_shared_files
+    assert realsize.parse(["--shared-files"]).shared_files and not realsize.parse([]).shared_files
+    driver = realsize.csi_driver().to_dict()
+    assert driver["metadata"]["name"] == "files.node-cache.triton-operator.io"
+    assert driver["spec"] == {
+        "attachRequired": False,
+        "podInfoOnMount": True,
+        "volumeLifecycleModes": ["Ephemeral"],
+        "fsGroupPolicy": "None",
+    }
