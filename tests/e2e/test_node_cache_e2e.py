@@ -25,15 +25,15 @@ from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod, Service
 
-from e2e_helpers import agent_summary, apply, create_store_secret, get_ts, kubectl_scale, wait_condition
+from e2e_helpers import agent_summary, apply, get_ts, kubectl_scale, wait_condition
 from inference import LoadClient
-from real_pods import adder_source, answering, on_real_node, placement
+from real_pods import adder_source, answering, on_real_node, placement, restricted_with_adder
 from testkit import load_chartlib, wait_for
 from triton_operator.core.objects.names import AGENT_CONTAINER
 from triton_operator.core.repository.cache_rules import PUBLIC_KEY_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL_KEY = "models/add_sub/1/model.py"
+
 
 pytestmark = [pytest.mark.cluster]
 
@@ -71,19 +71,11 @@ def test_a_scale_up_pod_on_a_warm_node_reads_nothing_from_the_store(  # noqa: PL
     kubectl: str | None,
     tmp_path: Path,
 ) -> None:
-    import storage_servers  # noqa: PLC0415
-
     helm = load_chartlib().find_tool("helm")
     if helm is None or kubectl is None:
         pytest.skip("no helm or kubectl binary (python3 e2e/cluster.py build provides them)")
-    bucket = f"nc-{uuid.uuid4().hex[:8]}"
-    store.extra["s3"].create_bucket(Bucket=bucket)
-    store.extra["s3"].put_object(Bucket=bucket, Key=MODEL_KEY, Body=adder_source(0))
-    create_store_secret(kube, namespace, storage_servers.S3_ACCESS_KEY, storage_servers.S3_SECRET_KEY)
     # The Triton pods' namespace enforces `restricted`; the operator and its cache live elsewhere.
-    kube.patch(
-        Namespace, namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
-    )
+    bucket = restricted_with_adder(kube, namespace, store, "nc")
     system = f"nc-op-{uuid.uuid4().hex[:6]}"
     kube.create(Namespace(metadata=ObjectMeta(name=system)))
     cache_dir = tmp_path / "node-cache"  # the real node is this machine: its hostPath is here

@@ -24,16 +24,16 @@ from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod, Service
 
-from e2e_helpers import agent_summary, apply, create_store_secret, wait_condition
+from e2e_helpers import agent_summary, apply, wait_condition
 from inference import LoadClient
-from real_pods import adder_source, answering, on_real_node, placement
+from real_pods import ADDER_KEY, adder_source, answering, on_real_node, placement, restricted_with_adder
 from testkit import load_chartlib, wait_for
 from triton_operator.adapters.nodecache.views import mount_points
 from triton_operator.core.objects.names import AGENT_CONTAINER
 from triton_operator.core.repository.shared_files import DRIVER, MOUNT_PATH, VOLUME
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL_KEY = "models/add_sub/1/model.py"
+
 SERVICE = "shared"
 
 pytestmark = [pytest.mark.cluster]
@@ -51,7 +51,7 @@ def model_file(kubelet: Path, pod: Any) -> Path:
     """The pod's model file in its /models emptyDir, as the node sees it (a symlink into the pod's
     view dangles here: the view is at its own path in the pod)."""
     path = kubelet / "pods" / str(pod.metadata.uid) / "volumes" / "kubernetes.io~empty-dir" / "models"
-    path = path / MODEL_KEY.removeprefix("models/")
+    path = path / ADDER_KEY.removeprefix("models/")
     assert os.path.lexists(path), path
     return path
 
@@ -64,21 +64,14 @@ def test_a_warm_pod_links_to_the_caches_file_through_its_read_only_view(  # noqa
     kubectl: str | None,
     tmp_path: Path,
 ) -> None:
-    import storage_servers  # noqa: PLC0415
-
     helm = load_chartlib().find_tool("helm")
     if helm is None or kubectl is None:
         pytest.skip("no helm or kubectl binary (python3 e2e/cluster.py build provides them)")
     kubelet = cluster.parent / "node" / "kubelet"  # the real node's --root-dir (e2e/node.py)
     if not kubelet.is_dir():
         pytest.skip(f"no real node's kubelet folder at {kubelet}")
-    bucket = f"ncf-{uuid.uuid4().hex[:8]}"
-    store.extra["s3"].create_bucket(Bucket=bucket)
-    store.extra["s3"].put_object(Bucket=bucket, Key=MODEL_KEY, Body=adder_source(0))
-    create_store_secret(kube, namespace, storage_servers.S3_ACCESS_KEY, storage_servers.S3_SECRET_KEY)
-    kube.patch(
-        Namespace, namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
-    )
+    # The Triton pods' namespace enforces `restricted`; the operator and its cache live elsewhere.
+    bucket = restricted_with_adder(kube, namespace, store, "ncf")
     system = f"ncf-op-{uuid.uuid4().hex[:6]}"
     kube.create(Namespace(metadata=ObjectMeta(name=system)))
     cache_dir = tmp_path / "node-cache"  # the real node is this machine: its hostPath is here

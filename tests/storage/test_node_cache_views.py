@@ -225,6 +225,14 @@ def test_the_kubelet_registers_the_plugin_and_publishes_through_its_sockets(
             )
             return await rpc(MESSAGES[request](**fields), timeout=10)
 
+    async def csi_call(service: str, method: str, **fields: Any) -> Any:
+        path, request, answer = (
+            f"/csi.v1.{service}/{method}",
+            f"csi.v1.{method}Request",
+            f"csi.v1.{method}Response",
+        )
+        return await call(plugin.endpoint, path, request, answer, **fields)
+
     async def scenario() -> None:
         await plugin.start()
         try:
@@ -249,12 +257,7 @@ def test_the_kubelet_registers_the_plugin_and_publishes_through_its_sockets(
             csi = plugin.endpoint
             assert stat.S_IMODE(csi.parent.stat().st_mode) == 0o700
             assert stat.S_IMODE(csi.stat().st_mode) == 0o600
-            name = await call(
-                csi,
-                "/csi.v1.Identity/GetPluginInfo",
-                "csi.v1.GetPluginInfoRequest",
-                "csi.v1.GetPluginInfoResponse",
-            )
+            name = await csi_call("Identity", "GetPluginInfo")
             assert (name.name, name.vendor_version) == (DRIVER, "9.9.9")
             # What the kubelet asks at registration and before each publish: empty answers.
             for service, method in (
@@ -262,21 +265,15 @@ def test_the_kubelet_registers_the_plugin_and_publishes_through_its_sockets(
                 ("Identity", "Probe"),
                 ("Node", "NodeGetCapabilities"),
             ):
-                said = await call(
-                    csi, f"/csi.v1.{service}/{method}", f"csi.v1.{method}Request", f"csi.v1.{method}Response"
-                )
+                said = await csi_call(service, method)
                 assert said.ListFields() == [], method
-            node = await call(
-                csi, "/csi.v1.Node/NodeGetInfo", "csi.v1.NodeGetInfoRequest", "csi.v1.NodeGetInfoResponse"
-            )
+            node = await csi_call("Node", "NodeGetInfo")
             assert node.node_id == "node-1"
             context = {POD_UID_KEY: pod, POD_NAMESPACE_KEY: "team-a", EPHEMERAL_KEY: "true"}
             with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await call(
-                    csi,
-                    "/csi.v1.Node/NodePublishVolume",
-                    "csi.v1.NodePublishVolumeRequest",
-                    "csi.v1.NodePublishVolumeResponse",
+                await csi_call(
+                    "Node",
+                    "NodePublishVolume",
                     volume_id="v",
                     target_path=target,
                     volume_context={**context, POD_UID_KEY: new_uid()},
@@ -285,22 +282,18 @@ def test_the_kubelet_registers_the_plugin_and_publishes_through_its_sockets(
             assert "target_path: names pod" in refused.value.details()
             assert not is_mount(target)
             for _ in range(2):  # a second publish of the same target is a no-op
-                await call(
-                    csi,
-                    "/csi.v1.Node/NodePublishVolume",
-                    "csi.v1.NodePublishVolumeRequest",
-                    "csi.v1.NodePublishVolumeResponse",
+                await csi_call(
+                    "Node",
+                    "NodePublishVolume",
                     volume_id="v",
                     target_path=target,
                     volume_context=context,
                     readonly=True,
                 )
                 assert is_mount(target)
-            await call(
-                csi,
-                "/csi.v1.Node/NodeUnpublishVolume",
-                "csi.v1.NodeUnpublishVolumeRequest",
-                "csi.v1.NodeUnpublishVolumeResponse",
+            await csi_call(
+                "Node",
+                "NodeUnpublishVolume",
                 volume_id="v",
                 target_path=target,
             )

@@ -163,3 +163,26 @@ def answering(host: str, offset: float, timeout: float = 60) -> None:
             return False
 
     wait_for(probe, timeout=timeout, interval=0.5, what=f"answers with offset {offset:g} from {host}")
+
+
+ADDER_KEY = "models/add_sub/1/model.py"
+"""Where on_real_node's repository (s3://BUCKET/models) holds the adder."""
+
+
+def restricted_with_adder(kube: Any, namespace: str, store: Any, prefix: str) -> str:
+    """A new bucket ``<prefix>-<random>`` of ``store`` holding the adder, the namespace's store
+    Secret for it, and the namespace labelled to enforce Pod Security `restricted`; the bucket."""
+    import uuid  # noqa: PLC0415
+
+    from lightkube.resources.core_v1 import Namespace  # noqa: PLC0415
+
+    import storage_servers  # noqa: PLC0415
+    from e2e_helpers import create_store_secret  # noqa: PLC0415
+
+    bucket = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    store.extra["s3"].create_bucket(Bucket=bucket)
+    store.extra["s3"].put_object(Bucket=bucket, Key=ADDER_KEY, Body=adder_source(0))
+    create_store_secret(kube, namespace, storage_servers.S3_ACCESS_KEY, storage_servers.S3_SECRET_KEY)
+    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+    kube.patch(Namespace, namespace, {"metadata": {"labels": labels}})
+    return bucket

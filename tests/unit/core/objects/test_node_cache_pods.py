@@ -188,12 +188,13 @@ def test_with_the_caches_public_key_the_sync_and_agent_check_its_signed_statemen
 
 
 ROTATED = dataclasses.replace(SIGNED, node_cache_public_key="pRb0Yv2w2tNMW0pKE6bYzI8oBB7z0gTJQYzKsE8Q0mI=")
+SHARED = dataclasses.replace(SIGNED, node_cache_shared_files=True)
 
 
 @pytest.mark.parametrize(
     ("before", "after"),
-    [(ON, SIGNED), (SIGNED, ROTATED), (SIGNED, ON)],
-    ids=["key-given", "key-rotated", "key-taken-away"],
+    [(ON, SIGNED), (SIGNED, ROTATED), (SIGNED, ON), (SIGNED, SHARED), (SHARED, SIGNED)],
+    ids=["key-given", "key-rotated", "key-taken-away", "shared-files-on", "shared-files-off"],
 )
 @pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "live-deployment"])
 def test_giving_or_rotating_the_key_keeps_revisions_and_restarts_no_pod(
@@ -201,7 +202,8 @@ def test_giving_or_rotating_the_key_keeps_revisions_and_restarts_no_pod(
 ) -> None:
     """The key is the operator's plumbing: not in the revision's hash, and an existing revision keeps
     the key it was made with (its pods fall back to the pin check when the cache signs with another);
-    the next revision gets today's key."""
+    the next revision gets today's key. So are the shared files: an existing revision keeps its pods
+    with or without the volume."""
     ts = ts_of()
     configs = configs_of(ts)
     revision = compute_revision(ts, before, configs, None)
@@ -210,11 +212,11 @@ def test_giving_or_rotating_the_key_keeps_revisions_and_restarts_no_pod(
     deployment = build_deployment(ts, revision, before, 2)
     kept = recorded_settings(after, configmaps, deployment)
     assert kept.node_cache_public_key == before.node_cache_public_key
+    assert kept.node_cache_shared_files == before.node_cache_shared_files
     assert build_deployment(ts, revision, kept, 2) == deployment
-    assert recorded_settings(after, [], None).node_cache_public_key == after.node_cache_public_key
-
-
-SHARED = dataclasses.replace(SIGNED, node_cache_shared_files=True)
+    fresh = recorded_settings(after, [], None)
+    assert fresh.node_cache_public_key == after.node_cache_public_key
+    assert fresh.node_cache_shared_files == after.node_cache_shared_files
 
 
 def test_with_shared_files_the_agent_and_tritonserver_see_the_caches_view_read_only() -> None:
@@ -238,22 +240,3 @@ def test_with_shared_files_the_agent_and_tritonserver_see_the_caches_view_read_o
     ):
         text = repr(build_deployment(ts, "r1", settings, 1))
         assert DRIVER not in text and FILES_ENV not in text
-
-
-@pytest.mark.parametrize(("before", "after"), [(SIGNED, SHARED), (SHARED, SIGNED)], ids=["on", "off"])
-@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "live-deployment"])
-def test_turning_shared_files_on_or_off_keeps_revisions_and_restarts_no_pod(
-    before: Settings, after: Settings, recorded: bool
-) -> None:
-    """Like the key: the operator's plumbing, not in the revision's hash; an existing revision keeps
-    its pods as they are (with or without the volume), the next revision gets today's setting."""
-    ts = ts_of()
-    configs = configs_of(ts)
-    revision = compute_revision(ts, before, configs, None)
-    assert compute_revision(ts, after, configs, None) == revision
-    configmaps = build_configmaps(ts, revision, configs, None, settings=before if recorded else None)
-    deployment = build_deployment(ts, revision, before, 2)
-    kept = recorded_settings(after, configmaps, deployment)
-    assert kept.node_cache_shared_files == before.node_cache_shared_files
-    assert build_deployment(ts, revision, kept, 2) == deployment
-    assert recorded_settings(after, [], None).node_cache_shared_files == after.node_cache_shared_files

@@ -131,25 +131,27 @@ class CsiPlugin:
         return MESSAGES["csi.v1.NodeGetInfoResponse"](node_id=self.node)
 
     async def _publish(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            await asyncio.to_thread(self.views.publish, dict(request.volume_context), request.target_path)
-        except ValueError as refused:
-            log.warning("node cache: a publish refused: %s", refused)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(refused))
-        except OSError as failed:
-            log.error("node cache: publishing %s failed: %s", request.target_path, failed)
-            await context.abort(grpc.StatusCode.INTERNAL, f"mounting the view failed: {failed}")
+        context_map = dict(request.volume_context)
+        await self._on_views(context, "mounting", self.views.publish, context_map, request.target_path)
         return MESSAGES["csi.v1.NodePublishVolumeResponse"]()
 
     async def _unpublish(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self._on_views(context, "unmounting", self.views.unpublish, request.target_path)
+        return MESSAGES["csi.v1.NodeUnpublishVolumeResponse"]()
+
+    async def _on_views(
+        self, context: grpc.aio.ServicerContext, what: str, call: Callable[..., None], *args: Any
+    ) -> None:
+        """``call(*args)`` on a thread; a call naming no pod (ValueError) is refused as an invalid
+        argument, a mount that failed (OSError) is an internal error (the kubelet retries both)."""
         try:
-            await asyncio.to_thread(self.views.unpublish, request.target_path)
+            await asyncio.to_thread(call, *args)
         except ValueError as refused:
+            log.warning("node cache: %s a view refused: %s", what, refused)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(refused))
         except OSError as failed:
-            log.error("node cache: unpublishing %s failed: %s", request.target_path, failed)
-            await context.abort(grpc.StatusCode.INTERNAL, f"unmounting the view failed: {failed}")
-        return MESSAGES["csi.v1.NodeUnpublishVolumeResponse"]()
+            log.error("node cache: %s a view failed: %s", what, failed)
+            await context.abort(grpc.StatusCode.INTERNAL, f"{what} the view failed: {failed}")
 
     # ------------------------------------------------------------ registration
 

@@ -193,18 +193,18 @@ class ContentStore:
                 self._blobs[path.name] = CachedObject(path.name, st.st_size, st.st_mtime)
                 self._used += st.st_size
             else:
-                _remove(path)
+                remove_path(path)
         index = self.root / INDEX
         index.mkdir(parents=True, exist_ok=True)
         for ns_dir in index.iterdir():
             if not NAMESPACE_FORM.fullmatch(ns_dir.name) or not ns_dir.is_dir() or ns_dir.is_symlink():
-                _remove(ns_dir)
+                remove_path(ns_dir)
                 continue
             for kind_dir in ns_dir.iterdir():
                 for path in kind_dir.iterdir() if kind_dir.is_dir() and not kind_dir.is_symlink() else []:
                     entry = self._read_entry(kind_dir.name, path)
                     if entry is None:
-                        _remove(path)
+                        remove_path(path)
                         continue
                     self._link_locked(ns_dir.name, f"{kind_dir.name}/{path.name}", entry)
         for blob in [b for b in self._blobs if not self._refs.get(b)]:
@@ -214,7 +214,7 @@ class ContentStore:
         for path in digests.iterdir():
             value = _read_digest(path) if path.name in self._blobs else None
             if value is None:
-                _remove(path)
+                remove_path(path)
             else:
                 self._blake3[path.name] = value
         with self._lock:
@@ -612,19 +612,19 @@ class ContentStore:
         return True
 
     def _remove_blob_locked(self, blob: str) -> None:
-        _remove(self.blob_path(blob))
+        remove_path(self.blob_path(blob))
         self._forget_blob_locked(blob)
 
     def _forget_blob_locked(self, blob: str) -> None:
         for namespace, key in self._refs.pop(blob, set()):
             if (entry := self._index.get((namespace, key))) is not None and entry.blob == blob:
                 del self._index[(namespace, key)]
-                _remove(self._entry_path(namespace, key))
+                remove_path(self._entry_path(namespace, key))
         obj = self._blobs.pop(blob, None)
         if obj is not None:
             self._used -= obj.size
         if self._blake3.pop(blob, None) is not None:
-            _remove(self.root / DIGESTS / blob)
+            remove_path(self.root / DIGESTS / blob)
 
 
 def _read_digest(path: Path) -> str | None:
@@ -638,7 +638,8 @@ def _read_digest(path: Path) -> str | None:
     return value if BLOB_FORM.fullmatch(value) else None
 
 
-def _remove(path: Path) -> None:
+def remove_path(path: Path) -> None:
+    """Remove a file or a folder (a symlink is removed, never followed); gone already is fine."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from triton_operator.adapters.nodecache.store import ContentStore
+from triton_operator.adapters.nodecache.store import ContentStore, remove_path
 from triton_operator.core.repository.cache_rules import BLOB_FORM
 from triton_operator.core.repository.shared_files import UID_FORM, target_pod_uid, view_owner
 
@@ -175,7 +175,7 @@ class Views:
             for entry in list(self.root.iterdir()):
                 uid = entry.name.removesuffix(".record")
                 if UID_FORM.fullmatch(uid) is None:
-                    _remove(entry)
+                    remove_path(entry)
                     continue
                 if entry.name.endswith(".record"):
                     continue
@@ -193,11 +193,3 @@ class Views:
                 if not self._folder(record.name.removesuffix(".record")).is_dir():
                     record.unlink()
         return kept, removed
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(OSError):
-            path.unlink()
