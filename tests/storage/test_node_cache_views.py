@@ -129,6 +129,12 @@ def test_a_pod_sees_read_only_the_cache_pages_of_exactly_what_its_lease_found(ca
     pod = new_uid()
     target = cache.publish(pod)
     assert is_mount(target)
+    options = next(
+        line.split(" ")[5].split(",")
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if line.split(" ")[4] == str(target)
+    )
+    assert {"ro", "nosuid", "nodev"} <= set(options), options
     assert list(target.iterdir()) == []  # nothing until its lease
     missing = "sha256/" + "0" * 64
     answer = cache.lease(pod, "team-a", {KEY: len(DATA), missing: 5})

@@ -35,13 +35,15 @@ class Mounter(Protocol):
     def mounted(self, target: Path) -> bool: ...
 
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 1, 2, 4, 32, 4096
 MNT_DETACH = 2
 
 
 class LinuxMounter:
-    """mount(2) and umount2(2) through libc: a bind mount, then remounted read-only, nosuid, nodev,
-    noexec (a bind mount takes those flags only on its remount)."""
+    """mount(2) and umount2(2) through libc: a bind mount, then remounted read-only, nosuid and nodev
+    (a bind mount takes those flags only on its remount). Not noexec: a model's folder may hold a
+    backend's shared library, which tritonserver maps executable (a copy in the pod's emptyDir could
+    be, too)."""
 
     def __init__(self) -> None:
         self._libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -55,7 +57,7 @@ class LinuxMounter:
         src, dst = os.fsencode(source), os.fsencode(target)
         self._call("mount", src, dst, None, MS_BIND, None)
         try:
-            flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+            flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
             self._call("mount", None, dst, None, flags, None)
         except OSError:
             self.unmount(target)  # never leave it writable
