@@ -216,9 +216,7 @@ def test_at_start_a_view_whose_mount_is_gone_is_removed_and_the_others_kept(cach
 def test_the_kubelet_registers_the_plugin_and_publishes_through_its_sockets(
     cache: Cache, tmp_path: Path
 ) -> None:
-    plugin = CsiPlugin(
-        cache.views, "node-1", cache.kubelet / "plugins" / "tnc", cache.kubelet / "plugins_registry", "9.9.9"
-    )
+    plugin = CsiPlugin(cache.views, "node-1", cache.kubelet, "9.9.9")
     pod = new_uid()
     target = str(cache.target(pod))
 

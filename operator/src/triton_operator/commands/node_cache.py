@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from triton_operator import __version__, logs
-from triton_operator.adapters.nodecache.csi import CsiPlugin
+from triton_operator.adapters.nodecache.csi import MAX_SOCKET_PATH, CsiPlugin, plugin_sockets
 from triton_operator.adapters.nodecache.review import KubeTokenReviewer
 from triton_operator.adapters.nodecache.server import NodeCacheServer
 from triton_operator.adapters.nodecache.statements import BadKeyError, Signer
@@ -84,21 +84,6 @@ def free_page_reporting(folder: Path = PAGE_REPORTING) -> str | None:
         f"this node hands free memory back to its host (free page reporting, page_reporting_order {order}): "
         "a pod started where another's files were just freed pays for each page it writes "
         "(docs/operations.md, 'A node that hands its free memory back')"
-    )
-
-
-SOCKETS_NAME = "triton-node-cache"
-"""The CSI socket's folder under <kubelet>/plugins (the registration socket: <name>.sock under
-<kubelet>/plugins_registry); short, since a unix socket's path is at most MAX_SOCKET_PATH bytes."""
-MAX_SOCKET_PATH = 107
-
-
-def plugin_sockets(kubelet_root: Path) -> tuple[Path, Path]:
-    """The CSI plugin's sockets for the kubelet whose --root-dir is ``kubelet_root``: the kubelet's
-    registration socket and the CSI one (the longer)."""
-    return (
-        kubelet_root / "plugins" / SOCKETS_NAME / "csi.sock",
-        kubelet_root / "plugins_registry" / f"{SOCKETS_NAME}.sock",
     )
 
 
@@ -195,11 +180,11 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.shared_files is not None and len(str(plugin_sockets(args.shared_files)[0])) > MAX_SOCKET_PATH:
+    longest = plugin_sockets(args.shared_files)[0] if args.shared_files is not None else None
+    if longest is not None and len(str(longest)) > MAX_SOCKET_PATH:
         print(
             f"triton-operator node-cache: error: --shared-files {args.shared_files}: the plugin's socket "
-            f"{plugin_sockets(args.shared_files)[0]} would be longer than a unix socket's "
-            f"{MAX_SOCKET_PATH} bytes",
+            f"{longest} would be longer than a unix socket's {MAX_SOCKET_PATH} bytes",
             file=sys.stderr,
         )
         return 2
@@ -246,13 +231,7 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(server: NodeCacheServer, args: argparse.Namespace) -> int:
     plugin = None
     if server.views is not None:
-        plugin = CsiPlugin(
-            server.views,
-            args.node_name,
-            args.shared_files / "plugins" / SOCKETS_NAME,
-            args.shared_files / "plugins_registry",
-            __version__,
-        )
+        plugin = CsiPlugin(server.views, args.node_name, args.shared_files, __version__)
     try:
         port = await server.start(args.address, args.port)
         if plugin is not None:

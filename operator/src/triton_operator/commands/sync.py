@@ -31,6 +31,7 @@ from triton_operator.core.repository.manifest import (
     manifest_from_json,
 )
 from triton_operator.core.repository.manifestparts import ordered, part_index, unpack
+from triton_operator.core.repository.shared_files import FILES_ENV
 from triton_operator.core.spec.field_error import ModelConfigError
 from triton_operator.quantities import quantity_bytes
 
@@ -299,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
         pvc_root=args.pvc_root,
         volume_limit=args.volume_limit,
         source=node_cache,
-        shared_dir=node_cache.shared_dir if node_cache is not None else "",
+        shared_dir=os.environ.get(FILES_ENV, ""),
         verify=args.verify,
     )
     store = None

@@ -725,7 +725,7 @@ class Agent:
                 pvc_root=o.pvc_root,
                 volume_limit=o.volume_limit,
                 source=node_cache,
-                shared_dir=node_cache.shared_dir if node_cache is not None else os.environ.get(FILES_ENV, ""),
+                shared_dir=os.environ.get(FILES_ENV, ""),
                 model_order=model_order,
                 reorder=reorder,
             )

@@ -106,19 +106,31 @@ def _unary(package: str, request: str, answer: Callable[[Any, grpc.aio.ServicerC
     )
 
 
+SOCKETS_NAME = "triton-node-cache"
+"""The CSI socket's folder under <kubelet>/plugins, and the registration socket's name under
+<kubelet>/plugins_registry; short, since a unix socket's path is at most MAX_SOCKET_PATH bytes."""
+MAX_SOCKET_PATH = 107
+
+
+def plugin_sockets(kubelet_root: Path) -> tuple[Path, Path]:
+    """The plugin's sockets for the kubelet whose --root-dir is ``kubelet_root``: the CSI one (the
+    longer), then the kubelet's registration one."""
+    return (
+        kubelet_root / "plugins" / SOCKETS_NAME / "csi.sock",
+        kubelet_root / "plugins_registry" / f"{SOCKETS_NAME}.sock",
+    )
+
+
 class CsiPlugin:
-    """The plugin for ``views``: the CSI socket at ``plugin_dir``/csi.sock (a folder of mode 0700),
-    the registration socket ``<plugin_dir's name>.sock`` in ``registry_dir``; ``node`` is what
+    """The plugin for ``views``, registered with the kubelet whose --root-dir is ``kubelet_root``:
+    its sockets are ``plugin_sockets`` (the CSI one in a folder of mode 0700); ``node`` is what
     NodeGetInfo answers."""
 
-    def __init__(self, views: Views, node: str, plugin_dir: Path, registry_dir: Path, version: str) -> None:
+    def __init__(self, views: Views, node: str, kubelet_root: Path, version: str) -> None:
         self.views = views
         self.node = node
-        self.plugin_dir = plugin_dir
-        self.registry_dir = registry_dir
         self.version = version
-        self.endpoint = plugin_dir / "csi.sock"
-        self.registration = registry_dir / f"{plugin_dir.name}.sock"
+        self.endpoint, self.registration = plugin_sockets(kubelet_root)
         self.registered: bool | None = None
         self._servers: list[grpc.aio.Server] = []
 
@@ -214,9 +226,9 @@ class CsiPlugin:
         kept, removed = await asyncio.to_thread(self.views.sweep)
         if kept or removed:
             log.info("node cache: views kept %s, removed %s (their pods gone)", kept, removed)
-        for folder in (self.plugin_dir, self.registry_dir):
+        for folder in (self.endpoint.parent, self.registration.parent):
             folder.mkdir(parents=True, exist_ok=True)
-        self.plugin_dir.chmod(0o700)
+        self.endpoint.parent.chmod(0o700)
         for path, handlers in (
             (self.endpoint, self._handlers()),
             (self.registration, self._registration_handlers()),

@@ -361,9 +361,11 @@ class Syncer:
             except FileNotFoundError:
                 unknown.append(entry)
                 continue
-            if stat.S_ISLNK(st.st_mode) and not self._placed_link(entry, path, st, state):
-                raise UnsafeDestination(f"{path} is a symlink where {entry.key!r} should go; sync refuses it")
             if stat.S_ISLNK(st.st_mode):
+                if not self._placed_link(entry, path, st, state):
+                    raise UnsafeDestination(
+                        f"{path} is a symlink where {entry.key!r} should go; sync refuses it"
+                    )
                 self._mark_present(entry, st)
                 continue
             if not stat.S_ISREG(st.st_mode):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from triton_operator.core.repository.cache_rules import BLOB_FORM, NAMESPACE_FORM
 
 DRIVER = "files.node-cache.triton-operator.io"
-"""The CSI driver's name (its CSIDriver object, its sockets' folder, a pod's ``csi.driver``)."""
+"""The CSI driver's name (its CSIDriver object, the kubelet's registration of it, a pod's ``csi.driver``)."""
 VOLUME = "node-cache-files"
 """The pod's volume of shared files."""
 MOUNT_PATH = "/var/run/triton-operator/node-cache-files"
