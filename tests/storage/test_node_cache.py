@@ -649,11 +649,110 @@ def test_pods_syncing_at_once_each_get_every_byte_and_the_node_keeps_one_copy(
         assert hashlib.sha256(cache.blob(key).read_bytes()).hexdigest() == cache.blob(key).name
     assert not list((cache.root / "tmp").iterdir())  # no write left half-done
     assert cache.metrics()["triton_node_cache_stored_total"] == len(FILES)  # each object kept once
+    # The first lease claimed every object; the other pods waited for its uploads and read the
+    # node's copies: the store sent each object once (each pod reading it: 4 x TOTAL).
+    assert TOTAL <= proxy.bytes_from_server < 2 * TOTAL
 
     proxy.reset()
     later, _ = run_sync(tmp_path / "later", manifest, s3_backend.credentials, cache, "later")
     assert later.returncode == 0, later.stderr
     assert proxy.bytes_from_server == 0
+
+
+def lease_fetching(
+    cache: NodeCache, objects: dict[str, int], pod: str, namespace: str = NAMESPACE
+) -> dict[str, Any]:
+    """Lease ``objects`` for ``pod``, saying it reads them from its store where the node lacks them
+    (and uploads them): the answer."""
+    body = {"pod": pod, "objects": [[*k.split("/"), n] for k, n in objects.items()], "fetch": list(objects)}
+    status, data = cache.request(
+        "POST", "/v1/leases", json.dumps(body).encode(), pod=pod, namespace=namespace
+    )
+    assert status == 200, data
+    answer: dict[str, Any] = json.loads(data)
+    return answer
+
+
+def wait_for(cache: NodeCache, keys: list[str], pod: str, namespace: str = NAMESPACE) -> tuple[int, Any]:
+    status, data = cache.request(
+        "POST", "/v1/waits", json.dumps({"keys": keys}).encode(), pod=pod, namespace=namespace
+    )
+    return status, json.loads(data) if status == 200 else data.decode()
+
+
+def test_a_claim_makes_its_namespaces_other_pods_wait_for_its_upload_and_no_other_namespaces(
+    start_cache: Callable[..., NodeCache],
+) -> None:
+    cache = start_cache()
+    data = os.urandom(300_000)
+    key = md5_key(data)
+    other = md5_key(b"other bytes")
+    # pod-a claims the object (the node lacks it; nobody else reads it); pod-b of its namespace is
+    # told it is coming, for at most its claim's time; team-b's pod is told nothing of it: it
+    # claims the object in its own namespace.
+    assert lease_fetching(cache, {key: len(data)}, "pod-a")["coming"] == {}
+    coming = lease_fetching(cache, {key: len(data), other: 11}, "pod-b")["coming"]
+    assert list(coming) == [key] and 0 < coming[key] <= 15 + len(data) / (25 * 1024 * 1024)
+    assert lease_fetching(cache, {key: len(data)}, "pod-c", "team-b")["coming"] == {}
+    # A lease without "fetch" claims nothing and hears nothing of claims.
+    assert "coming" not in cache.lease({key: len(data)}, "pod-d")[1]
+
+    # A wait names keys of its pod's lease only, in the form the cache keeps.
+    assert wait_for(cache, [md5_key(b"never leased")], "pod-b") == (
+        403,
+        "keys: a wait names only objects of its pod's live lease\n",
+    )
+    status, text = wait_for(cache, ["crc32c/00000000"], "pod-b")
+    assert (status, text.split(":")[0]) == (400, "keys[0]")
+    # pod-b's other object is claimed by pod-b itself: settled at once (it reads the store).
+    assert wait_for(cache, [other], "pod-b") == (200, {"settled": [other]})
+
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(wait_for, cache, [key], "pod-b")
+        time.sleep(0.5)
+        assert not waiting.done()  # pod-a has not uploaded yet
+        status, _ = cache.request("PUT", f"/v1/objects/{key}", data, pod="pod-a")
+        assert status == 201
+        assert waiting.result(timeout=10) == (200, {"settled": [key]})
+    # pod-b leases again and the node holds it now; team-b still does not (its own index).
+    assert key in lease_fetching(cache, {key: len(data)}, "pod-b")["held"]
+    assert lease_fetching(cache, {key: len(data)}, "pod-c", "team-b")["held"] == []
+
+
+@pytest.mark.parametrize("ends", ["lease dropped", "upload refused"])
+def test_a_claim_that_never_lands_only_delays_the_sync_that_waits_for_it(
+    ends: str,
+    s3_backend: Backend,
+    store: tuple[Manifest, CountingProxy],
+    start_cache: Callable[..., NodeCache],
+    tmp_path: Path,
+) -> None:
+    """Another pod of the namespace claimed every object and never uploads them (deleted, or its
+    bytes wrong): the sync reads nothing from the store while the claims hold, then, as they end
+    (the pod's lease dropped, as the cache's audit does for a deleted pod, or its upload refused),
+    reads the store itself and syncs every byte."""
+    manifest, proxy = store
+    cache = start_cache()
+    keys = {md5_key(d): len(d) for d in FILES.values()}
+    assert lease_fetching(cache, keys, "pod-x")["coming"] == {}
+    proxy.reset()
+    with ThreadPoolExecutor(1) as pool:
+        syncing = pool.submit(run_sync, tmp_path / "pod-b", manifest, s3_backend.credentials, cache, "pod-b")
+        time.sleep(3)
+        assert not syncing.done()
+        assert proxy.bytes_from_server == 0  # waiting for pod-x's uploads, not reading the store
+        if ends == "lease dropped":
+            cache.store.drop_lease("pod-x")
+        else:
+            for key, size in keys.items():
+                status, _ = cache.request("PUT", f"/v1/objects/{key}", b"x" * size, pod="pod-x")
+                assert status == 422
+        done, summary = syncing.result(timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert_synced(tmp_path / "pod-b")
+    assert summary is not None and summary.node_cache_misses == len(FILES)
+    assert TOTAL <= proxy.bytes_from_server < 2 * TOTAL
+    assert cache.objects() == set(keys)  # pod-b claimed them in turn and uploaded them
 
 
 # ----------------------------------------------------------------- what the cache takes

@@ -208,7 +208,9 @@ class HeldSource:
         self.objects = objects
         self.reads = reads
 
-    def held(self, entries: Sequence[ManifestEntry]) -> frozenset[str]:
+    def held(
+        self, entries: Sequence[ManifestEntry], fetching: Sequence[ManifestEntry] = ()
+    ) -> frozenset[str]:
         return frozenset(f"{e.checksum_kind}/{e.checksum}" for e in entries if e.key in self.objects)
 
     def part_size(self, entry: ManifestEntry) -> int | None:

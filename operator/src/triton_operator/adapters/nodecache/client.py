@@ -25,6 +25,7 @@ from triton_operator.core.repository.cache_rules import (
     STATEMENT_TAG,
     TOKEN_ENV,
     TOKEN_PATH,
+    WAIT_SECONDS,
     object_key,
 )
 from triton_operator.core.repository.manifest import ManifestEntry
@@ -86,6 +87,8 @@ class NodeCacheClient:
         """Where the pod's view of the cache's files is mounted ("": the pod has none)."""
         self.shared_keys: dict[str, str] = {}
         """key -> the name of its file in the view, as the lease answered (checked before use)."""
+        self.coming_keys: dict[str, float] = {}
+        """key -> the most seconds another pod of the namespace may take to upload it (its claim)."""
         key_text = public_key if public_key is not None else os.environ.get(PUBLIC_KEY_ENV, "")
         self.verifier = Verifier.from_text(key_text, PUBLIC_KEY_ENV) if key_text.strip() else None
         self.offered = 0
@@ -136,15 +139,22 @@ class NodeCacheClient:
 
     # ------------------------------------------------------------ lease
 
-    def held(self, entries: Sequence[ManifestEntry]) -> frozenset[str]:
+    def held(
+        self, entries: Sequence[ManifestEntry], fetching: Sequence[ManifestEntry] = ()
+    ) -> frozenset[str]:
         """Lease the cacheable ``entries`` for this pod; the keys the node holds (none when the
         cache cannot be reached: then the sync reads the store and offers nothing). With ``lease``,
-        the lease names those too (the whole revision of a sync of a part of it)."""
+        the lease names those too (the whole revision of a sync of a part of it). ``fetching``: those
+        the sync reads from its store where the node lacks them (and offers): the pod claims each that
+        no other pod of its namespace claims, and ``coming`` names the others."""
         if self.lease is not None:
             keys = {key_of(e) for e in entries}
             entries = [*entries, *(e for e in self.lease if key_of(e) not in keys)]
         objects = [[e.checksum_kind, e.checksum, e.size] for e in entries if key_of(e) is not None]
-        body = json.dumps({"pod": self.pod, "objects": objects}, separators=(",", ":")).encode()
+        fetch = sorted({k for e in fetching if (k := key_of(e)) is not None})
+        body = json.dumps(
+            {"pod": self.pod, "objects": objects, "fetch": fetch}, separators=(",", ":")
+        ).encode()
         if len(body) > MAX_LEASE_BODY:
             log.warning(
                 "node cache: %s objects are more than one lease may name; reading the store", len(objects)
@@ -167,6 +177,13 @@ class NodeCacheClient:
                 self.vouched_keys = self._vouched(entries, statements)
                 fast = statements.get("blake3") if isinstance(statements, dict) else None
                 self.blake3_keys = self._vouched(entries, fast, BLAKE3_STATEMENT_TAG) if fast else {}
+            coming = answer.get("coming")
+            wanted = set(fetch)
+            self.coming_keys = (
+                {str(k): float(v) for k, v in coming.items() if k in wanted and isinstance(v, int | float)}
+                if isinstance(coming, dict)
+                else {}
+            )
             shared = answer.get("shared") if self.shared_dir else None
             if isinstance(shared, dict):
                 self.shared_keys = {
@@ -232,6 +249,36 @@ class NodeCacheClient:
         if name is None or b3 is None:
             return None
         return f"{self.shared_dir.rstrip('/')}/{name}", b3
+
+    def coming(self, entry: ManifestEntry) -> float | None:
+        """The most seconds until another pod of the namespace uploads ``entry`` (it claimed it: it
+        reads it from its store now), None when no other pod does."""
+        key = key_of(entry)
+        return None if key is None or self.down else self.coming_keys.get(key)
+
+    def await_uploads(self, entries: Sequence[ManifestEntry]) -> frozenset[str] | None:
+        """Wait (the cache bounds it, WAIT_SECONDS) until one of ``entries``, all coming, is no
+        longer: the keys of those that are not (held now, or their claimant gave up; [] after the
+        cache's bound with none); None when the cache failed (the caller reads the store)."""
+        keys = sorted({k for e in entries if (k := key_of(e)) is not None})
+        if not keys or self.down:
+            return None
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=WAIT_SECONDS + self.timeout)
+        try:
+            body = json.dumps({"keys": keys}, separators=(",", ":")).encode()
+            conn.request("POST", "/v1/waits", body, self._auth({"Content-Type": "application/json"}))
+            response = conn.getresponse()
+            data = response.read()
+            if response.status != 200:
+                log.warning("node cache: wait refused (%s): %s", response.status, data[:200])
+                return None
+            wanted = set(keys)
+            return frozenset(str(k) for k in json.loads(data)["settled"] if k in wanted)
+        except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as exc:
+            log.warning("node cache: waiting for another pod's upload failed: %s; reading the store", exc)
+            return None
+        finally:
+            conn.close()
 
     def part_size(self, entry: ManifestEntry) -> int | None:
         """The part size the cache checked a held multipart object with (None: not known)."""

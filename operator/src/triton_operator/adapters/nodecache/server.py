@@ -22,7 +22,15 @@ POST /v1/leases                      {"pod": uid, "objects": [[kind, checksum, s
                                      with a signing key "statements": {"objects": {key: sha256},
                                      "signature": s, "blake3": {"objects": {key: blake3},
                                      "signature": s}}; 403 when pod is not the caller's own uid;
-                                     413 over the bounds
+                                     413 over the bounds. With "fetch": [key, ...] (those the
+                                     pod reads from its store where the node lacks them, and
+                                     uploads) it claims each that no other pod of its namespace
+                                     claims, and the answer names the others, "coming":
+                                     {key: seconds at most}
+POST /v1/waits                       {"keys": [key, ...]} (keys of the pod's live lease) ->
+                                     {"settled": [key, ...]} once one of them is no longer coming
+                                     (held, or no other pod's claim or upload on it), or [] after
+                                     at most 20 s; 403 a key its lease does not name
 GET  /metrics, /healthz              open: totals only, nothing of a namespace, pod or object
 """
 
@@ -57,11 +65,15 @@ from triton_operator.core.repository.cache_rules import (
     BLAKE3_STATEMENT_TAG,
     MAX_LEASE_BODY,
     MAX_LEASE_OBJECTS,
+    MAX_WAIT_BODY,
+    WAIT_SECONDS,
     Caller,
     NotAllowed,
     caller_from_review,
+    parse_keys,
     parse_lease,
     parse_range,
+    parse_wait,
     token_expiry,
     token_refusal,
 )
@@ -82,6 +94,8 @@ REVIEW_SECONDS = 30.0
 """How long a token's accepted review is remembered (by the token's SHA-256)."""
 REFUSED_SECONDS = 10.0
 """How long a refused token is remembered (no second TokenReview for it meanwhile)."""
+WAIT_POLL_SECONDS = 0.05
+"""How often a wait looks at the claims of the keys it waits for."""
 REVIEWS_KEPT = 4096
 REVIEWS_AT_ONCE = 4
 
@@ -352,6 +366,8 @@ class NodeCacheServer:
             return _refuse(405, "method not allowed")
         if path == "/v1/leases" and request.method == "POST":
             return await self._lease(request, caller, token)
+        if path == "/v1/waits" and request.method == "POST":
+            return await self._wait(request, caller)
         return _refuse(404, "not found")
 
     # ------------------------------------------------------------ leases
@@ -383,23 +399,64 @@ class NodeCacheServer:
         # cannot be a valid lease, and is refused before it is parsed into Python objects.
         if body.count(b",") > 3 * MAX_LEASE_OBJECTS + 8:
             return _refuse(413, f"objects: a lease names at most {MAX_LEASE_OBJECTS} objects")
+        fetch = False
+        coming: dict[str, float] = {}
         try:
             data = await self._run(json.loads, body)
             if isinstance(data, dict) and data.get("pod") not in (None, caller.pod):
                 raise NotAllowed(403, f"pod: a pod leases for itself only ({caller.pod_name})")
             objects = parse_lease(data)
             held, parts = self.store.lease(caller.pod, caller.namespace, objects, token_expiry(token))
+            fetch = isinstance(data, dict) and "fetch" in data
+            if fetch:
+                assert isinstance(data, dict)
+                kept = set(held)
+                wanted = [key for key in parse_keys(data["fetch"], "fetch") if key not in kept]
+                coming = self.store.claim(caller.pod, caller.namespace, wanted)
         except ValueError:
             return _refuse(400, "a lease is JSON")
         except NotAllowed as refused:
             return _refuse(refused.status, str(refused))
         self._lease_tokens[caller.pod] = token
         answer: dict[str, Any] = {"held": held, "part_sizes": parts}
+        if fetch:
+            answer["coming"] = {key: round(seconds, 3) for key, seconds in coming.items()}
         if self.signer is not None:
             answer["statements"] = await self._run(self._statements, caller, held)
         if self.views is not None:
             answer["shared"] = await self._run(self._share, caller, held)
         return web.json_response(answer)
+
+    async def _wait(self, request: BaseRequest, caller: Caller) -> web.StreamResponse:
+        """Answer once one of the body's keys is no longer coming for the caller (another pod of its
+        namespace claimed it, or an upload is writing it), or after WAIT_SECONDS with none. No
+        thread is held meanwhile: the claims are looked at every WAIT_POLL_SECONDS."""
+        length = request.content_length
+        if length is None:
+            return _refuse(411, "a Content-Length is required")
+        if length > MAX_WAIT_BODY:
+            self._count("wait-size")
+            return _refuse(413, f"a wait body is at most {MAX_WAIT_BODY} bytes")
+        try:
+            async with asyncio.timeout(self.idle_seconds):
+                body = await request.content.readexactly(length)
+        except (TimeoutError, asyncio.IncompleteReadError):
+            return _refuse(408, "the wait body did not arrive")
+        try:
+            keys = parse_wait(json.loads(body))
+        except ValueError:
+            return _refuse(400, "a wait is JSON")
+        except NotAllowed as refused:
+            return _refuse(refused.status, str(refused))
+        if not self.store.names(caller.pod, keys):
+            return _refuse(403, "keys: a wait names only objects of its pod's live lease")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT_SECONDS
+        while not (settled := self.store.settled(caller.pod, caller.namespace, keys)):
+            if loop.time() >= deadline:
+                break
+            await asyncio.sleep(WAIT_POLL_SECONDS)
+        return web.json_response({"settled": settled})
 
     def _share(self, caller: Caller, held: Iterable[str]) -> dict[str, str]:
         """Link the held keys' blobs into the caller's view of shared files, when its pod has one

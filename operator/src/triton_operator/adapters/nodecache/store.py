@@ -17,12 +17,16 @@ from typing import BinaryIO
 from triton_operator.adapters.sync.hashing import Blake3, Hasher, make_hasher
 from triton_operator.core.repository.cache_rules import (
     BLOB_FORM,
+    CLAIM_BASE_SECONDS,
     NAMESPACE_FORM,
     PART_SIZED_KINDS,
     CachedObject,
+    Claim,
     Lease,
     check_lease,
     choose_evictions,
+    claim_holds,
+    claim_seconds,
     live_leases,
     object_key,
 )
@@ -170,6 +174,8 @@ class ContentStore:
         self._leases: dict[str, Lease] = {}
         self._viewed: dict[str, frozenset[str]] = {}
         """pod uid -> the blobs linked in its view of shared files (kept, like a live lease's)."""
+        self._claims: dict[tuple[str, str], Claim] = {}
+        """(namespace, key) -> the pod that reads it from its store and will upload it."""
         self._scan()
 
     # ------------------------------------------------------------ start
@@ -471,6 +477,7 @@ class ContentStore:
         with self._lock:
             self._writing.discard((upload.namespace, upload.key))
             self._checking.discard((upload.namespace, upload.key))
+            self._claims.pop((upload.namespace, upload.key), None)  # kept or not: no more waiting
             self._reserved -= upload.taken
             upload.taken = 0
             if refused is not None:
@@ -556,6 +563,61 @@ class ContentStore:
     def drop_lease(self, pod: str) -> None:
         with self._lock:
             self._leases.pop(pod, None)
+            self._claims = {k: c for k, c in self._claims.items() if c.pod != pod}
+
+    # ------------------------------------------------------------ claims
+
+    def claim(self, pod: str, namespace: str, keys: Iterable[str]) -> dict[str, float]:
+        """``pod``, whose live lease names ``keys``, reads those its namespace lacks from its store and
+        will upload them: it claims each that no other pod of the namespace claims and no upload is
+        writing or checking. The others, coming: key -> the most seconds another's claim (or an
+        upload) may keep it coming."""
+        coming: dict[str, float] = {}
+        with self._lock:
+            now = self.clock()
+            self._claims = {
+                k: c for k, c in self._claims.items() if claim_holds(c, self._leases.get(c.pod), k[1], now)
+            }
+            lease = self._leases.get(pod)
+            if lease is None or lease.expires <= now:
+                return coming
+            for key in keys:
+                if key not in lease.sizes or (namespace, key) in self._index:
+                    continue
+                left = self._coming_locked(pod, namespace, key, now)
+                if left is not None:
+                    coming[key] = left
+                elif (namespace, key) not in self._claims:  # its own claim keeps its deadline
+                    self._claims[(namespace, key)] = Claim(pod, now + claim_seconds(lease.sizes[key]))
+        return coming
+
+    def settled(self, pod: str, namespace: str, keys: Iterable[str]) -> list[str]:
+        """Of ``keys``, those no longer coming for ``pod``: held by its namespace, or with no other
+        pod's claim that holds and no upload writing or checking them."""
+        with self._lock:
+            now = self.clock()
+            return [
+                key
+                for key in keys
+                if (namespace, key) in self._index or self._coming_locked(pod, namespace, key, now) is None
+            ]
+
+    def names(self, pod: str, keys: Iterable[str]) -> bool:
+        """Whether ``pod``'s live lease names every one of ``keys``."""
+        with self._lock:
+            lease = self._leases.get(pod)
+            return lease is not None and lease.expires > self.clock() and all(k in lease.keys for k in keys)
+
+    def _coming_locked(self, pod: str, namespace: str, key: str, now: float) -> float | None:
+        """The most seconds the key stays coming for ``pod`` (another pod's claim, or an upload in
+        progress), None when it is not coming."""
+        claim = self._claims.get((namespace, key))
+        holder = self._leases.get(claim.pod) if claim is not None else None
+        if claim is not None and claim.pod != pod and claim_holds(claim, holder, key, now):
+            return claim.until - now
+        if (namespace, key) in self._writing or (namespace, key) in self._checking:
+            return CLAIM_BASE_SECONDS
+        return None
 
     def leases(self) -> Mapping[str, Lease]:
         with self._lock:

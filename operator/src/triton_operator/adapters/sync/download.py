@@ -73,8 +73,11 @@ class ObjectSource(Protocol):
     store: whatever it gives is checked against the pinned checksum like the store's bytes, and a
     failure or a mismatch there only sends the object to the store. Offered each verified download."""
 
-    def held(self, entries: Sequence[ManifestEntry]) -> frozenset[str]:
-        """Declares the sync's use of ``entries``; the keys (source_key) of those it holds."""
+    def held(
+        self, entries: Sequence[ManifestEntry], fetching: Sequence[ManifestEntry] = ()
+    ) -> frozenset[str]:
+        """Declares the sync's use of ``entries``; the keys (source_key) of those it holds.
+        ``fetching``: those the sync reads from its store where the source lacks them (and offers)."""
 
     def part_size(self, entry: ManifestEntry) -> int | None:
         """The part size of a held multipart upload, to check the source's bytes with instead of
@@ -138,6 +141,8 @@ class SyncOptions:
 VERIFY_MODES = ("fast", "digest")
 PREALLOCATE_FROM = 1024 * 1024
 """A file read from the node cache in one stream, of at least this many bytes, gets its blocks first."""
+AWAIT_MARGIN_SECONDS = 5.0
+"""A sync waits for other pods' uploads at most the longest of their claims' times, plus this."""
 READ_RETRY_BACKOFF = Backoff(base=0.4, cap=5.0)
 """Delays before a read the store could not answer (StoreUnavailable) is tried again: up to 0.4 s,
 0.8 s, ... (full jitter: the sync's threads that failed together do not retry together), never more
@@ -379,7 +384,9 @@ class Syncer:
     def _download(self, unknown: list[ManifestEntry]) -> None:
         workers = max(1, self.options.concurrency)
         if self.options.source is not None and unknown:
-            self._held = self.options.source.held(self.manifest.entries)
+            # What this sync may read from the store (its unknown files) is claimed: a pod of the
+            # namespace that needs one of them meanwhile waits for this pod's upload (``_await``).
+            self._held = self.options.source.held(self.manifest.entries, unknown)
         if self.options.reorder is not None:
             self._ranks = {m: i for i, m in enumerate(self.options.reorder(self._held))}
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sync") as pool:
@@ -398,12 +405,20 @@ class Syncer:
             # downloads of the rest run beside it; then whatever the source failed to give, from the
             # store. Store downloads: big files in ranged parts first, then whole files, biggest first.
             source = self.options.source
+            coming = getattr(source, "coming", None)  # a source other pods upload to (optional)
             tried: list[_Job] = []
             direct: list[_Job] = []
+            awaited: list[_Job] = []
             for job in to_fetch:
-                (tried if source is not None and source_key(job.entry) in self._held else direct).append(job)
+                if source is not None and source_key(job.entry) in self._held:
+                    tried.append(job)
+                elif coming is not None and coming(job.entry) is not None:
+                    awaited.append(job)  # another pod reads it from the store now: after the rest
+                else:
+                    direct.append(job)
             self._jobs.extend(direct)
             self._jobs.extend(tried)
+            self._jobs.extend(awaited)
             reads = self._source_tasks(source, tried) if source is not None else {}
             stores = self._store_tasks(direct)
             runs: list[Callable[[], Any]] = []
@@ -413,12 +428,50 @@ class Syncer:
                 runs += self._queue.add(rank, [task for pair in pairs for task in pair if task is not None])
             self._run_all(pool, runs)
             left = [job for job in tried if not job.finished]
+            if source is not None and awaited:
+                left += self._await(pool, source, awaited)
             if source is not None:
                 with self._lock:
                     self.stats.source_misses += len(direct) + len(left)
             if left:
                 again = self._store_tasks(left)
                 self._run_all(pool, [run for r in sorted(again) for run in self._queue.add(r, again[r])])
+
+    def _await(self, pool: ThreadPoolExecutor, source: ObjectSource, jobs: list[_Job]) -> list[_Job]:
+        """``jobs``, which other pods of the namespace are reading from their stores to upload to
+        the source: as each upload lands, the source is leased again and the job read from it (or
+        linked); the jobs left for the store (an upload that did not come, within its claim's
+        time, or a read that failed)."""
+        wait_for = getattr(source, "await_uploads", None)
+        coming = getattr(source, "coming", None)
+        if wait_for is None or coming is None:
+            return jobs
+        deadline = time.monotonic() + max(coming(job.entry) or 0.0 for job in jobs) + AWAIT_MARGIN_SECONDS
+        waiting, left = list(jobs), []
+        while waiting and time.monotonic() < deadline and not self._abort.is_set():
+            settled = wait_for([job.entry for job in waiting])
+            if settled is None:
+                break
+            if not settled:
+                continue
+            self._held = source.held(self.manifest.entries, [job.entry for job in waiting])
+            ready = [job for job in waiting if source_key(job.entry) in settled]
+            waiting = [job for job in waiting if source_key(job.entry) not in settled]
+            got = [job for job in ready if source_key(job.entry) in self._held]
+            left += [job for job in ready if source_key(job.entry) not in self._held]
+            for job in got:  # set up as phase 1 sets up a held one
+                job.deferred, job.check = False, None
+                if job.entry.checksum_kind == "s3-multipart":
+                    asked = self.store.part_size if self.store is not None else None
+                    job.multipart_part_size = self._source_part_size(job) or (
+                        asked(job.entry.key, job.entry.etag) if asked is not None else None
+                    )
+            with self._lock:
+                self.stats.awaited_files += len(got)
+            reads = self._source_tasks(source, got)
+            self._run_all(pool, [run for r in sorted(reads) for run in self._queue.add(r, reads[r])])
+            left += [job for job in got if not job.finished]
+        return left + waiting
 
     def _run_all(self, pool: ThreadPoolExecutor, tasks: Iterable[Callable[[], Any]]) -> list[Any]:
         """Run tasks on the pool, and the tasks any of them returns in a ``_Then`` as soon as it

@@ -74,6 +74,7 @@ class SyncStats:
     crc_checked_files: int = 0  # checked by the store's CRC of the pinned object (verify "fast")
     vouched_files: int = 0  # from the node cache, checked by the BLAKE3 (or SHA-256) it signed for the pin
     shared_files: int = 0  # of those, symlinks to the node cache's own read-only files (no byte copied)
+    awaited_files: int = 0  # read from the source once another pod of the node had uploaded them
     retried_reads: int = 0
     configs_written: int = 0
     pruned_files: int = 0

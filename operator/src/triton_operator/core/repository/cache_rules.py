@@ -25,6 +25,13 @@ a live lease is never evicted, and a pod uploads only objects its live lease nam
 size. A lease is bounded in objects and bytes (``check_lease``) and ends at the earliest of its TTL
 and its token's expiry. Eviction takes the least recently used of the rest until what is kept, plus
 what is being written, fits the size limit.
+
+Claims: a lease that names the objects its pod reads from its store where the node lacks them
+(``"fetch": [key, ...]``) claims each that the namespace does not hold and no other pod claims;
+another such lease of the namespace is told those objects are ``coming`` and waits (POST /v1/waits)
+for the upload instead of reading its store too. A claim ends with an upload of its object, with
+its pod's lease, or at its deadline (``claim_seconds``), so a claimant that never uploads only
+delays its own namespace.
 """
 
 from __future__ import annotations
@@ -291,6 +298,83 @@ def leased_keys(leases: Iterable[Lease], now: float) -> frozenset[str]:
 def live_leases(leases: Mapping[str, Lease], now: float) -> dict[str, Lease]:
     """``leases`` (by pod) without those expired at ``now``."""
     return {pod: lease for pod, lease in leases.items() if lease.expires > now}
+
+
+CLAIM_BASE_SECONDS = 15.0
+CLAIM_BYTES_PER_SECOND = 25 * 1024 * 1024
+"""A claim lasts ``CLAIM_BASE_SECONDS`` plus its object's size at this rate (its pod's read from its
+store and its upload), then ends whether or not the bytes came."""
+MAX_WAIT_BODY = 1024 * 1024
+"""A wait's body (the keys it waits for) is at most this many bytes."""
+WAIT_SECONDS = 20.0
+"""The longest one wait is answered after (nothing settled: an empty answer; the pod asks again)."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """``pod`` reads an object its namespace's index lacks from its store and will upload it; others
+    of the namespace wait for that until ``until`` (epoch seconds)."""
+
+    pod: str
+    until: float
+
+
+def claim_seconds(size: int) -> float:
+    """How long a claim on an object of ``size`` bytes lasts.
+
+    >>> claim_seconds(0), claim_seconds(500 * 1024 * 1024)
+    (15.0, 35.0)
+    """
+    return CLAIM_BASE_SECONDS + size / CLAIM_BYTES_PER_SECOND
+
+
+def claim_holds(claim: Claim, lease: Lease | None, key: str, now: float) -> bool:
+    """Whether ``claim`` on ``key`` still holds at ``now``: before its deadline, with its pod's
+    ``lease`` live and naming the key.
+
+    >>> lease, claim = Lease("p", frozenset({"md5/x"}), 100.0), Claim("p", 50.0)
+    >>> claim_holds(claim, lease, "md5/x", 10.0), claim_holds(claim, lease, "md5/x", 60.0)
+    (True, False)
+    >>> claim_holds(claim, lease, "md5/y", 10.0), claim_holds(claim, None, "md5/x", 10.0)
+    (False, False)
+    """
+    return claim.until > now and lease is not None and lease.expires > now and key in lease.keys
+
+
+def parse_wait(body: object) -> list[str]:
+    """The keys a wait body names, ``{"keys": ["kind/checksum", ...]}``; NotAllowed (400) naming
+    what is wrong (whether the pod's lease names them is the caller's to check).
+
+    >>> parse_wait({"keys": ["md5/" + "0" * 32]})
+    ['md5/00000000000000000000000000000000']
+    >>> parse_wait({"keys": []})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    triton_operator.core.repository.cache_rules.NotAllowed: a wait is {"keys": [...]}, at least one
+    """
+    if not isinstance(body, dict) or not isinstance(body.get("keys"), list) or not body["keys"]:
+        raise NotAllowed(400, 'a wait is {"keys": ["kind/checksum", ...]}, at least one')
+    return parse_keys(body["keys"], "keys")
+
+
+def parse_keys(value: object, name: str) -> list[str]:
+    """``value``, a list of keys the cache keeps (field ``name`` of a body); NotAllowed (400) naming
+    the first that is not one.
+
+    >>> parse_keys(["crc32c/00000000"], "fetch")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    triton_operator.core.repository.cache_rules.NotAllowed: fetch[0]: 'crc32c/00000000' is not a key...
+    """
+    if not isinstance(value, list):
+        raise NotAllowed(400, f'{name}: expected a list of keys, ["kind/checksum", ...]')
+    out: list[str] = []
+    for i, key in enumerate(value):
+        kind, _, checksum = key.partition("/") if isinstance(key, str) else ("", "", "")
+        if object_key(kind, checksum) != key:
+            raise NotAllowed(400, f"{name}[{i}]: {key!r} is not a key the cache keeps")
+        out.append(key)
+    return out
 
 
 def choose_evictions(
