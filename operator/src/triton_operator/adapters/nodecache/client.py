@@ -169,7 +169,8 @@ class NodeCacheClient:
                     self.down = True
                 return frozenset()
             answer = json.loads(data)
-            self.held_keys = frozenset(str(k) for k in answer["held"])
+            with self._lock:  # a lease again (after a wait) keeps "read once" (``read``)
+                self.held_keys = frozenset(str(k) for k in answer["held"]) - self._read_keys
             sizes = answer.get("part_sizes") or {}
             self.part_sizes = {str(k): int(v) for k, v in sizes.items() if int(v) > 0}
             if self.verifier is not None:

@@ -372,13 +372,29 @@ class NodeCacheServer:
 
     # ------------------------------------------------------------ leases
 
-    async def _lease(self, request: BaseRequest, caller: Caller, token: str) -> web.StreamResponse:
+    def _length(self, request: BaseRequest, what: str, limit: int) -> int | web.Response:
+        """The Content-Length of a ``what`` body, or the refusal of one that has none or is over
+        ``limit`` bytes (refused before a byte is read)."""
         length = request.content_length
         if length is None:
             return _refuse(411, "a Content-Length is required")
-        if length > MAX_LEASE_BODY:
-            self._count("lease-size")
-            return _refuse(413, f"a lease body is at most {MAX_LEASE_BODY} bytes")
+        if length > limit:
+            self._count(f"{what}-size")
+            return _refuse(413, f"a {what} body is at most {limit} bytes")
+        return length
+
+    async def _body(self, request: BaseRequest, what: str, length: int) -> bytes | web.Response:
+        """The ``length`` bytes of a ``what`` body, each piece within the idle time; or 408."""
+        try:
+            async with asyncio.timeout(self.idle_seconds):
+                return await request.content.readexactly(length)
+        except (TimeoutError, asyncio.IncompleteReadError):
+            return _refuse(408, f"the {what} body did not arrive")
+
+    async def _lease(self, request: BaseRequest, caller: Caller, token: str) -> web.StreamResponse:
+        length = self._length(request, "lease", MAX_LEASE_BODY)
+        if isinstance(length, web.Response):
+            return length
         assert self._leasing is not None
         # Bytes another pod of the namespace sent a moment ago may still be checked: the lease
         # waits for its namespace's checks (a bounded while) so that it finds what they place;
@@ -390,11 +406,9 @@ class NodeCacheServer:
     async def _lease_body(
         self, request: BaseRequest, caller: Caller, token: str, length: int
     ) -> web.StreamResponse:
-        try:
-            async with asyncio.timeout(self.idle_seconds):
-                body = await request.content.readexactly(length)
-        except (TimeoutError, asyncio.IncompleteReadError):
-            return _refuse(408, "the lease body did not arrive")
+        body = await self._body(request, "lease", length)
+        if isinstance(body, web.Response):
+            return body
         # Each [kind, checksum, size] has 3 commas with the one after it: a body with many more
         # cannot be a valid lease, and is refused before it is parsed into Python objects.
         if body.count(b",") > 3 * MAX_LEASE_OBJECTS + 8:
@@ -431,17 +445,12 @@ class NodeCacheServer:
         """Answer once one of the body's keys is no longer coming for the caller (another pod of its
         namespace claimed it, or an upload is writing it), or after WAIT_SECONDS with none. No
         thread is held meanwhile: the claims are looked at every WAIT_POLL_SECONDS."""
-        length = request.content_length
-        if length is None:
-            return _refuse(411, "a Content-Length is required")
-        if length > MAX_WAIT_BODY:
-            self._count("wait-size")
-            return _refuse(413, f"a wait body is at most {MAX_WAIT_BODY} bytes")
-        try:
-            async with asyncio.timeout(self.idle_seconds):
-                body = await request.content.readexactly(length)
-        except (TimeoutError, asyncio.IncompleteReadError):
-            return _refuse(408, "the wait body did not arrive")
+        length = self._length(request, "wait", MAX_WAIT_BODY)
+        if isinstance(length, web.Response):
+            return length
+        body = await self._body(request, "wait", length)
+        if isinstance(body, web.Response):
+            return body
         try:
             keys = parse_wait(json.loads(body))
         except ValueError:
