@@ -422,14 +422,19 @@ class Syncer:
             reads = self._source_tasks(source, tried) if source is not None else {}
             stores = self._store_tasks(direct)
             runs: list[Callable[[], Any]] = []
+            if source is not None and coming is not None and awaited:
+                # Waits beside the rest (one of the pool's threads), from the start: each object is
+                # read as soon as its upload lands.
+                longest = max(coming(job.entry) or 0.0 for job in awaited)
+                runs.append(
+                    partial(self._await, source, awaited, time.monotonic() + longest + AWAIT_MARGIN_SECONDS)
+                )
             for rank in sorted({*reads, *stores}):
                 # taken in turns, so that neither waits for the other's queue to drain
                 pairs = itertools.zip_longest(stores.get(rank, []), reads.get(rank, []))
                 runs += self._queue.add(rank, [task for pair in pairs for task in pair if task is not None])
             self._run_all(pool, runs)
-            left = [job for job in tried if not job.finished]
-            if source is not None and awaited:
-                left += self._await(pool, source, awaited)
+            left = [job for job in (*tried, *awaited) if not job.finished]
             if source is not None:
                 with self._lock:
                     self.stats.source_misses += len(direct) + len(left)
@@ -437,41 +442,43 @@ class Syncer:
                 again = self._store_tasks(left)
                 self._run_all(pool, [run for r in sorted(again) for run in self._queue.add(r, again[r])])
 
-    def _await(self, pool: ThreadPoolExecutor, source: ObjectSource, jobs: list[_Job]) -> list[_Job]:
-        """``jobs``, which other pods of the namespace are reading from their stores to upload to
-        the source: as each upload lands, the source is leased again and the job read from it (or
-        linked); the jobs left for the store (an upload that did not come, within its claim's
-        time, or a read that failed)."""
+    def _await(self, source: ObjectSource, jobs: list[_Job], deadline: float) -> _Then:
+        """A task run beside the sync's reads: ``jobs`` are objects other pods of the namespace read
+        from their stores to upload to the source. It waits (each wait bounded by the source) until
+        some of them are no longer coming; their reads from the source (or, where the source still
+        lacks them, the store's downloads) then run as next tasks, and another such task waits for
+        the rest. At ``deadline`` (the claims' longest time), or when the source fails, what is left
+        is downloaded from the store."""
         wait_for = getattr(source, "await_uploads", None)
-        coming = getattr(source, "coming", None)
-        if wait_for is None or coming is None:
-            return jobs
-        deadline = time.monotonic() + max(coming(job.entry) or 0.0 for job in jobs) + AWAIT_MARGIN_SECONDS
-        waiting, left = list(jobs), []
-        while waiting and time.monotonic() < deadline and not self._abort.is_set():
-            settled = wait_for([job.entry for job in waiting])
+        settled: frozenset[str] | None = frozenset()
+        while (
+            wait_for is not None and not settled and time.monotonic() < deadline and not self._abort.is_set()
+        ):
+            settled = wait_for([job.entry for job in jobs])
             if settled is None:
                 break
-            if not settled:
-                continue
-            self._held = source.held(self.manifest.entries, [job.entry for job in waiting])
-            ready = [job for job in waiting if source_key(job.entry) in settled]
-            waiting = [job for job in waiting if source_key(job.entry) not in settled]
-            got = [job for job in ready if source_key(job.entry) in self._held]
-            left += [job for job in ready if source_key(job.entry) not in self._held]
-            for job in got:  # set up as phase 1 sets up a held one
-                job.deferred, job.check = False, None
-                if job.entry.checksum_kind == "s3-multipart":
-                    asked = self.store.part_size if self.store is not None else None
-                    job.multipart_part_size = self._source_part_size(job) or (
-                        asked(job.entry.key, job.entry.etag) if asked is not None else None
-                    )
-            with self._lock:
-                self.stats.awaited_files += len(got)
-            reads = self._source_tasks(source, got)
-            self._run_all(pool, [run for r in sorted(reads) for run in self._queue.add(r, reads[r])])
-            left += [job for job in got if not job.finished]
-        return left + waiting
+        ready = [job for job in jobs if settled and source_key(job.entry) in settled]
+        rest = [job for job in jobs if job not in ready] if settled else []
+        held = source.held(self.manifest.entries, [job.entry for job in ready]) if ready else frozenset()
+        got = [job for job in ready if source_key(job.entry) in held]
+        stored = [job for job in jobs if job not in got and job not in rest]
+        for job in got:  # set up as phase 1 sets up a held one
+            job.deferred, job.check = False, None
+            if job.entry.checksum_kind == "s3-multipart":
+                asked = self.store.part_size if self.store is not None else None
+                job.multipart_part_size = self._source_part_size(job, held) or (
+                    asked(job.entry.key, job.entry.etag) if asked is not None else None
+                )
+        with self._lock:
+            self.stats.awaited_files += len(got)
+            self.stats.source_misses += len(stored)
+        reads, stores = self._source_tasks(source, got), self._store_tasks(stored)
+        tasks: list[Callable[[], Any]] = []
+        for rank in sorted({*reads, *stores}):
+            tasks += self._queue.add(rank, [*stores.get(rank, []), *reads.get(rank, [])])
+        if rest:
+            tasks.append(partial(self._await, source, rest, deadline))
+        return _Then(tasks)
 
     def _run_all(self, pool: ThreadPoolExecutor, tasks: Iterable[Callable[[], Any]]) -> list[Any]:
         """Run tasks on the pool, and the tasks any of them returns in a ``_Then`` as soon as it
@@ -969,10 +976,11 @@ class Syncer:
             job.multipart_part_size = self.store.part_size(job.entry.key, job.entry.etag)
             job.part_size_from_source = False
 
-    def _source_part_size(self, job: _Job) -> int | None:
-        """A held multipart object's part size as the source knows it (no request to the store)."""
+    def _source_part_size(self, job: _Job, held: frozenset[str] | None = None) -> int | None:
+        """A held multipart object's part size as the source knows it (no request to the store);
+        ``held``: what the source's latest lease answered (default: its first)."""
         source = self.options.source
-        if source is None or source_key(job.entry) not in self._held:
+        if source is None or source_key(job.entry) not in (self._held if held is None else held):
             return None
         size = source.part_size(job.entry)
         job.part_size_from_source = size is not None
