@@ -99,6 +99,7 @@ THIS_TREE = "this tree"
 SHARED_TREE = "this tree, shared files"
 """This tree once more with the node cache's shared files (--shared-files): pods link, not copy."""
 SHARED_ENV = {"TRITON_OPERATOR_NODE_CACHE_SHARED_FILES": "true"}
+SHARED_SUFFIX = ", shared files"
 OPERATOR_SERIES = ("triton_operator_time_to_serve_", "triton_operator_in_place_update_")
 """The operator's histograms the bench reads (sums and counts): pods' starts, in-place changes."""
 SOURCES = {
@@ -260,8 +261,15 @@ class RealSize(Session):
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            # The cache checks the pods' tokens with this cluster's TokenReview.
-            env={**os.environ, "KUBECONFIG": self.kubeconfig},
+            # The cache checks the pods' tokens with this cluster's TokenReview; it runs the measured
+            # tree's code, as the operator does.
+            env={
+                **os.environ,
+                "KUBECONFIG": self.kubeconfig,
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [str(self.tree / "operator" / "src"), os.environ.get("PYTHONPATH")])
+                ),
+            },
         )
         log.close()
         wait(lambda: self.cache_metrics() is not None, 30, "node cache /metrics", interval=0.2)
@@ -958,6 +966,8 @@ def report(
             out.update(figures)
         elif label == SHARED_TREE:
             out["shared"] = figures
+        elif label.endswith(SHARED_SUFFIX):
+            out["refShared"] = {"label": label, **figures}
         else:
             out["ref"] = {"label": label, **figures}
     if len(measured) > 1:
@@ -1250,7 +1260,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="measure this tree twice, copying (as the chart's default) and then with the node cache's "
         "shared files (nodeCache.sharedFiles.enabled: its CSI driver registered with the real node's "
-        "kubelet, the pods linking to its files), each with a cold node cache, and print both side by side",
+        "kubelet, the pods linking to its files), each with a cold node cache, and print both side by side; "
+        "with --ref, the ref's tree too",
+    )
+    ap.add_argument(
+        "--shared-only",
+        action="store_true",
+        help="with --shared-files: measure each tree with shared files only (no copying runs)",
     )
     ap.add_argument(
         "--ref",
@@ -1267,6 +1283,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "stay backed by the host, as on a machine without it (bench/node_cache/page_reporting.py)",
     )
     args = ap.parse_args(argv)
+    if args.shared_only and not args.shared_files:
+        ap.error("--shared-only needs --shared-files")
     if args.in_place_only and args.new_pods_only:
         ap.error("--in-place-only and --new-pods-only leave no case")
     if args.replicas < 2:
@@ -1290,11 +1308,15 @@ def main(argv: list[str] | None = None) -> int:
                     f"{gib} GiB of free memory touched once first: {seconds:.1f} s, {system:.1f} s system CPU"
                 )
                 say(f"free page reporting off (page_reporting_order {reporting.order()}); {touched[0]}")
-            trees = [Tree(THIS_TREE)]
+            trees = [] if args.shared_only else [Tree(THIS_TREE)]
             if args.shared_files:  # the same tree again, its pods linking to the cache's files
                 trees.append(Tree(SHARED_TREE, env=SHARED_ENV))
             if args.ref:
-                trees.insert(0, stack.enter_context(ref_tree(args.ref, node)))
+                ref = stack.enter_context(ref_tree(args.ref, node))
+                if args.shared_files:  # the ref's pods link too: each tree as the other
+                    trees.insert(0, Tree(f"{ref.label}{SHARED_SUFFIX}", ref.root, {**ref.env, **SHARED_ENV}))
+                if not args.shared_only:
+                    trees.insert(0, ref)
             for tree in trees:
                 say(f"measuring {tree.label}")
                 workdir = Path(tempfile.mkdtemp(prefix="bench-realsize-"))
