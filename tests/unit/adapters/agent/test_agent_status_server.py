@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from triton_operator.adapters.agent.model_control import ModelControl, TritonUnreachable
-from triton_operator.adapters.agent.processes import python_stubs, tritonserver_running
+from triton_operator.adapters.agent.processes import python_stubs, stub_instances, tritonserver_running
 from triton_operator.adapters.agent.status import StatusServer, parse_listen
 from triton_operator.core.objects.names import AGENT_READY_PATH, AGENT_STATUS_PATH
 
@@ -133,6 +133,7 @@ def test_the_stub_processes_of_each_model_from_proc(tmp_path: Path) -> None:
     process(14, ["tritonserver", "--model-repository=/models"])
     (tmp_path / "proc" / "self").mkdir()
     assert python_stubs(Path("/models"), tmp_path / "proc") == {"adder": 2}
+    assert stub_instances(Path("/models"), tmp_path / "proc") == {"adder": {"adder_0_0", "adder_0_1"}}
     assert python_stubs(Path("/models"), tmp_path / "nothing") == {}
 
 

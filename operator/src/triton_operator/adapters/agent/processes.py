@@ -101,12 +101,29 @@ def python_stubs(models_dir: Path, proc: Path = Path("/proc")) -> Counter[str]:
     """The live stub processes of each model under ``models_dir`` (by the folder their model.py is
     in); a zombie or a process gone while read is not counted. Empty when none is visible (a pod
     that does not share its process namespace sees none: the check then finds nothing missing)."""
-    counts: Counter[str] = Counter()
+    return Counter(model for model, _ in _stubs(models_dir, proc))
+
+
+def stub_instances(models_dir: Path, proc: Path = Path("/proc")) -> dict[str, frozenset[str]]:
+    """The model instances (``small-1_0_0``: the stub's argv[8], after its model.py, shared memory
+    region and sizes, backend folder and parent pid) that have a live stub process, by model under
+    ``models_dir``. While Triton reloads a model both its old and its new stub of an instance live,
+    under one name: an instance with none left is one whose stub is gone."""
+    out: dict[str, set[str]] = {}
+    for model, argv in _stubs(models_dir, proc):
+        name = argv[8].decode(errors="replace") if len(argv) > 8 and argv[8] else "\0".join(map(repr, argv))
+        out.setdefault(model, set()).add(name)
+    return {model: frozenset(names) for model, names in out.items()}
+
+
+def _stubs(models_dir: Path, proc: Path) -> list[tuple[str, list[bytes]]]:
+    """Each live stub process of a model under ``models_dir``: the model, its argv."""
+    out: list[tuple[str, list[bytes]]] = []
     prefix = str(models_dir).rstrip("/") + "/"
     for argv in _processes(proc):
         if len(argv) < 2 or not argv[0].endswith(STUB):
             continue
         path = argv[1].decode(errors="replace")
         if path.startswith(prefix):
-            counts[path[len(prefix) :].split("/", 1)[0]] += 1
-    return counts
+            out.append((path[len(prefix) :].split("/", 1)[0], argv))
+    return out

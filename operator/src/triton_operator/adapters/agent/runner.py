@@ -20,7 +20,7 @@ from triton_operator.adapters.agent.files import (
     remove_model_files,
 )
 from triton_operator.adapters.agent.model_control import LoadFailed, ModelControl, TritonUnreachable
-from triton_operator.adapters.agent.processes import python_stubs, tritonserver_running
+from triton_operator.adapters.agent.processes import stub_instances, tritonserver_running
 from triton_operator.adapters.nodecache.client import NodeCacheClient
 from triton_operator.adapters.storage import open_store
 from triton_operator.adapters.storage.base import StoreError
@@ -179,7 +179,8 @@ class Agent:
         self._probes = threading.Lock()
         self._probe_503 = 0
         self._probe_out_at: float | None = None
-        self._stub_peak: dict[str, int] = {}
+        self._stub_known: dict[str, frozenset[str]] = {}
+        """Each Python model's instances seen with a live stub while READY (since the agent loaded it)."""
         self._readiness: tuple[Readiness, float] = (readiness(None, {}, "not checked yet"), 0.0)
         if options.fills and self.record.applied is None and self.record.failed:
             # The first fill failed and the agent exited: its restart tries again (as the kubelet
@@ -334,7 +335,7 @@ class Agent:
         self.message = ""
         self._refresh_models(target)  # the status says Applied with Triton's state after the loads
         for model in (*steps.load, *steps.unload):
-            self._stub_peak.pop(model, None)
+            self._stub_known.pop(model, None)
         self._serving, self._blocked, self._draining = target, "", False
         if self.inplace_timeline is not None:
             self._timeline(IN_PLACE, dataclasses.replace(self.inplace_timeline, loaded=datetime.now(UTC)))
@@ -653,7 +654,7 @@ class Agent:
             except (LoadFailed, TritonUnreachable) as exc:
                 logger.error("loading model %s again failed: %s", model, exc)
                 return
-            self._stub_peak.pop(model, None)
+            self._stub_known.pop(model, None)
 
     # -------------------------------------------------------- helpers
 
@@ -861,14 +862,19 @@ class Agent:
                         break
         except TritonUnreachable as exc:
             return dict.fromkeys(serving.models, f"unknown: tritonserver does not answer ({exc})")
-        stubs = python_stubs(self.options.dest, self.options.proc)
+        # By instance (a stub's instance name), not by count: when Triton reloads a model on its own
+        # (an ensemble's load reloads a composing model whose files' ctime changed, as a new pod's
+        # view of the node cache's files changes the blobs' link count), its old and new stubs live
+        # side by side for a while, then the old ones end; a count would see one "gone".
+        stubs = stub_instances(self.options.dest, self.options.proc)
         for model in python_models(serving):
-            live = stubs.get(model, 0)
-            peak = self._stub_peak.get(model, 0)
+            live = stubs.get(model, frozenset())
+            known = self._stub_known.get(model, frozenset())
             if states.get(model) == VERSION_READY:
-                self._stub_peak[model] = peak = max(peak, live)
-            if live < peak:
-                states[model] = f"dead: {peak - live} of its {peak} Python backend stub processes are gone"
+                self._stub_known[model] = known = known | live
+            if gone := known - live:
+                lost = f"{len(gone)} of its {len(known)} Python backend stub processes are gone"
+                states[model] = f"dead: {lost}"
         return states
 
     def ready(self, stale_seconds: float = 5.0) -> Readiness:
