@@ -144,6 +144,11 @@ def test_a_pod_sees_read_only_the_cache_pages_of_exactly_what_its_lease_found(ca
     assert shared.read_bytes() == DATA
     assert shared.stat().st_ino == (cache.store.blob_path(BLOB)).stat().st_ino  # the cache's own file
     assert stat.S_IMODE(shared.stat().st_mode) == 0o444
+    # Its lease again (a sync's after waiting for another pod's upload) changes nothing of the blob:
+    # tritonserver takes a newer ctime of a model's file for a change of the model.
+    changed = shared.stat().st_ctime_ns
+    assert cache.lease(pod, "team-a", {KEY: len(DATA)})["shared"] == {KEY: BLOB}
+    assert shared.stat().st_ctime_ns == changed
     # Read-only for everyone, root included: the mount's flag, not the file's mode.
     for attempt in (
         lambda: shared.open("r+b"),

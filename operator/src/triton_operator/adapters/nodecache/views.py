@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -157,10 +158,15 @@ class Views:
             for blob in blobs:
                 if BLOB_FORM.fullmatch(blob) is None:
                     continue
-                source = self.store.blob_path(blob)
+                source, target = self.store.blob_path(blob), folder / blob
+                # Nothing is changed that need not be: a chmod or a new link moves the blob's ctime,
+                # which tritonserver takes for a change of every model file linked to it (an
+                # ensemble's next load then reloads such a composing model).
                 try:
-                    source.chmod(0o444)
-                    os.link(source, folder / blob)
+                    if not os.path.lexists(target):
+                        if stat.S_IMODE(os.stat(source).st_mode) != 0o444:
+                            source.chmod(0o444)
+                        os.link(source, target)
                 except FileExistsError:
                     pass
                 except FileNotFoundError:  # evicted since the lease found it: read over HTTP
