@@ -69,6 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.node_cache.page_reporting import OFF_ORDER, PARAMETERS, Reporting, back_free_memory
 from bench.real_pods import cpu_accounting
 from bench.real_pods.common import (
+    ROOT,
     Session,
     Tree,
     agent_applied,
@@ -257,6 +258,7 @@ class RealSize(Session):
                 self.signing_key,
                 shared_files=kubelet_root(self.node) if self.shared else None,
                 node_name=str(self.node["name"]),
+                one_download=self.args.one_download and self.tree == ROOT,
             ),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -914,11 +916,17 @@ def cache_command(
     *,
     shared_files: Path | None = None,
     node_name: str = "",
+    one_download: bool = False,
 ) -> list[str]:
     """`triton-operator node-cache` on ``address``:``port``, signing its statements with ``key``;
-    with ``shared_files`` (the kubelet's root), also the CSI driver of the pods' views."""
+    with ``shared_files`` (the kubelet's root), also the CSI driver of the pods' views; with
+    ``one_download``, claims (one download a node)."""
     shared = ["--shared-files", str(shared_files), "--node-name", node_name] if shared_files else []
-    return [*_cache_base(root, limit, address, port, key), *shared]
+    return [
+        *_cache_base(root, limit, address, port, key),
+        *shared,
+        *(["--one-download"] if one_download else []),
+    ]
 
 
 def _cache_base(root: Path, limit: str, address: str, port: int, key: Path | None) -> list[str]:
@@ -1262,6 +1270,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "shared files (nodeCache.sharedFiles.enabled: its CSI driver registered with the real node's "
         "kubelet, the pods linking to its files), each with a cold node cache, and print both side by side; "
         "with --ref, the ref's tree too",
+    )
+    ap.add_argument(
+        "--one-download",
+        action="store_true",
+        help="run this tree's node cache with --one-download (nodeCache.oneDownload; a --ref tree's as it "
+        "was): pods starting together read a file the node lacks from the store once, the others waiting "
+        "for its upload",
     )
     ap.add_argument(
         "--shared-only",

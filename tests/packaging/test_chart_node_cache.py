@@ -74,6 +74,7 @@ def test_values_reach_the_daemonset(render: Render) -> None:
             "sizeLimit": "500Gi",
             "hostPath": "/mnt/nvme/triton-cache",
             "leaseSeconds": 3600,
+            "oneDownload": True,
             "nodeSelector": {"nvidia.com/gpu.present": "true"},
             "tolerations": [],
         }
@@ -84,6 +85,7 @@ def test_values_reach_the_daemonset(render: Render) -> None:
     assert "--size-limit=500Gi" in cache["args"]
     assert "--port=9123" in cache["args"]
     assert "--lease-seconds=3600" in cache["args"]
+    assert "--one-download" in cache["args"]  # off by default (the args above)
     assert cache["ports"][0]["hostPort"] == 9123
     assert pod["volumes"][0]["hostPath"]["path"] == "/mnt/nvme/triton-cache"
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}

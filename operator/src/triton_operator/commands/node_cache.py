@@ -156,6 +156,13 @@ def register(subparsers: Any) -> None:
         "(ephemeral inline volumes), registered with the kubelet whose --root-dir this is (usually "
         "/var/lib/kubelet; needs root and --node-name; default: off)",
     )
+    parser.add_argument(
+        "--one-download",
+        action="store_true",
+        help="pods of a namespace starting together read an object the node lacks from their store once: "
+        "the first pod's lease claims it and the others wait for its upload (fewer bytes from the store; "
+        "the waiting pods get it after that upload and its check; default: off, each reads its store)",
+    )
     parser.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
     parser.set_defaults(func=run)
 
@@ -222,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
         audit_seconds=args.audit_seconds,
         signer=signer,
         views=views,
+        one_download=args.one_download,
     )
     if signer is not None:
         logging.info("node cache: signing statements; its public key is %s", signer.public_key())

@@ -22,11 +22,11 @@ POST /v1/leases                      {"pod": uid, "objects": [[kind, checksum, s
                                      with a signing key "statements": {"objects": {key: sha256},
                                      "signature": s, "blake3": {"objects": {key: blake3},
                                      "signature": s}}; 403 when pod is not the caller's own uid;
-                                     413 over the bounds. With "fetch": [key, ...] (those the
-                                     pod reads from its store where the node lacks them, and
-                                     uploads) it claims each that no other pod of its namespace
-                                     claims, and the answer names the others, "coming":
-                                     {key: seconds at most}
+                                     413 over the bounds. With --one-download and "fetch":
+                                     [key, ...] (those the pod reads from its store where the
+                                     node lacks them, and uploads) it claims each that no other
+                                     pod of its namespace claims, and the answer names the
+                                     others, "coming": {key: seconds at most}
 POST /v1/waits                       {"keys": [key, ...]} (keys of the pod's live lease) ->
                                      {"settled": [key, ...]} once one of them is no longer coming
                                      (held, or no other pod's claim or upload on it), or [] after
@@ -260,8 +260,12 @@ class NodeCacheServer:
         threads: int = 8,
         signer: Signer | None = None,
         views: Views | None = None,
+        one_download: bool = False,
     ) -> None:
         self.store = store
+        self.one_download = one_download
+        """Leases that name what their pod fetches claim it, and others wait for its upload (a
+        lease's "fetch" is ignored otherwise: each pod reads its store, as before)."""
         self.views = views
         self.signer = signer
         self.reviewer = reviewer
@@ -421,7 +425,7 @@ class NodeCacheServer:
                 raise NotAllowed(403, f"pod: a pod leases for itself only ({caller.pod_name})")
             objects = parse_lease(data)
             held, parts = self.store.lease(caller.pod, caller.namespace, objects, token_expiry(token))
-            fetch = isinstance(data, dict) and "fetch" in data
+            fetch = self.one_download and isinstance(data, dict) and "fetch" in data
             if fetch:
                 assert isinstance(data, dict)
                 kept = set(held)
