@@ -324,9 +324,7 @@ class ContentStore:
     def leased(self, pod: str, kind: str, checksum: str) -> bool:
         """Whether ``pod``'s live lease names the key."""
         key = object_key(kind, checksum)
-        with self._lock:
-            lease = self._leases.get(pod)
-            return lease is not None and lease.expires > self.clock() and key in lease.keys
+        return key is not None and self.names(pod, [key])
 
     def holds(self, namespace: str, key: str) -> bool:
         with self._lock:

@@ -465,10 +465,7 @@ class Syncer:
         for job in got:  # set up as phase 1 sets up a held one
             job.deferred, job.check = False, None
             if job.entry.checksum_kind == "s3-multipart":
-                asked = self.store.part_size if self.store is not None else None
-                job.multipart_part_size = self._source_part_size(job, held) or (
-                    asked(job.entry.key, job.entry.etag) if asked is not None else None
-                )
+                job.multipart_part_size = self._multipart_part_size(job, held)
         with self._lock:
             self.stats.awaited_files += len(got)
             self.stats.source_misses += len(stored)
@@ -592,9 +589,7 @@ class Syncer:
             job.deferred = True  # its HEADs wait for its download, which they then start
             return job
         if entry.checksum_kind == "s3-multipart" and self.store is not None:
-            job.multipart_part_size = self._source_part_size(job) or self.store.part_size(
-                entry.key, entry.etag
-            )
+            job.multipart_part_size = self._multipart_part_size(job)
         hasher = job.new_hasher()
         if hasher is None:
             return job  # nothing to compare a local file with: fetch it under the pinned etag
@@ -975,6 +970,14 @@ class Syncer:
             # The store's download is checked with the store's own part size.
             job.multipart_part_size = self.store.part_size(job.entry.key, job.entry.etag)
             job.part_size_from_source = False
+
+    def _multipart_part_size(self, job: _Job, held: frozenset[str] | None = None) -> int | None:
+        """A multipart object's part size: as the source knows it where it holds the object
+        (``held``: as for ``_source_part_size``), else as the store says (None without a store)."""
+        from_source = self._source_part_size(job, held)
+        if from_source or self.store is None:
+            return from_source
+        return self.store.part_size(job.entry.key, job.entry.etag)
 
     def _source_part_size(self, job: _Job, held: frozenset[str] | None = None) -> int | None:
         """A held multipart object's part size as the source knows it (no request to the store);
