@@ -173,6 +173,11 @@ class Session:
         )
         self.s3 = storage_servers.s3_client(self.server.endpoint)
 
+    def tree_pythonpath(self) -> str:
+        """PYTHONPATH for a process that runs the measured tree's code (the operator, the node cache)."""
+        own = str(self.tree / "operator" / "src")
+        return os.pathsep.join(filter(None, [own, os.environ.get("PYTHONPATH")]))
+
     def start(self) -> None:
         """The CRD, the namespace, its Secret and the operator (the store first, when not started)."""
         from lightkube.models.meta_v1 import ObjectMeta  # noqa: PLC0415
@@ -210,9 +215,7 @@ class Session:
             [sys.executable, "-m", "triton_operator.cli", "run", "-n", self.namespace, *self.operator_args],
             env={
                 **os.environ,
-                "PYTHONPATH": os.pathsep.join(
-                    filter(None, [str(self.tree / "operator" / "src"), os.environ.get("PYTHONPATH")])
-                ),
+                "PYTHONPATH": self.tree_pythonpath(),
                 "KUBECONFIG": self.kubeconfig,
                 "TRITON_OPERATOR_PIN_REPOSITORIES": "true",
                 "TRITON_OPERATOR_TRITON_READ_CIDRS": real_node_setup.POD_CIDR,

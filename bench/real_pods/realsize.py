@@ -97,10 +97,10 @@ CHANGED = realrepo.MEDIUM
 X = [1.0, 2.0, 3.0, 4.0]
 PHASES = ("to pod", "sync", "load", "probes", "routing")
 THIS_TREE = "this tree"
-SHARED_TREE = "this tree, shared files"
+SHARED_SUFFIX = ", shared files"
+SHARED_TREE = f"{THIS_TREE}{SHARED_SUFFIX}"
 """This tree once more with the node cache's shared files (--shared-files): pods link, not copy."""
 SHARED_ENV = {"TRITON_OPERATOR_NODE_CACHE_SHARED_FILES": "true"}
-SHARED_SUFFIX = ", shared files"
 OPERATOR_SERIES = ("triton_operator_time_to_serve_", "triton_operator_in_place_update_")
 """The operator's histograms the bench reads (sums and counts): pods' starts, in-place changes."""
 SOURCES = {
@@ -268,9 +268,7 @@ class RealSize(Session):
             env={
                 **os.environ,
                 "KUBECONFIG": self.kubeconfig,
-                "PYTHONPATH": os.pathsep.join(
-                    filter(None, [str(self.tree / "operator" / "src"), os.environ.get("PYTHONPATH")])
-                ),
+                "PYTHONPATH": self.tree_pythonpath(),
             },
         )
         log.close()
