@@ -1324,6 +1324,7 @@ def test_callers_without_a_valid_token_get_401_and_nothing_else(
             ("HEAD", f"/v1/objects/{key}", None),
             ("PUT", f"/v1/objects/{key}", data),
             ("POST", "/v1/leases", lease),
+            ("POST", "/v1/waits", json.dumps({"keys": [key]}).encode()),
             ("GET", "/v1/anything", None),
         ):
             status, answer = cache.request(method, path, body, token=token)
